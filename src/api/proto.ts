@@ -1,0 +1,107 @@
+// Codecs for the v1beta1 messages (protobufjs, from proto/deviceplugin.proto) and the gRPC service
+// definitions built on them for @grpc/grpc-js. Nothing else in the program touches protobufjs.
+import protobuf from 'protobufjs';
+import type { MethodDefinition, ServiceDefinition } from '@grpc/grpc-js';
+import { readAsset } from '../system/assets.ts';
+import type * as M from './messages.ts';
+
+export interface Codec<T> {
+  encode(msg: T): Buffer;
+  decode(buf: Buffer): T;
+}
+
+function codec<T>(root: protobuf.Root, name: string): Codec<T> {
+  const type = root.lookupType(`v1beta1.${name}`);
+  return {
+    encode(msg: T): Buffer {
+      const err = type.verify(msg as Record<string, unknown>);
+      if (err !== null) throw new TypeError(`cannot encode v1beta1.${name}: ${err}`);
+      return Buffer.from(type.encode(type.fromObject(msg as Record<string, unknown>)).finish());
+    },
+    decode(buf: Buffer): T {
+      return type.toObject(type.decode(buf), { longs: Number, defaults: true, arrays: true, objects: true }) as T;
+    },
+  };
+}
+
+export interface ApiCodecs {
+  Empty: Codec<M.Empty>;
+  DevicePluginOptions: Codec<M.DevicePluginOptions>;
+  RegisterRequest: Codec<M.RegisterRequest>;
+  ListAndWatchResponse: Codec<M.ListAndWatchResponse>;
+  PreferredAllocationRequest: Codec<M.PreferredAllocationRequest>;
+  PreferredAllocationResponse: Codec<M.PreferredAllocationResponse>;
+  AllocateRequest: Codec<M.AllocateRequest>;
+  AllocateResponse: Codec<M.AllocateResponse>;
+  PreStartContainerRequest: Codec<M.PreStartContainerRequest>;
+  PreStartContainerResponse: Codec<M.PreStartContainerResponse>;
+}
+
+let codecs: ApiCodecs | undefined;
+
+export function apiCodecs(): ApiCodecs {
+  if (codecs === undefined) {
+    const root = protobuf.parse(readAsset('deviceplugin.proto').toString('utf8'), { keepCase: true }).root;
+    root.resolveAll();
+    codecs = {
+      Empty: codec(root, 'Empty'),
+      DevicePluginOptions: codec(root, 'DevicePluginOptions'),
+      RegisterRequest: codec(root, 'RegisterRequest'),
+      ListAndWatchResponse: codec(root, 'ListAndWatchResponse'),
+      PreferredAllocationRequest: codec(root, 'PreferredAllocationRequest'),
+      PreferredAllocationResponse: codec(root, 'PreferredAllocationResponse'),
+      AllocateRequest: codec(root, 'AllocateRequest'),
+      AllocateResponse: codec(root, 'AllocateResponse'),
+      PreStartContainerRequest: codec(root, 'PreStartContainerRequest'),
+      PreStartContainerResponse: codec(root, 'PreStartContainerResponse'),
+    };
+  }
+  return codecs;
+}
+
+function method<Req, Res>(
+  service: string,
+  name: string,
+  req: Codec<Req>,
+  res: Codec<Res>,
+  responseStream = false,
+): MethodDefinition<Req, Res> {
+  return {
+    path: `/v1beta1.${service}/${name}`,
+    requestStream: false,
+    responseStream,
+    requestSerialize: (m: Req) => req.encode(m),
+    requestDeserialize: (b: Buffer) => req.decode(b),
+    responseSerialize: (m: Res) => res.encode(m),
+    responseDeserialize: (b: Buffer) => res.decode(b),
+    originalName: name,
+  };
+}
+
+export interface RegistrationService extends ServiceDefinition {
+  Register: MethodDefinition<M.RegisterRequest, M.Empty>;
+}
+
+export interface DevicePluginService extends ServiceDefinition {
+  GetDevicePluginOptions: MethodDefinition<M.Empty, M.DevicePluginOptions>;
+  ListAndWatch: MethodDefinition<M.Empty, M.ListAndWatchResponse>;
+  GetPreferredAllocation: MethodDefinition<M.PreferredAllocationRequest, M.PreferredAllocationResponse>;
+  Allocate: MethodDefinition<M.AllocateRequest, M.AllocateResponse>;
+  PreStartContainer: MethodDefinition<M.PreStartContainerRequest, M.PreStartContainerResponse>;
+}
+
+export function registrationService(): RegistrationService {
+  const c = apiCodecs();
+  return { Register: method('Registration', 'Register', c.RegisterRequest, c.Empty) };
+}
+
+export function devicePluginService(): DevicePluginService {
+  const c = apiCodecs();
+  return {
+    GetDevicePluginOptions: method('DevicePlugin', 'GetDevicePluginOptions', c.Empty, c.DevicePluginOptions),
+    ListAndWatch: method('DevicePlugin', 'ListAndWatch', c.Empty, c.ListAndWatchResponse, true),
+    GetPreferredAllocation: method('DevicePlugin', 'GetPreferredAllocation', c.PreferredAllocationRequest, c.PreferredAllocationResponse),
+    Allocate: method('DevicePlugin', 'Allocate', c.AllocateRequest, c.AllocateResponse),
+    PreStartContainer: method('DevicePlugin', 'PreStartContainer', c.PreStartContainerRequest, c.PreStartContainerResponse),
+  };
+}

@@ -1,0 +1,107 @@
+// Keeps the plugin registered with the kubelet for ever: serve first, then Register; on failure
+// retry with capped backoff; on a kick (the kubelet came back, our socket vanished) try at once.
+// Logs once per change of state, not once per retry.
+import { errorText } from '../system/log.ts';
+import type { Logger } from '../system/log.ts';
+
+export interface RegistrarDeps {
+  /** Makes sure our socket exists and is served (recreating it if needed). */
+  ensureServing(): Promise<void>;
+  /** One Register call. */
+  register(): Promise<void>;
+  /** Called after every successful registration. */
+  onRegistered?(attempts: number, reason: string): void;
+  log: Logger;
+  initialBackoffMs?: number;
+  maxBackoffMs?: number;
+}
+
+export type RegistrarState = 'idle' | 'registering' | 'registered' | 'waiting' | 'stopped';
+
+export class Registrar {
+  private readonly deps: RegistrarDeps;
+  private state: RegistrarState = 'idle';
+  private timer: NodeJS.Timeout | undefined;
+  private again = false;
+  private reason = 'start';
+  private backoffMs: number;
+  private attempts = 0;
+  private lastProblem: string | undefined;
+  private registrations = 0;
+
+  constructor(deps: RegistrarDeps) {
+    this.deps = deps;
+    this.backoffMs = deps.initialBackoffMs ?? 50;
+  }
+
+  get current(): RegistrarState {
+    return this.state;
+  }
+
+  get registrationCount(): number {
+    return this.registrations;
+  }
+
+  /** Register as soon as possible (cancels a pending backoff; queues behind an attempt in flight). */
+  kick(reason: string): void {
+    if (this.state === 'stopped') return;
+    this.reason = reason;
+    if (this.state === 'registering') {
+      this.again = true;
+      return;
+    }
+    if (this.timer !== undefined) {
+      clearTimeout(this.timer);
+      this.timer = undefined;
+    }
+    this.backoffMs = this.deps.initialBackoffMs ?? 50;
+    void this.attempt();
+  }
+
+  stop(): void {
+    this.state = 'stopped';
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  private stopped(): boolean {
+    return this.state === 'stopped';
+  }
+
+  private async attempt(): Promise<void> {
+    this.state = 'registering';
+    this.again = false;
+    this.attempts++;
+    const reason = this.reason;
+    try {
+      await this.deps.ensureServing();
+      await this.deps.register();
+      if (this.stopped()) return;
+      this.registrations++;
+      this.deps.log.info('registered with the kubelet', { reason, attempts: this.attempts });
+      this.deps.onRegistered?.(this.attempts, reason);
+      this.attempts = 0;
+      this.lastProblem = undefined;
+      this.backoffMs = this.deps.initialBackoffMs ?? 50;
+      this.state = 'registered';
+      if (this.again) this.kick(this.reason);
+    } catch (err) {
+      if (this.stopped()) return;
+      const problem = errorText(err);
+      if (problem !== this.lastProblem) {
+        this.deps.log.warn('cannot register with the kubelet yet; retrying', { reason, error: problem, retry_ms: this.backoffMs });
+        this.lastProblem = problem;
+      }
+      this.state = 'waiting';
+      if (this.again) {
+        this.kick(this.reason);
+        return;
+      }
+      this.timer = setTimeout(() => {
+        this.timer = undefined;
+        void this.attempt();
+      }, this.backoffMs);
+      this.backoffMs = Math.min(this.backoffMs * 2, this.deps.maxBackoffMs ?? 5000);
+    }
+  }
+}

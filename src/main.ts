@@ -1,0 +1,227 @@
+// The composition root: options → NVML → device state → gRPC server → registration, and back down
+// on SIGTERM. Everything with a decision in it lives in core/; everything that touches the world in
+// the adapters; this file only wires them.
+import { access, constants as fsConstants } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
+import { API_VERSION } from './api/messages.ts';
+import { OptionError, helpText, parseOptions } from './cli/options.ts';
+import type { Options } from './cli/options.ts';
+import { CONTROL_DEVICE_NODES, hostPath, indexDevices } from './core/allocate.ts';
+import { countHealthy, wholeGpuDevices } from './core/devices.ts';
+import type { Health } from './core/devices.ts';
+import { lowestFirstChooser } from './core/preferred.ts';
+import { registerWithKubelet } from './kubelet/registration.ts';
+import { Registrar } from './kubelet/registrar.ts';
+import { SocketDirWatcher } from './kubelet/watcher.ts';
+import { discoverGpus, readLinks } from './nvml/discovery.ts';
+import { Nvml } from './nvml/nvml.ts';
+import { PluginServer, fileIdentity } from './plugin/server.ts';
+import { DevicePluginHandlers, PLUGIN_OPTIONS } from './plugin/service.ts';
+import type { PluginState } from './plugin/service.ts';
+import { errorText, stderrLogger } from './system/log.ts';
+import type { Logger } from './system/log.ts';
+import { loadKoffi } from './system/native.ts';
+import type { Koffi } from './system/native.ts';
+import { VERSION, versionText } from './system/version.ts';
+
+export const RESOURCE_NAME = 'nvidia.com/gpu';
+
+/** Socket file of a resource: gpu-device-plugin-<name without the vendor domain>.sock */
+export function socketFileName(resource: string): string {
+  return `gpu-device-plugin-${resource.slice(resource.indexOf('/') + 1)}.sock`;
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+async function presentControlDevices(devRoot: string): Promise<string[]> {
+  const present: string[] = [];
+  for (const p of CONTROL_DEVICE_NODES) {
+    try {
+      await access(hostPath(devRoot, p), fsConstants.F_OK);
+      present.push(p);
+    } catch {
+      // absent: not passed
+    }
+  }
+  return present;
+}
+
+interface Running {
+  stop(): Promise<void>;
+}
+
+/** Opens NVML; with failOnInitError false, retries with capped backoff until it works or we stop. */
+async function openNvml(koffi: Koffi, opts: Options, log: Logger, stopping: () => boolean): Promise<Nvml | undefined> {
+  let delay = 1000;
+  let lastProblem: string | undefined;
+  for (;;) {
+    try {
+      const nvml = Nvml.open({ koffi, driverRoot: opts.driverRoot, log });
+      if (lastProblem !== undefined) log.info('NVML is available now', { library: nvml.libraryPath });
+      return nvml;
+    } catch (err) {
+      const problem = errorText(err);
+      if (opts.failOnInitError) throw err;
+      if (problem !== lastProblem) {
+        log.warn('NVML is not available; retrying (fail-on-init-error is false)', { error: problem, retry_s: delay / 1000 });
+        lastProblem = problem;
+      }
+      await sleep(delay);
+      if (stopping()) return undefined;
+      delay = Math.min(delay * 2, 30000);
+    }
+  }
+}
+
+async function run(opts: Options, log: Logger, onStopRequest: (fn: () => Promise<void>) => void): Promise<Running | undefined> {
+  let stopping = false;
+  let running: Running | undefined;
+  onStopRequest(async () => {
+    stopping = true;
+    if (running !== undefined) await running.stop();
+  });
+
+  const koffi = loadKoffi();
+  const nvml = await openNvml(koffi, opts, log, () => stopping);
+  if (nvml === undefined) return undefined;
+  const sysfsRoot = process.env['SYSFS_ROOT'] || '/sys';
+  log.info('NVML initialised', { library: nvml.libraryPath, driver: nvml.driverVersion() });
+
+  let found = discoverGpus(nvml, sysfsRoot, log);
+  let delay = 1000;
+  while (found.gpus.length === 0 && !stopping) {
+    log.warn('no GPUs found; waiting for some to appear', { retry_s: delay / 1000 });
+    await sleep(delay);
+    delay = Math.min(delay * 2, 30000);
+    found = discoverGpus(nvml, sysfsRoot, log);
+  }
+  if (stopping) {
+    nvml.shutdown();
+    return undefined;
+  }
+  readLinks(nvml, found, log);
+  const devices = wholeGpuDevices(found.gpus, opts.deviceIdStrategy);
+  const health: Health[] = found.gpus.map(() => 'Healthy');
+  const state: PluginState = {
+    gpus: found.gpus,
+    devices,
+    index: indexDevices(devices, found.gpus),
+    health,
+    chooser: lowestFirstChooser,
+    allocateSettings: {
+      passDeviceSpecs: opts.passDeviceSpecs,
+      devRoot: opts.devRoot,
+      presentControlDevices: opts.passDeviceSpecs ? await presentControlDevices(opts.devRoot) : [],
+    },
+  };
+  for (const g of found.gpus) {
+    log.info('GPU found', { index: g.index, uuid: g.uuid, name: g.name, bus: g.busId, numa: g.numaNode, memory_mib: Math.round(g.memoryBytes / 1048576) });
+  }
+  const handlers = new DevicePluginHandlers(state, log);
+  const socketPath = join(dirname(opts.kubeletSocket), socketFileName(RESOURCE_NAME));
+  let server: PluginServer | undefined;
+  let attemptedKubelet: string | null = null;
+
+  const ensureServing = async (): Promise<void> => {
+    if (server !== undefined && (await server.stillOurs())) return;
+    if (server !== undefined) {
+      // Stop the old server first: closing a unix listener unlinks its path, which must not be the new one.
+      handlers.endStreams();
+      await server.stop();
+      server = undefined;
+    }
+    server = await PluginServer.start(socketPath, handlers);
+    log.debug('serving', { socket: socketPath });
+  };
+
+  const registrar = new Registrar({
+    log,
+    ensureServing,
+    register: async () => {
+      attemptedKubelet = await fileIdentity(opts.kubeletSocket);
+      await registerWithKubelet(opts.kubeletSocket, {
+        version: API_VERSION,
+        endpoint: basename(socketPath),
+        resource_name: RESOURCE_NAME,
+        options: PLUGIN_OPTIONS,
+      }, 10000);
+    },
+    onRegistered: () => {
+      log.debug('device counts', { healthy: countHealthy(devices, handlers.current.health), total: devices.length, ms_since_start: Math.round(performance.now()) });
+    },
+  });
+  const watcher = new SocketDirWatcher({
+    kubeletSocket: opts.kubeletSocket,
+    pluginSocket: socketPath,
+    servedIdentity: () => server?.identity ?? null,
+    attemptedKubelet: () => attemptedKubelet,
+    onChange: (reason) => registrar.kick(reason),
+    checkIntervalMs: opts.socketCheckInterval * 1000,
+    log,
+  });
+  watcher.start();
+  registrar.kick('start');
+
+  running = {
+    stop: async () => {
+      watcher.stop();
+      registrar.stop();
+      handlers.endStreams();
+      if (server !== undefined) await server.stop();
+      nvml.shutdown();
+    },
+  };
+  return running;
+}
+
+export async function main(argv: readonly string[]): Promise<void> {
+  if (argv.includes('--version')) {
+    process.stdout.write(versionText());
+    return;
+  }
+  if (argv.includes('--help') || argv.includes('-h')) {
+    process.stdout.write(helpText(VERSION));
+    return;
+  }
+  let opts: Options;
+  try {
+    opts = parseOptions(argv, process.env).options;
+  } catch (err) {
+    if (err instanceof OptionError) {
+      process.stderr.write(`gpu-device-plugin: ${err.message}\n`);
+      process.exitCode = 2;
+      return;
+    }
+    throw err;
+  }
+  const log = stderrLogger(opts.logLevel);
+  process.on('uncaughtException', (err) => log.error('unexpected error; carrying on', { error: errorText(err), stack: err.stack?.split('\n')[1]?.trim() }));
+  process.on('unhandledRejection', (err) => log.error('unexpected rejection; carrying on', { error: errorText(err) }));
+
+  let stopFn: (() => Promise<void>) | undefined;
+  let stopping = false;
+  const onSignal = (signal: string): void => {
+    if (stopping) return;
+    stopping = true;
+    log.info('stopping', { signal });
+    // Hard limit: whatever hangs, the process is gone within 2 s of the signal.
+    setTimeout(() => {
+      log.error('stop took too long; exiting');
+      process.exit(1);
+    }, 1900).unref();
+    void (stopFn?.() ?? Promise.resolve()).then(
+      () => { log.info('stopped'); process.exit(0); },
+      (err: unknown) => { log.error('error while stopping', { error: errorText(err) }); process.exit(1); },
+    );
+  };
+  process.on('SIGTERM', () => onSignal('SIGTERM'));
+  process.on('SIGINT', () => onSignal('SIGINT'));
+
+  log.info('starting', { version: versionText().trim(), kubelet_socket: opts.kubeletSocket, device_id_strategy: opts.deviceIdStrategy });
+  try {
+    await run(opts, log, (fn) => { stopFn = fn; });
+  } catch (err) {
+    log.error('cannot start', { error: errorText(err) });
+    process.exit(1);
+  }
+}

@@ -1,0 +1,140 @@
+// The DevicePlugin service: answers the kubelet from the current device state and pushes the full
+// device list to every open ListAndWatch stream whenever it changes.
+import * as grpc from '@grpc/grpc-js';
+import type { ServerUnaryCall, ServerWritableStream, sendUnaryData, UntypedServiceImplementation } from '@grpc/grpc-js';
+import type * as M from '../api/messages.ts';
+import { allocate } from '../core/allocate.ts';
+import type { AllocateSettings, DeviceIndex } from '../core/allocate.ts';
+import { deviceList } from '../core/devices.ts';
+import type { AdvertisedDevice, Gpu, GpuHealth } from '../core/devices.ts';
+import { preferredAllocation } from '../core/preferred.ts';
+import type { GpuChooser } from '../core/preferred.ts';
+import { RequestError } from '../core/request-error.ts';
+import { errorText } from '../system/log.ts';
+import type { Logger } from '../system/log.ts';
+
+export interface PluginState {
+  readonly gpus: readonly Gpu[];
+  readonly devices: readonly AdvertisedDevice[];
+  readonly index: DeviceIndex;
+  readonly health: GpuHealth;
+  readonly chooser: GpuChooser;
+  readonly allocateSettings: AllocateSettings;
+}
+
+interface OpenStream {
+  readonly call: ServerWritableStream<M.Empty, M.ListAndWatchResponse>;
+  waitingDrain: boolean;
+  pending: boolean;
+}
+
+export const PLUGIN_OPTIONS: M.DevicePluginOptions = {
+  pre_start_required: false,
+  get_preferred_allocation_available: true,
+};
+
+export class DevicePluginHandlers {
+  private state: PluginState;
+  private list: M.ListAndWatchResponse;
+  private readonly streams = new Set<OpenStream>();
+  private readonly log: Logger;
+
+  constructor(state: PluginState, log: Logger) {
+    this.state = state;
+    this.list = { devices: deviceList(state.devices, state.gpus, state.health) };
+    this.log = log;
+  }
+
+  get current(): PluginState {
+    return this.state;
+  }
+
+  get openStreams(): number {
+    return this.streams.size;
+  }
+
+  /** Replaces the state and, if the device list changed, sends it to every open stream. */
+  update(state: PluginState): void {
+    this.state = state;
+    const next = { devices: deviceList(state.devices, state.gpus, state.health) };
+    if (JSON.stringify(next) === JSON.stringify(this.list)) return;
+    this.list = next;
+    for (const s of this.streams) this.send(s);
+  }
+
+  private send(s: OpenStream): void {
+    if (s.waitingDrain) {
+      // The peer is slow: keep only the newest list for it (full lists, so nothing is lost).
+      s.pending = true;
+      return;
+    }
+    s.pending = false;
+    const flushed = s.call.write(this.list);
+    if (!flushed) {
+      s.waitingDrain = true;
+      s.call.once('drain', () => {
+        s.waitingDrain = false;
+        if (s.pending) this.send(s);
+      });
+    }
+  }
+
+  /** Ends every open stream (on stop or when the socket is replaced). */
+  endStreams(): void {
+    for (const s of this.streams) s.call.end();
+    this.streams.clear();
+  }
+
+  private fail<T>(method: string, err: unknown, cb: sendUnaryData<T>): void {
+    if (err instanceof RequestError) {
+      this.log.warn(`${method} refused`, { reason: err.message });
+      cb({ code: grpc.status.INVALID_ARGUMENT, details: err.message });
+    } else {
+      this.log.error(`${method} failed`, { error: errorText(err) });
+      cb({ code: grpc.status.INTERNAL, details: `${method} failed: ${errorText(err)}` });
+    }
+  }
+
+  implementation(): UntypedServiceImplementation {
+    return {
+      GetDevicePluginOptions: (_call: ServerUnaryCall<M.Empty, M.DevicePluginOptions>, cb: sendUnaryData<M.DevicePluginOptions>) => {
+        cb(null, PLUGIN_OPTIONS);
+      },
+      ListAndWatch: (call: ServerWritableStream<M.Empty, M.ListAndWatchResponse>) => {
+        const s: OpenStream = { call, waitingDrain: false, pending: false };
+        this.streams.add(s);
+        const release = (): void => {
+          this.streams.delete(s);
+        };
+        call.on('cancelled', release);
+        call.on('close', release);
+        call.on('error', release);
+        this.log.debug('ListAndWatch stream opened', { streams: this.streams.size });
+        this.send(s);
+      },
+      GetPreferredAllocation: (call: ServerUnaryCall<M.PreferredAllocationRequest, M.PreferredAllocationResponse>, cb: sendUnaryData<M.PreferredAllocationResponse>) => {
+        try {
+          const st = this.state;
+          const answers = preferredAllocation(call.request.container_requests, st.index, st.chooser);
+          if (this.log.enabled('debug')) this.log.debug('GetPreferredAllocation', { answers: answers.map((a) => a.join('+')) });
+          cb(null, { container_responses: answers.map((deviceIDs) => ({ deviceIDs })) });
+        } catch (err) {
+          this.fail('GetPreferredAllocation', err, cb);
+        }
+      },
+      Allocate: (call: ServerUnaryCall<M.AllocateRequest, M.AllocateResponse>, cb: sendUnaryData<M.AllocateResponse>) => {
+        try {
+          const st = this.state;
+          const responses = allocate(call.request.container_requests, st.index, st.allocateSettings);
+          if (this.log.enabled('debug')) this.log.debug('Allocate', { visible: responses.map((r) => r.envs['NVIDIA_VISIBLE_DEVICES'] ?? '') });
+          cb(null, { container_responses: responses });
+        } catch (err) {
+          this.fail('Allocate', err, cb);
+        }
+      },
+      PreStartContainer: (_call: ServerUnaryCall<M.PreStartContainerRequest, M.PreStartContainerResponse>, cb: sendUnaryData<M.PreStartContainerResponse>) => {
+        cb(null, {});
+      },
+    };
+  }
+}

@@ -1,0 +1,35 @@
+// Files the program carries with it. Inside the single executable they are SEA assets; when the
+// sources run directly (tests, development) they are read from the checkout.
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { createRequire } from 'node:module';
+import sea from 'node:sea';
+
+export type AssetName = 'deviceplugin.proto' | 'koffi.node';
+
+export function runningAsSea(): boolean {
+  return sea.isSea();
+}
+
+/** Repository root when running from source (two levels above this file). */
+function sourceRoot(): string {
+  return join(import.meta.dirname, '..', '..');
+}
+
+/** Where an asset lives in a checkout. Used by the build to embed it and by source runs to read it. */
+export function assetSourcePath(name: AssetName): string {
+  switch (name) {
+    case 'deviceplugin.proto':
+      return join(sourceRoot(), 'proto', 'deviceplugin.proto');
+    case 'koffi.node': {
+      const req = createRequire(join(sourceRoot(), 'package.json'));
+      const pkg = req.resolve(`@koromix/koffi-${process.platform}-${process.arch}/package.json`);
+      return join(pkg, '..', `${process.platform}_${process.arch}`, 'koffi.node');
+    }
+  }
+}
+
+export function readAsset(name: AssetName): Buffer {
+  if (sea.isSea()) return Buffer.from(sea.getAsset(name));
+  return readFileSync(assetSourcePath(name));
+}

@@ -1,0 +1,377 @@
+// End-to-end: the built executable on a simulated node (fake NVML + kubelet stand-in), over real gRPC.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import * as grpc from '@grpc/grpc-js';
+import { existsSync, mkdirSync, writeFileSync, unlinkSync } from 'node:fs';
+import { connect } from 'node:net';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { SimNode } from '../support/sim.ts';
+import { KubeletStandIn } from '../support/kubelet.ts';
+
+const median = (xs: number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)] ?? NaN;
+};
+
+function grpcCode(err: unknown): number | undefined {
+  return (err as { code?: number }).code;
+}
+
+test('registers with the kubelet: version, endpoint, resource, options, then the full device list with NUMA nodes', async () => {
+  const node = await SimNode.start({ topology: 'demo-8' });
+  try {
+    const k = node.kubelet!;
+    const reg = k.registrations[0]!;
+    assert.equal(reg.request.version, 'v1beta1');
+    assert.equal(reg.request.endpoint, 'gpu-device-plugin-gpu.sock');
+    assert.equal(reg.request.resource_name, 'nvidia.com/gpu');
+    assert.deepEqual(reg.request.options, { pre_start_required: false, get_preferred_allocation_available: true });
+    assert.deepEqual(k.pluginOptions(), { pre_start_required: false, get_preferred_allocation_available: true });
+    const devices = await k.waitForDevices((d) => d.length === 8);
+    assert.deepEqual(devices.map((d) => d.ID), node.topology.gpus.map((g) => g.uuid));
+    assert.ok(devices.every((d) => d.health === 'Healthy'));
+    assert.deepEqual(devices.map((d) => d.topology?.nodes.map((n) => n.ID)), node.topology.gpus.map((g) => [g.numaNode]));
+    assert.ok(existsSync(node.pluginSocket));
+    await k.preStart({ devices_ids: [devices[0]!.ID] });
+  } finally {
+    await node.stop();
+  }
+});
+
+test('Allocate returns NVIDIA_VISIBLE_DEVICES per container in order; device specs with --pass-device-specs', async () => {
+  const dev = join('/tmp', `gdp-devroot-${process.pid}`);
+  mkdirSync(join(dev, 'dev'), { recursive: true });
+  writeFileSync(join(dev, 'dev', 'nvidiactl'), '');
+  writeFileSync(join(dev, 'dev', 'nvidia-uvm'), '');
+  const node = await SimNode.start({ topology: 'demo-8', args: ['--pass-device-specs', '--dev-root', dev] });
+  try {
+    const k = node.kubelet!;
+    const u = node.topology.gpus.map((g) => g.uuid);
+    const res = await k.allocate({ container_requests: [{ devices_ids: [u[3]!, u[1]!] }, { devices_ids: [u[0]!] }] });
+    assert.equal(res.container_responses.length, 2);
+    assert.deepEqual(res.container_responses[0]!.envs, { NVIDIA_VISIBLE_DEVICES: `${u[3]},${u[1]}` });
+    assert.deepEqual(res.container_responses[1]!.envs, { NVIDIA_VISIBLE_DEVICES: u[0] });
+    const g3 = node.topology.gpus[3]!;
+    assert.deepEqual(res.container_responses[0]!.devices.map((d) => [d.container_path, d.host_path, d.permissions]), [
+      ['/dev/nvidiactl', `${dev}/dev/nvidiactl`, 'rw'],
+      ['/dev/nvidia-uvm', `${dev}/dev/nvidia-uvm`, 'rw'],
+      [`/dev/nvidia${g3.minor}`, `${dev}/dev/nvidia${g3.minor}`, 'rw'],
+      [`/dev/nvidia${node.topology.gpus[1]!.minor}`, `${dev}/dev/nvidia${node.topology.gpus[1]!.minor}`, 'rw'],
+    ]);
+  } finally {
+    await node.stop();
+  }
+});
+
+test('bad requests fail with INVALID_ARGUMENT naming the offender, and the daemon carries on', async () => {
+  const node = await SimNode.start({ topology: 'demo-8' });
+  try {
+    const k = node.kubelet!;
+    const u = node.topology.gpus.map((g) => g.uuid);
+    const bad: [Promise<unknown>, RegExp][] = [
+      [k.allocate({ container_requests: [{ devices_ids: ['GPU-does-not-exist'] }] }), /unknown device ID "GPU-does-not-exist"/],
+      [k.allocate({ container_requests: [{ devices_ids: [u[0]!, u[0]!] }] }), /twice/],
+      [k.allocate({ container_requests: [{ devices_ids: [] }] }), /lists no device IDs/],
+      [k.allocate({ container_requests: [{ devices_ids: Array.from({ length: 10000 }, (_, i) => `GPU-${i}`) }] }), /asks for 10000 devices, more than the 8/],
+      [k.preferred({ container_requests: [{ available_deviceIDs: [u[0]!], must_include_deviceIDs: [], allocation_size: 2 }] }), /larger than the 1 available/],
+      [k.preferred({ container_requests: [{ available_deviceIDs: [u[0]!, u[1]!], must_include_deviceIDs: [u[2]!], allocation_size: 2 }] }), /not among the available/],
+      [k.preferred({ container_requests: [{ available_deviceIDs: u, must_include_deviceIDs: [u[0]!, u[1]!], allocation_size: 1 }] }), /smaller than the 2 must-include/],
+      [k.preferred({ container_requests: [{ available_deviceIDs: ['GPU-x'], must_include_deviceIDs: [], allocation_size: 1 }] }), /"GPU-x" is not one this plugin advertises/],
+    ];
+    for (const [p, re] of bad) {
+      await assert.rejects(p, (err: unknown) => grpcCode(err) === grpc.status.INVALID_ARGUMENT && re.test((err as Error).message), String(re));
+    }
+    const ok = await k.allocate({ container_requests: [{ devices_ids: [u[2]!] }] });
+    assert.equal(ok.container_responses[0]!.envs['NVIDIA_VISIBLE_DEVICES'], u[2]);
+    assert.equal(node.plugin.exit, undefined, 'plugin still running');
+    assert.equal(node.kubelet!.registrations.length, 1, 'registration kept');
+  } finally {
+    await node.stop();
+  }
+});
+
+test('GetPreferredAllocation answers every container with exactly allocation_size IDs including the must-include ones', async () => {
+  const node = await SimNode.start({ topology: 'demo-8' });
+  try {
+    const u = node.topology.gpus.map((g) => g.uuid);
+    const res = await node.kubelet!.preferred({ container_requests: [
+      { available_deviceIDs: u, must_include_deviceIDs: [u[5]!], allocation_size: 3 },
+      { available_deviceIDs: u.slice(0, 4), must_include_deviceIDs: [], allocation_size: 4 },
+    ] });
+    assert.equal(res.container_responses.length, 2);
+    const [a, b] = res.container_responses.map((r) => r.deviceIDs);
+    assert.equal(a!.length, 3);
+    assert.ok(a!.includes(u[5]!));
+    assert.ok(a!.every((id) => u.includes(id)));
+    assert.equal(new Set(a).size, 3);
+    assert.deepEqual([...b!].sort(), u.slice(0, 4).sort());
+  } finally {
+    await node.stop();
+  }
+});
+
+test('no NVML calls are made per RPC: facts are read once at start', async () => {
+  const node = await SimNode.start({ topology: 'demo-8' });
+  try {
+    const u = node.topology.gpus.map((g) => g.uuid);
+    await node.kubelet!.allocate({ container_requests: [{ devices_ids: [u[0]!] }] });
+    const before = await node.nvmlStats();
+    for (let i = 0; i < 50; i++) {
+      await node.kubelet!.allocate({ container_requests: [{ devices_ids: [u[i % 8]!] }] });
+      await node.kubelet!.preferred({ container_requests: [{ available_deviceIDs: u, must_include_deviceIDs: [], allocation_size: 2 }] });
+    }
+    const after = await node.nvmlStats();
+    const perRpc = Object.entries(after.calls).filter(([f, n]) => (before.calls[f] ?? 0) !== n && !/Event|Wait/.test(f));
+    assert.deepEqual(perRpc, [], 'NVML functions called while serving RPCs');
+    assert.ok(before.total > 0, 'the stats do count calls');
+  } finally {
+    await node.stop();
+  }
+});
+
+test('re-registers after 200 kubelet restarts in a row, with no growth in open file descriptors', async () => {
+  const node = await SimNode.start({ topology: 'demo-8' });
+  try {
+    const k = node.kubelet!;
+    await k.waitForDevices((d) => d.length === 8);
+    // Warm up, then take the baseline.
+    for (let i = 0; i < 5; i++) {
+      await k.restart();
+      await k.waitForRegistrations(k.registrations.length + 1);
+    }
+    const fdBefore = node.plugin.fdCount();
+    const lat: number[] = [];
+    for (let i = 0; i < 200; i++) {
+      const n = k.registrations.length;
+      await k.restart();
+      const reg = await k.waitForRegistrations(n + 1);
+      lat.push(reg.at - reg.socketCreatedAt);
+      await k.waitForDevices((d) => d.length === 8);
+    }
+    await new Promise((r) => setTimeout(r, 300));
+    const fdAfter = node.plugin.fdCount();
+    assert.equal(k.registrations.length, 206);
+    assert.ok(fdAfter <= fdBefore + 2, `fds grew from ${fdBefore} to ${fdAfter}`);
+    assert.ok(existsSync(node.pluginSocket));
+    process.stderr.write(`# kubelet restart → re-registered: median ${median(lat).toFixed(2)} ms, worst ${Math.max(...lat).toFixed(2)} ms (of 200; measured, not asserted)\n`);
+  } finally {
+    await node.stop();
+  }
+});
+
+test('kubelet absent at start: the plugin waits, logs once, and registers as soon as the kubelet comes', async () => {
+  const node = await SimNode.start({ topology: 'demo-8', kubelet: false });
+  try {
+    await node.plugin.waitForLine(/cannot register with the kubelet yet/);
+    await new Promise((r) => setTimeout(r, 1500));
+    assert.equal(node.plugin.matching(/cannot register with the kubelet yet/).length, 1, 'one line per state change, not per retry');
+    node.kubelet = await KubeletStandIn.start(node.kubeletDir, { wipe: false });
+    await node.kubelet.waitForRegistrations(1, 5000);
+    await node.kubelet.waitForDevices((d) => d.length === 8);
+  } finally {
+    await node.stop();
+  }
+});
+
+test('our socket deleted behind our back is recreated and re-registered', async () => {
+  const node = await SimNode.start({ topology: 'demo-8' });
+  try {
+    unlinkSync(node.pluginSocket);
+    await node.kubelet!.waitForRegistrations(2, 5000);
+    assert.ok(existsSync(node.pluginSocket));
+  } finally {
+    await node.stop();
+  }
+});
+
+test('a kubelet that refuses the registration is retried with backoff, logged once per state change', async () => {
+  const node = await SimNode.start({ topology: 'demo-8', kubelet: false });
+  try {
+    // A "kubelet" that refuses every Register: a server answering with an error.
+    const server = new grpc.Server();
+    const { registrationService } = await import('../../src/api/proto.ts');
+    let calls = 0;
+    server.addService(registrationService(), {
+      Register: (_c: unknown, cb: grpc.sendUnaryData<unknown>) => { calls++; cb({ code: grpc.status.UNKNOWN, details: 'resource already registered' }); },
+    });
+    await new Promise<void>((res, rej) => server.bindAsync(`unix://${node.kubeletSocket}`, grpc.ServerCredentials.createInsecure(), (e) => (e ? rej(e) : res())));
+    await node.plugin.waitForLine(/resource already registered/, 5000);
+    await new Promise((r) => setTimeout(r, 1500));
+    assert.ok(calls >= 2, `retried (${calls} calls)`);
+    assert.ok(calls < 40, `with backoff, not a busy loop (${calls} calls in ~1.5 s)`);
+    assert.equal(node.plugin.matching(/resource already registered/).length, 1);
+    server.forceShutdown();
+    assert.equal(node.plugin.exit, undefined);
+  } finally {
+    await node.stop();
+  }
+});
+
+test('random bytes and half-open connections on our socket do not crash the plugin or lose its registration', async () => {
+  const node = await SimNode.start({ topology: 'demo-8' });
+  try {
+    for (let i = 0; i < 20; i++) {
+      await new Promise<void>((resolve) => {
+        const s = connect(node.pluginSocket);
+        s.on('error', () => resolve());
+        s.on('close', () => resolve());
+        s.on('connect', () => {
+          s.write(randomBytes(1 + i * 500));
+          if (i % 2 === 0) s.end();
+          else setTimeout(() => s.destroy(), 20);
+        });
+      });
+    }
+    const u = node.topology.gpus.map((g) => g.uuid);
+    const res = await node.kubelet!.allocate({ container_requests: [{ devices_ids: [u[1]!] }] });
+    assert.equal(res.container_responses[0]!.envs['NVIDIA_VISIBLE_DEVICES'], u[1]);
+    assert.equal(node.kubelet!.registrations.length, 1);
+    assert.equal(node.plugin.matching(/unexpected error/).length, 0);
+  } finally {
+    await node.stop();
+  }
+});
+
+test('thousands of ListAndWatch streams opened and dropped are released', async () => {
+  const node = await SimNode.start({ topology: 'demo-8' });
+  try {
+    const { devicePluginService } = await import('../../src/api/proto.ts');
+    const m = devicePluginService().ListAndWatch;
+    const open = async (client: grpc.Client): Promise<void> => {
+      await new Promise<void>((resolve, reject) => {
+        const s = client.makeServerStreamRequest(m.path, m.requestSerialize, m.responseDeserialize, {});
+        s.on('data', () => { s.cancel(); resolve(); });
+        s.on('error', (e: grpc.ServiceError) => (e.code === grpc.status.CANCELLED ? resolve() : reject(e)));
+      });
+    };
+    const round = async (n: number): Promise<void> => {
+      const client = new grpc.Client(`unix://${node.pluginSocket}`, grpc.credentials.createInsecure());
+      for (let i = 0; i < n; i++) await open(client);
+      client.close();
+    };
+    await round(200);
+    await new Promise((r) => setTimeout(r, 200));
+    const fdBefore = node.plugin.fdCount();
+    const rssBefore = node.plugin.rss().totalKiB;
+    for (let r = 0; r < 10; r++) await round(200);
+    await new Promise((r) => setTimeout(r, 300));
+    const fdAfter = node.plugin.fdCount();
+    assert.ok(fdAfter <= fdBefore + 2, `fds ${fdBefore} → ${fdAfter}`);
+    const rssAfter = node.plugin.rss().totalKiB;
+    assert.ok(rssAfter < rssBefore + 20 * 1024, `RSS ${rssBefore} → ${rssAfter} KiB after 2000 streams`);
+    // The kubelet's own stream still gets updates: it is one of the streams kept.
+    assert.equal(node.kubelet!.devices()?.length, 8);
+  } finally {
+    await node.stop();
+  }
+});
+
+test('SIGTERM: stops serving, removes the socket, shuts NVML down and exits 0 within 2 s', async () => {
+  const node = await SimNode.start({ topology: 'demo-8' });
+  try {
+    const t0 = performance.now();
+    node.plugin.signal('SIGTERM');
+    const exit = await node.plugin.exited;
+    const took = performance.now() - t0;
+    assert.deepEqual(exit, { code: 0, signal: null });
+    assert.ok(took < 2000, `took ${took} ms`);
+    assert.ok(!existsSync(node.pluginSocket), 'plugin socket removed');
+    assert.equal(node.plugin.matching(/nvmlShutdown failed/).length, 0);
+    assert.equal(node.plugin.matching(/\bstopped\b/).length, 1);
+  } finally {
+    await node.stop();
+  }
+});
+
+test('SIGINT stops it the same way', async () => {
+  const node = await SimNode.start({ topology: 'demo-8' });
+  try {
+    node.plugin.signal('SIGINT');
+    assert.deepEqual(await node.plugin.exited, { code: 0, signal: null });
+  } finally {
+    await node.stop();
+  }
+});
+
+test('NVML missing: exits non-zero with one clear line naming the library and what to check', async () => {
+  const node = await SimNode.start({ topology: 'demo-8', nvml: 'none', waitRegistered: false });
+  try {
+    const exit = await node.plugin.exited;
+    assert.equal(exit.code, 1);
+    const errors = node.plugin.matching(/ERROR/);
+    assert.equal(errors.length, 1, errors.join('\n'));
+    assert.match(errors[0]!, /libnvidia-ml\.so\.1/);
+    assert.match(errors[0]!, /is the NVIDIA driver installed/);
+    assert.match(errors[0]!, /--driver-root/);
+  } finally {
+    await node.stop();
+  }
+});
+
+test('NVML init failing: exits non-zero naming NVML and its reason', async () => {
+  const node = await SimNode.start({ topology: 'init-fails', waitRegistered: false });
+  try {
+    const exit = await node.plugin.exited;
+    assert.equal(exit.code, 1);
+    const errors = node.plugin.matching(/ERROR/);
+    assert.equal(errors.length, 1, errors.join('\n'));
+    assert.match(errors[0]!, /nvmlInit_v2 failed: Driver Not Loaded \(NVML code 9\)/);
+  } finally {
+    await node.stop();
+  }
+});
+
+test('fail-on-init-error=false: stays up, retries NVML, and registers once the driver appears', async () => {
+  const later = join('/tmp', `gdp-late-${process.pid}.json`);
+  const node = await SimNode.start({ topology: 'demo-8', waitRegistered: false, args: ['--fail-on-init-error=false'], env: { FAKE_NVML_CONFIG: later } });
+  try {
+    await node.plugin.waitForLine(/NVML is not available; retrying/);
+    assert.equal(node.kubelet!.registrations.length, 0);
+    const { readFileSync } = await import('node:fs');
+    writeFileSync(later, readFileSync(node.configPath));
+    await node.kubelet!.waitForRegistrations(1, 8000);
+    await node.kubelet!.waitForDevices((d) => d.length === 8);
+    assert.equal(node.plugin.matching(/NVML is not available/).length, 1, 'logged once');
+  } finally {
+    await node.stop();
+    if (existsSync(later)) unlinkSync(later);
+  }
+});
+
+test('old driver without the newer symbols: starts, takes NUMA nodes from sysfs, logs each missing function once', async () => {
+  const node = await SimNode.start({ topology: 'demo-8', nvml: 'old' });
+  try {
+    const devices = await node.kubelet!.waitForDevices((d) => d.length === 8);
+    assert.deepEqual(devices.map((d) => d.topology?.nodes.map((n) => n.ID)), node.topology.gpus.map((g) => [g.numaNode]));
+    const missing = node.plugin.matching(/NVML lacks a function/);
+    assert.ok(missing.some((l) => /nvmlDeviceGetNumaNodeId/.test(l)), missing.join('\n'));
+    const names = missing.map((l) => /function=(\S+)/.exec(l)?.[1]);
+    assert.equal(new Set(names).size, names.length, 'each missing function logged once');
+  } finally {
+    await node.stop();
+  }
+});
+
+test('--device-id-strategy index advertises indices and passes them to the runtime', async () => {
+  const node = await SimNode.start({ topology: 'demo-8', args: ['--device-id-strategy=index'] });
+  try {
+    const devices = await node.kubelet!.waitForDevices((d) => d.length === 8);
+    assert.deepEqual(devices.map((d) => d.ID), ['0', '1', '2', '3', '4', '5', '6', '7']);
+    const res = await node.kubelet!.allocate({ container_requests: [{ devices_ids: ['6', '2'] }] });
+    assert.equal(res.container_responses[0]!.envs['NVIDIA_VISIBLE_DEVICES'], '6,2');
+  } finally {
+    await node.stop();
+  }
+});
+
+test('bad options stop the start with the option, the value and what is allowed (exit 2)', async () => {
+  const node = await SimNode.start({ topology: 'demo-8', waitRegistered: false, args: ['--device-id-strategy=serial'] });
+  try {
+    const exit = await node.plugin.exited;
+    assert.equal(exit.code, 2);
+    assert.match(node.plugin.lines.join('\n'), /--device-id-strategy: "serial" is not allowed; expected one of uuid, index/);
+  } finally {
+    await node.stop();
+  }
+});

@@ -1,0 +1,228 @@
+// A stand-in for the kubelet's device manager: serves Registration on <dir>/kubelet.sock over real
+// gRPC, validates RegisterRequests as the kubelet does, dials the plugin back, calls
+// GetDevicePluginOptions, keeps a ListAndWatch stream open, and can call the other RPCs. restart()
+// does what a kubelet start does: delete every file in the directory (but the checkpoint), then
+// serve kubelet.sock again.
+import * as grpc from '@grpc/grpc-js';
+import { EventEmitter } from 'node:events';
+import { readdir, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { devicePluginService, registrationService } from '../../src/api/proto.ts';
+import type * as M from '../../src/api/messages.ts';
+
+export const CHECKPOINT_FILE = 'kubelet_internal_checkpoint';
+
+export interface Registration {
+  request: M.RegisterRequest;
+  /** performance.now() when Register arrived, and when the kubelet socket was last created. */
+  at: number;
+  socketCreatedAt: number;
+}
+
+interface PluginClient {
+  resource: string;
+  endpoint: string;
+  client: grpc.Client;
+  stream: grpc.ClientReadableStream<M.ListAndWatchResponse> | undefined;
+  devices: M.Device[] | undefined;
+  options: M.DevicePluginOptions;
+  updates: number;
+}
+
+const RESOURCE_NAME = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)\/([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$/;
+
+/** The kubelet's checks on a RegisterRequest; returns the problem or null. */
+export function validateRegisterRequest(r: M.RegisterRequest): string | null {
+  if (r.version !== 'v1beta1') return `invalid version ${JSON.stringify(r.version)}; supported: v1beta1`;
+  const m = RESOURCE_NAME.exec(r.resource_name);
+  if (m === null || r.resource_name.length > 253) return `invalid resource name ${JSON.stringify(r.resource_name)}: not an extended resource name`;
+  const domain = m[1] ?? '';
+  if (domain === 'kubernetes.io' || domain.endsWith('.kubernetes.io')) return `invalid resource name ${r.resource_name}: the kubernetes.io domain is reserved`;
+  if (r.endpoint.length === 0 || r.endpoint.includes('/')) return `invalid endpoint ${JSON.stringify(r.endpoint)}: expected a file name in the socket directory`;
+  return null;
+}
+
+export class KubeletStandIn extends EventEmitter {
+  readonly dir: string;
+  readonly socketPath: string;
+  readonly registrations: Registration[] = [];
+  readonly rejected: { request: M.RegisterRequest; reason: string }[] = [];
+  private server: grpc.Server | undefined;
+  private plugins = new Map<string, PluginClient>();
+  private socketCreatedAt = 0;
+
+  private constructor(dir: string) {
+    super();
+    this.dir = dir;
+    this.socketPath = join(dir, 'kubelet.sock');
+  }
+
+  static async start(dir: string, opts: { wipe?: boolean } = {}): Promise<KubeletStandIn> {
+    const k = new KubeletStandIn(dir);
+    if (opts.wipe ?? true) await k.wipe();
+    await k.serve();
+    return k;
+  }
+
+  private async wipe(): Promise<void> {
+    for (const name of await readdir(this.dir)) {
+      if (name !== CHECKPOINT_FILE) await rm(join(this.dir, name), { force: true, recursive: true });
+    }
+  }
+
+  private async serve(): Promise<void> {
+    const server = new grpc.Server();
+    server.addService(registrationService(), {
+      Register: (call: grpc.ServerUnaryCall<M.RegisterRequest, M.Empty>, cb: grpc.sendUnaryData<M.Empty>) => {
+        void this.onRegister(call.request, cb);
+      },
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.bindAsync(`unix://${this.socketPath}`, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve()));
+    });
+    this.server = server;
+    this.socketCreatedAt = performance.now();
+  }
+
+  private async onRegister(req: M.RegisterRequest, cb: grpc.sendUnaryData<M.Empty>): Promise<void> {
+    const at = performance.now();
+    const problem = validateRegisterRequest(req);
+    if (problem !== null) {
+      this.rejected.push({ request: req, reason: problem });
+      cb({ code: grpc.status.INVALID_ARGUMENT, details: problem });
+      this.emit('rejected', problem);
+      return;
+    }
+    const old = this.plugins.get(req.resource_name);
+    if (old !== undefined) this.closePlugin(old);
+    const client = new grpc.Client(`unix://${join(this.dir, req.endpoint)}`, grpc.credentials.createInsecure());
+    const svc = devicePluginService();
+    try {
+      const options = await new Promise<M.DevicePluginOptions>((resolve, reject) => {
+        client.makeUnaryRequest(svc.GetDevicePluginOptions.path, svc.GetDevicePluginOptions.requestSerialize, svc.GetDevicePluginOptions.responseDeserialize,
+          {}, new grpc.Metadata(), { deadline: Date.now() + 5000 }, (err, res) => (err || res === undefined ? reject(err ?? new Error('no response')) : resolve(res)));
+      });
+      const plugin: PluginClient = { resource: req.resource_name, endpoint: req.endpoint, client, stream: undefined, devices: undefined, options, updates: 0 };
+      this.plugins.set(req.resource_name, plugin);
+      this.registrations.push({ request: req, at, socketCreatedAt: this.socketCreatedAt });
+      cb(null, {});
+      this.emit('registered', req);
+      this.openStream(plugin);
+    } catch (err) {
+      client.close();
+      const details = `cannot reach the plugin at ${req.endpoint}: ${(err as Error).message}`;
+      this.rejected.push({ request: req, reason: details });
+      cb({ code: grpc.status.UNAVAILABLE, details });
+    }
+  }
+
+  private openStream(p: PluginClient): void {
+    const svc = devicePluginService();
+    const stream = p.client.makeServerStreamRequest(svc.ListAndWatch.path, svc.ListAndWatch.requestSerialize, svc.ListAndWatch.responseDeserialize, {});
+    p.stream = stream;
+    stream.on('data', (msg: M.ListAndWatchResponse) => {
+      p.devices = msg.devices;
+      p.updates++;
+      this.emit('devices', p.resource, msg.devices);
+    });
+    stream.on('error', () => {
+      // The kubelet marks the resource's devices unhealthy until the plugin registers again.
+      if (this.plugins.get(p.resource) === p) this.emit('stream-broken', p.resource);
+    });
+    stream.on('end', () => {
+      if (this.plugins.get(p.resource) === p) this.emit('stream-broken', p.resource);
+    });
+  }
+
+  private closePlugin(p: PluginClient): void {
+    p.stream?.cancel();
+    p.client.close();
+  }
+
+  devices(resource = 'nvidia.com/gpu'): M.Device[] | undefined {
+    return this.plugins.get(resource)?.devices;
+  }
+
+  updates(resource = 'nvidia.com/gpu'): number {
+    return this.plugins.get(resource)?.updates ?? 0;
+  }
+
+  pluginOptions(resource = 'nvidia.com/gpu'): M.DevicePluginOptions | undefined {
+    return this.plugins.get(resource)?.options;
+  }
+
+  /** Resolves when `registrations.length` reaches n (or rejects after timeoutMs). */
+  waitForRegistrations(n: number, timeoutMs = 10000): Promise<Registration> {
+    return this.waitFor(() => (this.registrations.length >= n ? this.registrations[n - 1] : undefined), 'registered', timeoutMs, `registration #${n}`);
+  }
+
+  /** Resolves with the device list once it satisfies pred. */
+  waitForDevices(pred: (d: M.Device[]) => boolean, resource = 'nvidia.com/gpu', timeoutMs = 10000): Promise<M.Device[]> {
+    return this.waitFor(() => {
+      const d = this.devices(resource);
+      return d !== undefined && pred(d) ? d : undefined;
+    }, 'devices', timeoutMs, 'a matching device list');
+  }
+
+  private waitFor<T>(probe: () => T | undefined, event: string, timeoutMs: number, what: string): Promise<T> {
+    const now = probe();
+    if (now !== undefined) return Promise.resolve(now);
+    return new Promise<T>((resolve, reject) => {
+      const onEvent = (): void => {
+        const v = probe();
+        if (v !== undefined) {
+          clearTimeout(timer);
+          this.off(event, onEvent);
+          resolve(v);
+        }
+      };
+      const timer = setTimeout(() => {
+        this.off(event, onEvent);
+        reject(new Error(`kubelet stand-in: no ${what} within ${timeoutMs} ms (registrations ${this.registrations.length}, rejected ${JSON.stringify(this.rejected.map((r) => r.reason))})`));
+      }, timeoutMs);
+      this.on(event, onEvent);
+    });
+  }
+
+  private unary<Req, Res>(resource: string, name: 'Allocate' | 'GetPreferredAllocation' | 'PreStartContainer' | 'GetDevicePluginOptions', req: Req): Promise<Res> {
+    const p = this.plugins.get(resource);
+    if (p === undefined) return Promise.reject(new Error(`no plugin registered for ${resource}`));
+    const m = devicePluginService()[name] as unknown as grpc.MethodDefinition<Req, Res>;
+    return new Promise<Res>((resolve, reject) => {
+      p.client.makeUnaryRequest(m.path, m.requestSerialize, m.responseDeserialize, req, new grpc.Metadata(), { deadline: Date.now() + 10000 },
+        (err, res) => (err || res === undefined ? reject(err ?? new Error('no response')) : resolve(res)));
+    });
+  }
+
+  allocate(req: M.AllocateRequest, resource = 'nvidia.com/gpu'): Promise<M.AllocateResponse> {
+    return this.unary(resource, 'Allocate', req);
+  }
+
+  preferred(req: M.PreferredAllocationRequest, resource = 'nvidia.com/gpu'): Promise<M.PreferredAllocationResponse> {
+    return this.unary(resource, 'GetPreferredAllocation', req);
+  }
+
+  preStart(req: M.PreStartContainerRequest, resource = 'nvidia.com/gpu'): Promise<M.PreStartContainerResponse> {
+    return this.unary(resource, 'PreStartContainer', req);
+  }
+
+  /** What a kubelet restart looks like to a plugin: its socket goes, every file goes, kubelet.sock comes back. */
+  async restart(opts: { downMs?: number } = {}): Promise<void> {
+    await this.shutdown();
+    await this.wipe();
+    if (opts.downMs) await new Promise((r) => setTimeout(r, opts.downMs));
+    await this.serve();
+  }
+
+  private async shutdown(): Promise<void> {
+    for (const p of this.plugins.values()) this.closePlugin(p);
+    this.plugins.clear();
+    this.server?.forceShutdown();
+    this.server = undefined;
+  }
+
+  async stop(): Promise<void> {
+    await this.shutdown();
+    this.removeAllListeners();
+  }
+}

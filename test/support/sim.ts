@@ -1,0 +1,262 @@
+// A simulated GPU node for end-to-end tests, the demo and the benchmarks: the fake NVML (built from
+// test/fake-nvml) with a topology file, a sysfs fixture with the GPUs' NUMA nodes, the kubelet
+// stand-in, and the plugin — by default the built single executable, copied into an empty folder and
+// run with no node_modules and no node on its PATH.
+import { spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync, openSync, writeSync, closeSync, constants as fsc } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { buildFakeNvml } from '../fake-nvml/build.ts';
+import { KubeletStandIn } from './kubelet.ts';
+
+export const ROOT = join(import.meta.dirname, '..', '..');
+export const TOPOLOGIES = join(ROOT, 'test', 'fixtures', 'topologies');
+export const BUILT_EXECUTABLE = join(ROOT, 'dist', 'gpu-device-plugin');
+
+let isolated: string | undefined;
+
+/** The built executable, copied once per test process into an empty folder of its own. */
+export function executable(): string {
+  if (isolated === undefined) {
+    if (!existsSync(BUILT_EXECUTABLE)) throw new Error(`${BUILT_EXECUTABLE} is missing; run npm run build first (npm test does)`);
+    const dir = mkdtempSync(join(tmpdir(), 'gdp-exe-'));
+    isolated = join(dir, 'gpu-device-plugin');
+    copyFileSync(BUILT_EXECUTABLE, isolated);
+  }
+  return isolated;
+}
+
+export interface TopologyGpu {
+  uuid: string;
+  name: string;
+  minor: number;
+  busId: string;
+  memoryMiB: number;
+  numaNode?: number;
+}
+
+export interface Topology {
+  gpus: TopologyGpu[];
+  [key: string]: unknown;
+}
+
+export function loadTopology(name: string): Topology {
+  const path = name.includes('/') ? name : join(TOPOLOGIES, `${name}.json`);
+  return JSON.parse(readFileSync(path, 'utf8')) as Topology;
+}
+
+/** sysfs fixture: bus/pci/devices/<bus id>/numa_node for every GPU of the topology. */
+export function writeSysfs(root: string, topo: Topology): void {
+  for (const g of topo.gpus) {
+    const m = /^([0-9a-fA-F]+):(.*)$/.exec(g.busId);
+    const id = m ? `${(m[1] ?? '').slice(-4)}:${m[2] ?? ''}`.toLowerCase() : g.busId.toLowerCase();
+    const dir = join(root, 'bus', 'pci', 'devices', id);
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, 'numa_node'), `${g.numaNode ?? -1}\n`);
+  }
+}
+
+export interface PluginExit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+/** A running plugin process, with its log lines. */
+export class PluginProcess {
+  readonly child: ChildProcess;
+  readonly lines: string[] = [];
+  readonly exited: Promise<PluginExit>;
+  private waiters: { re: RegExp; from: number; resolve: (line: string) => void }[] = [];
+  exit: PluginExit | undefined;
+
+  constructor(cmd: string, args: readonly string[], env: NodeJS.ProcessEnv) {
+    this.child = spawn(cmd, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let buf = '';
+    const onData = (chunk: Buffer): void => {
+      buf += chunk.toString('utf8');
+      let nl: number;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        this.lines.push(line);
+        if (process.env['SIM_ECHO']) process.stderr.write(`  [plugin] ${line}\n`);
+        this.waiters = this.waiters.filter((w) => {
+          if (w.re.test(line)) {
+            w.resolve(line);
+            return false;
+          }
+          return true;
+        });
+      }
+    };
+    this.child.stdout?.on('data', onData);
+    this.child.stderr?.on('data', onData);
+    this.exited = new Promise((resolve) => {
+      this.child.on('exit', (code, signal) => {
+        this.exit = { code, signal };
+        resolve(this.exit);
+      });
+    });
+  }
+
+  get pid(): number {
+    const p = this.child.pid;
+    if (p === undefined) throw new Error('plugin process has no pid');
+    return p;
+  }
+
+  /** Lines matching re, counting from line index `from`. */
+  matching(re: RegExp, from = 0): string[] {
+    return this.lines.slice(from).filter((l) => re.test(l));
+  }
+
+  /** Resolves with the first line matching re at or after line index `from` (default: any line so far). */
+  waitForLine(re: RegExp, timeoutMs = 10000, from = 0): Promise<string> {
+    const seen = this.lines.slice(from).find((l) => re.test(l));
+    if (seen !== undefined) return Promise.resolve(seen);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.waiters = this.waiters.filter((w) => w !== waiter);
+        reject(new Error(`plugin printed no line matching ${re} within ${timeoutMs} ms; its log:\n${this.lines.join('\n')}`));
+      }, timeoutMs);
+      const waiter = { re, from, resolve: (l: string) => { clearTimeout(timer); resolve(l); } };
+      this.waiters.push(waiter);
+      void this.exited.then((e) => {
+        if (this.waiters.includes(waiter)) {
+          clearTimeout(timer);
+          this.waiters = this.waiters.filter((w) => w !== waiter);
+          reject(new Error(`plugin exited (${JSON.stringify(e)}) before printing a line matching ${re}; its log:\n${this.lines.join('\n')}`));
+        }
+      });
+    });
+  }
+
+  /** Open file descriptors of the process (from /proc). */
+  fdCount(): number {
+    return readdirSync(`/proc/${this.pid}/fd`).length;
+  }
+
+  /** Resident set size in KiB, total and anonymous (from /proc). */
+  rss(): { totalKiB: number; anonKiB: number } {
+    const status = readFileSync(`/proc/${this.pid}/status`, 'utf8');
+    const field = (name: string): number => Number(new RegExp(`^${name}:\\s+(\\d+)`, 'm').exec(status)?.[1] ?? NaN);
+    return { totalKiB: field('VmRSS'), anonKiB: field('RssAnon') };
+  }
+
+  signal(sig: NodeJS.Signals): void {
+    this.child.kill(sig);
+  }
+
+  async kill(): Promise<void> {
+    if (this.exit === undefined) {
+      this.child.kill('SIGKILL');
+      await this.exited;
+    }
+  }
+}
+
+export interface SimOptions {
+  /** Fixture name (test/fixtures/topologies/<name>.json) or path. */
+  topology?: string;
+  /** Which fake NVML build the plugin finds: current, the old-driver variant, or none at all. */
+  nvml?: 'current' | 'old' | 'none';
+  /** Start the kubelet stand-in before the plugin (default true). */
+  kubelet?: boolean;
+  args?: readonly string[];
+  env?: Readonly<Record<string, string>>;
+  /** Run the TypeScript sources instead of the executable (only for debugging). */
+  fromSource?: boolean;
+  /** Wait for the first registration (default: when a kubelet is started). */
+  waitRegistered?: boolean;
+}
+
+export class SimNode {
+  readonly dir: string;
+  readonly kubeletDir: string;
+  readonly sysfs: string;
+  readonly control: string;
+  readonly configPath: string;
+  readonly topology: Topology;
+  kubelet: KubeletStandIn | undefined;
+  plugin!: PluginProcess;
+
+  private constructor(dir: string, topology: Topology, configPath: string) {
+    this.dir = dir;
+    this.kubeletDir = join(dir, 'device-plugins');
+    this.sysfs = join(dir, 'sys');
+    this.control = join(dir, 'nvml-control');
+    this.configPath = configPath;
+    this.topology = topology;
+  }
+
+  get kubeletSocket(): string {
+    return join(this.kubeletDir, 'kubelet.sock');
+  }
+
+  get pluginSocket(): string {
+    return join(this.kubeletDir, 'gpu-device-plugin-gpu.sock');
+  }
+
+  static async start(opts: SimOptions = {}): Promise<SimNode> {
+    const libs = await buildFakeNvml();
+    const dir = mkdtempSync(join(tmpdir(), 'gdp-sim-'));
+    const name = opts.topology ?? 'demo-8';
+    const topology = loadTopology(name);
+    const configPath = name.includes('/') ? name : join(TOPOLOGIES, `${name}.json`);
+    const node = new SimNode(dir, topology, configPath);
+    mkdirSync(node.kubeletDir, { recursive: true });
+    writeSysfs(node.sysfs, topology);
+    if (opts.kubelet ?? true) node.kubelet = await KubeletStandIn.start(node.kubeletDir);
+    const nvmlDir = opts.nvml === 'old' ? libs.old : opts.nvml === 'none' ? join(dir, 'no-nvml') : libs.current;
+    const env: NodeJS.ProcessEnv = {
+      PATH: '/nonexistent',
+      LD_LIBRARY_PATH: nvmlDir,
+      FAKE_NVML_CONFIG: configPath,
+      FAKE_NVML_CONTROL: node.control,
+      SYSFS_ROOT: node.sysfs,
+      TMPDIR: dir,
+      ...opts.env,
+    };
+    const args = ['--kubelet-socket', node.kubeletSocket, ...(opts.args ?? [])];
+    node.plugin = opts.fromSource
+      ? new PluginProcess(join(ROOT, 'node_modules', '.bin', 'node'), [join(ROOT, 'src', 'entry.ts'), ...args], env)
+      : new PluginProcess(executable(), args, env);
+    if ((opts.waitRegistered ?? node.kubelet !== undefined) && node.kubelet !== undefined) {
+      try {
+        await node.kubelet.waitForRegistrations(1, 15000);
+      } catch (err) {
+        await node.stop();
+        throw new Error(`${(err as Error).message}\nplugin log:\n${node.plugin.lines.join('\n')}`);
+      }
+    }
+    return node;
+  }
+
+  /** Sends one command to the fake NVML's control FIFO (xid, dbe, lost, back, stats …). */
+  nvml(command: string): void {
+    const fd = openSync(this.control, fsc.O_WRONLY | fsc.O_NONBLOCK);
+    try {
+      writeSync(fd, `${command}\n`);
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  /** NVML call counts, as the fake library reports them. */
+  async nvmlStats(): Promise<{ total: number; calls: Record<string, number> }> {
+    const path = join(this.dir, `stats-${Date.now()}-${Math.random()}.json`);
+    this.nvml(`stats ${path}`);
+    for (let i = 0; i < 200; i++) {
+      if (existsSync(path)) return JSON.parse(readFileSync(path, 'utf8')) as { total: number; calls: Record<string, number> };
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    throw new Error('the fake NVML wrote no stats within 2 s');
+  }
+
+  async stop(): Promise<void> {
+    await this.plugin.kill();
+    await this.kubelet?.stop();
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,435 @@
+// The GPU health policy, in one place: which XIDs count, what the environment variables mean, and
+// a state machine that turns NVML events and probe answers into per-GPU health transitions.
+//
+// Pure: no I/O, no timers, no clock. Time comes in as milliseconds from the caller, and the caller
+// asks nextDueMs() when to call tick() again.
+//
+// Decisions where NVIDIA's behaviour or the brief left room (see also FACTS.md §5):
+//
+// * DP_DISABLE_HEALTHCHECKS=all (or any item "xids") turns every health check off, as in NVIDIA's
+//   plugin: no XID, no double-bit ECC event and no GPU_IS_LOST probe marks a GPU unhealthy.
+//   DP_ENABLE_HEALTHCHECKS wins over it: with disable=all,enable=74 only XID 74 is watched.
+//   Double-bit ECC events are the event form of XID 48 and a lost GPU is what XID 79 reports, so
+//   with every check off they are watched again exactly when XID 48 (resp. 79) is enabled.
+// * When checks are on, double-bit ECC events and lost probes always count; the XID lists
+//   (default-ignored XIDs, the disable list) concern XID events only.
+// * DP_ENABLE_HEALTHCHECKS=all (or "xids") makes every XID critical, the default-ignored ones and
+//   any in the disable list included, and so also turns double-bit ECC and lost checks back on.
+// * Item words are case-insensitive ("ALL" = "all"); XIDs are decimal digits only; empty items are
+//   skipped; anything else is refused with an error naming the variable and the item.
+// * Recovery is opt-in. Only a GPU made unhealthy by recoverable XIDs recovers. Never recoverable:
+//   a lost GPU, a double-bit ECC event, and the XIDs in NON_RECOVERABLE_XIDS (uncorrectable memory
+//   errors, a failed row remap, a GPU off the bus), because those need a GPU reset or a repair.
+// * Quiet period, precisely: it starts at the most recent critical XID on the GPU (Q). The GPU
+//   recovers at the first apply()/tick() with now >= Q + quietMs, provided an 'ok' probe was applied
+//   with time >= Q and no 'lost' probe came after Q. A new critical XID moves Q to its own time and
+//   forgets the ok probes before it. A 'lost' probe makes the GPU lost for good.
+// * apply() first settles recoveries that fell due by `nowMs` (as a punctual tick() would have),
+//   then applies the input; so a critical XID arriving after an overdue recovery reports both
+//   transitions, in order. An ok probe arriving after the quiet period recovers the GPU at once.
+// * Single-bit ECC errors are counted whatever the settings and never change health.
+
+import type { Health } from './devices.ts';
+
+/** XIDs caused by applications, not by the GPU, which NVIDIA's plugin ignores by default. */
+export const DEFAULT_IGNORED_XIDS: readonly number[] = [13, 31, 43, 45, 68, 109];
+
+/**
+ * XIDs after which a GPU never recovers, even with recovery on: 48 double-bit ECC error, 64 row
+ * remap / page retirement failure, 79 GPU fallen off the bus, 95 uncontained ECC error, 140
+ * unrecovered ECC error.
+ */
+export const NON_RECOVERABLE_XIDS: ReadonlySet<number> = new Set([48, 64, 79, 95, 140]);
+
+/** The XID NVML also reports a double-bit ECC error as, and the one for a GPU off the bus. */
+const DOUBLE_BIT_ECC_XID = 48;
+const FALLEN_OFF_THE_BUS_XID = 79;
+
+export interface HealthSettings {
+  /** DP_DISABLE_HEALTHCHECKS was "all" or listed "xids": only explicitly enabled XIDs are watched. */
+  readonly allDisabled: boolean;
+  /** XIDs ignored when checks are on: DEFAULT_IGNORED_XIDS plus the DP_DISABLE_HEALTHCHECKS list. */
+  readonly ignoredXids: ReadonlySet<number>;
+  /** XIDs listed in DP_ENABLE_HEALTHCHECKS: critical whatever else says. */
+  readonly enabledXids: ReadonlySet<number>;
+  /** DP_ENABLE_HEALTHCHECKS was "all" or "xids": every XID is critical. */
+  readonly allEnabled: boolean;
+}
+
+interface ParsedList {
+  all: boolean;
+  xids: number[];
+}
+
+function parseXidList(variable: string, value: string | undefined, expected: string): ParsedList {
+  const parsed: ParsedList = { all: false, xids: [] };
+  if (value === undefined) return parsed;
+  for (const raw of value.split(',')) {
+    const item = raw.trim();
+    if (item === '') continue;
+    const word = item.toLowerCase();
+    if (word === 'all' || word === 'xids') {
+      parsed.all = true;
+      continue;
+    }
+    const xid = Number(item);
+    if (!/^[0-9]+$/.test(item) || !Number.isSafeInteger(xid)) {
+      throw new Error(`${variable}: ${JSON.stringify(item)} is not an XID; expected ${expected}`);
+    }
+    parsed.xids.push(xid);
+  }
+  return parsed;
+}
+
+/**
+ * Reads DP_DISABLE_HEALTHCHECKS and DP_ENABLE_HEALTHCHECKS (pass the raw values, undefined when
+ * unset). Throws an Error naming the variable and the bad item.
+ */
+export function parseHealthSettings(disable: string | undefined, enable: string | undefined): HealthSettings {
+  const off = parseXidList('DP_DISABLE_HEALTHCHECKS', disable, '"all", "xids", or a comma list of XID numbers like 13,31');
+  const on = parseXidList('DP_ENABLE_HEALTHCHECKS', enable, '"all", "xids", or a comma list of XID numbers like 48,79');
+  return {
+    allDisabled: off.all,
+    ignoredXids: new Set([...DEFAULT_IGNORED_XIDS, ...off.xids]),
+    enabledXids: new Set(on.xids),
+    allEnabled: on.all,
+  };
+}
+
+/** Whether an XID marks a GPU unhealthy under these settings. */
+export function isCritical(settings: HealthSettings, xid: number): boolean {
+  if (settings.allEnabled || settings.enabledXids.has(xid)) return true;
+  if (settings.allDisabled) return false;
+  return !settings.ignoredXids.has(xid);
+}
+
+/** Whether a double-bit ECC event marks a GPU unhealthy. */
+export function watchesDoubleBitEcc(settings: HealthSettings): boolean {
+  return !settings.allDisabled || isCritical(settings, DOUBLE_BIT_ECC_XID);
+}
+
+/** Whether a probe answering GPU_IS_LOST marks a GPU unhealthy. */
+export function watchesLostGpus(settings: HealthSettings): boolean {
+  return !settings.allDisabled || isCritical(settings, FALLEN_OFF_THE_BUS_XID);
+}
+
+function xidListText(xids: ReadonlySet<number>): string {
+  return [...xids].sort((a, b) => a - b).join(',');
+}
+
+/** One line for the start-up log saying what the settings watch. */
+export function describeHealthSettings(settings: HealthSettings): string {
+  let xids: string;
+  if (settings.allEnabled) xids = 'every XID is critical';
+  else if (settings.allDisabled) {
+    xids = settings.enabledXids.size === 0 ? 'no XID is critical (health checks disabled)' : `only XIDs ${xidListText(settings.enabledXids)} are critical`;
+  } else {
+    const ignored = new Set([...settings.ignoredXids].filter((x) => !settings.enabledXids.has(x)));
+    xids = ignored.size === 0 ? 'every XID is critical' : `every XID is critical except ${xidListText(ignored)}`;
+  }
+  const ecc = watchesDoubleBitEcc(settings) ? 'watched' : 'ignored';
+  const lost = watchesLostGpus(settings) ? 'watched' : 'ignored';
+  return `${xids}; double-bit ECC ${ecc}; lost GPUs ${lost}`;
+}
+
+const XID_MEANINGS: ReadonlyMap<number, string> = new Map<number, string>([
+  [8, 'GPU stopped processing (idle timeout)'],
+  [11, 'Invalid or corrupted push buffer stream'],
+  [13, 'Graphics Engine Exception'],
+  [16, 'Display engine hung'],
+  [18, 'Bus mastering disabled in PCI config space'],
+  [24, 'GPU semaphore timeout'],
+  [25, 'Invalid or illegal push buffer stream'],
+  [26, 'Framebuffer timeout'],
+  [27, 'Video processor exception'],
+  [28, 'Video processor exception'],
+  [29, 'Video processor exception'],
+  [30, 'GPU semaphore access error'],
+  [31, 'GPU memory page fault'],
+  [32, 'Invalid or corrupted push buffer stream'],
+  [33, 'Internal micro-controller error'],
+  [34, 'Video processor exception'],
+  [35, 'Video processor exception'],
+  [36, 'Video processor exception'],
+  [37, 'Driver firmware error'],
+  [38, 'Driver firmware error'],
+  [42, 'Video processor exception'],
+  [43, 'GPU stopped processing'],
+  [44, 'Graphics Engine fault during context switch'],
+  [45, 'Preemptive cleanup, due to previous errors'],
+  [46, 'GPU stopped processing'],
+  [47, 'Video processor exception'],
+  [48, 'Double Bit ECC Error'],
+  [54, 'Auxiliary power is not connected to the GPU board'],
+  [56, 'Display engine error'],
+  [57, 'Error programming video memory interface'],
+  [58, 'Unstable video memory interface detected'],
+  [59, 'Internal micro-controller error'],
+  [60, 'Video processor exception'],
+  [61, 'Internal micro-controller breakpoint/warning'],
+  [62, 'Internal micro-controller halt'],
+  [63, 'ECC page retirement or row remapping recording event'],
+  [64, 'ECC page retirement or row remapping recording failure'],
+  [65, 'Video processor exception'],
+  [66, 'Illegal access by driver'],
+  [67, 'Illegal access by driver'],
+  [68, 'Video processor exception'],
+  [69, 'Graphics Engine class error'],
+  [70, 'Copy engine error'],
+  [71, 'Copy engine error'],
+  [72, 'Copy engine error'],
+  [73, 'Video encoder (NVENC) error'],
+  [74, 'NVLink error'],
+  [75, 'Copy engine error'],
+  [76, 'Copy engine error'],
+  [77, 'Copy engine error'],
+  [78, 'vGPU start error'],
+  [79, 'GPU has fallen off the bus'],
+  [80, 'Corrupted data sent to GPU'],
+  [81, 'VGA subsystem error'],
+  [82, 'JPEG decoder (NVJPG) error'],
+  [83, 'Video decoder (NVDEC) error'],
+  [84, 'Video decoder (NVDEC) error'],
+  [85, 'Copy engine error'],
+  [86, 'Optical flow accelerator (OFA) exception'],
+  [88, 'Video decoder (NVDEC) error'],
+  [89, 'Video decoder (NVDEC) error'],
+  [92, 'High single-bit ECC error rate'],
+  [93, 'Non-fatal violation of provisioned InfoROM wear limit'],
+  [94, 'Contained ECC error'],
+  [95, 'Uncontained ECC error'],
+  [109, 'Context switch timeout'],
+  [110, 'Security fault error'],
+  [119, 'GSP RPC timeout'],
+  [120, 'GSP error'],
+  [121, 'C2C (chip-to-chip) link error'],
+  [122, 'SPI PMU RPC read failure'],
+  [123, 'SPI PMU RPC write failure'],
+  [124, 'SPI PMU RPC erase failure'],
+  [125, 'InfoROM file system failure'],
+  [137, 'NVLink FLA privilege error'],
+  [140, 'Unrecovered ECC error'],
+  [143, 'GPU initialization failure'],
+  [144, 'NVLink error'],
+  [145, 'NVLink error'],
+  [146, 'NVLink error'],
+  [147, 'NVLink error'],
+  [148, 'NVLink error'],
+  [149, 'NVLink error'],
+  [150, 'NVLink error'],
+  [154, 'GPU recovery action changed'],
+]);
+
+export const UNKNOWN_XID_MEANING = "unknown XID (see NVIDIA's XID catalog)";
+
+/** A short description of an XID from NVIDIA's public catalog. */
+export function xidMeaning(xid: number): string {
+  return XID_MEANINGS.get(xid) ?? UNKNOWN_XID_MEANING;
+}
+
+export type HealthInput =
+  /** gpu null: the event named no device, so it concerns every GPU. */
+  | { kind: 'xid'; gpu: number | null; xid: number }
+  | { kind: 'ecc-double'; gpu: number | null }
+  | { kind: 'ecc-single'; gpu: number | null }
+  /** A cheap NVML query per GPU on a timer; 'lost' means GPU_IS_LOST (fallen off the bus). */
+  | { kind: 'probe'; gpu: number; result: 'ok' | 'lost' };
+
+/** One health transition of one GPU. */
+export interface HealthChange {
+  gpu: number;
+  health: Health;
+  reason: string;
+  /** The XID that made the GPU unhealthy (or, on recovery, the last one it recovered from). */
+  xid?: number;
+  meaning?: string;
+}
+
+export interface RecoverySettings {
+  /** Off by default elsewhere: NVIDIA's plugin never lets a device recover. */
+  enabled: boolean;
+  /** How long a GPU must stay free of critical XIDs, answering probes ok, to recover. */
+  quietMs: number;
+}
+
+interface GpuState {
+  health: Health;
+  /** A probe answered GPU_IS_LOST: never recovers. */
+  lost: boolean;
+  /** Unhealthy for a reason recovery never undoes (double-bit ECC, a non-recoverable XID). */
+  permanent: boolean;
+  /** Start of the current quiet period: time of the last critical XID. */
+  quietStartMs: number;
+  /** An ok probe was applied at or after quietStartMs (and no lost probe since). */
+  okSinceQuietStart: boolean;
+  /** The last critical XID seen, null if none. */
+  lastXid: number | null;
+  singleBit: number;
+}
+
+/** Per-GPU health as a pure state machine. Never throws on input; see the module notes for rules. */
+export class HealthTracker {
+  readonly #settings: HealthSettings;
+  readonly #recovery: RecoverySettings;
+  readonly #watchDoubleBit: boolean;
+  readonly #watchLost: boolean;
+  readonly #gpus: GpuState[];
+  #published: readonly Health[];
+  #nextDue: number | null = null;
+
+  constructor(gpuCount: number, settings: HealthSettings, recovery: RecoverySettings) {
+    if (!Number.isSafeInteger(gpuCount) || gpuCount < 0) throw new RangeError(`GPU count ${gpuCount} is not a non-negative integer`);
+    if (recovery.enabled && !(Number.isFinite(recovery.quietMs) && recovery.quietMs >= 0)) {
+      throw new RangeError(`recovery quiet period ${recovery.quietMs} ms is not a non-negative number of milliseconds`);
+    }
+    this.#settings = settings;
+    this.#recovery = { enabled: recovery.enabled, quietMs: recovery.quietMs };
+    this.#watchDoubleBit = watchesDoubleBitEcc(settings);
+    this.#watchLost = watchesLostGpus(settings);
+    this.#gpus = Array.from({ length: gpuCount }, (): GpuState => ({
+      health: 'Healthy',
+      lost: false,
+      permanent: false,
+      quietStartMs: 0,
+      okSinceQuietStart: false,
+      lastXid: null,
+      singleBit: 0,
+    }));
+    this.#published = Object.freeze(this.#gpus.map((g) => g.health));
+  }
+
+  /** Applies one event or probe answer at time nowMs; returns the transitions it caused, in order. */
+  apply(input: HealthInput, nowMs: number): HealthChange[] {
+    const changes: HealthChange[] = [];
+    this.#settle(nowMs, changes);
+    switch (input.kind) {
+      case 'xid':
+        this.#forTargets(input.gpu, (i, g) => this.#xid(i, g, input.xid, input.gpu === null, nowMs, changes));
+        break;
+      case 'ecc-double':
+        this.#forTargets(input.gpu, (i, g) => this.#doubleBit(i, g, input.gpu === null, changes));
+        break;
+      case 'ecc-single':
+        this.#forTargets(input.gpu, (_i, g) => { g.singleBit++; });
+        break;
+      case 'probe':
+        this.#forTargets(input.gpu, (i, g) => this.#probe(i, g, input.result, nowMs, changes));
+        break;
+      default:
+        // An input of a kind this version does not know: ignored, like an unmanaged device.
+        break;
+    }
+    this.#recomputeNextDue();
+    this.#settle(nowMs, changes);
+    this.#publish(changes);
+    return changes;
+  }
+
+  /** Recoveries that fell due by nowMs. */
+  tick(nowMs: number): HealthChange[] {
+    const changes: HealthChange[] = [];
+    this.#settle(nowMs, changes);
+    this.#publish(changes);
+    return changes;
+  }
+
+  /** Current health by GPU position; the same array until some GPU's health changes. */
+  health(): readonly Health[] {
+    return this.#published;
+  }
+
+  /** Single-bit ECC errors counted for a GPU (0 for a position out of range). */
+  singleBitCount(gpu: number): number {
+    return this.#gpus[gpu]?.singleBit ?? 0;
+  }
+
+  /** When tick() could next change something, or null when no recovery is pending. */
+  nextDueMs(): number | null {
+    return this.#nextDue;
+  }
+
+  #forTargets(gpu: number | null, fn: (index: number, state: GpuState) => void): void {
+    if (gpu === null) {
+      this.#gpus.forEach((state, index) => fn(index, state));
+      return;
+    }
+    if (!Number.isInteger(gpu)) return;
+    const state = this.#gpus[gpu];
+    if (state !== undefined) fn(gpu, state);
+  }
+
+  #xid(index: number, g: GpuState, xid: number, everyGpu: boolean, nowMs: number, changes: HealthChange[]): void {
+    if (!isCritical(this.#settings, xid)) return;
+    const meaning = xidMeaning(xid);
+    g.lastXid = xid;
+    g.quietStartMs = nowMs;
+    g.okSinceQuietStart = false;
+    if (NON_RECOVERABLE_XIDS.has(xid)) g.permanent = true;
+    if (g.health === 'Unhealthy') return;
+    g.health = 'Unhealthy';
+    const scope = everyGpu ? '; the event named no device, so it applies to every GPU' : '';
+    changes.push({ gpu: index, health: 'Unhealthy', reason: `critical XID ${xid} (${meaning})${scope}`, xid, meaning });
+  }
+
+  #doubleBit(index: number, g: GpuState, everyGpu: boolean, changes: HealthChange[]): void {
+    if (!this.#watchDoubleBit) return;
+    g.permanent = true;
+    if (g.health === 'Unhealthy') return;
+    g.health = 'Unhealthy';
+    const scope = everyGpu ? '; the event named no device, so it applies to every GPU' : '';
+    changes.push({ gpu: index, health: 'Unhealthy', reason: `double-bit ECC error (uncorrectable memory error)${scope}` });
+  }
+
+  #probe(index: number, g: GpuState, result: 'ok' | 'lost', nowMs: number, changes: HealthChange[]): void {
+    if (result === 'ok') {
+      if (nowMs >= g.quietStartMs) g.okSinceQuietStart = true;
+      return;
+    }
+    // Anything but ok: the GPU is lost for good, and any quiet period is broken.
+    g.lost = true;
+    g.okSinceQuietStart = false;
+    if (!this.#watchLost || g.health === 'Unhealthy') return;
+    g.health = 'Unhealthy';
+    changes.push({ gpu: index, health: 'Unhealthy', reason: 'GPU is lost: NVML answered GPU_IS_LOST (fallen off the bus)' });
+  }
+
+  #recoverable(g: GpuState): boolean {
+    return this.#recovery.enabled && g.health === 'Unhealthy' && !g.lost && !g.permanent && g.okSinceQuietStart;
+  }
+
+  #recomputeNextDue(): void {
+    if (!this.#recovery.enabled) return;
+    let next: number | null = null;
+    for (const g of this.#gpus) {
+      if (!this.#recoverable(g)) continue;
+      const due = g.quietStartMs + this.#recovery.quietMs;
+      if (next === null || due < next) next = due;
+    }
+    this.#nextDue = next;
+  }
+
+  #settle(nowMs: number, changes: HealthChange[]): void {
+    if (this.#nextDue === null || nowMs < this.#nextDue) return;
+    const quietMs = this.#recovery.quietMs;
+    this.#gpus.forEach((g, index) => {
+      if (!this.#recoverable(g) || nowMs < g.quietStartMs + quietMs) return;
+      g.health = 'Healthy';
+      g.okSinceQuietStart = false;
+      const change: HealthChange = { gpu: index, health: 'Healthy', reason: `recovered: probes answered ok and no critical XID for ${quietMs} ms` };
+      if (g.lastXid !== null) {
+        const meaning = xidMeaning(g.lastXid);
+        change.reason = `recovered from XID ${g.lastXid} (${meaning}): probes answered ok and no critical XID for ${quietMs} ms`;
+        change.xid = g.lastXid;
+        change.meaning = meaning;
+      }
+      changes.push(change);
+    });
+    this.#recomputeNextDue();
+  }
+
+  #publish(changes: readonly HealthChange[]): void {
+    if (changes.length === 0) return;
+    if (this.#gpus.every((g, i) => g.health === this.#published[i])) return;
+    this.#published = Object.freeze(this.#gpus.map((g) => g.health));
+  }
+}

@@ -146,6 +146,8 @@ async function run(opts: Options, log: Logger, onStopRequest: (fn: () => Promise
         options: PLUGIN_OPTIONS,
       }, 10000);
     },
+    upToDate: async () =>
+      server !== undefined && (await server.stillOurs()) && (await fileIdentity(opts.kubeletSocket)) === attemptedKubelet,
     onRegistered: () => {
       log.debug('device counts', { healthy: countHealthy(devices, handlers.current.health), total: devices.length, ms_since_start: Math.round(performance.now()) });
     },

@@ -9,6 +9,11 @@ export interface RegistrarDeps {
   ensureServing(): Promise<void>;
   /** One Register call. */
   register(): Promise<void>;
+  /**
+   * Whether the registration just made still stands (same kubelet socket, same plugin socket). A kick
+   * that arrived during an attempt leads to another attempt only if it does not.
+   */
+  upToDate?(): Promise<boolean>;
   /** Called after every successful registration. */
   onRegistered?(attempts: number, reason: string): void;
   log: Logger;
@@ -84,7 +89,11 @@ export class Registrar {
       this.lastProblem = undefined;
       this.backoffMs = this.deps.initialBackoffMs ?? 50;
       this.state = 'registered';
-      if (this.again) this.kick(this.reason);
+      if (this.again) {
+        this.again = false;
+        const current = this.deps.upToDate === undefined ? false : await this.deps.upToDate().catch(() => false);
+        if (!current && !this.stopped()) this.kick(this.reason);
+      }
     } catch (err) {
       if (this.stopped()) return;
       const problem = errorText(err);

@@ -17,6 +17,9 @@ export async function registerWithKubelet(kubeletSocket: string, request: M.Regi
   const method = registrationService().Register;
   const client = new grpc.Client(`unix://${kubeletSocket}`, grpc.credentials.createInsecure(), {
     'grpc.enable_retries': 0,
+    // A private subchannel pool: close() then really closes the connection. With the global pool a
+    // closed client's connection lingers, one more per kubelet restart.
+    'grpc.use_local_subchannel_pool': 1,
     'grpc.initial_reconnect_backoff_ms': 100,
   });
   try {

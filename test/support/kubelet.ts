@@ -95,7 +95,8 @@ export class KubeletStandIn extends EventEmitter {
     }
     const old = this.plugins.get(req.resource_name);
     if (old !== undefined) this.closePlugin(old);
-    const client = new grpc.Client(`unix://${join(this.dir, req.endpoint)}`, grpc.credentials.createInsecure());
+    // Like the kubelet, one connection per plugin registration, really closed when replaced.
+    const client = new grpc.Client(`unix://${join(this.dir, req.endpoint)}`, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 });
     const svc = devicePluginService();
     try {
       const options = await new Promise<M.DevicePluginOptions>((resolve, reject) => {

@@ -4,17 +4,21 @@
 import { access, constants as fsConstants } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { API_VERSION } from './api/messages.ts';
-import { OptionError, helpText, parseOptions } from './cli/options.ts';
+import { helpText, parseOptions } from './cli/options.ts';
 import type { Options } from './cli/options.ts';
 import { CONTROL_DEVICE_NODES, hostPath, indexDevices } from './core/allocate.ts';
 import { countHealthy, wholeGpuDevices } from './core/devices.ts';
 import type { Health } from './core/devices.ts';
+import { describeHealthSettings, parseHealthSettings } from './core/health.ts';
+import type { HealthSettings } from './core/health.ts';
 import { lowestFirstChooser } from './core/preferred.ts';
 import { registerWithKubelet } from './kubelet/registration.ts';
 import { Registrar } from './kubelet/registrar.ts';
 import { SocketDirWatcher } from './kubelet/watcher.ts';
 import { discoverGpus, readLinks } from './nvml/discovery.ts';
 import { Nvml } from './nvml/nvml.ts';
+import { EventWatcher } from './nvml/watcher.ts';
+import { HealthMonitor } from './plugin/health.ts';
 import { PluginServer, fileIdentity } from './plugin/server.ts';
 import { DevicePluginHandlers, PLUGIN_OPTIONS } from './plugin/service.ts';
 import type { PluginState } from './plugin/service.ts';
@@ -73,7 +77,7 @@ async function openNvml(koffi: Koffi, opts: Options, log: Logger, stopping: () =
   }
 }
 
-async function run(opts: Options, log: Logger, onStopRequest: (fn: () => Promise<void>) => void): Promise<Running | undefined> {
+async function run(opts: Options, healthSettings: HealthSettings, log: Logger, onStopRequest: (fn: () => Promise<void>) => void): Promise<Running | undefined> {
   let stopping = false;
   let running: Running | undefined;
   onStopRequest(async () => {
@@ -118,6 +122,42 @@ async function run(opts: Options, log: Logger, onStopRequest: (fn: () => Promise
     log.info('GPU found', { index: g.index, uuid: g.uuid, name: g.name, bus: g.busId, numa: g.numaNode, memory_mib: Math.round(g.memoryBytes / 1048576) });
   }
   const handlers = new DevicePluginHandlers(state, log);
+  const monitor = new HealthMonitor(found.gpus, healthSettings, {
+    enabled: opts.healthRecovery,
+    quietMs: opts.healthRecoveryQuietPeriod * 1000,
+  }, log, (h) => {
+    handlers.update({ ...handlers.current, health: h });
+    log.info('device counts', { healthy: countHealthy(devices, h), total: devices.length });
+  });
+  let watcher: EventWatcher | undefined;
+  const watchHealth = !healthSettings.allDisabled || healthSettings.enabledXids.size > 0 || healthSettings.allEnabled;
+  log.info('health checks', { settings: describeHealthSettings(healthSettings), recovery: opts.healthRecovery ? `${opts.healthRecoveryQuietPeriod}s` : 'off' });
+  if (!watchHealth) log.info('health checks are off (DP_DISABLE_HEALTHCHECKS); GPUs are not watched');
+  // Started once registered (or after 2 s without a kubelet), so its thread's start-up does not
+  // compete with the first registration; until then nothing is advertised anyway.
+  const startWatcher = (): void => {
+    if (watcher !== undefined || !watchHealth || stopping) return;
+    watcher = EventWatcher.start({
+      library: nvml.libraryPath,
+      gpus: found.gpus.map((g) => ({ nvmlIndex: g.index, uuid: g.uuid })),
+      probeIntervalMs: opts.healthProbeInterval * 1000,
+      waitTimeoutMs: 200,
+      log,
+      logLevel: opts.logLevel,
+      journal: process.env['JOURNAL_STREAM'] !== undefined,
+      writeLine: (line) => process.stderr.write(line),
+      onReady: (watched, unsupported) => {
+        for (const pos of unsupported) {
+          const g = found.gpus[pos];
+          log.warn('GPU supports no health events; watched by the probe only', { gpu: g?.index, uuid: g?.uuid });
+        }
+        log.info('watching GPU health', { event_gpus: watched.length, probe_s: opts.healthProbeInterval });
+      },
+      onEvents: (events) => monitor.onEvents(events),
+      onProbe: (results) => monitor.onProbe(results),
+    });
+  };
+  setTimeout(startWatcher, 2000).unref();
   const socketPath = join(dirname(opts.kubeletSocket), socketFileName(RESOURCE_NAME));
   let server: PluginServer | undefined;
   let attemptedKubelet: string | null = null;
@@ -149,10 +189,11 @@ async function run(opts: Options, log: Logger, onStopRequest: (fn: () => Promise
     upToDate: async () =>
       server !== undefined && (await server.stillOurs()) && (await fileIdentity(opts.kubeletSocket)) === attemptedKubelet,
     onRegistered: () => {
+      startWatcher();
       log.debug('device counts', { healthy: countHealthy(devices, handlers.current.health), total: devices.length, ms_since_start: Math.round(performance.now()) });
     },
   });
-  const watcher = new SocketDirWatcher({
+  const dirWatcher = new SocketDirWatcher({
     kubeletSocket: opts.kubeletSocket,
     pluginSocket: socketPath,
     servedIdentity: () => server?.identity ?? null,
@@ -161,15 +202,18 @@ async function run(opts: Options, log: Logger, onStopRequest: (fn: () => Promise
     checkIntervalMs: opts.socketCheckInterval * 1000,
     log,
   });
-  watcher.start();
+  dirWatcher.start();
   registrar.kick('start');
 
   running = {
     stop: async () => {
-      watcher.stop();
+      dirWatcher.stop();
       registrar.stop();
+      monitor.stop();
+      const stopWatcher = watcher?.stop(800);
       handlers.endStreams();
       if (server !== undefined) await server.stop();
+      await stopWatcher;
       nvml.shutdown();
     },
   };
@@ -186,10 +230,12 @@ export async function main(argv: readonly string[]): Promise<void> {
     return;
   }
   let opts: Options;
+  let healthSettings: HealthSettings;
   try {
     opts = parseOptions(argv, process.env).options;
+    healthSettings = parseHealthSettings(process.env['DP_DISABLE_HEALTHCHECKS'], process.env['DP_ENABLE_HEALTHCHECKS']);
   } catch (err) {
-    if (err instanceof OptionError) {
+    if (err instanceof Error) {
       process.stderr.write(`gpu-device-plugin: ${err.message}\n`);
       process.exitCode = 2;
       return;
@@ -221,7 +267,7 @@ export async function main(argv: readonly string[]): Promise<void> {
 
   log.info('starting', { version: versionText().trim(), kubelet_socket: opts.kubeletSocket, device_id_strategy: opts.deviceIdStrategy });
   try {
-    await run(opts, log, (fn) => { stopFn = fn; });
+    await run(opts, healthSettings, log, (fn) => { stopFn = fn; });
   } catch (err) {
     log.error('cannot start', { error: errorText(err) });
     process.exit(1);

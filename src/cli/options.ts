@@ -16,6 +16,12 @@ export interface Options {
   logLevel: LogLevel;
   /** Seconds between checks that our socket is still ours (inotify can miss events). */
   socketCheckInterval: number;
+  /** Seconds between the per-GPU NVML probes that find GPUs fallen off the bus. */
+  healthProbeInterval: number;
+  /** Let a GPU marked unhealthy by an XID become healthy again after a quiet period (NVIDIA: never). */
+  healthRecovery: boolean;
+  /** Seconds a GPU must answer NVML normally, with no new critical XID, before it recovers. */
+  healthRecoveryQuietPeriod: number;
 }
 
 export type OptionKey = keyof Options;
@@ -54,6 +60,12 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     help: 'least severe log level written to stderr' },
   { key: 'socketCheckInterval', flag: 'socket-check-interval', env: 'SOCKET_CHECK_INTERVAL', default: '5', kind: { type: 'seconds', min: 0.1, max: 3600 },
     help: 'seconds between checks that the plugin socket still exists and is ours' },
+  { key: 'healthProbeInterval', flag: 'health-probe-interval', env: 'HEALTH_PROBE_INTERVAL', default: '5', kind: { type: 'seconds', min: 0.05, max: 3600 },
+    help: 'seconds between NVML probes of each GPU; a GPU that answers GPU_IS_LOST is marked unhealthy' },
+  { key: 'healthRecovery', flag: 'health-recovery', env: 'HEALTH_RECOVERY', default: 'false', kind: { type: 'bool' },
+    help: "let a GPU made unhealthy by an XID recover after the quiet period (NVIDIA's plugin never does; lost GPUs never recover)" },
+  { key: 'healthRecoveryQuietPeriod', flag: 'health-recovery-quiet-period', env: 'HEALTH_RECOVERY_QUIET_PERIOD', default: '300', kind: { type: 'seconds', min: 0.05, max: 86400 },
+    help: 'seconds of normal NVML answers with no new critical XID before a GPU recovers (with --health-recovery)' },
 ];
 
 export class OptionError extends Error {
@@ -154,6 +166,9 @@ export function helpText(version: string): string {
     lines.push(`      ${s.help}`);
     lines.push(`      env ${s.env}; default ${s.default ?? 'see above'}`);
   }
-  lines.push('', 'Environment only:', '  SYSFS_ROOT  root of sysfs, for NUMA nodes the driver does not report (default /sys)');
+  lines.push('', 'Environment only (NVIDIA\'s names and meanings):',
+    '  DP_DISABLE_HEALTHCHECKS  "all" (or "xids") turns health checks off; otherwise extra XIDs to ignore, e.g. 74,79',
+    '  DP_ENABLE_HEALTHCHECKS   XIDs to treat as critical even when ignored, e.g. 31; wins over DP_DISABLE_HEALTHCHECKS',
+    '  SYSFS_ROOT               root of sysfs, for NUMA nodes the driver does not report (default /sys)');
   return lines.join('\n') + '\n';
 }

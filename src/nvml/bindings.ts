@@ -73,6 +73,7 @@ export const LAZY_SYMBOLS = {
   nvmlDeviceGetSupportedEventTypes: 'int nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, _Out_ unsigned long long *types)',
   nvmlDeviceRegisterEvents: 'int nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types, nvmlEventSet_t set)',
   nvmlEventSetWait_v2: 'int nvmlEventSetWait_v2(nvmlEventSet_t set, _Out_ nvmlEventData_t *data, unsigned int timeoutms)',
+  nvmlEventSetWait: 'int nvmlEventSetWait(nvmlEventSet_t set, _Out_ nvmlEventData_t *data, unsigned int timeoutms)',
   nvmlEventSetFree: 'int nvmlEventSetFree(nvmlEventSet_t set)',
 } as const;
 

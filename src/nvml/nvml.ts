@@ -44,6 +44,8 @@ export interface OpenOptions {
   koffi: Koffi;
   driverRoot: string;
   log: Logger;
+  /** Load exactly this library (a thread joining a process that already found it). */
+  library?: string;
 }
 
 function cString(buf: Buffer): string {
@@ -73,10 +75,12 @@ export class Nvml {
     const tried: string[] = [];
     let lib: ReturnType<Koffi['load']> | undefined;
     let path = NVML_SONAME;
-    const candidates = opts.driverRoot !== '/' && opts.driverRoot !== ''
-      ? driverLibraryCandidates(opts.driverRoot).filter((p) => existsSync(p))
-      : [];
-    for (const candidate of [...candidates, NVML_SONAME]) {
+    const candidates = opts.library !== undefined
+      ? [opts.library]
+      : [...(opts.driverRoot !== '/' && opts.driverRoot !== ''
+        ? driverLibraryCandidates(opts.driverRoot).filter((p) => existsSync(p))
+        : []), NVML_SONAME];
+    for (const candidate of candidates) {
       try {
         lib = koffi.load(candidate);
         path = candidate;
@@ -184,6 +188,12 @@ export class Nvml {
     const out = { total: 0, free: 0, used: 0 };
     this.check('nvmlDeviceGetMemoryInfo', this.basic.nvmlDeviceGetMemoryInfo(h, out) as number, gpu);
     return Number(out.total);
+  }
+
+  /** A cheap query that reaches the GPU: its return code (GPU_IS_LOST when the GPU fell off the bus). */
+  probe(h: DeviceHandle): number {
+    const out = { total: 0, free: 0, used: 0 };
+    return this.basic.nvmlDeviceGetMemoryInfo(h, out) as number;
   }
 
   /** NUMA node from NVML, or undefined when this driver or GPU cannot say. */

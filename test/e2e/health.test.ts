@@ -1,0 +1,245 @@
+// End-to-end health: events injected into the fake NVML reach the kubelet stand-in's ListAndWatch.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { SimNode } from '../support/sim.ts';
+import { DEFAULT_IGNORED_XIDS } from '../../src/core/health.ts';
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+const healthString = (node: SimNode): string => (node.kubelet!.devices() ?? []).map((d) => (d.health === 'Healthy' ? 'H' : 'U')).join('');
+
+/** A simulated node whose health watcher is ready (events sent before it registers are lost, as with NVML). */
+async function watched(opts: Parameters<typeof SimNode.start>[0]): Promise<SimNode> {
+  const node = await SimNode.start(opts);
+  await node.plugin.waitForLine(/watching GPU health/, 10000);
+  return node;
+}
+
+/** Waits until the fake NVML has applied every command sent so far (it handles them in order). */
+async function settled(node: SimNode): Promise<void> {
+  await node.nvmlStats();
+  await sleep(50);
+}
+
+test('a critical XID marks that GPU unhealthy; each default-ignored XID does not', async () => {
+  const node = await watched({ topology: 'demo-8' });
+  try {
+    const k = node.kubelet!;
+    await k.waitForDevices((d) => d.length === 8);
+    for (const xid of DEFAULT_IGNORED_XIDS) node.nvml(`xid 1 ${xid}`);
+    await settled(node);
+    assert.equal(healthString(node), 'HHHHHHHH', 'ignored XIDs change nothing');
+    node.nvml('xid 3 79');
+    await k.waitForDevices((d) => d[3]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
+    assert.equal(healthString(node), 'HHHUHHHH');
+    const line = node.plugin.matching(/GPU unhealthy/)[0] ?? '';
+    assert.match(line, new RegExp(`uuid=${node.topology.gpus[3]!.uuid}`));
+    assert.match(line, /xid=79/);
+    assert.match(line, /fallen off the bus/);
+  } finally {
+    await node.stop();
+  }
+});
+
+test('double-bit ECC marks unhealthy, single-bit ECC does not', async () => {
+  const node = await watched({ topology: 'demo-8' });
+  try {
+    const k = node.kubelet!;
+    node.nvml('sbe 0');
+    node.nvml('sbe 0');
+    await settled(node);
+    assert.equal(healthString(node), 'HHHHHHHH');
+    node.nvml('dbe 6');
+    await k.waitForDevices((d) => d[6]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
+    assert.equal(healthString(node), 'HHHHHHUH');
+  } finally {
+    await node.stop();
+  }
+});
+
+test('an event that names no device concerns every GPU', async () => {
+  const node = await watched({ topology: 'demo-8' });
+  try {
+    node.nvml('xid all 62');
+    await node.kubelet!.waitForDevices((d) => d.every((x) => x.health === 'Unhealthy'), 'nvidia.com/gpu', 5000);
+  } finally {
+    await node.stop();
+  }
+});
+
+test('DP_DISABLE_HEALTHCHECKS and DP_ENABLE_HEALTHCHECKS keep NVIDIA\'s meaning', async () => {
+  // Extra ignored XID, and a default-ignored one made critical.
+  let node = await watched({ topology: 'demo-8', env: { DP_DISABLE_HEALTHCHECKS: '79', DP_ENABLE_HEALTHCHECKS: '31' } });
+  try {
+    node.nvml('xid 0 79');
+    await settled(node);
+    assert.equal(healthString(node), 'HHHHHHHH', '79 ignored by DP_DISABLE_HEALTHCHECKS');
+    node.nvml('xid 1 31');
+    await node.kubelet!.waitForDevices((d) => d[1]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
+  } finally {
+    await node.stop();
+  }
+  // all disabled but one enabled: only that one is watched.
+  node = await watched({ topology: 'demo-8', env: { DP_DISABLE_HEALTHCHECKS: 'all', DP_ENABLE_HEALTHCHECKS: '74' } });
+  try {
+    node.nvml('xid 0 79');
+    node.nvml('dbe 0');
+    await settled(node);
+    assert.equal(healthString(node), 'HHHHHHHH', 'only XID 74 is watched');
+    node.nvml('xid 2 74');
+    await node.kubelet!.waitForDevices((d) => d[2]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
+    assert.equal(healthString(node), 'HHUHHHHH');
+  } finally {
+    await node.stop();
+  }
+  // all disabled: nothing is watched.
+  node = await SimNode.start({ topology: 'demo-8', env: { DP_DISABLE_HEALTHCHECKS: 'all' }, args: ['--health-probe-interval=0.1'] });
+  try {
+    node.nvml('xid 0 79');
+    node.nvml('lost 1');
+    await settled(node);
+    await sleep(300);
+    assert.equal(healthString(node), 'HHHHHHHH');
+    assert.match(node.plugin.lines.join('\n'), /health checks .*off/i);
+  } finally {
+    await node.stop();
+  }
+});
+
+test('a bad DP_DISABLE_HEALTHCHECKS stops the start with a clear message', async () => {
+  const node = await SimNode.start({ topology: 'demo-8', waitRegistered: false, env: { DP_DISABLE_HEALTHCHECKS: '13,abc' } });
+  try {
+    const exit = await node.plugin.exited;
+    assert.equal(exit.code, 2);
+    assert.match(node.plugin.lines.join('\n'), /DP_DISABLE_HEALTHCHECKS: "abc" is not an XID/);
+  } finally {
+    await node.stop();
+  }
+});
+
+test('a GPU that falls off the bus without any event is found by the probe, and stays unhealthy when back', async () => {
+  const node = await watched({ topology: 'demo-8', args: ['--health-probe-interval=0.1', '--health-recovery', '--health-recovery-quiet-period=0.2'] });
+  try {
+    node.nvml('lost 4');
+    await node.kubelet!.waitForDevices((d) => d[4]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
+    node.nvml('back 4');
+    await settled(node);
+    await sleep(800);
+    assert.equal(healthString(node), 'HHHHUHHH', 'a lost GPU never recovers, even with recovery on');
+  } finally {
+    await node.stop();
+  }
+});
+
+test('recovery off (default): a GPU marked unhealthy by an XID stays so', async () => {
+  const node = await watched({ topology: 'demo-8', args: ['--health-probe-interval=0.1'] });
+  try {
+    node.nvml('xid 2 94');
+    await node.kubelet!.waitForDevices((d) => d[2]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
+    await sleep(700);
+    assert.equal(healthString(node), 'HHUHHHHH');
+  } finally {
+    await node.stop();
+  }
+});
+
+test('recovery on: healthy again after the quiet period of normal answers, logged once each way', async () => {
+  const node = await watched({ topology: 'demo-8', args: ['--health-probe-interval=0.05', '--health-recovery', '--health-recovery-quiet-period=0.4'] });
+  try {
+    const k = node.kubelet!;
+    node.nvml('xid 2 94');
+    await k.waitForDevices((d) => d[2]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
+    const t0 = performance.now();
+    await k.waitForDevices((d) => d[2]?.health === 'Healthy', 'nvidia.com/gpu', 5000);
+    assert.ok(performance.now() - t0 >= 300, 'not before the quiet period');
+    assert.equal(node.plugin.matching(/GPU unhealthy/).length, 1);
+    assert.equal(node.plugin.matching(/GPU healthy again/).length, 1);
+    assert.match(node.plugin.matching(/GPU healthy again/)[0]!, /xid=94/);
+  } finally {
+    await node.stop();
+  }
+});
+
+test('an XID storm (10 000 events a second) keeps Allocate answering, memory flat and updates bounded', async () => {
+  const node = await watched({ topology: 'demo-8', args: ['--health-recovery', '--health-recovery-quiet-period=60'] });
+  try {
+    const k = node.kubelet!;
+    const u = node.topology.gpus.map((g) => g.uuid);
+    await k.waitForDevices((d) => d.length === 8);
+    const stormFor = async (ms: number): Promise<number> => {
+      const end = performance.now() + ms;
+      let n = 0;
+      while (performance.now() < end) {
+        node.nvml(Array.from({ length: 100 }, (_, i) => `xid ${(n + i) % 2} 79`).join('\n'));
+        n += 100;
+        await sleep(10);
+      }
+      return n;
+    };
+    const allocateUntil = async (end: number): Promise<number> => {
+      let n = 0;
+      while (performance.now() < end) {
+        const res = await k.allocate({ container_requests: [{ devices_ids: [u[5]!] }] });
+        assert.equal(res.container_responses[0]!.envs['NVIDIA_VISIBLE_DEVICES'], u[5]);
+        n++;
+      }
+      return n;
+    };
+    // Warm-up with the same load: the heap sizes itself for it; growth after that would be a leak.
+    await Promise.all([stormFor(2500), allocateUntil(performance.now() + 2500)]);
+    await settled(node);
+    const updatesBefore = k.updates();
+    const rssBefore = node.plugin.rss().totalKiB;
+    const deadline = performance.now() + 3000;
+    let allocations = 0;
+    const storm = stormFor(3000);
+    allocations = await allocateUntil(deadline);
+    const sent = await storm;
+    await settled(node);
+    const updates = k.updates() - updatesBefore;
+    const rssAfter = node.plugin.rss().totalKiB;
+    assert.ok(sent >= 5000, `storm sent ${sent} events`);
+    assert.ok(allocations > 20, `Allocate kept answering (${allocations} in 3 s)`);
+    assert.ok(updates <= 2, `bounded ListAndWatch updates (${updates}; the GPUs were already unhealthy)`);
+    assert.equal(healthString(node), 'UUHHHHHH');
+    assert.ok(rssAfter < rssBefore + 16 * 1024, `RSS ${rssBefore} → ${rssAfter} KiB`);
+    process.stderr.write(`# storm: ${sent} XIDs in 3 s → ${updates} ListAndWatch updates, ${allocations} Allocates answered, RSS ${rssBefore} → ${rssAfter} KiB\n`);
+  } finally {
+    await node.stop();
+  }
+});
+
+test('a GPU that supports no events is logged once and still watched by the probe', async () => {
+  const node = await watched({ topology: 'single', args: ['--health-probe-interval=0.1'] });
+  try {
+    await node.plugin.waitForLine(/supports no health events/, 5000);
+    node.nvml('lost 0');
+    await node.kubelet!.waitForDevices((d) => d[0]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
+    assert.equal(node.plugin.matching(/supports no health events/).length, 1);
+  } finally {
+    await node.stop();
+  }
+});
+
+test('SIGTERM while the watcher is blocked in its NVML wait exits 0 promptly', async () => {
+  const node = await watched({ topology: 'demo-8', args: ['--health-probe-interval=3600'] });
+  try {
+    await sleep(300);
+    const t0 = performance.now();
+    node.plugin.signal('SIGTERM');
+    assert.deepEqual(await node.plugin.exited, { code: 0, signal: null });
+    assert.ok(performance.now() - t0 < 2000);
+    assert.equal(node.plugin.matching(/stop took too long/).length, 0);
+  } finally {
+    await node.stop();
+  }
+});
+
+test('the old-driver variant (first event wait only) still reports XIDs', async () => {
+  const node = await watched({ topology: 'demo-8', nvml: 'old' });
+  try {
+    node.nvml('xid 7 79');
+    await node.kubelet!.waitForDevices((d) => d[7]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
+  } finally {
+    await node.stop();
+  }
+});

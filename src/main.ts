@@ -25,6 +25,8 @@ import type { PluginState } from './plugin/service.ts';
 import { errorText, stderrLogger } from './system/log.ts';
 import type { Logger } from './system/log.ts';
 import { loadKoffi } from './system/native.ts';
+import { createNotifier } from './system/notify.ts';
+import type { Notifier } from './system/notify.ts';
 import type { Koffi } from './system/native.ts';
 import { VERSION, versionText } from './system/version.ts';
 
@@ -33,6 +35,11 @@ export const RESOURCE_NAME = 'nvidia.com/gpu';
 /** Socket file of a resource: gpu-device-plugin-<name without the vendor domain>.sock */
 export function socketFileName(resource: string): string {
   return `gpu-device-plugin-${resource.slice(resource.indexOf('/') + 1)}.sock`;
+}
+
+let activeNotifier: Notifier | undefined;
+function setNotifier(n: Notifier): void {
+  activeNotifier = n;
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -86,6 +93,21 @@ async function run(opts: Options, healthSettings: HealthSettings, log: Logger, o
   });
 
   const koffi = loadKoffi();
+  let notifier: Notifier;
+  try {
+    notifier = createNotifier(koffi);
+  } catch (err) {
+    log.warn('cannot talk to systemd (NOTIFY_SOCKET); readiness and watchdog are not reported', { error: errorText(err) });
+    notifier = createNotifier(koffi, {});
+  }
+  setNotifier(notifier);
+  // The watchdog is fed from a timer on the event loop, so a stuck loop stops feeding it.
+  let watchdogTimer: NodeJS.Timeout | undefined;
+  if (notifier.watchdogMs !== null) {
+    watchdogTimer = setInterval(() => notifier.notify('WATCHDOG=1'), Math.max(notifier.watchdogMs / 2, 50));
+    watchdogTimer.unref();
+  }
+  notifier.notify('STATUS=starting: opening NVML');
   const nvml = await openNvml(koffi, opts, log, () => stopping);
   if (nvml === undefined) return undefined;
   const sysfsRoot = process.env['SYSFS_ROOT'] || '/sys';
@@ -122,12 +144,18 @@ async function run(opts: Options, healthSettings: HealthSettings, log: Logger, o
     log.info('GPU found', { index: g.index, uuid: g.uuid, name: g.name, bus: g.busId, numa: g.numaNode, memory_mib: Math.round(g.memoryBytes / 1048576) });
   }
   const handlers = new DevicePluginHandlers(state, log);
+  let registeredOnce = false;
+  const status = (): string => {
+    const h = handlers.current.health;
+    return `STATUS=${registeredOnce ? 'registered' : 'waiting for the kubelet'}; ${countHealthy(devices, h)} of ${devices.length} GPUs healthy`;
+  };
   const monitor = new HealthMonitor(found.gpus, healthSettings, {
     enabled: opts.healthRecovery,
     quietMs: opts.healthRecoveryQuietPeriod * 1000,
   }, log, (h) => {
     handlers.update({ ...handlers.current, health: h });
     log.info('device counts', { healthy: countHealthy(devices, h), total: devices.length });
+    notifier.notify(status());
   });
   let watcher: EventWatcher | undefined;
   const watchHealth = !healthSettings.allDisabled || healthSettings.enabledXids.size > 0 || healthSettings.allEnabled;
@@ -189,6 +217,10 @@ async function run(opts: Options, healthSettings: HealthSettings, log: Logger, o
     upToDate: async () =>
       server !== undefined && (await server.stillOurs()) && (await fileIdentity(opts.kubeletSocket)) === attemptedKubelet,
     onRegistered: () => {
+      if (!registeredOnce) {
+        registeredOnce = true;
+        notifier.notify(`READY=1\n${status()}`);
+      } else notifier.notify(status());
       startWatcher();
       log.debug('device counts', { healthy: countHealthy(devices, handlers.current.health), total: devices.length, ms_since_start: Math.round(performance.now()) });
     },
@@ -207,6 +239,8 @@ async function run(opts: Options, healthSettings: HealthSettings, log: Logger, o
 
   running = {
     stop: async () => {
+      notifier.notify('STOPPING=1\nSTATUS=stopping');
+      if (watchdogTimer !== undefined) clearInterval(watchdogTimer);
       dirWatcher.stop();
       registrar.stop();
       monitor.stop();
@@ -215,6 +249,7 @@ async function run(opts: Options, healthSettings: HealthSettings, log: Logger, o
       if (server !== undefined) await server.stop();
       await stopWatcher;
       nvml.shutdown();
+      notifier.close();
     },
   };
   return running;
@@ -270,6 +305,7 @@ export async function main(argv: readonly string[]): Promise<void> {
     await run(opts, healthSettings, log, (fn) => { stopFn = fn; });
   } catch (err) {
     log.error('cannot start', { error: errorText(err) });
+    activeNotifier?.notify(`STATUS=cannot start: ${errorText(err)}\nERRNO=5`);
     process.exit(1);
   }
 }

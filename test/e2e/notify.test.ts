@@ -1,0 +1,52 @@
+// sd_notify from the executable to a datagram socket, as systemd would receive it.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { tmpdir } from 'node:os';
+import { SimNode } from '../support/sim.ts';
+import { NotifySocket } from '../support/notify-socket.ts';
+import { sockaddrUn, watchdogInterval } from '../../src/system/notify.ts';
+
+for (const kind of ['path', 'abstract'] as const) {
+  test(`READY=1 once registered, STATUS with device counts, WATCHDOG=1, STOPPING=1 on stop, in that order (${kind} socket)`, async () => {
+    const name = `gdp-notify-${process.pid}-${Date.now()}`;
+    const sock = new NotifySocket(kind === 'path' ? join(tmpdir(), `${name}.sock`) : `@${name}`);
+    const node = await SimNode.start({ topology: 'demo-8', env: { NOTIFY_SOCKET: sock.path, WATCHDOG_USEC: '200000' } });
+    try {
+      await sock.waitFor(/READY=1/);
+      await node.plugin.waitForLine(/watching GPU health/);
+      const ready = sock.messages.findIndex((m) => /READY=1/.test(m));
+      assert.match(sock.messages[ready]!, /STATUS=registered; 8 of 8 GPUs healthy/);
+      assert.ok(sock.messages.slice(0, ready).every((m) => !/READY=1/.test(m)), 'READY=1 sent once');
+      assert.match(sock.messages[0]!, /^STATUS=starting/);
+      await new Promise((r) => setTimeout(r, 350));
+      assert.ok(sock.messages.filter((m) => m === 'WATCHDOG=1').length >= 2, `watchdog fed every WATCHDOG_USEC/2: ${JSON.stringify(sock.messages)}`);
+      node.nvml('xid 1 79');
+      await sock.waitFor(/STATUS=registered; 7 of 8 GPUs healthy/);
+      node.plugin.signal('SIGTERM');
+      assert.equal((await node.plugin.exited).code, 0);
+      await sock.waitFor(/STOPPING=1/);
+      const last = sock.messages.filter((m) => m !== 'WATCHDOG=1').at(-1);
+      assert.match(last ?? '', /^STOPPING=1/);
+      assert.equal(sock.messages.filter((m) => /READY=1/.test(m)).length, 1);
+    } finally {
+      sock.close();
+      await node.stop();
+    }
+  });
+}
+
+test('sockaddr_un and WATCHDOG_USEC are read as systemd writes them', () => {
+  const a = sockaddrUn('/run/systemd/notify');
+  assert.equal(a.readUInt16LE(0), 1);
+  assert.equal(a.toString('utf8', 2, a.length - 1), '/run/systemd/notify');
+  assert.equal(a[a.length - 1], 0);
+  const b = sockaddrUn('@abstract');
+  assert.equal(b[2], 0);
+  assert.equal(b.toString('utf8', 3), 'abstract');
+  assert.throws(() => sockaddrUn('/' + 'x'.repeat(200)), /longer than a unix socket path/);
+  assert.equal(watchdogInterval({ WATCHDOG_USEC: '30000000' }, 42), 30000);
+  assert.equal(watchdogInterval({ WATCHDOG_USEC: '30000000', WATCHDOG_PID: '7' }, 42), null);
+  assert.equal(watchdogInterval({ WATCHDOG_USEC: '30000000', WATCHDOG_PID: '42' }, 42), 30000);
+  assert.equal(watchdogInterval({}, 42), null);
+});

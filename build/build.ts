@@ -11,7 +11,6 @@ import { assetSourcePath } from '../src/system/assets.ts';
 
 const root = join(import.meta.dirname, '..');
 const dist = join(root, 'dist');
-const work = join(dist, '.build');
 const SEA_FUSE = 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2';
 
 export function runtimeNode(): string {
@@ -28,8 +27,10 @@ function gitCommit(): string {
   }
 }
 
-export async function buildExecutable(): Promise<string> {
+/** Builds the executable into outDir (default dist/) and returns its path. */
+export async function buildExecutable(outDir: string = dist): Promise<string> {
   const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { version: string };
+  const work = join(outDir, '.build');
   rmSync(work, { recursive: true, force: true });
   mkdirSync(work, { recursive: true });
   const koffiPath = assetSourcePath('koffi.node');
@@ -77,9 +78,11 @@ export async function buildExecutable(): Promise<string> {
 
   const seaConfig = join(work, 'sea-config.json');
   const blob = join(work, 'sea-prep.blob');
+  // Paths relative to the work folder: the blob records the main script's name, and an absolute one
+  // would make the executable depend on where it was built.
   writeFileSync(seaConfig, JSON.stringify({
-    main: bundle,
-    output: blob,
+    main: 'main.cjs',
+    output: 'sea-prep.blob',
     disableExperimentalSEAWarning: true,
     useSnapshot: false,
     useCodeCache: false,
@@ -93,9 +96,9 @@ export async function buildExecutable(): Promise<string> {
       'koffi.node': koffiPath,
     },
   }, null, 2));
-  execFileSync(runtimeNode(), ['--experimental-sea-config', seaConfig], { cwd: root, stdio: 'inherit' });
+  execFileSync(runtimeNode(), ['--experimental-sea-config', seaConfig], { cwd: work, stdio: ['ignore', 'ignore', 'inherit'] });
 
-  const out = join(dist, 'gpu-device-plugin');
+  const out = join(outDir, 'gpu-device-plugin');
   const tmp = `${out}.tmp`;
   copyFileSync(runtimeNode(), tmp);
   chmodSync(tmp, 0o755);

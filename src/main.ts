@@ -11,7 +11,7 @@ import { countHealthy, wholeGpuDevices } from './core/devices.ts';
 import type { Health } from './core/devices.ts';
 import { describeHealthSettings, parseHealthSettings } from './core/health.ts';
 import type { HealthSettings } from './core/health.ts';
-import { lowestFirstChooser } from './core/preferred.ts';
+import { PreferredPolicy, buildScoreMatrix } from './core/topology.ts';
 import { registerWithKubelet } from './kubelet/registration.ts';
 import { Registrar } from './kubelet/registrar.ts';
 import { SocketDirWatcher } from './kubelet/watcher.ts';
@@ -125,7 +125,13 @@ async function run(opts: Options, healthSettings: HealthSettings, log: Logger, o
     nvml.shutdown();
     return undefined;
   }
-  readLinks(nvml, found, log);
+  // Topology is read once; the policy answers every GetPreferredAllocation from it without NVML.
+  const links = readLinks(nvml, found, log);
+  const scores = buildScoreMatrix(links.gpus, (i, j) => links.pcie[i]?.[j] ?? -1);
+  const policy = new PreferredPolicy(scores);
+  let nvlinkPairs = 0;
+  for (let i = 0; i < scores.size; i++) for (let j = i + 1; j < scores.size; j++) if (scores.nvlinks(i, j) > 0) nvlinkPairs++;
+  log.info('topology read', { gpus: scores.size, nvlink_pairs: nvlinkPairs });
   const devices = wholeGpuDevices(found.gpus, opts.deviceIdStrategy);
   const health: Health[] = found.gpus.map(() => 'Healthy');
   const state: PluginState = {
@@ -133,7 +139,7 @@ async function run(opts: Options, healthSettings: HealthSettings, log: Logger, o
     devices,
     index: indexDevices(devices, found.gpus),
     health,
-    chooser: lowestFirstChooser,
+    chooser: policy,
     allocateSettings: {
       passDeviceSpecs: opts.passDeviceSpecs,
       devRoot: opts.devRoot,

@@ -1,0 +1,93 @@
+// `gpu-device-plugin check`: preflight for operators. One line per check, pass or fail with the fix,
+// then the effective options and where each came from. Exit 0 only when every check passes.
+import * as grpc from '@grpc/grpc-js';
+import { access, constants as fsc, stat } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import { parseHealthSettings } from '../core/health.ts';
+import type { Logger } from '../system/log.ts';
+import { errorText } from '../system/log.ts';
+import { inspectNode } from './inspect.ts';
+import { OPTION_SPECS, parseOptions } from './options.ts';
+import type { ParsedOptions } from './options.ts';
+
+export interface CheckLine {
+  ok: boolean;
+  name: string;
+  detail: string;
+  fix?: string;
+}
+
+async function kubeletAnswers(socket: string, timeoutMs: number): Promise<string | null> {
+  const client = new grpc.Client(`unix://${socket}`, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 });
+  try {
+    await new Promise<void>((resolve, reject) => client.waitForReady(Date.now() + timeoutMs, (err) => (err ? reject(err) : resolve())));
+    return null;
+  } catch (err) {
+    return errorText(err);
+  } finally {
+    client.close();
+  }
+}
+
+export async function runChecks(argv: readonly string[], env: Readonly<Record<string, string | undefined>>, log: Logger): Promise<{ lines: CheckLine[]; parsed: ParsedOptions }> {
+  const lines: CheckLine[] = [];
+  let parsed: ParsedOptions;
+  try {
+    parsed = parseOptions(argv, env);
+    parseHealthSettings(env['DP_DISABLE_HEALTHCHECKS'], env['DP_ENABLE_HEALTHCHECKS']);
+    lines.push({ ok: true, name: 'config', detail: 'options and environment are valid' });
+  } catch (err) {
+    lines.push({ ok: false, name: 'config', detail: errorText(err), fix: 'correct the option named above (see --help); the checks below use the defaults' });
+    parsed = parseOptions([], {});
+  }
+  const o = parsed.options;
+
+  const node = inspectNode(o.driverRoot, env['SYSFS_ROOT'] || '/sys', log);
+  if (node.ok) {
+    lines.push({ ok: true, name: 'nvml', detail: `loaded ${node.report.library}, driver ${node.report.driverVersion}` });
+    const n = node.report.gpus.length;
+    const sick = node.report.gpus.filter((g) => g.health !== 'Healthy').map((g) => `GPU ${g.index}`);
+    if (n === 0) lines.push({ ok: false, name: 'gpus', detail: 'NVML sees no GPUs', fix: 'check `nvidia-smi`; GPUs bound to vfio-pci or hidden by the BIOS are not visible' });
+    else if (sick.length > 0) lines.push({ ok: false, name: 'gpus', detail: `${n} found; not answering NVML: ${sick.join(', ')}`, fix: 'see `nvidia-smi -q` and the kernel log (XID 79: fallen off the bus)' });
+    else lines.push({ ok: true, name: 'gpus', detail: `${n} found, all answering NVML` });
+  } else {
+    lines.push({ ok: false, name: 'nvml', detail: node.error, fix: 'install the NVIDIA driver, or point --driver-root (NVIDIA_DRIVER_ROOT) at where it is installed' });
+    lines.push({ ok: false, name: 'gpus', detail: 'not checked: NVML is not available', fix: 'fix NVML first' });
+  }
+
+  const dir = dirname(o.kubeletSocket);
+  try {
+    const st = await stat(dir);
+    if (!st.isDirectory()) throw new Error(`${dir} is not a directory`);
+    await access(dir, fsc.W_OK);
+    lines.push({ ok: true, name: 'socket directory', detail: `${dir} exists and is writable` });
+  } catch (err) {
+    lines.push({ ok: false, name: 'socket directory', detail: `${dir}: ${errorText(err)}`, fix: 'is the kubelet installed and its device plugins enabled? run the plugin as root, or set --kubelet-socket' });
+  }
+
+  try {
+    const st = await stat(o.kubeletSocket);
+    if (!st.isSocket()) throw new Error('exists but is not a socket');
+    const problem = await kubeletAnswers(o.kubeletSocket, 2000);
+    if (problem !== null) throw new Error(`does not answer: ${problem}`);
+    lines.push({ ok: true, name: 'kubelet', detail: `${o.kubeletSocket} answers` });
+  } catch (err) {
+    const missing = (err as NodeJS.ErrnoException).code === 'ENOENT';
+    lines.push({ ok: false, name: 'kubelet', detail: `${o.kubeletSocket} ${missing ? 'does not exist' : errorText(err)}`,
+      fix: missing ? 'is the kubelet running? (systemctl status kubelet); or set --kubelet-socket' : 'restart the kubelet; check its log' });
+  }
+  return { lines, parsed };
+}
+
+export function formatChecks(lines: readonly CheckLine[], parsed: ParsedOptions): string {
+  const width = Math.max(...lines.map((l) => l.name.length));
+  const out = lines.map((l) => `${l.ok ? 'PASS' : 'FAIL'}  ${l.name.padEnd(width)}  ${l.detail}${l.fix ? ` — fix: ${l.fix}` : ''}`);
+  out.push('', 'Effective options:');
+  for (const s of OPTION_SPECS) {
+    const v = parsed.options[s.key];
+    out.push(`  --${s.flag}=${String(v)}  (${parsed.origins[s.key]})`);
+  }
+  const failed = lines.filter((l) => !l.ok).length;
+  out.push('', failed === 0 ? 'All checks passed.' : `${failed} of ${lines.length} checks failed.`);
+  return out.join('\n') + '\n';
+}

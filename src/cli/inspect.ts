@@ -1,0 +1,112 @@
+// What the subcommands `info` and `check` see of the node: NVML, the GPUs, their links and pair
+// scores, read once through the same adapters the daemon uses.
+import type { Gpu, Health } from '../core/devices.ts';
+import { buildScoreMatrix } from '../core/topology.ts';
+import { discoverGpus, readLinks } from '../nvml/discovery.ts';
+import { NVML } from '../nvml/errors.ts';
+import { Nvml } from '../nvml/nvml.ts';
+import type { Logger } from '../system/log.ts';
+import { errorText } from '../system/log.ts';
+import { loadKoffi } from '../system/native.ts';
+
+export interface PairInfo {
+  /** NVML PCIe topology level, -1 when unknown. */
+  pcie: number;
+  nvlinks: number;
+  /** Both GPUs reach the same NVSwitch fabric. */
+  nvswitch: boolean;
+  score: number;
+}
+
+export interface NodeReport {
+  library: string;
+  driverVersion: string;
+  gpus: (Gpu & { health: Health })[];
+  /** pairs[i][j], by GPU position; the diagonal is null. */
+  pairs: (PairInfo | null)[][];
+}
+
+export type InspectResult = { ok: true; report: NodeReport } | { ok: false; error: string };
+
+export function inspectNode(driverRoot: string, sysfsRoot: string, log: Logger): InspectResult {
+  let nvml: Nvml | undefined;
+  try {
+    nvml = Nvml.open({ koffi: loadKoffi(), driverRoot, log });
+    const driverVersion = nvml.driverVersion();
+    const found = discoverGpus(nvml, sysfsRoot, log);
+    const links = readLinks(nvml, found, log);
+    const scores = buildScoreMatrix(links.gpus, (i, j) => links.pcie[i]?.[j] ?? -1);
+    const n = found.gpus.length;
+    const switchLinks = links.gpus.map((g) => g.links.filter((l) => l.remote === 'switch').length);
+    const pairs = Array.from({ length: n }, (_, i) => Array.from({ length: n }, (_, j): PairInfo | null => (i === j ? null : {
+      pcie: links.pcie[i]?.[j] ?? -1,
+      nvlinks: scores.nvlinks(i, j),
+      nvswitch: (switchLinks[i] ?? 0) > 0 && (switchLinks[j] ?? 0) > 0,
+      score: scores.score(i, j),
+    })));
+    const gpus = found.gpus.map((g, i) => {
+      const h = found.handles[i];
+      const code = h === undefined ? NVML.ERROR_GPU_IS_LOST : nvml!.probe(h);
+      return { ...g, health: (code === NVML.SUCCESS ? 'Healthy' : 'Unhealthy') as Health };
+    });
+    return { ok: true, report: { library: nvml.libraryPath, driverVersion, gpus, pairs } };
+  } catch (err) {
+    return { ok: false, error: errorText(err) };
+  } finally {
+    nvml?.shutdown();
+  }
+}
+
+/** nvidia-smi topo -m's words for a PCIe relation. */
+export function pcieLabel(level: number): string {
+  switch (level) {
+    case 0: return 'PIX';
+    case 10: return 'PIX';
+    case 20: return 'PXB';
+    case 30: return 'PHB';
+    case 40: return 'NODE';
+    case 50: return 'SYS';
+    default: return '?';
+  }
+}
+
+/** One cell of the topology matrix: NV<n> where NVLinks join the pair, else the PCIe relation. */
+export function topoCell(p: PairInfo | null): string {
+  if (p === null) return 'X';
+  if (p.nvlinks > 0) return `NV${p.nvlinks}`;
+  return pcieLabel(p.pcie);
+}
+
+function table(rows: string[][]): string {
+  const widths: number[] = [];
+  for (const r of rows) r.forEach((c, i) => { widths[i] = Math.max(widths[i] ?? 0, c.length); });
+  return rows.map((r) => r.map((c, i) => c.padEnd(widths[i] ?? 0)).join('  ').trimEnd()).join('\n');
+}
+
+/** The `info` text: GPUs, the topology matrix as nvidia-smi topo -m readers expect, and pair scores. */
+export function formatInfo(r: NodeReport): string {
+  const out: string[] = [];
+  out.push(`NVML ${r.library}, driver ${r.driverVersion}, ${r.gpus.length} GPU${r.gpus.length === 1 ? '' : 's'}`, '');
+  out.push(table([
+    ['GPU', 'UUID', 'NAME', 'MEMORY', 'BUS ID', 'NUMA', 'HEALTH'],
+    ...r.gpus.map((g) => [String(g.index), g.uuid, g.name, `${Math.round(g.memoryBytes / 1048576)} MiB`, g.busId, g.numaNode === null ? '-' : String(g.numaNode), g.health]),
+  ]));
+  if (r.gpus.length > 1) {
+    const head = ['', ...r.gpus.map((g) => `GPU${g.index}`), 'NUMA'];
+    out.push('', 'Topology (NV# = NVLinks; PIX one PCIe switch, PXB several, PHB host bridge, NODE same CPU, SYS across CPUs):');
+    out.push(table([head, ...r.gpus.map((g, i) => [`GPU${g.index}`, ...(r.pairs[i] ?? []).map(topoCell), g.numaNode === null ? '-' : String(g.numaNode)])]));
+    if (r.pairs.some((row) => row.some((p) => p?.nvswitch))) out.push('NVSwitch: GPUs joined through the switch fabric count the links each has to it.');
+    out.push('', 'Pair scores used by GetPreferredAllocation (PCIe points + 100 per NVLink):');
+    out.push(table([['', ...r.gpus.map((g) => `GPU${g.index}`)], ...r.gpus.map((g, i) => [`GPU${g.index}`, ...(r.pairs[i] ?? []).map((p) => (p === null ? '-' : String(p.score)))])]));
+  }
+  return out.join('\n') + '\n';
+}
+
+export function infoJson(r: NodeReport): string {
+  return JSON.stringify({
+    library: r.library,
+    driverVersion: r.driverVersion,
+    gpus: r.gpus,
+    topology: r.pairs.map((row) => row.map((p) => (p === null ? null : { ...p, label: topoCell(p) }))),
+  }, null, 2) + '\n';
+}

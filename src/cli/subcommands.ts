@@ -1,0 +1,29 @@
+// `info` and `check`: what the plugin sees of the node, without a cluster.
+import { errorText, stderrLogger } from '../system/log.ts';
+import { formatChecks, runChecks } from './check.ts';
+import { formatInfo, infoJson, inspectNode } from './inspect.ts';
+import { parseOptions } from './options.ts';
+
+export async function runSubcommand(name: 'info' | 'check', argv: readonly string[]): Promise<void> {
+  const log = stderrLogger('error');
+  try {
+    if (name === 'check') {
+      const { lines, parsed } = await runChecks(argv, process.env, log);
+      process.stdout.write(formatChecks(lines, parsed));
+      process.exitCode = lines.every((l) => l.ok) ? 0 : 1;
+      return;
+    }
+    const json = argv.includes('--json');
+    const opts = parseOptions(argv.filter((a) => a !== '--json'), process.env).options;
+    const r = inspectNode(opts.driverRoot, process.env['SYSFS_ROOT'] || '/sys', log);
+    if (!r.ok) {
+      process.stderr.write(`gpu-device-plugin info: ${r.error}\n`);
+      process.exitCode = 1;
+      return;
+    }
+    process.stdout.write(json ? infoJson(r.report) : formatInfo(r.report));
+  } catch (err) {
+    process.stderr.write(`gpu-device-plugin ${name}: ${errorText(err)}\n`);
+    process.exitCode = 2;
+  }
+}

@@ -1,0 +1,92 @@
+// The operator subcommands, run from the built executable against the fake NVML.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { buildFakeNvml } from '../fake-nvml/build.ts';
+import { SimNode, TOPOLOGIES, executable, loadTopology, writeSysfs } from '../support/sim.ts';
+import { KubeletStandIn } from '../support/kubelet.ts';
+
+async function run(args: string[], topology: string | null, extraEnv: Record<string, string> = {}): Promise<{ status: number | null; stdout: string; stderr: string }> {
+  const libs = await buildFakeNvml();
+  const dir = mkdtempSync(join(tmpdir(), 'gdp-cli-'));
+  const env: Record<string, string> = { PATH: '/nonexistent', TMPDIR: dir, SYSFS_ROOT: join(dir, 'sys'), ...extraEnv };
+  if (topology !== null) {
+    env['LD_LIBRARY_PATH'] = libs.current;
+    env['FAKE_NVML_CONFIG'] = join(TOPOLOGIES, `${topology}.json`);
+    writeSysfs(join(dir, 'sys'), loadTopology(topology));
+  }
+  // Asynchronous: the kubelet stand-in lives in this process and must keep answering meanwhile.
+  return new Promise((resolve) => {
+    execFile(executable(), args, { env, encoding: 'utf8', timeout: 30000 }, (err, stdout, stderr) => {
+      const status = err === null ? 0 : typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : null;
+      resolve({ status, stdout, stderr });
+    });
+  });
+}
+
+test('info shows the GPUs, the topology matrix as nvidia-smi topo -m does, and the pair scores', async () => {
+  const topo = loadTopology('demo-8');
+  const r = await run(['info'], 'demo-8');
+  assert.equal(r.status, 0, r.stderr);
+  for (const g of topo.gpus) assert.match(r.stdout, new RegExp(`${g.uuid}\\s+${g.name}\\s+${g.memoryMiB} MiB\\s+${g.busId}\\s+${g.numaNode}\\s+Healthy`));
+  assert.match(r.stdout, /^GPU0 +X +NV1 +NV1 +NV2 +NV2 +SYS +SYS +SYS +0$/m);
+  assert.match(r.stdout, /^GPU7 +SYS +SYS +SYS +NV1 +NV2 +NV1 +NV2 +X +1$/m);
+  // GPU2–GPU3: two NVLinks and one PCIe switch: 2×100 + 50.
+  assert.match(r.stdout, /^GPU2 +120 +220 +- +250 /m);
+});
+
+test('info --json is for scripts: GPUs and every pair with NVLinks, NVSwitch, PCIe level and score', async () => {
+  const r = await run(['info', '--json'], 'nvswitch-8');
+  assert.equal(r.status, 0, r.stderr);
+  const j = JSON.parse(r.stdout) as { driverVersion: string; gpus: { uuid: string; health: string }[]; topology: ({ nvlinks: number; nvswitch: boolean; pcie: number; score: number; label: string } | null)[][] };
+  assert.equal(j.gpus.length, 8);
+  assert.equal(j.topology[0]![0], null);
+  const p = j.topology[0]![5]!;
+  assert.equal(p.nvswitch, true, 'NVSwitch fabric seen');
+  assert.ok(p.nvlinks > 0, 'GPUs on the switch fabric count as NVLinked');
+  assert.equal(p.label, `NV${p.nvlinks}`);
+  assert.equal(p.score, p.nvlinks * 100 + 10);
+  assert.ok(j.gpus.every((g) => g.health === 'Healthy'));
+});
+
+test('info without NVML fails with the reason and what to check', async () => {
+  const r = await run(['info'], null);
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, /cannot load NVML \(libnvidia-ml\.so\.1\).*--driver-root/);
+});
+
+test('check passes on a healthy node with a kubelet, and shows where each option came from', async () => {
+  const node = await SimNode.start({ topology: 'demo-8', kubelet: false });
+  try {
+    await node.plugin.kill();
+    node.kubelet = await KubeletStandIn.start(node.kubeletDir);
+    const r = await run(['check', '--kubelet-socket', node.kubeletSocket], 'demo-8', { DEVICE_ID_STRATEGY: 'index' });
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+    assert.match(r.stdout, /^PASS  config /m);
+    assert.match(r.stdout, /^PASS  nvml +loaded libnvidia-ml\.so\.1, driver 550\.54\.15$/m);
+    assert.match(r.stdout, /^PASS  gpus +8 found, all answering NVML$/m);
+    assert.match(r.stdout, /^PASS  socket directory /m);
+    assert.match(r.stdout, /^PASS  kubelet +.*kubelet\.sock answers$/m);
+    assert.match(r.stdout, /--kubelet-socket=\S+ {2}\(command line\)/);
+    assert.match(r.stdout, /--device-id-strategy=index {2}\(environment\)/);
+    assert.match(r.stdout, /--pass-device-specs=false {2}\(default\)/);
+    assert.match(r.stdout, /All checks passed\./);
+    assert.equal(node.kubelet.registrations.length, 0, 'check registers nothing');
+  } finally {
+    await node.stop();
+  }
+});
+
+test('check fails usefully with no NVML, no kubelet and a bad option, and exits 1', async () => {
+  const r = await run(['check', '--kubelet-socket', '/nonexistent/dir/kubelet.sock', '--device-id-strategy', 'serial'], null);
+  assert.equal(r.status, 1);
+  assert.match(r.stdout, /^FAIL  config +--device-id-strategy: "serial" is not allowed; expected one of uuid, index — fix: /m);
+  assert.match(r.stdout, /^FAIL  nvml +cannot load NVML.* — fix: install the NVIDIA driver, or point --driver-root/m);
+  assert.match(r.stdout, /^FAIL  gpus +not checked/m);
+  assert.match(r.stdout, /^FAIL  socket directory /m);
+  assert.match(r.stdout, /^FAIL  kubelet +.* does not exist — fix: is the kubelet running\?/m);
+  assert.match(r.stdout, /5 of 5 checks failed\./);
+});

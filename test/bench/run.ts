@@ -1,0 +1,192 @@
+// npm run bench: measures the built executable on simulated nodes and prints one JSON report.
+// Medians (and p99 where asked) over repeated runs; the machine is shared and noisy, so nothing here
+// is a pass/fail test. Figures: start → registered, idle RSS and RSS after 10 000 RPCs, Allocate and
+// GetPreferredAllocation latency through gRPC, kubelet restart → re-registered, XID → Unhealthy at
+// the kubelet, an XID storm, preferred-allocation latency per topology and size, sizes on disk.
+import { existsSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
+import { BUILT_EXECUTABLE, ROOT, SimNode } from '../support/sim.ts';
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+const q = (xs: readonly number[], p: number): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(p * s.length))] ?? NaN;
+};
+const r2 = (x: number): number => Math.round(x * 100) / 100;
+const stats = (xs: readonly number[]): { p50: number; p99: number; n: number } => ({ p50: r2(q(xs, 0.5)), p99: r2(q(xs, 0.99)), n: xs.length });
+const log = (s: string): void => { process.stderr.write(`bench: ${s}\n`); };
+
+async function startToRegistered(runs: number): Promise<number[]> {
+  const out: number[] = [];
+  for (let i = 0; i < runs; i++) {
+    const t0 = performance.now();
+    const node = await SimNode.start({ topology: 'demo-8' });
+    out.push(node.kubelet!.registrations[0]!.at - t0);
+    await node.stop();
+  }
+  return out;
+}
+
+async function rpcFigures(): Promise<Record<string, unknown>> {
+  const node = await SimNode.start({ topology: 'demo-8' });
+  try {
+    const k = node.kubelet!;
+    const u = node.topology.gpus.map((g) => g.uuid);
+    await node.plugin.waitForLine(/watching GPU health/);
+    await sleep(2000);
+    const idle = node.plugin.rss();
+    const alloc: number[] = [];
+    const pref: number[] = [];
+    for (let i = 0; i < 5000; i++) {
+      let t = performance.now();
+      await k.allocate({ container_requests: [{ devices_ids: [u[i % 8]!, u[(i + 3) % 8]!] }] });
+      alloc.push(performance.now() - t);
+      t = performance.now();
+      await k.preferred({ container_requests: [{ available_deviceIDs: u, must_include_deviceIDs: [], allocation_size: 1 + (i % 8) }] });
+      pref.push(performance.now() - t);
+    }
+    await sleep(1000);
+    const after = node.plugin.rss();
+    const restart: number[] = [];
+    for (let i = 0; i < 200; i++) {
+      const n = k.registrations.length;
+      await k.restart();
+      const reg = await k.waitForRegistrations(n + 1);
+      restart.push(reg.at - reg.socketCreatedAt);
+      await k.waitForDevices((d) => d.length === 8);
+    }
+    return {
+      idle_rss_mib: r2(idle.totalKiB / 1024),
+      idle_private_rss_mib: r2(idle.anonKiB / 1024),
+      rss_after_10000_rpcs_mib: r2(after.totalKiB / 1024),
+      private_rss_after_10000_rpcs_mib: r2(after.anonKiB / 1024),
+      allocate_ms: stats(alloc),
+      get_preferred_allocation_ms: stats(pref),
+      kubelet_restart_to_reregistered_ms: { ...stats(restart), worst: r2(Math.max(...restart)) },
+    };
+  } finally {
+    await node.stop();
+  }
+}
+
+async function xidLatency(rounds: number): Promise<Record<string, unknown>> {
+  const node = await SimNode.start({ topology: 'demo-8', args: ['--health-recovery', '--health-recovery-quiet-period=0.05', '--health-probe-interval=0.02'] });
+  try {
+    const k = node.kubelet!;
+    await node.plugin.waitForLine(/watching GPU health/);
+    const lat: number[] = [];
+    for (let i = 0; i < rounds; i++) {
+      const g = i % 8;
+      const t0 = performance.now();
+      node.nvml(`xid ${g} 94`);
+      await k.waitForDevices((d) => d[g]?.health === 'Unhealthy');
+      lat.push(performance.now() - t0);
+      await k.waitForDevices((d) => d[g]?.health === 'Healthy');
+    }
+    return { xid_to_unhealthy_at_kubelet_ms: stats(lat) };
+  } finally {
+    await node.stop();
+  }
+}
+
+async function storm(seconds: number): Promise<Record<string, unknown>> {
+  const node = await SimNode.start({ topology: 'demo-8', args: ['--health-recovery', '--health-recovery-quiet-period=600'] });
+  try {
+    const k = node.kubelet!;
+    const u = node.topology.gpus.map((g) => g.uuid);
+    await node.plugin.waitForLine(/watching GPU health/);
+    const before = node.plugin.rss();
+    const updates0 = k.updates();
+    const end = performance.now() + seconds * 1000;
+    let sent = 0;
+    const alloc: number[] = [];
+    const feeder = (async () => {
+      while (performance.now() < end) {
+        node.nvml(Array.from({ length: 100 }, (_, i) => `xid ${(sent + i) % 8} 79`).join('\n'));
+        sent += 100;
+        await sleep(10);
+      }
+    })();
+    while (performance.now() < end) {
+      const t = performance.now();
+      await k.allocate({ container_requests: [{ devices_ids: [u[0]!] }] });
+      alloc.push(performance.now() - t);
+      await sleep(5);
+    }
+    await feeder;
+    await sleep(500);
+    const after = node.plugin.rss();
+    return {
+      storm_seconds: seconds,
+      storm_xids_sent: sent,
+      storm_listandwatch_updates: k.updates() - updates0,
+      storm_allocate_ms: stats(alloc),
+      storm_rss_mib: { before: r2(before.totalKiB / 1024), after: r2(after.totalKiB / 1024) },
+    };
+  } finally {
+    await node.stop();
+  }
+}
+
+async function preferredPerTopology(): Promise<Record<string, unknown>> {
+  const out: Record<string, unknown> = {};
+  for (const topology of ['dgx1-v100', 'nvswitch-16', 'pcie-2socket-8']) {
+    const node = await SimNode.start({ topology });
+    try {
+      const k = node.kubelet!;
+      const u = node.topology.gpus.map((g) => g.uuid);
+      const bySize: Record<string, unknown> = {};
+      for (let size = 1; size <= u.length; size++) {
+        const lat: number[] = [];
+        for (let i = 0; i < 200; i++) {
+          const t = performance.now();
+          await k.preferred({ container_requests: [{ available_deviceIDs: u, must_include_deviceIDs: i % 2 === 0 ? [] : [u[i % u.length]!], allocation_size: size }] });
+          lat.push(performance.now() - t);
+        }
+        bySize[String(size)] = stats(lat);
+      }
+      out[topology] = bySize;
+    } finally {
+      await node.stop();
+    }
+  }
+  return out;
+}
+
+function sizes(): Record<string, number> {
+  const mib = (p: string): number => r2(statSync(p).size / 1048576);
+  const out: Record<string, number> = { executable_mib: mib(BUILT_EXECUTABLE) };
+  const dist = join(ROOT, 'dist');
+  for (const f of readdirSync(dist)) {
+    if (f.endsWith('.deb')) out['deb_mib'] = mib(join(dist, f));
+    if (f.endsWith('.rpm')) out['rpm_mib'] = mib(join(dist, f));
+  }
+  return out;
+}
+
+const report: Record<string, unknown> = {
+  machine: `${process.arch}, ${(await import('node:os')).cpus().length} cores`,
+  node: process.version,
+  command: 'npm run bench',
+};
+log('start → registered (10 runs)');
+const starts = await startToRegistered(10);
+report['start_to_registered_ms'] = { p50: r2(q(starts, 0.5)), worst: r2(Math.max(...starts)), n: starts.length };
+log('RPC latency, memory, kubelet restarts');
+Object.assign(report, await rpcFigures());
+log('XID → Unhealthy');
+Object.assign(report, await xidLatency(200));
+log('XID storm');
+Object.assign(report, await storm(10));
+log('GetPreferredAllocation per topology and size');
+report['get_preferred_allocation_by_topology_ms'] = await preferredPerTopology();
+const policyBench = join(ROOT, 'test', 'bench', 'topology.bench.ts');
+if (existsSync(policyBench)) {
+  log('topology policy alone vs brute force');
+  report['policy_alone'] = JSON.parse(execFileSync(process.execPath, [policyBench], { encoding: 'utf8', maxBuffer: 64 << 20 })) as unknown;
+}
+report['sizes'] = sizes();
+const text = JSON.stringify(report, null, 2);
+writeFileSync(join(ROOT, 'dist', 'bench.json'), text + '\n');
+process.stdout.write(text + '\n');

@@ -450,7 +450,10 @@ class ExactSolver {
       this.bestVal = opt;
       this.valueKnown = true;
       for (let S = A; S !== 0 && popcount(S) >= k;) {
+        // Memo entries of another size may have replaced a state on the path: make it exact.
+        this.f(S, 0);
         const g = this.uncanon(this.choice[this.canon(S)]!, S);
+        if (g === 0) throw new Error('internal error: optimal cut not recorded');
         if (popcount(g) === k) this.offer(g, opt);
         S ^= g;
       }

@@ -24,16 +24,6 @@ export interface BruteForceAnswer {
   readonly cuts: number;
 }
 
-function setScore(m: ScoreMatrix, gpus: readonly number[]): number {
-  let total = 0;
-  gpus.forEach((a, x) => {
-    gpus.forEach((b, y) => {
-      if (x < y) total += m.score(a, b);
-    });
-  });
-  return total;
-}
-
 function lexCompare(a: readonly number[], b: readonly number[]): number {
   for (let i = 0; i < Math.min(a.length, b.length); i++) {
     const d = (a[i] ?? 0) - (b[i] ?? 0);
@@ -47,27 +37,40 @@ export function bruteForceChoose(m: ScoreMatrix, available: readonly number[], m
   const n = gpus.length;
   if (size < 1 || size > n) throw new Error(`bad size ${size} for ${n} GPUs`);
   if (mustInclude.length > size || !mustInclude.every((g) => gpus.includes(g))) throw new Error('bad must-include');
+  // Pair scores by position in `gpus`.
+  const pair = gpus.map((a) => gpus.map((b) => (a === b ? 0 : m.score(a, b))));
+  const setScore = (positions: readonly number[]): number => {
+    let total = 0;
+    for (const a of positions) for (const b of positions) if (a < b) total += pair[a]?.[b] ?? 0;
+    return total;
+  };
+  const mustPos = mustInclude.map((g) => gpus.indexOf(g));
   const fullBlocks = Math.floor(n / size);
-  const blockCount = fullBlocks + (n % size === 0 ? 0 : 1);
+  const leftover = n % size;
+  const blockCount = fullBlocks + (leftover === 0 ? 0 : 1);
 
   let best = -Infinity;
   let candidates: number[][] = [];
   let cuts = 0;
   const blocks: number[][] = [];
+  const blockScore: number[] = [];
 
   const consider = (): void => {
     if (blocks.filter((b) => b.length === size).length !== fullBlocks) return;
     cuts++;
-    const full = blocks.filter((b) => b.length === size && mustInclude.every((g) => b.includes(g)));
-    if (full.length === 0) return;
-    const total = blocks.reduce((t, b) => t + setScore(m, b), 0);
+    const holders: number[] = [];
+    blocks.forEach((b, i) => {
+      if (b.length === size && mustPos.every((g) => b.includes(g))) holders.push(i);
+    });
+    if (holders.length === 0) return;
+    const total = blockScore.reduce((t, v) => t + v, 0);
     if (total < best) return;
     if (total > best) {
       best = total;
       candidates = [];
     }
-    const top = Math.max(...full.map((b) => setScore(m, b)));
-    for (const b of full) if (setScore(m, b) === top) candidates.push([...b]);
+    const top = Math.max(...holders.map((i) => blockScore[i] ?? 0));
+    for (const i of holders) if (blockScore[i] === top) candidates.push([...(blocks[i] ?? [])]);
   };
 
   const place = (next: number): void => {
@@ -75,26 +78,34 @@ export function bruteForceChoose(m: ScoreMatrix, available: readonly number[], m
       if (blocks.length === blockCount) consider();
       return;
     }
-    const g = gpus[next] as number;
-    for (const b of blocks) {
-      if (b.length < size) {
-        b.push(g);
-        place(next + 1);
-        b.pop();
-      }
-    }
-    if (blocks.length < blockCount) {
-      blocks.push([g]);
+    // Slots still to fill if every block but (possibly) the leftover one ends full.
+    let open = 0;
+    for (const b of blocks) open += size - b.length;
+    if (open - (leftover === 0 ? 0 : size - leftover) > n - next) return;
+    blocks.forEach((b, i) => {
+      if (b.length >= size) return;
+      let gain = 0;
+      for (const x of b) gain += pair[x]?.[next] ?? 0;
+      b.push(next);
+      blockScore[i] = (blockScore[i] ?? 0) + gain;
       place(next + 1);
+      blockScore[i] = (blockScore[i] ?? 0) - gain;
+      b.pop();
+    });
+    if (blocks.length < blockCount) {
+      blocks.push([next]);
+      blockScore.push(0);
+      place(next + 1);
+      blockScore.pop();
       blocks.pop();
     }
   };
   place(0);
 
-  const rated = candidates.map((group) => ({
-    group,
-    groupScore: setScore(m, group),
-    remainderScore: setScore(m, gpus.filter((g) => !group.includes(g))),
+  const rated = candidates.map((positions) => ({
+    group: positions.map((p) => gpus[p] as number),
+    groupScore: setScore(positions),
+    remainderScore: setScore(gpus.map((_, p) => p).filter((p) => !positions.includes(p))),
   }));
   rated.sort((a, b) => b.groupScore - a.groupScore || b.remainderScore - a.remainderScore || lexCompare(a.group, b.group));
   const winner = rated[0];

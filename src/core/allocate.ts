@@ -1,5 +1,7 @@
 // Allocate: check the kubelet's choice and describe what each container needs from the NVIDIA
-// container runtime (FACTS §3). Pure: the set of control device nodes present is an input.
+// container runtime (FACTS §3), for each device-list strategy. Replicas (time-slicing) name their
+// GPU: the suffix is stripped and each GPU is listed once. Pure: the set of control device nodes
+// present and the source of random UUIDs are inputs.
 import type { AdvertisedDevice, Gpu } from './devices.ts';
 import { RequestError } from './request-error.ts';
 
@@ -11,12 +13,35 @@ export const CONTROL_DEVICE_NODES: readonly string[] = [
   '/dev/nvidia-modeset',
 ];
 
+/** How the device list reaches the container runtime (NVIDIA's --device-list-strategy). */
+export type DeviceListStrategy = 'envvar' | 'volume-mounts' | 'cdi-annotations' | 'cdi-cri';
+export const DEVICE_LIST_STRATEGIES: readonly DeviceListStrategy[] = ['envvar', 'volume-mounts', 'cdi-annotations', 'cdi-cri'];
+
+export const VISIBLE_DEVICES_ENV = 'NVIDIA_VISIBLE_DEVICES';
+/** Container folder whose entries name the devices with the volume-mounts strategy. */
+export const VOLUME_MOUNTS_ROOT = '/var/run/nvidia-container-devices';
+/** Fully qualified CDI kind of a GPU of this plugin (NVIDIA's vendor and class). */
+export const CDI_KIND = 'k8s.device-plugin.nvidia.com/gpu';
+export const DEFAULT_CDI_ANNOTATION_PREFIX = 'cdi.k8s.io/';
+/** Annotation key after the prefix, before a random UUID (NVIDIA's). */
+export const CDI_ANNOTATION_NAME = 'nvidia-device-plugin_';
+
 export interface AllocateSettings {
   passDeviceSpecs: boolean;
   /** Host root under which device nodes live ('/' on most hosts). */
   devRoot: string;
   /** Which of CONTROL_DEVICE_NODES exist under devRoot (container paths). */
   presentControlDevices: readonly string[];
+  /** Default ['envvar']. */
+  deviceListStrategies?: readonly DeviceListStrategy[];
+  /** Default cdi.k8s.io/. */
+  cdiAnnotationPrefix?: string;
+  /** Refuse a container asking for more than one replica (time-slicing's failRequestsGreaterThanOne). */
+  failRequestsGreaterThanOne?: boolean;
+  /** The resource answered for, named in messages. */
+  resourceName?: string;
+  /** Random UUIDs for CDI annotation keys (default crypto.randomUUID). */
+  newUuid?: () => string;
 }
 
 export interface ContainerAllocation {
@@ -30,10 +55,24 @@ export interface ContainerAllocation {
 export interface DeviceIndex {
   readonly byId: ReadonlyMap<string, AdvertisedDevice>;
   readonly gpus: readonly Gpu[];
+  /** Some devices are replicas: several IDs can name one GPU. */
+  readonly shared: boolean;
+  /** How many advertised devices each GPU position has (1 for a whole GPU, N for N replicas). */
+  readonly perGpu: ReadonlyMap<number, number>;
+  /** Position of each ID in the advertised list (answers are given in that order). */
+  readonly order: ReadonlyMap<string, number>;
 }
 
 export function indexDevices(devices: readonly AdvertisedDevice[], gpus: readonly Gpu[]): DeviceIndex {
-  return { byId: new Map(devices.map((d) => [d.id, d])), gpus };
+  const perGpu = new Map<number, number>();
+  for (const d of devices) perGpu.set(d.gpu, (perGpu.get(d.gpu) ?? 0) + 1);
+  return {
+    byId: new Map(devices.map((d) => [d.id, d])),
+    gpus,
+    shared: devices.some((d) => d.replica !== undefined),
+    perGpu,
+    order: new Map(devices.map((d, i) => [d.id, i])),
+  };
 }
 
 /** Shows an ID from a request in an error message without letting a huge one flood the log. */
@@ -45,6 +84,47 @@ export function showId(id: string): string {
 export function hostPath(devRoot: string, containerPath: string): string {
   const root = devRoot.replace(/\/+$/, '');
   return `${root}${containerPath}`;
+}
+
+function strategiesOf(settings: AllocateSettings): ReadonlySet<DeviceListStrategy> {
+  const list = settings.deviceListStrategies ?? ['envvar'];
+  return new Set(list.length === 0 ? ['envvar'] : list);
+}
+
+/** The names a container gets, in request order, each GPU once: what each strategy passes on. */
+function respond(names: readonly string[], gpuOrder: readonly number[], index: DeviceIndex, settings: AllocateSettings): ContainerAllocation {
+  const strategies = strategiesOf(settings);
+  const legacy = strategies.has('envvar') || strategies.has('volume-mounts');
+  const envs: Record<string, string> = {};
+  const mounts: ContainerAllocation['mounts'] = [];
+  const devices: ContainerAllocation['devices'] = [];
+  const annotations: Record<string, string> = {};
+  const cdi: ContainerAllocation['cdi_devices'] = [];
+  if (strategies.has('volume-mounts')) {
+    // As NVIDIA's plugin: with both envvar and volume-mounts, the variable points at the mounts.
+    envs[VISIBLE_DEVICES_ENV] = VOLUME_MOUNTS_ROOT;
+    for (const n of names) mounts.push({ container_path: `${VOLUME_MOUNTS_ROOT}/${n}`, host_path: '/dev/null', read_only: true });
+  } else if (strategies.has('envvar')) {
+    envs[VISIBLE_DEVICES_ENV] = names.join(',');
+  }
+  if (legacy && settings.passDeviceSpecs) {
+    for (const p of settings.presentControlDevices) {
+      devices.push({ container_path: p, host_path: hostPath(settings.devRoot, p), permissions: 'rw' });
+    }
+    for (const g of gpuOrder) {
+      const gpu = index.gpus[g];
+      if (gpu === undefined) throw new Error(`advertised device refers to GPU position ${g}, which does not exist`);
+      const p = `/dev/nvidia${gpu.minor}`;
+      devices.push({ container_path: p, host_path: hostPath(settings.devRoot, p), permissions: 'rw' });
+    }
+  }
+  const cdiNames = names.map((n) => `${CDI_KIND}=${n}`);
+  if (strategies.has('cdi-annotations')) {
+    const uuid = settings.newUuid?.() ?? globalThis.crypto.randomUUID();
+    annotations[`${settings.cdiAnnotationPrefix ?? DEFAULT_CDI_ANNOTATION_PREFIX}${CDI_ANNOTATION_NAME}${uuid}`] = cdiNames.join(',');
+  }
+  if (strategies.has('cdi-cri')) for (const name of cdiNames) cdi.push({ name });
+  return { envs, mounts, devices, annotations, cdi_devices: cdi };
 }
 
 /**
@@ -71,6 +151,7 @@ export function allocate(
     const gpuOrder: number[] = [];
     const names: string[] = [];
     const seenGpus = new Set<number>();
+    let replicas = 0;
     for (const id of ids) {
       const dev = index.byId.get(id);
       if (dev === undefined) throw new RequestError(`container request ${ci} names unknown device ID ${showId(id)}; this plugin advertises ${advertised} devices`);
@@ -81,30 +162,17 @@ export function allocate(
           : `device ID ${showId(id)} is requested by container requests ${earlier} and ${ci}; a device goes to one container`);
       }
       taken.set(id, ci);
+      if (dev.replica !== undefined) replicas++;
       if (!seenGpus.has(dev.gpu)) {
         seenGpus.add(dev.gpu);
         gpuOrder.push(dev.gpu);
         names.push(dev.runtimeName);
       }
     }
-    const devices: ContainerAllocation['devices'] = [];
-    if (settings.passDeviceSpecs) {
-      for (const p of settings.presentControlDevices) {
-        devices.push({ container_path: p, host_path: hostPath(settings.devRoot, p), permissions: 'rw' });
-      }
-      for (const g of gpuOrder) {
-        const gpu = index.gpus[g];
-        if (gpu === undefined) throw new Error(`advertised device refers to GPU position ${g}, which does not exist`);
-        const p = `/dev/nvidia${gpu.minor}`;
-        devices.push({ container_path: p, host_path: hostPath(settings.devRoot, p), permissions: 'rw' });
-      }
+    if (settings.failRequestsGreaterThanOne === true && replicas > 0 && ids.length > 1) {
+      const resource = settings.resourceName === undefined ? '' : ` of ${settings.resourceName}`;
+      throw new RequestError(`container request ${ci} asks for ${ids.length} shared GPU replicas${resource}; failRequestsGreaterThanOne allows 1 per container (time-slicing gives no more GPU time to a container that holds several; request 1)`);
     }
-    return {
-      envs: { NVIDIA_VISIBLE_DEVICES: names.join(',') },
-      mounts: [],
-      devices,
-      annotations: {},
-      cdi_devices: [],
-    };
+    return respond(names, gpuOrder, index, settings);
   });
 }

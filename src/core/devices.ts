@@ -20,8 +20,8 @@ export type DeviceIdStrategy = 'uuid' | 'index';
 export const DEVICE_ID_STRATEGIES: readonly DeviceIdStrategy[] = ['uuid', 'index'];
 
 /**
- * One ID advertised to the kubelet. Every advertised device is derived from one GPU (a whole GPU
- * today; a time-slicing replica or MIG device later), and takes that GPU's health.
+ * One ID advertised to the kubelet. Every advertised device is derived from one GPU (a whole GPU or
+ * a time-slicing replica of one; MIG devices later), and takes that GPU's health.
  */
 export interface AdvertisedDevice {
   readonly id: string;
@@ -29,6 +29,8 @@ export interface AdvertisedDevice {
   readonly gpu: number;
   /** The name the container runtime knows the device by (UUID or index), for NVIDIA_VISIBLE_DEVICES. */
   readonly runtimeName: string;
+  /** For a time-slicing replica, its number (the n of `<id>::<n>`); absent for a whole GPU. */
+  readonly replica?: number;
 }
 
 export const MAX_DEVICE_ID_LENGTH = 63;
@@ -76,5 +78,12 @@ export function deviceList(devices: readonly AdvertisedDevice[], gpus: readonly 
 export function countHealthy(devices: readonly AdvertisedDevice[], health: GpuHealth): number {
   let n = 0;
   for (const d of devices) if (health[d.gpu] === 'Healthy') n++;
+  return n;
+}
+
+/** How many GPUs are healthy (replicas of one GPU count once). */
+export function countHealthyGpus(health: GpuHealth): number {
+  let n = 0;
+  for (const h of health) if (h === 'Healthy') n++;
   return n;
 }

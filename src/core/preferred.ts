@@ -1,9 +1,12 @@
-// GetPreferredAllocation: validate the kubelet's question and answer it with a GPU chooser.
-// The chooser works on GPU positions, so the same policy serves whole GPUs now and derived
-// devices (replicas, MIG) later. Pure.
+// GetPreferredAllocation: validate the kubelet's question and answer it. Whole GPUs go to a GPU
+// chooser working on GPU positions (the exact topology policy in production). Replicas
+// (time-slicing) are picked one at a time by the shared-devices allocation policy: `distributed`
+// takes the next replica from the GPU with the fewest replicas in use, `packed` from the GPU with
+// the most that still has one free. Pure.
 import type { DeviceIndex } from './allocate.ts';
 import { showId } from './allocate.ts';
 import { RequestError } from './request-error.ts';
+import type { SharedAllocationPolicy } from './sharing.ts';
 
 export interface GpuChooser {
   /** Picks `size` GPU positions from `available` that include all of `mustInclude`; sorted ascending. */
@@ -39,11 +42,84 @@ function positions(ids: readonly string[], what: string, ci: number, index: Devi
   });
 }
 
-/** Answers every container request, in order. Throws RequestError for impossible questions. */
+/**
+ * Picks `size` IDs from `available` including every one of `mustInclude`, for a resource whose GPUs
+ * have several IDs (replicas). A GPU's replicas in use are those it advertises minus those the kubelet
+ * says are available, plus those picked so far (must-include first). One ID at a time: `distributed`
+ * picks from the GPU with the fewest in use, `packed` from the one with the most; ties go to the
+ * lower GPU position, and within a GPU the lowest replica comes first. The answer is in advertised
+ * order. Inputs are assumed checked (known, distinct IDs; mustInclude within available; size fits).
+ */
+export function chooseReplicas(
+  available: readonly string[],
+  mustInclude: readonly string[],
+  size: number,
+  index: DeviceIndex,
+  policy: SharedAllocationPolicy,
+): string[] {
+  const gpuOf = (id: string): number => {
+    const d = index.byId.get(id);
+    if (d === undefined) throw new Error(`device ID ${showId(id)} is not advertised`);
+    return d.gpu;
+  };
+  const order = (id: string): number => index.order.get(id) ?? Number.MAX_SAFE_INTEGER;
+  const inUse = new Map<number, number>();
+  const free = new Map<number, string[]>();
+  for (const id of available) {
+    const g = gpuOf(id);
+    const list = free.get(g);
+    if (list === undefined) free.set(g, [id]);
+    else list.push(id);
+  }
+  for (const [g, ids] of free) {
+    inUse.set(g, (index.perGpu.get(g) ?? ids.length) - ids.length);
+    ids.sort((a, b) => order(a) - order(b));
+  }
+  const chosen = new Set<string>();
+  const left = new Map<number, number>();
+  for (const [g, ids] of free) left.set(g, ids.length);
+  const next = new Map<number, number>();
+  const take = (id: string): void => {
+    const g = gpuOf(id);
+    chosen.add(id);
+    inUse.set(g, (inUse.get(g) ?? 0) + 1);
+    left.set(g, (left.get(g) ?? 1) - 1);
+  };
+  for (const id of mustInclude) take(id);
+  while (chosen.size < size) {
+    let best: number | undefined;
+    for (const g of free.keys()) {
+      if ((left.get(g) ?? 0) <= 0) continue;
+      if (best === undefined) {
+        best = g;
+        continue;
+      }
+      const a = inUse.get(g) ?? 0;
+      const b = inUse.get(best) ?? 0;
+      const better = policy === 'packed' ? a > b : a < b;
+      if (better || (a === b && g < best)) best = g;
+    }
+    if (best === undefined) throw new Error(`no available device left after ${chosen.size} of ${size}`);
+    const ids = free.get(best) ?? [];
+    let at = next.get(best) ?? 0;
+    while (at < ids.length && chosen.has(ids[at] as string)) at++;
+    const id = ids[at];
+    if (id === undefined) throw new Error(`GPU position ${best} has no free replica left`);
+    next.set(best, at + 1);
+    take(id);
+  }
+  return [...chosen].sort((a, b) => order(a) - order(b));
+}
+
+/**
+ * Answers every container request, in order. Throws RequestError for impossible questions. Whole
+ * GPUs go to `chooser`; a resource with replicas uses `policy` (default distributed).
+ */
 export function preferredAllocation(
   containers: readonly PreferredQuestion[],
   index: DeviceIndex,
   chooser: GpuChooser,
+  policy: SharedAllocationPolicy = 'distributed',
 ): string[][] {
   if (containers.length === 0) throw new RequestError('GetPreferredAllocation request has no container requests; expected one per container');
   if (containers.length > Math.max(index.byId.size, 1)) {
@@ -70,6 +146,7 @@ export function preferredAllocation(
     if (size > availGpus.length) {
       throw new RequestError(`container request ${ci}: allocation_size ${size} is larger than the ${availGpus.length} available devices`);
     }
+    if (index.shared) return chooseReplicas(avail, c.must_include_deviceIDs, size, index, policy);
     // Whole GPUs: one advertised ID per GPU position, so positions map back one to one.
     const idOf = new Map<number, string>();
     avail.forEach((id, i) => idOf.set(availGpus[i] as number, id));

@@ -9,6 +9,7 @@ import { deviceList } from '../core/devices.ts';
 import type { AdvertisedDevice, Gpu, GpuHealth } from '../core/devices.ts';
 import { preferredAllocation } from '../core/preferred.ts';
 import type { GpuChooser } from '../core/preferred.ts';
+import type { SharedAllocationPolicy } from '../core/sharing.ts';
 import { RequestError } from '../core/request-error.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
@@ -18,7 +19,10 @@ export interface PluginState {
   readonly devices: readonly AdvertisedDevice[];
   readonly index: DeviceIndex;
   readonly health: GpuHealth;
+  /** Chooses whole GPUs (the topology policy). */
   readonly chooser: GpuChooser;
+  /** Chooses replicas, for a resource with time-slicing (default distributed). */
+  readonly sharedPolicy?: SharedAllocationPolicy;
   readonly allocateSettings: AllocateSettings;
 }
 
@@ -115,7 +119,7 @@ export class DevicePluginHandlers {
       GetPreferredAllocation: (call: ServerUnaryCall<M.PreferredAllocationRequest, M.PreferredAllocationResponse>, cb: sendUnaryData<M.PreferredAllocationResponse>) => {
         try {
           const st = this.state;
-          const answers = preferredAllocation(call.request.container_requests, st.index, st.chooser);
+          const answers = preferredAllocation(call.request.container_requests, st.index, st.chooser, st.sharedPolicy);
           if (this.log.enabled('debug')) this.log.debug('GetPreferredAllocation', { answers: answers.map((a) => a.join('+')) });
           cb(null, { container_responses: answers.map((deviceIDs) => ({ deviceIDs })) });
         } catch (err) {
@@ -126,7 +130,12 @@ export class DevicePluginHandlers {
         try {
           const st = this.state;
           const responses = allocate(call.request.container_requests, st.index, st.allocateSettings);
-          if (this.log.enabled('debug')) this.log.debug('Allocate', { visible: responses.map((r) => r.envs['NVIDIA_VISIBLE_DEVICES'] ?? '') });
+          if (this.log.enabled('debug')) {
+            this.log.debug('Allocate', {
+              visible: responses.map((r) => r.envs['NVIDIA_VISIBLE_DEVICES'] ?? ''),
+              cdi: responses.map((r) => [...Object.values(r.annotations), ...r.cdi_devices.map((d) => d.name)].join(' ')),
+            });
+          }
           cb(null, { container_responses: responses });
         } catch (err) {
           this.fail('Allocate', err, cb);

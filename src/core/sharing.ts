@@ -1,0 +1,212 @@
+// Time-slicing: a GPU advertised as several devices (replicas) so that several containers share it,
+// in NVIDIA's format (FACTS §3): replica IDs `<id>::<n>`, n from 0 to replicas-1, under the resource
+// named by the config (renamed to `<resource>.shared` with renameByDefault). GPUs a time-slicing
+// resource does not select stay whole under nvidia.com/gpu. Pure: plain data in, plain data out.
+import { MAX_DEVICE_ID_LENGTH, gpuDeviceId } from './devices.ts';
+import type { AdvertisedDevice, DeviceIdStrategy, Gpu } from './devices.ts';
+
+/** The resource whole GPUs are advertised as. */
+export const GPU_RESOURCE = 'nvidia.com/gpu';
+/** Vendor domain every resource of this plugin lives in (as in NVIDIA's plugin). */
+export const RESOURCE_DOMAIN = 'nvidia.com';
+/** Appended to a shared resource's name with renameByDefault. */
+export const SHARED_SUFFIX = '.shared';
+/** Between a GPU's ID and the replica number in a replica ID. */
+export const REPLICA_SEPARATOR = '::';
+/** Most replicas per GPU accepted: beyond this the device list stops being useful to the kubelet. */
+export const MAX_REPLICAS = 1024;
+/** Longest fully qualified resource name NVIDIA's plugin accepts. */
+export const MAX_RESOURCE_NAME_LENGTH = 63;
+
+/** Which GPUs a time-slicing resource replicates: all, the first N by index, or a list. */
+export type DeviceSelection =
+  | { readonly kind: 'all' }
+  | { readonly kind: 'count'; readonly count: number }
+  | { readonly kind: 'list'; readonly refs: readonly GpuRef[] };
+
+/** A GPU named in a config file: by NVML index or by UUID. */
+export type GpuRef = { readonly index: number } | { readonly uuid: string };
+
+export interface TimeSlicedResource {
+  /** The resource replicated (fully qualified; only nvidia.com/gpu exists without MIG). */
+  readonly name: string;
+  /** Name the replicas are advertised under (fully qualified), or null for `name`. */
+  readonly rename: string | null;
+  readonly replicas: number;
+  readonly devices: DeviceSelection;
+}
+
+export interface TimeSlicing {
+  readonly renameByDefault: boolean;
+  readonly failRequestsGreaterThanOne: boolean;
+  readonly resources: readonly TimeSlicedResource[];
+}
+
+export interface Sharing {
+  readonly timeSlicing: TimeSlicing | null;
+}
+
+export const NO_SHARING: Sharing = { timeSlicing: null };
+
+export type SharedAllocationPolicy = 'distributed' | 'packed';
+export const SHARED_ALLOCATION_POLICIES: readonly SharedAllocationPolicy[] = ['distributed', 'packed'];
+
+/** A problem with the sharing config that only shows against the node's GPUs; names the key path. */
+export class SharingError extends Error {
+  override name = 'SharingError';
+  readonly path: string;
+  constructor(path: string, message: string) {
+    super(`${path}: ${message}`);
+    this.path = path;
+  }
+}
+
+export function replicaId(base: string, replica: number): string {
+  return `${base}${REPLICA_SEPARATOR}${replica}`;
+}
+
+/** Splits `<id>::<n>`; null when the ID is not a replica ID (no separator, or n not a plain number). */
+export function parseReplicaId(id: string): { base: string; replica: number } | null {
+  const at = id.lastIndexOf(REPLICA_SEPARATOR);
+  if (at <= 0) return null;
+  const n = id.slice(at + REPLICA_SEPARATOR.length);
+  if (!/^(0|[1-9][0-9]{0,8})$/.test(n)) return null;
+  return { base: id.slice(0, at), replica: Number(n) };
+}
+
+/**
+ * A resource name as NVIDIA's config accepts it: `gpu` or `nvidia.com/gpu` (the domain is added when
+ * missing). Returns the fully qualified name, or a reason it is not one.
+ */
+export function qualifyResourceName(raw: string): { name: string } | { problem: string } {
+  const full = raw.startsWith(`${RESOURCE_DOMAIN}/`) ? raw : `${RESOURCE_DOMAIN}/${raw}`;
+  const local = full.slice(RESOURCE_DOMAIN.length + 1);
+  if (full.length > MAX_RESOURCE_NAME_LENGTH) return { problem: `${JSON.stringify(full)} is ${full.length} characters; at most ${MAX_RESOURCE_NAME_LENGTH} are allowed` };
+  if (!/^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/.test(local)) {
+    return { problem: `${JSON.stringify(raw)} is not a resource name; expected lower-case letters, digits, '-' and '.' after ${RESOURCE_DOMAIN}/ (e.g. gpu.shared)` };
+  }
+  return { name: full };
+}
+
+/** Name the replicas of a time-sliced resource are advertised under. */
+export function advertisedName(r: TimeSlicedResource, renameByDefault: boolean): string {
+  if (r.rename !== null) return r.rename;
+  return renameByDefault ? `${r.name}${SHARED_SUFFIX}` : r.name;
+}
+
+/** One resource to advertise: its own socket, registration and device list. */
+export interface PlannedResource {
+  readonly name: string;
+  readonly devices: readonly AdvertisedDevice[];
+  /** Some of its devices are time-slicing replicas. */
+  readonly shared: boolean;
+  /** A container may hold at most one replica of this resource (failRequestsGreaterThanOne). */
+  readonly failRequestsGreaterThanOne: boolean;
+}
+
+function checkId(id: string, gpu: Gpu): void {
+  if (id.length === 0 || id.length > MAX_DEVICE_ID_LENGTH) {
+    throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) has device ID ${JSON.stringify(id)} of ${id.length} characters; the kubelet accepts 1 to ${MAX_DEVICE_ID_LENGTH}`);
+  }
+}
+
+function select(sel: DeviceSelection, gpus: readonly Gpu[], path: string): number[] {
+  switch (sel.kind) {
+    case 'all':
+      return gpus.map((_, i) => i);
+    case 'count': {
+      if (sel.count > gpus.length) {
+        throw new SharingError(path, `${sel.count} GPUs asked for, but this node has ${gpus.length}`);
+      }
+      const byIndex = gpus.map((g, i) => ({ index: g.index, pos: i })).sort((a, b) => a.index - b.index);
+      return byIndex.slice(0, sel.count).map((x) => x.pos).sort((a, b) => a - b);
+    }
+    case 'list': {
+      const chosen: number[] = [];
+      sel.refs.forEach((ref, k) => {
+        const pos = 'index' in ref ? gpus.findIndex((g) => g.index === ref.index) : gpus.findIndex((g) => g.uuid === ref.uuid);
+        if (pos < 0) {
+          const what = 'index' in ref ? `GPU ${ref.index}` : `GPU ${ref.uuid}`;
+          const have = gpus.length === 0 ? 'none' : `indices ${gpus.map((g) => g.index).join(', ')}`;
+          throw new SharingError(`${path}[${k}]`, `${what} is not on this node (its GPUs: ${have})`);
+        }
+        if (chosen.includes(pos)) throw new SharingError(`${path}[${k}]`, `GPU ${gpus[pos]?.index} is listed twice`);
+        chosen.push(pos);
+      });
+      return chosen.sort((a, b) => a - b);
+    }
+  }
+}
+
+/**
+ * The resources to advertise for these GPUs: whole GPUs under nvidia.com/gpu, and the replicas of
+ * each time-sliced resource under its (possibly renamed) name. nvidia.com/gpu comes first when it
+ * has devices; a resource with no devices is not advertised. Throws SharingError naming the config
+ * key for selections that do not fit the node.
+ */
+export function planResources(gpus: readonly Gpu[], strategy: DeviceIdStrategy, sharing: Sharing): PlannedResource[] {
+  const ts = sharing.timeSlicing;
+  const seen = new Set<string>();
+  const whole = (pos: number): AdvertisedDevice => {
+    const gpu = gpus[pos] as Gpu;
+    const id = gpuDeviceId(gpu, strategy);
+    checkId(id, gpu);
+    if (seen.has(id)) throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) repeats device ID ${id}; every GPU needs its own`);
+    seen.add(id);
+    return { id, gpu: pos, runtimeName: id };
+  };
+  if (ts === null) {
+    return [{ name: GPU_RESOURCE, devices: gpus.map((_, i) => whole(i)), shared: false, failRequestsGreaterThanOne: false }];
+  }
+  const sharedBy = new Map<number, number>();
+  const byName = new Map<string, AdvertisedDevice[]>();
+  ts.resources.forEach((r, k) => {
+    const path = `sharing.timeSlicing.resources[${k}]`;
+    if (r.name !== GPU_RESOURCE) throw new SharingError(`${path}.name`, `${JSON.stringify(r.name)} is not a resource of this plugin; expected ${GPU_RESOURCE}`);
+    const chosen = select(r.devices, gpus, `${path}.devices`);
+    const target = advertisedName(r, ts.renameByDefault);
+    const list = byName.get(target) ?? [];
+    byName.set(target, list);
+    for (const pos of chosen) {
+      const earlier = sharedBy.get(pos);
+      if (earlier !== undefined) {
+        throw new SharingError(`${path}.devices`, `GPU ${gpus[pos]?.index} is already shared by sharing.timeSlicing.resources[${earlier}]; a GPU is time-sliced by one entry`);
+      }
+      sharedBy.set(pos, k);
+      const gpu = gpus[pos] as Gpu;
+      const base = gpuDeviceId(gpu, strategy);
+      for (let n = 0; n < r.replicas; n++) {
+        const id = replicaId(base, n);
+        checkId(id, gpu);
+        if (seen.has(id)) throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) repeats device ID ${id}; every GPU needs its own`);
+        seen.add(id);
+        list.push({ id, gpu: pos, runtimeName: base, replica: n });
+      }
+    }
+  });
+  const plain: AdvertisedDevice[] = [];
+  gpus.forEach((_, pos) => {
+    if (!sharedBy.has(pos)) plain.push(whole(pos));
+  });
+  const out: PlannedResource[] = [];
+  const gpuList = [...plain, ...(byName.get(GPU_RESOURCE) ?? [])];
+  const ordered = (ds: readonly AdvertisedDevice[]): AdvertisedDevice[] =>
+    [...ds].sort((a, b) => a.gpu - b.gpu || (a.replica ?? -1) - (b.replica ?? -1));
+  if (gpuList.length > 0) {
+    const shared = gpuList.some((d) => d.replica !== undefined);
+    out.push({ name: GPU_RESOURCE, devices: ordered(gpuList), shared, failRequestsGreaterThanOne: shared && ts.failRequestsGreaterThanOne });
+  }
+  for (const [name, ds] of byName) {
+    if (name === GPU_RESOURCE || ds.length === 0) continue;
+    out.push({ name, devices: ordered(ds), shared: true, failRequestsGreaterThanOne: ts.failRequestsGreaterThanOne });
+  }
+  return out;
+}
+
+/** One line describing a plan, for the log: `nvidia.com/gpu.shared=32 (8 GPUs x 4)`. */
+export function describePlan(plan: readonly PlannedResource[]): string {
+  return plan.map((r) => {
+    const gpus = new Set(r.devices.map((d) => d.gpu)).size;
+    return r.shared ? `${r.name}=${r.devices.length} (replicas of ${gpus} GPUs)` : `${r.name}=${r.devices.length}`;
+  }).join(', ');
+}

@@ -1,9 +1,22 @@
-// Options from the command line and the environment, with NVIDIA's plugin's names, env vars and
-// defaults where it has the option. Precedence: command line, then environment, then default.
+// Options from the command line, the environment and the config file, with NVIDIA's plugin's names,
+// env vars, config keys and defaults where it has the option. Precedence: command line, then
+// environment, then config file, then default. Options of NVIDIA's plugin that this one does not
+// support are refused by name with the reason, unless their value asks for nothing (e.g.
+// --gds-enabled=false), so they are never silently ignored.
+import { DEVICE_LIST_STRATEGIES, DEFAULT_CDI_ANNOTATION_PREFIX } from '../core/allocate.ts';
+import type { DeviceListStrategy } from '../core/allocate.ts';
 import { DEVICE_ID_STRATEGIES } from '../core/devices.ts';
 import type { DeviceIdStrategy } from '../core/devices.ts';
+import { NO_SHARING, SHARED_ALLOCATION_POLICIES } from '../core/sharing.ts';
+import type { SharedAllocationPolicy, Sharing } from '../core/sharing.ts';
 import { LOG_LEVELS } from '../system/log.ts';
 import type { LogLevel } from '../system/log.ts';
+import { OptionError, readConfigFile } from './config.ts';
+import type { ConfigFileValues, ConfigSchema, ConfigShape } from './config.ts';
+
+export { OptionError } from './config.ts';
+
+export type MigStrategy = 'none' | 'single' | 'mixed';
 
 export interface Options {
   kubeletSocket: string;
@@ -11,8 +24,17 @@ export interface Options {
   /** Root of the device nodes on the host; defaults to the driver root, as in NVIDIA's plugin. */
   devRoot: string;
   deviceIdStrategy: DeviceIdStrategy;
+  /** One or more; default ['envvar']. */
+  deviceListStrategy: readonly DeviceListStrategy[];
   passDeviceSpecs: boolean;
+  cdiAnnotationPrefix: string;
+  /** Only 'none' until MIG support lands (the others are refused with the reason). */
+  migStrategy: MigStrategy;
+  /** How replicas are picked for GetPreferredAllocation. */
+  sharedDevicesAllocationPolicy: SharedAllocationPolicy;
   failOnInitError: boolean;
+  /** The config file read, or null. */
+  configFile: string | null;
   logLevel: LogLevel;
   /** Seconds between checks that our socket is still ours (inotify can miss events). */
   socketCheckInterval: number;
@@ -25,57 +47,144 @@ export interface Options {
 }
 
 export type OptionKey = keyof Options;
-export type Origin = 'command line' | 'environment' | 'default';
+/** Where a value came from: `config file /etc/...` names the file. */
+export type Origin = 'command line' | 'environment' | 'default' | `config file ${string}`;
 
 type Kind =
   | { type: 'string'; path?: boolean }
   | { type: 'bool' }
-  | { type: 'enum'; values: readonly string[] }
+  /**
+   * One of `values`; with `multiple`, a comma-separated list of them (the flag may also be repeated).
+   * Values in `unsupported` are NVIDIA's but refused here, with the reason given.
+   */
+  | { type: 'enum'; values: readonly string[]; multiple?: boolean; unsupported?: Readonly<Record<string, string>> }
   | { type: 'seconds'; min: number; max: number };
 
 export interface OptionSpec {
   key: OptionKey;
   flag: string;
+  /** Other names of the flag (NVIDIA's older names). */
+  aliases?: readonly string[];
   env: string;
-  /** The default as text, or null when it is derived from another option. */
+  /** Key path in the config file, or absent when the file cannot set it. */
+  config?: string;
+  /** The default as text, or null when it is derived from another option or there is none. */
   default: string | null;
   kind: Kind;
   help: string;
 }
 
+const MIG_LATER = 'MIG devices are not supported by this plugin yet; only none is';
+
 export const OPTION_SPECS: readonly OptionSpec[] = [
-  { key: 'kubeletSocket', flag: 'kubelet-socket', env: 'KUBELET_SOCKET', default: '/var/lib/kubelet/device-plugins/kubelet.sock', kind: { type: 'string', path: true },
-    help: "the kubelet's registration socket; the plugin's own socket goes in the same directory" },
-  { key: 'driverRoot', flag: 'driver-root', env: 'NVIDIA_DRIVER_ROOT', default: '/', kind: { type: 'string', path: true },
+  { key: 'kubeletSocket', flag: 'kubelet-socket', env: 'KUBELET_SOCKET', config: 'flags.plugin.kubeletSocket', default: '/var/lib/kubelet/device-plugins/kubelet.sock', kind: { type: 'string', path: true },
+    help: "the kubelet's registration socket; the plugin's own sockets go in the same directory" },
+  { key: 'driverRoot', flag: 'driver-root', aliases: ['nvidia-driver-root'], env: 'NVIDIA_DRIVER_ROOT', config: 'flags.nvidiaDriverRoot', default: '/', kind: { type: 'string', path: true },
     help: 'root under which the NVIDIA driver is installed (its libnvidia-ml.so.1 is looked for there first)' },
-  { key: 'devRoot', flag: 'dev-root', env: 'NVIDIA_DEV_ROOT', default: null, kind: { type: 'string', path: true },
+  { key: 'devRoot', flag: 'dev-root', aliases: ['nvidia-dev-root'], env: 'NVIDIA_DEV_ROOT', config: 'flags.nvidiaDevRoot', default: null, kind: { type: 'string', path: true },
     help: 'root under which the NVIDIA device nodes live on the host (default: the driver root)' },
-  { key: 'deviceIdStrategy', flag: 'device-id-strategy', env: 'DEVICE_ID_STRATEGY', default: 'uuid', kind: { type: 'enum', values: DEVICE_ID_STRATEGIES },
+  { key: 'deviceIdStrategy', flag: 'device-id-strategy', env: 'DEVICE_ID_STRATEGY', config: 'flags.plugin.deviceIDStrategy', default: 'uuid', kind: { type: 'enum', values: DEVICE_ID_STRATEGIES },
     help: 'how GPUs are named to the kubelet and the container runtime' },
-  { key: 'passDeviceSpecs', flag: 'pass-device-specs', env: 'PASS_DEVICE_SPECS', default: 'false', kind: { type: 'bool' },
+  { key: 'deviceListStrategy', flag: 'device-list-strategy', env: 'DEVICE_LIST_STRATEGY', config: 'flags.plugin.deviceListStrategy', default: 'envvar', kind: { type: 'enum', values: DEVICE_LIST_STRATEGIES, multiple: true },
+    help: 'how the device list reaches the container runtime; several may be given, comma separated' },
+  { key: 'passDeviceSpecs', flag: 'pass-device-specs', env: 'PASS_DEVICE_SPECS', config: 'flags.plugin.passDeviceSpecs', default: 'false', kind: { type: 'bool' },
     help: 'also return the NVIDIA device nodes as DeviceSpecs in Allocate' },
-  { key: 'failOnInitError', flag: 'fail-on-init-error', env: 'FAIL_ON_INIT_ERROR', default: 'true', kind: { type: 'bool' },
+  { key: 'cdiAnnotationPrefix', flag: 'cdi-annotation-prefix', env: 'CDI_ANNOTATION_PREFIX', config: 'flags.plugin.cdiAnnotationPrefix', default: DEFAULT_CDI_ANNOTATION_PREFIX, kind: { type: 'string' },
+    help: 'prefix of the CDI annotation key (device-list strategy cdi-annotations)' },
+  { key: 'migStrategy', flag: 'mig-strategy', env: 'MIG_STRATEGY', config: 'flags.migStrategy', default: 'none', kind: { type: 'enum', values: ['none', 'single', 'mixed'], unsupported: { single: MIG_LATER, mixed: MIG_LATER } },
+    help: 'how MIG devices are exposed; only none for now' },
+  { key: 'sharedDevicesAllocationPolicy', flag: 'shared-devices-allocation-policy', env: 'SHARED_DEVICES_ALLOCATION_POLICY', config: 'flags.plugin.sharedDevicesAllocationPolicy', default: 'distributed', kind: { type: 'enum', values: SHARED_ALLOCATION_POLICIES },
+    help: 'how time-sliced replicas are preferred: distributed spreads them over the GPUs, packed fills one GPU before the next' },
+  { key: 'failOnInitError', flag: 'fail-on-init-error', env: 'FAIL_ON_INIT_ERROR', config: 'flags.failOnInitError', default: 'true', kind: { type: 'bool' },
     help: 'exit when NVML cannot be loaded or initialised; false keeps running and retries' },
-  { key: 'logLevel', flag: 'log-level', env: 'LOG_LEVEL', default: 'info', kind: { type: 'enum', values: LOG_LEVELS },
+  { key: 'configFile', flag: 'config-file', env: 'CONFIG_FILE', default: null, kind: { type: 'string', path: true },
+    help: "config file in NVIDIA's v1 format (YAML or JSON): flags and sharing.timeSlicing; none by default; SIGHUP re-reads it" },
+  { key: 'logLevel', flag: 'log-level', env: 'LOG_LEVEL', config: 'flags.logLevel', default: 'info', kind: { type: 'enum', values: LOG_LEVELS },
     help: 'least severe log level written to stderr' },
-  { key: 'socketCheckInterval', flag: 'socket-check-interval', env: 'SOCKET_CHECK_INTERVAL', default: '5', kind: { type: 'seconds', min: 0.1, max: 3600 },
+  { key: 'socketCheckInterval', flag: 'socket-check-interval', env: 'SOCKET_CHECK_INTERVAL', config: 'flags.socketCheckInterval', default: '5', kind: { type: 'seconds', min: 0.1, max: 3600 },
     help: 'seconds between checks that the plugin socket still exists and is ours' },
-  { key: 'healthProbeInterval', flag: 'health-probe-interval', env: 'HEALTH_PROBE_INTERVAL', default: '5', kind: { type: 'seconds', min: 0.05, max: 3600 },
+  { key: 'healthProbeInterval', flag: 'health-probe-interval', env: 'HEALTH_PROBE_INTERVAL', config: 'flags.healthProbeInterval', default: '5', kind: { type: 'seconds', min: 0.05, max: 3600 },
     help: 'seconds between NVML probes of each GPU; a GPU that answers GPU_IS_LOST is marked unhealthy' },
-  { key: 'healthRecovery', flag: 'health-recovery', env: 'HEALTH_RECOVERY', default: 'false', kind: { type: 'bool' },
+  { key: 'healthRecovery', flag: 'health-recovery', env: 'HEALTH_RECOVERY', config: 'flags.healthRecovery', default: 'false', kind: { type: 'bool' },
     help: "let a GPU made unhealthy by an XID recover after the quiet period (NVIDIA's plugin never does; lost GPUs never recover)" },
-  { key: 'healthRecoveryQuietPeriod', flag: 'health-recovery-quiet-period', env: 'HEALTH_RECOVERY_QUIET_PERIOD', default: '300', kind: { type: 'seconds', min: 0.05, max: 86400 },
+  { key: 'healthRecoveryQuietPeriod', flag: 'health-recovery-quiet-period', env: 'HEALTH_RECOVERY_QUIET_PERIOD', config: 'flags.healthRecoveryQuietPeriod', default: '300', kind: { type: 'seconds', min: 0.05, max: 86400 },
     help: 'seconds of normal NVML answers with no new critical XID before a GPU recovers (with --health-recovery)' },
 ];
 
-export class OptionError extends Error {
-  override name = 'OptionError';
+/** An option of NVIDIA's plugin that this plugin does not have. */
+export interface UnsupportedOption {
+  flag: string;
+  aliases: readonly string[];
+  envs: readonly string[];
+  /** Its key path in NVIDIA's config file, if it has one. */
+  config: string | null;
+  bool: boolean;
+  /** Values that ask for nothing this plugin lacks (NVIDIA's default or off): accepted. */
+  inert: readonly string[];
+  reason: string;
 }
 
-const TRUE = new Set(['true', '1', 'yes', 'on']);
-const FALSE = new Set(['false', '0', 'no', 'off']);
+const NO_CDI_SPECS = 'this plugin does not write CDI specs; generate them with `nvidia-ctk cdi generate` (vendor k8s.device-plugin.nvidia.com, class gpu)';
 
-function convert(spec: OptionSpec, raw: string, where: string): string | boolean | number {
+export const UNSUPPORTED_OPTIONS: readonly UnsupportedOption[] = [
+  { flag: 'gds-enabled', aliases: [], envs: ['GDS_ENABLED'], config: 'flags.gdsEnabled', bool: true, inert: ['false'],
+    reason: 'GPUDirect Storage is not requested for containers by this plugin (set NVIDIA_GDS=enabled in the pod instead)' },
+  { flag: 'mofed-enabled', aliases: [], envs: ['MOFED_ENABLED'], config: 'flags.mofedEnabled', bool: true, inert: ['false'],
+    reason: 'MOFED is not requested for containers by this plugin (set NVIDIA_MOFED=enabled in the pod instead)' },
+  { flag: 'gdrcopy-enabled', aliases: [], envs: ['GDRCOPY_ENABLED'], config: 'flags.gdrcopyEnabled', bool: true, inert: ['false'],
+    reason: 'GDRCopy is not requested for containers by this plugin (set NVIDIA_GDRCOPY=enabled in the pod instead)' },
+  { flag: 'mps-root', aliases: [], envs: ['MPS_ROOT'], config: 'flags.mpsRoot', bool: false, inert: [''],
+    reason: 'MPS sharing is not supported; share GPUs with sharing.timeSlicing in the config file' },
+  { flag: 'device-discovery-strategy', aliases: [], envs: ['DEVICE_DISCOVERY_STRATEGY'], config: 'flags.deviceDiscoveryStrategy', bool: false, inert: ['auto', 'nvml'],
+    reason: 'GPUs are always found through NVML here (auto and nvml are accepted; tegra is not)' },
+  { flag: 'nvidia-cdi-hook-path', aliases: ['nvidia-ctk-path'], envs: ['NVIDIA_CDI_HOOK_PATH', 'NVIDIA_CTK_PATH'], config: 'flags.plugin.nvidiaCTKPath', bool: false, inert: ['/usr/bin/nvidia-ctk'],
+    reason: NO_CDI_SPECS },
+  { flag: 'driver-root-ctr-path', aliases: ['container-driver-root'], envs: ['DRIVER_ROOT_CTR_PATH', 'CONTAINER_DRIVER_ROOT'], config: 'flags.plugin.containerDriverRoot', bool: false, inert: ['/driver-root'],
+    reason: NO_CDI_SPECS },
+  { flag: 'cdi-feature-flags', aliases: [], envs: ['CDI_FEATURE_FLAGS'], config: 'flags.plugin.cdiFeatureFlags', bool: false, inert: [''],
+    reason: NO_CDI_SPECS },
+  { flag: 'imex-channel-ids', aliases: [], envs: ['IMEX_CHANNEL_IDS'], config: 'imex.channelIDs', bool: false, inert: [''],
+    reason: 'IMEX channels are not injected into containers by this plugin' },
+  { flag: 'imex-required', aliases: [], envs: ['IMEX_REQUIRED'], config: 'imex.required', bool: true, inert: ['false'],
+    reason: 'IMEX channels are not injected into containers by this plugin' },
+];
+
+/** Keys of NVIDIA's config file read by GPU feature discovery, not by a device plugin. */
+const GFD_KEYS = ['flags.gfd', 'flags.useNodeFeatureAPI'];
+
+function shapeOf(spec: OptionSpec): ConfigShape {
+  switch (spec.kind.type) {
+    case 'bool': return 'bool';
+    case 'seconds': return 'number';
+    case 'enum': return spec.kind.multiple === true ? 'strings' : 'string';
+    case 'string': return 'string';
+  }
+}
+
+function isInert(u: UnsupportedOption, raw: string): boolean {
+  if (u.bool) return FALSE.has(raw.toLowerCase());
+  return u.inert.includes(raw);
+}
+
+/** The config file's keys, from the tables above. */
+export const CONFIG_SCHEMA: ConfigSchema = {
+  options: OPTION_SPECS.flatMap((s) => (s.config === undefined ? [] : [{ path: s.config, key: s.key, shape: shapeOf(s) }])),
+  unsupported: UNSUPPORTED_OPTIONS.flatMap((u) => (u.config === null ? [] : [{
+    path: u.config,
+    shape: u.bool ? 'bool' as const : u.config === 'imex.channelIDs' ? 'ints' as const : 'string' as const,
+    flag: u.flag,
+    inert: (raw: string) => isInert(u, raw),
+    reason: u.reason,
+  }])),
+  foreign: GFD_KEYS.map((path) => ({ path, reader: 'GPU feature discovery' })),
+};
+
+const TRUE = new Set(['true', '1', 'yes', 'on', 't']);
+const FALSE = new Set(['false', '0', 'no', 'off', 'f']);
+
+type Value = string | boolean | number | readonly string[];
+
+function convert(spec: OptionSpec, raw: string, where: string): Value {
   const k = spec.kind;
   switch (k.type) {
     case 'string':
@@ -88,12 +197,24 @@ function convert(spec: OptionSpec, raw: string, where: string): string | boolean
       if (FALSE.has(v)) return false;
       throw new OptionError(`${where}: ${JSON.stringify(raw)} is not a boolean; expected true or false`);
     }
-    case 'enum':
-      if (!k.values.includes(raw)) throw new OptionError(`${where}: ${JSON.stringify(raw)} is not allowed; expected one of ${k.values.join(', ')}`);
-      return raw;
+    case 'enum': {
+      const one = (v: string): string => {
+        const why = k.unsupported?.[v];
+        if (why !== undefined) throw new OptionError(`${where}: ${JSON.stringify(v)} is not supported: ${why}`);
+        if (!k.values.includes(v)) {
+          const shown = k.multiple === true && v !== raw ? `${JSON.stringify(v)} (in ${JSON.stringify(raw)})` : JSON.stringify(v);
+          throw new OptionError(`${where}: ${shown} is not allowed; expected ${k.multiple === true ? 'one or more of' : 'one of'} ${k.values.join(', ')}`);
+        }
+        return v;
+      };
+      if (k.multiple !== true) return one(raw);
+      const parts = raw.split(',').map((p) => p.trim());
+      if (parts.some((p) => p === '')) throw new OptionError(`${where}: ${JSON.stringify(raw)} has an empty entry; expected one or more of ${k.values.join(', ')}, comma separated`);
+      return [...new Set(parts.map(one))];
+    }
     case 'seconds': {
       const n = Number(raw.endsWith('s') ? raw.slice(0, -1) : raw);
-      if (!Number.isFinite(n) || n < k.min || n > k.max) {
+      if (raw.trim() === '' || !Number.isFinite(n) || n < k.min || n > k.max) {
         throw new OptionError(`${where}: ${JSON.stringify(raw)} is not a number of seconds from ${k.min} to ${k.max}`);
       }
       return n;
@@ -104,42 +225,100 @@ function convert(spec: OptionSpec, raw: string, where: string): string | boolean
 export interface ParsedOptions {
   options: Options;
   origins: Record<OptionKey, Origin>;
+  /** Time-slicing from the config file (none without one). */
+  sharing: Sharing;
+  /** Config file keys present but meant for another program (GPU feature discovery). */
+  foreignConfigKeys: readonly string[];
 }
 
-/** Parses flags (`--name value`, `--name=value`, bare `--bool-flag`) and env vars. */
-export function parseOptions(argv: readonly string[], env: Readonly<Record<string, string | undefined>>): ParsedOptions {
-  const byFlag = new Map(OPTION_SPECS.map((s) => [s.flag, s]));
-  const fromFlags = new Map<OptionKey, string | boolean | number>();
+export interface ParseDeps {
+  /** Reads the config file (default: the file system). */
+  readFile?: (path: string) => string;
+}
+
+function refuseUnsupported(u: UnsupportedOption, raw: string, where: string): void {
+  if (!isInert(u, raw)) {
+    throw new OptionError(`${where}: not supported by this plugin (NVIDIA's --${u.flag}): ${u.reason}`);
+  }
+}
+
+/**
+ * Resolves every option: flags (`--name value`, `--name=value`, bare `--bool-flag`), then env vars,
+ * then the config file named by --config-file or CONFIG_FILE (read here), then defaults.
+ * Throws OptionError (ConfigError for the file) naming the flag, variable or key path at fault.
+ */
+export function parseOptions(argv: readonly string[], env: Readonly<Record<string, string | undefined>>, deps: ParseDeps = {}): ParsedOptions {
+  const byFlag = new Map<string, OptionSpec>();
+  for (const s of OPTION_SPECS) {
+    byFlag.set(s.flag, s);
+    for (const a of s.aliases ?? []) byFlag.set(a, s);
+  }
+  const unsupportedByFlag = new Map<string, UnsupportedOption>();
+  for (const u of UNSUPPORTED_OPTIONS) for (const f of [u.flag, ...u.aliases]) unsupportedByFlag.set(f, u);
+
+  const fromFlags = new Map<OptionKey, Value>();
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] ?? '';
     if (!arg.startsWith('--')) throw new OptionError(`unexpected argument ${JSON.stringify(arg)}; options are written --name=value (see --help)`);
     const eq = arg.indexOf('=');
     const name = arg.slice(2, eq < 0 ? undefined : eq);
     const spec = byFlag.get(name);
-    if (spec === undefined) throw new OptionError(`unknown option --${name}; see --help for the options this plugin has`);
+    const unsupported = unsupportedByFlag.get(name);
+    if (spec === undefined && unsupported === undefined) throw new OptionError(`unknown option --${name}; see --help for the options this plugin has`);
+    const isBool = spec === undefined ? unsupported?.bool === true : spec.kind.type === 'bool';
     let raw: string;
     if (eq >= 0) raw = arg.slice(eq + 1);
-    else if (spec.kind.type === 'bool' && (argv[i + 1] === undefined || argv[i + 1]?.startsWith('--'))) raw = 'true';
+    else if (isBool && (argv[i + 1] === undefined || argv[i + 1]?.startsWith('--'))) raw = 'true';
     else {
       const next = argv[i + 1];
       if (next === undefined) throw new OptionError(`--${name} needs a value`);
       raw = next;
       i++;
     }
-    if (fromFlags.has(spec.key)) throw new OptionError(`--${name} is given more than once`);
-    fromFlags.set(spec.key, convert(spec, raw, `--${name}`));
+    if (spec === undefined) {
+      if (unsupported !== undefined) refuseUnsupported(unsupported, raw, `--${name}`);
+      continue;
+    }
+    const value = convert(spec, raw, `--${name}`);
+    const earlier = fromFlags.get(spec.key);
+    if (earlier !== undefined) {
+      // A list flag may be repeated (as NVIDIA's), adding to the list; any other only once.
+      if (Array.isArray(earlier) && Array.isArray(value)) fromFlags.set(spec.key, [...new Set([...(earlier as string[]), ...(value as string[])])]);
+      else throw new OptionError(`--${name} is given more than once`);
+    } else fromFlags.set(spec.key, value);
   }
-  const values: Partial<Record<OptionKey, string | boolean | number>> = {};
+  for (const u of UNSUPPORTED_OPTIONS) {
+    for (const e of u.envs) {
+      const v = env[e];
+      if (v !== undefined && v !== '') refuseUnsupported(u, v, `environment variable ${e}`);
+    }
+  }
+
+  // The config file is named on the command line or in the environment, never in itself.
+  const fileSpec = OPTION_SPECS.find((s) => s.key === 'configFile') as OptionSpec;
+  let configFile: string | null = null;
+  const flagFile = fromFlags.get('configFile');
+  const envFile = env[fileSpec.env];
+  if (typeof flagFile === 'string') configFile = flagFile;
+  else if (envFile !== undefined && envFile !== '') configFile = convert(fileSpec, envFile, `environment variable ${fileSpec.env}`) as string;
+  let file: ConfigFileValues | undefined;
+  if (configFile !== null) file = readConfigFile(configFile, CONFIG_SCHEMA, deps.readFile);
+
+  const values: Partial<Record<OptionKey, Value | null>> = {};
   const origins = {} as Record<OptionKey, Origin>;
   for (const spec of OPTION_SPECS) {
     const flagValue = fromFlags.get(spec.key);
     const envValue = env[spec.env];
+    const fileValue = file?.values.get(spec.key);
     if (flagValue !== undefined) {
       values[spec.key] = flagValue;
       origins[spec.key] = 'command line';
     } else if (envValue !== undefined && envValue !== '') {
       values[spec.key] = convert(spec, envValue, `environment variable ${spec.env}`);
       origins[spec.key] = 'environment';
+    } else if (file !== undefined && fileValue !== undefined) {
+      values[spec.key] = convert(spec, fileValue.raw, `config file ${file.file}: ${fileValue.path}`);
+      origins[spec.key] = `config file ${file.file}`;
     } else if (spec.default !== null) {
       values[spec.key] = convert(spec, spec.default, `default of --${spec.flag}`);
       origins[spec.key] = 'default';
@@ -148,7 +327,29 @@ export function parseOptions(argv: readonly string[], env: Readonly<Record<strin
     }
   }
   if (values.devRoot === undefined) values.devRoot = values.driverRoot ?? '/';
-  return { options: values as Options, origins };
+  if (values.configFile === undefined) values.configFile = null;
+  return {
+    options: values as Options,
+    origins,
+    sharing: file?.sharing ?? NO_SHARING,
+    foreignConfigKeys: file?.foreign ?? [],
+  };
+}
+
+/** parseOptions under the name the issue gave it: options, origins and sharing, config file read. */
+export const resolveOptions = parseOptions;
+
+/** Options that a config reload cannot change in a running plugin (they need a restart). */
+export const RESTART_ONLY_OPTIONS: readonly OptionKey[] = [
+  'kubeletSocket', 'driverRoot', 'failOnInitError', 'configFile', 'logLevel', 'socketCheckInterval',
+  'healthProbeInterval', 'healthRecovery', 'healthRecoveryQuietPeriod', 'migStrategy',
+];
+
+/** Shows an option's value: lists comma-joined, null as "none". */
+export function showOption(v: Options[OptionKey]): string {
+  if (v === null) return 'none';
+  if (Array.isArray(v)) return v.join(',');
+  return String(v);
 }
 
 export function helpText(version: string): string {
@@ -158,13 +359,25 @@ export function helpText(version: string): string {
     'Usage: gpu-device-plugin [options]',
     '       gpu-device-plugin --version | --help',
     '',
-    'Options (command line beats environment, which beats the default):',
+    'Options (command line beats environment, which beats the config file, which beats the default):',
   ];
   for (const s of OPTION_SPECS) {
-    const values = s.kind.type === 'enum' ? ` (${s.kind.values.join('|')})` : s.kind.type === 'bool' ? ' (true|false)' : '';
-    lines.push(`  --${s.flag}${values}`);
+    const k = s.kind;
+    const values = k.type === 'enum' ? ` (${k.values.filter((v) => k.unsupported?.[v] === undefined).join('|')}${k.multiple === true ? ', comma separated' : ''})` : k.type === 'bool' ? ' (true|false)' : '';
+    const names = [s.flag, ...(s.aliases ?? [])].map((n) => `--${n}`).join(', ');
+    lines.push(`  ${names}${values}`);
     lines.push(`      ${s.help}`);
-    lines.push(`      env ${s.env}; default ${s.default ?? 'see above'}`);
+    lines.push(`      env ${s.env}; default ${s.default ?? 'see above'}${s.config === undefined ? '' : `; config file ${s.config}`}`);
+  }
+  lines.push('', 'Config file (--config-file): NVIDIA\'s v1 format, YAML or JSON, e.g.',
+    '  version: v1',
+    '  flags: { migStrategy: none, plugin: { deviceListStrategy: [envvar], deviceIDStrategy: uuid } }',
+    '  sharing: { timeSlicing: { renameByDefault: false, resources: [{ name: nvidia.com/gpu, replicas: 4 }] } }',
+    'SIGHUP re-reads it: a valid change is applied and the resources registered again; an invalid one',
+    'is logged and the running configuration kept.');
+  lines.push('', 'Options of NVIDIA\'s plugin refused here (unless off or at NVIDIA\'s default):');
+  for (const u of UNSUPPORTED_OPTIONS) {
+    lines.push(`  ${[u.flag, ...u.aliases].map((n) => `--${n}`).join(', ')} (env ${u.envs.join(', ')}): ${u.reason}`);
   }
   lines.push('', 'Environment only (NVIDIA\'s names and meanings):',
     '  DP_DISABLE_HEALTHCHECKS  "all" (or "xids") turns health checks off; otherwise extra XIDs to ignore, e.g. 74,79',

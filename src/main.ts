@@ -1,16 +1,19 @@
-// The composition root: options → NVML → device state → gRPC server → registration, and back down
-// on SIGTERM. Everything with a decision in it lives in core/; everything that touches the world in
-// the adapters; this file only wires them.
+// The composition root: options → NVML → device state → one gRPC server and registration per
+// advertised resource, and back down on SIGTERM; SIGHUP re-reads the config file. Everything with a
+// decision in it lives in core/; everything that touches the world in the adapters; this file only
+// wires them.
 import { access, constants as fsConstants } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { API_VERSION } from './api/messages.ts';
-import { helpText, parseOptions } from './cli/options.ts';
-import type { Options } from './cli/options.ts';
+import { OPTION_SPECS, RESTART_ONLY_OPTIONS, helpText, parseOptions, showOption } from './cli/options.ts';
+import type { OptionKey, Options, ParsedOptions } from './cli/options.ts';
 import { CONTROL_DEVICE_NODES, hostPath, indexDevices } from './core/allocate.ts';
-import { countHealthy, wholeGpuDevices } from './core/devices.ts';
-import type { Health } from './core/devices.ts';
+import { countHealthyGpus } from './core/devices.ts';
+import type { Gpu } from './core/devices.ts';
 import { describeHealthSettings, parseHealthSettings } from './core/health.ts';
 import type { HealthSettings } from './core/health.ts';
+import { GPU_RESOURCE, describePlan, planResources } from './core/sharing.ts';
+import type { PlannedResource } from './core/sharing.ts';
 import { PreferredPolicy, buildScoreMatrix } from './core/topology.ts';
 import { registerWithKubelet } from './kubelet/registration.ts';
 import { Registrar } from './kubelet/registrar.ts';
@@ -30,7 +33,7 @@ import type { Notifier } from './system/notify.ts';
 import type { Koffi } from './system/native.ts';
 import { VERSION, versionText } from './system/version.ts';
 
-export const RESOURCE_NAME = 'nvidia.com/gpu';
+export const RESOURCE_NAME = GPU_RESOURCE;
 
 /** Socket file of a resource: gpu-device-plugin-<name without the vendor domain>.sock */
 export function socketFileName(resource: string): string {
@@ -84,10 +87,43 @@ async function openNvml(koffi: Koffi, opts: Options, log: Logger, stopping: () =
   }
 }
 
-async function run(opts: Options, healthSettings: HealthSettings, log: Logger, onStopRequest: (fn: () => Promise<void>) => void): Promise<Running | undefined> {
+/** One advertised resource: its socket, gRPC server, registration loop and directory watcher. */
+interface ResourceRuntime {
+  readonly name: string;
+  readonly socketPath: string;
+  readonly handlers: DevicePluginHandlers;
+  /** Set right after the runtime is made (their callbacks refer to it). */
+  registrar: Registrar | undefined;
+  watcher: SocketDirWatcher | undefined;
+  server: PluginServer | undefined;
+  attemptedKubelet: string | null;
+  registered: boolean;
+}
+
+interface Running {
+  stop(): Promise<void>;
+  /** Re-reads the config file and applies a valid change; logs and keeps the running one otherwise. */
+  reload(): Promise<void>;
+}
+
+interface RunInput {
+  argv: readonly string[];
+  env: Readonly<Record<string, string | undefined>>;
+  parsed: ParsedOptions;
+  healthSettings: HealthSettings;
+  log: Logger;
+  onStopRequest: (fn: () => Promise<void>) => void;
+}
+
+const flagOf = (key: OptionKey): string => `--${OPTION_SPECS.find((s) => s.key === key)?.flag ?? key}`;
+
+async function run(input: RunInput): Promise<Running | undefined> {
+  const { healthSettings, log } = input;
+  let opts: Options = input.parsed.options;
+  let sharing = input.parsed.sharing;
   let stopping = false;
   let running: Running | undefined;
-  onStopRequest(async () => {
+  input.onStopRequest(async () => {
     stopping = true;
     if (running !== undefined) await running.stop();
   });
@@ -125,6 +161,7 @@ async function run(opts: Options, healthSettings: HealthSettings, log: Logger, o
     nvml.shutdown();
     return undefined;
   }
+  const gpus: readonly Gpu[] = found.gpus;
   // Topology is read once; the policy answers every GetPreferredAllocation from it without NVML.
   const links = readLinks(nvml, found, log);
   const scores = buildScoreMatrix(links.gpus, (i, j) => links.pcie[i]?.[j] ?? -1);
@@ -132,37 +169,54 @@ async function run(opts: Options, healthSettings: HealthSettings, log: Logger, o
   let nvlinkPairs = 0;
   for (let i = 0; i < scores.size; i++) for (let j = i + 1; j < scores.size; j++) if (scores.nvlinks(i, j) > 0) nvlinkPairs++;
   log.info('topology read', { gpus: scores.size, nvlink_pairs: nvlinkPairs });
-  const devices = wholeGpuDevices(found.gpus, opts.deviceIdStrategy);
-  const health: Health[] = found.gpus.map(() => 'Healthy');
-  const state: PluginState = {
-    gpus: found.gpus,
-    devices,
-    index: indexDevices(devices, found.gpus),
-    health,
-    chooser: policy,
-    allocateSettings: {
-      passDeviceSpecs: opts.passDeviceSpecs,
-      devRoot: opts.devRoot,
-      presentControlDevices: opts.passDeviceSpecs ? await presentControlDevices(opts.devRoot) : [],
-    },
-  };
-  for (const g of found.gpus) {
+  for (const g of gpus) {
     log.info('GPU found', { index: g.index, uuid: g.uuid, name: g.name, bus: g.busId, numa: g.numaNode, memory_mib: Math.round(g.memoryBytes / 1048576) });
   }
-  const handlers = new DevicePluginHandlers(state, log);
+  let plan: PlannedResource[];
+  try {
+    plan = planResources(gpus, opts.deviceIdStrategy, sharing);
+  } catch (err) {
+    nvml.shutdown();
+    throw new Error(opts.configFile === null ? errorText(err) : `config file ${opts.configFile}: ${errorText(err)}`, { cause: err });
+  }
+  let controlDevices = opts.passDeviceSpecs ? await presentControlDevices(opts.devRoot) : [];
+  log.info('advertising', { resources: describePlan(plan), device_list_strategy: opts.deviceListStrategy.join(','), device_id_strategy: opts.deviceIdStrategy });
+
+  const resources = new Map<string, ResourceRuntime>();
   let registeredOnce = false;
   const status = (): string => {
-    const h = handlers.current.health;
-    return `STATUS=${registeredOnce ? 'registered' : 'waiting for the kubelet'}; ${countHealthy(devices, h)} of ${devices.length} GPUs healthy`;
+    const h = monitor.health();
+    return `STATUS=${registeredOnce ? 'registered' : 'waiting for the kubelet'}; ${countHealthyGpus(h)} of ${gpus.length} GPUs healthy`;
   };
-  const monitor = new HealthMonitor(found.gpus, healthSettings, {
+  // Health lives per GPU in the monitor, which outlives reloads; every device of a GPU (whole or
+  // replica) takes that GPU's health.
+  const monitor: HealthMonitor = new HealthMonitor(gpus, healthSettings, {
     enabled: opts.healthRecovery,
     quietMs: opts.healthRecoveryQuietPeriod * 1000,
   }, log, (h) => {
-    handlers.update({ ...handlers.current, health: h });
-    log.info('device counts', { healthy: countHealthy(devices, h), total: devices.length });
+    for (const rt of resources.values()) rt.handlers.update({ ...rt.handlers.current, health: h });
+    log.info('device counts', { healthy: countHealthyGpus(h), total: gpus.length });
     notifier.notify(status());
   });
+
+  const stateFor = (r: PlannedResource): PluginState => ({
+    gpus,
+    devices: r.devices,
+    index: indexDevices(r.devices, gpus),
+    health: monitor.health(),
+    chooser: policy,
+    sharedPolicy: opts.sharedDevicesAllocationPolicy,
+    allocateSettings: {
+      passDeviceSpecs: opts.passDeviceSpecs,
+      devRoot: opts.devRoot,
+      presentControlDevices: controlDevices,
+      deviceListStrategies: opts.deviceListStrategy,
+      cdiAnnotationPrefix: opts.cdiAnnotationPrefix,
+      failRequestsGreaterThanOne: r.failRequestsGreaterThanOne,
+      resourceName: r.name,
+    },
+  });
+
   let watcher: EventWatcher | undefined;
   const watchHealth = !healthSettings.allDisabled || healthSettings.enabledXids.size > 0 || healthSettings.allEnabled;
   log.info('health checks', { settings: describeHealthSettings(healthSettings), recovery: opts.healthRecovery ? `${opts.healthRecoveryQuietPeriod}s` : 'off' });
@@ -173,7 +227,7 @@ async function run(opts: Options, healthSettings: HealthSettings, log: Logger, o
     if (watcher !== undefined || !watchHealth || stopping) return;
     watcher = EventWatcher.start({
       library: nvml.libraryPath,
-      gpus: found.gpus.map((g) => ({ nvmlIndex: g.index, uuid: g.uuid })),
+      gpus: gpus.map((g) => ({ nvmlIndex: g.index, uuid: g.uuid })),
       probeIntervalMs: opts.healthProbeInterval * 1000,
       waitTimeoutMs: 200,
       log,
@@ -182,7 +236,7 @@ async function run(opts: Options, healthSettings: HealthSettings, log: Logger, o
       writeLine: (line) => process.stderr.write(line),
       onReady: (watched, unsupported) => {
         for (const pos of unsupported) {
-          const g = found.gpus[pos];
+          const g = gpus[pos];
           log.warn('GPU supports no health events; watched by the probe only', { gpu: g?.index, uuid: g?.uuid });
         }
         log.info('watching GPU health', { event_gpus: watched.length, probe_s: opts.healthProbeInterval });
@@ -192,71 +246,140 @@ async function run(opts: Options, healthSettings: HealthSettings, log: Logger, o
     });
   };
   setTimeout(startWatcher, 2000).unref();
-  const socketPath = join(dirname(opts.kubeletSocket), socketFileName(RESOURCE_NAME));
-  let server: PluginServer | undefined;
-  let attemptedKubelet: string | null = null;
 
-  const ensureServing = async (): Promise<void> => {
-    if (server !== undefined && (await server.stillOurs())) return;
-    if (server !== undefined) {
-      // Stop the old server first: closing a unix listener unlinks its path, which must not be the new one.
-      handlers.endStreams();
-      await server.stop();
-      server = undefined;
-    }
-    server = await PluginServer.start(socketPath, handlers);
-    log.debug('serving', { socket: socketPath });
+  const startResource = (r: PlannedResource): ResourceRuntime => {
+    const socketPath = join(dirname(opts.kubeletSocket), socketFileName(r.name));
+    const rlog = log.child({ resource: r.name });
+    const handlers = new DevicePluginHandlers(stateFor(r), rlog);
+    const rt: ResourceRuntime = { name: r.name, socketPath, handlers, registrar: undefined, watcher: undefined, server: undefined, attemptedKubelet: null, registered: false };
+    const ensureServing = async (): Promise<void> => {
+      if (rt.server !== undefined && (await rt.server.stillOurs())) return;
+      if (rt.server !== undefined) {
+        // Stop the old server first: closing a unix listener unlinks its path, which must not be the new one.
+        handlers.endStreams();
+        await rt.server.stop();
+        rt.server = undefined;
+      }
+      rt.server = await PluginServer.start(socketPath, handlers);
+      rlog.debug('serving', { socket: socketPath });
+    };
+    const registrar = new Registrar({
+      log: rlog,
+      ensureServing,
+      register: async () => {
+        rt.attemptedKubelet = await fileIdentity(opts.kubeletSocket);
+        await registerWithKubelet(opts.kubeletSocket, {
+          version: API_VERSION,
+          endpoint: basename(socketPath),
+          resource_name: r.name,
+          options: PLUGIN_OPTIONS,
+        }, 10000);
+      },
+      upToDate: async () =>
+        rt.server !== undefined && (await rt.server.stillOurs()) && (await fileIdentity(opts.kubeletSocket)) === rt.attemptedKubelet,
+      onRegistered: () => {
+        rt.registered = true;
+        if (!registeredOnce && [...resources.values()].every((x) => x.registered)) {
+          registeredOnce = true;
+          notifier.notify(`READY=1\n${status()}`);
+        } else notifier.notify(status());
+        startWatcher();
+        rlog.debug('device counts', { devices: rt.handlers.current.devices.length, healthy_gpus: countHealthyGpus(monitor.health()), ms_since_start: Math.round(performance.now()) });
+      },
+    });
+    const dirWatcher = new SocketDirWatcher({
+      kubeletSocket: opts.kubeletSocket,
+      pluginSocket: socketPath,
+      servedIdentity: () => rt.server?.identity ?? null,
+      attemptedKubelet: () => rt.attemptedKubelet,
+      onChange: (reason) => registrar.kick(reason),
+      checkIntervalMs: opts.socketCheckInterval * 1000,
+      log: rlog,
+    });
+    rt.registrar = registrar;
+    rt.watcher = dirWatcher;
+    resources.set(r.name, rt);
+    dirWatcher.start();
+    registrar.kick('start');
+    return rt;
   };
 
-  const registrar = new Registrar({
-    log,
-    ensureServing,
-    register: async () => {
-      attemptedKubelet = await fileIdentity(opts.kubeletSocket);
-      await registerWithKubelet(opts.kubeletSocket, {
-        version: API_VERSION,
-        endpoint: basename(socketPath),
-        resource_name: RESOURCE_NAME,
-        options: PLUGIN_OPTIONS,
-      }, 10000);
-    },
-    upToDate: async () =>
-      server !== undefined && (await server.stillOurs()) && (await fileIdentity(opts.kubeletSocket)) === attemptedKubelet,
-    onRegistered: () => {
-      if (!registeredOnce) {
-        registeredOnce = true;
-        notifier.notify(`READY=1\n${status()}`);
-      } else notifier.notify(status());
-      startWatcher();
-      log.debug('device counts', { healthy: countHealthy(devices, handlers.current.health), total: devices.length, ms_since_start: Math.round(performance.now()) });
-    },
-  });
-  const dirWatcher = new SocketDirWatcher({
-    kubeletSocket: opts.kubeletSocket,
-    pluginSocket: socketPath,
-    servedIdentity: () => server?.identity ?? null,
-    attemptedKubelet: () => attemptedKubelet,
-    onChange: (reason) => registrar.kick(reason),
-    checkIntervalMs: opts.socketCheckInterval * 1000,
-    log,
-  });
-  dirWatcher.start();
-  registrar.kick('start');
+  const stopResource = async (rt: ResourceRuntime): Promise<void> => {
+    resources.delete(rt.name);
+    rt.watcher?.stop();
+    rt.registrar?.stop();
+    rt.handlers.endStreams();
+    if (rt.server !== undefined) await rt.server.stop();
+    rt.server = undefined;
+  };
+
+  for (const r of plan) startResource(r);
+
+  const reload = async (): Promise<void> => {
+    const file = opts.configFile;
+    if (file === null) {
+      log.info('SIGHUP: there is no config file to reload (neither --config-file nor CONFIG_FILE is set); nothing changed');
+      return;
+    }
+    let next: ParsedOptions;
+    let nextPlan: PlannedResource[];
+    try {
+      next = parseOptions(input.argv, input.env);
+      nextPlan = planResources(gpus, next.options.deviceIdStrategy, next.sharing);
+    } catch (err) {
+      log.warn('config reload refused; the running configuration is kept', { file, error: errorText(err).replace(`config file ${file}: `, '') });
+      return;
+    }
+    const restartOnly = RESTART_ONLY_OPTIONS.filter((k) => showOption(next.options[k]) !== showOption(opts[k]));
+    const merged: Options = { ...next.options };
+    for (const k of RESTART_ONLY_OPTIONS) (merged as unknown as Record<string, unknown>)[k] = opts[k];
+    const changed = OPTION_SPECS.map((s) => s.key).filter((k) => !RESTART_ONLY_OPTIONS.includes(k) && showOption(merged[k]) !== showOption(opts[k]));
+    const sharingChanged = JSON.stringify(next.sharing) !== JSON.stringify(sharing);
+    if (restartOnly.length > 0) {
+      log.warn('config reload: some changed options take effect only at restart; their running values are kept', { options: restartOnly.map(flagOf) });
+    }
+    if (changed.length === 0 && !sharingChanged) {
+      log.info('config reloaded; nothing to change', { file });
+      return;
+    }
+    if (merged.passDeviceSpecs && (merged.devRoot !== opts.devRoot || !opts.passDeviceSpecs)) controlDevices = await presentControlDevices(merged.devRoot);
+    opts = merged;
+    sharing = next.sharing;
+    plan = nextPlan;
+    const wanted = new Set(nextPlan.map((r) => r.name));
+    for (const rt of [...resources.values()]) {
+      if (!wanted.has(rt.name)) {
+        log.info('resource no longer advertised', { resource: rt.name });
+        await stopResource(rt);
+      }
+    }
+    for (const r of nextPlan) {
+      const rt = resources.get(r.name);
+      if (rt === undefined) {
+        startResource(r);
+        continue;
+      }
+      const before = rt.handlers.current.devices.map((d) => d.id).join(' ');
+      rt.handlers.update(stateFor(r));
+      // A changed device set is registered again, as NVIDIA's plugin does on SIGHUP: the kubelet
+      // opens a fresh stream and sees the new list from its first message.
+      if (r.devices.map((d) => d.id).join(' ') !== before) rt.registrar?.kick('config reloaded');
+    }
+    log.info('config reloaded', { file, changed: [...changed.map(flagOf), ...(sharingChanged ? ['sharing'] : [])], resources: describePlan(nextPlan) });
+  };
 
   running = {
     stop: async () => {
       notifier.notify('STOPPING=1\nSTATUS=stopping');
       if (watchdogTimer !== undefined) clearInterval(watchdogTimer);
-      dirWatcher.stop();
-      registrar.stop();
       monitor.stop();
       const stopWatcher = watcher?.stop(800);
-      handlers.endStreams();
-      if (server !== undefined) await server.stop();
+      await Promise.all([...resources.values()].map((rt) => stopResource(rt)));
       await stopWatcher;
       nvml.shutdown();
       notifier.close();
     },
+    reload,
   };
   return running;
 }
@@ -270,10 +393,10 @@ export async function main(argv: readonly string[]): Promise<void> {
     process.stdout.write(helpText(VERSION));
     return;
   }
-  let opts: Options;
+  let parsed: ParsedOptions;
   let healthSettings: HealthSettings;
   try {
-    opts = parseOptions(argv, process.env).options;
+    parsed = parseOptions(argv, process.env);
     healthSettings = parseHealthSettings(process.env['DP_DISABLE_HEALTHCHECKS'], process.env['DP_ENABLE_HEALTHCHECKS']);
   } catch (err) {
     if (err instanceof Error) {
@@ -283,6 +406,7 @@ export async function main(argv: readonly string[]): Promise<void> {
     }
     throw err;
   }
+  const opts = parsed.options;
   const log = stderrLogger(opts.logLevel);
   process.on('uncaughtException', (err) => log.error('unexpected error; carrying on', { error: errorText(err), stack: err.stack?.split('\n')[1]?.trim() }));
   process.on('unhandledRejection', (err) => log.error('unexpected rejection; carrying on', { error: errorText(err) }));
@@ -305,10 +429,32 @@ export async function main(argv: readonly string[]): Promise<void> {
   };
   process.on('SIGTERM', () => onSignal('SIGTERM'));
   process.on('SIGINT', () => onSignal('SIGINT'));
+  // SIGHUP re-reads the config file (its default action would end the process). Reloads run one at
+  // a time; one that arrives while the plugin is still starting is done once it has started.
+  let running: Running | undefined;
+  let reloadPending = false;
+  let reloads: Promise<void> = Promise.resolve();
+  const reload = (): void => {
+    if (stopping || running === undefined) return;
+    const r = running;
+    reloads = reloads.then(() => r.reload()).catch((err: unknown) => log.error('config reload failed; the running configuration is kept', { error: errorText(err) }));
+  };
+  process.on('SIGHUP', () => {
+    if (running === undefined) {
+      if (!reloadPending) log.info('SIGHUP while starting: the config file is read again once started');
+      reloadPending = true;
+      return;
+    }
+    reload();
+  });
 
-  log.info('starting', { version: versionText().trim(), kubelet_socket: opts.kubeletSocket, device_id_strategy: opts.deviceIdStrategy });
+  log.info('starting', { version: versionText().trim(), kubelet_socket: opts.kubeletSocket, device_id_strategy: opts.deviceIdStrategy, config_file: opts.configFile ?? 'none' });
+  if (parsed.foreignConfigKeys.length > 0) {
+    log.info('config file keys for GPU feature discovery are not used by this plugin', { keys: parsed.foreignConfigKeys });
+  }
   try {
-    await run(opts, healthSettings, log, (fn) => { stopFn = fn; });
+    running = await run({ argv, env: process.env, parsed, healthSettings, log, onStopRequest: (fn) => { stopFn = fn; } });
+    if (reloadPending) reload();
   } catch (err) {
     log.error('cannot start', { error: errorText(err) });
     activeNotifier?.notify(`STATUS=cannot start: ${errorText(err)}\nERRNO=5`);

@@ -11,7 +11,7 @@ import { NO_SHARING, SHARED_ALLOCATION_POLICIES } from '../core/sharing.ts';
 import type { SharedAllocationPolicy, Sharing } from '../core/sharing.ts';
 import { LOG_LEVELS } from '../system/log.ts';
 import type { LogLevel } from '../system/log.ts';
-import { OptionError, readConfigFile } from './config.ts';
+import { ConfigError, OptionError, readConfigFile } from './config.ts';
 import type { ConfigFileValues, ConfigSchema, ConfigShape } from './config.ts';
 
 export { OptionError } from './config.ts';
@@ -317,7 +317,11 @@ export function parseOptions(argv: readonly string[], env: Readonly<Record<strin
       values[spec.key] = convert(spec, envValue, `environment variable ${spec.env}`);
       origins[spec.key] = 'environment';
     } else if (file !== undefined && fileValue !== undefined) {
-      values[spec.key] = convert(spec, fileValue.raw, `config file ${file.file}: ${fileValue.path}`);
+      try {
+        values[spec.key] = convert(spec, fileValue.raw, `config file ${file.file}: ${fileValue.path}`);
+      } catch (err) {
+        throw err instanceof OptionError ? new ConfigError(err.message) : err;
+      }
       origins[spec.key] = `config file ${file.file}`;
     } else if (spec.default !== null) {
       values[spec.key] = convert(spec, spec.default, `default of --${spec.flag}`);

@@ -34,21 +34,33 @@
 // 0, so key 3 decides: the GPU least connected to the other available GPUs (smallest sum of pair
 // scores to them), ties the lowest index; with a must-include GPU it is that GPU. Size n: all of A.
 //
-// ALGORITHM (n <= 16 available GPUs). Subset scores for every mask of the machine's GPUs are
-// precomputed once, by inclusion-exclusion: w(S) = w(S-a) + w(S-b) - w(S-a-b) + s(a,b) for the two
-// lowest members a, b (2^N steps, N = GPUs on the machine, done in the constructor when N <= 16).
-// best(S) is a memoised DP over bitmasks that always puts the lowest GPU of S into the next group
-// (a full group of k, or the leftover group if it is still due), so every cut is generated once.
-// Each state prunes transitions with an upper bound: a GPU gains at most the sum of its k-1 best
-// pair scores within S, so best(T) <= (1/2) * sum over T of those sums; a transition is skipped
-// when score(G) + bound(S \ G) cannot beat the state's best, and a state stops as soon as its best
-// reaches its own bound. Pruning is local to a state, so every memo entry is exact and is kept per
-// size k across calls (best(S) does not depend on A or M). The answer is then found by scanning the
-// candidate groups G (holding M, inside A) with the same bound and the tie keys as filters;
-// without must-include the scan starts from the optimal value best(A) and the best group of the
-// cut the DP found. Worst case O(sum over reachable states S of C(|S|-1, k-1)) group evaluations,
-// at most 2^n states; pruning makes real topologies (hierarchical PCIe, NVLink clusters, NVSwitch)
-// take microseconds. Answers are cached per (available set, must-include set, size).
+// ALGORITHM (n <= 16 available GPUs; masks over the machine's GPU indices when N <= 16).
+// - Subset scores w(S) for all 2^N masks, once, in the constructor, by inclusion-exclusion:
+//   w(S) = w(S-a) + w(S-b) - w(S-a-b) + s(a,b) for the two lowest members a, b.
+// - best(S): memoised DP over bitmasks that always puts the lowest GPU of S into the next group (a
+//   full group of k, or the leftover group while it is still due), so each cut is generated once.
+// - Bound: a GPU gains at most the sum c_x of its k-1 best pair scores within S, so
+//   2 best(S) <= sum of c_x, minus, while a leftover group is due, the n mod k smallest
+//   differences between c_x and x's best (n mod k - 1) scores. A transition (group G) is
+//   skipped when w(G) plus the bound of S \ G cannot reach what is needed, and whole runs of
+//   transitions stop early: the lowest GPU's own shortfall against c_low, at best, only grows
+//   along its partner list (sorted by score).
+// - Fail-soft search: best(S, need) is exact when best(S) >= need, else an upper bound below
+//   need. A quick heuristic cut (greedy groups improved by swaps) gives the first need, so states
+//   that cannot matter are dismissed after one bound. Memo entries (exact values or upper
+//   bounds) depend on S and k only and serve later calls of the same size.
+// - Symmetry: twins (GPUs scoring alike with every other GPU) are interchangeable, and so are
+//   blocks of equal shape that can be swapped wholesale (pairs under a PCIe switch, switches under
+//   a socket, sockets: see findBlocks). States are memoised under a representative of their orbit
+//   and groups take twins lowest first, which shrinks the search by an order of magnitude or more
+//   on hierarchical PCIe and NVSwitch machines.
+// - Answer: scan the groups G holding M (twins lowest first) in A, evaluating w(G) + best(A \ G)
+//   against the tie keys; with M empty, best(A) is computed first, so only groups that could win
+//   on keys 2-4 are evaluated at all.
+// Worst case O(sum over reachable states S of C(|S|-1, k-1)) group evaluations over at most 2^n
+// states, as a plain DP; real topologies take tens to hundreds of microseconds on 16 GPUs. Machines
+// without any symmetry and with widely varying scores (a random matrix, say) can take milliseconds
+// for middle sizes. Answers are cached per (available set, must-include set, size).
 //
 // Beyond 16 available GPUs a documented greedy fallback is used (not exact): start from the
 // must-include GPUs (or, if none, the best-scoring pair, lowest indices on ties) and add the GPU
@@ -264,6 +276,82 @@ function lexLess(a: number, b: number): boolean {
 
 const STRIDE = 16;
 
+/**
+ * Swapping blocks B1 and B2 (member t of one with member t of the other) keeps every pair score:
+ * each member scores with GPUs outside both as its counterpart does, and the pairs inside and
+ * across the blocks map onto pairs of equal score.
+ */
+function swappable(L: number, s: Int32Array, b1: readonly number[], b2: readonly number[]): boolean {
+  const z = b1.length;
+  if (b2.length !== z) return false;
+  let both = 0;
+  for (const g of b1) both |= 1 << g;
+  for (const g of b2) both |= 1 << g;
+  for (let t = 0; t < z; t++) {
+    const a = b1[t]!;
+    const b = b2[t]!;
+    for (let x = 0; x < L; x++) if (((both >>> x) & 1) === 0 && s[a * L + x] !== s[b * L + x]) return false;
+    for (let u = 0; u < z; u++) {
+      if (s[a * L + b1[u]!] !== s[b * L + b2[u]!]) return false;
+      if (s[a * L + b2[u]!] !== s[b * L + b1[u]!]) return false;
+    }
+  }
+  return true;
+}
+
+/**
+ * Symmetries above twins, found bottom-up: starting from the twin classes (GPUs that score alike
+ * with every other GPU), blocks of equal size that can be swapped wholesale (see `swappable`) are
+ * merged into a bigger block, and so on until nothing merges (a PCIe tree gives pairs under a
+ * switch, then switches under a socket, then sockets). Swappability is an equivalence (the swap of
+ * B1 and B3 is the swap of B2 and B3 conjugated by the swap of B1 and B2), so comparing with one
+ * representative suffices. Returns the merged blocks, children before parents; each block is its
+ * list of children, each child its ordered list of GPUs.
+ */
+function findBlocks(L: number, s: Int32Array): number[][][] {
+  let units: number[][] = [];
+  const seen = new Array<boolean>(L).fill(false);
+  for (let i = 0; i < L; i++) {
+    if (seen[i]) continue;
+    const unit = [i];
+    for (let j = i + 1; j < L; j++) {
+      if (!seen[j] && swappable(L, s, [i], [j])) {
+        seen[j] = true;
+        unit.push(j);
+      }
+    }
+    units.push(unit);
+  }
+  const out: number[][][] = [];
+  for (let merged = true; merged;) {
+    merged = false;
+    const used = new Array<boolean>(units.length).fill(false);
+    const next: number[][] = [];
+    units.forEach((unit, a) => {
+      if (used[a]) return;
+      const group = [unit];
+      if (unit.length >= 2) {
+        for (let b = a + 1; b < units.length; b++) {
+          const other = units[b]!;
+          if (!used[b] && swappable(L, s, unit, other)) {
+            used[b] = true;
+            group.push(other);
+          }
+        }
+      }
+      if (group.length >= 2) {
+        out.push(group);
+        next.push(group.flat());
+        merged = true;
+      } else {
+        next.push(unit);
+      }
+    });
+    units = next;
+  }
+  return out;
+}
+
 class ExactSolver {
   readonly L: number;
   private readonly s: Int32Array;
@@ -277,14 +365,32 @@ class ExactSolver {
   /** prefix[c * (STRIDE + 1) + t]: the t lowest members of twin class twinMasks[c]. */
   private readonly prefix: Int32Array;
   /**
-   * Memo of best(S) for the size in `stamp[S]` (entries for another size are void): v + 1 when
-   * exact, -(u + 1) when only an upper bound u is known, 0 when unknown; `choice[S]` is the first
-   * group of an optimal cut of S (when exact). One set of tables serves every size; a call with
-   * another size than the last one starts afresh.
+   * Swappable blocks above the twins (see `findBlocks`), children before parents. Block b has
+   * children blockChildren[blockStart[b] .. blockStart[b + 1]) (indices into the part tables),
+   * all of the same size; `blockMask[b]` is the union of its children.
+   */
+  private readonly blockStart: Int32Array;
+  private readonly blockChildren: Int32Array;
+  private readonly blockMask: Int32Array;
+  /** Per part p (a child of some block): gather tables (pattern of the part's members in S). */
+  private readonly gatherLo: Int32Array;
+  private readonly gatherHi: Int32Array;
+  /** Per part p: scatter table, pattern -> mask, at scatterStart[p]. */
+  private readonly scatter: Int32Array;
+  private readonly scatterStart: Int32Array;
+  private readonly patterns = new Int32Array(STRIDE);
+  /** True when S must be canonicalised (there is some symmetry). */
+  private readonly symmetric: boolean;
+  /**
+   * Memo of best(S), valid when `stamp[S]` is the current epoch: v + 1 when exact, -(u + 1) when
+   * only an upper bound u is known; `choice[S]` is the first group of an optimal cut of S (when
+   * exact). best(S) depends on S and the size only, so entries serve every later call of the same
+   * size; a call with another size (or `forget`) starts a new epoch.
    */
   private readonly memo: Int32Array;
   private readonly choice: Int32Array;
-  private readonly stamp: Uint8Array;
+  private readonly stamp: Uint16Array;
+  private epoch = 0;
 
   // Search state. Per-depth slots: d * STRIDE + ... in the buffers, d in the small arrays.
   private k = 0;
@@ -297,6 +403,8 @@ class ExactSolver {
   private readonly stRest: Int32Array;
   private readonly stState: Int32Array;
   private readonly stBest: Int32Array;
+  private readonly stLowC: Int32Array;
+  private readonly psbuf: Int32Array;
   private readonly stNeed: Int32Array;
   private readonly stHigh: Int32Array;
 
@@ -367,9 +475,57 @@ class ExactSolver {
     twinMasks.forEach((mm, c) => {
       for (let t = 0; t <= popcount(mm); t++) this.prefix[c * (STRIDE + 1) + t] = lowestBits(mm, t);
     });
+    const blocks = findBlocks(L, s);
+    const parts: number[][] = [];
+    const starts: number[] = [0];
+    const children: number[] = [];
+    const masks: number[] = [];
+    for (const b of blocks) {
+      let mask = 0;
+      for (const child of b) {
+        children.push(parts.length);
+        parts.push(child);
+        for (const g of child) mask |= 1 << g;
+      }
+      starts.push(children.length);
+      masks.push(mask);
+    }
+    this.blockStart = Int32Array.from(starts);
+    this.blockChildren = Int32Array.from(children);
+    this.blockMask = Int32Array.from(masks);
+    this.gatherLo = new Int32Array(parts.length * 256);
+    this.gatherHi = new Int32Array(parts.length * 256);
+    const scatterStart: number[] = [];
+    let scatterSize = 0;
+    for (const part of parts) {
+      scatterStart.push(scatterSize);
+      scatterSize += 1 << part.length;
+    }
+    this.scatterStart = Int32Array.from(scatterStart);
+    this.scatter = new Int32Array(scatterSize);
+    parts.forEach((part, p) => {
+      for (let byte = 0; byte < 256; byte++) {
+        let lo = 0;
+        let hi = 0;
+        part.forEach((g, t) => {
+          if (g < 8 && ((byte >>> g) & 1) !== 0) lo |= 1 << t;
+          if (g >= 8 && ((byte >>> (g - 8)) & 1) !== 0) hi |= 1 << t;
+        });
+        this.gatherLo[p * 256 + byte] = lo;
+        this.gatherHi[p * 256 + byte] = hi;
+      }
+      for (let pattern = 0; pattern < 1 << part.length; pattern++) {
+        let mask = 0;
+        part.forEach((g, t) => {
+          if (((pattern >>> t) & 1) !== 0) mask |= 1 << g;
+        });
+        this.scatter[(scatterStart[p] ?? 0) + pattern] = mask;
+      }
+    });
+    this.symmetric = twinMasks.length > 0 || blocks.length > 0;
     this.memo = new Int32Array(1 << L);
     this.choice = new Int32Array(1 << L);
-    this.stamp = new Uint8Array(1 << L);
+    this.stamp = new Uint16Array(1 << L);
     const slots = (L + 2) * STRIDE;
     this.cbuf = new Int32Array(slots);
     this.ebuf = new Int32Array(slots);
@@ -378,29 +534,52 @@ class ExactSolver {
     this.stRest = new Int32Array(L + 2);
     this.stState = new Int32Array(L + 2);
     this.stBest = new Int32Array(L + 2);
+    this.stLowC = new Int32Array(L + 2);
+    this.psbuf = new Int32Array((L + 2) * (STRIDE + 1));
     this.stNeed = new Int32Array(L + 2);
     this.stHigh = new Int32Array(L + 2);
   }
 
-  /** The representative of S's twin orbit: from each twin class, its lowest members. */
+  /**
+   * A representative of S's orbit under the symmetries found: from each twin class its lowest
+   * members; then, block by block (children first), the children's patterns sorted in descending
+   * order. Each step applies a score-preserving permutation of the GPUs, so best(canon(S)) equals
+   * best(S); S's that differ by these symmetries mostly get the same representative.
+   */
   private canon(S: number): number {
     const tm = this.twinMasks;
     for (let c = 0; c < tm.length; c++) {
       const mm = tm[c]!;
       S = (S & ~mm) | this.prefix[c * (STRIDE + 1) + popcount(S & mm)]!;
     }
-    return S;
-  }
-
-  /** Maps group g of S's representative canon(S) back to the same-shaped group of S. */
-  private uncanon(g: number, S: number): number {
-    const tm = this.twinMasks;
-    let out = g;
-    for (let c = 0; c < tm.length; c++) {
-      const mm = tm[c]!;
-      out = (out & ~mm) | lowestBits(S & mm, popcount(g & mm));
+    const nb = this.blockMask.length;
+    if (nb === 0) return S;
+    const pat = this.patterns;
+    const ch = this.blockChildren;
+    for (let b = 0; b < nb; b++) {
+      const bm = S & this.blockMask[b]!;
+      if (bm === 0 || bm === this.blockMask[b]) continue; // every child alike
+      const from = this.blockStart[b]!;
+      const to = this.blockStart[b + 1]!;
+      const lo = S & 0xff;
+      const hi = (S >>> 8) & 0xff;
+      let n = 0;
+      for (let q = from; q < to; q++) {
+        const part = ch[q]!;
+        const v = this.gatherLo[part * 256 + lo]! | this.gatherHi[part * 256 + hi]!;
+        // Insertion into descending order.
+        let t = n++;
+        while (t > 0 && pat[t - 1]! < v) { pat[t] = pat[t - 1]!; t--; }
+        pat[t] = v;
+      }
+      let out = S & ~this.blockMask[b]!;
+      for (let q = from, t = 0; q < to; q++, t++) {
+        const part = ch[q]!;
+        out |= this.scatter[this.scatterStart[part]! + pat[t]!]!;
+      }
+      S = out;
     }
-    return out;
+    return S;
   }
 
   /**
@@ -445,17 +624,23 @@ class ExactSolver {
     // A good cut found quickly gives the search a value it must reach (fail-soft pruning).
     const lower = this.heuristic(A, M, k);
     if (M === 0) {
-      // The optimal value is known; seed with the best group of the cut the DP found.
+      // The optimal value is known. The best group of the cut the DP found sets the group score
+      // to reach (the cut is recorded for S's representative; scores do not depend on which).
       const opt = this.f(A, lower);
       this.bestVal = opt;
       this.valueKnown = true;
-      for (let S = A; S !== 0 && popcount(S) >= k;) {
+      for (let S = this.canon(A); popcount(S) >= k;) {
+        if (popcount(S) === k) {
+          // The last full group (best(S) takes it whole).
+          if (this.w[S]! > this.bestW) this.bestW = this.w[S]!;
+          break;
+        }
         // Memo entries of another size may have replaced a state on the path: make it exact.
         this.f(S, 0);
-        const g = this.uncanon(this.choice[this.canon(S)]!, S);
-        if (g === 0) throw new Error('internal error: optimal cut not recorded');
-        if (popcount(g) === k) this.offer(g, opt);
-        S ^= g;
+        const g = this.choice[S]!;
+        if (g === 0 || (g & ~S) !== 0) throw new Error('internal error: optimal cut not recorded');
+        if (popcount(g) === k && this.w[g]! > this.bestW) this.bestW = this.w[g]!;
+        S = this.canon(S ^ g);
       }
     } else {
       // Some group holding M reaches `lower`; look for the best.
@@ -531,8 +716,18 @@ class ExactSolver {
   }
 
   private begin(k: number): void {
+    if (k !== this.k) this.forget();
     this.k = k;
     this.depth = 0;
+  }
+
+  /** Voids every memo entry. */
+  forget(): void {
+    if (this.epoch === 0xffff) {
+      this.stamp.fill(0);
+      this.epoch = 0;
+    }
+    this.epoch++;
   }
 
   /** Sum of the `need` best pair scores of GPU i to other GPUs in S. */
@@ -596,18 +791,25 @@ class ExactSolver {
    * or upper bounds (-(u + 1)).
    */
   private f(S0: number, need: number): number {
-    const S = this.twinMasks.length === 0 ? S0 : this.canon(S0);
     const memo = this.memo;
     const k = this.k;
-    if (this.stamp[S] === k) {
+    if (this.symmetric && this.stamp[S0] === this.epoch) {
+      // S0 itself was a representative before: no need to look for it.
+      const hit = memo[S0]!;
+      if (hit > 0) return hit - 1;
+      if (-hit - 1 < need) return -hit - 1;
+    }
+    const S = this.symmetric ? this.canon(S0) : S0;
+    if (this.stamp[S] === this.epoch) {
       const hit = memo[S]!;
       if (hit > 0) return hit - 1;
       if (-hit - 1 < need) return -hit - 1;
     } else {
-      this.stamp[S] = k;
+      this.stamp[S] = this.epoch;
     }
     const m = popcount(S);
-    if (m < k) {
+    if (m <= k) {
+      // Fewer than k GPUs: the leftover group; exactly k: one group.
       const v = this.w[S]!;
       memo[S] = v + 1;
       return v;
@@ -661,11 +863,18 @@ class ExactSolver {
     }
     const low = 31 - Math.clz32(S & -S);
     const eb = this.ebuf;
+    const ps = this.psbuf;
+    const pbase = d * (STRIDE + 1);
     let e = 0;
     const row = low * L;
+    ps[pbase] = 0;
     for (let t = 0; t < L - 1; t++) {
       const j = order[row + t]!;
-      if (((S >>> j) & 1) !== 0) eb[base + e++] = j;
+      if (((S >>> j) & 1) !== 0) {
+        eb[base + e] = j;
+        ps[pbase + e + 1] = ps[pbase + e]! + s[row + j]!;
+        e++;
+      }
     }
     this.depth = d + 1;
     this.stS[d] = S;
@@ -678,10 +887,11 @@ class ExactSolver {
     this.stRest[d] = stateBound;
     const lowBit = 1 << low;
     const lowC = cb[base + low]!;
-    let done = this.rec(d, 0, k - 1, lowBit, lowC, 0);
+    this.stLowC[d] = lowC;
+    let done = this.rec(d, 0, k - 1, lowBit, lowC, 0, 0);
     if (!done && leftover > 0) {
       this.stRest[d] = ub;
-      done = this.rec(d, 0, leftover - 1, lowBit, lowC, 0);
+      done = this.rec(d, 0, leftover - 1, lowBit, lowC, 0, 0);
     }
     this.depth = d;
     const best = this.stBest[d]!;
@@ -697,9 +907,15 @@ class ExactSolver {
   /**
    * Adds `left` more of the partners ebuf[d*STRIDE + p..] to group g (taking twins lowest first)
    * and tries each completed group as the next group of state stS[d]. Returns true once the
-   * state's best reaches its bound (nothing can beat it).
+   * state's best reaches its bound (nothing can beat it). `pl`: pair scores of the lowest GPU
+   * with the others in g.
+   *
+   * A group G passes the bound test iff the sum over its members x of deficit(x) = c_x - (x's
+   * pair scores within G) is at most stRest - 2 * target. Deficits are never negative, and the
+   * lowest GPU's deficit is at least c_low - pl - (its scores with the next `left` partners, which
+   * are sorted by score): once that exceeds the slack, no later choice can pass either.
    */
-  private rec(d: number, p: number, left: number, g: number, cg: number, blocked: number): boolean {
+  private rec(d: number, p: number, left: number, g: number, cg: number, blocked: number, pl: number): boolean {
     if (left === 0) {
       const wg = this.w[g]!;
       const best = this.stBest[d]!;
@@ -723,15 +939,28 @@ class ExactSolver {
       return false;
     }
     const base = d * STRIDE;
+    const pbase = d * (STRIDE + 1);
     const e = this.stE[d]!;
     const eb = this.ebuf;
     const cb = this.cbuf;
+    const ps = this.psbuf;
     const cls = this.cls;
+    const lowC = this.stLowC[d]!;
     for (let q = p; q <= e - left; q++) {
+      const best = this.stBest[d]!;
+      const need = this.stNeed[d]!;
+      const target = best >= need ? best + 1 : need;
+      const rest = this.stRest[d]!;
+      const deficit = lowC - pl - (ps[pbase + q + left]! - ps[pbase + q]!);
+      if (deficit > rest - 2 * target) {
+        const u = (rest - deficit) >> 1;
+        if (u > this.stHigh[d]!) this.stHigh[d] = u;
+        return false;
+      }
       const x = eb[base + q]!;
       const cbit = 1 << cls[x]!;
       if ((blocked & cbit) !== 0) continue;
-      if (this.rec(d, q + 1, left - 1, g | (1 << x), cg + cb[base + x]!, blocked)) return true;
+      if (this.rec(d, q + 1, left - 1, g | (1 << x), cg + cb[base + x]!, blocked, pl + ps[pbase + q + 1]! - ps[pbase + q]!)) return true;
       blocked |= cbit;
     }
     return false;
@@ -762,16 +991,41 @@ export class PreferredPolicy {
   private readonly localSolvers = new Map<string, ExactSolver>();
   private readonly cache = new Map<number | string, readonly number[]>();
 
-  constructor(m: ScoreMatrix) {
+  /**
+   * Builds the policy: subset scores and symmetries of the machine (at most 16 GPUs), then, unless
+   * `options.warmUp` is false, a few throw-away questions on up to 10 of the GPUs, so that the
+   * first real request runs code the JIT has already optimised (the first call in a fresh process
+   * otherwise takes milliseconds). The warm-up leaves no cached answers behind.
+   */
+  constructor(m: ScoreMatrix, options: { readonly warmUp?: boolean } = {}) {
     this.size = m.size;
     this.matrix = m;
     this.solver = m.size <= MAX_EXACT_GPUS ? new ExactSolver(m.size, (i, j) => m.score(i, j)) : undefined;
+    if (options.warmUp !== false) this.warmUp();
   }
 
-  /** Drops cached answers and memo tables (for measurements; answers do not change). */
+  private warmUp(): void {
+    const n = Math.min(this.size, 10);
+    if (n < 3) return;
+    const some = Array.from({ length: n }, (_, i) => i);
+    for (let rep = 0; rep < 3; rep++) {
+      for (let k = 1; k <= n; k++) {
+        this.choose(some, [], k);
+        this.choose(some, [n - 1], k);
+        this.choose(some.slice(1), [], Math.min(k, n - 1));
+        this.clearCaches();
+      }
+    }
+  }
+
+  /**
+   * Forgets cached answers and memo tables, so the next call is computed from scratch (for
+   * measurements; answers do not change).
+   */
   clearCaches(): void {
     this.cache.clear();
     this.localSolvers.clear();
+    this.solver?.forget();
   }
 
   /**

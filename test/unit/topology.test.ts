@@ -85,6 +85,47 @@ function randomTopology(rand: () => number, n: number): RandomTopology {
   };
 }
 
+/**
+ * A random machine of n GPUs (up to 16) with a hierarchy, as real ones have: pairs under a PCIe
+ * switch, switches under a socket, sockets; sometimes an NVSwitch fabric for all (now and then one
+ * GPU with fewer links), sometimes NVLink bridges on the pairs, sometimes one stray link that
+ * breaks the symmetry. GPU indices are shuffled so that symmetric blocks are not index ranges.
+ */
+function hierarchicalTopology(rand: () => number, n: number): RandomTopology {
+  const pairSize = pick(rand, [1, 2, 2, 3]);
+  const switchSize = pairSize * pick(rand, [1, 2, 2, 3]);
+  const socketSize = switchSize * pick(rand, [1, 2, 2, 4]);
+  const sameSocket = pick(rand, [PcieLevel.NODE, PcieLevel.HOSTBRIDGE]);
+  const position = shuffled(rand, Array.from({ length: n }, (_, i) => i));
+  const pos = (i: number): number => position[i] as number;
+  const level = (i: number, j: number): number => {
+    const a = pos(i);
+    const b = pos(j);
+    if (Math.floor(a / socketSize) !== Math.floor(b / socketSize)) return PcieLevel.SYSTEM;
+    if (Math.floor(a / pairSize) === Math.floor(b / pairSize)) return PcieLevel.SINGLE;
+    if (Math.floor(a / switchSize) === Math.floor(b / switchSize)) return PcieLevel.MULTIPLE;
+    return sameSocket;
+  };
+  const links: NvLinkEnd[][] = Array.from({ length: n }, () => []);
+  if (rand() < 0.5) {
+    const degraded = rand() < 0.3 ? Math.floor(rand() * n) : -1;
+    for (let i = 0; i < n; i++) links[i]?.push(...switchLinks(i === degraded ? [1, 1] : [2, 2]));
+  }
+  if (rand() < 0.3 && pairSize === 2) {
+    for (let i = 0; i < n; i++) {
+      for (let j = 0; j < n; j++) {
+        if (i !== j && Math.floor(pos(i) / 2) === Math.floor(pos(j) / 2)) links[i]?.push({ remoteBusId: gpuBusId(j), remote: 'gpu' });
+      }
+    }
+  }
+  if (rand() < 0.2 && n >= 2) {
+    const a = Math.floor(rand() * n);
+    const b = (a + 1 + Math.floor(rand() * (n - 1))) % n;
+    links[a]?.push({ remoteBusId: gpuBusId(b), remote: 'gpu' });
+  }
+  return { gpus: links.map((l, i) => ({ busId: gpuBusId(i), links: l })), level };
+}
+
 function groupScore(m: ScoreMatrix, g: readonly number[]): number {
   return m.groupScore(g);
 }
@@ -133,6 +174,31 @@ test('property: the fast policy gives exactly the brute-force answer on random m
     }
   }
   assert.ok(cases > 2000, `only ${cases} cases`);
+});
+
+test('property: machines with symmetric hierarchies (up to 16 GPUs, at most 10 available) match the brute force', () => {
+  const base = Number(process.env['TOPOLOGY_SEED'] ?? 20240611) + 100000;
+  let cases = 0;
+  for (let t = 0; t < 150; t++) {
+    const seed = base + t;
+    const rand = prng(seed);
+    const n = 2 + Math.floor(rand() * 15);
+    const topo = hierarchicalTopology(rand, n);
+    const m = buildScoreMatrix(topo.gpus, topo.level);
+    const policy = new PreferredPolicy(m, { warmUp: t % 2 === 0 });
+    for (let round = 0; round < 2; round++) {
+      const available = shuffled(rand, Array.from({ length: n }, (_, i) => i)).slice(0, Math.min(n, 4 + Math.floor(rand() * 7)));
+      for (let size = 1; size <= available.length; size++) {
+        for (const mc of [0, Math.floor(rand() * (Math.min(size, 2) + 1))]) {
+          const must = shuffled(rand, available).slice(0, mc);
+          const failure = compare(m, policy, available, must, size);
+          cases++;
+          if (failure !== null) assert.fail(`seed ${seed} (TOPOLOGY_SEED=${base - 100000}, machine ${t}, ${n} GPUs): ${failure}`);
+        }
+      }
+    }
+  }
+  assert.ok(cases > 1000, `only ${cases} cases`);
 });
 
 test('property: machines of more than 16 GPUs with at most 10 available are solved exactly too', () => {

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs the system tools that `npm run package` and its tests (test/e2e/packaging.test.ts)
+# need, from Debian's packages. Only what is missing is installed, so a second run does nothing.
+#
+#   dpkg-deb, dpkg (throwaway-root installs)  dpkg        dpkg-shlibdeps          dpkg-dev
+#   rpmbuild, rpm (throwaway-root installs)   rpm
+#   lintian (and man, which it uses)          lintian, man-db
+#   systemd-analyze (verify, security)        systemd     gzip, xz                gzip, xz-utils
+#   setpriv (lintian runs unprivileged)       util-linux
+set -euo pipefail
+
+declare -A package_of=(
+  [dpkg]=dpkg
+  [dpkg-deb]=dpkg
+  [dpkg-shlibdeps]=dpkg-dev
+  [rpm]=rpm
+  [rpmbuild]=rpm
+  [lintian]=lintian
+  [man]=man-db
+  [systemd-analyze]=systemd
+  [gzip]=gzip
+  [xz]=xz-utils
+  [setpriv]=util-linux
+)
+
+missing=()
+for tool in "${!package_of[@]}"; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("${package_of[$tool]}")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+mapfile -t packages < <(printf '%s\n' "${missing[@]}" | sort -u)
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "install-tools.sh: missing ${packages[*]}, and there is no apt-get to install them with" >&2
+  exit 1
+fi
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then sudo=(sudo); fi
+echo "install-tools.sh: installing ${packages[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null

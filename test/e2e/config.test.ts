@@ -109,9 +109,17 @@ test('replicas end to end: IDs advertised, preferred spread, Allocate lists each
     assert.deepEqual(pref.container_responses[0]!.deviceIDs, [`${u[1]}::0`, `${u[2]}::0`]);
 
     const res = await k.allocate({ container_requests: [{ devices_ids: [`${u[3]}::2`, `${u[3]}::0`, `${u[1]}::1`] }] });
-    const r = res.container_responses[0]!;
-    assert.deepEqual(r.envs, { NVIDIA_VISIBLE_DEVICES: `${u[3]},${u[1]}` });
-    assert.deepEqual(r.devices.filter((d) => /nvidia\d/.test(d.container_path)).map((d) => d.container_path), [`/dev/nvidia${node.topology.gpus[3]!.minor}`, `/dev/nvidia${node.topology.gpus[1]!.minor}`]);
+    // envvar (the default), exactly: the variable, and with --pass-device-specs the GPUs' nodes
+    // (the control nodes only where they exist on this host).
+    const minors = [3, 1].map((i) => `/dev/nvidia${node.topology.gpus[i]!.minor}`);
+    const control = ['/dev/nvidiactl', '/dev/nvidia-uvm', '/dev/nvidia-uvm-tools', '/dev/nvidia-modeset'].filter((p) => existsSync(p));
+    assert.deepEqual(res.container_responses, [{
+      envs: { NVIDIA_VISIBLE_DEVICES: `${u[3]},${u[1]}` },
+      mounts: [],
+      devices: [...control, ...minors].map((p) => ({ container_path: p, host_path: p, permissions: 'rw' })),
+      annotations: {},
+      cdi_devices: [],
+    }]);
 
     await node.plugin.waitForLine(/watching GPU health/, 10000);
     node.nvml('xid 2 79');

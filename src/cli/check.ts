@@ -7,7 +7,7 @@ import { parseHealthSettings } from '../core/health.ts';
 import type { Logger } from '../system/log.ts';
 import { errorText } from '../system/log.ts';
 import { inspectNode } from './inspect.ts';
-import { OPTION_SPECS, parseOptions } from './options.ts';
+import { OPTION_SPECS, parseOptions, showOption } from './options.ts';
 import type { ParsedOptions } from './options.ts';
 
 export interface CheckLine {
@@ -85,7 +85,7 @@ export function formatChecks(lines: readonly CheckLine[], parsed: ParsedOptions)
   out.push('', 'Effective options:');
   for (const s of OPTION_SPECS) {
     const v = parsed.options[s.key];
-    out.push(`  --${s.flag}=${String(v)}  (${parsed.origins[s.key]})`);
+    out.push(`  --${s.flag}=${showOption(v)}  (${parsed.origins[s.key]})`);
   }
   const failed = lines.filter((l) => !l.ok).length;
   out.push('', failed === 0 ? 'All checks passed.' : `${failed} of ${lines.length} checks failed.`);

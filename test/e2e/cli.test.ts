@@ -90,3 +90,19 @@ test('check fails usefully with no NVML, no kubelet and a bad option, and exits 
   assert.match(r.stdout, /^FAIL  kubelet +.* does not exist — fix: is the kubelet running\?/m);
   assert.match(r.stdout, /5 of 5 checks failed\./);
 });
+
+test('check reads the config file and names it as the origin of what it set', async () => {
+  const node = await SimNode.start({ topology: 'demo-8', kubelet: false });
+  try {
+    await node.plugin.kill();
+    node.kubelet = await KubeletStandIn.start(node.kubeletDir);
+    const cfg = join(TOPOLOGIES, '..', 'config', 'nvidia-v1.yaml');
+    const r = await run(['check', '--kubelet-socket', node.kubeletSocket], 'demo-8', { CONFIG_FILE: cfg });
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+    assert.match(r.stdout, new RegExp(`--pass-device-specs=true {2}\\(config file ${cfg.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}\\)`));
+    assert.match(r.stdout, /--config-file=\S+nvidia-v1\.yaml {2}\(environment\)/);
+    assert.doesNotMatch(r.stdout, /=null /);
+  } finally {
+    await node.stop();
+  }
+});

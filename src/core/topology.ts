@@ -623,7 +623,7 @@ class ExactSolver {
     this.bestG = 0;
     // A good cut found quickly gives the search a value it must reach (fail-soft pruning).
     const lower = this.heuristic(A, M, k);
-    if (M === 0) {
+    if (M === 0 && 2 * k <= n) {
       // The optimal value is known. The best group of the cut the DP found sets the group score
       // to reach (the cut is recorded for S's representative; scores do not depend on which).
       const opt = this.f(A, lower);
@@ -643,7 +643,8 @@ class ExactSolver {
         S = this.canon(S ^ g);
       }
     } else {
-      // Some group holding M reaches `lower`; look for the best.
+      // Some group holding M reaches `lower`; look for the best. (Also without M when only one
+      // group of k fits: then the scan below sees every cut anyway.)
       this.bestVal = lower;
       this.valueKnown = false;
     }
@@ -928,7 +929,9 @@ class ExactSolver {
         return false;
       }
       const S = this.stS[d]!;
-      const v = wg + this.f(S ^ g, target - wg);
+      const rest = S ^ g;
+      // At most k GPUs left: one group (or the leftover) whose score is known.
+      const v = wg + (popcount(rest) <= this.k ? this.w[rest]! : this.f(rest, target - wg));
       if (v >= target) {
         this.stBest[d] = v;
         this.choice[S] = g;

@@ -444,6 +444,18 @@ test('invalid questions throw clear errors', () => {
   assert.throws(() => big.choose([0, 18], [], 1), /not in 0\.\.17/);
 });
 
+test('memo tables survive many resets and changes of size (epoch wrap-around)', () => {
+  const m = fixtureMatrix(nvswitch16);
+  const p = new PreferredPolicy(m, { warmUp: false });
+  const fresh = new PreferredPolicy(m, { warmUp: false });
+  const want = [3, 5, 6].map((k) => fresh.choose(all(16), [9], k));
+  for (let i = 0; i < 70000; i++) p.clearCaches();
+  for (let round = 0; round < 3; round++) {
+    [3, 5, 6].forEach((k, i) => assert.deepEqual(p.choose(all(16), [9], k), want[i]));
+    p.clearCaches();
+  }
+});
+
 test('answers are copies: changing one does not change the next', () => {
   const p = new PreferredPolicy(fixtureMatrix(pcie8));
   const a = p.choose(all(8), [], 2);

@@ -432,6 +432,11 @@ class ExactSolver {
         s[i * L + j] = v;
       }
     }
+    for (let i = 0; i < L; i++) {
+      for (let j = i + 1; j < L; j++) {
+        if (s[i * L + j] !== s[j * L + i]) throw new Error(`pair scores of GPUs ${i}, ${j} differ by direction (${s[i * L + j]} and ${s[j * L + i]})`);
+      }
+    }
     this.s = s;
     // Subset scores by inclusion-exclusion over the two lowest members a, b.
     const w = new Int32Array(1 << L);

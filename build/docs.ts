@@ -108,7 +108,7 @@ export function manPage(input: ManPageInput): string {
     l.push(`.BI \\-\\-${roff(spec.flag)} " ${roff(valueHint(spec))}"`);
     l.push(`${roff(spec.help)}.`);
     l.push('.br');
-    const def = spec.default === null ? 'see above' : `\\fI${roff(spec.default)}\\fR`;
+    const def = spec.default === null ? 'as described above' : `\\fI${roff(spec.default)}\\fR`;
     l.push(`Environment variable \\fB${roff(spec.env)}\\fR; default ${def}.`);
   }
   l.push(

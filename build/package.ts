@@ -24,8 +24,8 @@ export const UNIT_PATH = '/usr/lib/systemd/system/gpu-device-plugin.service';
 export const MAN_PATH = '/usr/share/man/man8/gpu-device-plugin.8.gz';
 export const ENV_FILE = { deb: '/etc/default/gpu-device-plugin', rpm: '/etc/sysconfig/gpu-device-plugin' } as const;
 export const RPM_RELEASE = '1';
-/** Packages must stay below this size. Both use xz level 6: 26.4 MiB; level 9 saves 0.3 MiB for a
- * third more compression time. */
+/** Packages must stay below this size. Both use xz level 6 (about 26.5 MiB); level 9 would save
+ * 0.3 MiB for a third more compression time. */
 export const MAX_PACKAGE_BYTES = 28 * 1024 * 1024;
 
 const PACKAGING = join(ROOT, 'packaging');

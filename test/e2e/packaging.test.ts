@@ -142,7 +142,7 @@ function makeChroot(name: string): Chroot {
   const root = join(work, name);
   for (const d of ['bin', 'usr/bin', 'dev', 'tmp', 'var/tmp', 'var/log', 'run/systemd/system', 'etc']) mkdirSync(join(root, d), { recursive: true });
   copyWithLibs(execFileSync('sh', ['-c', 'command -v sh'], { encoding: 'utf8' }).trim(), root, '/bin/sh');
-  copyWithLibs(execFileSync('sh', ['-c', 'command -v rm'], { encoding: 'utf8' }).trim(), root, '/usr/bin/rm');
+  for (const tool of ['rm', 'mkdir']) copyWithLibs(execFileSync('sh', ['-c', `command -v ${tool}`], { encoding: 'utf8' }).trim(), root, `/usr/bin/${tool}`);
   // The scripts send output to /dev/null; a plain file does for that.
   writeFileSync(join(root, 'dev', 'null'), '');
   chmodSync(join(root, 'dev', 'null'), 0o666);
@@ -244,7 +244,7 @@ describe('the .deb', () => {
     assert.equal(r.stderr, '');
   });
 
-  test('dpkg: install, upgrade keeping the operator\'s edits, remove keeping them, purge removing them', () => {
+  test('dpkg: install, upgrade keeping the operator\'s edits, remove keeping them, reinstall, purge removing them', () => {
     const c = makeChroot('dpkg-root');
     const admin = join(c.root, 'var', 'lib', 'dpkg');
     for (const d of ['info', 'updates', 'triggers']) mkdirSync(join(admin, d), { recursive: true });
@@ -306,6 +306,22 @@ describe('the .deb', () => {
     assert.ok(!existsSync(at(BINARY_PATH)));
     assert.ok(!existsSync(at(UNIT_PATH)));
     assert.equal(readFileSync(envFile, 'utf8'), edited, 'removal keeps the configuration');
+
+    // Reinstallation after removal: started again (not only try-restarted), configuration as left.
+    c.clear();
+    dpkg('-i', deb);
+    assert.deepEqual(c.calls(), [
+      svc('deb-systemd-helper unmask'),
+      svc('deb-systemd-helper --quiet was-enabled'),
+      svc('deb-systemd-helper enable'),
+      'systemctl --system daemon-reload',
+      svc('deb-systemd-invoke start'),
+    ]);
+    assert.equal(readFileSync(envFile, 'utf8'), edited);
+    assert.ok(!existsSync(at('/var/lib/gpu-device-plugin/package-removed')));
+    c.clear();
+    dpkg('-r', PACKAGE);
+    assert.deepEqual(c.calls(), [svc('deb-systemd-invoke stop'), 'systemctl --system daemon-reload', svc('deb-systemd-helper mask')]);
 
     // Purge: enablement forgotten, configuration and state gone.
     c.clear();

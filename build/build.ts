@@ -36,43 +36,43 @@ export async function buildExecutable(outDir: string = dist): Promise<string> {
   const koffiPath = assetSourcePath('koffi.node');
   const koffiSha = createHash('sha256').update(readFileSync(koffiPath)).digest('hex');
 
-  // The NVML event worker runs on a thread of its own; inside the executable its code travels as a
-  // string in the main bundle (a worker cannot load a file that is not on disk).
-  const workerBundle = await build({
-    entryPoints: [join(root, 'src', 'nvml', 'event-worker.ts')],
-    write: false,
+  // What both bundles share: one CommonJS file for Node 26, with the facts the code reads at run time.
+  // import.meta.* only matters on the source-checkout branches, never taken inside the executable.
+  const common = {
     bundle: true,
     platform: 'node',
     format: 'cjs',
     target: 'node26',
     legalComments: 'none',
     logLevel: 'warning',
-    define: {
-      __KOFFI_SHA256__: JSON.stringify(koffiSha),
-      'import.meta.dirname': JSON.stringify('/nonexistent-source-root/src/system'),
-    },
+  } as const;
+  const sharedDefines = {
+    __KOFFI_SHA256__: JSON.stringify(koffiSha),
+    'import.meta.dirname': JSON.stringify('/nonexistent-source-root/src/system'),
+  };
+
+  // The NVML event worker runs on a thread of its own; inside the executable its code travels as a
+  // string in the main bundle (a worker cannot load a file that is not on disk).
+  const workerBundle = await build({
+    ...common,
+    entryPoints: [join(root, 'src', 'nvml', 'event-worker.ts')],
+    write: false,
+    define: sharedDefines,
   });
   const workerSource = workerBundle.outputFiles[0]?.text;
   if (workerSource === undefined) throw new Error('esbuild produced no event worker bundle');
 
   const bundle = join(work, 'main.cjs');
   await build({
+    ...common,
     entryPoints: [join(root, 'src', 'entry.ts')],
     outfile: bundle,
-    bundle: true,
-    platform: 'node',
-    format: 'cjs',
-    target: 'node26',
-    legalComments: 'none',
-    logLevel: 'warning',
     define: {
-      __KOFFI_SHA256__: JSON.stringify(koffiSha),
+      ...sharedDefines,
       __VERSION__: JSON.stringify(pkg.version),
       __GIT_COMMIT__: JSON.stringify(gitCommit()),
       __EVENT_WORKER_SOURCE__: JSON.stringify(workerSource),
       'import.meta.url': JSON.stringify('file:///nonexistent-source-root/src/nvml/watcher.ts'),
-      // Only the source-checkout branch reads it; inside the executable assets come from the blob.
-      'import.meta.dirname': JSON.stringify('/nonexistent-source-root/src/system'),
     },
   });
 

@@ -60,10 +60,6 @@ async function presentControlDevices(devRoot: string): Promise<string[]> {
   return present;
 }
 
-interface Running {
-  stop(): Promise<void>;
-}
-
 /** Opens NVML; with failOnInitError false, retries with capped backoff until it works or we stop. */
 async function openNvml(koffi: Koffi, opts: Options, log: Logger, stopping: () => boolean): Promise<Nvml | undefined> {
   let delay = 1000;

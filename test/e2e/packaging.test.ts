@@ -99,7 +99,7 @@ before(async () => {
   copyFileSync(deb, lintDeb);
   chmodSync(lintDeb, 0o644);
   lintian = later(execFileAsync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', '--', 'lintian', '--pedantic', lintDeb], {
-    env: { PATH, HOME: lintDir, TMPDIR: lintDir, LC_ALL: 'C.UTF-8' }, encoding: 'utf8', maxBuffer: 16 * 1024 * 1024,
+    env: { PATH, HOME: lintDir, LC_ALL: 'C.UTF-8' }, encoding: 'utf8', maxBuffer: 16 * 1024 * 1024,
   }).then(
     ({ stdout, stderr }) => ({ status: 0, out: stdout + stderr }),
     (err: { code?: number; stdout?: string; stderr?: string }) => ({ status: err.code ?? -1, out: `${err.stdout ?? ''}${err.stderr ?? ''}` }),

@@ -10,6 +10,7 @@ export const KUBELET_DEVICE_PLUGIN_DIR = '/var/lib/kubelet/device-plugins';
 /** Extra advice for the environment file, where an option interacts with the packaging. */
 const ENV_NOTES: Partial<Record<OptionKey, string>> = {
   kubeletSocket: `the service may write only in ${KUBELET_DEVICE_PLUGIN_DIR}; for another directory add it to ReadWritePaths= (systemctl edit gpu-device-plugin)`,
+  configFile: 'the service cannot see /home or /root: keep the file under /etc; systemctl reload gpu-device-plugin re-reads it',
 };
 
 /** What the value looks like, for help texts: `path`, `true|false`, `uuid|index`, `seconds`. */
@@ -152,7 +153,11 @@ export function manPage(input: ManPageInput): string {
     '.B SIGTERM',
     'and',
     '.B SIGINT',
-    'stop serving, end the kubelet\'s streams, remove the plugin\'s socket and exit within two seconds.',
+    'stop serving, end the kubelet\'s streams, remove the plugin\'s sockets and exit within two seconds.',
+    '.PP',
+    '.B SIGHUP',
+    're\-reads the config file',
+    '.RB ( "systemctl reload gpu\-device\-plugin" ).',
     '.SH EXIT STATUS',
     '0 after a clean stop (and for',
     '.B \\-\\-version',

@@ -40,6 +40,9 @@ export function socketFileName(resource: string): string {
   return `gpu-device-plugin-${resource.slice(resource.indexOf('/') + 1)}.sock`;
 }
 
+/** How long a start waits for the kubelet before telling systemd it is up anyway (see run()). */
+const READY_WITHOUT_KUBELET_MS = 10000;
+
 let activeNotifier: Notifier | undefined;
 function setNotifier(n: Notifier): void {
   activeNotifier = n;
@@ -140,8 +143,23 @@ async function run(input: RunInput): Promise<Running | undefined> {
     watchdogTimer.unref();
   }
   notifier.notify('STATUS=starting: opening NVML');
+  // READY=1 normally follows the first registration. A node may bring its kubelet (or its driver) up
+  // much later — during maintenance apt upgrades this package while the kubelet is stopped — and a
+  // start that waited for it would block apt/dnf and hit systemd's start timeout. So READY=1 also
+  // goes out READY_WITHOUT_KUBELET_MS after start, with a STATUS saying what the plugin waits for.
+  let readySent = false;
+  let waitingFor = 'NVML';
+  const sendReady = (statusLine: string): void => {
+    notifier.notify(readySent ? statusLine : `READY=1\n${statusLine}`);
+    readySent = true;
+  };
+  const readyTimer = setTimeout(() => {
+    if (!readySent) sendReady(`STATUS=waiting for ${waitingFor}; retrying`);
+  }, READY_WITHOUT_KUBELET_MS);
+  readyTimer.unref();
   const nvml = await openNvml(koffi, opts, log, () => stopping);
   if (nvml === undefined) return undefined;
+  waitingFor = 'the kubelet';
   const sysfsRoot = process.env['SYSFS_ROOT'] || '/sys';
   log.info('NVML initialised', { library: nvml.libraryPath, driver: nvml.driverVersion() });
 
@@ -277,7 +295,8 @@ async function run(input: RunInput): Promise<Running | undefined> {
         rt.registered = true;
         if (!registeredOnce && [...resources.values()].every((x) => x.registered)) {
           registeredOnce = true;
-          notifier.notify(`READY=1\n${status()}`);
+          clearTimeout(readyTimer);
+          sendReady(status());
         } else notifier.notify(status());
         startWatcher();
         rlog.debug('device counts', { devices: rt.handlers.current.devices.length, healthy_gpus: countHealthyGpus(monitor.health()), ms_since_start: Math.round(performance.now()) });
@@ -289,6 +308,10 @@ async function run(input: RunInput): Promise<Running | undefined> {
       servedIdentity: () => rt.server?.identity ?? null,
       attemptedKubelet: () => rt.attemptedKubelet,
       onChange: (reason) => registrar.kick(reason),
+      onDirectoryGone: (dir) => {
+        log.error('the socket directory was deleted and re-created since start, and this process still sees the old one (a service mount namespace); exiting so that systemd restarts it with a fresh view', { dir });
+        process.exit(1);
+      },
       checkIntervalMs: opts.socketCheckInterval * 1000,
       log: rlog,
     });

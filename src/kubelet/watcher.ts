@@ -2,6 +2,7 @@
 // socket is (re)created, it asks for re-registration at once (inotify through fs.watch). A slow timer
 // checks the same things, because inotify can miss events (and the watch dies with the directory).
 import { watch } from 'node:fs';
+import { stat } from 'node:fs/promises';
 import type { FSWatcher } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { fileIdentity } from '../plugin/server.ts';
@@ -16,6 +17,12 @@ export interface WatcherDeps {
   /** Identity of the kubelet socket we last tried to register through, or null before any try. */
   attemptedKubelet(): string | null;
   onChange(reason: string): void;
+  /**
+   * The socket directory we see was deleted (link count 0). Only a mount namespace shows that — a
+   * systemd unit with ProtectSystem=strict binds the directory at start, so after `kubeadm reset`
+   * re-creates it the service keeps the dead one and can never be reached again.
+   */
+  onDirectoryGone?(dir: string): void;
   checkIntervalMs: number;
   log: Logger;
 }
@@ -95,6 +102,11 @@ export class SocketDirWatcher {
     if (this.stopped) return;
     if (this.watcher === undefined) this.openWatch();
     try {
+      const dirStat = await stat(this.dir).catch(() => null);
+      if (dirStat !== null && dirStat.nlink === 0 && this.deps.onDirectoryGone !== undefined) {
+        this.deps.onDirectoryGone(this.dir);
+        return;
+      }
       const served = this.deps.servedIdentity();
       const ours = await fileIdentity(this.deps.pluginSocket);
       if (served !== null && ours !== served) {

@@ -36,6 +36,19 @@ for (const kind of ['path', 'abstract'] as const) {
   });
 }
 
+test('without a kubelet, READY=1 still comes (within 10 s) saying what it waits for, so a start never blocks apt', async () => {
+  const sock = new NotifySocket(`@gdp-notify-nok-${process.pid}-${Date.now()}`);
+  const node = await SimNode.start({ topology: 'demo-8', kubelet: false, env: { NOTIFY_SOCKET: sock.path } });
+  try {
+    const ready = await sock.waitFor(/READY=1/, 20000);
+    assert.match(ready, /STATUS=waiting for the kubelet; retrying/);
+    assert.equal(node.plugin.exit, undefined);
+  } finally {
+    sock.close();
+    await node.stop();
+  }
+});
+
 test('sockaddr_un and WATCHDOG_USEC are read as systemd writes them', () => {
   const a = sockaddrUn('/run/systemd/notify');
   assert.equal(a.readUInt16LE(0), 1);

@@ -417,3 +417,40 @@ test('bad options stop the start with the option, the value and what is allowed 
     await node.stop();
   }
 });
+
+test('in a mount namespace, a socket directory deleted and re-created behind our back makes the plugin exit 1 to be restarted', async () => {
+  // What systemd's ProtectSystem=strict + ReadWritePaths= does: the directory is bind-mounted into the
+  // service's namespace at start. After `kubeadm reset` deletes and re-creates it, only a restart
+  // sees the new one.
+  const { spawn } = await import('node:child_process');
+  const { mkdtempSync, mkdirSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { executable, TOPOLOGIES } = await import('../support/sim.ts');
+  const { buildFakeNvml } = await import('../fake-nvml/build.ts');
+  const libs = await buildFakeNvml();
+  const root = mkdtempSync(join(tmpdir(), 'gdp-ns-'));
+  const host = join(root, 'host-dir');
+  const seen = join(root, 'device-plugins');
+  mkdirSync(host);
+  mkdirSync(seen);
+  const child = spawn('unshare', ['--mount', '--propagation', 'private', 'sh', '-c',
+    `mount --bind "${host}" "${seen}" && exec "${executable()}" --kubelet-socket "${seen}/kubelet.sock" --socket-check-interval 0.2`], {
+    env: { PATH: '/usr/bin:/bin', LD_LIBRARY_PATH: libs.current, FAKE_NVML_CONFIG: join(TOPOLOGIES, 'demo-8.json'), TMPDIR: root, DP_DISABLE_HEALTHCHECKS: 'all' },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let log = '';
+  child.stderr.on('data', (c: Buffer) => { log += c.toString(); });
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  try {
+    for (let i = 0; i < 100 && !/cannot register with the kubelet yet/.test(log); i++) await new Promise((r) => setTimeout(r, 50));
+    assert.match(log, /cannot register with the kubelet yet/, log);
+    rmSync(host, { recursive: true, force: true });
+    mkdirSync(host);
+    const code = await Promise.race([exited, new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 5000))]);
+    assert.equal(code, 1, log);
+    assert.match(log, /socket directory was deleted and re-created since start/);
+  } finally {
+    child.kill('SIGKILL');
+    rmSync(root, { recursive: true, force: true });
+  }
+});

@@ -45,6 +45,9 @@ export async function buildExecutable(outDir: string = dist): Promise<string> {
     target: 'node26',
     legalComments: 'none',
     logLevel: 'warning',
+    // Less for V8 to parse at every start; names are kept so stack traces stay readable.
+    minifyWhitespace: true,
+    minifySyntax: true,
   } as const;
   const sharedDefines = {
     __KOFFI_SHA256__: JSON.stringify(koffiSha),
@@ -121,5 +124,5 @@ export async function buildExecutable(outDir: string = dist): Promise<string> {
 if (import.meta.main) {
   const t0 = performance.now();
   const out = await buildExecutable();
-  process.stdout.write(`built ${out} in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`);
+  process.stderr.write(`built ${out} in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`);
 }

@@ -71,7 +71,7 @@ async function rpcFigures(): Promise<Record<string, unknown>> {
 }
 
 async function xidLatency(rounds: number): Promise<Record<string, unknown>> {
-  const node = await SimNode.start({ topology: 'demo-8', args: ['--health-recovery', '--health-recovery-quiet-period=0.05', '--health-probe-interval=0.02'] });
+  const node = await SimNode.start({ topology: 'demo-8', args: ['--health-recovery', '--health-recovery-quiet-period=0.05', '--health-probe-interval=0.05'] });
   try {
     const k = node.kubelet!;
     await node.plugin.waitForLine(/watching GPU health/);

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Installs the system tools that `npm run package` and its tests (test/e2e/packaging.test.ts)
-# need, from Debian's packages. Only what is missing is installed, so a second run does nothing.
+# Installs the system tools that the build and the tests need, from Debian's packages: gcc (the
+# fake NVML), strip (the executable), unshare and mount (the mount-namespace test), and what
+# `npm run package` and test/e2e/packaging.test.ts use. Only what is missing is installed, so a
+# second run does nothing.
 #
+#   gcc                                       gcc
+#   strip                                     binutils
+#   unshare, mount                            util-linux, mount
 #   dpkg-deb, dpkg (throwaway-root installs)  dpkg        dpkg-shlibdeps          dpkg-dev
 #   rpmbuild, rpm (throwaway-root installs)   rpm
 #   lintian (and man, which it uses)          lintian, man-db
@@ -10,6 +15,10 @@
 set -euo pipefail
 
 declare -A package_of=(
+  [gcc]=gcc
+  [strip]=binutils
+  [unshare]=util-linux
+  [mount]=mount
   [dpkg]=dpkg
   [dpkg-deb]=dpkg
   [dpkg-shlibdeps]=dpkg-dev

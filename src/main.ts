@@ -10,7 +10,7 @@ import type { OptionKey, Options, ParsedOptions } from './cli/options.ts';
 import { CONTROL_DEVICE_NODES, hostPath, indexDevices } from './core/allocate.ts';
 import { countHealthyGpus } from './core/devices.ts';
 import type { Gpu } from './core/devices.ts';
-import { describeHealthSettings, parseHealthSettings } from './core/health.ts';
+import { describeHealthSettings, parseHealthSettings, watchesAnything } from './core/health.ts';
 import type { HealthSettings } from './core/health.ts';
 import { GPU_RESOURCE, describePlan, planResources } from './core/sharing.ts';
 import type { PlannedResource } from './core/sharing.ts';
@@ -43,10 +43,8 @@ export function socketFileName(resource: string): string {
 /** How long a start waits for the kubelet before telling systemd it is up anyway (see run()). */
 const READY_WITHOUT_KUBELET_MS = 10000;
 
+/** The notifier once made, so a start that fails can still tell systemd why. */
 let activeNotifier: Notifier | undefined;
-function setNotifier(n: Notifier): void {
-  activeNotifier = n;
-}
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
@@ -135,7 +133,7 @@ async function run(input: RunInput): Promise<Running | undefined> {
     log.warn('cannot talk to systemd (NOTIFY_SOCKET); readiness and watchdog are not reported', { error: errorText(err) });
     notifier = createNotifier(koffi, {});
   }
-  setNotifier(notifier);
+  activeNotifier = notifier;
   // The watchdog is fed from a timer on the event loop, so a stuck loop stops feeding it.
   let watchdogTimer: NodeJS.Timeout | undefined;
   if (notifier.watchdogMs !== null) {
@@ -232,7 +230,7 @@ async function run(input: RunInput): Promise<Running | undefined> {
   });
 
   let watcher: EventWatcher | undefined;
-  const watchHealth = !healthSettings.allDisabled || healthSettings.enabledXids.size > 0 || healthSettings.allEnabled;
+  const watchHealth = watchesAnything(healthSettings);
   log.info('health checks', { settings: describeHealthSettings(healthSettings), recovery: opts.healthRecovery ? `${opts.healthRecoveryQuietPeriod}s` : 'off' });
   if (!watchHealth) log.info('health checks are off (DP_DISABLE_HEALTHCHECKS); GPUs are not watched');
   // Started once registered (or after 2 s without a kubelet), so its thread's start-up does not

@@ -75,12 +75,6 @@ export function deviceList(devices: readonly AdvertisedDevice[], gpus: readonly 
   });
 }
 
-export function countHealthy(devices: readonly AdvertisedDevice[], health: GpuHealth): number {
-  let n = 0;
-  for (const d of devices) if (health[d.gpu] === 'Healthy') n++;
-  return n;
-}
-
 /** How many GPUs are healthy (replicas of one GPU count once). */
 export function countHealthyGpus(health: GpuHealth): number {
   let n = 0;

@@ -113,6 +113,11 @@ export function watchesLostGpus(settings: HealthSettings): boolean {
   return !settings.allDisabled || isCritical(settings, FALLEN_OFF_THE_BUS_XID);
 }
 
+/** Whether anything at all is watched: false only when every check is off and nothing is enabled. */
+export function watchesAnything(settings: HealthSettings): boolean {
+  return !settings.allDisabled || settings.allEnabled || settings.enabledXids.size > 0;
+}
+
 function xidListText(xids: ReadonlySet<number>): string {
   return [...xids].sort((a, b) => a - b).join(',');
 }

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { allocate, indexDevices, CONTROL_DEVICE_NODES } from '../../src/core/allocate.ts';
 import type { AllocateSettings } from '../../src/core/allocate.ts';
-import { countHealthy, deviceList, wholeGpuDevices } from '../../src/core/devices.ts';
+import { countHealthyGpus, deviceList, wholeGpuDevices } from '../../src/core/devices.ts';
 import type { Gpu } from '../../src/core/devices.ts';
 import { lowestFirstChooser, preferredAllocation } from '../../src/core/preferred.ts';
 import { RequestError } from '../../src/core/request-error.ts';
@@ -43,7 +43,7 @@ test('the device list carries health and NUMA node, and omits topology without a
   assert.deepEqual(list[0]!.topology, { nodes: [{ ID: 0 }] });
   assert.deepEqual(list[2]!.topology, { nodes: [{ ID: 1 }] });
   assert.equal(list[3]!.topology, null);
-  assert.equal(countHealthy(devs, ['Healthy', 'Unhealthy', 'Healthy', 'Healthy']), 3);
+  assert.equal(countHealthyGpus(['Healthy', 'Unhealthy', 'Healthy', 'Healthy']), 3);
 });
 
 test('Allocate answers one response per container, in order, with NVIDIA_VISIBLE_DEVICES', () => {

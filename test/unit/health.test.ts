@@ -10,6 +10,7 @@ import {
   parseHealthSettings,
   watchesDoubleBitEcc,
   watchesLostGpus,
+  watchesAnything,
   xidMeaning,
 } from '../../src/core/health.ts';
 import type { HealthChange, HealthSettings } from '../../src/core/health.ts';
@@ -423,4 +424,13 @@ test('a storm of 100 000 critical XIDs on one GPU makes exactly one change', () 
   }
   assert.equal(t.health(), before);
   assert.equal(t.singleBitCount(0), 100_000);
+});
+
+test('watchesAnything: false only when every check is off and nothing is enabled', () => {
+  assert.equal(watchesAnything(parseHealthSettings(undefined, undefined)), true);
+  assert.equal(watchesAnything(parseHealthSettings('79', undefined)), true);
+  assert.equal(watchesAnything(parseHealthSettings('all', undefined)), false);
+  assert.equal(watchesAnything(parseHealthSettings('xids', undefined)), false);
+  assert.equal(watchesAnything(parseHealthSettings('all', '74')), true);
+  assert.equal(watchesAnything(parseHealthSettings('all', 'all')), true);
 });

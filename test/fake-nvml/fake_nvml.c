@@ -14,7 +14,11 @@
  *                      Malformed or invalid: NVML_ERROR_UNKNOWN (999) and one stderr line.
  *   FAKE_NVML_CONTROL  optional path of a control FIFO (created with mkfifo when it does
  *                      not exist; never removed). One line per command:
- *                        xid <index|all> <n>   XidCriticalError, eventData n (all: device NULL)
+ *                        xid <index|all> <n> [<gi> <ci>]
+ *                                              XidCriticalError, eventData n (all: device NULL);
+ *                                              gi/ci name a MIG device (default 0xFFFFFFFF)
+ *                        mig <index> on [profile...] | off | pending <0|1>
+ *                                              change a GPU's MIG layout or mode (fake_mig.h)
  *                        dbe <index|all>       DoubleBitEccError
  *                        sbe <index|all>       SingleBitEccError
  *                        lost <index>          the GPU answers NVML_ERROR_GPU_IS_LOST
@@ -27,7 +31,8 @@
  *
  * Build variants: compiled with -DFAKE_OLD_DRIVER the library stands for an old driver
  * and lacks nvmlDeviceGetNumaNodeId, nvmlDeviceGetNvLinkRemotePciInfo_v2,
- * nvmlDeviceGetNvLinkRemoteDeviceType and nvmlEventSetWait_v2. Like the real library,
+ * nvmlDeviceGetNvLinkRemoteDeviceType, nvmlEventSetWait_v2 and every MIG entry point
+ * (fake_mig.h). Like the real library,
  * both variants also export the older v1 names nvmlInit, nvmlEventSetWait and
  * nvmlDeviceGetNvLinkRemotePciInfo.
  *
@@ -166,7 +171,6 @@ EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsign
 EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set);
 EXPORT nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms);
 EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set);
-EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode);
 #ifndef FAKE_OLD_DRIVER
 EXPORT nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node);
 EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci);
@@ -202,8 +206,7 @@ EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *dat
     X(nvmlDeviceGetSupportedEventTypes)     \
     X(nvmlDeviceRegisterEvents)             \
     X(nvmlEventSetWait)                     \
-    X(nvmlEventSetFree)                     \
-    X(nvmlDeviceGetMigMode)
+    X(nvmlEventSetFree)
 
 #ifdef FAKE_OLD_DRIVER
 #define FAKE_FUNCS_NEWER(X)
@@ -212,8 +215,28 @@ EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *dat
     X(nvmlDeviceGetNumaNodeId)              \
     X(nvmlDeviceGetNvLinkRemotePciInfo_v2)  \
     X(nvmlDeviceGetNvLinkRemoteDeviceType)  \
-    X(nvmlEventSetWait_v2)
+    X(nvmlEventSetWait_v2)                  \
+    FAKE_FUNCS_MIG(X)
 #endif
+
+/* MIG entry points (fake_mig.h), missing from the old-driver variant. */
+#define FAKE_FUNCS_MIG(X)                             \
+    X(nvmlDeviceGetMigMode)                           \
+    X(nvmlDeviceGetMaxMigDeviceCount)                 \
+    X(nvmlDeviceGetMigDeviceHandleByIndex)            \
+    X(nvmlDeviceIsMigDeviceHandle)                    \
+    X(nvmlDeviceGetGpuInstanceId)                     \
+    X(nvmlDeviceGetComputeInstanceId)                 \
+    X(nvmlDeviceGetDeviceHandleFromMigDeviceHandle)   \
+    X(nvmlDeviceGetAttributes_v2)                     \
+    X(nvmlDeviceGetGpuInstanceProfileInfo)            \
+    X(nvmlDeviceGetGpuInstanceProfileInfoV)           \
+    X(nvmlDeviceGetGpuInstanceById)                   \
+    X(nvmlGpuInstanceGetInfo)                         \
+    X(nvmlGpuInstanceGetComputeInstanceById)          \
+    X(nvmlComputeInstanceGetInfo_v2)                  \
+    X(nvmlGpuInstanceGetComputeInstanceProfileInfo)   \
+    X(nvmlGpuInstanceGetComputeInstanceProfileInfoV)
 
 #define FAKE_FUNCS(X) FAKE_FUNCS_BASE(X) FAKE_FUNCS_NEWER(X)
 
@@ -286,6 +309,7 @@ struct fake_event {
     int device; /* GPU index, -1 for "every GPU" (device handle NULL) */
     unsigned long long type;
     unsigned long long data;
+    unsigned int gi, ci; /* MIG device named by the event; 0xFFFFFFFF: the whole GPU */
 };
 
 struct fake_event_set {
@@ -324,6 +348,15 @@ static int g_ctl_fd = -1;
 static pthread_t g_ctl_thread;
 static int g_ctl_running;
 static int g_ctl_stop; /* atomic */
+
+/* MIG (fake_mig.h, included at the end of this file). */
+struct fake_mig_gpu;
+static int is_mig_handle(nvmlDevice_t handle);
+static int mig_answer(nvmlDevice_t handle, int what, char *buf, unsigned int length, nvmlMemory_t *memory,
+                      nvmlReturn_t *result);
+static nvmlReturn_t mig_load_gpu(const json_value *g, unsigned int index);
+static void mig_commit_stage(void);
+static void mig_command(const char *original, char *args);
 
 /* ------------------------------------------------------------------------------------ */
 /* Small helpers                                                                         */
@@ -392,6 +425,8 @@ static nvmlReturn_t enter_device(nvmlDevice_t handle, int arguments_ok, struct f
     if (r != NVML_SUCCESS)
         return r;
     d = device_from_handle(handle);
+    if (!d && arguments_ok && is_mig_handle(handle))
+        return leave(NVML_ERROR_NOT_SUPPORTED); /* a whole-GPU call on a MIG device */
     if (!d || !arguments_ok)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     if (d->lost)
@@ -627,7 +662,7 @@ static unsigned int default_pci_device_id(const char *name)
 static nvmlReturn_t load_gpu(const json_value *g, unsigned int index)
 {
     static const char *const allowed[] = { "uuid", "name", "minor", "busId", "memoryMiB", "memoryUsedMiB", "numaNode",
-                                           "events", "pciDeviceId", "pciSubSystemId", NULL };
+                                           "events", "pciDeviceId", "pciSubSystemId", "mig", NULL };
     struct fake_device *d = &g_stage.gpus[index];
     char key[96];
     const json_value *v;
@@ -724,7 +759,7 @@ static nvmlReturn_t load_gpu(const json_value *g, unsigned int index)
     d->pci.pciSubSystemId = 0x147F10DEu;
     if ((v = json_object_get(g, "pciSubSystemId")) && (r = get_pci_id(v, key, &d->pci.pciSubSystemId)) != NVML_SUCCESS)
         return r;
-    return NVML_SUCCESS;
+    return mig_load_gpu(g, index);
 }
 
 /* Reads an array of integer tuples: the value at key must be an array of arrays of
@@ -1030,7 +1065,8 @@ static nvmlReturn_t load_config(void)
 
 /* Queues an event on every set that registered `type` for that GPU (device -1: for any
  * GPU). Full queues drop their oldest event. Called with g_mu held. */
-static void post_event(int device, unsigned long long type, unsigned long long data)
+static void post_event_mig(int device, unsigned long long type, unsigned long long data, unsigned int gi,
+                           unsigned int ci)
 {
     struct fake_event_set *s;
 
@@ -1044,10 +1080,15 @@ static void post_event(int device, unsigned long long type, unsigned long long d
             s->count--;
             __atomic_fetch_add(&g_dropped_events, 1ULL, __ATOMIC_RELAXED);
         }
-        s->ring[(s->head + s->count) % FAKE_QUEUE_CAPACITY] = (struct fake_event){ device, type, data };
+        s->ring[(s->head + s->count) % FAKE_QUEUE_CAPACITY] = (struct fake_event){ device, type, data, gi, ci };
         s->count++;
         pthread_cond_broadcast(&s->cond);
     }
+}
+
+static void post_event(int device, unsigned long long type, unsigned long long data)
+{
+    post_event_mig(device, type, data, 0xFFFFFFFFu, 0xFFFFFFFFu);
 }
 
 static void add_ms(struct timespec *ts, unsigned int ms)
@@ -1101,8 +1142,8 @@ static nvmlReturn_t event_wait(nvmlEventSet_t handle, nvmlEventData_t *data, uns
         data->eventType = e.type;
         data->eventData = e.data;
         if (v2) {
-            data->gpuInstanceId = 0xFFFFFFFFu;
-            data->computeInstanceId = 0xFFFFFFFFu;
+            data->gpuInstanceId = e.gi;
+            data->computeInstanceId = e.ci;
         }
         r = NVML_SUCCESS;
     } else {
@@ -1248,7 +1289,7 @@ static int parse_gpu_token(const char *line, const char *token, int allow_all, i
 static void handle_command(char *line)
 {
     char original[256];
-    char *tokens[4] = { NULL, NULL, NULL, NULL };
+    char *tokens[6] = { NULL, NULL, NULL, NULL, NULL, NULL };
     char *save = NULL, *p, *tok;
     size_t len = strlen(line);
     int ntok = 0, gpu;
@@ -1274,8 +1315,15 @@ static void handle_command(char *line)
         write_stats(original, path);
         return;
     }
+    if (strncmp(p, "mig", 3) == 0 && (p[3] == ' ' || p[3] == '\t')) {
+        pthread_mutex_lock(&g_mu);
+        if (g_live)
+            mig_command(original, p + 4);
+        pthread_mutex_unlock(&g_mu);
+        return;
+    }
     for (tok = strtok_r(p, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
-        if (ntok == 4) {
+        if (ntok == 6) {
             control_complain(original, "too many arguments");
             return;
         }
@@ -1301,13 +1349,18 @@ static void handle_command(char *line)
         return;
     }
     if (strcmp(tokens[0], "xid") == 0) {
-        if (ntok != 3) {
-            control_complain(original, "usage: xid <index|all> <n>");
+        unsigned long long gi = 0xFFFFFFFFu, ci = 0xFFFFFFFFu;
+
+        if (ntok != 3 && ntok != 5) {
+            control_complain(original, "usage: xid <index|all> <n> [<gi> <ci>]");
         } else if (parse_gpu_token(original, tokens[1], 1, &gpu) == 0) {
             if (parse_u64(tokens[2], &value) < 0)
                 control_complain(original, "XID must be a number");
+            else if (ntok == 5 && (parse_u64(tokens[3], &gi) < 0 || parse_u64(tokens[4], &ci) < 0 || gi > 0xFFFFFFFFu ||
+                                   ci > 0xFFFFFFFFu))
+                control_complain(original, "GPU and compute instance ids must be numbers below 2^32");
             else
-                post_event(gpu, nvmlEventTypeXidCriticalError, value);
+                post_event_mig(gpu, nvmlEventTypeXidCriticalError, value, (unsigned int)gi, (unsigned int)ci);
         }
     } else if (strcmp(tokens[0], "dbe") == 0 || strcmp(tokens[0], "sbe") == 0) {
         int dbe = tokens[0][0] == 'd';
@@ -1504,6 +1557,7 @@ static nvmlReturn_t do_init(enum fake_function_id fn)
     memcpy(g_devs, g_stage.gpus, sizeof g_devs[0] * g_gpu_count);
     memcpy(g_switch_pci, g_stage.switches, sizeof g_switch_pci);
     memcpy(g_level, g_stage.level, sizeof g_level);
+    mig_commit_stage();
     g_sets = NULL;
     g_total_waiters = 0;
     g_live = 1;
@@ -1669,6 +1723,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned 
     nvmlReturn_t r;
 
     COUNT_CALL(nvmlDeviceGetUUID);
+    if (mig_answer(device, 0, uuid, length, NULL, &r))
+        return r;
     if ((r = enter_device(device, uuid != NULL, &d)) != NVML_SUCCESS)
         return r;
     return leave(copy_string(uuid, length, d->uuid));
@@ -1680,6 +1736,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned 
     nvmlReturn_t r;
 
     COUNT_CALL(nvmlDeviceGetName);
+    if (mig_answer(device, 1, name, length, NULL, &r))
+        return r;
     if ((r = enter_device(device, name != NULL, &d)) != NVML_SUCCESS)
         return r;
     return leave(copy_string(name, length, d->name));
@@ -1715,6 +1773,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *m
     nvmlReturn_t r;
 
     COUNT_CALL(nvmlDeviceGetMemoryInfo);
+    if (mig_answer(device, 2, NULL, 0, memory, &r))
+        return r;
     if ((r = enter_device(device, memory != NULL, &d)) != NVML_SUCCESS)
         return r;
     memory->total = d->memory_total;
@@ -1754,6 +1814,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nv
         return r;
     a = device_from_handle(device1);
     b = device_from_handle(device2);
+    if ((!a && is_mig_handle(device1)) || (!b && is_mig_handle(device2)))
+        return leave(NVML_ERROR_NOT_SUPPORTED);
     if (!a || !b || !pathInfo || a == b)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     if (a->lost || b->lost)
@@ -1857,18 +1919,6 @@ EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, uns
 }
 #endif
 
-/* MIG is not modelled yet: every GPU answers as one without MIG support. */
-EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode)
-{
-    struct fake_device *d;
-    nvmlReturn_t r;
-
-    COUNT_CALL(nvmlDeviceGetMigMode);
-    if ((r = enter_device(device, currentMode != NULL && pendingMode != NULL, &d)) != NVML_SUCCESS)
-        return r;
-    return leave(NVML_ERROR_NOT_SUPPORTED);
-}
-
 /* ------------------------------------------------------------------------------------ */
 /* Event API                                                                             */
 /* ------------------------------------------------------------------------------------ */
@@ -1928,6 +1978,8 @@ EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long 
         return r;
     d = device_from_handle(device);
     s = set_from_handle(set);
+    if (!d && s && is_mig_handle(device))
+        return leave(NVML_ERROR_NOT_SUPPORTED); /* events are registered on the parent GPU */
     if (!d || !s)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     if (d->lost)
@@ -1969,3 +2021,9 @@ EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
     destroy_set_locked(s);
     return leave(NVML_SUCCESS);
 }
+
+/* ------------------------------------------------------------------------------------ */
+/* MIG                                                                                   */
+/* ------------------------------------------------------------------------------------ */
+
+#include "fake_mig.h"

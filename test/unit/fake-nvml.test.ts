@@ -117,9 +117,6 @@ function bindBase(lib: LibraryHandle) {
     ),
     waitV1: fn('int nvmlEventSetWait(FakeNvmlTest_set set, _Inout_ FakeNvmlTest_event *data, unsigned int timeoutms)'),
     eventSetFree: fn('int nvmlEventSetFree(FakeNvmlTest_set set)'),
-    migMode: fn(
-      'int nvmlDeviceGetMigMode(FakeNvmlTest_device device, _Out_ unsigned int *current, _Out_ unsigned int *pending)',
-    ),
     // The same entry points with untyped arguments, to pass foreign pointers and NULLs.
     rawUuid: fn('int nvmlDeviceGetUUID(void *device, void *uuid, unsigned int length)'),
     rawIndex: fn('int nvmlDeviceGetIndex(void *device, void *index)'),
@@ -150,6 +147,10 @@ function bindNewer(lib: LibraryHandle) {
       'int nvmlDeviceGetNvLinkRemoteDeviceType(FakeNvmlTest_device device, unsigned int link, _Out_ int *type)',
     ),
     waitV2: fn('int nvmlEventSetWait_v2(FakeNvmlTest_set set, _Out_ FakeNvmlTest_event *data, unsigned int timeoutms)'),
+    // MIG entry points (all absent from the old driver; exercised in test/unit/fake-nvml-mig.test.ts).
+    migMode: fn(
+      'int nvmlDeviceGetMigMode(FakeNvmlTest_device device, _Out_ unsigned int *current, _Out_ unsigned int *pending)',
+    ),
     rawNumaNode: fn('int nvmlDeviceGetNumaNodeId(void *device, void *node)'),
     rawWaitV2: fn('int nvmlEventSetWait_v2(void *set, void *data, unsigned int timeoutms)'),
   };
@@ -191,6 +192,8 @@ const FIXTURES = [
   'single.json',
   'init-fails.json',
   'demo-8.json',
+  'mig-mixed-4.json',
+  'mig-uniform-2.json',
 ];
 
 function fixturePath(name: string): string {
@@ -361,7 +364,6 @@ const BASE_SYMBOLS = [
   'nvmlDeviceGetHandleByUUID',
   'nvmlDeviceGetIndex',
   'nvmlDeviceGetMemoryInfo',
-  'nvmlDeviceGetMigMode',
   'nvmlDeviceGetMinorNumber',
   'nvmlDeviceGetName',
   'nvmlDeviceGetNvLinkRemotePciInfo',
@@ -387,6 +389,23 @@ const NEWER_SYMBOLS = [
   'nvmlDeviceGetNvLinkRemoteDeviceType',
   'nvmlDeviceGetNvLinkRemotePciInfo_v2',
   'nvmlEventSetWait_v2',
+  // MIG (test/fake-nvml/fake_mig.h)
+  'nvmlComputeInstanceGetInfo_v2',
+  'nvmlDeviceGetAttributes_v2',
+  'nvmlDeviceGetComputeInstanceId',
+  'nvmlDeviceGetDeviceHandleFromMigDeviceHandle',
+  'nvmlDeviceGetGpuInstanceById',
+  'nvmlDeviceGetGpuInstanceId',
+  'nvmlDeviceGetGpuInstanceProfileInfo',
+  'nvmlDeviceGetGpuInstanceProfileInfoV',
+  'nvmlDeviceGetMaxMigDeviceCount',
+  'nvmlDeviceGetMigDeviceHandleByIndex',
+  'nvmlDeviceGetMigMode',
+  'nvmlDeviceIsMigDeviceHandle',
+  'nvmlGpuInstanceGetComputeInstanceById',
+  'nvmlGpuInstanceGetComputeInstanceProfileInfo',
+  'nvmlGpuInstanceGetComputeInstanceProfileInfoV',
+  'nvmlGpuInstanceGetInfo',
 ];
 
 function exportedSymbols(file: string): string[] {
@@ -1447,7 +1466,7 @@ test('invalid configs fail init with UNKNOWN and one stderr line naming the key;
       ],
       init: SUCCESS,
       stderr: [
-        'control: usage: xid <index|all> <n>: "xid 0"',
+        'control: usage: xid <index|all> <n> [<gi> <ci>]: "xid 0"',
         'control: GPU index out of range: "xid 9 43"',
         'control: XID must be a number: "xid 0 abc"',
         'control: unknown command: "frobnicate 1"',

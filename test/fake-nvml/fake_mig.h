@@ -1,0 +1,1060 @@
+/*
+ * fake_mig.h: the MIG (Multi-Instance GPU) part of the fake NVML. Not a header of its own: it is
+ * included once, at the end of fake_nvml.c, and is part of that translation unit (it uses its
+ * state, lock and helpers). Kept in a file of its own so that MIG stays in one place.
+ *
+ * What it models (FACTS §4a), for boards whose name contains "A100-SXM4-40GB", "A100-SXM4-80GB",
+ * "H100 80GB HBM3" or "H200" (profile tables below, as `nvidia-smi mig -lgip` shows them):
+ *   - MIG mode, current and pending, of a GPU whose fixture entry has a "mig" object; a GPU
+ *     without one answers NOT_SUPPORTED to every MIG call (not MIG-capable);
+ *   - GPU instances (GI) with compute instances (CI) in them; each CI is one MIG device with its
+ *     own handle, answering nvmlDeviceGetUUID ("MIG-..."), nvmlDeviceGetName ("<board> MIG
+ *     <profile>"), nvmlDeviceGetMemoryInfo (the GI's memory), nvmlDeviceGetGpuInstanceId,
+ *     nvmlDeviceGetComputeInstanceId, nvmlDeviceGetDeviceHandleFromMigDeviceHandle,
+ *     nvmlDeviceGetAttributes_v2 and nvmlDeviceIsMigDeviceHandle; every other per-GPU call on a
+ *     MIG handle answers NOT_SUPPORTED (minor number, PCI info, events, topology, NVLink);
+ *   - the profile-info calls: nvmlDeviceGetGpuInstanceProfileInfo(V) by NVML profile index
+ *     (0 1_SLICE .. 7 1_SLICE_REV1 (+me), 9 1_SLICE_REV2 (1g.20gb on 80 GB boards)),
+ *     nvmlDeviceGetGpuInstanceById + nvmlGpuInstanceGetInfo, nvmlGpuInstanceGetComputeInstanceById
+ *     + nvmlComputeInstanceGetInfo_v2, nvmlGpuInstanceGetComputeInstanceProfileInfo(V).
+ *
+ * Fixture ("gpus[i].mig"):
+ *   { "current": true|false, "pending": true|false (default: current), "instances": [entry...] }
+ * and the control FIFO:
+ *   mig <index> on [entry...]      MIG enabled (current and pending) with this layout
+ *   mig <index> off                MIG disabled, no instances
+ *   mig <index> pending <0|1>      only the pending mode changes (a reset would apply it)
+ *   xid <index> <n> <gi> <ci>      an XID naming one MIG device (0xFFFFFFFF: the whole GPU)
+ * An entry is one GPU instance: "<profile>" with one full compute instance ("1g.10gb",
+ * "1g.10gb+me"), "<C>c.<profile>" with one C-slice compute instance ("1c.2g.20gb"), or
+ * "<profile>:<C>,<C>..." with several ("2g.20gb:1,1"). Profiles come from the board's table; the
+ * slices of all instances must fit the board's 7, and each profile's instance count holds.
+ *
+ * Identities: GI ids are 1, 2, ... in entry order; CI ids 0, 1, ... within their GI; MIG device
+ * indices (nvmlDeviceGetMigDeviceHandleByIndex) 0, 1, ... in entry order; the MIG UUID is the
+ * parent's UUID with "GPU-" replaced by "MIG-" and its last four hex digits replaced by the GI and
+ * CI ids as two hex digits each (GPU-...-bd53058e4ee4, GI 3 CI 0 → MIG-...-bd53058e0300), so tests
+ * can name them. A re-layout rewrites the GPU's MIG devices in place: old MIG handles then name
+ * whatever is at their slot, or answer INVALID_ARGUMENT/NOT_FOUND, as stale handles of the real
+ * driver may.
+ */
+
+/* ---- ABI ---------------------------------------------------------------------------------- */
+
+typedef struct fake_gi_handle *nvmlGpuInstance_t;
+typedef struct fake_ci_handle *nvmlComputeInstance_t;
+
+typedef struct nvmlGpuInstanceProfileInfo_st {
+    unsigned int id;
+    unsigned int isP2pSupported;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int copyEngineCount;
+    unsigned int decoderCount;
+    unsigned int encoderCount;
+    unsigned int jpegCount;
+    unsigned int ofaCount;
+    unsigned long long memorySizeMB;
+} nvmlGpuInstanceProfileInfo_t;
+
+typedef struct nvmlGpuInstanceProfileInfo_v2_st {
+    unsigned int version;
+    unsigned int id;
+    unsigned int isP2pSupported;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int copyEngineCount;
+    unsigned int decoderCount;
+    unsigned int encoderCount;
+    unsigned int jpegCount;
+    unsigned int ofaCount;
+    unsigned long long memorySizeMB;
+    char name[96];
+} nvmlGpuInstanceProfileInfo_v2_t;
+
+typedef struct nvmlGpuInstancePlacement_st {
+    unsigned int start;
+    unsigned int size;
+} nvmlGpuInstancePlacement_t;
+
+typedef struct nvmlGpuInstanceInfo_st {
+    nvmlDevice_t device;
+    unsigned int id;
+    unsigned int profileId;
+    nvmlGpuInstancePlacement_t placement;
+} nvmlGpuInstanceInfo_t;
+
+typedef struct nvmlComputeInstanceProfileInfo_st {
+    unsigned int id;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+} nvmlComputeInstanceProfileInfo_t;
+
+typedef struct nvmlComputeInstanceProfileInfo_v2_st {
+    unsigned int version;
+    unsigned int id;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+    char name[96];
+} nvmlComputeInstanceProfileInfo_v2_t;
+
+typedef struct nvmlComputeInstanceInfo_st {
+    nvmlDevice_t device;
+    nvmlGpuInstance_t gpuInstance;
+    unsigned int id;
+    unsigned int profileId;
+    nvmlGpuInstancePlacement_t placement;
+} nvmlComputeInstanceInfo_t;
+
+typedef struct nvmlDeviceAttributes_st {
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+    unsigned int gpuInstanceSliceCount;
+    unsigned int computeInstanceSliceCount;
+    unsigned long long memorySizeMB;
+} nvmlDeviceAttributes_t;
+
+_Static_assert(sizeof(nvmlGpuInstanceProfileInfo_t) == 48, "nvmlGpuInstanceProfileInfo_t layout");
+_Static_assert(sizeof(nvmlGpuInstanceProfileInfo_v2_t) == 152, "nvmlGpuInstanceProfileInfo_v2_t layout");
+_Static_assert(sizeof(nvmlGpuInstanceInfo_t) == 24, "nvmlGpuInstanceInfo_t layout");
+_Static_assert(sizeof(nvmlComputeInstanceProfileInfo_t) == 36, "nvmlComputeInstanceProfileInfo_t layout");
+_Static_assert(sizeof(nvmlComputeInstanceProfileInfo_v2_t) == 136, "nvmlComputeInstanceProfileInfo_v2_t layout");
+_Static_assert(sizeof(nvmlComputeInstanceInfo_t) == 32, "nvmlComputeInstanceInfo_t layout");
+_Static_assert(sizeof(nvmlDeviceAttributes_t) == 40, "nvmlDeviceAttributes_t layout");
+
+#define FAKE_STRUCT_VERSION(size, v) ((unsigned int)(size) | ((unsigned int)(v) << 24U))
+#define FAKE_GI_PROFILE_INFO_V2 FAKE_STRUCT_VERSION(sizeof(nvmlGpuInstanceProfileInfo_v2_t), 2)
+#define FAKE_CI_PROFILE_INFO_V2 FAKE_STRUCT_VERSION(sizeof(nvmlComputeInstanceProfileInfo_v2_t), 2)
+#define FAKE_GI_PROFILE_COUNT 10 /* NVML_GPU_INSTANCE_PROFILE_COUNT of the drivers modelled */
+#define FAKE_CI_PROFILE_COUNT 8  /* NVML_COMPUTE_INSTANCE_PROFILE_COUNT */
+#define FAKE_NO_INSTANCE 0xFFFFFFFFu
+
+#ifndef FAKE_OLD_DRIVER
+EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode);
+EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count);
+EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *mig);
+EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMig);
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id);
+EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id);
+EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mig, nvmlDevice_t *device);
+EXPORT nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes);
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned int profile,
+                                                       nvmlGpuInstanceProfileInfo_t *info);
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned int profile,
+                                                        nvmlGpuInstanceProfileInfo_v2_t *info);
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id, nvmlGpuInstance_t *gi);
+EXPORT nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gi, nvmlGpuInstanceInfo_t *info);
+EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gi, unsigned int id,
+                                                         nvmlComputeInstance_t *ci);
+EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t ci, nvmlComputeInstanceInfo_t *info);
+EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gi, unsigned int profile,
+                                                                unsigned int engProfile,
+                                                                nvmlComputeInstanceProfileInfo_t *info);
+EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gi, unsigned int profile,
+                                                                 unsigned int engProfile,
+                                                                 nvmlComputeInstanceProfileInfo_v2_t *info);
+#endif
+
+/* ---- Profile tables ------------------------------------------------------------------------ */
+
+struct fake_gi_profile {
+    unsigned int index; /* NVML_GPU_INSTANCE_PROFILE_* */
+    unsigned int id;    /* the profile id nvidia-smi shows */
+    unsigned int slices;
+    unsigned int instances;
+    unsigned int sms;
+    unsigned int ce, dec, enc, jpeg, ofa;
+    unsigned long long memory_mb;
+    const char *name;
+};
+
+struct fake_board {
+    const char *fragment; /* matched against the GPU name */
+    unsigned int sms_per_slice;
+    const struct fake_gi_profile *profiles;
+    size_t count;
+};
+
+static const struct fake_gi_profile g_a100_40[] = {
+    { 0, 19, 1, 7, 14, 1, 0, 0, 0, 0, 4864, "1g.5gb" },
+    { 1, 14, 2, 3, 28, 2, 1, 0, 0, 0, 9856, "2g.10gb" },
+    { 2, 9, 3, 2, 42, 3, 2, 0, 0, 0, 20096, "3g.20gb" },
+    { 3, 5, 4, 1, 56, 4, 2, 0, 0, 0, 20096, "4g.20gb" },
+    { 4, 0, 7, 1, 98, 7, 5, 0, 1, 1, 40448, "7g.40gb" },
+    { 7, 20, 1, 1, 14, 1, 1, 0, 1, 1, 4864, "1g.5gb+me" },
+    { 9, 15, 1, 4, 14, 1, 1, 0, 0, 0, 9856, "1g.10gb" },
+};
+static const struct fake_gi_profile g_a100_80[] = {
+    { 0, 19, 1, 7, 14, 1, 0, 0, 0, 0, 9728, "1g.10gb" },
+    { 1, 14, 2, 3, 28, 2, 1, 0, 0, 0, 19968, "2g.20gb" },
+    { 2, 9, 3, 2, 42, 3, 2, 0, 0, 0, 40192, "3g.40gb" },
+    { 3, 5, 4, 1, 56, 4, 2, 0, 0, 0, 40192, "4g.40gb" },
+    { 4, 0, 7, 1, 98, 7, 5, 0, 1, 1, 81152, "7g.80gb" },
+    { 7, 20, 1, 1, 14, 1, 1, 0, 1, 1, 9728, "1g.10gb+me" },
+    { 9, 15, 1, 4, 14, 1, 1, 0, 0, 0, 19968, "1g.20gb" },
+};
+static const struct fake_gi_profile g_h100_80[] = {
+    { 0, 19, 1, 7, 16, 1, 1, 0, 1, 0, 9984, "1g.10gb" },
+    { 1, 14, 2, 3, 32, 2, 2, 0, 2, 0, 20096, "2g.20gb" },
+    { 2, 9, 3, 2, 60, 3, 3, 0, 3, 0, 40448, "3g.40gb" },
+    { 3, 5, 4, 1, 64, 4, 4, 0, 4, 0, 40448, "4g.40gb" },
+    { 4, 0, 7, 1, 132, 8, 7, 0, 7, 1, 81152, "7g.80gb" },
+    { 7, 20, 1, 1, 16, 1, 1, 0, 1, 1, 9984, "1g.10gb+me" },
+    { 9, 15, 1, 4, 26, 1, 1, 0, 1, 0, 20096, "1g.20gb" },
+};
+static const struct fake_gi_profile g_h200[] = {
+    { 0, 19, 1, 7, 16, 1, 1, 0, 1, 0, 16384, "1g.18gb" },
+    { 1, 14, 2, 3, 32, 2, 2, 0, 2, 0, 33152, "2g.35gb" },
+    { 2, 9, 3, 2, 60, 3, 3, 0, 3, 0, 71936, "3g.71gb" },
+    { 3, 5, 4, 1, 64, 4, 4, 0, 4, 0, 71936, "4g.71gb" },
+    { 4, 0, 7, 1, 132, 8, 7, 0, 7, 1, 143488, "7g.141gb" },
+    { 7, 20, 1, 1, 16, 1, 1, 0, 1, 1, 16384, "1g.18gb+me" },
+    { 9, 15, 1, 4, 26, 1, 1, 0, 1, 0, 33152, "1g.35gb" },
+};
+
+static const struct fake_board g_boards[] = {
+    { "A100-SXM4-40GB", 14, g_a100_40, sizeof g_a100_40 / sizeof g_a100_40[0] },
+    { "A100-SXM4-80GB", 14, g_a100_80, sizeof g_a100_80 / sizeof g_a100_80[0] },
+    { "H100 80GB HBM3", 16, g_h100_80, sizeof g_h100_80 / sizeof g_h100_80[0] },
+    { "H200", 16, g_h200, sizeof g_h200 / sizeof g_h200[0] },
+};
+
+#define FAKE_BOARD_SLICES 7
+#define FAKE_MAX_GIS 7
+#define FAKE_MAX_MIGS 7 /* nvmlDeviceGetMaxMigDeviceCount */
+
+static const struct fake_board *board_for(const char *name)
+{
+    size_t i;
+
+    for (i = 0; i < sizeof g_boards / sizeof g_boards[0]; i++) {
+        if (strstr(name, g_boards[i].fragment))
+            return &g_boards[i];
+    }
+    return NULL;
+}
+
+/* CI profile index of a C-slice compute instance, or -1 (NVML_COMPUTE_INSTANCE_PROFILE_*). */
+static int ci_profile_index(unsigned int c)
+{
+    switch (c) {
+    case 1: return 0;
+    case 2: return 1;
+    case 3: return 2;
+    case 4: return 3;
+    case 7: return 4;
+    }
+    return -1;
+}
+
+/* Whether a C-slice compute instance fits a G-slice GPU instance profile. */
+static int ci_fits(unsigned int c, unsigned int g)
+{
+    return ci_profile_index(c) >= 0 && c <= g && (c != 3 || g == 3 || g == 7);
+}
+
+/* ---- State --------------------------------------------------------------------------------- */
+
+struct fake_gi_handle {
+    unsigned int gpu;
+    unsigned int slot; /* position in the GPU's GI list */
+};
+
+struct fake_ci_handle {
+    unsigned int gpu;
+    unsigned int slot; /* = the MIG device slot */
+};
+
+struct fake_mig_device {
+    int used;
+    unsigned int gi_slot;
+    unsigned int ci_id;
+    unsigned int ci_slices;
+    char uuid[FAKE_UUID_SIZE];
+};
+
+struct fake_gi {
+    int used;
+    unsigned int id;
+    const struct fake_gi_profile *profile;
+    unsigned int start; /* placement */
+};
+
+struct fake_mig_gpu {
+    const struct fake_board *board; /* NULL: not MIG-capable */
+    unsigned int current, pending;
+    struct fake_gi gis[FAKE_MAX_GIS];
+    struct fake_mig_device migs[FAKE_MAX_MIGS];
+};
+
+/* Handles point into these arrays (stable addresses); g_mig_stage is filled while loading. */
+static struct fake_mig_gpu g_mig[FAKE_MAX_GPUS];
+static struct fake_mig_gpu g_mig_stage[FAKE_MAX_GPUS];
+static struct fake_mig_device_handle {
+    unsigned int gpu, slot;
+} g_mig_handles[FAKE_MAX_GPUS][FAKE_MAX_MIGS];
+static struct fake_gi_handle g_gi_handles[FAKE_MAX_GPUS][FAKE_MAX_GIS];
+static struct fake_ci_handle g_ci_handles[FAKE_MAX_GPUS][FAKE_MAX_MIGS];
+
+static void mig_commit_stage(void)
+{
+    unsigned int g, s;
+
+    memcpy(g_mig, g_mig_stage, sizeof g_mig);
+    for (g = 0; g < FAKE_MAX_GPUS; g++) {
+        for (s = 0; s < FAKE_MAX_MIGS; s++) {
+            g_mig_handles[g][s] = (struct fake_mig_device_handle){ g, s };
+            g_ci_handles[g][s] = (struct fake_ci_handle){ g, s };
+        }
+        for (s = 0; s < FAKE_MAX_GIS; s++)
+            g_gi_handles[g][s] = (struct fake_gi_handle){ g, s };
+    }
+}
+
+/* The MIG device a handle names, or NULL (foreign pointer, stale slot). Call with g_mu held. */
+static struct fake_mig_device *mig_from_handle(nvmlDevice_t handle, unsigned int *gpu)
+{
+    uintptr_t p = (uintptr_t)handle, base = (uintptr_t)&g_mig_handles[0][0], offset;
+    struct fake_mig_device_handle *h;
+
+    if (p < base)
+        return NULL;
+    offset = p - base;
+    if (offset % sizeof(struct fake_mig_device_handle) != 0 ||
+        offset / sizeof(struct fake_mig_device_handle) >= (uintptr_t)FAKE_MAX_GPUS * FAKE_MAX_MIGS)
+        return NULL;
+    h = &g_mig_handles[0][0] + offset / sizeof(struct fake_mig_device_handle);
+    if (h->gpu >= g_gpu_count || !g_mig[h->gpu].board || !g_mig[h->gpu].migs[h->slot].used)
+        return NULL;
+    *gpu = h->gpu;
+    return &g_mig[h->gpu].migs[h->slot];
+}
+
+static int is_mig_handle(nvmlDevice_t handle)
+{
+    unsigned int gpu;
+
+    return mig_from_handle(handle, &gpu) != NULL;
+}
+
+static __attribute__((unused)) struct fake_gi *gi_from_handle(nvmlGpuInstance_t handle, unsigned int *gpu)
+{
+    uintptr_t p = (uintptr_t)handle, base = (uintptr_t)&g_gi_handles[0][0], offset;
+    struct fake_gi_handle *h;
+
+    if (p < base)
+        return NULL;
+    offset = p - base;
+    if (offset % sizeof(struct fake_gi_handle) != 0 ||
+        offset / sizeof(struct fake_gi_handle) >= (uintptr_t)FAKE_MAX_GPUS * FAKE_MAX_GIS)
+        return NULL;
+    h = &g_gi_handles[0][0] + offset / sizeof(struct fake_gi_handle);
+    if (h->gpu >= g_gpu_count || !g_mig[h->gpu].board || !g_mig[h->gpu].gis[h->slot].used)
+        return NULL;
+    *gpu = h->gpu;
+    return &g_mig[h->gpu].gis[h->slot];
+}
+
+static __attribute__((unused)) struct fake_mig_device *ci_from_handle(nvmlComputeInstance_t handle, unsigned int *gpu, unsigned int *slot)
+{
+    uintptr_t p = (uintptr_t)handle, base = (uintptr_t)&g_ci_handles[0][0], offset;
+    struct fake_ci_handle *h;
+
+    if (p < base)
+        return NULL;
+    offset = p - base;
+    if (offset % sizeof(struct fake_ci_handle) != 0 ||
+        offset / sizeof(struct fake_ci_handle) >= (uintptr_t)FAKE_MAX_GPUS * FAKE_MAX_MIGS)
+        return NULL;
+    h = &g_ci_handles[0][0] + offset / sizeof(struct fake_ci_handle);
+    if (h->gpu >= g_gpu_count || !g_mig[h->gpu].board || !g_mig[h->gpu].migs[h->slot].used)
+        return NULL;
+    *gpu = h->gpu;
+    *slot = h->slot;
+    return &g_mig[h->gpu].migs[h->slot];
+}
+
+/* ---- Layouts ------------------------------------------------------------------------------- */
+
+static const struct fake_gi_profile *profile_by_name(const struct fake_board *b, const char *name)
+{
+    size_t i;
+
+    for (i = 0; i < b->count; i++) {
+        if (strcmp(b->profiles[i].name, name) == 0)
+            return &b->profiles[i];
+    }
+    return NULL;
+}
+
+static __attribute__((unused)) const struct fake_gi_profile *profile_by_index(const struct fake_board *b, unsigned int index)
+{
+    size_t i;
+
+    for (i = 0; i < b->count; i++) {
+        if (b->profiles[i].index == index)
+            return &b->profiles[i];
+    }
+    return NULL;
+}
+
+static void mig_uuid(char *out, const char *parent, unsigned int gi, unsigned int ci)
+{
+    size_t len = strlen(parent);
+
+    snprintf(out, FAKE_UUID_SIZE, "MIG-%s", parent + 4);
+    if (len >= 8)
+        snprintf(out + len - 4, FAKE_UUID_SIZE - (len - 4), "%02x%02x", gi & 0xFF, ci & 0xFF);
+}
+
+/* Applies a layout (entries as described at the top) to one GPU's MIG state. On error writes a
+ * reason into why and leaves the state unchanged. */
+static int apply_layout(struct fake_mig_gpu *m, const char *parent_uuid, const char *const *entries, size_t n,
+                        char *why, size_t why_size)
+{
+    struct fake_mig_gpu next = *m;
+    unsigned int slices = 0, per_profile[FAKE_GI_PROFILE_COUNT] = { 0 }, ngi = 0, nmig = 0;
+    size_t e;
+
+    memset(next.gis, 0, sizeof next.gis);
+    memset(next.migs, 0, sizeof next.migs);
+    for (e = 0; e < n; e++) {
+        char buf[128], *colon, *gi_name = buf;
+        unsigned int cis[FAKE_BOARD_SLICES], ncis = 0, used = 0, k;
+        const struct fake_gi_profile *p;
+
+        if (strlen(entries[e]) >= sizeof buf) {
+            snprintf(why, why_size, "instance %zu: too long", e);
+            return -1;
+        }
+        strcpy(buf, entries[e]);
+        colon = strchr(buf, ':');
+        if (colon)
+            *colon++ = '\0';
+        /* "<C>c.<profile>": one compute instance of C slices. */
+        if (!colon && buf[0] >= '1' && buf[0] <= '9' && buf[1] == 'c' && buf[2] == '.') {
+            cis[ncis++] = (unsigned int)(buf[0] - '0');
+            gi_name = buf + 3;
+        }
+        p = profile_by_name(m->board, gi_name);
+        if (!p) {
+            snprintf(why, why_size, "instance %zu: \"%.60s\" is not a GPU instance profile of %s", e, gi_name,
+                     m->board->fragment);
+            return -1;
+        }
+        if (colon) {
+            char *save = NULL, *tok;
+
+            for (tok = strtok_r(colon, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                unsigned long long c;
+
+                if (ncis == FAKE_BOARD_SLICES || parse_u64(tok, &c) < 0 || c > 8) {
+                    snprintf(why, why_size, "instance %zu: bad compute instance list", e);
+                    return -1;
+                }
+                cis[ncis++] = (unsigned int)c;
+            }
+        }
+        if (ncis == 0)
+            cis[ncis++] = p->slices;
+        for (k = 0; k < ncis; k++) {
+            if (!ci_fits(cis[k], p->slices)) {
+                snprintf(why, why_size, "instance %zu: a %uc compute instance does not fit %s", e, cis[k], p->name);
+                return -1;
+            }
+            used += cis[k];
+        }
+        if (used > p->slices) {
+            snprintf(why, why_size, "instance %zu: compute instances use %u slices, %s has %u", e, used, p->name,
+                     p->slices);
+            return -1;
+        }
+        if (++per_profile[p->index] > p->instances) {
+            snprintf(why, why_size, "instance %zu: at most %u instances of %s", e, p->instances, p->name);
+            return -1;
+        }
+        if (slices + p->slices > FAKE_BOARD_SLICES || ngi == FAKE_MAX_GIS || nmig + ncis > FAKE_MAX_MIGS) {
+            snprintf(why, why_size, "instance %zu: the layout needs more than the GPU's %d slices", e,
+                     FAKE_BOARD_SLICES);
+            return -1;
+        }
+        next.gis[ngi] = (struct fake_gi){ 1, ngi + 1, p, slices };
+        for (k = 0; k < ncis; k++) {
+            struct fake_mig_device *d = &next.migs[nmig++];
+
+            d->used = 1;
+            d->gi_slot = ngi;
+            d->ci_id = k;
+            d->ci_slices = cis[k];
+            mig_uuid(d->uuid, parent_uuid, ngi + 1, k);
+        }
+        slices += p->slices;
+        ngi++;
+    }
+    *m = next;
+    return 0;
+}
+
+/* gpus[i].mig from the fixture (called by load_gpu once the GPU's name and UUID are read). */
+static nvmlReturn_t mig_load_gpu(const json_value *g, unsigned int index)
+{
+    static const char *const allowed[] = { "current", "pending", "instances", NULL };
+    struct fake_mig_gpu *m = &g_mig_stage[index];
+    const struct fake_device *d = &g_stage.gpus[index];
+    const json_value *v, *x;
+    const char *entries[FAKE_MAX_MIGS];
+    char key[96], why[200];
+    size_t i;
+    nvmlReturn_t r;
+
+    memset(m, 0, sizeof *m);
+    if (!(v = json_object_get(g, "mig")))
+        return NVML_SUCCESS;
+    snprintf(key, sizeof key, "gpus[%u].mig", index);
+    if (v->type != JSON_OBJECT)
+        return config_error(key, "expected an object, got %s", json_type_name(v->type));
+    if ((r = check_keys(v, key, allowed)) != NVML_SUCCESS)
+        return r;
+    m->board = board_for(d->name);
+    if (!m->board)
+        return config_error(key, "\"%.60s\" has no MIG profile table here (A100-SXM4-40GB, A100-SXM4-80GB, H100 80GB HBM3, H200)", d->name);
+    snprintf(key, sizeof key, "gpus[%u].mig.current", index);
+    if ((x = json_object_get(v, "current"))) {
+        if (x->type != JSON_BOOL)
+            return config_error(key, "expected true or false");
+        m->current = (unsigned int)x->boolean;
+    }
+    m->pending = m->current;
+    snprintf(key, sizeof key, "gpus[%u].mig.pending", index);
+    if ((x = json_object_get(v, "pending"))) {
+        if (x->type != JSON_BOOL)
+            return config_error(key, "expected true or false");
+        m->pending = (unsigned int)x->boolean;
+    }
+    snprintf(key, sizeof key, "gpus[%u].mig.instances", index);
+    if ((x = json_object_get(v, "instances"))) {
+        if (x->type != JSON_ARRAY || x->count > FAKE_MAX_MIGS)
+            return config_error(key, "expected an array of at most %d profile strings", FAKE_MAX_MIGS);
+        for (i = 0; i < x->count; i++) {
+            if (x->items[i]->type != JSON_STRING)
+                return config_error(key, "expected an array of profile strings");
+            entries[i] = x->items[i]->string;
+        }
+        if (x->count > 0 && !m->current)
+            return config_error(key, "instances need MIG mode enabled (current: true)");
+        if (apply_layout(m, d->uuid, entries, x->count, why, sizeof why) < 0)
+            return config_error(key, "%s", why);
+    }
+    return NVML_SUCCESS;
+}
+
+/* "mig <index> on [entry...]" | "mig <index> off" | "mig <index> pending <0|1>". g_mu held. */
+static void mig_command(const char *original, char *args)
+{
+    char *tokens[FAKE_MAX_MIGS + 3], *save = NULL, *tok, why[200];
+    int ntok = 0, gpu;
+    struct fake_mig_gpu *m;
+
+    for (tok = strtok_r(args, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
+        if (ntok == (int)(sizeof tokens / sizeof tokens[0])) {
+            control_complain(original, "too many MIG instances");
+            return;
+        }
+        tokens[ntok++] = tok;
+    }
+    if (ntok < 2) {
+        control_complain(original, "usage: mig <index> on [profile...] | off | pending <0|1>");
+        return;
+    }
+    if (parse_gpu_token(original, tokens[0], 0, &gpu) < 0)
+        return;
+    m = &g_mig[gpu];
+    if (!m->board) {
+        control_complain(original, "the GPU is not MIG-capable (its fixture entry has no \"mig\")");
+        return;
+    }
+    if (strcmp(tokens[1], "off") == 0 && ntok == 2) {
+        memset(m->gis, 0, sizeof m->gis);
+        memset(m->migs, 0, sizeof m->migs);
+        m->current = m->pending = 0;
+    } else if (strcmp(tokens[1], "pending") == 0 && ntok == 3 && (strcmp(tokens[2], "0") == 0 || strcmp(tokens[2], "1") == 0)) {
+        m->pending = tokens[2][0] == '1';
+    } else if (strcmp(tokens[1], "on") == 0) {
+        if (apply_layout(m, g_devs[gpu].uuid, (const char *const *)(tokens + 2), (size_t)(ntok - 2), why, sizeof why) < 0) {
+            control_complain(original, why);
+            return;
+        }
+        m->current = m->pending = 1;
+    } else {
+        control_complain(original, "usage: mig <index> on [profile...] | off | pending <0|1>");
+    }
+}
+
+/* ---- Whole-GPU calls on MIG handles --------------------------------------------------------- */
+
+/* nvmlDeviceGetUUID/GetName/GetMemoryInfo for a MIG handle: returns 1 and sets *result when the
+ * handle is one. Takes and releases g_mu itself. */
+static int mig_answer(nvmlDevice_t handle, int what, char *buf, unsigned int length, nvmlMemory_t *memory,
+                      nvmlReturn_t *result)
+{
+    struct fake_mig_device *d;
+    const struct fake_gi_profile *p;
+    unsigned int gpu;
+    char name[FAKE_NAME_SIZE + 32];
+
+    if (enter() != NVML_SUCCESS)
+        return 0;
+    d = mig_from_handle(handle, &gpu);
+    if (!d) {
+        leave(NVML_SUCCESS);
+        return 0;
+    }
+    p = g_mig[gpu].gis[d->gi_slot].profile;
+    if (g_devs[gpu].lost) {
+        *result = leave(NVML_ERROR_GPU_IS_LOST);
+        return 1;
+    }
+    switch (what) {
+    case 0:
+        *result = leave(buf ? copy_string(buf, length, d->uuid) : NVML_ERROR_INVALID_ARGUMENT);
+        break;
+    case 1:
+        if (d->ci_slices == p->slices)
+            snprintf(name, sizeof name, "%s MIG %s", g_devs[gpu].name, p->name);
+        else
+            snprintf(name, sizeof name, "%s MIG %uc.%s", g_devs[gpu].name, d->ci_slices, p->name);
+        *result = leave(buf ? copy_string(buf, length, name) : NVML_ERROR_INVALID_ARGUMENT);
+        break;
+    default:
+        if (!memory) {
+            *result = leave(NVML_ERROR_INVALID_ARGUMENT);
+            break;
+        }
+        memory->total = p->memory_mb << 20;
+        memory->used = 0;
+        memory->free = memory->total;
+        *result = leave(NVML_SUCCESS);
+        break;
+    }
+    return 1;
+}
+
+#ifndef FAKE_OLD_DRIVER
+
+/* ---- MIG entry points ---------------------------------------------------------------------- */
+
+/* Prologue for calls on a parent GPU that must be MIG-capable. Returns with g_mu held only on
+ * success. MIG handles: NOT_SUPPORTED. */
+static nvmlReturn_t enter_mig_parent(nvmlDevice_t device, int arguments_ok, unsigned int *gpu)
+{
+    struct fake_device *d;
+    nvmlReturn_t r;
+
+    if ((r = enter_device(device, arguments_ok, &d)) != NVML_SUCCESS)
+        return r;
+    if (!g_mig[d->index].board)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    *gpu = d->index;
+    return NVML_SUCCESS;
+}
+
+/* Prologue for calls on a MIG handle. GPU handles: INVALID_ARGUMENT. */
+static nvmlReturn_t enter_mig_device(nvmlDevice_t device, int arguments_ok, struct fake_mig_device **out,
+                                     unsigned int *gpu)
+{
+    nvmlReturn_t r;
+
+    if ((r = enter()) != NVML_SUCCESS)
+        return r;
+    *out = mig_from_handle(device, gpu);
+    if (!*out || !arguments_ok)
+        return leave(device_from_handle(device) && arguments_ok ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT);
+    if (g_devs[*gpu].lost)
+        return leave(NVML_ERROR_GPU_IS_LOST);
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode)
+{
+    unsigned int gpu;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlDeviceGetMigMode);
+    if ((r = enter_mig_parent(device, currentMode != NULL && pendingMode != NULL, &gpu)) != NVML_SUCCESS)
+        return r;
+    *currentMode = g_mig[gpu].current;
+    *pendingMode = g_mig[gpu].pending;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count)
+{
+    unsigned int gpu;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlDeviceGetMaxMigDeviceCount);
+    if ((r = enter_mig_parent(device, count != NULL, &gpu)) != NVML_SUCCESS)
+        return r;
+    *count = FAKE_MAX_MIGS;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *mig)
+{
+    unsigned int gpu;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlDeviceGetMigDeviceHandleByIndex);
+    if ((r = enter_mig_parent(device, mig != NULL, &gpu)) != NVML_SUCCESS)
+        return r;
+    if (index >= FAKE_MAX_MIGS)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (!g_mig[gpu].current || !g_mig[gpu].migs[index].used)
+        return leave(NVML_ERROR_NOT_FOUND);
+    *mig = (nvmlDevice_t)(void *)&g_mig_handles[gpu][index];
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMig)
+{
+    unsigned int gpu;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlDeviceIsMigDeviceHandle);
+    if ((r = enter()) != NVML_SUCCESS)
+        return r;
+    if (!isMig)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (mig_from_handle(device, &gpu)) {
+        *isMig = 1;
+        return leave(NVML_SUCCESS);
+    }
+    if (!device_from_handle(device))
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *isMig = 0;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    struct fake_mig_device *d;
+    unsigned int gpu;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlDeviceGetGpuInstanceId);
+    if ((r = enter_mig_device(device, id != NULL, &d, &gpu)) != NVML_SUCCESS)
+        return r;
+    *id = g_mig[gpu].gis[d->gi_slot].id;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    struct fake_mig_device *d;
+    unsigned int gpu;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlDeviceGetComputeInstanceId);
+    if ((r = enter_mig_device(device, id != NULL, &d, &gpu)) != NVML_SUCCESS)
+        return r;
+    *id = d->ci_id;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mig, nvmlDevice_t *device)
+{
+    struct fake_mig_device *d;
+    unsigned int gpu;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlDeviceGetDeviceHandleFromMigDeviceHandle);
+    if ((r = enter_mig_device(mig, device != NULL, &d, &gpu)) != NVML_SUCCESS)
+        return r;
+    *device = &g_devs[gpu];
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *a)
+{
+    struct fake_mig_device *d;
+    struct fake_device *whole;
+    const struct fake_gi_profile *p;
+    unsigned int gpu;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlDeviceGetAttributes_v2);
+    if ((r = enter()) != NVML_SUCCESS)
+        return r;
+    if (!a)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if ((d = mig_from_handle(device, &gpu))) {
+        if (g_devs[gpu].lost)
+            return leave(NVML_ERROR_GPU_IS_LOST);
+        p = g_mig[gpu].gis[d->gi_slot].profile;
+        a->multiprocessorCount = d->ci_slices * g_mig[gpu].board->sms_per_slice;
+        if (d->ci_slices == p->slices)
+            a->multiprocessorCount = p->sms;
+        a->sharedCopyEngineCount = p->ce;
+        a->sharedDecoderCount = p->dec;
+        a->sharedEncoderCount = p->enc;
+        a->sharedJpegCount = p->jpeg;
+        a->sharedOfaCount = p->ofa;
+        a->gpuInstanceSliceCount = p->slices;
+        a->computeInstanceSliceCount = d->ci_slices;
+        a->memorySizeMB = p->memory_mb;
+        return leave(NVML_SUCCESS);
+    }
+    if (!(whole = device_from_handle(device)))
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (whole->lost)
+        return leave(NVML_ERROR_GPU_IS_LOST);
+    memset(a, 0, sizeof *a);
+    a->multiprocessorCount = g_mig[whole->index].board ? g_mig[whole->index].board->sms_per_slice * 7 : 80;
+    a->memorySizeMB = whole->memory_total >> 20;
+    return leave(NVML_SUCCESS);
+}
+
+static void fill_gi_profile(const struct fake_gi_profile *p, nvmlGpuInstanceProfileInfo_t *info)
+{
+    info->id = p->id;
+    info->isP2pSupported = 0;
+    info->sliceCount = p->slices;
+    info->instanceCount = p->instances;
+    info->multiprocessorCount = p->sms;
+    info->copyEngineCount = p->ce;
+    info->decoderCount = p->dec;
+    info->encoderCount = p->enc;
+    info->jpegCount = p->jpeg;
+    info->ofaCount = p->ofa;
+    info->memorySizeMB = p->memory_mb;
+}
+
+/* INVALID_ARGUMENT for an index past the table, NOT_SUPPORTED for one this board lacks. */
+static nvmlReturn_t gi_profile(nvmlDevice_t device, unsigned int profile, int arguments_ok,
+                               const struct fake_gi_profile **out)
+{
+    unsigned int gpu;
+    nvmlReturn_t r;
+
+    if ((r = enter_mig_parent(device, arguments_ok, &gpu)) != NVML_SUCCESS)
+        return r;
+    if (profile >= FAKE_GI_PROFILE_COUNT)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (!(*out = profile_by_index(g_mig[gpu].board, profile)))
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned int profile,
+                                                       nvmlGpuInstanceProfileInfo_t *info)
+{
+    const struct fake_gi_profile *p;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlDeviceGetGpuInstanceProfileInfo);
+    if ((r = gi_profile(device, profile, info != NULL, &p)) != NVML_SUCCESS)
+        return r;
+    fill_gi_profile(p, info);
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned int profile,
+                                                        nvmlGpuInstanceProfileInfo_v2_t *info)
+{
+    const struct fake_gi_profile *p;
+    nvmlGpuInstanceProfileInfo_t v1;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlDeviceGetGpuInstanceProfileInfoV);
+    if (info && info->version != FAKE_GI_PROFILE_INFO_V2)
+        return NVML_ERROR_INVALID_ARGUMENT; /* NVML_ERROR_ARGUMENT_VERSION_MISMATCH on newer drivers */
+    if ((r = gi_profile(device, profile, info != NULL, &p)) != NVML_SUCCESS)
+        return r;
+    fill_gi_profile(p, &v1);
+    info->id = v1.id;
+    info->isP2pSupported = v1.isP2pSupported;
+    info->sliceCount = v1.sliceCount;
+    info->instanceCount = v1.instanceCount;
+    info->multiprocessorCount = v1.multiprocessorCount;
+    info->copyEngineCount = v1.copyEngineCount;
+    info->decoderCount = v1.decoderCount;
+    info->encoderCount = v1.encoderCount;
+    info->jpegCount = v1.jpegCount;
+    info->ofaCount = v1.ofaCount;
+    info->memorySizeMB = v1.memorySizeMB;
+    snprintf(info->name, sizeof info->name, "MIG %s", p->name);
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id, nvmlGpuInstance_t *gi)
+{
+    unsigned int gpu, s;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlDeviceGetGpuInstanceById);
+    if ((r = enter_mig_parent(device, gi != NULL, &gpu)) != NVML_SUCCESS)
+        return r;
+    if (!g_mig[gpu].current)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    for (s = 0; s < FAKE_MAX_GIS; s++) {
+        if (g_mig[gpu].gis[s].used && g_mig[gpu].gis[s].id == id) {
+            *gi = &g_gi_handles[gpu][s];
+            return leave(NVML_SUCCESS);
+        }
+    }
+    return leave(NVML_ERROR_NOT_FOUND);
+}
+
+EXPORT nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t handle, nvmlGpuInstanceInfo_t *info)
+{
+    struct fake_gi *gi;
+    unsigned int gpu;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlGpuInstanceGetInfo);
+    if ((r = enter()) != NVML_SUCCESS)
+        return r;
+    if (!(gi = gi_from_handle(handle, &gpu)) || !info)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    info->device = &g_devs[gpu];
+    info->id = gi->id;
+    info->profileId = gi->profile->id;
+    info->placement.start = gi->start;
+    info->placement.size = gi->profile->slices;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t handle, unsigned int id,
+                                                         nvmlComputeInstance_t *ci)
+{
+    struct fake_gi *gi;
+    unsigned int gpu, s;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlGpuInstanceGetComputeInstanceById);
+    if ((r = enter()) != NVML_SUCCESS)
+        return r;
+    if (!(gi = gi_from_handle(handle, &gpu)) || !ci)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    for (s = 0; s < FAKE_MAX_MIGS; s++) {
+        const struct fake_mig_device *d = &g_mig[gpu].migs[s];
+
+        if (d->used && &g_mig[gpu].gis[d->gi_slot] == gi && d->ci_id == id) {
+            *ci = &g_ci_handles[gpu][s];
+            return leave(NVML_SUCCESS);
+        }
+    }
+    return leave(NVML_ERROR_NOT_FOUND);
+}
+
+EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t handle, nvmlComputeInstanceInfo_t *info)
+{
+    struct fake_mig_device *d;
+    unsigned int gpu, slot, start = 0, s;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlComputeInstanceGetInfo_v2);
+    if ((r = enter()) != NVML_SUCCESS)
+        return r;
+    if (!(d = ci_from_handle(handle, &gpu, &slot)) || !info)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    for (s = 0; s < slot; s++) {
+        if (g_mig[gpu].migs[s].gi_slot == d->gi_slot)
+            start += g_mig[gpu].migs[s].ci_slices;
+    }
+    info->device = &g_devs[gpu];
+    info->gpuInstance = &g_gi_handles[gpu][d->gi_slot];
+    info->id = d->ci_id;
+    info->profileId = (unsigned int)ci_profile_index(d->ci_slices);
+    info->placement.start = start;
+    info->placement.size = d->ci_slices;
+    return leave(NVML_SUCCESS);
+}
+
+static nvmlReturn_t ci_profile(nvmlGpuInstance_t handle, unsigned int profile, unsigned int eng, int arguments_ok,
+                               nvmlComputeInstanceProfileInfo_t *out)
+{
+    struct fake_gi *gi;
+    unsigned int gpu, c;
+    nvmlReturn_t r;
+
+    if ((r = enter()) != NVML_SUCCESS)
+        return r;
+    if (!(gi = gi_from_handle(handle, &gpu)) || !arguments_ok || profile >= FAKE_CI_PROFILE_COUNT || eng != 0)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    for (c = 1; c <= FAKE_BOARD_SLICES; c++) {
+        if (ci_profile_index(c) == (int)profile)
+            break;
+    }
+    if (c > FAKE_BOARD_SLICES || !ci_fits(c, gi->profile->slices))
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    out->id = profile;
+    out->sliceCount = c;
+    out->instanceCount = gi->profile->slices / c;
+    out->multiprocessorCount = c == gi->profile->slices ? gi->profile->sms : c * g_mig[gpu].board->sms_per_slice;
+    out->sharedCopyEngineCount = gi->profile->ce;
+    out->sharedDecoderCount = gi->profile->dec;
+    out->sharedEncoderCount = gi->profile->enc;
+    out->sharedJpegCount = gi->profile->jpeg;
+    out->sharedOfaCount = gi->profile->ofa;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gi, unsigned int profile,
+                                                                unsigned int engProfile,
+                                                                nvmlComputeInstanceProfileInfo_t *info)
+{
+    nvmlComputeInstanceProfileInfo_t p;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlGpuInstanceGetComputeInstanceProfileInfo);
+    if ((r = ci_profile(gi, profile, engProfile, info != NULL, &p)) != NVML_SUCCESS)
+        return r;
+    *info = p;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gi, unsigned int profile,
+                                                                 unsigned int engProfile,
+                                                                 nvmlComputeInstanceProfileInfo_v2_t *info)
+{
+    nvmlComputeInstanceProfileInfo_t p;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlGpuInstanceGetComputeInstanceProfileInfoV);
+    if (info && info->version != FAKE_CI_PROFILE_INFO_V2)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if ((r = ci_profile(gi, profile, engProfile, info != NULL, &p)) != NVML_SUCCESS)
+        return r;
+    info->id = p.id;
+    info->sliceCount = p.sliceCount;
+    info->instanceCount = p.instanceCount;
+    info->multiprocessorCount = p.multiprocessorCount;
+    info->sharedCopyEngineCount = p.sharedCopyEngineCount;
+    info->sharedDecoderCount = p.sharedDecoderCount;
+    info->sharedEncoderCount = p.sharedEncoderCount;
+    info->sharedJpegCount = p.sharedJpegCount;
+    info->sharedOfaCount = p.sharedOfaCount;
+    snprintf(info->name, sizeof info->name, "MIG %uc", p.sliceCount);
+    return leave(NVML_SUCCESS);
+}
+
+#endif /* FAKE_OLD_DRIVER */

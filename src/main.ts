@@ -2,7 +2,7 @@
 // advertised resource, and back down on SIGTERM; SIGHUP re-reads the config file. Everything with a
 // decision in it lives in core/; everything that touches the world in the adapters; this file only
 // wires them.
-import { access, constants as fsConstants } from 'node:fs/promises';
+import { access, constants as fsConstants, readFile } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { API_VERSION } from './api/messages.ts';
 import { OPTION_SPECS, RESTART_ONLY_OPTIONS, helpText, parseOptions, showOption } from './cli/options.ts';
@@ -12,13 +12,16 @@ import { countHealthyGpus } from './core/devices.ts';
 import type { Gpu } from './core/devices.ts';
 import { describeHealthSettings, parseHealthSettings, watchesAnything } from './core/health.ts';
 import type { HealthSettings } from './core/health.ts';
-import { GPU_RESOURCE, describePlan, planResources } from './core/sharing.ts';
-import type { PlannedResource } from './core/sharing.ts';
+import { MIG_MINORS_FILE, MigStrategyError, NO_MIG, healthUnits, migCapabilityNodes, parseMigMinors, pendingModeChanges, planMigResources } from './core/mig.ts';
+import type { MigLayout } from './core/mig.ts';
+import { GPU_RESOURCE, describePlan } from './core/sharing.ts';
+import type { PlannedResource, Sharing } from './core/sharing.ts';
 import { PreferredPolicy, buildScoreMatrix } from './core/topology.ts';
 import { registerWithKubelet } from './kubelet/registration.ts';
 import { Registrar } from './kubelet/registrar.ts';
 import { SocketDirWatcher } from './kubelet/watcher.ts';
 import { discoverGpus, readLinks } from './nvml/discovery.ts';
+import { discoverMig } from './nvml/mig.ts';
 import { Nvml } from './nvml/nvml.ts';
 import { EventWatcher } from './nvml/watcher.ts';
 import { HealthMonitor } from './plugin/health.ts';
@@ -59,6 +62,24 @@ async function presentControlDevices(devRoot: string): Promise<string[]> {
     }
   }
   return present;
+}
+
+/** mig-minors under the proc root (PROC_ROOT, default /proc), for the MIG capability device nodes. */
+export function migMinorsPath(env: Readonly<Record<string, string | undefined>> = process.env): string {
+  return join(env['PROC_ROOT'] || '/proc', MIG_MINORS_FILE);
+}
+
+/** The capability nodes of every MIG device, from mig-minors; throws naming the file when it cannot. */
+async function readMigCapabilities(gpus: readonly Gpu[], layout: MigLayout): Promise<Map<number, readonly string[]>> {
+  if (layout.devices.length === 0) return new Map();
+  const file = migMinorsPath();
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    throw new Error(`cannot read ${file} (${errorText(err)}), which --pass-device-specs needs for the MIG devices' capability nodes; is the NVIDIA driver loaded with MIG support?`, { cause: err });
+  }
+  return migCapabilityNodes(gpus, layout.devices, parseMigMinors(text));
 }
 
 /** Opens NVML; with failOnInitError false, retries with capped backoff until it works or we stop. */
@@ -184,21 +205,44 @@ async function run(input: RunInput): Promise<Running | undefined> {
   for (const g of gpus) {
     log.info('GPU found', { index: g.index, uuid: g.uuid, name: g.name, bus: g.busId, numa: g.numaNode, memory_mib: Math.round(g.memoryBytes / 1048576) });
   }
+  // MIG: the layout is read once at start (with --mig-strategy none MIG mode is ignored).
+  const migLayout: MigLayout = opts.migStrategy === 'none' ? NO_MIG : (discoverMig(nvml, gpus, found.handles, log) ?? NO_MIG);
+  for (const d of migLayout.devices) {
+    log.info('MIG device found', { gpu: gpus[d.parent]?.index, index: d.index, uuid: d.uuid, profile: d.profile, gi: d.gi, ci: d.ci, memory_mib: Math.round(d.memoryBytes / 1048576) });
+  }
+  for (const line of pendingModeChanges(gpus, migLayout)) log.warn('MIG mode change pending', { change: line });
+  const planFor = (idStrategy: Options['deviceIdStrategy'], sh: Sharing): PlannedResource[] => {
+    const p = planMigResources(gpus, migLayout, opts.migStrategy, idStrategy, sh);
+    for (const note of p.notes) log.warn('MIG', { note });
+    if (p.resources.length === 0) log.warn('nothing to advertise: no GPU or MIG device fits the strategy', { mig_strategy: opts.migStrategy });
+    return p.resources;
+  };
   let plan: PlannedResource[];
   try {
-    plan = planResources(gpus, opts.deviceIdStrategy, sharing);
+    plan = planFor(opts.deviceIdStrategy, sharing);
   } catch (err) {
     nvml.shutdown();
+    if (err instanceof MigStrategyError) throw err;
     throw new Error(opts.configFile === null ? errorText(err) : `config file ${opts.configFile}: ${errorText(err)}`, { cause: err });
   }
   let controlDevices = opts.passDeviceSpecs ? await presentControlDevices(opts.devRoot) : [];
+  let migCapabilities = new Map<number, readonly string[]>();
+  if (opts.passDeviceSpecs) {
+    try {
+      migCapabilities = await readMigCapabilities(gpus, migLayout);
+    } catch (err) {
+      nvml.shutdown();
+      throw err;
+    }
+  }
   log.info('advertising', { resources: describePlan(plan), device_list_strategy: opts.deviceListStrategy.join(','), device_id_strategy: opts.deviceIdStrategy });
 
   const resources = new Map<string, ResourceRuntime>();
   let registeredOnce = false;
   const status = (): string => {
     const h = monitor.health();
-    return `STATUS=${registeredOnce ? 'registered' : 'waiting for the kubelet'}; ${countHealthyGpus(h)} of ${gpus.length} GPUs healthy`;
+    const mig = migLayout.devices.length === 0 ? '' : `, ${countHealthyGpus(h.slice(gpus.length))} of ${migLayout.devices.length} MIG devices`;
+    return `STATUS=${registeredOnce ? 'registered' : 'waiting for the kubelet'}; ${countHealthyGpus(h.slice(0, gpus.length))} of ${gpus.length} GPUs healthy${mig}`;
   };
   // Health lives per GPU in the monitor, which outlives reloads; every device of a GPU (whole or
   // replica) takes that GPU's health.
@@ -207,9 +251,9 @@ async function run(input: RunInput): Promise<Running | undefined> {
     quietMs: opts.healthRecoveryQuietPeriod * 1000,
   }, log, (h) => {
     for (const rt of resources.values()) rt.handlers.update({ ...rt.handlers.current, health: h });
-    log.info('device counts', { healthy: countHealthyGpus(h), total: gpus.length });
+    log.info('device counts', { healthy: countHealthyGpus(h.slice(0, gpus.length)), total: gpus.length, ...(migLayout.devices.length === 0 ? {} : { healthy_mig: countHealthyGpus(h.slice(gpus.length)), total_mig: migLayout.devices.length }) });
     notifier.notify(status());
-  });
+  }, undefined, healthUnits(gpus.length, migLayout));
 
   const stateFor = (r: PlannedResource): PluginState => ({
     gpus,
@@ -226,6 +270,7 @@ async function run(input: RunInput): Promise<Running | undefined> {
       cdiAnnotationPrefix: opts.cdiAnnotationPrefix,
       failRequestsGreaterThanOne: r.failRequestsGreaterThanOne,
       resourceName: r.name,
+      migCapabilities,
     },
   });
 
@@ -342,7 +387,8 @@ async function run(input: RunInput): Promise<Running | undefined> {
     let nextPlan: PlannedResource[];
     try {
       next = parseOptions(input.argv, input.env);
-      nextPlan = planResources(gpus, next.options.deviceIdStrategy, next.sharing);
+      nextPlan = planFor(next.options.deviceIdStrategy, next.sharing);
+      if (next.options.passDeviceSpecs && !opts.passDeviceSpecs) migCapabilities = await readMigCapabilities(gpus, migLayout);
     } catch (err) {
       log.warn('config reload refused; the running configuration is kept', { file, error: errorText(err).replace(`config file ${file}: `, '') });
       return;

@@ -174,6 +174,8 @@ function childKeys(paths: readonly string[], prefix: string): string[] {
 }
 
 const MIG_REF = /^(\d+:\d+|MIG-.*)$/;
+/** A MIG resource of the mixed strategy: nvidia.com/mig-<profile> with + written as '.'. */
+const MIG_RESOURCE = /^nvidia\.com\/mig-(\d+c\.)?\d+g\.\d+gb(\.[a-z][a-z.]*|-me)?$/;
 const GPU_UUID = /^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 
 function deviceSelection(r: Reader, v: unknown, path: string): DeviceSelection {
@@ -194,7 +196,7 @@ function deviceSelection(r: Reader, v: unknown, path: string): DeviceSelection {
     if (typeof item === 'string') {
       if (/^(0|[1-9]\d*)$/.test(item)) return { index: Number(item) };
       if (GPU_UUID.test(item)) return { uuid: item };
-      if (MIG_REF.test(item)) r.fail(at, `${showValue(item)} is a MIG device; MIG is not supported by this plugin yet (expected a GPU index or a GPU UUID)`);
+      if (MIG_REF.test(item)) r.fail(at, `${showValue(item)} is a MIG device; MIG devices are not selected one by one (a MIG resource is time-sliced whole: leave devices out), and GPUs are named by index or GPU UUID`);
     }
     return r.fail(at, `${showValue(item)} is not allowed; expected a GPU index (0, 1, ...) or a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)`);
   });
@@ -224,8 +226,8 @@ function timeSlicing(r: Reader, v: unknown, path: string): Sharing {
     r.keys(m, at, ['name', 'rename', 'replicas', 'devices']);
     if (m['name'] === undefined || m['name'] === null) r.fail(`${at}.name`, `missing; expected the resource to share, ${GPU_RESOURCE}`);
     const name = resourceName(r, m['name'], `${at}.name`);
-    if (name !== GPU_RESOURCE) {
-      r.fail(`${at}.name`, `${showValue(m['name'])} is not allowed; expected ${GPU_RESOURCE} (or gpu), the only resource of this plugin (MIG resources need MIG support, which this plugin does not have yet)`);
+    if (name !== GPU_RESOURCE && !MIG_RESOURCE.test(name)) {
+      r.fail(`${at}.name`, `${showValue(m['name'])} is not allowed; expected ${GPU_RESOURCE} (or gpu), or a MIG resource of the mixed strategy such as nvidia.com/mig-1g.10gb`);
     }
     const rename = m['rename'] === undefined || m['rename'] === null || m['rename'] === '' ? null : resourceName(r, m['rename'], `${at}.rename`);
     const rep = m['replicas'];

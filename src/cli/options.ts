@@ -16,7 +16,9 @@ import type { ConfigFileValues, ConfigSchema, ConfigShape } from './config.ts';
 
 export { OptionError } from './config.ts';
 
-export type MigStrategy = 'none' | 'single' | 'mixed';
+export type { MigStrategy } from '../core/mig.ts';
+import { MIG_STRATEGIES } from '../core/mig.ts';
+import type { MigStrategy } from '../core/mig.ts';
 
 export interface Options {
   kubeletSocket: string;
@@ -28,7 +30,7 @@ export interface Options {
   deviceListStrategy: readonly DeviceListStrategy[];
   passDeviceSpecs: boolean;
   cdiAnnotationPrefix: string;
-  /** Only 'none' until MIG support lands (the others are refused with the reason). */
+  /** none: MIG ignored; single: MIG devices as nvidia.com/gpu; mixed: nvidia.com/mig-<profile>. */
   migStrategy: MigStrategy;
   /** How replicas are picked for GetPreferredAllocation. */
   sharedDevicesAllocationPolicy: SharedAllocationPolicy;
@@ -74,8 +76,6 @@ export interface OptionSpec {
   help: string;
 }
 
-const MIG_LATER = 'MIG devices are not supported by this plugin yet; only none is';
-
 export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'kubeletSocket', flag: 'kubelet-socket', env: 'KUBELET_SOCKET', config: 'flags.plugin.kubeletSocket', default: '/var/lib/kubelet/device-plugins/kubelet.sock', kind: { type: 'string', path: true },
     help: "the kubelet's registration socket; the plugin's own sockets go in the same directory" },
@@ -91,8 +91,8 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     help: 'also return the NVIDIA device nodes as DeviceSpecs in Allocate' },
   { key: 'cdiAnnotationPrefix', flag: 'cdi-annotation-prefix', env: 'CDI_ANNOTATION_PREFIX', config: 'flags.plugin.cdiAnnotationPrefix', default: DEFAULT_CDI_ANNOTATION_PREFIX, kind: { type: 'string' },
     help: 'prefix of the CDI annotation key (device-list strategy cdi-annotations)' },
-  { key: 'migStrategy', flag: 'mig-strategy', env: 'MIG_STRATEGY', config: 'flags.migStrategy', default: 'none', kind: { type: 'enum', values: ['none', 'single', 'mixed'], unsupported: { single: MIG_LATER, mixed: MIG_LATER } },
-    help: 'how MIG devices are exposed; only none for now' },
+  { key: 'migStrategy', flag: 'mig-strategy', env: 'MIG_STRATEGY', config: 'flags.migStrategy', default: 'none', kind: { type: 'enum', values: MIG_STRATEGIES },
+    help: 'how MIG devices are exposed: none (GPUs whole), single (MIG devices as nvidia.com/gpu), mixed (nvidia.com/mig-<profile>)' },
   { key: 'sharedDevicesAllocationPolicy', flag: 'shared-devices-allocation-policy', env: 'SHARED_DEVICES_ALLOCATION_POLICY', config: 'flags.plugin.sharedDevicesAllocationPolicy', default: 'distributed', kind: { type: 'enum', values: SHARED_ALLOCATION_POLICIES },
     help: 'how time-sliced replicas are preferred: distributed spreads them over the GPUs, packed fills one GPU before the next' },
   { key: 'failOnInitError', flag: 'fail-on-init-error', env: 'FAIL_ON_INIT_ERROR', config: 'flags.failOnInitError', default: 'true', kind: { type: 'bool' },

@@ -1,6 +1,8 @@
 // Allocate: check the kubelet's choice and describe what each container needs from the NVIDIA
 // container runtime (FACTS §3), for each device-list strategy. Replicas (time-slicing) name their
-// GPU: the suffix is stripped and each GPU is listed once. Pure: the set of control device nodes
+// GPU: the suffix is stripped and each GPU is listed once. MIG devices (FACTS §4a) are listed by
+// their own name (MIG UUID or `<gpu>:<mig>`); their device specs are the parent's node and the two
+// capability nodes of the MIG device. Pure: the set of control device nodes
 // present and the source of random UUIDs are inputs.
 import type { AdvertisedDevice, Gpu } from './devices.ts';
 import { RequestError } from './request-error.ts';
@@ -42,6 +44,12 @@ export interface AllocateSettings {
   resourceName?: string;
   /** Random UUIDs for CDI annotation keys (default crypto.randomUUID). */
   newUuid?: () => string;
+  /**
+   * Capability nodes (container paths under /dev/nvidia-caps) of each MIG device, by its position
+   * in the MIG layout: GI access, then CI access (core/mig.ts migCapabilityNodes). Needed for MIG
+   * devices with passDeviceSpecs.
+   */
+  migCapabilities?: ReadonlyMap<number, readonly string[]>;
 }
 
 export interface ContainerAllocation {
@@ -61,6 +69,8 @@ export interface DeviceIndex {
   readonly perGpu: ReadonlyMap<number, number>;
   /** Position of each ID in the advertised list (answers are given in that order). */
   readonly order: ReadonlyMap<string, number>;
+  /** Some devices are MIG devices: several distinct devices can share one parent GPU. */
+  readonly mig?: boolean;
 }
 
 export function indexDevices(devices: readonly AdvertisedDevice[], gpus: readonly Gpu[]): DeviceIndex {
@@ -72,6 +82,7 @@ export function indexDevices(devices: readonly AdvertisedDevice[], gpus: readonl
     shared: devices.some((d) => d.replica !== undefined),
     perGpu,
     order: new Map(devices.map((d, i) => [d.id, i])),
+    mig: devices.some((d) => d.mig !== undefined),
   };
 }
 
@@ -91,8 +102,14 @@ function strategiesOf(settings: AllocateSettings): ReadonlySet<DeviceListStrateg
   return new Set(list.length === 0 ? ['envvar'] : list);
 }
 
-/** The names a container gets, in request order, each GPU once: what each strategy passes on. */
-function respond(names: readonly string[], gpuOrder: readonly number[], index: DeviceIndex, settings: AllocateSettings): ContainerAllocation {
+/** What a container gets of one GPU or MIG device: its GPU position, and its MIG position if any. */
+interface Unit {
+  readonly gpu: number;
+  readonly mig: number | undefined;
+}
+
+/** The names a container gets, in request order, each GPU or MIG device once: what each strategy passes on. */
+function respond(names: readonly string[], units: readonly Unit[], index: DeviceIndex, settings: AllocateSettings): ContainerAllocation {
   const strategies = strategiesOf(settings);
   const legacy = strategies.has('envvar') || strategies.has('volume-mounts');
   const envs: Record<string, string> = {};
@@ -111,11 +128,20 @@ function respond(names: readonly string[], gpuOrder: readonly number[], index: D
     for (const p of settings.presentControlDevices) {
       devices.push({ container_path: p, host_path: hostPath(settings.devRoot, p), permissions: 'rw' });
     }
-    for (const g of gpuOrder) {
-      const gpu = index.gpus[g];
-      if (gpu === undefined) throw new Error(`advertised device refers to GPU position ${g}, which does not exist`);
-      const p = `/dev/nvidia${gpu.minor}`;
+    const passed = new Set<string>();
+    const pass = (p: string): void => {
+      if (passed.has(p)) return;
+      passed.add(p);
       devices.push({ container_path: p, host_path: hostPath(settings.devRoot, p), permissions: 'rw' });
+    };
+    for (const u of units) {
+      const gpu = index.gpus[u.gpu];
+      if (gpu === undefined) throw new Error(`advertised device refers to GPU position ${u.gpu}, which does not exist`);
+      pass(`/dev/nvidia${gpu.minor}`);
+      if (u.mig === undefined) continue;
+      const caps = settings.migCapabilities?.get(u.mig);
+      if (caps === undefined) throw new Error(`MIG device at layout position ${u.mig} on GPU ${gpu.index} has no capability nodes (mig-minors not read)`);
+      for (const p of caps) pass(p);
     }
   }
   const cdiNames = names.map((n) => `${CDI_KIND}=${n}`);
@@ -148,9 +174,9 @@ export function allocate(
     if (ids.length > advertised) {
       throw new RequestError(`container request ${ci} asks for ${ids.length} devices, more than the ${advertised} this plugin advertises`);
     }
-    const gpuOrder: number[] = [];
+    const units: Unit[] = [];
     const names: string[] = [];
-    const seenGpus = new Set<number>();
+    const seenUnits = new Set<string>();
     let replicas = 0;
     for (const id of ids) {
       const dev = index.byId.get(id);
@@ -163,9 +189,10 @@ export function allocate(
       }
       taken.set(id, ci);
       if (dev.replica !== undefined) replicas++;
-      if (!seenGpus.has(dev.gpu)) {
-        seenGpus.add(dev.gpu);
-        gpuOrder.push(dev.gpu);
+      const key = dev.mig === undefined ? `gpu:${dev.gpu}` : `mig:${dev.mig}`;
+      if (!seenUnits.has(key)) {
+        seenUnits.add(key);
+        units.push({ gpu: dev.gpu, mig: dev.mig });
         names.push(dev.runtimeName);
       }
     }
@@ -173,6 +200,6 @@ export function allocate(
       const resource = settings.resourceName === undefined ? '' : ` of ${settings.resourceName}`;
       throw new RequestError(`container request ${ci} asks for ${ids.length} shared GPU replicas${resource}; failRequestsGreaterThanOne allows 1 per container (time-slicing gives no more GPU time to a container that holds several; request 1)`);
     }
-    return respond(names, gpuOrder, index, settings);
+    return respond(names, units, index, settings);
   });
 }

@@ -21,7 +21,8 @@ export const DEVICE_ID_STRATEGIES: readonly DeviceIdStrategy[] = ['uuid', 'index
 
 /**
  * One ID advertised to the kubelet. Every advertised device is derived from one GPU (a whole GPU or
- * a time-slicing replica of one; MIG devices later), and takes that GPU's health.
+ * a time-slicing replica of one, or a MIG device on it), and takes that GPU's health — or, for a
+ * MIG device, the MIG device's own.
  */
 export interface AdvertisedDevice {
   readonly id: string;
@@ -31,6 +32,8 @@ export interface AdvertisedDevice {
   readonly runtimeName: string;
   /** For a time-slicing replica, its number (the n of `<id>::<n>`); absent for a whole GPU. */
   readonly replica?: number;
+  /** For a MIG device (or a replica of one), its position in the MIG layout (core/mig.ts). */
+  readonly mig?: number;
 }
 
 export const MAX_DEVICE_ID_LENGTH = 63;
@@ -53,7 +56,7 @@ export function wholeGpuDevices(gpus: readonly Gpu[], strategy: DeviceIdStrategy
   });
 }
 
-/** Health of each GPU, by position in the GPU list. */
+/** Health of each GPU, by position in the GPU list; with MIG, MIG device k follows at gpus.length + k. */
 export type GpuHealth = readonly Health[];
 
 export interface DeviceListEntry {
@@ -69,7 +72,7 @@ export function deviceList(devices: readonly AdvertisedDevice[], gpus: readonly 
     if (gpu === undefined) throw new Error(`device ${d.id} refers to GPU position ${d.gpu}, which does not exist`);
     return {
       ID: d.id,
-      health: health[d.gpu] ?? 'Unhealthy',
+      health: health[d.mig === undefined ? d.gpu : gpus.length + d.mig] ?? 'Unhealthy',
       topology: gpu.numaNode === null ? null : { nodes: [{ ID: gpu.numaNode }] },
     };
   });

@@ -2,8 +2,11 @@
 // chooser working on GPU positions (the exact topology policy in production). Replicas
 // (time-slicing) are picked one at a time by the shared-devices allocation policy: `distributed`
 // takes the next replica from the GPU with the fewest replicas in use, `packed` from the GPU with
-// the most that still has one free. Pure.
+// the most that still has one free. MIG devices are picked the same way by parent GPU (`packed`
+// fills one GPU's MIG devices before the next, keeping other GPUs free for large profiles), within
+// one NUMA node when one can hold the whole answer. Pure.
 import type { DeviceIndex } from './allocate.ts';
+import type { AdvertisedDevice } from './devices.ts';
 import { showId } from './allocate.ts';
 import { RequestError } from './request-error.ts';
 import type { SharedAllocationPolicy } from './sharing.ts';
@@ -56,12 +59,20 @@ export function chooseReplicas(
   size: number,
   index: DeviceIndex,
   policy: SharedAllocationPolicy,
+  groupOf?: (d: AdvertisedDevice) => number,
 ): string[] {
+  const group = groupOf ?? ((d: AdvertisedDevice) => d.gpu);
   const gpuOf = (id: string): number => {
     const d = index.byId.get(id);
     if (d === undefined) throw new Error(`device ID ${showId(id)} is not advertised`);
-    return d.gpu;
+    return group(d);
   };
+  let perGroup: ReadonlyMap<number, number> = index.perGpu;
+  if (groupOf !== undefined) {
+    const counts = new Map<number, number>();
+    for (const d of index.byId.values()) counts.set(group(d), (counts.get(group(d)) ?? 0) + 1);
+    perGroup = counts;
+  }
   const order = (id: string): number => index.order.get(id) ?? Number.MAX_SAFE_INTEGER;
   const inUse = new Map<number, number>();
   const free = new Map<number, string[]>();
@@ -72,7 +83,7 @@ export function chooseReplicas(
     else list.push(id);
   }
   for (const [g, ids] of free) {
-    inUse.set(g, (index.perGpu.get(g) ?? ids.length) - ids.length);
+    inUse.set(g, (perGroup.get(g) ?? ids.length) - ids.length);
     ids.sort((a, b) => order(a) - order(b));
   }
   const chosen = new Set<string>();
@@ -112,6 +123,44 @@ export function chooseReplicas(
 }
 
 /**
+ * Picks MIG devices (or replicas of them): within one NUMA node when one holds every must-include
+ * device and enough available ones (packed takes the node with fewest available, keeping fuller
+ * nodes free; distributed the one with most; ties to the lower node), then by `policy` over parent
+ * GPUs — for replicas, over MIG devices, as replicas of whole GPUs are spread over GPUs.
+ */
+export function chooseMigDevices(
+  available: readonly string[],
+  mustInclude: readonly string[],
+  size: number,
+  index: DeviceIndex,
+  policy: SharedAllocationPolicy,
+): string[] {
+  const dev = (id: string): AdvertisedDevice => {
+    const d = index.byId.get(id);
+    if (d === undefined) throw new Error(`device ID ${showId(id)} is not advertised`);
+    return d;
+  };
+  const numa = (id: string): number => index.gpus[dev(id).gpu]?.numaNode ?? -1;
+  const mustNodes = new Set(mustInclude.map(numa));
+  const byNode = new Map<number, string[]>();
+  for (const id of available) {
+    const n = numa(id);
+    byNode.set(n, [...(byNode.get(n) ?? []), id]);
+  }
+  let best: { node: number; ids: string[] } | undefined;
+  for (const [node, ids] of [...byNode].sort((a, b) => a[0] - b[0])) {
+    if (ids.length < size || (mustNodes.size > 0 && !(mustNodes.size === 1 && mustNodes.has(node)))) continue;
+    const better = best === undefined || (policy === 'packed' ? ids.length < best.ids.length : ids.length > best.ids.length);
+    if (better) best = { node, ids };
+  }
+  const pool = best?.ids ?? available;
+  const groupOf = index.shared
+    ? (d: AdvertisedDevice) => (d.mig === undefined ? -1 - d.gpu : d.mig)
+    : (d: AdvertisedDevice) => d.gpu;
+  return chooseReplicas(pool, mustInclude, size, index, policy, groupOf);
+}
+
+/**
  * Answers every container request, in order. Throws RequestError for impossible questions. Whole
  * GPUs go to `chooser`; a resource with replicas uses `policy` (default distributed).
  */
@@ -146,6 +195,7 @@ export function preferredAllocation(
     if (size > availGpus.length) {
       throw new RequestError(`container request ${ci}: allocation_size ${size} is larger than the ${availGpus.length} available devices`);
     }
+    if (index.mig === true) return chooseMigDevices(avail, c.must_include_deviceIDs, size, index, policy);
     if (index.shared) return chooseReplicas(avail, c.must_include_deviceIDs, size, index, policy);
     // Whole GPUs: one advertised ID per GPU position, so positions map back one to one.
     const idOf = new Map<number, string>();

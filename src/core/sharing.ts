@@ -138,14 +138,23 @@ function select(sel: DeviceSelection, gpus: readonly Gpu[], path: string): numbe
   }
 }
 
+/** Narrows planResources for MIG (core/mig.ts): only some GPUs whole, some resources planned elsewhere. */
+export interface PlanScope {
+  /** GPU positions advertised whole (default: all); time-slicing selections drop the others. */
+  readonly wholeGpus?: ReadonlySet<number>;
+  /** Time-slicing entries for these resource names are left to the caller. */
+  readonly skipResource?: (name: string) => boolean;
+}
+
 /**
  * The resources to advertise for these GPUs: whole GPUs under nvidia.com/gpu, and the replicas of
  * each time-sliced resource under its (possibly renamed) name. nvidia.com/gpu comes first when it
  * has devices; a resource with no devices is not advertised. Throws SharingError naming the config
  * key for selections that do not fit the node.
  */
-export function planResources(gpus: readonly Gpu[], strategy: DeviceIdStrategy, sharing: Sharing): PlannedResource[] {
+export function planResources(gpus: readonly Gpu[], strategy: DeviceIdStrategy, sharing: Sharing, scope: PlanScope = {}): PlannedResource[] {
   const ts = sharing.timeSlicing;
+  const isWhole = (pos: number): boolean => scope.wholeGpus?.has(pos) ?? true;
   const seen = new Set<string>();
   const whole = (pos: number): AdvertisedDevice => {
     const gpu = gpus[pos] as Gpu;
@@ -156,14 +165,15 @@ export function planResources(gpus: readonly Gpu[], strategy: DeviceIdStrategy, 
     return { id, gpu: pos, runtimeName: id };
   };
   if (ts === null) {
-    return [{ name: GPU_RESOURCE, devices: gpus.map((_, i) => whole(i)), shared: false, failRequestsGreaterThanOne: false }];
+    return [{ name: GPU_RESOURCE, devices: gpus.map((_, i) => i).filter(isWhole).map((i) => whole(i)), shared: false, failRequestsGreaterThanOne: false }];
   }
   const sharedBy = new Map<number, number>();
   const byName = new Map<string, AdvertisedDevice[]>();
   ts.resources.forEach((r, k) => {
     const path = `sharing.timeSlicing.resources[${k}]`;
+    if (scope.skipResource?.(r.name) === true) return;
     if (r.name !== GPU_RESOURCE) throw new SharingError(`${path}.name`, `${JSON.stringify(r.name)} is not a resource of this plugin; expected ${GPU_RESOURCE}`);
-    const chosen = select(r.devices, gpus, `${path}.devices`);
+    const chosen = select(r.devices, gpus, `${path}.devices`).filter(isWhole);
     const target = advertisedName(r, ts.renameByDefault);
     const list = byName.get(target) ?? [];
     byName.set(target, list);
@@ -186,7 +196,7 @@ export function planResources(gpus: readonly Gpu[], strategy: DeviceIdStrategy, 
   });
   const plain: AdvertisedDevice[] = [];
   gpus.forEach((_, pos) => {
-    if (!sharedBy.has(pos)) plain.push(whole(pos));
+    if (!sharedBy.has(pos) && isWhole(pos)) plain.push(whole(pos));
   });
   const out: PlannedResource[] = [];
   const gpuList = [...plain, ...(byName.get(GPU_RESOURCE) ?? [])];

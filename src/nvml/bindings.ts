@@ -2,6 +2,7 @@
 // The basic set every driver has is bound when the library is opened; every other symbol is bound
 // on first use, so a driver without it loses that one feature instead of failing to start.
 import type { Koffi } from '../system/native.ts';
+import { MIG_SYMBOLS } from './mig-symbols.ts';
 
 type KoffiLib = ReturnType<Koffi['load']>;
 type KoffiType = ReturnType<Koffi['struct']>;
@@ -75,6 +76,7 @@ export const LAZY_SYMBOLS = {
   nvmlEventSetWait_v2: 'int nvmlEventSetWait_v2(nvmlEventSet_t set, _Out_ nvmlEventData_t *data, unsigned int timeoutms)',
   nvmlEventSetWait: 'int nvmlEventSetWait(nvmlEventSet_t set, _Out_ nvmlEventData_t *data, unsigned int timeoutms)',
   nvmlEventSetFree: 'int nvmlEventSetFree(nvmlEventSet_t set)',
+  ...MIG_SYMBOLS,
 } as const;
 
 export type BasicSymbol = keyof typeof BASIC_SYMBOLS;

@@ -107,9 +107,9 @@ function run(): void {
         const pos = addr === null ? null : (byAddress.get(addr) ?? -1);
         const type = Number(data['eventType']);
         const ev: WatchedEvent = type === EVENT_TYPES.xid
-          ? { kind: 'xid', gpu: pos, xid: Number(data['eventData']) }
+          ? { kind: 'xid', gpu: pos, xid: Number(data['eventData']), ...(waitName === 'nvmlEventSetWait_v2' ? { gi: Number(data['gpuInstanceId']), ci: Number(data['computeInstanceId']) } : {}) }
           : type === EVENT_TYPES.eccDouble ? { kind: 'ecc-double', gpu: pos } : { kind: 'ecc-single', gpu: pos };
-        const key = `${ev.kind}:${ev.gpu}:${ev.kind === 'xid' ? ev.xid : ''}`;
+        const key = `${ev.kind}:${ev.gpu}:${ev.kind === 'xid' ? `${ev.xid}:${ev.gi ?? ''}:${ev.ci ?? ''}` : ''}`;
         const entry = batch.get(key);
         if (entry === undefined) batch.set(key, { event: ev, count: 1 });
         else entry.count++;

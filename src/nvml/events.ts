@@ -29,7 +29,8 @@ export interface WorkerSettings {
 
 /** gpu: a position in WorkerSettings.gpus; null: the event named no device (all GPUs); -1: a device we do not manage. */
 export type WatchedEvent =
-  | { kind: 'xid'; gpu: number | null; xid: number }
+  /** gi/ci: the MIG device the XID names (0xFFFFFFFF: the whole GPU); absent from pre-MIG drivers. */
+  | { kind: 'xid'; gpu: number | null; xid: number; gi?: number; ci?: number }
   | { kind: 'ecc-double'; gpu: number | null }
   | { kind: 'ecc-single'; gpu: number | null };
 

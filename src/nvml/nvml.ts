@@ -121,21 +121,24 @@ export class Nvml {
     if (code !== NVML.SUCCESS) throw new NvmlError(func, code, this.errorText(code), gpu);
   }
 
-  /** A lazily bound symbol, or an NvmlError with FUNCTION_NOT_FOUND (logged once) when the driver lacks it. */
-  fn(name: LazySymbol): NativeFn {
+  /**
+   * A lazily bound symbol, or an NvmlError with FUNCTION_NOT_FOUND (logged once, unless quiet: the
+   * caller says what is off) when the driver lacks it.
+   */
+  fn(name: LazySymbol, quiet = false): NativeFn {
     let f = this.lazy.get(name);
     if (f === undefined) {
       f = bind(this.lib, LAZY_SYMBOLS[name]) ?? null;
       this.lazy.set(name, f);
-      if (f === null) this.log.warn('NVML lacks a function; the feature that needs it is off', { function: name, library: this.libraryPath });
+      if (f === null && !quiet) this.log.warn('NVML lacks a function; the feature that needs it is off', { function: name, library: this.libraryPath });
     }
     if (f === null) throw new NvmlError(name, NVML.ERROR_FUNCTION_NOT_FOUND, 'Function Not Found', undefined);
     return f;
   }
 
-  has(name: LazySymbol): boolean {
+  has(name: LazySymbol, quiet = false): boolean {
     try {
-      this.fn(name);
+      this.fn(name, quiet);
       return true;
     } catch {
       return false;

@@ -1,9 +1,13 @@
 // Turns what the NVML watcher reports into per-GPU health with the pure policy (core/health.ts),
 // logs every transition once (UUID, XID, meaning), runs the recovery timer, and hands the new health
 // to whoever advertises it. Storms stay cheap: the policy is O(1) per event and only transitions
-// reach the device list.
+// reach the device list. With MIG, health is kept per unit — each GPU, then each MIG device
+// (core/mig.ts HealthUnits) — so an XID naming one MIG device marks that device only, and every
+// unhealthy MIG device is reported.
 import type { Gpu, Health } from '../core/devices.ts';
 import { HealthTracker } from '../core/health.ts';
+import { eventUnits, healthUnits, unitCount, unitsOfGpu } from '../core/mig.ts';
+import type { HealthUnits } from '../core/mig.ts';
 import type { HealthChange, HealthSettings, RecoverySettings } from '../core/health.ts';
 import type { EventBatchEntry, ProbeResult } from '../nvml/events.ts';
 import type { Logger } from '../system/log.ts';
@@ -14,14 +18,17 @@ export class HealthMonitor {
   private readonly log: Logger;
   private readonly onChange: (health: readonly Health[]) => void;
   private readonly now: () => number;
+  private readonly units: HealthUnits;
   private timer: NodeJS.Timeout | undefined;
   private unmanagedLogged = false;
   private events = 0;
 
   constructor(gpus: readonly Gpu[], settings: HealthSettings, recovery: RecoverySettings, log: Logger,
-    onChange: (health: readonly Health[]) => void, now: () => number = () => performance.now()) {
+    onChange: (health: readonly Health[]) => void, now: () => number = () => performance.now(),
+    units: HealthUnits = healthUnits(gpus.length)) {
     this.gpus = gpus;
-    this.tracker = new HealthTracker(gpus.length, settings, recovery);
+    this.units = units;
+    this.tracker = new HealthTracker(unitCount(units), settings, recovery);
     this.log = log;
     this.onChange = onChange;
     this.now = now;
@@ -48,9 +55,13 @@ export class HealthMonitor {
         continue;
       }
       if (ev.kind === 'ecc-single' && this.log.enabled('debug')) this.log.debug('single-bit ECC error', { gpu: ev.gpu === null ? 'all' : this.gpus[ev.gpu]?.uuid });
-      changes.push(...this.tracker.apply(ev, now));
-      // Repeats change nothing but the single-bit count; apply them only for that.
-      if (ev.kind === 'ecc-single') for (let i = 1; i < count; i++) this.tracker.apply(ev, now);
+      const targets = ev.gpu === null ? [null] : eventUnits(this.units, ev.gpu, ev.kind === 'xid' ? ev.gi : undefined, ev.kind === 'xid' ? ev.ci : undefined);
+      for (const gpu of targets) {
+        const unitEvent = { ...ev, gpu };
+        changes.push(...this.tracker.apply(unitEvent, now));
+        // Repeats change nothing but the single-bit count; apply them only for that.
+        if (ev.kind === 'ecc-single') for (let i = 1; i < count; i++) this.tracker.apply(unitEvent, now);
+      }
     }
     this.publish(changes);
   }
@@ -59,13 +70,23 @@ export class HealthMonitor {
     const now = this.now();
     const changes: HealthChange[] = [];
     results.forEach((r, gpu) => {
-      if (r !== 'error') changes.push(...this.tracker.apply({ kind: 'probe', gpu, result: r }, now));
+      if (r === 'error') return;
+      // A GPU's probe speaks for its MIG devices too: lost with it, and answering ok with it.
+      for (const unit of unitsOfGpu(this.units, gpu)) changes.push(...this.tracker.apply({ kind: 'probe', gpu: unit, result: r }, now));
     });
     this.publish(changes);
   }
 
   private publish(changes: readonly HealthChange[]): void {
     for (const c of changes) {
+      const m = this.units.mig[c.gpu - this.units.gpuCount];
+      if (c.gpu >= this.units.gpuCount && m !== undefined) {
+        const parent = this.gpus[m.parent];
+        const ctx = { mig: m.uuid, profile: m.profile, gpu: parent?.index, gi: m.gi, ci: m.ci, xid: c.xid, meaning: c.meaning, reason: c.reason };
+        if (c.health === 'Unhealthy') this.log.warn('MIG device unhealthy', ctx);
+        else this.log.info('MIG device healthy again', ctx);
+        continue;
+      }
       const g = this.gpus[c.gpu];
       const ctx = { gpu: g?.index, uuid: g?.uuid, xid: c.xid, meaning: c.meaning, reason: c.reason };
       if (c.health === 'Unhealthy') this.log.warn('GPU unhealthy', ctx);

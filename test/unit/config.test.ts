@@ -150,19 +150,20 @@ test('every bad value in the file is refused with its key path, the value and wh
     ['flags:\n  plugin:\n    deviceListStrategy: []\n', 'flags.plugin.deviceListStrategy: an empty list is not allowed; expected at least one value'],
     ['flags:\n  plugin:\n    sharedDevicesAllocationPolicy: spread\n', 'flags.plugin.sharedDevicesAllocationPolicy: "spread" is not allowed; expected one of distributed, packed'],
     ['flags:\n  plugin:\n    kubeletSocket: kubelet.sock\n', 'flags.plugin.kubeletSocket: "kubelet.sock" is not an absolute path; expected a path starting with /'],
-    ['flags:\n  migStrategy: mixed\n', 'flags.migStrategy: "mixed" is not supported: MIG devices are not supported by this plugin yet; only none is'],
+    ['flags:\n  migStrategy: mixd\n', 'flags.migStrategy: "mixd" is not allowed; expected one of none, single, mixed'],
     ['flags:\n  socketCheckInterval: 0\n', 'flags.socketCheckInterval: "0" is not a number of seconds from 0.1 to 3600'],
     [ts('{name: gpu, replicas: 0}'), 'sharing.timeSlicing.resources[0].replicas: 0 is not allowed; expected an integer from 1 to 1024'],
     [ts('{name: gpu, replicas: 2.5}'), 'sharing.timeSlicing.resources[0].replicas: 2.5 is not allowed; expected an integer from 1 to 1024'],
     [ts('{name: gpu, replicas: "4"}'), 'sharing.timeSlicing.resources[0].replicas: "4" is not allowed; expected an integer from 1 to 1024'],
     [ts('{name: gpu}'), 'sharing.timeSlicing.resources[0].replicas: missing; expected an integer from 1 to 1024'],
     [ts('{replicas: 2}'), 'sharing.timeSlicing.resources[0].name: missing; expected the resource to share, nvidia.com/gpu'],
-    [ts('{name: nvidia.com/mig-1g.5gb, replicas: 2}'), 'sharing.timeSlicing.resources[0].name: "nvidia.com/mig-1g.5gb" is not allowed; expected nvidia.com/gpu (or gpu), the only resource of this plugin (MIG resources need MIG support, which this plugin does not have yet)'],
+    [ts('{name: nvidia.com/mig-1g, replicas: 2}'), 'sharing.timeSlicing.resources[0].name: "nvidia.com/mig-1g" is not allowed; expected nvidia.com/gpu (or gpu), or a MIG resource of the mixed strategy such as nvidia.com/mig-1g.10gb'],
+    [ts('{name: gpu.small, replicas: 2}'), 'sharing.timeSlicing.resources[0].name: "gpu.small" is not allowed; expected nvidia.com/gpu (or gpu), or a MIG resource of the mixed strategy such as nvidia.com/mig-1g.10gb'],
     [ts('{name: gpu, replicas: 2, rename: Shared_GPU}'), 'sharing.timeSlicing.resources[0].rename: "Shared_GPU" is not a resource name; expected lower-case letters, digits, \'-\' and \'.\' after nvidia.com/ (e.g. gpu.shared)'],
     [ts('{name: gpu, replicas: 2, devices: some}'), 'sharing.timeSlicing.resources[0].devices: "some" is not allowed; expected "all", a number of GPUs, or a list of GPU indices or UUIDs'],
     [ts('{name: gpu, replicas: 2, devices: 0}'), 'sharing.timeSlicing.resources[0].devices: 0 is not allowed; a number of GPUs must be a whole number of at least 1'],
     [ts('{name: gpu, replicas: 2, devices: []}'), 'sharing.timeSlicing.resources[0].devices: an empty list selects no GPU; expected at least one GPU index or UUID (leave devices out for all GPUs)'],
-    [ts('{name: gpu, replicas: 2, devices: [0, "1:0"]}'), 'sharing.timeSlicing.resources[0].devices[1]: "1:0" is a MIG device; MIG is not supported by this plugin yet (expected a GPU index or a GPU UUID)'],
+    [ts('{name: gpu, replicas: 2, devices: [0, "1:0"]}'), 'sharing.timeSlicing.resources[0].devices[1]: "1:0" is a MIG device; MIG devices are not selected one by one (a MIG resource is time-sliced whole: leave devices out), and GPUs are named by index or GPU UUID'],
     [ts('{name: gpu, replicas: 2, devices: [GPU-1]}'), 'sharing.timeSlicing.resources[0].devices[0]: "GPU-1" is not allowed; expected a GPU index (0, 1, ...) or a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)'],
     [ts('{name: gpu, replica: 2}'), 'sharing.timeSlicing.resources[0].replica: unknown key; expected one of name, rename, replicas, devices'],
     [ts('{name: gpu, replicas: 2}', '    renameByDefault: "yes"\n'), 'sharing.timeSlicing.renameByDefault: "yes" is not allowed; expected true or false'],
@@ -199,8 +200,8 @@ test("NVIDIA's flags that this plugin lacks are refused by name with the reason,
     [['--device-discovery-strategy=tegra'], {}, "--device-discovery-strategy: not supported by this plugin (NVIDIA's --device-discovery-strategy): GPUs are always found through NVML here"],
     [['--imex-channel-ids=0,1'], {}, "--imex-channel-ids: not supported by this plugin (NVIDIA's --imex-channel-ids): IMEX channels are not injected"],
     [[], { IMEX_REQUIRED: '1' }, 'environment variable IMEX_REQUIRED: not supported'],
-    [['--mig-strategy=single'], {}, '--mig-strategy: "single" is not supported: MIG devices are not supported by this plugin yet; only none is'],
-    [[], { MIG_STRATEGY: 'mixed' }, 'environment variable MIG_STRATEGY: "mixed" is not supported'],
+    [['--mig-strategy=singel'], {}, '--mig-strategy: "singel" is not allowed; expected one of none, single, mixed'],
+    [[], { MIG_STRATEGY: 'all' }, 'environment variable MIG_STRATEGY: "all" is not allowed'],
   ];
   for (const [argv, env, message] of cases) {
     assert.throws(() => parseOptions(argv, env), (e: unknown) => e instanceof OptionError && e.message.startsWith(message), message);
@@ -262,5 +263,5 @@ test('help names every option with its config key, and every refused flag of NVI
   for (const s of OPTION_SPECS) if (s.config !== undefined) assert.ok(text.includes(`config file ${s.config}`), s.flag);
   for (const u of UNSUPPORTED_OPTIONS) assert.ok(text.includes(`--${u.flag}`) && text.includes(u.reason), u.flag);
   assert.match(text, /--driver-root, --nvidia-driver-root/);
-  assert.match(text, /--mig-strategy \(none\)/);
+  assert.match(text, /--mig-strategy \(none\|single\|mixed\)/);
 });

@@ -1,0 +1,147 @@
+// MIG discovery through NVML (FACTS §4a): each GPU's MIG mode (current and pending), and each MIG
+// device with its UUID, parent, GPU- and compute-instance ids, attributes and NVIDIA's profile name.
+// Every MIG symbol is bound lazily: a driver without them loses MIG, with one log line.
+import type { Gpu } from '../core/devices.ts';
+import { migProfileName } from '../core/mig.ts';
+import type { MigDevice, MigLayout, MigMode } from '../core/mig.ts';
+import type { Logger } from '../system/log.ts';
+import { NVML, NvmlError } from './errors.ts';
+import { PROFILE_MIG_SYMBOLS, REQUIRED_MIG_SYMBOLS } from './mig-symbols.ts';
+import type { DeviceHandle, Nvml } from './nvml.ts';
+
+/** nvmlDeviceAttributes_t as decoded from its 40 bytes. */
+export interface MigAttributes {
+  multiprocessorCount: number;
+  gpuInstanceSliceCount: number;
+  computeInstanceSliceCount: number;
+  memorySizeMB: number;
+}
+
+/** Profile lookups beyond the last NVML profile index answer INVALID_ARGUMENT well before this. */
+const MAX_PROFILE_INDEX = 32;
+
+/** Whether this NVML has what MIG discovery needs (quietly: the caller logs one line if not). */
+export function nvmlHasMig(nvml: Nvml): { ok: true } | { ok: false; missing: string } {
+  for (const name of REQUIRED_MIG_SYMBOLS) if (!nvml.has(name, true)) return { ok: false, missing: name };
+  return { ok: true };
+}
+
+function attributes(nvml: Nvml, h: DeviceHandle): MigAttributes | number {
+  const buf = Buffer.alloc(40);
+  const code = nvml.callCode('nvmlDeviceGetAttributes_v2', h, buf);
+  if (code !== NVML.SUCCESS) return code;
+  return {
+    multiprocessorCount: buf.readUInt32LE(0),
+    gpuInstanceSliceCount: buf.readUInt32LE(24),
+    computeInstanceSliceCount: buf.readUInt32LE(28),
+    memorySizeMB: Number(buf.readBigUInt64LE(32)),
+  };
+}
+
+/** GPU-instance profile id → NVML profile index, for one parent (null when the driver cannot say). */
+function profileIndexTable(nvml: Nvml, parent: DeviceHandle): Map<number, number> | null {
+  if (!PROFILE_MIG_SYMBOLS.every((s) => nvml.has(s, true))) return null;
+  const table = new Map<number, number>();
+  const buf = Buffer.alloc(48);
+  for (let i = 0; i < MAX_PROFILE_INDEX; i++) {
+    const code = nvml.callCode('nvmlDeviceGetGpuInstanceProfileInfo', parent, i, buf);
+    if (code === NVML.ERROR_NOT_SUPPORTED) continue;
+    if (code !== NVML.SUCCESS) break;
+    table.set(buf.readUInt32LE(0), i);
+  }
+  return table;
+}
+
+/** NVML profile index of the GPU instance a MIG device lives in, or null. */
+function giProfileIndex(nvml: Nvml, parent: DeviceHandle, gi: number, table: Map<number, number> | null): number | null {
+  if (table === null) return null;
+  const out: unknown[] = [null];
+  if (nvml.callCode('nvmlDeviceGetGpuInstanceById', parent, gi, out) !== NVML.SUCCESS) return null;
+  const info = Buffer.alloc(24);
+  if (nvml.callCode('nvmlGpuInstanceGetInfo', out[0], info) !== NVML.SUCCESS) return null;
+  return table.get(info.readUInt32LE(12)) ?? null;
+}
+
+function readMode(nvml: Nvml, h: DeviceHandle, gpu: Gpu, log: Logger): MigMode | null {
+  const current = [0];
+  const pending = [0];
+  const code = nvml.callCode('nvmlDeviceGetMigMode', h, current, pending);
+  if (code === NVML.ERROR_NOT_SUPPORTED) return null;
+  if (code !== NVML.SUCCESS) {
+    log.warn('cannot read MIG mode; the GPU is taken as not MIG-capable', { gpu: gpu.index, uuid: gpu.uuid, error: new NvmlError('nvmlDeviceGetMigMode', code, nvml.errorText(code)).message });
+    return null;
+  }
+  return { current: current[0] === 1, pending: pending[0] === 1 };
+}
+
+/**
+ * The MIG layout of these GPUs (positions as in `gpus`/`handles`), or null when this NVML has no
+ * MIG functions (then one line is logged and MIG is off). A MIG device that cannot be read is
+ * logged and left out; the others are kept.
+ */
+export function discoverMig(nvml: Nvml, gpus: readonly Gpu[], handles: readonly DeviceHandle[], log: Logger): MigLayout | null {
+  const has = nvmlHasMig(nvml);
+  if (!has.ok) {
+    log.warn('this NVIDIA driver has no MIG functions; MIG is off and every GPU is advertised whole', { missing: has.missing, library: nvml.libraryPath });
+    return null;
+  }
+  const modes: (MigMode | null)[] = [];
+  const devices: MigDevice[] = [];
+  gpus.forEach((gpu, parent) => {
+    const h = handles[parent];
+    if (h === undefined) {
+      modes.push(null);
+      return;
+    }
+    const mode = readMode(nvml, h, gpu, log);
+    modes.push(mode);
+    if (mode === null || !mode.current) return;
+    const max = [0];
+    const mc = nvml.callCode('nvmlDeviceGetMaxMigDeviceCount', h, max);
+    if (mc !== NVML.SUCCESS) {
+      log.warn('cannot count MIG devices; none are advertised for this GPU', { gpu: gpu.index, uuid: gpu.uuid, error: new NvmlError('nvmlDeviceGetMaxMigDeviceCount', mc, nvml.errorText(mc)).message });
+      return;
+    }
+    let table: Map<number, number> | null | undefined;
+    for (let index = 0; index < (max[0] ?? 0); index++) {
+      const out: unknown[] = [null];
+      const code = nvml.callCode('nvmlDeviceGetMigDeviceHandleByIndex', h, index, out);
+      if (code === NVML.ERROR_NOT_FOUND || code === NVML.ERROR_INVALID_ARGUMENT) continue;
+      const where = { gpu: gpu.index, uuid: gpu.uuid, mig_index: index };
+      try {
+        if (code !== NVML.SUCCESS) throw new NvmlError('nvmlDeviceGetMigDeviceHandleByIndex', code, nvml.errorText(code), { index: gpu.index, uuid: gpu.uuid });
+        const m = out[0] as DeviceHandle;
+        const uuid = nvml.uuid(m, { index: gpu.index, uuid: gpu.uuid });
+        const ids = { gi: [0], ci: [0] };
+        for (const [fnName, arr] of [['nvmlDeviceGetGpuInstanceId', ids.gi], ['nvmlDeviceGetComputeInstanceId', ids.ci]] as const) {
+          nvml.check(fnName, nvml.callCode(fnName, m, arr), { index: gpu.index, uuid });
+        }
+        const attrs = attributes(nvml, m);
+        if (typeof attrs === 'number') throw new NvmlError('nvmlDeviceGetAttributes_v2', attrs, nvml.errorText(attrs), { index: gpu.index, uuid });
+        const gi = ids.gi[0] ?? 0;
+        table ??= profileIndexTable(nvml, h);
+        devices.push({
+          parent,
+          index,
+          uuid,
+          gi,
+          ci: ids.ci[0] ?? 0,
+          profile: migProfileName({
+            giSlices: attrs.gpuInstanceSliceCount,
+            ciSlices: attrs.computeInstanceSliceCount,
+            memoryMiB: attrs.memorySizeMB,
+            parentMemoryBytes: gpu.memoryBytes,
+            profileIndex: giProfileIndex(nvml, h, gi, table),
+          }),
+          giSlices: attrs.gpuInstanceSliceCount,
+          ciSlices: attrs.computeInstanceSliceCount,
+          memoryBytes: attrs.memorySizeMB * 1024 * 1024,
+        });
+      } catch (err) {
+        if (!(err instanceof NvmlError)) throw err;
+        log.error('MIG device cannot be read and is not advertised', { ...where, error: err.message });
+      }
+    }
+  });
+  return { modes, devices };
+}

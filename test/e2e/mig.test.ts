@@ -1,0 +1,268 @@
+// End-to-end MIG: the built executable on simulated MIG nodes (fake NVML with MIG, kubelet stand-in,
+// real gRPC): the strategies on uniform, mixed and empty layouts with exact resource names, IDs and
+// socket files; Allocate with index IDs and device specs; per-MIG-device health; the preferred
+// choice; the old driver without MIG symbols.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { SimNode, loadTopology } from '../support/sim.ts';
+
+const MIXED = loadTopology('mig-mixed-4');
+const UNIFORM = loadTopology('mig-uniform-2');
+
+/** The fake NVML's MIG UUIDs: the parent's, with its last four hex digits replaced by GI and CI. */
+function migUuid(gpuUuid: string, gi: number, ci = 0): string {
+  return `MIG-${gpuUuid.slice(4, -4)}${gi.toString(16).padStart(2, '0')}${ci.toString(16).padStart(2, '0')}`;
+}
+const g = (topo: typeof MIXED, i: number): string => topo.gpus[i]!.uuid;
+
+/** /proc/driver/nvidia-caps/mig-minors as the driver writes it (minor 3 on, 15 GIs x (1 + 8 CIs) per GPU). */
+function writeMigMinors(procRoot: string, gpuMinors: number): void {
+  const lines = ['config 1', 'monitor 2'];
+  for (let gpu = 0; gpu < gpuMinors; gpu++) {
+    for (let gi = 0; gi < 15; gi++) {
+      const base = 3 + gpu * 135 + gi * 9;
+      lines.push(`gpu${gpu}/gi${gi}/access ${base}`);
+      for (let ci = 0; ci < 8; ci++) lines.push(`gpu${gpu}/gi${gi}/ci${ci}/access ${base + 1 + ci}`);
+    }
+  }
+  mkdirSync(join(procRoot, 'driver', 'nvidia-caps'), { recursive: true });
+  writeFileSync(join(procRoot, 'driver', 'nvidia-caps', 'mig-minors'), `${lines.join('\n')}\n`);
+}
+
+async function waitResources(node: SimNode, n: number): Promise<Map<string, string[]>> {
+  await node.kubelet!.waitForRegistrations(n, 15000);
+  const out = new Map<string, string[]>();
+  for (const r of node.kubelet!.registrations) {
+    const name = r.request.resource_name;
+    const devices = await node.kubelet!.waitForDevices((d) => d.length > 0, name);
+    out.set(name, devices.map((d) => d.ID));
+  }
+  return out;
+}
+
+test('mixed: one resource and socket per full profile, MIG-disabled GPUs whole, sub-instances and empty GPUs skipped', async () => {
+  const node = await SimNode.start({ topology: 'mig-mixed-4', args: ['--mig-strategy', 'mixed'], waitRegistered: false });
+  try {
+    const resources = await waitResources(node, 6);
+    assert.deepEqual(Object.fromEntries(resources), {
+      'nvidia.com/gpu': [g(MIXED, 2)],
+      'nvidia.com/mig-1g.10gb': [migUuid(g(MIXED, 0), 1), migUuid(g(MIXED, 0), 2), migUuid(g(MIXED, 1), 3), migUuid(g(MIXED, 1), 4)],
+      'nvidia.com/mig-1g.10gb.me': [migUuid(g(MIXED, 0), 3)],
+      'nvidia.com/mig-1g.20gb': [migUuid(g(MIXED, 1), 2)],
+      'nvidia.com/mig-2g.20gb': [migUuid(g(MIXED, 0), 4)],
+      'nvidia.com/mig-3g.40gb': [migUuid(g(MIXED, 1), 1)],
+    });
+    for (const r of node.kubelet!.registrations) {
+      const file = `gpu-device-plugin-${r.request.resource_name.slice('nvidia.com/'.length)}.sock`;
+      assert.equal(r.request.endpoint, file);
+      assert.ok(existsSync(join(node.kubeletDir, file)), file);
+    }
+    const numa = node.kubelet!.devices('nvidia.com/mig-1g.10gb')!.map((d) => d.topology?.nodes[0]?.ID);
+    assert.deepEqual(numa, [0, 0, 0, 0], "the parent's NUMA node");
+    assert.match(node.plugin.matching(/MIG note=/).join('\n'), /1 MIG device of profile 1c\.2g\.20gb not advertised/);
+    assert.match(node.plugin.matching(/MIG note=/).join('\n'), new RegExp(`GPU 3 \\(${g(MIXED, 3)}\\) has MIG enabled but no MIG devices`));
+  } finally {
+    await node.stop();
+  }
+});
+
+test('single on a uniform node: every MIG device as nvidia.com/gpu, by UUID or <gpu>:<mig>', async () => {
+  for (const [ids, expected] of [
+    ['uuid', [migUuid(g(UNIFORM, 0), 1), migUuid(g(UNIFORM, 0), 2), migUuid(g(UNIFORM, 1), 1), migUuid(g(UNIFORM, 1), 2)]],
+    ['index', ['0:0', '0:1', '1:0', '1:1']],
+  ] as const) {
+    const node = await SimNode.start({ topology: 'mig-uniform-2', args: ['--mig-strategy=single', `--device-id-strategy=${ids}`] });
+    try {
+      const devices = await node.kubelet!.waitForDevices((d) => d.length === 4);
+      assert.deepEqual(devices.map((d) => d.ID), expected);
+      assert.deepEqual(devices.map((d) => d.topology?.nodes[0]?.ID), [0, 0, 1, 1]);
+      assert.equal(node.kubelet!.registrations.length, 1);
+      assert.equal(node.kubelet!.registrations[0]!.request.endpoint, 'gpu-device-plugin-gpu.sock');
+    } finally {
+      await node.stop();
+    }
+  }
+});
+
+test('single on a mixed node stops the start (exit 1) naming the GPUs and what differs; none advertises GPUs whole', async () => {
+  const node = await SimNode.start({ topology: 'mig-mixed-4', args: ['--mig-strategy=single'], waitRegistered: false });
+  try {
+    const exit = await node.plugin.exited;
+    assert.equal(exit.code, 1);
+    const line = node.plugin.matching(/cannot start/)[0] ?? '';
+    assert.match(line, /GPU 2 has MIG disabled while GPU 0, 1, 3 have it enabled/);
+    assert.match(line, /GPU 3 has MIG enabled but no MIG devices/);
+    assert.match(line, /MIG devices differ in profile: 1g\.10gb on GPU 0, 1;/);
+    assert.equal(node.kubelet!.registrations.length, 0);
+  } finally {
+    await node.stop();
+  }
+  const none = await SimNode.start({ topology: 'mig-mixed-4', args: ['--mig-strategy=none'] });
+  try {
+    const devices = await none.kubelet!.waitForDevices((d) => d.length === 4);
+    assert.deepEqual(devices.map((d) => d.ID), MIXED.gpus.map((x) => x.uuid));
+  } finally {
+    await none.stop();
+  }
+});
+
+test('empty layouts: single refuses to start, mixed advertises nothing and says why', async () => {
+  const empty = { ...UNIFORM, gpus: UNIFORM.gpus.map((x) => ({ ...x, mig: { current: true } })) };
+  const file = join(process.env['TMPDIR'] ?? '/tmp', `mig-empty-${process.pid}.json`);
+  writeFileSync(file, JSON.stringify(empty));
+  const single = await SimNode.start({ topology: file, args: ['--mig-strategy=single'], waitRegistered: false });
+  try {
+    assert.equal((await single.plugin.exited).code, 1);
+    assert.match(single.plugin.matching(/cannot start/)[0] ?? '', /GPU 0, 1 have MIG enabled but no MIG devices/);
+  } finally {
+    await single.stop();
+  }
+  const mixed = await SimNode.start({ topology: file, args: ['--mig-strategy=mixed'], waitRegistered: false });
+  try {
+    await mixed.plugin.waitForLine(/nothing to advertise/);
+    assert.equal(mixed.plugin.matching(/has MIG enabled but no MIG devices; it is skipped/).length, 2);
+    assert.equal(mixed.kubelet!.registrations.length, 0);
+    assert.equal(mixed.plugin.exit, undefined, 'still running, waiting for a layout');
+  } finally {
+    await mixed.stop();
+  }
+});
+
+test('Allocate: one and two MIG devices on one and two parents, index IDs, device specs with the capability nodes', async () => {
+  const dev = join(process.env['TMPDIR'] ?? '/tmp', `gdp-mig-devroot-${process.pid}`);
+  mkdirSync(join(dev, 'dev'), { recursive: true });
+  writeFileSync(join(dev, 'dev', 'nvidiactl'), '');
+  const proc = join(dev, 'proc');
+  writeMigMinors(proc, 4);
+  const node = await SimNode.start({
+    topology: 'mig-mixed-4',
+    args: ['--mig-strategy=mixed', '--device-id-strategy=index', '--pass-device-specs', '--dev-root', dev, '--device-list-strategy=envvar,cdi-annotations'],
+    env: { PROC_ROOT: proc },
+    waitRegistered: false,
+  });
+  try {
+    await node.kubelet!.waitForRegistrations(6, 15000);
+    const k = node.kubelet!;
+    const ids = await k.waitForDevices((d) => d.length === 4, 'nvidia.com/mig-1g.10gb');
+    assert.deepEqual(ids.map((d) => d.ID), ['0:0', '0:1', '1:2', '1:3']);
+    const res = await k.allocate({ container_requests: [{ devices_ids: ['0:1'] }, { devices_ids: ['0:0', '1:3'] }] }, 'nvidia.com/mig-1g.10gb');
+    const [one, two] = res.container_responses;
+    assert.equal(one!.envs['NVIDIA_VISIBLE_DEVICES'], '0:1');
+    assert.equal(two!.envs['NVIDIA_VISIBLE_DEVICES'], '0:0,1:3');
+    // GPU 0 (minor 0) GI 2 → caps 21/22; GI 1 → 12/13; GPU 1 (minor 1) GI 4 → 174/175.
+    assert.deepEqual(one!.devices.map((d) => [d.container_path, d.host_path, d.permissions]), [
+      ['/dev/nvidiactl', `${dev}/dev/nvidiactl`, 'rw'],
+      ['/dev/nvidia0', `${dev}/dev/nvidia0`, 'rw'],
+      ['/dev/nvidia-caps/nvidia-cap21', `${dev}/dev/nvidia-caps/nvidia-cap21`, 'rw'],
+      ['/dev/nvidia-caps/nvidia-cap22', `${dev}/dev/nvidia-caps/nvidia-cap22`, 'rw'],
+    ]);
+    assert.deepEqual(two!.devices.map((d) => d.container_path), [
+      '/dev/nvidiactl', '/dev/nvidia0', '/dev/nvidia-caps/nvidia-cap12', '/dev/nvidia-caps/nvidia-cap13',
+      '/dev/nvidia1', '/dev/nvidia-caps/nvidia-cap174', '/dev/nvidia-caps/nvidia-cap175',
+    ]);
+    assert.deepEqual(Object.values(two!.annotations), ['k8s.device-plugin.nvidia.com/gpu=0:0,k8s.device-plugin.nvidia.com/gpu=1:3']);
+    // Two on one parent.
+    const same = await k.allocate({ container_requests: [{ devices_ids: ['1:2', '1:3'] }] }, 'nvidia.com/mig-1g.10gb');
+    assert.deepEqual(same.container_responses[0]!.devices.map((d) => d.container_path), [
+      '/dev/nvidiactl', '/dev/nvidia1', '/dev/nvidia-caps/nvidia-cap165', '/dev/nvidia-caps/nvidia-cap166', '/dev/nvidia-caps/nvidia-cap174', '/dev/nvidia-caps/nvidia-cap175',
+    ]);
+    // +me lives under its own resource; foreign and unknown IDs are refused by name.
+    const me = await k.allocate({ container_requests: [{ devices_ids: ['0:2'] }] }, 'nvidia.com/mig-1g.10gb.me');
+    assert.equal(me.container_responses[0]!.envs['NVIDIA_VISIBLE_DEVICES'], '0:2');
+    await assert.rejects(k.allocate({ container_requests: [{ devices_ids: ['0:2'] }] }, 'nvidia.com/mig-1g.10gb'), /INVALID_ARGUMENT.*unknown device ID "0:2"/s);
+    await assert.rejects(k.allocate({ container_requests: [{ devices_ids: ['2'] }] }, 'nvidia.com/mig-1g.10gb'), /unknown device ID "2"/);
+  } finally {
+    await node.stop();
+  }
+});
+
+test('--pass-device-specs without a readable mig-minors stops the start naming the file', async () => {
+  const node = await SimNode.start({ topology: 'mig-uniform-2', args: ['--mig-strategy=single', '--pass-device-specs'], env: { PROC_ROOT: '/nonexistent-proc' }, waitRegistered: false });
+  try {
+    assert.equal((await node.plugin.exited).code, 1);
+    assert.match(node.plugin.matching(/cannot start/)[0] ?? '', /cannot read \/nonexistent-proc\/driver\/nvidia-caps\/mig-minors .*--pass-device-specs needs/);
+  } finally {
+    await node.stop();
+  }
+});
+
+const healthOf = (node: SimNode, resource: string): string => (node.kubelet!.devices(resource) ?? []).map((d) => (d.health === 'Healthy' ? 'H' : 'U')).join('');
+
+test('health: an XID on a MIG device marks only it, two on one parent are both reported, a whole-GPU XID marks all of its MIG devices, a NULL one everything', async () => {
+  const node = await SimNode.start({ topology: 'mig-mixed-4', args: ['--mig-strategy=mixed'], waitRegistered: false });
+  try {
+    const k = node.kubelet!;
+    await k.waitForRegistrations(6, 15000);
+    await node.plugin.waitForLine(/watching GPU health/, 10000);
+    const r1g = 'nvidia.com/mig-1g.10gb';
+    await k.waitForDevices((d) => d.length === 4, r1g);
+    node.nvml('xid 0 94 2 0'); // GPU 0, GI 2: the second 1g.10gb
+    await k.waitForDevices((d) => d[1]?.health === 'Unhealthy', r1g, 5000);
+    assert.equal(healthOf(node, r1g), 'HUHH');
+    assert.equal(healthOf(node, 'nvidia.com/mig-1g.10gb.me'), 'H', 'the same parent\'s other MIG devices stay healthy');
+    assert.equal(healthOf(node, 'nvidia.com/mig-2g.20gb'), 'H');
+    node.nvml('xid 0 94 1 0'); // GPU 0, GI 1: a second unhealthy MIG device on the same parent
+    await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', r1g, 5000);
+    assert.equal(healthOf(node, r1g), 'UUHH');
+    assert.equal(node.plugin.matching(/MIG device unhealthy/).length, 2);
+    node.nvml('xid 1 79'); // GPU 1 as a whole (0xFFFFFFFF)
+    await k.waitForDevices((d) => d[3]?.health === 'Unhealthy', r1g, 5000);
+    assert.equal(healthOf(node, r1g), 'UUUU');
+    // Each resource has its own stream: each sees the change on its own.
+    await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', 'nvidia.com/mig-3g.40gb', 5000);
+    await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', 'nvidia.com/mig-1g.20gb', 5000);
+    assert.equal(healthOf(node, 'nvidia.com/mig-2g.20gb'), 'H');
+    assert.equal(healthOf(node, 'nvidia.com/gpu'), 'H');
+    node.nvml('xid all 48');
+    await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
+    await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', 'nvidia.com/mig-2g.20gb', 5000);
+    await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', 'nvidia.com/mig-1g.10gb.me', 5000);
+  } finally {
+    await node.stop();
+  }
+});
+
+test('health: a lost GPU marks its MIG devices unhealthy', async () => {
+  const node = await SimNode.start({ topology: 'mig-uniform-2', args: ['--mig-strategy=single', '--health-probe-interval=0.1'] });
+  try {
+    const k = node.kubelet!;
+    await node.plugin.waitForLine(/watching GPU health/, 10000);
+    node.nvml('lost 1');
+    await k.waitForDevices((d) => d[3]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
+    assert.equal(healthOf(node, 'nvidia.com/gpu'), 'HHUU');
+  } finally {
+    await node.stop();
+  }
+});
+
+test('GetPreferredAllocation for a MIG resource: packed fills one GPU, distributed spreads', async () => {
+  for (const [policy, expected] of [['packed', ['0:0', '0:1']], ['distributed', ['0:0', '1:2']]] as const) {
+    const node = await SimNode.start({ topology: 'mig-mixed-4', args: ['--mig-strategy=mixed', '--device-id-strategy=index', `--shared-devices-allocation-policy=${policy}`], waitRegistered: false });
+    try {
+      const k = node.kubelet!;
+      await k.waitForRegistrations(6, 15000);
+      const res = await k.preferred({ container_requests: [{ available_deviceIDs: ['0:0', '0:1', '1:2', '1:3'], must_include_deviceIDs: [], allocation_size: 2 }] }, 'nvidia.com/mig-1g.10gb');
+      assert.deepEqual(res.container_responses[0]!.deviceIDs, expected, policy);
+      const must = await k.preferred({ container_requests: [{ available_deviceIDs: ['0:0', '0:1', '1:2', '1:3'], must_include_deviceIDs: ['1:3'], allocation_size: 2 }] }, 'nvidia.com/mig-1g.10gb');
+      assert.deepEqual(must.container_responses[0]!.deviceIDs, policy === 'packed' ? ['1:2', '1:3'] : ['0:0', '1:3'], policy);
+    } finally {
+      await node.stop();
+    }
+  }
+});
+
+test('old driver without MIG symbols under mixed: one log line, every GPU advertised whole', async () => {
+  const node = await SimNode.start({ topology: 'mig-mixed-4', nvml: 'old', args: ['--mig-strategy=mixed'] });
+  try {
+    const devices = await node.kubelet!.waitForDevices((d) => d.length === 4);
+    assert.deepEqual(devices.map((d) => d.ID), MIXED.gpus.map((x) => x.uuid));
+    assert.equal(node.kubelet!.registrations.length, 1);
+    const lines = node.plugin.matching(/MIG|nvmlDeviceGetMigMode/);
+    assert.equal(lines.length, 1, lines.join('\n'));
+    assert.match(lines[0] ?? '', /WARN this NVIDIA driver has no MIG functions; MIG is off and every GPU is advertised whole missing=nvmlDeviceGetMigMode/);
+  } finally {
+    await node.stop();
+  }
+});

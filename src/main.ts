@@ -2,7 +2,7 @@
 // advertised resource, and back down on SIGTERM; SIGHUP re-reads the config file. Everything with a
 // decision in it lives in core/; everything that touches the world in the adapters; this file only
 // wires them.
-import { access, constants as fsConstants, readFile } from 'node:fs/promises';
+import { access, constants as fsConstants } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { API_VERSION } from './api/messages.ts';
 import { OPTION_SPECS, RESTART_ONLY_OPTIONS, helpText, parseOptions, showOption } from './cli/options.ts';
@@ -12,7 +12,7 @@ import { countHealthyGpus } from './core/devices.ts';
 import type { Gpu } from './core/devices.ts';
 import { describeHealthSettings, parseHealthSettings, watchesAnything } from './core/health.ts';
 import type { HealthSettings } from './core/health.ts';
-import { MIG_MINORS_FILE, MigStrategyError, NO_MIG, healthUnits, migCapabilityNodes, parseMigMinors, pendingModeChanges, planMigResources } from './core/mig.ts';
+import { MigStrategyError, NO_MIG, healthUnits, pendingModeChanges, planMigResources } from './core/mig.ts';
 import type { MigLayout } from './core/mig.ts';
 import { GPU_RESOURCE, describePlan } from './core/sharing.ts';
 import type { PlannedResource, Sharing } from './core/sharing.ts';
@@ -21,7 +21,7 @@ import { registerWithKubelet } from './kubelet/registration.ts';
 import { Registrar } from './kubelet/registrar.ts';
 import { SocketDirWatcher } from './kubelet/watcher.ts';
 import { discoverGpus, readLinks } from './nvml/discovery.ts';
-import { discoverMig } from './nvml/mig.ts';
+import { discoverMig, readMigCapabilities } from './nvml/mig.ts';
 import { Nvml } from './nvml/nvml.ts';
 import { EventWatcher } from './nvml/watcher.ts';
 import { HealthMonitor } from './plugin/health.ts';
@@ -62,24 +62,6 @@ async function presentControlDevices(devRoot: string): Promise<string[]> {
     }
   }
   return present;
-}
-
-/** mig-minors under the proc root (PROC_ROOT, default /proc), for the MIG capability device nodes. */
-export function migMinorsPath(env: Readonly<Record<string, string | undefined>> = process.env): string {
-  return join(env['PROC_ROOT'] || '/proc', MIG_MINORS_FILE);
-}
-
-/** The capability nodes of every MIG device, from mig-minors; throws naming the file when it cannot. */
-async function readMigCapabilities(gpus: readonly Gpu[], layout: MigLayout): Promise<Map<number, readonly string[]>> {
-  if (layout.devices.length === 0) return new Map();
-  const file = migMinorsPath();
-  let text: string;
-  try {
-    text = await readFile(file, 'utf8');
-  } catch (err) {
-    throw new Error(`cannot read ${file} (${errorText(err)}), which --pass-device-specs needs for the MIG devices' capability nodes; is the NVIDIA driver loaded with MIG support?`, { cause: err });
-  }
-  return migCapabilityNodes(gpus, layout.devices, parseMigMinors(text));
 }
 
 /** Opens NVML; with failOnInitError false, retries with capped backoff until it works or we stop. */

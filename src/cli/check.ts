@@ -6,7 +6,9 @@ import { dirname } from 'node:path';
 import { parseHealthSettings } from '../core/health.ts';
 import type { Logger } from '../system/log.ts';
 import { errorText } from '../system/log.ts';
-import { inspectNode } from './inspect.ts';
+import { readMigCapabilities } from '../nvml/mig.ts';
+import { inspectNode, migResources } from './inspect.ts';
+import type { NodeReport } from './inspect.ts';
 import { OPTION_SPECS, parseOptions, showOption } from './options.ts';
 import type { ParsedOptions } from './options.ts';
 
@@ -50,6 +52,7 @@ export async function runChecks(argv: readonly string[], env: Readonly<Record<st
     if (n === 0) lines.push({ ok: false, name: 'gpus', detail: 'NVML sees no GPUs', fix: 'check `nvidia-smi`; GPUs bound to vfio-pci or hidden by the BIOS are not visible' });
     else if (sick.length > 0) lines.push({ ok: false, name: 'gpus', detail: `${n} found; not answering NVML: ${sick.join(', ')}`, fix: 'see `nvidia-smi -q` and the kernel log (XID 79: fallen off the bus)' });
     else lines.push({ ok: true, name: 'gpus', detail: `${n} found, all answering NVML` });
+    lines.push(...await migChecks(node.report, parsed, env));
   } else {
     lines.push({ ok: false, name: 'nvml', detail: node.error, fix: 'install the NVIDIA driver, or point --driver-root (NVIDIA_DRIVER_ROOT) at where it is installed' });
     lines.push({ ok: false, name: 'gpus', detail: 'not checked: NVML is not available', fix: 'fix NVML first' });
@@ -77,6 +80,36 @@ export async function runChecks(argv: readonly string[], env: Readonly<Record<st
       fix: missing ? 'is the kubelet running? (systemctl status kubelet); or set --kubelet-socket' : 'restart the kubelet; check its log' });
   }
   return { lines, parsed };
+}
+
+/** Whether the node fits --mig-strategy, and (with device specs) whether mig-minors can be read. */
+async function migChecks(r: NodeReport, parsed: ParsedOptions, env: Readonly<Record<string, string | undefined>>): Promise<CheckLine[]> {
+  const o = parsed.options;
+  if (o.migStrategy === 'none') return [];
+  const flag = `--mig-strategy=${o.migStrategy}`;
+  if (r.mig === null) {
+    return [{ ok: false, name: 'mig', detail: `${flag}, but this driver has no MIG functions: every GPU is advertised whole`, fix: 'upgrade the NVIDIA driver (R470 or later), or use --mig-strategy=none' }];
+  }
+  const view = migResources(r, o.migStrategy);
+  if (view.problem !== null) {
+    return [{ ok: false, name: 'mig', detail: view.problem, fix: 'partition every GPU alike (nvidia-mig-parted), or use --mig-strategy=mixed' }];
+  }
+  const enabled = r.mig.modes.filter((m) => m?.current === true).length;
+  const resources = new Map<string, number>();
+  for (const d of view.devices) if (d.resource !== null) resources.set(d.resource, (resources.get(d.resource) ?? 0) + 1);
+  const summary = enabled === 0
+    ? `${flag}: no GPU is in MIG mode, so every GPU is advertised whole`
+    : `${flag}: ${enabled} GPU${enabled === 1 ? '' : 's'} in MIG mode; ${[...resources].map(([n, c]) => `${n}=${c}`).join(', ') || 'no MIG device advertised'}${view.notes.length > 0 ? `; ${view.notes.join('; ')}` : ''}`;
+  const out: CheckLine[] = [{ ok: true, name: 'mig', detail: summary }];
+  if (o.passDeviceSpecs && view.devices.some((d) => d.resource !== null)) {
+    try {
+      const caps = await readMigCapabilities(r.gpus, r.mig, env);
+      out.push({ ok: true, name: 'mig-minors', detail: `capability nodes found for all ${caps.size} MIG devices` });
+    } catch (err) {
+      out.push({ ok: false, name: 'mig-minors', detail: errorText(err), fix: 'load the NVIDIA driver with MIG support (nvidia-caps); or set PROC_ROOT if /proc is elsewhere' });
+    }
+  }
+  return out;
 }
 
 export function formatChecks(lines: readonly CheckLine[], parsed: ParsedOptions): string {

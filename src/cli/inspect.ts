@@ -1,7 +1,11 @@
 // What the subcommands `info` and `check` see of the node: NVML, the GPUs, their links and pair
-// scores, read once through the same adapters the daemon uses.
+// scores, and their MIG modes and devices, read once through the same adapters the daemon uses.
 import type { Gpu, Health } from '../core/devices.ts';
+import { MigStrategyError, planMigResources } from '../core/mig.ts';
+import type { MigDevice, MigLayout, MigStrategy } from '../core/mig.ts';
+import { NO_SHARING } from '../core/sharing.ts';
 import { buildScoreMatrix } from '../core/topology.ts';
+import { discoverMig } from '../nvml/mig.ts';
 import { discoverGpus, readLinks } from '../nvml/discovery.ts';
 import { NVML } from '../nvml/errors.ts';
 import { Nvml } from '../nvml/nvml.ts';
@@ -24,6 +28,35 @@ export interface NodeReport {
   gpus: (Gpu & { health: Health })[];
   /** pairs[i][j], by GPU position; the diagonal is null. */
   pairs: (PairInfo | null)[][];
+  /** MIG as NVML reports it, or null when this driver has no MIG functions. */
+  mig: MigLayout | null;
+}
+
+/** A MIG device as `info` shows it: with the resource it is advertised under for a strategy. */
+export interface MigDeviceView extends MigDevice {
+  /** The resource under the strategy, or null when the strategy does not advertise it. */
+  resource: string | null;
+}
+
+/**
+ * Where each MIG device goes under a strategy (by UUID), or the reason the node is not valid for
+ * it (single on a non-uniform node).
+ */
+export function migResources(r: NodeReport, strategy: MigStrategy): { devices: MigDeviceView[]; problem: string | null; notes: string[] } {
+  const layout = r.mig;
+  if (layout === null) return { devices: [], problem: null, notes: [] };
+  const byUuid = new Map<string, string>();
+  let problem: string | null = null;
+  let notes: string[] = [];
+  try {
+    const plan = planMigResources(r.gpus, layout, strategy, 'uuid', NO_SHARING);
+    notes = plan.notes;
+    for (const res of plan.resources) for (const d of res.devices) if (d.mig !== undefined) byUuid.set(layout.devices[d.mig]?.uuid ?? '', res.name);
+  } catch (err) {
+    if (!(err instanceof MigStrategyError)) throw err;
+    problem = err.message;
+  }
+  return { devices: layout.devices.map((d) => ({ ...d, resource: byUuid.get(d.uuid) ?? null })), problem, notes };
 }
 
 export type InspectResult = { ok: true; report: NodeReport } | { ok: false; error: string };
@@ -49,7 +82,8 @@ export function inspectNode(driverRoot: string, sysfsRoot: string, log: Logger):
       const code = h === undefined ? NVML.ERROR_GPU_IS_LOST : nvml!.probe(h);
       return { ...g, health: (code === NVML.SUCCESS ? 'Healthy' : 'Unhealthy') as Health };
     });
-    return { ok: true, report: { library: nvml.libraryPath, driverVersion, gpus, pairs } };
+    const mig = discoverMig(nvml, found.gpus, found.handles, log);
+    return { ok: true, report: { library: nvml.libraryPath, driverVersion, gpus, pairs, mig } };
   } catch (err) {
     return { ok: false, error: errorText(err) };
   } finally {
@@ -84,7 +118,7 @@ function table(rows: string[][]): string {
 }
 
 /** The `info` text: GPUs, the topology matrix as nvidia-smi topo -m readers expect, and pair scores. */
-export function formatInfo(r: NodeReport): string {
+export function formatInfo(r: NodeReport, strategy: MigStrategy = 'mixed'): string {
   const out: string[] = [];
   out.push(`NVML ${r.library}, driver ${r.driverVersion}, ${r.gpus.length} GPU${r.gpus.length === 1 ? '' : 's'}`, '');
   out.push(table([
@@ -99,14 +133,41 @@ export function formatInfo(r: NodeReport): string {
     out.push('', 'Pair scores used by GetPreferredAllocation (PCIe points + 100 per NVLink):');
     out.push(table([['', ...r.gpus.map((g) => `GPU${g.index}`)], ...r.gpus.map((g, i) => [`GPU${g.index}`, ...(r.pairs[i] ?? []).map((p) => (p === null ? '-' : String(p.score)))])]));
   }
+  out.push(...formatMig(r, strategy));
   return out.join('\n') + '\n';
 }
 
-export function infoJson(r: NodeReport): string {
+function modeText(m: { current: boolean; pending: boolean } | null | undefined): string {
+  if (m === null || m === undefined) return 'not MIG-capable';
+  const now = m.current ? 'enabled' : 'disabled';
+  return m.current === m.pending ? now : `${now} (${m.pending ? 'enabled' : 'disabled'} after the next GPU reset)`;
+}
+
+/** The MIG part of `info`: each GPU's mode, then every MIG device with the resource it goes to. */
+function formatMig(r: NodeReport, strategy: MigStrategy): string[] {
+  if (r.mig === null) return ['', 'MIG: this driver has no MIG functions; every GPU is advertised whole'];
+  if (!r.mig.modes.some((m) => m !== null)) return [];
+  const view = migResources(r, strategy);
+  const out = ['', `MIG (resources as advertised with --mig-strategy=${strategy}):`];
+  out.push(table([['GPU', 'MIG MODE', 'MIG DEVICES'], ...r.gpus.map((g, i) => [String(g.index), modeText(r.mig?.modes[i]), String(view.devices.filter((d) => d.parent === i).length)])]));
+  if (view.devices.length > 0) {
+    out.push('', table([
+      ['GPU', 'MIG', 'PROFILE', 'UUID', 'GI', 'CI', 'MEMORY', 'RESOURCE'],
+      ...view.devices.map((d) => [String(r.gpus[d.parent]?.index ?? d.parent), String(d.index), d.profile, d.uuid, String(d.gi), String(d.ci), `${Math.round(d.memoryBytes / 1048576)} MiB`, d.resource ?? '-']),
+    ]));
+  }
+  if (view.problem !== null) out.push(`not valid for --mig-strategy=${strategy}: ${view.problem}`);
+  for (const n of view.notes) out.push(`note: ${n}`);
+  return out;
+}
+
+export function infoJson(r: NodeReport, strategy: MigStrategy = 'mixed'): string {
+  const mig = migResources(r, strategy);
   return JSON.stringify({
     library: r.library,
     driverVersion: r.driverVersion,
     gpus: r.gpus,
     topology: r.pairs.map((row) => row.map((p) => (p === null ? null : { ...p, label: topoCell(p) }))),
+    mig: r.mig === null ? null : { strategy, modes: r.mig.modes, devices: mig.devices, problem: mig.problem, notes: mig.notes },
   }, null, 2) + '\n';
 }

@@ -21,7 +21,9 @@ export async function runSubcommand(name: 'info' | 'check', argv: readonly strin
       process.exitCode = 1;
       return;
     }
-    process.stdout.write(json ? infoJson(r.report) : formatInfo(r.report));
+    // MIG resources are shown as --mig-strategy would advertise them (mixed when it is none, to show them at all).
+    const strategy = opts.migStrategy === 'none' ? 'mixed' : opts.migStrategy;
+    process.stdout.write(json ? infoJson(r.report, strategy) : formatInfo(r.report, strategy));
   } catch (err) {
     process.stderr.write(`gpu-device-plugin ${name}: ${errorText(err)}\n`);
     process.exitCode = 2;

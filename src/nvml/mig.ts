@@ -1,10 +1,14 @@
 // MIG discovery through NVML (FACTS §4a): each GPU's MIG mode (current and pending), and each MIG
 // device with its UUID, parent, GPU- and compute-instance ids, attributes and NVIDIA's profile name.
-// Every MIG symbol is bound lazily: a driver without them loses MIG, with one log line.
+// Every MIG symbol is bound lazily: a driver without them loses MIG, with one log line. Also the
+// driver's /proc/driver/nvidia-caps/mig-minors, for the MIG devices' capability nodes.
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import type { Gpu } from '../core/devices.ts';
-import { migProfileName } from '../core/mig.ts';
+import { MIG_MINORS_FILE, migCapabilityNodes, migProfileName, parseMigMinors } from '../core/mig.ts';
 import type { MigDevice, MigLayout, MigMode } from '../core/mig.ts';
 import type { Logger } from '../system/log.ts';
+import { errorText } from '../system/log.ts';
 import { NVML, NvmlError } from './errors.ts';
 import { PROFILE_MIG_SYMBOLS, REQUIRED_MIG_SYMBOLS } from './mig-symbols.ts';
 import type { DeviceHandle, Nvml } from './nvml.ts';
@@ -144,4 +148,22 @@ export function discoverMig(nvml: Nvml, gpus: readonly Gpu[], handles: readonly 
     }
   });
   return { modes, devices };
+}
+
+/** The driver's mig-minors under the proc root (PROC_ROOT, default /proc), for the MIG capability device nodes. */
+export function migMinorsPath(env: Readonly<Record<string, string | undefined>> = process.env): string {
+  return join(env['PROC_ROOT'] || '/proc', MIG_MINORS_FILE);
+}
+
+/** The capability nodes of every MIG device, from mig-minors; throws naming the file when it cannot. */
+export async function readMigCapabilities(gpus: readonly Gpu[], layout: MigLayout, env: Readonly<Record<string, string | undefined>> = process.env): Promise<Map<number, readonly string[]>> {
+  if (layout.devices.length === 0) return new Map();
+  const file = migMinorsPath(env);
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    throw new Error(`cannot read ${file} (${errorText(err)}), which --pass-device-specs needs for the MIG devices' capability nodes; is the NVIDIA driver loaded with MIG support?`);
+  }
+  return migCapabilityNodes(gpus, layout.devices, parseMigMinors(text));
 }

@@ -1,0 +1,83 @@
+// `info` and `check` on MIG nodes, from the built executable against the fake NVML: each GPU's MIG
+// mode and MIG devices with the resource they go to, validity for the chosen strategy, and the
+// mig-minors file that --pass-device-specs needs.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { buildFakeNvml } from '../fake-nvml/build.ts';
+import { TOPOLOGIES, executable, loadTopology, writeSysfs } from '../support/sim.ts';
+
+async function run(args: string[], opts: { nvml?: 'current' | 'old'; env?: Record<string, string> } = {}): Promise<{ status: number | null; stdout: string; stderr: string; dir: string }> {
+  const libs = await buildFakeNvml();
+  const dir = mkdtempSync(join(tmpdir(), 'gdp-mig-cli-'));
+  const env: Record<string, string> = {
+    PATH: '/nonexistent', TMPDIR: dir, SYSFS_ROOT: join(dir, 'sys'),
+    LD_LIBRARY_PATH: opts.nvml === 'old' ? libs.old : libs.current,
+    FAKE_NVML_CONFIG: join(TOPOLOGIES, 'mig-mixed-4.json'),
+    ...opts.env,
+  };
+  writeSysfs(join(dir, 'sys'), loadTopology('mig-mixed-4'));
+  return new Promise((resolve) => {
+    execFile(executable(), args, { env, encoding: 'utf8', timeout: 30000 }, (err, stdout, stderr) => {
+      const status = err === null ? 0 : typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : null;
+      resolve({ status, stdout, stderr, dir });
+    });
+  });
+}
+
+const topo = loadTopology('mig-mixed-4');
+const mig = (gpu: number, gi: number): string => `MIG-${topo.gpus[gpu]!.uuid.slice(4, -4)}${gi.toString(16).padStart(2, '0')}00`;
+
+test('info shows each GPU\'s MIG mode and every MIG device with profile, UUID, GI/CI, memory and resource', async () => {
+  const r = await run(['info', '--mig-strategy=mixed']);
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stdout, /^MIG \(resources as advertised with --mig-strategy=mixed\):$/m);
+  assert.match(r.stdout, /^0 +enabled +5$/m);
+  assert.match(r.stdout, /^2 +disabled +0$/m);
+  assert.match(r.stdout, /^3 +enabled +0$/m);
+  assert.match(r.stdout, new RegExp(`^0 +2 +1g\\.10gb\\+me +${mig(0, 3)} +3 +0 +9728 MiB +nvidia\\.com/mig-1g\\.10gb\\.me$`, 'm'));
+  assert.match(r.stdout, new RegExp(`^0 +4 +1c\\.2g\\.20gb +${mig(0, 5)} +5 +0 +19968 MiB +-$`, 'm'));
+  assert.match(r.stdout, new RegExp(`^1 +1 +1g\\.20gb +${mig(1, 2)} +2 +0 +20096 MiB +nvidia\\.com/mig-1g\\.20gb$`, 'm'));
+  assert.match(r.stdout, /^note: GPU 3 .* has MIG enabled but no MIG devices; it is skipped until it has some$/m);
+  const single = await run(['info', '--mig-strategy=single']);
+  assert.match(single.stdout, /^not valid for --mig-strategy=single: .*GPU 2 has MIG disabled/m);
+});
+
+test('info --json carries the MIG modes and devices', async () => {
+  const r = await run(['info', '--json', '--mig-strategy=mixed']);
+  assert.equal(r.status, 0, r.stderr);
+  const j = JSON.parse(r.stdout) as { mig: { strategy: string; modes: ({ current: boolean; pending: boolean } | null)[]; devices: { uuid: string; parent: number; gi: number; ci: number; profile: string; resource: string | null }[] } };
+  assert.equal(j.mig.strategy, 'mixed');
+  assert.deepEqual(j.mig.modes, [{ current: true, pending: true }, { current: true, pending: true }, { current: false, pending: false }, { current: true, pending: true }]);
+  assert.equal(j.mig.devices.length, 9);
+  assert.deepEqual(j.mig.devices[2], { parent: 0, index: 2, uuid: mig(0, 3), gi: 3, ci: 0, profile: '1g.10gb+me', giSlices: 1, ciSlices: 1, memoryBytes: 9728 * 1048576, resource: 'nvidia.com/mig-1g.10gb.me' });
+  const old = await run(['info', '--json'], { nvml: 'old' });
+  assert.equal((JSON.parse(old.stdout) as { mig: unknown }).mig, null);
+});
+
+test('check: validity for the strategy, and mig-minors when device specs are on', async () => {
+  const mixed = await run(['check', '--mig-strategy=mixed']);
+  assert.match(mixed.stdout, /^PASS +mig +--mig-strategy=mixed: 3 GPUs in MIG mode; nvidia\.com\/mig-1g\.10gb=4, nvidia\.com\/mig-1g\.10gb\.me=1, nvidia\.com\/mig-2g\.20gb=1, nvidia\.com\/mig-3g\.40gb=1, nvidia\.com\/mig-1g\.20gb=1; 1 MIG device of profile 1c\.2g\.20gb not advertised/m);
+  const single = await run(['check', '--mig-strategy=single']);
+  assert.equal(single.status, 1);
+  assert.match(single.stdout, /^FAIL +mig +--mig-strategy=single needs every GPU in MIG mode .*GPU 3 has MIG enabled but no MIG devices.* — fix: partition every GPU alike/m);
+  const noMinors = await run(['check', '--mig-strategy=mixed', '--pass-device-specs'], { env: { PROC_ROOT: '/nonexistent-proc' } });
+  assert.match(noMinors.stdout, /^FAIL +mig-minors +cannot read \/nonexistent-proc\/driver\/nvidia-caps\/mig-minors/m);
+  const proc = mkdtempSync(join(tmpdir(), 'gdp-mig-proc-'));
+  mkdirSync(join(proc, 'driver', 'nvidia-caps'), { recursive: true });
+  const lines = ['config 1', 'monitor 2'];
+  for (let g = 0; g < 4; g++) for (let gi = 0; gi < 15; gi++) {
+    lines.push(`gpu${g}/gi${gi}/access ${3 + g * 135 + gi * 9}`);
+    for (let ci = 0; ci < 8; ci++) lines.push(`gpu${g}/gi${gi}/ci${ci}/access ${4 + g * 135 + gi * 9 + ci}`);
+  }
+  writeFileSync(join(proc, 'driver', 'nvidia-caps', 'mig-minors'), `${lines.join('\n')}\n`);
+  const withMinors = await run(['check', '--mig-strategy=mixed', '--pass-device-specs'], { env: { PROC_ROOT: proc } });
+  assert.match(withMinors.stdout, /^PASS +mig-minors +capability nodes found for all 9 MIG devices$/m);
+  const old = await run(['check', '--mig-strategy=mixed'], { nvml: 'old' });
+  assert.match(old.stdout, /^FAIL +mig +--mig-strategy=mixed, but this driver has no MIG functions: every GPU is advertised whole — fix: upgrade the NVIDIA driver/m);
+  const none = await run(['check']);
+  assert.doesNotMatch(none.stdout, /^(PASS|FAIL) +mig/m);
+});

@@ -7,6 +7,7 @@ import { existsSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { BUILT_EXECUTABLE, ROOT, SimNode } from '../support/sim.ts';
+import { migXidLatency } from './mig.bench.ts';
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const q = (xs: readonly number[], p: number): number => {
@@ -177,6 +178,8 @@ log('RPC latency, memory, kubelet restarts');
 Object.assign(report, await rpcFigures());
 log('XID → Unhealthy');
 Object.assign(report, await xidLatency(200));
+log('XID on a MIG device → Unhealthy');
+Object.assign(report, await migXidLatency(200));
 log('XID storm');
 Object.assign(report, await storm(10));
 log('GetPreferredAllocation per topology and size');

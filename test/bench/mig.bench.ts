@@ -1,0 +1,38 @@
+// MIG figures for npm run bench (also runnable alone: node test/bench/mig.bench.ts, after npm run
+// build): XID naming one MIG device → that device Unhealthy at the kubelet, on the mixed fixture
+// with recovery on so every round starts healthy. Prints one JSON object on stdout.
+import { SimNode } from '../support/sim.ts';
+
+const q = (xs: readonly number[], p: number): number => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(p * xs.length))] ?? NaN;
+const r2 = (x: number): number => Math.round(x * 100) / 100;
+
+export async function migXidLatency(rounds: number): Promise<Record<string, unknown>> {
+  const node = await SimNode.start({
+    topology: 'mig-mixed-4',
+    args: ['--mig-strategy=mixed', '--health-recovery', '--health-recovery-quiet-period=0.05', '--health-probe-interval=0.05'],
+    waitRegistered: false,
+  });
+  try {
+    const k = node.kubelet!;
+    const resource = 'nvidia.com/mig-1g.10gb';
+    await k.waitForRegistrations(6, 15000);
+    await node.plugin.waitForLine(/watching GPU health/);
+    await k.waitForDevices((d) => d.length === 4, resource);
+    const lat: number[] = [];
+    for (let i = 0; i < rounds; i++) {
+      const m = i % 2; // the two 1g.10gb devices of GPU 0: GI 1 and GI 2
+      const t0 = performance.now();
+      node.nvml(`xid 0 94 ${m + 1} 0`);
+      await k.waitForDevices((d) => d[m]?.health === 'Unhealthy', resource);
+      lat.push(performance.now() - t0);
+      await k.waitForDevices((d) => d[m]?.health === 'Healthy', resource);
+    }
+    return { mig_xid_to_unhealthy_at_kubelet_ms: { p50: r2(q(lat, 0.5)), p99: r2(q(lat, 0.99)), n: lat.length } };
+  } finally {
+    await node.stop();
+  }
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  process.stdout.write(`${JSON.stringify(await migXidLatency(200), null, 2)}\n`);
+}

@@ -4,10 +4,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildFakeNvml } from '../fake-nvml/build.ts';
+import { migUuid, writeMigMinors } from '../support/mig.ts';
 import { TOPOLOGIES, executable, loadTopology, writeSysfs } from '../support/sim.ts';
 
 async function run(args: string[], opts: { nvml?: 'current' | 'old'; env?: Record<string, string> } = {}): Promise<{ status: number | null; stdout: string; stderr: string; dir: string }> {
@@ -29,7 +30,7 @@ async function run(args: string[], opts: { nvml?: 'current' | 'old'; env?: Recor
 }
 
 const topo = loadTopology('mig-mixed-4');
-const mig = (gpu: number, gi: number): string => `MIG-${topo.gpus[gpu]!.uuid.slice(4, -4)}${gi.toString(16).padStart(2, '0')}00`;
+const mig = (gpu: number, gi: number): string => migUuid(topo.gpus[gpu]!.uuid, gi);
 
 test('info shows each GPU\'s MIG mode and every MIG device with profile, UUID, GI/CI, memory and resource', async () => {
   const r = await run(['info', '--mig-strategy=mixed']);
@@ -67,13 +68,7 @@ test('check: validity for the strategy, and mig-minors when device specs are on'
   const noMinors = await run(['check', '--mig-strategy=mixed', '--pass-device-specs'], { env: { PROC_ROOT: '/nonexistent-proc' } });
   assert.match(noMinors.stdout, /^FAIL +mig-minors +cannot read \/nonexistent-proc\/driver\/nvidia-caps\/mig-minors/m);
   const proc = mkdtempSync(join(tmpdir(), 'gdp-mig-proc-'));
-  mkdirSync(join(proc, 'driver', 'nvidia-caps'), { recursive: true });
-  const lines = ['config 1', 'monitor 2'];
-  for (let g = 0; g < 4; g++) for (let gi = 0; gi < 15; gi++) {
-    lines.push(`gpu${g}/gi${gi}/access ${3 + g * 135 + gi * 9}`);
-    for (let ci = 0; ci < 8; ci++) lines.push(`gpu${g}/gi${gi}/ci${ci}/access ${4 + g * 135 + gi * 9 + ci}`);
-  }
-  writeFileSync(join(proc, 'driver', 'nvidia-caps', 'mig-minors'), `${lines.join('\n')}\n`);
+  writeMigMinors(proc, 4);
   const withMinors = await run(['check', '--mig-strategy=mixed', '--pass-device-specs'], { env: { PROC_ROOT: proc } });
   assert.match(withMinors.stdout, /^PASS +mig-minors +capability nodes found for all 9 MIG devices$/m);
   const old = await run(['check', '--mig-strategy=mixed'], { nvml: 'old' });

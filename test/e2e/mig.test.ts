@@ -6,30 +6,13 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { migUuid, writeMigMinors } from '../support/mig.ts';
 import { SimNode, loadTopology } from '../support/sim.ts';
 
 const MIXED = loadTopology('mig-mixed-4');
 const UNIFORM = loadTopology('mig-uniform-2');
 
-/** The fake NVML's MIG UUIDs: the parent's, with its last four hex digits replaced by GI and CI. */
-function migUuid(gpuUuid: string, gi: number, ci = 0): string {
-  return `MIG-${gpuUuid.slice(4, -4)}${gi.toString(16).padStart(2, '0')}${ci.toString(16).padStart(2, '0')}`;
-}
 const g = (topo: typeof MIXED, i: number): string => topo.gpus[i]!.uuid;
-
-/** /proc/driver/nvidia-caps/mig-minors as the driver writes it (minor 3 on, 15 GIs x (1 + 8 CIs) per GPU). */
-function writeMigMinors(procRoot: string, gpuMinors: number): void {
-  const lines = ['config 1', 'monitor 2'];
-  for (let gpu = 0; gpu < gpuMinors; gpu++) {
-    for (let gi = 0; gi < 15; gi++) {
-      const base = 3 + gpu * 135 + gi * 9;
-      lines.push(`gpu${gpu}/gi${gi}/access ${base}`);
-      for (let ci = 0; ci < 8; ci++) lines.push(`gpu${gpu}/gi${gi}/ci${ci}/access ${base + 1 + ci}`);
-    }
-  }
-  mkdirSync(join(procRoot, 'driver', 'nvidia-caps'), { recursive: true });
-  writeFileSync(join(procRoot, 'driver', 'nvidia-caps', 'mig-minors'), `${lines.join('\n')}\n`);
-}
 
 async function waitResources(node: SimNode, n: number): Promise<Map<string, string[]>> {
   await node.kubelet!.waitForRegistrations(n, 15000);

@@ -329,23 +329,36 @@ static void mig_commit_stage(void)
     }
 }
 
+/* Position of a handle in an array of `count` elements of `size` bytes at `base`, or -1 for any
+ * other pointer: nothing is read through a handle before this check, so foreign pointers are safe. */
+static long handle_slot(const void *handle, const void *base, size_t size, size_t count)
+{
+    uintptr_t p = (uintptr_t)handle, b = (uintptr_t)base;
+
+    if (p < b || (p - b) % size != 0 || (p - b) / size >= count)
+        return -1;
+    return (long)((p - b) / size);
+}
+
+/* The GPU and slot a MIG-level handle names, if that slot is in use. Call with g_mu held. */
+static int live_slot(long slot, unsigned int per_gpu, unsigned int *gpu, unsigned int *index)
+{
+    if (slot < 0 || (unsigned long)slot / per_gpu >= g_gpu_count || !g_mig[slot / per_gpu].board)
+        return 0;
+    *gpu = (unsigned int)(slot / per_gpu);
+    *index = (unsigned int)(slot % per_gpu);
+    return 1;
+}
+
 /* The MIG device a handle names, or NULL (foreign pointer, stale slot). Call with g_mu held. */
 static struct fake_mig_device *mig_from_handle(nvmlDevice_t handle, unsigned int *gpu)
 {
-    uintptr_t p = (uintptr_t)handle, base = (uintptr_t)&g_mig_handles[0][0], offset;
-    struct fake_mig_device_handle *h;
+    unsigned int s;
 
-    if (p < base)
+    if (!live_slot(handle_slot(handle, g_mig_handles, sizeof g_mig_handles[0][0], FAKE_MAX_GPUS * FAKE_MAX_MIGS),
+                   FAKE_MAX_MIGS, gpu, &s) || !g_mig[*gpu].migs[s].used)
         return NULL;
-    offset = p - base;
-    if (offset % sizeof(struct fake_mig_device_handle) != 0 ||
-        offset / sizeof(struct fake_mig_device_handle) >= (uintptr_t)FAKE_MAX_GPUS * FAKE_MAX_MIGS)
-        return NULL;
-    h = &g_mig_handles[0][0] + offset / sizeof(struct fake_mig_device_handle);
-    if (h->gpu >= g_gpu_count || !g_mig[h->gpu].board || !g_mig[h->gpu].migs[h->slot].used)
-        return NULL;
-    *gpu = h->gpu;
-    return &g_mig[h->gpu].migs[h->slot];
+    return &g_mig[*gpu].migs[s];
 }
 
 static int is_mig_handle(nvmlDevice_t handle)
@@ -357,39 +370,21 @@ static int is_mig_handle(nvmlDevice_t handle)
 
 static __attribute__((unused)) struct fake_gi *gi_from_handle(nvmlGpuInstance_t handle, unsigned int *gpu)
 {
-    uintptr_t p = (uintptr_t)handle, base = (uintptr_t)&g_gi_handles[0][0], offset;
-    struct fake_gi_handle *h;
+    unsigned int s;
 
-    if (p < base)
+    if (!live_slot(handle_slot(handle, g_gi_handles, sizeof g_gi_handles[0][0], FAKE_MAX_GPUS * FAKE_MAX_GIS),
+                   FAKE_MAX_GIS, gpu, &s) || !g_mig[*gpu].gis[s].used)
         return NULL;
-    offset = p - base;
-    if (offset % sizeof(struct fake_gi_handle) != 0 ||
-        offset / sizeof(struct fake_gi_handle) >= (uintptr_t)FAKE_MAX_GPUS * FAKE_MAX_GIS)
-        return NULL;
-    h = &g_gi_handles[0][0] + offset / sizeof(struct fake_gi_handle);
-    if (h->gpu >= g_gpu_count || !g_mig[h->gpu].board || !g_mig[h->gpu].gis[h->slot].used)
-        return NULL;
-    *gpu = h->gpu;
-    return &g_mig[h->gpu].gis[h->slot];
+    return &g_mig[*gpu].gis[s];
 }
 
-static __attribute__((unused)) struct fake_mig_device *ci_from_handle(nvmlComputeInstance_t handle, unsigned int *gpu, unsigned int *slot)
+static __attribute__((unused)) struct fake_mig_device *ci_from_handle(nvmlComputeInstance_t handle, unsigned int *gpu,
+                                                                      unsigned int *slot)
 {
-    uintptr_t p = (uintptr_t)handle, base = (uintptr_t)&g_ci_handles[0][0], offset;
-    struct fake_ci_handle *h;
-
-    if (p < base)
+    if (!live_slot(handle_slot(handle, g_ci_handles, sizeof g_ci_handles[0][0], FAKE_MAX_GPUS * FAKE_MAX_MIGS),
+                   FAKE_MAX_MIGS, gpu, slot) || !g_mig[*gpu].migs[*slot].used)
         return NULL;
-    offset = p - base;
-    if (offset % sizeof(struct fake_ci_handle) != 0 ||
-        offset / sizeof(struct fake_ci_handle) >= (uintptr_t)FAKE_MAX_GPUS * FAKE_MAX_MIGS)
-        return NULL;
-    h = &g_ci_handles[0][0] + offset / sizeof(struct fake_ci_handle);
-    if (h->gpu >= g_gpu_count || !g_mig[h->gpu].board || !g_mig[h->gpu].migs[h->slot].used)
-        return NULL;
-    *gpu = h->gpu;
-    *slot = h->slot;
-    return &g_mig[h->gpu].migs[h->slot];
+    return &g_mig[*gpu].migs[*slot];
 }
 
 /* ---- Layouts ------------------------------------------------------------------------------- */

@@ -19,6 +19,7 @@ import { NO_SHARING, SharingError } from '../../src/core/sharing.ts';
 import type { Sharing } from '../../src/core/sharing.ts';
 import { HealthMonitor } from '../../src/plugin/health.ts';
 import { createLogger } from '../../src/system/log.ts';
+import { migMinorsText } from '../support/mig.ts';
 
 const MiB = 1024 * 1024;
 
@@ -174,19 +175,6 @@ test('pending MIG mode changes are described, not acted on', () => {
 });
 
 // ---- Allocate ------------------------------------------------------------------------------------
-
-// As the driver writes it: per GPU minor 15 GIs of 1 + 8 entries, from minor 3 on.
-function migMinorsText(gpuMinors: number): string {
-  const lines = ['config 1', 'monitor 2'];
-  for (let g = 0; g < gpuMinors; g++) {
-    for (let gi = 0; gi < 15; gi++) {
-      const base = 3 + g * 135 + gi * 9;
-      lines.push(`gpu${g}/gi${gi}/access ${base}`);
-      for (let ci = 0; ci < 8; ci++) lines.push(`gpu${g}/gi${gi}/ci${ci}/access ${base + 1 + ci}`);
-    }
-  }
-  return `${lines.join('\n')}\n`;
-}
 
 test('mig-minors: GI and CI capability nodes per MIG device; a missing entry is named', () => {
   const minors = parseMigMinors(migMinorsText(4));

@@ -1,0 +1,31 @@
+// MIG helpers for tests: the fake NVML's MIG UUIDs, and mig-minors as the NVIDIA driver writes it.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+/** The fake NVML's MIG UUID: the parent's, with its last four hex digits replaced by GI and CI. */
+export function migUuid(gpuUuid: string, gi: number, ci = 0): string {
+  return `MIG-${gpuUuid.slice(4, -4)}${gi.toString(16).padStart(2, '0')}${ci.toString(16).padStart(2, '0')}`;
+}
+
+/**
+ * /proc/driver/nvidia-caps/mig-minors as the driver writes it: config 1, monitor 2, then per GPU
+ * minor 15 GPU instances, each an access entry followed by 8 compute-instance entries, from minor 3
+ * (so gpu0/gi1/access is 12 and gpu0/gi1/ci0/access 13).
+ */
+export function migMinorsText(gpuMinors: number): string {
+  const lines = ['config 1', 'monitor 2'];
+  for (let gpu = 0; gpu < gpuMinors; gpu++) {
+    for (let gi = 0; gi < 15; gi++) {
+      const base = 3 + gpu * 135 + gi * 9;
+      lines.push(`gpu${gpu}/gi${gi}/access ${base}`);
+      for (let ci = 0; ci < 8; ci++) lines.push(`gpu${gpu}/gi${gi}/ci${ci}/access ${base + 1 + ci}`);
+    }
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+/** Writes mig-minors under a proc root (for PROC_ROOT). */
+export function writeMigMinors(procRoot: string, gpuMinors: number): void {
+  mkdirSync(join(procRoot, 'driver', 'nvidia-caps'), { recursive: true });
+  writeFileSync(join(procRoot, 'driver', 'nvidia-caps', 'mig-minors'), migMinorsText(gpuMinors));
+}

@@ -249,3 +249,43 @@ test('old driver without MIG symbols under mixed: one log line, every GPU advert
     await node.stop();
   }
 });
+
+test('time-slicing of MIG resources by name, from the config file; SIGHUP applies a change to them', async () => {
+  const file = join(process.env['TMPDIR'] ?? '/tmp', `mig-ts-${process.pid}.yaml`);
+  const config = (replicas: number): string => [
+    'version: v1',
+    'flags:',
+    '  migStrategy: mixed',
+    'sharing:',
+    '  timeSlicing:',
+    '    resources:',
+    `      - name: nvidia.com/mig-1g.10gb`,
+    `        replicas: ${replicas}`,
+    '      - name: nvidia.com/mig-3g.40gb',
+    '        rename: mig-3g.40gb.shared',
+    '        replicas: 3',
+    '',
+  ].join('\n');
+  writeFileSync(file, config(2));
+  const node = await SimNode.start({ topology: 'mig-mixed-4', args: ['--config-file', file], waitRegistered: false });
+  try {
+    const k = node.kubelet!;
+    await k.waitForRegistrations(6, 15000);
+    const names = k.registrations.map((r) => r.request.resource_name).sort();
+    assert.deepEqual(names, ['nvidia.com/gpu', 'nvidia.com/mig-1g.10gb', 'nvidia.com/mig-1g.10gb.me', 'nvidia.com/mig-1g.20gb', 'nvidia.com/mig-2g.20gb', 'nvidia.com/mig-3g.40gb.shared']);
+    const m0 = migUuid(g(MIXED, 0), 1);
+    const m1 = migUuid(g(MIXED, 1), 3);
+    const ids = (await k.waitForDevices((d) => d.length === 8, 'nvidia.com/mig-1g.10gb')).map((d) => d.ID);
+    assert.deepEqual(ids.slice(0, 2), [`${m0}::0`, `${m0}::1`]);
+    const shared = await k.waitForDevices((d) => d.length === 3, 'nvidia.com/mig-3g.40gb.shared');
+    assert.deepEqual(shared.map((d) => d.ID), [0, 1, 2].map((n) => `${migUuid(g(MIXED, 1), 1)}::${n}`));
+    const res = await k.allocate({ container_requests: [{ devices_ids: [`${m0}::1`, `${m0}::0`, `${m1}::0`] }] }, 'nvidia.com/mig-1g.10gb');
+    assert.equal(res.container_responses[0]!.envs['NVIDIA_VISIBLE_DEVICES'], `${m0},${m1}`, 'each MIG device once');
+    writeFileSync(file, config(3));
+    node.plugin.signal('SIGHUP');
+    const after = await k.waitForDevices((d) => d.length === 12, 'nvidia.com/mig-1g.10gb');
+    assert.equal(after[2]!.ID, `${m0}::2`);
+  } finally {
+    await node.stop();
+  }
+});

@@ -4,8 +4,7 @@
 // reach the device list.
 import type { Gpu, Health } from '../core/devices.ts';
 import { HealthTracker } from '../core/health.ts';
-import type { HealthChange, HealthSettings, RecoverySettings } from '../core/health.ts';
-import type { EventBatchEntry, ProbeResult } from '../nvml/events.ts';
+import type { EventBatchEntry, HealthChange, HealthSettings, ProbeResult, RecoverySettings } from '../core/health.ts';
 import type { Logger } from '../system/log.ts';
 
 export class HealthMonitor {

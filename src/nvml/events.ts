@@ -36,5 +36,7 @@ export type WorkerMessage =
   | { type: 'events'; events: EventBatchEntry[] }
   | { type: 'probe'; results: ProbeResult[] }
   | { type: 'log'; line: string }
+  /** NVML answered that the driver is gone (unloaded, version mismatch); the worker has stopped watching. */
+  | { type: 'driver-gone'; message: string }
   | { type: 'stopped' }
   | { type: 'failed'; message: string };

@@ -13,6 +13,7 @@ import type { ServeSettings } from './manager/manager.ts';
 import { Scanner } from './nvml/scanner.ts';
 import { HealthMonitor } from './plugin/health.ts';
 import { presentControlDevices } from './system/control-devices.ts';
+import { processResources } from './system/resources.ts';
 import { errorText, stderrLogger } from './system/log.ts';
 import type { Logger } from './system/log.ts';
 import { loadKoffi } from './system/native.ts';
@@ -118,7 +119,7 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
           log.warn('config reload refused; the running configuration is kept', { file, error: errorText(err).replace(`config file ${file}: `, '') });
         }
       }
-      void scanner.rescan('reload', true);
+      void scanner.rescan('reload', true).then(() => log.enabled('debug') && log.debug('process resources', processResources()));
     },
   };
 }

@@ -103,9 +103,8 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
       const file = opts.configFile;
       if (file === null) log.info('SIGHUP: there is no config file to reload (neither --config-file nor CONFIG_FILE is set); looking at the GPUs again');
       else {
-        let r;
         try {
-          r = planReload(opts, sharing, parseOptions(argv, process.env));
+          const r = planReload(opts, sharing, parseOptions(argv, process.env));
           if (r.restartOnly.length > 0) log.warn('config reload: some changed options take effect only at restart; their running values are kept', { options: r.restartOnly });
           if (r.changed.length === 0 && !r.sharingChanged) log.info('config reloaded; nothing to change', { file });
           else {

@@ -52,7 +52,7 @@ export async function runChecks(argv: readonly string[], env: Readonly<Record<st
     if (n === 0) lines.push({ ok: false, name: 'gpus', detail: 'NVML sees no GPUs', fix: 'check `nvidia-smi`; GPUs bound to vfio-pci or hidden by the BIOS are not visible' });
     else if (sick.length > 0) lines.push({ ok: false, name: 'gpus', detail: `${n} found; not answering NVML: ${sick.join(', ')}`, fix: 'see `nvidia-smi -q` and the kernel log (XID 79: fallen off the bus)' });
     else lines.push({ ok: true, name: 'gpus', detail: `${n} found, all answering NVML` });
-    lines.push(...await migChecks(node.report, parsed, env));
+    lines.push(...migChecks(node.report, parsed, env));
   } else {
     lines.push({ ok: false, name: 'nvml', detail: node.error, fix: 'install the NVIDIA driver, or point --driver-root (NVIDIA_DRIVER_ROOT) at where it is installed' });
     lines.push({ ok: false, name: 'gpus', detail: 'not checked: NVML is not available', fix: 'fix NVML first' });
@@ -83,7 +83,7 @@ export async function runChecks(argv: readonly string[], env: Readonly<Record<st
 }
 
 /** Whether the node fits --mig-strategy, and (with device specs) whether mig-minors can be read. */
-async function migChecks(r: NodeReport, parsed: ParsedOptions, env: Readonly<Record<string, string | undefined>>): Promise<CheckLine[]> {
+function migChecks(r: NodeReport, parsed: ParsedOptions, env: Readonly<Record<string, string | undefined>>): CheckLine[] {
   const o = parsed.options;
   if (o.migStrategy === 'none') return [];
   const flag = `--mig-strategy=${o.migStrategy}`;
@@ -102,12 +102,9 @@ async function migChecks(r: NodeReport, parsed: ParsedOptions, env: Readonly<Rec
     : `${flag}: ${enabled} GPU${enabled === 1 ? '' : 's'} in MIG mode; ${[...resources].map(([n, c]) => `${n}=${c}`).join(', ') || 'no MIG device advertised'}${view.notes.length > 0 ? `; ${view.notes.join('; ')}` : ''}`;
   const out: CheckLine[] = [{ ok: true, name: 'mig', detail: summary }];
   if (o.passDeviceSpecs && view.devices.some((d) => d.resource !== null)) {
-    try {
-      const caps = await readMigCapabilities(r.gpus, r.mig, env);
-      out.push({ ok: true, name: 'mig-minors', detail: `capability nodes found for all ${caps.size} MIG devices` });
-    } catch (err) {
-      out.push({ ok: false, name: 'mig-minors', detail: errorText(err), fix: 'load the NVIDIA driver with MIG support (nvidia-caps); or set PROC_ROOT if /proc is elsewhere' });
-    }
+    const caps = readMigCapabilities(r.gpus, r.mig, env);
+    if ('problem' in caps) out.push({ ok: false, name: 'mig-minors', detail: caps.problem, fix: 'load the NVIDIA driver with MIG support (nvidia-caps); or set PROC_ROOT if /proc is elsewhere' });
+    else out.push({ ok: true, name: 'mig-minors', detail: `capability nodes found for all ${caps.size} MIG devices` });
   }
   return out;
 }

@@ -229,7 +229,7 @@ export function planMigResources(
   const notes: string[] = [];
   const anyEnabled = gpus.some((_, i) => enabled(layout, i));
   if (migStrategy === 'none' || !anyEnabled) {
-    return { resources: planResources(gpus, strategy, sharing, { skipResource: isMigResource }).filter((r) => r.devices.length > 0), notes };
+    return { resources: planResources(gpus, strategy, sharing, { skipResource: isMigResource }), notes };
   }
   const devs = layout.devices.map((d, pos) => ({ d, pos })).filter(({ d }) => enabled(layout, d.parent) && gpus[d.parent] !== undefined);
   if (migStrategy === 'single') {

@@ -2,7 +2,7 @@
 // device with its UUID, parent, GPU- and compute-instance ids, attributes and NVIDIA's profile name.
 // Every MIG symbol is bound lazily: a driver without them loses MIG, with one log line. Also the
 // driver's /proc/driver/nvidia-caps/mig-minors, for the MIG devices' capability nodes.
-import { readFile } from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Gpu } from '../core/devices.ts';
 import { MIG_MINORS_FILE, migCapabilityNodes, migProfileName, parseMigMinors } from '../core/mig.ts';
@@ -155,15 +155,23 @@ export function migMinorsPath(env: Readonly<Record<string, string | undefined>> 
   return join(env['PROC_ROOT'] || '/proc', MIG_MINORS_FILE);
 }
 
-/** The capability nodes of every MIG device, from mig-minors; throws naming the file when it cannot. */
-export async function readMigCapabilities(gpus: readonly Gpu[], layout: MigLayout, env: Readonly<Record<string, string | undefined>> = process.env): Promise<Map<number, readonly string[]>> {
+/**
+ * The capability nodes of every MIG device by MIG UUID, from mig-minors (a small /proc file, read
+ * synchronously like the NVML calls of a scan), or why they cannot be had.
+ */
+export function readMigCapabilities(gpus: readonly Gpu[], layout: MigLayout, env: Readonly<Record<string, string | undefined>> = process.env): Map<string, readonly string[]> | { problem: string } {
   if (layout.devices.length === 0) return new Map();
   const file = migMinorsPath(env);
   let text: string;
   try {
-    text = await readFile(file, 'utf8');
+    text = readFileSync(file, 'utf8');
   } catch (err) {
-    throw new Error(`cannot read ${file} (${errorText(err)}), which --pass-device-specs needs for the MIG devices' capability nodes; is the NVIDIA driver loaded with MIG support?`);
+    return { problem: `cannot read ${file} (${errorText(err)}), which --pass-device-specs needs for the MIG devices' capability nodes; is the NVIDIA driver loaded with MIG support?` };
   }
-  return migCapabilityNodes(gpus, layout.devices, parseMigMinors(text));
+  try {
+    const byPos = migCapabilityNodes(gpus, layout.devices, parseMigMinors(text));
+    return new Map([...byPos].map(([k, nodes]) => [layout.devices[k]?.uuid ?? '', nodes]));
+  } catch (err) {
+    return { problem: `${file}: ${errorText(err)}` };
+  }
 }

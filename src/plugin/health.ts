@@ -1,24 +1,26 @@
 // Turns what the NVML watcher reports into per-GPU health with the pure policy (core/health.ts),
 // logs every transition once (UUID, XID, meaning), runs the recovery timer, and hands the new health
 // to whoever advertises it. Storms stay cheap: the policy is O(1) per event and only transitions
-// reach the device list. With MIG, health is kept per unit — each GPU, then each MIG device
-// (core/mig.ts HealthUnits) — so an XID naming one MIG device marks that device only, and every
-// unhealthy MIG device is reported.
+// reach the device list. When the node's GPUs change, rebase() starts over on the new list from the
+// states the snapshot carried over (core/snapshot.ts). With MIG, health is kept per unit — each GPU,
+// then each MIG device (core/mig.ts HealthUnits) — so an XID naming one MIG device marks that device
+// only, and every unhealthy MIG device is reported.
 import type { Gpu, Health } from '../core/devices.ts';
 import { HealthTracker } from '../core/health.ts';
+import type { EventBatchEntry, GpuHealthState, HealthChange, HealthSettings, ProbeResult, RecoverySettings } from '../core/health.ts';
 import { eventUnits, healthUnits, unitCount, unitsOfGpu } from '../core/mig.ts';
 import type { HealthUnits } from '../core/mig.ts';
-import type { HealthChange, HealthSettings, RecoverySettings } from '../core/health.ts';
-import type { EventBatchEntry, ProbeResult } from '../nvml/events.ts';
 import type { Logger } from '../system/log.ts';
 
 export class HealthMonitor {
-  private readonly tracker: HealthTracker;
-  private readonly gpus: readonly Gpu[];
+  private tracker: HealthTracker;
+  private gpus: readonly Gpu[];
+  private readonly settings: HealthSettings;
+  private readonly recovery: RecoverySettings;
   private readonly log: Logger;
   private readonly onChange: (health: readonly Health[]) => void;
   private readonly now: () => number;
-  private readonly units: HealthUnits;
+  private units: HealthUnits;
   private timer: NodeJS.Timeout | undefined;
   private unmanagedLogged = false;
   private events = 0;
@@ -27,6 +29,8 @@ export class HealthMonitor {
     onChange: (health: readonly Health[]) => void, now: () => number = () => performance.now(),
     units: HealthUnits = healthUnits(gpus.length)) {
     this.gpus = gpus;
+    this.settings = settings;
+    this.recovery = recovery;
     this.units = units;
     this.tracker = new HealthTracker(unitCount(units), settings, recovery);
     this.log = log;
@@ -36,6 +40,22 @@ export class HealthMonitor {
 
   health(): readonly Health[] {
     return this.tracker.health();
+  }
+
+  /** Every GPU's state, by position (plain data for the snapshot). */
+  states(): GpuHealthState[] {
+    return this.tracker.states();
+  }
+
+  /**
+   * Starts over on another GPU list (and MIG layout), each unit from the state given (by unit: the
+   * GPUs by position, then the MIG devices).
+   */
+  rebase(gpus: readonly Gpu[], states: readonly GpuHealthState[], units: HealthUnits = healthUnits(gpus.length)): void {
+    this.gpus = gpus;
+    this.units = units;
+    this.tracker = new HealthTracker(unitCount(units), this.settings, this.recovery, states);
+    this.schedule();
   }
 
   get eventCount(): number {

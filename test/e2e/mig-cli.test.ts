@@ -30,7 +30,7 @@ async function run(args: string[], opts: { nvml?: 'current' | 'old'; env?: Recor
 }
 
 const topo = loadTopology('mig-mixed-4');
-const mig = (gpu: number, gi: number): string => migUuid(topo.gpus[gpu]!.uuid, gi);
+const mig = (gpu: number, profile: string, gi: number): string => migUuid(topo.gpus[gpu]!.uuid, profile, gi);
 
 test('info shows each GPU\'s MIG mode and every MIG device with profile, UUID, GI/CI, memory and resource', async () => {
   const r = await run(['info', '--mig-strategy=mixed']);
@@ -39,9 +39,9 @@ test('info shows each GPU\'s MIG mode and every MIG device with profile, UUID, G
   assert.match(r.stdout, /^0 +enabled +5$/m);
   assert.match(r.stdout, /^2 +disabled +0$/m);
   assert.match(r.stdout, /^3 +enabled +0$/m);
-  assert.match(r.stdout, new RegExp(`^0 +2 +1g\\.10gb\\+me +${mig(0, 3)} +3 +0 +9728 MiB +nvidia\\.com/mig-1g\\.10gb\\.me$`, 'm'));
-  assert.match(r.stdout, new RegExp(`^0 +4 +1c\\.2g\\.20gb +${mig(0, 5)} +5 +0 +19968 MiB +-$`, 'm'));
-  assert.match(r.stdout, new RegExp(`^1 +1 +1g\\.20gb +${mig(1, 2)} +2 +0 +20096 MiB +nvidia\\.com/mig-1g\\.20gb$`, 'm'));
+  assert.match(r.stdout, new RegExp(`^0 +2 +1g\\.10gb\\+me +${mig(0, '1g.10gb+me', 3)} +3 +0 +9728 MiB +nvidia\\.com/mig-1g\\.10gb\\.me$`, 'm'));
+  assert.match(r.stdout, new RegExp(`^0 +4 +1c\\.2g\\.20gb +${mig(0, '2g.20gb', 5)} +5 +0 +19968 MiB +-$`, 'm'));
+  assert.match(r.stdout, new RegExp(`^1 +1 +1g\\.20gb +${mig(1, '1g.20gb', 2)} +2 +0 +20096 MiB +nvidia\\.com/mig-1g\\.20gb$`, 'm'));
   assert.match(r.stdout, /^note: GPU 3 .* has MIG enabled but no MIG devices; it is skipped until it has some$/m);
   const single = await run(['info', '--mig-strategy=single']);
   assert.match(single.stdout, /^not valid for --mig-strategy=single: .*GPU 2 has MIG disabled/m);
@@ -54,7 +54,7 @@ test('info --json carries the MIG modes and devices', async () => {
   assert.equal(j.mig.strategy, 'mixed');
   assert.deepEqual(j.mig.modes, [{ current: true, pending: true }, { current: true, pending: true }, { current: false, pending: false }, { current: true, pending: true }]);
   assert.equal(j.mig.devices.length, 9);
-  assert.deepEqual(j.mig.devices[2], { parent: 0, index: 2, uuid: mig(0, 3), gi: 3, ci: 0, profile: '1g.10gb+me', giSlices: 1, ciSlices: 1, memoryBytes: 9728 * 1048576, resource: 'nvidia.com/mig-1g.10gb.me' });
+  assert.deepEqual(j.mig.devices[2], { parent: 0, index: 2, uuid: mig(0, '1g.10gb+me', 3), gi: 3, ci: 0, profile: '1g.10gb+me', giSlices: 1, ciSlices: 1, memoryBytes: 9728 * 1048576, resource: 'nvidia.com/mig-1g.10gb.me' });
   const old = await run(['info', '--json'], { nvml: 'old' });
   assert.equal((JSON.parse(old.stdout) as { mig: unknown }).mig, null);
 });

@@ -31,11 +31,11 @@ test('mixed: one resource and socket per full profile, MIG-disabled GPUs whole, 
     const resources = await waitResources(node, 6);
     assert.deepEqual(Object.fromEntries(resources), {
       'nvidia.com/gpu': [g(MIXED, 2)],
-      'nvidia.com/mig-1g.10gb': [migUuid(g(MIXED, 0), 1), migUuid(g(MIXED, 0), 2), migUuid(g(MIXED, 1), 3), migUuid(g(MIXED, 1), 4)],
-      'nvidia.com/mig-1g.10gb.me': [migUuid(g(MIXED, 0), 3)],
-      'nvidia.com/mig-1g.20gb': [migUuid(g(MIXED, 1), 2)],
-      'nvidia.com/mig-2g.20gb': [migUuid(g(MIXED, 0), 4)],
-      'nvidia.com/mig-3g.40gb': [migUuid(g(MIXED, 1), 1)],
+      'nvidia.com/mig-1g.10gb': [migUuid(g(MIXED, 0), '1g.10gb', 1), migUuid(g(MIXED, 0), '1g.10gb', 2), migUuid(g(MIXED, 1), '1g.10gb', 3), migUuid(g(MIXED, 1), '1g.10gb', 4)],
+      'nvidia.com/mig-1g.10gb.me': [migUuid(g(MIXED, 0), '1g.10gb+me', 3)],
+      'nvidia.com/mig-1g.20gb': [migUuid(g(MIXED, 1), '1g.20gb', 2)],
+      'nvidia.com/mig-2g.20gb': [migUuid(g(MIXED, 0), '2g.20gb', 4)],
+      'nvidia.com/mig-3g.40gb': [migUuid(g(MIXED, 1), '3g.40gb', 1)],
     });
     for (const r of node.kubelet!.registrations) {
       const file = `gpu-device-plugin-${r.request.resource_name.slice('nvidia.com/'.length)}.sock`;
@@ -53,7 +53,7 @@ test('mixed: one resource and socket per full profile, MIG-disabled GPUs whole, 
 
 test('single on a uniform node: every MIG device as nvidia.com/gpu, by UUID or <gpu>:<mig>', async () => {
   for (const [ids, expected] of [
-    ['uuid', [migUuid(g(UNIFORM, 0), 1), migUuid(g(UNIFORM, 0), 2), migUuid(g(UNIFORM, 1), 1), migUuid(g(UNIFORM, 1), 2)]],
+    ['uuid', [migUuid(g(UNIFORM, 0), '3g.40gb', 1), migUuid(g(UNIFORM, 0), '3g.40gb', 2), migUuid(g(UNIFORM, 1), '3g.40gb', 1), migUuid(g(UNIFORM, 1), '3g.40gb', 2)]],
     ['index', ['0:0', '0:1', '1:0', '1:1']],
   ] as const) {
     const node = await SimNode.start({ topology: 'mig-uniform-2', args: ['--mig-strategy=single', `--device-id-strategy=${ids}`] });
@@ -189,6 +189,7 @@ test('health: an XID on a MIG device marks only it, two on one parent are both r
     node.nvml('xid 0 94 1 0'); // GPU 0, GI 1: a second unhealthy MIG device on the same parent
     await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', r1g, 5000);
     assert.equal(healthOf(node, r1g), 'UUHH');
+    await node.plugin.waitForLine(/MIG device unhealthy .*gi=1 ci=0/);
     assert.equal(node.plugin.matching(/MIG device unhealthy/).length, 2);
     node.nvml('xid 1 79'); // GPU 1 as a whole (0xFFFFFFFF)
     await k.waitForDevices((d) => d[3]?.health === 'Unhealthy', r1g, 5000);
@@ -273,12 +274,12 @@ test('time-slicing of MIG resources by name, from the config file; SIGHUP applie
     await k.waitForRegistrations(6, 15000);
     const names = k.registrations.map((r) => r.request.resource_name).sort();
     assert.deepEqual(names, ['nvidia.com/gpu', 'nvidia.com/mig-1g.10gb', 'nvidia.com/mig-1g.10gb.me', 'nvidia.com/mig-1g.20gb', 'nvidia.com/mig-2g.20gb', 'nvidia.com/mig-3g.40gb.shared']);
-    const m0 = migUuid(g(MIXED, 0), 1);
-    const m1 = migUuid(g(MIXED, 1), 3);
+    const m0 = migUuid(g(MIXED, 0), '1g.10gb', 1);
+    const m1 = migUuid(g(MIXED, 1), '1g.10gb', 3);
     const ids = (await k.waitForDevices((d) => d.length === 8, 'nvidia.com/mig-1g.10gb')).map((d) => d.ID);
     assert.deepEqual(ids.slice(0, 2), [`${m0}::0`, `${m0}::1`]);
     const shared = await k.waitForDevices((d) => d.length === 3, 'nvidia.com/mig-3g.40gb.shared');
-    assert.deepEqual(shared.map((d) => d.ID), [0, 1, 2].map((n) => `${migUuid(g(MIXED, 1), 1)}::${n}`));
+    assert.deepEqual(shared.map((d) => d.ID), [0, 1, 2].map((n) => `${migUuid(g(MIXED, 1), '3g.40gb', 1)}::${n}`));
     const res = await k.allocate({ container_requests: [{ devices_ids: [`${m0}::1`, `${m0}::0`, `${m1}::0`] }] }, 'nvidia.com/mig-1g.10gb');
     assert.equal(res.container_responses[0]!.envs['NVIDIA_VISIBLE_DEVICES'], `${m0},${m1}`, 'each MIG device once');
     writeFileSync(file, config(3));
@@ -287,5 +288,61 @@ test('time-slicing of MIG resources by name, from the config file; SIGHUP applie
     assert.equal(after[2]!.ID, `${m0}::2`);
   } finally {
     await node.stop();
+  }
+});
+
+test('re-layout under open streams: the next snapshot adds and removes mig-* resources and leaves other GPUs alone; pending mode is logged only', async () => {
+  for (const trigger of ['SIGHUP', 'timer'] as const) {
+    const node = await SimNode.start({
+      topology: 'mig-mixed-4',
+      args: ['--mig-strategy=mixed', ...(trigger === 'timer' ? ['--rediscover-interval=0.2'] : [])],
+      waitRegistered: false,
+    });
+    try {
+      const k = node.kubelet!;
+      await k.waitForRegistrations(6, 15000);
+      await k.waitForDevices((d) => d.length === 4, 'nvidia.com/mig-1g.10gb');
+      for (const r of ['nvidia.com/gpu', 'nvidia.com/mig-2g.20gb', 'nvidia.com/mig-1g.10gb.me']) await k.waitForDevices((d) => d.length === 1, r);
+      const untouched = ['nvidia.com/gpu', 'nvidia.com/mig-2g.20gb', 'nvidia.com/mig-1g.10gb.me'];
+      const before = Object.fromEntries(untouched.map((r) => [r, k.updates(r)]));
+      const registrations = k.registrations.length;
+      // GPU 1 (the H100) is re-partitioned into one 7g.80gb, as nvidia-mig-parted would.
+      const t0 = performance.now();
+      node.nvml('mig 1 on 7g.80gb');
+      if (trigger === 'SIGHUP') {
+        await node.nvmlStats();
+        node.plugin.signal('SIGHUP');
+      }
+      const seven = await k.waitForDevices((d) => d.length === 1, 'nvidia.com/mig-7g.80gb', 10000);
+      const oneG = await k.waitForDevices((d) => d.length === 2, 'nvidia.com/mig-1g.10gb', 10000);
+      const ms = performance.now() - t0;
+      assert.deepEqual(seven.map((d) => d.ID), [migUuid(g(MIXED, 1), '7g.80gb', 1)]);
+      assert.deepEqual(oneG.map((d) => d.ID), [migUuid(g(MIXED, 0), '1g.10gb', 1), migUuid(g(MIXED, 0), '1g.10gb', 2)]);
+      // The new resource registered once; the vanished ones stopped and their sockets went.
+      assert.equal(k.registrations.length, registrations + 1);
+      assert.equal(k.registrations.at(-1)!.request.resource_name, 'nvidia.com/mig-7g.80gb');
+      await node.plugin.waitForLine(/resource no longer advertised resource=nvidia\.com\/mig-1g\.20gb/);
+      await node.plugin.waitForLine(/resource no longer advertised resource=nvidia\.com\/mig-3g\.40gb/);
+      assert.ok(!existsSync(join(node.kubeletDir, 'gpu-device-plugin-mig-3g.40gb.sock')));
+      assert.ok(existsSync(join(node.kubeletDir, 'gpu-device-plugin-mig-7g.80gb.sock')));
+      // Other GPUs' resources saw no new list at all.
+      assert.deepEqual(Object.fromEntries(untouched.map((r) => [r, k.updates(r)])), before);
+      // Allocate follows at once: the vanished devices are refused by name, the new one is served.
+      await assert.rejects(k.allocate({ container_requests: [{ devices_ids: [migUuid(g(MIXED, 1), '1g.10gb', 3)] }] }, 'nvidia.com/mig-1g.10gb'), /MIG-/);
+      const res = await k.allocate({ container_requests: [{ devices_ids: [seven[0]!.ID] }] }, 'nvidia.com/mig-7g.80gb');
+      assert.equal(res.container_responses[0]!.envs['NVIDIA_VISIBLE_DEVICES'], seven[0]!.ID);
+      // A pending mode change is logged and changes nothing.
+      const lines = node.plugin.lines.length;
+      node.nvml('mig 3 pending 0');
+      if (trigger === 'SIGHUP') {
+        await node.nvmlStats();
+        node.plugin.signal('SIGHUP');
+      } else node.nvml('mig 2 pending 1');
+      await node.plugin.waitForLine(/MIG mode change pending change="GPU 3 .*enabled now and disabled after the next GPU reset/, 10000, lines);
+      assert.equal(k.registrations.length, registrations + 1);
+      process.stderr.write(`# re-layout (${trigger}) → new lists at the kubelet: ${ms.toFixed(0)} ms\n`);
+    } finally {
+      await node.stop();
+    }
   }
 });

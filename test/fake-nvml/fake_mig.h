@@ -32,9 +32,10 @@
  *
  * Identities: GI ids are 1, 2, ... in entry order; CI ids 0, 1, ... within their GI; MIG device
  * indices (nvmlDeviceGetMigDeviceHandleByIndex) 0, 1, ... in entry order; the MIG UUID is the
- * parent's UUID with "GPU-" replaced by "MIG-" and its last four hex digits replaced by the GI and
- * CI ids as two hex digits each (GPU-...-bd53058e4ee4, GI 3 CI 0 → MIG-...-bd53058e0300), so tests
- * can name them. A re-layout rewrites the GPU's MIG devices in place: old MIG handles then name
+ * parent's UUID with "GPU-" replaced by "MIG-" and its last six hex digits replaced by the GPU
+ * instance's profile id, the GI id and the CI id, two hex digits each (GPU-...-bd53058e4ee4, a
+ * 1g.10gb (profile id 19) as GI 3 CI 0 → MIG-...-bd5305130300), so tests can name them and an
+ * instance re-created with another profile gets another UUID. A re-layout rewrites the GPU's MIG devices in place: old MIG handles then name
  * whatever is at their slot, or answer INVALID_ARGUMENT/NOT_FOUND, as stale handles of the real
  * driver may.
  */
@@ -305,29 +306,64 @@ struct fake_mig_gpu {
     struct fake_mig_device migs[FAKE_MAX_MIGS];
 };
 
-/* Handles point into these arrays (stable addresses); g_mig_stage is filled while loading. */
+/* MIG state is kept per configured GPU (g_conf, by configured index), so it follows a GPU that is
+ * removed and added back, and a layout changed through the FIFO outlives nvmlShutdown/nvmlInit as
+ * on a real node (for the GPU with that UUID). g_mig_stage is filled while loading. Handles point
+ * into the handle arrays (stable addresses), by configured index and slot. */
 static struct fake_mig_gpu g_mig[FAKE_MAX_GPUS];
 static struct fake_mig_gpu g_mig_stage[FAKE_MAX_GPUS];
+static char g_mig_changed[FAKE_MAX_GPUS][FAKE_UUID_SIZE]; /* UUID of a GPU whose layout the FIFO changed */
+static const struct fake_mig_gpu g_mig_none;              /* a GPU that is not MIG-capable */
 static struct fake_mig_device_handle {
-    unsigned int gpu, slot;
+    unsigned char unused;
 } g_mig_handles[FAKE_MAX_GPUS][FAKE_MAX_MIGS];
 static struct fake_gi_handle g_gi_handles[FAKE_MAX_GPUS][FAKE_MAX_GIS];
 static struct fake_ci_handle g_ci_handles[FAKE_MAX_GPUS][FAKE_MAX_MIGS];
 
 static void mig_commit_stage(void)
 {
-    unsigned int g, s;
+    unsigned int c;
 
-    memcpy(g_mig, g_mig_stage, sizeof g_mig);
-    for (g = 0; g < FAKE_MAX_GPUS; g++) {
-        for (s = 0; s < FAKE_MAX_MIGS; s++) {
-            g_mig_handles[g][s] = (struct fake_mig_device_handle){ g, s };
-            g_ci_handles[g][s] = (struct fake_ci_handle){ g, s };
-        }
-        for (s = 0; s < FAKE_MAX_GIS; s++)
-            g_gi_handles[g][s] = (struct fake_gi_handle){ g, s };
+    for (c = 0; c < FAKE_MAX_GPUS; c++) {
+        if (c < g_conf_count && g_mig_changed[c][0] && strcmp(g_mig_changed[c], g_conf[c].uuid) == 0 &&
+            g_mig[c].board == g_mig_stage[c].board)
+            continue; /* the layout set through the FIFO stays */
+        g_mig[c] = g_mig_stage[c];
+        g_mig_changed[c][0] = '\0';
     }
 }
+
+/* Configured index of a live GPU (g_devs), and the live index of a configured one (-1: removed). */
+static int conf_of(unsigned int live)
+{
+    unsigned int c;
+
+    for (c = 0; live < g_gpu_count && c < g_conf_count; c++)
+        if (strcmp(g_conf[c].uuid, g_devs[live].uuid) == 0)
+            return (int)c;
+    return -1;
+}
+
+static int live_of(unsigned int conf)
+{
+    unsigned int j;
+
+    for (j = 0; conf < g_conf_count && j < g_gpu_count; j++)
+        if (strcmp(g_devs[j].uuid, g_conf[conf].uuid) == 0)
+            return (int)j;
+    return -1;
+}
+
+/* The MIG state of a live GPU (a GPU that is not MIG-capable has g_mig_none's). */
+static struct fake_mig_gpu *mig_gpu(unsigned int live)
+{
+    int c = conf_of(live);
+
+    return c < 0 ? (struct fake_mig_gpu *)&g_mig_none : &g_mig[c];
+}
+
+#define MIG(live) (*mig_gpu(live))
+#define CONF(live) ((unsigned int)conf_of(live))
 
 /* Position of a handle in an array of `count` elements of `size` bytes at `base`, or -1 for any
  * other pointer: nothing is read through a handle before this check, so foreign pointers are safe. */
@@ -340,12 +376,14 @@ static long handle_slot(const void *handle, const void *base, size_t size, size_
     return (long)((p - b) / size);
 }
 
-/* The GPU and slot a MIG-level handle names, if that slot is in use. Call with g_mu held. */
+/* The live GPU and the slot a MIG-level handle names, if its GPU is present. Call with g_mu held. */
 static int live_slot(long slot, unsigned int per_gpu, unsigned int *gpu, unsigned int *index)
 {
-    if (slot < 0 || (unsigned long)slot / per_gpu >= g_gpu_count || !g_mig[slot / per_gpu].board)
+    int live;
+
+    if (slot < 0 || (live = live_of((unsigned int)(slot / per_gpu))) < 0 || !MIG((unsigned int)live).board)
         return 0;
-    *gpu = (unsigned int)(slot / per_gpu);
+    *gpu = (unsigned int)live;
     *index = (unsigned int)(slot % per_gpu);
     return 1;
 }
@@ -356,9 +394,9 @@ static struct fake_mig_device *mig_from_handle(nvmlDevice_t handle, unsigned int
     unsigned int s;
 
     if (!live_slot(handle_slot(handle, g_mig_handles, sizeof g_mig_handles[0][0], FAKE_MAX_GPUS * FAKE_MAX_MIGS),
-                   FAKE_MAX_MIGS, gpu, &s) || !g_mig[*gpu].migs[s].used)
+                   FAKE_MAX_MIGS, gpu, &s) || !MIG(*gpu).migs[s].used)
         return NULL;
-    return &g_mig[*gpu].migs[s];
+    return &MIG(*gpu).migs[s];
 }
 
 static int is_mig_handle(nvmlDevice_t handle)
@@ -373,18 +411,18 @@ static __attribute__((unused)) struct fake_gi *gi_from_handle(nvmlGpuInstance_t 
     unsigned int s;
 
     if (!live_slot(handle_slot(handle, g_gi_handles, sizeof g_gi_handles[0][0], FAKE_MAX_GPUS * FAKE_MAX_GIS),
-                   FAKE_MAX_GIS, gpu, &s) || !g_mig[*gpu].gis[s].used)
+                   FAKE_MAX_GIS, gpu, &s) || !MIG(*gpu).gis[s].used)
         return NULL;
-    return &g_mig[*gpu].gis[s];
+    return &MIG(*gpu).gis[s];
 }
 
 static __attribute__((unused)) struct fake_mig_device *ci_from_handle(nvmlComputeInstance_t handle, unsigned int *gpu,
                                                                       unsigned int *slot)
 {
     if (!live_slot(handle_slot(handle, g_ci_handles, sizeof g_ci_handles[0][0], FAKE_MAX_GPUS * FAKE_MAX_MIGS),
-                   FAKE_MAX_MIGS, gpu, slot) || !g_mig[*gpu].migs[*slot].used)
+                   FAKE_MAX_MIGS, gpu, slot) || !MIG(*gpu).migs[*slot].used)
         return NULL;
-    return &g_mig[*gpu].migs[*slot];
+    return &MIG(*gpu).migs[*slot];
 }
 
 /* ---- Layouts ------------------------------------------------------------------------------- */
@@ -411,13 +449,13 @@ static __attribute__((unused)) const struct fake_gi_profile *profile_by_index(co
     return NULL;
 }
 
-static void mig_uuid(char *out, const char *parent, unsigned int gi, unsigned int ci)
+static void mig_uuid(char *out, const char *parent, unsigned int profile_id, unsigned int gi, unsigned int ci)
 {
     size_t len = strlen(parent);
 
     snprintf(out, FAKE_UUID_SIZE, "MIG-%s", parent + 4);
-    if (len >= 8)
-        snprintf(out + len - 4, FAKE_UUID_SIZE - (len - 4), "%02x%02x", gi & 0xFF, ci & 0xFF);
+    if (len >= 10)
+        snprintf(out + len - 6, FAKE_UUID_SIZE - (len - 6), "%02x%02x%02x", profile_id & 0xFF, gi & 0xFF, ci & 0xFF);
 }
 
 /* Applies a layout (entries as described at the top) to one GPU's MIG state. On error writes a
@@ -499,7 +537,7 @@ static int apply_layout(struct fake_mig_gpu *m, const char *parent_uuid, const c
             d->gi_slot = ngi;
             d->ci_id = k;
             d->ci_slices = cis[k];
-            mig_uuid(d->uuid, parent_uuid, ngi + 1, k);
+            mig_uuid(d->uuid, parent_uuid, p->id, ngi + 1, k);
         }
         slices += p->slices;
         ngi++;
@@ -581,7 +619,7 @@ static void mig_command(const char *original, char *args)
     }
     if (parse_gpu_token(original, tokens[0], 0, &gpu) < 0)
         return;
-    m = &g_mig[gpu];
+    m = mig_gpu(gpu);
     if (!m->board) {
         control_complain(original, "the GPU is not MIG-capable (its fixture entry has no \"mig\")");
         return;
@@ -600,7 +638,9 @@ static void mig_command(const char *original, char *args)
         m->current = m->pending = 1;
     } else {
         control_complain(original, "usage: mig <index> on [profile...] | off | pending <0|1>");
+        return;
     }
+    snprintf(g_mig_changed[CONF(gpu)], FAKE_UUID_SIZE, "%s", g_devs[gpu].uuid);
 }
 
 /* ---- Whole-GPU calls on MIG handles --------------------------------------------------------- */
@@ -622,7 +662,7 @@ static int mig_answer(nvmlDevice_t handle, int what, char *buf, unsigned int len
         leave(NVML_SUCCESS);
         return 0;
     }
-    p = g_mig[gpu].gis[d->gi_slot].profile;
+    p = MIG(gpu).gis[d->gi_slot].profile;
     if (g_devs[gpu].lost) {
         *result = leave(NVML_ERROR_GPU_IS_LOST);
         return 1;
@@ -665,7 +705,7 @@ static nvmlReturn_t enter_mig_parent(nvmlDevice_t device, int arguments_ok, unsi
 
     if ((r = enter_device(device, arguments_ok, &d)) != NVML_SUCCESS)
         return r;
-    if (!g_mig[d->index].board)
+    if (!MIG(d->index).board)
         return leave(NVML_ERROR_NOT_SUPPORTED);
     *gpu = d->index;
     return NVML_SUCCESS;
@@ -695,8 +735,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *curr
     COUNT_CALL(nvmlDeviceGetMigMode);
     if ((r = enter_mig_parent(device, currentMode != NULL && pendingMode != NULL, &gpu)) != NVML_SUCCESS)
         return r;
-    *currentMode = g_mig[gpu].current;
-    *pendingMode = g_mig[gpu].pending;
+    *currentMode = MIG(gpu).current;
+    *pendingMode = MIG(gpu).pending;
     return leave(NVML_SUCCESS);
 }
 
@@ -722,9 +762,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, uns
         return r;
     if (index >= FAKE_MAX_MIGS)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
-    if (!g_mig[gpu].current || !g_mig[gpu].migs[index].used)
+    if (!MIG(gpu).current || !MIG(gpu).migs[index].used)
         return leave(NVML_ERROR_NOT_FOUND);
-    *mig = (nvmlDevice_t)(void *)&g_mig_handles[gpu][index];
+    *mig = (nvmlDevice_t)(void *)&g_mig_handles[CONF(gpu)][index];
     return leave(NVML_SUCCESS);
 }
 
@@ -757,7 +797,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int
     COUNT_CALL(nvmlDeviceGetGpuInstanceId);
     if ((r = enter_mig_device(device, id != NULL, &d, &gpu)) != NVML_SUCCESS)
         return r;
-    *id = g_mig[gpu].gis[d->gi_slot].id;
+    *id = MIG(gpu).gis[d->gi_slot].id;
     return leave(NVML_SUCCESS);
 }
 
@@ -803,8 +843,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAt
     if ((d = mig_from_handle(device, &gpu))) {
         if (g_devs[gpu].lost)
             return leave(NVML_ERROR_GPU_IS_LOST);
-        p = g_mig[gpu].gis[d->gi_slot].profile;
-        a->multiprocessorCount = d->ci_slices * g_mig[gpu].board->sms_per_slice;
+        p = MIG(gpu).gis[d->gi_slot].profile;
+        a->multiprocessorCount = d->ci_slices * MIG(gpu).board->sms_per_slice;
         if (d->ci_slices == p->slices)
             a->multiprocessorCount = p->sms;
         a->sharedCopyEngineCount = p->ce;
@@ -822,7 +862,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAt
     if (whole->lost)
         return leave(NVML_ERROR_GPU_IS_LOST);
     memset(a, 0, sizeof *a);
-    a->multiprocessorCount = g_mig[whole->index].board ? g_mig[whole->index].board->sms_per_slice * 7 : 80;
+    a->multiprocessorCount = MIG(whole->index).board ? MIG(whole->index).board->sms_per_slice * 7 : 80;
     a->memorySizeMB = whole->memory_total >> 20;
     return leave(NVML_SUCCESS);
 }
@@ -853,7 +893,7 @@ static nvmlReturn_t gi_profile(nvmlDevice_t device, unsigned int profile, int ar
         return r;
     if (profile >= FAKE_GI_PROFILE_COUNT)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
-    if (!(*out = profile_by_index(g_mig[gpu].board, profile)))
+    if (!(*out = profile_by_index(MIG(gpu).board, profile)))
         return leave(NVML_ERROR_NOT_SUPPORTED);
     return NVML_SUCCESS;
 }
@@ -907,11 +947,11 @@ EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned i
     COUNT_CALL(nvmlDeviceGetGpuInstanceById);
     if ((r = enter_mig_parent(device, gi != NULL, &gpu)) != NVML_SUCCESS)
         return r;
-    if (!g_mig[gpu].current)
+    if (!MIG(gpu).current)
         return leave(NVML_ERROR_NOT_SUPPORTED);
     for (s = 0; s < FAKE_MAX_GIS; s++) {
-        if (g_mig[gpu].gis[s].used && g_mig[gpu].gis[s].id == id) {
-            *gi = &g_gi_handles[gpu][s];
+        if (MIG(gpu).gis[s].used && MIG(gpu).gis[s].id == id) {
+            *gi = &g_gi_handles[CONF(gpu)][s];
             return leave(NVML_SUCCESS);
         }
     }
@@ -950,10 +990,10 @@ EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t hand
     if (!(gi = gi_from_handle(handle, &gpu)) || !ci)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     for (s = 0; s < FAKE_MAX_MIGS; s++) {
-        const struct fake_mig_device *d = &g_mig[gpu].migs[s];
+        const struct fake_mig_device *d = &MIG(gpu).migs[s];
 
-        if (d->used && &g_mig[gpu].gis[d->gi_slot] == gi && d->ci_id == id) {
-            *ci = &g_ci_handles[gpu][s];
+        if (d->used && &MIG(gpu).gis[d->gi_slot] == gi && d->ci_id == id) {
+            *ci = &g_ci_handles[CONF(gpu)][s];
             return leave(NVML_SUCCESS);
         }
     }
@@ -972,11 +1012,11 @@ EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t handle, 
     if (!(d = ci_from_handle(handle, &gpu, &slot)) || !info)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     for (s = 0; s < slot; s++) {
-        if (g_mig[gpu].migs[s].gi_slot == d->gi_slot)
-            start += g_mig[gpu].migs[s].ci_slices;
+        if (MIG(gpu).migs[s].gi_slot == d->gi_slot)
+            start += MIG(gpu).migs[s].ci_slices;
     }
     info->device = &g_devs[gpu];
-    info->gpuInstance = &g_gi_handles[gpu][d->gi_slot];
+    info->gpuInstance = &g_gi_handles[CONF(gpu)][d->gi_slot];
     info->id = d->ci_id;
     info->profileId = (unsigned int)ci_profile_index(d->ci_slices);
     info->placement.start = start;
@@ -1004,7 +1044,7 @@ static nvmlReturn_t ci_profile(nvmlGpuInstance_t handle, unsigned int profile, u
     out->id = profile;
     out->sliceCount = c;
     out->instanceCount = gi->profile->slices / c;
-    out->multiprocessorCount = c == gi->profile->slices ? gi->profile->sms : c * g_mig[gpu].board->sms_per_slice;
+    out->multiprocessorCount = c == gi->profile->slices ? gi->profile->sms : c * MIG(gpu).board->sms_per_slice;
     out->sharedCopyEngineCount = gi->profile->ce;
     out->sharedDecoderCount = gi->profile->dec;
     out->sharedEncoderCount = gi->profile->enc;

@@ -2,9 +2,20 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
-/** The fake NVML's MIG UUID: the parent's, with its last four hex digits replaced by GI and CI. */
-export function migUuid(gpuUuid: string, gi: number, ci = 0): string {
-  return `MIG-${gpuUuid.slice(4, -4)}${gi.toString(16).padStart(2, '0')}${ci.toString(16).padStart(2, '0')}`;
+/** GPU-instance profile ids (as nvidia-smi shows them) of the 80 GB boards the MIG fixtures use. */
+export const PROFILE_ID: Readonly<Record<string, number>> = {
+  '1g.10gb': 19, '1g.10gb+me': 20, '1g.20gb': 15, '2g.20gb': 14, '3g.40gb': 9, '4g.40gb': 5, '7g.80gb': 0,
+};
+
+/**
+ * The fake NVML's MIG UUID: the parent's, its last six hex digits replaced by the GPU instance's
+ * profile id, GI and CI (for a sub-instance, the profile of its GPU instance: 2g.20gb for 1c.2g.20gb).
+ */
+export function migUuid(gpuUuid: string, profile: string, gi: number, ci = 0): string {
+  const id = PROFILE_ID[profile];
+  if (id === undefined) throw new Error(`no profile id known for ${profile}`);
+  const hex = (n: number): string => n.toString(16).padStart(2, '0');
+  return `MIG-${gpuUuid.slice(4, -6)}${hex(id)}${hex(gi)}${hex(ci)}`;
 }
 
 /**

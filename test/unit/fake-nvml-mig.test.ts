@@ -191,11 +191,11 @@ test('MIG handles: UUID, name, memory, GI/CI ids, parent, attributes; whole-GPU 
       uuid: str(api.uuid, m), name: str(api.name, m), gi: num(api.giId, m), ci: num(api.ciId, m),
     }));
     assert.deepEqual(seen, [
-      { uuid: 'MIG-5f3b1c2e-7a41-4c8e-9d6b-0e2f4a6c0100', name: 'NVIDIA A100-SXM4-80GB MIG 1g.10gb', gi: 1, ci: 0 },
-      { uuid: 'MIG-5f3b1c2e-7a41-4c8e-9d6b-0e2f4a6c0200', name: 'NVIDIA A100-SXM4-80GB MIG 1g.10gb', gi: 2, ci: 0 },
-      { uuid: 'MIG-5f3b1c2e-7a41-4c8e-9d6b-0e2f4a6c0300', name: 'NVIDIA A100-SXM4-80GB MIG 1g.10gb+me', gi: 3, ci: 0 },
-      { uuid: 'MIG-5f3b1c2e-7a41-4c8e-9d6b-0e2f4a6c0400', name: 'NVIDIA A100-SXM4-80GB MIG 2g.20gb', gi: 4, ci: 0 },
-      { uuid: 'MIG-5f3b1c2e-7a41-4c8e-9d6b-0e2f4a6c0500', name: 'NVIDIA A100-SXM4-80GB MIG 1c.2g.20gb', gi: 5, ci: 0 },
+      { uuid: 'MIG-5f3b1c2e-7a41-4c8e-9d6b-0e2f4a130100', name: 'NVIDIA A100-SXM4-80GB MIG 1g.10gb', gi: 1, ci: 0 },
+      { uuid: 'MIG-5f3b1c2e-7a41-4c8e-9d6b-0e2f4a130200', name: 'NVIDIA A100-SXM4-80GB MIG 1g.10gb', gi: 2, ci: 0 },
+      { uuid: 'MIG-5f3b1c2e-7a41-4c8e-9d6b-0e2f4a140300', name: 'NVIDIA A100-SXM4-80GB MIG 1g.10gb+me', gi: 3, ci: 0 },
+      { uuid: 'MIG-5f3b1c2e-7a41-4c8e-9d6b-0e2f4a0e0400', name: 'NVIDIA A100-SXM4-80GB MIG 2g.20gb', gi: 4, ci: 0 },
+      { uuid: 'MIG-5f3b1c2e-7a41-4c8e-9d6b-0e2f4a0e0500', name: 'NVIDIA A100-SXM4-80GB MIG 1c.2g.20gb', gi: 5, ci: 0 },
     ]);
     const m = devices[4];
     assert.equal(num(api.isMig, m), 1);

@@ -171,6 +171,15 @@ test('--pass-device-specs without a readable mig-minors stops the start naming t
   }
 });
 
+/** Waits (liveness bound only) until a condition holds. */
+async function until(cond: () => boolean, what: string, timeoutMs = 10000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`not within ${timeoutMs} ms: ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
 const healthOf = (node: SimNode, resource: string): string => (node.kubelet!.devices(resource) ?? []).map((d) => (d.health === 'Healthy' ? 'H' : 'U')).join('');
 
 test('health: an XID on a MIG device marks only it, two on one parent are both reported, a whole-GPU XID marks all of its MIG devices, a NULL one everything', async () => {
@@ -323,7 +332,7 @@ test('re-layout under open streams: the next snapshot adds and removes mig-* res
       assert.equal(k.registrations.at(-1)!.request.resource_name, 'nvidia.com/mig-7g.80gb');
       await node.plugin.waitForLine(/resource no longer advertised resource=nvidia\.com\/mig-1g\.20gb/);
       await node.plugin.waitForLine(/resource no longer advertised resource=nvidia\.com\/mig-3g\.40gb/);
-      assert.ok(!existsSync(join(node.kubeletDir, 'gpu-device-plugin-mig-3g.40gb.sock')));
+      await until(() => !existsSync(join(node.kubeletDir, 'gpu-device-plugin-mig-3g.40gb.sock')), 'the vanished resource\'s socket is removed');
       assert.ok(existsSync(join(node.kubeletDir, 'gpu-device-plugin-mig-7g.80gb.sock')));
       // Other GPUs' resources saw no new list at all.
       assert.deepEqual(Object.fromEntries(untouched.map((r) => [r, k.updates(r)])), before);
@@ -331,6 +340,10 @@ test('re-layout under open streams: the next snapshot adds and removes mig-* res
       await assert.rejects(k.allocate({ container_requests: [{ devices_ids: [migUuid(g(MIXED, 1), '1g.10gb', 3)] }] }, 'nvidia.com/mig-1g.10gb'), /MIG-/);
       const res = await k.allocate({ container_requests: [{ devices_ids: [seven[0]!.ID] }] }, 'nvidia.com/mig-7g.80gb');
       assert.equal(res.container_responses[0]!.envs['NVIDIA_VISIBLE_DEVICES'], seven[0]!.ID);
+      // Health follows the new layout: an XID naming the new instance marks it.
+      await node.plugin.waitForLine(/watching GPU health/);
+      node.nvml('xid 1 94 1 0');
+      await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', 'nvidia.com/mig-7g.80gb', 5000);
       // A pending mode change is logged and changes nothing.
       const lines = node.plugin.lines.length;
       node.nvml('mig 3 pending 0');
@@ -344,5 +357,29 @@ test('re-layout under open streams: the next snapshot adds and removes mig-* res
     } finally {
       await node.stop();
     }
+  }
+});
+
+test('single: a node that stops being uniform after start is reported and withdrawn, and comes back when uniform again', async () => {
+  const node = await SimNode.start({ topology: 'mig-uniform-2', args: ['--mig-strategy=single'] });
+  try {
+    const k = node.kubelet!;
+    await k.waitForDevices((d) => d.length === 4);
+    node.nvml('mig 1 on 3g.40gb 2g.20gb');
+    await node.nvmlStats();
+    node.plugin.signal('SIGHUP');
+    const line = await node.plugin.waitForLine(/the node no longer fits the MIG strategy; its devices are withdrawn/, 10000);
+    assert.match(line, /MIG devices differ in profile: 3g\.40gb on GPU 0, 1; 2g\.20gb on GPU 1/);
+    await node.plugin.waitForLine(/resource no longer advertised resource=nvidia\.com\/gpu/);
+    await until(() => !existsSync(node.pluginSocket), 'the socket of nvidia.com/gpu is removed: nothing half-advertised');
+    const registrations = k.registrations.length;
+    node.nvml('mig 1 on 3g.40gb 3g.40gb');
+    await node.nvmlStats();
+    node.plugin.signal('SIGHUP');
+    await k.waitForRegistrations(registrations + 1, 10000);
+    const devices = await k.waitForDevices((d) => d.length === 4);
+    assert.deepEqual(devices.map((d) => d.ID), [migUuid(g(UNIFORM, 0), '3g.40gb', 1), migUuid(g(UNIFORM, 0), '3g.40gb', 2), migUuid(g(UNIFORM, 1), '3g.40gb', 1), migUuid(g(UNIFORM, 1), '3g.40gb', 2)]);
+  } finally {
+    await node.stop();
   }
 });

@@ -1,0 +1,104 @@
+// MIG in the live node model (core/snapshot.ts): the layout is part of the snapshot, a re-layout is a
+// new snapshot whose diff adds and removes mig-* resources and leaves other GPUs alone, MIG devices
+// keep their health by MIG UUID, single withdraws a node that stops being uniform, and device specs
+// without capability nodes stop a start.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Gpu } from '../../src/core/devices.ts';
+import { freshHealthState } from '../../src/core/health.ts';
+import type { MigDevice, MigLayout } from '../../src/core/mig.ts';
+import { NO_SHARING } from '../../src/core/sharing.ts';
+import { buildSnapshot, diff, healthUnitCount, isEmptyDiff, unitHealthStates, withHealthStates } from '../../src/core/snapshot.ts';
+import type { NodeScan, PlanSettings } from '../../src/core/snapshot.ts';
+
+const MiB = 1024 * 1024;
+const gpus: Gpu[] = [0, 1, 2].map((i) => ({ index: i, uuid: `GPU-0000000${i}-0000-4000-8000-000000000000`, name: 'NVIDIA A100-SXM4-80GB', minor: i, busId: `00000000:0${i}:00.0`, memoryBytes: 81920 * MiB, numaNode: 0 }));
+const on = { current: true, pending: true };
+const off = { current: false, pending: false };
+
+function mig(parent: number, index: number, gi: number, profile: string, slices: number): MigDevice {
+  return { parent, index, uuid: `MIG-${parent}-${profile}-${gi}`, gi, ci: 0, profile, giSlices: slices, ciSlices: slices, memoryBytes: 9728 * MiB };
+}
+
+function scan(layout: MigLayout, caps: NodeScan['migCapabilities'] = new Map()): NodeScan {
+  return {
+    driverVersion: '550.54.15',
+    gpus,
+    nvlinks: gpus.map((g) => ({ busId: g.busId, links: [] })),
+    pcie: gpus.map((_, i) => gpus.map((_, j) => (i === j ? -1 : 40))),
+    mig: layout,
+    migCapabilities: caps,
+  };
+}
+
+const mixed: PlanSettings = { deviceIdStrategy: 'uuid', sharing: NO_SHARING, migStrategy: 'mixed' };
+const A: MigLayout = { modes: [on, on, off], devices: [mig(0, 0, 1, '1g.10gb', 1), mig(0, 1, 2, '1g.10gb', 1), mig(1, 0, 1, '3g.40gb', 3), mig(1, 1, 2, '1g.10gb', 1)] };
+// GPU 1 re-partitioned into one 7g.80gb.
+const B: MigLayout = { modes: [on, on, off], devices: [mig(0, 0, 1, '1g.10gb', 1), mig(0, 1, 2, '1g.10gb', 1), mig(1, 0, 1, '7g.80gb', 7)] };
+
+test('a re-layout is a new snapshot: mig-* resources added and removed, other GPUs\' resources unchanged', () => {
+  const a = buildSnapshot(scan(A), mixed, null, false);
+  assert.deepEqual(a.resources.map((r) => [r.name, r.devices.length]), [['nvidia.com/gpu', 1], ['nvidia.com/mig-1g.10gb', 3], ['nvidia.com/mig-3g.40gb', 1]]);
+  assert.equal(healthUnitCount(a), 3 + 4);
+  const b = buildSnapshot(scan(B), mixed, a, false);
+  const d = diff(a, b);
+  assert.deepEqual(d.added.map((r) => r.name), ['nvidia.com/mig-7g.80gb']);
+  assert.deepEqual(d.removed.map((r) => r.name), ['nvidia.com/mig-3g.40gb']);
+  assert.deepEqual(d.updated.map((r) => [r.name, r.vanished]), [['nvidia.com/mig-1g.10gb', ['MIG-1-1g.10gb-2']]]);
+  assert.deepEqual(d.unchanged, ['nvidia.com/gpu']);
+  assert.equal(d.gpuSetChanged, false, 'the GPUs themselves did not change');
+  assert.equal(d.migChanged, true);
+  assert.deepEqual(d.migAdded, ['MIG-1-7g.80gb-1']);
+  assert.deepEqual(d.migRemoved, ['MIG-1-3g.40gb-1', 'MIG-1-1g.10gb-2']);
+  assert.equal(isEmptyDiff(diff(b, buildSnapshot(scan(B), mixed, b, false))), true);
+});
+
+test('MIG devices keep their health by MIG UUID; new instances start fresh; GPU health is separate', () => {
+  const a = buildSnapshot(scan(A), mixed, null, false);
+  const states = unitHealthStates(a);
+  const sick = { ...freshHealthState(), health: 'Unhealthy' as const, lastXid: 94 };
+  states[3 + 1] = sick; // MIG-0-1g.10gb-2
+  states[3 + 2] = sick; // MIG-1-3g.40gb-1, which the re-layout removes
+  const a2 = withHealthStates(a, states);
+  assert.deepEqual(a2.health, ['Healthy', 'Healthy', 'Healthy', 'Healthy', 'Unhealthy', 'Unhealthy', 'Healthy']);
+  assert.throws(() => withHealthStates(a, states.slice(0, 3)), /3 health states for 3 GPUs and 4 MIG devices/);
+  const b = buildSnapshot(scan(B), mixed, a2, false);
+  assert.deepEqual(b.health, ['Healthy', 'Healthy', 'Healthy', 'Healthy', 'Unhealthy', 'Healthy']);
+  const r = b.resources.find((x) => x.name === 'nvidia.com/mig-1g.10gb')!;
+  assert.deepEqual(diff(a2, b).updated.find((u) => u.name === r.name)?.devices.map((x) => x.health), ['Healthy', 'Unhealthy']);
+  // While the driver is down, every unit is advertised unhealthy and the layout is kept.
+  const down = buildSnapshot(null, mixed, b, false);
+  assert.equal(down.mig, b.mig);
+  assert.ok(down.health.every((h) => h === 'Unhealthy'));
+  assert.equal(down.health.length, 6);
+});
+
+test('single: a node that stops being uniform is withdrawn with the reason, and a start on one fails', () => {
+  const single: PlanSettings = { ...mixed, migStrategy: 'single' };
+  const uniform: MigLayout = { modes: [on, on, on], devices: [mig(0, 0, 1, '3g.40gb', 3), mig(1, 0, 1, '3g.40gb', 3), mig(2, 0, 1, '3g.40gb', 3)] };
+  const a = buildSnapshot(scan(uniform), single, null, false);
+  assert.deepEqual(a.resources.map((r) => [r.name, r.devices.length]), [['nvidia.com/gpu', 3]]);
+  const broken: MigLayout = { ...uniform, devices: [...uniform.devices.slice(0, 2), mig(2, 0, 1, '2g.20gb', 2)] };
+  const b = buildSnapshot(scan(broken), single, a, false);
+  assert.deepEqual(b.resources, []);
+  assert.match(b.planProblem ?? '', /^--mig-strategy=single needs .*3g\.40gb on GPU 0, 1; 2g\.20gb on GPU 2/);
+  assert.deepEqual(diff(a, b).removed.map((r) => r.name), ['nvidia.com/gpu']);
+  const c = buildSnapshot(scan(uniform), single, b, false);
+  assert.equal(c.planProblem, null);
+  assert.deepEqual(diff(b, c).added.map((r) => r.name), ['nvidia.com/gpu']);
+  assert.throws(() => buildSnapshot(scan(broken), single, null, false), /mig-strategy=single/);
+});
+
+test('capability nodes: by MIG position for Allocate; without them device specs stop a start and are reported after', () => {
+  const caps = new Map(A.devices.map((d, k) => [d.uuid, [`/dev/nvidia-caps/nvidia-cap${10 + 2 * k}`, `/dev/nvidia-caps/nvidia-cap${11 + 2 * k}`]]));
+  const a = buildSnapshot(scan(A, caps), { ...mixed, needMigCapabilities: true }, null, false);
+  assert.ok(!('problem' in a.migCapabilities));
+  if (!('problem' in a.migCapabilities)) assert.deepEqual(a.migCapabilities.get(2), ['/dev/nvidia-caps/nvidia-cap14', '/dev/nvidia-caps/nvidia-cap15']);
+  const missing = { problem: 'cannot read /proc/driver/nvidia-caps/mig-minors (ENOENT)' };
+  assert.throws(() => buildSnapshot(scan(A, missing), { ...mixed, needMigCapabilities: true }, null, false), /mig-minors \(ENOENT\); --pass-device-specs cannot give MIG devices their capability nodes/);
+  const later = buildSnapshot(scan(A, missing), { ...mixed, needMigCapabilities: true }, a, false);
+  assert.match(later.planProblem ?? '', /cannot give MIG devices their capability nodes/);
+  assert.equal(later.resources.length, 3, 'still advertised; Allocate of a MIG device says what is missing');
+  // Without device specs nothing is needed.
+  assert.equal(buildSnapshot(scan(A, missing), mixed, null, false).planProblem, null);
+});

@@ -1,6 +1,7 @@
 // MIG figures for npm run bench (also runnable alone: node test/bench/mig.bench.ts, after npm run
-// build): XID naming one MIG device → that device Unhealthy at the kubelet, on the mixed fixture
-// with recovery on so every round starts healthy. Prints one JSON object on stdout.
+// build), on the mixed fixture: XID naming one MIG device → that device Unhealthy at the kubelet
+// (recovery on, so every round starts healthy); a re-layout of one GPU (FIFO, then SIGHUP) → the new
+// lists at the kubelet. Prints one JSON object on stdout.
 import { SimNode } from '../support/sim.ts';
 
 const q = (xs: readonly number[], p: number): number => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(p * xs.length))] ?? NaN;
@@ -33,6 +34,29 @@ export async function migXidLatency(rounds: number): Promise<Record<string, unkn
   }
 }
 
+export async function migRelayoutLatency(rounds: number): Promise<Record<string, unknown>> {
+  const node = await SimNode.start({ topology: 'mig-mixed-4', args: ['--mig-strategy=mixed'], waitRegistered: false });
+  try {
+    const k = node.kubelet!;
+    await k.waitForRegistrations(6, 15000);
+    const lat: number[] = [];
+    for (let i = 0; i < rounds; i++) {
+      // GPU 1 alternates between one 7g.80gb and its fixture layout.
+      const seven = i % 2 === 0;
+      const t0 = performance.now();
+      node.nvml(seven ? 'mig 1 on 7g.80gb' : 'mig 1 on 3g.40gb 1g.20gb 1g.10gb 1g.10gb');
+      await node.nvmlStats();
+      node.plugin.signal('SIGHUP');
+      await k.waitForDevices((d) => d.length === (seven ? 2 : 4), 'nvidia.com/mig-1g.10gb', 10000);
+      await k.waitForDevices((d) => d.length === 1, seven ? 'nvidia.com/mig-7g.80gb' : 'nvidia.com/mig-3g.40gb', 10000);
+      lat.push(performance.now() - t0);
+    }
+    return { mig_relayout_to_new_lists_ms: { p50: r2(q(lat, 0.5)), p99: r2(q(lat, 0.99)), n: lat.length } };
+  } finally {
+    await node.stop();
+  }
+}
+
 if (import.meta.url === `file://${process.argv[1]}`) {
-  process.stdout.write(`${JSON.stringify(await migXidLatency(200), null, 2)}\n`);
+  process.stdout.write(`${JSON.stringify({ ...await migXidLatency(200), ...await migRelayoutLatency(20) }, null, 2)}\n`);
 }

@@ -9,7 +9,7 @@ import { existsSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { BUILT_EXECUTABLE, ROOT, SimNode } from '../support/sim.ts';
-import { migXidLatency } from './mig.bench.ts';
+import { migRelayoutLatency, migXidLatency } from './mig.bench.ts';
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const q = (xs: readonly number[], p: number): number => {
@@ -253,6 +253,8 @@ log('XID → Unhealthy');
 Object.assign(report, await xidLatency(200));
 log('XID on a MIG device → Unhealthy');
 Object.assign(report, await migXidLatency(200));
+log('MIG re-layout → new lists');
+Object.assign(report, await migRelayoutLatency(20));
 log('XID storm');
 Object.assign(report, await storm(10));
 log('GetPreferredAllocation per topology and size');

@@ -274,14 +274,14 @@ static int ci_fits(unsigned int c, unsigned int g)
 
 /* ---- State --------------------------------------------------------------------------------- */
 
+/* Handles are addresses of elements of the handle arrays below: only where they point matters (the
+ * configured GPU and slot), nothing is stored in them. */
 struct fake_gi_handle {
-    unsigned int gpu;
-    unsigned int slot; /* position in the GPU's GI list */
+    unsigned char unused;
 };
 
 struct fake_ci_handle {
-    unsigned int gpu;
-    unsigned int slot; /* = the MIG device slot */
+    unsigned char unused;
 };
 
 struct fake_mig_device {
@@ -316,7 +316,7 @@ static char g_mig_changed[FAKE_MAX_GPUS][FAKE_UUID_SIZE]; /* UUID of a GPU whose
 static const struct fake_mig_gpu g_mig_none;              /* a GPU that is not MIG-capable */
 static struct fake_mig_device_handle {
     unsigned char unused;
-} g_mig_handles[FAKE_MAX_GPUS][FAKE_MAX_MIGS];
+} g_mig_handles[FAKE_MAX_GPUS][FAKE_MAX_MIGS]; /* MIG device handles (nvmlDevice_t), by configured GPU and slot */
 static struct fake_gi_handle g_gi_handles[FAKE_MAX_GPUS][FAKE_MAX_GIS];
 static struct fake_ci_handle g_ci_handles[FAKE_MAX_GPUS][FAKE_MAX_MIGS];
 

@@ -350,3 +350,29 @@ test('old driver variant: no MIG entry point at all', () => {
     assert.throws(() => oldLib.func(`int ${name}(void *a, unsigned int b, void *c)`), /Cannot find function/, name);
   }
 });
+
+test('a layout set through the FIFO outlives nvmlShutdown/nvmlInit, and follows its GPU through remove and add', async () => {
+  const file = path.join(TOPOLOGIES, 'mig-uniform-2.json');
+  const fifo = path.join(tmp, `control-persist-${++sessions}`);
+  process.env['FAKE_NVML_CONFIG'] = file;
+  process.env['FAKE_NVML_CONTROL'] = fifo;
+  assert.equal(api.init(), SUCCESS);
+  try {
+    send(fifo, 'mig 1 on 7g.80gb');
+    await settle(fifo);
+    assert.equal(api.shutdown(), SUCCESS);
+    assert.equal(api.init(), SUCCESS);
+    assert.deepEqual(migs(gpu(1)).map((m) => str(api.name, m)), ['NVIDIA H100 80GB HBM3 MIG 7g.80gb']);
+    assert.equal(migs(gpu(0)).length, 2, 'the other GPU keeps its fixture layout');
+    send(fifo, 'remove 0');
+    await settle(fifo);
+    assert.deepEqual(migs(gpu(0)).map((m) => str(api.name, m)), ['NVIDIA H100 80GB HBM3 MIG 7g.80gb'], 'GPU 1 is index 0 now, its layout with it');
+    send(fifo, 'add all');
+    await settle(fifo);
+    assert.equal(migs(gpu(0)).length, 2);
+    assert.equal(migs(gpu(1)).length, 1);
+  } finally {
+    assert.equal(api.shutdown(), SUCCESS);
+    delete process.env['FAKE_NVML_CONTROL'];
+  }
+});

@@ -362,9 +362,9 @@ export class Scanner {
 
   /** A GPU newly lost, or a lost one answering again: look at the node again. */
   private probed(results: readonly ProbeResult[]): void {
+    // The first probe of a worker compares with nothing: what it finds wrong counts as new.
     const before = this.lastProbe;
     this.lastProbe = [...results];
-    if (before.length !== results.length) return;
     const lost = results.some((r, i) => r === 'lost' && before[i] !== 'lost');
     const back = results.some((r, i) => r === 'ok' && before[i] === 'lost');
     // A GPU back after a reset is enumerated afresh only by a new NVML session.

@@ -15,7 +15,7 @@ import type { HealthSettings } from './core/health.ts';
 import { GPU_RESOURCE, describePlan, planResources } from './core/sharing.ts';
 import type { PlannedResource } from './core/sharing.ts';
 import { PreferredPolicy, buildScoreMatrix } from './core/topology.ts';
-import { registerWithKubelet } from './kubelet/registration.ts';
+import { registerWithKubelet, routeGrpcLogs } from './kubelet/registration.ts';
 import { Registrar } from './kubelet/registrar.ts';
 import { SocketDirWatcher } from './kubelet/watcher.ts';
 import { discoverGpus, readLinks } from './nvml/discovery.ts';
@@ -198,7 +198,9 @@ async function run(input: RunInput): Promise<Running | undefined> {
   let registeredOnce = false;
   const status = (): string => {
     const h = monitor.health();
-    return `STATUS=${registeredOnce ? 'registered' : 'waiting for the kubelet'}; ${countHealthyGpus(h)} of ${gpus.length} GPUs healthy`;
+    // "registered" only while every resource is: one that lost its registration says so again.
+    const registered = registeredOnce && [...resources.values()].every((x) => x.registered);
+    return `STATUS=${registered ? 'registered' : 'waiting for the kubelet'}; ${countHealthyGpus(h)} of ${gpus.length} GPUs healthy`;
   };
   // Health lives per GPU in the monitor, which outlives reloads; every device of a GPU (whole or
   // replica) takes that GPU's health.
@@ -299,6 +301,10 @@ async function run(input: RunInput): Promise<Running | undefined> {
         startWatcher();
         rlog.debug('device counts', { devices: rt.handlers.current.devices.length, healthy_gpus: countHealthyGpus(monitor.health()), ms_since_start: Math.round(performance.now()) });
       },
+      onUnregistered: () => {
+        rt.registered = false;
+        notifier.notify(status());
+      },
     });
     const dirWatcher = new SocketDirWatcher({
       kubeletSocket: opts.kubeletSocket,
@@ -306,8 +312,9 @@ async function run(input: RunInput): Promise<Running | undefined> {
       servedIdentity: () => rt.server?.identity ?? null,
       attemptedKubelet: () => rt.attemptedKubelet,
       onChange: (reason) => registrar.kick(reason),
-      onDirectoryGone: (dir) => {
-        log.error('the socket directory was deleted and re-created since start, and this process still sees the old one (a service mount namespace); exiting so that systemd restarts it with a fresh view', { dir });
+      onDirectoryGone: (dir, why) => {
+        log.error(`lost the socket directory: ${why}; exiting so that systemd restarts the service with a fresh view of it`, { dir });
+        notifier.notify(`STATUS=lost the socket directory ${dir}; exiting to be restarted`);
         process.exit(1);
       },
       checkIntervalMs: opts.socketCheckInterval * 1000,
@@ -425,6 +432,7 @@ export async function main(argv: readonly string[]): Promise<void> {
   }
   const opts = parsed.options;
   const log = stderrLogger(opts.logLevel);
+  routeGrpcLogs(log);
   process.on('uncaughtException', (err) => log.error('unexpected error; carrying on', { error: errorText(err), stack: err.stack?.split('\n')[1]?.trim() }));
   process.on('unhandledRejection', (err) => log.error('unexpected rejection; carrying on', { error: errorText(err) }));
 

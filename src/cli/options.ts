@@ -44,6 +44,8 @@ export interface Options {
   healthRecovery: boolean;
   /** Seconds a GPU must answer NVML normally, with no new critical XID, before it recovers. */
   healthRecoveryQuietPeriod: number;
+  /** Seconds between cheap checks whether the node's GPUs changed (a full scan when they did); 0: off. */
+  rediscoverInterval: number;
 }
 
 export type OptionKey = keyof Options;
@@ -109,6 +111,8 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     help: "let a GPU made unhealthy by an XID recover after the quiet period (NVIDIA's plugin never does; lost GPUs never recover)" },
   { key: 'healthRecoveryQuietPeriod', flag: 'health-recovery-quiet-period', env: 'HEALTH_RECOVERY_QUIET_PERIOD', config: 'flags.healthRecoveryQuietPeriod', default: '300', kind: { type: 'seconds', min: 0.05, max: 86400 },
     help: 'seconds of normal NVML answers with no new critical XID before a GPU recovers (with --health-recovery)' },
+  { key: 'rediscoverInterval', flag: 'rediscover-interval', env: 'REDISCOVER_INTERVAL', config: 'flags.rediscoverInterval', default: '60', kind: { type: 'seconds', min: 0, max: 86400 },
+    help: 'seconds between cheap checks whether GPUs were added, removed or changed MIG mode (a full scan when they were); 0 turns the timer off (SIGHUP still re-discovers)' },
 ];
 
 /** An option of NVIDIA's plugin that this plugin does not have. */
@@ -167,7 +171,7 @@ function isInert(u: UnsupportedOption, raw: string): boolean {
 }
 
 /** The config file's keys, from the tables above. */
-export const CONFIG_SCHEMA: ConfigSchema = {
+export const CONFIG_SCHEMA: ConfigSchema<OptionKey> = {
   options: OPTION_SPECS.flatMap((s) => (s.config === undefined ? [] : [{ path: s.config, key: s.key, shape: shapeOf(s) }])),
   unsupported: UNSUPPORTED_OPTIONS.flatMap((u) => (u.config === null ? [] : [{
     path: u.config,
@@ -301,7 +305,7 @@ export function parseOptions(argv: readonly string[], env: Readonly<Record<strin
   const envFile = env[fileSpec.env];
   if (typeof flagFile === 'string') configFile = flagFile;
   else if (envFile !== undefined && envFile !== '') configFile = convert(fileSpec, envFile, `environment variable ${fileSpec.env}`) as string;
-  let file: ConfigFileValues | undefined;
+  let file: ConfigFileValues<OptionKey> | undefined;
   if (configFile !== null) file = readConfigFile(configFile, CONFIG_SCHEMA, deps.readFile);
 
   const values: Partial<Record<OptionKey, Value | null>> = {};

@@ -4,7 +4,7 @@
 // A one-second timer checks that this process still sees the directory it started with (see
 // viewProblem below): a systemd service's private mount of it does not survive its deletion.
 import { constants as fsConstants, watch } from 'node:fs';
-import { access, readFile, stat } from 'node:fs/promises';
+import { access, readFile, realpath, stat } from 'node:fs/promises';
 import type { FSWatcher } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { errorText } from '../system/log.ts';
@@ -28,8 +28,6 @@ export interface WatcherDeps {
   checkIntervalMs: number;
   /** Interval of the directory-view check; default 1000 ms. */
   viewCheckIntervalMs?: number;
-  /** Where the mount table is read; default /proc/self/mountinfo. */
-  mountInfoPath?: string;
   log: Logger;
 }
 
@@ -92,6 +90,8 @@ export class SocketDirWatcher {
   private view: DirView | undefined;
   private viewChecking = false;
   private gone = false;
+  /** The directory with symlinks resolved (as the mount table names it), once seen. */
+  private realDir: string | undefined;
 
   constructor(deps: WatcherDeps) {
     this.deps = deps;
@@ -163,7 +163,8 @@ export class SocketDirWatcher {
   }
 
   private async mounted(): Promise<boolean> {
-    return mountPoints(await readFile(this.deps.mountInfoPath ?? '/proc/self/mountinfo', 'utf8')).has(this.dir);
+    const points = mountPoints(await readFile('/proc/self/mountinfo', 'utf8'));
+    return points.has(this.dir) || (this.realDir !== undefined && points.has(this.realDir));
   }
 
   private async writable(): Promise<boolean> {
@@ -188,7 +189,9 @@ export class SocketDirWatcher {
       }
       const now = st === null ? null : { identity: `${st.dev}:${st.ino}`, nlink: st.nlink };
       if (this.view === undefined) {
-        if (now !== null) this.view = { identity: now.identity, mounted: await this.mounted(), writable: await this.writable() };
+        if (now === null) return;
+        this.realDir = await realpath(this.dir).catch(() => undefined);
+        this.view = { identity: now.identity, mounted: await this.mounted(), writable: await this.writable() };
         return;
       }
       const why = await viewProblem(this.view, now, () => this.mounted(), () => this.writable());

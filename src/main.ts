@@ -7,6 +7,7 @@ import type { Options, ParsedOptions } from './cli/options.ts';
 import { planReload } from './cli/reload.ts';
 import { describeHealthSettings, parseHealthSettings, watchesAnything } from './core/health.ts';
 import type { HealthSettings } from './core/health.ts';
+import { routeGrpcLogs } from './kubelet/registration.ts';
 import { LiveNode } from './manager/live-node.ts';
 import { ResourceManager } from './manager/manager.ts';
 import type { ServeSettings } from './manager/manager.ts';
@@ -40,7 +41,9 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
   let registered = false;
   const status = (): string => {
     const h = node.snapshot?.health ?? [];
-    return `STATUS=${registered ? 'registered' : 'waiting for the kubelet'}; ${h.filter((x) => x === 'Healthy').length} of ${h.length} GPUs healthy`;
+    // "registered" only while every resource is: one that lost its registration says so again.
+    const now = registered && manager.allRegisteredNow();
+    return `STATUS=${now ? 'registered' : 'waiting for the kubelet'}; ${h.filter((x) => x === 'Healthy').length} of ${h.length} GPUs healthy`;
   };
   const manager = new ResourceManager({
     kubeletSocket: opts.kubeletSocket,
@@ -51,8 +54,10 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
       service.status(status(), registered);
       scanner.releaseWorker();
     },
-    onDirectoryGone: (dir) => {
-      log.error('the socket directory was deleted and re-created since start, and this process still sees the old one (a service mount namespace); exiting so that systemd restarts it with a fresh view', { dir });
+    onRegistrationLost: () => service.status(status()),
+    onDirectoryGone: (dir, why) => {
+      log.error(`lost the socket directory: ${why}; exiting so that systemd restarts the service with a fresh view of it`, { dir });
+      service.status(`STATUS=lost the socket directory ${dir}; exiting to be restarted`);
       process.exit(1);
     },
   });
@@ -135,6 +140,7 @@ export async function main(argv: readonly string[]): Promise<void> {
   }
   const opts = parsed.options;
   const log = stderrLogger(opts.logLevel);
+  routeGrpcLogs(log);
   process.on('uncaughtException', (err) => log.error('unexpected error; carrying on', { error: errorText(err), stack: err.stack?.split('\n')[1]?.trim() }));
   process.on('unhandledRejection', (err) => log.error('unexpected rejection; carrying on', { error: errorText(err) }));
 

@@ -25,6 +25,7 @@ import { HealthMonitor } from './plugin/health.ts';
 import { PluginServer, fileIdentity } from './plugin/server.ts';
 import { DevicePluginHandlers, PLUGIN_OPTIONS } from './plugin/service.ts';
 import type { PluginState } from './plugin/service.ts';
+import { imexChannelsAtStart } from './system/imex.ts';
 import { errorText, stderrLogger } from './system/log.ts';
 import type { Logger } from './system/log.ts';
 import { loadKoffi } from './system/native.ts';
@@ -155,6 +156,7 @@ async function run(input: RunInput): Promise<Running | undefined> {
     if (!readySent) sendReady(`STATUS=waiting for ${waitingFor}; retrying`);
   }, READY_WITHOUT_KUBELET_MS);
   readyTimer.unref();
+  const imexChannels = await imexChannelsAtStart(opts, log);
   const nvml = await openNvml(koffi, opts, log, () => stopping);
   if (nvml === undefined) return undefined;
   waitingFor = 'the kubelet';
@@ -226,6 +228,7 @@ async function run(input: RunInput): Promise<Running | undefined> {
       cdiAnnotationPrefix: opts.cdiAnnotationPrefix,
       failRequestsGreaterThanOne: r.failRequestsGreaterThanOne,
       resourceName: r.name,
+      imexChannels,
     },
   });
 

@@ -1,6 +1,8 @@
 // What the subcommands `info` and `check` see of the node: NVML, the GPUs, their links and pair
 // scores, read once through the same adapters the daemon uses.
 import type { Gpu, Health } from '../core/devices.ts';
+import { imexChannelPath } from '../core/imex.ts';
+import type { ImexChoice } from '../core/imex.ts';
 import { buildScoreMatrix } from '../core/topology.ts';
 import { discoverGpus, readLinks } from '../nvml/discovery.ts';
 import { NVML } from '../nvml/errors.ts';
@@ -102,11 +104,27 @@ export function formatInfo(r: NodeReport): string {
   return out.join('\n') + '\n';
 }
 
-export function infoJson(r: NodeReport): string {
+/** What `info` says of the IMEX channels: configured, passed (present) and skipped (missing). */
+export interface ImexReport {
+  configured: readonly number[];
+  required: boolean;
+  choice: ImexChoice;
+}
+
+export function formatImex(r: ImexReport): string {
+  if (r.configured.length === 0) return 'IMEX channels: none configured (--imex-channel-ids)\n';
+  const out = [`IMEX channels: ${r.configured.join(',')} configured${r.required ? ' (required)' : ''}`];
+  for (const id of r.choice.channels) out.push(`  channel ${id}  ${imexChannelPath(id)}  present: passed to every container`);
+  for (const m of r.choice.missing) out.push(`  ${m}: ${r.required ? 'the plugin will not start' : 'skipped'}`);
+  return out.join('\n') + '\n';
+}
+
+export function infoJson(r: NodeReport, imex?: ImexReport): string {
   return JSON.stringify({
     library: r.library,
     driverVersion: r.driverVersion,
     gpus: r.gpus,
     topology: r.pairs.map((row) => row.map((p) => (p === null ? null : { ...p, label: topoCell(p) }))),
+    ...(imex === undefined ? {} : { imex: { configured: imex.configured, required: imex.required, channels: imex.choice.channels, missing: imex.choice.missing } }),
   }, null, 2) + '\n';
 }

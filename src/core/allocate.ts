@@ -3,6 +3,7 @@
 // GPU: the suffix is stripped and each GPU is listed once. Pure: the set of control device nodes
 // present and the source of random UUIDs are inputs.
 import type { AdvertisedDevice, Gpu } from './devices.ts';
+import { CDI_IMEX_KIND, IMEX_CHANNELS_ENV, imexChannelPath } from './imex.ts';
 import { RequestError } from './request-error.ts';
 
 /** Control device nodes passed with --pass-device-specs when they exist, in this order. */
@@ -42,6 +43,8 @@ export interface AllocateSettings {
   resourceName?: string;
   /** Random UUIDs for CDI annotation keys (default crypto.randomUUID). */
   newUuid?: () => string;
+  /** IMEX channels every container gets (present and configured; see core/imex.ts). Default none. */
+  imexChannels?: readonly number[];
 }
 
 export interface ContainerAllocation {
@@ -107,6 +110,8 @@ function respond(names: readonly string[], gpuOrder: readonly number[], index: D
   } else if (strategies.has('envvar')) {
     envs[VISIBLE_DEVICES_ENV] = names.join(',');
   }
+  const imex = settings.imexChannels ?? [];
+  if (strategies.has('envvar') && imex.length > 0) envs[IMEX_CHANNELS_ENV] = imex.join(',');
   if (legacy && settings.passDeviceSpecs) {
     for (const p of settings.presentControlDevices) {
       devices.push({ container_path: p, host_path: hostPath(settings.devRoot, p), permissions: 'rw' });
@@ -117,8 +122,9 @@ function respond(names: readonly string[], gpuOrder: readonly number[], index: D
       const p = `/dev/nvidia${gpu.minor}`;
       devices.push({ container_path: p, host_path: hostPath(settings.devRoot, p), permissions: 'rw' });
     }
+    for (const id of imex) devices.push({ container_path: imexChannelPath(id), host_path: hostPath(settings.devRoot, imexChannelPath(id)), permissions: 'rw' });
   }
-  const cdiNames = names.map((n) => `${CDI_KIND}=${n}`);
+  const cdiNames = [...names.map((n) => `${CDI_KIND}=${n}`), ...imex.map((id) => `${CDI_IMEX_KIND}=${id}`)];
   if (strategies.has('cdi-annotations')) {
     const uuid = settings.newUuid?.() ?? globalThis.crypto.randomUUID();
     annotations[`${settings.cdiAnnotationPrefix ?? DEFAULT_CDI_ANNOTATION_PREFIX}${CDI_ANNOTATION_NAME}${uuid}`] = cdiNames.join(',');

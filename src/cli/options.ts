@@ -49,6 +49,8 @@ export interface Options {
   imexChannelIds: readonly number[];
   /** A configured IMEX channel that is missing stops the start instead of being skipped. */
   imexRequired: boolean;
+  /** Seconds between cheap checks whether the node's GPUs changed (a full scan when they did); 0: off. */
+  rediscoverInterval: number;
 }
 
 export type OptionKey = keyof Options;
@@ -120,6 +122,8 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     help: 'IMEX channels given to every container (multi-node NVLink): none, or 0; a channel whose /dev/nvidia-caps-imex-channels/channel<N> is missing is skipped with a warning' },
   { key: 'imexRequired', flag: 'imex-required', env: 'IMEX_REQUIRED', config: 'imex.required', default: 'false', kind: { type: 'bool' },
     help: 'a missing channel of --imex-channel-ids stops the start instead of being skipped' },
+  { key: 'rediscoverInterval', flag: 'rediscover-interval', env: 'REDISCOVER_INTERVAL', config: 'flags.rediscoverInterval', default: '60', kind: { type: 'seconds', min: 0, max: 86400 },
+    help: 'seconds between cheap checks whether GPUs were added, removed or changed MIG mode (a full scan when they were); 0 turns the timer off (SIGHUP still re-discovers)' },
 ];
 
 /** An option of NVIDIA's plugin that this plugin does not have. */
@@ -175,7 +179,7 @@ function isInert(u: UnsupportedOption, raw: string): boolean {
 }
 
 /** The config file's keys, from the tables above. */
-export const CONFIG_SCHEMA: ConfigSchema = {
+export const CONFIG_SCHEMA: ConfigSchema<OptionKey> = {
   options: OPTION_SPECS.flatMap((s) => (s.config === undefined ? [] : [{ path: s.config, key: s.key, shape: shapeOf(s) }])),
   unsupported: UNSUPPORTED_OPTIONS.flatMap((u) => (u.config === null ? [] : [{
     path: u.config,
@@ -318,7 +322,7 @@ export function parseOptions(argv: readonly string[], env: Readonly<Record<strin
   const envFile = env[fileSpec.env];
   if (typeof flagFile === 'string') configFile = flagFile;
   else if (envFile !== undefined && envFile !== '') configFile = convert(fileSpec, envFile, `environment variable ${fileSpec.env}`) as string;
-  let file: ConfigFileValues | undefined;
+  let file: ConfigFileValues<OptionKey> | undefined;
   if (configFile !== null) file = readConfigFile(configFile, CONFIG_SCHEMA, deps.readFile);
 
   const values: Partial<Record<OptionKey, Value | null>> = {};

@@ -75,6 +75,7 @@ export const LAZY_SYMBOLS = {
   nvmlEventSetWait_v2: 'int nvmlEventSetWait_v2(nvmlEventSet_t set, _Out_ nvmlEventData_t *data, unsigned int timeoutms)',
   nvmlEventSetWait: 'int nvmlEventSetWait(nvmlEventSet_t set, _Out_ nvmlEventData_t *data, unsigned int timeoutms)',
   nvmlEventSetFree: 'int nvmlEventSetFree(nvmlEventSet_t set)',
+  nvmlDeviceGetMigMode: 'int nvmlDeviceGetMigMode(nvmlDevice_t device, _Out_ unsigned int *current, _Out_ unsigned int *pending)',
 } as const;
 
 export type BasicSymbol = keyof typeof BASIC_SYMBOLS;

@@ -80,6 +80,7 @@ test('every key of the file reaches its option', () => {
     '  healthProbeInterval: 1.5s',
     '  healthRecovery: true',
     '  healthRecoveryQuietPeriod: 60',
+    '  rediscoverInterval: 0',
     '  plugin:',
     '    passDeviceSpecs: true',
     '    deviceListStrategy: cdi-cri',
@@ -95,7 +96,7 @@ test('every key of the file reaches its option', () => {
   assert.deepEqual({ ...o, configFile: null }, {
     kubeletSocket: '/k/kubelet.sock', driverRoot: '/run/nvidia/driver', devRoot: '/', deviceIdStrategy: 'index', deviceListStrategy: ['cdi-cri'],
     passDeviceSpecs: true, cdiAnnotationPrefix: 'x/', migStrategy: 'none', sharedDevicesAllocationPolicy: 'packed', failOnInitError: false,
-    configFile: null, logLevel: 'error', socketCheckInterval: 2, healthProbeInterval: 1.5, healthRecovery: true, healthRecoveryQuietPeriod: 60,
+    configFile: null, logLevel: 'error', socketCheckInterval: 2, healthProbeInterval: 1.5, healthRecovery: true, healthRecoveryQuietPeriod: 60, rediscoverInterval: 0,
     imexChannelIds: [0], imexRequired: true,
   });
   for (const s of OPTION_SPECS) {

@@ -60,10 +60,16 @@ if [ "$(id -u)" -ne 0 ]; then sudo=(sudo); fi
 # qemu-user-static registers its handlers with binfmt-support; the kernel needs binfmt_misc mounted.
 enable_aarch64_emulation() {
   if [ ! -e /proc/sys/fs/binfmt_misc/register ]; then
-    "${sudo[@]}" mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+    "${sudo[@]}" mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc || {
+      echo "install-tools.sh: cannot mount binfmt_misc (a container without the privilege?); aarch64 programs cannot be emulated" >&2
+      exit 1
+    }
   fi
   if [ "$(head -n1 /proc/sys/fs/binfmt_misc/qemu-aarch64 2>/dev/null)" != enabled ]; then
-    "${sudo[@]}" update-binfmts --enable qemu-aarch64
+    "${sudo[@]}" update-binfmts --enable qemu-aarch64 || {
+      echo "install-tools.sh: update-binfmts could not enable qemu-aarch64; aarch64 programs cannot be emulated" >&2
+      exit 1
+    }
   fi
 }
 

@@ -16,7 +16,7 @@ import { buildFakeNvmlArm64 } from '../fake-nvml/build.ts';
 const pkg = JSON.parse(readFileSync(join(import.meta.dirname, '..', '..', 'package.json'), 'utf8')) as { version: string; devDependencies: Record<string, string> };
 const EM_AARCH64 = 0xb7;
 /** Liveness bounds for work under emulation. */
-const SLOW = 60000;
+const SLOW = 120000;
 
 function elfMachine(path: string): number {
   const fd = openSync(path, 'r');

@@ -252,7 +252,7 @@ export class SimNode {
     if ((opts.waitRegistered ?? node.kubelet !== undefined) && node.kubelet !== undefined) {
       try {
         // Emulation is 10–20× slower: a liveness bound only, generous for qemu.
-        await node.kubelet.waitForRegistrations(1, arch === 'x64' ? 15000 : 90000);
+        await node.kubelet.waitForRegistrations(1, arch === 'x64' ? 15000 : 120000);
       } catch (err) {
         await node.stop();
         throw new Error(`${(err as Error).message}\nplugin log:\n${node.plugin.lines.join('\n')}`);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system tools that the build and the tests need, from Debian's packages: gcc (the
 # fake NVML), strip (the executable), unshare and mount (the mount-namespace test), and what
-# `npm run package` and test/e2e/packaging.test.ts use. Only what is missing is installed, so a
+# `npm run package` and test/e2e/packaging.test.ts use, and debootstrap and systemd-nspawn
+# for the real-systemd test (test/system/). Only what is missing is installed, so a
 # second run does nothing.
 #
 #   gcc                                       gcc
@@ -17,6 +18,9 @@
 #   aarch64: run the arm64 executable         qemu-user-static, binfmt-support (update-binfmts),
 #            (emulated, its libraries under   libc6-arm64-cross, libstdc++6-arm64-cross,
 #            /usr/aarch64-linux-gnu)          libgcc-s1-arm64-cross, libatomic1-arm64-cross
+#   debootstrap (Debian 12 rootfs)            debootstrap
+#   systemd-nspawn (boots it, real systemd)   systemd-container
+#   nsenter (enters the booted container)     util-linux
 #
 # Afterwards (every run, whether or not something was installed) the kernel is made to run aarch64
 # programs through qemu: binfmt_misc is mounted where PID 1 did not (containers without systemd)
@@ -43,6 +47,9 @@ declare -A package_of=(
   [aarch64-linux-gnu-gcc]=gcc-aarch64-linux-gnu
   [qemu-aarch64-static]=qemu-user-static
   [update-binfmts]=binfmt-support
+  [debootstrap]=debootstrap
+  [systemd-nspawn]=systemd-container
+  [nsenter]=util-linux
 )
 
 # Files that tell whether a package without a command of its own is installed.

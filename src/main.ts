@@ -16,6 +16,7 @@ import type { ServeSettings } from './manager/manager.ts';
 import { Scanner } from './nvml/scanner.ts';
 import { HealthMonitor } from './plugin/health.ts';
 import { presentControlDevices } from './system/control-devices.ts';
+import { imexChannelsAtStart } from './system/imex.ts';
 import { processResources } from './system/resources.ts';
 import { errorText, stderrLogger } from './system/log.ts';
 import type { Logger } from './system/log.ts';
@@ -26,8 +27,9 @@ import { Signals } from './system/signals.ts';
 import type { Daemon } from './system/signals.ts';
 import { VERSION, versionText } from './system/version.ts';
 
-const serveSettings = async (o: Options): Promise<ServeSettings> => ({
+const serveSettings = async (o: Options, imexChannels: readonly number[]): Promise<ServeSettings> => ({
   allocate: {
+    imexChannels,
     passDeviceSpecs: o.passDeviceSpecs,
     devRoot: o.devRoot,
     presentControlDevices: o.passDeviceSpecs ? await presentControlDevices(o.devRoot) : [],
@@ -48,6 +50,8 @@ const planSettings = (o: Options, sharing: Sharing): PlanSettings => ({
 async function run(argv: readonly string[], parsed: ParsedOptions, health: HealthSettings, log: Logger, service: ServiceStatus, koffi: Koffi): Promise<Daemon> {
   let opts = parsed.options;
   let sharing = parsed.sharing;
+  // Looked for once: the IMEX options are restart-only. A required channel that is missing stops the start.
+  const imexChannels = await imexChannelsAtStart(opts, log);
   let registered = false;
   const status = (): string => {
     const snap = node.snapshot;
@@ -79,7 +83,7 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
   const node: LiveNode = new LiveNode({
     log, manager, monitor, recoveryEnabled: opts.healthRecovery,
     plan: planSettings(opts, sharing),
-    serve: await serveSettings(opts),
+    serve: await serveSettings(opts, imexChannels),
     onApplied: () => service.status(status()),
   });
   log.info('health checks', { settings: describeHealthSettings(health), recovery: opts.healthRecovery ? `${opts.healthRecoveryQuietPeriod}s` : 'off' });
@@ -125,7 +129,7 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
           if (r.restartOnly.length > 0) log.warn('config reload: some changed options take effect only at restart; their running values are kept', { options: r.restartOnly });
           if (r.changed.length === 0 && !r.sharingChanged) log.info('config reloaded; nothing to change', { file });
           else {
-            const resources = await node.reconfigure(planSettings(r.options, r.sharing), await serveSettings(r.options), 'config reloaded');
+            const resources = await node.reconfigure(planSettings(r.options, r.sharing), await serveSettings(r.options, imexChannels), 'config reloaded');
             opts = r.options;
             sharing = r.sharing;
             scanner.setInterval(opts.rediscoverInterval * 1000);

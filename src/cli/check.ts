@@ -7,6 +7,7 @@ import { parseHealthSettings } from '../core/health.ts';
 import type { Logger } from '../system/log.ts';
 import { errorText } from '../system/log.ts';
 import { readMigCapabilities } from '../nvml/mig.ts';
+import { findImexChannels } from '../system/imex.ts';
 import { inspectNode, migResources } from './inspect.ts';
 import type { NodeReport } from './inspect.ts';
 import { OPTION_SPECS, parseOptions, showOption } from './options.ts';
@@ -56,6 +57,15 @@ export async function runChecks(argv: readonly string[], env: Readonly<Record<st
   } else {
     lines.push({ ok: false, name: 'nvml', detail: node.error, fix: 'install the NVIDIA driver, or point --driver-root (NVIDIA_DRIVER_ROOT) at where it is installed' });
     lines.push({ ok: false, name: 'gpus', detail: 'not checked: NVML is not available', fix: 'fix NVML first' });
+  }
+
+  if (o.imexChannelIds.length > 0) {
+    const imex = await findImexChannels(o.imexChannelIds, o.imexRequired, o.devRoot);
+    if (imex.missing.length === 0) lines.push({ ok: true, name: 'imex', detail: `channel ${imex.channels.join(',')} present under ${o.devRoot}; passed to every container` });
+    else {
+      lines.push({ ok: false, name: 'imex', detail: `${imex.missing.join('; ')}: ${o.imexRequired ? 'the plugin will not start (--imex-required)' : 'skipped, containers get no IMEX channel'}`,
+        fix: 'start the IMEX daemon (nvidia-imex) so it creates the channel, check --dev-root, or drop --imex-channel-ids' });
+    }
   }
 
   const dir = dirname(o.kubeletSocket);

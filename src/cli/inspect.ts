@@ -4,6 +4,8 @@ import type { Gpu, Health } from '../core/devices.ts';
 import { MigStrategyError, planMigResources } from '../core/mig.ts';
 import type { MigDevice, MigLayout, MigStrategy } from '../core/mig.ts';
 import { NO_SHARING } from '../core/sharing.ts';
+import { imexChannelPath } from '../core/imex.ts';
+import type { ImexChoice } from '../core/imex.ts';
 import { buildScoreMatrix } from '../core/topology.ts';
 import { discoverMig } from '../nvml/mig.ts';
 import { discoverGpus, readLinks } from '../nvml/discovery.ts';
@@ -161,7 +163,23 @@ function formatMig(r: NodeReport, strategy: MigStrategy): string[] {
   return out;
 }
 
-export function infoJson(r: NodeReport, strategy: MigStrategy = 'mixed'): string {
+
+/** What `info` says of the IMEX channels: configured, passed (present) and skipped (missing). */
+export interface ImexReport {
+  configured: readonly number[];
+  required: boolean;
+  choice: ImexChoice;
+}
+
+export function formatImex(r: ImexReport): string {
+  if (r.configured.length === 0) return 'IMEX channels: none configured (--imex-channel-ids)\n';
+  const out = [`IMEX channels: ${r.configured.join(',')} configured${r.required ? ' (required)' : ''}`];
+  for (const id of r.choice.channels) out.push(`  channel ${id}  ${imexChannelPath(id)}  present: passed to every container`);
+  for (const m of r.choice.missing) out.push(`  ${m}: ${r.required ? 'the plugin will not start' : 'skipped'}`);
+  return out.join('\n') + '\n';
+}
+
+export function infoJson(r: NodeReport, imex?: ImexReport, strategy: MigStrategy = 'mixed'): string {
   const mig = migResources(r, strategy);
   return JSON.stringify({
     library: r.library,
@@ -169,5 +187,6 @@ export function infoJson(r: NodeReport, strategy: MigStrategy = 'mixed'): string
     gpus: r.gpus,
     topology: r.pairs.map((row) => row.map((p) => (p === null ? null : { ...p, label: topoCell(p) }))),
     mig: r.mig === null ? null : { strategy, modes: r.mig.modes, devices: mig.devices, problem: mig.problem, notes: mig.notes },
+    ...(imex === undefined ? {} : { imex: { configured: imex.configured, required: imex.required, channels: imex.choice.channels, missing: imex.choice.missing } }),
   }, null, 2) + '\n';
 }

@@ -6,6 +6,7 @@
 import { DEVICE_LIST_STRATEGIES, DEFAULT_CDI_ANNOTATION_PREFIX } from '../core/allocate.ts';
 import type { DeviceListStrategy } from '../core/allocate.ts';
 import { DEVICE_ID_STRATEGIES } from '../core/devices.ts';
+import { IMEX_ALLOWED_CHANNEL_IDS } from '../core/imex.ts';
 import type { DeviceIdStrategy } from '../core/devices.ts';
 import { NO_SHARING, SHARED_ALLOCATION_POLICIES } from '../core/sharing.ts';
 import type { SharedAllocationPolicy, Sharing } from '../core/sharing.ts';
@@ -46,6 +47,10 @@ export interface Options {
   healthRecovery: boolean;
   /** Seconds a GPU must answer NVML normally, with no new critical XID, before it recovers. */
   healthRecoveryQuietPeriod: number;
+  /** IMEX channels given to every container: none or [0] (NVIDIA's --imex-channel-ids). */
+  imexChannelIds: readonly number[];
+  /** A configured IMEX channel that is missing stops the start instead of being skipped. */
+  imexRequired: boolean;
   /** Seconds between cheap checks whether the node's GPUs changed (a full scan when they did); 0: off. */
   rediscoverInterval: number;
 }
@@ -62,7 +67,9 @@ type Kind =
    * Values in `unsupported` are NVIDIA's but refused here, with the reason given.
    */
   | { type: 'enum'; values: readonly string[]; multiple?: boolean; unsupported?: Readonly<Record<string, string>> }
-  | { type: 'seconds'; min: number; max: number };
+  | { type: 'seconds'; min: number; max: number }
+  /** A comma-separated list of integers, each one of `allowed`; empty for none. */
+  | { type: 'ids'; allowed: readonly number[] };
 
 export interface OptionSpec {
   key: OptionKey;
@@ -111,6 +118,10 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     help: "let a GPU made unhealthy by an XID recover after the quiet period (NVIDIA's plugin never does; lost GPUs never recover)" },
   { key: 'healthRecoveryQuietPeriod', flag: 'health-recovery-quiet-period', env: 'HEALTH_RECOVERY_QUIET_PERIOD', config: 'flags.healthRecoveryQuietPeriod', default: '300', kind: { type: 'seconds', min: 0.05, max: 86400 },
     help: 'seconds of normal NVML answers with no new critical XID before a GPU recovers (with --health-recovery)' },
+  { key: 'imexChannelIds', flag: 'imex-channel-ids', env: 'IMEX_CHANNEL_IDS', config: 'imex.channelIDs', default: '', kind: { type: 'ids', allowed: IMEX_ALLOWED_CHANNEL_IDS },
+    help: 'IMEX channels given to every container (multi-node NVLink): none, or 0; a channel whose /dev/nvidia-caps-imex-channels/channel<N> is missing is skipped with a warning' },
+  { key: 'imexRequired', flag: 'imex-required', env: 'IMEX_REQUIRED', config: 'imex.required', default: 'false', kind: { type: 'bool' },
+    help: 'a missing channel of --imex-channel-ids stops the start instead of being skipped' },
   { key: 'rediscoverInterval', flag: 'rediscover-interval', env: 'REDISCOVER_INTERVAL', config: 'flags.rediscoverInterval', default: '60', kind: { type: 'seconds', min: 0, max: 86400 },
     help: 'seconds between cheap checks whether GPUs were added, removed or changed MIG mode (a full scan when they were); 0 turns the timer off (SIGHUP still re-discovers)' },
 ];
@@ -147,10 +158,6 @@ export const UNSUPPORTED_OPTIONS: readonly UnsupportedOption[] = [
     reason: NO_CDI_SPECS },
   { flag: 'cdi-feature-flags', aliases: [], envs: ['CDI_FEATURE_FLAGS'], config: 'flags.plugin.cdiFeatureFlags', bool: false, inert: [''],
     reason: NO_CDI_SPECS },
-  { flag: 'imex-channel-ids', aliases: [], envs: ['IMEX_CHANNEL_IDS'], config: 'imex.channelIDs', bool: false, inert: [''],
-    reason: 'IMEX channels are not injected into containers by this plugin' },
-  { flag: 'imex-required', aliases: [], envs: ['IMEX_REQUIRED'], config: 'imex.required', bool: true, inert: ['false'],
-    reason: 'IMEX channels are not injected into containers by this plugin' },
 ];
 
 /** Keys of NVIDIA's config file read by GPU feature discovery, not by a device plugin. */
@@ -160,6 +167,7 @@ function shapeOf(spec: OptionSpec): ConfigShape {
   switch (spec.kind.type) {
     case 'bool': return 'bool';
     case 'seconds': return 'number';
+    case 'ids': return 'ints';
     case 'enum': return spec.kind.multiple === true ? 'strings' : 'string';
     case 'string': return 'string';
   }
@@ -175,7 +183,7 @@ export const CONFIG_SCHEMA: ConfigSchema<OptionKey> = {
   options: OPTION_SPECS.flatMap((s) => (s.config === undefined ? [] : [{ path: s.config, key: s.key, shape: shapeOf(s) }])),
   unsupported: UNSUPPORTED_OPTIONS.flatMap((u) => (u.config === null ? [] : [{
     path: u.config,
-    shape: u.bool ? 'bool' as const : u.config === 'imex.channelIDs' ? 'ints' as const : 'string' as const,
+    shape: u.bool ? 'bool' as const : 'string' as const,
     flag: u.flag,
     inert: (raw: string) => isInert(u, raw),
     reason: u.reason,
@@ -186,7 +194,7 @@ export const CONFIG_SCHEMA: ConfigSchema<OptionKey> = {
 const TRUE = new Set(['true', '1', 'yes', 'on', 't']);
 const FALSE = new Set(['false', '0', 'no', 'off', 'f']);
 
-type Value = string | boolean | number | readonly string[];
+type Value = string | boolean | number | readonly string[] | readonly number[];
 
 function convert(spec: OptionSpec, raw: string, where: string): Value {
   const k = spec.kind;
@@ -222,6 +230,15 @@ function convert(spec: OptionSpec, raw: string, where: string): Value {
         throw new OptionError(`${where}: ${JSON.stringify(raw)} is not a number of seconds from ${k.min} to ${k.max}`);
       }
       return n;
+    }
+    case 'ids': {
+      if (raw.trim() === '') return [];
+      const ids = raw.split(',').map((p) => p.trim());
+      const allowed = `only ${k.allowed.map((a) => `[${a}]`).join(', ')} or none (empty) ${k.allowed.length === 1 ? 'is' : 'are'} supported, as in NVIDIA's plugin`;
+      for (const id of ids) {
+        if (!/^\d+$/.test(id) || !k.allowed.includes(Number(id))) throw new OptionError(`${where}: ${JSON.stringify(raw)} is not allowed; ${allowed}`);
+      }
+      return [...new Set(ids.map(Number))];
     }
   }
 }
@@ -351,6 +368,8 @@ export const resolveOptions = parseOptions;
 export const RESTART_ONLY_OPTIONS: readonly OptionKey[] = [
   'kubeletSocket', 'driverRoot', 'failOnInitError', 'configFile', 'logLevel', 'socketCheckInterval',
   'healthProbeInterval', 'healthRecovery', 'healthRecoveryQuietPeriod', 'migStrategy',
+  // Channels are looked for once, at start.
+  'imexChannelIds', 'imexRequired',
 ];
 
 /** Shows an option's value: lists comma-joined, null as "none". */
@@ -371,7 +390,8 @@ export function helpText(version: string): string {
   ];
   for (const s of OPTION_SPECS) {
     const k = s.kind;
-    const values = k.type === 'enum' ? ` (${k.values.filter((v) => k.unsupported?.[v] === undefined).join('|')}${k.multiple === true ? ', comma separated' : ''})` : k.type === 'bool' ? ' (true|false)' : '';
+    const values = k.type === 'enum' ? ` (${k.values.filter((v) => k.unsupported?.[v] === undefined).join('|')}${k.multiple === true ? ', comma separated' : ''})`
+      : k.type === 'bool' ? ' (true|false)' : k.type === 'ids' ? ` (${k.allowed.join('|')}, or empty for none)` : '';
     const names = [s.flag, ...(s.aliases ?? [])].map((n) => `--${n}`).join(', ');
     lines.push(`  ${names}${values}`);
     lines.push(`      ${s.help}`);

@@ -1,7 +1,8 @@
 // `info` and `check`: what the plugin sees of the node, without a cluster.
 import { errorText, stderrLogger } from '../system/log.ts';
 import { formatChecks, runChecks } from './check.ts';
-import { formatInfo, infoJson, inspectNode } from './inspect.ts';
+import { findImexChannels } from '../system/imex.ts';
+import { formatImex, formatInfo, infoJson, inspectNode } from './inspect.ts';
 import { parseOptions } from './options.ts';
 
 export async function runSubcommand(name: 'info' | 'check', argv: readonly string[]): Promise<void> {
@@ -23,7 +24,8 @@ export async function runSubcommand(name: 'info' | 'check', argv: readonly strin
     }
     // MIG resources are shown as --mig-strategy would advertise them (mixed when it is none, to show them at all).
     const strategy = opts.migStrategy === 'none' ? 'mixed' : opts.migStrategy;
-    process.stdout.write(json ? infoJson(r.report, strategy) : formatInfo(r.report, strategy));
+    const imex = { configured: opts.imexChannelIds, required: opts.imexRequired, choice: await findImexChannels(opts.imexChannelIds, opts.imexRequired, opts.devRoot) };
+    process.stdout.write(json ? infoJson(r.report, imex, strategy) : `${formatInfo(r.report, strategy)}\n${formatImex(imex)}`);
   } catch (err) {
     process.stderr.write(`gpu-device-plugin ${name}: ${errorText(err)}\n`);
     process.exitCode = 2;

@@ -5,6 +5,7 @@
 // capability nodes of the MIG device. Pure: the set of control device nodes
 // present and the source of random UUIDs are inputs.
 import type { AdvertisedDevice, Gpu } from './devices.ts';
+import { CDI_IMEX_KIND, IMEX_CHANNELS_ENV, imexChannelPath } from './imex.ts';
 import { RequestError } from './request-error.ts';
 
 /** Control device nodes passed with --pass-device-specs when they exist, in this order. */
@@ -50,6 +51,8 @@ export interface AllocateSettings {
    * devices with passDeviceSpecs.
    */
   migCapabilities?: ReadonlyMap<number, readonly string[]>;
+  /** IMEX channels every container gets (present and configured; see core/imex.ts). Default none. */
+  imexChannels?: readonly number[];
 }
 
 export interface ContainerAllocation {
@@ -124,6 +127,8 @@ function respond(names: readonly string[], units: readonly Unit[], index: Device
   } else if (strategies.has('envvar')) {
     envs[VISIBLE_DEVICES_ENV] = names.join(',');
   }
+  const imex = settings.imexChannels ?? [];
+  if (strategies.has('envvar') && imex.length > 0) envs[IMEX_CHANNELS_ENV] = imex.join(',');
   if (legacy && settings.passDeviceSpecs) {
     for (const p of settings.presentControlDevices) {
       devices.push({ container_path: p, host_path: hostPath(settings.devRoot, p), permissions: 'rw' });
@@ -143,8 +148,9 @@ function respond(names: readonly string[], units: readonly Unit[], index: Device
       if (caps === undefined) throw new Error(`MIG device at layout position ${u.mig} on GPU ${gpu.index} has no capability nodes (mig-minors not read)`);
       for (const p of caps) pass(p);
     }
+    for (const id of imex) devices.push({ container_path: imexChannelPath(id), host_path: hostPath(settings.devRoot, imexChannelPath(id)), permissions: 'rw' });
   }
-  const cdiNames = names.map((n) => `${CDI_KIND}=${n}`);
+  const cdiNames = [...names.map((n) => `${CDI_KIND}=${n}`), ...imex.map((id) => `${CDI_IMEX_KIND}=${id}`)];
   if (strategies.has('cdi-annotations')) {
     const uuid = settings.newUuid?.() ?? globalThis.crypto.randomUUID();
     annotations[`${settings.cdiAnnotationPrefix ?? DEFAULT_CDI_ANNOTATION_PREFIX}${CDI_ANNOTATION_NAME}${uuid}`] = cdiNames.join(',');

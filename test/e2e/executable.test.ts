@@ -1,5 +1,6 @@
-// The shipped executable itself: what it says about itself, that it is reproducible, and that it
-// refuses an embedded native module that is not the one recorded at build time.
+// The shipped executable itself: what it says about itself, that it is reproducible (both
+// architectures; the arm64 one's behaviour is in arm64.test.ts), and that it refuses an embedded
+// native module that is not the one recorded at build time.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -7,10 +8,10 @@ import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync, chmodSyn
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createHash } from 'node:crypto';
-import { buildExecutable } from '../../build/build.ts';
+import { buildExecutables } from '../../build/build.ts';
 import { OPTION_SPECS } from '../../src/cli/options.ts';
 import { assetSourcePath } from '../../src/system/assets.ts';
-import { BUILT_EXECUTABLE, SimNode, executable } from '../support/sim.ts';
+import { BUILT_EXECUTABLE, BUILT_EXECUTABLES, SimNode, executable } from '../support/sim.ts';
 
 const pkg = JSON.parse(readFileSync(join(import.meta.dirname, '..', '..', 'package.json'), 'utf8')) as { version: string; devDependencies: Record<string, string> };
 
@@ -72,13 +73,15 @@ test('an executable whose embedded koffi.node was altered refuses to start, sayi
   }
 });
 
-test('two builds of the same tree give byte-identical executables', async () => {
+test('two builds of the same tree give byte-identical executables, for x64 and for arm64', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'gdp-repro-'));
   try {
-    const again = await buildExecutable(dir);
-    const a = createHash('sha256').update(readFileSync(BUILT_EXECUTABLE)).digest('hex');
-    const b = createHash('sha256').update(readFileSync(again)).digest('hex');
-    assert.equal(b, a);
+    const again = await buildExecutables(['x64', 'arm64'], dir);
+    for (const arch of ['x64', 'arm64'] as const) {
+      const a = createHash('sha256').update(readFileSync(BUILT_EXECUTABLES[arch])).digest('hex');
+      const b = createHash('sha256').update(readFileSync(again[arch] ?? '')).digest('hex');
+      assert.equal(b, a, `${arch}: a second build differs from ${BUILT_EXECUTABLES[arch]}`);
+    }
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -1,7 +1,11 @@
 // The .deb and the .rpm, built once here from the executable `npm run build` made: their contents,
 // the maintainer scripts run by the real dpkg and rpm in throwaway roots (with recording stand-ins
 // for deb-systemd-helper, deb-systemd-invoke and systemctl), lintian, the systemd unit
-// (systemd-analyze verify and security), size, and that two builds give the same .deb.
+// (systemd-analyze verify and security), size, and that two builds give the same .deb. The arm64
+// .deb and .rpm (from dist/arm64/gpu-device-plugin) get their architecture fields, dependencies,
+// contents, lintian, rpm -K and the same maintainer-script runs; they are built with gzip -1 here
+// (compression 'fast'), because xz on a second 115 MB executable would add minutes and changes none
+// of those.
 //
 // Needs root (dpkg and rpm chroot into the throwaway roots to run the scripts) and the tools
 // build/install-tools.sh installs; without them the tests fail, they never skip.
@@ -13,11 +17,13 @@ import { appendFileSync, chmodSync, copyFileSync, existsSync, mkdirSync, mkdtemp
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
-import { buildExecutable } from '../../build/build.ts';
+import { buildExecutable, executablePath } from '../../build/build.ts';
+import { runtimeFor } from '../../build/runtime.ts';
+import type { Arch } from '../../build/runtime.ts';
 import { environmentFile } from '../../build/docs.ts';
 import {
   BINARY_PATH, ENV_FILE, MAN_PATH, MAX_PACKAGE_BYTES, PACKAGE, UNIT_PATH,
-  buildDeb, buildRpm, packageVersion, projectVersion, sourceDateEpoch,
+  buildDeb, buildRpm, debFileName, packageVersion, projectVersion, rpmFileName, sourceDateEpoch,
 } from '../../build/package.ts';
 import { OPTION_SPECS } from '../../src/cli/options.ts';
 
@@ -40,6 +46,19 @@ let oldRpmAgain: string;
 let extracted: string;
 let secondDeb: Promise<string>;
 let lintian: Promise<{ status: number; out: string }>;
+
+/** One architecture's packages, the executable they carry, and the older ones to upgrade from. */
+interface Packages {
+  arch: Arch;
+  exeSha: string;
+  deb: string;
+  rpm: string;
+  oldDeb: string;
+  oldRpm: string;
+}
+let x64: Packages;
+let arm64: Packages;
+let arm64Lintian: Promise<{ status: number; out: string }>;
 
 function sha256(path: string): string {
   return createHash('sha256').update(readFileSync(path)).digest('hex');
@@ -68,17 +87,30 @@ before(async () => {
   assert.equal(process.getuid?.(), 0, 'these tests run dpkg and rpm on throwaway roots, which needs root');
 
   work = mkdtempSync(join(tmpdir(), 'gdp-packaging-'));
-  // A private copy of the executable: dist/ may be rebuilt while these tests run.
-  const built = join(ROOT, 'dist', PACKAGE);
-  if (!existsSync(built)) await buildExecutable();
-  exe = join(work, 'exe', PACKAGE);
-  mkdirSync(dirname(exe));
-  copyFileSync(built, exe);
-  chmodSync(exe, 0o755);
+  // Private copies of the executables: dist/ may be rebuilt while these tests run.
+  const copyOf = async (arch: Arch): Promise<string> => {
+    const built = executablePath(arch);
+    if (!existsSync(built)) await buildExecutable(undefined, arch);
+    const copy = join(work, `exe-${arch}`, PACKAGE);
+    mkdirSync(dirname(copy));
+    copyFileSync(built, copy);
+    chmodSync(copy, 0o755);
+    return copy;
+  };
+  exe = await copyOf('x64');
   exeSha = sha256(exe);
+  const armExe = await copyOf('arm64');
 
   const epoch = sourceDateEpoch();
   const common = { executable: exe, sourceDateEpoch: epoch };
+  // The arm64 packages, quickly compressed (see the top), built while the x64 ones compress.
+  const armCommon = { arch: 'arm64', executable: armExe, sourceDateEpoch: epoch } as const;
+  const armBuilt = later(Promise.all([
+    buildDeb({ ...armCommon, outDir: join(work, 'arm64'), compression: 'fast' }),
+    buildRpm({ ...armCommon, outDir: join(work, 'arm64'), compression: 'fast' }),
+    buildDeb({ ...armCommon, outDir: join(work, 'arm64-old'), version: OLD_VERSION, compression: 'none' }),
+    buildRpm({ ...armCommon, outDir: join(work, 'arm64-old'), version: OLD_VERSION, compression: 'none' }),
+  ]));
   // The release packages, and older uncompressed builds to upgrade from.
   [deb, rpm] = await Promise.all([
     buildDeb({ ...common, outDir: join(work, 'a') }),
@@ -98,19 +130,29 @@ before(async () => {
   const lintDeb = join(lintDir, 'package.deb');
   copyFileSync(deb, lintDeb);
   chmodSync(lintDeb, 0o644);
-  lintian = later(execFileAsync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', '--', 'lintian', '--pedantic', lintDeb], {
+  const runLintian = (pkg: string): Promise<{ status: number; out: string }> => later(execFileAsync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', '--', 'lintian', '--pedantic', pkg], {
     env: { PATH, HOME: lintDir, LC_ALL: 'C.UTF-8' }, encoding: 'utf8', maxBuffer: 16 * 1024 * 1024,
   }).then(
     ({ stdout, stderr }) => ({ status: 0, out: stdout + stderr }),
     (err: { code?: number; stdout?: string; stderr?: string }) => ({ status: err.code ?? -1, out: `${err.stdout ?? ''}${err.stderr ?? ''}` }),
   ));
+  lintian = runLintian(lintDeb);
 
   extracted = join(work, 'x');
   sh('dpkg-deb', ['-x', deb, extracted]);
+  x64 = { arch: 'x64', exeSha, deb, rpm, oldDeb, oldRpm };
+
+  const [armDeb, armRpm, armOldDeb, armOldRpm] = await armBuilt;
+  arm64 = { arch: 'arm64', exeSha: sha256(armExe), deb: armDeb, rpm: armRpm, oldDeb: armOldDeb, oldRpm: armOldRpm };
+  const armLintDeb = join(lintDir, 'package-arm64.deb');
+  copyFileSync(armDeb, armLintDeb);
+  chmodSync(armLintDeb, 0o644);
+  // After the x64 run, not beside it: lintian is heavy, and the machine is shared.
+  arm64Lintian = later(lintian.then(() => runLintian(armLintDeb)));
 });
 
 after(async () => {
-  await Promise.allSettled([secondDeb, lintian]);
+  await Promise.allSettled([secondDeb, lintian, arm64Lintian]);
   if (work) rmSync(work, { recursive: true, force: true });
 });
 
@@ -164,6 +206,147 @@ function mode(path: string): string {
 }
 
 // ---------------------------------------------------------------------------------------------
+
+async function lintianSilent(run: Promise<{ status: number; out: string }>): Promise<void> {
+  const { status, out } = await run;
+  assert.equal(out, '');
+  assert.equal(status, 0);
+}
+
+/** dpkg on a throwaway root: install, upgrade keeping the operator's edits, remove keeping them, reinstall, purge. */
+function dpkgLifecycle(p: Packages): void {
+  const { deb, oldDeb, exeSha } = p;
+  const c = makeChroot(`dpkg-root-${p.arch}`);
+  const admin = join(c.root, 'var', 'lib', 'dpkg');
+  for (const d of ['info', 'updates', 'triggers']) mkdirSync(join(admin, d), { recursive: true });
+  writeFileSync(join(admin, 'status'), '');
+  writeFileSync(join(admin, 'available'), '');
+  // The real dpkg, acting on the throwaway root; it chroots there to run the maintainer scripts.
+  const dpkg = (...args: string[]): string => sh('dpkg', [`--root=${c.root}`, `--log=${join(c.root, 'var', 'log', 'dpkg.log')}`, '--force-depends', ...args], { env: { PATH, LC_ALL: 'C.UTF-8' } });
+  const status = (): string => sh('dpkg-query', [`--admindir=${admin}`, '-W', '-f=${db:Status-Abbrev}${Version}', PACKAGE]).trim();
+  // A foreign architecture's package installs once dpkg knows the architecture.
+  if (p.arch !== 'x64') dpkg('--add-architecture', runtimeFor(p.arch).debArch);
+  const envFile = join(c.root, ENV_FILE.deb);
+  const at = (p: string): string => join(c.root, p);
+  const svc = (cmd: string): string => `${cmd} ${UNIT}`;
+
+  // First installation (of an older build): enabled and started.
+  dpkg('-i', oldDeb);
+  assert.equal(status(), `ii ${OLD_VERSION}`);
+  assert.deepEqual(c.calls(), [
+    svc('deb-systemd-helper unmask'),
+    svc('deb-systemd-helper --quiet was-enabled'),
+    svc('deb-systemd-helper enable'),
+    'systemctl --system daemon-reload',
+    svc('deb-systemd-invoke start'),
+  ]);
+
+  // The operator sets an option; the service has extracted its native module into its state directory.
+  appendFileSync(envFile, 'LOG_LEVEL=debug\n');
+  const edited = readFileSync(envFile, 'utf8');
+  mkdirSync(at('/var/lib/gpu-device-plugin/gpu-device-plugin-x'), { recursive: true });
+  writeFileSync(at('/var/lib/gpu-device-plugin/gpu-device-plugin-x/koffi.node'), '');
+
+  // Upgrade: no stop before unpacking, then try-restart (only a running service is restarted).
+  c.clear();
+  dpkg('-i', deb);
+  assert.equal(status(), `ii ${packageVersion(VERSION)}`);
+  assert.deepEqual(c.calls(), [
+    svc('deb-systemd-helper unmask'),
+    svc('deb-systemd-helper --quiet was-enabled'),
+    svc('deb-systemd-helper enable'),
+    'systemctl --system daemon-reload',
+    svc('deb-systemd-invoke try-restart'),
+  ]);
+  assert.equal(readFileSync(envFile, 'utf8'), edited, 'the edited environment file is kept');
+  for (const leftover of ['.dpkg-dist', '.dpkg-new', '.dpkg-old']) assert.ok(!existsSync(envFile + leftover), leftover);
+  assert.equal(sha256(at(BINARY_PATH)), exeSha);
+  assert.equal(mode(at(BINARY_PATH)), '0755');
+  assert.equal(mode(at(UNIT_PATH)), '0644');
+  assert.equal(mode(envFile), '0644');
+  assert.equal(readFileSync(join(admin, 'info', `${PACKAGE}.conffiles`), 'utf8'), `${ENV_FILE.deb}\n`);
+  assert.match(sh('dpkg-query', [`--admindir=${admin}`, '-W', '-f=${Conffiles}', PACKAGE]), new RegExp(`^ ${ENV_FILE.deb} [0-9a-f]{32}$`, 'm'));
+
+  // Removal: stopped, unit masked (enablement remembered for a reinstallation), configuration kept.
+  c.clear();
+  dpkg('-r', PACKAGE);
+  assert.equal(status(), `rc ${packageVersion(VERSION)}`);
+  assert.deepEqual(c.calls(), [
+    svc('deb-systemd-invoke stop'),
+    'systemctl --system daemon-reload',
+    svc('deb-systemd-helper mask'),
+  ]);
+  assert.ok(!existsSync(at(BINARY_PATH)));
+  assert.ok(!existsSync(at(UNIT_PATH)));
+  assert.equal(readFileSync(envFile, 'utf8'), edited, 'removal keeps the configuration');
+
+  // Reinstallation after removal: started again (not only try-restarted), configuration as left.
+  c.clear();
+  dpkg('-i', deb);
+  assert.deepEqual(c.calls(), [
+    svc('deb-systemd-helper unmask'),
+    svc('deb-systemd-helper --quiet was-enabled'),
+    svc('deb-systemd-helper enable'),
+    'systemctl --system daemon-reload',
+    svc('deb-systemd-invoke start'),
+  ]);
+  assert.equal(readFileSync(envFile, 'utf8'), edited);
+  assert.ok(!existsSync(at('/var/lib/gpu-device-plugin/package-removed')));
+  c.clear();
+  dpkg('-r', PACKAGE);
+  assert.deepEqual(c.calls(), [svc('deb-systemd-invoke stop'), 'systemctl --system daemon-reload', svc('deb-systemd-helper mask')]);
+
+  // Purge: enablement forgotten, configuration and state gone.
+  c.clear();
+  dpkg('-P', PACKAGE);
+  assert.deepEqual(c.calls(), [
+    svc('deb-systemd-helper purge'),
+    svc('deb-systemd-helper unmask'),
+  ]);
+  assert.ok(!existsSync(envFile), 'purge removes the environment file');
+  assert.ok(!existsSync(at('/var/lib/gpu-device-plugin')), 'purge removes the state directory');
+  assert.equal(spawnSync('dpkg-query', [`--admindir=${admin}`, '-W', PACKAGE], { stdio: 'ignore' }).status, 1);
+}
+
+/** rpm on a throwaway root: install, upgrade keeping the operator's edits (executable not stripped), erase. */
+function rpmLifecycle(p: Packages): void {
+  const { rpm, oldRpm, exeSha } = p;
+  const c = makeChroot(`rpm-root-${p.arch}`);
+  // Debian's rpm wants --force-debian to install packages without a warning.
+  // A foreign architecture's package needs --ignorearch on this machine.
+  const foreign = p.arch === 'x64' ? [] : ['--ignorearch'];
+  const rpmIn = (...args: string[]): string => sh('rpm', [`--root=${c.root}`, '--dbpath=/var/lib/rpm', ...args], { env: { PATH, LC_ALL: 'C.UTF-8' } });
+  rpmIn('--initdb');
+  const envFile = join(c.root, ENV_FILE.rpm);
+  const svc = (cmd: string): string => `${cmd} ${UNIT}`;
+
+  rpmIn('-i', '--force-debian', '--nodeps', ...foreign, oldRpm);
+  assert.deepEqual(c.calls(), [
+    svc('systemctl --no-reload preset'),
+    'systemctl daemon-reload',
+    svc('systemctl --quiet is-enabled'),
+    svc('systemctl start'),
+  ]);
+  appendFileSync(envFile, 'LOG_LEVEL=debug\n');
+  const edited = readFileSync(envFile, 'utf8');
+  mkdirSync(join(c.root, 'var/lib/gpu-device-plugin'), { recursive: true });
+
+  c.clear();
+  rpmIn('-U', '--force-debian', '--nodeps', ...foreign, rpm);
+  assert.equal(rpmIn('-q', '--qf', '%{VERSION}', PACKAGE), packageVersion(VERSION));
+  assert.deepEqual(c.calls(), ['systemctl daemon-reload', svc('systemctl try-restart')]);
+  assert.equal(readFileSync(envFile, 'utf8'), edited, 'the edited environment file is kept');
+  assert.ok(!existsSync(`${envFile}.rpmnew`));
+  assert.equal(sha256(join(c.root, BINARY_PATH)), exeSha, 'the installed executable is the build, not stripped by rpmbuild');
+
+  c.clear();
+  rpmIn('-e', '--force-debian', '--nodeps', PACKAGE);
+  assert.deepEqual(c.calls(), [svc('systemctl --no-reload disable --now'), 'systemctl daemon-reload']);
+  assert.ok(!existsSync(join(c.root, BINARY_PATH)));
+  assert.equal(readFileSync(`${envFile}.rpmsave`, 'utf8'), edited, 'erase keeps the edited configuration as .rpmsave');
+  assert.ok(!existsSync(join(c.root, 'var/lib/gpu-device-plugin')));
+}
+
 
 describe('the .deb', () => {
   test('control fields: version, architecture, library dependencies (no nodejs, driver only suggested)', () => {
@@ -245,101 +428,10 @@ describe('the .deb', () => {
   });
 
   test('dpkg: install, upgrade keeping the operator\'s edits, remove keeping them, reinstall, purge removing them', () => {
-    const c = makeChroot('dpkg-root');
-    const admin = join(c.root, 'var', 'lib', 'dpkg');
-    for (const d of ['info', 'updates', 'triggers']) mkdirSync(join(admin, d), { recursive: true });
-    writeFileSync(join(admin, 'status'), '');
-    writeFileSync(join(admin, 'available'), '');
-    // The real dpkg, acting on the throwaway root; it chroots there to run the maintainer scripts.
-    const dpkg = (...args: string[]): string => sh('dpkg', [`--root=${c.root}`, `--log=${join(c.root, 'var', 'log', 'dpkg.log')}`, '--force-depends', ...args], { env: { PATH, LC_ALL: 'C.UTF-8' } });
-    const status = (): string => sh('dpkg-query', [`--admindir=${admin}`, '-W', '-f=${db:Status-Abbrev}${Version}', PACKAGE]).trim();
-    const envFile = join(c.root, ENV_FILE.deb);
-    const at = (p: string): string => join(c.root, p);
-    const svc = (cmd: string): string => `${cmd} ${UNIT}`;
-
-    // First installation (of an older build): enabled and started.
-    dpkg('-i', oldDeb);
-    assert.equal(status(), `ii ${OLD_VERSION}`);
-    assert.deepEqual(c.calls(), [
-      svc('deb-systemd-helper unmask'),
-      svc('deb-systemd-helper --quiet was-enabled'),
-      svc('deb-systemd-helper enable'),
-      'systemctl --system daemon-reload',
-      svc('deb-systemd-invoke start'),
-    ]);
-
-    // The operator sets an option; the service has extracted its native module into its state directory.
-    appendFileSync(envFile, 'LOG_LEVEL=debug\n');
-    const edited = readFileSync(envFile, 'utf8');
-    mkdirSync(at('/var/lib/gpu-device-plugin/gpu-device-plugin-x'), { recursive: true });
-    writeFileSync(at('/var/lib/gpu-device-plugin/gpu-device-plugin-x/koffi.node'), '');
-
-    // Upgrade: no stop before unpacking, then try-restart (only a running service is restarted).
-    c.clear();
-    dpkg('-i', deb);
-    assert.equal(status(), `ii ${packageVersion(VERSION)}`);
-    assert.deepEqual(c.calls(), [
-      svc('deb-systemd-helper unmask'),
-      svc('deb-systemd-helper --quiet was-enabled'),
-      svc('deb-systemd-helper enable'),
-      'systemctl --system daemon-reload',
-      svc('deb-systemd-invoke try-restart'),
-    ]);
-    assert.equal(readFileSync(envFile, 'utf8'), edited, 'the edited environment file is kept');
-    for (const leftover of ['.dpkg-dist', '.dpkg-new', '.dpkg-old']) assert.ok(!existsSync(envFile + leftover), leftover);
-    assert.equal(sha256(at(BINARY_PATH)), exeSha);
-    assert.equal(mode(at(BINARY_PATH)), '0755');
-    assert.equal(mode(at(UNIT_PATH)), '0644');
-    assert.equal(mode(envFile), '0644');
-    assert.equal(readFileSync(join(admin, 'info', `${PACKAGE}.conffiles`), 'utf8'), `${ENV_FILE.deb}\n`);
-    assert.match(sh('dpkg-query', [`--admindir=${admin}`, '-W', '-f=${Conffiles}', PACKAGE]), new RegExp(`^ ${ENV_FILE.deb} [0-9a-f]{32}$`, 'm'));
-
-    // Removal: stopped, unit masked (enablement remembered for a reinstallation), configuration kept.
-    c.clear();
-    dpkg('-r', PACKAGE);
-    assert.equal(status(), `rc ${packageVersion(VERSION)}`);
-    assert.deepEqual(c.calls(), [
-      svc('deb-systemd-invoke stop'),
-      'systemctl --system daemon-reload',
-      svc('deb-systemd-helper mask'),
-    ]);
-    assert.ok(!existsSync(at(BINARY_PATH)));
-    assert.ok(!existsSync(at(UNIT_PATH)));
-    assert.equal(readFileSync(envFile, 'utf8'), edited, 'removal keeps the configuration');
-
-    // Reinstallation after removal: started again (not only try-restarted), configuration as left.
-    c.clear();
-    dpkg('-i', deb);
-    assert.deepEqual(c.calls(), [
-      svc('deb-systemd-helper unmask'),
-      svc('deb-systemd-helper --quiet was-enabled'),
-      svc('deb-systemd-helper enable'),
-      'systemctl --system daemon-reload',
-      svc('deb-systemd-invoke start'),
-    ]);
-    assert.equal(readFileSync(envFile, 'utf8'), edited);
-    assert.ok(!existsSync(at('/var/lib/gpu-device-plugin/package-removed')));
-    c.clear();
-    dpkg('-r', PACKAGE);
-    assert.deepEqual(c.calls(), [svc('deb-systemd-invoke stop'), 'systemctl --system daemon-reload', svc('deb-systemd-helper mask')]);
-
-    // Purge: enablement forgotten, configuration and state gone.
-    c.clear();
-    dpkg('-P', PACKAGE);
-    assert.deepEqual(c.calls(), [
-      svc('deb-systemd-helper purge'),
-      svc('deb-systemd-helper unmask'),
-    ]);
-    assert.ok(!existsSync(envFile), 'purge removes the environment file');
-    assert.ok(!existsSync(at('/var/lib/gpu-device-plugin')), 'purge removes the state directory');
-    assert.equal(spawnSync('dpkg-query', [`--admindir=${admin}`, '-W', PACKAGE], { stdio: 'ignore' }).status, 1);
+    dpkgLifecycle(x64);
   });
 
-  test('lintian --pedantic prints nothing', async () => {
-    const { status, out } = await lintian;
-    assert.equal(out, '');
-    assert.equal(status, 0);
-  });
+  test('lintian --pedantic prints nothing', () => lintianSilent(lintian));
 });
 
 describe('the .rpm', () => {
@@ -386,38 +478,7 @@ describe('the .rpm', () => {
   });
 
   test('rpm: install, upgrade keeping the operator\'s edits (executable not stripped), erase', () => {
-    const c = makeChroot('rpm-root');
-    // Debian's rpm wants --force-debian to install packages without a warning.
-    const rpmIn = (...args: string[]): string => sh('rpm', [`--root=${c.root}`, '--dbpath=/var/lib/rpm', ...args], { env: { PATH, LC_ALL: 'C.UTF-8' } });
-    rpmIn('--initdb');
-    const envFile = join(c.root, ENV_FILE.rpm);
-    const svc = (cmd: string): string => `${cmd} ${UNIT}`;
-
-    rpmIn('-i', '--force-debian', '--nodeps', oldRpm);
-    assert.deepEqual(c.calls(), [
-      svc('systemctl --no-reload preset'),
-      'systemctl daemon-reload',
-      svc('systemctl --quiet is-enabled'),
-      svc('systemctl start'),
-    ]);
-    appendFileSync(envFile, 'LOG_LEVEL=debug\n');
-    const edited = readFileSync(envFile, 'utf8');
-    mkdirSync(join(c.root, 'var/lib/gpu-device-plugin'), { recursive: true });
-
-    c.clear();
-    rpmIn('-U', '--force-debian', '--nodeps', rpm);
-    assert.equal(rpmIn('-q', '--qf', '%{VERSION}', PACKAGE), packageVersion(VERSION));
-    assert.deepEqual(c.calls(), ['systemctl daemon-reload', svc('systemctl try-restart')]);
-    assert.equal(readFileSync(envFile, 'utf8'), edited, 'the edited environment file is kept');
-    assert.ok(!existsSync(`${envFile}.rpmnew`));
-    assert.equal(sha256(join(c.root, BINARY_PATH)), exeSha, 'the installed executable is the build, not stripped by rpmbuild');
-
-    c.clear();
-    rpmIn('-e', '--force-debian', '--nodeps', PACKAGE);
-    assert.deepEqual(c.calls(), [svc('systemctl --no-reload disable --now'), 'systemctl daemon-reload']);
-    assert.ok(!existsSync(join(c.root, BINARY_PATH)));
-    assert.equal(readFileSync(`${envFile}.rpmsave`, 'utf8'), edited, 'erase keeps the edited configuration as .rpmsave');
-    assert.ok(!existsSync(join(c.root, 'var/lib/gpu-device-plugin')));
+    rpmLifecycle(x64);
   });
 });
 
@@ -484,4 +545,56 @@ describe('release properties', () => {
     assert.notEqual(oldRpmAgain, oldRpm);
     assert.equal(sha256(oldRpmAgain), sha256(oldRpm));
   });
+});
+
+describe('the arm64 packages', () => {
+  const field = (name: string): string => sh('dpkg-deb', ['-f', arm64.deb, name]).trim();
+  const q = (...args: string[]): string => sh('rpm', ['-qp', ...args, arm64.rpm], { env: { PATH, LC_ALL: 'C.UTF-8' } });
+
+  test('file names and architecture fields: arm64 .deb, aarch64 .rpm', () => {
+    assert.equal(arm64.deb, join(dirname(arm64.deb), debFileName(VERSION, 'arm64')));
+    assert.match(debFileName(VERSION, 'arm64'), /_arm64\.deb$/);
+    assert.equal(field('Architecture'), 'arm64');
+    assert.equal(field('Version'), packageVersion(VERSION));
+    assert.equal(arm64.rpm, join(dirname(arm64.rpm), rpmFileName(VERSION, 'arm64')));
+    assert.match(rpmFileName(VERSION, 'arm64'), /\.aarch64\.rpm$/);
+    assert.equal(q('--qf', '%{VERSION}-%{RELEASE} %{ARCH}'), `${packageVersion(VERSION)}-1 aarch64`);
+  });
+
+  test('.deb dependencies: the same C and C++ runtime libraries as amd64, libatomic1 included, no nodejs', () => {
+    const depends = field('Depends');
+    assert.equal(depends, sh('dpkg-deb', ['-f', x64.deb, 'Depends']).trim());
+    for (const lib of ['libc6', 'libstdc++6', 'libgcc-s1', 'libatomic1']) assert.match(depends, new RegExp(`(^|, )${lib.replace(/\+/g, '\\+')} \\(>= `), `Depends: ${depends}`);
+    assert.match(depends, /libc6 \(>= 2\.34\)/);
+    assert.doesNotMatch(depends, /node|nvidia|:arm64|cross/i);
+  });
+
+  test('.rpm requirements: the aarch64 loader and libraries, systemd for the scriptlets; rpm -K passes', () => {
+    const reqs = q('-R');
+    for (const lib of ['ld-linux-aarch64.so.1()(64bit)', 'libc.so.6()(64bit)', 'libstdc++.so.6()(64bit)', 'libgcc_s.so.1()(64bit)', 'libatomic.so.1()(64bit)']) assert.ok(reqs.includes(lib), `${lib} in\n${reqs}`);
+    assert.doesNotMatch(reqs, /x86-64|node|nvidia/i);
+    assert.match(reqs, /^systemd$/m);
+    assert.match(sh('rpm', ['-K', arm64.rpm]), /digests OK/);
+  });
+
+  test('both carry the aarch64 executable byte for byte, and the same other files as x64', () => {
+    const dir = join(work, 'x-arm64');
+    sh('dpkg-deb', ['-x', arm64.deb, dir]);
+    const packaged = join(dir, BINARY_PATH);
+    assert.equal(sha256(packaged), arm64.exeSha);
+    assert.equal(readFileSync(packaged).readUInt16LE(18), 0xb7, 'ELF machine aarch64');
+    const names = (listing: string): string[] => listing.trim().split('\n').map((l) => l.split(/\s+/).slice(5).join(' ')).sort();
+    assert.deepEqual(names(sh('dpkg-deb', ['-c', arm64.deb])), names(sh('dpkg-deb', ['-c', x64.deb])));
+    assert.equal(q('-l'), sh('rpm', ['-qpl', x64.rpm]));
+  });
+
+  test('dpkg (arm64 added as a foreign architecture): install, upgrade, remove, reinstall, purge', () => {
+    dpkgLifecycle(arm64);
+  });
+
+  test('rpm (--ignorearch): install, upgrade, erase', () => {
+    rpmLifecycle(arm64);
+  });
+
+  test('lintian --pedantic prints nothing for the arm64 .deb', () => lintianSilent(arm64Lintian));
 });

@@ -1,9 +1,12 @@
 /**
- * Builds the fake NVML (a C shared library with the real libnvidia-ml ABI) in two variants:
+ * Builds the fake NVML (a C shared library with the real libnvidia-ml ABI) in two variants, and
+ * on request a third for aarch64:
  *
  *   .cache/fake-nvml/current/libnvidia-ml.so.1   every symbol the fake knows
  *   .cache/fake-nvml/old/libnvidia-ml.so.1       -DFAKE_OLD_DRIVER: an old driver without the
  *                                                newer entry points (see fake_nvml.c)
+ *   .cache/fake-nvml/arm64/libnvidia-ml.so.1     `current` cross-built with aarch64-linux-gnu-gcc,
+ *                                                for the arm64 executable under qemu
  *
  * A variant is rebuilt only when a source under test/fake-nvml/ (or this script) is newer than
  * it, so repeated test runs cost nothing. The output is written to a temporary name and renamed
@@ -12,6 +15,7 @@
  * CLI:   node_modules/.bin/node test/fake-nvml/build.ts     (exit status 1 if gcc fails)
  * Tests: const { current, old } = await buildFakeNvml();    (directories, for LD_LIBRARY_PATH
  *                                                            or koffi.load(join(dir, LIBRARY_NAME)))
+ *        const arm64 = await buildFakeNvmlArm64();       (the aarch64 variant's directory)
  */
 import { execFile } from 'node:child_process';
 import { mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
@@ -40,12 +44,18 @@ const COMMON_FLAGS = [
   '-Wl,-z,nodelete',
 ];
 
-type Variant = { name: 'current' | 'old'; defines: string[] };
+type Variant = { name: 'current' | 'old' | 'arm64'; defines: string[]; compiler: string; install: string };
 
 const VARIANTS: Variant[] = [
-  { name: 'current', defines: [] },
-  { name: 'old', defines: ['-DFAKE_OLD_DRIVER'] },
+  { name: 'current', defines: [], compiler: 'gcc', install: 'apt-get install gcc' },
+  { name: 'old', defines: ['-DFAKE_OLD_DRIVER'], compiler: 'gcc', install: 'apt-get install gcc' },
 ];
+const ARM64: Variant = {
+  name: 'arm64',
+  defines: [],
+  compiler: 'aarch64-linux-gnu-gcc',
+  install: 'build/install-tools.sh installs gcc-aarch64-linux-gnu and libc6-dev-arm64-cross',
+};
 
 export class FakeNvmlBuildError extends Error {
   override name = 'FakeNvmlBuildError';
@@ -76,20 +86,21 @@ async function mtimeOrNull(file: string): Promise<number | null> {
   }
 }
 
-function runGcc(args: string[]): Promise<void> {
+function runGcc(variant: Variant, args: string[]): Promise<void> {
+  const gcc = variant.compiler;
   return new Promise((resolve, reject) => {
-    execFile('gcc', args, { maxBuffer: 16 * 1024 * 1024 }, (error, _stdout, stderr) => {
+    execFile(gcc, args, { maxBuffer: 16 * 1024 * 1024 }, (error, _stdout, stderr) => {
       if (!error) {
         resolve();
         return;
       }
       const code = (error as NodeJS.ErrnoException).code;
       if (code === 'ENOENT') {
-        reject(new FakeNvmlBuildError('gcc was not found on PATH; the fake NVML needs a C compiler (apt-get install gcc)'));
+        reject(new FakeNvmlBuildError(`${gcc} was not found on PATH; the fake NVML's ${variant.name} variant needs it (${variant.install})`));
         return;
       }
       const output = String(stderr).trim();
-      reject(new FakeNvmlBuildError(`gcc failed (${error.message.split('\n')[0]})${output ? `:\n${output}` : ''}`));
+      reject(new FakeNvmlBuildError(`${gcc} failed (${error.message.split('\n')[0]})${output ? `:\n${output}` : ''}`));
     });
   });
 }
@@ -104,7 +115,7 @@ async function buildVariant(variant: Variant, sources: Sources): Promise<string>
   await mkdir(dir, { recursive: true });
   const temporary = `${output}.tmp-${process.pid}-${Math.random().toString(16).slice(2)}`;
   try {
-    await runGcc([...COMMON_FLAGS, ...variant.defines, '-o', temporary, ...sources.cFiles]);
+    await runGcc(variant, [...COMMON_FLAGS, ...variant.defines, '-o', temporary, ...sources.cFiles]);
     await rename(temporary, output);
   } catch (error: unknown) {
     await rm(temporary, { force: true });
@@ -134,11 +145,24 @@ export function buildFakeNvml(): Promise<{ current: string; old: string }> {
   return result;
 }
 
+let pendingArm64: Promise<string> | undefined;
+
+/** Builds (when needed) the aarch64 variant and returns its directory. */
+export function buildFakeNvmlArm64(): Promise<string> {
+  pendingArm64 ??= listSources().then((sources) => buildVariant(ARM64, sources));
+  const result = pendingArm64;
+  result.catch(() => {
+    if (pendingArm64 === result) pendingArm64 = undefined;
+  });
+  return result;
+}
+
 if (import.meta.main) {
   try {
-    const { current, old } = await buildFakeNvml();
+    const [{ current, old }, arm64] = await Promise.all([buildFakeNvml(), buildFakeNvmlArm64()]);
     console.log(`fake NVML: ${path.join(current, LIBRARY_NAME)}`);
     console.log(`fake NVML (old driver): ${path.join(old, LIBRARY_NAME)}`);
+    console.log(`fake NVML (aarch64): ${path.join(arm64, LIBRARY_NAME)}`);
   } catch (error: unknown) {
     const message = error instanceof Error ? error.message : String(error);
     console.error(`fake NVML build failed: ${message}`);

@@ -1,30 +1,52 @@
 // A simulated GPU node for end-to-end tests, the demo and the benchmarks: the fake NVML (built from
 // test/fake-nvml) with a topology file, a sysfs fixture with the GPUs' NUMA nodes, the kubelet
 // stand-in, and the plugin — by default the built single executable, copied into an empty folder and
-// run with no node_modules and no node on its PATH.
+// run with no node_modules and no node on its PATH. With `arch: 'arm64'` the plugin is the aarch64
+// executable, run by qemu (binfmt_misc) against the cross-built fake NVML; the kubelet stand-in
+// stays native.
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync, openSync, writeSync, closeSync, constants as fsc } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { buildFakeNvml } from '../fake-nvml/build.ts';
+import { executablePath } from '../../build/build.ts';
+import type { Arch } from '../../build/runtime.ts';
+import { buildFakeNvml, buildFakeNvmlArm64 } from '../fake-nvml/build.ts';
 import { KubeletStandIn } from './kubelet.ts';
 
 export const ROOT = join(import.meta.dirname, '..', '..');
 export const TOPOLOGIES = join(ROOT, 'test', 'fixtures', 'topologies');
-export const BUILT_EXECUTABLE = join(ROOT, 'dist', 'gpu-device-plugin');
+export const BUILT_EXECUTABLE = executablePath('x64');
+/** Where `npm run build` writes each architecture's executable. */
+export const BUILT_EXECUTABLES: Readonly<Record<Arch, string>> = {
+  x64: BUILT_EXECUTABLE,
+  arm64: executablePath('arm64'),
+};
+/** The aarch64 C library and loader that qemu uses for the arm64 executable (libc6-arm64-cross). */
+export const AARCH64_SYSROOT = '/usr/aarch64-linux-gnu';
 
-let isolated: string | undefined;
+const isolated: Partial<Record<Arch, string>> = {};
 
-/** The built executable, copied once per test process into an empty folder of its own. */
-export function executable(): string {
-  if (isolated === undefined) {
-    if (!existsSync(BUILT_EXECUTABLE)) throw new Error(`${BUILT_EXECUTABLE} is missing; run npm run build first (npm test does)`);
+/** The built executable of `arch`, copied once per test process into an empty folder of its own. */
+export function executable(arch: Arch = 'x64'): string {
+  let path = isolated[arch];
+  if (path === undefined) {
+    const built = BUILT_EXECUTABLES[arch];
+    if (!existsSync(built)) throw new Error(`${built} is missing; run npm run build first (npm test does)`);
     const dir = mkdtempSync(join(tmpdir(), 'gdp-exe-'));
-    isolated = join(dir, 'gpu-device-plugin');
-    copyFileSync(BUILT_EXECUTABLE, isolated);
+    path = join(dir, 'gpu-device-plugin');
+    copyFileSync(built, path);
+    isolated[arch] = path;
   }
-  return isolated;
+  return path;
+}
+
+/**
+ * Environment an executable of `arch` needs on this machine: for arm64, where qemu finds the
+ * aarch64 loader and libraries (the host has no /lib/ld-linux-aarch64.so.1).
+ */
+export function archEnv(arch: Arch): Record<string, string> {
+  return arch === 'arm64' ? { QEMU_LD_PREFIX: AARCH64_SYSROOT } : {};
 }
 
 export interface TopologyGpu {
@@ -169,6 +191,8 @@ export interface SimOptions {
   fromSource?: boolean;
   /** Wait for the first registration (default: when a kubelet is started). */
   waitRegistered?: boolean;
+  /** Which built executable runs (default x64); arm64 runs under qemu with the aarch64 fake NVML. */
+  arch?: Arch;
 }
 
 export class SimNode {
@@ -199,7 +223,9 @@ export class SimNode {
   }
 
   static async start(opts: SimOptions = {}): Promise<SimNode> {
-    const libs = await buildFakeNvml();
+    const arch = opts.arch ?? 'x64';
+    if (arch !== 'x64' && opts.nvml === 'old') throw new Error('the old-driver fake NVML is built for x64 only');
+    const libs = arch === 'arm64' ? { current: await buildFakeNvmlArm64(), old: '' } : await buildFakeNvml();
     const dir = mkdtempSync(join(tmpdir(), 'gdp-sim-'));
     const name = opts.topology ?? 'demo-8';
     const topology = loadTopology(name);
@@ -216,15 +242,17 @@ export class SimNode {
       FAKE_NVML_CONTROL: node.control,
       SYSFS_ROOT: node.sysfs,
       TMPDIR: dir,
+      ...archEnv(arch),
       ...opts.env,
     };
     const args = ['--kubelet-socket', node.kubeletSocket, ...(opts.args ?? [])];
     node.plugin = opts.fromSource
       ? new PluginProcess(join(ROOT, 'node_modules', '.bin', 'node'), [join(ROOT, 'src', 'entry.ts'), ...args], env)
-      : new PluginProcess(executable(), args, env);
+      : new PluginProcess(executable(arch), args, env);
     if ((opts.waitRegistered ?? node.kubelet !== undefined) && node.kubelet !== undefined) {
       try {
-        await node.kubelet.waitForRegistrations(1, 15000);
+        // Emulation is 10–20× slower: a liveness bound only, generous for qemu.
+        await node.kubelet.waitForRegistrations(1, arch === 'x64' ? 15000 : 120000);
       } catch (err) {
         await node.stop();
         throw new Error(`${(err as Error).message}\nplugin log:\n${node.plugin.lines.join('\n')}`);

@@ -88,12 +88,16 @@ test('every key of the file reaches its option', () => {
     '    cdiAnnotationPrefix: x/',
     '    kubeletSocket: /k/kubelet.sock',
     '    sharedDevicesAllocationPolicy: packed',
+    'imex:',
+    '  channelIDs: [0]',
+    '  required: true',
   ].join('\n'));
   const o = p.options;
   assert.deepEqual({ ...o, configFile: null }, {
     kubeletSocket: '/k/kubelet.sock', driverRoot: '/run/nvidia/driver', devRoot: '/', deviceIdStrategy: 'index', deviceListStrategy: ['cdi-cri'],
     passDeviceSpecs: true, cdiAnnotationPrefix: 'x/', migStrategy: 'none', sharedDevicesAllocationPolicy: 'packed', failOnInitError: false,
     configFile: null, logLevel: 'error', socketCheckInterval: 2, healthProbeInterval: 1.5, healthRecovery: true, healthRecoveryQuietPeriod: 60, rediscoverInterval: 0,
+    imexChannelIds: [0], imexRequired: true,
   });
   for (const s of OPTION_SPECS) {
     if (s.key === 'configFile') continue;
@@ -199,8 +203,6 @@ test("NVIDIA's flags that this plugin lacks are refused by name with the reason,
     [['--cdi-feature-flags=foo'], {}, "--cdi-feature-flags: not supported by this plugin (NVIDIA's --cdi-feature-flags): this plugin does not write CDI specs"],
     [['--mps-root=/run/nvidia/mps'], {}, "--mps-root: not supported by this plugin (NVIDIA's --mps-root): MPS sharing is not supported"],
     [['--device-discovery-strategy=tegra'], {}, "--device-discovery-strategy: not supported by this plugin (NVIDIA's --device-discovery-strategy): GPUs are always found through NVML here"],
-    [['--imex-channel-ids=0,1'], {}, "--imex-channel-ids: not supported by this plugin (NVIDIA's --imex-channel-ids): IMEX channels are not injected"],
-    [[], { IMEX_REQUIRED: '1' }, 'environment variable IMEX_REQUIRED: not supported'],
     [['--mig-strategy=singel'], {}, '--mig-strategy: "singel" is not allowed; expected one of none, single, mixed'],
     [[], { MIG_STRATEGY: 'all' }, 'environment variable MIG_STRATEGY: "all" is not allowed'],
   ];
@@ -211,7 +213,6 @@ test("NVIDIA's flags that this plugin lacks are refused by name with the reason,
     ['flags:\n  gdsEnabled: true\n', "flags.gdsEnabled: true: not supported (NVIDIA's --gds-enabled): GPUDirect Storage is not requested for containers by this plugin (set NVIDIA_GDS=enabled in the pod instead)"],
     ['flags:\n  mpsRoot: /run/nvidia/mps\n', `flags.mpsRoot: "/run/nvidia/mps": not supported (NVIDIA's --mps-root): MPS sharing is not supported; share GPUs with sharing.timeSlicing in the config file`],
     ['flags:\n  plugin:\n    containerDriverRoot: /run/nvidia/driver\n', `flags.plugin.containerDriverRoot: "/run/nvidia/driver": not supported (NVIDIA's --driver-root-ctr-path): this plugin does not write CDI specs; generate them with \`nvidia-ctk cdi generate\` (vendor k8s.device-plugin.nvidia.com, class gpu)`],
-    ['imex:\n  channelIDs: [0]\n', "imex.channelIDs: a list (1 items): not supported (NVIDIA's --imex-channel-ids): IMEX channels are not injected into containers by this plugin"],
   ];
   for (const [text, message] of fileCases) refusedFile(text, message);
 });

@@ -1,0 +1,35 @@
+// Which IMEX channel device nodes exist under the dev root (FACTS §3). What follows from that — which
+// channels are passed, which are skipped, whether the start must stop — is core/imex.ts's decision;
+// this file only looks at the file system and logs the outcome.
+import { access, constants as fsc } from 'node:fs/promises';
+import { hostPath } from '../core/allocate.ts';
+import { chooseImexChannels, imexChannelPath } from '../core/imex.ts';
+import type { ImexChoice } from '../core/imex.ts';
+import type { Logger } from './log.ts';
+
+/** Looks for each configured channel's device node under devRoot. */
+export async function findImexChannels(ids: readonly number[], required: boolean, devRoot: string): Promise<ImexChoice> {
+  const present = new Set<string>();
+  for (const id of ids) {
+    try {
+      await access(hostPath(devRoot, imexChannelPath(id)), fsc.F_OK);
+      present.add(imexChannelPath(id));
+    } catch {
+      // absent: skipped, or fatal when required (decided in core/imex.ts)
+    }
+  }
+  return chooseImexChannels(ids, present, required, devRoot);
+}
+
+/**
+ * The channels to pass to every container, for the daemon's start: missing ones are logged as
+ * skipped; with --imex-required a missing one throws, which stops the start.
+ */
+export async function imexChannelsAtStart(opts: { imexChannelIds: readonly number[]; imexRequired: boolean; devRoot: string }, log: Logger): Promise<number[]> {
+  if (opts.imexChannelIds.length === 0) return [];
+  const choice = await findImexChannels(opts.imexChannelIds, opts.imexRequired, opts.devRoot);
+  if (choice.fatal !== null) throw new Error(choice.fatal);
+  for (const m of choice.missing) log.warn('IMEX channel skipped', { reason: m });
+  if (choice.channels.length > 0) log.info('IMEX channels passed to every container', { channels: choice.channels.join(',') });
+  return choice.channels;
+}

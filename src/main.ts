@@ -3,6 +3,7 @@
 // decision in it lives in core/; everything that touches the world in the adapters; this file only
 // wires them.
 import { access, constants as fsConstants } from 'node:fs/promises';
+import { hostname } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 import { API_VERSION } from './api/messages.ts';
 import { OPTION_SPECS, RESTART_ONLY_OPTIONS, helpText, parseOptions, showOption } from './cli/options.ts';
@@ -21,6 +22,10 @@ import { SocketDirWatcher } from './kubelet/watcher.ts';
 import { discoverGpus, readLinks } from './nvml/discovery.ts';
 import { Nvml } from './nvml/nvml.ts';
 import { EventWatcher } from './nvml/watcher.ts';
+import { NodeMetrics } from './core/metrics.ts';
+import type { LabelInput } from './core/labels.ts';
+import { readNodeFacts } from './nvml/node-facts.ts';
+import { LabelsOutput, MetricsOutput, readMachineType } from './observe/outputs.ts';
 import { HealthMonitor } from './plugin/health.ts';
 import { PluginServer, fileIdentity } from './plugin/server.ts';
 import { DevicePluginHandlers, PLUGIN_OPTIONS } from './plugin/service.ts';
@@ -159,7 +164,8 @@ async function run(input: RunInput): Promise<Running | undefined> {
   if (nvml === undefined) return undefined;
   waitingFor = 'the kubelet';
   const sysfsRoot = process.env['SYSFS_ROOT'] || '/sys';
-  log.info('NVML initialised', { library: nvml.libraryPath, driver: nvml.driverVersion() });
+  const driverVersion = nvml.driverVersion();
+  log.info('NVML initialised', { library: nvml.libraryPath, driver: driverVersion });
 
   let found = discoverGpus(nvml, sysfsRoot, log);
   let delay = 1000;
@@ -196,6 +202,13 @@ async function run(input: RunInput): Promise<Running | undefined> {
 
   const resources = new Map<string, ResourceRuntime>();
   let registeredOnce = false;
+  // Observability (issue 14): node labels for NFD and metrics for node_exporter, both off by default.
+  const metrics = new NodeMetrics(() => performance.now());
+  const facts = opts.nfdFeaturesFile === null ? undefined : readNodeFacts(nvml, gpus, found.handles, log);
+  const machine = facts === undefined ? null : readMachineType(sysfsRoot);
+  const labelsOutput = opts.nfdFeaturesFile === null ? undefined : new LabelsOutput(opts.nfdFeaturesFile, opts.nfdRemoveOnStop, log);
+  const labelInput = (): LabelInput => ({ gpus: facts?.gpus ?? [], driverVersion, cudaDriverVersion: facts?.cudaDriverVersion ?? null, machine, sharing, migStrategy: opts.migStrategy });
+  let metricsOutput: MetricsOutput | undefined;
   const status = (): string => {
     const h = monitor.health();
     return `STATUS=${registeredOnce ? 'registered' : 'waiting for the kubelet'}; ${countHealthyGpus(h)} of ${gpus.length} GPUs healthy`;
@@ -209,7 +222,32 @@ async function run(input: RunInput): Promise<Running | undefined> {
     for (const rt of resources.values()) rt.handlers.update({ ...rt.handlers.current, health: h });
     log.info('device counts', { healthy: countHealthyGpus(h), total: gpus.length });
     notifier.notify(status());
+    metricsOutput?.healthChanged();
   });
+  if (opts.metricsFile !== null) {
+    metricsOutput = new MetricsOutput({
+      path: opts.metricsFile,
+      intervalMs: opts.metricsInterval * 1000,
+      metrics,
+      log,
+      snapshot: () => {
+        const h = monitor.health();
+        return {
+          version: VERSION,
+          driverVersion,
+          node: hostname(),
+          gpus: gpus.map((g, i) => ({ index: g.index, uuid: g.uuid, healthy: h[i] === 'Healthy' })),
+          resources: [...resources.values()].map((rt) => {
+            const ds = rt.handlers.current.devices;
+            let healthy = 0;
+            for (const d of ds) if (h[d.gpu] === 'Healthy') healthy++;
+            return { name: rt.name, devices: ds.length, healthy };
+          }),
+          residentBytes: process.memoryUsage.rss(),
+        };
+      },
+    });
+  }
 
   const stateFor = (r: PlannedResource): PluginState => ({
     gpus,
@@ -253,7 +291,10 @@ async function run(input: RunInput): Promise<Running | undefined> {
         }
         log.info('watching GPU health', { event_gpus: watched.length, probe_s: opts.healthProbeInterval });
       },
-      onEvents: (events) => monitor.onEvents(events),
+      onEvents: (events) => {
+        for (const { event: ev, count } of events) if (ev.kind === 'xid' && ev.gpu !== -1) metrics.xids.add(ev.gpu, ev.xid, count);
+        monitor.onEvents(events);
+      },
       onProbe: (results) => monitor.onProbe(results),
     });
   };
@@ -262,7 +303,7 @@ async function run(input: RunInput): Promise<Running | undefined> {
   const startResource = (r: PlannedResource): ResourceRuntime => {
     const socketPath = join(dirname(opts.kubeletSocket), socketFileName(r.name));
     const rlog = log.child({ resource: r.name });
-    const handlers = new DevicePluginHandlers(stateFor(r), rlog);
+    const handlers = new DevicePluginHandlers(stateFor(r), rlog, metrics.resource(r.name));
     const rt: ResourceRuntime = { name: r.name, socketPath, handlers, registrar: undefined, watcher: undefined, server: undefined, attemptedKubelet: null, registered: false };
     const ensureServing = async (): Promise<void> => {
       if (rt.server !== undefined && (await rt.server.stillOurs())) return;
@@ -277,6 +318,7 @@ async function run(input: RunInput): Promise<Running | undefined> {
     };
     const registrar = new Registrar({
       log: rlog,
+      recorder: metrics.resource(r.name),
       ensureServing,
       register: async () => {
         rt.attemptedKubelet = await fileIdentity(opts.kubeletSocket);
@@ -293,6 +335,8 @@ async function run(input: RunInput): Promise<Running | undefined> {
         rt.registered = true;
         if (!registeredOnce && [...resources.values()].every((x) => x.registered)) {
           registeredOnce = true;
+          metrics.startToRegisteredSeconds = performance.now() / 1000;
+          void metricsOutput?.write();
           clearTimeout(readyTimer);
           sendReady(status());
         } else notifier.notify(status());
@@ -331,6 +375,8 @@ async function run(input: RunInput): Promise<Running | undefined> {
   };
 
   for (const r of plan) startResource(r);
+  void labelsOutput?.update(labelInput());
+  metricsOutput?.start();
 
   const reload = async (): Promise<void> => {
     const file = opts.configFile;
@@ -383,6 +429,8 @@ async function run(input: RunInput): Promise<Running | undefined> {
       if (r.devices.map((d) => d.id).join(' ') !== before) rt.registrar?.kick('config reloaded');
     }
     log.info('config reloaded', { file, changed: [...changed.map(flagOf), ...(sharingChanged ? ['sharing'] : [])], resources: describePlan(nextPlan) });
+    await labelsOutput?.update(labelInput());
+    void metricsOutput?.write();
   };
 
   running = {
@@ -390,9 +438,12 @@ async function run(input: RunInput): Promise<Running | undefined> {
       notifier.notify('STOPPING=1\nSTATUS=stopping');
       if (watchdogTimer !== undefined) clearInterval(watchdogTimer);
       monitor.stop();
+      metricsOutput?.stop();
+      const stopLabels = labelsOutput?.stop();
       const stopWatcher = watcher?.stop(800);
       await Promise.all([...resources.values()].map((rt) => stopResource(rt)));
       await stopWatcher;
+      await stopLabels;
       nvml.shutdown();
       notifier.close();
     },

@@ -44,6 +44,16 @@ export interface Options {
   healthRecovery: boolean;
   /** Seconds a GPU must answer NVML normally, with no new critical XID, before it recovers. */
   healthRecoveryQuietPeriod: number;
+  /** NFD local feature file the node labels are written to, or null (off). */
+  nfdFeaturesFile: string | null;
+  /** Remove the feature file on a clean stop (default: keep it, so a restart does not make labels flap). */
+  nfdRemoveOnStop: boolean;
+  /** node_exporter textfile the metrics are written to, or null (off). */
+  metricsFile: string | null;
+  /** Seconds between metrics file writes (a health change writes at once). */
+  metricsInterval: number;
+  /** The kubelet's PodResources socket, asked by `info` which pod holds which device. */
+  podResourcesSocket: string;
 }
 
 export type OptionKey = keyof Options;
@@ -109,6 +119,16 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     help: "let a GPU made unhealthy by an XID recover after the quiet period (NVIDIA's plugin never does; lost GPUs never recover)" },
   { key: 'healthRecoveryQuietPeriod', flag: 'health-recovery-quiet-period', env: 'HEALTH_RECOVERY_QUIET_PERIOD', config: 'flags.healthRecoveryQuietPeriod', default: '300', kind: { type: 'seconds', min: 0.05, max: 86400 },
     help: 'seconds of normal NVML answers with no new critical XID before a GPU recovers (with --health-recovery)' },
+  { key: 'nfdFeaturesFile', flag: 'nfd-features-file', env: 'NFD_FEATURES_FILE', config: 'flags.nfdFeaturesFile', default: null, kind: { type: 'string', path: true },
+    help: "write GPU Feature Discovery's node labels to this Node Feature Discovery local feature file, usually /etc/kubernetes/node-feature-discovery/features.d/gpu-device-plugin (default: off)" },
+  { key: 'nfdRemoveOnStop', flag: 'nfd-remove-on-stop', env: 'NFD_REMOVE_ON_STOP', config: 'flags.nfdRemoveOnStop', default: 'false', kind: { type: 'bool' },
+    help: 'remove the feature file on a clean stop; by default it stays, so that a restart does not make the labels flap' },
+  { key: 'metricsFile', flag: 'metrics-file', env: 'METRICS_FILE', config: 'flags.metricsFile', default: null, kind: { type: 'string', path: true },
+    help: "write Prometheus metrics to this file for node_exporter's textfile collector, usually /var/lib/prometheus/node-exporter/gpu-device-plugin.prom (default: off)" },
+  { key: 'metricsInterval', flag: 'metrics-interval', env: 'METRICS_INTERVAL', config: 'flags.metricsInterval', default: '15', kind: { type: 'seconds', min: 1, max: 3600 },
+    help: 'seconds between writes of the metrics file; a change of GPU health writes it at once' },
+  { key: 'podResourcesSocket', flag: 'pod-resources-socket', env: 'POD_RESOURCES_SOCKET', default: '/var/lib/kubelet/pod-resources/kubelet.sock', kind: { type: 'string', path: true },
+    help: "the kubelet's PodResources socket, which `gpu-device-plugin info` asks which pod holds which GPU" },
 ];
 
 /** An option of NVIDIA's plugin that this plugin does not have. */
@@ -332,6 +352,8 @@ export function parseOptions(argv: readonly string[], env: Readonly<Record<strin
   }
   if (values.devRoot === undefined) values.devRoot = values.driverRoot ?? '/';
   if (values.configFile === undefined) values.configFile = null;
+  if (values.nfdFeaturesFile === undefined) values.nfdFeaturesFile = null;
+  if (values.metricsFile === undefined) values.metricsFile = null;
   return {
     options: values as Options,
     origins,
@@ -347,6 +369,7 @@ export const resolveOptions = parseOptions;
 export const RESTART_ONLY_OPTIONS: readonly OptionKey[] = [
   'kubeletSocket', 'driverRoot', 'failOnInitError', 'configFile', 'logLevel', 'socketCheckInterval',
   'healthProbeInterval', 'healthRecovery', 'healthRecoveryQuietPeriod', 'migStrategy',
+  'nfdFeaturesFile', 'nfdRemoveOnStop', 'metricsFile', 'metricsInterval',
 ];
 
 /** Shows an option's value: lists comma-joined, null as "none". */

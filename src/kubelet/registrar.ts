@@ -1,6 +1,7 @@
 // Keeps the plugin registered with the kubelet for ever: serve first, then Register; on failure
 // retry with capped backoff; on a kick (the kubelet came back, our socket vanished) try at once.
 // Logs once per change of state, not once per retry.
+import type { RegistrationRecorder } from '../core/metrics.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 
@@ -17,6 +18,8 @@ export interface RegistrarDeps {
   /** Called after every successful registration. */
   onRegistered?(attempts: number, reason: string): void;
   log: Logger;
+  /** Counts every registration the kubelet accepted (metrics). */
+  recorder?: RegistrationRecorder;
   initialBackoffMs?: number;
   maxBackoffMs?: number;
 }
@@ -83,6 +86,7 @@ export class Registrar {
       await this.deps.register();
       if (this.stopped()) return;
       this.registrations++;
+      this.deps.recorder?.registered();
       this.deps.log.info('registered with the kubelet', { reason, attempts: this.attempts });
       this.deps.onRegistered?.(this.attempts, reason);
       this.attempts = 0;

@@ -20,6 +20,7 @@ export class LabelsOutput {
   private readonly log: Logger;
   private lastProblem: string | undefined;
   private warnedModels = '';
+  private updates = 0;
 
   constructor(path: string, removeOnStop: boolean, log: Logger) {
     this.file = new AtomicFile(path);
@@ -43,6 +44,8 @@ export class LabelsOutput {
     try {
       const wrote = await this.file.write(labelsFile(labels));
       if (wrote) this.log.info('node labels written', { file: this.file.path, labels: labels.length });
+      else if (this.updates === 0) this.log.info('node labels file already up to date; not rewritten', { file: this.file.path });
+      this.updates++;
       this.lastProblem = undefined;
     } catch (err) {
       const problem = errorText(err);

@@ -12,6 +12,7 @@
 #   lintian (and man, which it uses)          lintian, man-db
 #   systemd-analyze (verify, security)        systemd     gzip, xz                gzip, xz-utils
 #   setpriv (lintian runs unprivileged)       util-linux
+#   promtool (lints the metrics file)         prometheus  (19 MB download, 96 MB installed)
 set -euo pipefail
 
 declare -A package_of=(
@@ -30,6 +31,7 @@ declare -A package_of=(
   [gzip]=gzip
   [xz]=xz-utils
   [setpriv]=util-linux
+  [promtool]=prometheus
 )
 
 missing=()

@@ -96,6 +96,7 @@ export async function buildExecutable(outDir: string = dist): Promise<string> {
     execArgvExtension: 'none',
     assets: {
       'deviceplugin.proto': join(root, 'proto', 'deviceplugin.proto'),
+      'podresources.proto': join(root, 'proto', 'podresources.proto'),
       'koffi.node': koffiPath,
     },
   }, null, 2));

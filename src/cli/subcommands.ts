@@ -1,7 +1,9 @@
 // `info` and `check`: what the plugin sees of the node, without a cluster.
 import { errorText, stderrLogger } from '../system/log.ts';
 import { formatChecks, runChecks } from './check.ts';
+import { listPodResources } from '../kubelet/pod-resources.ts';
 import { formatInfo, infoJson, inspectNode } from './inspect.ts';
+import type { PodView } from './inspect.ts';
 import { parseOptions } from './options.ts';
 
 export async function runSubcommand(name: 'info' | 'check', argv: readonly string[]): Promise<void> {
@@ -21,7 +23,12 @@ export async function runSubcommand(name: 'info' | 'check', argv: readonly strin
       process.exitCode = 1;
       return;
     }
-    process.stdout.write(json ? infoJson(r.report) : formatInfo(r.report));
+    const socket = opts.podResourcesSocket;
+    const pods: PodView = await listPodResources(socket, 5000).then(
+      (list): PodView => ({ ok: true, socket, pods: list.map((p) => ({ namespace: p.namespace, pod: p.name, containers: p.containers.map((c) => ({ name: c.name, devices: c.devices.map((d) => ({ resource: d.resource_name, ids: d.device_ids })) })) })) }),
+      (err: unknown): PodView => ({ ok: false, socket, error: errorText(err) }),
+    );
+    process.stdout.write(json ? infoJson(r.report, pods) : formatInfo(r.report, pods));
   } catch (err) {
     process.stderr.write(`gpu-device-plugin ${name}: ${errorText(err)}\n`);
     process.exitCode = 2;

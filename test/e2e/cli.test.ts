@@ -159,3 +159,13 @@ test('info without the PodResources socket says so in one line and shows the res
   assert.match(j.podResources.error, /does not exist/);
   assert.equal(j.gpus.length, 8);
 });
+
+test('check tests the directories of the labels and metrics files when they are configured', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gdp-check-files-'));
+  const r = await run(['check', '--nfd-features-file', join(dir, 'missing', 'gpu-device-plugin'), '--metrics-file', join(dir, 'gpu-device-plugin.prom')], 'demo-8');
+  assert.equal(r.status, 1);
+  assert.match(r.stdout, new RegExp(`^FAIL  labels file +${dir}/missing: .*ENOENT.* — fix: is Node Feature Discovery installed\\? .*ReadWritePaths=${dir}/missing`, 'm'));
+  assert.match(r.stdout, new RegExp(`^PASS  metrics file +${dir} exists and is writable$`, 'm'));
+  const plain = await run(['check'], 'demo-8');
+  assert.doesNotMatch(plain.stdout, /labels file|metrics file  /);
+});

@@ -8,6 +8,7 @@ import { archFamily, labelsFile, nodeLabels, sanitise } from '../../src/core/lab
 import type { LabelGpu, LabelInput } from '../../src/core/labels.ts';
 import { LATENCY_BUCKETS, NodeMetrics, OUTCOME, RPC, escapeLabel, renderMetrics } from '../../src/core/metrics.ts';
 import type { MetricsSnapshot } from '../../src/core/metrics.ts';
+import { deviceHolders, holderText } from '../../src/core/holders.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
 import type { Sharing } from '../../src/core/sharing.ts';
 import { AtomicFile } from '../../src/system/atomic-file.ts';
@@ -182,4 +183,15 @@ test('atomic file: writes only changed content, replaces by rename, cleans up, r
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test('holders: device IDs traced to GPUs by UUID, index and replica; foreign resources ignored; unknown IDs kept apart', () => {
+  const gpus = [{ index: 0, uuid: 'GPU-a' }, { index: 1, uuid: 'GPU-b' }];
+  const { perGpu, others } = deviceHolders(gpus, [
+    { namespace: 'ml', pod: 'p', containers: [{ name: 'c', devices: [{ resource: 'nvidia.com/gpu', ids: ['GPU-b', '0'] }, { resource: 'example.com/nic', ids: ['GPU-a'] }] }] },
+    { namespace: 'default', pod: 'q', containers: [{ name: 'd', devices: [{ resource: 'nvidia.com/gpu.shared', ids: ['GPU-a::3'] }, { resource: 'nvidia.com/mig-1g.10gb', ids: ['MIG-x'] }] }] },
+  ]);
+  assert.deepEqual(perGpu[0]?.map(holderText), ['default/q/d (replica 3)', 'ml/p/c']);
+  assert.deepEqual(perGpu[1]?.map(holderText), ['ml/p/c']);
+  assert.deepEqual(others.map((h) => `${h.deviceId} ${h.resource} ${holderText(h)}`), ['MIG-x nvidia.com/mig-1g.10gb default/q/d']);
 });

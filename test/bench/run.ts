@@ -186,6 +186,8 @@ if (existsSync(policyBench)) {
   log('topology policy alone vs brute force');
   report['policy_alone'] = JSON.parse(execFileSync(process.execPath, [policyBench], { encoding: 'utf8', maxBuffer: 64 << 20 })) as unknown;
 }
+log('labels and metrics files: CPU per write, NVML calls, memory');
+report['observe'] = JSON.parse(execFileSync(process.execPath, [join(ROOT, 'test', 'bench', 'observe.bench.ts')], { encoding: 'utf8', maxBuffer: 64 << 20 })) as unknown;
 report['sizes'] = sizes();
 const text = JSON.stringify(report, null, 2);
 writeFileSync(join(ROOT, 'dist', 'bench.json'), text + '\n');

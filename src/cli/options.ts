@@ -127,7 +127,7 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     help: "write Prometheus metrics to this file for node_exporter's textfile collector, usually /var/lib/prometheus/node-exporter/gpu-device-plugin.prom (default: off)" },
   { key: 'metricsInterval', flag: 'metrics-interval', env: 'METRICS_INTERVAL', config: 'flags.metricsInterval', default: '15', kind: { type: 'seconds', min: 1, max: 3600 },
     help: 'seconds between writes of the metrics file; a change of GPU health writes it at once' },
-  { key: 'podResourcesSocket', flag: 'pod-resources-socket', env: 'POD_RESOURCES_SOCKET', default: '/var/lib/kubelet/pod-resources/kubelet.sock', kind: { type: 'string', path: true },
+  { key: 'podResourcesSocket', flag: 'pod-resources-socket', env: 'POD_RESOURCES_SOCKET', config: 'flags.podResourcesSocket', default: '/var/lib/kubelet/pod-resources/kubelet.sock', kind: { type: 'string', path: true },
     help: "the kubelet's PodResources socket, which `gpu-device-plugin info` asks which pod holds which GPU" },
 ];
 

@@ -3,7 +3,9 @@
 // renamed over the target, so a reader sees the old content or the new, never a part. Nothing is
 // written when the content is what the file already holds, so a restart or a no-op reload leaves
 // the file (and its inode and mtime) alone. The temporary name starts with a dot: NFD skips hidden
-// files, and node_exporter reads only *.prom.
+// files, and node_exporter reads only *.prom. No fsync: a power loss may leave the file empty or
+// old, and the next start rewrites it (the content differs); an fsync would instead hold one of
+// libuv's few pool threads for as long as a busy disk takes.
 import { open, readFile, rename, stat, unlink } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 
@@ -48,7 +50,6 @@ export class AtomicFile {
       try {
         await fh.writeFile(content, 'utf8');
         await fh.chmod(this.mode);
-        await fh.datasync();
       } finally {
         await fh.close();
       }

@@ -20,8 +20,13 @@ export interface Holder {
   readonly replica?: number;
 }
 
-export function deviceHolders(gpus: readonly { readonly index: number; readonly uuid: string }[], pods: readonly PodDevices[]): { perGpu: Holder[][]; others: Holder[] } {
-  const byId = new Map<string, number>();
+/**
+ * `carved`: IDs of devices carved from a GPU that are neither its UUID nor its index (MIG devices:
+ * their `MIG-…` UUID or `<gpu>:<gi>:<ci>` index), with the GPU's position — the MIG extension point.
+ */
+export function deviceHolders(gpus: readonly { readonly index: number; readonly uuid: string }[], pods: readonly PodDevices[],
+  carved: ReadonlyMap<string, number> = new Map()): { perGpu: Holder[][]; others: Holder[] } {
+  const byId = new Map<string, number>(carved);
   gpus.forEach((g, pos) => {
     byId.set(g.uuid, pos);
     byId.set(String(g.index), pos);

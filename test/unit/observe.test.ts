@@ -194,4 +194,8 @@ test('holders: device IDs traced to GPUs by UUID, index and replica; foreign res
   assert.deepEqual(perGpu[0]?.map(holderText), ['default/q/d (replica 3)', 'ml/p/c']);
   assert.deepEqual(perGpu[1]?.map(holderText), ['ml/p/c']);
   assert.deepEqual(others.map((h) => `${h.deviceId} ${h.resource} ${holderText(h)}`), ['MIG-x nvidia.com/mig-1g.10gb default/q/d']);
+  // With MIG devices known (the MIG extension point), their IDs lead to their GPU.
+  const mig = deviceHolders(gpus, [{ namespace: 'ml', pod: 'r', containers: [{ name: 'e', devices: [{ resource: 'nvidia.com/mig-1g.10gb', ids: ['MIG-x'] }] }] }], new Map([['MIG-x', 1]]));
+  assert.deepEqual(mig.perGpu[1]?.map((h) => `${h.deviceId} ${holderText(h)}`), ['MIG-x ml/r/e']);
+  assert.deepEqual(mig.others, []);
 });

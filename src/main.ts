@@ -3,7 +3,6 @@
 // decision in it lives in core/; everything that touches the world in the adapters; this file only
 // wires them.
 import { access, constants as fsConstants } from 'node:fs/promises';
-import { hostname } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 import { API_VERSION } from './api/messages.ts';
 import { OPTION_SPECS, RESTART_ONLY_OPTIONS, helpText, parseOptions, showOption } from './cli/options.ts';
@@ -22,10 +21,8 @@ import { SocketDirWatcher } from './kubelet/watcher.ts';
 import { discoverGpus, readLinks } from './nvml/discovery.ts';
 import { Nvml } from './nvml/nvml.ts';
 import { EventWatcher } from './nvml/watcher.ts';
-import { NodeMetrics } from './core/metrics.ts';
-import type { LabelInput } from './core/labels.ts';
 import { readNodeFacts } from './nvml/node-facts.ts';
-import { LabelsOutput, MetricsOutput, readMachineType } from './observe/outputs.ts';
+import { Observer } from './observe/observer.ts';
 import { HealthMonitor } from './plugin/health.ts';
 import { PluginServer, fileIdentity } from './plugin/server.ts';
 import { DevicePluginHandlers, PLUGIN_OPTIONS } from './plugin/service.ts';
@@ -202,13 +199,12 @@ async function run(input: RunInput): Promise<Running | undefined> {
 
   const resources = new Map<string, ResourceRuntime>();
   let registeredOnce = false;
-  // Observability (issue 14): node labels for NFD and metrics for node_exporter, both off by default.
-  const metrics = new NodeMetrics(() => performance.now());
-  const facts = opts.nfdFeaturesFile === null ? undefined : readNodeFacts(nvml, gpus, found.handles, log);
-  const machine = facts === undefined ? null : readMachineType(sysfsRoot);
-  const labelsOutput = opts.nfdFeaturesFile === null ? undefined : new LabelsOutput(opts.nfdFeaturesFile, opts.nfdRemoveOnStop, log);
-  const labelInput = (): LabelInput => ({ gpus: facts?.gpus ?? [], driverVersion, cudaDriverVersion: facts?.cudaDriverVersion ?? null, machine, sharing, migStrategy: opts.migStrategy });
-  let metricsOutput: MetricsOutput | undefined;
+  // Node labels for NFD and metrics for node_exporter, both off by default.
+  const observer = new Observer({ nfdFeaturesFile: opts.nfdFeaturesFile, nfdRemoveOnStop: opts.nfdRemoveOnStop, metricsFile: opts.metricsFile,
+    metricsIntervalSeconds: opts.metricsInterval, sysfsRoot, version: VERSION, log });
+  const metrics = observer.metrics;
+  const facts = observer.wantsLabels ? readNodeFacts(nvml, gpus, found.handles, log) : undefined;
+  const nodeState = (): Promise<void> => observer.nodeState({ gpus: facts?.gpus ?? [], driverVersion, cudaDriverVersion: facts?.cudaDriverVersion ?? null, sharing, migStrategy: opts.migStrategy });
   const status = (): string => {
     const h = monitor.health();
     return `STATUS=${registeredOnce ? 'registered' : 'waiting for the kubelet'}; ${countHealthyGpus(h)} of ${gpus.length} GPUs healthy`;
@@ -222,32 +218,8 @@ async function run(input: RunInput): Promise<Running | undefined> {
     for (const rt of resources.values()) rt.handlers.update({ ...rt.handlers.current, health: h });
     log.info('device counts', { healthy: countHealthyGpus(h), total: gpus.length });
     notifier.notify(status());
-    metricsOutput?.healthChanged();
+    observer.healthChanged();
   });
-  if (opts.metricsFile !== null) {
-    metricsOutput = new MetricsOutput({
-      path: opts.metricsFile,
-      intervalMs: opts.metricsInterval * 1000,
-      metrics,
-      log,
-      snapshot: () => {
-        const h = monitor.health();
-        return {
-          version: VERSION,
-          driverVersion,
-          node: hostname(),
-          gpus: gpus.map((g, i) => ({ index: g.index, uuid: g.uuid, healthy: h[i] === 'Healthy' })),
-          resources: [...resources.values()].map((rt) => {
-            const ds = rt.handlers.current.devices;
-            let healthy = 0;
-            for (const d of ds) if (h[d.gpu] === 'Healthy') healthy++;
-            return { name: rt.name, devices: ds.length, healthy };
-          }),
-          residentBytes: process.memoryUsage.rss(),
-        };
-      },
-    });
-  }
 
   const stateFor = (r: PlannedResource): PluginState => ({
     gpus,
@@ -292,7 +264,7 @@ async function run(input: RunInput): Promise<Running | undefined> {
         log.info('watching GPU health', { event_gpus: watched.length, probe_s: opts.healthProbeInterval });
       },
       onEvents: (events) => {
-        for (const { event: ev, count } of events) if (ev.kind === 'xid' && ev.gpu !== -1) metrics.xids.add(ev.gpu, ev.xid, count);
+        observer.xids(events);
         monitor.onEvents(events);
       },
       onProbe: (results) => monitor.onProbe(results),
@@ -335,8 +307,7 @@ async function run(input: RunInput): Promise<Running | undefined> {
         rt.registered = true;
         if (!registeredOnce && [...resources.values()].every((x) => x.registered)) {
           registeredOnce = true;
-          metrics.startToRegisteredSeconds = performance.now() / 1000;
-          void metricsOutput?.write();
+          observer.registered();
           clearTimeout(readyTimer);
           sendReady(status());
         } else notifier.notify(status());
@@ -375,8 +346,18 @@ async function run(input: RunInput): Promise<Running | undefined> {
   };
 
   for (const r of plan) startResource(r);
-  void labelsOutput?.update(labelInput());
-  metricsOutput?.start();
+  observer.start(() => {
+    const h = monitor.health();
+    return {
+      driverVersion,
+      gpus: gpus.map((g, i) => ({ index: g.index, uuid: g.uuid, healthy: h[i] === 'Healthy' })),
+      resources: [...resources.values()].map((rt) => {
+        const ds = rt.handlers.current.devices;
+        return { name: rt.name, devices: ds.length, healthy: ds.filter((d) => h[d.gpu] === 'Healthy').length };
+      }),
+    };
+  });
+  void nodeState();
 
   const reload = async (): Promise<void> => {
     const file = opts.configFile;
@@ -429,8 +410,7 @@ async function run(input: RunInput): Promise<Running | undefined> {
       if (r.devices.map((d) => d.id).join(' ') !== before) rt.registrar?.kick('config reloaded');
     }
     log.info('config reloaded', { file, changed: [...changed.map(flagOf), ...(sharingChanged ? ['sharing'] : [])], resources: describePlan(nextPlan) });
-    await labelsOutput?.update(labelInput());
-    void metricsOutput?.write();
+    await nodeState();
   };
 
   running = {
@@ -438,12 +418,11 @@ async function run(input: RunInput): Promise<Running | undefined> {
       notifier.notify('STOPPING=1\nSTATUS=stopping');
       if (watchdogTimer !== undefined) clearInterval(watchdogTimer);
       monitor.stop();
-      metricsOutput?.stop();
-      const stopLabels = labelsOutput?.stop();
+      const stopObserver = observer.stop();
       const stopWatcher = watcher?.stop(800);
       await Promise.all([...resources.values()].map((rt) => stopResource(rt)));
       await stopWatcher;
-      await stopLabels;
+      await stopObserver;
       nvml.shutdown();
       notifier.close();
     },

@@ -6,10 +6,10 @@
 // reads it (`yes`/`no`/`on`/`off` are booleans); JSON is YAML too.
 //
 // This module knows the file's structure and the sharing section; which `flags` keys exist and what
-// they mean comes from the option table in options.ts, passed in as a ConfigSchema.
+// they mean comes from the option table in options.ts, passed in as a ConfigSchema (so this module
+// never imports options.ts; K is the option key type the schema names).
 import { readFileSync } from 'node:fs';
 import { parseAllDocuments } from 'yaml';
-import type { OptionKey } from './options.ts';
 import { GPU_RESOURCE, MAX_REPLICAS, NO_SHARING, qualifyResourceName } from '../core/sharing.ts';
 import type { DeviceSelection, GpuRef, Sharing, TimeSlicedResource } from '../core/sharing.ts';
 
@@ -31,10 +31,10 @@ export type ConfigShape =
   | 'number'   // a number, or a string such as "5s"
   | 'ints';    // a list of integers (joined with commas)
 
-export interface ConfigOptionKey {
+export interface ConfigOptionKey<K extends string = string> {
   /** Key path in the file, e.g. flags.plugin.passDeviceSpecs. */
   readonly path: string;
-  readonly key: OptionKey;
+  readonly key: K;
   readonly shape: ConfigShape;
 }
 
@@ -48,8 +48,8 @@ export interface ConfigUnsupportedKey {
   readonly reason: string;
 }
 
-export interface ConfigSchema {
-  readonly options: readonly ConfigOptionKey[];
+export interface ConfigSchema<K extends string = string> {
+  readonly options: readonly ConfigOptionKey<K>[];
   readonly unsupported: readonly ConfigUnsupportedKey[];
   /** Keys meant for another program (GPU feature discovery): accepted, not used. */
   readonly foreign: readonly { readonly path: string; readonly reader: string }[];
@@ -62,9 +62,9 @@ export interface ConfigValue {
   readonly path: string;
 }
 
-export interface ConfigFileValues {
+export interface ConfigFileValues<K extends string = string> {
   readonly file: string;
-  readonly values: ReadonlyMap<OptionKey, ConfigValue>;
+  readonly values: ReadonlyMap<K, ConfigValue>;
   readonly sharing: Sharing;
   /** Key paths present but read by another program (see ConfigSchema.foreign). */
   readonly foreign: readonly string[];
@@ -266,7 +266,7 @@ function patternResources(r: Reader, v: unknown): void {
 }
 
 /** Parses and checks the text of a config file. `file` names it in messages. */
-export function parseConfigText(text: string, file: string, schema: ConfigSchema): ConfigFileValues {
+export function parseConfigText<K extends string>(text: string, file: string, schema: ConfigSchema<K>): ConfigFileValues<K> {
   const r: Reader = new Reader(file);
   const docs = parseAllDocuments(text, { version: '1.1', uniqueKeys: true, prettyErrors: true });
   if (!Array.isArray(docs)) throw new ConfigError(`config file ${file}: not a YAML or JSON document`);
@@ -287,7 +287,7 @@ export function parseConfigText(text: string, file: string, schema: ConfigSchema
   } catch (err) {
     throw new ConfigError(`config file ${file}: cannot be read as data: ${(err as Error).message}`);
   }
-  const values = new Map<OptionKey, ConfigValue>();
+  const values = new Map<K, ConfigValue>();
   const foreign: string[] = [];
   if (top === null) return { file, values, sharing: NO_SHARING, foreign };
   if (!isMap(top)) r.fail('(top level)', `${showValue(top)} is not allowed; expected a mapping with version, flags and sharing`);
@@ -334,7 +334,7 @@ export function parseConfigText(text: string, file: string, schema: ConfigSchema
 }
 
 /** Reads and checks a config file. */
-export function readConfigFile(file: string, schema: ConfigSchema, read: (path: string) => string = (p) => readFileSync(p, 'utf8')): ConfigFileValues {
+export function readConfigFile<K extends string>(file: string, schema: ConfigSchema<K>, read: (path: string) => string = (p) => readFileSync(p, 'utf8')): ConfigFileValues<K> {
   let text: string;
   try {
     text = read(file);

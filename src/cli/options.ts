@@ -54,6 +54,8 @@ export interface Options {
   metricsInterval: number;
   /** The kubelet's PodResources socket, asked by `info` which pod holds which device. */
   podResourcesSocket: string;
+  /** Seconds between cheap checks whether the node's GPUs changed (a full scan when they did); 0: off. */
+  rediscoverInterval: number;
 }
 
 export type OptionKey = keyof Options;
@@ -129,6 +131,8 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     help: 'seconds between writes of the metrics file; a change of GPU health writes it at once' },
   { key: 'podResourcesSocket', flag: 'pod-resources-socket', env: 'POD_RESOURCES_SOCKET', config: 'flags.podResourcesSocket', default: '/var/lib/kubelet/pod-resources/kubelet.sock', kind: { type: 'string', path: true },
     help: "the kubelet's PodResources socket, which `gpu-device-plugin info` asks which pod holds which GPU" },
+  { key: 'rediscoverInterval', flag: 'rediscover-interval', env: 'REDISCOVER_INTERVAL', config: 'flags.rediscoverInterval', default: '60', kind: { type: 'seconds', min: 0, max: 86400 },
+    help: 'seconds between cheap checks whether GPUs were added, removed or changed MIG mode (a full scan when they were); 0 turns the timer off (SIGHUP still re-discovers)' },
 ];
 
 /** An option of NVIDIA's plugin that this plugin does not have. */
@@ -187,7 +191,7 @@ function isInert(u: UnsupportedOption, raw: string): boolean {
 }
 
 /** The config file's keys, from the tables above. */
-export const CONFIG_SCHEMA: ConfigSchema = {
+export const CONFIG_SCHEMA: ConfigSchema<OptionKey> = {
   options: OPTION_SPECS.flatMap((s) => (s.config === undefined ? [] : [{ path: s.config, key: s.key, shape: shapeOf(s) }])),
   unsupported: UNSUPPORTED_OPTIONS.flatMap((u) => (u.config === null ? [] : [{
     path: u.config,
@@ -321,7 +325,7 @@ export function parseOptions(argv: readonly string[], env: Readonly<Record<strin
   const envFile = env[fileSpec.env];
   if (typeof flagFile === 'string') configFile = flagFile;
   else if (envFile !== undefined && envFile !== '') configFile = convert(fileSpec, envFile, `environment variable ${fileSpec.env}`) as string;
-  let file: ConfigFileValues | undefined;
+  let file: ConfigFileValues<OptionKey> | undefined;
   if (configFile !== null) file = readConfigFile(configFile, CONFIG_SCHEMA, deps.readFile);
 
   const values: Partial<Record<OptionKey, Value | null>> = {};

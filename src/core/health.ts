@@ -240,6 +240,24 @@ export type HealthInput =
   /** A cheap NVML query per GPU on a timer; 'lost' means GPU_IS_LOST (fallen off the bus). */
   | { kind: 'probe'; gpu: number; result: 'ok' | 'lost' };
 
+/**
+ * What a GPU watcher reports (the NVML event worker, in practice), as plain data. gpu: a position in
+ * the GPU list being watched; null: the event named no device (all GPUs); -1: a device not managed.
+ */
+export type WatchedEvent =
+  | { kind: 'xid'; gpu: number | null; xid: number }
+  | { kind: 'ecc-double'; gpu: number | null }
+  | { kind: 'ecc-single'; gpu: number | null };
+
+/** Identical events of one batch travel once, with how many there were (a storm is mostly repeats). */
+export interface EventBatchEntry {
+  event: WatchedEvent;
+  count: number;
+}
+
+/** A probe's answer for one GPU: 'lost' is GPU_IS_LOST; 'error' any other failure (no verdict). */
+export type ProbeResult = 'ok' | 'lost' | 'error';
+
 /** One health transition of one GPU. */
 export interface HealthChange {
   gpu: number;
@@ -257,7 +275,11 @@ export interface RecoverySettings {
   quietMs: number;
 }
 
-interface GpuState {
+/**
+ * Everything the tracker knows about one GPU, as plain data: what a node snapshot carries per GPU so
+ * that health survives re-discovery (core/snapshot.ts) and a tracker can be rebuilt from it.
+ */
+export interface GpuHealthState {
   health: Health;
   /** A probe answered GPU_IS_LOST: never recovers. */
   lost: boolean;
@@ -271,6 +293,12 @@ interface GpuState {
   lastXid: number | null;
   singleBit: number;
 }
+type GpuState = GpuHealthState;
+
+/** The state of a GPU nothing has happened to. */
+export function freshHealthState(): GpuHealthState {
+  return { health: 'Healthy', lost: false, permanent: false, quietStartMs: 0, okSinceQuietStart: false, lastXid: null, singleBit: 0 };
+}
 
 /** Per-GPU health as a pure state machine. Never throws on input; see the module notes for rules. */
 export class HealthTracker {
@@ -282,7 +310,8 @@ export class HealthTracker {
   #published: readonly Health[];
   #nextDue: number | null = null;
 
-  constructor(gpuCount: number, settings: HealthSettings, recovery: RecoverySettings) {
+  /** `initial`, when given, is each GPU's state to start from (by position; missing ones start fresh). */
+  constructor(gpuCount: number, settings: HealthSettings, recovery: RecoverySettings, initial?: readonly (GpuHealthState | undefined)[]) {
     if (!Number.isSafeInteger(gpuCount) || gpuCount < 0) throw new RangeError(`GPU count ${gpuCount} is not a non-negative integer`);
     if (recovery.enabled && !(Number.isFinite(recovery.quietMs) && recovery.quietMs >= 0)) {
       throw new RangeError(`recovery quiet period ${recovery.quietMs} ms is not a non-negative number of milliseconds`);
@@ -291,16 +320,17 @@ export class HealthTracker {
     this.#recovery = { enabled: recovery.enabled, quietMs: recovery.quietMs };
     this.#watchDoubleBit = watchesDoubleBitEcc(settings);
     this.#watchLost = watchesLostGpus(settings);
-    this.#gpus = Array.from({ length: gpuCount }, (): GpuState => ({
-      health: 'Healthy',
-      lost: false,
-      permanent: false,
-      quietStartMs: 0,
-      okSinceQuietStart: false,
-      lastXid: null,
-      singleBit: 0,
-    }));
+    this.#gpus = Array.from({ length: gpuCount }, (_, i): GpuState => {
+      const from = initial?.[i];
+      return from === undefined ? freshHealthState() : { ...from };
+    });
     this.#published = Object.freeze(this.#gpus.map((g) => g.health));
+    this.#recomputeNextDue();
+  }
+
+  /** A copy of every GPU's state, by position (plain data, for a snapshot). */
+  states(): GpuHealthState[] {
+    return this.#gpus.map((g) => ({ ...g }));
   }
 
   /** Applies one event or probe answer at time nowMs; returns the transitions it caused, in order. */

@@ -5,8 +5,8 @@ import { watch } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import type { FSWatcher } from 'node:fs';
 import { basename, dirname } from 'node:path';
-import { fileIdentity } from '../plugin/server.ts';
 import { errorText } from '../system/log.ts';
+import { fileIdentity } from './socket-identity.ts';
 import type { Logger } from '../system/log.ts';
 
 export interface WatcherDeps {

@@ -4,13 +4,15 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Gpu } from '../core/devices.ts';
 import type { Logger } from '../system/log.ts';
-import { NVML, NvmlError } from './errors.ts';
+import { NVML, NvmlError, meansDriverGone } from './errors.ts';
 import type { DeviceHandle, Nvml, PciInfo } from './nvml.ts';
 
 export interface DiscoveredGpus {
   gpus: Gpu[];
   /** NVML handles, by position in gpus. */
   handles: DeviceHandle[];
+  /** GPUs NVML counts but which could not be read (fallen off the bus, say), by NVML index. */
+  unreadable?: { index: number; error: NvmlError }[];
 }
 
 /** sysfs form of a PCI bus id: lower case, 4-digit domain (00000000:07:00.0 → 0000:07:00.0). */
@@ -36,6 +38,7 @@ export function discoverGpus(nvml: Nvml, sysfsRoot: string, log: Logger): Discov
   const count = nvml.deviceCount();
   const gpus: Gpu[] = [];
   const handles: DeviceHandle[] = [];
+  const unreadable: { index: number; error: NvmlError }[] = [];
   for (let index = 0; index < count; index++) {
     try {
       const h = nvml.handleByIndex(index);
@@ -57,11 +60,13 @@ export function discoverGpus(nvml: Nvml, sysfsRoot: string, log: Logger): Discov
       handles.push(h);
     } catch (err) {
       // A GPU that cannot be read (fallen off the bus, say) is not advertised; the others are.
-      if (!(err instanceof NvmlError)) throw err;
+      // A driver that stopped answering concerns every GPU: the caller decides.
+      if (!(err instanceof NvmlError) || meansDriverGone(err.code)) throw err;
       log.error('GPU cannot be read and is not advertised', { gpu: index, error: err.message });
+      unreadable.push({ index, error: err });
     }
   }
-  return { gpus, handles };
+  return { gpus, handles, unreadable };
 }
 
 export type RemoteKind = 'gpu' | 'switch' | 'unknown';

@@ -12,8 +12,18 @@ export const NVML = {
   ERROR_TIMEOUT: 10,
   ERROR_FUNCTION_NOT_FOUND: 13,
   ERROR_GPU_IS_LOST: 15,
+  ERROR_RESET_REQUIRED: 16,
+  ERROR_LIB_RM_VERSION_MISMATCH: 18,
   ERROR_UNKNOWN: 999,
 } as const;
+
+/**
+ * Codes that say the driver as a whole does not answer (unloaded, or library and kernel module of
+ * different versions mid-upgrade): NVML is shut down and opened again until it answers.
+ */
+export function meansDriverGone(code: number): boolean {
+  return code === NVML.ERROR_UNINITIALIZED || code === NVML.ERROR_DRIVER_NOT_LOADED || code === NVML.ERROR_LIB_RM_VERSION_MISMATCH;
+}
 
 /** Which GPU a failed call concerned, as far as it is known. */
 export interface GpuRef {
@@ -60,6 +70,8 @@ export function fallbackErrorText(code: number): string {
     case NVML.ERROR_TIMEOUT: return 'Timeout';
     case NVML.ERROR_FUNCTION_NOT_FOUND: return 'Function Not Found';
     case NVML.ERROR_GPU_IS_LOST: return 'GPU is lost';
+    case NVML.ERROR_RESET_REQUIRED: return 'GPU requires reset';
+    case NVML.ERROR_LIB_RM_VERSION_MISMATCH: return 'RM has detected an NVML/RM version mismatch';
     default: return 'Unknown Error';
   }
 }

@@ -5,7 +5,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { loadKoffi } from '../system/native.ts';
 import { createLogger } from '../system/log.ts';
 import { nvmlTypes } from './bindings.ts';
-import { NVML, NvmlError } from './errors.ts';
+import { NVML, NvmlError, meansDriverGone } from './errors.ts';
 import { Nvml } from './nvml.ts';
 import type { DeviceHandle } from './nvml.ts';
 import type { EventBatchEntry, WatchedGpu, WorkerMessage, WorkerSettings, WatchedEvent } from './events.ts';
@@ -79,7 +79,9 @@ function run(): void {
     let nextProbe = 0;
     // One batch: identical events folded into one entry with a count.
     const batch = new Map<string, EventBatchEntry>();
-    while (!stopping()) {
+    // The driver stopped answering: say so once and stop; the scanner re-opens NVML and starts a new worker.
+    let driverGone: NvmlError | null = null;
+    while (!stopping() && driverGone === null) {
       const now = performance.now();
       if (now >= nextProbe) {
         const results = handles.map((h, pos) => {
@@ -87,9 +89,11 @@ function run(): void {
           const rc = nvml.probe(h);
           if (rc === NVML.SUCCESS) return 'ok' as const;
           if (rc === NVML.ERROR_GPU_IS_LOST) return 'lost' as const;
+          if (meansDriverGone(rc)) driverGone = new NvmlError('nvmlDeviceGetMemoryInfo', rc, nvml.errorText(rc), { index: settings.gpus[pos]?.nvmlIndex ?? pos });
           log.debug('probe failed', { gpu: settings.gpus[pos]?.nvmlIndex, error: nvml.errorText(rc) });
           return 'error' as const;
         });
+        if (driverGone !== null) break;
         post({ type: 'probe', results });
         nextProbe = now + settings.probeIntervalMs;
       }
@@ -120,14 +124,19 @@ function run(): void {
         post({ type: 'events', events: [...batch.values()] });
         batch.clear();
       }
+      if (meansDriverGone(rc)) {
+        driverGone = new NvmlError(waitName, rc, nvml.errorText(rc));
+        break;
+      }
       if (rc !== NVML.SUCCESS && rc !== NVML.ERROR_TIMEOUT) {
         log.warn('NVML event wait failed; retrying', { error: new NvmlError(waitName, rc, nvml.errorText(rc)).message });
         Atomics.wait(stopFlag, 0, 0, settings.waitTimeoutMs);
       }
     }
-    if (set !== null) nvml.callCode('nvmlEventSetFree', set);
+    if (driverGone !== null) post({ type: 'driver-gone', message: (driverGone as NvmlError).message });
+    else if (set !== null) nvml.callCode('nvmlEventSetFree', set);
   } finally {
-    nvml.shutdown();
+    nvml.close();
   }
 }
 

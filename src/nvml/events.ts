@@ -1,4 +1,7 @@
 // What the NVML event worker and the main thread say to each other (plain, structured-clonable data).
+// The event and probe shapes are the health policy's (core/health.ts); positions are in WorkerSettings.gpus.
+import type { EventBatchEntry, ProbeResult, WatchedEvent } from '../core/health.ts';
+export type { EventBatchEntry, ProbeResult, WatchedEvent };
 
 /** NVML event type bits (nvmlEventType*). */
 export const EVENT_TYPES = {
@@ -27,24 +30,13 @@ export interface WorkerSettings {
   journal: boolean;
 }
 
-/** gpu: a position in WorkerSettings.gpus; null: the event named no device (all GPUs); -1: a device we do not manage. */
-export type WatchedEvent =
-  | { kind: 'xid'; gpu: number | null; xid: number }
-  | { kind: 'ecc-double'; gpu: number | null }
-  | { kind: 'ecc-single'; gpu: number | null };
-
-/** Identical events of one batch travel once, with how many there were (a storm is mostly repeats). */
-export interface EventBatchEntry {
-  event: WatchedEvent;
-  count: number;
-}
-
-export type ProbeResult = 'ok' | 'lost' | 'error';
 
 export type WorkerMessage =
   | { type: 'ready'; watched: number[]; unsupported: number[] }
   | { type: 'events'; events: EventBatchEntry[] }
   | { type: 'probe'; results: ProbeResult[] }
   | { type: 'log'; line: string }
+  /** NVML answered that the driver is gone (unloaded, version mismatch); the worker has stopped watching. */
+  | { type: 'driver-gone'; message: string }
   | { type: 'stopped' }
   | { type: 'failed'; message: string };

@@ -1,17 +1,23 @@
 // What the node labels need from NVML beyond discovery: the CUDA version the driver supports, each
-// GPU's compute capability and whether it can do MIG. Read once per node state (start, reload), a
+// GPU's compute capability and whether it can do MIG. Read with each scan when labels are on, a
 // few calls per GPU; a driver without one of these functions loses only the labels made from it.
-import type { LabelGpu } from '../core/labels.ts';
 import type { Gpu } from '../core/devices.ts';
 import type { Logger } from '../system/log.ts';
 import { NVML, NvmlError } from './errors.ts';
 import type { DeviceHandle, Nvml } from './nvml.ts';
 
+export interface GpuFacts {
+  /** CUDA compute capability, or null when NVML could not say. */
+  compute: { major: number; minor: number } | null;
+  /** nvmlDeviceGetMigMode answers: the GPU can do MIG, enabled or not. */
+  migCapable: boolean;
+}
+
 export interface NodeFacts {
   /** e.g. 12040 for CUDA 12.4, or null when NVML cannot say. */
   cudaDriverVersion: number | null;
-  /** By position in the GPU list. */
-  gpus: LabelGpu[];
+  /** By GPU UUID. */
+  gpus: Map<string, GpuFacts>;
 }
 
 export function readNodeFacts(nvml: Nvml, gpus: readonly Gpu[], handles: readonly DeviceHandle[], log: Logger): NodeFacts {
@@ -24,9 +30,10 @@ export function readNodeFacts(nvml: Nvml, gpus: readonly Gpu[], handles: readonl
   }
   const canCompute = nvml.has('nvmlDeviceGetCudaComputeCapability');
   const canMig = nvml.has('nvmlDeviceGetMigMode');
-  const facts = gpus.map((g, i): LabelGpu => {
+  const facts = new Map<string, GpuFacts>();
+  gpus.forEach((g, i) => {
     const h = handles[i];
-    let compute: LabelGpu['compute'] = null;
+    let compute: GpuFacts['compute'] = null;
     let migCapable = false;
     if (h !== undefined && canCompute) {
       const major = [0];
@@ -39,7 +46,7 @@ export function readNodeFacts(nvml: Nvml, gpus: readonly Gpu[], handles: readonl
       // NOT_SUPPORTED: a GPU without MIG. Any answer at all: MIG-capable, enabled or not.
       migCapable = nvml.callCode('nvmlDeviceGetMigMode', h, [0], [0]) === NVML.SUCCESS;
     }
-    return { name: g.name, memoryBytes: g.memoryBytes, compute, migCapable };
+    facts.set(g.uuid, { compute, migCapable });
   });
   return { cudaDriverVersion, gpus: facts };
 }

@@ -215,6 +215,19 @@ export class Nvml {
     if (!this.initialised) return;
     this.initialised = false;
     const code = this.basic.nvmlShutdown() as number;
-    if (code !== NVML.SUCCESS) this.log.warn('nvmlShutdown failed', { code, error: this.errorText(code) });
+    if (code !== NVML.SUCCESS) this.log.debug('nvmlShutdown failed', { code, error: this.errorText(code) });
+  }
+
+  /**
+   * Shuts NVML down and unloads the library, so that opening it again loads the file on disk now
+   * (a new driver's). Nothing may be called on this object afterwards.
+   */
+  close(): void {
+    this.shutdown();
+    try {
+      this.lib.unload();
+    } catch (err) {
+      this.log.debug('cannot unload NVML', { error: err instanceof Error ? err.message : String(err) });
+    }
   }
 }

@@ -1,16 +1,18 @@
 // Turns what the NVML watcher reports into per-GPU health with the pure policy (core/health.ts),
 // logs every transition once (UUID, XID, meaning), runs the recovery timer, and hands the new health
 // to whoever advertises it. Storms stay cheap: the policy is O(1) per event and only transitions
-// reach the device list.
+// reach the device list. When the node's GPUs change, rebase() starts over on the new list from the
+// states the snapshot carried over (core/snapshot.ts).
 import type { Gpu, Health } from '../core/devices.ts';
 import { HealthTracker } from '../core/health.ts';
-import type { HealthChange, HealthSettings, RecoverySettings } from '../core/health.ts';
-import type { EventBatchEntry, ProbeResult } from '../nvml/events.ts';
+import type { EventBatchEntry, GpuHealthState, HealthChange, HealthSettings, ProbeResult, RecoverySettings } from '../core/health.ts';
 import type { Logger } from '../system/log.ts';
 
 export class HealthMonitor {
-  private readonly tracker: HealthTracker;
-  private readonly gpus: readonly Gpu[];
+  private tracker: HealthTracker;
+  private gpus: readonly Gpu[];
+  private readonly settings: HealthSettings;
+  private readonly recovery: RecoverySettings;
   private readonly log: Logger;
   private readonly onChange: (health: readonly Health[]) => void;
   private readonly now: () => number;
@@ -21,6 +23,8 @@ export class HealthMonitor {
   constructor(gpus: readonly Gpu[], settings: HealthSettings, recovery: RecoverySettings, log: Logger,
     onChange: (health: readonly Health[]) => void, now: () => number = () => performance.now()) {
     this.gpus = gpus;
+    this.settings = settings;
+    this.recovery = recovery;
     this.tracker = new HealthTracker(gpus.length, settings, recovery);
     this.log = log;
     this.onChange = onChange;
@@ -29,6 +33,18 @@ export class HealthMonitor {
 
   health(): readonly Health[] {
     return this.tracker.health();
+  }
+
+  /** Every GPU's state, by position (plain data for the snapshot). */
+  states(): GpuHealthState[] {
+    return this.tracker.states();
+  }
+
+  /** Starts over on another GPU list, each GPU from the state given (by position). */
+  rebase(gpus: readonly Gpu[], states: readonly GpuHealthState[]): void {
+    this.gpus = gpus;
+    this.tracker = new HealthTracker(gpus.length, this.settings, this.recovery, states);
+    this.schedule();
   }
 
   get eventCount(): number {

@@ -5,25 +5,12 @@ import { lstat, unlink } from 'node:fs/promises';
 import { devicePluginService } from '../api/proto.ts';
 import type { DevicePluginHandlers } from './service.ts';
 
-/** Identity of a file: inode plus change time, so a recycled inode number is not mistaken for ours. */
-export async function fileIdentity(path: string): Promise<string | null> {
-  try {
-    const st = await lstat(path, { bigint: true });
-    return `${st.ino}:${st.ctimeNs}`;
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
-    throw err;
-  }
-}
-
 export class PluginServer {
   readonly socketPath: string;
-  readonly identity: string;
   private readonly server: grpc.Server;
 
-  private constructor(socketPath: string, identity: string, server: grpc.Server) {
+  private constructor(socketPath: string, server: grpc.Server) {
     this.socketPath = socketPath;
-    this.identity = identity;
     this.server = server;
   }
 
@@ -44,23 +31,15 @@ export class PluginServer {
         else resolve();
       });
     });
-    const identity = await fileIdentity(socketPath);
-    if (identity === null) {
-      server.forceShutdown();
-      throw new Error(`${socketPath} vanished right after it was created`);
-    }
-    return new PluginServer(socketPath, identity, server);
+    return new PluginServer(socketPath, server);
   }
 
-  /** Whether the socket file on disk is still the one this server listens on. */
-  async stillOurs(): Promise<boolean> {
-    return (await fileIdentity(this.socketPath)) === this.identity;
-  }
-
-  /** Stops at once (open streams are cut) and removes our socket file if it is still ours. */
-  async stop(): Promise<void> {
-    const ours = await this.stillOurs().catch(() => false);
+  /**
+   * Stops at once (open streams are cut). removeSocket: the caller found the socket file is still
+   * the one this server made (not a successor's), so it is removed too.
+   */
+  async stop(removeSocket: boolean): Promise<void> {
     this.server.forceShutdown();
-    if (ours) await unlink(this.socketPath).catch(() => undefined);
+    if (removeSocket) await unlink(this.socketPath).catch(() => undefined);
   }
 }

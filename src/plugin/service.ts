@@ -3,7 +3,7 @@
 import * as grpc from '@grpc/grpc-js';
 import type { ServerUnaryCall, ServerWritableStream, sendUnaryData, UntypedServiceImplementation } from '@grpc/grpc-js';
 import type * as M from '../api/messages.ts';
-import { allocate } from '../core/allocate.ts';
+import { allocate, showId } from '../core/allocate.ts';
 import type { AllocateSettings, DeviceIndex } from '../core/allocate.ts';
 import { deviceList } from '../core/devices.ts';
 import { NO_RECORDER, OUTCOME, RPC } from '../core/metrics.ts';
@@ -26,6 +26,8 @@ export interface PluginState {
   /** Chooses replicas, for a resource with time-slicing (default distributed). */
   readonly sharedPolicy?: SharedAllocationPolicy;
   readonly allocateSettings: AllocateSettings;
+  /** Device IDs this resource advertised until a recent re-discovery, with why they left. */
+  readonly vanished?: ReadonlyMap<string, string>;
 }
 
 interface OpenStream {
@@ -94,6 +96,16 @@ export class DevicePluginHandlers {
     this.streams.clear();
   }
 
+  /** A request naming a device that has just left the node is refused naming it and why. */
+  private refuseVanished(ids: Iterable<string>): void {
+    const gone = this.state.vanished;
+    if (gone === undefined || gone.size === 0) return;
+    for (const id of ids) {
+      const why = gone.get(id);
+      if (why !== undefined && !this.state.index.byId.has(id)) throw new RequestError(`device ID ${showId(id)} is no longer on this node: ${why}`);
+    }
+  }
+
   private fail<T>(method: string, err: unknown, cb: sendUnaryData<T>): RpcOutcomeId {
     if (err instanceof RequestError) {
       this.log.warn(`${method} refused`, { reason: err.message });
@@ -129,6 +141,7 @@ export class DevicePluginHandlers {
         let outcome: RpcOutcomeId = OUTCOME.ok;
         try {
           const st = this.state;
+          this.refuseVanished(call.request.container_requests.flatMap((c) => [...c.available_deviceIDs, ...c.must_include_deviceIDs]));
           const answers = preferredAllocation(call.request.container_requests, st.index, st.chooser, st.sharedPolicy);
           if (this.log.enabled('debug')) this.log.debug('GetPreferredAllocation', { answers: answers.map((a) => a.join('+')) });
           cb(null, { container_responses: answers.map((deviceIDs) => ({ deviceIDs })) });
@@ -142,6 +155,7 @@ export class DevicePluginHandlers {
         let outcome: RpcOutcomeId = OUTCOME.ok;
         try {
           const st = this.state;
+          this.refuseVanished(call.request.container_requests.flatMap((c) => c.devices_ids));
           const responses = allocate(call.request.container_requests, st.index, st.allocateSettings);
           if (this.log.enabled('debug')) {
             this.log.debug('Allocate', {

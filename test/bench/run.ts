@@ -2,7 +2,9 @@
 // Medians (and p99 where asked) over repeated runs; the machine is shared and noisy, so nothing here
 // is a pass/fail test. Figures: start → registered, idle RSS and RSS after 10 000 RPCs, Allocate and
 // GetPreferredAllocation latency through gRPC, kubelet restart → re-registered, XID → Unhealthy at
-// the kubelet, an XID storm, preferred-allocation latency per topology and size, sizes on disk.
+// the kubelet, an XID storm, preferred-allocation latency per topology and size, the live node (GPU
+// removed / driver back → new ListAndWatch list, NVML calls per idle minute with re-discovery), sizes
+// on disk.
 import { existsSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
@@ -154,6 +156,77 @@ async function preferredPerTopology(): Promise<Record<string, unknown>> {
   return out;
 }
 
+/** From a FIFO command to the first ListAndWatch list that satisfies pred. */
+async function untilList(node: SimNode, command: string, pred: (d: { ID: string; health: string }[]) => boolean): Promise<number> {
+  const t0 = performance.now();
+  node.nvml(command);
+  await node.kubelet!.waitForDevices(pred, 'nvidia.com/gpu', 120000);
+  return performance.now() - t0;
+}
+
+async function liveNode(rounds: number): Promise<Record<string, unknown>> {
+  const out: Record<string, unknown> = {};
+  // GPU removed / back: found by the re-discovery timer (1 s here; the default is 60 s).
+  let node = await SimNode.start({ topology: 'demo-8', args: ['--rediscover-interval=1'] });
+  try {
+    const u = node.topology.gpus.map((g) => g.uuid);
+    await node.plugin.waitForLine(/watching GPU health/);
+    const removed: number[] = [];
+    const back: number[] = [];
+    for (let i = 0; i < rounds; i++) {
+      const g = i % 8;
+      removed.push(await untilList(node, `remove ${g}`, (d) => d.length === 7));
+      back.push(await untilList(node, `add ${u[g]}`, (d) => d.length === 8));
+    }
+    out['gpu_removed_to_new_list_ms'] = { ...stats(removed), rediscover_interval_s: 1 };
+    out['gpu_back_to_new_list_ms'] = { ...stats(back), rediscover_interval_s: 1 };
+    // Driver unloaded (noticed by the health watcher at once) and loaded again (noticed at the next
+    // re-open attempt: capped backoff from 1 s, so the figure depends on how long it was away).
+    const gone: number[] = [];
+    const again: number[] = [];
+    for (let i = 0; i < Math.max(3, rounds >> 1); i++) {
+      gone.push(await untilList(node, 'unload', (d) => d.every((x) => x.health === 'Unhealthy')));
+      await sleep(500);
+      again.push(await untilList(node, `load 560.${i}.0`, (d) => d.length === 8 && d.every((x) => x.health === 'Healthy')));
+      await node.plugin.waitForLine(/watching GPU health/, 20000, node.plugin.lines.length - 1);
+    }
+    out['driver_unloaded_to_unhealthy_list_ms'] = stats(gone);
+    out['driver_back_to_healthy_list_ms'] = { ...stats(again), driver_away_ms: 500 };
+  } finally {
+    await node.stop();
+  }
+  // NVML calls per idle minute (8 GPUs, health watched): without re-discovery, and every second.
+  const idle = async (interval: string, seconds: number): Promise<{ perMinute: number; calls: Record<string, number> }> => {
+    const n = await SimNode.start({ topology: 'demo-8', args: [`--rediscover-interval=${interval}`] });
+    try {
+      await n.plugin.waitForLine(/watching GPU health/);
+      await sleep(1000);
+      const a = await n.nvmlStats();
+      await sleep(seconds * 1000);
+      const b = await n.nvmlStats();
+      const calls: Record<string, number> = {};
+      for (const [k, v] of Object.entries(b.calls)) {
+        const d = v - (a.calls[k] ?? 0);
+        if (d > 0) calls[k] = Math.round(d * 60 / seconds);
+      }
+      return { perMinute: Math.round((b.total - a.total) * 60 / seconds), calls };
+    } finally {
+      await n.stop();
+    }
+  };
+  const off = await idle('0', 20);
+  const everySecond = await idle('1', 20);
+  const perCheck = (everySecond.perMinute - off.perMinute) / 60;
+  out['nvml_calls_per_idle_minute'] = {
+    rediscovery_off: off.perMinute,
+    rediscovery_every_1s: everySecond.perMinute,
+    rediscovery_default_60s: Math.round(off.perMinute + perCheck),
+    calls_per_identity_check: r2(perCheck),
+    by_function_rediscovery_every_1s: everySecond.calls,
+  };
+  return out;
+}
+
 function sizes(): Record<string, number> {
   const mib = (p: string): number => r2(statSync(p).size / 1048576);
   const out: Record<string, number> = { executable_mib: mib(BUILT_EXECUTABLE) };
@@ -186,6 +259,8 @@ if (existsSync(policyBench)) {
   log('topology policy alone vs brute force');
   report['policy_alone'] = JSON.parse(execFileSync(process.execPath, [policyBench], { encoding: 'utf8', maxBuffer: 64 << 20 })) as unknown;
 }
+log('live node: GPU removed/back, driver unloaded/back, NVML calls per idle minute');
+report['live_node'] = await liveNode(10);
 log('labels and metrics files: CPU per write, NVML calls, memory');
 report['observe'] = JSON.parse(execFileSync(process.execPath, [join(ROOT, 'test', 'bench', 'observe.bench.ts')], { encoding: 'utf8', maxBuffer: 64 << 20 })) as unknown;
 report['sizes'] = sizes();

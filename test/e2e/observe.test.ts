@@ -96,7 +96,7 @@ test('labels file: exact content, rewritten on reload only when it changes, kept
 
     // A clean stop keeps the file; the next start with the same node state does not rewrite it.
     node.plugin.signal('SIGTERM');
-    assert.equal((await node.plugin.exited).code, 0);
+    assert.deepEqual(await node.plugin.exited, { code: 0, signal: null }, node.plugin.lines.slice(-40).join('\n'));
     const kept = statSync(labels);
     assert.equal(readFileSync(labels, 'utf8'), SHARED);
     await node.stop();
@@ -163,7 +163,8 @@ test('metrics file: parsed back; RPCs, XIDs and re-registrations move the counte
     const text = readIf(prom);
     return text === undefined ? undefined : parseSamples(text).get(`${P}${name}`);
   };
-  const until = (name: string, want: number): Promise<number> => eventually(`${name} = ${want} (now ${sample(name)})`, () => (sample(name) === want ? want : undefined));
+  const until = (name: string, want: number): Promise<number> => eventually(`${name} = ${want}`, () => (sample(name) === want ? want : undefined))
+    .catch((err: unknown) => { throw new Error(`${(err as Error).message} (now ${sample(name)}); plugin log:\n${node.plugin.lines.slice(-30).join('\n')}`); });
   try {
     const u = node.topology.gpus.map((g) => g.uuid);
     await until(`registrations_total{${R}}`, 1);

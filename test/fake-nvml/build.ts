@@ -35,6 +35,9 @@ const COMMON_FLAGS = [
   '-Wextra',
   '-Werror',
   `-Wl,-soname,${LIBRARY_NAME}`,
+  // Its control thread may outlive every nvmlShutdown (a node change in effect), so a dlclose
+  // by a caller that re-opens NVML (as the plugin does when the driver goes) must not unmap it.
+  '-Wl,-z,nodelete',
 ];
 
 type Variant = { name: 'current' | 'old'; defines: string[] };

@@ -19,11 +19,26 @@
  *                        sbe <index|all>       SingleBitEccError
  *                        lost <index>          the GPU answers NVML_ERROR_GPU_IS_LOST
  *                        back <index>          the GPU answers normally again
+ *                        remove <index>        the GPU leaves the bus: the device count drops and
+ *                                              the GPUs after it move down one index (their
+ *                                              handles change); links to it go inactive
+ *                        add <uuid|all>        a removed GPU comes back at its configured place
+ *                                              (indices and handles of the GPUs after it move up)
+ *                        unload                the driver goes: every call answers
+ *                                              DRIVER_NOT_LOADED, nvmlInit fails with it
+ *                        load [<version>]      the driver is back, reporting this version (default
+ *                                              the config's); a session opened before the unload
+ *                                              answers UNINITIALIZED until its last nvmlShutdown
  *                        stats <path>          write call counters as JSON (tmp file + rename)
  *                        reset-stats           zero the call counters and droppedEvents
  *                      Commands run in order, so a `stats` file appearing proves every
  *                      earlier command was applied. Empty lines and lines starting with
  *                      '#' are ignored; a malformed line gets one stderr line.
+ *                      Node changes (remove, unload) outlive nvmlShutdown/nvmlInit: a GPU
+ *                      removed stays removed, an unloaded driver stays unloaded, a loaded
+ *                      version stays, until a command undoes it. While one is in effect the
+ *                      control thread keeps reading the FIFO after the last nvmlShutdown, so
+ *                      the command that undoes it can arrive.
  *
  * Build variants: compiled with -DFAKE_OLD_DRIVER the library stands for an old driver
  * and lacks nvmlDeviceGetNumaNodeId, nvmlDeviceGetNvLinkRemotePciInfo_v2,
@@ -260,6 +275,7 @@ static void reset_counters(void)
 #define FAKE_MAX_SWITCHES 64
 #define FAKE_QUEUE_CAPACITY 4096
 #define FAKE_NO_NUMA (-1)
+#define FAKE_DROPPED_EVENT (-2) /* queued event of a GPU removed since */
 #define FAKE_DEVICE_MAGIC 0x4e564d4cu /* "NVML" */
 #define FAKE_SET_MAGIC 0x45565453u    /* "EVTS" */
 #define FAKE_UUID_SIZE 96
@@ -326,6 +342,18 @@ static unsigned char g_level[FAKE_MAX_GPUS][FAKE_MAX_GPUS];
 static struct fake_event_set *g_sets;
 static unsigned int g_total_waiters;
 
+/* Node changes made through the FIFO (remove/add/unload/load). Guarded by g_mu; they
+ * outlive nvmlShutdown (see the file comment). */
+static char g_removed[FAKE_MAX_GPUS][FAKE_UUID_SIZE];
+static unsigned int g_removed_count;
+static int g_unloaded;                            /* every call: DRIVER_NOT_LOADED */
+static int g_stale;                               /* session predates an unload: UNINITIALIZED */
+static char g_loaded_version[FAKE_VERSION_SIZE];  /* after `load <v>`; "" = the config's */
+/* Every configured GPU (removed ones too), by configured index, copied at init. */
+static struct fake_device g_conf[FAKE_MAX_GPUS];
+static unsigned char g_conf_level[FAKE_MAX_GPUS][FAKE_MAX_GPUS];
+static unsigned int g_conf_count;
+
 /* Control thread (started and joined under g_init_mu). */
 static int g_ctl_fd = -1;
 static pthread_t g_ctl_thread;
@@ -358,7 +386,11 @@ static nvmlReturn_t copy_string(char *dst, unsigned int length, const char *src)
 static nvmlReturn_t enter(void)
 {
     pthread_mutex_lock(&g_mu);
-    if (!g_live) {
+    if (g_live && g_unloaded) {
+        pthread_mutex_unlock(&g_mu);
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+    }
+    if (!g_live || g_stale) {
         pthread_mutex_unlock(&g_mu);
         return NVML_ERROR_UNINITIALIZED;
     }
@@ -1099,13 +1131,28 @@ static nvmlReturn_t event_wait(nvmlEventSet_t handle, nvmlEventData_t *data, uns
     add_ms(&deadline, timeoutms);
     s->waiters++;
     g_total_waiters++;
-    while (g_live && !s->closing && s->count == 0) {
-        int rc = pthread_cond_timedwait(&s->cond, &g_mu, &deadline);
+    for (;;) {
+        int rc;
 
-        if (rc == ETIMEDOUT)
+        /* Events for a GPU removed since they were queued are dropped. */
+        while (s->count > 0 && s->ring[s->head].device == FAKE_DROPPED_EVENT) {
+            s->head = (s->head + 1) % FAKE_QUEUE_CAPACITY;
+            s->count--;
+        }
+        if (!g_live || g_unloaded || g_stale || s->closing || s->count > 0)
             break;
+        rc = pthread_cond_timedwait(&s->cond, &g_mu, &deadline);
+        if (rc == ETIMEDOUT) {
+            while (s->count > 0 && s->ring[s->head].device == FAKE_DROPPED_EVENT) {
+                s->head = (s->head + 1) % FAKE_QUEUE_CAPACITY;
+                s->count--;
+            }
+            break;
+        }
     }
-    if (!g_live) {
+    if (g_live && g_unloaded) {
+        r = NVML_ERROR_DRIVER_NOT_LOADED;
+    } else if (!g_live || g_stale) {
         r = NVML_ERROR_UNINITIALIZED;
     } else if (s->closing) {
         r = NVML_ERROR_INVALID_ARGUMENT;
@@ -1237,6 +1284,100 @@ static void write_stats(const char *line, const char *path)
     }
 }
 
+
+/* ------------------------------------------------------------------------------------ */
+/* Node changes: GPUs removed and added, the driver unloaded and loaded                   */
+/* ------------------------------------------------------------------------------------ */
+
+static int node_changed_locked(void)
+{
+    return g_unloaded || g_removed_count > 0;
+}
+
+static int removed_index_locked(const char *uuid)
+{
+    unsigned int i;
+
+    for (i = 0; i < g_removed_count; i++)
+        if (strcmp(g_removed[i], uuid) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* Rebuilds the live GPUs from the configured ones minus the removed ones: indices, handles,
+ * topology levels and NVLink peers follow the new order (links to a removed GPU go
+ * inactive); a GPU still present keeps its lost flag; event registrations and queued events
+ * move with their GPU (those of a removed GPU are dropped). Called with g_mu held. */
+static void publish_devices_locked(void)
+{
+    static struct fake_device old[FAKE_MAX_GPUS];
+    int conf_to_new[FAKE_MAX_GPUS], old_to_new[FAKE_MAX_GPUS];
+    unsigned int old_count = g_gpu_count, count = 0, i, j, k;
+    struct fake_event_set *set;
+
+    memcpy(old, g_devs, sizeof old[0] * old_count);
+    for (i = 0; i < g_conf_count; i++)
+        conf_to_new[i] = removed_index_locked(g_conf[i].uuid) < 0 ? (int)count++ : -1;
+    memset(g_devs, 0, sizeof g_devs);
+    for (i = 0; i < g_conf_count; i++) {
+        struct fake_device *d;
+
+        if (conf_to_new[i] < 0)
+            continue;
+        d = &g_devs[conf_to_new[i]];
+        *d = g_conf[i];
+        d->index = (unsigned int)conf_to_new[i];
+        for (k = 0; k < FAKE_MAX_LINKS; k++) {
+            if (d->links[k].kind != LINK_TO_GPU)
+                continue;
+            if (conf_to_new[d->links[k].remote] < 0)
+                d->links[k].kind = LINK_UNUSED;
+            else
+                d->links[k].remote = (unsigned int)conf_to_new[d->links[k].remote];
+        }
+        for (j = 0; j < old_count; j++)
+            if (strcmp(old[j].uuid, d->uuid) == 0)
+                d->lost = old[j].lost;
+        for (j = 0; j < g_conf_count; j++)
+            if (conf_to_new[j] >= 0)
+                g_level[conf_to_new[i]][conf_to_new[j]] = g_conf_level[i][j];
+    }
+    for (j = 0; j < old_count; j++) {
+        old_to_new[j] = -1;
+        for (i = 0; i < g_conf_count; i++)
+            if (conf_to_new[i] >= 0 && strcmp(g_conf[i].uuid, old[j].uuid) == 0)
+                old_to_new[j] = conf_to_new[i];
+    }
+    for (set = g_sets; set; set = set->next) {
+        unsigned long long registered[FAKE_MAX_GPUS] = { 0 };
+
+        set->registered_any = 0;
+        for (j = 0; j < old_count; j++) {
+            if (old_to_new[j] >= 0) {
+                registered[old_to_new[j]] = set->registered[j];
+                set->registered_any |= set->registered[j];
+            }
+        }
+        memcpy(set->registered, registered, sizeof registered);
+        for (k = 0; k < set->count; k++) {
+            struct fake_event *e = &set->ring[(set->head + k) % FAKE_QUEUE_CAPACITY];
+
+            if (e->device >= 0)
+                e->device = (unsigned int)e->device < old_count && old_to_new[e->device] >= 0 ? old_to_new[e->device] : FAKE_DROPPED_EVENT;
+        }
+    }
+    g_gpu_count = count;
+}
+
+/* Wakes every thread blocked in an event wait (it re-checks the state). Called with g_mu held. */
+static void wake_waiters_locked(void)
+{
+    struct fake_event_set *set;
+
+    for (set = g_sets; set; set = set->next)
+        pthread_cond_broadcast(&set->cond);
+}
+
 /* GPU index token; "all" gives -1 when allowed. Call with g_mu held. */
 static int parse_gpu_token(const char *line, const char *token, int allow_all, int *out)
 {
@@ -1262,14 +1403,133 @@ static int parse_gpu_token(const char *line, const char *token, int allow_all, i
     return 0;
 }
 
+/* FIFO commands. Each handler gets the tokens (tok[0] is the command) and runs with g_mu
+ * held, except CMD_UNLOCKED ones; CMD_LIVE ones are skipped while NVML is not initialised
+ * (they act on the session's GPUs), CMD_NODE ones act on the node whatever the session. */
+enum command_scope { CMD_UNLOCKED, CMD_LIVE, CMD_NODE };
+
+struct control_command {
+    const char *name;
+    int min_args, max_args; /* after the name */
+    enum command_scope scope;
+    const char *usage;
+    void (*run)(const char *line, char **tok, int ntok);
+};
+
+static void cmd_event(const char *line, char **tok, int ntok)
+{
+    unsigned long long value = 0;
+    unsigned long long type = tok[0][0] == 'x' ? nvmlEventTypeXidCriticalError
+                              : tok[0][0] == 'd' ? nvmlEventTypeDoubleBitEccError : nvmlEventTypeSingleBitEccError;
+    int gpu;
+
+    if (parse_gpu_token(line, tok[1], 1, &gpu) < 0)
+        return;
+    if (ntok == 3 && parse_u64(tok[2], &value) < 0) {
+        control_complain(line, "XID must be a number");
+        return;
+    }
+    post_event(gpu, type, value);
+}
+
+static void cmd_lost(const char *line, char **tok, int ntok)
+{
+    int gpu;
+
+    (void)ntok;
+    if (parse_gpu_token(line, tok[1], 0, &gpu) == 0)
+        g_devs[gpu].lost = tok[0][0] == 'l';
+}
+
+static void cmd_reset_stats(const char *line, char **tok, int ntok)
+{
+    (void)line, (void)tok, (void)ntok;
+    reset_counters();
+}
+
+static void cmd_remove(const char *line, char **tok, int ntok)
+{
+    int gpu;
+
+    (void)ntok;
+    if (g_unloaded || g_stale) {
+        control_complain(line, "the driver is not loaded; load it first");
+        return;
+    }
+    if (parse_gpu_token(line, tok[1], 0, &gpu) < 0)
+        return;
+    if (g_removed_count == FAKE_MAX_GPUS) {
+        control_complain(line, "too many GPUs removed");
+        return;
+    }
+    snprintf(g_removed[g_removed_count++], FAKE_UUID_SIZE, "%s", g_devs[gpu].uuid);
+    publish_devices_locked();
+}
+
+static void cmd_add(const char *line, char **tok, int ntok)
+{
+    int at;
+
+    (void)ntok;
+    if (strcmp(tok[1], "all") == 0) {
+        g_removed_count = 0;
+    } else if ((at = removed_index_locked(tok[1])) < 0) {
+        control_complain(line, "not the UUID of a removed GPU");
+        return;
+    } else {
+        memmove(g_removed[at], g_removed[at + 1], (g_removed_count - (unsigned int)at - 1) * sizeof g_removed[0]);
+        g_removed_count--;
+    }
+    if (g_live && !g_stale && !g_unloaded)
+        publish_devices_locked();
+}
+
+static void cmd_unload(const char *line, char **tok, int ntok)
+{
+    (void)line, (void)tok, (void)ntok;
+    g_unloaded = 1;
+    if (g_live)
+        g_stale = 1;
+    wake_waiters_locked();
+}
+
+static void cmd_load(const char *line, char **tok, int ntok)
+{
+    if (!g_unloaded) {
+        control_complain(line, "the driver is loaded; unload it first");
+        return;
+    }
+    if (ntok == 2 && strlen(tok[1]) >= FAKE_VERSION_SIZE) {
+        control_complain(line, "version too long");
+        return;
+    }
+    g_unloaded = 0;
+    snprintf(g_loaded_version, sizeof g_loaded_version, "%s", ntok == 2 ? tok[1] : "");
+}
+
+static const struct control_command g_commands[] = {
+    { "xid", 2, 2, CMD_LIVE, "usage: xid <index|all> <n>", cmd_event },
+    { "dbe", 1, 1, CMD_LIVE, "usage: dbe <index|all>", cmd_event },
+    { "sbe", 1, 1, CMD_LIVE, "usage: sbe <index|all>", cmd_event },
+    { "lost", 1, 1, CMD_LIVE, "usage: lost <index>", cmd_lost },
+    { "back", 1, 1, CMD_LIVE, "usage: back <index>", cmd_lost },
+    { "reset-stats", 0, 0, CMD_UNLOCKED, "reset-stats takes no argument", cmd_reset_stats },
+    { "remove", 1, 1, CMD_LIVE, "usage: remove <index>", cmd_remove },
+    { "add", 1, 1, CMD_NODE, "usage: add <uuid|all>", cmd_add },
+    { "unload", 0, 0, CMD_NODE, "unload takes no argument", cmd_unload },
+    { "load", 0, 1, CMD_NODE, "usage: load [<driver version>]", cmd_load },
+};
+
+#define CONTROL_MAX_TOKENS 4
+
 static void handle_command(char *line)
 {
     char original[256];
-    char *tokens[4] = { NULL, NULL, NULL, NULL };
+    char *tokens[CONTROL_MAX_TOKENS] = { NULL };
     char *save = NULL, *p, *tok;
-    size_t len = strlen(line);
-    int ntok = 0, gpu;
-    unsigned long long value;
+    const struct control_command *c = NULL;
+    size_t len = strlen(line), i;
+    int ntok = 0;
 
     while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
         line[--len] = '\0';
@@ -1292,57 +1552,34 @@ static void handle_command(char *line)
         return;
     }
     for (tok = strtok_r(p, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
-        if (ntok == 4) {
+        if (ntok == CONTROL_MAX_TOKENS) {
             control_complain(original, "too many arguments");
             return;
         }
         tokens[ntok++] = tok;
     }
-
-    if (strcmp(tokens[0], "reset-stats") == 0) {
-        if (ntok != 1) {
-            control_complain(original, "reset-stats takes no argument");
-            return;
-        }
-        reset_counters();
-        return;
-    }
     if (strcmp(tokens[0], "stats") == 0) {
         control_complain(original, "missing stats path");
         return;
     }
-
-    pthread_mutex_lock(&g_mu);
-    if (!g_live) {
-        pthread_mutex_unlock(&g_mu);
+    for (i = 0; i < sizeof g_commands / sizeof g_commands[0]; i++)
+        if (strcmp(tokens[0], g_commands[i].name) == 0)
+            c = &g_commands[i];
+    if (!c) {
+        control_complain(original, "unknown command");
         return;
     }
-    if (strcmp(tokens[0], "xid") == 0) {
-        if (ntok != 3) {
-            control_complain(original, "usage: xid <index|all> <n>");
-        } else if (parse_gpu_token(original, tokens[1], 1, &gpu) == 0) {
-            if (parse_u64(tokens[2], &value) < 0)
-                control_complain(original, "XID must be a number");
-            else
-                post_event(gpu, nvmlEventTypeXidCriticalError, value);
-        }
-    } else if (strcmp(tokens[0], "dbe") == 0 || strcmp(tokens[0], "sbe") == 0) {
-        int dbe = tokens[0][0] == 'd';
-
-        if (ntok != 2)
-            control_complain(original, dbe ? "usage: dbe <index|all>" : "usage: sbe <index|all>");
-        else if (parse_gpu_token(original, tokens[1], 1, &gpu) == 0)
-            post_event(gpu, dbe ? nvmlEventTypeDoubleBitEccError : nvmlEventTypeSingleBitEccError, 0);
-    } else if (strcmp(tokens[0], "lost") == 0 || strcmp(tokens[0], "back") == 0) {
-        int lost = tokens[0][0] == 'l';
-
-        if (ntok != 2)
-            control_complain(original, lost ? "usage: lost <index>" : "usage: back <index>");
-        else if (parse_gpu_token(original, tokens[1], 0, &gpu) == 0)
-            g_devs[gpu].lost = lost;
-    } else {
-        control_complain(original, "unknown command");
+    if (ntok - 1 < c->min_args || ntok - 1 > c->max_args) {
+        control_complain(original, c->usage);
+        return;
     }
+    if (c->scope == CMD_UNLOCKED) {
+        c->run(original, tokens, ntok);
+        return;
+    }
+    pthread_mutex_lock(&g_mu);
+    if (g_live || c->scope == CMD_NODE)
+        c->run(original, tokens, ntok);
     pthread_mutex_unlock(&g_mu);
 }
 
@@ -1406,7 +1643,7 @@ static nvmlReturn_t control_open(void)
     struct stat st;
     char ebuf[128];
 
-    if (!path || !path[0])
+    if (!path || !path[0] || g_ctl_fd >= 0) /* none, or still open (kept for a node change) */
         return NVML_SUCCESS;
     if (stat(path, &st) != 0) {
         if (errno != ENOENT || (mkfifo(path, 0600) != 0 && errno != EEXIST) || stat(path, &st) != 0) {
@@ -1434,7 +1671,7 @@ static nvmlReturn_t control_spawn(void)
     sigset_t all, old;
     int rc;
 
-    if (g_ctl_fd < 0)
+    if (g_ctl_fd < 0 || g_ctl_running)
         return NVML_SUCCESS;
     __atomic_store_n(&g_ctl_stop, 0, __ATOMIC_RELEASE);
     /* The thread blocks every signal: the host process keeps its own signal handling. */
@@ -1472,7 +1709,14 @@ static void control_stop(void)
  * g_init_mu held. */
 static void teardown(void)
 {
-    control_stop();
+    int keep;
+
+    /* While a node change is in effect the FIFO stays read, for the command that undoes it. */
+    pthread_mutex_lock(&g_mu);
+    keep = node_changed_locked();
+    pthread_mutex_unlock(&g_mu);
+    if (!keep)
+        control_stop();
     pthread_mutex_lock(&g_mu);
     g_live = 0;
     while (g_sets)
@@ -1487,17 +1731,23 @@ static nvmlReturn_t do_init(enum fake_function_id fn)
 {
     nvmlReturn_t r;
 
+    int unloaded;
+
     pthread_mutex_lock(&g_init_mu);
+    pthread_mutex_lock(&g_mu);
+    unloaded = g_unloaded;
+    pthread_mutex_unlock(&g_mu);
     if (g_refcount > 0) {
-        g_refcount++;
         __atomic_fetch_add(&g_calls[fn], 1ULL, __ATOMIC_RELAXED);
+        if (!unloaded)
+            g_refcount++;
         pthread_mutex_unlock(&g_init_mu);
-        return NVML_SUCCESS;
+        return unloaded ? NVML_ERROR_DRIVER_NOT_LOADED : NVML_SUCCESS;
     }
     /* Counters cover the calls since this (first) init, the init included. */
     reset_counters();
     __atomic_fetch_add(&g_calls[fn], 1ULL, __ATOMIC_RELAXED);
-    r = load_config();
+    r = unloaded ? NVML_ERROR_DRIVER_NOT_LOADED : load_config();
     g_config_path = NULL;
     if (r == NVML_SUCCESS && g_stage.init_error != 0)
         r = (nvmlReturn_t)g_stage.init_error;
@@ -1513,17 +1763,20 @@ static nvmlReturn_t do_init(enum fake_function_id fn)
     }
 
     pthread_mutex_lock(&g_mu);
-    memcpy(g_driver_version, g_stage.driver_version, sizeof g_driver_version);
+    memcpy(g_driver_version, g_loaded_version[0] ? g_loaded_version : g_stage.driver_version, sizeof g_driver_version);
     memcpy(g_nvml_version, g_stage.nvml_version, sizeof g_nvml_version);
     g_cuda_driver_version = g_stage.cuda_driver_version;
     g_link_count = g_stage.link_count;
-    g_gpu_count = g_stage.gpu_count;
-    memset(g_devs, 0, sizeof g_devs);
-    memcpy(g_devs, g_stage.gpus, sizeof g_devs[0] * g_gpu_count);
+    g_conf_count = g_stage.gpu_count;
+    memcpy(g_conf, g_stage.gpus, sizeof g_conf[0] * g_conf_count);
+    memcpy(g_conf_level, g_stage.level, sizeof g_conf_level);
     memcpy(g_switch_pci, g_stage.switches, sizeof g_switch_pci);
-    memcpy(g_level, g_stage.level, sizeof g_level);
+    memset(g_level, 0, sizeof g_level);
     g_sets = NULL;
+    g_gpu_count = 0;
+    publish_devices_locked(); /* the configured GPUs minus those removed through the FIFO */
     g_total_waiters = 0;
+    g_stale = 0;
     g_live = 1;
     pthread_mutex_unlock(&g_mu);
 

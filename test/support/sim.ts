@@ -241,7 +241,16 @@ export class SimNode {
 
   /** Sends one command to the fake NVML's control FIFO (xid, dbe, lost, back, stats …). */
   nvml(command: string): void {
-    const fd = openSync(this.control, fsc.O_WRONLY | fsc.O_NONBLOCK);
+    // Nobody reads the FIFO for a moment while the plugin re-opens NVML (ENXIO): try again briefly.
+    let fd: number | undefined;
+    for (let tries = 0; fd === undefined; tries++) {
+      try {
+        fd = openSync(this.control, fsc.O_WRONLY | fsc.O_NONBLOCK);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENXIO' || tries >= 300) throw err;
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10);
+      }
+    }
     try {
       writeSync(fd, `${command}\n`);
     } finally {

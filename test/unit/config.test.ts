@@ -85,6 +85,7 @@ test('every key of the file reaches its option', () => {
     '  metricsFile: /var/lib/ne/gpu.prom',
     '  metricsInterval: 30',
     '  podResourcesSocket: /k/pod-resources.sock',
+    '  rediscoverInterval: 0',
     '  plugin:',
     '    passDeviceSpecs: true',
     '    deviceListStrategy: cdi-cri',
@@ -97,7 +98,7 @@ test('every key of the file reaches its option', () => {
   assert.deepEqual({ ...o, configFile: null }, {
     kubeletSocket: '/k/kubelet.sock', driverRoot: '/run/nvidia/driver', devRoot: '/', deviceIdStrategy: 'index', deviceListStrategy: ['cdi-cri'],
     passDeviceSpecs: true, cdiAnnotationPrefix: 'x/', migStrategy: 'none', sharedDevicesAllocationPolicy: 'packed', failOnInitError: false,
-    configFile: null, logLevel: 'error', socketCheckInterval: 2, healthProbeInterval: 1.5, healthRecovery: true, healthRecoveryQuietPeriod: 60,
+    configFile: null, logLevel: 'error', socketCheckInterval: 2, healthProbeInterval: 1.5, healthRecovery: true, healthRecoveryQuietPeriod: 60, rediscoverInterval: 0,
     nfdFeaturesFile: '/etc/nfd/gpu', nfdRemoveOnStop: true, metricsFile: '/var/lib/ne/gpu.prom', metricsInterval: 30, podResourcesSocket: '/k/pod-resources.sock',
   });
   for (const s of OPTION_SPECS) {

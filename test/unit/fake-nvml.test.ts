@@ -1073,6 +1073,147 @@ test('stats count every exported call since init (failures included, nvmlErrorSt
 });
 
 // ---------------------------------------------------------------------------------------------
+// Node changes: GPUs removed and added, the driver unloaded and loaded
+// ---------------------------------------------------------------------------------------------
+
+function uuidOf(nvml: OldApi, h: bigint): string {
+  const buffer = Buffer.alloc(96);
+  assert.equal(nvml.uuid(h, buffer, 96), SUCCESS);
+  return cString(buffer);
+}
+
+function driverVersion(nvml: OldApi): string {
+  const buffer = Buffer.alloc(80);
+  assert.equal(nvml.driverVersion(buffer, 80), SUCCESS);
+  return cString(buffer);
+}
+
+test('remove and add a GPU: the count, indices, handles, links, topology and events follow; the UUID stays', async () => {
+  await withSession(api, 'dgx1-v100.json', async ({ fifo, fixture }) => {
+    const uuids = fixture.gpus.map((g) => g.uuid);
+    const h3before = handle(api, 3);
+    const set = createSet(api);
+    assert.equal(api.registerEvents(h3before, EVENT_XID, set), SUCCESS);
+
+    sendControl(fifo, 'remove 2\n');
+    await readStats(fifo);
+    assert.equal(deviceCount(api), 7);
+    assert.deepEqual(Array.from({ length: 7 }, (_, i) => uuidOf(api, handle(api, i))), uuids.filter((_, i) => i !== 2));
+    const h2 = handle(api, 2);
+    assert.notEqual(h2, h3before, 'the GPUs after the removed one have new handles');
+    const index = [0];
+    assert.equal(api.index(h2, index), SUCCESS);
+    assert.equal(index[0], 2);
+    assert.equal(api.handleByUuid(at(fixture.gpus, 2).uuid, [null]), NOT_FOUND);
+    assert.equal(api.handleByIndex(7, [null]), INVALID_ARGUMENT);
+    // Topology: configured GPUs 0 and 3 are now indices 0 and 2.
+    const level = [0];
+    assert.equal(api.topology(handle(api, 0), h2, level), SUCCESS);
+    assert.equal(level[0], expectedLevel(fixture, 0, 3));
+    // GPU 0's second NVLink slot went to the removed GPU 2: inactive now; its third reaches GPU 3.
+    const active = [1];
+    assert.equal(api.nvlinkState(handle(api, 0), 1, active), SUCCESS);
+    assert.equal(active[0], 0);
+    const remote = {} as PciInfo;
+    assert.equal(api.nvlinkRemotePci(handle(api, 0), 2, remote), SUCCESS);
+    assert.equal(remote.busId, pciInfo(api, h2).busId);
+    // The event registration moved with GPU 3.
+    sendControl(fifo, 'xid 2 31\n');
+    const data = emptyEvent();
+    assert.equal(await callAsync(api.waitV2, set, data, 5000), SUCCESS);
+    assert.equal(data.device, h2);
+    assert.equal(data.eventData, 31);
+
+    sendControl(fifo, `add ${uuids[2]}\n`);
+    await readStats(fifo);
+    assert.equal(deviceCount(api), 8);
+    assert.deepEqual(Array.from({ length: 8 }, (_, i) => uuidOf(api, handle(api, i))), uuids);
+    assert.equal(handle(api, 3), h3before);
+    assert.equal(api.nvlinkState(handle(api, 0), 1, active), SUCCESS);
+    assert.equal(active[0], 1);
+    assert.equal(api.eventSetFree(set), SUCCESS);
+
+    sendControl(fifo, 'add GPU-not-removed\nremove 8\nload\n');
+    await readStats(fifo);
+  });
+});
+
+test('a removed GPU stays removed across shutdown and init; the FIFO is read meanwhile', async () => {
+  const fifo = path.join(tmpDir, `control-${++sessionCounter}.fifo`);
+  process.env.FAKE_NVML_CONFIG = fixturePath('dgx1-v100.json');
+  process.env.FAKE_NVML_CONTROL = fifo;
+  try {
+    assert.equal(api.init(), SUCCESS);
+    sendControl(fifo, 'remove 0\n');
+    await readStats(fifo);
+    assert.equal(api.shutdown(), SUCCESS);
+    // Nothing initialised, but a node change is in effect: the control thread still reads.
+    await readStats(fifo);
+    assert.equal(api.init(), SUCCESS);
+    assert.equal(deviceCount(api), 7);
+    sendControl(fifo, 'add all\n');
+    await readStats(fifo);
+    assert.equal(deviceCount(api), 8);
+    assert.equal(api.shutdown(), SUCCESS);
+    assert.throws(() => sendControl(fifo, 'stats /dev/null\n'), (e: NodeJS.ErrnoException) => e.code === 'ENXIO', 'with no change in effect the control thread stops as before');
+  } finally {
+    delete process.env.FAKE_NVML_CONTROL;
+  }
+});
+
+test('unload and load the driver: DRIVER_NOT_LOADED everywhere, init fails, then the new version; old sessions answer UNINITIALIZED', async () => {
+  const fifo = path.join(tmpDir, `control-${++sessionCounter}.fifo`);
+  process.env.FAKE_NVML_CONFIG = fixturePath('dgx1-v100.json');
+  process.env.FAKE_NVML_CONTROL = fifo;
+  try {
+    assert.equal(api.init(), SUCCESS);
+    const h0 = handle(api, 0);
+    const set = createSet(api);
+    assert.equal(api.registerEvents(h0, EVENT_XID, set), SUCCESS);
+    const waiting = callAsync(api.waitV2, set, emptyEvent(), 30_000);
+    await sleep(100);
+    sendControl(fifo, 'unload\n');
+    assert.equal(await waiting, DRIVER_NOT_LOADED, 'a blocked wait is woken');
+    assert.equal(api.count([0]), DRIVER_NOT_LOADED);
+    assert.equal(api.uuid(h0, Buffer.alloc(96), 96), DRIVER_NOT_LOADED);
+    assert.equal(api.driverVersion(Buffer.alloc(80), 80), DRIVER_NOT_LOADED);
+    assert.equal(api.init(), DRIVER_NOT_LOADED, 'init fails while unloaded');
+    assert.equal(api.shutdown(), SUCCESS, 'the one open session ends');
+    assert.equal(api.shutdown(), UNINITIALIZED);
+    assert.equal(api.init(), DRIVER_NOT_LOADED);
+    await readStats(fifo);
+
+    sendControl(fifo, 'load 560.28.03\n');
+    await readStats(fifo);
+    assert.equal(api.init(), SUCCESS);
+    assert.equal(driverVersion(api), '560.28.03');
+    assert.equal(deviceCount(api), 8);
+
+    // A session that lived through an unload and load answers UNINITIALIZED until it ends.
+    sendControl(fifo, 'unload\nload 570.86.10\n');
+    await readStats(fifo);
+    assert.equal(api.count([0]), UNINITIALIZED);
+    assert.equal(api.init(), SUCCESS, 'joins the stale session');
+    assert.equal(api.count([0]), UNINITIALIZED);
+    assert.equal(api.shutdown(), SUCCESS);
+    assert.equal(api.shutdown(), SUCCESS);
+    assert.equal(api.init(), SUCCESS);
+    assert.equal(driverVersion(api), '570.86.10');
+    assert.equal(deviceCount(api), 8);
+
+    sendControl(fifo, 'load 1\nunload\nload\n');
+    await readStats(fifo);
+    assert.equal(api.count([0]), UNINITIALIZED);
+    assert.equal(api.shutdown(), SUCCESS);
+    assert.equal(api.init(), SUCCESS);
+    assert.equal(driverVersion(api), '550.54.15', 'load without a version: the config\'s');
+    assert.equal(api.shutdown(), SUCCESS);
+  } finally {
+    delete process.env.FAKE_NVML_CONTROL;
+  }
+});
+
+// ---------------------------------------------------------------------------------------------
 // Storm, concurrency, shutdown
 // ---------------------------------------------------------------------------------------------
 

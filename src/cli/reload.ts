@@ -1,0 +1,32 @@
+// SIGHUP's config reload, decided: which options changed, which of those only take effect at a
+// restart (their running values are kept), and whether the sharing section changed.
+import type { Sharing } from '../core/sharing.ts';
+import { OPTION_SPECS, RESTART_ONLY_OPTIONS, showOption } from './options.ts';
+import type { OptionKey, Options, ParsedOptions } from './options.ts';
+
+export interface ReloadPlan {
+  /** The options to run with: the new ones, restart-only ones at their running values. */
+  readonly options: Options;
+  readonly sharing: Sharing;
+  /** Flags (--name) of the options that change now. */
+  readonly changed: readonly string[];
+  /** Flags of the options that changed in the file but only take effect at a restart. */
+  readonly restartOnly: readonly string[];
+  readonly sharingChanged: boolean;
+}
+
+export const flagOf = (key: OptionKey): string => `--${OPTION_SPECS.find((s) => s.key === key)?.flag ?? key}`;
+
+export function planReload(running: Options, runningSharing: Sharing, next: ParsedOptions): ReloadPlan {
+  const restartOnly = RESTART_ONLY_OPTIONS.filter((k) => showOption(next.options[k]) !== showOption(running[k]));
+  const merged: Options = { ...next.options };
+  for (const k of RESTART_ONLY_OPTIONS) (merged as unknown as Record<string, unknown>)[k] = running[k];
+  const changed = OPTION_SPECS.map((s) => s.key).filter((k) => !RESTART_ONLY_OPTIONS.includes(k) && showOption(merged[k]) !== showOption(running[k]));
+  return {
+    options: merged,
+    sharing: next.sharing,
+    changed: changed.map(flagOf),
+    restartOnly: restartOnly.map(flagOf),
+    sharingChanged: JSON.stringify(next.sharing) !== JSON.stringify(runningSharing),
+  };
+}

@@ -1,0 +1,161 @@
+// The resource manager: makes the served resources match a node snapshot. A resource with devices
+// gets a server and a registration (ResourceRuntime); one that is no longer planned is stopped and
+// its socket removed; every other one gets the new state, so its open ListAndWatch streams see the
+// new list at once. It re-registers only when asked to for a changed device set (a config reload,
+// as NVIDIA's plugin does on SIGHUP); re-discovery and health changes travel on the open streams.
+// Allocate and GetPreferredAllocation answer from the state they see; an ID that has just vanished
+// is refused naming it. The topology policy is rebuilt only when the GPUs changed.
+import { indexDevices } from '../core/allocate.ts';
+import type { AllocateSettings } from '../core/allocate.ts';
+import { lowestFirstChooser } from '../core/preferred.ts';
+import type { GpuChooser } from '../core/preferred.ts';
+import type { PlannedResource, SharedAllocationPolicy } from '../core/sharing.ts';
+import type { NodeSnapshot, SnapshotDiff } from '../core/snapshot.ts';
+import { PreferredPolicy, buildScoreMatrix } from '../core/topology.ts';
+import type { PluginState } from '../plugin/service.ts';
+import { errorText } from '../system/log.ts';
+import type { Logger } from '../system/log.ts';
+import type { RegistrationRecorder, RpcRecorder } from '../core/metrics.ts';
+import { ResourceRuntime } from './resource.ts';
+
+/** How answers are given, from the options (not from the node). */
+export interface ServeSettings {
+  readonly allocate: Omit<AllocateSettings, 'failRequestsGreaterThanOne' | 'resourceName' | 'newUuid'>;
+  readonly sharedPolicy: SharedAllocationPolicy;
+}
+
+export interface ManagerContext {
+  readonly kubeletSocket: string;
+  readonly socketCheckIntervalMs: number;
+  readonly log: Logger;
+  /** After a registration; `all`: every served resource has registered at least once. */
+  onRegistered(all: boolean): void;
+  onDirectoryGone(dir: string): void;
+  /** The recorder of a resource's RPCs and registrations (metrics); none by default. */
+  recorder?(resource: string): RpcRecorder & RegistrationRecorder;
+}
+
+/** Vanished IDs remembered per resource, for the error message (oldest forgotten first). */
+const MAX_VANISHED = 4096;
+
+export class ResourceManager {
+  private readonly ctx: ManagerContext;
+  private readonly runtimes = new Map<string, ResourceRuntime>();
+  private readonly vanished = new Map<string, Map<string, string>>();
+  private chooser: GpuChooser = lowestFirstChooser;
+  private snapshot: NodeSnapshot | null = null;
+
+  constructor(ctx: ManagerContext) {
+    this.ctx = ctx;
+  }
+
+  get resources(): readonly string[] {
+    return [...this.runtimes.keys()];
+  }
+
+  /** Registrations made so far, over every resource served now. */
+  get registrations(): number {
+    let n = 0;
+    for (const rt of this.runtimes.values()) n += rt.registrations;
+    return n;
+  }
+
+  allRegistered(): boolean {
+    return this.runtimes.size > 0 && [...this.runtimes.values()].every((rt) => rt.registered);
+  }
+
+  /**
+   * Serves `next`. `change` is diff(previous snapshot, next); `reregister` asks resources whose
+   * device set changed to register again (with this reason).
+   */
+  async apply(next: NodeSnapshot, change: SnapshotDiff, settings: ServeSettings, reregister: string | null): Promise<void> {
+    if (change.gpuSetChanged || this.snapshot === null) this.chooser = this.buildChooser(next);
+    this.snapshot = next;
+    this.remember(next, change);
+    const planned = new Map(next.resources.map((r) => [r.name, r]));
+    for (const [name, rt] of [...this.runtimes]) {
+      if (planned.has(name)) continue;
+      this.ctx.log.info('resource no longer advertised', { resource: name });
+      this.runtimes.delete(name);
+      this.vanished.delete(name);
+      await rt.stop();
+    }
+    const setChanged = new Set([...change.updated].filter((u) => u.appeared.length + u.vanished.length > 0).map((u) => u.name));
+    for (const r of next.resources) {
+      const state = this.stateFor(next, r, settings);
+      const rt = this.runtimes.get(r.name);
+      if (rt !== undefined) {
+        rt.update(state);
+        if (reregister !== null && setChanged.has(r.name)) rt.reregister(reregister);
+      } else if (r.devices.length > 0) {
+        const started = new ResourceRuntime(r.name, state, {
+          kubeletSocket: this.ctx.kubeletSocket,
+          socketCheckIntervalMs: this.ctx.socketCheckIntervalMs,
+          log: this.ctx.log,
+          onRegistered: () => this.ctx.onRegistered(this.allRegistered()),
+          onDirectoryGone: (dir) => this.ctx.onDirectoryGone(dir),
+          ...(this.ctx.recorder === undefined ? {} : { recorder: this.ctx.recorder(r.name) }),
+        });
+        this.runtimes.set(r.name, started);
+        started.start();
+      }
+    }
+  }
+
+  /** New answer settings (a config reload that changed only how answers are given). */
+  async reconfigure(settings: ServeSettings): Promise<void> {
+    const s = this.snapshot;
+    if (s === null) return;
+    for (const r of s.resources) this.runtimes.get(r.name)?.update(this.stateFor(s, r, settings));
+  }
+
+  private buildChooser(s: NodeSnapshot): GpuChooser {
+    if (s.gpus.length === 0) return lowestFirstChooser;
+    try {
+      const scores = buildScoreMatrix(s.nvlinks, (i, j) => s.pcie[i]?.[j] ?? -1);
+      let nvlinkPairs = 0;
+      for (let i = 0; i < scores.size; i++) for (let j = i + 1; j < scores.size; j++) if (scores.nvlinks(i, j) > 0) nvlinkPairs++;
+      this.ctx.log.info('topology read', { gpus: scores.size, nvlink_pairs: nvlinkPairs });
+      return new PreferredPolicy(scores);
+    } catch (err) {
+      this.ctx.log.error('cannot build the topology policy; GetPreferredAllocation picks the lowest-numbered GPUs', { error: errorText(err) });
+      return lowestFirstChooser;
+    }
+  }
+
+  /** IDs that left each resource, and why, so a request naming one is told. */
+  private remember(next: NodeSnapshot, change: SnapshotDiff): void {
+    const removedGpus = new Set(change.gpusRemoved);
+    for (const u of [...change.updated, ...change.removed]) {
+      if (u.vanished.length === 0 && u.appeared.length === 0) continue;
+      const m = this.vanished.get(u.name) ?? new Map<string, string>();
+      for (const id of u.appeared) m.delete(id);
+      const why = removedGpus.size > 0 ? `its GPU left the node (${[...removedGpus].join(', ')})` : next.planProblem ?? 'the configuration no longer advertises it';
+      for (const id of u.vanished) {
+        m.delete(id);
+        m.set(id, why);
+      }
+      while (m.size > MAX_VANISHED) m.delete(m.keys().next().value as string);
+      this.vanished.set(u.name, m);
+    }
+  }
+
+  private stateFor(s: NodeSnapshot, r: PlannedResource, settings: ServeSettings): PluginState {
+    return {
+      gpus: s.gpus,
+      devices: r.devices,
+      index: indexDevices(r.devices, s.gpus),
+      health: s.health,
+      chooser: this.chooser,
+      sharedPolicy: settings.sharedPolicy,
+      allocateSettings: { ...settings.allocate, failRequestsGreaterThanOne: r.failRequestsGreaterThanOne, resourceName: r.name },
+      vanished: this.vanished.get(r.name) ?? new Map(),
+    };
+  }
+
+  async stop(): Promise<void> {
+    const all = [...this.runtimes.values()];
+    this.runtimes.clear();
+    await Promise.all(all.map((rt) => rt.stop()));
+  }
+}

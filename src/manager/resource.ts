@@ -1,0 +1,146 @@
+// One advertised resource at run time: its socket, gRPC server, registration loop and socket
+// directory watcher. Made when a snapshot diff adds the resource, updated in place when its list
+// changes, stopped (socket removed) when a diff removes it.
+import { basename, dirname, join } from 'node:path';
+import { API_VERSION } from '../api/messages.ts';
+import { registerWithKubelet } from '../kubelet/registration.ts';
+import { Registrar } from '../kubelet/registrar.ts';
+import { fileIdentity } from '../kubelet/socket-identity.ts';
+import { SocketDirWatcher } from '../kubelet/watcher.ts';
+import { PluginServer } from '../plugin/server.ts';
+import { DevicePluginHandlers, PLUGIN_OPTIONS } from '../plugin/service.ts';
+import type { PluginState } from '../plugin/service.ts';
+import type { Logger } from '../system/log.ts';
+import type { RegistrationRecorder, RpcRecorder } from '../core/metrics.ts';
+
+/** Socket file of a resource: gpu-device-plugin-<name without the vendor domain>.sock */
+export function socketFileName(resource: string): string {
+  return `gpu-device-plugin-${resource.slice(resource.indexOf('/') + 1)}.sock`;
+}
+
+export interface ResourceContext {
+  readonly kubeletSocket: string;
+  readonly socketCheckIntervalMs: number;
+  readonly log: Logger;
+  /** After every successful registration of this resource. */
+  onRegistered(name: string): void;
+  /** The socket directory we see was deleted and re-created (see SocketDirWatcher). */
+  onDirectoryGone(dir: string): void;
+  /** Counts this resource's RPCs and registrations (metrics); none by default. */
+  recorder?: RpcRecorder & RegistrationRecorder;
+}
+
+export class ResourceRuntime {
+  readonly name: string;
+  readonly socketPath: string;
+  readonly handlers: DevicePluginHandlers;
+  private readonly ctx: ResourceContext;
+  private readonly log: Logger;
+  private readonly registrar: Registrar;
+  private readonly watcher: SocketDirWatcher;
+  private server: PluginServer | undefined;
+  /** Identity of the socket file our current server made. */
+  private served: string | null = null;
+  /** Identity of the kubelet socket we last tried to register through. */
+  private attemptedKubelet: string | null = null;
+  private registeredFlag = false;
+
+  constructor(name: string, state: PluginState, ctx: ResourceContext) {
+    this.name = name;
+    this.ctx = ctx;
+    this.socketPath = join(dirname(ctx.kubeletSocket), socketFileName(name));
+    this.log = ctx.log.child({ resource: name });
+    this.handlers = new DevicePluginHandlers(state, this.log, ctx.recorder);
+    this.registrar = new Registrar({
+      log: this.log,
+      ...(ctx.recorder === undefined ? {} : { recorder: ctx.recorder }),
+      ensureServing: () => this.ensureServing(),
+      register: async () => {
+        this.attemptedKubelet = await fileIdentity(ctx.kubeletSocket);
+        await registerWithKubelet(ctx.kubeletSocket, {
+          version: API_VERSION,
+          endpoint: basename(this.socketPath),
+          resource_name: name,
+          options: PLUGIN_OPTIONS,
+        }, 10000);
+      },
+      upToDate: async () => (await this.stillOurs()) && (await fileIdentity(ctx.kubeletSocket)) === this.attemptedKubelet,
+      onRegistered: () => {
+        this.registeredFlag = true;
+        ctx.onRegistered(name);
+      },
+    });
+    this.watcher = new SocketDirWatcher({
+      kubeletSocket: ctx.kubeletSocket,
+      pluginSocket: this.socketPath,
+      servedIdentity: () => (this.server === undefined ? null : this.served),
+      attemptedKubelet: () => this.attemptedKubelet,
+      onChange: (reason) => this.registrar.kick(reason),
+      onDirectoryGone: (dir) => ctx.onDirectoryGone(dir),
+      checkIntervalMs: ctx.socketCheckIntervalMs,
+      log: this.log,
+    });
+  }
+
+  /** Registered at least once. */
+  get registered(): boolean {
+    return this.registeredFlag;
+  }
+
+  get registrations(): number {
+    return this.registrar.registrationCount;
+  }
+
+  start(): void {
+    this.watcher.start();
+    this.registrar.kick('start');
+  }
+
+  /** New state for the answers; the list goes to open streams only if it changed. */
+  update(state: PluginState): void {
+    this.handlers.update(state);
+  }
+
+  /** Register again (the kubelet then opens a fresh stream and reads the list from its first message). */
+  reregister(reason: string): void {
+    this.registrar.kick(reason);
+  }
+
+  private async stillOurs(): Promise<boolean> {
+    return this.server !== undefined && this.served !== null && (await fileIdentity(this.socketPath)) === this.served;
+  }
+
+  private async ensureServing(): Promise<void> {
+    if (this.server !== undefined && (await this.stillOurs())) return;
+    if (this.server !== undefined) {
+      // Stop the old server first: closing a unix listener unlinks its path, which must not be the new one.
+      this.handlers.endStreams();
+      await this.server.stop(false);
+      this.server = undefined;
+      this.served = null;
+    }
+    const server = await PluginServer.start(this.socketPath, this.handlers);
+    const identity = await fileIdentity(this.socketPath);
+    if (identity === null) {
+      await server.stop(false);
+      throw new Error(`${this.socketPath} vanished right after it was created`);
+    }
+    this.server = server;
+    this.served = identity;
+    this.log.debug('serving', { socket: this.socketPath });
+  }
+
+  /** Stops registering and serving; removes our socket file if it is still ours. */
+  async stop(): Promise<void> {
+    this.watcher.stop();
+    this.registrar.stop();
+    this.handlers.endStreams();
+    const server = this.server;
+    this.server = undefined;
+    if (server !== undefined) {
+      const ours = this.served !== null && (await fileIdentity(this.socketPath).catch(() => null)) === this.served;
+      await server.stop(ours);
+    }
+    this.served = null;
+  }
+}

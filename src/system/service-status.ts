@@ -1,0 +1,72 @@
+// What systemd hears from the daemon: STATUS lines, READY=1 once, WATCHDOG=1 from a timer on the
+// event loop (so a stuck loop stops feeding it), STOPPING=1, and ERRNO on a failed start.
+// READY=1 normally follows the first registration of every resource. A node may bring its kubelet
+// (or its driver) up much later — during maintenance apt upgrades this package while the kubelet is
+// stopped — and a start that waited would block apt/dnf and hit systemd's start timeout. So READY=1
+// also goes out READY_WITHOUT_KUBELET_MS after start, with a STATUS saying what the plugin waits for.
+import { errorText } from './log.ts';
+import type { Logger } from './log.ts';
+import type { Koffi } from './native.ts';
+import { createNotifier } from './notify.ts';
+import type { Notifier } from './notify.ts';
+
+const READY_WITHOUT_KUBELET_MS = 10000;
+
+export class ServiceStatus {
+  private readonly notifier: Notifier;
+  private readonly watchdog: NodeJS.Timeout | undefined;
+  private readonly readyTimer: NodeJS.Timeout;
+  private readySent = false;
+  private waitingFor = 'NVML';
+
+  constructor(koffi: Koffi, log: Logger) {
+    let notifier: Notifier;
+    try {
+      notifier = createNotifier(koffi);
+    } catch (err) {
+      log.warn('cannot talk to systemd (NOTIFY_SOCKET); readiness and watchdog are not reported', { error: errorText(err) });
+      notifier = createNotifier(koffi, {});
+    }
+    this.notifier = notifier;
+    if (notifier.watchdogMs !== null) {
+      this.watchdog = setInterval(() => notifier.notify('WATCHDOG=1'), Math.max(notifier.watchdogMs / 2, 50));
+      this.watchdog.unref();
+    }
+    notifier.notify('STATUS=starting: opening NVML');
+    this.readyTimer = setTimeout(() => {
+      if (!this.readySent) this.ready(`STATUS=waiting for ${this.waitingFor}; retrying`);
+    }, READY_WITHOUT_KUBELET_MS);
+    this.readyTimer.unref();
+  }
+
+  /** What the plugin waits for, said in the STATUS of a READY=1 that could not wait longer. */
+  waitFor(what: string): void {
+    this.waitingFor = what;
+  }
+
+  /** A STATUS line; with ready, READY=1 too if it has not gone out yet. */
+  status(line: string, ready = false): void {
+    if (ready) this.ready(line);
+    else this.notifier.notify(line);
+  }
+
+  private ready(statusLine: string): void {
+    clearTimeout(this.readyTimer);
+    this.notifier.notify(this.readySent ? statusLine : `READY=1\n${statusLine}`);
+    this.readySent = true;
+  }
+
+  stopping(): void {
+    this.notifier.notify('STOPPING=1\nSTATUS=stopping');
+    if (this.watchdog !== undefined) clearInterval(this.watchdog);
+  }
+
+  failed(err: unknown): void {
+    this.notifier.notify(`STATUS=cannot start: ${errorText(err)}\nERRNO=5`);
+  }
+
+  close(): void {
+    clearTimeout(this.readyTimer);
+    this.notifier.close();
+  }
+}

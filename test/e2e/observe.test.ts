@@ -204,3 +204,39 @@ test('metrics file: parsed back; RPCs, XIDs and re-registrations move the counte
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('labels follow re-discovery: a GPU leaves and comes back, the driver goes (labels kept) and returns upgraded', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gdp-labels-'));
+  const labels = join(dir, 'gpu-device-plugin');
+  const prom = join(dir, 'gpu-device-plugin.prom');
+  const node = await SimNode.start({ topology: topologyWithCuda(dir), machine: 'DGX-1 with V100-32',
+    args: ['--rediscover-interval', '0.2', '--nfd-features-file', labels, '--metrics-file', prom, '--metrics-interval', '1'] });
+  const label = (name: string): string | undefined => readIf(labels)?.split('\n').find((l) => l.startsWith(`nvidia.com/${name}=`))?.split('=')[1];
+  const untilLabel = (name: string, want: string): Promise<string> => eventually(`${name}=${want} (now ${label(name)})`, () => (label(name) === want ? want : undefined), 30000);
+  try {
+    assert.equal(await eventually('the labels file', () => readIf(labels)), PLAIN);
+    const u = node.topology.gpus.map((g) => g.uuid);
+    node.nvml('remove 3');
+    await untilLabel('gpu.count', '7');
+    await eventually('7 devices in the metrics', () => (parseSamples(readIf(prom) ?? '').get('gpu_device_plugin_devices_advertised{resource="nvidia.com/gpu"}') === 7 ? true : undefined));
+    node.nvml(`add ${u[3]}`);
+    await untilLabel('gpu.count', '8');
+    assert.equal(readFileSync(labels, 'utf8'), PLAIN);
+
+    // The driver goes away: the labels stay as they were (no flapping during an upgrade).
+    const before = statSync(labels);
+    node.nvml('unload');
+    await node.plugin.waitForLine(/the NVIDIA driver does not answer/, 20000);
+    assert.equal(readFileSync(labels, 'utf8'), PLAIN);
+    assert.equal(statSync(labels).ino, before.ino);
+    node.nvml('load 560.28.03');
+    await untilLabel('cuda.driver-version.full', '560.28.03');
+    assert.equal(label('cuda.driver.major'), '560');
+    assert.equal(label('cuda.driver.minor'), '28');
+    assert.equal(label('cuda.driver.rev'), '03');
+    assert.equal(label('gpu.count'), '8');
+  } finally {
+    await node.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

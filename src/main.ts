@@ -85,6 +85,7 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
     serve: await serveSettings(opts),
     onApplied: (snapshot) => {
       service.status(status());
+      observer.changed();
       void labelsFor(snapshot);
     },
   });

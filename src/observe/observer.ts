@@ -4,7 +4,7 @@
 //   metrics.resource(name)   → the recorder for that resource's handlers and registrar
 //   nodeState(input)         → every new node state: the labels file is rewritten if it changed
 //   xids(batch)              → NVML events as the watcher reports them (XID counter)
-//   healthChanged()          → the metrics file is written at once
+//   changed()                → a new snapshot (health changed, GPUs or driver came or went): metrics now
 //   registered()             → first registration of every resource (time to register at start)
 //   stop()                   → clean stop (the labels file stays unless --nfd-remove-on-stop)
 import { hostname } from 'node:os';
@@ -68,7 +68,6 @@ export class Observer {
   /** A new node state: the labels file follows it. */
   async nodeState(input: Omit<LabelInput, 'machine'>): Promise<void> {
     await this.labels?.update({ ...input, machine: this.machine });
-    void this.output?.write();
   }
 
   xids(batch: readonly EventEntry[]): void {
@@ -77,7 +76,8 @@ export class Observer {
     }
   }
 
-  healthChanged(): void {
+  /** The node changed (a GPU's health among others): the metrics file is written at once. */
+  changed(): void {
     this.output?.healthChanged();
   }
 

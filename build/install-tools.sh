@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system tools that the build and the tests need, from Debian's packages: gcc (the
 # fake NVML), strip (the executable), unshare and mount (the mount-namespace test), and what
-# `npm run package` and test/e2e/packaging.test.ts use. Only what is missing is installed, so a
+# `npm run package` and test/e2e/packaging.test.ts use, and debootstrap and systemd-nspawn
+# for the real-systemd test (test/system/). Only what is missing is installed, so a
 # second run does nothing.
 #
 #   gcc                                       gcc
@@ -12,6 +13,9 @@
 #   lintian (and man, which it uses)          lintian, man-db
 #   systemd-analyze (verify, security)        systemd     gzip, xz                gzip, xz-utils
 #   setpriv (lintian runs unprivileged)       util-linux
+#   debootstrap (Debian 12 rootfs)            debootstrap
+#   systemd-nspawn (boots it, real systemd)   systemd-container
+#   nsenter (enters the booted container)     util-linux
 #   promtool (lints the metrics file)         prometheus  (19 MB download, 96 MB installed)
 set -euo pipefail
 
@@ -31,6 +35,9 @@ declare -A package_of=(
   [gzip]=gzip
   [xz]=xz-utils
   [setpriv]=util-linux
+  [debootstrap]=debootstrap
+  [systemd-nspawn]=systemd-container
+  [nsenter]=util-linux
   [promtool]=prometheus
 )
 

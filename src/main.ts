@@ -7,6 +7,7 @@ import type { Options, ParsedOptions } from './cli/options.ts';
 import { planReload } from './cli/reload.ts';
 import { describeHealthSettings, parseHealthSettings, watchesAnything } from './core/health.ts';
 import type { HealthSettings } from './core/health.ts';
+import { routeGrpcLogs } from './kubelet/registration.ts';
 import { LiveNode } from './manager/live-node.ts';
 import { ResourceManager } from './manager/manager.ts';
 import type { ServeSettings } from './manager/manager.ts';
@@ -22,13 +23,9 @@ import type { Logger } from './system/log.ts';
 import { loadKoffi } from './system/native.ts';
 import type { Koffi } from './system/native.ts';
 import { ServiceStatus } from './system/service-status.ts';
+import { Signals } from './system/signals.ts';
+import type { Daemon } from './system/signals.ts';
 import { VERSION, versionText } from './system/version.ts';
-
-interface Running {
-  stop(): Promise<void>;
-  /** SIGHUP: the config file again (a bad one is refused, the running one kept), then a fresh scan. */
-  reload(): Promise<void>;
-}
 
 const serveSettings = async (o: Options): Promise<ServeSettings> => ({
   allocate: {
@@ -41,7 +38,7 @@ const serveSettings = async (o: Options): Promise<ServeSettings> => ({
   sharedPolicy: o.sharedDevicesAllocationPolicy,
 });
 
-async function run(argv: readonly string[], parsed: ParsedOptions, health: HealthSettings, log: Logger, service: ServiceStatus, koffi: Koffi): Promise<Running> {
+async function run(argv: readonly string[], parsed: ParsedOptions, health: HealthSettings, log: Logger, service: ServiceStatus, koffi: Koffi): Promise<Daemon> {
   let opts = parsed.options;
   let sharing = parsed.sharing;
   let registered = false;
@@ -60,7 +57,9 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
   };
   const status = (): string => {
     const h = node.snapshot?.health ?? [];
-    return `STATUS=${registered ? 'registered' : 'waiting for the kubelet'}; ${h.filter((x) => x === 'Healthy').length} of ${h.length} GPUs healthy`;
+    // "registered" only while every resource is: one that lost its registration says so again.
+    const now = registered && manager.allRegisteredNow();
+    return `STATUS=${now ? 'registered' : 'waiting for the kubelet'}; ${h.filter((x) => x === 'Healthy').length} of ${h.length} GPUs healthy`;
   };
   const manager = new ResourceManager({
     kubeletSocket: opts.kubeletSocket,
@@ -73,8 +72,10 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
       service.status(status(), registered);
       scanner.releaseWorker();
     },
-    onDirectoryGone: (dir) => {
-      log.error('the socket directory was deleted and re-created since start, and this process still sees the old one (a service mount namespace); exiting so that systemd restarts it with a fresh view', { dir });
+    onRegistrationLost: () => service.status(status()),
+    onDirectoryGone: (dir, why) => {
+      log.error(`lost the socket directory: ${why}; exiting so that systemd restarts the service with a fresh view of it`, { dir });
+      service.status(`STATUS=lost the socket directory ${dir}; exiting to be restarted`);
       process.exit(1);
     },
   });
@@ -134,6 +135,7 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
       await Promise.all([scanner.stop(), manager.stop(), observer.stop()]);
       service.close();
     },
+    // SIGHUP: the config file again (a bad one is refused, the running one kept), then a fresh scan.
     reload: async () => {
       const file = opts.configFile;
       if (file === null) log.info('SIGHUP: there is no config file to reload (neither --config-file nor CONFIG_FILE is set); looking at the GPUs again');
@@ -174,47 +176,18 @@ export async function main(argv: readonly string[]): Promise<void> {
   }
   const opts = parsed.options;
   const log = stderrLogger(opts.logLevel);
+  routeGrpcLogs(log);
   process.on('uncaughtException', (err) => log.error('unexpected error; carrying on', { error: errorText(err), stack: err.stack?.split('\n')[1]?.trim() }));
   process.on('unhandledRejection', (err) => log.error('unexpected rejection; carrying on', { error: errorText(err) }));
 
-  let running: Running | undefined;
-  let stopping = false;
-  let hupWhileStarting = false;
-  let reloads: Promise<void> = Promise.resolve();
-  const onSignal = (signal: string): void => {
-    if (stopping) return;
-    stopping = true;
-    log.info('stopping', { signal });
-    // Hard limit: whatever hangs, the process is gone within 2 s of the signal.
-    setTimeout(() => { log.error('stop took too long; exiting'); process.exit(1); }, 1900).unref();
-    void (running?.stop() ?? Promise.resolve()).then(
-      () => { log.info('stopped'); process.exit(0); },
-      (err: unknown) => { log.error('error while stopping', { error: errorText(err) }); process.exit(1); },
-    );
-  };
-  // SIGHUP reloads one at a time; one that arrives while starting is done once started.
-  const reload = (): void => {
-    const r = running;
-    if (stopping || r === undefined) return;
-    reloads = reloads.then(() => r.reload()).catch((err: unknown) => log.error('SIGHUP failed; the running configuration is kept', { error: errorText(err) }));
-  };
-  process.on('SIGTERM', () => onSignal('SIGTERM'));
-  process.on('SIGINT', () => onSignal('SIGINT'));
-  process.on('SIGHUP', () => {
-    if (running !== undefined) return reload();
-    if (!hupWhileStarting) log.info('SIGHUP while starting: the config file is read again once started');
-    hupWhileStarting = true;
-  });
-
+  const signals = new Signals(log);
   log.info('starting', { version: versionText().trim(), kubelet_socket: opts.kubeletSocket, device_id_strategy: opts.deviceIdStrategy, config_file: opts.configFile ?? 'none' });
   if (parsed.foreignConfigKeys.length > 0) log.info('config file keys for GPU feature discovery are not used by this plugin', { keys: parsed.foreignConfigKeys });
   let service: ServiceStatus | undefined;
   try {
     const koffi = loadKoffi();
     service = new ServiceStatus(koffi, log);
-    running = await run(argv, parsed, health, log, service, koffi);
-    if (stopping) await running.stop();
-    else if (hupWhileStarting) reload();
+    signals.started(await run(argv, parsed, health, log, service, koffi));
   } catch (err) {
     log.error('cannot start', { error: errorText(err) });
     service?.failed(err);

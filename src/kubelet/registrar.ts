@@ -17,6 +17,8 @@ export interface RegistrarDeps {
   upToDate?(): Promise<boolean>;
   /** Called after every successful registration. */
   onRegistered?(attempts: number, reason: string): void;
+  /** Called when a registration stops counting (a kick while registered: the kubelet or our socket changed). */
+  onUnregistered?(reason: string): void;
   log: Logger;
   /** Counts every registration the kubelet accepted (metrics). */
   recorder?: RegistrationRecorder;
@@ -54,6 +56,7 @@ export class Registrar {
   kick(reason: string): void {
     if (this.state === 'stopped') return;
     this.reason = reason;
+    if (this.state === 'registered') this.deps.onUnregistered?.(reason);
     if (this.state === 'registering') {
       this.again = true;
       return;

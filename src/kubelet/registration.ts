@@ -3,6 +3,16 @@
 import * as grpc from '@grpc/grpc-js';
 import { registrationService } from '../api/proto.ts';
 import type * as M from '../api/messages.ts';
+import type { Logger } from '../system/log.ts';
+
+/**
+ * grpc-js prints some errors itself on stderr ("E No address added out of total 1 resolved", once
+ * per failed listen). The same errors reach us as rejected calls, which are logged once per change
+ * of state; grpc's own lines go to the debug level instead.
+ */
+export function routeGrpcLogs(log: Logger): void {
+  grpc.setLogger({ error: (...args: unknown[]) => log.debug('grpc', { message: args.map(String).join(' ') }) });
+}
 
 export class RegistrationError extends Error {
   override name = 'RegistrationError';

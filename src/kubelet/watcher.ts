@@ -1,8 +1,10 @@
 // Watches the kubelet's socket directory. When our socket is removed or replaced, or the kubelet's
 // socket is (re)created, it asks for re-registration at once (inotify through fs.watch). A slow timer
 // checks the same things, because inotify can miss events (and the watch dies with the directory).
-import { watch } from 'node:fs';
-import { stat } from 'node:fs/promises';
+// A one-second timer checks that this process still sees the directory it started with (see
+// viewProblem below): a systemd service's private mount of it does not survive its deletion.
+import { constants as fsConstants, watch } from 'node:fs';
+import { access, readFile, realpath, stat } from 'node:fs/promises';
 import type { FSWatcher } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { errorText } from '../system/log.ts';
@@ -18,13 +20,63 @@ export interface WatcherDeps {
   attemptedKubelet(): string | null;
   onChange(reason: string): void;
   /**
-   * The socket directory we see was deleted (link count 0). Only a mount namespace shows that — a
-   * systemd unit with ProtectSystem=strict binds the directory at start, so after `kubeadm reset`
-   * re-creates it the service keeps the dead one and can never be reached again.
+   * This process can no longer serve in the socket directory, and only a restart can fix it: the
+   * directory was deleted and this process's mount namespace lost it (`why` says how we know). See
+   * viewProblem(). Without it, the watcher only keeps kicking the registrar.
    */
-  onDirectoryGone?(dir: string): void;
+  onDirectoryGone?(dir: string, why: string): void;
   checkIntervalMs: number;
+  /** Interval of the directory-view check; default 1000 ms. */
+  viewCheckIntervalMs?: number;
   log: Logger;
+}
+
+/** What was seen of the socket directory the first time it existed. */
+interface DirView {
+  /** device:inode */
+  identity: string;
+  /** A mount point of its own in this mount namespace (ReadWritePaths= makes one). */
+  mounted: boolean;
+  /** Not on a read-only mount. */
+  writable: boolean;
+}
+
+/** Mount points in a mountinfo text (5th field; space, tab, newline and backslash octal-escaped). */
+export function mountPoints(mountinfo: string): Set<string> {
+  const out = new Set<string>();
+  for (const line of mountinfo.split('\n')) {
+    const field = line.split(' ')[4];
+    if (field !== undefined) out.add(field.replace(/\\([0-7]{3})/g, (_m, oct: string) => String.fromCharCode(parseInt(oct, 8))));
+  }
+  return out;
+}
+
+/**
+ * Why this process can no longer use the socket directory, or null while it can. `now` is the
+ * directory as seen now (null: it does not exist), `start` as first seen; `mountedNow` and
+ * `writableNow` are asked only when they matter.
+ *
+ * systemd's `ReadWritePaths=DIR` (with ProtectSystem=strict) bind-mounts DIR onto itself in the
+ * service's mount namespace, over a read-only root. When DIR is deleted on the host the kernel drops
+ * that mount: the service then sees whatever stands at DIR through the read-only root (nothing, or
+ * the re-created directory with a normal link count), and every listen there fails with EROFS.
+ * A kubelet restart only deletes files in DIR, which changes none of this.
+ */
+export async function viewProblem(
+  start: DirView,
+  now: { identity: string; nlink: number } | null,
+  mountedNow: () => Promise<boolean>,
+  writableNow: () => Promise<boolean>,
+): Promise<string | null> {
+  if (now !== null && now.nlink === 0) return 'the directory this process sees was deleted (link count 0)';
+  // Not gated on a changed identity: a directory re-created at once may get the same inode number.
+  if (start.mounted && !(await mountedNow())) {
+    return now === null
+      ? 'the directory was deleted, and its mount in this process\'s mount namespace went with it'
+      : 'the directory was deleted and re-created, and its mount in this process\'s mount namespace went with it';
+  }
+  if (now !== null && start.writable && !(await writableNow())) return 'the directory is now on a read-only mount for this process (EROFS)';
+  return null;
 }
 
 export class SocketDirWatcher {
@@ -34,6 +86,12 @@ export class SocketDirWatcher {
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
   private watchProblem: string | undefined;
+  private viewTimer: NodeJS.Timeout | undefined;
+  private view: DirView | undefined;
+  private viewChecking = false;
+  private gone = false;
+  /** The directory with symlinks resolved (as the mount table names it), once seen. */
+  private realDir: string | undefined;
 
   constructor(deps: WatcherDeps) {
     this.deps = deps;
@@ -44,11 +102,17 @@ export class SocketDirWatcher {
     this.openWatch();
     this.timer = setInterval(() => void this.check('periodic check'), this.deps.checkIntervalMs);
     this.timer.unref();
+    if (this.deps.onDirectoryGone !== undefined) {
+      void this.checkView();
+      this.viewTimer = setInterval(() => void this.checkView(), this.deps.viewCheckIntervalMs ?? 1000);
+      this.viewTimer.unref();
+    }
   }
 
   stop(): void {
     this.stopped = true;
     if (this.timer !== undefined) clearInterval(this.timer);
+    if (this.viewTimer !== undefined) clearInterval(this.viewTimer);
     this.closeWatch();
   }
 
@@ -98,15 +162,57 @@ export class SocketDirWatcher {
     }
   }
 
+  private async mounted(): Promise<boolean> {
+    const points = mountPoints(await readFile('/proc/self/mountinfo', 'utf8'));
+    return points.has(this.dir) || (this.realDir !== undefined && points.has(this.realDir));
+  }
+
+  private async writable(): Promise<boolean> {
+    try {
+      await access(this.dir, fsConstants.W_OK);
+      return true;
+    } catch (err) {
+      return (err as NodeJS.ErrnoException).code !== 'EROFS';
+    }
+  }
+
+  /** Records the directory as first seen, then reports (once) when this process lost it. */
+  private async checkView(): Promise<void> {
+    if (this.stopped || this.gone || this.viewChecking || this.deps.onDirectoryGone === undefined) return;
+    this.viewChecking = true;
+    try {
+      let st: { dev: number; ino: number; nlink: number } | null = null;
+      try {
+        st = await stat(this.dir);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      }
+      const now = st === null ? null : { identity: `${st.dev}:${st.ino}`, nlink: st.nlink };
+      if (this.view === undefined) {
+        if (now === null) return;
+        this.realDir = await realpath(this.dir).catch(() => undefined);
+        this.view = { identity: now.identity, mounted: await this.mounted(), writable: await this.writable() };
+        return;
+      }
+      const why = await viewProblem(this.view, now, () => this.mounted(), () => this.writable());
+      if (why !== null && !this.stopped) {
+        this.gone = true;
+        this.deps.onDirectoryGone(this.dir, why);
+      } else if (now !== null && now.identity !== this.view.identity) {
+        // Re-created where this process still sees it properly (no private mount of it): use it.
+        this.view = { identity: now.identity, mounted: await this.mounted(), writable: await this.writable() };
+      }
+    } catch (err) {
+      this.deps.log.debug('socket directory view check failed', { dir: this.dir, error: errorText(err) });
+    } finally {
+      this.viewChecking = false;
+    }
+  }
+
   async check(reason: string): Promise<void> {
     if (this.stopped) return;
     if (this.watcher === undefined) this.openWatch();
     try {
-      const dirStat = await stat(this.dir).catch(() => null);
-      if (dirStat !== null && dirStat.nlink === 0 && this.deps.onDirectoryGone !== undefined) {
-        this.deps.onDirectoryGone(this.dir);
-        return;
-      }
       const served = this.deps.servedIdentity();
       const ours = await fileIdentity(this.deps.pluginSocket);
       if (served !== null && ours !== served) {

@@ -30,7 +30,9 @@ export interface ManagerContext {
   readonly log: Logger;
   /** After a registration; `all`: every served resource has registered at least once. */
   onRegistered(all: boolean): void;
-  onDirectoryGone(dir: string): void;
+  /** A resource's registration stopped counting until it registers again. */
+  onRegistrationLost?(): void;
+  onDirectoryGone(dir: string, why: string): void;
   /** The recorder of a resource's RPCs and registrations (metrics); none by default. */
   recorder?(resource: string): RpcRecorder & RegistrationRecorder;
 }
@@ -64,6 +66,11 @@ export class ResourceManager {
     return this.runtimes.size > 0 && [...this.runtimes.values()].every((rt) => rt.registered);
   }
 
+  /** Every served resource is registered at this moment (none lost its registration since). */
+  allRegisteredNow(): boolean {
+    return this.runtimes.size > 0 && [...this.runtimes.values()].every((rt) => rt.registeredNow);
+  }
+
   /**
    * Serves `next`. `change` is diff(previous snapshot, next); `reregister` asks resources whose
    * device set changed to register again (with this reason).
@@ -93,7 +100,8 @@ export class ResourceManager {
           socketCheckIntervalMs: this.ctx.socketCheckIntervalMs,
           log: this.ctx.log,
           onRegistered: () => this.ctx.onRegistered(this.allRegistered()),
-          onDirectoryGone: (dir) => this.ctx.onDirectoryGone(dir),
+          onRegistrationLost: () => this.ctx.onRegistrationLost?.(),
+          onDirectoryGone: (dir, why) => this.ctx.onDirectoryGone(dir, why),
           ...(this.ctx.recorder === undefined ? {} : { recorder: this.ctx.recorder(r.name) }),
         });
         this.runtimes.set(r.name, started);

@@ -24,8 +24,10 @@ export interface ResourceContext {
   readonly log: Logger;
   /** After every successful registration of this resource. */
   onRegistered(name: string): void;
-  /** The socket directory we see was deleted and re-created (see SocketDirWatcher). */
-  onDirectoryGone(dir: string): void;
+  /** A registration of this resource stopped counting (the kubelet or our socket changed). */
+  onRegistrationLost?(name: string): void;
+  /** This process lost the socket directory, `why` says how (see SocketDirWatcher). */
+  onDirectoryGone(dir: string, why: string): void;
   /** Counts this resource's RPCs and registrations (metrics); none by default. */
   recorder?: RpcRecorder & RegistrationRecorder;
 }
@@ -44,6 +46,7 @@ export class ResourceRuntime {
   /** Identity of the kubelet socket we last tried to register through. */
   private attemptedKubelet: string | null = null;
   private registeredFlag = false;
+  private registeredNowFlag = false;
 
   constructor(name: string, state: PluginState, ctx: ResourceContext) {
     this.name = name;
@@ -67,7 +70,12 @@ export class ResourceRuntime {
       upToDate: async () => (await this.stillOurs()) && (await fileIdentity(ctx.kubeletSocket)) === this.attemptedKubelet,
       onRegistered: () => {
         this.registeredFlag = true;
+        this.registeredNowFlag = true;
         ctx.onRegistered(name);
+      },
+      onUnregistered: () => {
+        this.registeredNowFlag = false;
+        ctx.onRegistrationLost?.(name);
       },
     });
     this.watcher = new SocketDirWatcher({
@@ -76,7 +84,7 @@ export class ResourceRuntime {
       servedIdentity: () => (this.server === undefined ? null : this.served),
       attemptedKubelet: () => this.attemptedKubelet,
       onChange: (reason) => this.registrar.kick(reason),
-      onDirectoryGone: (dir) => ctx.onDirectoryGone(dir),
+      onDirectoryGone: (dir, why) => ctx.onDirectoryGone(dir, why),
       checkIntervalMs: ctx.socketCheckIntervalMs,
       log: this.log,
     });
@@ -85,6 +93,11 @@ export class ResourceRuntime {
   /** Registered at least once. */
   get registered(): boolean {
     return this.registeredFlag;
+  }
+
+  /** Registered now: since the last registration, nothing asked for another. */
+  get registeredNow(): boolean {
+    return this.registeredNowFlag;
   }
 
   get registrations(): number {

@@ -29,6 +29,8 @@ function run(): void {
   const koffi = loadKoffi();
   nvmlTypes(koffi);
   const nvml = Nvml.open({ koffi, driverRoot: '/', log, library: settings.library });
+  // After the driver went, the library is unloaded too, so that the next open can load a new one.
+  let unload = false;
   try {
     const handles: (DeviceHandle | null)[] = settings.gpus.map((g: WatchedGpu) => {
       try {
@@ -133,10 +135,12 @@ function run(): void {
         Atomics.wait(stopFlag, 0, 0, settings.waitTimeoutMs);
       }
     }
+    unload = driverGone !== null;
     if (driverGone !== null) post({ type: 'driver-gone', message: (driverGone as NvmlError).message });
     else if (set !== null) nvml.callCode('nvmlEventSetFree', set);
   } finally {
-    nvml.close();
+    if (unload) nvml.close();
+    else nvml.shutdown();
   }
 }
 

@@ -7,8 +7,8 @@
 // * when NVML answers that the driver is gone (UNINITIALIZED, DRIVER_NOT_LOADED,
 //   LIB_RM_VERSION_MISMATCH): it reports the driver down (scan null), closes NVML and opens it
 //   again with capped backoff until the driver answers, then scans and restarts the worker;
-// * on a slow timer that only reads the cheap identity (count, UUIDs, MIG modes) and scans fully
-//   when it differs from the last scan's.
+// * on a slow timer, and when a probe starts failing, reading only the cheap identity (count,
+//   UUIDs, MIG modes) and scanning fully when it differs from the last scan's.
 // Scans run one at a time; requests that arrive meanwhile fold into one more.
 import type { Gpu } from '../core/devices.ts';
 import type { EventBatchEntry, ProbeResult } from '../core/health.ts';
@@ -369,13 +369,15 @@ export class Scanner {
 
   /** A GPU newly lost, or a lost one answering again: look at the node again. */
   private probed(results: readonly ProbeResult[]): void {
+    // The first probe of a worker compares with nothing: what it finds wrong counts as new.
     const before = this.lastProbe;
     this.lastProbe = [...results];
-    if (before.length !== results.length) return;
     const lost = results.some((r, i) => r === 'lost' && before[i] !== 'lost');
     const back = results.some((r, i) => r === 'ok' && before[i] === 'lost');
     // A GPU back after a reset is enumerated afresh only by a new NVML session.
     if (lost || back) void this.request({ reason: back ? 'a lost GPU answers again' : 'a GPU is lost', reopen: back });
+    // A handle that stopped answering (a GPU removed, say): the cheap identity check decides.
+    else if (results.some((r, i) => r === 'error' && before[i] !== 'error')) this.checkIdentity();
   }
 
   private async stopWorker(): Promise<void> {
@@ -399,7 +401,8 @@ export class Scanner {
     // A rescan in flight may be stopping the previous worker: the process must not exit while that
     // worker is still inside NVML (exiting under a native call aborts the process).
     await this.workerStopping;
-    this.nvml?.close();
+    // Shut down only: the process is about to exit, and unloading buys nothing there.
+    this.nvml?.shutdown();
     this.nvml = null;
   }
 }

@@ -187,11 +187,32 @@ async function liveNode(rounds: number): Promise<Record<string, unknown>> {
     for (let i = 0; i < Math.max(3, rounds >> 1); i++) {
       gone.push(await untilList(node, 'unload', (d) => d.every((x) => x.health === 'Unhealthy')));
       await sleep(500);
+      const from = node.plugin.lines.length;
       again.push(await untilList(node, `load 560.${i}.0`, (d) => d.length === 8 && d.every((x) => x.health === 'Healthy')));
-      await node.plugin.waitForLine(/watching GPU health/, 20000, node.plugin.lines.length - 1);
+      await node.plugin.waitForLine(/watching GPU health/, 20000, from);
     }
     out['driver_unloaded_to_unhealthy_list_ms'] = stats(gone);
     out['driver_back_to_healthy_list_ms'] = { ...stats(again), driver_away_ms: 500 };
+  } finally {
+    await node.stop();
+  }
+  // With the defaults (re-discovery every 60 s, probes every 5 s): a removal is seen by the probe of a
+  // handle that stopped answering, which runs the cheap identity check.
+  node = await SimNode.start({ topology: 'demo-8' });
+  try {
+    const u = node.topology.gpus.map((g) => g.uuid);
+    await node.plugin.waitForLine(/watching GPU health/);
+    const removed: number[] = [];
+    for (let i = 0; i < Math.max(3, rounds >> 1); i++) {
+      removed.push(await untilList(node, `remove ${i % 8}`, (d) => d.length === 7));
+      const from = node.plugin.lines.length;
+      node.nvml(`add ${u[i % 8]}`);
+      node.plugin.signal('SIGHUP');
+      await node.kubelet!.waitForDevices((d) => d.length === 8, 'nvidia.com/gpu', 20000);
+      await node.plugin.waitForLine(/looked at the node again/, 20000, from);
+      await node.plugin.waitForLine(/watching GPU health/, 20000, from);
+    }
+    out['gpu_removed_to_new_list_defaults_ms'] = { ...stats(removed), rediscover_interval_s: 60, health_probe_interval_s: 5 };
   } finally {
     await node.stop();
   }

@@ -49,6 +49,25 @@ test('without a kubelet, READY=1 still comes (within 10 s) saying what it waits 
   }
 });
 
+test('STATUS says "registered" only while registered: a kubelet restart flips it to waiting, then back', async () => {
+  const sock = new NotifySocket(`@gdp-notify-lost-${process.pid}-${Date.now()}`);
+  const node = await SimNode.start({ topology: 'demo-8', env: { NOTIFY_SOCKET: sock.path } });
+  try {
+    await sock.waitFor(/READY=1\nSTATUS=registered; 8 of 8 GPUs healthy/);
+    const before = sock.messages.length;
+    await node.kubelet!.restart({ downMs: 1500 });
+    await node.kubelet!.waitForRegistrations(2);
+    await sock.waitFor(/^STATUS=registered; 8 of 8 GPUs healthy$/, 10000, before);
+    const statuses = sock.messages.slice(before).filter((m) => m.startsWith('STATUS='));
+    const lost = statuses.findIndex((m) => m === 'STATUS=waiting for the kubelet; 8 of 8 GPUs healthy');
+    assert.ok(lost >= 0, `no STATUS=waiting after the kubelet went: ${JSON.stringify(statuses)}`);
+    assert.match(statuses.at(-1) ?? '', /^STATUS=registered/);
+  } finally {
+    sock.close();
+    await node.stop();
+  }
+});
+
 test('sockaddr_un and WATCHDOG_USEC are read as systemd writes them', () => {
   const a = sockaddrUn('/run/systemd/notify');
   assert.equal(a.readUInt16LE(0), 1);

@@ -450,7 +450,7 @@ describe('the systemd unit', () => {
     assert.deepEqual(values('NotifyAccess'), ['main']);
     assert.deepEqual(values('WatchdogSec'), ['30s']);
     assert.deepEqual(values('Restart'), ['always']);
-    assert.deepEqual(values('ExecReload'), ['/bin/kill -HUP $MAINPID']);
+    assert.deepEqual(values('ExecReload'), [`/bin/sh -c 'kill -HUP "$MAINPID"'`]);
     assert.deepEqual(values('After'), ['kubelet.service nvidia-persistenced.service nvidia-fabricmanager.service']);
     assert.deepEqual([...values('Requires'), ...values('BindsTo'), ...values('Requisite')], []);
     assert.deepEqual(values('EnvironmentFile'), [`-${ENV_FILE.deb}`, `-${ENV_FILE.rpm}`]);

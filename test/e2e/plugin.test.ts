@@ -418,10 +418,25 @@ test('bad options stop the start with the option, the value and what is allowed 
   }
 });
 
-test('in a mount namespace, a socket directory deleted and re-created behind our back makes the plugin exit 1 to be restarted', async () => {
-  // What systemd's ProtectSystem=strict + ReadWritePaths= does: the directory is bind-mounted into the
-  // service's namespace at start. After `kubeadm reset` deletes and re-creates it, only a restart
-  // sees the new one.
+/** rm -rf that retries while the plugin re-creates its socket in the directory being deleted. */
+async function removeDir(dir: string): Promise<void> {
+  const { rmSync } = await import('node:fs');
+  for (let i = 0; ; i++) {
+    try {
+      rmSync(dir, { recursive: true, force: true });
+      return;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOTEMPTY' || i > 1000) throw err;
+    }
+  }
+}
+
+test('the socket directory deleted and re-created under a systemd-style private mount: one clear line, exit 1 to be restarted', async () => {
+  // What ProtectSystem=strict + ReadWritePaths= do, done by hand: in a mount namespace of its own the
+  // plugin sees everything read-only, except its socket directory, bind-mounted onto itself. When the
+  // directory is deleted outside (`kubeadm reset`), the kernel drops that mount: the plugin now sees
+  // the re-created directory through the read-only mount, and listening there fails with EROFS.
+  // (test/system/ does the same under a real systemd.)
   const { spawn } = await import('node:child_process');
   const { mkdtempSync, mkdirSync, rmSync } = await import('node:fs');
   const { tmpdir } = await import('node:os');
@@ -429,28 +444,49 @@ test('in a mount namespace, a socket directory deleted and re-created behind our
   const { buildFakeNvml } = await import('../fake-nvml/build.ts');
   const libs = await buildFakeNvml();
   const root = mkdtempSync(join(tmpdir(), 'gdp-ns-'));
-  const host = join(root, 'host-dir');
-  const seen = join(root, 'device-plugins');
-  mkdirSync(host);
-  mkdirSync(seen);
+  const dir = join(root, 'device-plugins');
+  mkdirSync(dir);
+  let kubelet = await KubeletStandIn.start(dir);
   const child = spawn('unshare', ['--mount', '--propagation', 'private', 'sh', '-c',
-    `mount --bind "${host}" "${seen}" && exec "${executable()}" --kubelet-socket "${seen}/kubelet.sock" --socket-check-interval 0.2`], {
-    env: { PATH: '/usr/bin:/bin', LD_LIBRARY_PATH: libs.current, FAKE_NVML_CONFIG: join(TOPOLOGIES, 'demo-8.json'), TMPDIR: root, DP_DISABLE_HEALTHCHECKS: 'all' },
+    'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && mount --bind "$1" "$1" && mount -o remount,bind,rw "$1" && exec "$2" --kubelet-socket "$1/kubelet.sock"',
+    root, dir, executable()], {
+    env: { PATH: '/usr/bin:/bin', LD_LIBRARY_PATH: libs.current, FAKE_NVML_CONFIG: join(TOPOLOGIES, 'demo-8.json'), DP_DISABLE_HEALTHCHECKS: 'all' },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   let log = '';
   child.stderr.on('data', (c: Buffer) => { log += c.toString(); });
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   try {
-    for (let i = 0; i < 100 && !/cannot register with the kubelet yet/.test(log); i++) await new Promise((r) => setTimeout(r, 50));
-    assert.match(log, /cannot register with the kubelet yet/, log);
-    rmSync(host, { recursive: true, force: true });
-    mkdirSync(host);
-    const code = await Promise.race([exited, new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 5000))]);
+    await kubelet.waitForRegistrations(1, 20000);
+    await kubelet.stop();
+    await removeDir(dir);
+    mkdirSync(dir);
+    kubelet = await KubeletStandIn.start(dir);
+    const code = await Promise.race([exited, new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 20000))]);
     assert.equal(code, 1, log);
-    assert.match(log, /socket directory was deleted and re-created since start/);
+    const lost = log.split('\n').filter((l) => /lost the socket directory/.test(l));
+    assert.equal(lost.length, 1, log);
+    assert.match(lost[0]!, /ERROR lost the socket directory: the directory was deleted( and re-created)?, and its mount in this process's mount namespace went with it; exiting so that systemd restarts the service/);
+    assert.doesNotMatch(log, /^E /m, 'grpc prints nothing of its own');
   } finally {
     child.kill('SIGKILL');
+    await kubelet.stop();
     rmSync(root, { recursive: true, force: true });
+  }
+});
+
+test('without a private mount, a deleted and re-created socket directory is simply used again (no exit)', async () => {
+  const { mkdirSync } = await import('node:fs');
+  const node = await SimNode.start({ topology: 'demo-8' });
+  try {
+    await node.kubelet!.stop();
+    await removeDir(node.kubeletDir);
+    mkdirSync(node.kubeletDir);
+    node.kubelet = await KubeletStandIn.start(node.kubeletDir);
+    await node.kubelet.waitForDevices((d) => d.length === 8, 'nvidia.com/gpu', 20000);
+    assert.equal(node.plugin.exit, undefined, node.plugin.lines.join('\n'));
+    assert.equal(node.plugin.matching(/lost the socket directory/).length, 0);
+  } finally {
+    await node.stop();
   }
 });

@@ -32,10 +32,11 @@ export class NotifySocket {
     }, 5);
   }
 
-  async waitFor(re: RegExp, timeoutMs = 5000): Promise<string> {
+  /** The first message matching re, from message index `from` on. */
+  async waitFor(re: RegExp, timeoutMs = 5000, from = 0): Promise<string> {
     const end = performance.now() + timeoutMs;
     while (performance.now() < end) {
-      const m = this.messages.find((x) => re.test(x));
+      const m = this.messages.slice(from).find((x) => re.test(x));
       if (m !== undefined) return m;
       await new Promise((r) => setTimeout(r, 10));
     }

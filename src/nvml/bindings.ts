@@ -76,6 +76,9 @@ export const LAZY_SYMBOLS = {
   nvmlEventSetWait: 'int nvmlEventSetWait(nvmlEventSet_t set, _Out_ nvmlEventData_t *data, unsigned int timeoutms)',
   nvmlEventSetFree: 'int nvmlEventSetFree(nvmlEventSet_t set)',
   nvmlDeviceGetMigMode: 'int nvmlDeviceGetMigMode(nvmlDevice_t device, _Out_ unsigned int *current, _Out_ unsigned int *pending)',
+  // Node labels (src/nvml/node-facts.ts).
+  nvmlSystemGetCudaDriverVersion_v2: 'int nvmlSystemGetCudaDriverVersion_v2(_Out_ int *cudaDriverVersion)',
+  nvmlDeviceGetCudaComputeCapability: 'int nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, _Out_ int *major, _Out_ int *minor)',
 } as const;
 
 export type BasicSymbol = keyof typeof BASIC_SYMBOLS;

@@ -118,6 +118,7 @@ export async function buildExecutable(outDir: string = dist, arch: Arch = 'x64')
     execArgvExtension: 'none',
     assets: {
       'deviceplugin.proto': join(root, 'proto', 'deviceplugin.proto'),
+      'podresources.proto': join(root, 'proto', 'podresources.proto'),
       'koffi.node': koffiPath,
     },
   }, null, 2));

@@ -11,6 +11,8 @@ export const KUBELET_DEVICE_PLUGIN_DIR = '/var/lib/kubelet/device-plugins';
 const ENV_NOTES: Partial<Record<OptionKey, string>> = {
   kubeletSocket: `the service may write only in ${KUBELET_DEVICE_PLUGIN_DIR}; for another directory add it to ReadWritePaths= (systemctl edit gpu-device-plugin)`,
   configFile: 'the service cannot see /home or /root: keep the file under /etc; systemctl reload gpu-device-plugin re-reads it',
+  nfdFeaturesFile: 'the service may write the file only after its directory is added to the sandbox: systemctl edit gpu-device-plugin, then [Service] ReadWritePaths=/etc/kubernetes/node-feature-discovery/features.d (or your directory)',
+  metricsFile: 'the service may write the file only after its directory is added to the sandbox: systemctl edit gpu-device-plugin, then [Service] ReadWritePaths=/var/lib/prometheus/node-exporter (or your directory)',
 };
 
 /** What the value looks like, for help texts: `path`, `true|false`, `uuid|index`, `seconds`. */

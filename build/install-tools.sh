@@ -21,6 +21,7 @@
 #   debootstrap (Debian 12 rootfs)            debootstrap
 #   systemd-nspawn (boots it, real systemd)   systemd-container
 #   nsenter (enters the booted container)     util-linux
+#   promtool (lints the metrics file)         prometheus  (19 MB download, 96 MB installed)
 #
 # Afterwards (every run, whether or not something was installed) the kernel is made to run aarch64
 # programs through qemu: binfmt_misc is mounted where PID 1 did not (containers without systemd)
@@ -50,6 +51,7 @@ declare -A package_of=(
   [debootstrap]=debootstrap
   [systemd-nspawn]=systemd-container
   [nsenter]=util-linux
+  [promtool]=prometheus
 )
 
 # Files that tell whether a package without a command of its own is installed.

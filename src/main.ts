@@ -13,7 +13,10 @@ import { routeGrpcLogs } from './kubelet/registration.ts';
 import { LiveNode } from './manager/live-node.ts';
 import { ResourceManager } from './manager/manager.ts';
 import type { ServeSettings } from './manager/manager.ts';
+import type { NodeSnapshot } from './core/snapshot.ts';
+import type { NodeFacts } from './nvml/node-facts.ts';
 import { Scanner } from './nvml/scanner.ts';
+import { Observer } from './observe/observer.ts';
 import { HealthMonitor } from './plugin/health.ts';
 import { presentControlDevices } from './system/control-devices.ts';
 import { imexChannelsAtStart } from './system/imex.ts';
@@ -53,6 +56,19 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
   // Looked for once: the IMEX options are restart-only. A required channel that is missing stops the start.
   const imexChannels = await imexChannelsAtStart(opts, log);
   let registered = false;
+  const sysfsRoot = process.env['SYSFS_ROOT'] || '/sys';
+  // Node labels for NFD and metrics for node_exporter (src/observe), both off by default.
+  const observer = new Observer({ nfdFeaturesFile: opts.nfdFeaturesFile, nfdRemoveOnStop: opts.nfdRemoveOnStop, metricsFile: opts.metricsFile,
+    metricsIntervalSeconds: opts.metricsInterval, sysfsRoot, version: VERSION, log });
+  let facts: NodeFacts | null = null;
+  // Labels follow every snapshot with a driver that answers (while it is down they stay as they were).
+  const labelsFor = async (s: NodeSnapshot | null): Promise<void> => {
+    if (s === null || s.driverVersion === null) return;
+    await observer.nodeState({
+      gpus: s.gpus.map((g) => ({ name: g.name, memoryBytes: g.memoryBytes, ...(facts?.gpus.get(g.uuid) ?? { compute: null, migCapable: false }) })),
+      driverVersion: s.driverVersion, cudaDriverVersion: facts?.cudaDriverVersion ?? null, sharing, migStrategy: opts.migStrategy,
+    });
+  };
   const status = (): string => {
     const snap = node.snapshot;
     const h = snap?.health ?? [];
@@ -67,7 +83,9 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
     kubeletSocket: opts.kubeletSocket,
     socketCheckIntervalMs: opts.socketCheckInterval * 1000,
     log,
+    recorder: (name) => observer.metrics.resource(name),
     onRegistered: (all) => {
+      if (all) observer.registered();
       registered ||= all;
       service.status(status(), registered);
       scanner.releaseWorker();
@@ -84,19 +102,36 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
     log, manager, monitor, recoveryEnabled: opts.healthRecovery,
     plan: planSettings(opts, sharing),
     serve: await serveSettings(opts, imexChannels),
-    onApplied: () => service.status(status()),
+    onApplied: (snapshot) => {
+      service.status(status());
+      observer.changed();
+      void labelsFor(snapshot);
+    },
+  });
+  observer.start(() => {
+    const s = node.snapshot;
+    const h = s?.health ?? [];
+    return {
+      driverVersion: s?.driverVersion ?? 'not answering',
+      gpus: (s?.gpus ?? []).map((g, i) => ({ index: g.index, uuid: g.uuid, healthy: h[i] === 'Healthy' })),
+      resources: (s?.resources ?? []).filter((r) => r.devices.length > 0).map((r) => ({ name: r.name, devices: r.devices.length, healthy: r.devices.filter((d) => h[d.gpu] === 'Healthy').length })),
+    };
   });
   log.info('health checks', { settings: describeHealthSettings(health), recovery: opts.healthRecovery ? `${opts.healthRecoveryQuietPeriod}s` : 'off' });
   if (!watchesAnything(health)) log.info('health checks are off (DP_DISABLE_HEALTHCHECKS); GPUs are not watched');
   const scanner: Scanner = new Scanner({
-    koffi, driverRoot: opts.driverRoot, sysfsRoot: process.env['SYSFS_ROOT'] || '/sys', log,
+    koffi, driverRoot: opts.driverRoot, sysfsRoot, log,
     rediscoverIntervalMs: opts.rediscoverInterval * 1000,
     mig: opts.migStrategy !== 'none',
     health: watchesAnything(health) ? { probeIntervalMs: opts.healthProbeInterval * 1000, logLevel: opts.logLevel, journal: process.env['JOURNAL_STREAM'] !== undefined, writeLine: (l) => process.stderr.write(l) } : null,
     onScan: (scan, reason) => node.scanned(scan, reason).then(() => service.waitFor('the kubelet'), (err: unknown) => {
       throw opts.configFile === null ? err : new Error(`config file ${opts.configFile}: ${errorText(err)}`, { cause: err });
     }),
-    onEvents: (events) => monitor.onEvents(events),
+    onEvents: (events) => {
+      observer.xids(events);
+      monitor.onEvents(events);
+    },
+    ...(observer.wantsLabels ? { onFacts: (f: NodeFacts) => { facts = f; } } : {}),
     onProbe: (results) => monitor.onProbe(results),
     onWatching: (watched, unsupported, gpus) => {
       for (const pos of unsupported) log.warn('GPU supports no health events; watched by the probe only', { gpu: gpus[pos]?.index, uuid: gpus[pos]?.uuid });
@@ -116,7 +151,7 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
     stop: async () => {
       service.stopping();
       monitor.stop();
-      await Promise.all([scanner.stop(), manager.stop()]);
+      await Promise.all([scanner.stop(), manager.stop(), observer.stop()]);
       service.close();
     },
     // SIGHUP: the config file again (a bad one is refused, the running one kept), then a fresh scan.
@@ -132,6 +167,7 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
             const resources = await node.reconfigure(planSettings(r.options, r.sharing), await serveSettings(r.options, imexChannels), 'config reloaded');
             opts = r.options;
             sharing = r.sharing;
+            await labelsFor(node.snapshot);
             scanner.setInterval(opts.rediscoverInterval * 1000);
             log.info('config reloaded', { file, changed: [...r.changed, ...(r.sharingChanged ? ['sharing'] : [])], resources });
           }

@@ -10,12 +10,13 @@ export interface Codec<T> {
   decode(buf: Buffer): T;
 }
 
-function codec<T>(root: protobuf.Root, name: string): Codec<T> {
-  const type = root.lookupType(`v1beta1.${name}`);
+/** The codec of one message type, `<pkg>.<name>` in the parsed proto. */
+export function codec<T>(root: protobuf.Root, name: string, pkg = 'v1beta1'): Codec<T> {
+  const type = root.lookupType(`${pkg}.${name}`);
   return {
     encode(msg: T): Buffer {
       const err = type.verify(msg as Record<string, unknown>);
-      if (err !== null) throw new TypeError(`cannot encode v1beta1.${name}: ${err}`);
+      if (err !== null) throw new TypeError(`cannot encode ${pkg}.${name}: ${err}`);
       return Buffer.from(type.encode(type.fromObject(msg as Record<string, unknown>)).finish());
     },
     decode(buf: Buffer): T {
@@ -59,7 +60,8 @@ export function apiCodecs(): ApiCodecs {
   return codecs;
 }
 
-function method<Req, Res>(
+/** A gRPC method definition for @grpc/grpc-js; `service` is `<Service>` in v1beta1 or `<pkg>.<Service>`. */
+export function method<Req, Res>(
   service: string,
   name: string,
   req: Codec<Req>,
@@ -67,7 +69,7 @@ function method<Req, Res>(
   responseStream = false,
 ): MethodDefinition<Req, Res> {
   return {
-    path: `/v1beta1.${service}/${name}`,
+    path: `/${service.includes('.') ? service : `v1beta1.${service}`}/${name}`,
     requestStream: false,
     responseStream,
     requestSerialize: (m: Req) => req.encode(m),

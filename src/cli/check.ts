@@ -78,6 +78,21 @@ export async function runChecks(argv: readonly string[], env: Readonly<Record<st
     lines.push({ ok: false, name: 'socket directory', detail: `${dir}: ${errorText(err)}`, fix: 'is the kubelet installed and its device plugins enabled? run the plugin as root, or set --kubelet-socket' });
   }
 
+  // The labels and metrics files, when configured: their directory must exist and be writable.
+  for (const [name, file, reader] of [['labels file', o.nfdFeaturesFile, 'Node Feature Discovery'], ['metrics file', o.metricsFile, 'node_exporter']] as const) {
+    if (file === null) continue;
+    const fdir = dirname(file);
+    try {
+      const st = await stat(fdir);
+      if (!st.isDirectory()) throw new Error('is not a directory');
+      await access(fdir, fsc.W_OK);
+      lines.push({ ok: true, name, detail: `${fdir} exists and is writable` });
+    } catch (err) {
+      lines.push({ ok: false, name, detail: `${fdir}: ${errorText(err)}`,
+        fix: `is ${reader} installed? create the directory; under systemd also add ReadWritePaths=${fdir} with \`systemctl edit gpu-device-plugin\`` });
+    }
+  }
+
   try {
     const st = await stat(o.kubeletSocket);
     if (!st.isSocket()) throw new Error('exists but is not a socket');

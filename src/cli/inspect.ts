@@ -6,6 +6,8 @@ import type { MigDevice, MigLayout, MigStrategy } from '../core/mig.ts';
 import { NO_SHARING } from '../core/sharing.ts';
 import { imexChannelPath } from '../core/imex.ts';
 import type { ImexChoice } from '../core/imex.ts';
+import { deviceHolders, holderText } from '../core/holders.ts';
+import type { PodDevices } from '../core/holders.ts';
 import { buildScoreMatrix } from '../core/topology.ts';
 import { discoverMig } from '../nvml/mig.ts';
 import { discoverGpus, readLinks } from '../nvml/discovery.ts';
@@ -62,6 +64,9 @@ export function migResources(r: NodeReport, strategy: MigStrategy): { devices: M
 }
 
 export type InspectResult = { ok: true; report: NodeReport } | { ok: false; error: string };
+
+/** What the kubelet's PodResources API said, or why it could not be asked. */
+export type PodView = { ok: true; socket: string; pods: PodDevices[] } | { ok: false; socket: string; error: string };
 
 export function inspectNode(driverRoot: string, sysfsRoot: string, log: Logger): InspectResult {
   let nvml: Nvml | undefined;
@@ -120,13 +125,20 @@ function table(rows: string[][]): string {
 }
 
 /** The `info` text: GPUs, the topology matrix as nvidia-smi topo -m readers expect, and pair scores. */
-export function formatInfo(r: NodeReport, strategy: MigStrategy = 'mixed'): string {
+export function formatInfo(r: NodeReport, pods?: PodView, strategy: MigStrategy = 'mixed'): string {
   const out: string[] = [];
   out.push(`NVML ${r.library}, driver ${r.driverVersion}, ${r.gpus.length} GPU${r.gpus.length === 1 ? '' : 's'}`, '');
+  const held = pods?.ok === true ? deviceHolders(r.gpus, pods.pods) : undefined;
   out.push(table([
-    ['GPU', 'UUID', 'NAME', 'MEMORY', 'BUS ID', 'NUMA', 'HEALTH'],
-    ...r.gpus.map((g) => [String(g.index), g.uuid, g.name, `${Math.round(g.memoryBytes / 1048576)} MiB`, g.busId, g.numaNode === null ? '-' : String(g.numaNode), g.health]),
+    ['GPU', 'UUID', 'NAME', 'MEMORY', 'BUS ID', 'NUMA', 'HEALTH', ...(held === undefined ? [] : ['PODS (namespace/pod/container)'])],
+    ...r.gpus.map((g, i) => [String(g.index), g.uuid, g.name, `${Math.round(g.memoryBytes / 1048576)} MiB`, g.busId, g.numaNode === null ? '-' : String(g.numaNode), g.health,
+      ...(held === undefined ? [] : [(held.perGpu[i] ?? []).map(holderText).join(', ') || '-'])]),
   ]));
+  if (pods !== undefined && !pods.ok) out.push('', `Pods: not shown; the kubelet's PodResources API cannot be asked: ${pods.error}`);
+  if (held !== undefined && held.others.length > 0) {
+    out.push('', 'Devices held that name no GPU found here (MIG devices, or IDs from before a change):');
+    out.push(table([['DEVICE', 'RESOURCE', 'POD'], ...held.others.map((h) => [h.deviceId, h.resource, holderText(h)])]));
+  }
   if (r.gpus.length > 1) {
     const head = ['', ...r.gpus.map((g) => `GPU${g.index}`), 'NUMA'];
     out.push('', 'Topology (NV# = NVLinks; PIX one PCIe switch, PXB several, PHB host bridge, NODE same CPU, SYS across CPUs):');
@@ -179,12 +191,14 @@ export function formatImex(r: ImexReport): string {
   return out.join('\n') + '\n';
 }
 
-export function infoJson(r: NodeReport, imex?: ImexReport, strategy: MigStrategy = 'mixed'): string {
+export function infoJson(r: NodeReport, pods?: PodView, imex?: ImexReport, strategy: MigStrategy = 'mixed'): string {
   const mig = migResources(r, strategy);
+  const held = pods?.ok === true ? deviceHolders(r.gpus, pods.pods) : undefined;
   return JSON.stringify({
     library: r.library,
     driverVersion: r.driverVersion,
-    gpus: r.gpus,
+    gpus: held === undefined ? r.gpus : r.gpus.map((g, i) => ({ ...g, heldBy: held.perGpu[i] ?? [] })),
+    ...(pods === undefined ? {} : { podResources: pods.ok ? { socket: pods.socket, available: true, otherDevices: held?.others ?? [] } : { socket: pods.socket, available: false, error: pods.error } }),
     topology: r.pairs.map((row) => row.map((p) => (p === null ? null : { ...p, label: topoCell(p) }))),
     mig: r.mig === null ? null : { strategy, modes: r.mig.modes, devices: mig.devices, problem: mig.problem, notes: mig.notes },
     ...(imex === undefined ? {} : { imex: { configured: imex.configured, required: imex.required, channels: imex.choice.channels, missing: imex.choice.missing } }),

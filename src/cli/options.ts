@@ -51,6 +51,16 @@ export interface Options {
   imexChannelIds: readonly number[];
   /** A configured IMEX channel that is missing stops the start instead of being skipped. */
   imexRequired: boolean;
+  /** NFD local feature file the node labels are written to, or null (off). */
+  nfdFeaturesFile: string | null;
+  /** Remove the feature file on a clean stop (default: keep it, so a restart does not make labels flap). */
+  nfdRemoveOnStop: boolean;
+  /** node_exporter textfile the metrics are written to, or null (off). */
+  metricsFile: string | null;
+  /** Seconds between metrics file writes (a health change writes at once). */
+  metricsInterval: number;
+  /** The kubelet's PodResources socket, asked by `info` which pod holds which device. */
+  podResourcesSocket: string;
   /** Seconds between cheap checks whether the node's GPUs changed (a full scan when they did); 0: off. */
   rediscoverInterval: number;
 }
@@ -122,6 +132,16 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     help: 'IMEX channels given to every container (multi-node NVLink): none, or 0; a channel whose /dev/nvidia-caps-imex-channels/channel<N> is missing is skipped with a warning' },
   { key: 'imexRequired', flag: 'imex-required', env: 'IMEX_REQUIRED', config: 'imex.required', default: 'false', kind: { type: 'bool' },
     help: 'a missing channel of --imex-channel-ids stops the start instead of being skipped' },
+  { key: 'nfdFeaturesFile', flag: 'nfd-features-file', env: 'NFD_FEATURES_FILE', config: 'flags.nfdFeaturesFile', default: null, kind: { type: 'string', path: true },
+    help: "write GPU Feature Discovery's node labels to this Node Feature Discovery local feature file, usually /etc/kubernetes/node-feature-discovery/features.d/gpu-device-plugin (default: off)" },
+  { key: 'nfdRemoveOnStop', flag: 'nfd-remove-on-stop', env: 'NFD_REMOVE_ON_STOP', config: 'flags.nfdRemoveOnStop', default: 'false', kind: { type: 'bool' },
+    help: 'remove the feature file on a clean stop; by default it stays, so that a restart does not make the labels flap' },
+  { key: 'metricsFile', flag: 'metrics-file', env: 'METRICS_FILE', config: 'flags.metricsFile', default: null, kind: { type: 'string', path: true },
+    help: "write Prometheus metrics to this file for node_exporter's textfile collector, usually /var/lib/prometheus/node-exporter/gpu-device-plugin.prom (default: off)" },
+  { key: 'metricsInterval', flag: 'metrics-interval', env: 'METRICS_INTERVAL', config: 'flags.metricsInterval', default: '15', kind: { type: 'seconds', min: 1, max: 3600 },
+    help: 'seconds between writes of the metrics file; a change of GPU health writes it at once' },
+  { key: 'podResourcesSocket', flag: 'pod-resources-socket', env: 'POD_RESOURCES_SOCKET', config: 'flags.podResourcesSocket', default: '/var/lib/kubelet/pod-resources/kubelet.sock', kind: { type: 'string', path: true },
+    help: "the kubelet's PodResources socket, which `gpu-device-plugin info` asks which pod holds which GPU" },
   { key: 'rediscoverInterval', flag: 'rediscover-interval', env: 'REDISCOVER_INTERVAL', config: 'flags.rediscoverInterval', default: '60', kind: { type: 'seconds', min: 0, max: 86400 },
     help: 'seconds between cheap checks whether GPUs were added, removed or changed MIG mode (a full scan when they were); 0 turns the timer off (SIGHUP still re-discovers)' },
 ];
@@ -353,6 +373,8 @@ export function parseOptions(argv: readonly string[], env: Readonly<Record<strin
   }
   if (values.devRoot === undefined) values.devRoot = values.driverRoot ?? '/';
   if (values.configFile === undefined) values.configFile = null;
+  if (values.nfdFeaturesFile === undefined) values.nfdFeaturesFile = null;
+  if (values.metricsFile === undefined) values.metricsFile = null;
   return {
     options: values as Options,
     origins,
@@ -370,6 +392,7 @@ export const RESTART_ONLY_OPTIONS: readonly OptionKey[] = [
   'healthProbeInterval', 'healthRecovery', 'healthRecoveryQuietPeriod', 'migStrategy',
   // Channels are looked for once, at start.
   'imexChannelIds', 'imexRequired',
+  'nfdFeaturesFile', 'nfdRemoveOnStop', 'metricsFile', 'metricsInterval',
 ];
 
 /** Shows an option's value: lists comma-joined, null as "none". */

@@ -2,7 +2,9 @@
 import { errorText, stderrLogger } from '../system/log.ts';
 import { formatChecks, runChecks } from './check.ts';
 import { findImexChannels } from '../system/imex.ts';
+import { listPodResources } from '../kubelet/pod-resources.ts';
 import { formatImex, formatInfo, infoJson, inspectNode } from './inspect.ts';
+import type { PodView } from './inspect.ts';
 import { parseOptions } from './options.ts';
 
 export async function runSubcommand(name: 'info' | 'check', argv: readonly string[]): Promise<void> {
@@ -24,8 +26,13 @@ export async function runSubcommand(name: 'info' | 'check', argv: readonly strin
     }
     // MIG resources are shown as --mig-strategy would advertise them (mixed when it is none, to show them at all).
     const strategy = opts.migStrategy === 'none' ? 'mixed' : opts.migStrategy;
+    const socket = opts.podResourcesSocket;
+    const pods: PodView = await listPodResources(socket, 5000).then(
+      (list): PodView => ({ ok: true, socket, pods: list.map((p) => ({ namespace: p.namespace, pod: p.name, containers: p.containers.map((c) => ({ name: c.name, devices: c.devices.map((d) => ({ resource: d.resource_name, ids: d.device_ids })) })) })) }),
+      (err: unknown): PodView => ({ ok: false, socket, error: errorText(err) }),
+    );
     const imex = { configured: opts.imexChannelIds, required: opts.imexRequired, choice: await findImexChannels(opts.imexChannelIds, opts.imexRequired, opts.devRoot) };
-    process.stdout.write(json ? infoJson(r.report, imex, strategy) : `${formatInfo(r.report, strategy)}\n${formatImex(imex)}`);
+    process.stdout.write(json ? infoJson(r.report, pods, imex, strategy) : `${formatInfo(r.report, pods, strategy)}\n${formatImex(imex)}`);
   } catch (err) {
     process.stderr.write(`gpu-device-plugin ${name}: ${errorText(err)}\n`);
     process.exitCode = 2;

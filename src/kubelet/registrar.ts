@@ -1,6 +1,7 @@
 // Keeps the plugin registered with the kubelet for ever: serve first, then Register; on failure
 // retry with capped backoff; on a kick (the kubelet came back, our socket vanished) try at once.
 // Logs once per change of state, not once per retry.
+import type { RegistrationRecorder } from '../core/metrics.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 
@@ -19,6 +20,8 @@ export interface RegistrarDeps {
   /** Called when a registration stops counting (a kick while registered: the kubelet or our socket changed). */
   onUnregistered?(reason: string): void;
   log: Logger;
+  /** Counts every registration the kubelet accepted (metrics). */
+  recorder?: RegistrationRecorder;
   initialBackoffMs?: number;
   maxBackoffMs?: number;
 }
@@ -86,6 +89,7 @@ export class Registrar {
       await this.deps.register();
       if (this.stopped()) return;
       this.registrations++;
+      this.deps.recorder?.registered();
       this.deps.log.info('registered with the kubelet', { reason, attempts: this.attempts });
       this.deps.onRegistered?.(this.attempts, reason);
       this.attempts = 0;

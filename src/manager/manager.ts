@@ -15,6 +15,7 @@ import { PreferredPolicy, buildScoreMatrix } from '../core/topology.ts';
 import type { PluginState } from '../plugin/service.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
+import type { RegistrationRecorder, RpcRecorder } from '../core/metrics.ts';
 import { ResourceRuntime } from './resource.ts';
 
 /** How answers are given, from the options (not from the node). */
@@ -32,6 +33,8 @@ export interface ManagerContext {
   /** A resource's registration stopped counting until it registers again. */
   onRegistrationLost?(): void;
   onDirectoryGone(dir: string, why: string): void;
+  /** The recorder of a resource's RPCs and registrations (metrics); none by default. */
+  recorder?(resource: string): RpcRecorder & RegistrationRecorder;
 }
 
 /** Vanished IDs remembered per resource, for the error message (oldest forgotten first). */
@@ -99,6 +102,7 @@ export class ResourceManager {
           onRegistered: () => this.ctx.onRegistered(this.allRegistered()),
           onRegistrationLost: () => this.ctx.onRegistrationLost?.(),
           onDirectoryGone: (dir, why) => this.ctx.onDirectoryGone(dir, why),
+          ...(this.ctx.recorder === undefined ? {} : { recorder: this.ctx.recorder(r.name) }),
         });
         this.runtimes.set(r.name, started);
         started.start();

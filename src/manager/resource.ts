@@ -11,6 +11,7 @@ import { PluginServer } from '../plugin/server.ts';
 import { DevicePluginHandlers, PLUGIN_OPTIONS } from '../plugin/service.ts';
 import type { PluginState } from '../plugin/service.ts';
 import type { Logger } from '../system/log.ts';
+import type { RegistrationRecorder, RpcRecorder } from '../core/metrics.ts';
 
 /** Socket file of a resource: gpu-device-plugin-<name without the vendor domain>.sock */
 export function socketFileName(resource: string): string {
@@ -27,6 +28,8 @@ export interface ResourceContext {
   onRegistrationLost?(name: string): void;
   /** This process lost the socket directory, `why` says how (see SocketDirWatcher). */
   onDirectoryGone(dir: string, why: string): void;
+  /** Counts this resource's RPCs and registrations (metrics); none by default. */
+  recorder?: RpcRecorder & RegistrationRecorder;
 }
 
 export class ResourceRuntime {
@@ -50,9 +53,10 @@ export class ResourceRuntime {
     this.ctx = ctx;
     this.socketPath = join(dirname(ctx.kubeletSocket), socketFileName(name));
     this.log = ctx.log.child({ resource: name });
-    this.handlers = new DevicePluginHandlers(state, this.log);
+    this.handlers = new DevicePluginHandlers(state, this.log, ctx.recorder);
     this.registrar = new Registrar({
       log: this.log,
+      ...(ctx.recorder === undefined ? {} : { recorder: ctx.recorder }),
       ensureServing: () => this.ensureServing(),
       register: async () => {
         this.attemptedKubelet = await fileIdentity(ctx.kubeletSocket);

@@ -77,6 +77,9 @@ export const LAZY_SYMBOLS = {
   nvmlEventSetWait: 'int nvmlEventSetWait(nvmlEventSet_t set, _Out_ nvmlEventData_t *data, unsigned int timeoutms)',
   nvmlEventSetFree: 'int nvmlEventSetFree(nvmlEventSet_t set)',
   ...MIG_SYMBOLS,
+  // Node labels (src/nvml/node-facts.ts).
+  nvmlSystemGetCudaDriverVersion_v2: 'int nvmlSystemGetCudaDriverVersion_v2(_Out_ int *cudaDriverVersion)',
+  nvmlDeviceGetCudaComputeCapability: 'int nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, _Out_ int *major, _Out_ int *minor)',
 } as const;
 
 export type BasicSymbol = keyof typeof BASIC_SYMBOLS;

@@ -22,6 +22,8 @@ import type { Koffi } from '../system/native.ts';
 import { discoverGpus, readLinks } from './discovery.ts';
 import { discoverMig, nvmlHasMig, readMigCapabilities } from './mig.ts';
 import type { MigDevice, MigLayout, MigMode } from '../core/mig.ts';
+import { readNodeFacts } from './node-facts.ts';
+import type { NodeFacts } from './node-facts.ts';
 import { NVML, NvmlError, meansDriverGone } from './errors.ts';
 import { Nvml } from './nvml.ts';
 import { EventWatcher } from './watcher.ts';
@@ -45,6 +47,8 @@ export interface ScannerOptions {
   onProbe(results: ProbeResult[]): void;
   /** The worker watches these GPUs now (positions in the last scan's list). */
   onWatching?(watched: number[], unsupported: number[], gpus: readonly Gpu[]): void;
+  /** Given: every scan also reads what the node labels need (node-facts.ts), handed over before onScan. */
+  onFacts?(facts: NodeFacts): void;
 }
 
 interface Request {
@@ -75,6 +79,8 @@ export class Scanner {
   private emptyDelayMs = 1000;
   private intervalMs: number;
   private stopped = false;
+  /** The last worker stop asked for, so that stop() can wait for one a rescan began. */
+  private workerStopping: Promise<void> = Promise.resolve();
   /** The driver was reported down and not yet back. */
   private down = false;
   private scans = 0;
@@ -298,6 +304,7 @@ export class Scanner {
     const found = discoverGpus(nvml, this.opts.sysfsRoot, this.log);
     this.lastIdentity = this.identity(nvml);
     const links = readLinks(nvml, found, this.log);
+    this.opts.onFacts?.(readNodeFacts(nvml, found.gpus, found.handles, this.log));
     const gpus = [...found.gpus];
     const nvlinks = [...links.gpus];
     let pcie = links.pcie.map((row) => [...row]);
@@ -440,7 +447,10 @@ export class Scanner {
     const w = this.worker;
     this.worker = undefined;
     this.workerGpus = [];
-    if (w !== undefined) await w.stop(800);
+    if (w === undefined) return;
+    const stopping = w.stop(800);
+    this.workerStopping = stopping;
+    await stopping;
   }
 
   async stop(): Promise<void> {
@@ -450,6 +460,9 @@ export class Scanner {
     this.timer = undefined;
     this.pending = null;
     await this.stopWorker();
+    // A rescan in flight may be stopping the previous worker: the process must not exit while that
+    // worker is still inside NVML (exiting under a native call aborts the process).
+    await this.workerStopping;
     // Shut down only: the process is about to exit, and unloading buys nothing there.
     this.nvml?.shutdown();
     this.nvml = null;

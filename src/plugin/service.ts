@@ -6,6 +6,8 @@ import type * as M from '../api/messages.ts';
 import { allocate, showId } from '../core/allocate.ts';
 import type { AllocateSettings, DeviceIndex } from '../core/allocate.ts';
 import { deviceList } from '../core/devices.ts';
+import { NO_RECORDER, OUTCOME, RPC } from '../core/metrics.ts';
+import type { RpcOutcomeId, RpcRecorder } from '../core/metrics.ts';
 import type { AdvertisedDevice, Gpu, GpuHealth } from '../core/devices.ts';
 import { preferredAllocation } from '../core/preferred.ts';
 import type { GpuChooser } from '../core/preferred.ts';
@@ -44,11 +46,14 @@ export class DevicePluginHandlers {
   private list: M.ListAndWatchResponse;
   private readonly streams = new Set<OpenStream>();
   private readonly log: Logger;
+  /** Counts every RPC answered (metrics); by default counts nothing. */
+  private readonly recorder: RpcRecorder;
 
-  constructor(state: PluginState, log: Logger) {
+  constructor(state: PluginState, log: Logger, recorder: RpcRecorder = NO_RECORDER) {
     this.state = state;
     this.list = { devices: deviceList(state.devices, state.gpus, state.health) };
     this.log = log;
+    this.recorder = recorder;
   }
 
   get current(): PluginState {
@@ -101,20 +106,22 @@ export class DevicePluginHandlers {
     }
   }
 
-  private fail<T>(method: string, err: unknown, cb: sendUnaryData<T>): void {
+  private fail<T>(method: string, err: unknown, cb: sendUnaryData<T>): RpcOutcomeId {
     if (err instanceof RequestError) {
       this.log.warn(`${method} refused`, { reason: err.message });
       cb({ code: grpc.status.INVALID_ARGUMENT, details: err.message });
-    } else {
-      this.log.error(`${method} failed`, { error: errorText(err) });
-      cb({ code: grpc.status.INTERNAL, details: `${method} failed: ${errorText(err)}` });
+      return OUTCOME.refused;
     }
+    this.log.error(`${method} failed`, { error: errorText(err) });
+    cb({ code: grpc.status.INTERNAL, details: `${method} failed: ${errorText(err)}` });
+    return OUTCOME.error;
   }
 
   implementation(): UntypedServiceImplementation {
     return {
       GetDevicePluginOptions: (_call: ServerUnaryCall<M.Empty, M.DevicePluginOptions>, cb: sendUnaryData<M.DevicePluginOptions>) => {
         cb(null, PLUGIN_OPTIONS);
+        this.recorder.rpc(RPC.GetDevicePluginOptions, OUTCOME.ok, 0);
       },
       ListAndWatch: (call: ServerWritableStream<M.Empty, M.ListAndWatchResponse>) => {
         const s: OpenStream = { call, waitingDrain: false, pending: false };
@@ -127,8 +134,11 @@ export class DevicePluginHandlers {
         call.on('error', release);
         this.log.debug('ListAndWatch stream opened', { streams: this.streams.size });
         this.send(s);
+        this.recorder.rpc(RPC.ListAndWatch, OUTCOME.ok, 0);
       },
       GetPreferredAllocation: (call: ServerUnaryCall<M.PreferredAllocationRequest, M.PreferredAllocationResponse>, cb: sendUnaryData<M.PreferredAllocationResponse>) => {
+        const t0 = performance.now();
+        let outcome: RpcOutcomeId = OUTCOME.ok;
         try {
           const st = this.state;
           this.refuseVanished(call.request.container_requests.flatMap((c) => [...c.available_deviceIDs, ...c.must_include_deviceIDs]));
@@ -136,10 +146,13 @@ export class DevicePluginHandlers {
           if (this.log.enabled('debug')) this.log.debug('GetPreferredAllocation', { answers: answers.map((a) => a.join('+')) });
           cb(null, { container_responses: answers.map((deviceIDs) => ({ deviceIDs })) });
         } catch (err) {
-          this.fail('GetPreferredAllocation', err, cb);
+          outcome = this.fail('GetPreferredAllocation', err, cb);
         }
+        this.recorder.rpc(RPC.GetPreferredAllocation, outcome, (performance.now() - t0) / 1000);
       },
       Allocate: (call: ServerUnaryCall<M.AllocateRequest, M.AllocateResponse>, cb: sendUnaryData<M.AllocateResponse>) => {
+        const t0 = performance.now();
+        let outcome: RpcOutcomeId = OUTCOME.ok;
         try {
           const st = this.state;
           this.refuseVanished(call.request.container_requests.flatMap((c) => c.devices_ids));
@@ -152,11 +165,13 @@ export class DevicePluginHandlers {
           }
           cb(null, { container_responses: responses });
         } catch (err) {
-          this.fail('Allocate', err, cb);
+          outcome = this.fail('Allocate', err, cb);
         }
+        this.recorder.rpc(RPC.Allocate, outcome, (performance.now() - t0) / 1000);
       },
       PreStartContainer: (_call: ServerUnaryCall<M.PreStartContainerRequest, M.PreStartContainerResponse>, cb: sendUnaryData<M.PreStartContainerResponse>) => {
         cb(null, {});
+        this.recorder.rpc(RPC.PreStartContainer, OUTCOME.ok, 0);
       },
     };
   }

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { createRequire } from 'node:module';
 import sea from 'node:sea';
 
-export type AssetName = 'deviceplugin.proto' | 'koffi.node';
+export type AssetName = 'deviceplugin.proto' | 'podresources.proto' | 'koffi.node';
 
 export function runningAsSea(): boolean {
   return sea.isSea();
@@ -20,7 +20,8 @@ function sourceRoot(): string {
 export function assetSourcePath(name: AssetName): string {
   switch (name) {
     case 'deviceplugin.proto':
-      return join(sourceRoot(), 'proto', 'deviceplugin.proto');
+    case 'podresources.proto':
+      return join(sourceRoot(), 'proto', name);
     case 'koffi.node': {
       const req = createRequire(join(sourceRoot(), 'package.json'));
       const pkg = req.resolve(`@koromix/koffi-${process.platform}-${process.arch}/package.json`);

@@ -287,6 +287,8 @@ if (existsSync(policyBench)) {
 }
 log('live node: GPU removed/back, driver unloaded/back, NVML calls per idle minute');
 report['live_node'] = await liveNode(10);
+log('labels and metrics files: CPU per write, NVML calls, memory');
+report['observe'] = JSON.parse(execFileSync(process.execPath, [join(ROOT, 'test', 'bench', 'observe.bench.ts')], { encoding: 'utf8', maxBuffer: 64 << 20 })) as unknown;
 report['sizes'] = sizes();
 const text = JSON.stringify(report, null, 2);
 writeFileSync(join(ROOT, 'dist', 'bench.json'), text + '\n');

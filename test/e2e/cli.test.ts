@@ -106,3 +106,66 @@ test('check reads the config file and names it as the origin of what it set', as
     await node.stop();
   }
 });
+
+test('info with the PodResources socket: which namespace/pod/container holds each GPU, replica and other device', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gdp-pods-'));
+  const kubelet = await KubeletStandIn.start(dir);
+  const socket = join(dir, 'pod-resources.sock');
+  await kubelet.servePodResources(socket);
+  const u = loadTopology('demo-8').gpus.map((g) => g.uuid);
+  kubelet.pods = [
+    { name: 'train-0', namespace: 'ml', containers: [{ name: 'trainer', devices: [{ resource_name: 'nvidia.com/gpu', device_ids: [u[3]!, u[5]!], topology: { nodes: [{ ID: 0 }] } }] }] },
+    { name: 'notebook', namespace: 'default', containers: [
+      { name: 'jupyter', devices: [{ resource_name: 'nvidia.com/gpu', device_ids: [`${u[1]}::2`] }] },
+      { name: 'sidecar', devices: [{ resource_name: 'example.com/nic', device_ids: ['nic0'] }] },
+    ] },
+    { name: 'mig-user', namespace: 'ml', containers: [{ name: 'infer', devices: [{ resource_name: 'nvidia.com/mig-1g.10gb', device_ids: ['MIG-5c4b2a1e-0000-1111-2222-333344445555'] }] }] },
+  ];
+  try {
+    const r = await run(['info', '--pod-resources-socket', socket], 'demo-8');
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stdout, /PODS \(namespace\/pod\/container\)/);
+    assert.match(r.stdout, new RegExp(`^3 +${u[3]} .* Healthy +ml/train-0/trainer$`, 'm'));
+    assert.match(r.stdout, new RegExp(`^5 +${u[5]} .* Healthy +ml/train-0/trainer$`, 'm'));
+    assert.match(r.stdout, new RegExp(`^1 +${u[1]} .* Healthy +default/notebook/jupyter \\(replica 2\\)$`, 'm'));
+    assert.match(r.stdout, new RegExp(`^0 +${u[0]} .* Healthy +-$`, 'm'));
+    assert.match(r.stdout, /^MIG-5c4b2a1e-0000-1111-2222-333344445555 +nvidia\.com\/mig-1g\.10gb +ml\/mig-user\/infer$/m);
+    assert.doesNotMatch(r.stdout, /nic0|sidecar/);
+
+    const j = JSON.parse((await run(['info', '--json', '--pod-resources-socket', socket], 'demo-8')).stdout) as {
+      gpus: { uuid: string; heldBy: { namespace: string; pod: string; container: string; deviceId: string; replica?: number }[] }[];
+      podResources: { available: boolean; otherDevices: { deviceId: string }[] };
+    };
+    assert.equal(j.podResources.available, true);
+    assert.deepEqual(j.gpus[1]!.heldBy, [{ namespace: 'default', pod: 'notebook', container: 'jupyter', resource: 'nvidia.com/gpu', deviceId: `${u[1]}::2`, replica: 2 }]);
+    assert.deepEqual(j.gpus[3]!.heldBy.map((h) => `${h.namespace}/${h.pod}/${h.container}`), ['ml/train-0/trainer']);
+    assert.deepEqual(j.gpus[0]!.heldBy, []);
+    assert.deepEqual(j.podResources.otherDevices.map((d) => d.deviceId), ['MIG-5c4b2a1e-0000-1111-2222-333344445555']);
+    assert.equal(kubelet.podListCalls, 2);
+  } finally {
+    await kubelet.stop();
+  }
+});
+
+test('info without the PodResources socket says so in one line and shows the rest', async () => {
+  const r = await run(['info', '--pod-resources-socket', '/nonexistent/pod-resources/kubelet.sock'], 'demo-8');
+  assert.equal(r.status, 0, r.stderr);
+  const lines = r.stdout.split('\n').filter((l) => /PodResources/.test(l));
+  assert.equal(lines.length, 1);
+  assert.match(lines[0]!, /^Pods: not shown; .*\/nonexistent\/pod-resources\/kubelet\.sock does not exist/);
+  assert.match(r.stdout, /^GPU7 +SYS/m);
+  const j = JSON.parse((await run(['info', '--json', '--pod-resources-socket', '/nonexistent/x.sock'], 'demo-8')).stdout) as { podResources: { available: boolean; error: string }; gpus: unknown[] };
+  assert.equal(j.podResources.available, false);
+  assert.match(j.podResources.error, /does not exist/);
+  assert.equal(j.gpus.length, 8);
+});
+
+test('check tests the directories of the labels and metrics files when they are configured', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gdp-check-files-'));
+  const r = await run(['check', '--nfd-features-file', join(dir, 'missing', 'gpu-device-plugin'), '--metrics-file', join(dir, 'gpu-device-plugin.prom')], 'demo-8');
+  assert.equal(r.status, 1);
+  assert.match(r.stdout, new RegExp(`^FAIL  labels file +${dir}/missing: .*ENOENT.* — fix: is Node Feature Discovery installed\\? .*ReadWritePaths=${dir}/missing`, 'm'));
+  assert.match(r.stdout, new RegExp(`^PASS  metrics file +${dir} exists and is writable$`, 'm'));
+  const plain = await run(['check'], 'demo-8');
+  assert.doesNotMatch(plain.stdout, /labels file|metrics file  /);
+});

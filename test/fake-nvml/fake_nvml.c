@@ -169,6 +169,9 @@ EXPORT nvmlReturn_t nvmlShutdown(void);
 EXPORT const char *nvmlErrorString(nvmlReturn_t result);
 EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length);
 EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length);
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion);
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion);
+EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor);
 EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount);
 EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device);
 EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device);
@@ -206,6 +209,9 @@ EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *dat
     X(nvmlShutdown)                         \
     X(nvmlSystemGetDriverVersion)           \
     X(nvmlSystemGetNVMLVersion)             \
+    X(nvmlSystemGetCudaDriverVersion)       \
+    X(nvmlSystemGetCudaDriverVersion_v2)    \
+    X(nvmlDeviceGetCudaComputeCapability)   \
     X(nvmlDeviceGetCount_v2)                \
     X(nvmlDeviceGetHandleByIndex_v2)        \
     X(nvmlDeviceGetHandleByUUID)            \
@@ -352,6 +358,7 @@ static pthread_cond_t g_idle_cond = PTHREAD_COND_INITIALIZER; /* a waiter left n
 static int g_live;
 static char g_driver_version[FAKE_VERSION_SIZE];
 static char g_nvml_version[FAKE_VERSION_SIZE];
+static int g_cuda_driver_version;
 static unsigned int g_gpu_count;
 static unsigned int g_link_count;
 static struct fake_device g_devs[FAKE_MAX_GPUS]; /* handles point here, so they stay stable */
@@ -488,6 +495,7 @@ static struct fake_event_set *set_from_handle(nvmlEventSet_t handle)
  *
  *   driverVersion   string, default "550.54.15"      nvmlSystemGetDriverVersion
  *   nvmlVersion     string, default "12." + driver    nvmlSystemGetNVMLVersion
+ *   cudaDriverVersion integer, default 12040 (12.4)   nvmlSystemGetCudaDriverVersion(_v2)
  *   initError       integer, default 0                what the first nvmlInit returns (0: works)
  *   linkCount       integer 0..18, default 12         NVLink slots per GPU (0: no NVLink at all)
  *   gpus            array (required, at most 64), in index order, of objects:
@@ -500,6 +508,7 @@ static struct fake_event_set *set_from_handle(nvmlEventSet_t handle)
  *                   NOT_SUPPORTED; topology default NODE)
  *     events        subset of ["xid", "dbe", "sbe"], default all three; [] = none
  *     pciDeviceId, pciSubSystemId   integer or "0x..." string; defaults by board name
+ *                   (the CUDA compute capability also comes from the board name)
  *   nvlinks         [[gpuA, gpuB, count], ...]  count links between two GPUs
  *   nvswitches      [{ "busId": ..., "links": [[gpu, count], ...], "pciDeviceId"?: ... }, ...]
  *   pcie            [[gpuA, gpuB, level], ...] with level 0/10/20/30/40/50; pairs not listed
@@ -517,6 +526,7 @@ static struct fake_event_set *set_from_handle(nvmlEventSet_t handle)
 static struct {
     char driver_version[FAKE_VERSION_SIZE];
     char nvml_version[FAKE_VERSION_SIZE];
+    int cuda_driver_version;
     unsigned int init_error;
     unsigned int link_count;
     unsigned int gpu_count;
@@ -836,7 +846,7 @@ static int same_bus(const nvmlPciInfo_t *a, const nvmlPciInfo_t *b)
 
 static nvmlReturn_t load_config_tree(const json_value *root)
 {
-    static const char *const allowed[] = { "driverVersion", "nvmlVersion", "initError", "linkCount",
+    static const char *const allowed[] = { "driverVersion", "nvmlVersion", "cudaDriverVersion", "initError", "linkCount",
                                            "gpus", "nvlinks", "nvswitches", "pcie", NULL };
     const json_value *v;
     char key[96];
@@ -859,6 +869,13 @@ static nvmlReturn_t load_config_tree(const json_value *root)
     } else {
         /* Like the real one: the CUDA major version in front of the driver version. */
         snprintf(g_stage.nvml_version, sizeof g_stage.nvml_version, "12.%.70s", g_stage.driver_version);
+    }
+
+    g_stage.cuda_driver_version = 12040;
+    if ((v = json_object_get(root, "cudaDriverVersion"))) {
+        if ((r = get_integer(v, "cudaDriverVersion", 1000, 999990, &n)) != NVML_SUCCESS)
+            return r;
+        g_stage.cuda_driver_version = (int)n;
     }
 
     g_stage.init_error = 0;
@@ -1804,6 +1821,7 @@ static nvmlReturn_t do_init(enum fake_function_id fn)
     pthread_mutex_lock(&g_mu);
     memcpy(g_driver_version, g_loaded_version[0] ? g_loaded_version : g_stage.driver_version, sizeof g_driver_version);
     memcpy(g_nvml_version, g_stage.nvml_version, sizeof g_nvml_version);
+    g_cuda_driver_version = g_stage.cuda_driver_version;
     g_link_count = g_stage.link_count;
     g_conf_count = g_stage.gpu_count;
     memcpy(g_conf, g_stage.gpus, sizeof g_conf[0] * g_conf_count);
@@ -2174,6 +2192,59 @@ EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, uns
     }
 }
 #endif
+
+static nvmlReturn_t cuda_driver_version(int *out)
+{
+    nvmlReturn_t r;
+
+    if ((r = enter()) != NVML_SUCCESS)
+        return r;
+    if (!out)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *out = g_cuda_driver_version;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
+{
+    COUNT_CALL(nvmlSystemGetCudaDriverVersion);
+    return cuda_driver_version(cudaDriverVersion);
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
+{
+    COUNT_CALL(nvmlSystemGetCudaDriverVersion_v2);
+    return cuda_driver_version(cudaDriverVersion);
+}
+
+/* Compute capability by board name, like the PCI device ids above (8.0 for boards not listed). */
+EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
+{
+    static const struct {
+        const char *fragment;
+        int major, minor;
+    } table[] = {
+        { "V100", 7, 0 }, { "T4", 7, 5 }, { "A100", 8, 0 }, { "A10", 8, 6 }, { "RTX A6000", 8, 6 },
+        { "L40S", 8, 9 }, { "H100", 9, 0 }, { "B200", 10, 0 },
+    };
+    struct fake_device *d;
+    nvmlReturn_t r;
+    size_t i;
+
+    COUNT_CALL(nvmlDeviceGetCudaComputeCapability);
+    if ((r = enter_device(device, major != NULL && minor != NULL, &d)) != NVML_SUCCESS)
+        return r;
+    *major = 8;
+    *minor = 0;
+    for (i = 0; i < sizeof table / sizeof table[0]; i++) {
+        if (strstr(d->name, table[i].fragment)) {
+            *major = table[i].major;
+            *minor = table[i].minor;
+            break;
+        }
+    }
+    return leave(NVML_SUCCESS);
+}
 
 /* ------------------------------------------------------------------------------------ */
 /* Event API                                                                             */

@@ -2,12 +2,15 @@
 // gRPC, validates RegisterRequests as the kubelet does, dials the plugin back, calls
 // GetDevicePluginOptions, keeps a ListAndWatch stream open, and can call the other RPCs. restart()
 // does what a kubelet start does: delete every file in the directory (but the checkpoint), then
-// serve kubelet.sock again.
+// serve kubelet.sock again. servePodResources() also serves the PodResources API (v1 List) on its
+// own socket, answering with the pods the test sets in `pods`.
 import * as grpc from '@grpc/grpc-js';
 import { EventEmitter } from 'node:events';
 import { readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { devicePluginService, registrationService } from '../../src/api/proto.ts';
+import { podResourcesService } from '../../src/api/podresources.ts';
+import type { ListPodResourcesResponse, PodResources } from '../../src/api/podresources.ts';
 import type * as M from '../../src/api/messages.ts';
 
 export const CHECKPOINT_FILE = 'kubelet_internal_checkpoint';
@@ -50,6 +53,10 @@ export class KubeletStandIn extends EventEmitter {
   private server: grpc.Server | undefined;
   private plugins = new Map<string, PluginClient>();
   private socketCreatedAt = 0;
+  private podServer: grpc.Server | undefined;
+  /** What PodResources List answers (set by the test). */
+  pods: PodResources[] = [];
+  podListCalls = 0;
 
   private constructor(dir: string) {
     super();
@@ -222,7 +229,24 @@ export class KubeletStandIn extends EventEmitter {
     this.server = undefined;
   }
 
+  /** Serves the PodResources API (v1 PodResourcesLister.List) on `socketPath`, answering with `pods`. */
+  async servePodResources(socketPath: string): Promise<void> {
+    const server = new grpc.Server();
+    server.addService(podResourcesService(), {
+      List: (_call: grpc.ServerUnaryCall<unknown, ListPodResourcesResponse>, cb: grpc.sendUnaryData<ListPodResourcesResponse>) => {
+        this.podListCalls++;
+        cb(null, { pod_resources: this.pods });
+      },
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.bindAsync(`unix://${socketPath}`, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve()));
+    });
+    this.podServer = server;
+  }
+
   async stop(): Promise<void> {
+    this.podServer?.forceShutdown();
+    this.podServer = undefined;
     await this.shutdown();
     this.removeAllListeners();
   }

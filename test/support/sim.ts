@@ -193,6 +193,8 @@ export interface SimOptions {
   waitRegistered?: boolean;
   /** Which built executable runs (default x64); arm64 runs under qemu with the aarch64 fake NVML. */
   arch?: Arch;
+  /** The host's DMI product name (sys/class/dmi/id/product_name); absent by default. */
+  machine?: string;
 }
 
 export class SimNode {
@@ -233,6 +235,10 @@ export class SimNode {
     const node = new SimNode(dir, topology, configPath);
     mkdirSync(node.kubeletDir, { recursive: true });
     writeSysfs(node.sysfs, topology);
+    if (opts.machine !== undefined) {
+      mkdirSync(join(node.sysfs, 'class', 'dmi', 'id'), { recursive: true });
+      writeFileSync(join(node.sysfs, 'class', 'dmi', 'id', 'product_name'), `${opts.machine}\n`);
+    }
     if (opts.kubelet ?? true) node.kubelet = await KubeletStandIn.start(node.kubeletDir);
     const nvmlDir = opts.nvml === 'old' ? libs.old : opts.nvml === 'none' ? join(dir, 'no-nvml') : libs.current;
     const env: NodeJS.ProcessEnv = {

@@ -9,7 +9,7 @@
 import { execFile, spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -20,6 +20,8 @@ export const MIRROR = process.env['GDP_DEBIAN_MIRROR'] || 'http://deb.debian.org
 const SUITE = 'bookworm';
 const BASE_PACKAGES = ['systemd', 'systemd-sysv', 'dbus'];
 const STAMP_FILE = '.gdp-rootfs-stamp.json';
+/** A root with another stamp is deleted once unused this long (a checkout with another package list may still use it). */
+const UNUSED_MS = 7 * 24 * 3600 * 1000;
 const PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
 export interface ExecResult {
@@ -58,7 +60,8 @@ export interface Rootfs {
 
 /**
  * A minbase Debian 12 root with systemd, dbus and `extra`, from the cache or made now (into a
- * temporary directory, renamed into place when complete; older stamps are removed).
+ * temporary directory, renamed into place when complete). Each use touches its stamp file; roots
+ * with other stamps unused for a week are removed.
  */
 export async function cachedRootfs(extra: readonly string[]): Promise<Rootfs> {
   const t0 = performance.now();
@@ -67,7 +70,11 @@ export async function cachedRootfs(extra: readonly string[]): Promise<Rootfs> {
   const stamp = createHash('sha256').update(JSON.stringify(spec)).digest('hex').slice(0, 16);
   const name = `${SUITE}-minbase-${stamp}`;
   const path = join(CACHE_DIR, name);
-  if (existsSync(join(path, STAMP_FILE))) return { path, built: false, ms: performance.now() - t0 };
+  if (existsSync(join(path, STAMP_FILE))) {
+    const now = new Date();
+    utimesSync(join(path, STAMP_FILE), now, now);
+    return { path, built: false, ms: performance.now() - t0 };
+  }
 
   mkdirSync(CACHE_DIR, { recursive: true });
   const tmp = mkdtempSync(join(CACHE_DIR, '.build-'));
@@ -91,7 +98,12 @@ export async function cachedRootfs(extra: readonly string[]): Promise<Rootfs> {
     throw err;
   }
   for (const old of readdirSync(CACHE_DIR)) {
-    if (old.startsWith(`${SUITE}-minbase-`) && old !== name) rmSync(join(CACHE_DIR, old), { recursive: true, force: true });
+    // A build interrupted a day ago or more.
+    if (old.startsWith('.build-') && Date.now() - statSync(join(CACHE_DIR, old)).mtimeMs > 24 * 3600 * 1000) rmSync(join(CACHE_DIR, old), { recursive: true, force: true });
+    if (!old.startsWith(`${SUITE}-minbase-`) || old === name) continue;
+    let lastUse = 0;
+    try { lastUse = statSync(join(CACHE_DIR, old, STAMP_FILE)).mtimeMs; } catch { /* incomplete: remove */ }
+    if (Date.now() - lastUse > UNUSED_MS) rmSync(join(CACHE_DIR, old), { recursive: true, force: true });
   }
   return { path, built: true, ms: performance.now() - t0 };
 }

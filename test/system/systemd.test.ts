@@ -53,7 +53,7 @@ async function until<T>(what: string, probe: () => Promise<T | undefined>, timeo
       last = err;
     }
     if (performance.now() > end) {
-      const journal = await box().sh(`journalctl -u ${UNIT} -u kubelet-standin -o short-precise --no-pager | tail -40`);
+      const journal = await box().sh(`journalctl -u ${UNIT} -u 'kubelet-standin-*' -o short-precise --no-pager | tail -40`);
       throw new Error(`${what}: not within ${timeoutMs} ms${last instanceof Error ? ` (last error: ${last.message})` : ''}\njournal:\n${journal.stdout}`);
     }
     await new Promise((r) => setTimeout(r, 100));
@@ -75,13 +75,17 @@ async function standIn(): Promise<StandInState | null> {
   return r.code === 0 && r.stdout !== '' ? (JSON.parse(r.stdout) as StandInState) : null;
 }
 
+/** Each kubelet start is a transient unit of its own name: a stopped one may stay loaded a moment. */
+let kubeletUnit = 0;
+
 /** A kubelet (re)start: a new stand-in process that wipes the directory and serves kubelet.sock. */
 async function startKubelet(): Promise<void> {
-  await box().run(`rm -f ${STATE} && systemd-run --unit kubelet-standin --collect --quiet ${OPT}/node ${OPT}/kubelet.cjs ${DIR} ${STATE}`);
+  kubeletUnit++;
+  await box().run(`rm -f ${STATE} && systemd-run --unit kubelet-standin-${kubeletUnit} --collect --quiet ${OPT}/node ${OPT}/kubelet.cjs ${DIR} ${STATE}`);
 }
 
 async function stopKubelet(): Promise<void> {
-  await box().run('systemctl stop kubelet-standin');
+  await box().run(`systemctl stop kubelet-standin-${kubeletUnit}`);
 }
 
 /** The stand-in's state once the plugin has registered with it and listed every GPU healthy. */

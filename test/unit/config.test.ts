@@ -80,6 +80,11 @@ test('every key of the file reaches its option', () => {
     '  healthProbeInterval: 1.5s',
     '  healthRecovery: true',
     '  healthRecoveryQuietPeriod: 60',
+    '  nfdFeaturesFile: /etc/nfd/gpu',
+    '  nfdRemoveOnStop: true',
+    '  metricsFile: /var/lib/ne/gpu.prom',
+    '  metricsInterval: 30',
+    '  podResourcesSocket: /k/pod-resources.sock',
     '  rediscoverInterval: 0',
     '  plugin:',
     '    passDeviceSpecs: true',
@@ -98,6 +103,7 @@ test('every key of the file reaches its option', () => {
     passDeviceSpecs: true, cdiAnnotationPrefix: 'x/', migStrategy: 'none', sharedDevicesAllocationPolicy: 'packed', failOnInitError: false,
     configFile: null, logLevel: 'error', socketCheckInterval: 2, healthProbeInterval: 1.5, healthRecovery: true, healthRecoveryQuietPeriod: 60, rediscoverInterval: 0,
     imexChannelIds: [0], imexRequired: true,
+    nfdFeaturesFile: '/etc/nfd/gpu', nfdRemoveOnStop: true, metricsFile: '/var/lib/ne/gpu.prom', metricsInterval: 30, podResourcesSocket: '/k/pod-resources.sock',
   });
   for (const s of OPTION_SPECS) {
     if (s.key === 'configFile') continue;

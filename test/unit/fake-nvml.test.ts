@@ -92,6 +92,9 @@ function bindBase(lib: LibraryHandle) {
     errorString: fn('const char *nvmlErrorString(int result)'),
     driverVersion: fn('int nvmlSystemGetDriverVersion(char *version, unsigned int length)'),
     nvmlVersion: fn('int nvmlSystemGetNVMLVersion(char *version, unsigned int length)'),
+    cudaDriverVersion: fn('int nvmlSystemGetCudaDriverVersion(_Out_ int *version)'),
+    cudaDriverVersionV2: fn('int nvmlSystemGetCudaDriverVersion_v2(_Out_ int *version)'),
+    computeCapability: fn('int nvmlDeviceGetCudaComputeCapability(FakeNvmlTest_device device, _Out_ int *major, _Out_ int *minor)'),
     count: fn('int nvmlDeviceGetCount_v2(_Out_ unsigned int *count)'),
     handleByIndex: fn('int nvmlDeviceGetHandleByIndex_v2(unsigned int index, _Out_ FakeNvmlTest_device *device)'),
     handleByUuid: fn('int nvmlDeviceGetHandleByUUID(const char *uuid, _Out_ FakeNvmlTest_device *device)'),
@@ -360,6 +363,7 @@ function emptyEvent(): EventData {
 
 const BASE_SYMBOLS = [
   'nvmlDeviceGetCount_v2',
+  'nvmlDeviceGetCudaComputeCapability',
   'nvmlDeviceGetHandleByIndex_v2',
   'nvmlDeviceGetHandleByUUID',
   'nvmlDeviceGetIndex',
@@ -381,6 +385,8 @@ const BASE_SYMBOLS = [
   'nvmlInitWithFlags',
   'nvmlInit_v2',
   'nvmlShutdown',
+  'nvmlSystemGetCudaDriverVersion',
+  'nvmlSystemGetCudaDriverVersion_v2',
   'nvmlSystemGetDriverVersion',
   'nvmlSystemGetNVMLVersion',
 ];
@@ -536,6 +542,11 @@ test('system and device queries match the fixture (dgx1-v100)', async () => {
     assert.equal(api.driverVersion(buffer, 9), INSUFFICIENT_SIZE, 'no room for the NUL');
     assert.equal(api.driverVersion(buffer, 10), SUCCESS);
     assert.equal(api.nvmlVersion(buffer, 5), INSUFFICIENT_SIZE);
+    for (const get of [api.cudaDriverVersion, api.cudaDriverVersionV2]) {
+      const cuda = [0];
+      assert.equal(get(cuda), SUCCESS);
+      assert.equal(cuda[0], 12040, 'CUDA 12.4 by default');
+    }
 
     assert.equal(deviceCount(api), 8);
     const handles = fixture.gpus.map((_, i) => handle(api, i));
@@ -585,6 +596,11 @@ test('system and device queries match the fixture (dgx1-v100)', async () => {
       const pending = [7];
       assert.equal(api.migMode(h, mig, pending), NOT_SUPPORTED);
 
+      const major = [0];
+      const minorCc = [9];
+      assert.equal(api.computeCapability(h, major, minorCc), SUCCESS);
+      assert.deepEqual([major[0], minorCc[0]], [7, 0], 'V100: compute capability 7.0');
+
       const byUuid: unknown[] = [null];
       assert.equal(api.handleByUuid(gpu.uuid, byUuid), SUCCESS);
       assert.equal(byUuid[0], h);
@@ -596,6 +612,7 @@ test('system and device queries match the fixture (dgx1-v100)', async () => {
 
 test('memory used, pci ids and NUMA absence come from the config', async () => {
   const config = writeConfig('memory.json', {
+    cudaDriverVersion: 12080,
     gpus: [
       {
         uuid: 'GPU-aaaaaaaa-0000-0000-0000-000000000001',
@@ -632,6 +649,12 @@ test('memory used, pci ids and NUMA absence come from the config', async () => {
     const minor = [99];
     assert.equal(api.minor(h, minor), SUCCESS);
     assert.equal(minor[0], 0, 'minor defaults to the index');
+    const cuda = [0];
+    assert.equal(api.cudaDriverVersionV2(cuda), SUCCESS);
+    assert.equal(cuda[0], 12080);
+    const cc = [[0], [0]] as const;
+    assert.equal(api.computeCapability(h, cc[0], cc[1]), SUCCESS);
+    assert.deepEqual([cc[0][0], cc[1][0]], [8, 0], 'A100: 8.0');
   });
 });
 

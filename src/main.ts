@@ -8,6 +8,7 @@ import { planReload } from './cli/reload.ts';
 import { describeHealthSettings, parseHealthSettings, watchesAnything } from './core/health.ts';
 import type { HealthSettings } from './core/health.ts';
 import type { Sharing } from './core/sharing.ts';
+import { healthCounts } from './core/snapshot.ts';
 import type { PlanSettings } from './core/snapshot.ts';
 import { routeGrpcLogs } from './kubelet/registration.ts';
 import { LiveNode } from './manager/live-node.ts';
@@ -70,14 +71,11 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
     });
   };
   const status = (): string => {
-    const snap = node.snapshot;
-    const h = snap?.health ?? [];
-    const g = snap?.gpus.length ?? 0;
-    const migs = h.length - g;
-    const mig = migs > 0 ? `, ${h.slice(g).filter((x) => x === 'Healthy').length} of ${migs} MIG devices` : '';
+    const c = node.snapshot === null ? null : healthCounts(node.snapshot);
+    const mig = c !== null && c.mig.total > 0 ? `, ${c.mig.healthy} of ${c.mig.total} MIG devices` : '';
     // "registered" only while every resource is: one that lost its registration says so again.
     const now = registered && manager.allRegisteredNow();
-    return `STATUS=${now ? 'registered' : 'waiting for the kubelet'}; ${h.slice(0, g).filter((x) => x === 'Healthy').length} of ${g} GPUs healthy${mig}`;
+    return `STATUS=${now ? 'registered' : 'waiting for the kubelet'}; ${c?.gpus.healthy ?? 0} of ${c?.gpus.total ?? 0} GPUs healthy${mig}`;
   };
   const manager = new ResourceManager({
     kubeletSocket: opts.kubeletSocket,
@@ -114,7 +112,7 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
     return {
       driverVersion: s?.driverVersion ?? 'not answering',
       gpus: (s?.gpus ?? []).map((g, i) => ({ index: g.index, uuid: g.uuid, healthy: h[i] === 'Healthy' })),
-      resources: (s?.resources ?? []).filter((r) => r.devices.length > 0).map((r) => ({ name: r.name, devices: r.devices.length, healthy: r.devices.filter((d) => h[d.gpu] === 'Healthy').length })),
+      resources: s === null ? [] : healthCounts(s).resources,
     };
   });
   log.info('health checks', { settings: describeHealthSettings(health), recovery: opts.healthRecovery ? `${opts.healthRecoveryQuietPeriod}s` : 'off' });

@@ -24,11 +24,11 @@
 // (a re-created instance has a new UUID and starts fresh); `health` lists the GPUs, then the MIG
 // devices (the health units of core/mig.ts). A node that stops fitting --mig-strategy=single after
 // start is reported and withdrawn (no resources), never half-advertised.
-import { deviceList } from './devices.ts';
+import { countHealthyGpus, deviceList } from './devices.ts';
 import type { AdvertisedDevice, DeviceIdStrategy, DeviceListEntry, Gpu, Health } from './devices.ts';
 import { freshHealthState } from './health.ts';
 import type { GpuHealthState } from './health.ts';
-import { MigStrategyError, NO_MIG, planMigResources } from './mig.ts';
+import { MigStrategyError, NO_MIG, deviceUnit, planMigResources } from './mig.ts';
 import type { MigLayout, MigStrategy } from './mig.ts';
 import type { PlannedResource, Sharing } from './sharing.ts';
 import type { GpuLinkInfo } from './topology.ts';
@@ -245,6 +245,28 @@ export function withHealthStates(snapshot: NodeSnapshot, states: readonly GpuHea
   }
   const g = snapshot.gpus.length;
   return { ...snapshot, healthStates: states.slice(0, g), migHealthStates: states.slice(g), health: advertisedHealth(states, snapshot.driverVersion !== null) };
+}
+
+/** Healthy of total: what STATUS, the log and the metrics say of a snapshot. */
+export interface HealthCounts {
+  readonly gpus: { readonly healthy: number; readonly total: number };
+  readonly mig: { readonly healthy: number; readonly total: number };
+  /** Per advertised resource with devices; a MIG device counts with its own health, not its parent's. */
+  readonly resources: readonly { readonly name: string; readonly devices: number; readonly healthy: number }[];
+}
+
+export function healthCounts(snapshot: Pick<NodeSnapshot, 'gpus' | 'health' | 'resources'>): HealthCounts {
+  const g = snapshot.gpus.length;
+  const h = snapshot.health;
+  return {
+    gpus: { healthy: countHealthyGpus(h.slice(0, g)), total: g },
+    mig: { healthy: countHealthyGpus(h.slice(g)), total: h.length - g },
+    resources: snapshot.resources.filter((r) => r.devices.length > 0).map((r) => ({
+      name: r.name,
+      devices: r.devices.length,
+      healthy: r.devices.filter((d) => h[deviceUnit(d, g)] === 'Healthy').length,
+    })),
+  };
 }
 
 /** The device list of a resource as the kubelet sees it. */

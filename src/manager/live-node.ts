@@ -2,10 +2,9 @@
 // coming back), a config reload and a health change each make a new snapshot (core/snapshot.ts);
 // its diff against the current one goes to the resource manager, and the health monitor starts over
 // on a new GPU list when the GPUs changed. Changes are applied one at a time, in order.
-import type { Health } from '../core/devices.ts';
 import { MigStrategyError, healthUnits, pendingModeChanges, planMigResources } from '../core/mig.ts';
 import { describePlan } from '../core/sharing.ts';
-import { buildSnapshot, diff, healthUnitCount, isEmptyDiff, unitHealthStates, withHealthStates } from '../core/snapshot.ts';
+import { buildSnapshot, diff, healthCounts, healthUnitCount, isEmptyDiff, unitHealthStates, withHealthStates } from '../core/snapshot.ts';
 import type { NodeScan, NodeSnapshot, PlanSettings, SnapshotDiff } from '../core/snapshot.ts';
 import type { HealthMonitor } from '../plugin/health.ts';
 import { errorText } from '../system/log.ts';
@@ -24,7 +23,6 @@ export interface LiveNodeDeps {
   onApplied?(snapshot: NodeSnapshot, change: SnapshotDiff): void;
 }
 
-const countHealthy = (h: readonly Health[]): number => h.filter((x) => x === 'Healthy').length;
 
 export class LiveNode {
   private readonly deps: LiveNodeDeps;
@@ -151,9 +149,9 @@ export class LiveNode {
         log.info('device list changed', { resource: u.name, devices: u.devices.length, appeared: u.appeared.length, vanished: u.vanished.length, reason });
       }
       if (change.updated.some((u) => u.healthChanged.length > 0) || change.gpusAdded.length + change.gpusRemoved.length > 0) {
-        const g = next.gpus.length;
-        const mig = next.mig.devices.length === 0 ? {} : { healthy_mig: countHealthy(next.health.slice(g)), total_mig: next.mig.devices.length };
-        log.info('device counts', { healthy: countHealthy(next.health.slice(0, g)), total: g, ...mig });
+        const c = healthCounts(next);
+        const mig = c.mig.total === 0 ? {} : { healthy_mig: c.mig.healthy, total_mig: c.mig.total };
+        log.info('device counts', { healthy: c.gpus.healthy, total: c.gpus.total, ...mig });
       }
     }
     const pendingBefore = new Set(prev === null ? [] : pendingModeChanges(prev.gpus, prev.mig));

@@ -8,7 +8,7 @@ import type { Gpu } from '../../src/core/devices.ts';
 import { freshHealthState } from '../../src/core/health.ts';
 import type { MigDevice, MigLayout } from '../../src/core/mig.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
-import { buildSnapshot, diff, healthUnitCount, isEmptyDiff, unitHealthStates, withHealthStates } from '../../src/core/snapshot.ts';
+import { buildSnapshot, diff, healthCounts, healthUnitCount, isEmptyDiff, unitHealthStates, withHealthStates } from '../../src/core/snapshot.ts';
 import type { NodeScan, PlanSettings } from '../../src/core/snapshot.ts';
 
 const MiB = 1024 * 1024;
@@ -101,4 +101,18 @@ test('capability nodes: by MIG position for Allocate; without them device specs 
   assert.equal(later.resources.length, 3, 'still advertised; Allocate of a MIG device says what is missing');
   // Without device specs nothing is needed.
   assert.equal(buildSnapshot(scan(A, missing), mixed, null, false).planProblem, null);
+});
+
+test('health counts: a MIG device counts with its own health, not its parent GPU\'s', () => {
+  const a = buildSnapshot(scan(A), mixed, null, false);
+  const states = unitHealthStates(a);
+  states[3 + 1] = { ...freshHealthState(), health: 'Unhealthy', lastXid: 94 }; // MIG-0-1g.10gb-2; GPU 0 itself stays healthy
+  const c = healthCounts(withHealthStates(a, states));
+  assert.deepEqual(c.gpus, { healthy: 3, total: 3 });
+  assert.deepEqual(c.mig, { healthy: 3, total: 4 });
+  assert.deepEqual(c.resources, [
+    { name: 'nvidia.com/gpu', devices: 1, healthy: 1 },
+    { name: 'nvidia.com/mig-1g.10gb', devices: 3, healthy: 2 },
+    { name: 'nvidia.com/mig-3g.40gb', devices: 1, healthy: 1 },
+  ]);
 });

@@ -65,6 +65,11 @@ export interface DeviceListEntry {
   topology: { nodes: { ID: number }[] } | null;
 }
 
+/** The health unit of an advertised device (the health array lists GPUs, then MIG devices): its MIG device, else its GPU. */
+export function deviceUnit(d: AdvertisedDevice, gpuCount: number): number {
+  return d.mig === undefined ? d.gpu : gpuCount + d.mig;
+}
+
 /** The full list sent on ListAndWatch. NUMA topology is omitted for GPUs with no NUMA node. */
 export function deviceList(devices: readonly AdvertisedDevice[], gpus: readonly Gpu[], health: GpuHealth): DeviceListEntry[] {
   return devices.map((d) => {
@@ -72,7 +77,7 @@ export function deviceList(devices: readonly AdvertisedDevice[], gpus: readonly 
     if (gpu === undefined) throw new Error(`device ${d.id} refers to GPU position ${d.gpu}, which does not exist`);
     return {
       ID: d.id,
-      health: health[d.mig === undefined ? d.gpu : gpus.length + d.mig] ?? 'Unhealthy',
+      health: health[deviceUnit(d, gpus.length)] ?? 'Unhealthy',
       topology: gpu.numaNode === null ? null : { nodes: [{ ID: gpu.numaNode }] },
     };
   });

@@ -298,11 +298,6 @@ export function unitCount(u: HealthUnits): number {
   return u.gpuCount + u.mig.length;
 }
 
-/** The health unit of an advertised device: its MIG device, else its GPU. */
-export function deviceUnit(d: AdvertisedDevice, gpuCount: number): number {
-  return d.mig === undefined ? d.gpu : gpuCount + d.mig;
-}
-
 /** A GPU and every MIG device on it. */
 export function unitsOfGpu(u: HealthUnits, gpu: number): number[] {
   const out = [gpu];

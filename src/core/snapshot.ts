@@ -24,11 +24,11 @@
 // (a re-created instance has a new UUID and starts fresh); `health` lists the GPUs, then the MIG
 // devices (the health units of core/mig.ts). A node that stops fitting --mig-strategy=single after
 // start is reported and withdrawn (no resources), never half-advertised.
-import { countHealthyGpus, deviceList } from './devices.ts';
+import { countHealthyGpus, deviceList, deviceUnit } from './devices.ts';
 import type { AdvertisedDevice, DeviceIdStrategy, DeviceListEntry, Gpu, Health } from './devices.ts';
 import { freshHealthState } from './health.ts';
 import type { GpuHealthState } from './health.ts';
-import { MigStrategyError, NO_MIG, deviceUnit, planMigResources } from './mig.ts';
+import { MigStrategyError, NO_MIG, planMigResources } from './mig.ts';
 import type { MigLayout, MigStrategy } from './mig.ts';
 import type { PlannedResource, Sharing } from './sharing.ts';
 import type { GpuLinkInfo } from './topology.ts';

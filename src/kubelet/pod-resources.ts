@@ -5,8 +5,6 @@ import { stat } from 'node:fs/promises';
 import { podResourcesService } from '../api/podresources.ts';
 import type { PodResources } from '../api/podresources.ts';
 
-export const DEFAULT_POD_RESOURCES_SOCKET = '/var/lib/kubelet/pod-resources/kubelet.sock';
-
 export async function listPodResources(socket: string, timeoutMs: number): Promise<PodResources[]> {
   try {
     const st = await stat(socket);

@@ -1,23 +1,15 @@
 // Which IMEX channel device nodes exist under the dev root (FACTS §3). What follows from that — which
 // channels are passed, which are skipped, whether the start must stop — is core/imex.ts's decision;
 // this file only looks at the file system and logs the outcome.
-import { access, constants as fsc } from 'node:fs/promises';
-import { hostPath } from '../core/allocate.ts';
 import { chooseImexChannels, imexChannelPath } from '../core/imex.ts';
 import type { ImexChoice } from '../core/imex.ts';
+import { presentDeviceNodes } from './control-devices.ts';
 import type { Logger } from './log.ts';
 
 /** Looks for each configured channel's device node under devRoot. */
 export async function findImexChannels(ids: readonly number[], required: boolean, devRoot: string): Promise<ImexChoice> {
-  const present = new Set<string>();
-  for (const id of ids) {
-    try {
-      await access(hostPath(devRoot, imexChannelPath(id)), fsc.F_OK);
-      present.add(imexChannelPath(id));
-    } catch {
-      // absent: skipped, or fatal when required (decided in core/imex.ts)
-    }
-  }
+  // A missing channel is skipped, or fatal when required: decided in core/imex.ts.
+  const present = new Set(await presentDeviceNodes(devRoot, ids.map(imexChannelPath)));
   return chooseImexChannels(ids, present, required, devRoot);
 }
 

@@ -46,6 +46,8 @@ export class ResourceManager {
   private readonly vanished = new Map<string, Map<string, string>>();
   private chooser: GpuChooser = lowestFirstChooser;
   private snapshot: NodeSnapshot | null = null;
+  /** Set by stop(): a scan that lands during shutdown starts nothing (no socket left behind). */
+  private stopped = false;
 
   constructor(ctx: ManagerContext) {
     this.ctx = ctx;
@@ -76,6 +78,7 @@ export class ResourceManager {
    * device set changed to register again (with this reason).
    */
   async apply(next: NodeSnapshot, change: SnapshotDiff, settings: ServeSettings, reregister: string | null): Promise<void> {
+    if (this.stopped) return;
     if (change.gpuSetChanged || this.snapshot === null) this.chooser = this.buildChooser(next);
     this.snapshot = next;
     this.remember(next, change);
@@ -87,6 +90,7 @@ export class ResourceManager {
       this.vanished.delete(name);
       await rt.stop();
     }
+    if (this.stopped) return;
     const setChanged = new Set([...change.updated].filter((u) => u.appeared.length + u.vanished.length > 0).map((u) => u.name));
     for (const r of next.resources) {
       const state = this.stateFor(next, r, settings);
@@ -165,6 +169,7 @@ export class ResourceManager {
   }
 
   async stop(): Promise<void> {
+    this.stopped = true;
     const all = [...this.runtimes.values()];
     this.runtimes.clear();
     await Promise.all(all.map((rt) => rt.stop()));

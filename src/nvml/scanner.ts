@@ -249,9 +249,12 @@ export class Scanner {
 
   private async scanOnce(r: Request): Promise<void> {
     if (r.reopen && this.nvml !== null) {
-      await this.stopWorker();
-      this.nvml.close();
+      // Take the session first: stop() may run while the worker stops, and shuts down only what is still here.
+      const old = this.nvml;
       this.nvml = null;
+      await this.stopWorker();
+      old.close();
+      if (this.stopped) return;
     }
     if (this.nvml === null) {
       const nvml = await this.reopen(r.reason);

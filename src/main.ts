@@ -162,10 +162,18 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
           if (r.restartOnly.length > 0) log.warn('config reload: some changed options take effect only at restart; their running values are kept', { options: r.restartOnly });
           if (r.changed.length === 0 && !r.sharingChanged) log.info('config reloaded; nothing to change', { file });
           else {
-            const resources = await node.reconfigure(planSettings(r.options, r.sharing), await serveSettings(r.options, imexChannels), 'config reloaded');
+            // The new settings are in force before the snapshot is applied, so the labels written from
+            // it (onApplied) are the new ones; a refused plan puts the running ones back.
+            const running = { opts, sharing };
             opts = r.options;
             sharing = r.sharing;
-            await labelsFor(node.snapshot);
+            let resources: string;
+            try {
+              resources = await node.reconfigure(planSettings(r.options, r.sharing), await serveSettings(r.options, imexChannels), 'config reloaded');
+            } catch (err) {
+              ({ opts, sharing } = running);
+              throw err;
+            }
             scanner.setInterval(opts.rediscoverInterval * 1000);
             log.info('config reloaded', { file, changed: [...r.changed, ...(r.sharingChanged ? ['sharing'] : [])], resources });
           }

@@ -46,6 +46,17 @@ export interface MigDeviceView extends MigDevice {
  * Where each MIG device goes under a strategy (by UUID), or the reason the node is not valid for
  * it (single on a non-uniform node).
  */
+/** Every MIG device's IDs (its MIG UUID, and `<gpu index>:<MIG index>` of the index strategy) with its GPU's position, for the pod view. */
+function migIds(r: NodeReport): Map<string, number> {
+  const ids = new Map<string, number>();
+  for (const d of r.mig?.devices ?? []) {
+    ids.set(d.uuid, d.parent);
+    const g = r.gpus[d.parent];
+    if (g !== undefined) ids.set(`${g.index}:${d.index}`, d.parent);
+  }
+  return ids;
+}
+
 export function migResources(r: NodeReport, strategy: MigStrategy): { devices: MigDeviceView[]; problem: string | null; notes: string[] } {
   const layout = r.mig;
   if (layout === null) return { devices: [], problem: null, notes: [] };
@@ -128,7 +139,7 @@ function table(rows: string[][]): string {
 export function formatInfo(r: NodeReport, pods?: PodView, strategy: MigStrategy = 'mixed'): string {
   const out: string[] = [];
   out.push(`NVML ${r.library}, driver ${r.driverVersion}, ${r.gpus.length} GPU${r.gpus.length === 1 ? '' : 's'}`, '');
-  const held = pods?.ok === true ? deviceHolders(r.gpus, pods.pods) : undefined;
+  const held = pods?.ok === true ? deviceHolders(r.gpus, pods.pods, migIds(r)) : undefined;
   out.push(table([
     ['GPU', 'UUID', 'NAME', 'MEMORY', 'BUS ID', 'NUMA', 'HEALTH', ...(held === undefined ? [] : ['PODS (namespace/pod/container)'])],
     ...r.gpus.map((g, i) => [String(g.index), g.uuid, g.name, `${Math.round(g.memoryBytes / 1048576)} MiB`, g.busId, g.numaNode === null ? '-' : String(g.numaNode), g.health,
@@ -193,7 +204,7 @@ export function formatImex(r: ImexReport): string {
 
 export function infoJson(r: NodeReport, pods?: PodView, imex?: ImexReport, strategy: MigStrategy = 'mixed'): string {
   const mig = migResources(r, strategy);
-  const held = pods?.ok === true ? deviceHolders(r.gpus, pods.pods) : undefined;
+  const held = pods?.ok === true ? deviceHolders(r.gpus, pods.pods, migIds(r)) : undefined;
   return JSON.stringify({
     library: r.library,
     driverVersion: r.driverVersion,

@@ -1,7 +1,8 @@
 // Which pod holds which device, from the kubelet's PodResources answer: each device ID of this
 // plugin's resources (nvidia.com/...) traced back to its GPU — a whole GPU by UUID or index, a
 // time-slicing replica `<id>::<n>` to the GPU it is cut from. IDs that name no GPU of the node
-// (MIG devices, until MIG lands; stale IDs) are kept apart, not dropped. Pure.
+// (stale IDs, other nodes' devices) are kept apart, not dropped; MIG devices lead to their GPU
+// through `carved`. Pure.
 import { RESOURCE_DOMAIN, parseReplicaId } from './sharing.ts';
 
 export interface PodDevices {
@@ -22,7 +23,7 @@ export interface Holder {
 
 /**
  * `carved`: IDs of devices carved from a GPU that are neither its UUID nor its index (MIG devices:
- * their `MIG-…` UUID or `<gpu>:<gi>:<ci>` index), with the GPU's position — the MIG extension point.
+ * their `MIG-…` UUID or `<gpu index>:<MIG index>` index), with the GPU's position.
  */
 export function deviceHolders(gpus: readonly { readonly index: number; readonly uuid: string }[], pods: readonly PodDevices[],
   carved: ReadonlyMap<string, number> = new Map()): { perGpu: Holder[][]; others: Holder[] } {

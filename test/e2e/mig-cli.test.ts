@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildFakeNvml } from '../fake-nvml/build.ts';
 import { migUuid, writeMigMinors } from '../support/mig.ts';
+import { KubeletStandIn } from '../support/kubelet.ts';
 import { TOPOLOGIES, executable, loadTopology, writeSysfs } from '../support/sim.ts';
 
 async function run(args: string[], opts: { nvml?: 'current' | 'old'; env?: Record<string, string> } = {}): Promise<{ status: number | null; stdout: string; stderr: string; dir: string }> {
@@ -75,4 +76,25 @@ test('check: validity for the strategy, and mig-minors when device specs are on'
   assert.match(old.stdout, /^FAIL +mig +--mig-strategy=mixed, but this driver has no MIG functions: every GPU is advertised whole — fix: upgrade the NVIDIA driver/m);
   const none = await run(['check']);
   assert.doesNotMatch(none.stdout, /^(PASS|FAIL) +mig/m);
+});
+
+test('info traces pods holding MIG devices (by MIG UUID and by index ID) to their parent GPU', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gdp-mig-pods-'));
+  const kubelet = await KubeletStandIn.start(dir);
+  const socket = join(dir, 'pod-resources.sock');
+  await kubelet.servePodResources(socket);
+  kubelet.pods = [
+    { name: 'infer', namespace: 'ml', containers: [{ name: 'a', devices: [{ resource_name: 'nvidia.com/mig-1g.20gb', device_ids: [mig(1, '1g.20gb', 2)] }] }] },
+    { name: 'batch', namespace: 'ml', containers: [{ name: 'b', devices: [{ resource_name: 'nvidia.com/mig-1g.10gb.me', device_ids: ['0:2'] }] }] },
+  ];
+  try {
+    const r = await run(['info', '--json', '--mig-strategy=mixed', '--pod-resources-socket', socket]);
+    assert.equal(r.status, 0, r.stderr);
+    const j = JSON.parse(r.stdout) as { gpus: { heldBy: { pod: string; deviceId: string }[] }[]; podResources: { otherDevices: unknown[] } };
+    assert.deepEqual(j.gpus[1]?.heldBy.map((h) => `${h.pod} ${h.deviceId}`), [`infer ${mig(1, '1g.20gb', 2)}`]);
+    assert.deepEqual(j.gpus[0]?.heldBy.map((h) => `${h.pod} ${h.deviceId}`), ['batch 0:2']);
+    assert.deepEqual(j.podResources.otherDevices, [], 'no MIG device of this node is filed as foreign');
+  } finally {
+    await kubelet.stop();
+  }
 });

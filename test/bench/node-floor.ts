@@ -18,11 +18,13 @@ export function floorRuntime(): { path: string; version: string } {
   const path = join(mkdtempSync(join(tmpdir(), 'gdp-floor-')), 'node');
   copyFileSync(BUILT_EXECUTABLE, path);
   // NODE_SEA_FUSE_<32 hex>:1 in an injected executable; :0 makes Node ignore the blob.
-  const m = /NODE_SEA_FUSE_[0-9a-f]{32}:1/.exec(readFileSync(path).toString('latin1'));
-  if (m === null) throw new Error(`no set single-executable fuse in ${BUILT_EXECUTABLE}; is it a Node SEA?`);
+  const bytes = readFileSync(path);
+  const at = bytes.indexOf('NODE_SEA_FUSE_');
+  const fuse = at < 0 ? '' : bytes.toString('latin1', at, at + 48);
+  if (!/^NODE_SEA_FUSE_[0-9a-f]{32}:1$/.test(fuse)) throw new Error(`no set single-executable fuse in ${BUILT_EXECUTABLE} (${JSON.stringify(fuse)}); is it a Node SEA?`);
   const fd = openSync(path, 'r+');
   try {
-    writeSync(fd, '0', m.index + m[0].length - 1, 'latin1');
+    writeSync(fd, '0', at + fuse.length - 1, 'latin1');
   } finally {
     closeSync(fd);
   }

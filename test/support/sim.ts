@@ -37,6 +37,8 @@ export function executable(arch: Arch = 'x64'): string {
     path = join(dir, 'gpu-device-plugin');
     copyFileSync(built, path);
     isolated[arch] = path;
+    // A copy is the executable's full size (about 115 MiB): gone with the process that made it.
+    process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
   }
   return path;
 }

@@ -8,11 +8,12 @@
 // latency per topology and size, the topology policy alone, the live node (GPU removed / driver back
 // → new ListAndWatch list, NVML calls per idle minute with re-discovery), the labels and metrics
 // files, sizes on disk.
-import { existsSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { readdirSync, statSync, writeFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { BUILT_EXECUTABLE, ROOT, SimNode } from '../support/sim.ts';
 import { goalTable, nodeTax } from './goals.bench.ts';
+import type { Goal } from './goals.bench.ts';
 import { migRelayoutLatency, migXidLatency } from './mig.bench.ts';
 import { log, r2, sleep, stats } from './stats.ts';
 
@@ -189,29 +190,43 @@ const report: Record<string, unknown> = {
   command: 'npm run bench',
 };
 const started = performance.now();
-const tax = await nodeTax();
-report['node_tax'] = tax.figures;
-report['goals'] = tax.goals;
-log('XID on a MIG device → Unhealthy');
-Object.assign(report, await migXidLatency(200));
-log('MIG re-layout → new lists');
-Object.assign(report, await migRelayoutLatency(20));
-log('XID storm');
-Object.assign(report, await storm(10));
-log('GetPreferredAllocation per topology and size');
-report['get_preferred_allocation_by_topology_ms'] = await preferredPerTopology();
-const policyBench = join(ROOT, 'test', 'bench', 'topology.bench.ts');
-if (existsSync(policyBench)) {
-  log('topology policy alone vs brute force');
-  report['policy_alone'] = JSON.parse(execFileSync(process.execPath, [policyBench], { encoding: 'utf8', maxBuffer: 64 << 20 })) as unknown;
+const failed: string[] = [];
+/** One section of the report: a failure is recorded (and fails the run at the end), the others still run. */
+async function section(what: string, run: () => Promise<Record<string, unknown>>): Promise<void> {
+  log(what);
+  try {
+    Object.assign(report, await run());
+  } catch (err) {
+    failed.push(what);
+    report[`failed: ${what}`] = (err as Error).stack ?? String(err);
+    process.stderr.write(`bench: FAILED: ${what}: ${(err as Error).stack ?? String(err)}\n`);
+  }
 }
-log('live node: GPU removed/back, driver unloaded/back, NVML calls per idle minute');
-report['live_node'] = await liveNode(10);
-log('labels and metrics files: CPU per write, NVML calls, memory');
-report['observe'] = JSON.parse(execFileSync(process.execPath, [join(ROOT, 'test', 'bench', 'observe.bench.ts')], { encoding: 'utf8', maxBuffer: 64 << 20 })) as unknown;
+const childJson = (file: string): unknown =>
+  JSON.parse(execFileSync(process.execPath, [join(ROOT, 'test', 'bench', file)], { encoding: 'utf8', maxBuffer: 64 << 20 })) as unknown;
+
+let goals: Goal[] | undefined;
+await section('issue 13 figures', async () => {
+  const tax = await nodeTax();
+  goals = tax.goals;
+  return { node_tax: tax.figures, goals: tax.goals };
+});
+await section('XID on a MIG device → Unhealthy', () => migXidLatency(200));
+await section('MIG re-layout → new lists', () => migRelayoutLatency(20));
+await section('XID storm', () => storm(10));
+await section('GetPreferredAllocation per topology and size', async () => ({ get_preferred_allocation_by_topology_ms: await preferredPerTopology() }));
+await section('topology policy alone vs brute force', async () => ({ policy_alone: childJson('topology.bench.ts') }));
+await section('live node: GPU removed/back, driver unloaded/back, NVML calls per idle minute', async () => ({ live_node: await liveNode(10) }));
+await section('labels and metrics files: CPU per write, NVML calls, memory', async () => ({ observe: childJson('observe.bench.ts') }));
 report['sizes'] = sizes();
 report['bench_seconds'] = Math.round((performance.now() - started) / 1000);
 const text = JSON.stringify(report, null, 2);
 writeFileSync(join(ROOT, 'dist', 'bench.json'), text + '\n');
 process.stdout.write(text + '\n');
-process.stderr.write(`\nissue 13 goals (npm run bench, ${report['machine']}, ${report['node']}; details in dist/bench.json):\n${goalTable(tax.goals)}\n`);
+if (goals !== undefined) {
+  process.stderr.write(`\nissue 13 goals (npm run bench, ${report['machine']}, ${report['node']}; details in dist/bench.json):\n${goalTable(goals)}\n`);
+}
+if (failed.length > 0) {
+  process.stderr.write(`\nbench: ${failed.length} section(s) FAILED: ${failed.join('; ')}\n`);
+  process.exitCode = 1;
+}

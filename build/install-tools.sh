@@ -15,9 +15,10 @@
 #   setpriv (lintian runs unprivileged)       util-linux
 #   aarch64: strip the arm64 runtime          binutils-aarch64-linux-gnu
 #   aarch64: cross-build the fake NVML        gcc-aarch64-linux-gnu, libc6-dev-arm64-cross
-#   aarch64: run the arm64 executable         qemu-user-static, binfmt-support (update-binfmts),
-#            (emulated, its libraries under   libc6-arm64-cross, libstdc++6-arm64-cross,
-#            /usr/aarch64-linux-gnu)          libgcc-s1-arm64-cross, libatomic1-arm64-cross
+#   aarch64: run the arm64 executable, and    qemu-user-static, binfmt-support (update-binfmts),
+#            its node at build (the blob's    libc6-arm64-cross, libstdc++6-arm64-cross,
+#            code cache; emulated, libraries  libgcc-s1-arm64-cross, libatomic1-arm64-cross
+#            under /usr/aarch64-linux-gnu)
 #   debootstrap (Debian 12 rootfs)            debootstrap
 #   systemd-nspawn (boots it, real systemd)   systemd-container
 #   nsenter (enters the booted container)     util-linux

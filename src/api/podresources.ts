@@ -1,9 +1,7 @@
 // The kubelet's PodResources API v1 (proto/podresources.proto): its List messages as plain data
 // (field names as on the wire) and the codecs and method definition for @grpc/grpc-js.
-import protobuf from 'protobufjs';
 import type { MethodDefinition, ServiceDefinition } from '@grpc/grpc-js';
-import { readAsset } from '../system/assets.ts';
-import { codec, method } from './proto.ts';
+import { codec, method, protoRoot } from './proto.ts';
 import type { Codec } from './proto.ts';
 
 export interface ListPodResourcesRequest {}
@@ -38,8 +36,7 @@ let codecs: PodResourcesCodecs | undefined;
 
 export function podResourcesCodecs(): PodResourcesCodecs {
   if (codecs === undefined) {
-    const root = protobuf.parse(readAsset('podresources.proto').toString('utf8'), { keepCase: true }).root;
-    root.resolveAll();
+    const root = protoRoot('podresources.proto');
     codecs = {
       ListPodResourcesRequest: codec(root, 'ListPodResourcesRequest', 'v1'),
       ListPodResourcesResponse: codec(root, 'ListPodResourcesResponse', 'v1'),

@@ -38,12 +38,38 @@ export interface ApiCodecs {
   PreStartContainerResponse: Codec<M.PreStartContainerResponse>;
 }
 
+export type ProtoFile = 'deviceplugin.proto' | 'podresources.proto';
+export type ProtoDescriptors = Readonly<Record<ProtoFile, protobuf.INamespace>>;
+
+/** A .proto file's text as protobufjs reads it (field names kept as written: they are the wire's). */
+export function parseProto(text: string): protobuf.Root {
+  return protobuf.parse(text, { keepCase: true }).root;
+}
+
+// Replaced by the build with each file's descriptor (parseProto(text).toJSON(), see build/build.ts),
+// so that the executable does not parse the .proto text at every start.
+declare const __PROTO_DESCRIPTORS__: ProtoDescriptors;
+function builtDescriptors(): ProtoDescriptors | undefined {
+  try {
+    return __PROTO_DESCRIPTORS__;
+  } catch {
+    return undefined; // a source run: nothing was built in
+  }
+}
+
+/** The resolved types of one of the program's .proto files. */
+export function protoRoot(file: ProtoFile): protobuf.Root {
+  const built = builtDescriptors()?.[file];
+  const root = built === undefined ? parseProto(readAsset(file).toString('utf8')) : protobuf.Root.fromJSON(built);
+  root.resolveAll();
+  return root;
+}
+
 let codecs: ApiCodecs | undefined;
 
 export function apiCodecs(): ApiCodecs {
   if (codecs === undefined) {
-    const root = protobuf.parse(readAsset('deviceplugin.proto').toString('utf8'), { keepCase: true }).root;
-    root.resolveAll();
+    const root = protoRoot('deviceplugin.proto');
     codecs = {
       Empty: codec(root, 'Empty'),
       DevicePluginOptions: codec(root, 'DevicePluginOptions'),

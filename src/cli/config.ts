@@ -9,9 +9,21 @@
 // they mean comes from the option table in options.ts, passed in as a ConfigSchema (so this module
 // never imports options.ts; K is the option key type the schema names).
 import { readFileSync } from 'node:fs';
-import { parseAllDocuments } from 'yaml';
+import { createRequire } from 'node:module';
+import type * as Yaml from 'yaml';
 import { GPU_RESOURCE, MAX_REPLICAS, NO_SHARING, qualifyResourceName } from '../core/sharing.ts';
 import type { DeviceSelection, GpuRef, Sharing, TimeSlicedResource } from '../core/sharing.ts';
+
+/**
+ * The YAML parser, loaded on first use: most starts have no config file, and evaluating the package
+ * costs a few milliseconds. In the bundle `require('yaml')` is esbuild's lazily run module wrapper;
+ * from the sources (ES modules, no `require`) it is a require from this file's place.
+ */
+let yaml: typeof Yaml | undefined;
+function loadYaml(): typeof Yaml {
+  yaml ??= typeof require === 'function' ? require('yaml') as typeof Yaml : createRequire(import.meta.url)('yaml') as typeof Yaml;
+  return yaml;
+}
 
 /** A bad option, environment variable or config file entry; the message names it. */
 export class OptionError extends Error {
@@ -270,7 +282,7 @@ function patternResources(r: Reader, v: unknown): void {
 /** Parses and checks the text of a config file. `file` names it in messages. */
 export function parseConfigText<K extends string>(text: string, file: string, schema: ConfigSchema<K>): ConfigFileValues<K> {
   const r: Reader = new Reader(file);
-  const docs = parseAllDocuments(text, { version: '1.1', uniqueKeys: true, prettyErrors: true });
+  const docs = loadYaml().parseAllDocuments(text, { version: '1.1', uniqueKeys: true, prettyErrors: true });
   if (!Array.isArray(docs)) throw new ConfigError(`config file ${file}: not a YAML or JSON document`);
   if (docs.length > 1) throw new ConfigError(`config file ${file}: holds ${docs.length} YAML documents; expected one`);
   const doc = docs[0];

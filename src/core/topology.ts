@@ -1001,9 +1001,7 @@ export class PreferredPolicy {
 
   /**
    * Builds the policy: subset scores and symmetries of the machine (at most 16 GPUs), then, unless
-   * `options.warmUp` is false, a few throw-away questions on up to 10 of the GPUs, so that the
-   * first real request runs code the JIT has already optimised (the first call in a fresh process
-   * otherwise takes milliseconds). The warm-up leaves no cached answers behind.
+   * `options.warmUp` is false, warms it up (see warmUp()).
    */
   constructor(m: ScoreMatrix, options: { readonly warmUp?: boolean } = {}) {
     this.size = m.size;
@@ -1012,7 +1010,12 @@ export class PreferredPolicy {
     if (options.warmUp !== false) this.warmUp();
   }
 
-  private warmUp(): void {
+  /**
+   * A few throw-away questions on up to 10 of the GPUs, so that the first real request runs code the
+   * JIT has already optimised (the first call in a fresh process otherwise takes milliseconds).
+   * Leaves no cached answers behind; answers never depend on it.
+   */
+  warmUp(): void {
     const n = Math.min(this.size, 10);
     if (n < 3) return;
     const some = Array.from({ length: n }, (_, i) => i);

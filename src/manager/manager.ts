@@ -4,7 +4,8 @@
 // new list at once. It re-registers only when asked to for a changed device set (a config reload,
 // as NVIDIA's plugin does on SIGHUP); re-discovery and health changes travel on the open streams.
 // Allocate and GetPreferredAllocation answer from the state they see; an ID that has just vanished
-// is refused naming it. The topology policy is rebuilt only when the GPUs changed.
+// is refused naming it. The topology policy is rebuilt only when the GPUs changed, and warmed up
+// only once registered (its JIT warm-up would otherwise hold up the first registration).
 import { indexDevices } from '../core/allocate.ts';
 import type { AllocateSettings } from '../core/allocate.ts';
 import { lowestFirstChooser } from '../core/preferred.ts';
@@ -39,12 +40,18 @@ export interface ManagerContext {
 
 /** Vanished IDs remembered per resource, for the error message (oldest forgotten first). */
 const MAX_VANISHED = 4096;
+/** How long after a registration a new topology policy is warmed up (see warmUpLater). */
+const WARM_UP_DELAY_MS = 100;
 
 export class ResourceManager {
   private readonly ctx: ManagerContext;
   private readonly runtimes = new Map<string, ResourceRuntime>();
   private readonly vanished = new Map<string, Map<string, string>>();
   private chooser: GpuChooser = lowestFirstChooser;
+  /** A topology policy not warmed up yet, and the timer that will. */
+  private cold: PreferredPolicy | null = null;
+  private warmUpTimer: NodeJS.Timeout | undefined;
+  private registeredOnce = false;
   private snapshot: NodeSnapshot | null = null;
   /** Set by stop(): a scan that lands during shutdown starts nothing (no socket left behind). */
   private stopped = false;
@@ -103,7 +110,11 @@ export class ResourceManager {
           kubeletSocket: this.ctx.kubeletSocket,
           socketCheckIntervalMs: this.ctx.socketCheckIntervalMs,
           log: this.ctx.log,
-          onRegistered: () => this.ctx.onRegistered(this.allRegistered()),
+          onRegistered: () => {
+            this.registeredOnce = true;
+            this.warmUpLater();
+            this.ctx.onRegistered(this.allRegistered());
+          },
           onRegistrationLost: () => this.ctx.onRegistrationLost?.(),
           onDirectoryGone: (dir, why) => this.ctx.onDirectoryGone(dir, why),
           ...(this.ctx.recorder === undefined ? {} : { recorder: this.ctx.recorder(r.name) }),
@@ -128,11 +139,29 @@ export class ResourceManager {
       let nvlinkPairs = 0;
       for (let i = 0; i < scores.size; i++) for (let j = i + 1; j < scores.size; j++) if (scores.nvlinks(i, j) > 0) nvlinkPairs++;
       this.ctx.log.info('topology read', { gpus: scores.size, nvlink_pairs: nvlinkPairs });
-      return new PreferredPolicy(scores);
+      this.cold = new PreferredPolicy(scores, { warmUp: false });
+      this.warmUpLater();
+      return this.cold;
     } catch (err) {
       this.ctx.log.error('cannot build the topology policy; GetPreferredAllocation picks the lowest-numbered GPUs', { error: errorText(err) });
       return lowestFirstChooser;
     }
+  }
+
+  /**
+   * Warms up the topology policy (several milliseconds of JIT) a little after a registration:
+   * GetPreferredAllocation is only asked once registered, and done before, it would hold up the
+   * registration at start. A request that comes first gets the same answer, a little later.
+   */
+  private warmUpLater(): void {
+    if (this.cold === null || !this.registeredOnce || this.warmUpTimer !== undefined || this.stopped) return;
+    this.warmUpTimer = setTimeout(() => {
+      this.warmUpTimer = undefined;
+      const policy = this.cold;
+      this.cold = null;
+      policy?.warmUp();
+    }, WARM_UP_DELAY_MS);
+    this.warmUpTimer.unref();
   }
 
   /** IDs that left each resource, and why, so a request naming one is told. */
@@ -170,6 +199,8 @@ export class ResourceManager {
 
   async stop(): Promise<void> {
     this.stopped = true;
+    if (this.warmUpTimer !== undefined) clearTimeout(this.warmUpTimer);
+    this.warmUpTimer = undefined;
     const all = [...this.runtimes.values()];
     this.runtimes.clear();
     await Promise.all(all.map((rt) => rt.stop()));

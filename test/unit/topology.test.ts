@@ -456,6 +456,19 @@ test('memo tables survive many resets and changes of size (epoch wrap-around)', 
   }
 });
 
+test('warming up a policy that has already answered (the manager warms it once registered) changes no answer', () => {
+  const m = fixtureMatrix(nvswitch16);
+  const cold = new PreferredPolicy(m, { warmUp: false });
+  const warm = new PreferredPolicy(m);
+  const asks: [number[], number[], number][] = [[all(16), [], 4], [all(16), [9], 3], [all(16).slice(2), [5], 6], [[1, 4, 7, 10, 13], [], 2]];
+  const before = asks.map(([a, must, k]) => cold.choose(a, must, k));
+  cold.warmUp();
+  asks.forEach(([a, must, k], i) => {
+    assert.deepEqual(cold.choose(a, must, k), before[i]);
+    assert.deepEqual(warm.choose(a, must, k), before[i]);
+  });
+});
+
 test('answers are copies: changing one does not change the next', () => {
   const p = new PreferredPolicy(fixtureMatrix(pcie8));
   const a = p.choose(all(8), [], 2);

@@ -5,14 +5,17 @@
 // as NVIDIA's plugin does on SIGHUP); re-discovery and health changes travel on the open streams.
 // Allocate and GetPreferredAllocation answer from the state they see; an ID that has just vanished
 // is refused naming it. The topology policy is rebuilt only when the GPUs changed.
+import { dirname } from 'node:path';
 import { indexDevices } from '../core/allocate.ts';
-import type { AllocateSettings } from '../core/allocate.ts';
+import type { AllocateSettings, DeviceIndex } from '../core/allocate.ts';
+import type { AdvertisedDevice, Gpu } from '../core/devices.ts';
 import { lowestFirstChooser } from '../core/preferred.ts';
 import type { GpuChooser } from '../core/preferred.ts';
 import type { PlannedResource, SharedAllocationPolicy } from '../core/sharing.ts';
 import type { NodeSnapshot, SnapshotDiff } from '../core/snapshot.ts';
 import { PreferredPolicy, buildScoreMatrix } from '../core/topology.ts';
 import type { PluginState } from '../plugin/service.ts';
+import { SocketDirView } from '../kubelet/watcher.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 import type { RegistrationRecorder, RpcRecorder } from '../core/metrics.ts';
@@ -46,11 +49,20 @@ export class ResourceManager {
   private readonly vanished = new Map<string, Map<string, string>>();
   private chooser: GpuChooser = lowestFirstChooser;
   private snapshot: NodeSnapshot | null = null;
+  /** Each planned device list's index, kept while the list and the GPUs are the same objects (a health change keeps both). */
+  private readonly indexes = new WeakMap<readonly AdvertisedDevice[], { readonly gpus: readonly Gpu[]; readonly index: DeviceIndex }>();
   /** Set by stop(): a scan that lands during shutdown starts nothing (no socket left behind). */
   private stopped = false;
+  /** One check for every resource that this process still sees the socket directory; from the first resource served. */
+  private readonly dirView: SocketDirView;
 
   constructor(ctx: ManagerContext) {
     this.ctx = ctx;
+    this.dirView = new SocketDirView({
+      dir: dirname(ctx.kubeletSocket),
+      onDirectoryGone: (dir, why) => this.ctx.onDirectoryGone(dir, why),
+      log: ctx.log,
+    });
   }
 
   get resources(): readonly string[] {
@@ -105,10 +117,10 @@ export class ResourceManager {
           log: this.ctx.log,
           onRegistered: () => this.ctx.onRegistered(this.allRegistered()),
           onRegistrationLost: () => this.ctx.onRegistrationLost?.(),
-          onDirectoryGone: (dir, why) => this.ctx.onDirectoryGone(dir, why),
           ...(this.ctx.recorder === undefined ? {} : { recorder: this.ctx.recorder(r.name) }),
         });
         this.runtimes.set(r.name, started);
+        this.dirView.start();
         started.start();
       }
     }
@@ -152,11 +164,19 @@ export class ResourceManager {
     }
   }
 
+  private indexFor(devices: readonly AdvertisedDevice[], gpus: readonly Gpu[]): DeviceIndex {
+    const known = this.indexes.get(devices);
+    if (known !== undefined && known.gpus === gpus) return known.index;
+    const index = indexDevices(devices, gpus);
+    this.indexes.set(devices, { gpus, index });
+    return index;
+  }
+
   private stateFor(s: NodeSnapshot, r: PlannedResource, settings: ServeSettings): PluginState {
     return {
       gpus: s.gpus,
       devices: r.devices,
-      index: indexDevices(r.devices, s.gpus),
+      index: this.indexFor(r.devices, s.gpus),
       health: s.health,
       chooser: this.chooser,
       sharedPolicy: settings.sharedPolicy,
@@ -170,6 +190,7 @@ export class ResourceManager {
 
   async stop(): Promise<void> {
     this.stopped = true;
+    this.dirView.stop();
     const all = [...this.runtimes.values()];
     this.runtimes.clear();
     await Promise.all(all.map((rt) => rt.stop()));

@@ -1,5 +1,5 @@
 // One advertised resource at run time: its socket, gRPC server, registration loop and socket
-// directory watcher. Made when a snapshot diff adds the resource, updated in place when its list
+// directory watcher (the check that this process still sees the directory is the manager's, one for all). Made when a snapshot diff adds the resource, updated in place when its list
 // changes, stopped (socket removed) when a diff removes it.
 import { basename, dirname, join } from 'node:path';
 import { API_VERSION } from '../api/messages.ts';
@@ -26,8 +26,6 @@ export interface ResourceContext {
   onRegistered(name: string): void;
   /** A registration of this resource stopped counting (the kubelet or our socket changed). */
   onRegistrationLost?(name: string): void;
-  /** This process lost the socket directory, `why` says how (see SocketDirWatcher). */
-  onDirectoryGone(dir: string, why: string): void;
   /** Counts this resource's RPCs and registrations (metrics); none by default. */
   recorder?: RpcRecorder & RegistrationRecorder;
 }
@@ -84,7 +82,6 @@ export class ResourceRuntime {
       servedIdentity: () => (this.server === undefined ? null : this.served),
       attemptedKubelet: () => this.attemptedKubelet,
       onChange: (reason) => this.registrar.kick(reason),
-      onDirectoryGone: (dir, why) => ctx.onDirectoryGone(dir, why),
       checkIntervalMs: ctx.socketCheckIntervalMs,
       log: this.log,
     });

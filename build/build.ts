@@ -127,7 +127,9 @@ export async function buildExecutable(outDir: string = dist, arch: Arch = 'x64')
     // A small young generation keeps a long-running daemon's heap near its working set (with the
     // default, V8 grows it to ~100 MiB under connection churn before collecting); the old-space
     // cap is far above what the plugin needs and stops runaway growth before the host suffers.
-    execArgv: ['--max-semi-space-size=1', '--max-old-space-size=192'],
+    // Optimizing compiles on the main thread: compiler threads each keep a malloc arena of their
+    // own (~13 MiB more RSS after 10 000 RPCs); start and per-RPC CPU measured the same.
+    execArgv: ['--max-semi-space-size=1', '--max-old-space-size=192', '--no-concurrent-recompilation'],
     execArgvExtension: 'none',
     assets: {
       'deviceplugin.proto': join(root, 'proto', 'deviceplugin.proto'),

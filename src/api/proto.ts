@@ -17,7 +17,9 @@ export function codec<T>(root: protobuf.Root, name: string, pkg = 'v1beta1'): Co
     encode(msg: T): Buffer {
       const err = type.verify(msg as Record<string, unknown>);
       if (err !== null) throw new TypeError(`cannot encode ${pkg}.${name}: ${err}`);
-      return Buffer.from(type.encode(type.fromObject(msg as Record<string, unknown>)).finish());
+      // A verified plain object encodes as its Message would (fromObject only made a copy first).
+      const bytes = type.encode(msg as Record<string, unknown>).finish();
+      return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     },
     decode(buf: Buffer): T {
       return type.toObject(type.decode(buf), { longs: Number, defaults: true, arrays: true, objects: true }) as T;

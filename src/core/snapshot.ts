@@ -324,7 +324,8 @@ function views(snapshot: NodeSnapshot, r: PlannedResource): Map<string, DeviceVi
   return out;
 }
 
-const sameJson = (a: unknown, b: unknown): boolean => JSON.stringify(a) === JSON.stringify(b);
+// The same object is the same JSON: a health-only snapshot shares everything else with the one before.
+const sameJson = (a: unknown, b: unknown): boolean => a === b || JSON.stringify(a) === JSON.stringify(b);
 
 /** What changed from `previous` (null: nothing was served yet) to `next`. */
 export function diff(previous: NodeSnapshot | null, next: NodeSnapshot): SnapshotDiff {
@@ -335,9 +336,18 @@ export function diff(previous: NodeSnapshot | null, next: NodeSnapshot): Snapsho
   const removed: ResourceChange[] = [];
   const unchanged: string[] = [];
   for (const r of next.resources) {
+    const old = before.get(r.name);
+    if (old === r && previous !== null && previous.gpus === next.gpus) {
+      // The same planned resource on the same GPUs (a health-only snapshot): only health can differ.
+      const devices = resourceDeviceList(next, r);
+      const was = resourceDeviceList(previous, old);
+      const healthChanged = devices.filter((d, i) => d.health !== was[i]?.health).map((d) => d.ID);
+      if (healthChanged.length > 0) updated.push({ name: r.name, devices, appeared: [], vanished: [], healthChanged });
+      else unchanged.push(r.name);
+      continue;
+    }
     const now = views(next, r);
     const devices = [...now.values()].map((v) => v.entry);
-    const old = before.get(r.name);
     if (old === undefined || previous === null) {
       added.push({ name: r.name, devices, appeared: [...now.keys()], vanished: [], healthChanged: [] });
       continue;

@@ -1,5 +1,6 @@
 // One Register call to the kubelet over its unix socket. A fresh channel per attempt, closed after,
-// so thousands of kubelet restarts leave nothing behind.
+// so thousands of kubelet restarts leave nothing behind. (A channel kept across attempts would not
+// be cheaper: after a kubelet restart its connection is dead and it would reconnect with backoff.)
 import * as grpc from '@grpc/grpc-js';
 import { registrationService } from '../api/proto.ts';
 import type * as M from '../api/messages.ts';
@@ -23,18 +24,38 @@ export class RegistrationError extends Error {
   }
 }
 
-export async function registerWithKubelet(kubeletSocket: string, request: M.RegisterRequest, timeoutMs: number): Promise<void> {
-  const method = registrationService().Register;
-  const client = new grpc.Client(`unix://${kubeletSocket}`, grpc.credentials.createInsecure(), {
-    'grpc.enable_retries': 0,
-    // A private subchannel pool: close() then really closes the connection. With the global pool a
-    // closed client's connection lingers, one more per kubelet restart.
-    'grpc.use_local_subchannel_pool': 1,
-    'grpc.initial_reconnect_backoff_ms': 100,
-  });
-  try {
-    await new Promise<void>((resolve, reject) => {
-      client.makeUnaryRequest(
+/**
+ * A connection to the kubelet's Registration service for one attempt: made when asked (it starts
+ * connecting at once, so the connection set-up can overlap other work such as serving our socket
+ * again), used for one Register call, then closed. A private subchannel pool: close() then really
+ * closes the connection (with the global pool a closed client's connection lingers, one more per
+ * kubelet restart).
+ */
+export class KubeletConnection {
+  readonly kubeletSocket: string;
+  private readonly client: grpc.Client;
+
+  private constructor(kubeletSocket: string) {
+    this.kubeletSocket = kubeletSocket;
+    this.client = new grpc.Client(`unix://${kubeletSocket}`, grpc.credentials.createInsecure(), {
+      'grpc.enable_retries': 0,
+      'grpc.use_local_subchannel_pool': 1,
+      'grpc.initial_reconnect_backoff_ms': 100,
+      'grpc.enable_channelz': 0,
+    });
+  }
+
+  /** A new connection, connecting from now on. */
+  static open(kubeletSocket: string): KubeletConnection {
+    const c = new KubeletConnection(kubeletSocket);
+    c.client.getChannel().getConnectivityState(true);
+    return c;
+  }
+
+  register(request: M.RegisterRequest, timeoutMs: number): Promise<void> {
+    const method = registrationService().Register;
+    return new Promise<void>((resolve, reject) => {
+      this.client.makeUnaryRequest(
         method.path,
         method.requestSerialize,
         method.responseDeserialize,
@@ -42,12 +63,24 @@ export async function registerWithKubelet(kubeletSocket: string, request: M.Regi
         new grpc.Metadata(),
         { deadline: Date.now() + timeoutMs },
         (err) => {
-          if (err) reject(new RegistrationError(`Register at ${kubeletSocket} failed: ${err.details || err.message}`, err.code));
+          if (err) reject(new RegistrationError(`Register at ${this.kubeletSocket} failed: ${err.details || err.message}`, err.code));
           else resolve();
         },
       );
     });
+  }
+
+  close(): void {
+    this.client.close();
+  }
+}
+
+/** One Register call on a connection of its own, closed after. */
+export async function registerWithKubelet(kubeletSocket: string, request: M.RegisterRequest, timeoutMs: number): Promise<void> {
+  const c = KubeletConnection.open(kubeletSocket);
+  try {
+    await c.register(request, timeoutMs);
   } finally {
-    client.close();
+    c.close();
   }
 }

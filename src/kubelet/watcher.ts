@@ -1,7 +1,8 @@
 // Watches the kubelet's socket directory. When our socket is removed or replaced, or the kubelet's
 // socket is (re)created, it asks for re-registration at once (inotify through fs.watch). A slow timer
 // checks the same things, because inotify can miss events (and the watch dies with the directory).
-// A one-second timer checks that this process still sees the directory it started with (see
+// SocketDirView, one per process (the resource manager owns it, however many resources share the
+// directory), checks every second that this process still sees the directory it started with (see
 // viewProblem below): a systemd service's private mount of it does not survive its deletion.
 import { constants as fsConstants, watch } from 'node:fs';
 import { access, readFile, realpath, stat } from 'node:fs/promises';
@@ -19,15 +20,21 @@ export interface WatcherDeps {
   /** Identity of the kubelet socket we last tried to register through, or null before any try. */
   attemptedKubelet(): string | null;
   onChange(reason: string): void;
+  checkIntervalMs: number;
+  log: Logger;
+}
+
+export interface DirViewDeps {
+  /** The socket directory. */
+  dir: string;
   /**
    * This process can no longer serve in the socket directory, and only a restart can fix it: the
    * directory was deleted and this process's mount namespace lost it (`why` says how we know). See
-   * viewProblem(). Without it, the watcher only keeps kicking the registrar.
+   * viewProblem(). Reported once.
    */
-  onDirectoryGone?(dir: string, why: string): void;
-  checkIntervalMs: number;
-  /** Interval of the directory-view check; default 1000 ms. */
-  viewCheckIntervalMs?: number;
+  onDirectoryGone(dir: string, why: string): void;
+  /** Interval of the check; default 1000 ms. */
+  intervalMs?: number;
   log: Logger;
 }
 
@@ -79,6 +86,87 @@ export async function viewProblem(
   return null;
 }
 
+/** Reports (once) when this process lost the socket directory it first saw; one per process. */
+export class SocketDirView {
+  private readonly deps: DirViewDeps;
+  private readonly dir: string;
+  private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
+  private view: DirView | undefined;
+  private checking = false;
+  private gone = false;
+  /** The directory with symlinks resolved (as the mount table names it), once seen. */
+  private realDir: string | undefined;
+
+  constructor(deps: DirViewDeps) {
+    this.deps = deps;
+    this.dir = deps.dir;
+  }
+
+  get started(): boolean {
+    return this.timer !== undefined;
+  }
+
+  start(): void {
+    if (this.timer !== undefined || this.stopped) return;
+    void this.check();
+    this.timer = setInterval(() => void this.check(), this.deps.intervalMs ?? 1000);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    this.stopped = true;
+    if (this.timer !== undefined) clearInterval(this.timer);
+  }
+
+  private async mounted(): Promise<boolean> {
+    const points = mountPoints(await readFile('/proc/self/mountinfo', 'utf8'));
+    return points.has(this.dir) || (this.realDir !== undefined && points.has(this.realDir));
+  }
+
+  private async writable(): Promise<boolean> {
+    try {
+      await access(this.dir, fsConstants.W_OK);
+      return true;
+    } catch (err) {
+      return (err as NodeJS.ErrnoException).code !== 'EROFS';
+    }
+  }
+
+  /** Records the directory as first seen, then reports (once) when this process lost it. */
+  private async check(): Promise<void> {
+    if (this.stopped || this.gone || this.checking) return;
+    this.checking = true;
+    try {
+      let st: { dev: number; ino: number; nlink: number } | null = null;
+      try {
+        st = await stat(this.dir);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      }
+      const now = st === null ? null : { identity: `${st.dev}:${st.ino}`, nlink: st.nlink };
+      if (this.view === undefined) {
+        if (now === null) return;
+        this.realDir = await realpath(this.dir).catch(() => undefined);
+        this.view = { identity: now.identity, mounted: await this.mounted(), writable: await this.writable() };
+        return;
+      }
+      const why = await viewProblem(this.view, now, () => this.mounted(), () => this.writable());
+      if (why !== null && !this.stopped) {
+        this.gone = true;
+        this.deps.onDirectoryGone(this.dir, why);
+      } else if (now !== null && now.identity !== this.view.identity) {
+        // Re-created where this process still sees it properly (no private mount of it): use it.
+        this.view = { identity: now.identity, mounted: await this.mounted(), writable: await this.writable() };
+      }
+    } catch (err) {
+      this.deps.log.debug('socket directory view check failed', { dir: this.dir, error: errorText(err) });
+    } finally {
+      this.checking = false;
+    }
+  }
+}
+
 export class SocketDirWatcher {
   private readonly deps: WatcherDeps;
   private readonly dir: string;
@@ -86,12 +174,6 @@ export class SocketDirWatcher {
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
   private watchProblem: string | undefined;
-  private viewTimer: NodeJS.Timeout | undefined;
-  private view: DirView | undefined;
-  private viewChecking = false;
-  private gone = false;
-  /** The directory with symlinks resolved (as the mount table names it), once seen. */
-  private realDir: string | undefined;
 
   constructor(deps: WatcherDeps) {
     this.deps = deps;
@@ -102,17 +184,11 @@ export class SocketDirWatcher {
     this.openWatch();
     this.timer = setInterval(() => void this.check('periodic check'), this.deps.checkIntervalMs);
     this.timer.unref();
-    if (this.deps.onDirectoryGone !== undefined) {
-      void this.checkView();
-      this.viewTimer = setInterval(() => void this.checkView(), this.deps.viewCheckIntervalMs ?? 1000);
-      this.viewTimer.unref();
-    }
   }
 
   stop(): void {
     this.stopped = true;
     if (this.timer !== undefined) clearInterval(this.timer);
-    if (this.viewTimer !== undefined) clearInterval(this.viewTimer);
     this.closeWatch();
   }
 
@@ -159,53 +235,6 @@ export class SocketDirWatcher {
       if (id !== null && id !== this.deps.attemptedKubelet()) this.deps.onChange('kubelet socket created');
     } catch (err) {
       this.deps.log.debug('cannot stat the kubelet socket', { error: errorText(err) });
-    }
-  }
-
-  private async mounted(): Promise<boolean> {
-    const points = mountPoints(await readFile('/proc/self/mountinfo', 'utf8'));
-    return points.has(this.dir) || (this.realDir !== undefined && points.has(this.realDir));
-  }
-
-  private async writable(): Promise<boolean> {
-    try {
-      await access(this.dir, fsConstants.W_OK);
-      return true;
-    } catch (err) {
-      return (err as NodeJS.ErrnoException).code !== 'EROFS';
-    }
-  }
-
-  /** Records the directory as first seen, then reports (once) when this process lost it. */
-  private async checkView(): Promise<void> {
-    if (this.stopped || this.gone || this.viewChecking || this.deps.onDirectoryGone === undefined) return;
-    this.viewChecking = true;
-    try {
-      let st: { dev: number; ino: number; nlink: number } | null = null;
-      try {
-        st = await stat(this.dir);
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-      }
-      const now = st === null ? null : { identity: `${st.dev}:${st.ino}`, nlink: st.nlink };
-      if (this.view === undefined) {
-        if (now === null) return;
-        this.realDir = await realpath(this.dir).catch(() => undefined);
-        this.view = { identity: now.identity, mounted: await this.mounted(), writable: await this.writable() };
-        return;
-      }
-      const why = await viewProblem(this.view, now, () => this.mounted(), () => this.writable());
-      if (why !== null && !this.stopped) {
-        this.gone = true;
-        this.deps.onDirectoryGone(this.dir, why);
-      } else if (now !== null && now.identity !== this.view.identity) {
-        // Re-created where this process still sees it properly (no private mount of it): use it.
-        this.view = { identity: now.identity, mounted: await this.mounted(), writable: await this.writable() };
-      }
-    } catch (err) {
-      this.deps.log.debug('socket directory view check failed', { dir: this.dir, error: errorText(err) });
-    } finally {
-      this.viewChecking = false;
     }
   }
 

@@ -6,14 +6,17 @@
 // Allocate and GetPreferredAllocation answer from the state they see; an ID that has just vanished
 // is refused naming it. The topology policy is rebuilt only when the GPUs changed, and warmed up
 // only once registered (its JIT warm-up would otherwise hold up the first registration).
+import { dirname } from 'node:path';
 import { indexDevices } from '../core/allocate.ts';
-import type { AllocateSettings } from '../core/allocate.ts';
+import type { AllocateSettings, DeviceIndex } from '../core/allocate.ts';
+import type { AdvertisedDevice, Gpu } from '../core/devices.ts';
 import { lowestFirstChooser } from '../core/preferred.ts';
 import type { GpuChooser } from '../core/preferred.ts';
 import type { PlannedResource, SharedAllocationPolicy } from '../core/sharing.ts';
 import type { NodeSnapshot, SnapshotDiff } from '../core/snapshot.ts';
 import { PreferredPolicy, buildScoreMatrix } from '../core/topology.ts';
 import type { PluginState } from '../plugin/service.ts';
+import { SocketDirView } from '../kubelet/watcher.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 import type { RegistrationRecorder, RpcRecorder } from '../core/metrics.ts';
@@ -53,11 +56,20 @@ export class ResourceManager {
   private warmUpTimer: NodeJS.Timeout | undefined;
   private registeredOnce = false;
   private snapshot: NodeSnapshot | null = null;
+  /** Each planned device list's index, kept while the list and the GPUs are the same objects (a health change keeps both). */
+  private readonly indexes = new WeakMap<readonly AdvertisedDevice[], { readonly gpus: readonly Gpu[]; readonly index: DeviceIndex }>();
   /** Set by stop(): a scan that lands during shutdown starts nothing (no socket left behind). */
   private stopped = false;
+  /** One check for every resource that this process still sees the socket directory; from the first resource served. */
+  private readonly dirView: SocketDirView;
 
   constructor(ctx: ManagerContext) {
     this.ctx = ctx;
+    this.dirView = new SocketDirView({
+      dir: dirname(ctx.kubeletSocket),
+      onDirectoryGone: (dir, why) => this.ctx.onDirectoryGone(dir, why),
+      log: ctx.log,
+    });
   }
 
   get resources(): readonly string[] {
@@ -116,10 +128,10 @@ export class ResourceManager {
             this.ctx.onRegistered(this.allRegistered());
           },
           onRegistrationLost: () => this.ctx.onRegistrationLost?.(),
-          onDirectoryGone: (dir, why) => this.ctx.onDirectoryGone(dir, why),
           ...(this.ctx.recorder === undefined ? {} : { recorder: this.ctx.recorder(r.name) }),
         });
         this.runtimes.set(r.name, started);
+        this.dirView.start();
         started.start();
       }
     }
@@ -181,11 +193,19 @@ export class ResourceManager {
     }
   }
 
+  private indexFor(devices: readonly AdvertisedDevice[], gpus: readonly Gpu[]): DeviceIndex {
+    const known = this.indexes.get(devices);
+    if (known !== undefined && known.gpus === gpus) return known.index;
+    const index = indexDevices(devices, gpus);
+    this.indexes.set(devices, { gpus, index });
+    return index;
+  }
+
   private stateFor(s: NodeSnapshot, r: PlannedResource, settings: ServeSettings): PluginState {
     return {
       gpus: s.gpus,
       devices: r.devices,
-      index: indexDevices(r.devices, s.gpus),
+      index: this.indexFor(r.devices, s.gpus),
       health: s.health,
       chooser: this.chooser,
       sharedPolicy: settings.sharedPolicy,
@@ -201,6 +221,7 @@ export class ResourceManager {
     this.stopped = true;
     if (this.warmUpTimer !== undefined) clearTimeout(this.warmUpTimer);
     this.warmUpTimer = undefined;
+    this.dirView.stop();
     const all = [...this.runtimes.values()];
     this.runtimes.clear();
     await Promise.all(all.map((rt) => rt.stop()));

@@ -1,9 +1,9 @@
 // One advertised resource at run time: its socket, gRPC server, registration loop and socket
-// directory watcher. Made when a snapshot diff adds the resource, updated in place when its list
+// directory watcher (the check that this process still sees the directory is the manager's, one for all). Made when a snapshot diff adds the resource, updated in place when its list
 // changes, stopped (socket removed) when a diff removes it.
 import { basename, dirname, join } from 'node:path';
 import { API_VERSION } from '../api/messages.ts';
-import { registerWithKubelet } from '../kubelet/registration.ts';
+import { KubeletConnection } from '../kubelet/registration.ts';
 import { Registrar } from '../kubelet/registrar.ts';
 import { fileIdentity } from '../kubelet/socket-identity.ts';
 import { SocketDirWatcher } from '../kubelet/watcher.ts';
@@ -26,8 +26,6 @@ export interface ResourceContext {
   onRegistered(name: string): void;
   /** A registration of this resource stopped counting (the kubelet or our socket changed). */
   onRegistrationLost?(name: string): void;
-  /** This process lost the socket directory, `why` says how (see SocketDirWatcher). */
-  onDirectoryGone(dir: string, why: string): void;
   /** Counts this resource's RPCs and registrations (metrics); none by default. */
   recorder?: RpcRecorder & RegistrationRecorder;
 }
@@ -47,6 +45,8 @@ export class ResourceRuntime {
   private attemptedKubelet: string | null = null;
   private registeredFlag = false;
   private registeredNowFlag = false;
+  /** The connection to the kubelet for the attempt under way, connecting while we make sure we serve. */
+  private pending: { readonly kubelet: string | null; readonly connection: KubeletConnection } | undefined;
 
   constructor(name: string, state: PluginState, ctx: ResourceContext) {
     this.name = name;
@@ -57,15 +57,27 @@ export class ResourceRuntime {
     this.registrar = new Registrar({
       log: this.log,
       ...(ctx.recorder === undefined ? {} : { recorder: ctx.recorder }),
-      ensureServing: () => this.ensureServing(),
+      ensureServing: async () => {
+        // The kubelet socket as it is now, and a connection to it that is set up while we serve.
+        this.dropPending();
+        const kubelet = await fileIdentity(ctx.kubeletSocket);
+        this.pending = { kubelet, connection: KubeletConnection.open(ctx.kubeletSocket) };
+        await this.ensureServing();
+      },
       register: async () => {
-        this.attemptedKubelet = await fileIdentity(ctx.kubeletSocket);
-        await registerWithKubelet(ctx.kubeletSocket, {
-          version: API_VERSION,
-          endpoint: basename(this.socketPath),
-          resource_name: name,
-          options: PLUGIN_OPTIONS,
-        }, 10000);
+        const pending = this.pending ?? { kubelet: await fileIdentity(ctx.kubeletSocket), connection: KubeletConnection.open(ctx.kubeletSocket) };
+        this.pending = undefined;
+        this.attemptedKubelet = pending.kubelet;
+        try {
+          await pending.connection.register({
+            version: API_VERSION,
+            endpoint: basename(this.socketPath),
+            resource_name: name,
+            options: PLUGIN_OPTIONS,
+          }, 10000);
+        } finally {
+          pending.connection.close();
+        }
       },
       upToDate: async () => (await this.stillOurs()) && (await fileIdentity(ctx.kubeletSocket)) === this.attemptedKubelet,
       onRegistered: () => {
@@ -84,7 +96,6 @@ export class ResourceRuntime {
       servedIdentity: () => (this.server === undefined ? null : this.served),
       attemptedKubelet: () => this.attemptedKubelet,
       onChange: (reason) => this.registrar.kick(reason),
-      onDirectoryGone: (dir, why) => ctx.onDirectoryGone(dir, why),
       checkIntervalMs: ctx.socketCheckIntervalMs,
       log: this.log,
     });
@@ -119,6 +130,11 @@ export class ResourceRuntime {
     this.registrar.kick(reason);
   }
 
+  private dropPending(): void {
+    this.pending?.connection.close();
+    this.pending = undefined;
+  }
+
   private async stillOurs(): Promise<boolean> {
     return this.server !== undefined && this.served !== null && (await fileIdentity(this.socketPath)) === this.served;
   }
@@ -147,6 +163,7 @@ export class ResourceRuntime {
   async stop(): Promise<void> {
     this.watcher.stop();
     this.registrar.stop();
+    this.dropPending();
     this.handlers.endStreams();
     const server = this.server;
     this.server = undefined;

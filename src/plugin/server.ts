@@ -3,7 +3,50 @@
 import * as grpc from '@grpc/grpc-js';
 import { lstat, unlink } from 'node:fs/promises';
 import { devicePluginService } from '../api/proto.ts';
+import { undecodable } from './service.ts';
 import type { DevicePluginHandlers } from './service.ts';
+
+/**
+ * The largest request accepted, in bytes (larger ones are refused with RESOURCE_EXHAUSTED before
+ * they are read). A request only names devices this plugin advertised, so none is larger than the
+ * device list itself, and the kubelet reads that list with gRPC's default 4 MiB limit: 4 MiB is
+ * ~70 000 replica IDs (e.g. 64 GPUs × 1024 time-slicing replicas), which no real Allocate or
+ * GetPreferredAllocation comes near (16 GPUs × 64 replicas is ~50 KiB).
+ */
+export const MAX_REQUEST_BYTES = 4 * 1024 * 1024;
+
+/** Server options: also what the server does NOT do per call. */
+export const SERVER_OPTIONS: grpc.ServerOptions = {
+  'grpc.max_concurrent_streams': 64,
+  'grpc.max_receive_message_length': MAX_REQUEST_BYTES,
+  // No channelz: nobody can query it (no channelz service is served), and it costs per call.
+  'grpc.enable_channelz': 0,
+};
+
+/**
+ * The service definition with a request decoder that never throws: a body that is not the
+ * message it claims to be reaches the handler as an undecodable marker, which answers
+ * INVALID_ARGUMENT naming the message and the decoder's complaint (grpc-js would answer
+ * INTERNAL "Error deserializing request"). A response that is already bytes (the ListAndWatch
+ * list, encoded once per change) is sent as it is.
+ */
+function tolerantService(): grpc.ServiceDefinition {
+  const out: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
+  for (const [name, m] of Object.entries(devicePluginService() as grpc.ServiceDefinition)) {
+    out[name] = {
+      ...m,
+      requestDeserialize: (b: Buffer) => {
+        try {
+          return m.requestDeserialize(b);
+        } catch (err) {
+          return undecodable(name, err);
+        }
+      },
+      responseSerialize: (v: unknown) => (Buffer.isBuffer(v) ? v : m.responseSerialize(v)),
+    };
+  }
+  return out;
+}
 
 export class PluginServer {
   readonly socketPath: string;
@@ -23,8 +66,8 @@ export class PluginServer {
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
     }
-    const server = new grpc.Server({ 'grpc.max_concurrent_streams': 64 });
-    server.addService(devicePluginService(), handlers.implementation());
+    const server = new grpc.Server(SERVER_OPTIONS);
+    server.addService(tolerantService(), handlers.implementation());
     await new Promise<void>((resolve, reject) => {
       server.bindAsync(`unix://${socketPath}`, grpc.ServerCredentials.createInsecure(), (err) => {
         if (err) reject(new Error(`cannot listen on ${socketPath}: ${err.message}`, { cause: err }));

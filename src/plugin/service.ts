@@ -3,6 +3,7 @@
 import * as grpc from '@grpc/grpc-js';
 import type { ServerUnaryCall, ServerWritableStream, sendUnaryData, UntypedServiceImplementation } from '@grpc/grpc-js';
 import type * as M from '../api/messages.ts';
+import { apiCodecs } from '../api/proto.ts';
 import { allocate, showId } from '../core/allocate.ts';
 import type { AllocateSettings, DeviceIndex } from '../core/allocate.ts';
 import { deviceList } from '../core/devices.ts';
@@ -30,8 +31,14 @@ export interface PluginState {
   readonly vanished?: ReadonlyMap<string, string>;
 }
 
+/**
+ * What a ListAndWatch stream is written: the list, already encoded (server.ts passes bytes through
+ * its serializer), so it is encoded once per change however many streams are open.
+ */
+export type EncodedList = Buffer;
+
 interface OpenStream {
-  readonly call: ServerWritableStream<M.Empty, M.ListAndWatchResponse>;
+  readonly call: ServerWritableStream<M.Empty, EncodedList>;
   waitingDrain: boolean;
   pending: boolean;
 }
@@ -41,9 +48,39 @@ export const PLUGIN_OPTIONS: M.DevicePluginOptions = {
   get_preferred_allocation_available: true,
 };
 
+const UNDECODABLE: unique symbol = Symbol('undecodable request');
+
+/** A request body that is not the message its method takes (see server.ts). */
+export interface Undecodable {
+  readonly [UNDECODABLE]: string;
+}
+
+const REQUEST_TYPE: Readonly<Record<string, string>> = {
+  GetDevicePluginOptions: 'v1beta1.Empty',
+  ListAndWatch: 'v1beta1.Empty',
+  GetPreferredAllocation: 'v1beta1.PreferredAllocationRequest',
+  Allocate: 'v1beta1.AllocateRequest',
+  PreStartContainer: 'v1beta1.PreStartContainerRequest',
+};
+
+/** The marker a request decoder returns instead of throwing: the handler refuses it, naming why. */
+export function undecodable(method: string, err: unknown): Undecodable {
+  return { [UNDECODABLE]: `${method} request is not a valid ${REQUEST_TYPE[method] ?? 'request'} (protobuf decoding failed: ${errorText(err)})` };
+}
+
+/** Throws RequestError when the request could not be decoded. */
+function decoded<T extends object>(request: T | Undecodable): T {
+  if (UNDECODABLE in request) throw new RequestError(request[UNDECODABLE]);
+  return request;
+}
+
+function encodeList(state: PluginState): EncodedList {
+  return apiCodecs().ListAndWatchResponse.encode({ devices: deviceList(state.devices, state.gpus, state.health) });
+}
+
 export class DevicePluginHandlers {
   private state: PluginState;
-  private list: M.ListAndWatchResponse;
+  private list: EncodedList;
   private readonly streams = new Set<OpenStream>();
   private readonly log: Logger;
   /** Counts every RPC answered (metrics); by default counts nothing. */
@@ -51,7 +88,7 @@ export class DevicePluginHandlers {
 
   constructor(state: PluginState, log: Logger, recorder: RpcRecorder = NO_RECORDER) {
     this.state = state;
-    this.list = { devices: deviceList(state.devices, state.gpus, state.health) };
+    this.list = encodeList(state);
     this.log = log;
     this.recorder = recorder;
   }
@@ -67,8 +104,8 @@ export class DevicePluginHandlers {
   /** Replaces the state and, if the device list changed, sends it to every open stream. */
   update(state: PluginState): void {
     this.state = state;
-    const next = { devices: deviceList(state.devices, state.gpus, state.health) };
-    if (JSON.stringify(next) === JSON.stringify(this.list)) return;
+    const next = encodeList(state);
+    if (next.equals(this.list)) return;
     this.list = next;
     for (const s of this.streams) this.send(s);
   }
@@ -97,10 +134,10 @@ export class DevicePluginHandlers {
   }
 
   /** A request naming a device that has just left the node is refused naming it and why. */
-  private refuseVanished(ids: Iterable<string>): void {
+  private refuseVanished(ids: (gone: ReadonlyMap<string, string>) => Iterable<string>): void {
     const gone = this.state.vanished;
     if (gone === undefined || gone.size === 0) return;
-    for (const id of ids) {
+    for (const id of ids(gone)) {
       const why = gone.get(id);
       if (why !== undefined && !this.state.index.byId.has(id)) throw new RequestError(`device ID ${showId(id)} is no longer on this node: ${why}`);
     }
@@ -119,11 +156,27 @@ export class DevicePluginHandlers {
 
   implementation(): UntypedServiceImplementation {
     return {
-      GetDevicePluginOptions: (_call: ServerUnaryCall<M.Empty, M.DevicePluginOptions>, cb: sendUnaryData<M.DevicePluginOptions>) => {
-        cb(null, PLUGIN_OPTIONS);
-        this.recorder.rpc(RPC.GetDevicePluginOptions, OUTCOME.ok, 0);
+      GetDevicePluginOptions: (call: ServerUnaryCall<M.Empty | Undecodable, M.DevicePluginOptions>, cb: sendUnaryData<M.DevicePluginOptions>) => {
+        let outcome: RpcOutcomeId = OUTCOME.ok;
+        try {
+          decoded(call.request);
+          cb(null, PLUGIN_OPTIONS);
+        } catch (err) {
+          outcome = this.fail('GetDevicePluginOptions', err, cb);
+        }
+        this.recorder.rpc(RPC.GetDevicePluginOptions, outcome, 0);
       },
-      ListAndWatch: (call: ServerWritableStream<M.Empty, M.ListAndWatchResponse>) => {
+      ListAndWatch: (call: ServerWritableStream<M.Empty | Undecodable, EncodedList>) => {
+        try {
+          decoded(call.request);
+        } catch (err) {
+          const outcome = this.fail('ListAndWatch', err, (status) => {
+            if (status !== null) call.emit('error', status);
+            call.end();
+          });
+          this.recorder.rpc(RPC.ListAndWatch, outcome, 0);
+          return;
+        }
         const s: OpenStream = { call, waitingDrain: false, pending: false };
         this.streams.add(s);
         const release = (): void => {
@@ -136,13 +189,14 @@ export class DevicePluginHandlers {
         this.send(s);
         this.recorder.rpc(RPC.ListAndWatch, OUTCOME.ok, 0);
       },
-      GetPreferredAllocation: (call: ServerUnaryCall<M.PreferredAllocationRequest, M.PreferredAllocationResponse>, cb: sendUnaryData<M.PreferredAllocationResponse>) => {
+      GetPreferredAllocation: (call: ServerUnaryCall<M.PreferredAllocationRequest | Undecodable, M.PreferredAllocationResponse>, cb: sendUnaryData<M.PreferredAllocationResponse>) => {
         const t0 = performance.now();
         let outcome: RpcOutcomeId = OUTCOME.ok;
         try {
           const st = this.state;
-          this.refuseVanished(call.request.container_requests.flatMap((c) => [...c.available_deviceIDs, ...c.must_include_deviceIDs]));
-          const answers = preferredAllocation(call.request.container_requests, st.index, st.chooser, st.sharedPolicy);
+          const containers = decoded(call.request).container_requests;
+          this.refuseVanished(() => containers.flatMap((c) => [...c.available_deviceIDs, ...c.must_include_deviceIDs]));
+          const answers = preferredAllocation(containers, st.index, st.chooser, st.sharedPolicy);
           if (this.log.enabled('debug')) this.log.debug('GetPreferredAllocation', { answers: answers.map((a) => a.join('+')) });
           cb(null, { container_responses: answers.map((deviceIDs) => ({ deviceIDs })) });
         } catch (err) {
@@ -150,13 +204,14 @@ export class DevicePluginHandlers {
         }
         this.recorder.rpc(RPC.GetPreferredAllocation, outcome, (performance.now() - t0) / 1000);
       },
-      Allocate: (call: ServerUnaryCall<M.AllocateRequest, M.AllocateResponse>, cb: sendUnaryData<M.AllocateResponse>) => {
+      Allocate: (call: ServerUnaryCall<M.AllocateRequest | Undecodable, M.AllocateResponse>, cb: sendUnaryData<M.AllocateResponse>) => {
         const t0 = performance.now();
         let outcome: RpcOutcomeId = OUTCOME.ok;
         try {
           const st = this.state;
-          this.refuseVanished(call.request.container_requests.flatMap((c) => c.devices_ids));
-          const responses = allocate(call.request.container_requests, st.index, st.allocateSettings);
+          const containers = decoded(call.request).container_requests;
+          this.refuseVanished(() => containers.flatMap((c) => c.devices_ids));
+          const responses = allocate(containers, st.index, st.allocateSettings);
           if (this.log.enabled('debug')) {
             this.log.debug('Allocate', {
               visible: responses.map((r) => r.envs['NVIDIA_VISIBLE_DEVICES'] ?? ''),
@@ -169,9 +224,15 @@ export class DevicePluginHandlers {
         }
         this.recorder.rpc(RPC.Allocate, outcome, (performance.now() - t0) / 1000);
       },
-      PreStartContainer: (_call: ServerUnaryCall<M.PreStartContainerRequest, M.PreStartContainerResponse>, cb: sendUnaryData<M.PreStartContainerResponse>) => {
-        cb(null, {});
-        this.recorder.rpc(RPC.PreStartContainer, OUTCOME.ok, 0);
+      PreStartContainer: (call: ServerUnaryCall<M.PreStartContainerRequest | Undecodable, M.PreStartContainerResponse>, cb: sendUnaryData<M.PreStartContainerResponse>) => {
+        let outcome: RpcOutcomeId = OUTCOME.ok;
+        try {
+          decoded(call.request);
+          cb(null, {});
+        } catch (err) {
+          outcome = this.fail('PreStartContainer', err, cb);
+        }
+        this.recorder.rpc(RPC.PreStartContainer, outcome, 0);
       },
     };
   }

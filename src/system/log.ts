@@ -64,6 +64,9 @@ export function createLogger(opts: LoggerOptions, base: LogContext = {}): Logger
 }
 
 export function stderrLogger(level: LogLevel): Logger {
+  // With nowhere left to write (journald or the terminal gone: EPIPE), lines are dropped. Unheard,
+  // the write error would be an uncaught exception, whose logging fails again, without end.
+  for (const out of [process.stdout, process.stderr]) if (out.listenerCount('error') === 0) out.on('error', () => {});
   return createLogger({
     level,
     journal: process.env['JOURNAL_STREAM'] !== undefined,

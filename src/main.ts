@@ -66,8 +66,8 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
   const labelsFor = async (s: NodeSnapshot | null): Promise<void> => {
     if (s === null || s.driverVersion === null) return;
     await observer.nodeState({
-      gpus: s.gpus.map((g) => ({ name: g.name, memoryBytes: g.memoryBytes, ...(facts?.gpus.get(g.uuid) ?? { compute: null, migCapable: false }) })),
-      driverVersion: s.driverVersion, cudaDriverVersion: facts?.cudaDriverVersion ?? null, sharing, migStrategy: opts.migStrategy,
+      gpus: s.gpus.map((g, i) => ({ name: g.name, memoryBytes: g.memoryBytes, migEnabled: s.mig.modes[i]?.current === true, ...(facts?.gpus.get(g.uuid) ?? { compute: null, migCapable: false }) })),
+      driverVersion: s.driverVersion, cudaDriverVersion: facts?.cudaDriverVersion ?? null, sharing, migStrategy: opts.migStrategy, migDevices: s.mig.devices,
     });
   };
   const status = (): string => {

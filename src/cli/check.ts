@@ -32,6 +32,18 @@ async function kubeletAnswers(socket: string, timeoutMs: number): Promise<string
   }
 }
 
+/** A directory the plugin writes into: it must exist and be writable. */
+async function writableDirectory(name: string, dir: string, fix: string): Promise<CheckLine> {
+  try {
+    const st = await stat(dir);
+    if (!st.isDirectory()) throw new Error('is not a directory');
+    await access(dir, fsc.W_OK);
+    return { ok: true, name, detail: `${dir} exists and is writable` };
+  } catch (err) {
+    return { ok: false, name, detail: `${dir}: ${errorText(err)}`, fix };
+  }
+}
+
 export async function runChecks(argv: readonly string[], env: Readonly<Record<string, string | undefined>>, log: Logger): Promise<{ lines: CheckLine[]; parsed: ParsedOptions }> {
   const lines: CheckLine[] = [];
   let parsed: ParsedOptions;
@@ -68,29 +80,12 @@ export async function runChecks(argv: readonly string[], env: Readonly<Record<st
     }
   }
 
-  const dir = dirname(o.kubeletSocket);
-  try {
-    const st = await stat(dir);
-    if (!st.isDirectory()) throw new Error(`${dir} is not a directory`);
-    await access(dir, fsc.W_OK);
-    lines.push({ ok: true, name: 'socket directory', detail: `${dir} exists and is writable` });
-  } catch (err) {
-    lines.push({ ok: false, name: 'socket directory', detail: `${dir}: ${errorText(err)}`, fix: 'is the kubelet installed and its device plugins enabled? run the plugin as root, or set --kubelet-socket' });
-  }
-
+  lines.push(await writableDirectory('socket directory', dirname(o.kubeletSocket), 'is the kubelet installed and its device plugins enabled? run the plugin as root, or set --kubelet-socket'));
   // The labels and metrics files, when configured: their directory must exist and be writable.
   for (const [name, file, reader] of [['labels file', o.nfdFeaturesFile, 'Node Feature Discovery'], ['metrics file', o.metricsFile, 'node_exporter']] as const) {
     if (file === null) continue;
     const fdir = dirname(file);
-    try {
-      const st = await stat(fdir);
-      if (!st.isDirectory()) throw new Error('is not a directory');
-      await access(fdir, fsc.W_OK);
-      lines.push({ ok: true, name, detail: `${fdir} exists and is writable` });
-    } catch (err) {
-      lines.push({ ok: false, name, detail: `${fdir}: ${errorText(err)}`,
-        fix: `is ${reader} installed? create the directory; under systemd also add ReadWritePaths=${fdir} with \`systemctl edit gpu-device-plugin\`` });
-    }
+    lines.push(await writableDirectory(name, fdir, `is ${reader} installed? create the directory; under systemd also add ReadWritePaths=${fdir} with \`systemctl edit gpu-device-plugin\``));
   }
 
   try {

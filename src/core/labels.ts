@@ -2,6 +2,8 @@
 // formats, so node selectors written for GFD keep working on a node that runs this plugin instead.
 // Written to Node Feature Discovery's local feature file as `name=value` lines, sorted by name so
 // that the same node state always gives the same bytes. Pure: plain data in, plain data out.
+import { isFullInstance, migResourceName } from './mig.ts';
+import type { MigDevice } from './mig.ts';
 import { GPU_RESOURCE } from './sharing.ts';
 import type { Sharing } from './sharing.ts';
 
@@ -16,7 +18,12 @@ export interface LabelGpu {
   readonly compute: { readonly major: number; readonly minor: number } | null;
   /** The GPU supports MIG (nvmlDeviceGetMigMode answers), whether or not MIG is enabled. */
   readonly migCapable: boolean;
+  /** MIG mode is on now (current mode). */
+  readonly migEnabled: boolean;
 }
+
+/** A MIG device as the labels see it; `parent` is its GPU's position in `gpus`. */
+export type LabelMigDevice = Pick<MigDevice, 'parent' | 'profile' | 'giSlices' | 'ciSlices' | 'memoryBytes' | 'multiprocessors' | 'engines'>;
 
 export interface LabelInput {
   readonly gpus: readonly LabelGpu[];
@@ -29,11 +36,12 @@ export interface LabelInput {
   readonly sharing: Sharing;
   readonly migStrategy: 'none' | 'single' | 'mixed';
   /**
-   * Extension point for MIG: labels the MIG strategy adds (mixed: `nvidia.com/mig-<profile>.count`,
-   * `.memory`, …) or overrides (single: `nvidia.com/gpu.product`, `.count`, `.memory`, …), as GFD
-   * does. Given without the `nvidia.com/` prefix or with it; they win over the labels made here.
+   * The MIG devices (every one discovered; only full compute instances are labelled, as only they
+   * are advertised). With `single` they override gpu.product/.count/.memory and add
+   * gpu.multiprocessors, gpu.slices.* and gpu.engines.*; with `mixed` each profile gets
+   * `nvidia.com/mig-<profile>.count`, `.product`, `.replicas`, `.memory` and the same attributes.
    */
-  readonly migLabels?: readonly (readonly [string, string])[];
+  readonly migDevices: readonly LabelMigDevice[];
 }
 
 export type Label = readonly [name: string, value: string];
@@ -60,10 +68,10 @@ export function archFamily(major: number, minor: number): string {
   }
 }
 
-/** How nvidia.com/gpu is shared, as GFD reads it from the config: replicas and whether it is renamed. */
-export function gpuSharing(sharing: Sharing): { replicas: number; renamed: boolean } {
+/** How a resource (nvidia.com/gpu unless named) is shared, as GFD reads it from the config: replicas and whether it is renamed. */
+export function gpuSharing(sharing: Sharing, resource: string = GPU_RESOURCE): { replicas: number; renamed: boolean } {
   const ts = sharing.timeSlicing;
-  const r = ts?.resources.find((x) => x.name === GPU_RESOURCE);
+  const r = ts?.resources.find((x) => x.name === resource);
   if (ts === null || r === undefined) return { replicas: 1, renamed: false };
   return { replicas: r.replicas, renamed: r.rename !== null || ts.renameByDefault };
 }
@@ -95,7 +103,7 @@ function driverParts(version: string): { major: string; minor: string; rev: stri
 /** The labels for a node state, sorted by name. A node without GPUs gets none (as with GFD). */
 export function nodeLabels(input: LabelInput): Label[] {
   const out = new Map<string, string>();
-  const set = (name: string, value: string | number): void => {
+  const set: SetLabel = (name, value) => {
     out.set(name.startsWith(LABEL_PREFIX) ? name : `${LABEL_PREFIX}${name}`, String(value));
   };
   const model = labelledModel(input.gpus);
@@ -144,8 +152,65 @@ export function nodeLabels(input: LabelInput): Label[] {
     set('gpu.compute.minor', cc.minor);
   }
 
-  for (const [name, value] of input.migLabels ?? []) set(name, value);
+  if (input.migStrategy === 'single') singleMigLabels(input, set, product);
+  if (input.migStrategy === 'mixed') mixedMigLabels(input, set);
   return [...out.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+}
+
+type SetLabel = (name: string, value: string | number) => void;
+
+/** GFD's attribute labels of a MIG device type, under `<key>.` (gpu, or mig-<profile>). */
+function migAttributeLabels(set: SetLabel, key: string, d: LabelMigDevice): void {
+  set(`${key}.memory`, Math.floor(d.memoryBytes / 1048576));
+  set(`${key}.multiprocessors`, d.multiprocessors);
+  set(`${key}.slices.gi`, d.giSlices);
+  set(`${key}.slices.ci`, d.ciSlices);
+  for (const [engine, n] of Object.entries(d.engines)) set(`${key}.engines.${engine}`, n);
+}
+
+/** The product label of a MIG type: parent model, `-MIG-`, profile (`+` as `.`, which label values allow). */
+const migProduct = (model: string, profile: string): string => `${sanitise(model)}-MIG-${profile.replace(/\+/g, '.')}`;
+
+/**
+ * single: the gpu.* labels describe the MIG devices. A node that does not fit the strategy (MIG on
+ * some GPUs only, an enabled GPU without devices, or more than one profile) gets GFD's invalid
+ * labels: count and memory 0, product `<model>-MIG-INVALID`. No GPU in MIG mode: as `none`.
+ */
+function singleMigLabels(input: LabelInput, set: SetLabel, product: string): void {
+  const enabled = input.gpus.filter((g) => g.migEnabled).length;
+  if (enabled === 0) return;
+  const devices = input.migDevices.filter(isFullInstance);
+  const profiles = new Set(devices.map((d) => d.profile));
+  const emptyParent = input.gpus.some((g, i) => g.migEnabled && !devices.some((d) => d.parent === i));
+  const first = devices[0];
+  if (enabled !== input.gpus.length || emptyParent || profiles.size !== 1 || first === undefined) {
+    set('gpu.count', 0);
+    set('gpu.memory', 0);
+    set('gpu.product', `${product}-MIG-INVALID`);
+    return;
+  }
+  const { replicas, renamed } = gpuSharing(input.sharing);
+  const name = migProduct(input.gpus[first.parent]?.name ?? '', first.profile);
+  set('gpu.product', replicas > 1 && !renamed ? `${name}-SHARED` : name);
+  set('gpu.count', devices.length);
+  migAttributeLabels(set, 'gpu', first);
+}
+
+/** mixed: the gpu.* labels stay as with `none`; every profile advertised gets labels of its own. */
+function mixedMigLabels(input: LabelInput, set: SetLabel): void {
+  const byProfile = new Map<string, LabelMigDevice[]>();
+  for (const d of input.migDevices.filter(isFullInstance)) byProfile.set(d.profile, [...(byProfile.get(d.profile) ?? []), d]);
+  for (const [profile, devices] of byProfile) {
+    const resource = migResourceName(profile);
+    const key = resource.slice(LABEL_PREFIX.length);
+    const { replicas, renamed } = gpuSharing(input.sharing, resource);
+    const model = labelledModel(devices.map((d) => input.gpus[d.parent]).filter((g) => g !== undefined));
+    const name = migProduct(model?.gpu.name ?? '', profile);
+    set(`${key}.count`, devices.length);
+    set(`${key}.product`, replicas > 1 && !renamed ? `${name}-SHARED` : name);
+    set(`${key}.replicas`, replicas);
+    migAttributeLabels(set, key, devices[0]!);
+  }
 }
 
 /** The feature file: one `name=value` line per label, as NFD's local source reads it. */

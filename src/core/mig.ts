@@ -31,6 +31,18 @@ export interface MigDevice {
   readonly giSlices: number;
   readonly ciSlices: number;
   readonly memoryBytes: number;
+  /** Streaming multiprocessors, and the engines it shares (nvmlDeviceAttributes_t; GFD labels them). */
+  readonly multiprocessors: number;
+  readonly engines: MigEngines;
+}
+
+/** The engines a MIG device has of its parent, as nvmlDeviceAttributes_t counts them. */
+export interface MigEngines {
+  readonly copy: number;
+  readonly decoder: number;
+  readonly encoder: number;
+  readonly jpeg: number;
+  readonly ofa: number;
 }
 
 /** The MIG facts of a node: per GPU position its mode (null: not MIG-capable), and every MIG device. */
@@ -81,7 +93,7 @@ export function migProfileName(p: { giSlices: number; ciSlices: number; memoryMi
 }
 
 /** A full compute instance: the compute instance has every slice of its GPU instance. */
-export function isFullInstance(d: MigDevice): boolean {
+export function isFullInstance(d: Pick<MigDevice, 'giSlices' | 'ciSlices'>): boolean {
   return d.ciSlices === d.giSlices;
 }
 

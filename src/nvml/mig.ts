@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Gpu } from '../core/devices.ts';
 import { MIG_MINORS_FILE, migCapabilityNodes, migProfileName, parseMigMinors } from '../core/mig.ts';
-import type { MigDevice, MigLayout, MigMode } from '../core/mig.ts';
+import type { MigDevice, MigEngines, MigLayout, MigMode } from '../core/mig.ts';
 import type { Logger } from '../system/log.ts';
 import { errorText } from '../system/log.ts';
 import { NVML, NvmlError } from './errors.ts';
@@ -16,6 +16,7 @@ import type { DeviceHandle, Nvml } from './nvml.ts';
 /** nvmlDeviceAttributes_t as decoded from its 40 bytes. */
 export interface MigAttributes {
   multiprocessorCount: number;
+  engines: MigEngines;
   gpuInstanceSliceCount: number;
   computeInstanceSliceCount: number;
   memorySizeMB: number;
@@ -36,6 +37,7 @@ function attributes(nvml: Nvml, h: DeviceHandle): MigAttributes | number {
   if (code !== NVML.SUCCESS) return code;
   return {
     multiprocessorCount: buf.readUInt32LE(0),
+    engines: { copy: buf.readUInt32LE(4), decoder: buf.readUInt32LE(8), encoder: buf.readUInt32LE(12), jpeg: buf.readUInt32LE(16), ofa: buf.readUInt32LE(20) },
     gpuInstanceSliceCount: buf.readUInt32LE(24),
     computeInstanceSliceCount: buf.readUInt32LE(28),
     memorySizeMB: Number(buf.readBigUInt64LE(32)),
@@ -140,6 +142,8 @@ export function discoverMig(nvml: Nvml, gpus: readonly Gpu[], handles: readonly 
           giSlices: attrs.gpuInstanceSliceCount,
           ciSlices: attrs.computeInstanceSliceCount,
           memoryBytes: attrs.memorySizeMB * 1024 * 1024,
+          multiprocessors: attrs.multiprocessorCount,
+          engines: attrs.engines,
         });
       } catch (err) {
         if (!(err instanceof NvmlError)) throw err;

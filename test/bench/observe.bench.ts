@@ -23,8 +23,8 @@ function perOp(n: number, fn: (i: number) => void): number {
   return (d.user + d.system) / n;
 }
 
-const gpus = Array.from({ length: 8 }, () => ({ name: 'Tesla V100-SXM2-32GB', memoryBytes: 32 << 30, compute: { major: 7, minor: 0 }, migCapable: false }));
-const labelsUs = perOp(5000, () => labelsFile(nodeLabels({ gpus, driverVersion: '550.54.15', cudaDriverVersion: 12040, machine: 'DGX-1', sharing: NO_SHARING, migStrategy: 'none' })));
+const gpus = Array.from({ length: 8 }, () => ({ name: 'Tesla V100-SXM2-32GB', memoryBytes: 32 << 30, compute: { major: 7, minor: 0 }, migCapable: false, migEnabled: false }));
+const labelsUs = perOp(5000, () => labelsFile(nodeLabels({ gpus, driverVersion: '550.54.15', cudaDriverVersion: 12040, machine: 'DGX-1', sharing: NO_SHARING, migStrategy: 'none', migDevices: [] })));
 
 const metrics = new NodeMetrics(() => performance.now());
 const res = metrics.resource('nvidia.com/gpu');

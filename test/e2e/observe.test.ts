@@ -240,3 +240,50 @@ test('labels follow re-discovery: a GPU leaves and comes back, the driver goes (
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('MIG labels: mixed labels every advertised profile and follows a re-layout; single describes the MIG devices', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gdp-mig-labels-'));
+  const labels = join(dir, 'gpu-device-plugin');
+  const read = (): Map<string, string> => new Map((readIf(labels) ?? '').split('\n').filter((l) => l !== '').map((l) => l.split('=') as [string, string]));
+  const until = (name: string, want: string | undefined): Promise<Map<string, string>> =>
+    eventually(`${name}=${want} (now ${read().get(name)})`, () => { const l = read(); return l.get(name) === want ? l : undefined; }, 20000);
+  let node = await SimNode.start({ topology: 'mig-mixed-4', args: ['--mig-strategy=mixed', '--nfd-features-file', labels], waitRegistered: false });
+  try {
+    // GPU 0 (A100) has 2x 1g.10gb, 1g.10gb+me, 2g.20gb and a sub-instance; GPU 1 (H100) 3g.40gb, 1g.20gb, 2x 1g.10gb.
+    let l = await until('nvidia.com/mig-1g.10gb.count', '4');
+    assert.equal(l.get('nvidia.com/mig.strategy'), 'mixed');
+    // gpu.* stay as with none: the labelled model is the A100, of which the node has three.
+    assert.equal(l.get('nvidia.com/gpu.count'), '3');
+    assert.equal(l.get('nvidia.com/mig-1g.10gb.product'), 'NVIDIA-A100-SXM4-80GB-MIG-1g.10gb');
+    assert.equal(l.get('nvidia.com/mig-1g.10gb.slices.gi'), '1');
+    assert.equal(l.get('nvidia.com/mig-1g.10gb.replicas'), '1');
+    assert.match(l.get('nvidia.com/mig-1g.10gb.memory') ?? '', /^9\d{3}$/);
+    assert.match(l.get('nvidia.com/mig-1g.10gb.multiprocessors') ?? '', /^[1-9]\d*$/);
+    assert.equal(l.get('nvidia.com/mig-1g.10gb.me.count'), '1');
+    assert.equal(l.get('nvidia.com/mig-3g.40gb.product'), 'NVIDIA-H100-80GB-HBM3-MIG-3g.40gb');
+    assert.equal(l.get('nvidia.com/mig-3g.40gb.slices.gi'), '3');
+    for (const k of l.keys()) assert.doesNotMatch(k, /1c\.2g/, 'a sub-instance is neither advertised nor labelled');
+    // The H100 is re-partitioned into one 7g.80gb: its profiles' labels go, the new one comes.
+    node.nvml('mig 1 on 7g.80gb');
+    await node.nvmlStats();
+    node.plugin.signal('SIGHUP');
+    l = await until('nvidia.com/mig-7g.80gb.count', '1');
+    assert.equal(l.get('nvidia.com/mig-1g.10gb.count'), '2');
+    assert.equal(l.has('nvidia.com/mig-3g.40gb.count'), false);
+    assert.equal(l.has('nvidia.com/mig-1g.20gb.count'), false);
+    await node.stop();
+
+    rmSync(labels, { force: true });
+    node = await SimNode.start({ topology: 'mig-uniform-2', args: ['--mig-strategy=single', '--nfd-features-file', labels] });
+    l = await until('nvidia.com/gpu.count', '4');
+    assert.equal(l.get('nvidia.com/mig.strategy'), 'single');
+    assert.equal(l.get('nvidia.com/gpu.product'), 'NVIDIA-H100-80GB-HBM3-MIG-3g.40gb');
+    assert.equal(l.get('nvidia.com/gpu.slices.gi'), '3');
+    assert.equal(l.get('nvidia.com/gpu.slices.ci'), '3');
+    assert.match(l.get('nvidia.com/gpu.memory') ?? '', /^4\d{4}$/);
+    for (const e of ['copy', 'decoder', 'encoder', 'jpeg', 'ofa']) assert.match(l.get(`nvidia.com/gpu.engines.${e}`) ?? '', /^\d+$/, e);
+  } finally {
+    await node.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -18,7 +18,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import { buildExecutable, executablePath } from '../../build/build.ts';
-import { runtimeFor } from '../../build/runtime.ts';
+import { PACKAGE_ARCH } from '../../build/runtime.ts';
 import type { Arch } from '../../build/runtime.ts';
 import { environmentFile } from '../../build/docs.ts';
 import {
@@ -225,7 +225,7 @@ function dpkgLifecycle(p: Packages): void {
   const dpkg = (...args: string[]): string => sh('dpkg', [`--root=${c.root}`, `--log=${join(c.root, 'var', 'log', 'dpkg.log')}`, '--force-depends', ...args], { env: { PATH, LC_ALL: 'C.UTF-8' } });
   const status = (): string => sh('dpkg-query', [`--admindir=${admin}`, '-W', '-f=${db:Status-Abbrev}${Version}', PACKAGE]).trim();
   // A foreign architecture's package installs once dpkg knows the architecture.
-  if (p.arch !== 'x64') dpkg('--add-architecture', runtimeFor(p.arch).debArch);
+  if (p.arch !== 'x64') dpkg('--add-architecture', PACKAGE_ARCH[p.arch].deb);
   const envFile = join(c.root, ENV_FILE.deb);
   const at = (p: string): string => join(c.root, p);
   const svc = (cmd: string): string => `${cmd} ${UNIT}`;

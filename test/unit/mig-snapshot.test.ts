@@ -17,7 +17,7 @@ const on = { current: true, pending: true };
 const off = { current: false, pending: false };
 
 function mig(parent: number, index: number, gi: number, profile: string, slices: number): MigDevice {
-  return { parent, index, uuid: `MIG-${parent}-${profile}-${gi}`, gi, ci: 0, profile, giSlices: slices, ciSlices: slices, memoryBytes: 9728 * MiB };
+  return { parent, index, uuid: `MIG-${parent}-${profile}-${gi}`, gi, ci: 0, profile, giSlices: slices, ciSlices: slices, memoryBytes: 9728 * MiB, multiprocessors: 14 * slices, engines: { copy: slices, decoder: 0, encoder: 0, jpeg: 0, ofa: 0 } };
 }
 
 function scan(layout: MigLayout, caps: NodeScan['migCapabilities'] = new Map()): NodeScan {

@@ -54,7 +54,7 @@ function gpu(index: number, numaNode: number | null, name = 'NVIDIA A100-SXM4-80
 }
 
 function mig(parent: number, index: number, gi: number, profile: string, giSlices = Number(profile[0]), ciSlices = giSlices): MigDevice {
-  return { parent, index, uuid: `MIG-0000000${parent}-0000-4000-8000-00000000${String(gi).padStart(2, '0')}00`, gi, ci: 0, profile, giSlices, ciSlices, memoryBytes: 9728 * MiB };
+  return { parent, index, uuid: `MIG-0000000${parent}-0000-4000-8000-00000000${String(gi).padStart(2, '0')}00`, gi, ci: 0, profile, giSlices, ciSlices, memoryBytes: 9728 * MiB, multiprocessors: 14 * ciSlices, engines: { copy: giSlices, decoder: 0, encoder: 0, jpeg: 0, ofa: 0 } };
 }
 
 const GPUS = [gpu(0, 0), gpu(1, 0), gpu(2, 1), gpu(3, 1)];

@@ -5,7 +5,7 @@ import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { archFamily, labelsFile, nodeLabels, sanitise } from '../../src/core/labels.ts';
-import type { LabelGpu, LabelInput } from '../../src/core/labels.ts';
+import type { LabelGpu, LabelInput, LabelMigDevice } from '../../src/core/labels.ts';
 import { LATENCY_BUCKETS, NodeMetrics, OUTCOME, RPC, escapeLabel, renderMetrics } from '../../src/core/metrics.ts';
 import type { MetricsSnapshot } from '../../src/core/metrics.ts';
 import { deviceHolders, holderText } from '../../src/core/holders.ts';
@@ -14,11 +14,11 @@ import type { Sharing } from '../../src/core/sharing.ts';
 import { AtomicFile } from '../../src/system/atomic-file.ts';
 import { parseSamples, promtoolProblems } from '../support/prom.ts';
 
-const V100: LabelGpu = { name: 'Tesla V100-SXM2-32GB', memoryBytes: 32768 * 1048576, compute: { major: 7, minor: 0 }, migCapable: false };
-const A100: LabelGpu = { name: 'NVIDIA A100-SXM4-80GB', memoryBytes: 81920 * 1048576, compute: { major: 8, minor: 0 }, migCapable: true };
+const V100: LabelGpu = { name: 'Tesla V100-SXM2-32GB', memoryBytes: 32768 * 1048576, compute: { major: 7, minor: 0 }, migCapable: false, migEnabled: false };
+const A100: LabelGpu = { name: 'NVIDIA A100-SXM4-80GB', memoryBytes: 81920 * 1048576, compute: { major: 8, minor: 0 }, migCapable: true, migEnabled: false };
 
 function input(more: Partial<LabelInput> = {}): LabelInput {
-  return { gpus: [V100, V100], driverVersion: '550.54.15', cudaDriverVersion: 12040, machine: 'DGX-1 with V100-32\n', sharing: NO_SHARING, migStrategy: 'none', ...more };
+  return { gpus: [V100, V100], driverVersion: '550.54.15', cudaDriverVersion: 12040, machine: 'DGX-1 with V100-32\n', sharing: NO_SHARING, migStrategy: 'none', migDevices: [], ...more };
 }
 
 function slicing(replicas: number, rename: string | null, renameByDefault: boolean): Sharing {
@@ -72,7 +72,7 @@ test('labels: time-slicing appends -SHARED to the product unless the resource is
   assert.equal(one.get('nvidia.com/gpu.sharing-strategy'), 'none');
 });
 
-test('labels: sanitising, families, the labelled model on mixed nodes, missing facts, MIG hook', () => {
+test('labels: sanitising, families, the labelled model on mixed nodes, missing facts', () => {
   assert.equal(sanitise('NVIDIA  GeForce RTX™ 4090 (rev a1)'), 'NVIDIA-GeForce-RTX-4090-rev-a1');
   assert.deepEqual([[3, 7], [5, 2], [6, 1], [7, 0], [7, 2], [7, 5], [8, 0], [8, 6], [8, 7], [8, 9], [9, 0], [10, 0], [12, 0], [13, 0]].map(([a, b]) => archFamily(a ?? 0, b ?? 0)),
     ['kepler', 'maxwell', 'pascal', 'volta', 'volta', 'turing', 'ampere', 'ampere', 'ampere', 'ada-lovelace', 'hopper', 'blackwell', 'blackwell', 'undefined']);
@@ -90,10 +90,82 @@ test('labels: sanitising, families, the labelled model on mixed nodes, missing f
   assert.equal(twoPart.get('nvidia.com/cuda.driver.rev'), '');
   assert.equal(twoPart.get('nvidia.com/cuda.driver-version.full'), '470.82');
   assert.deepEqual(nodeLabels(input({ gpus: [] })), []);
-  const mig = new Map(nodeLabels(input({ migStrategy: 'mixed', migLabels: [['mig-1g.10gb.count', '7'], ['nvidia.com/gpu.count', '0']] })));
-  assert.equal(mig.get('nvidia.com/mig.strategy'), 'mixed');
-  assert.equal(mig.get('nvidia.com/mig-1g.10gb.count'), '7');
-  assert.equal(mig.get('nvidia.com/gpu.count'), '0');
+});
+
+// MIG devices as NVML's attributes describe them (A100-SXM4-80GB profiles).
+const MiB = 1048576;
+const engines = (copy: number, media: number): LabelMigDevice['engines'] => ({ copy, decoder: media, encoder: 0, jpeg: media > 0 ? 1 : 0, ofa: media > 0 ? 1 : 0 });
+const mig1g = (parent: number): LabelMigDevice => ({ parent, profile: '1g.10gb', giSlices: 1, ciSlices: 1, memoryBytes: 9856 * MiB, multiprocessors: 14, engines: engines(1, 0) });
+const mig3g = (parent: number): LabelMigDevice => ({ parent, profile: '3g.40gb', giSlices: 3, ciSlices: 3, memoryBytes: 40192 * MiB, multiprocessors: 42, engines: engines(3, 2) });
+const migMe = (parent: number): LabelMigDevice => ({ parent, profile: '1g.10gb+me', giSlices: 1, ciSlices: 1, memoryBytes: 9856 * MiB, multiprocessors: 14, engines: engines(1, 1) });
+const subInstance = (parent: number): LabelMigDevice => ({ parent, profile: '1c.3g.40gb', giSlices: 3, ciSlices: 1, memoryBytes: 40192 * MiB, multiprocessors: 14, engines: engines(3, 2) });
+const on = { ...A100, migEnabled: true };
+
+test('labels, MIG mixed: gpu.* as with none, and GFD\'s labels for every profile advertised (full instances only)', () => {
+  const l = new Map(nodeLabels(input({ gpus: [on, on, A100], migStrategy: 'mixed', migDevices: [mig1g(0), mig1g(0), mig3g(0), migMe(1), mig1g(1), subInstance(1)] })));
+  assert.equal(l.get('nvidia.com/mig.strategy'), 'mixed');
+  assert.equal(l.get('nvidia.com/gpu.count'), '3');
+  assert.equal(l.get('nvidia.com/gpu.product'), 'NVIDIA-A100-SXM4-80GB');
+  const mixed = [...l].filter(([k]) => k.startsWith('nvidia.com/mig-'));
+  assert.deepEqual(Object.fromEntries(mixed.filter(([k]) => k.startsWith('nvidia.com/mig-1g.10gb.') && !k.startsWith('nvidia.com/mig-1g.10gb.me.'))), {
+    'nvidia.com/mig-1g.10gb.count': '3',
+    'nvidia.com/mig-1g.10gb.engines.copy': '1',
+    'nvidia.com/mig-1g.10gb.engines.decoder': '0',
+    'nvidia.com/mig-1g.10gb.engines.encoder': '0',
+    'nvidia.com/mig-1g.10gb.engines.jpeg': '0',
+    'nvidia.com/mig-1g.10gb.engines.ofa': '0',
+    'nvidia.com/mig-1g.10gb.memory': '9856',
+    'nvidia.com/mig-1g.10gb.multiprocessors': '14',
+    'nvidia.com/mig-1g.10gb.product': 'NVIDIA-A100-SXM4-80GB-MIG-1g.10gb',
+    'nvidia.com/mig-1g.10gb.replicas': '1',
+    'nvidia.com/mig-1g.10gb.slices.ci': '1',
+    'nvidia.com/mig-1g.10gb.slices.gi': '1',
+  });
+  // The +me profile is named as its resource is (nvidia.com/mig-1g.10gb.me); label values allow no '+'.
+  assert.equal(l.get('nvidia.com/mig-1g.10gb.me.count'), '1');
+  assert.equal(l.get('nvidia.com/mig-1g.10gb.me.product'), 'NVIDIA-A100-SXM4-80GB-MIG-1g.10gb.me');
+  assert.equal(l.get('nvidia.com/mig-1g.10gb.me.engines.decoder'), '1');
+  assert.equal(l.get('nvidia.com/mig-3g.40gb.count'), '1');
+  assert.equal(l.get('nvidia.com/mig-3g.40gb.multiprocessors'), '42');
+  // A sub-instance is not advertised, so it is not labelled either.
+  assert.equal(mixed.some(([k]) => k.includes('1c.3g')), false);
+  // Time-slicing a MIG resource: its replicas, and -SHARED unless renamed.
+  const shared: Sharing = { timeSlicing: { renameByDefault: false, failRequestsGreaterThanOne: false, resources: [{ name: 'nvidia.com/mig-1g.10gb', rename: null, replicas: 4, devices: { kind: 'all' } }] } };
+  const s = new Map(nodeLabels(input({ gpus: [on, A100], migStrategy: 'mixed', migDevices: [mig1g(0)], sharing: shared })));
+  assert.equal(s.get('nvidia.com/mig-1g.10gb.replicas'), '4');
+  assert.equal(s.get('nvidia.com/mig-1g.10gb.product'), 'NVIDIA-A100-SXM4-80GB-MIG-1g.10gb-SHARED');
+  assert.equal(s.get('nvidia.com/gpu.product'), 'NVIDIA-A100-SXM4-80GB');
+  // No MIG devices: no MIG type labels.
+  assert.deepEqual([...nodeLabels(input({ gpus: [A100], migStrategy: 'mixed' }))].filter(([k]) => k.startsWith('nvidia.com/mig-')), []);
+});
+
+test('labels, MIG single: gpu.* describe the MIG devices; a node that does not fit gets GFD\'s INVALID labels', () => {
+  const l = new Map(nodeLabels(input({ gpus: [on, on], migStrategy: 'single', migDevices: [mig1g(0), mig1g(0), mig1g(1)] })));
+  assert.equal(l.get('nvidia.com/mig.strategy'), 'single');
+  assert.equal(l.get('nvidia.com/gpu.count'), '3');
+  assert.equal(l.get('nvidia.com/gpu.product'), 'NVIDIA-A100-SXM4-80GB-MIG-1g.10gb');
+  assert.equal(l.get('nvidia.com/gpu.memory'), '9856');
+  assert.equal(l.get('nvidia.com/gpu.multiprocessors'), '14');
+  assert.equal(l.get('nvidia.com/gpu.slices.gi'), '1');
+  assert.equal(l.get('nvidia.com/gpu.slices.ci'), '1');
+  assert.equal(l.get('nvidia.com/gpu.engines.copy'), '1');
+  assert.equal(l.get('nvidia.com/gpu.family'), 'ampere');
+  assert.equal([...l.keys()].some((k) => k.startsWith('nvidia.com/mig-')), false);
+  const invalid = (gpus: LabelGpu[], devices: LabelMigDevice[]): Map<string, string> => new Map(nodeLabels(input({ gpus, migStrategy: 'single', migDevices: devices })));
+  for (const [why, l2] of [
+    ['MIG on some GPUs only', invalid([on, A100], [mig1g(0)])],
+    ['two profiles', invalid([on, on], [mig1g(0), mig3g(1)])],
+    ['an enabled GPU without devices', invalid([on, on], [mig1g(0)])],
+  ] as const) {
+    assert.equal(l2.get('nvidia.com/gpu.count'), '0', why);
+    assert.equal(l2.get('nvidia.com/gpu.memory'), '0', why);
+    assert.equal(l2.get('nvidia.com/gpu.product'), 'NVIDIA-A100-SXM4-80GB-MIG-INVALID', why);
+  }
+  // No GPU in MIG mode: the same labels as with none (apart from the strategy).
+  const whole = new Map(nodeLabels(input({ gpus: [A100, A100], migStrategy: 'single' })));
+  const none = new Map(nodeLabels(input({ gpus: [A100, A100] })));
+  whole.delete('nvidia.com/mig.strategy');
+  assert.deepEqual(whole, none);
 });
 
 function snapshot(): MetricsSnapshot {

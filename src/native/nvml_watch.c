@@ -371,7 +371,8 @@ static void run(struct gdp_watch *w)
             }
             next_probe = now + w->probe_interval_ms;
         }
-        uint64_t until = next_probe > now_ms() ? next_probe - now_ms() : 1;
+        uint64_t t = now_ms();
+        uint64_t until = next_probe > t ? next_probe - t : 1;
         uint64_t timeout = until < w->wait_timeout_ms ? until : w->wait_timeout_ms;
         if (timeout < 1)
             timeout = 1;

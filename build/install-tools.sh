@@ -22,6 +22,7 @@
 #   systemd-nspawn (boots it, real systemd)   systemd-container
 #   nsenter (enters the booted container)     util-linux
 #   promtool (lints the metrics file)         prometheus  (19 MB download, 96 MB installed)
+#   /usr/bin/time (npm run bench: peak RSS)   time
 #
 # Afterwards (every run, whether or not something was installed) the kernel is made to run aarch64
 # programs through qemu: binfmt_misc is mounted where PID 1 did not (containers without systemd)
@@ -61,6 +62,7 @@ declare -A package_of_file=(
   [/usr/aarch64-linux-gnu/lib/libstdc++.so.6]=libstdc++6-arm64-cross
   [/usr/aarch64-linux-gnu/lib/libgcc_s.so.1]=libgcc-s1-arm64-cross
   [/usr/aarch64-linux-gnu/lib/libatomic.so.1]=libatomic1-arm64-cross
+  [/usr/bin/time]=time
 )
 
 sudo=()

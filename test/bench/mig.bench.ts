@@ -3,9 +3,8 @@
 // (recovery on, so every round starts healthy); a re-layout of one GPU (FIFO, then SIGHUP) → the new
 // lists at the kubelet. Prints one JSON object on stdout.
 import { SimNode } from '../support/sim.ts';
+import { stats } from './stats.ts';
 
-const q = (xs: readonly number[], p: number): number => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(p * xs.length))] ?? NaN;
-const r2 = (x: number): number => Math.round(x * 100) / 100;
 
 export async function migXidLatency(rounds: number): Promise<Record<string, unknown>> {
   const node = await SimNode.start({
@@ -28,7 +27,7 @@ export async function migXidLatency(rounds: number): Promise<Record<string, unkn
       lat.push(performance.now() - t0);
       await k.waitForDevices((d) => d[m]?.health === 'Healthy', resource);
     }
-    return { mig_xid_to_unhealthy_at_kubelet_ms: { p50: r2(q(lat, 0.5)), p99: r2(q(lat, 0.99)), n: lat.length } };
+    return { mig_xid_to_unhealthy_at_kubelet_ms: stats(lat) };
   } finally {
     await node.stop();
   }
@@ -51,7 +50,7 @@ export async function migRelayoutLatency(rounds: number): Promise<Record<string,
       await k.waitForDevices((d) => d.length === 1, seven ? 'nvidia.com/mig-7g.80gb' : 'nvidia.com/mig-3g.40gb', 10000);
       lat.push(performance.now() - t0);
     }
-    return { mig_relayout_to_new_lists_ms: { p50: r2(q(lat, 0.5)), p99: r2(q(lat, 0.99)), n: lat.length } };
+    return { mig_relayout_to_new_lists_ms: stats(lat) };
   } finally {
     await node.stop();
   }

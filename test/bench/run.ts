@@ -1,97 +1,21 @@
-// npm run bench: measures the built executable on simulated nodes and prints one JSON report.
-// Medians (and p99 where asked) over repeated runs; the machine is shared and noisy, so nothing here
-// is a pass/fail test. Figures: start → registered, idle RSS and RSS after 10 000 RPCs, Allocate and
-// GetPreferredAllocation latency through gRPC, kubelet restart → re-registered, XID → Unhealthy at
-// the kubelet, an XID storm, preferred-allocation latency per topology and size, the live node (GPU
-// removed / driver back → new ListAndWatch list, NVML calls per idle minute with re-discovery), sizes
-// on disk.
-import { existsSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+// npm run bench: measures the built executable on simulated nodes, writes one JSON report to
+// dist/bench.json (and stdout) and ends with issue 13's goal table (stderr). Medians (and p99 where
+// asked) over repeated runs, each figure with its n; the machine is shared and noisy, so nothing here
+// is a pass/fail test. Figures: issue 13's (test/bench/goals.bench.ts: the Node floor, start →
+// registered, idle RSS and fds, RSS after 10 000 and 100 000 RPCs, Allocate and GetPreferredAllocation
+// latency, kubelet restart → re-registered, XID → Unhealthy, hostile requests; the kubelet stand-in in
+// a process of its own), XID on a MIG device and MIG re-layout, an XID storm, preferred-allocation
+// latency per topology and size, the topology policy alone, the live node (GPU removed / driver back
+// → new ListAndWatch list, NVML calls per idle minute with re-discovery), the labels and metrics
+// files, sizes on disk.
+import { readdirSync, statSync, writeFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { BUILT_EXECUTABLE, ROOT, SimNode } from '../support/sim.ts';
+import { goalTable, nodeTax } from './goals.bench.ts';
+import type { Goal } from './goals.bench.ts';
 import { migRelayoutLatency, migXidLatency } from './mig.bench.ts';
-
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-const q = (xs: readonly number[], p: number): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor(p * s.length))] ?? NaN;
-};
-const r2 = (x: number): number => Math.round(x * 100) / 100;
-const stats = (xs: readonly number[]): { p50: number; p99: number; n: number } => ({ p50: r2(q(xs, 0.5)), p99: r2(q(xs, 0.99)), n: xs.length });
-const log = (s: string): void => { process.stderr.write(`bench: ${s}\n`); };
-
-async function startToRegistered(runs: number): Promise<number[]> {
-  const out: number[] = [];
-  for (let i = 0; i < runs; i++) {
-    const t0 = performance.now();
-    const node = await SimNode.start({ topology: 'demo-8' });
-    out.push(node.kubelet!.registrations[0]!.at - t0);
-    await node.stop();
-  }
-  return out;
-}
-
-async function rpcFigures(): Promise<Record<string, unknown>> {
-  const node = await SimNode.start({ topology: 'demo-8' });
-  try {
-    const k = node.kubelet!;
-    const u = node.topology.gpus.map((g) => g.uuid);
-    await node.plugin.waitForLine(/watching GPU health/);
-    await sleep(2000);
-    const idle = node.plugin.rss();
-    const alloc: number[] = [];
-    const pref: number[] = [];
-    for (let i = 0; i < 5000; i++) {
-      let t = performance.now();
-      await k.allocate({ container_requests: [{ devices_ids: [u[i % 8]!, u[(i + 3) % 8]!] }] });
-      alloc.push(performance.now() - t);
-      t = performance.now();
-      await k.preferred({ container_requests: [{ available_deviceIDs: u, must_include_deviceIDs: [], allocation_size: 1 + (i % 8) }] });
-      pref.push(performance.now() - t);
-    }
-    await sleep(1000);
-    const after = node.plugin.rss();
-    const restart: number[] = [];
-    for (let i = 0; i < 200; i++) {
-      const n = k.registrations.length;
-      await k.restart();
-      const reg = await k.waitForRegistrations(n + 1);
-      restart.push(reg.at - reg.socketCreatedAt);
-      await k.waitForDevices((d) => d.length === 8);
-    }
-    return {
-      idle_rss_mib: r2(idle.totalKiB / 1024),
-      idle_private_rss_mib: r2(idle.anonKiB / 1024),
-      rss_after_10000_rpcs_mib: r2(after.totalKiB / 1024),
-      private_rss_after_10000_rpcs_mib: r2(after.anonKiB / 1024),
-      allocate_ms: stats(alloc),
-      get_preferred_allocation_ms: stats(pref),
-      kubelet_restart_to_reregistered_ms: { ...stats(restart), worst: r2(Math.max(...restart)) },
-    };
-  } finally {
-    await node.stop();
-  }
-}
-
-async function xidLatency(rounds: number): Promise<Record<string, unknown>> {
-  const node = await SimNode.start({ topology: 'demo-8', args: ['--health-recovery', '--health-recovery-quiet-period=0.05', '--health-probe-interval=0.05'] });
-  try {
-    const k = node.kubelet!;
-    await node.plugin.waitForLine(/watching GPU health/);
-    const lat: number[] = [];
-    for (let i = 0; i < rounds; i++) {
-      const g = i % 8;
-      const t0 = performance.now();
-      node.nvml(`xid ${g} 94`);
-      await k.waitForDevices((d) => d[g]?.health === 'Unhealthy');
-      lat.push(performance.now() - t0);
-      await k.waitForDevices((d) => d[g]?.health === 'Healthy');
-    }
-    return { xid_to_unhealthy_at_kubelet_ms: stats(lat) };
-  } finally {
-    await node.stop();
-  }
-}
+import { log, r2, sleep, stats } from './stats.ts';
 
 async function storm(seconds: number): Promise<Record<string, unknown>> {
   const node = await SimNode.start({ topology: 'demo-8', args: ['--health-recovery', '--health-recovery-quiet-period=600'] });
@@ -265,31 +189,44 @@ const report: Record<string, unknown> = {
   node: process.version,
   command: 'npm run bench',
 };
-log('start → registered (10 runs)');
-const starts = await startToRegistered(10);
-report['start_to_registered_ms'] = { p50: r2(q(starts, 0.5)), worst: r2(Math.max(...starts)), n: starts.length };
-log('RPC latency, memory, kubelet restarts');
-Object.assign(report, await rpcFigures());
-log('XID → Unhealthy');
-Object.assign(report, await xidLatency(200));
-log('XID on a MIG device → Unhealthy');
-Object.assign(report, await migXidLatency(200));
-log('MIG re-layout → new lists');
-Object.assign(report, await migRelayoutLatency(20));
-log('XID storm');
-Object.assign(report, await storm(10));
-log('GetPreferredAllocation per topology and size');
-report['get_preferred_allocation_by_topology_ms'] = await preferredPerTopology();
-const policyBench = join(ROOT, 'test', 'bench', 'topology.bench.ts');
-if (existsSync(policyBench)) {
-  log('topology policy alone vs brute force');
-  report['policy_alone'] = JSON.parse(execFileSync(process.execPath, [policyBench], { encoding: 'utf8', maxBuffer: 64 << 20 })) as unknown;
+const started = performance.now();
+const failed: string[] = [];
+/** One section of the report: a failure is recorded (and fails the run at the end), the others still run. */
+async function section(what: string, run: () => Promise<Record<string, unknown>>): Promise<void> {
+  log(what);
+  try {
+    Object.assign(report, await run());
+  } catch (err) {
+    failed.push(what);
+    report[`failed: ${what}`] = (err as Error).stack ?? String(err);
+    process.stderr.write(`bench: FAILED: ${what}: ${(err as Error).stack ?? String(err)}\n`);
+  }
 }
-log('live node: GPU removed/back, driver unloaded/back, NVML calls per idle minute');
-report['live_node'] = await liveNode(10);
-log('labels and metrics files: CPU per write, NVML calls, memory');
-report['observe'] = JSON.parse(execFileSync(process.execPath, [join(ROOT, 'test', 'bench', 'observe.bench.ts')], { encoding: 'utf8', maxBuffer: 64 << 20 })) as unknown;
+const childJson = (file: string): unknown =>
+  JSON.parse(execFileSync(process.execPath, [join(ROOT, 'test', 'bench', file)], { encoding: 'utf8', maxBuffer: 64 << 20 })) as unknown;
+
+let goals: Goal[] | undefined;
+await section('issue 13 figures', async () => {
+  const tax = await nodeTax();
+  goals = tax.goals;
+  return { node_tax: tax.figures, goals: tax.goals };
+});
+await section('XID on a MIG device → Unhealthy', () => migXidLatency(200));
+await section('MIG re-layout → new lists', () => migRelayoutLatency(20));
+await section('XID storm', () => storm(10));
+await section('GetPreferredAllocation per topology and size', async () => ({ get_preferred_allocation_by_topology_ms: await preferredPerTopology() }));
+await section('topology policy alone vs brute force', async () => ({ policy_alone: childJson('topology.bench.ts') }));
+await section('live node: GPU removed/back, driver unloaded/back, NVML calls per idle minute', async () => ({ live_node: await liveNode(10) }));
+await section('labels and metrics files: CPU per write, NVML calls, memory', async () => ({ observe: childJson('observe.bench.ts') }));
 report['sizes'] = sizes();
+report['bench_seconds'] = Math.round((performance.now() - started) / 1000);
 const text = JSON.stringify(report, null, 2);
 writeFileSync(join(ROOT, 'dist', 'bench.json'), text + '\n');
 process.stdout.write(text + '\n');
+if (goals !== undefined) {
+  process.stderr.write(`\nissue 13 goals (npm run bench, ${report['machine']}, ${report['node']}; details in dist/bench.json):\n${goalTable(goals)}\n`);
+}
+if (failed.length > 0) {
+  process.stderr.write(`\nbench: ${failed.length} section(s) FAILED: ${failed.join('; ')}\n`);
+  process.exitCode = 1;
+}

@@ -37,6 +37,8 @@ export function executable(arch: Arch = 'x64'): string {
     path = join(dir, 'gpu-device-plugin');
     copyFileSync(built, path);
     isolated[arch] = path;
+    // A copy is the executable's full size (about 115 MiB): gone with the process that made it.
+    process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
   }
   return path;
 }
@@ -84,15 +86,26 @@ export interface PluginExit {
   signal: NodeJS.Signals | null;
 }
 
+/**
+ * Milliseconds on the system-wide monotonic clock (libuv's hrtime is CLOCK_MONOTONIC), so that
+ * instants taken in different processes on one machine can be compared.
+ */
+export function monotonicMs(): number {
+  return Number(process.hrtime.bigint()) / 1e6;
+}
+
 /** A running plugin process, with its log lines. */
 export class PluginProcess {
   readonly child: ChildProcess;
   readonly lines: string[] = [];
+  /** monotonicMs() just before the process was spawned. */
+  readonly spawnedAt: number;
   readonly exited: Promise<PluginExit>;
   private waiters: { re: RegExp; from: number; resolve: (line: string) => void }[] = [];
   exit: PluginExit | undefined;
 
   constructor(cmd: string, args: readonly string[], env: NodeJS.ProcessEnv) {
+    this.spawnedAt = monotonicMs();
     this.child = spawn(cmd, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
     let buf = '';
     const onData = (chunk: Buffer): void => {
@@ -195,6 +208,31 @@ export interface SimOptions {
   arch?: Arch;
   /** The host's DMI product name (sys/class/dmi/id/product_name); absent by default. */
   machine?: string;
+  /**
+   * Runs once the node's folders exist, just before the plugin starts: for something that stands in
+   * for the kubelet on `kubeletDir` from elsewhere (the bench's stand-in in a process of its own);
+   * give `kubelet: false` with it.
+   */
+  beforePlugin?: (node: SimNode) => Promise<void>;
+}
+
+/** Writes one command to a fake NVML's control FIFO (see SimNode.nvml). */
+export function nvmlCommand(control: string, command: string): void {
+  // Nobody reads the FIFO for a moment while the plugin re-opens NVML (ENXIO): try again briefly.
+  let fd: number | undefined;
+  for (let tries = 0; fd === undefined; tries++) {
+    try {
+      fd = openSync(control, fsc.O_WRONLY | fsc.O_NONBLOCK);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENXIO' || tries >= 300) throw err;
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10);
+    }
+  }
+  try {
+    writeSync(fd, `${command}\n`);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 export class SimNode {
@@ -240,6 +278,7 @@ export class SimNode {
       writeFileSync(join(node.sysfs, 'class', 'dmi', 'id', 'product_name'), `${opts.machine}\n`);
     }
     if (opts.kubelet ?? true) node.kubelet = await KubeletStandIn.start(node.kubeletDir);
+    await opts.beforePlugin?.(node);
     const nvmlDir = opts.nvml === 'old' ? libs.old : opts.nvml === 'none' ? join(dir, 'no-nvml') : libs.current;
     const env: NodeJS.ProcessEnv = {
       PATH: '/nonexistent',
@@ -269,21 +308,7 @@ export class SimNode {
 
   /** Sends one command to the fake NVML's control FIFO (xid, dbe, lost, back, stats …). */
   nvml(command: string): void {
-    // Nobody reads the FIFO for a moment while the plugin re-opens NVML (ENXIO): try again briefly.
-    let fd: number | undefined;
-    for (let tries = 0; fd === undefined; tries++) {
-      try {
-        fd = openSync(this.control, fsc.O_WRONLY | fsc.O_NONBLOCK);
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'ENXIO' || tries >= 300) throw err;
-        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10);
-      }
-    }
-    try {
-      writeSync(fd, `${command}\n`);
-    } finally {
-      closeSync(fd);
-    }
+    nvmlCommand(this.control, command);
   }
 
   /** NVML call counts, as the fake library reports them. */

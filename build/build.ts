@@ -15,6 +15,7 @@ import { join } from 'node:path';
 import { parseArgs, promisify } from 'node:util';
 import { parseProto } from '../src/api/proto.ts';
 import type { ProtoFile } from '../src/api/proto.ts';
+import { NATIVE_LIBRARY_NAME, buildNativeLibrary } from './native.ts';
 import { ARCHES, parseArch, runtimeFor } from './runtime.ts';
 import type { Arch } from './runtime.ts';
 
@@ -64,6 +65,7 @@ export async function buildExecutable(outDir: string = dist, arch: Arch = 'x64')
   mkdirSync(work, { recursive: true });
   const koffiPath = runtime.koffi;
   const koffiSha = createHash('sha256').update(readFileSync(koffiPath)).digest('hex');
+  const watchPath = await buildNativeLibrary(arch, join(work, NATIVE_LIBRARY_NAME));
 
   // What both bundles share: one CommonJS file for Node 26, with the facts the code reads at run time.
   // import.meta.* only matters on the source-checkout branches, never taken inside the executable.
@@ -80,19 +82,10 @@ export async function buildExecutable(outDir: string = dist, arch: Arch = 'x64')
   } as const;
   const sharedDefines = {
     __KOFFI_SHA256__: JSON.stringify(koffiSha),
+    __NVML_WATCH_SHA256__: JSON.stringify(createHash('sha256').update(readFileSync(watchPath)).digest('hex')),
     'import.meta.dirname': JSON.stringify('/nonexistent-source-root/src/system'),
+    'import.meta.url': JSON.stringify('file:///nonexistent-source-root/src/entry.ts'),
   };
-
-  // The NVML event worker runs on a thread of its own; inside the executable its code travels as a
-  // string in the main bundle (a worker cannot load a file that is not on disk).
-  const workerBundle = await build({
-    ...common,
-    entryPoints: [join(root, 'src', 'nvml', 'event-worker.ts')],
-    write: false,
-    define: sharedDefines,
-  });
-  const workerSource = workerBundle.outputFiles[0]?.text;
-  if (workerSource === undefined) throw new Error('esbuild produced no event worker bundle');
 
   const bundle = join(work, 'main.cjs');
   await build({
@@ -103,10 +96,8 @@ export async function buildExecutable(outDir: string = dist, arch: Arch = 'x64')
       ...sharedDefines,
       __VERSION__: JSON.stringify(pkg.version),
       __GIT_COMMIT__: JSON.stringify(gitCommit()),
-      __EVENT_WORKER_SOURCE__: JSON.stringify(workerSource),
       // protobufjs descriptors of the .proto files: the executable builds its codecs without parsing.
       __PROTO_DESCRIPTORS__: JSON.stringify(Object.fromEntries(PROTO_FILES.map((f) => [f, parseProto(readFileSync(join(root, 'proto', f), 'utf8')).toJSON()]))),
-      'import.meta.url': JSON.stringify('file:///nonexistent-source-root/src/nvml/watcher.ts'),
     },
   });
 
@@ -135,6 +126,7 @@ export async function buildExecutable(outDir: string = dist, arch: Arch = 'x64')
       'deviceplugin.proto': join(root, 'proto', 'deviceplugin.proto'),
       'podresources.proto': join(root, 'proto', 'podresources.proto'),
       'koffi.node': koffiPath,
+      [NATIVE_LIBRARY_NAME]: watchPath,
     },
   }, null, 2));
   // The code cache is made by the node that will run it: one made by the x64 node is rejected by the

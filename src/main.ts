@@ -121,7 +121,7 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
     koffi, driverRoot: opts.driverRoot, sysfsRoot, log,
     rediscoverIntervalMs: opts.rediscoverInterval * 1000,
     mig: opts.migStrategy !== 'none',
-    health: watchesAnything(health) ? { probeIntervalMs: opts.healthProbeInterval * 1000, logLevel: opts.logLevel, journal: process.env['JOURNAL_STREAM'] !== undefined, writeLine: (l) => process.stderr.write(l) } : null,
+    health: watchesAnything(health) ? { probeIntervalMs: opts.healthProbeInterval * 1000 } : null,
     onScan: (scan, reason) => node.scanned(scan, reason).then(() => service.waitFor('the kubelet'), (err: unknown) => {
       throw opts.configFile === null ? err : new Error(`config file ${opts.configFile}: ${errorText(err)}`, { cause: err });
     }),

@@ -70,12 +70,10 @@ export const LAZY_SYMBOLS = {
   nvmlDeviceGetNvLinkState: 'int nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, _Out_ int *isActive)',
   nvmlDeviceGetNvLinkRemotePciInfo_v2: 'int nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, _Out_ nvmlPciInfo_t *pci)',
   nvmlDeviceGetNvLinkRemoteDeviceType: 'int nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link, _Out_ int *type)',
-  nvmlEventSetCreate: 'int nvmlEventSetCreate(_Out_ nvmlEventSet_t *set)',
-  nvmlDeviceGetSupportedEventTypes: 'int nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, _Out_ unsigned long long *types)',
-  nvmlDeviceRegisterEvents: 'int nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types, nvmlEventSet_t set)',
+  // The health thread (src/native/nvml_watch.c) calls the event functions; these two are bound only
+  // to learn which wait the driver has (and to log, once, that the newer one is missing).
   nvmlEventSetWait_v2: 'int nvmlEventSetWait_v2(nvmlEventSet_t set, _Out_ nvmlEventData_t *data, unsigned int timeoutms)',
   nvmlEventSetWait: 'int nvmlEventSetWait(nvmlEventSet_t set, _Out_ nvmlEventData_t *data, unsigned int timeoutms)',
-  nvmlEventSetFree: 'int nvmlEventSetFree(nvmlEventSet_t set)',
   ...MIG_SYMBOLS,
   // Node labels (src/nvml/node-facts.ts).
   nvmlSystemGetCudaDriverVersion_v2: 'int nvmlSystemGetCudaDriverVersion_v2(_Out_ int *cudaDriverVersion)',

@@ -44,7 +44,7 @@ export interface OpenOptions {
   koffi: Koffi;
   driverRoot: string;
   log: Logger;
-  /** Load exactly this library (a thread joining a process that already found it). */
+  /** Load exactly this library instead of searching for it (tests). */
   library?: string;
 }
 

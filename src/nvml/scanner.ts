@@ -1,12 +1,12 @@
 // The scanner: reads the node through NVML into a NodeScan (core/snapshot.ts) and keeps doing so
-// while the node changes under us. It owns the main thread's NVML session and the event worker
-// (health events and probes), and scans:
+// while the node changes under us. It owns the NVML session and the health thread (watcher.ts:
+// events and probes, on the session it lends), and scans:
 // * at start, and on request (SIGHUP: NVML is shut down and opened again first, so that a GPU reset
 //   or hot-plugged since is enumerated afresh);
-// * when the worker's probes see a GPU lost, or a lost one answering again;
+// * when the health thread's probes see a GPU lost, or a lost one answering again;
 // * when NVML answers that the driver is gone (UNINITIALIZED, DRIVER_NOT_LOADED,
 //   LIB_RM_VERSION_MISMATCH): it reports the driver down (scan null), closes NVML and opens it
-//   again with capped backoff until the driver answers, then scans and restarts the worker;
+//   again with capped backoff until the driver answers, then scans and restarts the health thread;
 // * on a slow timer, and when a probe starts failing, reading only the cheap identity (count,
 //   UUIDs, MIG modes, and with MIG on the MIG devices' UUIDs, so a re-layout is seen) and scanning
 //   fully when it differs from the last scan's.
@@ -17,7 +17,7 @@ import type { EventBatchEntry, ProbeResult } from '../core/health.ts';
 import { sameIdentity } from '../core/snapshot.ts';
 import type { NodeIdentity, NodeScan } from '../core/snapshot.ts';
 import { errorText } from '../system/log.ts';
-import type { Logger, LogLevel } from '../system/log.ts';
+import type { Logger } from '../system/log.ts';
 import type { Koffi } from '../system/native.ts';
 import { discoverGpus, readLinks } from './discovery.ts';
 import { discoverMig, nvmlHasMig, readMigCapabilities } from './mig.ts';
@@ -39,8 +39,8 @@ export interface ScannerOptions {
   env?: Readonly<Record<string, string | undefined>>;
   /** Seconds between cheap identity checks; 0: no timer. */
   rediscoverIntervalMs: number;
-  /** Health watching (the event worker); null: GPUs are not watched. */
-  health: { probeIntervalMs: number; logLevel: LogLevel; journal: boolean; writeLine(line: string): void } | null;
+  /** Health watching (the health thread); null: GPUs are not watched. */
+  health: { probeIntervalMs: number } | null;
   /** A scan (null: the driver does not answer). The next scan waits for the promise. */
   onScan(scan: NodeScan | null, reason: string): Promise<void>;
   onEvents(events: EventBatchEntry[]): void;
@@ -404,7 +404,7 @@ export class Scanner {
 
   private startWorker(gpus: readonly Gpu[]): void {
     const h = this.opts.health;
-    if (h === null || this.stopped || this.libraryPath === null || gpus.length === 0) return;
+    if (h === null || this.stopped || this.nvml === null || gpus.length === 0) return;
     if (!this.workerReleased) {
       this.heldGpus = gpus;
       return;
@@ -412,14 +412,12 @@ export class Scanner {
     this.workerGpus = gpus;
     this.lastProbe = [];
     this.worker = EventWatcher.start({
-      library: this.libraryPath,
+      nvml: this.nvml,
+      koffi: this.opts.koffi,
       gpus: gpus.map((g) => ({ nvmlIndex: g.index, uuid: g.uuid })),
       probeIntervalMs: h.probeIntervalMs,
       waitTimeoutMs: 200,
       log: this.log,
-      logLevel: h.logLevel,
-      journal: h.journal,
-      writeLine: h.writeLine,
       onReady: (watched, unsupported) => this.opts.onWatching?.(watched, unsupported, gpus),
       onEvents: (events) => this.opts.onEvents(events),
       onProbe: (results) => {

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { createRequire } from 'node:module';
 import sea from 'node:sea';
 
-export type AssetName = 'deviceplugin.proto' | 'podresources.proto' | 'koffi.node';
+export type AssetName = 'deviceplugin.proto' | 'podresources.proto' | 'koffi.node' | 'nvml-watch.so';
 
 export function runningAsSea(): boolean {
   return sea.isSea();
@@ -27,7 +27,19 @@ export function assetSourcePath(name: AssetName): string {
       const pkg = req.resolve(`@koromix/koffi-${process.platform}-${process.arch}/package.json`);
       return join(pkg, '..', `${process.platform}_${process.arch}`, 'koffi.node');
     }
+    // Our own C library (src/native/), built for runs from source by build/native.ts.
+    case 'nvml-watch.so':
+      return join(sourceRoot(), '.cache', 'native', process.arch, 'nvml-watch.so');
   }
+}
+
+/**
+ * An asset's bytes without a copy where possible: inside the executable a view of the mapped blob
+ * (read-only: never write to it), from source the file read.
+ */
+export function assetBytes(name: AssetName): Uint8Array {
+  if (sea.isSea()) return new Uint8Array(sea.getRawAsset(name));
+  return readFileSync(assetSourcePath(name));
 }
 
 export function readAsset(name: AssetName): Buffer {

@@ -133,7 +133,7 @@ describe('arm64: the daemon under emulation, one node through its life', () => {
     assert.ok(ids.every((id) => u.includes(id)));
   });
 
-  test('an XID reaches ListAndWatch through the health worker thread', async () => {
+  test('an XID reaches ListAndWatch through the health thread (the aarch64 build of our C library)', async () => {
     const k = node.kubelet!;
     await node.plugin.waitForLine(/watching GPU health/, SLOW);
     node.nvml('xid 3 79');

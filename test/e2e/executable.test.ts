@@ -1,6 +1,6 @@
 // The shipped executable itself: what it says about itself, that it is reproducible (both
 // architectures; the arm64 one's behaviour is in arm64.test.ts), and that it refuses an embedded
-// native module that is not the one recorded at build time.
+// native module (koffi.node, or our health-thread library) that is not the one recorded at build time.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createHash } from 'node:crypto';
 import { buildExecutables } from '../../build/build.ts';
+import { NATIVE_LIBRARY_NAME, buildNativeLibrary } from '../../build/native.ts';
 import { OPTION_SPECS } from '../../src/cli/options.ts';
 import { assetSourcePath } from '../../src/system/assets.ts';
 import { BUILT_EXECUTABLE, BUILT_EXECUTABLES, SimNode, executable } from '../support/sim.ts';
@@ -70,6 +71,30 @@ test('an executable whose embedded koffi.node was altered refuses to start, sayi
     } finally {
       await node.stop();
     }
+    assert.deepEqual(readdirSync(dir).filter((n) => n.startsWith('gpu-device-plugin-')), [], 'nothing extracted is left behind');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('an executable whose embedded health-thread library was altered refuses to start, saying so', async () => {
+  const exe = readFileSync(BUILT_EXECUTABLE);
+  const dir = mkdtempSync(join(tmpdir(), 'gdp-tamper-watch-'));
+  try {
+    // The build is reproducible: a fresh build of the library is the embedded one.
+    const lib = readFileSync(await buildNativeLibrary('x64', join(dir, NATIVE_LIBRARY_NAME)));
+    const probe = lib.subarray(lib.length >> 2, (lib.length >> 2) + 256);
+    const at = exe.indexOf(probe);
+    assert.ok(at > 0, 'embedded nvml-watch.so found in the executable');
+    assert.equal(exe.indexOf(probe, at + 1), -1, 'found exactly once');
+    const tampered = Buffer.from(exe);
+    tampered[at + 100] = (tampered[at + 100]! ^ 0xff) & 0xff;
+    const path = join(dir, 'gpu-device-plugin');
+    writeFileSync(path, tampered);
+    chmodSync(path, 0o755);
+    const r = spawnSync(path, ['--kubelet-socket', join(dir, 'kubelet.sock')], { encoding: 'utf8', env: { PATH: '/nonexistent', TMPDIR: dir }, timeout: 20000 });
+    assert.equal(r.status, 1, r.stderr);
+    assert.match(r.stderr, /embedded nvml-watch\.so has sha256 [0-9a-f]{64}, expected [0-9a-f]{64}: the executable was tampered with or corrupted/);
     assert.deepEqual(readdirSync(dir).filter((n) => n.startsWith('gpu-device-plugin-')), [], 'nothing extracted is left behind');
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -11,12 +11,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { buildFakeNvml } from '../fake-nvml/build.ts';
+import { ensureNativeLibrary } from '../../build/native.ts';
+import { Nvml } from '../../src/nvml/nvml.ts';
 import { EventWatcher } from '../../src/nvml/watcher.ts';
 import { createLogger } from '../../src/system/log.ts';
+import { loadKoffi } from '../../src/system/native.ts';
 import { TOPOLOGIES } from './sim.ts';
 
 export async function main(): Promise<void> {
   const libs = await buildFakeNvml();
+  await ensureNativeLibrary();
   const dir = mkdtempSync(join(tmpdir(), 'gdp-watch-'));
   const control = join(dir, 'control');
   process.env['FAKE_NVML_CONFIG'] = join(TOPOLOGIES, 'demo-8.json');
@@ -25,15 +29,15 @@ export async function main(): Promise<void> {
   const log = createLogger({ level: 'debug', journal: false, write: (l) => lines.push(l) });
   let ready!: () => void;
   const isReady = new Promise<void>((r) => { ready = r; });
+  const koffi = loadKoffi();
+  const nvml = Nvml.open({ koffi, driverRoot: '/', log, library: join(libs.current, 'libnvidia-ml.so.1') });
   const watcher = EventWatcher.start({
-    library: join(libs.current, 'libnvidia-ml.so.1'),
+    nvml,
+    koffi,
     gpus: Array.from({ length: 8 }, (_, i) => ({ nvmlIndex: i, uuid: `gpu-${i}` })),
     probeIntervalMs: 3_600_000,
     waitTimeoutMs: 3000,
     log,
-    logLevel: 'debug',
-    journal: false,
-    writeLine: (l) => lines.push(l),
     onReady: () => ready(),
     onEvents: () => undefined,
     onProbe: () => undefined,
@@ -48,10 +52,10 @@ export async function main(): Promise<void> {
       for (let i = 0; i < 400 && !existsSync(path); i++) await new Promise((r) => setTimeout(r, 5));
       return (JSON.parse(readFileSync(path, 'utf8')) as { calls: Record<string, number> }).calls;
     };
-    // Wait until the worker is inside its (3 s) wait.
+    // Wait until the health thread is inside its (3 s) wait.
     let before = await stats();
     for (let i = 0; i < 100 && (before['nvmlEventSetWait_v2'] ?? 0) === 0; i++) before = await stats();
-    assert.equal(before['nvmlEventSetWait_v2'], 1, 'the worker is blocked in its first wait');
+    assert.equal(before['nvmlEventSetWait_v2'], 1, 'the health thread is blocked in its first wait');
     // Pool jobs: with a one-thread pool they would all wait behind a wait that sat on the pool.
     const file = join(dir, 'data');
     writeFileSync(file, 'x'.repeat(65536));
@@ -64,6 +68,7 @@ export async function main(): Promise<void> {
     assert.equal(after['nvmlEventSetWait_v2'], 1, 'all that work finished while the one wait was still blocked');
   } finally {
     await watcher.stop(5000);
+    nvml.shutdown();
   }
   assert.deepEqual(lines.filter((l) => / (ERROR|WARN) /.test(l)), []);
 }

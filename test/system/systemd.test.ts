@@ -201,6 +201,11 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
     assert.match(status, /^CapEff:\s+0000000000000000$/m);
     assert.match(status, /^CapBnd:\s+0000000000000000$/m);
     assert.match(status, /^Seccomp:\s+2$/m);
+    // io_uring is denied (SystemCallFilter=~io_uring_setup …): libuv's event loops fall back to
+    // plain epoll, so no io_uring ring descriptor is held.
+    const fds = await box().run(`ls -l /proc/${pid}/fd`);
+    assert.doesNotMatch(fds, /io_uring/, fds);
+    assert.match(fds, /eventpoll/, fds);
     // In the service's mount namespace: /usr is read-only, the socket directory writable.
     const ro = await box().sh(`nsenter -t ${pid} -m -- touch /usr/gdp-probe`);
     assert.notEqual(ro.code, 0);

@@ -89,6 +89,9 @@ async function untilList(node: SimNode, command: string, pred: (d: { ID: string;
   return performance.now() - t0;
 }
 
+/** A spread of points in [0, 1) (golden-ratio steps): where in a timer's period round i lands. */
+const phase = (i: number): number => (i * 0.6180339887) % 1;
+
 async function liveNode(rounds: number): Promise<Record<string, unknown>> {
   const out: Record<string, unknown> = {};
   // GPU removed / back: found by the re-discovery timer (1 s here; the default is 60 s).
@@ -100,7 +103,11 @@ async function liveNode(rounds: number): Promise<Record<string, unknown>> {
     const back: number[] = [];
     for (let i = 0; i < rounds; i++) {
       const g = i % 8;
+      // The change lands at a spread of points in the timer's period (each rescan restarts the
+      // timer, so without this every round would land at the same point and measure only that).
+      await sleep(phase(2 * i) * 1000);
       removed.push(await untilList(node, `remove ${g}`, (d) => d.length === 7));
+      await sleep(phase(2 * i + 1) * 1000);
       back.push(await untilList(node, `add ${u[g]}`, (d) => d.length === 8));
     }
     out['gpu_removed_to_new_list_ms'] = { ...stats(removed), rediscover_interval_s: 1 };
@@ -129,6 +136,7 @@ async function liveNode(rounds: number): Promise<Record<string, unknown>> {
     await node.plugin.waitForLine(/watching GPU health/);
     const removed: number[] = [];
     for (let i = 0; i < Math.max(3, rounds >> 1); i++) {
+      await sleep(phase(i) * 5000);
       removed.push(await untilList(node, `remove ${i % 8}`, (d) => d.length === 7));
       const from = node.plugin.lines.length;
       node.nvml(`add ${u[i % 8]}`);

@@ -24,6 +24,7 @@ import { imexChannelsAtStart } from './system/imex.ts';
 import { processResources } from './system/resources.ts';
 import { errorText, stderrLogger } from './system/log.ts';
 import type { Logger } from './system/log.ts';
+import { startIdleCompaction } from './system/memory.ts';
 import { loadKoffi } from './system/native.ts';
 import type { Koffi } from './system/native.ts';
 import { ServiceStatus } from './system/service-status.ts';
@@ -137,6 +138,8 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
     },
   });
   setTimeout(() => scanner.releaseWorker(), 2000).unref();
+  // Memory a burst of RPCs or events made the process take goes back to the OS once it is quiet again.
+  const memory = startIdleCompaction(koffi, log);
   try {
     scanner.open();
   } catch (err) {
@@ -149,6 +152,7 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
     stop: async () => {
       service.stopping();
       monitor.stop();
+      memory.stop();
       await Promise.all([scanner.stop(), manager.stop(), observer.stop()]);
       service.close();
     },

@@ -518,3 +518,29 @@ test('stdout and stderr closed under it (journald or the terminal gone): lines a
     await node.stop();
   }
 });
+
+test('memory a burst of RPCs took is given back once the daemon is quiet, once; an idle daemon does not keep collecting', async () => {
+  const node = await SimNode.start({ topology: 'demo-8', args: ['--log-level=debug'] });
+  try {
+    const k = node.kubelet!;
+    const u = node.topology.gpus.map((g) => g.uuid);
+    await node.plugin.waitForLine(/watching GPU health/);
+    // Start-up itself grows the heap: let that settle (one compaction at most) first.
+    await new Promise((res) => setTimeout(res, 11000));
+    const from = node.plugin.lines.length;
+    for (let i = 0; i < 3000; i++) {
+      await k.allocate({ container_requests: [{ devices_ids: [u[i % 8]!, u[(i + 3) % 8]!] }] });
+      await k.preferred({ container_requests: [{ available_deviceIDs: u, must_include_deviceIDs: [], allocation_size: 1 + (i % 8) }] });
+    }
+    const line = await node.plugin.waitForLine(/gave memory back after a busy spell/, 20000, from);
+    assert.match(line, /rss_before_mib=\d+\.\d rss_mib=\d+\.\d ms=\d+\.\d/);
+    const after = node.plugin.lines.length;
+    // Two more 5 s checks of a quiet daemon: nothing more to give back, so no more collections.
+    await new Promise((res) => setTimeout(res, 11000));
+    assert.deepEqual(node.plugin.lines.slice(after).filter((l) => /gave memory back/.test(l)), []);
+    const r = await k.allocate({ container_requests: [{ devices_ids: [u[1]!] }] });
+    assert.equal(r.container_responses[0]?.envs['NVIDIA_VISIBLE_DEVICES'], u[1]);
+  } finally {
+    await node.stop();
+  }
+});

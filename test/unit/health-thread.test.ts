@@ -4,7 +4,7 @@
 // reported once and ends the thread, and that stop() returns while it is blocked in a wait.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { closeSync, constants as fsc, existsSync, mkdtempSync, openSync, rmSync, writeSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ensureNativeLibrary } from '../../build/native.ts';
@@ -15,7 +15,7 @@ import { EventWatcher } from '../../src/nvml/watcher.ts';
 import type { EventWatcherOptions } from '../../src/nvml/watcher.ts';
 import { createLogger } from '../../src/system/log.ts';
 import { loadKoffi } from '../../src/system/native.ts';
-import { TOPOLOGIES } from '../support/sim.ts';
+import { TOPOLOGIES, nvmlCommand } from '../support/sim.ts';
 
 let dir: string;
 let control: string;
@@ -30,22 +30,7 @@ before(async () => {
 });
 after(() => rmSync(dir, { recursive: true, force: true }));
 
-function send(command: string): void {
-  let fd: number | undefined;
-  for (let tries = 0; fd === undefined; tries++) {
-    try {
-      fd = openSync(control, fsc.O_WRONLY | fsc.O_NONBLOCK);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENXIO' || tries >= 300) throw err;
-      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10);
-    }
-  }
-  try {
-    writeSync(fd, `${command}\n`);
-  } finally {
-    closeSync(fd);
-  }
-}
+const send = (command: string): void => nvmlCommand(control, command);
 
 /** Resolves once the fake NVML has applied every command sent before (its stats file appears). */
 async function applied(): Promise<void> {

@@ -3,30 +3,31 @@
 // itself. Here, once the heap has grown since the last time and the event loop has then been idle
 // for a whole check interval, one full garbage collection and glibc's malloc_trim(0) return the
 // freed pages. An idle daemon pays one cheap check per interval and nothing else; a busy one is
-// never interrupted (a collection runs only after a quiet interval).
-import { getHeapStatistics, setFlagsFromString } from 'node:v8';
+// never interrupted (a collection runs only after a quiet interval). Growth is read as the resident
+// set, not the heap: what hostile requests leave behind is mostly outside it (buffers, malloc).
+import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import type { Logger } from './log.ts';
 import type { Koffi } from './native.ts';
 
-/** What one check sees: how much of the interval the event loop was busy, and the heap in use. */
+/** What one check sees: how much of the interval the event loop was busy, and the resident set. */
 export interface MemoryCheck {
   readonly busyFraction: number;
-  readonly heapUsedBytes: number;
+  readonly rssBytes: number;
 }
 
 export interface CompactionPolicy {
-  /** Growth of the used heap since the last compaction (or start) that makes one worth doing. */
+  /** Growth of the resident set since the last compaction (or start) that makes one worth doing. */
   readonly growthBytes: number;
   /** Busier than this, the interval is not quiet. */
   readonly quietBusyFraction: number;
 }
 
-export const DEFAULT_POLICY: CompactionPolicy = { growthBytes: 2 * 1024 * 1024, quietBusyFraction: 0.01 };
+export const DEFAULT_POLICY: CompactionPolicy = { growthBytes: 4 * 1024 * 1024, quietBusyFraction: 0.01 };
 
-/** Whether to compact now: the heap grew past the threshold since `baselineBytes`, and the last interval was quiet. */
+/** Whether to compact now: the resident set grew past the threshold since `baselineBytes`, and the last interval was quiet. */
 export function shouldCompact(check: MemoryCheck, baselineBytes: number, policy: CompactionPolicy = DEFAULT_POLICY): boolean {
-  return check.busyFraction <= policy.quietBusyFraction && check.heapUsedBytes - baselineBytes >= policy.growthBytes;
+  return check.busyFraction <= policy.quietBusyFraction && check.rssBytes - baselineBytes >= policy.growthBytes;
 }
 
 export interface IdleCompaction {
@@ -46,22 +47,19 @@ export function startIdleCompaction(koffi: Koffi, log: Logger, intervalMs = 5000
   } catch (err) {
     log.debug('malloc_trim is not available; only the heap is compacted', { error: err instanceof Error ? err.message : String(err) });
   }
-  let baseline = getHeapStatistics().used_heap_size;
+  let baseline = process.memoryUsage.rss();
   let last = performance.eventLoopUtilization();
-  let running = false;
   const timer = setInterval(() => {
     const now = performance.eventLoopUtilization();
     const busy = performance.eventLoopUtilization(now, last).utilization;
     last = now;
-    const heapUsedBytes = getHeapStatistics().used_heap_size;
-    if (running || !shouldCompact({ busyFraction: busy, heapUsedBytes }, baseline)) {
-      // The heap may also shrink on its own: follow it down, so that growth is counted from there.
-      baseline = Math.min(baseline, heapUsedBytes);
+    const rssBytes = process.memoryUsage.rss();
+    if (!shouldCompact({ busyFraction: busy, rssBytes }, baseline)) {
+      // It may also shrink on its own (V8's memory reducer): follow it down, so that growth is counted from there.
+      baseline = Math.min(baseline, rssBytes);
       return;
     }
-    running = true;
     const t0 = performance.now();
-    const rssBefore = process.memoryUsage.rss();
     try {
       // Synchronous: a pause of some milliseconds, taken only after a quiet interval. (An
       // asynchronous one returns before the sweeper has freed the pages that malloc_trim and the
@@ -71,11 +69,11 @@ export function startIdleCompaction(koffi: Koffi, log: Logger, intervalMs = 5000
     } catch (err) {
       log.debug('idle compaction failed', { error: err instanceof Error ? err.message : String(err) });
     }
-    baseline = getHeapStatistics().used_heap_size;
+    // What is left (code compiled meanwhile, pages of the executable it touched) is the new floor.
+    baseline = process.memoryUsage.rss();
     last = performance.eventLoopUtilization();
-    running = false;
     if (log.enabled('debug')) {
-      log.debug('gave memory back after a busy spell', { rss_before_mib: (rssBefore / 1048576).toFixed(1), rss_mib: (process.memoryUsage.rss() / 1048576).toFixed(1), ms: (performance.now() - t0).toFixed(1) });
+      log.debug('gave memory back after a busy spell', { rss_before_mib: (rssBytes / 1048576).toFixed(1), rss_mib: (baseline / 1048576).toFixed(1), ms: (performance.now() - t0).toFixed(1) });
     }
   }, intervalMs);
   timer.unref();

@@ -42,6 +42,9 @@ export async function migRelayoutLatency(rounds: number): Promise<Record<string,
     for (let i = 0; i < rounds; i++) {
       // GPU 1 alternates between one 7g.80gb and its fixture layout.
       const seven = i % 2 === 0;
+      // The re-layout lands at a spread of points in the health thread's 200 ms event wait (a
+      // rescan stops the thread once that wait returns); each round would otherwise land at the same point.
+      await new Promise((r) => setTimeout(r, ((i * 0.6180339887) % 1) * 250));
       const t0 = performance.now();
       node.nvml(seven ? 'mig 1 on 7g.80gb' : 'mig 1 on 3g.40gb 1g.20gb 1g.10gb 1g.10gb');
       await node.nvmlStats();

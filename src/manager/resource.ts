@@ -65,9 +65,17 @@ export class ResourceRuntime {
         await this.ensureServing();
       },
       register: async () => {
-        const pending = this.pending ?? { kubelet: await fileIdentity(ctx.kubeletSocket), connection: KubeletConnection.open(ctx.kubeletSocket) };
+        // The kubelet socket as it is just before the RPC (what a later change is judged against):
+        // if it changed while we made sure we serve (a kubelet restarting deletes our socket, then
+        // makes its own anew), the early connection went to the old one, so connect to the new one.
+        const kubelet = await fileIdentity(ctx.kubeletSocket);
+        let pending = this.pending;
         this.pending = undefined;
-        this.attemptedKubelet = pending.kubelet;
+        if (pending === undefined || pending.kubelet !== kubelet) {
+          pending?.connection.close();
+          pending = { kubelet, connection: KubeletConnection.open(ctx.kubeletSocket) };
+        }
+        this.attemptedKubelet = kubelet;
         try {
           await pending.connection.register({
             version: API_VERSION,

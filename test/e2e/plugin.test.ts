@@ -544,3 +544,24 @@ test('memory a burst of RPCs took is given back once the daemon is quiet, once; 
     await node.stop();
   }
 });
+
+test('one registration per kubelet restart, also when the restart is answered before the new kubelet socket is there', async () => {
+  const node = await SimNode.start({ topology: 'demo-8' });
+  try {
+    const k = node.kubelet!;
+    // Our socket's removal is often seen before the kubelet's new socket exists; the registration
+    // that answers it must still count as one for the new kubelet. A pause after each lets a second
+    // registration for the same restart show up as one more (instead of passing for the next one's).
+    for (let i = 0; i < 60; i++) {
+      const n = k.registrations.length;
+      await k.restart();
+      await k.waitForRegistrations(n + 1);
+      await new Promise((res) => setTimeout(res, 30));
+    }
+    // A second registration for a restart would come within milliseconds; leave it time to show.
+    await new Promise((res) => setTimeout(res, 500));
+    assert.equal(k.registrations.length, 61, 'registrations for 60 restarts (and the start)');
+  } finally {
+    await node.stop();
+  }
+});

@@ -125,6 +125,9 @@ test('replicas end to end: IDs advertised, preferred spread, Allocate lists each
     node.nvml('xid 2 79');
     const after = await k.waitForDevices((d) => d[8]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
     assert.equal(healthOf(after), 'HHHHHHHHUUUUHHHHHHHHHHHHHHHHHHHH');
+    // The log comes through another pipe than the list: wait for it, and for any twin written with it.
+    await node.plugin.waitForLine(/GPU unhealthy/, 5000);
+    await new Promise((res) => setTimeout(res, 200));
     assert.equal(node.plugin.matching(/GPU unhealthy/).length, 1, 'one GPU, one transition, whatever its replicas');
   } finally {
     await node.stop();

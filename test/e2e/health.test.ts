@@ -151,6 +151,8 @@ test('recovery on: healthy again after the quiet period of normal answers, logge
     const t0 = performance.now();
     await k.waitForDevices((d) => d[2]?.health === 'Healthy', 'nvidia.com/gpu', 5000);
     assert.ok(performance.now() - t0 >= 300, 'not before the quiet period');
+    // The log comes through another pipe than the list: wait for it.
+    await node.plugin.waitForLine(/GPU healthy again/, 5000);
     assert.equal(node.plugin.matching(/GPU unhealthy/).length, 1);
     assert.equal(node.plugin.matching(/GPU healthy again/).length, 1);
     assert.match(node.plugin.matching(/GPU healthy again/)[0]!, /xid=94/);

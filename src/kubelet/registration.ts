@@ -74,13 +74,3 @@ export class KubeletConnection {
     this.client.close();
   }
 }
-
-/** One Register call on a connection of its own, closed after. */
-export async function registerWithKubelet(kubeletSocket: string, request: M.RegisterRequest, timeoutMs: number): Promise<void> {
-  const c = KubeletConnection.open(kubeletSocket);
-  try {
-    await c.register(request, timeoutMs);
-  } finally {
-    c.close();
-  }
-}

@@ -36,17 +36,24 @@ export interface IdleCompaction {
 
 /** Starts the checks (one unref'd timer). Without glibc's malloc_trim only the collection runs. */
 export function startIdleCompaction(koffi: Koffi, log: Logger, intervalMs = 5000): IdleCompaction {
-  // A collection on request: V8 offers it only with --expose-gc, which a new context picks up
-  // (the flag is not in the executable's own flags, which would change what its code cache is
-  // checked against).
-  setFlagsFromString('--expose-gc');
-  const gc = runInNewContext('gc') as (options: { type: 'major'; execution: 'sync'; flavor: 'last-resort' }) => void;
-  let trim: ((pad: number) => number) | null = null;
-  try {
-    trim = koffi.load('libc.so.6').func('int malloc_trim(size_t pad)') as (pad: number) => number;
-  } catch (err) {
-    log.debug('malloc_trim is not available; only the heap is compacted', { error: err instanceof Error ? err.message : String(err) });
-  }
+  // Made on the first compaction, not at start: a new context and a library lookup cost start-up time.
+  let tools: { gc: (options: { type: 'major'; execution: 'sync'; flavor: 'last-resort' }) => void; trim: ((pad: number) => number) | null } | undefined;
+  const compactionTools = (): NonNullable<typeof tools> => {
+    if (tools !== undefined) return tools;
+    // A collection on request: V8 offers it only with --expose-gc, which a new context picks up
+    // (the flag is not in the executable's own flags, which would change what its code cache is
+    // checked against).
+    setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as NonNullable<typeof tools>['gc'];
+    let trim: ((pad: number) => number) | null = null;
+    try {
+      trim = koffi.load('libc.so.6').func('int malloc_trim(size_t pad)') as (pad: number) => number;
+    } catch (err) {
+      log.debug('malloc_trim is not available; only the heap is compacted', { error: err instanceof Error ? err.message : String(err) });
+    }
+    tools = { gc, trim };
+    return tools;
+  };
   let baseline = process.memoryUsage.rss();
   let last = performance.eventLoopUtilization();
   const timer = setInterval(() => {
@@ -64,6 +71,7 @@ export function startIdleCompaction(koffi: Koffi, log: Logger, intervalMs = 5000
       // Synchronous: a pause of some milliseconds, taken only after a quiet interval. (An
       // asynchronous one returns before the sweeper has freed the pages that malloc_trim and the
       // OS should get back.)
+      const { gc, trim } = compactionTools();
       gc({ type: 'major', execution: 'sync', flavor: 'last-resort' });
       trim?.(0);
     } catch (err) {

@@ -8,7 +8,8 @@
 // byte-identical packages. The .deb is made by dpkg-deb (--root-owner-group, xz -6), the .rpm by
 // rpmbuild from packaging/rpm/gpu-device-plugin.spec.in (no stripping: it would break the
 // executable). The environment file and the man page are generated from the program's option
-// table (build/docs.ts), the rpm %changelog from packaging/changelog.
+// table (build/docs.ts), the rpm %changelog from packaging/changelog. Both carry the operator's
+// README.md and an example config file in /usr/share/doc/gpu-device-plugin/.
 import { execFile, execFileSync } from 'node:child_process';
 import { chmodSync, copyFileSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
@@ -29,6 +30,12 @@ export const UNIT_PATH = '/usr/lib/systemd/system/gpu-device-plugin.service';
 export const MAN_PATH = '/usr/share/man/man8/gpu-device-plugin.8.gz';
 export const ENV_FILE = { deb: '/etc/default/gpu-device-plugin', rpm: '/etc/sysconfig/gpu-device-plugin' } as const;
 export const RPM_RELEASE = '1';
+/** Documentation both packages install for operators (the .deb gzips README.md, as Debian policy
+ * asks of documentation over 4 KiB; rpm installs it as is). */
+export const DOC_DIR = `/usr/share/doc/${PACKAGE}`;
+export const README = { source: join(ROOT, 'README.md'), deb: `${DOC_DIR}/README.md.gz`, rpm: `${DOC_DIR}/README.md` } as const;
+/** An NVIDIA v1 config file showing time-slicing and the MIG strategy, which the plugin accepts. */
+export const EXAMPLE_CONFIG = { source: join(ROOT, 'packaging', 'config.example.yaml'), installed: `${DOC_DIR}/examples/config.yaml` } as const;
 /** Packages must stay below this size. Both use xz level 6 (about 26.5 MiB); level 9 would save
  * 0.3 MiB for a third more compression time. */
 export const MAX_PACKAGE_BYTES = 28 * 1024 * 1024;
@@ -269,6 +276,18 @@ function stageCommon(t: Tree, r: Resolved, envFile: string): void {
   t.file(MAN_PATH, gzip9n(man), 0o644);
 }
 
+/**
+ * The operator's documentation: README.md (the .deb gzips it, as dh_compress does with any
+ * documentation over 4 KiB; the .rpm keeps it as is, marked %doc in the spec) and the example
+ * config file under examples/ (small, left uncompressed so it can be copied as it is).
+ */
+function stageDocs(t: Tree, kind: 'deb' | 'rpm'): void {
+  const readme = readFileSync(README.source);
+  if (kind === 'deb') t.file(README.deb, gzip9n(readme), 0o644);
+  else t.file(README.rpm, readme, 0o644);
+  t.copy(EXAMPLE_CONFIG.installed, EXAMPLE_CONFIG.source, 0o644);
+}
+
 function workDir(kind: string): string {
   return mkdtempSync(join(tmpdir(), `gdp-${kind}-`));
 }
@@ -384,10 +403,10 @@ export async function buildDeb(opts: BuildOptions = {}): Promise<string> {
   try {
     const t = tree(join(work, 'root'));
     stageCommon(t, r, ENV_FILE.deb);
-    const doc = `/usr/share/doc/${PACKAGE}`;
-    t.file(`${doc}/copyright`, copyrightText(r.arch), 0o644);
+    t.file(`${DOC_DIR}/copyright`, copyrightText(r.arch), 0o644);
     // A native package (no Debian revision): its Debian changelog is changelog.gz.
-    t.file(`${doc}/changelog.gz`, gzip9n(changelog), 0o644);
+    t.file(`${DOC_DIR}/changelog.gz`, gzip9n(changelog), 0o644);
+    stageDocs(t, 'deb');
     t.copy(`/usr/share/lintian/overrides/${PACKAGE}`, join(PACKAGING, 'deb', 'lintian-overrides'), 0o644);
 
     const depends = await debDepends(r, join(t.root, BINARY_PATH));
@@ -456,6 +475,7 @@ export async function buildRpm(opts: BuildOptions = {}): Promise<string> {
     stageCommon(t, r, ENV_FILE.rpm);
     t.copy('/usr/lib/systemd/system-preset/80-gpu-device-plugin.preset', join(PACKAGING, 'rpm', '80-gpu-device-plugin.preset'), 0o644);
     t.file(`/usr/share/licenses/${PACKAGE}/copyright`, copyrightText(r.arch), 0o644);
+    stageDocs(t, 'rpm');
     normalise(stage, r.epoch);
 
     let spec = readFileSync(join(PACKAGING, 'rpm', 'gpu-device-plugin.spec.in'), 'utf8')

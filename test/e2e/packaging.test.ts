@@ -22,7 +22,7 @@ import { PACKAGE_ARCH } from '../../build/runtime.ts';
 import type { Arch } from '../../build/runtime.ts';
 import { environmentFile } from '../../build/docs.ts';
 import {
-  BINARY_PATH, ENV_FILE, MAN_PATH, MAX_PACKAGE_BYTES, PACKAGE, UNIT_PATH,
+  BINARY_PATH, DOC_DIR, ENV_FILE, EXAMPLE_CONFIG, MAN_PATH, MAX_PACKAGE_BYTES, PACKAGE, README, UNIT_PATH,
   buildDeb, buildRpm, debFileName, packageVersion, projectVersion, rpmFileName, sourceDateEpoch,
 } from '../../build/package.ts';
 import { OPTION_SPECS } from '../../src/cli/options.ts';
@@ -262,6 +262,10 @@ function dpkgLifecycle(p: Packages): void {
   for (const leftover of ['.dpkg-dist', '.dpkg-new', '.dpkg-old']) assert.ok(!existsSync(envFile + leftover), leftover);
   assert.equal(sha256(at(BINARY_PATH)), exeSha);
   assert.equal(mode(at(BINARY_PATH)), '0755');
+  // The operator's documentation is installed.
+  assert.equal(execFileSync('gzip', ['-dc', at(README.deb)], { encoding: 'utf8' }), readFileSync(README.source, 'utf8'));
+  assert.equal(readFileSync(at(EXAMPLE_CONFIG.installed), 'utf8'), readFileSync(EXAMPLE_CONFIG.source, 'utf8'));
+  assert.equal(mode(at(EXAMPLE_CONFIG.installed)), '0644');
   assert.equal(mode(at(UNIT_PATH)), '0644');
   assert.equal(mode(envFile), '0644');
   assert.equal(readFileSync(join(admin, 'info', `${PACKAGE}.conffiles`), 'utf8'), `${ENV_FILE.deb}\n`);
@@ -278,6 +282,7 @@ function dpkgLifecycle(p: Packages): void {
   ]);
   assert.ok(!existsSync(at(BINARY_PATH)));
   assert.ok(!existsSync(at(UNIT_PATH)));
+  assert.ok(!existsSync(at(README.deb)), 'removal removes the documentation');
   assert.equal(readFileSync(envFile, 'utf8'), edited, 'removal keeps the configuration');
 
   // Reinstallation after removal: started again (not only try-restarted), configuration as left.
@@ -338,11 +343,15 @@ function rpmLifecycle(p: Packages): void {
   assert.equal(readFileSync(envFile, 'utf8'), edited, 'the edited environment file is kept');
   assert.ok(!existsSync(`${envFile}.rpmnew`));
   assert.equal(sha256(join(c.root, BINARY_PATH)), exeSha, 'the installed executable is the build, not stripped by rpmbuild');
+  // The operator's documentation is installed (%doc; rpm --excludedocs would leave it out).
+  assert.equal(readFileSync(join(c.root, README.rpm), 'utf8'), readFileSync(README.source, 'utf8'));
+  assert.equal(readFileSync(join(c.root, EXAMPLE_CONFIG.installed), 'utf8'), readFileSync(EXAMPLE_CONFIG.source, 'utf8'));
 
   c.clear();
   rpmIn('-e', '--force-debian', '--nodeps', PACKAGE);
   assert.deepEqual(c.calls(), [svc('systemctl --no-reload disable --now'), 'systemctl daemon-reload']);
   assert.ok(!existsSync(join(c.root, BINARY_PATH)));
+  assert.ok(!existsSync(join(c.root, DOC_DIR)), 'erase removes the documentation');
   assert.equal(readFileSync(`${envFile}.rpmsave`, 'utf8'), edited, 'erase keeps the edited configuration as .rpmsave');
   assert.ok(!existsSync(join(c.root, 'var/lib/gpu-device-plugin')));
 }
@@ -376,6 +385,8 @@ describe('the .deb', () => {
       [MAN_PATH]: '-rw-r--r--',
       [`/usr/share/doc/${PACKAGE}/copyright`]: '-rw-r--r--',
       [`/usr/share/doc/${PACKAGE}/changelog.gz`]: '-rw-r--r--',
+      [README.deb]: '-rw-r--r--',
+      [EXAMPLE_CONFIG.installed]: '-rw-r--r--',
       [`/usr/share/lintian/overrides/${PACKAGE}`]: '-rw-r--r--',
     };
     for (const [path, perms] of Object.entries(expect)) {
@@ -413,6 +424,16 @@ describe('the .deb', () => {
     }
     // Nothing is set: every assignment is commented out.
     assert.deepEqual(lines.filter((l) => l !== '' && !l.startsWith('#')), []);
+  });
+
+  test('the operator documentation: README.md (gzipped, as Debian policy asks above 4 KiB) and the example config in /usr/share/doc', () => {
+    assert.equal(execFileSync('gzip', ['-dc', join(extracted, README.deb)], { encoding: 'utf8' }), readFileSync(README.source, 'utf8'));
+    assert.ok(statSync(README.source).size > 4096, 'README.md is over 4 KiB, so it is compressed');
+    assert.ok(!existsSync(join(extracted, README.rpm)), 'README.md only once, compressed');
+    const example = join(extracted, EXAMPLE_CONFIG.installed);
+    assert.equal(readFileSync(example, 'utf8'), readFileSync(EXAMPLE_CONFIG.source, 'utf8'));
+    assert.ok(statSync(example).size <= 4096, 'the example stays uncompressed, ready to copy');
+    assert.match(readFileSync(example, 'utf8'), /^version: v1$/m);
   });
 
   test('the man page documents every option and its variable', () => {
@@ -455,7 +476,15 @@ describe('the .rpm', () => {
       [`/usr/share/licenses/${PACKAGE}`]: 'drwxr-xr-x root/root',
       [`/usr/share/licenses/${PACKAGE}/copyright`]: '-rw-r--r-- root/root',
       [MAN_PATH]: '-rw-r--r-- root/root',
+      [DOC_DIR]: 'drwxr-xr-x root/root',
+      [`${DOC_DIR}/examples`]: 'drwxr-xr-x root/root',
+      [README.rpm]: '-rw-r--r-- root/root',
+      [EXAMPLE_CONFIG.installed]: '-rw-r--r-- root/root',
     });
+    // The documentation is %doc (d in rpm's flags), so --excludedocs leaves it out; nothing else is.
+    const docs = q('--qf', '[%{FILEFLAGS:fflags} %{FILENAMES}\n]').split('\n').filter((l) => /^\S*d\S* /.test(l)).map((l) => l.split(' ')[1]).sort();
+    assert.deepEqual(docs, [EXAMPLE_CONFIG.installed, README.rpm].sort());
+    assert.equal(q('-d').trim().split('\n').sort().join('\n'), [EXAMPLE_CONFIG.installed, README.rpm].sort().join('\n'));
     assert.equal(q('-c'), `${ENV_FILE.rpm}\n`);
     // Flags of the config file: c (config) and n (noreplace) in rpm's own notation.
     assert.match(q('--qf', '[%{FILEFLAGS:fflags} %{FILENAMES}\n]'), new RegExp(`^cn ${ENV_FILE.rpm}$`, 'm'));

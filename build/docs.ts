@@ -1,7 +1,7 @@
 // Operator documentation generated from OPTION_SPECS, the table the program parses its options
 // with, so that the packaged environment file and man page list exactly the options the executable
 // has: the environment file (/etc/default or /etc/sysconfig) and gpu-device-plugin(8).
-import { OPTION_SPECS } from '../src/cli/options.ts';
+import { CONFIG_SCHEMA, OPTION_SPECS, UNSUPPORTED_OPTIONS } from '../src/cli/options.ts';
 import type { OptionKey, OptionSpec } from '../src/cli/options.ts';
 
 export const UNIT_NAME = 'gpu-device-plugin.service';
@@ -76,12 +76,7 @@ export function manPage(input: ManPageInput): string {
     `.TH GPU\\-DEVICE\\-PLUGIN 8 "${day}" "gpu\\-device\\-plugin ${roff(input.version)}" "System Administration"`,
     '.SH NAME',
     'gpu\\-device\\-plugin \\- Kubernetes device plugin for NVIDIA GPUs',
-    '.SH SYNOPSIS',
-    '.B gpu\\-device\\-plugin',
-    '.RI [ options ]',
-    '.br',
-    '.B gpu\\-device\\-plugin',
-    '.BR \\-\\-version " | " \\-\\-help',
+    ...manSynopsis(),
     '.SH DESCRIPTION',
     '.B gpu\\-device\\-plugin',
     'finds the node\'s NVIDIA GPUs through NVML (libnvidia\\-ml.so.1), advertises them to the',
@@ -99,8 +94,10 @@ export function manPage(input: ManPageInput): string {
     'The service tells systemd when it has registered (Type=notify), sends watchdog keep\\-alives,',
     'and is restarted when it exits or stops answering.',
     '.SH OPTIONS',
-    'Each option can be given on the command line or through its environment variable;',
-    'the command line beats the environment, which beats the default.',
+    'Each option can be given on the command line, through its environment variable, or (most of',
+    'them) as a key of the configuration file (see',
+    '.BR "CONFIGURATION FILE" );',
+    'the command line beats the environment, which beats the file, which beats the default.',
     'Write options as',
     '.BI \\-\\- name = value',
     'or',
@@ -122,21 +119,194 @@ export function manPage(input: ManPageInput): string {
     '.TP',
     '.B \\-\\-help',
     'List the options and exit.',
-    '.SH ENVIRONMENT',
-    'Besides the variables named under',
-    '.BR OPTIONS :',
-    '.TP',
-    '.B RUNTIME_DIRECTORY\\fR, \\fBSTATE_DIRECTORY',
-    'Set by systemd; the program extracts its native module there (first one that works).',
-    '.TP',
-    '.B NOTIFY_SOCKET',
-    'Set by systemd; readiness, status and watchdog messages go there.',
-    '.SH FILES',
   );
+  l.push(...manCommands(), ...manConfigFile(), ...manEnvironment(), ...manSignals(), ...manExitStatus(), ...manFiles(input), ...manSeeAlso());
+  return l.join('\n') + '\n';
+}
+
+// ---------------------------------------------------------------------------------------------
+// The man page's other sections, each in a function of its own (the options loop above and the
+// environment file are generated from OPTION_SPECS; these describe the rest of the program).
+
+/** A bold term followed by its paragraph, as a man(7) tagged paragraph. */
+function tagged(term: string, ...body: string[]): string[] {
+  return ['.TP', term, ...body.map(roff)];
+}
+
+/** A name in bold, inline. */
+function b(name: string): string {
+  return `\\fB${roff(name)}\\fR`;
+}
+
+function manSynopsis(): string[] {
+  return [
+    '.SH SYNOPSIS',
+    '.B gpu\\-device\\-plugin',
+    '.RI [ options ]',
+    '.br',
+    '.B gpu\\-device\\-plugin info',
+    '.RB [ \\-\\-json ]',
+    '.RI [ options ]',
+    '.br',
+    '.B gpu\\-device\\-plugin check',
+    '.RB [ \\-\\-json ]',
+    '.RB [ \\-\\-env\\-file',
+    '.IR file ]...',
+    '.RI [ options ]',
+    '.br',
+    '.B gpu\\-device\\-plugin',
+    '.RB [ info | check ]',
+    '.B \\-\\-help',
+    '.br',
+    '.B gpu\\-device\\-plugin \\-\\-version',
+  ];
+}
+
+function manCommands(): string[] {
+  return [
+    '.SH COMMANDS',
+    'Without a command the program is the daemon. Two commands look at the node without serving;',
+    'both take the daemon\'s options (so that they judge the configuration the daemon would run) and',
+    '.BR \\-\\-help .',
+    ...tagged('.B info',
+      'What the plugin sees: each GPU (index, UUID, name, memory, bus id, NUMA node, health), its MIG mode and MIG devices,',
+      'which namespace/pod/container holds each device (from the kubelet\'s PodResources API on --pod-resources-socket; run it as root),',
+      'the configured IMEX channels, the topology matrix and the pair scores the allocator uses.',
+      'When the daemon runs, health and registrations are what the daemon reports (its state file in /run/gpu-device-plugin/),',
+      'so they are what the kubelet was told; when no daemon runs, info looks at the GPUs through NVML itself and says so.'),
+    ...tagged('.B check',
+      'Preflight: runs the daemon\'s own validation of the options, the environment and the config file against this node',
+      '(the same checks that would stop the start), loads NVML, counts the GPUs, and judges the socket directory and every file',
+      'the daemon writes as the service would see them under its sandbox (ReadWritePaths= of the installed unit and its drop-ins).',
+      'It reads the environment files the unit reads, so that its "Effective options" are the service\'s, and prints one line',
+      'per check (PASS, WARN, FAIL or SKIP) with the fix for each failure, then every option with where its value came from.'),
+    ...tagged('.B \\-\\-json',
+      '(info and check) Machine-readable output instead of text; always valid JSON.'),
+    ...tagged('.BI \\-\\-env\\-file " file"',
+      '(check, repeatable) Read options from this environment file (KEY=value lines, systemd\'s EnvironmentFile= syntax) as the unit would;',
+      'by default the unit\'s own files (/etc/default/gpu-device-plugin, /etc/sysconfig/gpu-device-plugin) that exist.'),
+  ];
+}
+
+function manConfigFile(): string[] {
+  const l: string[] = [
+    '.SH CONFIGURATION FILE',
+    '.B \\-\\-config\\-file',
+    '(or',
+    '.BR CONFIG_FILE )',
+    'names a file in NVIDIA\'s v1 format, YAML (read as YAML 1.1, as NVIDIA\'s parser does) or JSON, so one',
+    'file serves NVIDIA\'s device plugin and this one.',
+    'Keep it under /etc: the service cannot see /home or /root.',
+    'An unknown key, a value of the wrong type or out of range, stops the start (exit status 2) naming the key path,',
+    'the value and what is allowed;',
+    '.B systemctl reload gpu\\-device\\-plugin',
+    're\\-reads the file and keeps the running configuration when the new one is refused.',
+    'An annotated example is installed as',
+    '.IR /usr/share/doc/gpu\\-device\\-plugin/examples/config.yaml .',
+    '.PP',
+    'Keys read:',
+    ...tagged('.B version', 'v1 (may be left out).'),
+  ];
+  for (const o of CONFIG_SCHEMA.options) {
+    const spec = OPTION_SPECS.find((s) => s.key === o.key);
+    if (spec === undefined) continue;
+    l.push('.TP', `.B ${roff(o.path)}`, `As \\fB\\-\\-${roff(spec.flag)}\\fR.`);
+  }
+  l.push(
+    ...tagged('.B sharing.timeSlicing.renameByDefault',
+      'true: advertise the replicas as <resource>.shared (e.g. nvidia.com/gpu.shared) instead of under the resource\'s own name. Default false.'),
+    ...tagged('.B sharing.timeSlicing.failRequestsGreaterThanOne',
+      'true: a container asking for more than one replica is refused, with a message saying so. Default false.'),
+    ...tagged('.B sharing.timeSlicing.resources[].name',
+      'The resource to share: nvidia.com/gpu (or gpu), or a MIG resource of the mixed strategy such as nvidia.com/mig-1g.10gb.'),
+    ...tagged('.B sharing.timeSlicing.resources[].replicas',
+      'How many containers share each device: an integer from 1 to 1024. Each device is advertised that many times, as <id>::0 ... <id>::N-1.'),
+    ...tagged('.B sharing.timeSlicing.resources[].rename',
+      'Advertise this entry\'s replicas under another name (e.g. gpu.small for nvidia.com/gpu.small).'),
+    ...tagged('.B sharing.timeSlicing.resources[].devices',
+      'Which GPUs are shared: "all" (the default), a count (the first N by index), or a list of GPU indices or UUIDs. Not for MIG resources.'),
+    '.PP',
+    'Accepted and not used (they belong to GPU feature discovery):',
+    `${CONFIG_SCHEMA.foreign.map((f) => b(f.path)).join(', ')}.`,
+    '.PP',
+    'Refused with the reason, unless the value asks for nothing (off, or NVIDIA\'s default):',
+  );
+  for (const u of CONFIG_SCHEMA.unsupported) l.push(...tagged(`.B ${roff(u.path)}`, u.reason));
+  l.push(
+    ...tagged('.B sharing.mps', 'MPS sharing is not supported; share GPUs with sharing.timeSlicing.'),
+    ...tagged('.BR resources.gpus ", " resources.mig', 'Renaming resources by pattern is not supported (empty lists are accepted); rename shared GPUs with sharing.timeSlicing.resources[].rename.'),
+  );
+  return l;
+}
+
+/**
+ * Every environment variable the program reads besides the options' own (OPTIONS) and NVIDIA's
+ * refused ones (listed below them). test/unit/docs.test.ts finds the variables the source reads and
+ * fails when one is missing from the page.
+ */
+const ENVIRONMENT: readonly { names: readonly string[]; text: string }[] = [
+  { names: ['DP_DISABLE_HEALTHCHECKS'], text: 'NVIDIA\'s: "all" (or "xids") turns the XID health checks off; otherwise a comma-separated list of further XIDs to ignore, e.g. 74,79.' },
+  { names: ['DP_ENABLE_HEALTHCHECKS'], text: 'NVIDIA\'s: XIDs treated as critical even where they would be ignored, e.g. 31; wins over DP_DISABLE_HEALTHCHECKS.' },
+  { names: ['SYSFS_ROOT'], text: 'Where sysfs is read (default /sys): NUMA nodes the driver does not report, and the DMI product name of the gpu.machine label. For tests (a simulated node) and for a host whose sysfs is mounted elsewhere; leave it unset on a node.' },
+  { names: ['PROC_ROOT'], text: 'Where /proc is read (default /proc): driver/nvidia-caps/mig-minors, for the MIG capability device nodes with --pass-device-specs. For tests and unusual mounts only, like SYSFS_ROOT.' },
+  { names: ['NOTIFY_SOCKET', 'WATCHDOG_USEC', 'WATCHDOG_PID'], text: 'Set by systemd (Type=notify, WatchdogSec=): readiness, STATUS= and watchdog messages go to NOTIFY_SOCKET; keep-alives are sent at half the watchdog interval when WATCHDOG_PID is this process.' },
+  { names: ['JOURNAL_STREAM'], text: 'Set by systemd when standard error goes to the journal: log lines then carry a syslog priority prefix (for journalctl -p) and no timestamp of their own.' },
+  { names: ['RUNTIME_DIRECTORY', 'STATE_DIRECTORY', 'CACHE_DIRECTORY'], text: 'Set by systemd (RuntimeDirectory= and StateDirectory= in the unit): directories, tried in this order after GPU_DEVICE_PLUGIN_NATIVE_DIR, where the program extracts its embedded native modules (they must allow executable mappings).' },
+  { names: ['GPU_DEVICE_PLUGIN_NATIVE_DIR'], text: 'Colon-separated directories tried first for the embedded native modules, for a host run by hand where the defaults (then TMPDIR, then /var/tmp) are mounted noexec.' },
+  { names: ['TMPDIR'], text: 'The temporary directory (default /tmp), tried for the native modules after the systemd directories.' },
+  { names: ['LD_LIBRARY_PATH'], text: 'libnvidia-ml.so.1 is looked for under --driver-root first, then by its soname, so the dynamic loader\'s LD_LIBRARY_PATH and ldconfig cache apply.' },
+];
+
+function manEnvironment(): string[] {
+  const l: string[] = [
+    '.SH ENVIRONMENT',
+    'Each option\'s variable is listed under',
+    '.BR OPTIONS ;',
+    'an empty value means the option is not set there. Besides those:',
+  ];
+  for (const e of ENVIRONMENT) l.push('.TP', `.B ${e.names.map(roff).join('\\fR, \\fB')}`, roff(e.text));
+  l.push(
+    '.PP',
+    'NVIDIA\'s variables for options this plugin does not have are refused by name, with the reason, unless their value asks for nothing:',
+    `${UNSUPPORTED_OPTIONS.flatMap((u) => u.envs).map(b).join(', ')}.`,
+    '.PP',
+    'The tests\' fake NVML reads FAKE_NVML_CONFIG and FAKE_NVML_CONTROL; the program itself does not.',
+  );
+  return l;
+}
+
+function manSignals(): string[] {
+  return [
+    '.SH SIGNALS',
+    ...tagged('.BR SIGTERM ", " SIGINT',
+      'Stop serving, end the kubelet\'s streams, remove the plugin\'s sockets, shut NVML down and exit 0 within two seconds.'),
+    ...tagged('.B SIGHUP',
+      'Re-read the config file (systemctl reload gpu-device-plugin) and look at the GPUs again. A valid change is applied at once; an invalid file is logged and the running configuration kept.',
+      'systemctl reload returns success either way: read journalctl -u gpu-device-plugin, or run gpu-device-plugin check, to know whether the new file was taken.'),
+    ...tagged('.B SIGUSR1',
+      'Opens nothing: the shipped executable has no Node.js inspector to open.'),
+  ];
+}
+
+function manExitStatus(): string[] {
+  return [
+    '.SH EXIT STATUS',
+    ...tagged('.B 0', 'A clean stop; --version and --help; check when every check passed.'),
+    ...tagged('.B 1',
+      'The plugin could not start or had to stop: NVML cannot be loaded with --fail-on-init-error=true, a MIG layout that does not fit --mig-strategy=single, a required IMEX channel missing, another instance already serving the socket directory (the message names its PID), or the socket directory lost (the service is then restarted).',
+      'For check: a check failed.'),
+    ...tagged('.B 2',
+      'A configuration error, from the daemon and from check alike: an unknown or invalid option, variable or config-file key, or a config file that does not fit the node.',
+      'The unit sets RestartPreventExitStatus=2, so the service stops instead of restarting with the same mistake; STATUS= names the problem.'),
+  ];
+}
+
+function manFiles(input: ManPageInput): string[] {
+  const l: string[] = ['.SH FILES'];
   for (const f of input.environmentFiles) {
     l.push('.TP', `.I ${roff(f)}`, 'Options for the service, as',
       '.IB VARIABLE = value',
-      'lines (the package ships every variable commented out, with its default).');
+      'lines (the package ships every variable commented out, with its default, and sets FAIL_ON_INIT_ERROR=false so that the service waits for the driver with backoff instead of restarting).');
   }
   l.push(
     '.TP',
@@ -148,30 +318,33 @@ export function manPage(input: ManPageInput): string {
     'when the kubelet\'s socket is elsewhere.',
     '.TP',
     `.I ${roff(KUBELET_DEVICE_PLUGIN_DIR)}/`,
-    'The kubelet\'s socket directory, the only one the service may write in.',
+    'The kubelet\'s socket directory, the only one the service may write in; the plugin serves',
+    '.I gpu\\-device\\-plugin\\-<resource>.sock',
+    'there. One instance runs per socket directory.',
+    '.TP',
+    '.I /etc/gpu\\-device\\-plugin/config.yaml',
+    'The usual place for the configuration file (see',
+    '.BR "CONFIGURATION FILE" ).',
     '.TP',
     '.IR /run/gpu\\-device\\-plugin/ ", " /var/lib/gpu\\-device\\-plugin/',
-    'Runtime and state directories of the service (mode 0700).',
-    '.SH SIGNALS',
-    '.B SIGTERM',
-    'and',
-    '.B SIGINT',
-    'stop serving, end the kubelet\'s streams, remove the plugin\'s sockets and exit within two seconds.',
-    '.PP',
-    '.B SIGHUP',
-    're\-reads the config file',
-    '.RB ( "systemctl reload gpu\-device\-plugin" ).',
-    '.SH EXIT STATUS',
-    '0 after a clean stop (and for',
-    '.B \\-\\-version',
-    'and',
-    '.BR \\-\\-help ),',
-    '2 for an invalid option, 1 when the plugin cannot start or stop cleanly.',
+    'Runtime and state directories of the service (mode 0700): the extracted native modules, and the state file',
+    '.B info',
+    'reads.',
+    '.TP',
+    '.I /usr/share/doc/gpu\\-device\\-plugin/',
+    'README.md (install, migration from NVIDIA\'s DaemonSet, operation, troubleshooting) and',
+    '.IR examples/config.yaml .',
+  );
+  return l;
+}
+
+function manSeeAlso(): string[] {
+  return [
     '.SH SEE ALSO',
     '.BR systemctl (1),',
     '.BR journalctl (1),',
     '.BR systemd.exec (5),',
+    '.BR systemd.service (5),',
     '.BR nvidia\\-smi (1)',
-  );
-  return l.join('\n') + '\n';
+  ];
 }

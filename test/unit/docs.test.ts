@@ -46,7 +46,8 @@ function variablesReadBySource(): { names: Set<string>; indirect: Set<string> } 
     for (const m of text.matchAll(/\bgetenv\(\s*"([A-Za-z_][A-Za-z0-9_]*)"\s*\)/g)) names.add(m[1]!);
     // os.tmpdir() reads TMPDIR.
     if (/\btmpdir\(\)/.test(text) && /from 'node:os'/.test(text)) names.add('TMPDIR');
-    if (/\benv\??\.?\[\s*[^\s'"\]]/.test(text)) indirect.add(rel);
+    // env[expr] with a computed key, read (an assignment env[k] = v is not a read).
+    if (/\benv\??\.?\[\s*[^\s'"\]][^\]]*\](?!\s*=[^=])/.test(text)) indirect.add(rel);
   }
   for (const rel of indirect) {
     const derive = INDIRECT_READERS[rel];

@@ -4,12 +4,11 @@
 // snapshot path; SIGTERM/SIGINT stop within 2 s.
 import { parseOptions } from './cli/options.ts';
 import type { Options, ParsedOptions } from './cli/options.ts';
+import { planSettings } from './cli/plan-settings.ts';
 import { planReload } from './cli/reload.ts';
 import { describeHealthSettings, parseHealthSettings, watchesAnything } from './core/health.ts';
 import type { HealthSettings } from './core/health.ts';
-import type { Sharing } from './core/sharing.ts';
 import { healthCounts } from './core/snapshot.ts';
-import type { PlanSettings } from './core/snapshot.ts';
 import { routeGrpcLogs } from './kubelet/registration.ts';
 import { LiveNode } from './manager/live-node.ts';
 import { ResourceManager } from './manager/manager.ts';
@@ -42,14 +41,6 @@ const serveSettings = async (o: Options, imexChannels: readonly number[]): Promi
     cdiAnnotationPrefix: o.cdiAnnotationPrefix,
   },
   sharedPolicy: o.sharedDevicesAllocationPolicy,
-});
-
-/** What decides the advertised resources, from the options. */
-const planSettings = (o: Options, sharing: Sharing): PlanSettings => ({
-  deviceIdStrategy: o.deviceIdStrategy,
-  sharing,
-  migStrategy: o.migStrategy,
-  needMigCapabilities: o.passDeviceSpecs,
 });
 
 async function run(argv: readonly string[], parsed: ParsedOptions, health: HealthSettings, log: Logger, service: ServiceStatus, koffi: Koffi): Promise<Daemon> {

@@ -1,6 +1,6 @@
 // `info` and `check`: what the plugin sees of the node, without a cluster.
 import { errorText, stderrLogger } from '../system/log.ts';
-import { formatChecks, runChecks } from './check.ts';
+import { checkExitCode, checksJson, formatChecks, runChecks } from './check.ts';
 import { findImexChannels } from '../system/imex.ts';
 import { listPodResources } from '../kubelet/pod-resources.ts';
 import { formatImex, formatInfo, infoJson, inspectNode } from './inspect.ts';
@@ -11,9 +11,17 @@ export async function runSubcommand(name: 'info' | 'check', argv: readonly strin
   const log = stderrLogger('error');
   try {
     if (name === 'check') {
-      const { lines, parsed } = await runChecks(argv, process.env, log);
-      process.stdout.write(formatChecks(lines, parsed));
-      process.exitCode = lines.every((l) => l.ok) ? 0 : 1;
+      const json = argv.includes('--json');
+      try {
+        const report = await runChecks(argv, process.env, log);
+        process.stdout.write(json ? checksJson(report) : formatChecks(report));
+        process.exitCode = checkExitCode(report.lines);
+      } catch (err) {
+        // `check` itself could not run (a bad --env-file argument, …): still one answer a script can read.
+        if (!json) throw err;
+        process.stdout.write(JSON.stringify({ checks: [], error: errorText(err), exitCode: 2 }, null, 2) + '\n');
+        process.exitCode = 2;
+      }
       return;
     }
     const json = argv.includes('--json');

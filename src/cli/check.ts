@@ -61,12 +61,14 @@ export function splitCheckArgs(argv: readonly string[]): { json: boolean; envFil
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i] as string;
     if (a === '--json') json = true;
-    else if (a === '--env-file') {
+    // --environment-file is the same option: Node's own --env-file handling, which a single executable
+    // still runs, stops the program (exit 9) before it starts when the file is missing.
+    else if (a === '--env-file' || a === '--environment-file') {
       const v = argv[i + 1];
-      if (v === undefined || v.startsWith('--')) throw new Error('--env-file needs a file name, e.g. --env-file /etc/default/gpu-device-plugin');
+      if (v === undefined || v.startsWith('--')) throw new Error(`${a} needs a file name, e.g. ${a} /etc/default/gpu-device-plugin`);
       envFiles.push(v);
       i++;
-    } else if (a.startsWith('--env-file=')) envFiles.push(a.slice('--env-file='.length));
+    } else if (a.startsWith('--env-file=') || a.startsWith('--environment-file=')) envFiles.push(a.slice(a.indexOf('=') + 1));
     else rest.push(a);
   }
   return { json, envFiles, rest };

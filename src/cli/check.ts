@@ -22,7 +22,7 @@ import { errorText } from '../system/log.ts';
 import { readMigCapabilities } from '../nvml/mig.ts';
 import { findImexChannels } from '../system/imex.ts';
 import { readEnvironmentFiles } from './env-file.ts';
-import type { EnvFileRead } from './env-file.ts';
+import type { EnvFileRead, UnitEnvironment } from './env-file.ts';
 import { otherSockets, readCdiSpecs, readInstalledUnit } from './host-view.ts';
 import type { UnitRead } from './host-view.ts';
 import { inspectNode, migResources } from './inspect.ts';
@@ -107,6 +107,41 @@ async function writableForService(name: string, dir: string, unit: UnitRead, isR
   return { status: 'PASS', name, detail: `${dir} is writable for the service (${v.how})` };
 }
 
+/** The environment the service runs with, as `check` and `info` use it. */
+export interface ServiceEnvironment {
+  readonly unit: UnitRead;
+  readonly envPaths: readonly { path: string; explicit: boolean }[];
+  readonly fromFiles: UnitEnvironment;
+  /** The unit's Environment=, then its environment files in order, then this process's environment. */
+  readonly env: Readonly<Record<string, string | undefined>>;
+  /** Option variables set in this process's environment (which the service does not have). */
+  readonly shellSet: readonly string[];
+}
+
+/**
+ * The unit (installed under $SYSTEMD_UNIT_ROOT, default /, else the one we ship) and the environment
+ * files it reads — or the files given with --env-file — merged as the service sees them; this process's
+ * own environment is applied last, so that a setting tried in the shell is seen (and reported).
+ */
+export async function serviceEnvironment(givenEnvFiles: readonly string[], processEnv: Readonly<Record<string, string | undefined>>): Promise<ServiceEnvironment> {
+  const unitRoot = processEnv['SYSTEMD_UNIT_ROOT'] || '/';
+  const unit = await readInstalledUnit(unitRoot);
+  const envPaths = givenEnvFiles.length > 0
+    ? givenEnvFiles.map((path) => ({ path, explicit: true }))
+    : unit.sandbox.environmentFiles.map((f) => ({ path: join(unitRoot, f.path), explicit: !f.optional }));
+  const fromFiles = await readEnvironmentFiles(envPaths);
+  const env: Record<string, string | undefined> = {};
+  for (const e of unit.sandbox.environment) env[e.key] = e.value;
+  Object.assign(env, fromFiles.env);
+  const shellSet: string[] = [];
+  for (const [k, v] of Object.entries(processEnv)) {
+    if (v === undefined) continue;
+    env[k] = v;
+    if (OPTION_SPECS.some((s) => s.env === k) && v !== '') shellSet.push(k);
+  }
+  return { unit, envPaths, fromFiles, env, shellSet };
+}
+
 export interface CheckDeps {
   /** Whether this process runs as root (default: its effective uid). */
   isRoot?: boolean;
@@ -117,22 +152,7 @@ export async function runChecks(argv: readonly string[], processEnv: Readonly<Re
   const isRoot = deps.isRoot ?? process.geteuid?.() === 0;
   const { envFiles: givenEnvFiles, rest } = splitCheckArgs(argv);
 
-  // The unit: its sandbox and environment files (installed, else the one we ship).
-  const unitRoot = processEnv['SYSTEMD_UNIT_ROOT'] || '/';
-  const unit = await readInstalledUnit(unitRoot);
-  const envPaths = givenEnvFiles.length > 0
-    ? givenEnvFiles.map((path) => ({ path, explicit: true }))
-    : unit.sandbox.environmentFiles.map((f) => ({ path: join(unitRoot, f.path), explicit: !f.optional }));
-  const fromFiles = await readEnvironmentFiles(envPaths);
-  const unitEnv: Record<string, string> = {};
-  for (const e of unit.sandbox.environment) unitEnv[e.key] = e.value;
-  const env: Record<string, string | undefined> = { ...unitEnv, ...fromFiles.env };
-  const shellSet: string[] = [];
-  for (const [k, v] of Object.entries(processEnv)) {
-    if (v === undefined) continue;
-    env[k] = v;
-    if (OPTION_SPECS.some((s) => s.env === k) && v !== '') shellSet.push(k);
-  }
+  const { unit, envPaths, fromFiles, env, shellSet } = await serviceEnvironment(givenEnvFiles, processEnv);
   const read = fromFiles.files.filter((f) => f.parsed !== null);
   const envProblems = fromFiles.files.filter((f) => f.error !== null).map((f) => f.error as string);
   const ignoredLines = read.flatMap((f) => (f.parsed?.ignored ?? []).map((x) => `${f.path}:${x.line}: ${x.why}`));

@@ -3,8 +3,8 @@
 // unit), replaced atomically on every publish, removed at stop. A write that fails is logged once
 // and never stops the daemon. `info` finds the file the same way (GPU_DEVICE_PLUGIN_STATE_FILE, else
 // the runtime directory) and trusts it only while the pid in it is alive.
-import { readFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { mkdir, readFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 import { parseStateDocument, stateDocument } from '../core/daemon-state.ts';
 import type { DaemonState } from '../core/daemon-state.ts';
 import { AtomicFile } from '../system/atomic-file.ts';
@@ -26,6 +26,7 @@ export class StateFile {
   private readonly file: AtomicFile;
   private readonly log: Logger;
   private failing = false;
+  private dirMade = false;
 
   constructor(path: string, log: Logger) {
     this.file = new AtomicFile(path, 0o600);
@@ -39,6 +40,9 @@ export class StateFile {
   /** Replaces the file with this state; never throws (a failure is logged once, until a write works again). */
   async publish(state: DaemonState): Promise<void> {
     try {
+      // Run by hand there is no RuntimeDirectory=: make the directory as systemd would (root-only).
+      if (!this.dirMade) await mkdir(dirname(this.file.path), { recursive: true, mode: 0o700 });
+      this.dirMade = true;
       await this.file.write(stateDocument(state));
       if (this.failing) this.log.info('state file written again', { file: this.file.path });
       this.failing = false;
@@ -50,6 +54,19 @@ export class StateFile {
 
   async remove(): Promise<void> {
     await this.file.remove().catch(() => undefined);
+  }
+}
+
+/** When each thing (a device's health, a resource's registration) took its present value. */
+export class SinceTracker {
+  private readonly seen = new Map<string, { value: string; since: string }>();
+
+  /** The time `key` took `value`: `now` when it differs from the last value seen. */
+  since(key: string, value: string, now: string): string {
+    const was = this.seen.get(key);
+    if (was !== undefined && was.value === value) return was.since;
+    this.seen.set(key, { value, since: now });
+    return now;
   }
 }
 

@@ -17,7 +17,7 @@ async function run(args: string[], topology: string | null, extraEnv: Record<str
   const unitDir = join(dir, 'root', 'etc', 'systemd', 'system');
   mkdirSync(unitDir, { recursive: true });
   writeFileSync(join(unitDir, 'gpu-device-plugin.service'), `[Service]\nProtectSystem=strict\nReadWritePaths=${tmpdir()}\nRuntimeDirectory=gpu-device-plugin\n`);
-  const env: Record<string, string> = { PATH: '/nonexistent', TMPDIR: dir, SYSFS_ROOT: join(dir, 'sys'), SYSTEMD_UNIT_ROOT: join(dir, 'root'), ...extraEnv };
+  const env: Record<string, string> = { PATH: '/nonexistent', TMPDIR: dir, SYSFS_ROOT: join(dir, 'sys'), SYSTEMD_UNIT_ROOT: join(dir, 'root'), GPU_DEVICE_PLUGIN_STATE_FILE: join(dir, 'state.json'), ...extraEnv };
   if (topology !== null) {
     env['LD_LIBRARY_PATH'] = libs.current;
     env['FAKE_NVML_CONFIG'] = join(TOPOLOGIES, `${topology}.json`);

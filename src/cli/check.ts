@@ -259,7 +259,10 @@ function configFit(r: NodeReport, parsed: ParsedOptions, env: Readonly<Record<st
   const where = o.configFile === null ? '' : ` in ${o.configFile}`;
   const fix = fit.key === null ? 'the daemon cannot advertise these GPUs as they are; see the detail'
     : fit.key.startsWith('--') ? `change ${fit.key}, or the GPUs (see the detail)` : `change ${fit.key}${where} to fit this node's GPUs`;
-  return { line: { status: 'FAIL', name: 'config fit', detail: `the daemon refuses to start: ${fit.problem}`, fix, config: fit.key !== null }, plan: null };
+  // The time-slicing keys and the MIG strategy are the configuration's to change (exit 2); device IDs the
+  // kubelet refuses and missing capability nodes are the node's (exit 1).
+  const config = fit.key !== null && fit.key !== '--pass-device-specs';
+  return { line: { status: 'FAIL', name: 'config fit', detail: `the daemon refuses to start: ${fit.problem}`, fix, config }, plan: null };
 }
 
 /** Whether the node fits --mig-strategy, and (with device specs) whether mig-minors can be read. */

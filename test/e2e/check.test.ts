@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -194,6 +194,30 @@ test('check --json: every check with name, status and detail, valid JSON also wh
     const bad = await run(['check', '--json', '--env-file'], dir);
     assert.equal(bad.status, 2);
     assert.match((JSON.parse(bad.stdout) as { error: string }).error, /--env-file needs a file name/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('check run as another user than root warns, and says SKIP (not PASS) for the writability only root could confirm', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gdp-check-nonroot-'));
+  try {
+    chmodSync(dir, 0o777);
+    const unitDir = join(dir, 'root', 'etc', 'systemd', 'system');
+    mkdirSync(unitDir, { recursive: true });
+    writeFileSync(join(unitDir, 'gpu-device-plugin.service'), `[Service]\nProtectSystem=strict\nReadWritePaths=${dir}/metrics\n`);
+    mkdirSync(join(dir, 'metrics'));
+    mkdirSync(join(dir, 'labels'));
+    const env = { PATH: '/nonexistent', TMPDIR: dir, SYSTEMD_UNIT_ROOT: join(dir, 'root'), GPU_DEVICE_PLUGIN_STATE_FILE: join(dir, 'state.json') };
+    const r = await new Promise<Run>((resolve) => {
+      execFile('/usr/bin/setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', executable(), 'check', '--metrics-file', join(dir, 'metrics', 'gpu.prom'), '--nfd-features-file', join(dir, 'labels', 'gpu')], { env, encoding: 'utf8', timeout: 30000 }, (err, stdout, stderr) => {
+        resolve({ status: err === null ? 0 : (err as { code: number }).code, stdout, stderr });
+      });
+    });
+    assert.match(line(r.stdout, 'privileges'), /^WARN  privileges +running as uid 65534, not root as the service does/);
+    assert.match(line(r.stdout, 'metrics file'), new RegExp(`^SKIP  metrics file +${dir}/metrics exists and the unit's sandbox allows writing \\(ReadWritePaths=${dir}/metrics\\); whether root may write there was not checked: not running as root$`));
+    // What the sandbox forbids needs no root to know.
+    assert.match(line(r.stdout, 'labels file'), new RegExp(`^FAIL  labels file +${dir}/labels: read-only for the service: ProtectSystem=strict`));
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -12,6 +12,7 @@ import { access, constants as fsc, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { CONTROL_DEVICE_NODES, hostPath } from '../core/allocate.ts';
 import { CDI_KIND } from '../core/allocate.ts';
+import { CDI_IMEX_KIND } from '../core/imex.ts';
 import { fitAtStart } from '../core/config-fit.ts';
 import { parseHealthSettings } from '../core/health.ts';
 import { NO_MIG } from '../core/mig.ts';
@@ -210,8 +211,10 @@ export async function runChecks(argv: readonly string[], processEnv: Readonly<Re
     lines.push({ status: 'SKIP', name: 'config fit', detail: `not checked against the GPUs: NVML is not available${configOk ? '' : '; the config is refused anyway (above)'}` });
   }
 
+  let imexChannels: readonly number[] = [];
   if (o.imexChannelIds.length > 0) {
     const imex = await findImexChannels(o.imexChannelIds, o.imexRequired, o.devRoot);
+    imexChannels = imex.channels;
     if (imex.missing.length === 0) lines.push({ status: 'PASS', name: 'imex', detail: `channel ${imex.channels.join(',')} present under ${o.devRoot}; passed to every container` });
     else {
       lines.push({ status: o.imexRequired ? 'FAIL' : 'WARN', name: 'imex', detail: `${imex.missing.join('; ')}: ${o.imexRequired ? 'the plugin will not start (--imex-required)' : 'skipped, containers get no IMEX channel'}`,
@@ -219,7 +222,7 @@ export async function runChecks(argv: readonly string[], processEnv: Readonly<Re
     }
   }
 
-  lines.push(...await strategyChecks(parsed, node.ok ? node.report : null, plan, env));
+  lines.push(...await strategyChecks(parsed, node.ok ? node.report : null, plan, imexChannels, env));
 
   const socketDir = dirname(o.kubeletSocket);
   lines.push(await writableForService('socket directory', socketDir, unit, isRoot, 'is the kubelet installed and its device plugins enabled? or set --kubelet-socket'));
@@ -292,7 +295,7 @@ function migChecks(r: NodeReport, parsed: ParsedOptions, env: Readonly<Record<st
 }
 
 /** What the device-list strategy and --pass-device-specs need on the host: CDI specs naming our devices, the device nodes. */
-async function strategyChecks(parsed: ParsedOptions, r: NodeReport | null, plan: MigPlan | null, env: Readonly<Record<string, string | undefined>>): Promise<CheckLine[]> {
+async function strategyChecks(parsed: ParsedOptions, r: NodeReport | null, plan: MigPlan | null, imexChannels: readonly number[], env: Readonly<Record<string, string | undefined>>): Promise<CheckLine[]> {
   const o = parsed.options;
   const out: CheckLine[] = [];
   const cdi = o.deviceListStrategy.filter((s) => s === 'cdi-annotations' || s === 'cdi-cri');
@@ -318,6 +321,15 @@ async function strategyChecks(parsed: ParsedOptions, r: NodeReport | null, plan:
         out.push({ status: 'PASS', name, detail: `${ours.map((s) => s.path).join(', ')} names all ${want.length} devices as ${CDI_KIND}=<${o.deviceIdStrategy}>` });
       }
     }
+  }
+  if (cdi.length > 0 && imexChannels.length > 0) {
+    // Allocate names the channels to the runtime as CDI devices too (FACTS §3).
+    const specs = await readCdiSpecs((env['CDI_SPEC_DIRS'] || '/etc/cdi:/var/run/cdi').split(':').filter((d) => d !== ''));
+    const have = new Set(specs.flatMap((s) => ('kind' in s && s.kind === CDI_IMEX_KIND ? s.devices : [])));
+    const missing = imexChannels.filter((id) => !have.has(String(id)));
+    out.push(missing.length === 0
+      ? { status: 'PASS', name: 'cdi imex spec', detail: `a CDI spec names ${imexChannels.map((id) => `${CDI_IMEX_KIND}=${id}`).join(', ')}` }
+      : { status: 'FAIL', name: 'cdi imex spec', detail: `containers are given ${missing.map((id) => `${CDI_IMEX_KIND}=${id}`).join(', ')}, which no CDI spec names`, fix: 'generate the IMEX channel spec with `nvidia-ctk cdi generate --vendor k8s.device-plugin.nvidia.com --class imex-channel` (or one naming channel<N> as device <N>)' });
   }
   if (o.passDeviceSpecs) {
     const name = 'device nodes';

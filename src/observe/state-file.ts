@@ -27,6 +27,7 @@ export class StateFile {
   private readonly log: Logger;
   private failing = false;
   private dirMade = false;
+  private closed = false;
 
   constructor(path: string, log: Logger) {
     this.file = new AtomicFile(path, 0o600);
@@ -39,6 +40,8 @@ export class StateFile {
 
   /** Replaces the file with this state; never throws (a failure is logged once, until a write works again). */
   async publish(state: DaemonState): Promise<void> {
+    // After remove() (the daemon stops) nothing brings the file back.
+    if (this.closed) return;
     try {
       // Run by hand there is no RuntimeDirectory=: make the directory as systemd would (root-only).
       if (!this.dirMade) await mkdir(dirname(this.file.path), { recursive: true, mode: 0o700 });
@@ -53,6 +56,7 @@ export class StateFile {
   }
 
   async remove(): Promise<void> {
+    this.closed = true;
     await this.file.remove().catch(() => undefined);
   }
 }
@@ -93,8 +97,9 @@ export async function readDaemonState(path: string): Promise<StateRead> {
   try {
     text = await readFile(path, 'utf8');
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { kind: 'absent', path };
-    return { kind: 'unreadable', path, error: errorText(err) };
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') return { kind: 'absent', path };
+    return { kind: 'unreadable', path, error: `${errorText(err)}${code === 'EACCES' ? ' (the file is root-only: run info as root)' : ''}` };
   }
   const parsed = parseStateDocument(text);
   if ('problem' in parsed) return { kind: 'unreadable', path, error: `${path}: ${parsed.problem}` };

@@ -165,6 +165,16 @@ test('check looks for a CDI spec naming the node\'s GPUs with a CDI strategy, th
     r = await run(args, dir);
     assert.match(line(r.stdout, 'cdi spec'), /^PASS  cdi spec +\S+ours\.json names all 8 devices/);
 
+    // IMEX channels go to the runtime as CDI devices of their own kind.
+    const imexRoot = join(dir, 'imexroot');
+    mkdirSync(join(imexRoot, 'dev', 'nvidia-caps-imex-channels'), { recursive: true });
+    writeFileSync(join(imexRoot, 'dev', 'nvidia-caps-imex-channels', 'channel0'), '');
+    r = await run([...args, '--imex-channel-ids=0', '--dev-root', imexRoot], dir);
+    assert.match(line(r.stdout, 'cdi imex spec'), /^FAIL  cdi imex spec +containers are given k8s\.device-plugin\.nvidia\.com\/imex-channel=0, which no CDI spec names/);
+    writeFileSync(join(dir, 'cdi', 'imex.yaml'), 'cdiVersion: 0.5.0\nkind: k8s.device-plugin.nvidia.com/imex-channel\ndevices:\n  - name: "0"\n');
+    r = await run([...args, '--imex-channel-ids=0', '--dev-root', imexRoot], dir);
+    assert.match(line(r.stdout, 'cdi imex spec'), /^PASS  cdi imex spec /);
+
     const devRoot = join(dir, 'devroot');
     mkdirSync(join(devRoot, 'dev'), { recursive: true });
     for (const n of ['nvidiactl', ...[0, 1, 2, 3, 4, 5, 6].map((i) => `nvidia${i}`)]) writeFileSync(join(devRoot, 'dev', n), '');

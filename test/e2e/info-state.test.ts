@@ -4,10 +4,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { readFileSync, statSync, watch } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, watch, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildFakeNvml } from '../fake-nvml/build.ts';
-import { SimNode, executable } from '../support/sim.ts';
+import { SimNode, TOPOLOGIES, executable, loadTopology, writeSysfs } from '../support/sim.ts';
 
 interface Run { status: number | null; stdout: string; stderr: string }
 
@@ -113,5 +114,29 @@ test('info --json is valid JSON with an error field when NVML cannot be read, an
     assert.match(j.daemon.note, /no state file/);
   } finally {
     await node.stop();
+  }
+});
+
+test('info reads the environment files the unit reads (and --env-file), as the service would see its options', async () => {
+  const libs = await buildFakeNvml();
+  const dir = mkdtempSync(join(tmpdir(), 'gdp-info-env-'));
+  try {
+    writeSysfs(join(dir, 'sys'), loadTopology('demo-8'));
+    mkdirSync(join(dir, 'root', 'etc', 'default'), { recursive: true });
+    writeFileSync(join(dir, 'root', 'etc', 'default', 'gpu-device-plugin'), '# as the package ships it, edited\nPOD_RESOURCES_SOCKET="/nonexistent/from-default-file.sock"\n');
+    const env = { PATH: '/nonexistent', TMPDIR: dir, SYSFS_ROOT: join(dir, 'sys'), LD_LIBRARY_PATH: libs.current, FAKE_NVML_CONFIG: join(TOPOLOGIES, 'demo-8.json'), SYSTEMD_UNIT_ROOT: join(dir, 'root'), GPU_DEVICE_PLUGIN_STATE_FILE: join(dir, 'state.json') };
+    const go = (args: string[]): Promise<Run> => new Promise((resolve) => {
+      execFile(executable(), ['info', ...args], { env, encoding: 'utf8', timeout: 30000 }, (err, stdout, stderr) => resolve({ status: err === null ? 0 : (err as { code: number }).code, stdout, stderr }));
+    });
+    const r = await go([]);
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stdout, /^Pods: not shown; .*\/nonexistent\/from-default-file\.sock does not exist/m);
+    assert.match(r.stdout, new RegExp(`^Daemon: not running \\(no state file at ${join(dir, 'state.json')}\\)`, 'm'));
+    const other = join(dir, 'other.env');
+    writeFileSync(other, 'POD_RESOURCES_SOCKET=/nonexistent/from-env-file.sock\n');
+    const r2 = await go(['--env-file', other]);
+    assert.match(r2.stdout, /^Pods: not shown; .*\/nonexistent\/from-env-file\.sock does not exist/m);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
   }
 });

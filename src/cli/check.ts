@@ -202,9 +202,11 @@ export async function runChecks(argv: readonly string[], processEnv: Readonly<Re
     else if (sick.length > 0) lines.push({ status: 'FAIL', name: 'gpus', detail: `${n} found; not answering NVML: ${sick.join(', ')}`, fix: 'see `nvidia-smi -q` and the kernel log (XID 79: fallen off the bus)' });
     else lines.push({ status: 'PASS', name: 'gpus', detail: `${n} found, all answering NVML` });
     lines.push(...migChecks(node.report, parsed, env));
-    const fit = configFit(node.report, parsed, env);
-    lines.push(fit.line);
-    plan = fit.plan;
+    if (configOk) {
+      const fit = configFit(node.report, parsed, env);
+      lines.push(fit.line);
+      plan = fit.plan;
+    } else lines.push({ status: 'SKIP', name: 'config fit', detail: 'not checked against the GPUs: the configuration is refused (above)' });
   } else {
     lines.push({ status: 'FAIL', name: 'nvml', detail: node.error, fix: `install the NVIDIA driver, or point --driver-root (NVIDIA_DRIVER_ROOT) at where it is installed${o.failOnInitError ? '' : ' (with --fail-on-init-error=false the daemon starts without devices)'}` });
     lines.push({ status: 'SKIP', name: 'gpus', detail: 'not checked: NVML is not available' });
@@ -232,8 +234,12 @@ export async function runChecks(argv: readonly string[], processEnv: Readonly<Re
     lines.push(await writableForService(name, dirname(file), unit, isRoot, `is ${reader} installed? create the directory`));
   }
   const stateFile = defaultStateFile(env);
-  lines.push(await writableForService('state file', dirname(stateFile), unit, isRoot, `the service publishes its state to ${stateFile} for \`info\`; under the unit RuntimeDirectory= creates its directory at start`)
-    .then((l) => (l.status === 'FAIL' && unit.sandbox.serviceDirectories.includes(dirname(stateFile)) ? { status: 'SKIP' as const, name: l.name, detail: `${dirname(stateFile)} is created by systemd when the service starts (RuntimeDirectory=); not there now` } : l)));
+  const stateDir = dirname(stateFile);
+  // The runtime directory exists only while the service runs: systemd creates it at start.
+  const madeAtStart = unit.sandbox.serviceDirectories.includes(stateDir) && !(await stat(stateDir).then(() => true, () => false));
+  lines.push(madeAtStart
+    ? { status: 'SKIP', name: 'state file', detail: `${stateDir} is created by systemd when the service starts (RuntimeDirectory=); not there now` }
+    : await writableForService('state file', stateDir, unit, isRoot, `the service publishes its state to ${stateFile} for \`info\`; under the unit RuntimeDirectory= creates its directory at start`));
 
   lines.push(...await socketDirectoryNeighbours(socketDir, o.kubeletSocket));
 

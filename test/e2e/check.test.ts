@@ -201,6 +201,7 @@ test('check --json: every check with name, status and detail, valid JSON also wh
     assert.deepEqual(j.checks.find((c) => c.name === 'config')?.status, 'FAIL');
     assert.match(j.checks.find((c) => c.name === 'config')?.detail ?? '', /--device-id-strategy: "serial" is not allowed/);
     assert.equal(j.checks.find((c) => c.name === 'gpus')?.status, 'PASS');
+    assert.equal(j.checks.find((c) => c.name === 'config fit')?.status, 'SKIP', 'a refused configuration is not planned with the defaults instead');
     const bad = await run(['check', '--json', '--env-file'], dir);
     assert.equal(bad.status, 2);
     assert.match((JSON.parse(bad.stdout) as { error: string }).error, /--env-file needs a file name/);

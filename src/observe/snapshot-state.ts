@@ -2,6 +2,7 @@
 // to the published state (core/daemon-state.ts): what the kubelet was told of each device and why,
 // since when. When the snapshot's shape changes, only this file follows it.
 import type { DaemonState, DeviceState, ResourceState } from '../core/daemon-state.ts';
+import { xidMeaning } from '../core/health.ts';
 import type { GpuHealthState } from '../core/health.ts';
 import { healthCounts } from '../core/snapshot.ts';
 import type { NodeSnapshot } from '../core/snapshot.ts';
@@ -23,7 +24,7 @@ export function unhealthyReason(state: GpuHealthState | undefined, driverUp: boo
   if (!driverUp) return 'the NVIDIA driver does not answer';
   if (state === undefined) return 'unknown';
   if (state.lost) return 'lost: NVML reports the GPU gone (GPU_IS_LOST; XID 79: fallen off the bus)';
-  if (state.lastXid !== null) return `XID ${state.lastXid}${state.permanent ? ' (not recovered by a reset)' : ''}`;
+  if (state.lastXid !== null) return `XID ${state.lastXid}: ${xidMeaning(state.lastXid)}${state.permanent ? ' (health recovery does not undo it)' : ''}`;
   if (state.permanent) return 'double-bit ECC error';
   return 'unhealthy';
 }

@@ -125,7 +125,7 @@ test('the daemon\'s state: what the kubelet was told per device with the reason 
   const a = daemonStateFromSnapshot(s0, ctx('t1', false));
   assert.deepEqual(a.devices.map((d) => [d.index, d.health, d.since]), [['0', 'Healthy', 't1'], ['1', 'Healthy', 't1']]);
   const b = daemonStateFromSnapshot(s1, ctx('t2', true));
-  assert.deepEqual(b.devices.map((d) => [d.index, d.health, d.since, d.reason]), [['0', 'Healthy', 't1', undefined], ['1', 'Unhealthy', 't2', 'XID 79']]);
+  assert.deepEqual(b.devices.map((d) => [d.index, d.health, d.since, d.reason]), [['0', 'Healthy', 't1', undefined], ['1', 'Unhealthy', 't2', 'XID 79: GPU has fallen off the bus']]);
   assert.deepEqual(b.resources, [{ name: 'nvidia.com/gpu', registered: true, since: 't2', devices: 2, healthy: 1 }]);
   const down = daemonStateFromSnapshot(buildSnapshot(null, settings(NO_SHARING), s1, false), ctx('t3', true));
   assert.equal(down.driverVersion, null);

@@ -245,7 +245,7 @@ export function daemonJson(d: DaemonView): Record<string, unknown> {
 }
 
 /** The daemon part of `info`: who runs, what the kubelet was told of each device and resource — or that health below is NVML's. */
-export function formatDaemon(d: DaemonView): string {
+export function formatDaemon(d: DaemonView, configured?: Readonly<Record<string, string>>): string {
   const r = d.read;
   if (r.kind !== 'running') {
     const why = r.kind === 'stale' ? `its state file ${r.path} is stale (process ${r.pid} is not running)`
@@ -260,5 +260,10 @@ export function formatDaemon(d: DaemonView): string {
     out.push('', table([['DEVICE', 'UUID', 'HEALTH', 'SINCE', 'REASON'], ...s.devices.map((x) => [x.kind === 'gpu' ? `GPU ${x.index}` : `MIG ${x.index}`, x.uuid, x.health, x.since ?? '-', x.reason ?? '-'])]));
   }
   if (s.planProblem !== null) out.push('', `config problem: ${s.planProblem}`);
+  // Options the daemon runs with that the command line, environment files and config file now set otherwise.
+  const differ = configured === undefined ? [] : Object.entries(s.options).filter(([flag, v]) => configured[flag] !== undefined && configured[flag] !== v);
+  if (differ.length > 0) {
+    out.push('', `Options in force that differ from what the environment files and config file say now (a reload or restart applies them): ${differ.map(([flag, v]) => `--${flag}=${v} (now ${configured?.[flag]})`).join(', ')}`);
+  }
   return out.join('\n') + '\n';
 }

@@ -7,7 +7,7 @@ import { findImexChannels } from '../system/imex.ts';
 import { listPodResources } from '../kubelet/pod-resources.ts';
 import { daemonJson, formatDaemon, formatImex, formatInfo, infoJson, inspectNode } from './inspect.ts';
 import type { DaemonView, PodView } from './inspect.ts';
-import { parseOptions } from './options.ts';
+import { OPTION_SPECS, parseOptions, showOption } from './options.ts';
 import { defaultStateFile, readDaemonState } from '../observe/state-file.ts';
 
 export async function runSubcommand(name: 'info' | 'check', argv: readonly string[]): Promise<void> {
@@ -60,5 +60,6 @@ async function info(argv: readonly string[], json: boolean, log: ReturnType<type
     (err: unknown): PodView => ({ ok: false, socket, error: errorText(err) }),
   );
   const imex = { configured: opts.imexChannelIds, required: opts.imexRequired, choice: await findImexChannels(opts.imexChannelIds, opts.imexRequired, opts.devRoot) };
-  process.stdout.write(json ? infoJson(r.report, pods, imex, strategy, daemon) : `${formatDaemon(daemon)}\n${formatInfo(r.report, pods, strategy, running)}\n${formatImex(imex)}`);
+  const configured = Object.fromEntries(OPTION_SPECS.map((spec) => [spec.flag, showOption(opts[spec.key])]));
+  process.stdout.write(json ? infoJson(r.report, pods, imex, strategy, daemon) : `${formatDaemon(daemon, configured)}\n${formatInfo(r.report, pods, strategy, running)}\n${formatImex(imex)}`);
 }

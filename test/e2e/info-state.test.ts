@@ -71,6 +71,9 @@ test('after XID 79 the kubelet sees GPU 2 Unhealthy, and so does info (the daemo
     // The GPU table's HEALTH is the daemon's too (NVML's probe of GPU 2 still answers).
     assert.match(r.stdout, new RegExp(`^2 +${u[2]} .* Unhealthy$`, 'm'));
     assert.match(r.stdout, new RegExp(`^3 +${u[3]} .* Healthy$`, 'm'));
+    // The daemon was started with --kubelet-socket; info, run without it, says the daemon's value differs from what it would be now.
+    assert.match(r.stdout, new RegExp(`^Options in force that differ .*--kubelet-socket=${node.kubeletSocket} \\(now /var/lib/kubelet/device-plugins/kubelet\\.sock\\)`, 'm'));
+    assert.doesNotMatch(r.stdout, /--device-id-strategy=uuid \(now/);
 
     const j = JSON.parse((await info(node, ['--json'])).stdout) as { daemon: { running: boolean; pid: number; resources: { name: string; registered: boolean }[]; options: Record<string, string> }; gpus: { uuid: string; health: string; healthFrom: string }[] };
     assert.equal(j.daemon.running, true);

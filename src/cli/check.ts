@@ -134,6 +134,9 @@ export async function serviceEnvironment(givenEnvFiles: readonly string[], proce
   const env: Record<string, string | undefined> = {};
   for (const e of unit.sandbox.environment) env[e.key] = e.value;
   Object.assign(env, fromFiles.env);
+  // The service's $RUNTIME_DIRECTORY (where it publishes its state for `info`) is the unit's RuntimeDirectory=.
+  const runtime = unit.sandbox.serviceDirectories.find((d) => d.startsWith('/run/'));
+  if (runtime !== undefined) env['RUNTIME_DIRECTORY'] = runtime;
   const shellSet: string[] = [];
   for (const [k, v] of Object.entries(processEnv)) {
     if (v === undefined) continue;

@@ -136,6 +136,12 @@ test('check judges writability by the unit\'s sandbox: a directory root may writ
     writeFileSync(join(dropins, 'metrics.conf'), `[Service]\nReadWritePaths=${metricsDir}\n`);
     const r2 = await run(args, dir);
     assert.match(line(r2.stdout, 'metrics file'), new RegExp(`^PASS  metrics file +${metricsDir} is writable for the service \\(ReadWritePaths=${metricsDir}\\)$`));
+    // The state file for info is where the unit's RuntimeDirectory= puts $RUNTIME_DIRECTORY.
+    const renamed = join(dir, 'renamed');
+    mkdirSync(join(renamed, 'etc', 'systemd', 'system'), { recursive: true });
+    writeFileSync(join(renamed, 'etc', 'systemd', 'system', 'gpu-device-plugin.service'), '[Service]\nProtectSystem=strict\nRuntimeDirectory=gdp-renamed-for-test\n');
+    const r4 = await run(['check'], dir, { SYSTEMD_UNIT_ROOT: renamed, GPU_DEVICE_PLUGIN_STATE_FILE: '' });
+    assert.match(line(r4.stdout, 'state file'), /^SKIP  state file +\/run\/gdp-renamed-for-test is created by systemd when the service starts/);
     // Without an installed unit, the unit we ship decides: its /tmp is private, so a file there reaches no reader.
     const r3 = await run(['check', '--metrics-file', join(metricsDir, 'gpu.prom')], dir, { SYSTEMD_UNIT_ROOT: join(dir, 'nothing-installed') });
     assert.match(line(r3.stdout, 'metrics file'), /^FAIL  metrics file +.*PrivateTmp=yes gives the service its own empty \/tmp.*the unit shipped with this version/);

@@ -222,7 +222,7 @@ export async function runChecks(argv: readonly string[], processEnv: Readonly<Re
     imexChannels = imex.channels;
     if (imex.missing.length === 0) lines.push({ status: 'PASS', name: 'imex', detail: `channel ${imex.channels.join(',')} present under ${o.devRoot}; passed to every container` });
     else {
-      lines.push({ status: o.imexRequired ? 'FAIL' : 'WARN', name: 'imex', detail: `${imex.missing.join('; ')}: ${o.imexRequired ? 'the plugin will not start (--imex-required)' : 'skipped, containers get no IMEX channel'}`,
+      lines.push({ status: imex.fatal !== null ? 'FAIL' : 'WARN', name: 'imex', detail: `${imex.missing.join('; ')}: ${imex.fatal !== null ? 'the plugin will not start (--imex-required)' : 'skipped, containers get no IMEX channel'}`,
         fix: 'start the IMEX daemon (nvidia-imex) so it creates the channel, check --dev-root, or drop --imex-channel-ids' });
     }
   }

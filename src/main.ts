@@ -2,14 +2,13 @@
 // diff, core/snapshot.ts) → resource manager (servers and registrations, src/manager) → health
 // monitor → signals. SIGHUP re-reads the config file and looks at the node again, through the same
 // snapshot path; SIGTERM/SIGINT stop within 2 s.
-import { parseOptions } from './cli/options.ts';
+import { OPTION_SPECS, parseOptions, showOption } from './cli/options.ts';
 import type { Options, ParsedOptions } from './cli/options.ts';
+import { planSettings } from './cli/plan-settings.ts';
 import { planReload } from './cli/reload.ts';
 import { describeHealthSettings, parseHealthSettings, watchesAnything } from './core/health.ts';
 import type { HealthSettings } from './core/health.ts';
-import type { Sharing } from './core/sharing.ts';
 import { healthCounts } from './core/snapshot.ts';
-import type { PlanSettings } from './core/snapshot.ts';
 import { routeGrpcLogs } from './kubelet/registration.ts';
 import { LiveNode } from './manager/live-node.ts';
 import { ResourceManager } from './manager/manager.ts';
@@ -18,6 +17,8 @@ import type { NodeSnapshot } from './core/snapshot.ts';
 import type { NodeFacts } from './nvml/node-facts.ts';
 import { Scanner } from './nvml/scanner.ts';
 import { Observer } from './observe/observer.ts';
+import { daemonStateFromSnapshot } from './observe/snapshot-state.ts';
+import { SinceTracker, StateFile, defaultStateFile } from './observe/state-file.ts';
 import { HealthMonitor } from './plugin/health.ts';
 import { presentControlDevices } from './system/control-devices.ts';
 import { imexChannelsAtStart } from './system/imex.ts';
@@ -42,14 +43,6 @@ const serveSettings = async (o: Options, imexChannels: readonly number[]): Promi
     cdiAnnotationPrefix: o.cdiAnnotationPrefix,
   },
   sharedPolicy: o.sharedDevicesAllocationPolicy,
-});
-
-/** What decides the advertised resources, from the options. */
-const planSettings = (o: Options, sharing: Sharing): PlanSettings => ({
-  deviceIdStrategy: o.deviceIdStrategy,
-  sharing,
-  migStrategy: o.migStrategy,
-  needMigCapabilities: o.passDeviceSpecs,
 });
 
 async function run(argv: readonly string[], parsed: ParsedOptions, health: HealthSettings, log: Logger, service: ServiceStatus, koffi: Koffi): Promise<Daemon> {
@@ -78,6 +71,18 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
     const now = registered && manager.allRegisteredNow();
     return `STATUS=${now ? 'registered' : 'waiting for the kubelet'}; ${c?.gpus.healthy ?? 0} of ${c?.gpus.total ?? 0} GPUs healthy${mig}`;
   };
+  // What `info` shows: the state as the kubelet was told it, published on every applied snapshot and
+  // registration change (src/observe/state-file.ts).
+  const stateFile = new StateFile(defaultStateFile(process.env), log);
+  const startedAt = new Date().toISOString();
+  const since = new SinceTracker();
+  const publishState = (): void => {
+    void stateFile.publish(daemonStateFromSnapshot(node.snapshot, {
+      pid: process.pid, version: VERSION, startedAt, now: new Date().toISOString(), since,
+      options: Object.fromEntries(OPTION_SPECS.map((spec) => [spec.flag, showOption(opts[spec.key])])),
+      registrations: manager.registrationStates(),
+    }));
+  };
   const manager = new ResourceManager({
     kubeletSocket: opts.kubeletSocket,
     socketCheckIntervalMs: opts.socketCheckInterval * 1000,
@@ -88,8 +93,12 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
       registered ||= all;
       service.status(status(), registered);
       scanner.releaseWorker();
+      publishState();
     },
-    onRegistrationLost: () => service.status(status()),
+    onRegistrationLost: () => {
+      service.status(status());
+      publishState();
+    },
     onDirectoryGone: (dir, why) => {
       log.error(`lost the socket directory: ${why}; exiting so that systemd restarts the service with a fresh view of it`, { dir });
       service.status(`STATUS=lost the socket directory ${dir}; exiting to be restarted`);
@@ -105,6 +114,7 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
       service.status(status());
       observer.changed();
       void labelsFor(snapshot);
+      publishState();
     },
   });
   observer.start(() => {
@@ -153,7 +163,7 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
       service.stopping();
       monitor.stop();
       memory.stop();
-      await Promise.all([scanner.stop(), manager.stop(), observer.stop()]);
+      await Promise.all([scanner.stop(), manager.stop(), observer.stop(), stateFile.remove()]);
       service.close();
     },
     // SIGHUP: the config file again (a bad one is refused, the running one kept), then a fresh scan.

@@ -20,7 +20,7 @@ import type { DeviceSelection, GpuRef, Sharing, TimeSlicedResource } from '../co
  * from the sources (ES modules, no `require`) it is a require from this file's place.
  */
 let yaml: typeof Yaml | undefined;
-function loadYaml(): typeof Yaml {
+export function loadYaml(): typeof Yaml {
   yaml ??= typeof require === 'function' ? require('yaml') as typeof Yaml : createRequire(import.meta.url)('yaml') as typeof Yaml;
   return yaml;
 }

@@ -1,6 +1,8 @@
 // What the subcommands `info` and `check` see of the node: NVML, the GPUs, their links and pair
 // scores, and their MIG modes and devices, read once through the same adapters the daemon uses.
+import type { DaemonState } from '../core/daemon-state.ts';
 import type { Gpu, Health } from '../core/devices.ts';
+import type { StateRead } from '../observe/state-file.ts';
 import { MigStrategyError, planMigResources } from '../core/mig.ts';
 import type { MigDevice, MigLayout, MigStrategy } from '../core/mig.ts';
 import { NO_SHARING } from '../core/sharing.ts';
@@ -136,13 +138,19 @@ function table(rows: string[][]): string {
 }
 
 /** The `info` text: GPUs, the topology matrix as nvidia-smi topo -m readers expect, and pair scores. */
-export function formatInfo(r: NodeReport, pods?: PodView, strategy: MigStrategy = 'mixed'): string {
+/** A GPU's health as `info` shows it: the daemon's (what the kubelet was told) when one runs, else NVML's probe. */
+function shownHealth(g: { uuid: string; health: Health }, daemon: DaemonState | undefined): string {
+  if (daemon === undefined) return g.health;
+  return daemon.devices.find((d) => d.uuid === g.uuid)?.health ?? 'not advertised';
+}
+
+export function formatInfo(r: NodeReport, pods?: PodView, strategy: MigStrategy = 'mixed', daemon?: DaemonState): string {
   const out: string[] = [];
   out.push(`NVML ${r.library}, driver ${r.driverVersion}, ${r.gpus.length} GPU${r.gpus.length === 1 ? '' : 's'}`, '');
   const held = pods?.ok === true ? deviceHolders(r.gpus, pods.pods, migIds(r)) : undefined;
   out.push(table([
     ['GPU', 'UUID', 'NAME', 'MEMORY', 'BUS ID', 'NUMA', 'HEALTH', ...(held === undefined ? [] : ['PODS (namespace/pod/container)'])],
-    ...r.gpus.map((g, i) => [String(g.index), g.uuid, g.name, `${Math.round(g.memoryBytes / 1048576)} MiB`, g.busId, g.numaNode === null ? '-' : String(g.numaNode), g.health,
+    ...r.gpus.map((g, i) => [String(g.index), g.uuid, g.name, `${Math.round(g.memoryBytes / 1048576)} MiB`, g.busId, g.numaNode === null ? '-' : String(g.numaNode), shownHealth(g, daemon),
       ...(held === undefined ? [] : [(held.perGpu[i] ?? []).map(holderText).join(', ') || '-'])]),
   ]));
   if (pods !== undefined && !pods.ok) out.push('', `Pods: not shown; the kubelet's PodResources API cannot be asked: ${pods.error}`);
@@ -202,16 +210,60 @@ export function formatImex(r: ImexReport): string {
   return out.join('\n') + '\n';
 }
 
-export function infoJson(r: NodeReport, pods?: PodView, imex?: ImexReport, strategy: MigStrategy = 'mixed'): string {
+export function infoJson(r: NodeReport, pods?: PodView, imex?: ImexReport, strategy: MigStrategy = 'mixed', daemon?: DaemonView): string {
   const mig = migResources(r, strategy);
   const held = pods?.ok === true ? deviceHolders(r.gpus, pods.pods, migIds(r)) : undefined;
+  const running = daemon?.read.kind === 'running' ? daemon.read.state : undefined;
+  const gpus = r.gpus.map((g) => ({ ...g, health: shownHealth(g, running), healthFrom: running === undefined ? 'nvml probe' : 'daemon' }));
   return JSON.stringify({
+    ...(daemon?.read.kind === 'unreadable' ? { error: `daemon state: ${daemon.read.error}` } : {}),
+    ...(daemon === undefined ? {} : { daemon: daemonJson(daemon) }),
     library: r.library,
     driverVersion: r.driverVersion,
-    gpus: held === undefined ? r.gpus : r.gpus.map((g, i) => ({ ...g, heldBy: held.perGpu[i] ?? [] })),
+    gpus: held === undefined ? gpus : gpus.map((g, i) => ({ ...g, heldBy: held.perGpu[i] ?? [] })),
     ...(pods === undefined ? {} : { podResources: pods.ok ? { socket: pods.socket, available: true, otherDevices: held?.others ?? [] } : { socket: pods.socket, available: false, error: pods.error } }),
     topology: r.pairs.map((row) => row.map((p) => (p === null ? null : { ...p, label: topoCell(p) }))),
     mig: r.mig === null ? null : { strategy, modes: r.mig.modes, devices: mig.devices, problem: mig.problem, notes: mig.notes },
     ...(imex === undefined ? {} : { imex: { configured: imex.configured, required: imex.required, channels: imex.choice.channels, missing: imex.choice.missing } }),
   }, null, 2) + '\n';
+}
+
+/** What `info` found of the running daemon. */
+export interface DaemonView {
+  readonly read: StateRead;
+}
+
+/** The daemon part of `info --json`: its state when it runs, else why its state is not used. */
+export function daemonJson(d: DaemonView): Record<string, unknown> {
+  const r = d.read;
+  switch (r.kind) {
+    case 'running': return { running: true, stateFile: r.path, ...r.state };
+    case 'stale': return { running: false, stateFile: r.path, note: `the state file is stale: process ${r.pid} that wrote it is not running` };
+    case 'absent': return { running: false, stateFile: r.path, note: 'no state file: the daemon does not run (or cannot write it)' };
+    case 'unreadable': return { running: false, stateFile: r.path, error: r.error };
+  }
+}
+
+/** The daemon part of `info`: who runs, what the kubelet was told of each device and resource — or that health below is NVML's. */
+export function formatDaemon(d: DaemonView, configured?: Readonly<Record<string, string>>): string {
+  const r = d.read;
+  if (r.kind !== 'running') {
+    const why = r.kind === 'stale' ? `its state file ${r.path} is stale (process ${r.pid} is not running)`
+      : r.kind === 'absent' ? `no state file at ${r.path}` : `its state file cannot be read: ${r.error}`;
+    return `Daemon: not running (${why}). HEALTH below is whether NVML answered a probe just now, not what the kubelet was told.\n`;
+  }
+  const s = r.state;
+  const out = [`Daemon: pid ${s.pid}, version ${s.version}, running since ${s.startedAt}; state of ${s.publishedAt} (${r.path}); driver ${s.driverVersion ?? 'not answering'}.`,
+    'HEALTH below is what the daemon tells the kubelet.', ''];
+  out.push(table([['RESOURCE', 'REGISTERED', 'SINCE', 'DEVICES', 'HEALTHY'], ...s.resources.map((x) => [x.name, x.registered ? 'yes' : 'no', x.since ?? '-', String(x.devices), String(x.healthy)])]));
+  if (s.devices.length > 0) {
+    out.push('', table([['DEVICE', 'UUID', 'HEALTH', 'SINCE', 'REASON'], ...s.devices.map((x) => [x.kind === 'gpu' ? `GPU ${x.index}` : `MIG ${x.index}`, x.uuid, x.health, x.since ?? '-', x.reason ?? '-'])]));
+  }
+  if (s.planProblem !== null) out.push('', `config problem: ${s.planProblem}`);
+  // Options the daemon runs with that the command line, environment files and config file now set otherwise.
+  const differ = configured === undefined ? [] : Object.entries(s.options).filter(([flag, v]) => configured[flag] !== undefined && configured[flag] !== v);
+  if (differ.length > 0) {
+    out.push('', `Options in force that differ from what the environment files and config file say now (a reload or restart applies them): ${differ.map(([flag, v]) => `--${flag}=${v} (now ${configured?.[flag]})`).join(', ')}`);
+  }
+  return out.join('\n') + '\n';
 }

@@ -1,40 +1,65 @@
-// `info` and `check`: what the plugin sees of the node, without a cluster.
+// `info` and `check`: what the plugin sees of the node, without a cluster. Both read the environment
+// files the unit reads (check.ts serviceEnvironment); `info` shows the running daemon's published
+// state (what the kubelet was told) and looks at NVML itself only for what the daemon does not say.
 import { errorText, stderrLogger } from '../system/log.ts';
-import { formatChecks, runChecks } from './check.ts';
+import { checkExitCode, checksJson, formatChecks, runChecks, serviceEnvironment, splitCheckArgs } from './check.ts';
 import { findImexChannels } from '../system/imex.ts';
 import { listPodResources } from '../kubelet/pod-resources.ts';
-import { formatImex, formatInfo, infoJson, inspectNode } from './inspect.ts';
-import type { PodView } from './inspect.ts';
-import { parseOptions } from './options.ts';
+import { daemonJson, formatDaemon, formatImex, formatInfo, infoJson, inspectNode } from './inspect.ts';
+import type { DaemonView, PodView } from './inspect.ts';
+import { OPTION_SPECS, parseOptions, showOption } from './options.ts';
+import { defaultStateFile, readDaemonState } from '../observe/state-file.ts';
 
 export async function runSubcommand(name: 'info' | 'check', argv: readonly string[]): Promise<void> {
   const log = stderrLogger('error');
+  const json = argv.includes('--json');
   try {
     if (name === 'check') {
-      const { lines, parsed } = await runChecks(argv, process.env, log);
-      process.stdout.write(formatChecks(lines, parsed));
-      process.exitCode = lines.every((l) => l.ok) ? 0 : 1;
+      try {
+        const report = await runChecks(argv, process.env, log);
+        process.stdout.write(json ? checksJson(report) : formatChecks(report));
+        process.exitCode = checkExitCode(report.lines);
+      } catch (err) {
+        // `check` itself could not run (a bad --env-file argument, …): still one answer a script can read.
+        if (!json) throw err;
+        process.stdout.write(JSON.stringify({ checks: [], error: errorText(err), exitCode: 2 }, null, 2) + '\n');
+        process.exitCode = 2;
+      }
       return;
     }
-    const json = argv.includes('--json');
-    const opts = parseOptions(argv.filter((a) => a !== '--json'), process.env).options;
-    const r = inspectNode(opts.driverRoot, process.env['SYSFS_ROOT'] || '/sys', log);
-    if (!r.ok) {
-      process.stderr.write(`gpu-device-plugin info: ${r.error}\n`);
-      process.exitCode = 1;
-      return;
-    }
-    // MIG resources are shown as --mig-strategy would advertise them (mixed when it is none, to show them at all).
-    const strategy = opts.migStrategy === 'none' ? 'mixed' : opts.migStrategy;
-    const socket = opts.podResourcesSocket;
-    const pods: PodView = await listPodResources(socket, 5000).then(
-      (list): PodView => ({ ok: true, socket, pods: list.map((p) => ({ namespace: p.namespace, pod: p.name, containers: p.containers.map((c) => ({ name: c.name, devices: c.devices.map((d) => ({ resource: d.resource_name, ids: d.device_ids })) })) })) }),
-      (err: unknown): PodView => ({ ok: false, socket, error: errorText(err) }),
-    );
-    const imex = { configured: opts.imexChannelIds, required: opts.imexRequired, choice: await findImexChannels(opts.imexChannelIds, opts.imexRequired, opts.devRoot) };
-    process.stdout.write(json ? infoJson(r.report, pods, imex, strategy) : `${formatInfo(r.report, pods, strategy)}\n${formatImex(imex)}`);
+    await info(argv, json, log);
   } catch (err) {
+    if (json) process.stdout.write(JSON.stringify({ error: errorText(err) }, null, 2) + '\n');
     process.stderr.write(`gpu-device-plugin ${name}: ${errorText(err)}\n`);
     process.exitCode = 2;
   }
+}
+
+async function info(argv: readonly string[], json: boolean, log: ReturnType<typeof stderrLogger>): Promise<void> {
+  const { envFiles, rest } = splitCheckArgs(argv);
+  const svc = await serviceEnvironment(envFiles, process.env);
+  const opts = parseOptions(rest, svc.env).options;
+  // The daemon's state when it runs; a stale file (its pid is gone) is not believed.
+  const daemon: DaemonView = { read: await readDaemonState(defaultStateFile(svc.env)) };
+  const running = daemon.read.kind === 'running' ? daemon.read.state : undefined;
+  const r = inspectNode(opts.driverRoot, svc.env['SYSFS_ROOT'] || '/sys', log);
+  if (!r.ok) {
+    if (json) process.stdout.write(JSON.stringify({ daemon: daemonJson(daemon), error: `NVML: ${r.error}` }, null, 2) + '\n');
+    else {
+      if (running !== undefined) process.stdout.write(formatDaemon(daemon));
+      process.stderr.write(`gpu-device-plugin info: ${r.error}\n`);
+    }
+    process.exitCode = 1;
+    return;
+  }
+  // MIG resources are shown as --mig-strategy would advertise them (mixed when it is none, to show them at all).
+  const strategy = opts.migStrategy === 'none' ? 'mixed' : opts.migStrategy;
+  const socket = opts.podResourcesSocket;
+  const pods: PodView = await listPodResources(socket, 5000).then(
+    (list): PodView => ({ ok: true, socket, pods: list.map((p) => ({ namespace: p.namespace, pod: p.name, containers: p.containers.map((c) => ({ name: c.name, devices: c.devices.map((d) => ({ resource: d.resource_name, ids: d.device_ids })) })) })) }),
+    (err: unknown): PodView => ({ ok: false, socket, error: errorText(err) }),
+  );
+  const imex = { configured: opts.imexChannelIds, required: opts.imexRequired, choice: await findImexChannels(opts.imexChannelIds, opts.imexRequired, opts.devRoot) };
+  const configured = Object.fromEntries(OPTION_SPECS.map((spec) => [spec.flag, showOption(opts[spec.key])]));
+  process.stdout.write(json ? infoJson(r.report, pods, imex, strategy, daemon) : `${formatDaemon(daemon, configured)}\n${formatInfo(r.report, pods, strategy, running)}\n${formatImex(imex)}`);
 }

@@ -28,7 +28,8 @@ import { countHealthyGpus, deviceList, deviceUnit } from './devices.ts';
 import type { AdvertisedDevice, DeviceIdStrategy, DeviceListEntry, Gpu, Health } from './devices.ts';
 import { freshHealthState } from './health.ts';
 import type { GpuHealthState } from './health.ts';
-import { MigStrategyError, NO_MIG, planMigResources } from './mig.ts';
+import { migCapabilitiesProblem, planForNode } from './config-fit.ts';
+import { MigStrategyError, NO_MIG } from './mig.ts';
 import type { MigLayout, MigStrategy } from './mig.ts';
 import type { PlannedResource, Sharing } from './sharing.ts';
 import type { GpuLinkInfo } from './topology.ts';
@@ -216,7 +217,7 @@ interface Plan {
 function plan(gpus: readonly Gpu[], mig: MigLayout, settings: PlanSettings, previous: NodeSnapshot | null, caps: NodeSnapshot['migCapabilities']): Plan {
   let planned: { resources: PlannedResource[]; notes: string[] };
   try {
-    planned = planMigResources(gpus, mig, settings.migStrategy ?? 'none', settings.deviceIdStrategy, settings.sharing);
+    planned = planForNode(gpus, mig, settings);
   } catch (err) {
     if (previous === null) throw err;
     const problem = err instanceof Error ? err.message : String(err);
@@ -224,9 +225,8 @@ function plan(gpus: readonly Gpu[], mig: MigLayout, settings: PlanSettings, prev
     if (err instanceof MigStrategyError) return { resources: [], planProblem: problem, notes: [] };
     return { resources: carryPlan(previous.resources, previous.gpus, gpus, previous.mig, mig), planProblem: problem, notes: [] };
   }
-  const usesMig = planned.resources.some((r) => r.devices.some((d) => d.mig !== undefined));
-  if (settings.needMigCapabilities === true && usesMig && 'problem' in caps) {
-    const problem = `${caps.problem}; --pass-device-specs cannot give MIG devices their capability nodes`;
+  const problem = migCapabilitiesProblem(planned, settings, caps);
+  if (problem !== null) {
     if (previous === null) throw new Error(problem);
     return { ...planned, planProblem: problem };
   }

@@ -2,7 +2,8 @@
 // coming back), a config reload and a health change each make a new snapshot (core/snapshot.ts);
 // its diff against the current one goes to the resource manager, and the health monitor starts over
 // on a new GPU list when the GPUs changed. Changes are applied one at a time, in order.
-import { MigStrategyError, healthUnits, pendingModeChanges, planMigResources } from '../core/mig.ts';
+import { planForNode } from '../core/config-fit.ts';
+import { MigStrategyError, healthUnits, pendingModeChanges } from '../core/mig.ts';
 import { describePlan } from '../core/sharing.ts';
 import { buildSnapshot, diff, healthCounts, healthUnitCount, isEmptyDiff, unitHealthStates, withHealthStates } from '../core/snapshot.ts';
 import type { NodeScan, NodeSnapshot, PlanSettings, SnapshotDiff } from '../core/snapshot.ts';
@@ -80,7 +81,7 @@ export class LiveNode {
       const prev = this.withMonitorHealth();
       if (prev !== null) {
         try {
-          planMigResources(prev.gpus, prev.mig, plan.migStrategy ?? 'none', plan.deviceIdStrategy, plan.sharing);
+          planForNode(prev.gpus, prev.mig, plan);
         } catch (err) {
           // Whether the node fits the MIG strategy is not the new file's fault.
           if (!(err instanceof MigStrategyError)) throw err;

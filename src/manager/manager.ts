@@ -87,6 +87,11 @@ export class ResourceManager {
     return this.runtimes.size > 0 && [...this.runtimes.values()].every((rt) => rt.registered);
   }
 
+  /** Each served resource and whether it is registered at this moment. */
+  registrationStates(): { name: string; registered: boolean }[] {
+    return [...this.runtimes].map(([name, rt]) => ({ name, registered: rt.registeredNow }));
+  }
+
   /** Every served resource is registered at this moment (none lost its registration since). */
   allRegisteredNow(): boolean {
     return this.runtimes.size > 0 && [...this.runtimes.values()].every((rt) => rt.registeredNow);

@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildFakeNvml } from '../fake-nvml/build.ts';
@@ -12,7 +12,12 @@ import { KubeletStandIn } from '../support/kubelet.ts';
 async function run(args: string[], topology: string | null, extraEnv: Record<string, string> = {}): Promise<{ status: number | null; stdout: string; stderr: string }> {
   const libs = await buildFakeNvml();
   const dir = mkdtempSync(join(tmpdir(), 'gdp-cli-'));
-  const env: Record<string, string> = { PATH: '/nonexistent', TMPDIR: dir, SYSFS_ROOT: join(dir, 'sys'), ...extraEnv };
+  // The unit and its environment files are looked for under a root of the test's own: a unit whose
+  // sandbox lets the service write where these tests put the kubelet's directory (under /tmp).
+  const unitDir = join(dir, 'root', 'etc', 'systemd', 'system');
+  mkdirSync(unitDir, { recursive: true });
+  writeFileSync(join(unitDir, 'gpu-device-plugin.service'), `[Service]\nProtectSystem=strict\nReadWritePaths=${tmpdir()}\nRuntimeDirectory=gpu-device-plugin\n`);
+  const env: Record<string, string> = { PATH: '/nonexistent', TMPDIR: dir, SYSFS_ROOT: join(dir, 'sys'), SYSTEMD_UNIT_ROOT: join(dir, 'root'), GPU_DEVICE_PLUGIN_STATE_FILE: join(dir, 'state.json'), ...extraEnv };
   if (topology !== null) {
     env['LD_LIBRARY_PATH'] = libs.current;
     env['FAKE_NVML_CONFIG'] = join(TOPOLOGIES, `${topology}.json`);
@@ -71,24 +76,25 @@ test('check passes on a healthy node with a kubelet, and shows where each option
     assert.match(r.stdout, /^PASS  socket directory /m);
     assert.match(r.stdout, /^PASS  kubelet +.*kubelet\.sock answers$/m);
     assert.match(r.stdout, /--kubelet-socket=\S+ {2}\(command line\)/);
-    assert.match(r.stdout, /--device-id-strategy=index {2}\(environment\)/);
+    assert.match(r.stdout, /--device-id-strategy=index {2}\(environment of this shell; the service does not see it\)/);
     assert.match(r.stdout, /--pass-device-specs=false {2}\(default\)/);
-    assert.match(r.stdout, /All checks passed\./);
+    assert.match(r.stdout, /All checks passed \(1 warning\)\./);
     assert.equal(node.kubelet.registrations.length, 0, 'check registers nothing');
   } finally {
     await node.stop();
   }
 });
 
-test('check fails usefully with no NVML, no kubelet and a bad option, and exits 1', async () => {
+test('check fails usefully with no NVML, no kubelet and a bad option, and exits 2 (a configuration error)', async () => {
   const r = await run(['check', '--kubelet-socket', '/nonexistent/dir/kubelet.sock', '--device-id-strategy', 'serial'], null);
-  assert.equal(r.status, 1);
+  assert.equal(r.status, 2);
   assert.match(r.stdout, /^FAIL  config +--device-id-strategy: "serial" is not allowed; expected one of uuid, index — fix: /m);
   assert.match(r.stdout, /^FAIL  nvml +cannot load NVML.* — fix: install the NVIDIA driver, or point --driver-root/m);
-  assert.match(r.stdout, /^FAIL  gpus +not checked/m);
+  assert.match(r.stdout, /^SKIP  gpus +not checked/m);
+  assert.match(r.stdout, /^SKIP  config fit +not checked against the GPUs: NVML is not available/m);
   assert.match(r.stdout, /^FAIL  socket directory /m);
   assert.match(r.stdout, /^FAIL  kubelet +.* does not exist — fix: is the kubelet running\?/m);
-  assert.match(r.stdout, /5 of 5 checks failed\./);
+  assert.match(r.stdout, /4 of \d+ checks failed; .*not checked \(SKIP\)\./);
 });
 
 test('check reads the config file and names it as the origin of what it set', async () => {
@@ -98,9 +104,11 @@ test('check reads the config file and names it as the origin of what it set', as
     node.kubelet = await KubeletStandIn.start(node.kubeletDir);
     const cfg = join(TOPOLOGIES, '..', 'config', 'nvidia-v1.yaml');
     const r = await run(['check', '--kubelet-socket', node.kubeletSocket], 'demo-8', { CONFIG_FILE: cfg });
-    assert.equal(r.status, 0, r.stdout + r.stderr);
+    // The file asks for cdi-annotations and --pass-device-specs: this host has neither a CDI spec nor /dev/nvidia*.
+    assert.equal(r.status, 1, r.stdout + r.stderr);
+    assert.deepEqual(r.stdout.split('\n').filter((l) => l.startsWith('FAIL')).map((l) => l.split(/\s{2,}/)[1]), ['cdi spec', 'device nodes']);
     assert.match(r.stdout, new RegExp(`--pass-device-specs=true {2}\\(config file ${cfg.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}\\)`));
-    assert.match(r.stdout, /--config-file=\S+nvidia-v1\.yaml {2}\(environment\)/);
+    assert.match(r.stdout, /--config-file=\S+nvidia-v1\.yaml {2}\(environment of this shell; the service does not see it\)/);
     assert.doesNotMatch(r.stdout, /=null /);
   } finally {
     await node.stop();
@@ -162,10 +170,14 @@ test('info without the PodResources socket says so in one line and shows the res
 
 test('check tests the directories of the labels and metrics files when they are configured', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'gdp-check-files-'));
-  const r = await run(['check', '--nfd-features-file', join(dir, 'missing', 'gpu-device-plugin'), '--metrics-file', join(dir, 'gpu-device-plugin.prom')], 'demo-8');
+  // An installed unit (under the test's root) whose sandbox lets the service write into dir.
+  const unitDir = join(dir, 'root', 'etc', 'systemd', 'system');
+  mkdirSync(unitDir, { recursive: true });
+  writeFileSync(join(unitDir, 'gpu-device-plugin.service'), `[Service]\nProtectSystem=strict\nReadWritePaths=${dir}\n`);
+  const r = await run(['check', '--nfd-features-file', join(dir, 'missing', 'gpu-device-plugin'), '--metrics-file', join(dir, 'gpu-device-plugin.prom')], 'demo-8', { SYSTEMD_UNIT_ROOT: join(dir, 'root') });
   assert.equal(r.status, 1);
-  assert.match(r.stdout, new RegExp(`^FAIL  labels file +${dir}/missing: .*ENOENT.* — fix: is Node Feature Discovery installed\\? .*ReadWritePaths=${dir}/missing`, 'm'));
-  assert.match(r.stdout, new RegExp(`^PASS  metrics file +${dir} exists and is writable$`, 'm'));
+  assert.match(r.stdout, new RegExp(`^FAIL  labels file +${dir}/missing: .*ENOENT.* — fix: is Node Feature Discovery installed\\? create the directory`, 'm'));
+  assert.match(r.stdout, new RegExp(`^PASS  metrics file +${dir} is writable for the service \\(ReadWritePaths=${dir}\\)$`, 'm'));
   const plain = await run(['check'], 'demo-8');
   assert.doesNotMatch(plain.stdout, /labels file|metrics file  /);
 });

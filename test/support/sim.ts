@@ -259,6 +259,11 @@ export class SimNode {
     return join(this.kubeletDir, 'kubelet.sock');
   }
 
+  /** The state file the daemon publishes for `info`. */
+  get stateFile(): string {
+    return join(this.dir, 'state.json');
+  }
+
   get pluginSocket(): string {
     return join(this.kubeletDir, 'gpu-device-plugin-gpu.sock');
   }
@@ -288,6 +293,8 @@ export class SimNode {
       FAKE_NVML_CONTROL: node.control,
       SYSFS_ROOT: node.sysfs,
       TMPDIR: dir,
+      // Each simulated node's daemon publishes its state for `info` in its own directory.
+      GPU_DEVICE_PLUGIN_STATE_FILE: node.stateFile,
       ...archEnv(arch),
       ...opts.env,
     };

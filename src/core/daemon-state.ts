@@ -1,0 +1,75 @@
+// The state the running daemon publishes for `gpu-device-plugin info`: what the kubelet was last told
+// of each device (health, why, since when), which resources are registered, the driver, the options
+// in force and who the daemon is. `info` shows this instead of probing NVML itself, so it says what
+// the kubelet sees. Pure: the input is a small explicit type (not the daemon's snapshot), times come
+// in as ISO strings; stateDocument gives the file's text and parseStateDocument reads it back.
+
+export const STATE_FORMAT = 1;
+
+export interface DeviceState {
+  readonly kind: 'gpu' | 'mig';
+  /** NVML index of a GPU; `<gpu index>:<MIG index>` of a MIG device. */
+  readonly index: string;
+  readonly uuid: string;
+  /** The GPU a MIG device is on. */
+  readonly parentUuid?: string;
+  /** What the kubelet is told. */
+  readonly health: 'Healthy' | 'Unhealthy';
+  /** Why it is unhealthy (an XID, lost, the driver not answering). */
+  readonly reason?: string;
+  /** When it took this health (ISO 8601), as far as this daemon knows. */
+  readonly since?: string;
+}
+
+export interface ResourceState {
+  readonly name: string;
+  /** Registered with the kubelet now. */
+  readonly registered: boolean;
+  /** When `registered` took its value (ISO 8601). */
+  readonly since?: string;
+  readonly devices: number;
+  readonly healthy: number;
+}
+
+export interface DaemonState {
+  readonly pid: number;
+  readonly version: string;
+  readonly startedAt: string;
+  /** When this state was published. */
+  readonly publishedAt: string;
+  /** null: the driver does not answer. */
+  readonly driverVersion: string | null;
+  readonly devices: readonly DeviceState[];
+  readonly resources: readonly ResourceState[];
+  /** Why the config does not fit the GPUs now (the previous resources are kept), or null. */
+  readonly planProblem: string | null;
+  /** The options in force, by flag name, as shown by `check`. */
+  readonly options: Readonly<Record<string, string>>;
+}
+
+export function stateDocument(s: DaemonState): string {
+  return JSON.stringify({ format: STATE_FORMAT, ...s }, null, 2) + '\n';
+}
+
+const isString = (v: unknown): v is string => typeof v === 'string';
+
+/** The state in a file's text, or what is wrong with it. */
+export function parseStateDocument(text: string): { state: DaemonState } | { problem: string } {
+  let doc: unknown;
+  try {
+    doc = JSON.parse(text);
+  } catch (err) {
+    return { problem: `not JSON: ${(err as Error).message}` };
+  }
+  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) return { problem: 'not a JSON object' };
+  const d = doc as Record<string, unknown>;
+  if (d['format'] !== STATE_FORMAT) return { problem: `format ${JSON.stringify(d['format'])}; this version reads format ${STATE_FORMAT}` };
+  if (typeof d['pid'] !== 'number' || !isString(d['version']) || !isString(d['startedAt']) || !isString(d['publishedAt'])) return { problem: 'pid, version, startedAt or publishedAt missing' };
+  if (!Array.isArray(d['devices']) || !Array.isArray(d['resources'])) return { problem: 'devices or resources missing' };
+  const devices = d['devices'] as unknown[];
+  if (!devices.every((x) => typeof x === 'object' && x !== null && isString((x as DeviceState).uuid) && ((x as DeviceState).health === 'Healthy' || (x as DeviceState).health === 'Unhealthy'))) {
+    return { problem: 'a device without uuid or health' };
+  }
+  const { format: _format, ...rest } = d;
+  return { state: rest as unknown as DaemonState };
+}

@@ -11,12 +11,13 @@ import { AtomicFile } from '../system/atomic-file.ts';
 import type { Logger } from '../system/log.ts';
 import { errorText } from '../system/log.ts';
 
+/** Read by defaultStateFile (written out there, so the man page's source scan sees it). */
 export const STATE_FILE_ENV = 'GPU_DEVICE_PLUGIN_STATE_FILE';
 export const DEFAULT_RUNTIME_DIRECTORY = '/run/gpu-device-plugin';
 
 /** Where the state file is: GPU_DEVICE_PLUGIN_STATE_FILE, else state.json in $RUNTIME_DIRECTORY, else in /run/gpu-device-plugin. */
 export function defaultStateFile(env: Readonly<Record<string, string | undefined>>): string {
-  const given = env[STATE_FILE_ENV];
+  const given = env['GPU_DEVICE_PLUGIN_STATE_FILE'];
   if (given !== undefined && given !== '') return given;
   const runtime = (env['RUNTIME_DIRECTORY'] ?? '').split(':')[0];
   return join(runtime !== undefined && runtime !== '' ? runtime : DEFAULT_RUNTIME_DIRECTORY, 'state.json');

@@ -119,7 +119,12 @@ export async function buildExecutable(outDir: string = dist, arch: Arch = 'x64')
     // default, V8 grows it to ~100 MiB under connection churn before collecting); the old-space
     // cap is far above what the plugin needs and stops runaway growth before the host suffers.
     // Optimizing compiles on the main thread: compiler threads each keep a malloc arena of their
-    // own (~13 MiB more RSS after 10 000 RPCs); start and per-RPC CPU measured the same.
+    // own (~13 MiB more RSS after 10 000 RPCs); start and per-RPC CPU measured the same. The price
+    // is in the tail: each compile holds up the call that made the code hot (mostly gRPC and HTTP/2
+    // code; a fifth is the topology solver's, and a longer solver warm-up did not help), so
+    // GetPreferredAllocation's p99 main-thread time per call is ~1.3x what it is with compiler
+    // threads. Those, measured again with idle compaction (test/bench/preferred-tail.bench.ts),
+    // still hold ~12 MiB more 12 s after 10 000 RPCs (a later compaction gives it back by 20 s).
     execArgv: ['--max-semi-space-size=1', '--max-old-space-size=192', '--no-concurrent-recompilation'],
     execArgvExtension: 'none',
     assets: {

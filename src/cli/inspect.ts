@@ -10,7 +10,7 @@ import { imexChannelPath } from '../core/imex.ts';
 import type { ImexChoice } from '../core/imex.ts';
 import { deviceHolders, holderText } from '../core/holders.ts';
 import type { PodDevices } from '../core/holders.ts';
-import { buildScoreMatrix } from '../core/topology.ts';
+import { buildScoreMatrix } from '../core/topology/index.ts';
 import { discoverMig } from '../nvml/mig.ts';
 import { discoverGpus, readLinks } from '../nvml/discovery.ts';
 import { NVML } from '../nvml/errors.ts';

@@ -32,7 +32,7 @@ import { migCapabilitiesProblem, planForNode } from './config-fit.ts';
 import { MigStrategyError, NO_MIG } from './mig.ts';
 import type { MigLayout, MigStrategy } from './mig.ts';
 import type { PlannedResource, Sharing } from './sharing.ts';
-import type { GpuLinkInfo } from './topology.ts';
+import type { GpuLinkInfo } from './topology/index.ts';
 
 /** What one scan of the node read, GPUs in NVML index order. */
 export interface NodeScan {

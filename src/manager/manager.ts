@@ -14,7 +14,7 @@ import { lowestFirstChooser } from '../core/preferred.ts';
 import type { GpuChooser } from '../core/preferred.ts';
 import type { PlannedResource, SharedAllocationPolicy } from '../core/sharing.ts';
 import type { NodeSnapshot, SnapshotDiff } from '../core/snapshot.ts';
-import { PreferredPolicy, buildScoreMatrix } from '../core/topology.ts';
+import { PreferredPolicy, buildScoreMatrix } from '../core/topology/index.ts';
 import type { PluginState } from '../plugin/service.ts';
 import { SocketDirView } from '../kubelet/watcher.ts';
 import { errorText } from '../system/log.ts';

@@ -7,8 +7,8 @@
 //   For machines of at most 10 GPUs: the brute-force solver of test/support (every cut
 //   enumerated) on the same question, and how many times slower it is than a cold call.
 // Each figure is the median, over several rounds, of that round's percentile.
-import { PreferredPolicy, buildScoreMatrix } from '../../src/core/topology.ts';
-import type { ScoreMatrix } from '../../src/core/topology.ts';
+import { PreferredPolicy, buildScoreMatrix } from '../../src/core/topology/index.ts';
+import type { ScoreMatrix } from '../../src/core/topology/index.ts';
 import { bruteForceChoose } from '../support/brute-force-policy.ts';
 import { dgx1, fixtureMatrix, gpuBusId, nvswitch16, nvswitch8, pcie16, pcie8 } from '../support/topology-fixtures.ts';
 

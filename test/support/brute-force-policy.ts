@@ -1,7 +1,7 @@
 // An obviously-correct, slow solver of the preferred-allocation objective, for checking the fast
 // one. It lists every way of cutting the available GPUs into blocks (restricted growth: each GPU,
 // in ascending order, joins an open block or opens a new one), keeps the cuts with the right block
-// sizes, and applies the objective and the tie rule literally, as written in src/core/topology.ts:
+// sizes, and applies the objective and the tie rule literally, as written in src/core/topology/policy.ts:
 //   - a cut is floor(n/k) blocks of k plus, if k does not divide n, one block of n mod k;
 //   - with must-include GPUs, only cuts in which one full-size block holds all of them count;
 //   - keep the cuts with the greatest total score; from each, its best-scoring full-size blocks
@@ -9,7 +9,7 @@
 //   - among candidates: greatest block score, then greatest score of the GPUs left out of the
 //     block, then the lexicographically smallest ascending index list.
 // Fine up to about 10 GPUs.
-import type { ScoreMatrix } from '../../src/core/topology.ts';
+import type { ScoreMatrix } from '../../src/core/topology/index.ts';
 
 export interface BruteForceAnswer {
   /** The chosen GPUs, ascending. */

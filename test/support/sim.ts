@@ -207,6 +207,8 @@ export interface SimOptions {
   waitRegistered?: boolean;
   /** Which built executable runs (default x64); arm64 runs under qemu with the aarch64 fake NVML. */
   arch?: Arch;
+  /** Another x64 executable to run instead of the built one (a bench comparing builds), used in place. */
+  executable?: string;
   /** The host's DMI product name (sys/class/dmi/id/product_name); absent by default. */
   machine?: string;
   /**
@@ -301,7 +303,7 @@ export class SimNode {
     const args = ['--kubelet-socket', node.kubeletSocket, ...(opts.args ?? [])];
     node.plugin = opts.fromSource
       ? new PluginProcess(join(ROOT, 'node_modules', '.bin', 'node'), [join(ROOT, 'src', 'entry.ts'), ...args], env)
-      : new PluginProcess(executable(arch), args, env);
+      : new PluginProcess(opts.executable ?? executable(arch), args, env);
     if ((opts.waitRegistered ?? node.kubelet !== undefined) && node.kubelet !== undefined) {
       try {
         // Emulation is 10–20× slower: a liveness bound only, generous for qemu.

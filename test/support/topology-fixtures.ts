@@ -1,7 +1,7 @@
 // Machine topologies for tests and benchmarks, as the link facts NVML would give (GpuLinkInfo with
 // active links only) plus an NVML PCIe topology level for every pair.
-import type { GpuLinkInfo, NvLinkEnd, ScoreMatrix } from '../../src/core/topology.ts';
-import { buildScoreMatrix, PcieLevel } from '../../src/core/topology.ts';
+import type { GpuLinkInfo, NvLinkEnd, ScoreMatrix } from '../../src/core/topology/index.ts';
+import { buildScoreMatrix, PcieLevel } from '../../src/core/topology/index.ts';
 
 export interface TopologyFixture {
   readonly name: string;

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { GpuLinkInfo, NvLinkEnd, ScoreMatrix } from '../../src/core/topology.ts';
-import { buildScoreMatrix, normalizeBusId, PcieLevel, pciePoints, PreferredPolicy } from '../../src/core/topology.ts';
+import type { GpuLinkInfo, NvLinkEnd, ScoreMatrix } from '../../src/core/topology/index.ts';
+import { buildScoreMatrix, normalizeBusId, PcieLevel, pciePoints, PreferredPolicy } from '../../src/core/topology/index.ts';
 import { bruteForceChoose } from '../support/brute-force-policy.ts';
 import {
   bridgedPair, dgx1, fixtureMatrix, gpuBusId, nvswitch16, nvswitch8, pcie16, pcie8, switchBusId, switchLinks,

@@ -8,30 +8,45 @@ function memoryLog(): { lines: string[]; log: ReturnType<typeof createLogger> } 
   return { lines, log: createLogger({ level: 'debug', journal: false, write: (l) => lines.push(l) }) };
 }
 
-const tick = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+/** Lets the registrar's promise chains run (setImmediate is not among the mocked timers). */
+const settle = (): Promise<void> => new Promise((r) => setImmediate(r));
 
-test('a failing kubelet is retried with growing backoff and logged once per distinct problem', async () => {
+test('a failing kubelet is retried with growing backoff and logged once per distinct problem', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout', 'Date'] });
   const { lines, log } = memoryLog();
-  let calls = 0;
+  const callsAt: number[] = [];
   const r = new Registrar({
     log,
     ensureServing: async () => undefined,
-    register: async () => { calls++; throw new Error('connect ENOENT kubelet.sock'); },
+    register: async () => { callsAt.push(Date.now()); throw new Error('connect ENOENT kubelet.sock'); },
     initialBackoffMs: 5,
     maxBackoffMs: 40,
   });
   r.kick('start');
-  await tick(300);
-  r.stop();
-  assert.ok(calls >= 4 && calls <= 14, `backoff 5→40 ms gives a handful of tries in 300 ms, got ${calls}`);
+  await settle();
+  // Each retry is due when the backoff before it ran out: advance to it, one at a time.
+  const waits = [5, 10, 20, 40, 40, 40, 40];
+  for (let i = 0; i < waits.length; i++) {
+    t.mock.timers.tick(waits[i]! - 1);
+    await settle();
+    assert.equal(callsAt.length, i + 1, `retry ${i + 1} not before its backoff of ${waits[i]} ms ran out`);
+    t.mock.timers.tick(1);
+    await settle();
+    assert.equal(callsAt.length, i + 2, `retry ${i + 1} once its backoff ran out`);
+  }
+  const gaps = callsAt.slice(1).map((at, i) => at - callsAt[i]!);
+  assert.deepEqual(gaps, waits, 'doubling from 5 ms, capped at 40 ms');
   assert.equal(lines.filter((l) => l.includes('cannot register')).length, 1);
+  r.stop();
   assert.equal(r.current, 'stopped');
-  const after = calls;
-  await tick(100);
-  assert.equal(calls, after, 'no attempts after stop');
+  const after = callsAt.length;
+  t.mock.timers.tick(1000);
+  await settle();
+  assert.equal(callsAt.length, after, 'no attempts after stop');
 });
 
-test('a kick during backoff tries at once; a kick during an attempt queues exactly one more', async () => {
+test('a kick during backoff tries at once; a kick during an attempt queues exactly one more', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] });
   const { log } = memoryLog();
   let calls = 0;
   let fail = true;
@@ -47,26 +62,31 @@ test('a kick during backoff tries at once; a kick during an attempt queues exact
     initialBackoffMs: 10000,
   });
   r.kick('start');
-  await tick(20);
+  await settle();
   assert.equal(calls, 1);
   assert.equal(r.current, 'waiting');
   fail = false;
   r.kick('kubelet socket created');
-  await tick(20);
-  assert.equal(calls, 2, 'tried at once despite a 10 s backoff');
+  await settle();
+  assert.equal(calls, 2, 'tried at once despite a 10 s backoff (no time has passed)');
+  assert.equal(r.current, 'registering');
   r.kick('again');
   r.kick('and again');
   release?.();
-  await tick(20);
+  await settle();
   assert.equal(calls, 3, 'one queued attempt for several kicks');
   release?.();
-  await tick(20);
+  await settle();
   assert.equal(r.current, 'registered');
   assert.equal(r.registrationCount, 2);
+  t.mock.timers.tick(60000);
+  await settle();
+  assert.equal(calls, 3, 'nothing more once registered');
   r.stop();
 });
 
-test('a kick while registered reports the registration lost, once, before trying again', async () => {
+test('a kick while registered reports the registration lost, once, before trying again', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] });
   const { log } = memoryLog();
   const events: string[] = [];
   let fail = false;
@@ -80,14 +100,22 @@ test('a kick while registered reports the registration lost, once, before trying
     maxBackoffMs: 10,
   });
   r.kick('start');
-  await tick(20);
+  await settle();
+  assert.equal(r.current, 'registered');
   fail = true;
   r.kick('plugin socket removed');
-  await tick(60);
+  await settle();
+  for (let i = 0; i < 5; i++) {
+    t.mock.timers.tick(10);
+    await settle();
+  }
   assert.equal(r.current, 'waiting');
   r.kick('kubelet socket changed');
+  await settle();
   fail = false;
-  await tick(40);
+  t.mock.timers.tick(10);
+  await settle();
+  assert.equal(r.current, 'registered');
   r.stop();
   assert.deepEqual(events, ['registered', 'lost: plugin socket removed', 'registered']);
 });

@@ -19,7 +19,8 @@ export interface WatcherDeps {
   servedIdentity(): string | null;
   /** Identity of the kubelet socket we last tried to register through, or null before any try. */
   attemptedKubelet(): string | null;
-  onChange(reason: string): void;
+  /** Something changed that asks for registering again; `ours`: our socket is gone or replaced. */
+  onChange(reason: string, ours: boolean): void;
   checkIntervalMs: number;
   log: Logger;
 }
@@ -232,7 +233,7 @@ export class SocketDirWatcher {
   private async kubeletEvent(): Promise<void> {
     try {
       const id = await fileIdentity(this.deps.kubeletSocket);
-      if (id !== null && id !== this.deps.attemptedKubelet()) this.deps.onChange('kubelet socket created');
+      if (id !== null && id !== this.deps.attemptedKubelet()) this.deps.onChange('kubelet socket created', false);
     } catch (err) {
       this.deps.log.debug('cannot stat the kubelet socket', { error: errorText(err) });
     }
@@ -245,11 +246,11 @@ export class SocketDirWatcher {
       const served = this.deps.servedIdentity();
       const ours = await fileIdentity(this.deps.pluginSocket);
       if (served !== null && ours !== served) {
-        this.deps.onChange(ours === null ? 'plugin socket removed' : 'plugin socket replaced');
+        this.deps.onChange(ours === null ? 'plugin socket removed' : 'plugin socket replaced', true);
         return;
       }
       const kubelet = await fileIdentity(this.deps.kubeletSocket);
-      if (kubelet !== null && kubelet !== this.deps.attemptedKubelet()) this.deps.onChange(`kubelet socket changed (${reason})`);
+      if (kubelet !== null && kubelet !== this.deps.attemptedKubelet()) this.deps.onChange(`kubelet socket changed (${reason})`, false);
     } catch (err) {
       this.deps.log.debug('socket check failed', { error: errorText(err) });
     }

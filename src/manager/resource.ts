@@ -10,6 +10,7 @@ import { SocketDirWatcher } from '../kubelet/watcher.ts';
 import { PluginServer } from '../plugin/server.ts';
 import { DevicePluginHandlers, PLUGIN_OPTIONS } from '../plugin/service.ts';
 import type { PluginState } from '../plugin/service.ts';
+import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 import type { RegistrationRecorder, RpcRecorder } from '../core/metrics.ts';
 
@@ -44,9 +45,18 @@ export class ResourceRuntime {
   /** Identity of the kubelet socket we last tried to register through. */
   private attemptedKubelet: string | null = null;
   private registeredFlag = false;
+  private stopped = false;
   private registeredNowFlag = false;
   /** The connection to the kubelet for the attempt under way, connecting while we make sure we serve. */
   private pending: { readonly kubelet: string | null; readonly connection: KubeletConnection } | undefined;
+  /**
+   * The last Register sent: GetDevicePluginOptions calls answered when it was sent, and whether a
+   * server the kubelet had reached since was replaced (the kubelet's stream to it is then cut, and
+   * the registration does not stand, even though the socket is served again).
+   */
+  private lastRegister: { readonly optionsCalls: number; reachedReplaced: boolean } | undefined;
+  /** Serving is made sure of one at a time (the watcher and the registration loop both ask). */
+  private serving: Promise<void> = Promise.resolve();
 
   constructor(name: string, state: PluginState, ctx: ResourceContext) {
     this.name = name;
@@ -76,6 +86,7 @@ export class ResourceRuntime {
           pending = { kubelet, connection: KubeletConnection.open(ctx.kubeletSocket) };
         }
         this.attemptedKubelet = kubelet;
+        this.lastRegister = { optionsCalls: this.handlers.optionsCalls, reachedReplaced: false };
         try {
           await pending.connection.register({
             version: API_VERSION,
@@ -87,7 +98,8 @@ export class ResourceRuntime {
           pending.connection.close();
         }
       },
-      upToDate: async () => (await this.stillOurs()) && (await fileIdentity(ctx.kubeletSocket)) === this.attemptedKubelet,
+      upToDate: async () => this.lastRegister?.reachedReplaced !== true && (await this.stillOurs())
+        && (await fileIdentity(ctx.kubeletSocket)) === this.attemptedKubelet,
       onRegistered: () => {
         this.registeredFlag = true;
         this.registeredNowFlag = true;
@@ -103,7 +115,14 @@ export class ResourceRuntime {
       pluginSocket: this.socketPath,
       servedIdentity: () => (this.server === undefined ? null : this.served),
       attemptedKubelet: () => this.attemptedKubelet,
-      onChange: (reason) => this.registrar.kick(reason),
+      onChange: (reason, ours) => {
+        // Our socket gone or replaced: serve it again at once, also while a Register is in flight.
+        // That Register's kubelet may be dialling it right now (a restarting kubelet deletes our
+        // socket, then serves its own): its dial retries about once a second for 10 s, so it finds
+        // the socket served again instead of failing the Register after 10 s.
+        if (ours) this.serveAgain(reason);
+        this.registrar.kick(reason);
+      },
       checkIntervalMs: ctx.socketCheckIntervalMs,
       log: this.log,
     });
@@ -147,9 +166,24 @@ export class ResourceRuntime {
     return this.server !== undefined && this.served !== null && (await fileIdentity(this.socketPath)) === this.served;
   }
 
-  private async ensureServing(): Promise<void> {
+  /** Serves our socket again now (its errors are the next registration attempt's to report). */
+  private serveAgain(reason: string): void {
+    this.ensureServing().catch((err: unknown) => this.log.debug('cannot serve again yet', { reason, error: errorText(err) }));
+  }
+
+  /** Makes sure our socket is there and served; one at a time. */
+  private ensureServing(): Promise<void> {
+    const next = this.serving.catch(() => undefined).then(() => this.ensureServingNow());
+    this.serving = next;
+    return next;
+  }
+
+  private async ensureServingNow(): Promise<void> {
+    if (this.stopped) return;
     if (this.server !== undefined && (await this.stillOurs())) return;
     if (this.server !== undefined) {
+      // The kubelet of the last Register reached this server: its stream is cut now.
+      if (this.lastRegister !== undefined && this.handlers.optionsCalls > this.lastRegister.optionsCalls) this.lastRegister.reachedReplaced = true;
       // Stop the old server first: closing a unix listener unlinks its path, which must not be the new one.
       this.handlers.endStreams();
       await this.server.stop(false);
@@ -157,6 +191,10 @@ export class ResourceRuntime {
       this.served = null;
     }
     const server = await PluginServer.start(this.socketPath, this.handlers);
+    if (this.stopped) {
+      await server.stop(true);
+      return;
+    }
     const identity = await fileIdentity(this.socketPath);
     if (identity === null) {
       await server.stop(false);
@@ -169,9 +207,11 @@ export class ResourceRuntime {
 
   /** Stops registering and serving; removes our socket file if it is still ours. */
   async stop(): Promise<void> {
+    this.stopped = true;
     this.watcher.stop();
     this.registrar.stop();
     this.dropPending();
+    await this.serving.catch(() => undefined);
     this.handlers.endStreams();
     const server = this.server;
     this.server = undefined;

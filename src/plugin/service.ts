@@ -85,6 +85,7 @@ export class DevicePluginHandlers {
   private readonly log: Logger;
   /** Counts every RPC answered (metrics); by default counts nothing. */
   private readonly recorder: RpcRecorder;
+  private optionsAnswered = 0;
 
   constructor(state: PluginState, log: Logger, recorder: RpcRecorder = NO_RECORDER) {
     this.state = state;
@@ -99,6 +100,14 @@ export class DevicePluginHandlers {
 
   get openStreams(): number {
     return this.streams.size;
+  }
+
+  /**
+   * GetDevicePluginOptions calls answered so far: a kubelet makes one as it connects during a
+   * Register, so a registration can tell whether the kubelet reached the server it was sent for.
+   */
+  get optionsCalls(): number {
+    return this.optionsAnswered;
   }
 
   /** Replaces the state and, if the device list changed, sends it to every open stream. */
@@ -160,6 +169,7 @@ export class DevicePluginHandlers {
         let outcome: RpcOutcomeId = OUTCOME.ok;
         try {
           decoded(call.request);
+          this.optionsAnswered++;
           cb(null, PLUGIN_OPTIONS);
         } catch (err) {
           outcome = this.fail('GetDevicePluginOptions', err, cb);

@@ -1,8 +1,10 @@
 // A stand-in for the kubelet's device manager: serves Registration on <dir>/kubelet.sock over real
 // gRPC, validates RegisterRequests as the kubelet does, dials the plugin back, calls
-// GetDevicePluginOptions, keeps a ListAndWatch stream open, and can call the other RPCs. restart()
-// does what a kubelet start does: delete every file in the directory (but the checkpoint), then
-// serve kubelet.sock again. servePodResources() also serves the PodResources API (v1 List) on its
+// GetDevicePluginOptions, keeps a ListAndWatch stream open, and can call the other RPCs. Its dial back
+// is the kubelet's: it blocks until the plugin's socket accepts, retrying about once a second, for at
+// most 10 s (then the Register fails). restart() does what a graceful kubelet restart does: the old
+// kubelet removes kubelet.sock as it stops, the new one deletes every other file in the directory
+// (but the checkpoint), then serves kubelet.sock again; stopKubelet() and startKubelet() are its halves. servePodResources() also serves the PodResources API (v1 List) on its
 // own socket, answering with the pods the test sets in `pods`.
 import * as grpc from '@grpc/grpc-js';
 import { EventEmitter } from 'node:events';
@@ -20,7 +22,12 @@ export interface Registration {
   /** performance.now() when Register arrived, and when the kubelet socket was last created. */
   at: number;
   socketCreatedAt: number;
+  /** Milliseconds the dial back to the plugin's socket waited for it to accept. */
+  dialMs: number;
 }
+
+/** The kubelet's dial timeout for a registering plugin's socket (its Register fails after it). */
+export const DIAL_TIMEOUT_MS = 10000;
 
 interface PluginClient {
   resource: string;
@@ -102,17 +109,26 @@ export class KubeletStandIn extends EventEmitter {
     }
     const old = this.plugins.get(req.resource_name);
     if (old !== undefined) this.closePlugin(old);
-    // Like the kubelet, one connection per plugin registration, really closed when replaced.
-    const client = new grpc.Client(`unix://${join(this.dir, req.endpoint)}`, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 });
+    // Like the kubelet, one connection per plugin registration, really closed when replaced. Its dial
+    // blocks until connected, for at most 10 s, retrying with gRPC's backoff (1 s, then × 1.6).
+    const client = new grpc.Client(`unix://${join(this.dir, req.endpoint)}`, grpc.credentials.createInsecure(), {
+      'grpc.use_local_subchannel_pool': 1,
+      'grpc.initial_reconnect_backoff_ms': 1000,
+    });
     const svc = devicePluginService();
     try {
+      const dialStart = performance.now();
+      await new Promise<void>((resolve, reject) => {
+        client.waitForReady(Date.now() + DIAL_TIMEOUT_MS, (err) => (err ? reject(new Error(`dial timed out after ${DIAL_TIMEOUT_MS} ms`)) : resolve()));
+      });
+      const dialMs = performance.now() - dialStart;
       const options = await new Promise<M.DevicePluginOptions>((resolve, reject) => {
         client.makeUnaryRequest(svc.GetDevicePluginOptions.path, svc.GetDevicePluginOptions.requestSerialize, svc.GetDevicePluginOptions.responseDeserialize,
           {}, new grpc.Metadata(), { deadline: Date.now() + 5000 }, (err, res) => (err || res === undefined ? reject(err ?? new Error('no response')) : resolve(res)));
       });
       const plugin: PluginClient = { resource: req.resource_name, endpoint: req.endpoint, client, stream: undefined, devices: undefined, options, updates: 0 };
       this.plugins.set(req.resource_name, plugin);
-      this.registrations.push({ request: req, at, socketCreatedAt: this.socketCreatedAt });
+      this.registrations.push({ request: req, at, socketCreatedAt: this.socketCreatedAt, dialMs });
       cb(null, {});
       this.emit('registered', req);
       this.openStream(plugin);
@@ -216,9 +232,20 @@ export class KubeletStandIn extends EventEmitter {
 
   /** What a kubelet restart looks like to a plugin: its socket goes, every file goes, kubelet.sock comes back. */
   async restart(opts: { downMs?: number } = {}): Promise<void> {
-    await this.shutdown();
-    await this.wipe();
+    await this.stopKubelet();
     if (opts.downMs) await new Promise((r) => setTimeout(r, opts.downMs));
+    await this.startKubelet();
+  }
+
+  /** A kubelet stopping gracefully: plugin connections closed, kubelet.sock removed; other files stay. */
+  async stopKubelet(): Promise<void> {
+    await this.shutdown();
+    await rm(this.socketPath, { force: true });
+  }
+
+  /** A kubelet starting: every file but the checkpoint deleted, then kubelet.sock served. */
+  async startKubelet(): Promise<void> {
+    await this.wipe();
     await this.serve();
   }
 

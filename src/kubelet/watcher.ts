@@ -1,6 +1,7 @@
 // Watches the kubelet's socket directory. When our socket is removed or replaced, or the kubelet's
-// socket is (re)created, it asks for re-registration at once (inotify through fs.watch). A slow timer
-// checks the same things, because inotify can miss events (and the watch dies with the directory).
+// socket is (re)created, it asks for re-registration at once (inotify through fs.watch). A watch on
+// the directory's parent moves that watch to a re-created directory (an inotify watch stays on the
+// directory it was opened on). A slow timer checks the same things, because inotify can miss events.
 // SocketDirView, one per process (the resource manager owns it, however many resources share the
 // directory), checks every second that this process still sees the directory it started with (see
 // viewProblem below): a systemd service's private mount of it does not survive its deletion.
@@ -168,10 +169,21 @@ export class SocketDirView {
   }
 }
 
+function closeQuietly(w: FSWatcher): void {
+  w.removeAllListeners();
+  w.on('error', () => undefined);
+  w.close();
+}
+
 export class SocketDirWatcher {
   private readonly deps: WatcherDeps;
   private readonly dir: string;
+  /** The watch on the socket directory, and the directory it is on (device:inode). */
   private watcher: FSWatcher | undefined;
+  private watchedDir: string | undefined;
+  /** The watch on the directory's parent, which sees the directory itself deleted and re-created. */
+  private parentWatcher: FSWatcher | undefined;
+  private opening = false;
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
   private watchProblem: string | undefined;
@@ -182,7 +194,8 @@ export class SocketDirWatcher {
   }
 
   start(): void {
-    this.openWatch();
+    this.watchParent();
+    void this.openWatch();
     this.timer = setInterval(() => void this.check('periodic check'), this.deps.checkIntervalMs);
     this.timer.unref();
   }
@@ -191,26 +204,92 @@ export class SocketDirWatcher {
     this.stopped = true;
     if (this.timer !== undefined) clearInterval(this.timer);
     this.closeWatch();
+    if (this.parentWatcher !== undefined) {
+      closeQuietly(this.parentWatcher);
+      this.parentWatcher = undefined;
+    }
   }
 
   private closeWatch(): void {
     if (this.watcher !== undefined) {
-      this.watcher.removeAllListeners();
-      this.watcher.on('error', () => undefined);
-      this.watcher.close();
+      closeQuietly(this.watcher);
       this.watcher = undefined;
+      this.watchedDir = undefined;
     }
   }
 
-  private openWatch(): void {
-    if (this.stopped || this.watcher !== undefined) return;
+  /**
+   * Watches the parent directory for the socket directory's own name: an inotify watch stays on the
+   * directory it was opened on, so once that is deleted and re-created (a process without systemd's
+   * private mount carries on) it hears nothing more; this one says when to watch the new directory.
+   */
+  private watchParent(): void {
+    if (this.stopped || this.parentWatcher !== undefined) return;
+    const name = basename(this.dir);
+    try {
+      const w = watch(dirname(this.dir), { persistent: false }, (_event, filename) => {
+        if (filename === null || filename === undefined || filename.toString() === name) void this.followDirectory();
+      });
+      w.on('error', () => {
+        closeQuietly(w);
+        if (this.parentWatcher === w) this.parentWatcher = undefined;
+      });
+      this.parentWatcher = w;
+    } catch (err) {
+      // Without it a re-created directory is found by the periodic check; the directory's own
+      // watch (reported below) is what matters.
+      this.deps.log.debug('cannot watch the socket directory\'s parent', { dir: dirname(this.dir), error: errorText(err) });
+    }
+  }
+
+  /** Device and inode of the socket directory; null when it does not exist. */
+  private async dirIdentity(): Promise<string | null> {
+    try {
+      const st = await stat(this.dir);
+      return `${st.dev}:${st.ino}`;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ENOTDIR') return null;
+      throw err;
+    }
+  }
+
+  /** The socket directory itself was deleted or created: move the watch to the one there now. */
+  private async followDirectory(): Promise<void> {
+    if (this.stopped) return;
+    try {
+      const now = await this.dirIdentity();
+      if (now !== null && now === this.watchedDir) return;
+      this.closeWatch();
+      if (now === null) return;
+      const quiet = this.watchProblem !== undefined; // then openWatch says it watches again
+      await this.openWatch();
+      if (this.watcher !== undefined) {
+        if (!quiet) this.deps.log.info('the socket directory was re-created; watching the new one', { dir: this.dir });
+        await this.check('socket directory re-created');
+      }
+    } catch (err) {
+      this.deps.log.debug('cannot look at the socket directory', { dir: this.dir, error: errorText(err) });
+    }
+  }
+
+  private async openWatch(): Promise<void> {
+    if (this.stopped || this.watcher !== undefined || this.opening) return;
+    this.opening = true;
     const kubeletName = basename(this.deps.kubeletSocket);
     const pluginName = basename(this.deps.pluginSocket);
+    const dirName = basename(this.dir);
     try {
+      // Read before the watch is opened: if the directory is replaced in between, the identity is
+      // the old one and the parent's watch moves the watch again (read after, a watch on the old
+      // directory could pass for one on the new).
+      const identity = await this.dirIdentity();
+      if (this.stopped || this.watcher !== undefined) return;
+      if (identity === null) throw Object.assign(new Error(`${this.dir} does not exist`), { code: 'ENOENT' });
       const w = watch(this.dir, { persistent: false }, (_event, filename) => {
         const name = filename?.toString();
         if (name === kubeletName) void this.kubeletEvent();
         else if (name === pluginName) void this.check('plugin socket changed');
+        else if (name === dirName) void this.followDirectory();
         else if (name === undefined || name === null) void this.check('directory changed');
       });
       w.on('error', (err) => {
@@ -218,6 +297,7 @@ export class SocketDirWatcher {
         this.closeWatch();
       });
       this.watcher = w;
+      this.watchedDir = identity;
       if (this.watchProblem !== undefined) this.deps.log.info('watching the socket directory again', { dir: this.dir });
       this.watchProblem = undefined;
     } catch (err) {
@@ -226,6 +306,8 @@ export class SocketDirWatcher {
         this.deps.log.warn('cannot watch the socket directory; relying on the periodic check', { dir: this.dir, error: problem });
         this.watchProblem = problem;
       }
+    } finally {
+      this.opening = false;
     }
   }
 
@@ -241,7 +323,9 @@ export class SocketDirWatcher {
 
   async check(reason: string): Promise<void> {
     if (this.stopped) return;
-    if (this.watcher === undefined) this.openWatch();
+    this.watchParent();
+    if (this.watcher === undefined) await this.openWatch();
+    else await this.followDirectory();
     try {
       const served = this.deps.servedIdentity();
       const ours = await fileIdentity(this.deps.pluginSocket);

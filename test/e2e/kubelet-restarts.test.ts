@@ -3,7 +3,7 @@
 // deleted and re-created.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync } from 'node:fs';
 import { SimNode } from '../support/sim.ts';
 
 const median = (xs: number[]): number => {
@@ -37,6 +37,49 @@ test('100 graceful kubelet restarts back to back: every Register the kubelet get
     assert.equal(res.container_responses[0]!.envs['NVIDIA_VISIBLE_DEVICES'], u[0]);
     process.stderr.write(`# graceful restart → re-registered: median ${median(lat).toFixed(1)} ms, worst ${Math.max(...lat).toFixed(1)} ms; `
       + `the kubelet's dial had to retry ${dial.filter((ms) => ms > 500).length} times, waiting at worst ${Math.max(...dial).toFixed(0)} ms (of 100; measured, not asserted)\n`);
+  } finally {
+    await node.stop();
+  }
+});
+
+/** rm -rf that retries while the plugin re-creates its socket in the directory being deleted. */
+function removeDir(dir: string): void {
+  for (let i = 0; ; i++) {
+    try {
+      rmSync(dir, { recursive: true, force: true });
+      return;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOTEMPTY' || i > 1000) throw err;
+    }
+  }
+}
+
+test('the socket directory deleted and re-created 5 times: every kubelet start after it is seen by the directory watch', async () => {
+  // The periodic check is an hour away: only the watch can see the kubelet come back.
+  const node = await SimNode.start({ topology: 'demo-8', args: ['--socket-check-interval', '3600'] });
+  try {
+    const k = node.kubelet!;
+    await k.waitForDevices((d) => d.length === 8);
+    for (let i = 0; i < 5; i++) {
+      const n = k.registrations.length;
+      await k.stopKubelet();
+      removeDir(node.kubeletDir);
+      mkdirSync(node.kubeletDir);
+      await k.startKubelet();
+      await k.waitForRegistrations(n + 1, 30000);
+      await k.waitForDevices((d) => d.length === 8);
+    }
+    assert.equal(node.plugin.matching(/the socket directory was re-created; watching the new one/).length, 5, node.plugin.lines.join('\n'));
+    // Then routine restarts, in the directory made last.
+    for (let i = 0; i < 3; i++) {
+      const n = k.registrations.length;
+      await k.restart();
+      await k.waitForRegistrations(n + 1, 30000);
+    }
+    await k.waitForDevices((d) => d.length === 8);
+    assert.ok(existsSync(node.pluginSocket));
+    assert.equal(node.plugin.exit, undefined);
+    assert.equal(node.plugin.matching(/lost the socket directory/).length, 0);
   } finally {
     await node.stop();
   }

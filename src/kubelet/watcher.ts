@@ -22,6 +22,8 @@ export interface WatcherDeps {
   attemptedKubelet(): string | null;
   /** Something changed that asks for registering again; `ours`: our socket is gone or replaced. */
   onChange(reason: string, ours: boolean): void;
+  /** The kubelet socket is gone (the kubelet stopped): whatever registration stood is lost. */
+  onKubeletGone(reason: string): void;
   checkIntervalMs: number;
   log: Logger;
 }
@@ -303,7 +305,9 @@ export class SocketDirWatcher {
     } catch (err) {
       const problem = errorText(err);
       if (problem !== this.watchProblem) {
-        this.deps.log.warn('cannot watch the socket directory; relying on the periodic check', { dir: this.dir, error: problem });
+        // A missing directory is the registration's to report (it cannot serve there either), once.
+        const level = (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'debug' : 'warn';
+        this.deps.log[level]('cannot watch the socket directory; relying on the periodic check', { dir: this.dir, error: problem });
         this.watchProblem = problem;
       }
     } finally {
@@ -315,7 +319,8 @@ export class SocketDirWatcher {
   private async kubeletEvent(): Promise<void> {
     try {
       const id = await fileIdentity(this.deps.kubeletSocket);
-      if (id !== null && id !== this.deps.attemptedKubelet()) this.deps.onChange('kubelet socket created', false);
+      if (id === null) this.deps.onKubeletGone('kubelet socket removed');
+      else if (id !== this.deps.attemptedKubelet()) this.deps.onChange('kubelet socket created', false);
     } catch (err) {
       this.deps.log.debug('cannot stat the kubelet socket', { error: errorText(err) });
     }
@@ -334,7 +339,8 @@ export class SocketDirWatcher {
         return;
       }
       const kubelet = await fileIdentity(this.deps.kubeletSocket);
-      if (kubelet !== null && kubelet !== this.deps.attemptedKubelet()) this.deps.onChange(`kubelet socket changed (${reason})`, false);
+      if (kubelet === null) this.deps.onKubeletGone(`kubelet socket removed (${reason})`);
+      else if (kubelet !== this.deps.attemptedKubelet()) this.deps.onChange(`kubelet socket changed (${reason})`, false);
     } catch (err) {
       this.deps.log.debug('socket check failed', { error: errorText(err) });
     }

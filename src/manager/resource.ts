@@ -79,6 +79,10 @@ export class ResourceRuntime {
         // if it changed while we made sure we serve (a kubelet restarting deletes our socket, then
         // makes its own anew), the early connection went to the old one, so connect to the new one.
         const kubelet = await fileIdentity(ctx.kubeletSocket);
+        // Our socket as it is after that: a starting kubelet deletes the other files before it makes
+        // its socket, so once its socket is read, our socket checked now stays until the Register
+        // (checked before, it could be deleted in between, and the kubelet's dial would wait for it).
+        if (kubelet !== null) await this.ensureServing();
         let pending = this.pending;
         this.pending = undefined;
         if (pending === undefined || pending.kubelet !== kubelet) {
@@ -86,6 +90,10 @@ export class ResourceRuntime {
           pending = { kubelet, connection: KubeletConnection.open(ctx.kubeletSocket) };
         }
         this.attemptedKubelet = kubelet;
+        if (kubelet === null) {
+          pending.connection.close();
+          throw new Error(`no kubelet socket at ${ctx.kubeletSocket} (is the kubelet running?)`);
+        }
         this.lastRegister = { optionsCalls: this.handlers.optionsCalls, reachedReplaced: false };
         try {
           await pending.connection.register({
@@ -123,9 +131,20 @@ export class ResourceRuntime {
         if (ours) this.serveAgain(reason);
         this.registrar.kick(reason);
       },
+      onKubeletGone: (reason) => this.registrar.lost(reason),
       checkIntervalMs: ctx.socketCheckIntervalMs,
       log: this.log,
     });
+    // The kubelet's stream gone while its socket stays: it marks our devices unhealthy until we
+    // register again. With its socket gone or new, the kubelet is restarting: the registration is
+    // lost, and the new kubelet's socket (or our socket's removal) kicks the next attempt.
+    this.handlers.onLastStreamClosed = () => {
+      void fileIdentity(ctx.kubeletSocket).catch(() => null).then((kubelet) => {
+        if (this.registrar.current !== 'registered') return;
+        if (kubelet !== null && kubelet === this.attemptedKubelet) this.registrar.kick('the kubelet closed its ListAndWatch stream');
+        else this.registrar.lost('the kubelet closed its ListAndWatch stream and its socket went');
+      });
+    };
   }
 
   /** Registered at least once. */

@@ -86,6 +86,11 @@ export class DevicePluginHandlers {
   /** Counts every RPC answered (metrics); by default counts nothing. */
   private readonly recorder: RpcRecorder;
   private optionsAnswered = 0;
+  /**
+   * Called when the peer closed the last open ListAndWatch stream (not when endStreams() ends them):
+   * the kubelet keeps one open while the registration stands, so its going means the registration is lost.
+   */
+  onLastStreamClosed: (() => void) | undefined;
 
   constructor(state: PluginState, log: Logger, recorder: RpcRecorder = NO_RECORDER) {
     this.state = state;
@@ -190,7 +195,7 @@ export class DevicePluginHandlers {
         const s: OpenStream = { call, waitingDrain: false, pending: false };
         this.streams.add(s);
         const release = (): void => {
-          this.streams.delete(s);
+          if (this.streams.delete(s) && this.streams.size === 0) this.onLastStreamClosed?.();
         };
         call.on('cancelled', release);
         call.on('close', release);

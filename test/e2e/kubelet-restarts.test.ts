@@ -4,7 +4,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, rmSync } from 'node:fs';
-import { SimNode } from '../support/sim.ts';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { buildFakeNvml } from '../fake-nvml/build.ts';
+import { NotifySocket } from '../support/notify-socket.ts';
+import { KubeletStandIn } from '../support/kubelet.ts';
+import { PluginProcess, SimNode, TOPOLOGIES, executable } from '../support/sim.ts';
 
 const median = (xs: number[]): number => {
   const s = [...xs].sort((a, b) => a - b);
@@ -82,5 +87,97 @@ test('the socket directory deleted and re-created 5 times: every kubelet start a
     assert.equal(node.plugin.matching(/lost the socket directory/).length, 0);
   } finally {
     await node.stop();
+  }
+});
+
+test('STATUS leaves "registered" as soon as the kubelet goes, and comes back with it', async () => {
+  const sock = new NotifySocket(`@gdp-notify-kgone-${process.pid}-${Date.now()}`);
+  const node = await SimNode.start({ topology: 'demo-8', env: { NOTIFY_SOCKET: sock.path } });
+  try {
+    const k = node.kubelet!;
+    await sock.waitFor(/READY=1/, 10000);
+    await sock.waitFor(/^STATUS=registered/m, 10000);
+    // The kubelet stops (its socket removed, its stream closed) and stays away: no wipe, so our
+    // socket stays, and nothing but the kubelet's going can tell.
+    let from = sock.messages.length;
+    await k.stopKubelet();
+    await sock.waitFor(/^STATUS=(?!registered)/m, 10000, from);
+    from = sock.messages.length;
+    await k.startKubelet();
+    await k.waitForRegistrations(2);
+    await sock.waitFor(/^STATUS=registered/m, 10000, from);
+  } finally {
+    sock.close();
+    await node.stop();
+  }
+});
+
+test('the kubelet cutting its ListAndWatch stream (its socket stays): STATUS says so, and the plugin registers again', async () => {
+  const sock = new NotifySocket(`@gdp-notify-kcut-${process.pid}-${Date.now()}`);
+  const node = await SimNode.start({ topology: 'demo-8', env: { NOTIFY_SOCKET: sock.path } });
+  try {
+    const k = node.kubelet!;
+    await k.waitForDevices((d) => d.length === 8);
+    await sock.waitFor(/^STATUS=registered/m, 10000);
+    const from = sock.messages.length;
+    k.cutStream();
+    await k.waitForRegistrations(2);
+    await k.waitForDevices((d) => d.length === 8);
+    await sock.waitFor(/^STATUS=registered/m, 10000, from);
+    const statuses = sock.messages.slice(from).filter((m) => m.startsWith('STATUS='));
+    assert.match(statuses[0] ?? '', /^STATUS=(?!registered)/, `the loss was reported before the new registration: ${JSON.stringify(statuses)}`);
+    assert.match(await node.plugin.waitForLine(/registered with the kubelet .*reason="the kubelet closed its ListAndWatch stream"/), /attempts=1/);
+  } finally {
+    sock.close();
+    await node.stop();
+  }
+});
+
+test('a routine kubelet restart logs one INFO line and no gRPC text; a missing socket directory is said once, as missing', async () => {
+  const node = await SimNode.start({ topology: 'demo-8' });
+  try {
+    const k = node.kubelet!;
+    await k.waitForDevices((d) => d.length === 8);
+    await node.plugin.waitForLine(/watching GPU health/);
+    const start = node.plugin.lines.length;
+    for (let i = 0; i < 20; i++) {
+      const from = node.plugin.lines.length;
+      const n = k.registrations.length;
+      await k.restart();
+      await k.waitForRegistrations(n + 1);
+      // The plugin's own line for it (the kubelet's answer reaches the plugin after the kubelet counted it).
+      await node.plugin.waitForLine(/registered with the kubelet/, 10000, from);
+      await k.waitForDevices((d) => d.length === 8);
+    }
+    const lines = node.plugin.lines.slice(start);
+    assert.equal(lines.filter((l) => / INFO registered with the kubelet /.test(l)).length, 20, 'one line per restart');
+    assert.deepEqual(lines.filter((l) => !/ INFO registered with the kubelet /.test(l)), [], 'and nothing else');
+    assert.deepEqual(node.plugin.matching(/No connection established|Call cancelled|Resolution note|No address added/), []);
+  } finally {
+    await node.stop();
+  }
+  const libs = await buildFakeNvml();
+  const missing = join(tmpdir(), `gdp-missing-${process.pid}`, 'device-plugins');
+  const plugin = new PluginProcess(executable(), ['--kubelet-socket', join(missing, 'kubelet.sock')], {
+    PATH: '/nonexistent', LD_LIBRARY_PATH: libs.current, FAKE_NVML_CONFIG: join(TOPOLOGIES, 'demo-8.json'), DP_DISABLE_HEALTHCHECKS: 'all',
+  });
+  try {
+    const line = await plugin.waitForLine(/cannot register with the kubelet yet/);
+    assert.match(line, /^\S+ WARN .*error="the socket directory \S+ does not exist/);
+    // The directory and a kubelet come: the plugin's retries (each one looks again) find them.
+    mkdirSync(missing, { recursive: true });
+    const kubelet = await KubeletStandIn.start(missing, { wipe: false });
+    try {
+      await kubelet.waitForRegistrations(1, 20000);
+    } finally {
+      await kubelet.stop();
+    }
+    const aboutIt = plugin.lines.filter((l) => l.includes(missing) && !/ INFO (starting|registered with the kubelet) /.test(l));
+    assert.equal(aboutIt.length, 1, plugin.lines.join('\n'));
+    assert.equal(aboutIt[0]!.split(missing).length - 1, 1, 'the directory is named once in the line');
+    assert.deepEqual(plugin.matching(/permission denied|EACCES/), []);
+  } finally {
+    await plugin.kill();
+    rmSync(dirname(missing), { recursive: true, force: true });
   }
 });

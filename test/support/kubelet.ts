@@ -163,6 +163,14 @@ export class KubeletStandIn extends EventEmitter {
     p.client.close();
   }
 
+  /** The kubelet's end of a resource's ListAndWatch stream breaks (its socket stays): the plugin must register again. */
+  cutStream(resource = 'nvidia.com/gpu'): void {
+    const p = this.plugins.get(resource);
+    if (p === undefined) throw new Error(`no plugin registered for ${resource}`);
+    this.plugins.delete(resource);
+    this.closePlugin(p);
+  }
+
   devices(resource = 'nvidia.com/gpu'): M.Device[] | undefined {
     return this.plugins.get(resource)?.devices;
   }

@@ -8,7 +8,7 @@
 import { constants as fsConstants, watch } from 'node:fs';
 import { access, readFile, realpath, stat } from 'node:fs/promises';
 import type { FSWatcher } from 'node:fs';
-import { basename, dirname } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { errorText } from '../system/log.ts';
 import { fileIdentity } from './socket-identity.ts';
 import type { Logger } from '../system/log.ts';
@@ -24,6 +24,8 @@ export interface WatcherDeps {
   onChange(reason: string, ours: boolean): void;
   /** The kubelet socket is gone (the kubelet stopped): whatever registration stood is lost. */
   onKubeletGone(reason: string): void;
+  /** Another socket in the directory (another plugin's, `name` ending in .sock) was removed. */
+  onOtherSocketRemoved?(name: string): void;
   checkIntervalMs: number;
   log: Logger;
 }
@@ -293,6 +295,7 @@ export class SocketDirWatcher {
         else if (name === pluginName) void this.check('plugin socket changed');
         else if (name === dirName) void this.followDirectory();
         else if (name === undefined || name === null) void this.check('directory changed');
+        else if (name.endsWith('.sock')) void this.otherEvent(name);
       });
       w.on('error', (err) => {
         this.deps.log.warn('lost the watch on the socket directory; the periodic check will restore it', { dir: this.dir, error: errorText(err) });
@@ -312,6 +315,15 @@ export class SocketDirWatcher {
       }
     } finally {
       this.opening = false;
+    }
+  }
+
+  /** Another plugin's socket appeared or went: said when it went. */
+  private async otherEvent(name: string): Promise<void> {
+    try {
+      if ((await fileIdentity(join(this.dir, name))) === null && !this.stopped) this.deps.onOtherSocketRemoved?.(name);
+    } catch (err) {
+      this.deps.log.debug('cannot stat a socket in the socket directory', { socket: name, error: errorText(err) });
     }
   }
 

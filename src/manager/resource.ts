@@ -16,8 +16,18 @@ import type { RegistrationRecorder, RpcRecorder } from '../core/metrics.ts';
 
 /** Socket file of a resource: gpu-device-plugin-<name without the vendor domain>.sock */
 export function socketFileName(resource: string): string {
-  return `gpu-device-plugin-${resource.slice(resource.indexOf('/') + 1)}.sock`;
+  return `${SOCKET_PREFIX}${resource.slice(resource.indexOf('/') + 1)}.sock`;
 }
+const SOCKET_PREFIX = 'gpu-device-plugin-';
+
+/**
+ * How long after another plugin's socket went this resource registers again. When a plugin whose
+ * endpoint was replaced by ours (NVIDIA's, for the same resource name) disconnects, the kubelet
+ * marks the resource's devices Unhealthy and stops the resource's endpoint, which is ours: Allocate
+ * is refused until we register again. The kubelet sees that plugin's stream end at about the time
+ * its socket goes; registering at once could land before, and be stopped in turn.
+ */
+const OTHER_PLUGIN_SETTLE_MS = 1000;
 
 export interface ResourceContext {
   readonly kubeletSocket: string;
@@ -46,6 +56,7 @@ export class ResourceRuntime {
   private attemptedKubelet: string | null = null;
   private registeredFlag = false;
   private stopped = false;
+  private otherTimer: NodeJS.Timeout | undefined;
   private registeredNowFlag = false;
   /** The connection to the kubelet for the attempt under way, connecting while we make sure we serve. */
   private pending: { readonly kubelet: string | null; readonly connection: KubeletConnection } | undefined;
@@ -132,6 +143,7 @@ export class ResourceRuntime {
         this.registrar.kick(reason);
       },
       onKubeletGone: (reason) => this.registrar.lost(reason),
+      onOtherSocketRemoved: (file) => this.otherPluginGone(file),
       checkIntervalMs: ctx.socketCheckIntervalMs,
       log: this.log,
     });
@@ -145,6 +157,24 @@ export class ResourceRuntime {
         else this.registrar.lost('the kubelet closed its ListAndWatch stream and its socket went');
       });
     };
+  }
+
+  /**
+   * Another plugin's socket went: register again a little later (see OTHER_PLUGIN_SETTLE_MS), if the
+   * kubelet we registered with is still the one there (a restarting kubelet deletes every socket,
+   * and its successor gets a registration anyway).
+   */
+  private otherPluginGone(file: string): void {
+    if (file.startsWith(SOCKET_PREFIX) || this.registrar.current !== 'registered' || this.otherTimer !== undefined) return;
+    const kubelet = this.attemptedKubelet;
+    this.otherTimer = setTimeout(() => {
+      this.otherTimer = undefined;
+      void fileIdentity(this.ctx.kubeletSocket).catch(() => null).then((now) => {
+        if (this.registrar.current !== 'registered' || now === null || now !== kubelet || this.attemptedKubelet !== kubelet) return;
+        this.registrar.kick(`another plugin's socket went (${file})`);
+      });
+    }, OTHER_PLUGIN_SETTLE_MS);
+    this.otherTimer.unref();
   }
 
   /** Registered at least once. */
@@ -227,6 +257,7 @@ export class ResourceRuntime {
   /** Stops registering and serving; removes our socket file if it is still ours. */
   async stop(): Promise<void> {
     this.stopped = true;
+    if (this.otherTimer !== undefined) clearTimeout(this.otherTimer);
     this.watcher.stop();
     this.registrar.stop();
     this.dropPending();

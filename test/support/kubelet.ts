@@ -4,7 +4,13 @@
 // is the kubelet's: it blocks until the plugin's socket accepts, retrying about once a second, for at
 // most 10 s (then the Register fails). restart() does what a graceful kubelet restart does: the old
 // kubelet removes kubelet.sock as it stops, the new one deletes every other file in the directory
-// (but the checkpoint), then serves kubelet.sock again; stopKubelet() and startKubelet() are its halves. servePodResources() also serves the PodResources API (v1 List) on its
+// (but the checkpoint), then serves kubelet.sock again; stopKubelet() and startKubelet() are its halves.
+// A Register for a resource name another endpoint holds makes the new endpoint the resource's, as
+// the kubelet does (pkg/kubelet/cm/devicemanager: PluginConnected replaces the endpoint; the old
+// plugin's client is not closed): the old plugin's ListAndWatch updates still land on the resource,
+// and when its stream ends the kubelet marks the resource's devices Unhealthy and stops the
+// resource's endpoint (the new one), which then refuses Allocate until a plugin registers again.
+// (A Register from the same endpoint closes that endpoint's old client, as before.) servePodResources() also serves the PodResources API (v1 List) on its
 // own socket, answering with the pods the test sets in `pods`.
 import * as grpc from '@grpc/grpc-js';
 import { EventEmitter } from 'node:events';
@@ -59,6 +65,12 @@ export class KubeletStandIn extends EventEmitter {
   readonly rejected: { request: M.RegisterRequest; reason: string }[] = [];
   private server: grpc.Server | undefined;
   private plugins = new Map<string, PluginClient>();
+  /** Clients of endpoints another endpoint replaced for their resource, still streaming. */
+  private superseded = new Set<PluginClient>();
+  /** Each resource's device list as the kubelet holds it (any of its plugins' streams updates it). */
+  private views = new Map<string, M.Device[]>();
+  /** Resources whose endpoint is stopped (Allocate refused) until a plugin registers again. */
+  private stoppedEndpoints = new Set<string>();
   private socketCreatedAt = 0;
   private podServer: grpc.Server | undefined;
   /** What PodResources List answers (set by the test). */
@@ -108,7 +120,12 @@ export class KubeletStandIn extends EventEmitter {
       return;
     }
     const old = this.plugins.get(req.resource_name);
-    if (old !== undefined) this.closePlugin(old);
+    if (old !== undefined && old.endpoint === req.endpoint) {
+      this.closePlugin(old);
+      this.views.delete(req.resource_name);
+    } else if (old !== undefined) {
+      this.superseded.add(old);
+    }
     // Like the kubelet, one connection per plugin registration, really closed when replaced. Its dial
     // blocks until connected, for at most 10 s, retrying with gRPC's backoff (1 s, then × 1.6).
     const client = new grpc.Client(`unix://${join(this.dir, req.endpoint)}`, grpc.credentials.createInsecure(), {
@@ -128,6 +145,7 @@ export class KubeletStandIn extends EventEmitter {
       });
       const plugin: PluginClient = { resource: req.resource_name, endpoint: req.endpoint, client, stream: undefined, devices: undefined, options, updates: 0 };
       this.plugins.set(req.resource_name, plugin);
+      this.stoppedEndpoints.delete(req.resource_name);
       this.registrations.push({ request: req, at, socketCreatedAt: this.socketCreatedAt, dialMs });
       cb(null, {});
       this.emit('registered', req);
@@ -147,15 +165,25 @@ export class KubeletStandIn extends EventEmitter {
     stream.on('data', (msg: M.ListAndWatchResponse) => {
       p.devices = msg.devices;
       p.updates++;
+      if (this.plugins.get(p.resource) === p || this.superseded.has(p)) this.views.set(p.resource, msg.devices);
       this.emit('devices', p.resource, msg.devices);
     });
-    stream.on('error', () => {
+    const ended = (): void => {
       // The kubelet marks the resource's devices unhealthy until the plugin registers again.
       if (this.plugins.get(p.resource) === p) this.emit('stream-broken', p.resource);
-    });
-    stream.on('end', () => {
-      if (this.plugins.get(p.resource) === p) this.emit('stream-broken', p.resource);
-    });
+      else if (this.superseded.delete(p)) {
+        // A replaced endpoint's stream ending disconnects the resource: its devices Unhealthy, its
+        // (current) endpoint stopped.
+        this.closePlugin(p);
+        this.stoppedEndpoints.add(p.resource);
+        const view = this.views.get(p.resource);
+        if (view !== undefined) this.views.set(p.resource, view.map((d) => ({ ...d, health: 'Unhealthy' })));
+        this.emit('stream-broken', p.resource);
+        this.emit('devices', p.resource, this.views.get(p.resource));
+      }
+    };
+    stream.on('error', ended);
+    stream.on('end', ended);
   }
 
   private closePlugin(p: PluginClient): void {
@@ -168,11 +196,23 @@ export class KubeletStandIn extends EventEmitter {
     const p = this.plugins.get(resource);
     if (p === undefined) throw new Error(`no plugin registered for ${resource}`);
     this.plugins.delete(resource);
+    this.views.delete(resource);
     this.closePlugin(p);
   }
 
+  /** The resource's device list as the kubelet holds it. */
   devices(resource = 'nvidia.com/gpu'): M.Device[] | undefined {
-    return this.plugins.get(resource)?.devices;
+    return this.views.get(resource);
+  }
+
+  /** The endpoint the kubelet sends this resource's calls to (a socket file name), if any. */
+  endpoint(resource = 'nvidia.com/gpu'): string | undefined {
+    return this.plugins.get(resource)?.endpoint;
+  }
+
+  /** Whether the resource's endpoint is stopped (Allocate refused until a plugin registers again). */
+  endpointStopped(resource = 'nvidia.com/gpu'): boolean {
+    return this.stoppedEndpoints.has(resource);
   }
 
   updates(resource = 'nvidia.com/gpu'): number {
@@ -219,6 +259,7 @@ export class KubeletStandIn extends EventEmitter {
   private unary<Req, Res>(resource: string, name: 'Allocate' | 'GetPreferredAllocation' | 'PreStartContainer' | 'GetDevicePluginOptions', req: Req): Promise<Res> {
     const p = this.plugins.get(resource);
     if (p === undefined) return Promise.reject(new Error(`no plugin registered for ${resource}`));
+    if (this.stoppedEndpoints.has(resource)) return Promise.reject(new Error(`endpoint ${p.endpoint} for ${resource} has been stopped`));
     const m = devicePluginService()[name] as unknown as grpc.MethodDefinition<Req, Res>;
     return new Promise<Res>((resolve, reject) => {
       p.client.makeUnaryRequest(m.path, m.requestSerialize, m.responseDeserialize, req, new grpc.Metadata(), { deadline: Date.now() + 10000 },
@@ -258,8 +299,11 @@ export class KubeletStandIn extends EventEmitter {
   }
 
   private async shutdown(): Promise<void> {
-    for (const p of this.plugins.values()) this.closePlugin(p);
+    for (const p of [...this.plugins.values(), ...this.superseded]) this.closePlugin(p);
     this.plugins.clear();
+    this.superseded.clear();
+    this.views.clear();
+    this.stoppedEndpoints.clear();
     this.server?.forceShutdown();
     this.server = undefined;
   }

@@ -98,7 +98,7 @@ export class Registrar {
       this.overdue = undefined;
       if (this.state === 'registered' || this.state === 'stopped') return;
       this.deps.log.warn('still not registered with the kubelet; retrying', {
-        since: this.lostReason, error: this.lastProblem ?? 'no kubelet socket to register with', waited_ms: quietMs,
+        reason: this.lostReason, error: this.lastProblem ?? 'no kubelet socket to register with', waited_ms: quietMs,
       });
       this.lostReason = undefined;
     }, quietMs);

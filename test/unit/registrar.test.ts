@@ -174,7 +174,7 @@ test('after a loss, failures stay at debug and the new registration is the one l
   await settle();
   const later = above().slice(mark).map((l) => l.replace(/^\S+ /, '').trimEnd());
   assert.equal(later.length, 2, later.join('\n'));
-  assert.match(later[0]!, /^WARN still not registered with the kubelet; retrying since="kubelet socket removed" error="no kubelet socket at \/x\/kubelet.sock \(is the kubelet running\?\)" waited_ms=30000$/);
+  assert.match(later[0]!, /^WARN still not registered with the kubelet; retrying reason="kubelet socket removed" error="no kubelet socket at \/x\/kubelet.sock \(is the kubelet running\?\)" waited_ms=30000$/);
   assert.match(later[1]!, /^INFO registered with the kubelet reason="kubelet socket created"/);
   r.stop();
 });

@@ -3,7 +3,7 @@
 // deleted and re-created.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync, unlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { buildFakeNvml } from '../fake-nvml/build.ts';
@@ -179,5 +179,40 @@ test('a routine kubelet restart logs one INFO line and no gRPC text; a missing s
   } finally {
     await plugin.kill();
     rmSync(dirname(missing), { recursive: true, force: true });
+  }
+});
+
+test('our socket replaced after the kubelet connected for our Register, before its answer: the plugin registers again', async () => {
+  const node = await SimNode.start({ topology: 'demo-8', args: ['--log-level', 'debug'] });
+  try {
+    const k = node.kubelet!;
+    await k.waitForDevices((d) => d.length === 8);
+    let release: (() => void) | undefined;
+    const held = new Promise<void>((resolve) => {
+      k.holdRegister = () => {
+        k.holdRegister = undefined;
+        resolve();
+        return new Promise<void>((r) => { release = r; });
+      };
+    });
+    // The kubelet cuts its stream: the plugin registers again, and the kubelet holds that Register
+    // with its new stream open on our server.
+    k.cutStream();
+    await held;
+    await k.waitForDevices((d) => d.length === 8);
+    const n = k.registrations.length;
+    const broken = new Promise<void>((resolve) => k.once('stream-broken', () => resolve()));
+    const from = node.plugin.lines.length;
+    // Our socket deleted now: the plugin serves a new one at once, which cuts the kubelet's stream.
+    unlinkSync(node.pluginSocket);
+    await node.plugin.waitForLine(/DEBUG serving /, 10000, from);
+    await broken;
+    release!();
+    // The held Register succeeds, but the stream it opened is gone: the plugin must register again.
+    await k.waitForRegistrations(n + 2, 15000);
+    await k.waitForDevices((d) => d.length === 8);
+    assert.deepEqual(k.registrations.slice(n).map((r) => r.request.endpoint), ['gpu-device-plugin-gpu.sock', 'gpu-device-plugin-gpu.sock']);
+  } finally {
+    await node.stop();
   }
 });

@@ -73,6 +73,12 @@ export class KubeletStandIn extends EventEmitter {
   private stoppedEndpoints = new Set<string>();
   private socketCreatedAt = 0;
   private podServer: grpc.Server | undefined;
+  /**
+   * When set, the next Registers are answered only once it resolves, after the kubelet has connected
+   * to the plugin and opened its ListAndWatch stream (the kubelet's client runs on its own, so a
+   * plugin can see the stream before the answer).
+   */
+  holdRegister: ((req: M.RegisterRequest) => Promise<void>) | undefined;
   /** What PodResources List answers (set by the test). */
   pods: PodResources[] = [];
   podListCalls = 0;
@@ -146,10 +152,15 @@ export class KubeletStandIn extends EventEmitter {
       const plugin: PluginClient = { resource: req.resource_name, endpoint: req.endpoint, client, stream: undefined, devices: undefined, options, updates: 0 };
       this.plugins.set(req.resource_name, plugin);
       this.stoppedEndpoints.delete(req.resource_name);
+      const hold = this.holdRegister;
+      if (hold !== undefined) {
+        this.openStream(plugin);
+        await hold(req);
+      }
       this.registrations.push({ request: req, at, socketCreatedAt: this.socketCreatedAt, dialMs });
       cb(null, {});
       this.emit('registered', req);
-      this.openStream(plugin);
+      if (hold === undefined) this.openStream(plugin);
     } catch (err) {
       client.close();
       const details = `cannot reach the plugin at ${req.endpoint}: ${(err as Error).message}`;

@@ -231,8 +231,16 @@ export class SocketDirWatcher {
     if (this.stopped || this.parentWatcher !== undefined) return;
     const name = basename(this.dir);
     try {
-      const w = watch(dirname(this.dir), { persistent: false }, (_event, filename) => {
-        if (filename === null || filename === undefined || filename.toString() === name) void this.followDirectory();
+      const parent = dirname(this.dir);
+      const w = watch(parent, { persistent: false }, (_event, filename) => {
+        const entry = filename?.toString();
+        if (entry === undefined || entry === name) void this.followDirectory();
+        else if (entry === basename(parent)) {
+          // The parent itself deleted (its watch is dead): the periodic check watches it again.
+          closeQuietly(w);
+          if (this.parentWatcher === w) this.parentWatcher = undefined;
+          void this.followDirectory();
+        }
       });
       w.on('error', () => {
         closeQuietly(w);

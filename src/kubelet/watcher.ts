@@ -197,9 +197,12 @@ export class SocketDirWatcher {
     this.dir = dirname(deps.kubeletSocket);
   }
 
+  /** Resolves once the first attempt to watch the directory is over (watching or not). */
+  opened: Promise<void> = Promise.resolve();
+
   start(): void {
     this.watchParent();
-    void this.openWatch();
+    this.opened = this.openWatch();
     this.timer = setInterval(() => void this.check('periodic check'), this.deps.checkIntervalMs);
     this.timer.unref();
   }
@@ -301,8 +304,12 @@ export class SocketDirWatcher {
         const name = filename?.toString();
         if (name === kubeletName) void this.kubeletEvent();
         else if (name === pluginName) void this.check('plugin socket changed');
-        else if (name === dirName) void this.followDirectory();
-        else if (name === undefined || name === null) void this.check('directory changed');
+        else if (name === dirName) {
+          // The watched directory itself was deleted (inotify's IN_DELETE_SELF): this watch is dead.
+          // Not judged by device:inode, which a directory re-created at once may reuse.
+          if (this.watcher === w) this.closeWatch();
+          void this.followDirectory();
+        } else if (name === undefined || name === null) void this.check('directory changed');
         else if (name.endsWith('.sock')) void this.otherEvent(name);
       });
       w.on('error', (err) => {

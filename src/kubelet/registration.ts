@@ -15,6 +15,34 @@ export function routeGrpcLogs(log: Logger): void {
   grpc.setLogger({ error: (...args: unknown[]) => log.debug('grpc', { message: args.map(String).join(' ') }) });
 }
 
+/** The errno name in a connection error's text (grpc-js passes libuv's on: "connect ENOENT /path"). */
+function errnoIn(text: string): string | undefined {
+  return /\b(E[A-Z]{2,})\b/.exec(text)?.[1];
+}
+
+/**
+ * What went wrong with a Register, said once: grpc-js's own text ("No connection established. Last
+ * error: Error: connect ENOENT /path. Resolution note: ") repeats the path and says little, so a
+ * failure to reach the kubelet is named by its errno, and only the kubelet's own refusal is quoted.
+ */
+export function registerProblem(kubeletSocket: string, code: grpc.status, details: string, timeoutMs: number): string {
+  switch (code) {
+    case grpc.status.UNAVAILABLE: {
+      const errno = errnoIn(details);
+      if (errno === 'ENOENT') return `no kubelet socket at ${kubeletSocket} (is the kubelet running?)`;
+      if (errno === 'ECONNREFUSED') return `nothing answers on the kubelet socket ${kubeletSocket} (ECONNREFUSED; the kubelet is stopping or starting)`;
+      if (errno !== undefined) return `cannot connect to the kubelet socket ${kubeletSocket} (${errno})`;
+      return `the kubelet at ${kubeletSocket} is unavailable`;
+    }
+    case grpc.status.CANCELLED:
+      return `the kubelet at ${kubeletSocket} went away during the Register call`;
+    case grpc.status.DEADLINE_EXCEEDED:
+      return `the kubelet at ${kubeletSocket} did not answer the Register call within ${timeoutMs} ms`;
+    default:
+      return `the kubelet at ${kubeletSocket} refused the registration: ${details} (gRPC ${grpc.status[code] ?? code})`;
+  }
+}
+
 export class RegistrationError extends Error {
   override name = 'RegistrationError';
   readonly code: grpc.status;
@@ -63,7 +91,7 @@ export class KubeletConnection {
         new grpc.Metadata(),
         { deadline: Date.now() + timeoutMs },
         (err) => {
-          if (err) reject(new RegistrationError(`Register at ${this.kubeletSocket} failed: ${err.details || err.message}`, err.code));
+          if (err) reject(new RegistrationError(registerProblem(this.kubeletSocket, err.code, err.details || err.message, timeoutMs), err.code));
           else resolve();
         },
       );

@@ -10,13 +10,24 @@ import { SocketDirWatcher } from '../kubelet/watcher.ts';
 import { PluginServer } from '../plugin/server.ts';
 import { DevicePluginHandlers, PLUGIN_OPTIONS } from '../plugin/service.ts';
 import type { PluginState } from '../plugin/service.ts';
+import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 import type { RegistrationRecorder, RpcRecorder } from '../core/metrics.ts';
 
 /** Socket file of a resource: gpu-device-plugin-<name without the vendor domain>.sock */
 export function socketFileName(resource: string): string {
-  return `gpu-device-plugin-${resource.slice(resource.indexOf('/') + 1)}.sock`;
+  return `${SOCKET_PREFIX}${resource.slice(resource.indexOf('/') + 1)}.sock`;
 }
+const SOCKET_PREFIX = 'gpu-device-plugin-';
+
+/**
+ * How long after another plugin's socket went this resource registers again. When a plugin whose
+ * endpoint was replaced by ours (NVIDIA's, for the same resource name) disconnects, the kubelet
+ * marks the resource's devices Unhealthy and stops the resource's endpoint, which is ours: Allocate
+ * is refused until we register again. The kubelet sees that plugin's stream end at about the time
+ * its socket goes; registering at once could land before, and be stopped in turn.
+ */
+const OTHER_PLUGIN_SETTLE_MS = 1000;
 
 export interface ResourceContext {
   readonly kubeletSocket: string;
@@ -44,9 +55,19 @@ export class ResourceRuntime {
   /** Identity of the kubelet socket we last tried to register through. */
   private attemptedKubelet: string | null = null;
   private registeredFlag = false;
+  private stopped = false;
+  private otherTimer: NodeJS.Timeout | undefined;
   private registeredNowFlag = false;
   /** The connection to the kubelet for the attempt under way, connecting while we make sure we serve. */
   private pending: { readonly kubelet: string | null; readonly connection: KubeletConnection } | undefined;
+  /**
+   * The last Register sent: GetDevicePluginOptions calls answered when it was sent, and whether a
+   * server the kubelet had reached since was replaced (the kubelet's stream to it is then cut, and
+   * the registration does not stand, even though the socket is served again).
+   */
+  private lastRegister: { readonly optionsCalls: number; reachedReplaced: boolean } | undefined;
+  /** Serving is made sure of one at a time (the watcher and the registration loop both ask). */
+  private serving: Promise<void> = Promise.resolve();
 
   constructor(name: string, state: PluginState, ctx: ResourceContext) {
     this.name = name;
@@ -69,6 +90,10 @@ export class ResourceRuntime {
         // if it changed while we made sure we serve (a kubelet restarting deletes our socket, then
         // makes its own anew), the early connection went to the old one, so connect to the new one.
         const kubelet = await fileIdentity(ctx.kubeletSocket);
+        // Our socket as it is after that: a starting kubelet deletes the other files before it makes
+        // its socket, so once its socket is read, our socket checked now stays until the Register
+        // (checked before, it could be deleted in between, and the kubelet's dial would wait for it).
+        if (kubelet !== null) await this.ensureServing();
         let pending = this.pending;
         this.pending = undefined;
         if (pending === undefined || pending.kubelet !== kubelet) {
@@ -76,6 +101,11 @@ export class ResourceRuntime {
           pending = { kubelet, connection: KubeletConnection.open(ctx.kubeletSocket) };
         }
         this.attemptedKubelet = kubelet;
+        if (kubelet === null) {
+          pending.connection.close();
+          throw new Error(`no kubelet socket at ${ctx.kubeletSocket} (is the kubelet running?)`);
+        }
+        this.lastRegister = { optionsCalls: this.handlers.optionsCalls, reachedReplaced: false };
         try {
           await pending.connection.register({
             version: API_VERSION,
@@ -87,7 +117,8 @@ export class ResourceRuntime {
           pending.connection.close();
         }
       },
-      upToDate: async () => (await this.stillOurs()) && (await fileIdentity(ctx.kubeletSocket)) === this.attemptedKubelet,
+      upToDate: async () => this.lastRegister?.reachedReplaced !== true && (await this.stillOurs())
+        && (await fileIdentity(ctx.kubeletSocket)) === this.attemptedKubelet,
       onRegistered: () => {
         this.registeredFlag = true;
         this.registeredNowFlag = true;
@@ -103,10 +134,47 @@ export class ResourceRuntime {
       pluginSocket: this.socketPath,
       servedIdentity: () => (this.server === undefined ? null : this.served),
       attemptedKubelet: () => this.attemptedKubelet,
-      onChange: (reason) => this.registrar.kick(reason),
+      onChange: (reason, ours) => {
+        // Our socket gone or replaced: serve it again at once, also while a Register is in flight.
+        // That Register's kubelet may be dialling it right now (a restarting kubelet deletes our
+        // socket, then serves its own): its dial retries about once a second for 10 s, so it finds
+        // the socket served again instead of failing the Register after 10 s.
+        if (ours) this.serveAgain(reason);
+        this.registrar.kick(reason);
+      },
+      onKubeletGone: (reason) => this.registrar.lost(reason),
+      onOtherSocketRemoved: (file) => this.otherPluginGone(file),
       checkIntervalMs: ctx.socketCheckIntervalMs,
       log: this.log,
     });
+    // The kubelet's stream gone while its socket stays: it marks our devices unhealthy until we
+    // register again. With its socket gone or new, the kubelet is restarting: the registration is
+    // lost, and the new kubelet's socket (or our socket's removal) kicks the next attempt.
+    this.handlers.onLastStreamClosed = () => {
+      void fileIdentity(ctx.kubeletSocket).catch(() => null).then((kubelet) => {
+        if (this.registrar.current !== 'registered') return;
+        if (kubelet !== null && kubelet === this.attemptedKubelet) this.registrar.kick('the kubelet closed its ListAndWatch stream');
+        else this.registrar.lost('the kubelet closed its ListAndWatch stream and its socket went');
+      });
+    };
+  }
+
+  /**
+   * Another plugin's socket went: register again a little later (see OTHER_PLUGIN_SETTLE_MS), if the
+   * kubelet we registered with is still the one there (a restarting kubelet deletes every socket,
+   * and its successor gets a registration anyway).
+   */
+  private otherPluginGone(file: string): void {
+    if (file.startsWith(SOCKET_PREFIX) || this.registrar.current !== 'registered' || this.otherTimer !== undefined) return;
+    const kubelet = this.attemptedKubelet;
+    this.otherTimer = setTimeout(() => {
+      this.otherTimer = undefined;
+      void fileIdentity(this.ctx.kubeletSocket).catch(() => null).then((now) => {
+        if (this.registrar.current !== 'registered' || now === null || now !== kubelet || this.attemptedKubelet !== kubelet) return;
+        this.registrar.kick(`another plugin's socket went (${file})`);
+      });
+    }, OTHER_PLUGIN_SETTLE_MS);
+    this.otherTimer.unref();
   }
 
   /** Registered at least once. */
@@ -147,9 +215,24 @@ export class ResourceRuntime {
     return this.server !== undefined && this.served !== null && (await fileIdentity(this.socketPath)) === this.served;
   }
 
-  private async ensureServing(): Promise<void> {
+  /** Serves our socket again now (its errors are the next registration attempt's to report). */
+  private serveAgain(reason: string): void {
+    this.ensureServing().catch((err: unknown) => this.log.debug('cannot serve again yet', { reason, error: errorText(err) }));
+  }
+
+  /** Makes sure our socket is there and served; one at a time. */
+  private ensureServing(): Promise<void> {
+    const next = this.serving.catch(() => undefined).then(() => this.ensureServingNow());
+    this.serving = next;
+    return next;
+  }
+
+  private async ensureServingNow(): Promise<void> {
+    if (this.stopped) return;
     if (this.server !== undefined && (await this.stillOurs())) return;
     if (this.server !== undefined) {
+      // The kubelet of the last Register reached this server: its stream is cut now.
+      if (this.lastRegister !== undefined && this.handlers.optionsCalls > this.lastRegister.optionsCalls) this.lastRegister.reachedReplaced = true;
       // Stop the old server first: closing a unix listener unlinks its path, which must not be the new one.
       this.handlers.endStreams();
       await this.server.stop(false);
@@ -157,6 +240,10 @@ export class ResourceRuntime {
       this.served = null;
     }
     const server = await PluginServer.start(this.socketPath, this.handlers);
+    if (this.stopped) {
+      await server.stop(true);
+      return;
+    }
     const identity = await fileIdentity(this.socketPath);
     if (identity === null) {
       await server.stop(false);
@@ -169,9 +256,12 @@ export class ResourceRuntime {
 
   /** Stops registering and serving; removes our socket file if it is still ours. */
   async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.otherTimer !== undefined) clearTimeout(this.otherTimer);
     this.watcher.stop();
     this.registrar.stop();
     this.dropPending();
+    await this.serving.catch(() => undefined);
     this.handlers.endStreams();
     const server = this.server;
     this.server = undefined;

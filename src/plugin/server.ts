@@ -1,7 +1,8 @@
 // One gRPC server on one unix socket. A new one is made whenever the socket has to be recreated
 // (the kubelet wiped the directory); the old one is shut down, so nothing accumulates.
 import * as grpc from '@grpc/grpc-js';
-import { lstat, unlink } from 'node:fs/promises';
+import { lstat, stat, unlink } from 'node:fs/promises';
+import { dirname } from 'node:path';
 import { devicePluginService } from '../api/proto.ts';
 import { undecodable } from './service.ts';
 import type { DevicePluginHandlers } from './service.ts';
@@ -48,6 +49,15 @@ function tolerantService(): grpc.ServiceDefinition {
   return out;
 }
 
+/**
+ * The reason in grpc-js's bind error, said once: "No address added out of total 1 resolved errors:
+ * [listen EROFS: read-only file system /path]" becomes "read-only file system (EROFS)".
+ */
+export function listenProblem(message: string): string {
+  const m = /listen (E[A-Z]+): ([^[\]]*?)(?: \/[^[\]]*)?\]/.exec(message);
+  return m === null ? message : `${m[2]} (${m[1]})`;
+}
+
 export class PluginServer {
   readonly socketPath: string;
   private readonly server: grpc.Server;
@@ -66,11 +76,19 @@ export class PluginServer {
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
     }
+    // A missing directory would fail the listen with libuv's EACCES ("permission denied"): say what it is.
+    const dir = dirname(socketPath);
+    try {
+      if (!(await stat(dir)).isDirectory()) throw new Error(`the socket directory ${dir} is not a directory`);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new Error(`the socket directory ${dir} does not exist (is the kubelet installed? --kubelet-socket names it)`);
+      throw err;
+    }
     const server = new grpc.Server(SERVER_OPTIONS);
     server.addService(tolerantService(), handlers.implementation());
     await new Promise<void>((resolve, reject) => {
       server.bindAsync(`unix://${socketPath}`, grpc.ServerCredentials.createInsecure(), (err) => {
-        if (err) reject(new Error(`cannot listen on ${socketPath}: ${err.message}`, { cause: err }));
+        if (err) reject(new Error(`cannot listen on ${socketPath}: ${listenProblem(err.message)}`));
         else resolve();
       });
     });

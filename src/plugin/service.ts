@@ -85,6 +85,12 @@ export class DevicePluginHandlers {
   private readonly log: Logger;
   /** Counts every RPC answered (metrics); by default counts nothing. */
   private readonly recorder: RpcRecorder;
+  private optionsAnswered = 0;
+  /**
+   * Called when the peer closed the last open ListAndWatch stream (not when endStreams() ends them):
+   * the kubelet keeps one open while the registration stands, so its going means the registration is lost.
+   */
+  onLastStreamClosed: (() => void) | undefined;
 
   constructor(state: PluginState, log: Logger, recorder: RpcRecorder = NO_RECORDER) {
     this.state = state;
@@ -99,6 +105,14 @@ export class DevicePluginHandlers {
 
   get openStreams(): number {
     return this.streams.size;
+  }
+
+  /**
+   * GetDevicePluginOptions calls answered so far: a kubelet makes one as it connects during a
+   * Register, so a registration can tell whether the kubelet reached the server it was sent for.
+   */
+  get optionsCalls(): number {
+    return this.optionsAnswered;
   }
 
   /** Replaces the state and, if the device list changed, sends it to every open stream. */
@@ -160,6 +174,7 @@ export class DevicePluginHandlers {
         let outcome: RpcOutcomeId = OUTCOME.ok;
         try {
           decoded(call.request);
+          this.optionsAnswered++;
           cb(null, PLUGIN_OPTIONS);
         } catch (err) {
           outcome = this.fail('GetDevicePluginOptions', err, cb);
@@ -180,7 +195,7 @@ export class DevicePluginHandlers {
         const s: OpenStream = { call, waitingDrain: false, pending: false };
         this.streams.add(s);
         const release = (): void => {
-          this.streams.delete(s);
+          if (this.streams.delete(s) && this.streams.size === 0) this.onLastStreamClosed?.();
         };
         call.on('cancelled', release);
         call.on('close', release);

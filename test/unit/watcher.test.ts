@@ -2,7 +2,11 @@
 // the directory it serves in (a systemd service after `kubeadm reset`), and when must it carry on.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mountPoints, viewProblem } from '../../src/kubelet/watcher.ts';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { SocketDirWatcher, mountPoints, viewProblem } from '../../src/kubelet/watcher.ts';
+import { createLogger } from '../../src/system/log.ts';
 
 const MOUNTINFO = [
   '266 250 0:39 / / ro,nosuid,relatime shared:1 master:1 - overlay overlay rw',
@@ -46,4 +50,74 @@ test('without a mount of its own (not under systemd), a deleted or re-created di
 
 test('a directory that was never writable does not count as lost', async () => {
   assert.equal(await viewProblem({ identity: '39:100', mounted: false, writable: false }, { identity: '39:100', nlink: 2 }, never, no), null);
+});
+
+// The directory watcher itself, in-process on a real directory (inotify through fs.watch), with the
+// periodic check an hour apart: everything below is seen by the watches.
+function recorder(): { events: string[]; next: (pred: (e: string) => boolean) => Promise<string>; push: (e: string) => void } {
+  const events: string[] = [];
+  let waiters: { pred: (e: string) => boolean; resolve: (e: string) => void }[] = [];
+  return {
+    events,
+    push: (e) => {
+      events.push(e);
+      waiters = waiters.filter((w) => (w.pred(e) ? (w.resolve(e), false) : true));
+    },
+    // A liveness bound only (it also keeps the event loop up: the watches do not).
+    next: (pred) => new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`not seen within 10 s; seen: ${JSON.stringify(events)}`)), 10000);
+      waiters.push({ pred, resolve: (e) => { clearTimeout(timer); resolve(e); } });
+    }),
+  };
+}
+
+test('SocketDirWatcher: the kubelet socket going and coming, another plugin\'s socket going, and a re-created directory are all seen by the watch', async () => {
+  const root = mkdtempSync(join(tmpdir(), 'gdp-watch-'));
+  const dir = join(root, 'device-plugins');
+  mkdirSync(dir);
+  const kubeletSocket = join(dir, 'kubelet.sock');
+  const r = recorder();
+  const log = createLogger({ level: 'debug', journal: false, write: (l) => r.push(`log: ${l.trimEnd()}`) });
+  const w = new SocketDirWatcher({
+    kubeletSocket,
+    pluginSocket: join(dir, 'gpu-device-plugin-gpu.sock'),
+    servedIdentity: () => null,
+    attemptedKubelet: () => null,
+    onChange: (reason, ours) => r.push(`change: ${reason}${ours ? ' (ours)' : ''}`),
+    onKubeletGone: (reason) => r.push(`gone: ${reason}`),
+    onOtherSocketRemoved: (name) => r.push(`other gone: ${name}`),
+    checkIntervalMs: 3600_000,
+    log,
+  });
+  w.start();
+  try {
+    await w.opened;
+    let seen = r.next((e) => e === 'change: kubelet socket created');
+    writeFileSync(kubeletSocket, '');
+    await seen;
+    seen = r.next((e) => e === 'gone: kubelet socket removed');
+    rmSync(kubeletSocket);
+    await seen;
+    seen = r.next((e) => e.startsWith('other gone'));
+    writeFileSync(join(dir, 'not-a-socket.json'), '');
+    rmSync(join(dir, 'not-a-socket.json'));
+    writeFileSync(join(dir, 'nvidia-gpu.sock'), '');
+    rmSync(join(dir, 'nvidia-gpu.sock'));
+    assert.equal(await seen, 'other gone: nvidia-gpu.sock');
+    // Deleted and re-created three times: the watch follows each new directory.
+    for (let i = 0; i < 3; i++) {
+      const moved = r.next((e) => /re-created; watching the new one/.test(e));
+      rmSync(dir, { recursive: true });
+      mkdirSync(dir);
+      await moved;
+      seen = r.next((e) => e === 'change: kubelet socket created');
+      writeFileSync(kubeletSocket, '');
+      await seen;
+      rmSync(kubeletSocket);
+    }
+    assert.deepEqual([...new Set(r.events.filter((e) => e.startsWith('other gone')))], ['other gone: nvidia-gpu.sock'], 'only .sock files of others count');
+  } finally {
+    w.stop();
+    rmSync(root, { recursive: true, force: true });
+  }
 });

@@ -13,7 +13,7 @@
 // With MIG on, a scan also reads the MIG layout (nvml/mig.ts) and the MIG devices' capability nodes.
 // Scans run one at a time; requests that arrive meanwhile fold into one more.
 import type { Gpu } from '../core/devices.ts';
-import type { EventBatchEntry, ProbeResult } from '../core/health.ts';
+import type { EventBatchEntry, ProbeRound } from '../core/health.ts';
 import { sameIdentity } from '../core/snapshot.ts';
 import type { NodeIdentity, NodeScan } from '../core/snapshot.ts';
 import { errorText } from '../system/log.ts';
@@ -23,9 +23,9 @@ import { discoverGpus, readLinks } from './discovery.ts';
 import { discoverMig, nvmlHasMig, readMigCapabilities } from './mig.ts';
 import type { MigDevice, MigLayout, MigMode } from '../core/mig.ts';
 import { readNodeFacts } from './node-facts.ts';
-import type { NodeFacts } from './node-facts.ts';
 import { NVML, NvmlError, meansDriverGone } from './errors.ts';
 import { Nvml } from './nvml.ts';
+import type { WatchedGpu } from './events.ts';
 import { EventWatcher } from './watcher.ts';
 
 export interface ScannerOptions {
@@ -44,11 +44,11 @@ export interface ScannerOptions {
   /** A scan (null: the driver does not answer). The next scan waits for the promise. */
   onScan(scan: NodeScan | null, reason: string): Promise<void>;
   onEvents(events: EventBatchEntry[]): void;
-  onProbe(results: ProbeResult[]): void;
-  /** The worker watches these GPUs now (positions in the last scan's list). */
-  onWatching?(watched: number[], unsupported: number[], gpus: readonly Gpu[]): void;
-  /** Given: every scan also reads what the node labels need (node-facts.ts), handed over before onScan. */
-  onFacts?(facts: NodeFacts): void;
+  onProbe(results: ProbeRound): void;
+  /** The worker watches these GPUs now (the unsupported ones by the probe only). */
+  onWatching?(watched: readonly WatchedGpu[], unsupported: readonly WatchedGpu[]): void;
+  /** Every scan also reads what the node labels need (node-facts.ts), in the scan's facts. */
+  facts?: boolean;
 }
 
 interface Request {
@@ -58,6 +58,8 @@ interface Request {
 }
 
 const MAX_BACKOFF_MS = 30000;
+/** How long the health thread waits at most for the first registration before it starts anyway. */
+const WORKER_HOLD_MS = 2000;
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 export class Scanner {
@@ -68,10 +70,11 @@ export class Scanner {
   private worker: EventWatcher | undefined;
   private workerGpus: readonly Gpu[] = [];
   private workerReleased = false;
+  private holdTimer: NodeJS.Timeout | undefined;
   private heldGpus: readonly Gpu[] | null = null;
   private lastScan: NodeScan | null = null;
   private lastIdentity: NodeIdentity | null = null;
-  private lastProbe: ProbeResult[] = [];
+  private lastProbe: ProbeRound = new Map();
   private pending: Request | null = null;
   private running: Promise<void> | null = null;
   private timer: NodeJS.Timeout | undefined;
@@ -110,20 +113,35 @@ export class Scanner {
   }
 
   /** Opens NVML (throws what Nvml.open throws: the caller decides whether that is fatal). */
-  open(): void {
+  private open(): void {
     this.nvml = Nvml.open({ koffi: this.opts.koffi, driverRoot: this.opts.driverRoot, log: this.log });
     this.libraryPath = this.nvml.libraryPath;
     this.log.info('NVML initialised', { library: this.nvml.libraryPath, driver: this.nvml.driverVersion() });
   }
 
-  /** The first scan (after open()); throws what it throws (a config that does not fit the node, say). */
-  async start(): Promise<void> {
+  /**
+   * Opens NVML and makes the first scan; throws what they throw (a config that does not fit the
+   * node, say). NVML that cannot be opened is fatal only with failOnInitError; otherwise the driver
+   * is reported down and looked for again with backoff.
+   */
+  async start(failOnInitError: boolean): Promise<void> {
+    // The health thread waits for the first registration, or this long (see releaseWorker).
+    const hold = setTimeout(() => this.releaseWorker(), WORKER_HOLD_MS);
+    hold.unref();
+    this.holdTimer = hold;
+    try {
+      this.open();
+    } catch (err) {
+      if (failOnInitError) throw err;
+      await this.startWithoutDriver(errorText(err));
+      return;
+    }
     await this.request({ reason: 'start', reopen: false });
     this.arm();
   }
 
   /** NVML could not be opened at start and that is not fatal: report no driver, and retry with backoff. */
-  async startWithoutDriver(problem: string): Promise<void> {
+  private async startWithoutDriver(problem: string): Promise<void> {
     this.down = true;
     this.log.warn('NVML is not available; retrying (fail-on-init-error is false)', { error: problem });
     await this.opts.onScan(null, 'start');
@@ -304,16 +322,20 @@ export class Scanner {
   /** Reads everything about the node; GPUs that cannot be read are kept from the last scan by NVML index. */
   private read(nvml: Nvml): NodeScan {
     const driverVersion = nvml.driverVersion();
-    const found = discoverGpus(nvml, this.opts.sysfsRoot, this.log);
+    const found = discoverGpus(nvml, this.opts.sysfsRoot, this.log, false);
     this.lastIdentity = this.identity(nvml);
     const links = readLinks(nvml, found, this.log);
-    this.opts.onFacts?.(readNodeFacts(nvml, found.gpus, found.handles, this.log));
+    const facts = this.opts.facts === true ? { facts: readNodeFacts(nvml, found.gpus, found.handles, this.log) } : {};
     const gpus = [...found.gpus];
     const nvlinks = [...links.gpus];
     let pcie = links.pcie.map((row) => [...row]);
     for (const u of found.unreadable ?? []) {
       const known = this.lastScan?.gpus.find((g) => g.index === u.index);
-      if (known === undefined || gpus.some((g) => g.uuid === known.uuid)) continue;
+      if (known === undefined || gpus.some((g) => g.uuid === known.uuid)) {
+        this.log.error('GPU cannot be read and is not advertised', { gpu: u.index, error: u.error.message });
+        continue;
+      }
+      this.log.warn('GPU cannot be read; it stays listed as last seen, Unhealthy once its probe says it is lost', { gpu: u.index, uuid: known.uuid, error: u.error.message });
       // A GPU fallen off the bus is still counted by NVML: keep what we knew of it, so that it is
       // advertised Unhealthy (the probe says lost) rather than vanishing and returning.
       const at = gpus.findIndex((g) => g.index > u.index);
@@ -323,7 +345,7 @@ export class Scanner {
       pcie = pcie.map((row) => { const r = [...row]; r.splice(pos, 0, -1); return r; });
       pcie.splice(pos, 0, new Array<number>(gpus.length).fill(-1));
     }
-    return { driverVersion, gpus, nvlinks, pcie, ...this.readMig(nvml, found, gpus) };
+    return { driverVersion, gpus, nvlinks, pcie, ...facts, ...this.readMig(nvml, found, gpus) };
   }
 
   /** The MIG layout by position in `gpus` (the scan's list), and the MIG devices' capability nodes. */
@@ -349,6 +371,19 @@ export class Scanner {
       const at = pos.get(found.gpus[d.parent]?.uuid ?? '');
       if (at !== undefined) devices.push({ ...d, parent: at });
     }
+    // A lost GPU kept in the list keeps the MIG layout last read on it, as it keeps its other facts:
+    // its MIG devices stay listed (Unhealthy with it) rather than vanishing, and the node still fits
+    // the MIG strategy it fitted.
+    const readable = new Set(found.gpus.map((g) => g.uuid));
+    const last = this.lastScan;
+    gpus.forEach((g, at) => {
+      if (readable.has(g.uuid) || last?.mig === undefined) return;
+      const was = last.gpus.findIndex((x) => x.uuid === g.uuid);
+      if (was < 0) return;
+      modes[at] = last.mig.modes[was] ?? null;
+      for (const d of last.mig.devices) if (d.parent === was) devices.push({ ...d, parent: at });
+    });
+    devices.sort((x, y) => x.parent - y.parent || x.index - y.index);
     const mig: MigLayout = { modes, devices };
     return { mig, migCapabilities: readMigCapabilities(gpus, mig, this.opts.env ?? process.env) };
   }
@@ -398,6 +433,7 @@ export class Scanner {
   releaseWorker(): void {
     if (this.workerReleased) return;
     this.workerReleased = true;
+    clearTimeout(this.holdTimer);
     if (this.heldGpus !== null && this.worker === undefined && !this.down) this.startWorker(this.heldGpus);
     this.heldGpus = null;
   }
@@ -410,7 +446,7 @@ export class Scanner {
       return;
     }
     this.workerGpus = gpus;
-    this.lastProbe = [];
+    this.lastProbe = new Map();
     this.worker = EventWatcher.start({
       nvml: this.nvml,
       koffi: this.opts.koffi,
@@ -418,7 +454,7 @@ export class Scanner {
       probeIntervalMs: h.probeIntervalMs,
       waitTimeoutMs: 200,
       log: this.log,
-      onReady: (watched, unsupported) => this.opts.onWatching?.(watched, unsupported, gpus),
+      onReady: (watched, unsupported) => this.opts.onWatching?.(watched, unsupported),
       onEvents: (events) => this.opts.onEvents(events),
       onProbe: (results) => {
         this.opts.onProbe(results);
@@ -431,16 +467,17 @@ export class Scanner {
   }
 
   /** A GPU newly lost, or a lost one answering again: look at the node again. */
-  private probed(results: readonly ProbeResult[]): void {
+  private probed(results: ProbeRound): void {
     // The first probe of a worker compares with nothing: what it finds wrong counts as new.
     const before = this.lastProbe;
-    this.lastProbe = [...results];
-    const lost = results.some((r, i) => r === 'lost' && before[i] !== 'lost');
-    const back = results.some((r, i) => r === 'ok' && before[i] === 'lost');
+    this.lastProbe = results;
+    const was = [...results].map(([uuid, r]) => [r, before.get(uuid)] as const);
+    const lost = was.some(([r, b]) => r === 'lost' && b !== 'lost');
+    const back = was.some(([r, b]) => r === 'ok' && b === 'lost');
     // A GPU back after a reset is enumerated afresh only by a new NVML session.
     if (lost || back) void this.request({ reason: back ? 'a lost GPU answers again' : 'a GPU is lost', reopen: back });
     // A handle that stopped answering (a GPU removed, say): the cheap identity check decides.
-    else if (results.some((r, i) => r === 'error' && before[i] !== 'error')) this.checkIdentity();
+    else if (was.some(([r, b]) => r === 'error' && b !== 'error')) this.checkIdentity();
   }
 
   private async stopWorker(): Promise<void> {
@@ -456,6 +493,7 @@ export class Scanner {
 
   async stop(): Promise<void> {
     this.stopped = true;
+    clearTimeout(this.holdTimer);
     if (this.timer !== undefined) clearInterval(this.timer);
     if (this.emptyTimer !== undefined) clearTimeout(this.emptyTimer);
     this.timer = undefined;

@@ -9,12 +9,11 @@ import { freshHealthState } from '../../src/core/health.ts';
 import type { MigDevice, MigLayout } from '../../src/core/mig.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
 import { buildSnapshot, diff, healthCounts, isEmptyDiff, withHealth } from '../../src/core/snapshot.ts';
-import type { NodeSnapshot } from '../../src/core/snapshot.ts';
+import type { NodeScan, NodeSnapshot, PlanSettings } from '../../src/core/snapshot.ts';
 
 /** Advertised health: the GPUs, then the MIG devices, in layout order. */
 const healthOf = (s: NodeSnapshot): string[] => [...s.gpus.map((g) => g.uuid), ...s.mig.devices.map((d) => d.uuid)].map((u) => s.health.get(u) ?? 'missing');
 const sickUnit = { state: { ...freshHealthState(), health: 'Unhealthy' as const, lastXid: 94 }, reason: 'critical XID 94', since: 5 };
-import type { NodeScan, PlanSettings } from '../../src/core/snapshot.ts';
 
 const MiB = 1024 * 1024;
 const gpus: Gpu[] = [0, 1, 2].map((i) => ({ index: i, uuid: `GPU-0000000${i}-0000-4000-8000-000000000000`, name: 'NVIDIA A100-SXM4-80GB', minor: i, busId: `00000000:0${i}:00.0`, memoryBytes: 81920 * MiB, numaNode: 0 }));

@@ -5,7 +5,7 @@
 // SIGTERM/SIGINT stop within 2 s.
 import { parseOptions } from './cli/options.ts';
 import type { ParsedOptions } from './cli/options.ts';
-import { describeHealthSettings, parseHealthSettings, watchesAnything } from './core/health.ts';
+import { parseHealthSettings, watchesAnything } from './core/health.ts';
 import type { HealthSettings } from './core/health.ts';
 import { routeGrpcLogs } from './kubelet/registration.ts';
 import { reloadConfig, runningConfig } from './manager/config.ts';
@@ -49,8 +49,6 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
     recovery: { enabled: opts.healthRecovery, quietMs: opts.healthRecoveryQuietPeriod * 1000 },
     consumers: [manager, status, observer],
   });
-  log.info('health checks', { settings: describeHealthSettings(health), recovery: opts.healthRecovery ? `${opts.healthRecoveryQuietPeriod}s` : 'off' });
-  if (!watchesAnything(health)) log.info('health checks are off (DP_DISABLE_HEALTHCHECKS); GPUs are not watched');
   const scanner = new Scanner({
     koffi, driverRoot: opts.driverRoot, sysfsRoot, log, facts: observer.wantsLabels,
     rediscoverIntervalMs: opts.rediscoverInterval * 1000,
@@ -59,22 +57,12 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
     onScan: (scan, reason) => node.scanned(scan, reason).catch((err: unknown) => {
       throw opts.configFile === null ? err : new Error(`config file ${opts.configFile}: ${errorText(err)}`, { cause: err });
     }),
-    onEvents: (events) => {
-      observer.xids(events);
-      node.onEvents(events);
-    },
+    onEvents: (events) => { observer.xids(events); node.onEvents(events); },
     onProbe: (results) => node.onProbe(results),
-    onWatching: (watched, unsupported) => {
-      for (const g of unsupported) log.warn('GPU supports no health events; watched by the probe only', { gpu: g.nvmlIndex, uuid: g.uuid });
-      log.info('watching GPU health', { event_gpus: watched.length, probe_s: opts.healthProbeInterval });
-    },
   });
   node.onRescanWanted((reason) => scanner.rescan(reason));
-  manager.onRegistered((all) => {
-    if (all) observer.registered();
-    status.registered(all);
-    scanner.releaseWorker();
-  });
+  // The health thread starts once registered (or after 2 s), so that its start-up does not hold up the registration.
+  manager.onRegistered((all) => { if (all) observer.registered(); status.registered(all); scanner.releaseWorker(); });
   manager.onRegistrationLost(() => status.registrationLost());
   observer.start();
   // Memory a burst of RPCs or events made the process take goes back to the OS once it is quiet again.

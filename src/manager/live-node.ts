@@ -6,6 +6,7 @@
 // timer). A report it cannot place — an event naming a GPU or MIG device the snapshot does not hold,
 // a GPU_IS_LOST answer — is answered with a rescan, and looked at again once that scan is applied.
 import { MigStrategyError, planMigResources } from '../core/mig.ts';
+import { describeHealthSettings, watchesAnything } from '../core/health.ts';
 import type { EventBatchEntry, HealthSettings, ProbeRound, RecoverySettings } from '../core/health.ts';
 import { describePlan } from '../core/sharing.ts';
 import { buildSnapshot, diff, scanOf, withHealth } from '../core/snapshot.ts';
@@ -65,6 +66,8 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
     this.log = deps.log;
     this.config_ = deps.config;
     this.health = new NodeHealth({ settings: deps.health, recovery: deps.recovery, log: deps.log, ...(deps.now ? { now: deps.now } : {}), ...(deps.wallNow ? { wallNow: deps.wallNow } : {}) });
+    this.log.info('health checks', { settings: describeHealthSettings(deps.health), recovery: deps.recovery.enabled ? `${deps.recovery.quietMs / 1000}s` : 'off' });
+    if (!watchesAnything(deps.health)) this.log.info('health checks are off (DP_DISABLE_HEALTHCHECKS); GPUs are not watched');
   }
 
   get snapshot(): NodeSnapshot | null {

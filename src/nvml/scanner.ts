@@ -454,7 +454,11 @@ export class Scanner {
       probeIntervalMs: h.probeIntervalMs,
       waitTimeoutMs: 200,
       log: this.log,
-      onReady: (watched, unsupported) => this.opts.onWatching?.(watched, unsupported),
+      onReady: (watched, unsupported) => {
+        for (const g of unsupported) this.log.warn('GPU supports no health events; watched by the probe only', { gpu: g.nvmlIndex, uuid: g.uuid });
+        this.log.info('watching GPU health', { event_gpus: watched.length, probe_s: h.probeIntervalMs / 1000 });
+        this.opts.onWatching?.(watched, unsupported);
+      },
       onEvents: (events) => this.opts.onEvents(events),
       onProbe: (results) => {
         this.opts.onProbe(results);

@@ -441,6 +441,8 @@ static nvmlReturn_t leave(nvmlReturn_t result)
  * is read through a handle before this check, so foreign pointers are safe. */
 /* A handle to a slot past the live GPUs: a GPU that was there and was removed since (the fake's
  * handles are slots, so only the slots the remaining GPUs no longer fill can be told apart). */
+static unsigned int g_slots_used; /* the most GPUs live at once before a removal */
+
 static int is_stale_handle(nvmlDevice_t handle)
 {
     uintptr_t p = (uintptr_t)handle;
@@ -448,7 +450,7 @@ static int is_stale_handle(nvmlDevice_t handle)
 
     if (p < base || (p - base) % sizeof(struct fake_device) != 0)
         return 0;
-    return (p - base) / sizeof(struct fake_device) >= g_gpu_count && (p - base) / sizeof(struct fake_device) < FAKE_MAX_GPUS;
+    return (p - base) / sizeof(struct fake_device) >= g_gpu_count && (p - base) / sizeof(struct fake_device) < g_slots_used;
 }
 
 static struct fake_device *device_from_handle(nvmlDevice_t handle)
@@ -1368,6 +1370,8 @@ static void publish_devices_locked(void)
     struct fake_event_set *set;
 
     memcpy(old, g_devs, sizeof old[0] * old_count);
+    if (old_count > g_slots_used)
+        g_slots_used = old_count;
     for (i = 0; i < g_conf_count; i++)
         conf_to_new[i] = removed_index_locked(g_conf[i].uuid) < 0 ? (int)count++ : -1;
     memset(g_devs, 0, sizeof g_devs);

@@ -12,6 +12,7 @@ import { reloadConfig, runningConfig } from './manager/config.ts';
 import type { RunningConfig } from './manager/config.ts';
 import { LiveNode } from './manager/live-node.ts';
 import { ResourceManager } from './manager/manager.ts';
+import { NvmlSessions } from './nvml/node-reader.ts';
 import { Scanner } from './nvml/scanner.ts';
 import { Observer } from './observe/observer.ts';
 import { imexChannelsAtStart } from './system/imex.ts';
@@ -50,9 +51,8 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
     consumers: [manager, status, observer],
   });
   const scanner = new Scanner({
-    koffi, driverRoot: opts.driverRoot, sysfsRoot, log, facts: observer.wantsLabels,
-    rediscoverIntervalMs: opts.rediscoverInterval * 1000,
-    mig: opts.migStrategy !== 'none',
+    sessions: new NvmlSessions({ koffi, driverRoot: opts.driverRoot, sysfsRoot, log, mig: opts.migStrategy !== 'none', facts: observer.wantsLabels }),
+    log, rediscoverIntervalMs: opts.rediscoverInterval * 1000,
     health: watchesAnything(health) ? { probeIntervalMs: opts.healthProbeInterval * 1000 } : null,
     onScan: (scan, reason) => node.scanned(scan, reason).catch((err: unknown) => {
       throw opts.configFile === null ? err : new Error(`config file ${opts.configFile}: ${errorText(err)}`, { cause: err });

@@ -5,22 +5,25 @@
 // * CoalescingQueue: jobs run one at a time; requests that arrive while one runs fold into one more
 //   run (their arguments merged), and every caller learns when a run that started after its request
 //   has finished.
-// Timers are unref'd: none of them keeps the process alive on its own.
+// Timers are unref'd (none of them keeps the process alive on its own), except a sleep() someone awaits.
 
 /** Holds named timers; dispose() clears every one. */
 export class TimerOwner {
   private readonly timers = new Map<string, NodeJS.Timeout>();
   private disposed = false;
 
-  /** Runs fn once after ms; replaces the timer of that name. Nothing after dispose(). */
-  after(name: string, ms: number, fn: () => void): void {
+  /**
+   * Runs fn once after ms; replaces the timer of that name. Nothing after dispose(). keepAlive: the
+   * timer holds the process up (work in progress waits on it), unlike the others.
+   */
+  after(name: string, ms: number, fn: () => void, keepAlive = false): void {
     this.clear(name);
     if (this.disposed) return;
     const t = setTimeout(() => {
       this.timers.delete(name);
       fn();
     }, ms);
-    t.unref();
+    if (!keepAlive) t.unref();
     this.timers.set(name, t);
   }
 
@@ -47,14 +50,17 @@ export class TimerOwner {
     wake?.();
   }
 
-  /** A promise resolving after ms, or at once when cleared or disposed meanwhile (never rejects). */
+  /**
+   * A promise resolving after ms, or at once when cleared or disposed meanwhile (never rejects). The
+   * timer holds the process up: something is waiting on it.
+   */
   sleep(name: string, ms: number): Promise<void> {
     return new Promise((resolve) => {
       if (this.disposed) return resolve();
       this.after(name, ms, () => {
         this.wakers.delete(name);
         resolve();
-      });
+      }, true);
       this.wakers.set(name, resolve);
     });
   }

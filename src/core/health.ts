@@ -30,6 +30,7 @@
 // * Single-bit ECC errors are counted whatever the settings and never change health.
 
 import type { Health } from './devices.ts';
+import { xidMeaning } from './xid-meanings.ts';
 
 /** XIDs caused by applications, not by the GPU, which NVIDIA's plugin ignores by default. */
 export const DEFAULT_IGNORED_XIDS: readonly number[] = [13, 31, 43, 45, 68, 109];
@@ -137,100 +138,7 @@ export function describeHealthSettings(settings: HealthSettings): string {
   return `${xids}; double-bit ECC ${ecc}; lost GPUs ${lost}`;
 }
 
-const XID_MEANINGS: ReadonlyMap<number, string> = new Map<number, string>([
-  [8, 'GPU stopped processing (idle timeout)'],
-  [11, 'Invalid or corrupted push buffer stream'],
-  [13, 'Graphics Engine Exception'],
-  [16, 'Display engine hung'],
-  [18, 'Bus mastering disabled in PCI config space'],
-  [24, 'GPU semaphore timeout'],
-  [25, 'Invalid or illegal push buffer stream'],
-  [26, 'Framebuffer timeout'],
-  [27, 'Video processor exception'],
-  [28, 'Video processor exception'],
-  [29, 'Video processor exception'],
-  [30, 'GPU semaphore access error'],
-  [31, 'GPU memory page fault'],
-  [32, 'Invalid or corrupted push buffer stream'],
-  [33, 'Internal micro-controller error'],
-  [34, 'Video processor exception'],
-  [35, 'Video processor exception'],
-  [36, 'Video processor exception'],
-  [37, 'Driver firmware error'],
-  [38, 'Driver firmware error'],
-  [42, 'Video processor exception'],
-  [43, 'GPU stopped processing'],
-  [44, 'Graphics Engine fault during context switch'],
-  [45, 'Preemptive cleanup, due to previous errors'],
-  [46, 'GPU stopped processing'],
-  [47, 'Video processor exception'],
-  [48, 'Double Bit ECC Error'],
-  [54, 'Auxiliary power is not connected to the GPU board'],
-  [56, 'Display engine error'],
-  [57, 'Error programming video memory interface'],
-  [58, 'Unstable video memory interface detected'],
-  [59, 'Internal micro-controller error'],
-  [60, 'Video processor exception'],
-  [61, 'Internal micro-controller breakpoint/warning'],
-  [62, 'Internal micro-controller halt'],
-  [63, 'ECC page retirement or row remapping recording event'],
-  [64, 'ECC page retirement or row remapping recording failure'],
-  [65, 'Video processor exception'],
-  [66, 'Illegal access by driver'],
-  [67, 'Illegal access by driver'],
-  [68, 'Video processor exception'],
-  [69, 'Graphics Engine class error'],
-  [70, 'Copy engine error'],
-  [71, 'Copy engine error'],
-  [72, 'Copy engine error'],
-  [73, 'Video encoder (NVENC) error'],
-  [74, 'NVLink error'],
-  [75, 'Copy engine error'],
-  [76, 'Copy engine error'],
-  [77, 'Copy engine error'],
-  [78, 'vGPU start error'],
-  [79, 'GPU has fallen off the bus'],
-  [80, 'Corrupted data sent to GPU'],
-  [81, 'VGA subsystem error'],
-  [82, 'JPEG decoder (NVJPG) error'],
-  [83, 'Video decoder (NVDEC) error'],
-  [84, 'Video decoder (NVDEC) error'],
-  [85, 'Copy engine error'],
-  [86, 'Optical flow accelerator (OFA) exception'],
-  [88, 'Video decoder (NVDEC) error'],
-  [89, 'Video decoder (NVDEC) error'],
-  [92, 'High single-bit ECC error rate'],
-  [93, 'Non-fatal violation of provisioned InfoROM wear limit'],
-  [94, 'Contained ECC error'],
-  [95, 'Uncontained ECC error'],
-  [109, 'Context switch timeout'],
-  [110, 'Security fault error'],
-  [119, 'GSP RPC timeout'],
-  [120, 'GSP error'],
-  [121, 'C2C (chip-to-chip) link error'],
-  [122, 'SPI PMU RPC read failure'],
-  [123, 'SPI PMU RPC write failure'],
-  [124, 'SPI PMU RPC erase failure'],
-  [125, 'InfoROM file system failure'],
-  [137, 'NVLink FLA privilege error'],
-  [140, 'Unrecovered ECC error'],
-  [143, 'GPU initialization failure'],
-  [144, 'NVLink error'],
-  [145, 'NVLink error'],
-  [146, 'NVLink error'],
-  [147, 'NVLink error'],
-  [148, 'NVLink error'],
-  [149, 'NVLink error'],
-  [150, 'NVLink error'],
-  [154, 'GPU recovery action changed'],
-]);
-
-export const UNKNOWN_XID_MEANING = "unknown XID (see NVIDIA's XID catalog)";
-
-/** A short description of an XID from NVIDIA's public catalog. */
-export function xidMeaning(xid: number): string {
-  return XID_MEANINGS.get(xid) ?? UNKNOWN_XID_MEANING;
-}
+export { UNKNOWN_XID_MEANING, xidMeaning } from './xid-meanings.ts';
 
 /** K: what names a unit the tracker watches (a UUID for the live node; a position in the tests). */
 export type HealthInput<K = number> =

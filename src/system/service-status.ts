@@ -86,12 +86,12 @@ export function statusLine(counts: HealthCounts | null, registeredNow: boolean):
  */
 export class NodeStatus {
   readonly name = 'systemd status';
-  private readonly service: ServiceStatus;
+  private readonly service: Pick<ServiceStatus, 'status' | 'waitFor'>;
   private readonly registrations: { allRegisteredNow(): boolean };
   private counts: HealthCounts | null = null;
   private registeredOnce = false;
 
-  constructor(service: ServiceStatus, registrations: { allRegisteredNow(): boolean }) {
+  constructor(service: Pick<ServiceStatus, 'status' | 'waitFor'>, registrations: { allRegisteredNow(): boolean }) {
     this.service = service;
     this.registrations = registrations;
   }

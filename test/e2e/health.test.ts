@@ -19,7 +19,10 @@ async function watched(opts: Parameters<typeof SimNode.start>[0]): Promise<SimNo
  * a critical XID on GPU `gpu` (events travel in order, and the live node applies them in order), so
  * that GPU is Unhealthy afterwards. A wait on something the plugin did, not on the clock.
  */
-/** Waits until the plugin has probed every GPU `rounds` more times (the fake counts its calls). */
+/**
+ * Waits until the plugin has probed every GPU `rounds` more times (the fake counts its calls; the
+ * count starts over when NVML is opened afresh, so no re-open may happen meanwhile).
+ */
 async function probeRounds(node: SimNode, rounds: number): Promise<void> {
   const probes = async (): Promise<number> => (await node.nvmlStats()).calls['nvmlDeviceGetMemoryInfo'] ?? 0;
   const target = (await probes()) + rounds * node.topology.gpus.length;
@@ -136,9 +139,12 @@ test('a GPU that falls off the bus without any event is found by the probe, and 
   try {
     node.nvml('lost 4');
     await node.kubelet!.waitForDevices((d) => d[4]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
+    const from = node.plugin.lines.length;
     node.nvml('back 4');
-    // The probe answers ok again (the scanner looks at the node again for it) for longer than the
-    // quiet period: a GPU that could recover would have by then.
+    // The probe answers ok again: the scanner opens NVML afresh to look at the node, and the health
+    // thread starts again on the new session. Then it probes for longer than the quiet period: a GPU
+    // that could recover would have by then.
+    await node.plugin.waitForLine(/watching GPU health/, 10000, from);
     await probeRounds(node, 5);
     await handled(node, 7);
     assert.equal(healthString(node), 'HHHHUHHU', 'a lost GPU never recovers, even with recovery on');

@@ -1,26 +1,22 @@
-// The composition root, wiring only: options → scanner (NVML, src/nvml) → live node (snapshot and
-// diff, core/snapshot.ts) → resource manager (servers and registrations, src/manager) → health
-// monitor → signals. SIGHUP re-reads the config file and looks at the node again, through the same
-// snapshot path; SIGTERM/SIGINT stop within 2 s.
-import { OPTION_SPECS, parseOptions, showOption } from './cli/options.ts';
-import type { Options, ParsedOptions } from './cli/options.ts';
-import { planSettings } from './cli/plan-settings.ts';
-import { planReload } from './cli/reload.ts';
-import { describeHealthSettings, parseHealthSettings, watchesAnything } from './core/health.ts';
+// The composition root, wiring only, in dependency order: options → observer, resource manager and
+// systemd status (the consumers, src/manager/consumer.ts) → live node (snapshots and their diffs,
+// health, the configuration in force: src/manager) → scanner (NVML, src/nvml) → signals. SIGHUP
+// re-reads the config file and looks at the node again, through the same snapshot path;
+// SIGTERM/SIGINT stop within 2 s.
+import { parseOptions } from './cli/options.ts';
+import type { ParsedOptions } from './cli/options.ts';
+import { parseHealthSettings, watchesAnything } from './core/health.ts';
 import type { HealthSettings } from './core/health.ts';
-import { healthCounts } from './core/snapshot.ts';
 import { routeGrpcLogs } from './kubelet/registration.ts';
+import { reloadConfig, runningConfig } from './manager/config.ts';
+import type { RunningConfig } from './manager/config.ts';
 import { LiveNode } from './manager/live-node.ts';
 import { ResourceManager } from './manager/manager.ts';
-import type { ServeSettings } from './manager/manager.ts';
-import type { NodeSnapshot } from './core/snapshot.ts';
-import type { NodeFacts } from './nvml/node-facts.ts';
+import { NvmlSessions } from './nvml/node-reader.ts';
 import { Scanner } from './nvml/scanner.ts';
 import { Observer } from './observe/observer.ts';
-import { daemonStateFromSnapshot } from './observe/snapshot-state.ts';
-import { SinceTracker, StateFile, defaultStateFile } from './observe/state-file.ts';
-import { HealthMonitor } from './plugin/health.ts';
-import { presentControlDevices } from './system/control-devices.ts';
+import { StatePublisher } from './observe/snapshot-state.ts';
+import { StateFile, defaultStateFile } from './observe/state-file.ts';
 import { imexChannelsAtStart } from './system/imex.ts';
 import { processResources } from './system/resources.ts';
 import { errorText, stderrLogger } from './system/log.ts';
@@ -28,173 +24,65 @@ import type { Logger } from './system/log.ts';
 import { startIdleCompaction } from './system/memory.ts';
 import { loadKoffi } from './system/native.ts';
 import type { Koffi } from './system/native.ts';
-import { ServiceStatus } from './system/service-status.ts';
+import { NodeStatus, ServiceStatus } from './system/service-status.ts';
 import { Signals } from './system/signals.ts';
 import type { Daemon } from './system/signals.ts';
 import { VERSION, versionText } from './system/version.ts';
 
-const serveSettings = async (o: Options, imexChannels: readonly number[]): Promise<ServeSettings> => ({
-  allocate: {
-    imexChannels,
-    passDeviceSpecs: o.passDeviceSpecs,
-    devRoot: o.devRoot,
-    presentControlDevices: o.passDeviceSpecs ? await presentControlDevices(o.devRoot) : [],
-    deviceListStrategies: o.deviceListStrategy,
-    cdiAnnotationPrefix: o.cdiAnnotationPrefix,
-  },
-  sharedPolicy: o.sharedDevicesAllocationPolicy,
-});
-
 async function run(argv: readonly string[], parsed: ParsedOptions, health: HealthSettings, log: Logger, service: ServiceStatus, koffi: Koffi): Promise<Daemon> {
-  let opts = parsed.options;
-  let sharing = parsed.sharing;
+  const opts = parsed.options;
   // Looked for once: the IMEX options are restart-only. A required channel that is missing stops the start.
   const imexChannels = await imexChannelsAtStart(opts, log);
-  let registered = false;
   const sysfsRoot = process.env['SYSFS_ROOT'] || '/sys';
   // Node labels for NFD and metrics for node_exporter (src/observe), both off by default.
   const observer = new Observer({ nfdFeaturesFile: opts.nfdFeaturesFile, nfdRemoveOnStop: opts.nfdRemoveOnStop, metricsFile: opts.metricsFile,
     metricsIntervalSeconds: opts.metricsInterval, sysfsRoot, version: VERSION, log });
-  let facts: NodeFacts | null = null;
-  // Labels follow every snapshot with a driver that answers (while it is down they stay as they were).
-  const labelsFor = async (s: NodeSnapshot | null): Promise<void> => {
-    if (s === null || s.driverVersion === null) return;
-    await observer.nodeState({
-      gpus: s.gpus.map((g, i) => ({ name: g.name, memoryBytes: g.memoryBytes, migEnabled: s.mig.modes[i]?.current === true, ...(facts?.gpus.get(g.uuid) ?? { compute: null, migCapable: false }) })),
-      driverVersion: s.driverVersion, cudaDriverVersion: facts?.cudaDriverVersion ?? null, sharing, migStrategy: opts.migStrategy, migDevices: s.mig.devices,
-    });
-  };
-  const status = (): string => {
-    const c = node.snapshot === null ? null : healthCounts(node.snapshot);
-    const mig = c !== null && c.mig.total > 0 ? `, ${c.mig.healthy} of ${c.mig.total} MIG devices` : '';
-    // "registered" only while every resource is: one that lost its registration says so again.
-    const now = registered && manager.allRegisteredNow();
-    return `STATUS=${now ? 'registered' : 'waiting for the kubelet'}; ${c?.gpus.healthy ?? 0} of ${c?.gpus.total ?? 0} GPUs healthy${mig}`;
-  };
-  // What `info` shows: the state as the kubelet was told it, published on every applied snapshot and
-  // registration change (src/observe/state-file.ts).
-  const stateFile = new StateFile(defaultStateFile(process.env), log);
-  const startedAt = new Date().toISOString();
-  const since = new SinceTracker();
-  const publishState = (): void => {
-    void stateFile.publish(daemonStateFromSnapshot(node.snapshot, {
-      pid: process.pid, version: VERSION, startedAt, now: new Date().toISOString(), since,
-      options: Object.fromEntries(OPTION_SPECS.map((spec) => [spec.flag, showOption(opts[spec.key])])),
-      registrations: manager.registrationStates(),
-    }));
-  };
   const manager = new ResourceManager({
-    kubeletSocket: opts.kubeletSocket,
-    socketCheckIntervalMs: opts.socketCheckInterval * 1000,
-    log,
+    kubeletSocket: opts.kubeletSocket, socketCheckIntervalMs: opts.socketCheckInterval * 1000, log,
     recorder: (name) => observer.metrics.resource(name),
-    onRegistered: (all) => {
-      if (all) observer.registered();
-      registered ||= all;
-      service.status(status(), registered);
-      scanner.releaseWorker();
-      publishState();
-    },
-    onRegistrationLost: () => {
-      service.status(status());
-      publishState();
-    },
     onDirectoryGone: (dir, why) => {
       log.error(`lost the socket directory: ${why}; exiting so that systemd restarts the service with a fresh view of it`, { dir });
       service.status(`STATUS=lost the socket directory ${dir}; exiting to be restarted`);
       process.exit(1);
     },
   });
-  const monitor = new HealthMonitor([], health, { enabled: opts.healthRecovery, quietMs: opts.healthRecoveryQuietPeriod * 1000 }, log, () => node.healthChanged());
-  const node: LiveNode = new LiveNode({
-    log, manager, monitor, recoveryEnabled: opts.healthRecovery,
-    plan: planSettings(opts, sharing),
-    serve: await serveSettings(opts, imexChannels),
-    onApplied: (snapshot) => {
-      service.status(status());
-      observer.changed();
-      void labelsFor(snapshot);
-      publishState();
-    },
+  const status = new NodeStatus(service, manager);
+  // What `info` shows: the state as the kubelet was told it, in a root-only file of the runtime directory.
+  const state = new StatePublisher(new StateFile(defaultStateFile(process.env), log), manager, VERSION);
+  const node = new LiveNode<RunningConfig>({
+    log, config: await runningConfig(opts, parsed.sharing, imexChannels), health,
+    recovery: { enabled: opts.healthRecovery, quietMs: opts.healthRecoveryQuietPeriod * 1000 },
+    consumers: [manager, status, observer, state],
   });
-  observer.start(() => {
-    const s = node.snapshot;
-    const h = s?.health ?? [];
-    return {
-      driverVersion: s?.driverVersion ?? 'not answering',
-      gpus: (s?.gpus ?? []).map((g, i) => ({ index: g.index, uuid: g.uuid, healthy: h[i] === 'Healthy' })),
-      resources: s === null ? [] : healthCounts(s).resources,
-    };
-  });
-  log.info('health checks', { settings: describeHealthSettings(health), recovery: opts.healthRecovery ? `${opts.healthRecoveryQuietPeriod}s` : 'off' });
-  if (!watchesAnything(health)) log.info('health checks are off (DP_DISABLE_HEALTHCHECKS); GPUs are not watched');
-  const scanner: Scanner = new Scanner({
-    koffi, driverRoot: opts.driverRoot, sysfsRoot, log,
-    rediscoverIntervalMs: opts.rediscoverInterval * 1000,
-    mig: opts.migStrategy !== 'none',
+  const scanner = new Scanner({
+    sessions: new NvmlSessions({ koffi, driverRoot: opts.driverRoot, sysfsRoot, log, mig: opts.migStrategy !== 'none', facts: observer.wantsLabels }),
+    log, rediscoverIntervalMs: opts.rediscoverInterval * 1000,
     health: watchesAnything(health) ? { probeIntervalMs: opts.healthProbeInterval * 1000 } : null,
-    onScan: (scan, reason) => node.scanned(scan, reason).then(() => service.waitFor('the kubelet'), (err: unknown) => {
+    onScan: (scan, reason) => node.scanned(scan, reason).catch((err: unknown) => {
       throw opts.configFile === null ? err : new Error(`config file ${opts.configFile}: ${errorText(err)}`, { cause: err });
     }),
-    onEvents: (events) => {
-      observer.xids(events);
-      monitor.onEvents(events);
-    },
-    ...(observer.wantsLabels ? { onFacts: (f: NodeFacts) => { facts = f; } } : {}),
-    onProbe: (results) => monitor.onProbe(results),
-    onWatching: (watched, unsupported, gpus) => {
-      for (const pos of unsupported) log.warn('GPU supports no health events; watched by the probe only', { gpu: gpus[pos]?.index, uuid: gpus[pos]?.uuid });
-      log.info('watching GPU health', { event_gpus: watched.length, probe_s: opts.healthProbeInterval });
-    },
+    onEvents: (events) => { observer.xids(events); node.onEvents(events); },
+    onProbe: (results) => node.onProbe(results),
   });
-  setTimeout(() => scanner.releaseWorker(), 2000).unref();
+  node.onRescanWanted((reason) => scanner.rescan(reason));
+  // The health thread starts once registered (or after 2 s), so that its start-up does not hold up the registration.
+  manager.onRegistered((all) => { if (all) observer.registered(); status.registered(all); state.registrationChanged(); scanner.releaseWorker(); });
+  manager.onRegistrationLost(() => { status.registrationLost(); state.registrationChanged(); });
+  observer.start();
   // Memory a burst of RPCs or events made the process take goes back to the OS once it is quiet again.
   const memory = startIdleCompaction(koffi, log);
-  try {
-    scanner.open();
-  } catch (err) {
-    if (opts.failOnInitError) throw err;
-    await scanner.startWithoutDriver(errorText(err));
-  }
-  if (scanner.library !== null) await scanner.start();
+  await scanner.start(opts.failOnInitError);
 
   return {
     stop: async () => {
       service.stopping();
-      monitor.stop();
       memory.stop();
-      await Promise.all([scanner.stop(), manager.stop(), observer.stop(), stateFile.remove()]);
+      await Promise.all([scanner.stop(), node.stop()]);
       service.close();
     },
     // SIGHUP: the config file again (a bad one is refused, the running one kept), then a fresh scan.
     reload: async () => {
-      const file = opts.configFile;
-      if (file === null) log.info('SIGHUP: there is no config file to reload (neither --config-file nor CONFIG_FILE is set); looking at the GPUs again');
-      else {
-        try {
-          const r = planReload(opts, sharing, parseOptions(argv, process.env));
-          if (r.restartOnly.length > 0) log.warn('config reload: some changed options take effect only at restart; their running values are kept', { options: r.restartOnly });
-          if (r.changed.length === 0 && !r.sharingChanged) log.info('config reloaded; nothing to change', { file });
-          else {
-            // The new settings are in force before the snapshot is applied, so the labels written from
-            // it (onApplied) are the new ones; a refused plan puts the running ones back.
-            const running = { opts, sharing };
-            opts = r.options;
-            sharing = r.sharing;
-            let resources: string;
-            try {
-              resources = await node.reconfigure(planSettings(r.options, r.sharing), await serveSettings(r.options, imexChannels), 'config reloaded');
-            } catch (err) {
-              ({ opts, sharing } = running);
-              throw err;
-            }
-            scanner.setInterval(opts.rediscoverInterval * 1000);
-            log.info('config reloaded', { file, changed: [...r.changed, ...(r.sharingChanged ? ['sharing'] : [])], resources });
-          }
-        } catch (err) {
-          log.warn('config reload refused; the running configuration is kept', { file, error: errorText(err).replace(`config file ${file}: `, '') });
-        }
-      }
+      if (await reloadConfig(node, () => parseOptions(argv, process.env), imexChannels, log)) scanner.setInterval(node.config.options.rediscoverInterval * 1000);
       void scanner.rescan('reload', true).then(() => log.enabled('debug') && log.debug('process resources', processResources()));
     },
   };

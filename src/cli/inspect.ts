@@ -68,7 +68,7 @@ export function migResources(r: NodeReport, strategy: MigStrategy): { devices: M
   try {
     const plan = planMigResources(r.gpus, layout, strategy, 'uuid', NO_SHARING);
     notes = plan.notes;
-    for (const res of plan.resources) for (const d of res.devices) if (d.mig !== undefined) byUuid.set(layout.devices[d.mig]?.uuid ?? '', res.name);
+    for (const res of plan.resources) for (const d of res.devices) if (d.mig !== undefined) byUuid.set(d.mig, res.name);
   } catch (err) {
     if (!(err instanceof MigStrategyError)) throw err;
     problem = err.message;

@@ -46,11 +46,11 @@ export interface AllocateSettings {
   /** Random UUIDs for CDI annotation keys (default crypto.randomUUID). */
   newUuid?: () => string;
   /**
-   * Capability nodes (container paths under /dev/nvidia-caps) of each MIG device, by its position
-   * in the MIG layout: GI access, then CI access (core/mig.ts migCapabilityNodes). Needed for MIG
+   * Capability nodes (container paths under /dev/nvidia-caps) of each MIG device, by its MIG UUID:
+   * GI access, then CI access (core/mig.ts migCapabilityNodes). Needed for MIG
    * devices with passDeviceSpecs.
    */
-  migCapabilities?: ReadonlyMap<number, readonly string[]>;
+  migCapabilities?: ReadonlyMap<string, readonly string[]>;
   /** IMEX channels every container gets (present and configured; see core/imex.ts). Default none. */
   imexChannels?: readonly number[];
 }
@@ -74,6 +74,8 @@ export interface DeviceIndex {
   readonly order: ReadonlyMap<string, number>;
   /** Some devices are MIG devices: several distinct devices can share one parent GPU. */
   readonly mig?: boolean;
+  /** Each MIG device (by MIG UUID) as a number of its own, for grouping its replicas (first advertised position). */
+  readonly migGroups?: ReadonlyMap<string, number>;
 }
 
 export function indexDevices(devices: readonly AdvertisedDevice[], gpus: readonly Gpu[]): DeviceIndex {
@@ -86,7 +88,14 @@ export function indexDevices(devices: readonly AdvertisedDevice[], gpus: readonl
     perGpu,
     order: new Map(devices.map((d, i) => [d.id, i])),
     mig: devices.some((d) => d.mig !== undefined),
+    migGroups: migGroups(devices),
   };
+}
+
+function migGroups(devices: readonly AdvertisedDevice[]): Map<string, number> {
+  const out = new Map<string, number>();
+  devices.forEach((d, i) => { if (d.mig !== undefined && !out.has(d.mig)) out.set(d.mig, i); });
+  return out;
 }
 
 /** Shows an ID from a request in an error message without letting a huge one flood the log. */
@@ -105,10 +114,10 @@ function strategiesOf(settings: AllocateSettings): ReadonlySet<DeviceListStrateg
   return new Set(list.length === 0 ? ['envvar'] : list);
 }
 
-/** What a container gets of one GPU or MIG device: its GPU position, and its MIG position if any. */
+/** What a container gets of one GPU or MIG device: its GPU position, and its MIG UUID if any. */
 interface Unit {
   readonly gpu: number;
-  readonly mig: number | undefined;
+  readonly mig: string | undefined;
 }
 
 /** The names a container gets, in request order, each GPU or MIG device once: what each strategy passes on. */
@@ -145,7 +154,7 @@ function respond(names: readonly string[], units: readonly Unit[], index: Device
       pass(`/dev/nvidia${gpu.minor}`);
       if (u.mig === undefined) continue;
       const caps = settings.migCapabilities?.get(u.mig);
-      if (caps === undefined) throw new Error(`MIG device at layout position ${u.mig} on GPU ${gpu.index} has no capability nodes (mig-minors not read)`);
+      if (caps === undefined) throw new Error(`MIG device ${u.mig} on GPU ${gpu.index} has no capability nodes (mig-minors not read)`);
       for (const p of caps) pass(p);
     }
     for (const id of imex) devices.push({ container_path: imexChannelPath(id), host_path: hostPath(settings.devRoot, imexChannelPath(id)), permissions: 'rw' });

@@ -26,14 +26,19 @@ export const DEVICE_ID_STRATEGIES: readonly DeviceIdStrategy[] = ['uuid', 'index
  */
 export interface AdvertisedDevice {
   readonly id: string;
-  /** Index into the GPU list of the GPU this device is carved from. */
+  /** UUID of the GPU this device is carved from: what its identity and (whole-GPU) health go by. */
+  readonly uuid: string;
+  /**
+   * Position of that GPU in the list the plan was made from (the same snapshot's `gpus`): the row of
+   * the topology matrix and the GPU whose facts Allocate reads. Never used across snapshots.
+   */
   readonly gpu: number;
   /** The name the container runtime knows the device by (UUID or index), for NVIDIA_VISIBLE_DEVICES. */
   readonly runtimeName: string;
   /** For a time-slicing replica, its number (the n of `<id>::<n>`); absent for a whole GPU. */
   readonly replica?: number;
-  /** For a MIG device (or a replica of one), its position in the MIG layout (core/mig.ts). */
-  readonly mig?: number;
+  /** For a MIG device (or a replica of one), the MIG device's UUID: its health and capability nodes go by it. */
+  readonly mig?: string;
 }
 
 export const MAX_DEVICE_ID_LENGTH = 63;
@@ -52,12 +57,12 @@ export function wholeGpuDevices(gpus: readonly Gpu[], strategy: DeviceIdStrategy
     }
     if (seen.has(id)) throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) repeats device ID ${id}; every GPU needs its own`);
     seen.add(id);
-    return { id, gpu: i, runtimeName: id };
+    return { id, uuid: gpu.uuid, gpu: i, runtimeName: id };
   });
 }
 
-/** Health of each GPU, by position in the GPU list; with MIG, MIG device k follows at gpus.length + k. */
-export type GpuHealth = readonly Health[];
+/** Advertised health by UUID: each GPU's by its UUID, each MIG device's by its MIG UUID. */
+export type GpuHealth = ReadonlyMap<string, Health>;
 
 export interface DeviceListEntry {
   ID: string;
@@ -65,9 +70,9 @@ export interface DeviceListEntry {
   topology: { nodes: { ID: number }[] } | null;
 }
 
-/** The health unit of an advertised device (the health array lists GPUs, then MIG devices): its MIG device, else its GPU. */
-export function deviceUnit(d: AdvertisedDevice, gpuCount: number): number {
-  return d.mig === undefined ? d.gpu : gpuCount + d.mig;
+/** The health unit of an advertised device: its MIG device's UUID, else its GPU's. */
+export function deviceUnit(d: AdvertisedDevice): string {
+  return d.mig ?? d.uuid;
 }
 
 /** The full list sent on ListAndWatch. NUMA topology is omitted for GPUs with no NUMA node. */
@@ -77,14 +82,14 @@ export function deviceList(devices: readonly AdvertisedDevice[], gpus: readonly 
     if (gpu === undefined) throw new Error(`device ${d.id} refers to GPU position ${d.gpu}, which does not exist`);
     return {
       ID: d.id,
-      health: health[deviceUnit(d, gpus.length)] ?? 'Unhealthy',
+      health: health.get(deviceUnit(d)) ?? 'Unhealthy',
       topology: gpu.numaNode === null ? null : { nodes: [{ ID: gpu.numaNode }] },
     };
   });
 }
 
-/** How many GPUs are healthy (replicas of one GPU count once). */
-export function countHealthyGpus(health: GpuHealth): number {
+/** How many are healthy. */
+export function countHealthyGpus(health: Iterable<Health>): number {
   let n = 0;
   for (const h of health) if (h === 'Healthy') n++;
   return n;

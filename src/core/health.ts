@@ -30,6 +30,7 @@
 // * Single-bit ECC errors are counted whatever the settings and never change health.
 
 import type { Health } from './devices.ts';
+import { xidMeaning } from './xid-meanings.ts';
 
 /** XIDs caused by applications, not by the GPU, which NVIDIA's plugin ignores by default. */
 export const DEFAULT_IGNORED_XIDS: readonly number[] = [13, 31, 43, 45, 68, 109];
@@ -137,118 +138,30 @@ export function describeHealthSettings(settings: HealthSettings): string {
   return `${xids}; double-bit ECC ${ecc}; lost GPUs ${lost}`;
 }
 
-const XID_MEANINGS: ReadonlyMap<number, string> = new Map<number, string>([
-  [8, 'GPU stopped processing (idle timeout)'],
-  [11, 'Invalid or corrupted push buffer stream'],
-  [13, 'Graphics Engine Exception'],
-  [16, 'Display engine hung'],
-  [18, 'Bus mastering disabled in PCI config space'],
-  [24, 'GPU semaphore timeout'],
-  [25, 'Invalid or illegal push buffer stream'],
-  [26, 'Framebuffer timeout'],
-  [27, 'Video processor exception'],
-  [28, 'Video processor exception'],
-  [29, 'Video processor exception'],
-  [30, 'GPU semaphore access error'],
-  [31, 'GPU memory page fault'],
-  [32, 'Invalid or corrupted push buffer stream'],
-  [33, 'Internal micro-controller error'],
-  [34, 'Video processor exception'],
-  [35, 'Video processor exception'],
-  [36, 'Video processor exception'],
-  [37, 'Driver firmware error'],
-  [38, 'Driver firmware error'],
-  [42, 'Video processor exception'],
-  [43, 'GPU stopped processing'],
-  [44, 'Graphics Engine fault during context switch'],
-  [45, 'Preemptive cleanup, due to previous errors'],
-  [46, 'GPU stopped processing'],
-  [47, 'Video processor exception'],
-  [48, 'Double Bit ECC Error'],
-  [54, 'Auxiliary power is not connected to the GPU board'],
-  [56, 'Display engine error'],
-  [57, 'Error programming video memory interface'],
-  [58, 'Unstable video memory interface detected'],
-  [59, 'Internal micro-controller error'],
-  [60, 'Video processor exception'],
-  [61, 'Internal micro-controller breakpoint/warning'],
-  [62, 'Internal micro-controller halt'],
-  [63, 'ECC page retirement or row remapping recording event'],
-  [64, 'ECC page retirement or row remapping recording failure'],
-  [65, 'Video processor exception'],
-  [66, 'Illegal access by driver'],
-  [67, 'Illegal access by driver'],
-  [68, 'Video processor exception'],
-  [69, 'Graphics Engine class error'],
-  [70, 'Copy engine error'],
-  [71, 'Copy engine error'],
-  [72, 'Copy engine error'],
-  [73, 'Video encoder (NVENC) error'],
-  [74, 'NVLink error'],
-  [75, 'Copy engine error'],
-  [76, 'Copy engine error'],
-  [77, 'Copy engine error'],
-  [78, 'vGPU start error'],
-  [79, 'GPU has fallen off the bus'],
-  [80, 'Corrupted data sent to GPU'],
-  [81, 'VGA subsystem error'],
-  [82, 'JPEG decoder (NVJPG) error'],
-  [83, 'Video decoder (NVDEC) error'],
-  [84, 'Video decoder (NVDEC) error'],
-  [85, 'Copy engine error'],
-  [86, 'Optical flow accelerator (OFA) exception'],
-  [88, 'Video decoder (NVDEC) error'],
-  [89, 'Video decoder (NVDEC) error'],
-  [92, 'High single-bit ECC error rate'],
-  [93, 'Non-fatal violation of provisioned InfoROM wear limit'],
-  [94, 'Contained ECC error'],
-  [95, 'Uncontained ECC error'],
-  [109, 'Context switch timeout'],
-  [110, 'Security fault error'],
-  [119, 'GSP RPC timeout'],
-  [120, 'GSP error'],
-  [121, 'C2C (chip-to-chip) link error'],
-  [122, 'SPI PMU RPC read failure'],
-  [123, 'SPI PMU RPC write failure'],
-  [124, 'SPI PMU RPC erase failure'],
-  [125, 'InfoROM file system failure'],
-  [137, 'NVLink FLA privilege error'],
-  [140, 'Unrecovered ECC error'],
-  [143, 'GPU initialization failure'],
-  [144, 'NVLink error'],
-  [145, 'NVLink error'],
-  [146, 'NVLink error'],
-  [147, 'NVLink error'],
-  [148, 'NVLink error'],
-  [149, 'NVLink error'],
-  [150, 'NVLink error'],
-  [154, 'GPU recovery action changed'],
-]);
+export { UNKNOWN_XID_MEANING, xidMeaning } from './xid-meanings.ts';
 
-export const UNKNOWN_XID_MEANING = "unknown XID (see NVIDIA's XID catalog)";
-
-/** A short description of an XID from NVIDIA's public catalog. */
-export function xidMeaning(xid: number): string {
-  return XID_MEANINGS.get(xid) ?? UNKNOWN_XID_MEANING;
-}
-
-export type HealthInput =
-  /** gpu null: the event named no device, so it concerns every GPU. */
-  | { kind: 'xid'; gpu: number | null; xid: number }
-  | { kind: 'ecc-double'; gpu: number | null }
-  | { kind: 'ecc-single'; gpu: number | null }
+/** K: what names a unit the tracker watches (a UUID for the live node; a position in the tests). */
+export type HealthInput<K = number> =
+  /** gpu null: the event named no device, so it concerns every unit. */
+  | { kind: 'xid'; gpu: K | null; xid: number }
+  | { kind: 'ecc-double'; gpu: K | null }
+  | { kind: 'ecc-single'; gpu: K | null }
   /** A cheap NVML query per GPU on a timer; 'lost' means GPU_IS_LOST (fallen off the bus). */
-  | { kind: 'probe'; gpu: number; result: 'ok' | 'lost' };
+  | { kind: 'probe'; gpu: K; result: 'ok' | 'lost' };
+
+/** The `gpu` of an event that names a device this plugin does not manage (NVML's own, or another's). */
+export const UNMANAGED_DEVICE = -1;
 
 /**
- * What a GPU watcher reports (the NVML event worker, in practice), as plain data. gpu: a position in
- * the GPU list being watched; null: the event named no device (all GPUs); -1: a device not managed.
+ * What a GPU watcher reports (the NVML event worker, in practice), as plain data. gpu: the UUID of
+ * the GPU the event names (the watcher translates the thread's positions in its own list); null:
+ * the event named no device (all GPUs); UNMANAGED_DEVICE: a device not managed.
  */
 export type WatchedEvent =
   /** gi/ci: the MIG device the XID names (0xFFFFFFFF: the whole GPU); absent from pre-MIG drivers. */
-  | { kind: 'xid'; gpu: number | null; xid: number; gi?: number; ci?: number }
-  | { kind: 'ecc-double'; gpu: number | null }
-  | { kind: 'ecc-single'; gpu: number | null };
+  | { kind: 'xid'; gpu: string | null | typeof UNMANAGED_DEVICE; xid: number; gi?: number; ci?: number }
+  | { kind: 'ecc-double'; gpu: string | null | typeof UNMANAGED_DEVICE }
+  | { kind: 'ecc-single'; gpu: string | null | typeof UNMANAGED_DEVICE };
 
 /** Identical events of one batch travel once, with how many there were (a storm is mostly repeats). */
 export interface EventBatchEntry {
@@ -259,9 +172,12 @@ export interface EventBatchEntry {
 /** A probe's answer for one GPU: 'lost' is GPU_IS_LOST; 'error' any other failure (no verdict). */
 export type ProbeResult = 'ok' | 'lost' | 'error';
 
-/** One health transition of one GPU. */
-export interface HealthChange {
-  gpu: number;
+/** One round of probes: each watched GPU's answer, by its UUID. */
+export type ProbeRound = ReadonlyMap<string, ProbeResult>;
+
+/** One health transition of one unit. */
+export interface HealthChange<K = number> {
+  gpu: K;
   health: Health;
   reason: string;
   /** The XID that made the GPU unhealthy (or, on recovery, the last one it recovered from). */
@@ -301,19 +217,30 @@ export function freshHealthState(): GpuHealthState {
   return { health: 'Healthy', lost: false, permanent: false, quietStartMs: 0, okSinceQuietStart: false, lastXid: null, singleBit: 0 };
 }
 
-/** Per-GPU health as a pure state machine. Never throws on input; see the module notes for rules. */
-export class HealthTracker {
+/**
+ * Per-unit health as a pure state machine. Never throws on input; see the module notes for rules.
+ * Units are named by K: `new HealthTracker(3, …)` watches units 0, 1, 2; `new HealthTracker(uuids, …)`
+ * watches those UUIDs (what the live node does: a GPU by its UUID, a MIG device by its MIG UUID).
+ */
+export class HealthTracker<K = number> {
   readonly #settings: HealthSettings;
   readonly #recovery: RecoverySettings;
   readonly #watchDoubleBit: boolean;
   readonly #watchLost: boolean;
+  readonly #keys: readonly K[];
+  readonly #at: ReadonlyMap<K, number>;
   readonly #gpus: GpuState[];
   #published: readonly Health[];
   #nextDue: number | null = null;
 
-  /** `initial`, when given, is each GPU's state to start from (by position; missing ones start fresh). */
-  constructor(gpuCount: number, settings: HealthSettings, recovery: RecoverySettings, initial?: readonly (GpuHealthState | undefined)[]) {
-    if (!Number.isSafeInteger(gpuCount) || gpuCount < 0) throw new RangeError(`GPU count ${gpuCount} is not a non-negative integer`);
+  /**
+   * `initial`, when given, is each unit's state to start from (by position, or by unit for a map;
+   * missing ones start fresh).
+   */
+  constructor(units: number | readonly K[], settings: HealthSettings, recovery: RecoverySettings, initial?: readonly (GpuHealthState | undefined)[] | ReadonlyMap<K, GpuHealthState>) {
+    if (typeof units === 'number' && (!Number.isSafeInteger(units) || units < 0)) throw new RangeError(`GPU count ${units} is not a non-negative integer`);
+    this.#keys = typeof units === 'number' ? (Array.from({ length: units }, (_, i) => i) as unknown as K[]) : [...units];
+    this.#at = new Map(this.#keys.map((k, i) => [k, i]));
     if (recovery.enabled && !(Number.isFinite(recovery.quietMs) && recovery.quietMs >= 0)) {
       throw new RangeError(`recovery quiet period ${recovery.quietMs} ms is not a non-negative number of milliseconds`);
     }
@@ -321,22 +248,39 @@ export class HealthTracker {
     this.#recovery = { enabled: recovery.enabled, quietMs: recovery.quietMs };
     this.#watchDoubleBit = watchesDoubleBitEcc(settings);
     this.#watchLost = watchesLostGpus(settings);
-    this.#gpus = Array.from({ length: gpuCount }, (_, i): GpuState => {
-      const from = initial?.[i];
+    this.#gpus = this.#keys.map((k, i): GpuState => {
+      const from = initial === undefined ? undefined : 'get' in initial ? initial.get(k) : initial[i];
       return from === undefined ? freshHealthState() : { ...from };
     });
     this.#published = Object.freeze(this.#gpus.map((g) => g.health));
     this.#recomputeNextDue();
   }
 
-  /** A copy of every GPU's state, by position (plain data, for a snapshot). */
+  /** A copy of every unit's state, by position (plain data, for a snapshot). */
   states(): GpuHealthState[] {
     return this.#gpus.map((g) => ({ ...g }));
   }
 
+  /** The units watched, in order. */
+  get units(): readonly K[] {
+    return this.#keys;
+  }
+
+  /** A copy of one unit's state; undefined for a unit not watched. */
+  stateOf(unit: K): GpuHealthState | undefined {
+    const i = this.#at.get(unit);
+    const g = i === undefined ? undefined : this.#gpus[i];
+    return g === undefined ? undefined : { ...g };
+  }
+
+  /** Whether a unit is watched. */
+  has(unit: K): boolean {
+    return this.#at.has(unit);
+  }
+
   /** Applies one event or probe answer at time nowMs; returns the transitions it caused, in order. */
-  apply(input: HealthInput, nowMs: number): HealthChange[] {
-    const changes: HealthChange[] = [];
+  apply(input: HealthInput<K>, nowMs: number): HealthChange<K>[] {
+    const changes: HealthChange<K>[] = [];
     this.#settle(nowMs, changes);
     switch (input.kind) {
       case 'xid':
@@ -362,8 +306,8 @@ export class HealthTracker {
   }
 
   /** Recoveries that fell due by nowMs. */
-  tick(nowMs: number): HealthChange[] {
-    const changes: HealthChange[] = [];
+  tick(nowMs: number): HealthChange<K>[] {
+    const changes: HealthChange<K>[] = [];
     this.#settle(nowMs, changes);
     this.#publish(changes);
     return changes;
@@ -374,9 +318,10 @@ export class HealthTracker {
     return this.#published;
   }
 
-  /** Single-bit ECC errors counted for a GPU (0 for a position out of range). */
-  singleBitCount(gpu: number): number {
-    return this.#gpus[gpu]?.singleBit ?? 0;
+  /** Single-bit ECC errors counted for a unit (0 for one not watched). */
+  singleBitCount(gpu: K): number {
+    const i = this.#at.get(gpu);
+    return i === undefined ? 0 : this.#gpus[i]?.singleBit ?? 0;
   }
 
   /** When tick() could next change something, or null when no recovery is pending. */
@@ -384,17 +329,21 @@ export class HealthTracker {
     return this.#nextDue;
   }
 
-  #forTargets(gpu: number | null, fn: (index: number, state: GpuState) => void): void {
+  #forTargets(gpu: K | null, fn: (index: number, state: GpuState) => void): void {
     if (gpu === null) {
       this.#gpus.forEach((state, index) => fn(index, state));
       return;
     }
-    if (!Number.isInteger(gpu)) return;
-    const state = this.#gpus[gpu];
-    if (state !== undefined) fn(gpu, state);
+    const index = this.#at.get(gpu);
+    const state = index === undefined ? undefined : this.#gpus[index];
+    if (index !== undefined && state !== undefined) fn(index, state);
   }
 
-  #xid(index: number, g: GpuState, xid: number, everyGpu: boolean, nowMs: number, changes: HealthChange[]): void {
+  #key(index: number): K {
+    return this.#keys[index] as K;
+  }
+
+  #xid(index: number, g: GpuState, xid: number, everyGpu: boolean, nowMs: number, changes: HealthChange<K>[]): void {
     if (!isCritical(this.#settings, xid)) return;
     const meaning = xidMeaning(xid);
     g.lastXid = xid;
@@ -404,19 +353,19 @@ export class HealthTracker {
     if (g.health === 'Unhealthy') return;
     g.health = 'Unhealthy';
     const scope = everyGpu ? '; the event named no device, so it applies to every GPU' : '';
-    changes.push({ gpu: index, health: 'Unhealthy', reason: `critical XID ${xid} (${meaning})${scope}`, xid, meaning });
+    changes.push({ gpu: this.#key(index), health: 'Unhealthy', reason: `critical XID ${xid} (${meaning})${scope}`, xid, meaning });
   }
 
-  #doubleBit(index: number, g: GpuState, everyGpu: boolean, changes: HealthChange[]): void {
+  #doubleBit(index: number, g: GpuState, everyGpu: boolean, changes: HealthChange<K>[]): void {
     if (!this.#watchDoubleBit) return;
     g.permanent = true;
     if (g.health === 'Unhealthy') return;
     g.health = 'Unhealthy';
     const scope = everyGpu ? '; the event named no device, so it applies to every GPU' : '';
-    changes.push({ gpu: index, health: 'Unhealthy', reason: `double-bit ECC error (uncorrectable memory error)${scope}` });
+    changes.push({ gpu: this.#key(index), health: 'Unhealthy', reason: `double-bit ECC error (uncorrectable memory error)${scope}` });
   }
 
-  #probe(index: number, g: GpuState, result: 'ok' | 'lost', nowMs: number, changes: HealthChange[]): void {
+  #probe(index: number, g: GpuState, result: 'ok' | 'lost', nowMs: number, changes: HealthChange<K>[]): void {
     if (result === 'ok') {
       if (nowMs >= g.quietStartMs) g.okSinceQuietStart = true;
       return;
@@ -426,7 +375,7 @@ export class HealthTracker {
     g.okSinceQuietStart = false;
     if (!this.#watchLost || g.health === 'Unhealthy') return;
     g.health = 'Unhealthy';
-    changes.push({ gpu: index, health: 'Unhealthy', reason: 'GPU is lost: NVML answered GPU_IS_LOST (fallen off the bus)' });
+    changes.push({ gpu: this.#key(index), health: 'Unhealthy', reason: 'GPU is lost: NVML answered GPU_IS_LOST (fallen off the bus)' });
   }
 
   #recoverable(g: GpuState): boolean {
@@ -444,14 +393,14 @@ export class HealthTracker {
     this.#nextDue = next;
   }
 
-  #settle(nowMs: number, changes: HealthChange[]): void {
+  #settle(nowMs: number, changes: HealthChange<K>[]): void {
     if (this.#nextDue === null || nowMs < this.#nextDue) return;
     const quietMs = this.#recovery.quietMs;
     this.#gpus.forEach((g, index) => {
       if (!this.#recoverable(g) || nowMs < g.quietStartMs + quietMs) return;
       g.health = 'Healthy';
       g.okSinceQuietStart = false;
-      const change: HealthChange = { gpu: index, health: 'Healthy', reason: `recovered: probes answered ok and no critical XID for ${quietMs} ms` };
+      const change: HealthChange<K> = { gpu: this.#key(index), health: 'Healthy', reason: `recovered: probes answered ok and no critical XID for ${quietMs} ms` };
       if (g.lastXid !== null) {
         const meaning = xidMeaning(g.lastXid);
         change.reason = `recovered from XID ${g.lastXid} (${meaning}): probes answered ok and no critical XID for ${quietMs} ms`;
@@ -463,7 +412,7 @@ export class HealthTracker {
     this.#recomputeNextDue();
   }
 
-  #publish(changes: readonly HealthChange[]): void {
+  #publish(changes: readonly HealthChange<K>[]): void {
     if (changes.length === 0) return;
     if (this.#gpus.every((g, i) => g.health === this.#published[i])) return;
     this.#published = Object.freeze(this.#gpus.map((g) => g.health));

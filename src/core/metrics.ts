@@ -74,19 +74,19 @@ export class ResourceMetrics implements RpcRecorder, RegistrationRecorder {
   }
 }
 
-/** XIDs seen, by GPU position (null: an event that named no device) and code. */
+/** XIDs seen, by GPU UUID (null: an event that named no device) and code. */
 export class XidCounts {
-  private readonly counts = new Map<string, { gpu: number | null; xid: number; n: number }>();
+  private readonly counts = new Map<string, { gpu: string | null; xid: number; n: number }>();
 
-  add(gpu: number | null, xid: number, n: number): void {
+  add(gpu: string | null, xid: number, n: number): void {
     const key = `${gpu ?? 'all'}:${xid}`;
     const c = this.counts.get(key);
     if (c === undefined) this.counts.set(key, { gpu, xid, n });
     else c.n += n;
   }
 
-  entries(): { gpu: number | null; xid: number; n: number }[] {
-    return [...this.counts.values()].sort((a, b) => (a.gpu ?? -1) - (b.gpu ?? -1) || a.xid - b.xid);
+  entries(): { gpu: string | null; xid: number; n: number }[] {
+    return [...this.counts.values()].sort((a, b) => (a.gpu ?? '').localeCompare(b.gpu ?? '') || a.xid - b.xid);
   }
 }
 
@@ -159,7 +159,7 @@ export function renderMetrics(m: NodeMetrics, s: MetricsSnapshot): string {
     out.push(`${P}${name}${labels(pairs)} ${num(v)}`);
   };
   const now = m.clock();
-  const gpuById = new Map(s.gpus.map((g, pos) => [pos, g]));
+  const gpuById = new Map(s.gpus.map((g) => [g.uuid, g]));
 
   family('build_info', 'gauge', 'Always 1; the labels say which plugin version runs on which node with which NVIDIA driver.');
   sample('build_info', [['version', s.version], ['driver', s.driverVersion], ['node', s.node]], 1);
@@ -174,8 +174,10 @@ export function renderMetrics(m: NodeMetrics, s: MetricsSnapshot): string {
 
   family('xid_errors_total', 'counter', 'NVML XID events seen, by GPU and XID code (uuid and index "all" for events naming no GPU).');
   for (const x of m.xids.entries()) {
+    // A GPU that has left since keeps its count, with index "gone".
     const g = x.gpu === null ? undefined : gpuById.get(x.gpu);
-    sample('xid_errors_total', [['uuid', g?.uuid ?? 'all'], ['index', g === undefined ? 'all' : String(g.index)], ['xid', String(x.xid)]], x.n);
+    const index = x.gpu === null ? 'all' : g === undefined ? 'gone' : String(g.index);
+    sample('xid_errors_total', [['uuid', x.gpu ?? 'all'], ['index', index], ['xid', String(x.xid)]], x.n);
   }
 
   const rs = m.allResources();

@@ -168,17 +168,18 @@ function checkId(id: string, what: string): void {
 /** The advertised devices of some MIG devices, with the replicas a time-slicing entry asks for. */
 function migDevices(list: readonly { d: MigDevice; pos: number }[], gpus: readonly Gpu[], strategy: DeviceIdStrategy, replicas: number): AdvertisedDevice[] {
   const out: AdvertisedDevice[] = [];
-  for (const { d, pos } of list) {
+  for (const { d } of list) {
     const base = migDeviceId(d, gpus, strategy);
+    const uuid = gpus[d.parent]?.uuid ?? '';
     if (replicas <= 1) {
       checkId(base, `MIG device ${d.uuid}`);
-      out.push({ id: base, gpu: d.parent, runtimeName: base, mig: pos });
+      out.push({ id: base, uuid, gpu: d.parent, runtimeName: base, mig: d.uuid });
       continue;
     }
     for (let n = 0; n < replicas; n++) {
       const id = replicaId(base, n);
       checkId(id, `MIG device ${d.uuid}`);
-      out.push({ id, gpu: d.parent, runtimeName: base, replica: n, mig: pos });
+      out.push({ id, uuid, gpu: d.parent, runtimeName: base, replica: n, mig: d.uuid });
     }
   }
   return out;
@@ -289,48 +290,36 @@ export function pendingModeChanges(gpus: readonly Gpu[], layout: MigLayout): str
 }
 
 // ---------------------------------------------------------------------------------------------
-// Health: which health units an event concerns. Units 0..G-1 are the GPUs (by position), unit
-// G+k is MIG device k of the layout.
+// Health: which health units an event concerns. A unit is a GPU (by its UUID) or a MIG device (by
+// its MIG UUID).
 // ---------------------------------------------------------------------------------------------
 
 /** The instance id NVML puts in an event that concerns the whole GPU. */
 export const WHOLE_GPU_INSTANCE = 0xffffffff;
 
-export interface HealthUnits {
-  readonly gpuCount: number;
-  /** MIG devices (their position in the layout + gpuCount is their unit). */
-  readonly mig: readonly Pick<MigDevice, 'parent' | 'gi' | 'ci' | 'uuid' | 'profile'>[];
-}
-
-export function healthUnits(gpuCount: number, layout: MigLayout = NO_MIG): HealthUnits {
-  return { gpuCount, mig: layout.devices };
-}
-
-export function unitCount(u: HealthUnits): number {
-  return u.gpuCount + u.mig.length;
-}
-
-/** A GPU and every MIG device on it. */
-export function unitsOfGpu(u: HealthUnits, gpu: number): number[] {
-  const out = [gpu];
-  u.mig.forEach((m, k) => { if (m.parent === gpu) out.push(u.gpuCount + k); });
+/** A GPU and every MIG device on it (UUIDs; the GPU first). */
+export function unitsOfGpu(gpus: readonly Gpu[], layout: MigLayout, uuid: string): string[] {
+  const pos = gpus.findIndex((g) => g.uuid === uuid);
+  const out = [uuid];
+  if (pos >= 0) for (const m of layout.devices) if (m.parent === pos) out.push(m.uuid);
   return out;
 }
 
+/** The units an event concerns, or why it concerns none (the GI/CI it names is no MIG device known here). */
+export type EventTargets = { readonly units: readonly string[] } | { readonly unknown: string };
+
 /**
- * The units an event on GPU `gpu` concerns. An event naming a MIG device (GI/CI) concerns that
- * device only; one for the whole GPU (0xFFFFFFFF, or absent) the GPU and every MIG device on it;
- * a GI/CI this layout does not know is taken as the whole GPU, so nothing is missed.
+ * The units an event on GPU `uuid` concerns. An event naming a MIG device (GI/CI) concerns that
+ * device only; one for the whole GPU (0xFFFFFFFF, or absent) the GPU and every MIG device on it.
+ * A GI/CI this layout does not know concerns nothing known (NVIDIA's plugin ignores it): the caller
+ * looks at the MIG layout again and asks once more.
  */
-export function eventUnits(u: HealthUnits, gpu: number, gi: number | undefined, ci: number | undefined): number[] {
-  if (gi !== undefined && gi !== WHOLE_GPU_INSTANCE) {
-    const hits: number[] = [];
-    u.mig.forEach((m, k) => {
-      if (m.parent === gpu && m.gi === gi && (ci === undefined || ci === WHOLE_GPU_INSTANCE || m.ci === ci)) hits.push(u.gpuCount + k);
-    });
-    if (hits.length > 0) return hits;
-  }
-  return unitsOfGpu(u, gpu);
+export function eventUnits(gpus: readonly Gpu[], layout: MigLayout, uuid: string, gi: number | undefined, ci: number | undefined): EventTargets {
+  if (gi === undefined || gi === WHOLE_GPU_INSTANCE) return { units: unitsOfGpu(gpus, layout, uuid) };
+  const pos = gpus.findIndex((g) => g.uuid === uuid);
+  const hits = layout.devices.filter((m) => m.parent === pos && m.gi === gi && (ci === undefined || ci === WHOLE_GPU_INSTANCE || m.ci === ci)).map((m) => m.uuid);
+  if (hits.length > 0) return { units: hits };
+  return { unknown: `GPU instance ${gi}${ci === undefined || ci === WHOLE_GPU_INSTANCE ? '' : `, compute instance ${ci}`} is no MIG device known on this GPU` };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -352,12 +341,12 @@ export function parseMigMinors(text: string): Map<string, number> {
 
 /**
  * Container paths of the two capability nodes of each MIG device (GI access, then CI access), by
- * layout position, from mig-minors and the parents' minor numbers. Throws naming the first device
+ * MIG UUID, from mig-minors and the parents' minor numbers. Throws naming the first device
  * whose entries are missing.
  */
-export function migCapabilityNodes(gpus: readonly Gpu[], devices: readonly MigDevice[], minors: ReadonlyMap<string, number>): Map<number, readonly string[]> {
-  const out = new Map<number, readonly string[]>();
-  devices.forEach((d, pos) => {
+export function migCapabilityNodes(gpus: readonly Gpu[], devices: readonly MigDevice[], minors: ReadonlyMap<string, number>): Map<string, readonly string[]> {
+  const out = new Map<string, readonly string[]>();
+  devices.forEach((d) => {
     const parent = gpus[d.parent];
     if (parent === undefined) return;
     const giKey = `gpu${parent.minor}/gi${d.gi}/access`;
@@ -367,7 +356,7 @@ export function migCapabilityNodes(gpus: readonly Gpu[], devices: readonly MigDe
     if (gi === undefined || ci === undefined) {
       throw new Error(`mig-minors has no ${gi === undefined ? giKey : ciKey} for MIG device ${d.uuid} (GPU ${parent.index}, GI ${d.gi}, CI ${d.ci})`);
     }
-    out.set(pos, [`${MIG_CAPS_DIR}/nvidia-cap${gi}`, `${MIG_CAPS_DIR}/nvidia-cap${ci}`]);
+    out.set(d.uuid, [`${MIG_CAPS_DIR}/nvidia-cap${gi}`, `${MIG_CAPS_DIR}/nvidia-cap${ci}`]);
   });
   return out;
 }

@@ -155,7 +155,7 @@ export function chooseMigDevices(
   }
   const pool = best?.ids ?? available;
   const groupOf = index.shared
-    ? (d: AdvertisedDevice) => (d.mig === undefined ? -1 - d.gpu : d.mig)
+    ? (d: AdvertisedDevice) => (d.mig === undefined ? -1 - d.gpu : index.migGroups?.get(d.mig) ?? -1 - d.gpu)
     : (d: AdvertisedDevice) => d.gpu;
   return chooseReplicas(pool, mustInclude, size, index, policy, groupOf);
 }

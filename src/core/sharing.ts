@@ -162,7 +162,7 @@ export function planResources(gpus: readonly Gpu[], strategy: DeviceIdStrategy, 
     checkId(id, gpu);
     if (seen.has(id)) throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) repeats device ID ${id}; every GPU needs its own`);
     seen.add(id);
-    return { id, gpu: pos, runtimeName: id };
+    return { id, uuid: gpu.uuid, gpu: pos, runtimeName: id };
   };
   if (ts === null) {
     return [{ name: GPU_RESOURCE, devices: gpus.map((_, i) => i).filter(isWhole).map((i) => whole(i)), shared: false, failRequestsGreaterThanOne: false }];
@@ -190,7 +190,7 @@ export function planResources(gpus: readonly Gpu[], strategy: DeviceIdStrategy, 
         checkId(id, gpu);
         if (seen.has(id)) throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) repeats device ID ${id}; every GPU needs its own`);
         seen.add(id);
-        list.push({ id, gpu: pos, runtimeName: base, replica: n });
+        list.push({ id, uuid: gpu.uuid, gpu: pos, runtimeName: base, replica: n });
       }
     }
   });

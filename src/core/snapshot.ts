@@ -21,11 +21,13 @@
 // MIG (core/mig.ts): the MIG layout is part of the snapshot, by GPU position. A re-layout is a new
 // snapshot like any other: its diff adds and removes mig-* resources and changes lists, and leaves
 // every other GPU's resources alone. MIG devices have health of their own, carried over by MIG UUID
-// (a re-created instance has a new UUID and starts fresh); `health` lists the GPUs, then the MIG
-// devices (the health units of core/mig.ts). A node that stops fitting --mig-strategy=single after
-// start is reported and withdrawn (no resources), never half-advertised.
+// (a re-created instance has a new UUID and starts fresh). A node that stops fitting
+// --mig-strategy=single after start is reported and withdrawn (no resources), never half-advertised.
+//
+// Health is kept by identity, never by position: `gpuHealth` by GPU UUID, `migHealth` by MIG UUID,
+// each with the reason and since when; an advertised device names its GPU (and MIG device) by UUID.
 import { countHealthyGpus, deviceList, deviceUnit } from './devices.ts';
-import type { AdvertisedDevice, DeviceIdStrategy, DeviceListEntry, Gpu, Health } from './devices.ts';
+import type { AdvertisedDevice, DeviceIdStrategy, DeviceListEntry, Gpu, GpuHealth, Health } from './devices.ts';
 import { freshHealthState } from './health.ts';
 import type { GpuHealthState } from './health.ts';
 import { migCapabilitiesProblem, planForNode } from './config-fit.ts';
@@ -34,8 +36,17 @@ import type { MigLayout, MigStrategy } from './mig.ts';
 import type { PlannedResource, Sharing } from './sharing.ts';
 import type { GpuLinkInfo } from './topology/index.ts';
 
+/** What the node labels need beyond discovery (nvml/node-facts.ts reads it), by GPU UUID. */
+export interface NodeFacts {
+  /** e.g. 12040 for CUDA 12.4, or null when NVML cannot say. */
+  readonly cudaDriverVersion: number | null;
+  readonly gpus: ReadonlyMap<string, { readonly compute: { readonly major: number; readonly minor: number } | null; readonly migCapable: boolean }>;
+}
+
 /** What one scan of the node read, GPUs in NVML index order. */
 export interface NodeScan {
+  /** Read only when something wants them (the node labels). */
+  readonly facts?: NodeFacts;
   readonly driverVersion: string;
   readonly gpus: readonly Gpu[];
   /** Active NVLinks of each GPU, by position in gpus. */
@@ -61,82 +72,81 @@ export interface PlanSettings {
   readonly needMigCapabilities?: boolean;
 }
 
+/** One unit's (GPU's or MIG device's) health: the tracker's state (core/health.ts), why, and since when. */
+export interface UnitHealth {
+  readonly state: GpuHealthState;
+  /** Why it is what it is: the transition's reason (null: nothing ever happened to it). */
+  readonly reason: string | null;
+  /** When that transition happened, in the caller's clock (ms since the epoch); null with reason null. */
+  readonly since: number | null;
+}
+
+/** The health of a unit nothing has happened to. */
+export function freshUnitHealth(): UnitHealth {
+  return { state: freshHealthState(), reason: null, since: null };
+}
+
 export interface NodeSnapshot {
   /** null: the driver does not answer (unloaded, mid-upgrade); gpus are the last ones seen. */
   readonly driverVersion: string | null;
   readonly gpus: readonly Gpu[];
   readonly nvlinks: readonly GpuLinkInfo[];
   readonly pcie: readonly (readonly number[])[];
-  /** Health state of each GPU, by position (see core/health.ts). */
-  readonly healthStates: readonly GpuHealthState[];
-  /** Health advertised for each GPU, by position: its state's, or Unhealthy while the driver is down. */
-  readonly health: readonly Health[];
-  /** GPUs seen earlier and gone now, by UUID, with the state they left in. */
-  readonly departed: Readonly<Record<string, GpuHealthState>>;
+  /** Health of each GPU, by GPU UUID (one entry per GPU in gpus). */
+  readonly gpuHealth: ReadonlyMap<string, UnitHealth>;
+  /**
+   * Health advertised, by GPU UUID and by MIG UUID: each unit's own, or Unhealthy while the driver
+   * is down.
+   */
+  readonly health: GpuHealth;
+  /** GPUs seen earlier and gone now, by UUID, with the health they left with. */
+  readonly departed: Readonly<Record<string, UnitHealth>>;
   readonly resources: readonly PlannedResource[];
   /** Why the settings could not be planned against these GPUs (the previous resources were kept), or null. */
   readonly planProblem: string | null;
   /** The MIG layout (NO_MIG when MIG is not used). */
   readonly mig: MigLayout;
-  /** Health state of each MIG device, by position in mig.devices. */
-  readonly migHealthStates: readonly GpuHealthState[];
-  /** Capability nodes of each MIG device by its position in mig.devices (for Allocate), or why there are none. */
-  readonly migCapabilities: ReadonlyMap<number, readonly string[]> | { readonly problem: string };
+  /** Health of each MIG device, by MIG UUID (one entry per device in mig.devices). */
+  readonly migHealth: ReadonlyMap<string, UnitHealth>;
+  /** Capability nodes of each MIG device by MIG UUID (for Allocate), or why there are none. */
+  readonly migCapabilities: ReadonlyMap<string, readonly string[]> | { readonly problem: string };
   /** What the MIG plan left out, one line each (skipped GPUs, sub-instances). */
   readonly migNotes: readonly string[];
+  /** The last facts read (kept while the driver is down), or null when none were read. */
+  readonly facts: NodeFacts | null;
 }
 
-function advertisedHealth(states: readonly GpuHealthState[], driverUp: boolean): Health[] {
-  return states.map((s) => (driverUp ? s.health : 'Unhealthy'));
-}
-
-/** Every health state of a snapshot, by health unit: the GPUs, then the MIG devices. */
-export function unitHealthStates(snapshot: Pick<NodeSnapshot, 'healthStates' | 'migHealthStates'>): GpuHealthState[] {
-  return [...snapshot.healthStates, ...snapshot.migHealthStates];
-}
-
-function migCapabilitiesByPosition(mig: MigLayout, caps: NodeScan['migCapabilities']): NodeSnapshot['migCapabilities'] {
-  if (caps === undefined) return new Map();
-  if ('problem' in caps) return caps;
-  const out = new Map<number, readonly string[]>();
-  mig.devices.forEach((d, k) => {
-    const nodes = caps.get(d.uuid);
-    if (nodes !== undefined) out.set(k, nodes);
-  });
+/** What is advertised: every unit's own health, or Unhealthy for all while the driver is down. */
+function advertisedHealth(gpuHealth: ReadonlyMap<string, UnitHealth>, migHealth: ReadonlyMap<string, UnitHealth>, driverUp: boolean): GpuHealth {
+  const out = new Map<string, Health>();
+  for (const [uuid, h] of gpuHealth) out.set(uuid, driverUp ? h.state.health : 'Unhealthy');
+  for (const [uuid, h] of migHealth) out.set(uuid, driverUp ? h.state.health : 'Unhealthy');
   return out;
 }
 
+function capabilitiesOf(caps: NodeScan['migCapabilities']): NodeSnapshot['migCapabilities'] {
+  return caps ?? new Map();
+}
+
 /** MIG devices' health carried over by MIG UUID; new ones start fresh. */
-function carryMigHealth(mig: MigLayout, previous: NodeSnapshot | null): GpuHealthState[] {
-  const before = new Map<string, GpuHealthState>();
-  previous?.mig.devices.forEach((d, k) => {
-    const st = previous.migHealthStates[k];
-    if (st !== undefined) before.set(d.uuid, st);
-  });
-  return mig.devices.map((d) => before.get(d.uuid) ?? freshHealthState());
+function carryMigHealth(mig: MigLayout, previous: NodeSnapshot | null): Map<string, UnitHealth> {
+  return new Map(mig.devices.map((d) => [d.uuid, previous?.migHealth.get(d.uuid) ?? freshUnitHealth()]));
 }
 
 /**
  * The previous plan, kept for the GPUs of `gpus` (by UUID); devices of GPUs that left are dropped,
  * and so are MIG devices no longer in `mig` (by MIG UUID).
  */
-export function carryPlan(previous: readonly PlannedResource[], previousGpus: readonly Gpu[], gpus: readonly Gpu[], previousMig: MigLayout = NO_MIG, mig: MigLayout = NO_MIG): PlannedResource[] {
+export function carryPlan(previous: readonly PlannedResource[], gpus: readonly Gpu[], mig: MigLayout = NO_MIG): PlannedResource[] {
   const pos = new Map(gpus.map((g, i) => [g.uuid, i]));
-  const migPos = new Map(mig.devices.map((d, k) => [d.uuid, k]));
+  const migs = new Set(mig.devices.map((d) => d.uuid));
   const out: PlannedResource[] = [];
   for (const r of previous) {
     const devices: AdvertisedDevice[] = [];
     for (const d of r.devices) {
-      const uuid = previousGpus[d.gpu]?.uuid;
-      const at = uuid === undefined ? undefined : pos.get(uuid);
-      if (at === undefined) continue;
-      if (d.mig === undefined) {
-        devices.push({ ...d, gpu: at });
-        continue;
-      }
-      const migUuid = previousMig.devices[d.mig]?.uuid;
-      const k = migUuid === undefined ? undefined : migPos.get(migUuid);
-      if (k !== undefined) devices.push({ ...d, gpu: at, mig: k });
+      const at = pos.get(d.uuid);
+      if (at === undefined || (d.mig !== undefined && !migs.has(d.mig))) continue;
+      devices.push({ ...d, gpu: at });
     }
     if (devices.length > 0) out.push({ ...r, devices });
   }
@@ -151,61 +161,65 @@ export function carryPlan(previous: readonly PlannedResource[], previousGpus: re
 export function buildSnapshot(scan: NodeScan | null, settings: PlanSettings, previous: NodeSnapshot | null, recoveryEnabled: boolean): NodeSnapshot {
   if (scan === null) {
     const gpus = previous?.gpus ?? [];
-    const states = previous?.healthStates ?? [];
+    const gpuHealth = previous?.gpuHealth ?? new Map<string, UnitHealth>();
     const mig = previous?.mig ?? NO_MIG;
-    const migStates = previous?.migHealthStates ?? [];
+    const migHealth = previous?.migHealth ?? new Map<string, UnitHealth>();
     const { resources, planProblem, notes } = plan(gpus, mig, settings, previous, previous?.migCapabilities ?? new Map());
     return {
       driverVersion: null,
       gpus,
       nvlinks: previous?.nvlinks ?? [],
       pcie: previous?.pcie ?? [],
-      healthStates: states,
-      health: advertisedHealth([...states, ...migStates], false),
+      gpuHealth,
+      health: advertisedHealth(gpuHealth, migHealth, false),
       departed: previous?.departed ?? {},
       resources,
       planProblem,
       mig,
-      migHealthStates: migStates,
+      migHealth,
       migCapabilities: previous?.migCapabilities ?? new Map(),
       migNotes: notes,
+      facts: previous?.facts ?? null,
     };
   }
-  const present = new Map<string, GpuHealthState>();
-  previous?.gpus.forEach((g, i) => {
-    const s = previous.healthStates[i];
-    if (s !== undefined) present.set(g.uuid, s);
-  });
-  const departed: Record<string, GpuHealthState> = { ...(previous?.departed ?? {}) };
+  const present = previous?.gpuHealth ?? new Map<string, UnitHealth>();
+  const departed: Record<string, UnitHealth> = { ...(previous?.departed ?? {}) };
   const seen = new Set(scan.gpus.map((g) => g.uuid));
-  for (const [uuid, s] of present) if (!seen.has(uuid)) departed[uuid] = s;
-  const states = scan.gpus.map((g): GpuHealthState => {
+  for (const [uuid, h] of present) if (!seen.has(uuid)) departed[uuid] = h;
+  const gpuHealth = new Map(scan.gpus.map((g): [string, UnitHealth] => {
     const kept = present.get(g.uuid);
-    if (kept !== undefined) return kept;
+    if (kept !== undefined) return [g.uuid, kept];
     const back = departed[g.uuid];
-    if (back === undefined) return freshHealthState();
+    if (back === undefined) return [g.uuid, freshUnitHealth()];
     delete departed[g.uuid];
-    return recoveryEnabled ? freshHealthState() : back;
-  });
+    return [g.uuid, recoveryEnabled ? freshUnitHealth() : back];
+  }));
   const mig = scan.mig ?? NO_MIG;
-  const migStates = carryMigHealth(mig, previous);
-  const migCapabilities = migCapabilitiesByPosition(mig, scan.migCapabilities);
+  const migHealth = carryMigHealth(mig, previous);
+  const migCapabilities = capabilitiesOf(scan.migCapabilities);
   const { resources, planProblem, notes } = plan(scan.gpus, mig, settings, previous, migCapabilities);
   return {
     driverVersion: scan.driverVersion,
     gpus: scan.gpus,
     nvlinks: scan.nvlinks,
     pcie: scan.pcie,
-    healthStates: states,
-    health: advertisedHealth([...states, ...migStates], true),
+    gpuHealth,
+    health: advertisedHealth(gpuHealth, migHealth, true),
     departed,
     resources,
     planProblem,
     mig,
-    migHealthStates: migStates,
+    migHealth,
     migCapabilities,
     migNotes: notes,
+    facts: scan.facts ?? null,
   };
+}
+
+/** The scan a snapshot was made from (null while the driver is down): what a re-plan (config reload) starts from. */
+export function scanOf(s: NodeSnapshot): NodeScan | null {
+  if (s.driverVersion === null) return null;
+  return { driverVersion: s.driverVersion, gpus: s.gpus, nvlinks: s.nvlinks, pcie: s.pcie, mig: s.mig, migCapabilities: s.migCapabilities, ...(s.facts === null ? {} : { facts: s.facts }) };
 }
 
 interface Plan {
@@ -223,7 +237,7 @@ function plan(gpus: readonly Gpu[], mig: MigLayout, settings: PlanSettings, prev
     const problem = err instanceof Error ? err.message : String(err);
     // A node that stopped fitting --mig-strategy=single is withdrawn, not half-advertised.
     if (err instanceof MigStrategyError) return { resources: [], planProblem: problem, notes: [] };
-    return { resources: carryPlan(previous.resources, previous.gpus, gpus, previous.mig, mig), planProblem: problem, notes: [] };
+    return { resources: carryPlan(previous.resources, gpus, mig), planProblem: problem, notes: [] };
   }
   const problem = migCapabilitiesProblem(planned, settings, caps);
   if (problem !== null) {
@@ -233,18 +247,25 @@ function plan(gpus: readonly Gpu[], mig: MigLayout, settings: PlanSettings, prev
   return { ...planned, planProblem: null };
 }
 
-/** How many health units a snapshot has: its GPUs, then its MIG devices. */
-export function healthUnitCount(snapshot: Pick<NodeSnapshot, 'gpus' | 'mig'>): number {
-  return snapshot.gpus.length + snapshot.mig.devices.length;
+/** Whether a unit (a GPU UUID or a MIG UUID) is in the snapshot. */
+export function hasUnit(snapshot: Pick<NodeSnapshot, 'gpuHealth' | 'migHealth'>, unit: string): boolean {
+  return snapshot.gpuHealth.has(unit) || snapshot.migHealth.has(unit);
 }
 
-/** The same node with new health states (from the health tracker), by health unit (GPUs, then MIG devices). */
-export function withHealthStates(snapshot: NodeSnapshot, states: readonly GpuHealthState[]): NodeSnapshot {
-  if (states.length !== healthUnitCount(snapshot)) {
-    throw new RangeError(`${states.length} health states for ${snapshot.gpus.length} GPUs and ${snapshot.mig.devices.length} MIG devices; expected one each`);
+/**
+ * The same node with new health for some units (GPU UUIDs or MIG UUIDs, from the health tracker).
+ * Throws naming a unit the snapshot does not hold: the caller looks before it writes.
+ */
+export function withHealth(snapshot: NodeSnapshot, updates: ReadonlyMap<string, UnitHealth>): NodeSnapshot {
+  if (updates.size === 0) return snapshot;
+  const gpuHealth = new Map(snapshot.gpuHealth);
+  const migHealth = new Map(snapshot.migHealth);
+  for (const [unit, h] of updates) {
+    if (gpuHealth.has(unit)) gpuHealth.set(unit, h);
+    else if (migHealth.has(unit)) migHealth.set(unit, h);
+    else throw new RangeError(`health for ${unit}, which is neither a GPU nor a MIG device of this snapshot`);
   }
-  const g = snapshot.gpus.length;
-  return { ...snapshot, healthStates: states.slice(0, g), migHealthStates: states.slice(g), health: advertisedHealth(states, snapshot.driverVersion !== null) };
+  return { ...snapshot, gpuHealth, migHealth, health: advertisedHealth(gpuHealth, migHealth, snapshot.driverVersion !== null) };
 }
 
 /** Healthy of total: what STATUS, the log and the metrics say of a snapshot. */
@@ -255,16 +276,16 @@ export interface HealthCounts {
   readonly resources: readonly { readonly name: string; readonly devices: number; readonly healthy: number }[];
 }
 
-export function healthCounts(snapshot: Pick<NodeSnapshot, 'gpus' | 'health' | 'resources'>): HealthCounts {
-  const g = snapshot.gpus.length;
+export function healthCounts(snapshot: Pick<NodeSnapshot, 'gpus' | 'mig' | 'health' | 'resources'>): HealthCounts {
   const h = snapshot.health;
+  const of = (uuid: string): Health => h.get(uuid) ?? 'Unhealthy';
   return {
-    gpus: { healthy: countHealthyGpus(h.slice(0, g)), total: g },
-    mig: { healthy: countHealthyGpus(h.slice(g)), total: h.length - g },
+    gpus: { healthy: countHealthyGpus(snapshot.gpus.map((g) => of(g.uuid))), total: snapshot.gpus.length },
+    mig: { healthy: countHealthyGpus(snapshot.mig.devices.map((d) => of(d.uuid))), total: snapshot.mig.devices.length },
     resources: snapshot.resources.filter((r) => r.devices.length > 0).map((r) => ({
       name: r.name,
       devices: r.devices.length,
-      healthy: r.devices.filter((d) => h[deviceUnit(d, g)] === 'Healthy').length,
+      healthy: r.devices.filter((d) => of(deviceUnit(d)) === 'Healthy').length,
     })),
   };
 }
@@ -318,8 +339,7 @@ function views(snapshot: NodeSnapshot, r: PlannedResource): Map<string, DeviceVi
   const out = new Map<string, DeviceView>();
   r.devices.forEach((d, i) => {
     const entry = list[i] as DeviceListEntry;
-    const gpu = snapshot.gpus[d.gpu];
-    out.set(d.id, { entry, key: `${gpu?.uuid}|${d.runtimeName}|${d.replica ?? ''}|${JSON.stringify(entry.topology)}` });
+    out.set(d.id, { entry, key: `${d.uuid}|${d.runtimeName}|${d.replica ?? ''}|${JSON.stringify(entry.topology)}` });
   });
   return out;
 }

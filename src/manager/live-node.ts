@@ -1,49 +1,98 @@
 // The live node: one path for every change. A scan (start, SIGHUP, re-discovery, the driver going or
 // coming back), a config reload and a health change each make a new snapshot (core/snapshot.ts);
-// its diff against the current one goes to the resource manager, and the health monitor starts over
-// on a new GPU list when the GPUs changed. Changes are applied one at a time, in order.
+// the snapshot and its diff go to every consumer (consumer.ts), in order, one change at a time.
+// It owns the configuration in force (a reload is a transaction here: refused, nothing changes) and
+// the node's health (node-health.ts: the pure tracker keyed by GPU and MIG UUID, and the recovery
+// timer). A report it cannot place — an event naming a GPU or MIG device the snapshot does not hold,
+// a GPU_IS_LOST answer — is answered with a rescan, and looked at again once that scan is applied.
 import { planForNode } from '../core/config-fit.ts';
-import { MigStrategyError, healthUnits, pendingModeChanges } from '../core/mig.ts';
+import { MigStrategyError } from '../core/mig.ts';
+import { describeHealthSettings, watchesAnything } from '../core/health.ts';
+import type { EventBatchEntry, HealthSettings, ProbeRound, RecoverySettings } from '../core/health.ts';
 import { describePlan } from '../core/sharing.ts';
-import { buildSnapshot, diff, healthCounts, healthUnitCount, isEmptyDiff, unitHealthStates, withHealthStates } from '../core/snapshot.ts';
-import type { NodeScan, NodeSnapshot, PlanSettings, SnapshotDiff } from '../core/snapshot.ts';
-import type { HealthMonitor } from '../plugin/health.ts';
+import { buildSnapshot, diff, scanOf, withHealth } from '../core/snapshot.ts';
+import type { NodeScan, NodeSnapshot, UnitHealth } from '../core/snapshot.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
-import type { ResourceManager, ServeSettings } from './manager.ts';
+import { TimerOwner } from '../system/timers.ts';
+import type { NodeConsumer, NodeSettings } from './consumer.ts';
+import { describeChange } from './describe.ts';
+import { NodeHealth } from './node-health.ts';
+import type { UnplacedEvent } from './node-health.ts';
 
-export interface LiveNodeDeps {
+export interface LiveNodeDeps<C extends NodeSettings> {
   readonly log: Logger;
-  readonly manager: ResourceManager;
-  readonly monitor: HealthMonitor;
+  /** The configuration at start; reconfigure() replaces it. */
+  readonly config: C;
+  readonly health: HealthSettings;
   /** Recovery on: a GPU that comes back after leaving starts healthy (see core/snapshot.ts). */
-  readonly recoveryEnabled: boolean;
-  plan: PlanSettings;
-  serve: ServeSettings;
-  /** After every applied snapshot. */
-  onApplied?(snapshot: NodeSnapshot, change: SnapshotDiff): void;
+  readonly recovery: RecoverySettings;
+  /** Given every applied snapshot, in this order. */
+  readonly consumers: readonly NodeConsumer<C>[];
+  /** Monotonic milliseconds for health quiet periods (default performance.now). */
+  readonly now?: () => number;
+  /** Wall-clock milliseconds for "since when" (default Date.now). */
+  readonly wallNow?: () => number;
 }
 
+/** Events held for a rescan, at most (a storm naming unknown devices keeps the newest). */
+const MAX_HELD_EVENTS = 256;
 
-export class LiveNode {
-  private readonly deps: LiveNodeDeps;
+const eventKey = (e: UnplacedEvent): string => {
+  const ev = e.entry.event;
+  return `${ev.kind}|${String(ev.gpu)}|${ev.kind === 'xid' ? `${ev.gi ?? ''}/${ev.ci ?? ''}` : ''}`;
+};
+
+export class LiveNode<C extends NodeSettings = NodeSettings> {
+  private readonly deps: LiveNodeDeps<C>;
   private readonly log: Logger;
+  private readonly health: NodeHealth;
+  private readonly timers = new TimerOwner();
+  private config_: C;
   private current: NodeSnapshot | null = null;
   private queue: Promise<void> = Promise.resolve();
   private applied = 0;
+  private stopped = false;
+  private rescanFn: ((reason: string) => Promise<void>) | null = null;
+  /** Events waiting for the rescan they asked for. */
+  private held: UnplacedEvent[] = [];
+  /** GPUs a probe says are lost, waiting for the rescan that confirms it. */
+  private suspects = new Set<string>();
+  private rescanning = false;
+  /** Events a rescan could not place either: ignored (debug) until the GPUs or MIG layout change. */
+  private unplaceable = new Set<string>();
 
-  constructor(deps: LiveNodeDeps) {
+  constructor(deps: LiveNodeDeps<C>) {
     this.deps = deps;
     this.log = deps.log;
+    this.config_ = deps.config;
+    this.health = new NodeHealth({ settings: deps.health, recovery: deps.recovery, log: deps.log, ...(deps.now ? { now: deps.now } : {}), ...(deps.wallNow ? { wallNow: deps.wallNow } : {}) });
+    this.log.info('health checks', { settings: describeHealthSettings(deps.health), recovery: deps.recovery.enabled ? `${deps.recovery.quietMs / 1000}s` : 'off' });
+    if (!watchesAnything(deps.health)) this.log.info('health checks are off (DP_DISABLE_HEALTHCHECKS); GPUs are not watched');
   }
 
   get snapshot(): NodeSnapshot | null {
     return this.current;
   }
 
+  /** The configuration in force. */
+  get config(): C {
+    return this.config_;
+  }
+
   /** Snapshots applied so far. */
   get appliedCount(): number {
     return this.applied;
+  }
+
+  /** Events counted so far. */
+  get eventCount(): number {
+    return this.health.eventCount;
+  }
+
+  /** Who looks at the node again when a report names something the snapshot does not hold (the scanner). */
+  onRescanWanted(fn: (reason: string) => Promise<void>): void {
+    this.rescanFn = fn;
   }
 
   private enqueue<T>(job: () => Promise<T>): Promise<T> {
@@ -55,124 +104,183 @@ export class LiveNode {
   /** What a scan read (null: the driver does not answer). The first one throws if the config does not fit the node. */
   scanned(scan: NodeScan | null, reason: string): Promise<void> {
     return this.enqueue(async () => {
-      const prev = this.withMonitorHealth();
-      const next = buildSnapshot(scan, this.deps.plan, prev, this.deps.recoveryEnabled);
+      const prev = this.withTrackedHealth();
+      const next = buildSnapshot(scan, this.config_.plan, prev, this.deps.recovery.enabled);
       await this.apply(prev, next, reason, null);
+      // Reports held for a rescan nobody was asked for (no scanner wired): this scan answers them.
+      if (this.rescanFn === null && (this.held.length > 0 || this.suspects.size > 0)) await this.afterRescan();
     });
   }
 
-  /** The health monitor reported a transition. */
-  healthChanged(): void {
+  /** NVML events, their GPUs by UUID (nvml/watcher.ts). */
+  onEvents(batch: readonly EventBatchEntry[]): void {
     void this.enqueue(async () => {
-      const prev = this.current;
-      if (prev === null) return;
-      const states = this.deps.monitor.states();
-      if (states.length !== healthUnitCount(prev)) return;
-      await this.apply(prev, withHealthStates(prev, states), 'health changed', null);
+      const out = this.health.onEvents(batch);
+      this.hold(out.unplaced);
+      await this.applyHealth(out.updates);
+    }).catch((err: unknown) => this.log.error('cannot apply a health change', { error: errorText(err) }));
+  }
+
+  /** One probe round, by GPU UUID. */
+  onProbe(round: ProbeRound): void {
+    void this.enqueue(async () => {
+      const out = this.health.onProbe(round);
+      const fresh = out.suspectLost.filter((u) => !this.suspects.has(u));
+      for (const u of fresh) this.suspects.add(u);
+      if (fresh.length > 0) this.askRescan(`GPU ${fresh.join(', ')} answers GPU_IS_LOST: is it still on the bus?`);
+      await this.applyHealth(out.updates);
     }).catch((err: unknown) => this.log.error('cannot apply a health change', { error: errorText(err) }));
   }
 
   /**
-   * New settings from a config reload. Throws (and changes nothing) when they cannot be planned
-   * against the GPUs now present; resources whose device set changed register again.
+   * A config reload, as a transaction: the new configuration is in force while its snapshot is
+   * applied (consumers see it); one that cannot be planned against the GPUs now present, or whose
+   * snapshot a consumer refuses, is refused and the running one kept. Resources whose device set
+   * changed register again. Returns the plan, for the log.
    */
-  reconfigure(plan: PlanSettings, serve: ServeSettings, reason: string): Promise<string> {
+  reconfigure(config: C, reason: string): Promise<string> {
     return this.enqueue(async () => {
-      const prev = this.withMonitorHealth();
+      const prev = this.withTrackedHealth();
       if (prev !== null) {
         try {
-          planForNode(prev.gpus, prev.mig, plan);
+          planForNode(prev.gpus, prev.mig, config.plan);
         } catch (err) {
           // Whether the node fits the MIG strategy is not the new file's fault.
           if (!(err instanceof MigStrategyError)) throw err;
         }
       }
-      this.deps.plan = plan;
-      this.deps.serve = serve;
+      const running = this.config_;
+      this.config_ = config;
       if (prev === null) return '';
-      const caps = prev.migCapabilities;
-      const same: NodeScan | null = prev.driverVersion === null ? null : {
-        driverVersion: prev.driverVersion, gpus: prev.gpus, nvlinks: prev.nvlinks, pcie: prev.pcie, mig: prev.mig,
-        migCapabilities: 'problem' in caps ? caps : new Map([...caps].map(([k, nodes]) => [prev.mig.devices[k]?.uuid ?? '', nodes])),
-      };
-      const next = buildSnapshot(same, plan, prev, this.deps.recoveryEnabled);
-      await this.apply(prev, next, reason, reason);
-      return describePlan(next.resources);
+      try {
+        const next = buildSnapshot(scanOf(prev), config.plan, prev, this.deps.recovery.enabled);
+        await this.apply(prev, next, reason, reason);
+        return describePlan(next.resources);
+      } catch (err) {
+        this.config_ = running;
+        throw err;
+      }
     });
   }
 
-  private withMonitorHealth(): NodeSnapshot | null {
+  /** The current snapshot with the health the tracker holds now (single-bit counts move without transitions). */
+  private withTrackedHealth(): NodeSnapshot | null {
     const prev = this.current;
     if (prev === null) return null;
-    const states = this.deps.monitor.states();
-    return states.length === healthUnitCount(prev) ? withHealthStates(prev, states) : prev;
+    const now = this.health.current();
+    const changed = new Map<string, UnitHealth>();
+    for (const [u, h] of now) {
+      const was = prev.gpuHealth.get(u) ?? prev.migHealth.get(u);
+      if (was !== undefined && JSON.stringify(was) !== JSON.stringify(h)) changed.set(u, h);
+    }
+    return withHealth(prev, changed);
+  }
+
+  private async applyHealth(updates: ReadonlyMap<string, UnitHealth>): Promise<void> {
+    this.scheduleRecovery();
+    const prev = this.current;
+    if (prev === null || updates.size === 0) return;
+    await this.apply(prev, withHealth(prev, updates), 'health changed', null);
+  }
+
+  private scheduleRecovery(): void {
+    const due = this.health.nextDueMs();
+    if (due === null || this.stopped) {
+      this.timers.clear('recovery');
+      return;
+    }
+    const now = this.deps.now ?? (() => performance.now());
+    this.timers.after('recovery', Math.max(0, due - now()) + 1, () => {
+      void this.enqueue(() => this.applyHealth(this.health.tick()))
+        .catch((err: unknown) => this.log.error('cannot apply a health change', { error: errorText(err) }));
+    });
+  }
+
+  /** Events the snapshot cannot place: held for one rescan, unless a rescan already could not place them. */
+  private hold(unplaced: readonly UnplacedEvent[]): void {
+    const fresh: UnplacedEvent[] = [];
+    for (const u of unplaced) {
+      if (this.unplaceable.has(eventKey(u))) {
+        if (this.log.enabled('debug')) this.log.debug('event for a device the node does not have; ignored', { kind: u.entry.event.kind, gpu: String(u.entry.event.gpu), why: u.why });
+        continue;
+      }
+      fresh.push(u);
+    }
+    if (fresh.length === 0) return;
+    this.held.push(...fresh);
+    if (this.held.length > MAX_HELD_EVENTS) this.held.splice(0, this.held.length - MAX_HELD_EVENTS);
+    const first = fresh[0] as UnplacedEvent;
+    const ev = first.entry.event;
+    this.log.info('event names a device the node snapshot does not hold; nothing is marked, looking at the node again', {
+      ...this.where(ev.gpu), kind: ev.kind, ...(ev.kind === 'xid' ? { xid: ev.xid, gi: ev.gi, ci: ev.ci } : {}), why: first.why, events: fresh.length,
+    });
+    this.askRescan('an event names a device the node snapshot does not hold');
+  }
+
+  private where(gpu: unknown): { gpu?: number | string; uuid?: string } {
+    if (typeof gpu !== 'string') return { gpu: 'all' };
+    const g = this.current?.gpus.find((x) => x.uuid === gpu);
+    return g === undefined ? { uuid: gpu } : { gpu: g.index, uuid: gpu };
+  }
+
+  /** One rescan at a time for held reports; when it has been applied, they are looked at again. */
+  private askRescan(reason: string): void {
+    if (this.rescanning || this.stopped) return;
+    const fn = this.rescanFn;
+    if (fn === null) return; // Nobody scans: the next scan looks at them (afterScan).
+    this.rescanning = true;
+    fn(reason).catch((err: unknown) => this.log.warn('rescan failed', { reason, error: errorText(err) })).finally(() => {
+      this.rescanning = false;
+      void this.enqueue(() => this.afterRescan()).catch((err: unknown) => this.log.error('cannot apply a health change', { error: errorText(err) }));
+    });
+  }
+
+  /** The reports that waited for a rescan, against the snapshot it made. */
+  private async afterRescan(): Promise<void> {
+    const s = this.current;
+    const suspects = [...this.suspects];
+    this.suspects.clear();
+    const held = this.held;
+    this.held = [];
+    if (s === null) return;
+    if (s.driverVersion !== null) {
+      const gone = suspects.filter((u) => !s.gpuHealth.has(u));
+      for (const u of gone) this.log.info('GPU answered GPU_IS_LOST but has left the node: it is gone, not lost', { uuid: u });
+      await this.applyHealth(this.health.confirmLost(suspects));
+    }
+    if (held.length === 0) return;
+    const out = this.health.onEvents(held.map((h) => h.entry));
+    for (const u of out.unplaced) {
+      const key = eventKey(u);
+      if (this.unplaceable.has(key)) continue;
+      this.unplaceable.add(key);
+      const ev = u.entry.event;
+      this.log.info('event still names no device of this node after looking again; ignored', { ...this.where(ev.gpu), kind: ev.kind, ...(ev.kind === 'xid' ? { xid: ev.xid, gi: ev.gi, ci: ev.ci } : {}), why: u.why });
+    }
+    await this.applyHealth(out.updates);
   }
 
   private async apply(prev: NodeSnapshot | null, next: NodeSnapshot, reason: string, reregister: string | null): Promise<void> {
     const change = diff(prev, next);
-    this.describe(prev, next, change, reason);
-    if (change.gpuSetChanged || change.migChanged) this.deps.monitor.rebase(next.gpus, unitHealthStates(next), healthUnits(next.gpus.length, next.mig));
+    describeChange(this.log, prev, next, change, reason);
+    if (change.gpuSetChanged || change.migChanged) this.unplaceable.clear();
     this.current = next;
+    this.health.follow(next);
     this.applied++;
-    await this.deps.manager.apply(next, change, this.deps.serve, reregister);
-    this.deps.onApplied?.(next, change);
+    this.scheduleRecovery();
+    for (const c of this.deps.consumers) await c.apply({ snapshot: next, change, reason, reregister, settings: this.config_ });
   }
 
-  /** The log of a change: what an operator needs to see, once. */
-  private describe(prev: NodeSnapshot | null, next: NodeSnapshot, change: SnapshotDiff, reason: string): void {
-    const log = this.log;
-    if (prev === null) {
-      for (const g of next.gpus) {
-        log.info('GPU found', { index: g.index, uuid: g.uuid, name: g.name, bus: g.busId, numa: g.numaNode, memory_mib: Math.round(g.memoryBytes / 1048576) });
+  /** Stops the recovery timer and every consumer. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.timers.dispose();
+    await Promise.all(this.deps.consumers.map(async (c) => {
+      try {
+        await c.stop?.();
+      } catch (err) {
+        this.log.warn('stopping failed', { consumer: c.name, error: errorText(err) });
       }
-      for (const d of next.mig.devices) {
-        log.info('MIG device found', { gpu: next.gpus[d.parent]?.index, index: d.index, uuid: d.uuid, profile: d.profile, gi: d.gi, ci: d.ci, memory_mib: Math.round(d.memoryBytes / 1048576) });
-      }
-      if (next.driverVersion !== null && next.gpus.length > 0) log.info('advertising', { resources: describePlan(next.resources) });
-    } else {
-      if (change.driverChanged && next.driverVersion !== null) {
-        log.info('the NVIDIA driver answers', { driver: next.driverVersion, before: prev.driverVersion ?? 'not answering', reason });
-      }
-      for (const uuid of change.gpusRemoved) log.warn('GPU left the node; its devices are withdrawn', { uuid, reason });
-      for (const uuid of change.gpusAdded) {
-        const g = next.gpus.find((x) => x.uuid === uuid);
-        const i = next.gpus.findIndex((x) => x.uuid === uuid);
-        log.info(uuid in prev.departed ? 'GPU is back' : 'GPU appeared', { index: g?.index, uuid, name: g?.name, bus: g?.busId, health: next.health[i], reason });
-      }
-      for (const uuid of change.migRemoved) log.info('MIG device gone; withdrawn', { uuid, reason });
-      for (const uuid of change.migAdded) {
-        const d = next.mig.devices.find((x) => x.uuid === uuid);
-        log.info('MIG device found', { gpu: d === undefined ? undefined : next.gpus[d.parent]?.index, index: d?.index, uuid, profile: d?.profile, gi: d?.gi, ci: d?.ci, reason });
-      }
-      for (const r of change.added) if (prev.resources.length > 0) log.info('resource advertised', { resource: r.name, devices: r.devices.length, reason });
-      for (const u of change.updated) {
-        if (u.appeared.length + u.vanished.length === 0) continue;
-        log.info('device list changed', { resource: u.name, devices: u.devices.length, appeared: u.appeared.length, vanished: u.vanished.length, reason });
-      }
-      if (change.updated.some((u) => u.healthChanged.length > 0) || change.gpusAdded.length + change.gpusRemoved.length > 0) {
-        const c = healthCounts(next);
-        const mig = c.mig.total === 0 ? {} : { healthy_mig: c.mig.healthy, total_mig: c.mig.total };
-        log.info('device counts', { healthy: c.gpus.healthy, total: c.gpus.total, ...mig });
-      }
-    }
-    const pendingBefore = new Set(prev === null ? [] : pendingModeChanges(prev.gpus, prev.mig));
-    for (const line of pendingModeChanges(next.gpus, next.mig)) if (!pendingBefore.has(line)) log.warn('MIG mode change pending', { change: line });
-    const notesBefore = new Set(prev?.migNotes ?? []);
-    for (const note of next.migNotes) if (!notesBefore.has(note)) log.warn('MIG', { note });
-    if (next.planProblem !== null && next.planProblem !== prev?.planProblem) {
-      if (next.planProblem.startsWith('--mig-strategy=')) log.error('the node no longer fits the MIG strategy; its devices are withdrawn until it does', { error: next.planProblem });
-      else log.error('the config no longer fits the GPUs; the resources are kept for the GPUs still here', { error: next.planProblem });
-    } else if (next.planProblem === null && prev?.planProblem) {
-      log.info('the config fits the GPUs again', { resources: describePlan(next.resources) });
-    }
-    if (reason === 'reload') {
-      log.info('looked at the node again', { reason, gpus: next.gpus.length, driver: next.driverVersion ?? 'not answering', changes: isEmptyDiff(change) ? 'none' : 'applied' });
-    }
-    if (next.driverVersion !== null && next.gpus.length > 0 && next.resources.length === 0 && next.planProblem === null && (prev === null || prev.resources.length > 0)) {
-      log.warn('nothing to advertise: no GPU or MIG device fits the MIG strategy', { gpus: next.gpus.length, mig_devices: next.mig.devices.length });
-    }
-    if (next.driverVersion !== null && next.gpus.length === 0 && (prev === null || prev.gpus.length > 0)) {
-      log.warn('no GPUs found; waiting for some to appear (re-discovery and SIGHUP look again)');
-    }
+    }));
   }
 }

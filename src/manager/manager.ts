@@ -20,7 +20,9 @@ import { SocketDirView } from '../kubelet/watcher.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 import type { RegistrationRecorder, RpcRecorder } from '../core/metrics.ts';
+import type { AppliedSnapshot, NodeConsumer } from './consumer.ts';
 import { ResourceRuntime } from './resource.ts';
+import type { ServerFactory } from './resource.ts';
 
 /** How answers are given, from the options (not from the node). */
 export interface ServeSettings {
@@ -32,10 +34,11 @@ export interface ManagerContext {
   readonly kubeletSocket: string;
   readonly socketCheckIntervalMs: number;
   readonly log: Logger;
-  /** After a registration; `all`: every served resource has registered at least once. */
-  onRegistered(all: boolean): void;
-  /** A resource's registration stopped counting until it registers again. */
-  onRegistrationLost?(): void;
+  /** Starts a resource's server (default: the gRPC PluginServer on its unix socket). */
+  readonly serverFactory?: ServerFactory;
+  /** Awaited before a resource serves, so before it registers (MPS readiness will sit here). */
+  beforeServe?(resource: string): Promise<void>;
+  /** This process no longer sees the socket directory (see kubelet/watcher.ts SocketDirView). */
   onDirectoryGone(dir: string, why: string): void;
   /** The recorder of a resource's RPCs and registrations (metrics); none by default. */
   recorder?(resource: string): RpcRecorder & RegistrationRecorder;
@@ -46,7 +49,8 @@ const MAX_VANISHED = 4096;
 /** How long after a registration a new topology policy is warmed up (see warmUpLater). */
 const WARM_UP_DELAY_MS = 100;
 
-export class ResourceManager {
+export class ResourceManager implements NodeConsumer {
+  readonly name = 'device plugin resources';
   private readonly ctx: ManagerContext;
   private readonly runtimes = new Map<string, ResourceRuntime>();
   private readonly vanished = new Map<string, Map<string, string>>();
@@ -62,6 +66,8 @@ export class ResourceManager {
   private stopped = false;
   /** One check for every resource that this process still sees the socket directory; from the first resource served. */
   private readonly dirView: SocketDirView;
+  private readonly registeredListeners: ((all: boolean) => void)[] = [];
+  private readonly lostListeners: (() => void)[] = [];
 
   constructor(ctx: ManagerContext) {
     this.ctx = ctx;
@@ -70,6 +76,16 @@ export class ResourceManager {
       onDirectoryGone: (dir, why) => this.ctx.onDirectoryGone(dir, why),
       log: ctx.log,
     });
+  }
+
+  /** After each registration; `all`: every served resource has registered at least once. */
+  onRegistered(fn: (all: boolean) => void): void {
+    this.registeredListeners.push(fn);
+  }
+
+  /** A resource's registration stopped counting until it registers again (allRegisteredNow() is false). */
+  onRegistrationLost(fn: () => void): void {
+    this.lostListeners.push(fn);
   }
 
   get resources(): readonly string[] {
@@ -98,10 +114,10 @@ export class ResourceManager {
   }
 
   /**
-   * Serves `next`. `change` is diff(previous snapshot, next); `reregister` asks resources whose
-   * device set changed to register again (with this reason).
+   * Serves the snapshot. `change` is diff(previous snapshot, snapshot); `reregister` asks resources
+   * whose device set changed to register again (with this reason).
    */
-  async apply(next: NodeSnapshot, change: SnapshotDiff, settings: ServeSettings, reregister: string | null): Promise<void> {
+  async apply({ snapshot: next, change, settings: { serve: settings }, reregister }: AppliedSnapshot): Promise<void> {
     if (this.stopped) return;
     if (change.gpuSetChanged || this.snapshot === null) this.chooser = this.buildChooser(next);
     this.snapshot = next;
@@ -127,12 +143,15 @@ export class ResourceManager {
           kubeletSocket: this.ctx.kubeletSocket,
           socketCheckIntervalMs: this.ctx.socketCheckIntervalMs,
           log: this.ctx.log,
+          ...(this.ctx.serverFactory === undefined ? {} : { serverFactory: this.ctx.serverFactory }),
+          ...(this.ctx.beforeServe === undefined ? {} : { beforeServe: (name: string) => this.ctx.beforeServe?.(name) ?? Promise.resolve() }),
           onRegistered: () => {
             this.registeredOnce = true;
             this.warmUpLater();
-            this.ctx.onRegistered(this.allRegistered());
+            const all = this.allRegistered();
+            for (const fn of this.registeredListeners) fn(all);
           },
-          onRegistrationLost: () => this.ctx.onRegistrationLost?.(),
+          onRegistrationLost: () => { for (const fn of this.lostListeners) fn(); },
           ...(this.ctx.recorder === undefined ? {} : { recorder: this.ctx.recorder(r.name) }),
         });
         this.runtimes.set(r.name, started);

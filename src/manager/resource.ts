@@ -29,8 +29,23 @@ const SOCKET_PREFIX = 'gpu-device-plugin-';
  */
 const OTHER_PLUGIN_SETTLE_MS = 1000;
 
+/** A served socket: what a server factory returns (the gRPC PluginServer by default). */
+export interface ServedSocket {
+  /** Stops serving; removeSocket: also unlink the socket file (only when it is still ours). */
+  stop(removeSocket: boolean): Promise<void>;
+}
+
+/** Starts serving a resource's handlers on a unix socket. */
+export type ServerFactory = (socketPath: string, handlers: DevicePluginHandlers) => Promise<ServedSocket>;
+
+export const grpcServerFactory: ServerFactory = (socketPath, handlers) => PluginServer.start(socketPath, handlers);
+
 export interface ResourceContext {
   readonly kubeletSocket: string;
+  /** Starts the server (default: the gRPC PluginServer). */
+  readonly serverFactory?: ServerFactory;
+  /** Awaited before a resource serves (and so before it registers): where a readiness check sits (MPS, say). */
+  beforeServe?(resource: string): Promise<void>;
   readonly socketCheckIntervalMs: number;
   readonly log: Logger;
   /** After every successful registration of this resource. */
@@ -49,7 +64,7 @@ export class ResourceRuntime {
   private readonly log: Logger;
   private readonly registrar: Registrar;
   private readonly watcher: SocketDirWatcher;
-  private server: PluginServer | undefined;
+  private server: ServedSocket | undefined;
   /** Identity of the socket file our current server made. */
   private served: string | null = null;
   /** Identity of the kubelet socket we last tried to register through. */
@@ -239,7 +254,8 @@ export class ResourceRuntime {
       this.server = undefined;
       this.served = null;
     }
-    const server = await PluginServer.start(this.socketPath, this.handlers);
+    await this.ctx.beforeServe?.(this.name);
+    const server = await (this.ctx.serverFactory ?? grpcServerFactory)(this.socketPath, this.handlers);
     if (this.stopped) {
       await server.stop(true);
       return;

@@ -34,7 +34,8 @@ export function sysfsNumaNode(sysfsRoot: string, busId: string): number | null {
   }
 }
 
-export function discoverGpus(nvml: Nvml, sysfsRoot: string, log: Logger): DiscoveredGpus {
+/** logUnreadable false: the caller logs the GPUs that cannot be read (it knows what becomes of them). */
+export function discoverGpus(nvml: Nvml, sysfsRoot: string, log: Logger, logUnreadable = true): DiscoveredGpus {
   const count = nvml.deviceCount();
   const gpus: Gpu[] = [];
   const handles: DeviceHandle[] = [];
@@ -62,7 +63,7 @@ export function discoverGpus(nvml: Nvml, sysfsRoot: string, log: Logger): Discov
       // A GPU that cannot be read (fallen off the bus, say) is not advertised; the others are.
       // A driver that stopped answering concerns every GPU: the caller decides.
       if (!(err instanceof NvmlError) || meansDriverGone(err.code)) throw err;
-      log.error('GPU cannot be read and is not advertised', { gpu: index, error: err.message });
+      if (logUnreadable) log.error('GPU cannot be read and is not advertised', { gpu: index, error: err.message });
       unreadable.push({ index, error: err });
     }
   }

@@ -1,7 +1,9 @@
-// What the GPU health thread reports, in the health policy's shapes (core/health.ts); positions are
-// positions in the list of watched GPUs.
-import type { EventBatchEntry, ProbeResult, WatchedEvent } from '../core/health.ts';
-export type { EventBatchEntry, ProbeResult, WatchedEvent };
+// What the GPU health thread reports, in the health policy's shapes (core/health.ts); GPUs by UUID
+// (watcher.ts translates the thread's positions in the list it was started with).
+import { UNMANAGED_DEVICE } from '../core/health.ts';
+import type { EventBatchEntry, ProbeResult, ProbeRound, WatchedEvent } from '../core/health.ts';
+export type { EventBatchEntry, ProbeResult, ProbeRound, WatchedEvent };
+export { UNMANAGED_DEVICE };
 
 /** NVML event type bits (nvmlEventType*). */
 export const EVENT_TYPES = {

@@ -173,8 +173,7 @@ export function readMigCapabilities(gpus: readonly Gpu[], layout: MigLayout, env
     return { problem: `cannot read ${file} (${errorText(err)}), which --pass-device-specs needs for the MIG devices' capability nodes; is the NVIDIA driver loaded with MIG support?` };
   }
   try {
-    const byPos = migCapabilityNodes(gpus, layout.devices, parseMigMinors(text));
-    return new Map([...byPos].map(([k, nodes]) => [layout.devices[k]?.uuid ?? '', nodes]));
+    return migCapabilityNodes(gpus, layout.devices, parseMigMinors(text));
   } catch (err) {
     return { problem: `${file}: ${errorText(err)}` };
   }

@@ -2,23 +2,13 @@
 // GPU's compute capability and whether it can do MIG. Read with each scan when labels are on, a
 // few calls per GPU; a driver without one of these functions loses only the labels made from it.
 import type { Gpu } from '../core/devices.ts';
+import type { NodeFacts } from '../core/snapshot.ts';
 import type { Logger } from '../system/log.ts';
 import { NVML, NvmlError } from './errors.ts';
 import type { DeviceHandle, Nvml } from './nvml.ts';
 
-export interface GpuFacts {
-  /** CUDA compute capability, or null when NVML could not say. */
-  compute: { major: number; minor: number } | null;
-  /** nvmlDeviceGetMigMode answers: the GPU can do MIG, enabled or not. */
-  migCapable: boolean;
-}
-
-export interface NodeFacts {
-  /** e.g. 12040 for CUDA 12.4, or null when NVML cannot say. */
-  cudaDriverVersion: number | null;
-  /** By GPU UUID. */
-  gpus: Map<string, GpuFacts>;
-}
+export type { NodeFacts };
+type GpuFacts = { compute: { major: number; minor: number } | null; migCapable: boolean };
 
 export function readNodeFacts(nvml: Nvml, gpus: readonly Gpu[], handles: readonly DeviceHandle[], log: Logger): NodeFacts {
   let cudaDriverVersion: number | null = null;

@@ -1,54 +1,41 @@
-// The scanner: reads the node through NVML into a NodeScan (core/snapshot.ts) and keeps doing so
-// while the node changes under us. It owns the NVML session and the health thread (watcher.ts:
-// events and probes, on the session it lends), and scans:
-// * at start, and on request (SIGHUP: NVML is shut down and opened again first, so that a GPU reset
-//   or hot-plugged since is enumerated afresh);
-// * when the health thread's probes see a GPU lost, or a lost one answering again;
-// * when NVML answers that the driver is gone (UNINITIALIZED, DRIVER_NOT_LOADED,
-//   LIB_RM_VERSION_MISMATCH): it reports the driver down (scan null), closes NVML and opens it
-//   again with capped backoff until the driver answers, then scans and restarts the health thread;
-// * on a slow timer, and when a probe starts failing, reading only the cheap identity (count,
-//   UUIDs, MIG modes, and with MIG on the MIG devices' UUIDs, so a re-layout is seen) and scanning
-//   fully when it differs from the last scan's.
-// With MIG on, a scan also reads the MIG layout (nvml/mig.ts) and the MIG devices' capability nodes.
-// Scans run one at a time; requests that arrive meanwhile fold into one more.
-import type { Gpu } from '../core/devices.ts';
-import type { EventBatchEntry, ProbeResult } from '../core/health.ts';
-import { sameIdentity } from '../core/snapshot.ts';
-import type { NodeIdentity, NodeScan } from '../core/snapshot.ts';
+// The scanner: reads the node into a NodeScan (core/snapshot.ts) and keeps doing so while the node
+// changes under us. Its parts, one job each:
+// * session.ts — the NVML session: opened at start, re-opened on request and, with capped backoff,
+//   after the driver went (UNINITIALIZED, DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH);
+// * rediscovery.ts — the slow identity timer and the empty-node backoff;
+// * health-supervisor.ts — the health thread on the session, and the scans its probes ask for;
+// * node-reader.ts — what is read, through NVML (the session interface a test fakes).
+// Scans run one at a time (a coalescing serial queue): requests that arrive meanwhile fold into one
+// more. A scan is asked for at start, on request (SIGHUP: NVML is shut down and opened again first,
+// so that a GPU reset or hot-plugged since is enumerated afresh), by re-discovery, by the probes, and
+// when NVML answers that the driver is gone: then the driver is reported down (scan null) until a
+// session opens again, and the health thread restarts with it.
+import type { EventBatchEntry, ProbeRound } from '../core/health.ts';
+import type { NodeScan } from '../core/snapshot.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
-import type { Koffi } from '../system/native.ts';
-import { discoverGpus, readLinks } from './discovery.ts';
-import { discoverMig, nvmlHasMig, readMigCapabilities } from './mig.ts';
-import type { MigDevice, MigLayout, MigMode } from '../core/mig.ts';
-import { readNodeFacts } from './node-facts.ts';
-import type { NodeFacts } from './node-facts.ts';
-import { NVML, NvmlError, meansDriverGone } from './errors.ts';
-import { Nvml } from './nvml.ts';
-import { EventWatcher } from './watcher.ts';
+import { CoalescingQueue } from '../system/timers.ts';
+import type { WatchedGpu } from './events.ts';
+import { HealthSupervisor } from './health-supervisor.ts';
+import { isDriverGone } from './node-reader.ts';
+import type { NodeReader, NodeSessions } from './node-reader.ts';
+import { Rediscovery } from './rediscovery.ts';
+import { SessionKeeper } from './session.ts';
 
 export interface ScannerOptions {
-  koffi: Koffi;
-  driverRoot: string;
-  sysfsRoot: string;
+  /** Opens NVML sessions (node-reader.ts NvmlSessions; a fake in tests). */
+  sessions: NodeSessions;
   log: Logger;
-  /** Read MIG modes and devices (--mig-strategy single or mixed). */
-  mig?: boolean;
-  /** Environment with PROC_ROOT, for mig-minors (default process.env). */
-  env?: Readonly<Record<string, string | undefined>>;
-  /** Seconds between cheap identity checks; 0: no timer. */
+  /** Milliseconds between cheap identity checks; 0: no timer. */
   rediscoverIntervalMs: number;
   /** Health watching (the health thread); null: GPUs are not watched. */
   health: { probeIntervalMs: number } | null;
   /** A scan (null: the driver does not answer). The next scan waits for the promise. */
   onScan(scan: NodeScan | null, reason: string): Promise<void>;
   onEvents(events: EventBatchEntry[]): void;
-  onProbe(results: ProbeResult[]): void;
-  /** The worker watches these GPUs now (positions in the last scan's list). */
-  onWatching?(watched: number[], unsupported: number[], gpus: readonly Gpu[]): void;
-  /** Given: every scan also reads what the node labels need (node-facts.ts), handed over before onScan. */
-  onFacts?(facts: NodeFacts): void;
+  onProbe(results: ProbeRound): void;
+  /** The health thread watches these GPUs now (the unsupported ones by the probe only). */
+  onWatching?(watched: readonly WatchedGpu[], unsupported: readonly WatchedGpu[]): void;
 }
 
 interface Request {
@@ -57,43 +44,38 @@ interface Request {
   reopen: boolean;
 }
 
-const MAX_BACKOFF_MS = 30000;
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-
 export class Scanner {
   private readonly opts: ScannerOptions;
   private readonly log: Logger;
-  private nvml: Nvml | null = null;
-  private libraryPath: string | null = null;
-  private worker: EventWatcher | undefined;
-  private workerGpus: readonly Gpu[] = [];
-  private workerReleased = false;
-  private heldGpus: readonly Gpu[] | null = null;
+  private readonly session: SessionKeeper;
+  private readonly rediscovery: Rediscovery;
+  private readonly health: HealthSupervisor | null;
+  private readonly queue: CoalescingQueue<Request>;
   private lastScan: NodeScan | null = null;
-  private lastIdentity: NodeIdentity | null = null;
-  private lastProbe: ProbeResult[] = [];
-  private pending: Request | null = null;
-  private running: Promise<void> | null = null;
-  private timer: NodeJS.Timeout | undefined;
-  private emptyTimer: NodeJS.Timeout | undefined;
-  private emptyDelayMs = 1000;
-  private intervalMs: number;
-  private stopped = false;
-  /** The last worker stop asked for, so that stop() can wait for one a rescan began. */
-  private workerStopping: Promise<void> = Promise.resolve();
-  /** The driver was reported down and not yet back. */
-  private down = false;
   private scans = 0;
   /** A scan has been taken in by onScan. */
   private applied = false;
-  private identityChecks = 0;
-  /** A driver without MIG functions was reported (once). */
-  private migMissingLogged = false;
+  private stopped = false;
 
   constructor(opts: ScannerOptions) {
     this.opts = opts;
     this.log = opts.log;
-    this.intervalMs = opts.rediscoverIntervalMs;
+    this.session = new SessionKeeper({ sessions: opts.sessions, log: opts.log, onDown: (_problem, reason) => opts.onScan(null, reason) });
+    this.queue = new CoalescingQueue<Request>((r) => this.scanGuarded(r), (a, b) => ({ reason: a.reason, reopen: a.reopen || b.reopen }));
+    this.rediscovery = new Rediscovery({
+      intervalMs: opts.rediscoverIntervalMs,
+      reader: () => this.session.current,
+      busy: () => this.queue.busy || this.session.down,
+      rescan: (reason, reopen) => void this.request({ reason, reopen }),
+    });
+    this.health = opts.health === null ? null : new HealthSupervisor({
+      log: opts.log, probeIntervalMs: opts.health.probeIntervalMs,
+      onEvents: (e) => opts.onEvents(e),
+      onProbe: (r) => opts.onProbe(r),
+      ...(opts.onWatching === undefined ? {} : { onWatching: opts.onWatching }),
+      rescan: (reason, reopen) => void this.request({ reason, reopen }),
+      checkIdentity: () => this.rediscovery.check(),
+    });
   }
 
   /** Full scans done (for tests and the log). */
@@ -102,40 +84,40 @@ export class Scanner {
   }
 
   get identityCheckCount(): number {
-    return this.identityChecks;
+    return this.rediscovery.checkCount;
   }
 
   get library(): string | null {
-    return this.libraryPath;
+    return this.session.library;
   }
 
-  /** Opens NVML (throws what Nvml.open throws: the caller decides whether that is fatal). */
-  open(): void {
-    this.nvml = Nvml.open({ koffi: this.opts.koffi, driverRoot: this.opts.driverRoot, log: this.log });
-    this.libraryPath = this.nvml.libraryPath;
-    this.log.info('NVML initialised', { library: this.nvml.libraryPath, driver: this.nvml.driverVersion() });
-  }
-
-  /** The first scan (after open()); throws what it throws (a config that does not fit the node, say). */
-  async start(): Promise<void> {
+  /**
+   * Opens NVML and makes the first scan; throws what they throw (a config that does not fit the
+   * node, say). NVML that cannot be opened is fatal only with failOnInitError; otherwise the driver
+   * is reported down and looked for again with backoff.
+   */
+  async start(failOnInitError: boolean): Promise<void> {
+    try {
+      this.session.open();
+    } catch (err) {
+      if (failOnInitError) throw err;
+      await this.session.startDown(errorText(err));
+      this.rediscovery.arm();
+      void this.request({ reason: 'start', reopen: true });
+      return;
+    }
     await this.request({ reason: 'start', reopen: false });
-    this.arm();
+    this.rediscovery.arm();
   }
 
-  /** NVML could not be opened at start and that is not fatal: report no driver, and retry with backoff. */
-  async startWithoutDriver(problem: string): Promise<void> {
-    this.down = true;
-    this.log.warn('NVML is not available; retrying (fail-on-init-error is false)', { error: problem });
-    await this.opts.onScan(null, 'start');
-    this.arm();
-    void this.request({ reason: 'start', reopen: true });
+  /** Lets the health thread start (the first registration; otherwise it starts after a short hold). */
+  releaseWorker(): void {
+    this.health?.release();
   }
 
-  /** Changes the timer (a config reload); 0 stops it. */
+  /** Changes the re-discovery timer (a config reload); 0 stops it. */
   setInterval(ms: number): void {
-    if (ms === this.intervalMs) return;
-    this.intervalMs = ms;
-    this.arm();
+    this.rediscovery.setInterval(ms);
   }
 
   /** Asks for a full scan; resolves once one that started after this call has finished. */
@@ -145,327 +127,63 @@ export class Scanner {
 
   private request(r: Request): Promise<void> {
     if (this.stopped) return Promise.resolve();
-    this.pending = this.pending === null ? r : { reason: this.pending.reason, reopen: this.pending.reopen || r.reopen };
-    if (this.running === null) this.running = this.drain();
-    return this.running;
+    return this.queue.request(r);
   }
 
-  private async drain(): Promise<void> {
+  private async scanGuarded(r: Request): Promise<void> {
+    if (this.stopped) return;
     try {
-      while (this.pending !== null && !this.stopped) {
-        const r = this.pending;
-        this.pending = null;
-        try {
-          await this.scanOnce(r);
-        } catch (err) {
-          // The very first scan's failure is the caller's to judge; later ones keep the last scan in force.
-          if (!this.applied && !this.down) throw err;
-          this.log.error('scan failed; what was read before stays in force', { reason: r.reason, error: errorText(err) });
-        }
-      }
-    } finally {
-      this.running = null;
-    }
-  }
-
-  private arm(): void {
-    if (this.timer !== undefined) clearInterval(this.timer);
-    this.timer = undefined;
-    if (this.intervalMs <= 0 || this.stopped) return;
-    this.timer = setInterval(() => this.checkIdentity(), this.intervalMs);
-    this.timer.unref();
-  }
-
-  /** The slow timer: count, UUIDs and MIG modes; a full scan only when they differ. */
-  private checkIdentity(): void {
-    if (this.running !== null || this.down || this.nvml === null) return;
-    this.identityChecks++;
-    let id: NodeIdentity;
-    try {
-      id = this.identity(this.nvml);
+      await this.scanOnce(r);
     } catch (err) {
-      void this.request({ reason: `re-discovery: ${errorText(err)}`, reopen: false });
-      return;
+      // The very first scan's failure is the caller's to judge; later ones keep the last scan in force.
+      if (!this.applied && !this.session.down) throw err;
+      this.log.error('scan failed; what was read before stays in force', { reason: r.reason, error: errorText(err) });
     }
-    if (this.lastIdentity !== null && sameIdentity(id, this.lastIdentity)) return;
-    void this.request({ reason: 're-discovery: the GPUs changed', reopen: false });
-  }
-
-  private identity(nvml: Nvml): NodeIdentity {
-    const count = nvml.deviceCount();
-    const uuids: string[] = [];
-    const migModes: (number | null)[] = [];
-    const mig = nvml.has('nvmlDeviceGetMigMode', true);
-    const migDevices: string[][] = [];
-    const withDevices = this.opts.mig === true && nvmlHasMig(nvml).ok;
-    for (let index = 0; index < count; index++) {
-      let h;
-      try {
-        h = nvml.handleByIndex(index);
-        uuids.push(nvml.uuid(h, { index }));
-      } catch (err) {
-        if (err instanceof NvmlError && !meansDriverGone(err.code)) {
-          uuids.push(`unreadable:${index}`);
-          migModes.push(null);
-          continue;
-        }
-        throw err;
-      }
-      if (!mig) {
-        migModes.push(null);
-        continue;
-      }
-      const current = [0];
-      const pendingMode = [0];
-      const code = nvml.callCode('nvmlDeviceGetMigMode', h, current, pendingMode);
-      if (meansDriverGone(code)) nvml.check('nvmlDeviceGetMigMode', code, { index });
-      // Current mode, plus 2 when a different mode is pending (so a pending change is seen, and logged).
-      migModes.push(code === NVML.SUCCESS ? (current[0] ?? 0) + ((pendingMode[0] ?? 0) !== (current[0] ?? 0) ? 2 : 0) : null);
-      if (withDevices && code === NVML.SUCCESS && current[0] === 1) migDevices.push(this.migDeviceUuids(nvml, h));
-      else if (withDevices) migDevices.push([]);
-    }
-    return withDevices ? { uuids, migModes, migDevices } : { uuids, migModes };
-  }
-
-  /** The UUIDs of a MIG-enabled GPU's MIG devices, in index order (cheap: no attributes). */
-  private migDeviceUuids(nvml: Nvml, h: unknown): string[] {
-    const out: string[] = [];
-    const max = [0];
-    if (nvml.callCode('nvmlDeviceGetMaxMigDeviceCount', h, max) !== NVML.SUCCESS) return out;
-    for (let i = 0; i < (max[0] ?? 0); i++) {
-      const m: unknown[] = [null];
-      const code = nvml.callCode('nvmlDeviceGetMigDeviceHandleByIndex', h, i, m);
-      if (meansDriverGone(code)) nvml.check('nvmlDeviceGetMigDeviceHandleByIndex', code);
-      if (code !== NVML.SUCCESS) continue;
-      try {
-        out.push(`${i}:${nvml.uuid(m[0] as never, {})}`);
-      } catch (err) {
-        if (err instanceof NvmlError && meansDriverGone(err.code)) throw err;
-        out.push(`${i}:unreadable`);
-      }
-    }
-    return out;
   }
 
   private async scanOnce(r: Request): Promise<void> {
-    if (r.reopen && this.nvml !== null) {
-      // Take the session first: stop() may run while the worker stops, and shuts down only what is still here.
-      const old = this.nvml;
-      this.nvml = null;
-      await this.stopWorker();
-      old.close();
+    if (r.reopen && this.session.current !== null) {
+      // Take the session first: stop() may run while the thread stops, and shuts down only what is still here.
+      const old = this.session.take();
+      await this.health?.halt();
+      old?.close();
       if (this.stopped) return;
     }
-    if (this.nvml === null) {
-      const nvml = await this.reopen(r.reason);
-      if (nvml === null) return;
-      this.nvml = nvml;
-    }
+    const reader = await this.session.ensure(r.reason);
+    if (reader === null) return;
     let scan: NodeScan;
     try {
-      scan = this.read(this.nvml);
+      scan = reader.read(this.lastScan);
+      this.rediscovery.remember(reader.identity());
     } catch (err) {
-      if (err instanceof NvmlError && meansDriverGone(err.code)) {
-        await this.driverGone(err.message);
-        return this.scanOnce({ reason: r.reason, reopen: false });
-      }
-      throw err;
+      if (!isDriverGone(err)) throw err;
+      await this.driverGone(reader, err.message);
+      return this.scanOnce({ reason: r.reason, reopen: false });
     }
     this.scans++;
     this.lastScan = scan;
-    this.down = false;
+    this.session.up();
     this.log.debug('node scanned', { reason: r.reason, gpus: scan.gpus.length, driver: scan.driverVersion });
-    // The worker's positions follow the GPU list: a new list means a new worker, started once the
-    // snapshot with this list is in place (so no event lands on the wrong GPU).
-    const sameGpus = this.worker !== undefined && JSON.stringify(this.workerGpus.map((g) => [g.index, g.uuid])) === JSON.stringify(scan.gpus.map((g) => [g.index, g.uuid]));
-    if (!sameGpus) await this.stopWorker();
+    // The thread follows the GPU list: a new list, a new thread (on the same session).
+    const same = this.health?.watches(scan.gpus) ?? true;
+    if (!same) await this.health?.halt();
     await this.opts.onScan(scan, r.reason);
     this.applied = true;
-    if (!sameGpus) this.startWorker(scan.gpus);
-    this.lookAgainIfEmpty(scan);
+    if (!same) this.health?.start(reader, scan.gpus);
+    this.rediscovery.scanned(scan);
   }
 
-  /** A node without GPUs (yet) is looked at again with capped backoff, not only by the slow timer. */
-  private lookAgainIfEmpty(scan: NodeScan): void {
-    if (this.emptyTimer !== undefined) clearTimeout(this.emptyTimer);
-    this.emptyTimer = undefined;
-    if (scan.gpus.length > 0 || this.stopped) {
-      this.emptyDelayMs = 1000;
-      return;
-    }
-    this.emptyTimer = setTimeout(() => {
-      this.emptyTimer = undefined;
-      void this.request({ reason: 'no GPUs yet', reopen: true });
-    }, this.emptyDelayMs);
-    this.emptyTimer.unref();
-    this.emptyDelayMs = Math.min(this.emptyDelayMs * 2, MAX_BACKOFF_MS);
-  }
-
-  /** Reads everything about the node; GPUs that cannot be read are kept from the last scan by NVML index. */
-  private read(nvml: Nvml): NodeScan {
-    const driverVersion = nvml.driverVersion();
-    const found = discoverGpus(nvml, this.opts.sysfsRoot, this.log);
-    this.lastIdentity = this.identity(nvml);
-    const links = readLinks(nvml, found, this.log);
-    this.opts.onFacts?.(readNodeFacts(nvml, found.gpus, found.handles, this.log));
-    const gpus = [...found.gpus];
-    const nvlinks = [...links.gpus];
-    let pcie = links.pcie.map((row) => [...row]);
-    for (const u of found.unreadable ?? []) {
-      const known = this.lastScan?.gpus.find((g) => g.index === u.index);
-      if (known === undefined || gpus.some((g) => g.uuid === known.uuid)) continue;
-      // A GPU fallen off the bus is still counted by NVML: keep what we knew of it, so that it is
-      // advertised Unhealthy (the probe says lost) rather than vanishing and returning.
-      const at = gpus.findIndex((g) => g.index > u.index);
-      const pos = at < 0 ? gpus.length : at;
-      gpus.splice(pos, 0, known);
-      nvlinks.splice(pos, 0, { busId: known.busId, links: [] });
-      pcie = pcie.map((row) => { const r = [...row]; r.splice(pos, 0, -1); return r; });
-      pcie.splice(pos, 0, new Array<number>(gpus.length).fill(-1));
-    }
-    return { driverVersion, gpus, nvlinks, pcie, ...this.readMig(nvml, found, gpus) };
-  }
-
-  /** The MIG layout by position in `gpus` (the scan's list), and the MIG devices' capability nodes. */
-  private readMig(nvml: Nvml, found: ReturnType<typeof discoverGpus>, gpus: readonly Gpu[]): Pick<NodeScan, 'mig' | 'migCapabilities'> {
-    if (this.opts.mig !== true) return {};
-    const has = nvmlHasMig(nvml);
-    if (!has.ok) {
-      if (!this.migMissingLogged) this.log.warn('this NVIDIA driver has no MIG functions; MIG is off and every GPU is advertised whole', { missing: has.missing, library: nvml.libraryPath });
-      this.migMissingLogged = true;
-      return {};
-    }
-    const read = discoverMig(nvml, found.gpus, found.handles, this.log);
-    if (read === null) return {};
-    // discoverMig speaks of found.gpus; the scan's list may hold a lost GPU more (not MIG-readable).
-    const pos = new Map(gpus.map((g, i) => [g.uuid, i]));
-    const modes: (MigMode | null)[] = gpus.map(() => null);
-    read.modes.forEach((m, i) => {
-      const at = pos.get(found.gpus[i]?.uuid ?? '');
-      if (at !== undefined) modes[at] = m;
-    });
-    const devices: MigDevice[] = [];
-    for (const d of read.devices) {
-      const at = pos.get(found.gpus[d.parent]?.uuid ?? '');
-      if (at !== undefined) devices.push({ ...d, parent: at });
-    }
-    const mig: MigLayout = { modes, devices };
-    return { mig, migCapabilities: readMigCapabilities(gpus, mig, this.opts.env ?? process.env) };
-  }
-
-  /** The driver stopped answering: report it once, close NVML (the worker too). */
-  private async driverGone(message: string): Promise<void> {
-    await this.stopWorker();
-    this.nvml?.close();
-    this.nvml = null;
-    if (!this.down) {
-      this.down = true;
-      this.lastIdentity = null;
-      this.log.warn('the NVIDIA driver does not answer; every GPU is reported unhealthy until it does (re-opening NVML with backoff)', { error: message });
-      await this.opts.onScan(null, 'driver gone');
-    }
-  }
-
-  /** Opens NVML again, with capped backoff while the driver does not answer; null once stopped. */
-  private async reopen(reason: string): Promise<Nvml | null> {
-    let delay = 1000;
-    let last: string | undefined;
-    for (;;) {
-      if (this.stopped) return null;
-      try {
-        const nvml = Nvml.open({ koffi: this.opts.koffi, driverRoot: this.opts.driverRoot, log: this.log });
-        this.libraryPath = nvml.libraryPath;
-        if (this.down || last !== undefined) this.log.info('NVML answers again', { library: nvml.libraryPath, driver: nvml.driverVersion(), reason });
-        return nvml;
-      } catch (err) {
-        const problem = errorText(err);
-        if (!this.down) {
-          this.down = true;
-          this.log.warn('the NVIDIA driver does not answer; every GPU is reported unhealthy until it does (re-opening NVML with backoff)', { error: problem });
-          await this.opts.onScan(null, 'driver gone');
-        } else if (problem !== last) this.log.debug('NVML cannot be opened yet', { error: problem, retry_s: delay / 1000 });
-        last = problem;
-        await sleep(delay);
-        delay = Math.min(delay * 2, MAX_BACKOFF_MS);
-      }
-    }
-  }
-
-  /**
-   * Lets the event worker start (held back at start until the first registration, or 2 s, so that its
-   * thread's start-up does not compete with it; until then nothing is advertised anyway).
-   */
-  releaseWorker(): void {
-    if (this.workerReleased) return;
-    this.workerReleased = true;
-    if (this.heldGpus !== null && this.worker === undefined && !this.down) this.startWorker(this.heldGpus);
-    this.heldGpus = null;
-  }
-
-  private startWorker(gpus: readonly Gpu[]): void {
-    const h = this.opts.health;
-    if (h === null || this.stopped || this.nvml === null || gpus.length === 0) return;
-    if (!this.workerReleased) {
-      this.heldGpus = gpus;
-      return;
-    }
-    this.workerGpus = gpus;
-    this.lastProbe = [];
-    this.worker = EventWatcher.start({
-      nvml: this.nvml,
-      koffi: this.opts.koffi,
-      gpus: gpus.map((g) => ({ nvmlIndex: g.index, uuid: g.uuid })),
-      probeIntervalMs: h.probeIntervalMs,
-      waitTimeoutMs: 200,
-      log: this.log,
-      onReady: (watched, unsupported) => this.opts.onWatching?.(watched, unsupported, gpus),
-      onEvents: (events) => this.opts.onEvents(events),
-      onProbe: (results) => {
-        this.opts.onProbe(results);
-        this.probed(results);
-      },
-      onDriverGone: (message) => {
-        void this.request({ reason: `health watcher: ${message}`, reopen: false });
-      },
-    });
-  }
-
-  /** A GPU newly lost, or a lost one answering again: look at the node again. */
-  private probed(results: readonly ProbeResult[]): void {
-    // The first probe of a worker compares with nothing: what it finds wrong counts as new.
-    const before = this.lastProbe;
-    this.lastProbe = [...results];
-    const lost = results.some((r, i) => r === 'lost' && before[i] !== 'lost');
-    const back = results.some((r, i) => r === 'ok' && before[i] === 'lost');
-    // A GPU back after a reset is enumerated afresh only by a new NVML session.
-    if (lost || back) void this.request({ reason: back ? 'a lost GPU answers again' : 'a GPU is lost', reopen: back });
-    // A handle that stopped answering (a GPU removed, say): the cheap identity check decides.
-    else if (results.some((r, i) => r === 'error' && before[i] !== 'error')) this.checkIdentity();
-  }
-
-  private async stopWorker(): Promise<void> {
-    this.heldGpus = null;
-    const w = this.worker;
-    this.worker = undefined;
-    this.workerGpus = [];
-    if (w === undefined) return;
-    const stopping = w.stop(800);
-    this.workerStopping = stopping;
-    await stopping;
+  /** The driver stopped answering: the thread lets go of the session, which is closed; reported once. */
+  private async driverGone(reader: NodeReader, message: string): Promise<void> {
+    await this.health?.halt();
+    this.rediscovery.remember(null);
+    await this.session.lost(message, reader);
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
-    if (this.timer !== undefined) clearInterval(this.timer);
-    if (this.emptyTimer !== undefined) clearTimeout(this.emptyTimer);
-    this.timer = undefined;
-    this.pending = null;
-    await this.stopWorker();
-    // A rescan in flight may be stopping the previous worker: the process must not exit while that
-    // worker is still inside NVML (exiting under a native call aborts the process).
-    await this.workerStopping;
-    // Shut down only: the process is about to exit, and unloading buys nothing there.
-    this.nvml?.shutdown();
-    this.nvml = null;
+    this.rediscovery.stop();
+    await this.health?.stop();
+    this.session.stop();
   }
 }

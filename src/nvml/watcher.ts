@@ -8,8 +8,8 @@ import type { Logger } from '../system/log.ts';
 import { loadWatchLibrary } from '../system/native.ts';
 import type { Koffi } from '../system/native.ts';
 import { NvmlError } from './errors.ts';
-import type { EventBatchEntry, ProbeResult, WatchedEvent, WatchedGpu } from './events.ts';
-import { EVENT_TYPES } from './events.ts';
+import type { EventBatchEntry, ProbeResult, ProbeRound, WatchedEvent, WatchedGpu } from './events.ts';
+import { EVENT_TYPES, UNMANAGED_DEVICE } from './events.ts';
 import type { Nvml } from './nvml.ts';
 
 export interface EventWatcherOptions {
@@ -21,9 +21,12 @@ export interface EventWatcherOptions {
   /** Upper bound on one blocking wait, so a stop is noticed promptly. */
   waitTimeoutMs: number;
   log: Logger;
-  onReady(watched: number[], unsupported: number[]): void;
+  /** The thread watches these GPUs for events; the unsupported ones are watched by the probe only. */
+  onReady(watched: WatchedGpu[], unsupported: WatchedGpu[]): void;
+  /** Events, each naming its GPU by UUID (the thread's positions translated here, from the list it was started with). */
   onEvents(events: EventBatchEntry[]): void;
-  onProbe(results: ProbeResult[]): void;
+  /** One probe round: each GPU's answer by UUID. */
+  onProbe(results: ProbeRound): void;
   /** NVML said the driver is gone; the thread has stopped watching. */
   onDriverGone?(message: string): void;
 }
@@ -104,9 +107,9 @@ export class EventWatcher {
     const error = (func: number, code: number, gpu?: { index: number }): string =>
       new NvmlError(FUNCTION_NAMES[func] ?? `function ${func}`, code, nvml.errorText(code), gpu).message;
 
-    const watched: number[] = [];
-    const unsupported: number[] = [];
-    let probe: ProbeResult[] = [];
+    const watched: WatchedGpu[] = [];
+    const unsupported: WatchedGpu[] = [];
+    let probe = new Map<string, ProbeResult>();
     let batch: EventBatchEntry[] = [];
     let rest: Buffer | null = null;
     const record = (b: Buffer, at: number): void => {
@@ -129,8 +132,9 @@ export class EventWatcher {
           return;
         case REC.probe: {
           const result = PROBE_RESULTS[Number(b.readBigUInt64LE(at + 16))] ?? 'error';
-          if (result === 'error' && code !== 0) log.debug('probe failed', { gpu: gpus[gpu]?.nvmlIndex, error: nvml.errorText(code) });
-          probe.push(result);
+          if (result === 'error' && code !== 0) log.debug('probe failed', { ...gpuRef(gpu), error: nvml.errorText(code) });
+          const g = gpus[gpu];
+          if (g !== undefined) probe.set(g.uuid, result);
           return;
         }
         case REC.stopped:
@@ -138,18 +142,19 @@ export class EventWatcher {
       }
       if (w.stopping) return;
       switch (type) {
-        case REC.watched: watched.push(gpu); break;
-        case REC.unsupported: unsupported.push(gpu); break;
+        case REC.watched: if (gpus[gpu] !== undefined) watched.push(gpus[gpu]); break;
+        case REC.unsupported: if (gpus[gpu] !== undefined) unsupported.push(gpus[gpu]); break;
         case REC.ready: opts.onReady(watched, unsupported); break;
         case REC.probeEnd: {
           const results = probe;
-          probe = [];
+          probe = new Map();
           opts.onProbe(results);
           break;
         }
         case REC.event: {
           const kind = b.readUInt32LE(at + 24);
-          const pos = gpu === -1 ? null : gpu === -2 ? -1 : gpu;
+          // The thread says -1 for an event naming no device, -2 for a device not in its list.
+          const pos = gpu === -1 ? null : gpu === -2 ? UNMANAGED_DEVICE : gpus[gpu]?.uuid ?? UNMANAGED_DEVICE;
           const event: WatchedEvent = kind === EVENT_TYPES.xid
             ? { kind: 'xid', gpu: pos, xid: Number(b.readBigUInt64LE(at + 16)), ...((func & 1) !== 0 ? { gi: b.readUInt32LE(at + 32), ci: b.readUInt32LE(at + 36) } : {}) }
             : kind === EVENT_TYPES.eccDouble ? { kind: 'ecc-double', gpu: pos } : { kind: 'ecc-single', gpu: pos };
@@ -163,7 +168,7 @@ export class EventWatcher {
           break;
         }
         case REC.driverGone:
-          probe = [];
+          probe = new Map();
           opts.onDriverGone?.(error(func, code, func === 2 ? { index: gpus[gpu]?.nvmlIndex ?? gpu } : undefined));
           break;
       }

@@ -2,15 +2,18 @@
 // of calls wherever the node's state comes from (start and reload today; re-discovery and MIG
 // layout through the node snapshot later):
 //   metrics.resource(name)   → the recorder for that resource's handlers and registrar
-//   nodeState(input)         → every new node state: the labels file is rewritten if it changed
+//   apply(applied)           → every applied node snapshot (it is a consumer of the live node,
+//                              manager/consumer.ts): the labels file follows it (labelInput: the
+//                              snapshot, its node facts and the configuration in force), metrics now
 //   xids(batch)              → NVML events as the watcher reports them (XID counter)
-//   changed()                → a new snapshot (health changed, GPUs or driver came or went): metrics now
 //   registered()             → first registration of every resource (time to register at start)
 //   stop()                   → clean stop (the labels file stays unless --nfd-remove-on-stop)
 import { hostname } from 'node:os';
 import type { LabelInput } from '../core/labels.ts';
 import { NodeMetrics } from '../core/metrics.ts';
 import type { MetricsSnapshot } from '../core/metrics.ts';
+import { healthCounts } from '../core/snapshot.ts';
+import type { NodeSnapshot, PlanSettings } from '../core/snapshot.ts';
 import type { Logger } from '../system/log.ts';
 import { LabelsOutput, MetricsOutput, readMachineType } from './outputs.ts';
 
@@ -27,10 +30,35 @@ export interface ObserverSettings {
 /** The node as the metrics describe it, read at each write. */
 export type NodeView = Omit<MetricsSnapshot, 'version' | 'node' | 'residentBytes'>;
 
-/** An NVML event batch entry as the watcher reports it (only XIDs are counted). */
+/** The `gpu` of an event naming a device this plugin does not manage (as core/health.ts UNMANAGED_DEVICE). */
+const UNMANAGED_DEVICE = -1;
+
+/** An NVML event batch entry as the watcher reports it, its GPU by UUID (only XIDs are counted). */
 export interface EventEntry {
-  readonly event: { readonly kind: string; readonly gpu: number | null; readonly xid?: number };
+  readonly event: { readonly kind: string; readonly gpu: string | null | typeof UNMANAGED_DEVICE; readonly xid?: number };
   readonly count: number;
+}
+
+/**
+ * What the labels are made of: the snapshot's GPUs with their node facts, and the configuration in
+ * force. Null while the driver does not answer (the labels stay as they were).
+ */
+export function labelInput(s: NodeSnapshot, plan: PlanSettings): Omit<LabelInput, 'machine'> | null {
+  if (s.driverVersion === null) return null;
+  const facts = s.facts;
+  return {
+    gpus: s.gpus.map((g, i) => ({ name: g.name, memoryBytes: g.memoryBytes, migEnabled: s.mig.modes[i]?.current === true, ...(facts?.gpus.get(g.uuid) ?? { compute: null, migCapable: false }) })),
+    driverVersion: s.driverVersion, cudaDriverVersion: facts?.cudaDriverVersion ?? null, sharing: plan.sharing, migStrategy: plan.migStrategy ?? 'none', migDevices: s.mig.devices,
+  };
+}
+
+/** The node as the metrics describe it. */
+export function metricsView(s: NodeSnapshot | null): NodeView {
+  return {
+    driverVersion: s?.driverVersion ?? 'not answering',
+    gpus: (s?.gpus ?? []).map((g) => ({ index: g.index, uuid: g.uuid, healthy: s?.health.get(g.uuid) === 'Healthy' })),
+    resources: s === null ? [] : healthCounts(s).resources,
+  };
 }
 
 export class Observer {
@@ -40,6 +68,7 @@ export class Observer {
   private output: MetricsOutput | undefined;
   private readonly s: ObserverSettings;
   private firstRegistration = true;
+  private last: NodeSnapshot | null = null;
 
   constructor(s: ObserverSettings) {
     this.s = s;
@@ -47,38 +76,39 @@ export class Observer {
     this.machine = this.labels === undefined ? null : readMachineType(s.sysfsRoot);
   }
 
-  /** Whether labels are written (the caller then reads the NVML facts they need). */
+  readonly name = 'labels and metrics';
+
+  /** Whether labels are written (the scanner then reads the NVML facts they need). */
   get wantsLabels(): boolean {
     return this.labels !== undefined;
   }
 
-  /** Starts the metrics file (if configured), reading the node through `view` at each write. */
-  start(view: () => NodeView): void {
+  /** Starts the metrics file (if configured), describing the last snapshot applied at each write. */
+  start(): void {
     if (this.s.metricsFile === null) return;
     this.output = new MetricsOutput({
       path: this.s.metricsFile,
       intervalMs: this.s.metricsIntervalSeconds * 1000,
       metrics: this.metrics,
       log: this.s.log,
-      snapshot: () => ({ ...view(), version: this.s.version, node: hostname(), residentBytes: process.memoryUsage.rss() }),
+      snapshot: () => ({ ...metricsView(this.last), version: this.s.version, node: hostname(), residentBytes: process.memoryUsage.rss() }),
     });
     this.output.start();
   }
 
-  /** A new node state: the labels file follows it. */
-  async nodeState(input: Omit<LabelInput, 'machine'>): Promise<void> {
-    await this.labels?.update({ ...input, machine: this.machine });
+  /** Every applied snapshot (a live-node consumer): metrics at once, and the labels follow it. */
+  apply(applied: { readonly snapshot: NodeSnapshot; readonly settings: { readonly plan: PlanSettings } }): void {
+    this.last = applied.snapshot;
+    this.output?.healthChanged();
+    const input = labelInput(applied.snapshot, applied.settings.plan);
+    if (input === null || this.labels === undefined) return;
+    this.labels.update({ ...input, machine: this.machine }).catch((err: unknown) => this.s.log.warn('cannot update the node labels', { error: err instanceof Error ? err.message : String(err) }));
   }
 
   xids(batch: readonly EventEntry[]): void {
     for (const { event: ev, count } of batch) {
-      if (ev.kind === 'xid' && ev.gpu !== -1 && ev.xid !== undefined) this.metrics.xids.add(ev.gpu, ev.xid, count);
+      if (ev.kind === 'xid' && ev.gpu !== UNMANAGED_DEVICE && ev.xid !== undefined) this.metrics.xids.add(ev.gpu, ev.xid, count);
     }
-  }
-
-  /** The node changed (a GPU's health among others): the metrics file is written at once. */
-  changed(): void {
-    this.output?.healthChanged();
   }
 
   /** Every resource is registered; the first call records the time from process start. */

@@ -1,12 +1,17 @@
-// The one adapter from the daemon's node snapshot (core/snapshot.ts) and the manager's registrations
-// to the published state (core/daemon-state.ts): what the kubelet was told of each device and why,
-// since when. When the snapshot's shape changes, only this file follows it.
+// The state publisher: a consumer of the live node (src/manager/consumer.ts) that turns each applied
+// snapshot (core/snapshot.ts), the configuration in force and the manager's registrations into the
+// published state (core/daemon-state.ts) and writes it to the state file `info` reads
+// (state-file.ts): what the kubelet was told of each device and why, since when. When the
+// snapshot's shape changes, only this file follows it.
+import type { Options } from '../cli/options.ts';
+import { OPTION_SPECS, showOption } from '../cli/options.ts';
 import type { DaemonState, DeviceState, ResourceState } from '../core/daemon-state.ts';
 import { xidMeaning } from '../core/health.ts';
 import type { GpuHealthState } from '../core/health.ts';
 import { healthCounts } from '../core/snapshot.ts';
-import type { NodeSnapshot } from '../core/snapshot.ts';
-import type { SinceTracker } from './state-file.ts';
+import type { NodeSnapshot, PlanSettings, UnitHealth } from '../core/snapshot.ts';
+import { SinceTracker } from './state-file.ts';
+import type { StateFile } from './state-file.ts';
 
 export interface StateContext {
   readonly pid: number;
@@ -16,10 +21,11 @@ export interface StateContext {
   readonly now: string;
   readonly options: Readonly<Record<string, string>>;
   readonly registrations: readonly { readonly name: string; readonly registered: boolean }[];
+  /** For the resources' registrations (a device's health carries its own "since"). */
   readonly since: SinceTracker;
 }
 
-/** Why a device is advertised unhealthy, from its health state (and whether the driver answers). */
+/** Why a device is advertised unhealthy, when its transition left no reason (the driver down, a state carried over). */
 export function unhealthyReason(state: GpuHealthState | undefined, driverUp: boolean): string {
   if (!driverUp) return 'the NVIDIA driver does not answer';
   if (state === undefined) return 'unknown';
@@ -29,28 +35,28 @@ export function unhealthyReason(state: GpuHealthState | undefined, driverUp: boo
   return 'unhealthy';
 }
 
+function deviceHealth(s: NodeSnapshot, uuid: string, unit: UnitHealth | undefined, driverUp: boolean, startedAt: string): Pick<DeviceState, 'health' | 'reason' | 'since'> {
+  const health = s.health.get(uuid) ?? 'Unhealthy';
+  const why = health === 'Unhealthy' ? (driverUp ? unit?.reason ?? unhealthyReason(unit?.state, true) : unhealthyReason(unit?.state, false)) : undefined;
+  // A unit nothing has happened to has been what it is since the daemon started.
+  const since = unit?.since === null || unit?.since === undefined ? startedAt : new Date(unit.since).toISOString();
+  return { health, ...(why === undefined ? {} : { reason: why }), since };
+}
+
 export function daemonStateFromSnapshot(s: NodeSnapshot | null, ctx: StateContext): DaemonState {
   const devices: DeviceState[] = [];
-  const driverUp = s?.driverVersion !== null && s !== null;
+  const driverUp = s !== null && s.driverVersion !== null;
   if (s !== null) {
-    const g = s.gpus.length;
-    s.gpus.forEach((gpu, i) => {
-      const health = s.health[i] ?? 'Unhealthy';
-      devices.push({
-        kind: 'gpu', index: String(gpu.index), uuid: gpu.uuid, health,
-        ...(health === 'Unhealthy' ? { reason: unhealthyReason(s.healthStates[i], driverUp) } : {}),
-        since: ctx.since.since(`device ${gpu.uuid}`, health, ctx.now),
-      });
-    });
-    s.mig.devices.forEach((d, k) => {
+    for (const gpu of s.gpus) {
+      devices.push({ kind: 'gpu', index: String(gpu.index), uuid: gpu.uuid, ...deviceHealth(s, gpu.uuid, s.gpuHealth.get(gpu.uuid), driverUp, ctx.startedAt) });
+    }
+    for (const d of s.mig.devices) {
       const parent = s.gpus[d.parent];
-      const health = s.health[g + k] ?? 'Unhealthy';
       devices.push({
-        kind: 'mig', index: `${parent?.index ?? d.parent}:${d.index}`, uuid: d.uuid, ...(parent === undefined ? {} : { parentUuid: parent.uuid }), health,
-        ...(health === 'Unhealthy' ? { reason: unhealthyReason(s.migHealthStates[k], driverUp) } : {}),
-        since: ctx.since.since(`device ${d.uuid}`, health, ctx.now),
+        kind: 'mig', index: `${parent?.index ?? d.parent}:${d.index}`, uuid: d.uuid, ...(parent === undefined ? {} : { parentUuid: parent.uuid }),
+        ...deviceHealth(s, d.uuid, s.migHealth.get(d.uuid), driverUp, ctx.startedAt),
       });
-    });
+    }
   }
   const counts = new Map((s === null ? [] : healthCounts(s).resources).map((r) => [r.name, r]));
   const resources: ResourceState[] = ctx.registrations.map((r) => ({
@@ -71,4 +77,54 @@ export function daemonStateFromSnapshot(s: NodeSnapshot | null, ctx: StateContex
     planProblem: s?.planProblem ?? null,
     options: ctx.options,
   };
+}
+
+/** What the publisher needs of the configuration in force: the options (the live node's RunningConfig has them). */
+export interface PublishedSettings {
+  readonly plan: PlanSettings;
+  readonly options: Options;
+}
+
+/**
+ * Publishes the state on every applied snapshot (a NodeConsumer) and on every registration change
+ * (registrationChanged); removes the file when the daemon stops. Never throws: a write that fails is
+ * the state file's to log.
+ */
+export class StatePublisher {
+  readonly name = 'state file';
+  private readonly file: StateFile;
+  private readonly registrations: { registrationStates(): readonly { readonly name: string; readonly registered: boolean }[] };
+  private readonly version: string;
+  private readonly startedAt = new Date().toISOString();
+  private readonly since = new SinceTracker();
+  private snapshot: NodeSnapshot | null = null;
+  private options: Readonly<Record<string, string>> = {};
+
+  constructor(file: StateFile, registrations: StatePublisher['registrations'], version: string) {
+    this.file = file;
+    this.registrations = registrations;
+    this.version = version;
+  }
+
+  apply(applied: { readonly snapshot: NodeSnapshot; readonly settings: PublishedSettings }): void {
+    this.snapshot = applied.snapshot;
+    const o = applied.settings.options;
+    this.options = Object.fromEntries(OPTION_SPECS.map((spec) => [spec.flag, showOption(o[spec.key])]));
+    this.publish();
+  }
+
+  registrationChanged(): void {
+    this.publish();
+  }
+
+  private publish(): void {
+    void this.file.publish(daemonStateFromSnapshot(this.snapshot, {
+      pid: process.pid, version: this.version, startedAt: this.startedAt, now: new Date().toISOString(),
+      options: this.options, registrations: this.registrations.registrationStates(), since: this.since,
+    }));
+  }
+
+  stop(): Promise<void> {
+    return this.file.remove();
+  }
 }

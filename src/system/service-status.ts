@@ -4,6 +4,8 @@
 // (or its driver) up much later — during maintenance apt upgrades this package while the kubelet is
 // stopped — and a start that waited would block apt/dnf and hit systemd's start timeout. So READY=1
 // also goes out READY_WITHOUT_KUBELET_MS after start, with a STATUS saying what the plugin waits for.
+import { healthCounts } from '../core/snapshot.ts';
+import type { HealthCounts, NodeSnapshot } from '../core/snapshot.ts';
 import { errorText } from './log.ts';
 import type { Logger } from './log.ts';
 import type { Koffi } from './native.ts';
@@ -68,5 +70,51 @@ export class ServiceStatus {
   close(): void {
     clearTimeout(this.readyTimer);
     this.notifier.close();
+  }
+}
+
+/** The STATUS text: registered or waiting, and healthy of total GPUs (and MIG devices, when there are any). */
+export function statusLine(counts: HealthCounts | null, registeredNow: boolean): string {
+  const mig = counts !== null && counts.mig.total > 0 ? `, ${counts.mig.healthy} of ${counts.mig.total} MIG devices` : '';
+  return `STATUS=${registeredNow ? 'registered' : 'waiting for the kubelet'}; ${counts?.gpus.healthy ?? 0} of ${counts?.gpus.total ?? 0} GPUs healthy${mig}`;
+}
+
+/**
+ * The daemon's STATUS as the node changes: a consumer of the live node (each applied snapshot) that
+ * also hears the registrations. "registered" only while every resource is: as soon as the resource
+ * manager says a registration is lost, the line says "waiting for the kubelet" again.
+ */
+export class NodeStatus {
+  readonly name = 'systemd status';
+  private readonly service: Pick<ServiceStatus, 'status' | 'waitFor'>;
+  private readonly registrations: { allRegisteredNow(): boolean };
+  private counts: HealthCounts | null = null;
+  private registeredOnce = false;
+
+  constructor(service: Pick<ServiceStatus, 'status' | 'waitFor'>, registrations: { allRegisteredNow(): boolean }) {
+    this.service = service;
+    this.registrations = registrations;
+  }
+
+  line(): string {
+    return statusLine(this.counts, this.registeredOnce && this.registrations.allRegisteredNow());
+  }
+
+  /** Every applied snapshot: NVML has answered (or is known not to), so what is awaited now is the kubelet. */
+  apply(applied: { readonly snapshot: NodeSnapshot }): void {
+    this.counts = healthCounts(applied.snapshot);
+    this.service.waitFor('the kubelet');
+    this.service.status(this.line());
+  }
+
+  /** After a registration; `all`: every resource has registered at least once (READY=1 then). */
+  registered(all: boolean): void {
+    this.registeredOnce ||= all;
+    this.service.status(this.line(), this.registeredOnce);
+  }
+
+  /** A registration stopped counting. */
+  registrationLost(): void {
+    this.service.status(this.line());
   }
 }

@@ -29,7 +29,7 @@ const labelsUs = perOp(5000, () => labelsFile(nodeLabels({ gpus, driverVersion: 
 const metrics = new NodeMetrics(() => performance.now());
 const res = metrics.resource('nvidia.com/gpu');
 const rpcNs = perOp(2_000_000, (i) => res.rpc(RPC.Allocate, OUTCOME.ok, (i % 100) * 0.00001)) * 1000;
-for (let i = 0; i < 8; i++) metrics.xids.add(i, 79, 1);
+for (let i = 0; i < 8; i++) metrics.xids.add(`GPU-${i}`, 79, 1);
 const snapshot = {
   version: '0.1.0', driverVersion: '550.54.15', node: 'bench',
   gpus: Array.from({ length: 8 }, (_, i) => ({ index: i, uuid: `GPU-${i}`, healthy: true })),

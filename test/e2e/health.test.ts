@@ -14,24 +14,40 @@ async function watched(opts: Parameters<typeof SimNode.start>[0]): Promise<SimNo
   return node;
 }
 
-/** Waits until the fake NVML has applied every command sent so far (it handles them in order). */
-async function settled(node: SimNode): Promise<void> {
-  await node.nvmlStats();
-  await sleep(50);
+/**
+ * Waits until the plugin has handled every event sent so far, by sending one more that it reports:
+ * a critical XID on GPU `gpu` (events travel in order, and the live node applies them in order), so
+ * that GPU is Unhealthy afterwards. A wait on something the plugin did, not on the clock.
+ */
+/**
+ * Waits until the plugin has probed every GPU `rounds` more times (the fake counts its calls; the
+ * count starts over when NVML is opened afresh, so no re-open may happen meanwhile).
+ */
+async function probeRounds(node: SimNode, rounds: number): Promise<void> {
+  const probes = async (): Promise<number> => (await node.nvmlStats()).calls['nvmlDeviceGetMemoryInfo'] ?? 0;
+  const target = (await probes()) + rounds * node.topology.gpus.length;
+  while ((await probes()) < target);
+}
+
+async function handled(node: SimNode, gpu: number): Promise<void> {
+  node.nvml(`xid ${gpu} 48`);
+  await node.kubelet!.waitForDevices((d) => d[gpu]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
 }
 
 test('a critical XID marks that GPU unhealthy; each default-ignored XID does not', async () => {
-  const node = await watched({ topology: 'demo-8' });
+  const node = await watched({ topology: 'demo-8', args: ['--log-level=debug'] });
   try {
     const k = node.kubelet!;
     await k.waitForDevices((d) => d.length === 8);
     for (const xid of DEFAULT_IGNORED_XIDS) node.nvml(`xid 1 ${xid}`);
-    await settled(node);
-    assert.equal(healthString(node), 'HHHHHHHH', 'ignored XIDs change nothing');
+    // Each ignored XID is handled, and said so at debug level.
+    for (const xid of DEFAULT_IGNORED_XIDS) await node.plugin.waitForLine(new RegExp(`DEBUG XID ignored by the health settings gpu=1 .*xid=${xid} `));
+    await handled(node, 7);
+    assert.equal(healthString(node), 'HHHHHHHU', 'ignored XIDs change nothing');
     node.nvml('xid 3 79');
     await k.waitForDevices((d) => d[3]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
-    assert.equal(healthString(node), 'HHHUHHHH');
-    const line = node.plugin.matching(/GPU unhealthy/)[0] ?? '';
+    assert.equal(healthString(node), 'HHHUHHHU');
+    const line = node.plugin.matching(/GPU unhealthy gpu=3 /)[0] ?? '';
     assert.match(line, new RegExp(`uuid=${node.topology.gpus[3]!.uuid}`));
     assert.match(line, /xid=79/);
     assert.match(line, /fallen off the bus/);
@@ -41,16 +57,17 @@ test('a critical XID marks that GPU unhealthy; each default-ignored XID does not
 });
 
 test('double-bit ECC marks unhealthy, single-bit ECC does not', async () => {
-  const node = await watched({ topology: 'demo-8' });
+  const node = await watched({ topology: 'demo-8', args: ['--log-level=debug'] });
   try {
     const k = node.kubelet!;
     node.nvml('sbe 0');
     node.nvml('sbe 0');
-    await settled(node);
-    assert.equal(healthString(node), 'HHHHHHHH');
+    await node.plugin.waitForLine(/DEBUG single-bit ECC error gpu=0 /);
+    await handled(node, 7);
+    assert.equal(healthString(node), 'HHHHHHHU');
     node.nvml('dbe 6');
     await k.waitForDevices((d) => d[6]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
-    assert.equal(healthString(node), 'HHHHHHUH');
+    assert.equal(healthString(node), 'HHHHHHUU');
   } finally {
     await node.stop();
   }
@@ -71,10 +88,10 @@ test('DP_DISABLE_HEALTHCHECKS and DP_ENABLE_HEALTHCHECKS keep NVIDIA\'s meaning'
   let node = await watched({ topology: 'demo-8', env: { DP_DISABLE_HEALTHCHECKS: '79', DP_ENABLE_HEALTHCHECKS: '31' } });
   try {
     node.nvml('xid 0 79');
-    await settled(node);
-    assert.equal(healthString(node), 'HHHHHHHH', '79 ignored by DP_DISABLE_HEALTHCHECKS');
+    // XID 31 is critical here: once GPU 1 is marked, the XID 79 sent before it was handled too.
     node.nvml('xid 1 31');
     await node.kubelet!.waitForDevices((d) => d[1]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
+    assert.equal(healthString(node), 'HUHHHHHH', '79 ignored by DP_DISABLE_HEALTHCHECKS');
   } finally {
     await node.stop();
   }
@@ -83,11 +100,9 @@ test('DP_DISABLE_HEALTHCHECKS and DP_ENABLE_HEALTHCHECKS keep NVIDIA\'s meaning'
   try {
     node.nvml('xid 0 79');
     node.nvml('dbe 0');
-    await settled(node);
-    assert.equal(healthString(node), 'HHHHHHHH', 'only XID 74 is watched');
     node.nvml('xid 2 74');
     await node.kubelet!.waitForDevices((d) => d[2]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
-    assert.equal(healthString(node), 'HHUHHHHH');
+    assert.equal(healthString(node), 'HHUHHHHH', 'only XID 74 is watched: the XID 79 and the double-bit ECC before it changed nothing');
   } finally {
     await node.stop();
   }
@@ -96,10 +111,13 @@ test('DP_DISABLE_HEALTHCHECKS and DP_ENABLE_HEALTHCHECKS keep NVIDIA\'s meaning'
   try {
     node.nvml('xid 0 79');
     node.nvml('lost 1');
-    await settled(node);
-    await sleep(300);
-    assert.equal(healthString(node), 'HHHHHHHH');
-    assert.match(node.plugin.lines.join('\n'), /health checks .*off/i);
+    await node.plugin.waitForLine(/health checks are off .*GPUs are not watched/);
+    // Nothing watches: no event set was ever made, and no probe ran (the fake counts every call).
+    const calls = (await node.nvmlStats()).calls;
+    assert.equal(calls['nvmlEventSetCreate'] ?? 0, 0);
+    assert.equal(calls['nvmlDeviceRegisterEvents'] ?? 0, 0);
+    const listed = await node.kubelet!.waitForDevices((d) => d.length === 8);
+    assert.equal(listed.map((d) => (d.health === 'Healthy' ? 'H' : 'U')).join(''), 'HHHHHHHH');
   } finally {
     await node.stop();
   }
@@ -121,10 +139,15 @@ test('a GPU that falls off the bus without any event is found by the probe, and 
   try {
     node.nvml('lost 4');
     await node.kubelet!.waitForDevices((d) => d[4]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
+    const from = node.plugin.lines.length;
     node.nvml('back 4');
-    await settled(node);
-    await sleep(800);
-    assert.equal(healthString(node), 'HHHHUHHH', 'a lost GPU never recovers, even with recovery on');
+    // The probe answers ok again: the scanner opens NVML afresh to look at the node, and the health
+    // thread starts again on the new session. Then it probes for longer than the quiet period: a GPU
+    // that could recover would have by then.
+    await node.plugin.waitForLine(/watching GPU health/, 10000, from);
+    await probeRounds(node, 5);
+    await handled(node, 7);
+    assert.equal(healthString(node), 'HHHHUHHU', 'a lost GPU never recovers, even with recovery on');
   } finally {
     await node.stop();
   }
@@ -135,8 +158,9 @@ test('recovery off (default): a GPU marked unhealthy by an XID stays so', async 
   try {
     node.nvml('xid 2 94');
     await node.kubelet!.waitForDevices((d) => d[2]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
-    await sleep(700);
-    assert.equal(healthString(node), 'HHUHHHHH');
+    await probeRounds(node, 7);
+    await handled(node, 7);
+    assert.equal(healthString(node), 'HHUHHHHU');
   } finally {
     await node.stop();
   }
@@ -188,7 +212,7 @@ test('an XID storm (10 000 events a second) keeps Allocate answering, memory fla
     };
     // Warm-up with the same load: the heap sizes itself for it; growth after that would be a leak.
     await Promise.all([stormFor(2500), allocateUntil(performance.now() + 2500)]);
-    await settled(node);
+    await handled(node, 6);
     const updatesBefore = k.updates();
     const rssBefore = node.plugin.rss().totalKiB;
     const deadline = performance.now() + 3000;
@@ -196,13 +220,14 @@ test('an XID storm (10 000 events a second) keeps Allocate answering, memory fla
     const storm = stormFor(3000);
     allocations = await allocateUntil(deadline);
     const sent = await storm;
-    await settled(node);
-    const updates = k.updates() - updatesBefore;
+    await handled(node, 7);
+    // The marker's own update does not count.
+    const updates = k.updates() - updatesBefore - 1;
     const rssAfter = node.plugin.rss().totalKiB;
     assert.ok(sent >= 5000, `storm sent ${sent} events`);
     assert.ok(allocations > 20, `Allocate kept answering (${allocations} in 3 s)`);
     assert.ok(updates <= 2, `bounded ListAndWatch updates (${updates}; the GPUs were already unhealthy)`);
-    assert.equal(healthString(node), 'UUHHHHHH');
+    assert.equal(healthString(node), 'UUHHHHUU');
     assert.ok(rssAfter < rssBefore + 16 * 1024, `RSS ${rssBefore} → ${rssAfter} KiB`);
     process.stderr.write(`# storm: ${sent} XIDs in 3 s → ${updates} ListAndWatch updates, ${allocations} Allocates answered, RSS ${rssBefore} → ${rssAfter} KiB\n`);
   } finally {

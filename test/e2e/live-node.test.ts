@@ -168,3 +168,28 @@ test('200 re-discoveries and 20 SIGHUPs with no change: no growth in fds, handle
     await node.stop();
   }
 });
+
+test('a GPU removed cleanly is gone, not lost: its stale handle answering GPU_IS_LOST does not mark it, and it comes back healthy', async () => {
+  // Re-discovery is slow here, so the fast probe is what notices the removal: the last GPU's handle
+  // then answers GPU_IS_LOST (the fake, as NVML, for a GPU removed since).
+  const node = await SimNode.start({ topology: 'demo-8', args: ['--rediscover-interval', '60', '--health-probe-interval', '0.05'] });
+  try {
+    const k = node.kubelet!;
+    await node.plugin.waitForLine(/watching GPU health/, 10000);
+    const u = node.topology.gpus.map((g) => g.uuid);
+    node.nvml('remove 7');
+    assert.match(await node.plugin.waitForLine(/GPU answered GPU_IS_LOST but has left the node: it is gone, not lost/, 10000), new RegExp(`uuid=${u[7]}`));
+    const shrunk = await k.waitForDevices((d) => d.length === 7, 'nvidia.com/gpu', 20000);
+    assert.equal(healthString(shrunk), 'HHHHHHH');
+    assert.match(await node.plugin.waitForLine(/GPU left the node/), new RegExp(`uuid=${u[7]}`));
+    node.nvml(`add ${u[7]}`);
+    await node.nvmlStats();
+    node.plugin.signal('SIGHUP');
+    const back = await k.waitForDevices((d) => d.length === 8, 'nvidia.com/gpu', 20000);
+    assert.equal(healthString(back), 'HHHHHHHH', 'it left healthy, so it is back healthy');
+    assert.match(await node.plugin.waitForLine(/GPU is back/), /health=Healthy/);
+    assert.deepEqual(node.plugin.matching(/GPU unhealthy/), [], 'nothing was marked lost');
+  } finally {
+    await node.stop();
+  }
+});

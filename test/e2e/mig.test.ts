@@ -217,6 +217,36 @@ test('health: an XID on a MIG device marks only it, two on one parent are both r
   }
 });
 
+test('health: an XID naming a GI/CI the node does not have marks nothing, is logged, and after a MIG re-scan marks the instance that now exists', async () => {
+  const node = await SimNode.start({ topology: 'mig-mixed-4', args: ['--mig-strategy=mixed'], waitRegistered: false });
+  try {
+    const k = node.kubelet!;
+    await k.waitForRegistrations(6, 15000);
+    await node.plugin.waitForLine(/watching GPU health/, 10000);
+    const r1g = 'nvidia.com/mig-1g.10gb';
+    await k.waitForDevices((d) => d.length === 4, r1g);
+    // GPU 0 has no GPU instance 9: nothing is marked (NVIDIA's plugin ignores it), one line says so,
+    // the node is looked at again, and after that the event is ignored for good.
+    node.nvml('xid 0 94 9 0');
+    const first = await node.plugin.waitForLine(/event names a device the node snapshot does not hold/);
+    assert.match(first, new RegExp(`gpu=0 uuid=${g(MIXED, 0)}.* xid=94 gi=9 ci=0`));
+    await node.plugin.waitForLine(/event still names no device of this node after looking again; ignored .*gi=9/);
+    assert.equal(healthOf(node, r1g), 'HHHH');
+    for (const r of ['nvidia.com/gpu', 'nvidia.com/mig-1g.10gb.me', 'nvidia.com/mig-2g.20gb']) assert.equal(healthOf(node, r), 'H', r);
+    assert.deepEqual(node.plugin.matching(/(GPU|MIG device) unhealthy/), []);
+    // GPU 3 is in MIG mode without instances; one is made, and an XID names it before the plugin
+    // has seen it: the re-scan the event asks for finds it, and then it is marked.
+    node.nvml('mig 3 on 1g.10gb');
+    await node.nvmlStats();
+    node.nvml('xid 3 94 1 0');
+    const five = await k.waitForDevices((d) => d.length === 5 && d[4]?.health === 'Unhealthy', r1g, 10000);
+    assert.equal(five.map((d) => (d.health === 'Healthy' ? 'H' : 'U')).join(''), 'HHHHU');
+    assert.match(await node.plugin.waitForLine(/MIG device unhealthy/), new RegExp(`gpu=3 uuid=${g(MIXED, 3)} mig=MIG-.* gi=1 ci=0 xid=94`));
+  } finally {
+    await node.stop();
+  }
+});
+
 test('health: a lost GPU marks its MIG devices unhealthy', async () => {
   const node = await SimNode.start({ topology: 'mig-uniform-2', args: ['--mig-strategy=single', '--health-probe-interval=0.1'] });
   try {

@@ -439,6 +439,20 @@ static nvmlReturn_t leave(nvmlReturn_t result)
 
 /* A handle is valid only if it is the address of one of the configured GPUs; nothing
  * is read through a handle before this check, so foreign pointers are safe. */
+/* A handle to a slot past the live GPUs: a GPU that was there and was removed since (the fake's
+ * handles are slots, so only the slots the remaining GPUs no longer fill can be told apart). */
+static unsigned int g_slots_used; /* the most GPUs live at once before a removal */
+
+static int is_stale_handle(nvmlDevice_t handle)
+{
+    uintptr_t p = (uintptr_t)handle;
+    uintptr_t base = (uintptr_t)&g_devs[0];
+
+    if (p < base || (p - base) % sizeof(struct fake_device) != 0)
+        return 0;
+    return (p - base) / sizeof(struct fake_device) >= g_gpu_count && (p - base) / sizeof(struct fake_device) < g_slots_used;
+}
+
 static struct fake_device *device_from_handle(nvmlDevice_t handle)
 {
     uintptr_t p = (uintptr_t)handle;
@@ -467,6 +481,8 @@ static nvmlReturn_t enter_device(nvmlDevice_t handle, int arguments_ok, struct f
     d = device_from_handle(handle);
     if (!d && arguments_ok && is_mig_handle(handle))
         return leave(NVML_ERROR_NOT_SUPPORTED); /* a whole-GPU call on a MIG device */
+    if (!d && arguments_ok && is_stale_handle(handle))
+        return leave(NVML_ERROR_GPU_IS_LOST); /* as NVML answers on the handle of a GPU removed since */
     if (!d || !arguments_ok)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     if (d->lost)
@@ -1354,6 +1370,8 @@ static void publish_devices_locked(void)
     struct fake_event_set *set;
 
     memcpy(old, g_devs, sizeof old[0] * old_count);
+    if (old_count > g_slots_used)
+        g_slots_used = old_count;
     for (i = 0; i < g_conf_count; i++)
         conf_to_new[i] = removed_index_locked(g_conf[i].uuid) < 0 ? (int)count++ : -1;
     memset(g_devs, 0, sizeof g_devs);

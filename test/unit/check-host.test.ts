@@ -118,14 +118,17 @@ test('writability as the unit\'s sandbox decides it: strict, ReadWritePaths, ser
 
 test('the daemon\'s state: what the kubelet was told per device with the reason and since when, registrations, and a document info reads back', () => {
   const s0 = buildSnapshot({ driverVersion: '550.54.15', gpus: GPUS.slice(0, 2), nvlinks: [], pcie: [] }, settings(NO_SHARING), null, false);
-  const lost = { ...freshHealthState(), health: 'Unhealthy' as const, lastXid: 79 };
-  const s1 = { ...s0, healthStates: [freshHealthState(), lost], health: ['Healthy' as const, 'Unhealthy' as const] };
+  const started = '2026-11-25T09:00:00.000Z';
+  const xidAt = '2026-11-25T10:00:00.000Z';
+  const second = GPUS[1]!.uuid;
+  const lost = { state: { ...freshHealthState(), health: 'Unhealthy' as const, lastXid: 79 }, reason: 'critical XID 79 (GPU has fallen off the bus)', since: Date.parse(xidAt) };
+  const s1 = { ...s0, gpuHealth: new Map([...s0.gpuHealth, [second, lost]]), health: new Map([...s0.health, [second, 'Unhealthy' as const]]) };
   const since = new SinceTracker();
-  const ctx = (now: string, registered: boolean) => ({ pid: 42, version: '0.1.0', startedAt: 't0', now, options: { 'mig-strategy': 'none' }, registrations: [{ name: 'nvidia.com/gpu', registered }], since });
+  const ctx = (now: string, registered: boolean) => ({ pid: 42, version: '0.1.0', startedAt: started, now, options: { 'mig-strategy': 'none' }, registrations: [{ name: 'nvidia.com/gpu', registered }], since });
   const a = daemonStateFromSnapshot(s0, ctx('t1', false));
-  assert.deepEqual(a.devices.map((d) => [d.index, d.health, d.since]), [['0', 'Healthy', 't1'], ['1', 'Healthy', 't1']]);
+  assert.deepEqual(a.devices.map((d) => [d.index, d.health, d.since]), [['0', 'Healthy', started], ['1', 'Healthy', started]], 'nothing happened to them: as they are since the daemon started');
   const b = daemonStateFromSnapshot(s1, ctx('t2', true));
-  assert.deepEqual(b.devices.map((d) => [d.index, d.health, d.since, d.reason]), [['0', 'Healthy', 't1', undefined], ['1', 'Unhealthy', 't2', 'XID 79: GPU has fallen off the bus']]);
+  assert.deepEqual(b.devices.map((d) => [d.index, d.health, d.since, d.reason]), [['0', 'Healthy', started, undefined], ['1', 'Unhealthy', xidAt, 'critical XID 79 (GPU has fallen off the bus)']]);
   assert.deepEqual(b.resources, [{ name: 'nvidia.com/gpu', registered: true, since: 't2', devices: 2, healthy: 1 }]);
   const down = daemonStateFromSnapshot(buildSnapshot(null, settings(NO_SHARING), s1, false), ctx('t3', true));
   assert.equal(down.driverVersion, null);

@@ -38,7 +38,7 @@ test('device IDs longer than 63 characters or repeated are refused with the GPU 
 test('the device list carries health and NUMA node, and omits topology without a NUMA node', () => {
   const g = gpus(4);
   const devs = wholeGpuDevices(g, 'uuid');
-  const list = deviceList(devs, g, ['Healthy', 'Unhealthy', 'Healthy', 'Healthy']);
+  const list = deviceList(devs, g, new Map(g.map((x, i) => [x.uuid, i === 1 ? 'Unhealthy' : 'Healthy'])));
   assert.deepEqual(list.map((d) => d.health), ['Healthy', 'Unhealthy', 'Healthy', 'Healthy']);
   assert.deepEqual(list[0]!.topology, { nodes: [{ ID: 0 }] });
   assert.deepEqual(list[2]!.topology, { nodes: [{ ID: 1 }] });

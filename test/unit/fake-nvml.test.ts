@@ -1111,12 +1111,16 @@ test('remove and add a GPU: the count, indices, handles, links, topology and eve
   await withSession(api, 'dgx1-v100.json', async ({ fifo, fixture }) => {
     const uuids = fixture.gpus.map((g) => g.uuid);
     const h3before = handle(api, 3);
+    const h7before = handle(api, 7);
     const set = createSet(api);
     assert.equal(api.registerEvents(h3before, EVENT_XID, set), SUCCESS);
 
     sendControl(fifo, 'remove 2\n');
     await readStats(fifo);
     assert.equal(deviceCount(api), 7);
+    // A handle no live GPU fills any more answers GPU_IS_LOST, as NVML does for a GPU removed since.
+    const idx = [0];
+    assert.equal(api.index(h7before, idx), GPU_IS_LOST);
     assert.deepEqual(Array.from({ length: 7 }, (_, i) => uuidOf(api, handle(api, i))), uuids.filter((_, i) => i !== 2));
     const h2 = handle(api, 2);
     assert.notEqual(h2, h3before, 'the GPUs after the removed one have new handles');

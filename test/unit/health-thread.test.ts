@@ -68,9 +68,10 @@ async function watch(variant: 'current' | 'old', extra: Partial<EventWatcherOpti
     gpus: Array.from({ length: gpus }, (_, i) => ({ nvmlIndex: i, uuid: `gpu-${i}` })),
     probeIntervalMs: 3_600_000,
     waitTimeoutMs: 200,
-    onReady: (watched, unsupported) => { run.ready = { watched, unsupported }; },
+    // The watcher names GPUs by UUID (gpu-<index> here); positions keep the assertions short.
+    onReady: (watched, unsupported) => { run.ready = { watched: watched.map((g) => g.nvmlIndex), unsupported: unsupported.map((g) => g.nvmlIndex) }; },
     onEvents: (events) => run.batches.push(events),
-    onProbe: (results) => run.probes.push(results),
+    onProbe: (results) => run.probes.push(Array.from({ length: gpus }, (_, i) => results.get(`gpu-${i}`) ?? 'error')),
     onDriverGone: (message) => run.gone.push(message),
     ...extra,
   });
@@ -92,14 +93,14 @@ test('identical events travel folded with counts; v2 XIDs carry their MIG ids; a
     assert.deepEqual(run.ready, { watched: [0, 1, 2, 3, 4, 5, 6, 7], unsupported: [] });
     assert.deepEqual(run.probes[0], ['ok', 'ok', 'ok', 'ok', 'ok', 'ok', 'ok', 'ok']);
     send([...Array.from({ length: 1000 }, () => 'xid 2 79'), 'xid 5 94 1 0', 'xid all 48', 'dbe 6', 'sbe 1'].join('\n'));
-    const isXid79 = (e: EventBatchEntry): boolean => e.event.kind === 'xid' && e.event.gpu === 2 && e.event.xid === 79;
+    const isXid79 = (e: EventBatchEntry): boolean => e.event.kind === 'xid' && e.event.gpu === 'gpu-2' && e.event.xid === 79;
     await until('every event reported', () => total(run, isXid79) === 1000 && total(run, (e) => e.event.kind === 'ecc-single') === 1);
     const xid79 = run.batches.flat().filter(isXid79);
     assert.ok(xid79.length < 1000, `1000 identical XIDs were folded (${xid79.length} entries)`);
     assert.ok(xid79.every((e) => e.event.kind === 'xid' && e.event.gi === 0xffffffff && e.event.ci === 0xffffffff));
-    assert.deepEqual(run.batches.flat().filter((e) => e.event.kind === 'xid' && e.event.xid === 94).map((e) => e.event), [{ kind: 'xid', gpu: 5, xid: 94, gi: 1, ci: 0 }]);
+    assert.deepEqual(run.batches.flat().filter((e) => e.event.kind === 'xid' && e.event.xid === 94).map((e) => e.event), [{ kind: 'xid', gpu: 'gpu-5', xid: 94, gi: 1, ci: 0 }]);
     assert.deepEqual(run.batches.flat().filter((e) => e.event.kind === 'xid' && e.event.xid === 48).map((e) => e.event.gpu), [null]);
-    assert.deepEqual(run.batches.flat().filter((e) => e.event.kind !== 'xid').map((e) => [e.event, e.count]), [[{ kind: 'ecc-double', gpu: 6 }, 1], [{ kind: 'ecc-single', gpu: 1 }, 1]]);
+    assert.deepEqual(run.batches.flat().filter((e) => e.event.kind !== 'xid').map((e) => [e.event, e.count]), [[{ kind: 'ecc-double', gpu: 'gpu-6' }, 1], [{ kind: 'ecc-single', gpu: 'gpu-1' }, 1]]);
     assert.ok(run.batches.every((b) => b.length > 0), 'no empty batch');
   } finally {
     await end(run);
@@ -112,7 +113,7 @@ test('the first wait (an old driver) gives XIDs without MIG ids, and its absence
   try {
     send('xid 3 79 1 0');
     await until('the XID reported', () => run.batches.length > 0);
-    assert.deepEqual(run.batches.flat(), [{ event: { kind: 'xid', gpu: 3, xid: 79 }, count: 1 }]);
+    assert.deepEqual(run.batches.flat(), [{ event: { kind: 'xid', gpu: 'gpu-3', xid: 79 }, count: 1 }]);
     assert.equal(run.lines.filter((l) => /NVML lacks a function;.*function=nvmlEventSetWait_v2/.test(l)).length, 1, run.lines.join('\n'));
   } finally {
     await end(run);

@@ -8,8 +8,12 @@ import type { Gpu } from '../../src/core/devices.ts';
 import { freshHealthState } from '../../src/core/health.ts';
 import type { MigDevice, MigLayout } from '../../src/core/mig.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
-import { buildSnapshot, diff, healthCounts, healthUnitCount, isEmptyDiff, unitHealthStates, withHealthStates } from '../../src/core/snapshot.ts';
-import type { NodeScan, PlanSettings } from '../../src/core/snapshot.ts';
+import { buildSnapshot, diff, healthCounts, isEmptyDiff, withHealth } from '../../src/core/snapshot.ts';
+import type { NodeScan, NodeSnapshot, PlanSettings } from '../../src/core/snapshot.ts';
+
+/** Advertised health: the GPUs, then the MIG devices, in layout order. */
+const healthOf = (s: NodeSnapshot): string[] => [...s.gpus.map((g) => g.uuid), ...s.mig.devices.map((d) => d.uuid)].map((u) => s.health.get(u) ?? 'missing');
+const sickUnit = { state: { ...freshHealthState(), health: 'Unhealthy' as const, lastXid: 94 }, reason: 'critical XID 94', since: 5 };
 
 const MiB = 1024 * 1024;
 const gpus: Gpu[] = [0, 1, 2].map((i) => ({ index: i, uuid: `GPU-0000000${i}-0000-4000-8000-000000000000`, name: 'NVIDIA A100-SXM4-80GB', minor: i, busId: `00000000:0${i}:00.0`, memoryBytes: 81920 * MiB, numaNode: 0 }));
@@ -39,7 +43,7 @@ const B: MigLayout = { modes: [on, on, off], devices: [mig(0, 0, 1, '1g.10gb', 1
 test('a re-layout is a new snapshot: mig-* resources added and removed, other GPUs\' resources unchanged', () => {
   const a = buildSnapshot(scan(A), mixed, null, false);
   assert.deepEqual(a.resources.map((r) => [r.name, r.devices.length]), [['nvidia.com/gpu', 1], ['nvidia.com/mig-1g.10gb', 3], ['nvidia.com/mig-3g.40gb', 1]]);
-  assert.equal(healthUnitCount(a), 3 + 4);
+  assert.equal(a.gpuHealth.size + a.migHealth.size, 3 + 4);
   const b = buildSnapshot(scan(B), mixed, a, false);
   const d = diff(a, b);
   assert.deepEqual(d.added.map((r) => r.name), ['nvidia.com/mig-7g.80gb']);
@@ -55,22 +59,20 @@ test('a re-layout is a new snapshot: mig-* resources added and removed, other GP
 
 test('MIG devices keep their health by MIG UUID; new instances start fresh; GPU health is separate', () => {
   const a = buildSnapshot(scan(A), mixed, null, false);
-  const states = unitHealthStates(a);
-  const sick = { ...freshHealthState(), health: 'Unhealthy' as const, lastXid: 94 };
-  states[3 + 1] = sick; // MIG-0-1g.10gb-2
-  states[3 + 2] = sick; // MIG-1-3g.40gb-1, which the re-layout removes
-  const a2 = withHealthStates(a, states);
-  assert.deepEqual(a2.health, ['Healthy', 'Healthy', 'Healthy', 'Healthy', 'Unhealthy', 'Unhealthy', 'Healthy']);
-  assert.throws(() => withHealthStates(a, states.slice(0, 3)), /3 health states for 3 GPUs and 4 MIG devices/);
+  // MIG-0-1g.10gb-2, and MIG-1-3g.40gb-1, which the re-layout removes
+  const a2 = withHealth(a, new Map([[A.devices[1]!.uuid, sickUnit], [A.devices[2]!.uuid, sickUnit]]));
+  assert.deepEqual(healthOf(a2), ['Healthy', 'Healthy', 'Healthy', 'Healthy', 'Unhealthy', 'Unhealthy', 'Healthy']);
+  assert.throws(() => withHealth(a, new Map([['MIG-nowhere', sickUnit]])), /MIG-nowhere, which is neither a GPU nor a MIG device of this snapshot/);
   const b = buildSnapshot(scan(B), mixed, a2, false);
-  assert.deepEqual(b.health, ['Healthy', 'Healthy', 'Healthy', 'Healthy', 'Unhealthy', 'Healthy']);
+  assert.deepEqual(healthOf(b), ['Healthy', 'Healthy', 'Healthy', 'Healthy', 'Unhealthy', 'Healthy']);
+  assert.deepEqual(b.migHealth.get(A.devices[1]!.uuid), sickUnit, 'kept by MIG UUID with its reason and since when');
   const r = b.resources.find((x) => x.name === 'nvidia.com/mig-1g.10gb')!;
   assert.deepEqual(diff(a2, b).updated.find((u) => u.name === r.name)?.devices.map((x) => x.health), ['Healthy', 'Unhealthy']);
   // While the driver is down, every unit is advertised unhealthy and the layout is kept.
   const down = buildSnapshot(null, mixed, b, false);
   assert.equal(down.mig, b.mig);
-  assert.ok(down.health.every((h) => h === 'Unhealthy'));
-  assert.equal(down.health.length, 6);
+  assert.ok([...down.health.values()].every((h) => h === 'Unhealthy'));
+  assert.equal(down.health.size, 6);
 });
 
 test('single: a node that stops being uniform is withdrawn with the reason, and a start on one fails', () => {
@@ -89,11 +91,11 @@ test('single: a node that stops being uniform is withdrawn with the reason, and 
   assert.throws(() => buildSnapshot(scan(broken), single, null, false), /mig-strategy=single/);
 });
 
-test('capability nodes: by MIG position for Allocate; without them device specs stop a start and are reported after', () => {
+test('capability nodes: by MIG UUID for Allocate; without them device specs stop a start and are reported after', () => {
   const caps = new Map(A.devices.map((d, k) => [d.uuid, [`/dev/nvidia-caps/nvidia-cap${10 + 2 * k}`, `/dev/nvidia-caps/nvidia-cap${11 + 2 * k}`]]));
   const a = buildSnapshot(scan(A, caps), { ...mixed, needMigCapabilities: true }, null, false);
   assert.ok(!('problem' in a.migCapabilities));
-  if (!('problem' in a.migCapabilities)) assert.deepEqual(a.migCapabilities.get(2), ['/dev/nvidia-caps/nvidia-cap14', '/dev/nvidia-caps/nvidia-cap15']);
+  if (!('problem' in a.migCapabilities)) assert.deepEqual(a.migCapabilities.get(A.devices[2]!.uuid), ['/dev/nvidia-caps/nvidia-cap14', '/dev/nvidia-caps/nvidia-cap15']);
   const missing = { problem: 'cannot read /proc/driver/nvidia-caps/mig-minors (ENOENT)' };
   assert.throws(() => buildSnapshot(scan(A, missing), { ...mixed, needMigCapabilities: true }, null, false), /mig-minors \(ENOENT\); --pass-device-specs cannot give MIG devices their capability nodes/);
   const later = buildSnapshot(scan(A, missing), { ...mixed, needMigCapabilities: true }, a, false);
@@ -105,9 +107,8 @@ test('capability nodes: by MIG position for Allocate; without them device specs 
 
 test('health counts: a MIG device counts with its own health, not its parent GPU\'s', () => {
   const a = buildSnapshot(scan(A), mixed, null, false);
-  const states = unitHealthStates(a);
-  states[3 + 1] = { ...freshHealthState(), health: 'Unhealthy', lastXid: 94 }; // MIG-0-1g.10gb-2; GPU 0 itself stays healthy
-  const c = healthCounts(withHealthStates(a, states));
+  // MIG-0-1g.10gb-2; GPU 0 itself stays healthy
+  const c = healthCounts(withHealth(a, new Map([[A.devices[1]!.uuid, sickUnit]])));
   assert.deepEqual(c.gpus, { healthy: 3, total: 3 });
   assert.deepEqual(c.mig, { healthy: 3, total: 4 });
   assert.deepEqual(c.resources, [

@@ -8,8 +8,10 @@ import type { AllocateSettings } from '../../src/core/allocate.ts';
 import { deviceList } from '../../src/core/devices.ts';
 import type { Gpu, Health } from '../../src/core/devices.ts';
 import { parseHealthSettings } from '../../src/core/health.ts';
+import type { ProbeResult } from '../../src/core/health.ts';
+import { buildSnapshot } from '../../src/core/snapshot.ts';
 import {
-  MigStrategyError, eventUnits, healthUnits, migCapabilityNodes, migMemoryGb, migProfileName, migResourceName,
+  MigStrategyError, eventUnits, migCapabilityNodes, migMemoryGb, migProfileName, migResourceName,
   parseMigMinors, pendingModeChanges, planMigResources, singleStrategyProblem,
 } from '../../src/core/mig.ts';
 import type { MigDevice, MigLayout } from '../../src/core/mig.ts';
@@ -17,7 +19,7 @@ import { lowestFirstChooser, preferredAllocation } from '../../src/core/preferre
 import { RequestError } from '../../src/core/request-error.ts';
 import { NO_SHARING, SharingError } from '../../src/core/sharing.ts';
 import type { Sharing } from '../../src/core/sharing.ts';
-import { HealthMonitor } from '../../src/plugin/health.ts';
+import { NodeHealth } from '../../src/manager/node-health.ts';
 import { createLogger } from '../../src/system/log.ts';
 import { migMinorsText } from '../support/mig.ts';
 
@@ -85,7 +87,7 @@ test('single: a uniform node advertises every MIG device as nvidia.com/gpu (UUID
   assert.equal(singleStrategyProblem(UNIFORM_GPUS, UNIFORM), null);
   const plan = planMigResources(UNIFORM_GPUS, UNIFORM, 'single', 'uuid', NO_SHARING);
   assert.deepEqual(summary(plan), [['nvidia.com/gpu', UNIFORM.devices.map((d) => d.uuid)]]);
-  assert.deepEqual(plan.resources[0]?.devices.map((d) => [d.gpu, d.mig, d.runtimeName]), UNIFORM.devices.map((d, k) => [d.parent, k, d.uuid]));
+  assert.deepEqual(plan.resources[0]?.devices.map((d) => [d.gpu, d.uuid, d.mig, d.runtimeName]), UNIFORM.devices.map((d) => [d.parent, UNIFORM_GPUS[d.parent]!.uuid, d.uuid, d.uuid]));
   const byIndex = planMigResources(UNIFORM_GPUS, UNIFORM, 'single', 'index', NO_SHARING);
   assert.deepEqual(summary(byIndex), [['nvidia.com/gpu', ['0:0', '0:1', '1:0', '1:1']]]);
   // No MIG-enabled GPU at all: as none.
@@ -146,7 +148,7 @@ test('mixed: time-slicing by resource name, renamed or not; whole GPUs keep thei
   const mig1g = r.get('nvidia.com/mig-1g.10gb');
   assert.equal(mig1g?.devices.length, 8);
   assert.deepEqual(mig1g?.devices.slice(0, 2).map((d) => [d.id, d.runtimeName, d.replica, d.mig]), [
-    [`${MIXED.devices[0]!.uuid}::0`, MIXED.devices[0]!.uuid, 0, 0], [`${MIXED.devices[0]!.uuid}::1`, MIXED.devices[0]!.uuid, 1, 0],
+    [`${MIXED.devices[0]!.uuid}::0`, MIXED.devices[0]!.uuid, 0, MIXED.devices[0]!.uuid], [`${MIXED.devices[0]!.uuid}::1`, MIXED.devices[0]!.uuid, 1, MIXED.devices[0]!.uuid],
   ]);
   assert.equal(mig1g?.shared, true);
   assert.equal(mig1g?.failRequestsGreaterThanOne, true);
@@ -159,8 +161,8 @@ test('mixed: time-slicing by resource name, renamed or not; whole GPUs keep thei
 test('the device list: MIG devices carry their parent\'s NUMA node and their own health', () => {
   const plan = planMigResources(GPUS, MIXED, 'mixed', 'uuid', NO_SHARING);
   const r = plan.resources.find((x) => x.name === 'nvidia.com/mig-1g.10gb')!;
-  const health: Health[] = [...GPUS.map((): Health => 'Healthy'), ...MIXED.devices.map((): Health => 'Healthy')];
-  health[GPUS.length + 7] = 'Unhealthy';
+  const health = new Map<string, Health>([...GPUS.map((g): [string, Health] => [g.uuid, 'Healthy']), ...MIXED.devices.map((d): [string, Health] => [d.uuid, 'Healthy'])]);
+  health.set(MIXED.devices[7]!.uuid, 'Unhealthy');
   assert.deepEqual(deviceList(r.devices, GPUS, health).map((d) => [d.health, d.topology?.nodes[0]?.ID]), [
     ['Healthy', 0], ['Healthy', 0], ['Unhealthy', 0], ['Healthy', 0],
   ]);
@@ -181,8 +183,8 @@ test('mig-minors: GI and CI capability nodes per MIG device; a missing entry is 
   assert.equal(minors.get('gpu0/gi1/access'), 12);
   assert.equal(minors.get('gpu0/gi1/ci0/access'), 13);
   const caps = migCapabilityNodes(GPUS, MIXED.devices, minors);
-  assert.deepEqual(caps.get(0), ['/dev/nvidia-caps/nvidia-cap12', '/dev/nvidia-caps/nvidia-cap13']);
-  assert.deepEqual(caps.get(5), ['/dev/nvidia-caps/nvidia-cap147', '/dev/nvidia-caps/nvidia-cap148']);
+  assert.deepEqual(caps.get(MIXED.devices[0]!.uuid), ['/dev/nvidia-caps/nvidia-cap12', '/dev/nvidia-caps/nvidia-cap13']);
+  assert.deepEqual(caps.get(MIXED.devices[5]!.uuid), ['/dev/nvidia-caps/nvidia-cap147', '/dev/nvidia-caps/nvidia-cap148']);
   assert.throws(() => migCapabilityNodes(GPUS, MIXED.devices, parseMigMinors('config 1\n')), /mig-minors has no gpu0\/gi1\/access for MIG device MIG-/);
 });
 
@@ -262,53 +264,75 @@ test('preferred MIG devices: packed fills one GPU first, distributed spreads; on
 
 // ---- health --------------------------------------------------------------------------------------
 
-test('health units: an XID naming a MIG device marks that device; whole GPU (0xFFFFFFFF) marks all of its MIG devices', () => {
-  const u = healthUnits(GPUS.length, MIXED);
+test('health units: an XID naming a MIG device marks that device; whole GPU (0xFFFFFFFF) marks all of its MIG devices; an unknown GI/CI marks nothing', () => {
   const G = GPUS.length;
-  assert.deepEqual(eventUnits(u, 0, 2, 0), [G + 1]);
-  assert.deepEqual(eventUnits(u, 1, 4, 0), [G + 8]);
-  assert.deepEqual(eventUnits(u, 0, 0xffffffff, 0xffffffff), [0, G, G + 1, G + 2, G + 3, G + 4]);
-  assert.deepEqual(eventUnits(u, 1, undefined, undefined), [1, G + 5, G + 6, G + 7, G + 8]);
-  assert.deepEqual(eventUnits(u, 0, 9, 0), [0, G, G + 1, G + 2, G + 3, G + 4], 'an unknown GI is taken as the whole GPU');
-  assert.deepEqual(eventUnits(u, 2, 1, 0), [2], 'a GPU without MIG devices');
+  const units = [...GPUS.map((g) => g.uuid), ...MIXED.devices.map((d) => d.uuid)];
+  const at = (...k: number[]) => ({ units: k.map((i) => units[i]!) });
+  const u0 = GPUS[0]!.uuid;
+  const u1 = GPUS[1]!.uuid;
+  assert.deepEqual(eventUnits(GPUS, MIXED, u0, 2, 0), at(G + 1));
+  assert.deepEqual(eventUnits(GPUS, MIXED, u1, 4, 0), at(G + 8));
+  assert.deepEqual(eventUnits(GPUS, MIXED, u0, 0xffffffff, 0xffffffff), at(0, G, G + 1, G + 2, G + 3, G + 4));
+  assert.deepEqual(eventUnits(GPUS, MIXED, u1, undefined, undefined), at(1, G + 5, G + 6, G + 7, G + 8));
+  assert.deepEqual(eventUnits(GPUS, MIXED, u0, 9, 0), { unknown: 'GPU instance 9, compute instance 0 is no MIG device known on this GPU' }, 'an unknown GI marks nothing (NVIDIA\'s plugin ignores it)');
+  assert.deepEqual(eventUnits(GPUS, MIXED, GPUS[2]!.uuid, 1, 0), { unknown: 'GPU instance 1, compute instance 0 is no MIG device known on this GPU' }, 'a GPU without MIG devices');
+  assert.deepEqual(eventUnits(GPUS, MIXED, GPUS[2]!.uuid, 0xffffffff, 0), at(2), 'a GPU without MIG devices, whole');
 });
 
 function monitor() {
   const lines: string[] = [];
   const log = createLogger({ level: 'info', journal: false, write: (l) => lines.push(l) });
-  const changes: (readonly Health[])[] = [];
-  const m = new HealthMonitor(GPUS, parseHealthSettings(undefined, undefined), { enabled: true, quietMs: 1000 }, log, (h) => changes.push(h), () => now, healthUnits(GPUS.length, MIXED));
   let now = 0;
-  return { m, lines, changes, at: (t: number) => { now = t; } };
+  const h = new NodeHealth({ settings: parseHealthSettings(undefined, undefined), recovery: { enabled: true, quietMs: 1000 }, log, now: () => now, wallNow: () => 1_000_000 + now });
+  const scan = { driverVersion: '550.54.15', gpus: GPUS, nvlinks: GPUS.map((g) => ({ busId: g.busId, links: [] })), pcie: GPUS.map(() => GPUS.map(() => -1)), mig: MIXED };
+  const snapshot = buildSnapshot(scan, { deviceIdStrategy: 'uuid', sharing: NO_SHARING, migStrategy: 'mixed' }, null, false);
+  h.follow(snapshot);
+  const units = [...GPUS.map((g) => g.uuid), ...MIXED.devices.map((d) => d.uuid)];
+  const probe = (r: ProbeResult[]) => new Map(GPUS.map((g, i) => [g.uuid, r[i] ?? 'error']));
+  /** Positions (GPUs, then MIG devices) of the unhealthy units. */
+  const unhealthy = (): number[] => {
+    const c = h.current();
+    return units.map((u, i) => (c.get(u)?.state.health === 'Unhealthy' ? i : -1)).filter((i) => i >= 0);
+  };
+  return { h, lines, probe, unhealthy, at: (t: number) => { now = t; } };
 }
 
-const unhealthy = (h: readonly Health[]) => h.map((x, i) => (x === 'Unhealthy' ? i : -1)).filter((i) => i >= 0);
-
-test('monitor: two unhealthy MIG devices on one parent are both reported; whole-GPU and NULL events; lost parents; recovery', () => {
+test('node health: two unhealthy MIG devices on one parent are both reported; whole-GPU and NULL events; lost parents; recovery', () => {
   const G = GPUS.length;
   const t = monitor();
-  t.m.onEvents([{ event: { kind: 'xid', gpu: 0, xid: 94, gi: 2, ci: 0 }, count: 1 }]);
-  t.m.onEvents([{ event: { kind: 'xid', gpu: 0, xid: 94, gi: 1, ci: 0 }, count: 1 }]);
-  assert.deepEqual(unhealthy(t.m.health()), [G, G + 1], 'both MIG devices, not the parent or its other MIG devices');
+  const first = t.h.onEvents([{ event: { kind: 'xid', gpu: GPUS[0]!.uuid, xid: 94, gi: 2, ci: 0 }, count: 1 }]);
+  assert.deepEqual([...first.updates.keys()], [MIXED.devices[1]!.uuid], 'the update names the MIG device by its UUID');
+  assert.match(first.updates.get(MIXED.devices[1]!.uuid)?.reason ?? '', /critical XID 94/);
+  assert.equal(first.updates.get(MIXED.devices[1]!.uuid)?.since, 1_000_000);
+  t.h.onEvents([{ event: { kind: 'xid', gpu: GPUS[0]!.uuid, xid: 94, gi: 1, ci: 0 }, count: 1 }]);
+  assert.deepEqual(t.unhealthy(), [G, G + 1], 'both MIG devices, not the parent or its other MIG devices');
   assert.equal(t.lines.filter((l) => l.includes('MIG device unhealthy')).length, 2);
-  assert.match(t.lines[0] ?? '', /mig=MIG-00000000-0000-4000-8000-000000000200 profile=1g\.10gb gpu=0 gi=2 ci=0 xid=94/);
+  assert.match(t.lines[0] ?? '', new RegExp(`gpu=0 uuid=${GPUS[0]!.uuid} mig=MIG-00000000-0000-4000-8000-000000000200 profile=1g\\.10gb gi=2 ci=0 xid=94`));
   // Application XIDs on a MIG device are ignored as for whole GPUs.
-  t.m.onEvents([{ event: { kind: 'xid', gpu: 1, xid: 31, gi: 3, ci: 0 }, count: 1 }]);
-  assert.deepEqual(unhealthy(t.m.health()), [G, G + 1]);
+  t.h.onEvents([{ event: { kind: 'xid', gpu: GPUS[1]!.uuid, xid: 31, gi: 3, ci: 0 }, count: 1 }]);
+  assert.deepEqual(t.unhealthy(), [G, G + 1]);
+  // A GI/CI naming no MIG device known marks nothing and is handed back.
+  const unknown = t.h.onEvents([{ event: { kind: 'xid', gpu: GPUS[1]!.uuid, xid: 79, gi: 9, ci: 0 }, count: 1 }]);
+  assert.equal(unknown.updates.size, 0);
+  assert.deepEqual(unknown.unplaced.map((u) => u.why), ['GPU instance 9, compute instance 0 is no MIG device known on this GPU']);
+  assert.deepEqual(t.unhealthy(), [G, G + 1]);
   // The whole GPU: it and every MIG device on it.
-  t.m.onEvents([{ event: { kind: 'xid', gpu: 1, xid: 79, gi: 0xffffffff, ci: 0xffffffff }, count: 1 }]);
-  assert.deepEqual(unhealthy(t.m.health()), [1, G, G + 1, G + 5, G + 6, G + 7, G + 8]);
+  t.h.onEvents([{ event: { kind: 'xid', gpu: GPUS[1]!.uuid, xid: 79, gi: 0xffffffff, ci: 0xffffffff }, count: 1 }]);
+  assert.deepEqual(t.unhealthy(), [1, G, G + 1, G + 5, G + 6, G + 7, G + 8]);
   // Recovery as for whole GPUs: ok probes and a quiet period (XID 79 never recovers).
   t.at(500);
-  t.m.onProbe(['ok', 'ok', 'ok', 'ok']);
+  t.h.onProbe(t.probe(['ok', 'ok', 'ok', 'ok']));
   t.at(1500);
-  t.m.onProbe(['ok', 'ok', 'ok', 'ok']);
-  assert.deepEqual(unhealthy(t.m.health()), [1, G + 5, G + 6, G + 7, G + 8]);
+  t.h.onProbe(t.probe(['ok', 'ok', 'ok', 'ok']));
+  assert.deepEqual(t.unhealthy(), [1, G + 5, G + 6, G + 7, G + 8]);
   assert.equal(t.lines.filter((l) => l.includes('MIG device healthy again')).length, 2);
-  // A lost GPU takes its MIG devices with it; a NULL-device event marks everything.
-  t.m.onProbe(['lost', 'ok', 'ok', 'ok']);
-  assert.deepEqual(unhealthy(t.m.health()), [0, 1, G, G + 1, G + 2, G + 3, G + 4, G + 5, G + 6, G + 7, G + 8]);
-  t.m.onEvents([{ event: { kind: 'xid', gpu: null, xid: 48 }, count: 1 }]);
-  assert.equal(unhealthy(t.m.health()).length, G + MIXED.devices.length);
-  t.m.stop();
+  // A lost answer is only suspected until a scan still lists the GPU; then it takes its MIG devices with it.
+  const lost = t.h.onProbe(t.probe(['lost', 'ok', 'ok', 'ok']));
+  assert.deepEqual(lost.suspectLost, [GPUS[0]!.uuid]);
+  assert.deepEqual(t.unhealthy(), [1, G + 5, G + 6, G + 7, G + 8]);
+  t.h.confirmLost(lost.suspectLost);
+  assert.deepEqual(t.unhealthy(), [0, 1, G, G + 1, G + 2, G + 3, G + 4, G + 5, G + 6, G + 7, G + 8]);
+  // A NULL-device event marks everything.
+  t.h.onEvents([{ event: { kind: 'xid', gpu: null, xid: 48 }, count: 1 }]);
+  assert.equal(t.unhealthy().length, G + MIXED.devices.length);
 });

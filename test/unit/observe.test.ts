@@ -188,8 +188,8 @@ test('metrics: counters, histograms and gauges as the exposition format writes t
   r.rpc(RPC.Allocate, OUTCOME.ok, 2);
   r.rpc(RPC.Allocate, OUTCOME.refused, 0.00005);
   r.rpc(RPC.GetPreferredAllocation, OUTCOME.error, 0.001);
-  m.xids.add(1, 79, 1);
-  m.xids.add(1, 79, 2);
+  m.xids.add('GPU-b', 79, 1);
+  m.xids.add('GPU-b', 79, 2);
   m.xids.add(null, 31, 1);
   m.startToRegisteredSeconds = 0.25;
   now = 8500;

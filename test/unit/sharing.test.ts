@@ -118,7 +118,7 @@ test('selections that do not fit the node are refused with the key path', () => 
 test('health applies to every replica of a GPU', () => {
   const g = gpus(2);
   const devs = planResources(g, 'uuid', timeSliced(3))[0]!.devices;
-  const list = deviceList(devs, g, ['Healthy', 'Unhealthy']);
+  const list = deviceList(devs, g, new Map([[g[0]!.uuid, 'Healthy'], [g[1]!.uuid, 'Unhealthy']]));
   assert.deepEqual(list.map((d) => d.health), ['Healthy', 'Healthy', 'Healthy', 'Unhealthy', 'Unhealthy', 'Unhealthy']);
   assert.deepEqual(list[3]!.topology, { nodes: [{ ID: 1 }] });
 });

@@ -4,8 +4,8 @@ import type { Gpu } from '../../src/core/devices.ts';
 import { HealthTracker, freshHealthState, parseHealthSettings } from '../../src/core/health.ts';
 import type { GpuHealthState } from '../../src/core/health.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
-import { buildSnapshot, carryPlan, diff, isEmptyDiff, sameIdentity, withHealthStates } from '../../src/core/snapshot.ts';
-import type { NodeScan, NodeSnapshot, PlanSettings } from '../../src/core/snapshot.ts';
+import { buildSnapshot, carryPlan, diff, isEmptyDiff, sameIdentity, withHealth } from '../../src/core/snapshot.ts';
+import type { NodeScan, NodeSnapshot, PlanSettings, UnitHealth } from '../../src/core/snapshot.ts';
 
 const uuid = (i: number): string => `GPU-0000000${i}-1111-2222-3333-444444444444`;
 
@@ -32,15 +32,21 @@ const sliced = (replicas: number): PlanSettings => ({
 
 const unhealthy = (why: Partial<GpuHealthState> = {}): GpuHealthState => ({ ...freshHealthState(), health: 'Unhealthy', ...why });
 
+const unit = (state: GpuHealthState): UnitHealth => ({ state, reason: state.health === 'Healthy' ? null : 'test', since: state.health === 'Healthy' ? null : 1 });
+
 function markUnhealthy(s: NodeSnapshot, pos: number, why: Partial<GpuHealthState> = {}): NodeSnapshot {
-  const states = s.healthStates.map((h, i) => (i === pos ? unhealthy(why) : h));
-  return withHealthStates(s, states);
+  return withHealth(s, new Map([[s.gpus[pos]!.uuid, unit(unhealthy(why))]]));
 }
+
+/** Advertised health of each GPU, in the snapshot's GPU order. */
+const healthOf = (s: NodeSnapshot): string[] => s.gpus.map((g) => s.health.get(g.uuid) ?? 'missing');
+/** The state of the GPU with this identity. */
+const stateOf = (s: NodeSnapshot, id: number): GpuHealthState | undefined => s.gpuHealth.get(uuid(id))?.state;
 
 test('a first snapshot plans the resources, every GPU healthy, and its diff adds them', () => {
   const s = buildSnapshot(scan([0, 1, 2]), plain, null, false);
   assert.equal(s.driverVersion, '550.54.15');
-  assert.deepEqual(s.health, ['Healthy', 'Healthy', 'Healthy']);
+  assert.deepEqual(healthOf(s), ['Healthy', 'Healthy', 'Healthy']);
   assert.deepEqual(s.resources.map((r) => r.name), ['nvidia.com/gpu']);
   const d = diff(null, s);
   assert.deepEqual(d.added.map((r) => [r.name, r.devices.map((x) => x.ID)]), [['nvidia.com/gpu', [uuid(0), uuid(1), uuid(2)]]]);
@@ -73,25 +79,26 @@ test('a GPU that comes back keeps the state it left in, unless recovery is on', 
   const a = markUnhealthy(buildSnapshot(scan([0, 1, 2]), plain, null, false), 1, { lost: true });
   const gone = buildSnapshot(scan([0, 2]), plain, a, false);
   const back = buildSnapshot(scan([0, 1, 2]), plain, gone, false);
-  assert.deepEqual(back.health, ['Healthy', 'Unhealthy', 'Healthy'], 'lost stays unhealthy without recovery');
-  assert.equal(back.healthStates[1]?.lost, true);
+  assert.deepEqual(healthOf(back), ['Healthy', 'Unhealthy', 'Healthy'], 'lost stays unhealthy without recovery');
+  assert.equal(stateOf(back, 1)?.lost, true);
+  assert.equal(back.gpuHealth.get(uuid(1))?.reason, 'test', 'the reason and since when come back with it');
   assert.deepEqual(back.departed, {});
   const d = diff(gone, back);
   assert.deepEqual(d.updated[0]?.appeared, [uuid(1)]);
   assert.equal(d.updated[0]?.devices.find((x) => x.ID === uuid(1))?.health, 'Unhealthy');
 
   const recovered = buildSnapshot(scan([0, 1, 2]), plain, gone, true);
-  assert.deepEqual(recovered.health, ['Healthy', 'Healthy', 'Healthy'], 'with recovery on, a GPU that is back on the bus starts fresh');
+  assert.deepEqual(healthOf(recovered), ['Healthy', 'Healthy', 'Healthy'], 'with recovery on, a GPU that is back on the bus starts fresh');
 
   const healthyLeft = buildSnapshot(scan([0, 2]), plain, buildSnapshot(scan([0, 1, 2]), plain, null, false), false);
-  assert.deepEqual(buildSnapshot(scan([0, 1, 2]), plain, healthyLeft, false).health, ['Healthy', 'Healthy', 'Healthy'], 'a GPU removed healthy comes back healthy');
+  assert.deepEqual(healthOf(buildSnapshot(scan([0, 1, 2]), plain, healthyLeft, false)), ['Healthy', 'Healthy', 'Healthy'], 'a GPU removed healthy comes back healthy');
 });
 
 test('a GPU still present keeps its health state through a rescan, even when its index changes', () => {
   const a = markUnhealthy(buildSnapshot(scan([0, 1, 2]), plain, null, false), 2, { permanent: true, lastXid: 48 });
   const b = buildSnapshot(scan([1, 2]), plain, a, true);
-  assert.deepEqual(b.health, ['Healthy', 'Unhealthy']);
-  assert.equal(b.healthStates[1]?.lastXid, 48);
+  assert.deepEqual(healthOf(b), ['Healthy', 'Unhealthy']);
+  assert.equal(stateOf(b, 2)?.lastXid, 48);
 });
 
 test('while the driver is down the GPUs stay, all unhealthy; when it is back they take their own state back', () => {
@@ -99,17 +106,17 @@ test('while the driver is down the GPUs stay, all unhealthy; when it is back the
   const down = buildSnapshot(null, plain, a, false);
   assert.equal(down.driverVersion, null);
   assert.deepEqual(down.gpus, a.gpus);
-  assert.deepEqual(down.health, ['Unhealthy', 'Unhealthy']);
+  assert.deepEqual(healthOf(down), ['Unhealthy', 'Unhealthy']);
   const d1 = diff(a, down);
   assert.ok(d1.driverChanged && !d1.gpuSetChanged);
   assert.deepEqual(d1.updated[0]?.healthChanged, [uuid(1)]);
   assert.deepEqual(d1.updated[0]?.vanished, [], 'withdrawn from allocation, not from the list');
   // A health change reported while the driver is down does not make anything healthy.
-  assert.deepEqual(withHealthStates(down, [freshHealthState(), freshHealthState()]).health, ['Unhealthy', 'Unhealthy']);
+  assert.deepEqual(healthOf(withHealth(down, new Map(down.gpus.map((g) => [g.uuid, unit(freshHealthState())])))), ['Unhealthy', 'Unhealthy']);
 
   const up = buildSnapshot(scan([0, 1], '560.28.03'), plain, down, false);
   assert.equal(up.driverVersion, '560.28.03');
-  assert.deepEqual(up.health, ['Unhealthy', 'Healthy'], 'a driver reload is not a GPU fault, nor a cure');
+  assert.deepEqual(healthOf(up), ['Unhealthy', 'Healthy'], 'a driver reload is not a GPU fault, nor a cure');
   const d2 = diff(down, up);
   assert.ok(d2.driverChanged);
   assert.deepEqual(d2.updated[0]?.healthChanged, [uuid(1)]);
@@ -168,22 +175,24 @@ test('a config that no longer fits the GPUs keeps the previous resources for the
 
 test('carryPlan remaps devices to the new positions by UUID and drops empty resources', () => {
   const a = buildSnapshot(scan([0, 1]), plain, null, false);
-  assert.deepEqual(carryPlan(a.resources, a.gpus, [gpu(1, 0)]).map((r) => r.devices.map((d) => [d.id, d.gpu])), [[[uuid(1), 0]]]);
-  assert.deepEqual(carryPlan(a.resources, a.gpus, []), []);
+  assert.deepEqual(carryPlan(a.resources, [gpu(1, 0)]).map((r) => r.devices.map((d) => [d.id, d.uuid, d.gpu])), [[[uuid(1), uuid(1), 0]]]);
+  assert.deepEqual(carryPlan(a.resources, []), []);
 });
 
 test('health states from a tracker go into the snapshot, and a tracker can start from a snapshot', () => {
   const a = buildSnapshot(scan([0, 1]), plain, null, false);
-  const t = new HealthTracker(2, parseHealthSettings(undefined, undefined), { enabled: false, quietMs: 0 }, a.healthStates);
-  t.apply({ kind: 'xid', gpu: 1, xid: 79 }, 10);
-  const b = withHealthStates(a, t.states());
-  assert.deepEqual(b.health, ['Healthy', 'Unhealthy']);
+  const byUuid = new Map([...a.gpuHealth].map(([u, h]) => [u, h.state]));
+  const t = new HealthTracker<string>([...byUuid.keys()], parseHealthSettings(undefined, undefined), { enabled: false, quietMs: 0 }, byUuid);
+  const changes = t.apply({ kind: 'xid', gpu: uuid(1), xid: 79 }, 10);
+  assert.deepEqual(changes.map((c) => c.gpu), [uuid(1)], 'a transition names its unit by UUID');
+  const b = withHealth(a, new Map([[uuid(1), unit(t.stateOf(uuid(1))!)]]));
+  assert.deepEqual(healthOf(b), ['Healthy', 'Unhealthy']);
   const d = diff(a, b);
   assert.deepEqual(d.updated[0]?.healthChanged, [uuid(1)]);
   assert.ok(!d.gpuSetChanged);
-  const again = new HealthTracker(2, parseHealthSettings(undefined, undefined), { enabled: true, quietMs: 0 }, b.healthStates);
+  const again = new HealthTracker<string>([uuid(0), uuid(1)], parseHealthSettings(undefined, undefined), { enabled: true, quietMs: 0 }, new Map([...b.gpuHealth].map(([u, h]) => [u, h.state])));
   assert.deepEqual(again.health(), ['Healthy', 'Unhealthy'], 'XID 79 never recovers, also in a rebuilt tracker');
-  assert.throws(() => withHealthStates(a, []), /0 health states for 2 GPUs/);
+  assert.throws(() => withHealth(a, new Map([[uuid(7), unit(freshHealthState())]])), /GPU-00000007.* neither a GPU nor a MIG device of this snapshot/);
 });
 
 test('node identities compare by UUIDs in order and MIG modes', () => {

@@ -67,7 +67,7 @@ test('after XID 79 the kubelet sees GPU 2 Unhealthy, and so does info (the daemo
     assert.equal(r.status, 0, r.stderr);
     assert.match(r.stdout, new RegExp(`^Daemon: pid ${node.plugin.pid}, version \\S+, running since \\S+; state of \\S+ \\(${node.stateFile}\\); driver 550\\.54\\.15\\.$`, 'm'));
     assert.match(r.stdout, /^nvidia\.com\/gpu +yes +\S+ +8 +7$/m);
-    assert.match(r.stdout, new RegExp(`^GPU 2 +${u[2]} +Unhealthy +\\S+ +XID 79: GPU has fallen off the bus`, 'm'));
+    assert.match(r.stdout, new RegExp(`^GPU 2 +${u[2]} +Unhealthy +\\S+ +critical XID 79 \\(GPU has fallen off the bus\\)`, 'm'));
     // The GPU table's HEALTH is the daemon's too (NVML's probe of GPU 2 still answers).
     assert.match(r.stdout, new RegExp(`^2 +${u[2]} .* Unhealthy$`, 'm'));
     assert.match(r.stdout, new RegExp(`^3 +${u[3]} .* Healthy$`, 'm'));

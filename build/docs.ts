@@ -1,7 +1,7 @@
 // Operator documentation generated from OPTION_SPECS, the table the program parses its options
 // with, so that the packaged environment file and man page list exactly the options the executable
 // has: the environment file (/etc/default or /etc/sysconfig) and gpu-device-plugin(8).
-import { OPTION_SPECS } from '../src/cli/options.ts';
+import { DURATION_GRAMMAR, OPTION_SPECS, describeRange } from '../src/cli/options.ts';
 import type { OptionKey, OptionSpec } from '../src/cli/options.ts';
 
 export const UNIT_NAME = 'gpu-device-plugin.service';
@@ -15,13 +15,27 @@ const ENV_NOTES: Partial<Record<OptionKey, string>> = {
   metricsFile: 'the service may write the file only after its directory is added to the sandbox: systemctl edit gpu-device-plugin, then [Service] ReadWritePaths=/var/lib/prometheus/node-exporter (or your directory)',
 };
 
-/** What the value looks like, for help texts: `path`, `true|false`, `uuid|index`, `seconds`. */
+/**
+ * Options the packaged service sets to another value than the program's default, in the environment
+ * file (uncommented, with the reason). FAIL_ON_INIT_ERROR=false: a service that starts before the
+ * driver is loaded (boot order, driver install after the package, a driver upgrade) waits for NVML
+ * in one process, retrying with capped backoff and STATUS= saying so, instead of exiting and being
+ * restarted by systemd every RestartSec= (about 1 800 failed starts an hour).
+ */
+export const PACKAGE_SETTINGS: Partial<Record<OptionKey, { value: string; why: string }>> = {
+  failOnInitError: {
+    value: 'false',
+    why: 'set to false for the service: without a driver yet (boot order, a driver being installed or upgraded) the plugin keeps running and retries NVML with growing pauses (STATUS= says it waits for NVML), instead of exiting and being restarted over and over. With true, a missing driver makes the plugin exit and systemd restart it every 2 s.',
+  },
+};
+
+/** What the value looks like, for help texts: `path`, `true|false`, `uuid|index`, `duration, from 1 to 3600 seconds`. */
 export function valueHint(spec: OptionSpec): string {
   switch (spec.kind.type) {
     case 'string': return spec.kind.path ? 'path' : 'value';
     case 'bool': return 'true|false';
     case 'enum': return spec.kind.values.join('|');
-    case 'seconds': return 'seconds';
+    case 'seconds': return `duration, ${describeRange(spec.kind)}`;
     case 'ids': return `${spec.kind.allowed.join('|')} (comma separated)`;
   }
 }
@@ -39,17 +53,21 @@ export function environmentFile(path: string): string {
     `# ${path}: options for ${UNIT_NAME}, the Kubernetes device plugin for NVIDIA GPUs.`,
     '#',
     '# systemd reads this file each time the service starts. Every option of the plugin is listed',
-    '# below, commented out, with its default value. To change one, remove the "#" before its',
-    '# variable, set the value, and run: systemctl restart gpu-device-plugin',
+    '# below with its default value, commented out, except FAIL_ON_INIT_ERROR, which the service sets',
+    '# (the reason is given there). To change one, remove the "#" before its variable, set the value,',
+    '# and run: systemctl restart gpu-device-plugin',
     '# Values are taken literally (no shell expansion, no quotes needed); an empty value means the',
     '# default. Package upgrades keep your changes to this file. See gpu-device-plugin(8).',
+    `# A duration is ${DURATION_GRAMMAR}.`,
   ];
   for (const spec of OPTION_SPECS) {
     out.push('');
     out.push(`# --${spec.flag} (${valueHint(spec)}): ${oneLine(spec.help)}`);
     const note = ENV_NOTES[spec.key];
     if (note !== undefined) out.push(`# Note: ${oneLine(note)}`);
-    out.push(`#${spec.env}=${spec.default ?? ''}`);
+    const set = PACKAGE_SETTINGS[spec.key];
+    if (set === undefined) out.push(`#${spec.env}=${spec.default ?? ''}`);
+    else out.push(`# The program's default is ${spec.default ?? 'none'}; ${oneLine(set.why)}`, `${spec.env}=${set.value}`);
   }
   return out.join('\n') + '\n';
 }
@@ -106,6 +124,8 @@ export function manPage(input: ManPageInput): string {
     'or',
     '.BI \\-\\- name " value" \\fR;\\fP',
     'a boolean option given alone means true.',
+    `A duration is ${DURATION_GRAMMAR};`,
+    'each duration option takes the range given with it.',
   ];
   for (const spec of OPTION_SPECS) {
     l.push('.TP');

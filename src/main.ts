@@ -2,12 +2,16 @@
 // diff, core/snapshot.ts) → resource manager (servers and registrations, src/manager) → health
 // monitor → signals. SIGHUP re-reads the config file and looks at the node again, through the same
 // snapshot path; SIGTERM/SIGINT stop within 2 s.
-import { parseOptions } from './cli/options.ts';
+import { dirname } from 'node:path';
+import { ConfigError } from './cli/config.ts';
+import { EXIT_ALREADY_RUNNING, EXIT_CONFIG, exitCodeFor } from './cli/exit-codes.ts';
+import { describeOptions, parseOptions } from './cli/options.ts';
 import type { Options, ParsedOptions } from './cli/options.ts';
 import { planReload } from './cli/reload.ts';
 import { describeHealthSettings, parseHealthSettings, watchesAnything } from './core/health.ts';
 import type { HealthSettings } from './core/health.ts';
 import type { Sharing } from './core/sharing.ts';
+import { SharingError } from './core/sharing.ts';
 import { healthCounts } from './core/snapshot.ts';
 import type { PlanSettings } from './core/snapshot.ts';
 import { routeGrpcLogs } from './kubelet/registration.ts';
@@ -27,7 +31,8 @@ import type { Logger } from './system/log.ts';
 import { startIdleCompaction } from './system/memory.ts';
 import { loadKoffi } from './system/native.ts';
 import type { Koffi } from './system/native.ts';
-import { ServiceStatus } from './system/service-status.ts';
+import { lockSocketDirectory } from './system/instance-lock.ts';
+import { ServiceStatus, notifyBeforeExit } from './system/service-status.ts';
 import { Signals } from './system/signals.ts';
 import type { Daemon } from './system/signals.ts';
 import { VERSION, versionText } from './system/version.ts';
@@ -124,7 +129,8 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
     mig: opts.migStrategy !== 'none',
     health: watchesAnything(health) ? { probeIntervalMs: opts.healthProbeInterval * 1000 } : null,
     onScan: (scan, reason) => node.scanned(scan, reason).then(() => service.waitFor('the kubelet'), (err: unknown) => {
-      throw opts.configFile === null ? err : new Error(`config file ${opts.configFile}: ${errorText(err)}`, { cause: err });
+      // The time-slicing section names a GPU the node lacks (or shares one twice): a configuration error.
+      throw err instanceof SharingError && opts.configFile !== null ? new ConfigError(`config file ${opts.configFile}: ${err.message}`) : err;
     }),
     onEvents: (events) => {
       observer.xids(events);
@@ -199,7 +205,8 @@ export async function main(argv: readonly string[]): Promise<void> {
     health = parseHealthSettings(process.env['DP_DISABLE_HEALTHCHECKS'], process.env['DP_ENABLE_HEALTHCHECKS']);
   } catch (err) {
     process.stderr.write(`gpu-device-plugin: ${errorText(err)}\n`);
-    process.exitCode = 2;
+    notifyBeforeExit(`STATUS=configuration error: ${errorText(err)}`);
+    process.exitCode = EXIT_CONFIG;
     return;
   }
   const opts = parsed.options;
@@ -208,8 +215,16 @@ export async function main(argv: readonly string[]): Promise<void> {
   process.on('uncaughtException', (err) => log.error('unexpected error; carrying on', { error: errorText(err), stack: err.stack?.split('\n')[1]?.trim() }));
   process.on('unhandledRejection', (err) => log.error('unexpected rejection; carrying on', { error: errorText(err) }));
 
+  // One plugin per socket directory: a second one is refused here, in one line naming the first.
+  const refuse = (err: Error): never => {
+    log.error(err.message);
+    notifyBeforeExit(`STATUS=${err.message}`);
+    return process.exit(EXIT_ALREADY_RUNNING);
+  };
+  const lock = await lockSocketDirectory(dirname(opts.kubeletSocket), log, refuse);
+  if (lock instanceof Error) refuse(lock);
   const signals = new Signals(log);
-  log.info('starting', { version: versionText().trim(), kubelet_socket: opts.kubeletSocket, device_id_strategy: opts.deviceIdStrategy, config_file: opts.configFile ?? 'none' });
+  log.info('starting', { version: versionText().trim(), ...describeOptions(parsed) });
   if (parsed.foreignConfigKeys.length > 0) log.info('config file keys for GPU feature discovery are not used by this plugin', { keys: parsed.foreignConfigKeys });
   let service: ServiceStatus | undefined;
   try {
@@ -218,7 +233,8 @@ export async function main(argv: readonly string[]): Promise<void> {
     signals.started(await run(argv, parsed, health, log, service, koffi));
   } catch (err) {
     log.error('cannot start', { error: errorText(err) });
-    service?.failed(err);
-    process.exit(1);
+    const code = exitCodeFor(err);
+    service?.failed(err, code === EXIT_CONFIG ? 'configuration error' : 'cannot start');
+    process.exit(code);
   }
 }

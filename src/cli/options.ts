@@ -429,6 +429,23 @@ export function showOption(v: Options[OptionKey]): string {
   return String(v);
 }
 
+/**
+ * Every option's value in force, for the start log line: one field per option (named after its flag,
+ * `kubelet_socket=/var/lib/...`), then `set_by` naming where each value that is not the default came
+ * from (`log-level=environment, pass-device-specs=config file /etc/...`).
+ */
+export function describeOptions(parsed: Pick<ParsedOptions, 'options' | 'origins'>): Record<string, string> {
+  const out: Record<string, string> = {};
+  const setBy: string[] = [];
+  for (const s of OPTION_SPECS) {
+    out[s.flag.replace(/-/g, '_')] = showOption(parsed.options[s.key]);
+    const origin = parsed.origins[s.key];
+    if (origin !== 'default') setBy.push(`${s.flag}=${origin}`);
+  }
+  out['set_by'] = setBy.length === 0 ? 'all defaults' : setBy.join(', ');
+  return out;
+}
+
 export function helpText(version: string): string {
   const lines = [
     `gpu-device-plugin ${version} — Kubernetes device plugin for NVIDIA GPUs (resource nvidia.com/gpu)`,

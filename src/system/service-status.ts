@@ -6,6 +6,7 @@
 // also goes out READY_WITHOUT_KUBELET_MS after start, with a STATUS saying what the plugin waits for.
 import { errorText } from './log.ts';
 import type { Logger } from './log.ts';
+import { loadKoffi } from './native.ts';
 import type { Koffi } from './native.ts';
 import { createNotifier } from './notify.ts';
 import type { Notifier } from './notify.ts';
@@ -61,12 +62,29 @@ export class ServiceStatus {
     if (this.watchdog !== undefined) clearInterval(this.watchdog);
   }
 
-  failed(err: unknown): void {
-    this.notifier.notify(`STATUS=cannot start: ${errorText(err)}\nERRNO=5`);
+  /** The start failed: STATUS says why (`cannot start: …`, `configuration error: …`). */
+  failed(err: unknown, what = 'cannot start'): void {
+    this.notifier.notify(`STATUS=${what}: ${errorText(err)}\nERRNO=5`);
   }
 
   close(): void {
     clearTimeout(this.readyTimer);
     this.notifier.close();
+  }
+}
+
+/**
+ * One message to systemd from a process about to exit before it made a ServiceStatus (a configuration
+ * error, another plugin already running), so that `systemctl status` says why. Nothing without
+ * $NOTIFY_SOCKET, or when the native module cannot be loaded (the exit says it anyway).
+ */
+export function notifyBeforeExit(message: string, env: NodeJS.ProcessEnv = process.env): void {
+  if (env['NOTIFY_SOCKET'] === undefined || env['NOTIFY_SOCKET'] === '') return;
+  try {
+    const n = createNotifier(loadKoffi(), env);
+    n.notify(message);
+    n.close();
+  } catch {
+    // Nothing to tell systemd with: the log line and the exit code remain.
   }
 }

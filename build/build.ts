@@ -120,7 +120,9 @@ export async function buildExecutable(outDir: string = dist, arch: Arch = 'x64')
     // cap is far above what the plugin needs and stops runaway growth before the host suffers.
     // Optimizing compiles on the main thread: compiler threads each keep a malloc arena of their
     // own (~13 MiB more RSS after 10 000 RPCs); start and per-RPC CPU measured the same.
-    execArgv: ['--max-semi-space-size=1', '--max-old-space-size=192', '--no-concurrent-recompilation'],
+    // --disable-sigusr1: SIGUSR1 would otherwise start Node's inspector on 127.0.0.1:9229 in a root
+    // process (the daemon logs and ignores it; NODE_OPTIONS cannot add --inspect: execArgvExtension).
+    execArgv: ['--max-semi-space-size=1', '--max-old-space-size=192', '--no-concurrent-recompilation', '--disable-sigusr1'],
     execArgvExtension: 'none',
     assets: {
       'deviceplugin.proto': join(root, 'proto', 'deviceplugin.proto'),

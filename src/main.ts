@@ -33,7 +33,7 @@ import { loadKoffi } from './system/native.ts';
 import type { Koffi } from './system/native.ts';
 import { lockSocketDirectory } from './system/instance-lock.ts';
 import { ServiceStatus, notifyBeforeExit } from './system/service-status.ts';
-import { Signals } from './system/signals.ts';
+import { Signals, ignoreRealtimeSignals } from './system/signals.ts';
 import type { Daemon } from './system/signals.ts';
 import { VERSION, versionText } from './system/version.ts';
 
@@ -229,6 +229,7 @@ export async function main(argv: readonly string[]): Promise<void> {
   let service: ServiceStatus | undefined;
   try {
     const koffi = loadKoffi();
+    ignoreRealtimeSignals(koffi);
     service = new ServiceStatus(koffi, log);
     signals.started(await run(argv, parsed, health, log, service, koffi));
   } catch (err) {

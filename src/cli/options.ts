@@ -327,6 +327,9 @@ export function parseOptions(argv: readonly string[], env: Readonly<Record<strin
   const fromFlags = new Map<OptionKey, Value>();
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] ?? '';
+    if (arg === 'info' || arg === 'check') {
+      throw new OptionError(`the subcommand ${arg} goes first, before its options: gpu-device-plugin ${arg} ${argv.filter((a, j) => j !== i).join(' ')}`.trimEnd());
+    }
     if (!arg.startsWith('--')) throw new OptionError(`unexpected argument ${JSON.stringify(arg)}; options are written --name=value (see --help)`);
     const eq = arg.indexOf('=');
     const name = arg.slice(2, eq < 0 ? undefined : eq);
@@ -450,8 +453,17 @@ export function helpText(version: string): string {
   const lines = [
     `gpu-device-plugin ${version} — Kubernetes device plugin for NVIDIA GPUs (resource nvidia.com/gpu)`,
     '',
-    'Usage: gpu-device-plugin [options]',
+    'Usage: gpu-device-plugin [options]                the daemon',
+    '       gpu-device-plugin info [--json] [options]  what the plugin sees of this node (info --help)',
+    '       gpu-device-plugin check [options]          preflight checks of the options, NVML, kubelet (check --help)',
     '       gpu-device-plugin --version | --help',
+    '',
+    'Exit status: 0 a clean stop; 1 the plugin could not start (or stop) cleanly; 2 a configuration error',
+    '(an invalid option, variable or config file entry, or a config file that does not fit the node);',
+    '3 another gpu-device-plugin already serves the socket directory (its PID is named).',
+    '',
+    'Signals: SIGTERM, SIGINT, SIGQUIT stop (sockets removed); SIGHUP re-reads the config file and looks',
+    'at the GPUs again; any other signal that would end or stop the process is ignored with a log line.',
     '',
     'Options (command line beats environment, which beats the config file, which beats the default):',
   ];

@@ -49,6 +49,9 @@ const serveSettings = async (o: Options, imexChannels: readonly number[]): Promi
   sharedPolicy: o.sharedDevicesAllocationPolicy,
 });
 
+/** What the plugin waits for while NVML cannot be opened (STATUS=). */
+const NO_DRIVER = 'the NVIDIA driver (NVML cannot be loaded yet)';
+
 /** What decides the advertised resources, from the options. */
 const planSettings = (o: Options, sharing: Sharing): PlanSettings => ({
   deviceIdStrategy: o.deviceIdStrategy,
@@ -77,7 +80,9 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
     });
   };
   const status = (): string => {
-    const c = node.snapshot === null ? null : healthCounts(node.snapshot);
+    // No driver yet (FAIL_ON_INIT_ERROR=false, as the packaged service runs): say that, not the kubelet.
+    if (node.snapshot === null || (node.snapshot.driverVersion === null && node.snapshot.gpus.length === 0)) return `STATUS=waiting for ${NO_DRIVER}; retrying`;
+    const c = healthCounts(node.snapshot);
     const mig = c !== null && c.mig.total > 0 ? `, ${c.mig.healthy} of ${c.mig.total} MIG devices` : '';
     // "registered" only while every resource is: one that lost its registration says so again.
     const now = registered && manager.allRegisteredNow();
@@ -128,7 +133,7 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
     rediscoverIntervalMs: opts.rediscoverInterval * 1000,
     mig: opts.migStrategy !== 'none',
     health: watchesAnything(health) ? { probeIntervalMs: opts.healthProbeInterval * 1000 } : null,
-    onScan: (scan, reason) => node.scanned(scan, reason).then(() => service.waitFor('the kubelet'), (err: unknown) => {
+    onScan: (scan, reason) => node.scanned(scan, reason).then(() => service.waitFor(scan === null ? NO_DRIVER : 'the kubelet'), (err: unknown) => {
       // The time-slicing section names a GPU the node lacks (or shares one twice): a configuration error.
       throw err instanceof SharingError && opts.configFile !== null ? new ConfigError(`config file ${opts.configFile}: ${err.message}`) : err;
     }),

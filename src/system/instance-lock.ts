@@ -44,8 +44,8 @@ function flock(koffi: Koffi): Flock {
 
 /** A device number as /proc/locks writes it: major:minor in hex (two digits at least). */
 export function procLocksDevice(dev: bigint): string {
-  const major = ((dev >> 8n) & 0xfffn) | ((dev >> 32n) & ~0xfffn);
-  const minor = (dev & 0xffn) | ((dev >> 12n) & ~0xffn);
+  const major = ((dev >> 8n) & 0xfffn) | ((dev >> 32n) & 0xfffff000n);
+  const minor = (dev & 0xffn) | ((dev >> 12n) & 0xffffff00n);
   const hex = (n: bigint): string => n.toString(16).padStart(2, '0');
   return `${hex(major)}:${hex(minor)}`;
 }

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AlreadyRunningError, InstanceLock, lockHolder, procLocksDevice } from '../../src/system/instance-lock.ts';
@@ -59,6 +59,41 @@ test('flock on the directory: a second lock is refused naming this process, rele
   } finally {
     first.release();
     second.release();
+    rmSync(root, { recursive: true, force: true });
+  }
+});
+
+test('follow(): the holder locks a re-created directory when it appears, and hears when another plugin got it first', { timeout: 10000 }, async () => {
+  const root = mkdtempSync(join(tmpdir(), 'gdp-lock-follow-'));
+  const dir = join(root, 'device-plugins');
+  mkdirSync(dir);
+  const koffi = loadKoffi();
+  const first = new InstanceLock(koffi, dir);
+  const other = new InstanceLock(koffi, dir);
+  try {
+    assert.equal((await first.tryLock()).state, 'held');
+    // Re-created: followed, the new directory is locked by the holder (the other one is refused).
+    rmSync(dir, { recursive: true });
+    mkdirSync(dir);
+    const st = statSync(dir, { bigint: true });
+    let busy: AlreadyRunningError | undefined;
+    first.follow((err) => { busy = err; }, 5);
+    // Watched from /proc/locks, without taking the lock: the new inode becomes this process's.
+    while (lockHolder(readFileSync('/proc/locks', 'utf8'), st.dev, st.ino) !== process.pid) await new Promise((r) => setImmediate(r));
+    assert.equal((await other.tryLock()).state, 'busy');
+    assert.equal(busy, undefined, 'the holder re-locked its own directory');
+    first.release();
+    // Deleted again and taken by another plugin before the holder looks: the holder is told.
+    const second = new InstanceLock(koffi, dir);
+    assert.equal((await second.tryLock()).state, 'held');
+    const third = new InstanceLock(koffi, dir);
+    const refused = await new Promise<AlreadyRunningError>((resolve) => third.follow(resolve, 5));
+    assert.equal(refused.pid, process.pid);
+    assert.equal(third.held, false);
+    second.release();
+  } finally {
+    first.release();
+    other.release();
     rmSync(root, { recursive: true, force: true });
   }
 });

@@ -66,6 +66,8 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
   // Looked for once: the IMEX options are restart-only. A required channel that is missing stops the start.
   const imexChannels = await imexChannelsAtStart(opts, log);
   let registered = false;
+  /** Started without a driver: a config that does not fit the first GPUs seen ends the process from onScan. */
+  let waitingForDriver = false;
   const sysfsRoot = process.env['SYSFS_ROOT'] || '/sys';
   // Node labels for NFD and metrics for node_exporter (src/observe), both off by default.
   const observer = new Observer({ nfdFeaturesFile: opts.nfdFeaturesFile, nfdRemoveOnStop: opts.nfdRemoveOnStop, metricsFile: opts.metricsFile,
@@ -134,8 +136,19 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
     mig: opts.migStrategy !== 'none',
     health: watchesAnything(health) ? { probeIntervalMs: opts.healthProbeInterval * 1000 } : null,
     onScan: (scan, reason) => node.scanned(scan, reason).then(() => service.waitFor(scan === null ? NO_DRIVER : 'the kubelet'), (err: unknown) => {
+      // No driver yet, so no GPUs to check the time-slicing devices against: checked at the first scan.
+      if (scan === null && err instanceof SharingError && node.snapshot === null) return service.waitFor(NO_DRIVER);
       // The time-slicing section names a GPU the node lacks (or shares one twice): a configuration error.
-      throw err instanceof SharingError && opts.configFile !== null ? new ConfigError(`config file ${opts.configFile}: ${err.message}`) : err;
+      const e = err instanceof SharingError && opts.configFile !== null ? new ConfigError(`config file ${opts.configFile}: ${err.message}`) : err;
+      // Started without a driver, and the first GPUs seen do not fit the file: the start fails now, as
+      // it would have with the driver there (nothing has been advertised; a later rescan that does not
+      // fit keeps what is advertised).
+      if (waitingForDriver && e instanceof ConfigError && (node.snapshot === null || node.snapshot.gpus.length === 0)) {
+        log.error('cannot start', { error: e.message });
+        service.failed(e, 'configuration error');
+        process.exit(EXIT_CONFIG);
+      }
+      throw e;
     }),
     onEvents: (events) => {
       observer.xids(events);
@@ -155,6 +168,7 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
     scanner.open();
   } catch (err) {
     if (opts.failOnInitError) throw err;
+    waitingForDriver = true;
     await scanner.startWithoutDriver(errorText(err));
   }
   if (scanner.library !== null) await scanner.start();

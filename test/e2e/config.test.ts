@@ -4,10 +4,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as grpc from '@grpc/grpc-js';
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SimNode } from '../support/sim.ts';
+import { LIBRARY_NAME, buildFakeNvml } from '../fake-nvml/build.ts';
 import type * as M from '../../src/api/messages.ts';
 
 const FIXTURES = join(import.meta.dirname, '..', 'fixtures', 'config');
@@ -333,6 +334,49 @@ test('the config file must be a regular file of at most 1 MiB, checked before re
       }
     }
   } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('started without a driver (--fail-on-init-error=false, as the service runs): a config that does not fit the GPUs the driver then shows ends the start with exit 2, once', async () => {
+  const dir = configDir();
+  const misfit = join(dir, 'misfit.yaml');
+  writeFileSync(misfit, 'sharing:\n  timeSlicing:\n    resources: [{name: gpu, replicas: 2, devices: [0, 9]}]\n');
+  // The loader's directory exists from the start (glibc remembers a missing one as missing).
+  const node = await SimNode.start({ topology: 'demo-8', nvml: 'none', waitRegistered: false, args: ['--fail-on-init-error=false', '--config-file', misfit],
+    beforePlugin: async (n) => { mkdirSync(join(n.dir, 'no-nvml')); } });
+  try {
+    await node.plugin.waitForLine(/WARN NVML is not available; retrying/);
+    const { current } = await buildFakeNvml();
+    copyFileSync(join(current, LIBRARY_NAME), join(node.dir, 'no-nvml', LIBRARY_NAME));
+    assert.equal((await node.plugin.exited).code, 2, node.plugin.lines.join('\n'));
+    const said = node.plugin.matching(/GPU 9 is not on this node/);
+    assert.equal(said.length, 1, node.plugin.lines.join('\n'));
+    assert.match(said[0]!, new RegExp(`ERROR cannot start error="config file ${misfit}: sharing\\.timeSlicing\\.resources\\[0\\]\\.devices\\[1\\]: GPU 9 is not on this node`));
+    assert.equal(node.kubelet!.registrations.length, 0);
+  } finally {
+    await node.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('started without a driver with time-slicing that names GPUs: it waits for the driver (nothing to check the GPUs against yet), then advertises the replicas', async () => {
+  const dir = configDir();
+  const fits = join(dir, 'fits.yaml');
+  writeFileSync(fits, 'sharing:\n  timeSlicing:\n    resources: [{name: gpu, replicas: 2, devices: [0, 1]}]\n');
+  const node = await SimNode.start({ topology: 'demo-8', nvml: 'none', waitRegistered: false, args: ['--fail-on-init-error=false', '--config-file', fits],
+    beforePlugin: async (n) => { mkdirSync(join(n.dir, 'no-nvml')); } });
+  try {
+    await node.plugin.waitForLine(/WARN NVML is not available; retrying/);
+    const { current } = await buildFakeNvml();
+    copyFileSync(join(current, LIBRARY_NAME), join(node.dir, 'no-nvml', LIBRARY_NAME));
+    const u = node.topology.gpus.map((g) => g.uuid);
+    const devices = await node.kubelet!.waitForDevices((d) => d.length === 10, 'nvidia.com/gpu', 30000);
+    assert.deepEqual(devices.map((d) => d.ID).filter((id) => id.includes('::')), [`${u[0]}::0`, `${u[0]}::1`, `${u[1]}::0`, `${u[1]}::1`]);
+    assert.equal(node.plugin.exit, undefined);
+    assert.deepEqual(node.plugin.matching(/ERROR|not on this node/), []);
+  } finally {
+    await node.stop();
     rmSync(dir, { recursive: true, force: true });
   }
 });

@@ -125,7 +125,9 @@ export async function buildExecutable(outDir: string = dist, arch: Arch = 'x64')
     // GetPreferredAllocation's p99 main-thread time per call is ~1.3x what it is with compiler
     // threads. Those, measured again with idle compaction (test/bench/preferred-tail.bench.ts),
     // still hold ~12 MiB more 12 s after 10 000 RPCs (a later compaction gives it back by 20 s).
-    execArgv: ['--max-semi-space-size=1', '--max-old-space-size=192', '--no-concurrent-recompilation'],
+    // --disable-sigusr1: SIGUSR1 would otherwise start Node's inspector on 127.0.0.1:9229 in a root
+    // process (the daemon logs and ignores it; NODE_OPTIONS cannot add --inspect: execArgvExtension).
+    execArgv: ['--max-semi-space-size=1', '--max-old-space-size=192', '--no-concurrent-recompilation', '--disable-sigusr1'],
     execArgvExtension: 'none',
     assets: {
       'deviceplugin.proto': join(root, 'proto', 'deviceplugin.proto'),

@@ -1,7 +1,7 @@
 // Operator documentation generated from OPTION_SPECS, the table the program parses its options
 // with, so that the packaged environment file and man page list exactly the options the executable
 // has: the environment file (/etc/default or /etc/sysconfig) and gpu-device-plugin(8).
-import { CONFIG_SCHEMA, OPTION_SPECS, UNSUPPORTED_OPTIONS } from '../src/cli/options.ts';
+import { CONFIG_SCHEMA, DURATION_GRAMMAR, OPTION_SPECS, UNSUPPORTED_OPTIONS, describeRange } from '../src/cli/options.ts';
 import type { OptionKey, OptionSpec } from '../src/cli/options.ts';
 
 export const UNIT_NAME = 'gpu-device-plugin.service';
@@ -15,13 +15,27 @@ const ENV_NOTES: Partial<Record<OptionKey, string>> = {
   metricsFile: 'the service may write the file only after its directory is added to the sandbox: systemctl edit gpu-device-plugin, then [Service] ReadWritePaths=/var/lib/prometheus/node-exporter (or your directory)',
 };
 
-/** What the value looks like, for help texts: `path`, `true|false`, `uuid|index`, `seconds`. */
+/**
+ * Options the packaged service sets to another value than the program's default, in the environment
+ * file (uncommented, with the reason). FAIL_ON_INIT_ERROR=false: a service that starts before the
+ * driver is loaded (boot order, driver install after the package, a driver upgrade) waits for NVML
+ * in one process, retrying with capped backoff and STATUS= saying so, instead of exiting and being
+ * restarted by systemd every RestartSec= (about 1 800 failed starts an hour).
+ */
+export const PACKAGE_SETTINGS: Partial<Record<OptionKey, { value: string; why: string }>> = {
+  failOnInitError: {
+    value: 'false',
+    why: 'set to false for the service: without a driver yet (boot order, a driver being installed or upgraded) the plugin keeps running and retries NVML with growing pauses (STATUS= says it waits for NVML), instead of exiting and being restarted over and over. With true, a missing driver makes the plugin exit and systemd restart it every 2 s.',
+  },
+};
+
+/** What the value looks like, for help texts: `path`, `true|false`, `uuid|index`, `duration, from 1 to 3600 seconds`. */
 export function valueHint(spec: OptionSpec): string {
   switch (spec.kind.type) {
     case 'string': return spec.kind.path ? 'path' : 'value';
     case 'bool': return 'true|false';
     case 'enum': return spec.kind.values.join('|');
-    case 'seconds': return 'seconds';
+    case 'seconds': return `duration, ${describeRange(spec.kind)}`;
     case 'ids': return `${spec.kind.allowed.join('|')} (comma separated)`;
   }
 }
@@ -39,17 +53,21 @@ export function environmentFile(path: string): string {
     `# ${path}: options for ${UNIT_NAME}, the Kubernetes device plugin for NVIDIA GPUs.`,
     '#',
     '# systemd reads this file each time the service starts. Every option of the plugin is listed',
-    '# below, commented out, with its default value. To change one, remove the "#" before its',
-    '# variable, set the value, and run: systemctl restart gpu-device-plugin',
+    '# below with its default value, commented out, except FAIL_ON_INIT_ERROR, which the service sets',
+    '# (the reason is given there). To change one, remove the "#" before its variable, set the value,',
+    '# and run: systemctl restart gpu-device-plugin',
     '# Values are taken literally (no shell expansion, no quotes needed); an empty value means the',
     '# default. Package upgrades keep your changes to this file. See gpu-device-plugin(8).',
+    `# A duration is ${DURATION_GRAMMAR}.`,
   ];
   for (const spec of OPTION_SPECS) {
     out.push('');
     out.push(`# --${spec.flag} (${valueHint(spec)}): ${oneLine(spec.help)}`);
     const note = ENV_NOTES[spec.key];
     if (note !== undefined) out.push(`# Note: ${oneLine(note)}`);
-    out.push(`#${spec.env}=${spec.default ?? ''}`);
+    const set = PACKAGE_SETTINGS[spec.key];
+    if (set === undefined) out.push(`#${spec.env}=${spec.default ?? ''}`);
+    else out.push(`# The program's default is ${spec.default ?? 'none'}; ${oneLine(set.why)}`, `${spec.env}=${set.value}`);
   }
   return out.join('\n') + '\n';
 }
@@ -104,6 +122,8 @@ export function manPage(input: ManPageInput): string {
     'or',
     '.BI \\-\\- name " value" \\fR;\\fP',
     'a boolean option given alone means true.',
+    `A duration is ${DURATION_GRAMMAR};`,
+    'each duration option takes the range given with it.',
   ];
   for (const spec of OPTION_SPECS) {
     l.push('.TP');
@@ -281,13 +301,15 @@ function manEnvironment(): string[] {
 function manSignals(): string[] {
   return [
     '.SH SIGNALS',
-    ...tagged('.BR SIGTERM ", " SIGINT',
+    ...tagged('.BR SIGTERM ", " SIGINT ", " SIGQUIT',
       'Stop serving, end the kubelet\'s streams, remove the plugin\'s sockets, shut NVML down and exit 0 within two seconds.'),
     ...tagged('.B SIGHUP',
       'Re-read the config file (systemctl reload gpu-device-plugin) and look at the GPUs again. A valid change is applied at once; an invalid file is logged and the running configuration kept.',
       'systemctl reload returns success either way: read journalctl -u gpu-device-plugin, or run gpu-device-plugin check, to know whether the new file was taken.'),
     ...tagged('.B SIGUSR1',
-      'Opens nothing: the shipped executable has no Node.js inspector to open.'),
+      'Opens nothing: the executable is built with Node.js\\(aqs --disable-sigusr1, so no inspector is started; the signal is logged and ignored.'),
+    ...tagged('other signals',
+      'Any other signal whose default action would end or stop the process (SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGPWR, SIGSTKFLT, SIGXCPU, SIGXFSZ, SIGTSTP, SIGTTIN, SIGTTOU) is logged and ignored; the realtime signals are ignored. SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE, SIGSEGV and SIGSYS keep their default: they mean the process is broken, and systemd restarts it.'),
   ];
 }
 
@@ -296,11 +318,13 @@ function manExitStatus(): string[] {
     '.SH EXIT STATUS',
     ...tagged('.B 0', 'A clean stop; --version and --help; check when every check passed.'),
     ...tagged('.B 1',
-      'The plugin could not start or had to stop: NVML cannot be loaded with --fail-on-init-error=true, a MIG layout that does not fit --mig-strategy=single, a required IMEX channel missing, another instance already serving the socket directory (the message names its PID), or the socket directory lost (the service is then restarted).',
+      'The plugin could not start or had to stop: NVML cannot be loaded with --fail-on-init-error=true, a MIG layout that does not fit --mig-strategy=single, a required IMEX channel missing, or the socket directory lost (the service is then restarted).',
       'For check: a check failed.'),
     ...tagged('.B 2',
       'A configuration error, from the daemon and from check alike: an unknown or invalid option, variable or config-file key, or a config file that does not fit the node.',
       'The unit sets RestartPreventExitStatus=2, so the service stops instead of restarting with the same mistake; STATUS= names the problem.'),
+    ...tagged('.B 3',
+      'Another gpu-device-plugin already serves the socket directory; the line names its PID. One plugin per directory is enforced with flock(2) on the directory itself, which the kernel releases when the holder exits.'),
   ];
 }
 

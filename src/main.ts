@@ -1,9 +1,10 @@
-// The composition root, wiring only, in dependency order: options → observer, resource manager and
-// systemd status (the consumers, src/manager/consumer.ts) → live node (snapshots and their diffs,
-// health, the configuration in force: src/manager) → scanner (NVML, src/nvml) → signals. SIGHUP
-// re-reads the config file and looks at the node again, through the same snapshot path;
-// SIGTERM/SIGINT stop within 2 s.
-import { parseOptions } from './cli/options.ts';
+// The composition root, wiring only, in dependency order: options → observer, resource manager,
+// systemd status and state file (the consumers, src/manager/consumer.ts) → live node (snapshots, health,
+// the configuration in force: src/manager) → scanner (NVML, src/nvml) → signals. SIGHUP re-reads the
+// config file and looks at the node again, through the same snapshot path; SIGTERM/SIGINT stop in 2 s.
+import { dirname } from 'node:path';
+import { badOptions, cannotStart, refuseSecondInstance, startError } from './cli/exit-codes.ts';
+import { describeOptions, parseOptions } from './cli/options.ts';
 import type { ParsedOptions } from './cli/options.ts';
 import { parseHealthSettings, watchesAnything } from './core/health.ts';
 import type { HealthSettings } from './core/health.ts';
@@ -19,20 +20,20 @@ import { StatePublisher } from './observe/snapshot-state.ts';
 import { StateFile, defaultStateFile } from './observe/state-file.ts';
 import { imexChannelsAtStart } from './system/imex.ts';
 import { processResources } from './system/resources.ts';
-import { errorText, stderrLogger } from './system/log.ts';
+import { carryOnAfterUnexpected, stderrLogger } from './system/log.ts';
 import type { Logger } from './system/log.ts';
 import { startIdleCompaction } from './system/memory.ts';
 import { loadKoffi } from './system/native.ts';
 import type { Koffi } from './system/native.ts';
+import { lockSocketDirectory } from './system/instance-lock.ts';
 import { NodeStatus, ServiceStatus } from './system/service-status.ts';
-import { Signals } from './system/signals.ts';
+import { Signals, ignoreRealtimeSignals } from './system/signals.ts';
 import type { Daemon } from './system/signals.ts';
 import { VERSION, versionText } from './system/version.ts';
 
 async function run(argv: readonly string[], parsed: ParsedOptions, health: HealthSettings, log: Logger, service: ServiceStatus, koffi: Koffi): Promise<Daemon> {
   const opts = parsed.options;
-  // Looked for once: the IMEX options are restart-only. A required channel that is missing stops the start.
-  const imexChannels = await imexChannelsAtStart(opts, log);
+  const imexChannels = await imexChannelsAtStart(opts, log); // once: restart-only; a required one missing stops the start
   const sysfsRoot = process.env['SYSFS_ROOT'] || '/sys';
   // Node labels for NFD and metrics for node_exporter (src/observe), both off by default.
   const observer = new Observer({ nfdFeaturesFile: opts.nfdFeaturesFile, nfdRemoveOnStop: opts.nfdRemoveOnStop, metricsFile: opts.metricsFile,
@@ -58,9 +59,8 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
     sessions: new NvmlSessions({ koffi, driverRoot: opts.driverRoot, sysfsRoot, log, mig: opts.migStrategy !== 'none', facts: observer.wantsLabels }),
     log, rediscoverIntervalMs: opts.rediscoverInterval * 1000,
     health: watchesAnything(health) ? { probeIntervalMs: opts.healthProbeInterval * 1000 } : null,
-    onScan: (scan, reason) => node.scanned(scan, reason).catch((err: unknown) => {
-      throw opts.configFile === null ? err : new Error(`config file ${opts.configFile}: ${errorText(err)}`, { cause: err });
-    }),
+    onScan: (scan, reason) => node.scanned(scan, reason).catch((err: unknown) => { throw startError(err, opts.configFile); }),
+    onStartFailed: (err) => cannotStart(err, log, service),
     onEvents: (events) => { observer.xids(events); node.onEvents(events); },
     onProbe: (results) => node.onProbe(results),
   });
@@ -96,27 +96,25 @@ export async function main(argv: readonly string[]): Promise<void> {
     parsed = parseOptions(argv, process.env);
     health = parseHealthSettings(process.env['DP_DISABLE_HEALTHCHECKS'], process.env['DP_ENABLE_HEALTHCHECKS']);
   } catch (err) {
-    process.stderr.write(`gpu-device-plugin: ${errorText(err)}\n`);
-    process.exitCode = 2;
-    return;
+    return badOptions(err);
   }
   const opts = parsed.options;
   const log = stderrLogger(opts.logLevel);
   routeGrpcLogs(log);
-  process.on('uncaughtException', (err) => log.error('unexpected error; carrying on', { error: errorText(err), stack: err.stack?.split('\n')[1]?.trim() }));
-  process.on('unhandledRejection', (err) => log.error('unexpected rejection; carrying on', { error: errorText(err) }));
-
+  carryOnAfterUnexpected(log);
+  // One plugin per socket directory: a second one is refused in one line naming the first.
+  const lock = await lockSocketDirectory(dirname(opts.kubeletSocket), log, (err) => refuseSecondInstance(err, log));
+  if (lock instanceof Error) refuseSecondInstance(lock, log);
   const signals = new Signals(log);
-  log.info('starting', { version: versionText().trim(), kubelet_socket: opts.kubeletSocket, device_id_strategy: opts.deviceIdStrategy, config_file: opts.configFile ?? 'none' });
+  log.info('starting', { version: versionText().trim(), ...describeOptions(parsed) });
   if (parsed.foreignConfigKeys.length > 0) log.info('config file keys for GPU feature discovery are not used by this plugin', { keys: parsed.foreignConfigKeys });
   let service: ServiceStatus | undefined;
   try {
     const koffi = loadKoffi();
+    ignoreRealtimeSignals(koffi);
     service = new ServiceStatus(koffi, log);
     signals.started(await run(argv, parsed, health, log, service, koffi));
   } catch (err) {
-    log.error('cannot start', { error: errorText(err) });
-    service?.failed(err);
-    process.exit(1);
+    cannotStart(err, log, service);
   }
 }

@@ -8,7 +8,8 @@
 // This module knows the file's structure and the sharing section; which `flags` keys exist and what
 // they mean comes from the option table in options.ts, passed in as a ConfigSchema (so this module
 // never imports options.ts; K is the option key type the schema names).
-import { readFileSync } from 'node:fs';
+import { closeSync, constants as fsConstants, fstatSync, openSync, readSync } from 'node:fs';
+import type { Stats } from 'node:fs';
 import { createRequire } from 'node:module';
 import type * as Yaml from 'yaml';
 import { GPU_RESOURCE, MAX_REPLICAS, NO_SHARING, qualifyResourceName } from '../core/sharing.ts';
@@ -347,12 +348,50 @@ export function parseConfigText<K extends string>(text: string, file: string, sc
   return { file, values, sharing: sharing(r, top['sharing']), foreign };
 }
 
-/** Reads and checks a config file. */
-export function readConfigFile<K extends string>(file: string, schema: ConfigSchema<K>, read: (path: string) => string = (p) => readFileSync(p, 'utf8')): ConfigFileValues<K> {
+/** The largest config file read: NVIDIA's files are a few hundred bytes; 1 MiB is far beyond any real one. */
+export const MAX_CONFIG_BYTES = 1024 * 1024;
+
+const FILE_TYPES: readonly [(s: Stats) => boolean, string][] = [
+  [(s) => s.isDirectory(), 'a directory'],
+  [(s) => s.isCharacterDevice(), 'a character device'],
+  [(s) => s.isBlockDevice(), 'a block device'],
+  [(s) => s.isFIFO(), 'a FIFO'],
+  [(s) => s.isSocket(), 'a socket'],
+];
+
+/** Refused before reading: anything but a regular file, or one over MAX_CONFIG_BYTES. */
+class NotAConfigFile extends Error {}
+
+/**
+ * Reads a config file only if it is a regular file of at most MAX_CONFIG_BYTES: opened without
+ * blocking (a FIFO would wait for a writer), checked with fstat on the open file (no race with a
+ * rename), and read to one byte past the limit at most (a file growing meanwhile is refused too).
+ */
+function readBounded(file: string): string {
+  const fd = openSync(file, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK | fsConstants.O_NOCTTY);
+  try {
+    const st = fstatSync(fd);
+    if (!st.isFile()) throw new NotAConfigFile(`is ${FILE_TYPES.find(([is]) => is(st))?.[1] ?? 'not a regular file'}`);
+    if (st.size > MAX_CONFIG_BYTES) throw new NotAConfigFile(`is ${st.size} bytes`);
+    const buf = Buffer.allocUnsafe(MAX_CONFIG_BYTES + 1);
+    let n = 0;
+    for (let r = 1; r > 0 && n < buf.length; n += r) r = readSync(fd, buf, n, buf.length - n, null);
+    if (n > MAX_CONFIG_BYTES) throw new NotAConfigFile(`grew past ${MAX_CONFIG_BYTES} bytes while being read`);
+    return buf.toString('utf8', 0, n);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Reads and checks a config file (by default from the file system, a regular file of at most 1 MiB). */
+export function readConfigFile<K extends string>(file: string, schema: ConfigSchema<K>, read: (path: string) => string = readBounded): ConfigFileValues<K> {
   let text: string;
   try {
     text = read(file);
   } catch (err) {
+    if (err instanceof NotAConfigFile) {
+      throw new ConfigError(`config file ${file} ${err.message}; expected a regular file of at most 1 MiB (${MAX_CONFIG_BYTES} bytes); check --config-file (CONFIG_FILE)`);
+    }
     const e = err as NodeJS.ErrnoException;
     const why = e.code === 'ENOENT' ? 'does not exist' : e.code === 'EACCES' ? 'cannot be read (permission denied)' : e.code === 'EISDIR' ? 'is a directory' : `cannot be read: ${e.message}`;
     throw new ConfigError(`config file ${file} ${why}; check --config-file (CONFIG_FILE)`);

@@ -77,7 +77,8 @@ type Kind =
    * Values in `unsupported` are NVIDIA's but refused here, with the reason given.
    */
   | { type: 'enum'; values: readonly string[]; multiple?: boolean; unsupported?: Readonly<Record<string, string>> }
-  | { type: 'seconds'; min: number; max: number }
+  /** A duration (see parseSeconds), in seconds from min to max; fractions allowed. */
+  | { type: 'seconds'; min: number; max: number; zeroMeansOff?: boolean }
   /** A comma-separated list of integers, each one of `allowed`; empty for none. */
   | { type: 'ids'; allowed: readonly number[] };
 
@@ -142,7 +143,7 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     help: 'seconds between writes of the metrics file; a change of GPU health writes it at once' },
   { key: 'podResourcesSocket', flag: 'pod-resources-socket', env: 'POD_RESOURCES_SOCKET', config: 'flags.podResourcesSocket', default: '/var/lib/kubelet/pod-resources/kubelet.sock', kind: { type: 'string', path: true },
     help: "the kubelet's PodResources socket, which `gpu-device-plugin info` asks which pod holds which GPU" },
-  { key: 'rediscoverInterval', flag: 'rediscover-interval', env: 'REDISCOVER_INTERVAL', config: 'flags.rediscoverInterval', default: '60', kind: { type: 'seconds', min: 0, max: 86400 },
+  { key: 'rediscoverInterval', flag: 'rediscover-interval', env: 'REDISCOVER_INTERVAL', config: 'flags.rediscoverInterval', default: '60', kind: { type: 'seconds', min: 0, max: 86400, zeroMeansOff: true },
     help: 'seconds between cheap checks whether GPUs were added, removed or changed MIG mode (a full scan when they were); 0 turns the timer off (SIGHUP still re-discovers)' },
 ];
 
@@ -216,6 +217,31 @@ const FALSE = new Set(['false', '0', 'no', 'off', 'f']);
 
 type Value = string | boolean | number | readonly string[] | readonly number[];
 
+/**
+ * Durations: a plain decimal number is seconds (`5`, `0.5`); a unit may follow, as Kubernetes writes
+ * durations (Go's time.ParseDuration): `500ms`, `30s`, `5m`, `1h`, or several, `1m30s`. Nothing else:
+ * no sign, exponent, hexadecimal, spaces or other units, so that `0x10` or `1e3` is refused instead of
+ * silently read as a number.
+ */
+const DURATION_PART = /(\d+(?:\.\d+)?)(ms|s|m|h)/g;
+const UNIT_SECONDS: Readonly<Record<string, number>> = { ms: 0.001, s: 1, m: 60, h: 3600 };
+export const DURATION_GRAMMAR = 'a decimal number of seconds (5, 0.5) or a duration with units ms, s, m, h (500ms, 30s, 5m, 1h30m)';
+
+/** Seconds from a duration as above, or null when the text is not one. */
+export function parseSeconds(raw: string): number | null {
+  if (/^\d+(\.\d+)?$/.test(raw)) return Number(raw);
+  if (!/^(\d+(\.\d+)?(ms|s|m|h))+$/.test(raw)) return null;
+  let total = 0;
+  for (const m of raw.matchAll(DURATION_PART)) total += Number(m[1]) * (UNIT_SECONDS[m[2] ?? 's'] ?? 1);
+  // Sums of fractions are rounded to the microsecond (0.1 + 0.2 is not 0.30000000000000004 seconds).
+  return Math.round(total * 1e6) / 1e6;
+}
+
+/** The range of a duration option, for messages and help: `from 0.1 to 3600 seconds`. */
+export function describeRange(k: { min: number; max: number; zeroMeansOff?: boolean }): string {
+  return `from ${k.min} to ${k.max} seconds${k.zeroMeansOff === true ? ' (0: off)' : ''}`;
+}
+
 function convert(spec: OptionSpec, raw: string, where: string): Value {
   const k = spec.kind;
   switch (k.type) {
@@ -245,10 +271,11 @@ function convert(spec: OptionSpec, raw: string, where: string): Value {
       return [...new Set(parts.map(one))];
     }
     case 'seconds': {
-      const n = Number(raw.endsWith('s') ? raw.slice(0, -1) : raw);
-      if (raw.trim() === '' || !Number.isFinite(n) || n < k.min || n > k.max) {
-        throw new OptionError(`${where}: ${JSON.stringify(raw)} is not a number of seconds from ${k.min} to ${k.max}`);
+      const n = parseSeconds(raw);
+      if (n === null) {
+        throw new OptionError(`${where}: ${JSON.stringify(raw)} is not a duration; expected ${DURATION_GRAMMAR}, ${describeRange(k)}`);
       }
+      if (n < k.min || n > k.max) throw new OptionError(`${where}: ${JSON.stringify(raw)}${String(n) === raw ? '' : ` (${n} seconds)`} is out of range; expected ${describeRange(k)}`);
       return n;
     }
     case 'ids': {
@@ -300,6 +327,9 @@ export function parseOptions(argv: readonly string[], env: Readonly<Record<strin
   const fromFlags = new Map<OptionKey, Value>();
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] ?? '';
+    if (arg === 'info' || arg === 'check') {
+      throw new OptionError(`the subcommand ${arg} goes first, before its options: gpu-device-plugin ${arg} ${argv.filter((a, j) => j !== i).join(' ')}`.trimEnd());
+    }
     if (!arg.startsWith('--')) throw new OptionError(`unexpected argument ${JSON.stringify(arg)}; options are written --name=value (see --help)`);
     const eq = arg.indexOf('=');
     const name = arg.slice(2, eq < 0 ? undefined : eq);
@@ -402,19 +432,46 @@ export function showOption(v: Options[OptionKey]): string {
   return String(v);
 }
 
+/**
+ * Every option's value in force, for the start log line: one field per option (named after its flag,
+ * `kubelet_socket=/var/lib/...`), then `set_by` naming where each value that is not the default came
+ * from (`log-level=environment, pass-device-specs=config file /etc/...`).
+ */
+export function describeOptions(parsed: Pick<ParsedOptions, 'options' | 'origins'>): Record<string, string> {
+  const out: Record<string, string> = {};
+  const setBy: string[] = [];
+  for (const s of OPTION_SPECS) {
+    out[s.flag.replace(/-/g, '_')] = showOption(parsed.options[s.key]);
+    const origin = parsed.origins[s.key];
+    if (origin !== 'default') setBy.push(`${s.flag}=${origin}`);
+  }
+  out['set_by'] = setBy.length === 0 ? 'all defaults' : setBy.join(', ');
+  return out;
+}
+
 export function helpText(version: string): string {
   const lines = [
     `gpu-device-plugin ${version} — Kubernetes device plugin for NVIDIA GPUs (resource nvidia.com/gpu)`,
     '',
-    'Usage: gpu-device-plugin [options]',
+    'Usage: gpu-device-plugin [options]                the daemon',
+    '       gpu-device-plugin info [--json] [options]  what the plugin sees of this node (info --help)',
+    '       gpu-device-plugin check [options]          preflight checks of the options, NVML, kubelet (check --help)',
     '       gpu-device-plugin --version | --help',
+    '',
+    'Exit status: 0 a clean stop; 1 the plugin could not start (or stop) cleanly; 2 a configuration error',
+    '(an invalid option, variable or config file entry, or a config file that does not fit the node);',
+    '3 another gpu-device-plugin already serves the socket directory (its PID is named).',
+    '',
+    'Signals: SIGTERM, SIGINT, SIGQUIT stop (sockets removed); SIGHUP re-reads the config file and looks',
+    'at the GPUs again; any other signal that would end or stop the process is ignored with a log line.',
     '',
     'Options (command line beats environment, which beats the config file, which beats the default):',
   ];
   for (const s of OPTION_SPECS) {
     const k = s.kind;
     const values = k.type === 'enum' ? ` (${k.values.filter((v) => k.unsupported?.[v] === undefined).join('|')}${k.multiple === true ? ', comma separated' : ''})`
-      : k.type === 'bool' ? ' (true|false)' : k.type === 'ids' ? ` (${k.allowed.join('|')}, or empty for none)` : '';
+      : k.type === 'bool' ? ' (true|false)' : k.type === 'ids' ? ` (${k.allowed.join('|')}, or empty for none)`
+      : k.type === 'seconds' ? ` (duration ${describeRange(k)}; 5, 0.5, 500ms, 30s, 5m, 1h)` : '';
     const names = [s.flag, ...(s.aliases ?? [])].map((n) => `--${n}`).join(', ');
     lines.push(`  ${names}${values}`);
     lines.push(`      ${s.help}`);

@@ -10,7 +10,41 @@ import type { DaemonView, PodView } from './inspect.ts';
 import { OPTION_SPECS, parseOptions, showOption } from './options.ts';
 import { defaultStateFile, readDaemonState } from '../observe/state-file.ts';
 
+/** `info --help` and `check --help`: what the subcommand does and which options it reads. */
+export function subcommandHelp(name: 'info' | 'check'): string {
+  const lines = name === 'info'
+    ? [
+      'Usage: gpu-device-plugin info [--json] [options]',
+      '',
+      'Shows what the plugin sees of this node, without a cluster: the GPUs (UUID, name, memory, PCI bus,',
+      'NUMA node, health), the topology matrix as nvidia-smi topo -m shows it with the pair scores, MIG',
+      'devices, IMEX channels, and which pod holds each GPU (asked from the kubelet\'s PodResources socket).',
+      '',
+      '  --json   the same as JSON, for scripts',
+      '',
+      'It reads the daemon\'s options (command line, environment, config file), of which these matter:',
+      '--driver-root, --dev-root, --mig-strategy, --imex-channel-ids, --imex-required, --pod-resources-socket',
+      '(see gpu-device-plugin --help). Exit status: 0 shown, 1 NVML cannot be read, 2 an invalid option.',
+    ]
+    : [
+      'Usage: gpu-device-plugin check [options]',
+      '',
+      'Checks, without a cluster, what the daemon needs with the options given: the options and the config',
+      'file, NVML, the GPUs, the socket directory, the kubelet, and the labels and metrics directories when',
+      'they are configured. One line per check, PASS or FAIL with the fix, then every option\'s value and',
+      'where it came from. Registers nothing.',
+      '',
+      'It takes the daemon\'s options (see gpu-device-plugin --help), so the same command line, environment',
+      'and config file can be checked before they are used. Exit status: 0 every check passed, 1 one failed.',
+    ];
+  return lines.join('\n') + '\n';
+}
+
 export async function runSubcommand(name: 'info' | 'check', argv: readonly string[]): Promise<void> {
+  if (argv.includes('--help') || argv.includes('-h')) {
+    process.stdout.write(subcommandHelp(name));
+    return;
+  }
   const log = stderrLogger('error');
   const json = argv.includes('--json');
   try {

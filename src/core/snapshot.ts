@@ -155,8 +155,8 @@ export function carryPlan(previous: readonly PlannedResource[], gpus: readonly G
 
 /**
  * The snapshot after a scan (`scan` null: the driver does not answer). Health carries over from
- * `previous` by UUID (see the rules above). Throws what planResources throws only when there is no
- * previous snapshot to fall back on.
+ * `previous` by UUID (see the rules above). Throws what planResources throws only when nothing was
+ * ever planned for GPUs (no previous snapshot, or only ones without GPUs): then it is a start that fails.
  */
 export function buildSnapshot(scan: NodeScan | null, settings: PlanSettings, previous: NodeSnapshot | null, recoveryEnabled: boolean): NodeSnapshot {
   if (scan === null) {
@@ -164,7 +164,9 @@ export function buildSnapshot(scan: NodeScan | null, settings: PlanSettings, pre
     const gpuHealth = previous?.gpuHealth ?? new Map<string, UnitHealth>();
     const mig = previous?.mig ?? NO_MIG;
     const migHealth = previous?.migHealth ?? new Map<string, UnitHealth>();
-    const { resources, planProblem, notes } = plan(gpus, mig, settings, previous, previous?.migCapabilities ?? new Map());
+    // No driver at start: no GPUs to check the config against yet, nothing to advertise; the first
+    // scan with GPUs plans (and refuses a config that does not fit them, as a start would).
+    const { resources, planProblem, notes } = previous === null ? { resources: [], planProblem: null, notes: [] } : plan(gpus, mig, settings, previous, previous.migCapabilities);
     return {
       driverVersion: null,
       gpus,
@@ -233,7 +235,7 @@ function plan(gpus: readonly Gpu[], mig: MigLayout, settings: PlanSettings, prev
   try {
     planned = planForNode(gpus, mig, settings);
   } catch (err) {
-    if (previous === null) throw err;
+    if (previous === null || previous.gpus.length === 0) throw err;
     const problem = err instanceof Error ? err.message : String(err);
     // A node that stopped fitting --mig-strategy=single is withdrawn, not half-advertised.
     if (err instanceof MigStrategyError) return { resources: [], planProblem: problem, notes: [] };

@@ -32,6 +32,11 @@ export interface ScannerOptions {
   health: { probeIntervalMs: number } | null;
   /** A scan (null: the driver does not answer). The next scan waits for the promise. */
   onScan(scan: NodeScan | null, reason: string): Promise<void>;
+  /**
+   * Started without the driver, the first scan that reached it failed (a config that does not fit
+   * the GPUs, say): the caller's to judge, as it judges a start() that throws.
+   */
+  onStartFailed(err: unknown): void;
   onEvents(events: EventBatchEntry[]): void;
   onProbe(results: ProbeRound): void;
   /** The health thread watches these GPUs now (the unsupported ones by the probe only). */
@@ -103,7 +108,7 @@ export class Scanner {
       if (failOnInitError) throw err;
       await this.session.startDown(errorText(err));
       this.rediscovery.arm();
-      void this.request({ reason: 'start', reopen: true });
+      void this.request({ reason: 'start', reopen: true }).catch((e: unknown) => this.opts.onStartFailed(e));
       return;
     }
     await this.request({ reason: 'start', reopen: false });

@@ -8,6 +8,7 @@ import { healthCounts } from '../core/snapshot.ts';
 import type { HealthCounts, NodeSnapshot } from '../core/snapshot.ts';
 import { errorText } from './log.ts';
 import type { Logger } from './log.ts';
+import { loadKoffi } from './native.ts';
 import type { Koffi } from './native.ts';
 import { createNotifier } from './notify.ts';
 import type { Notifier } from './notify.ts';
@@ -63,8 +64,9 @@ export class ServiceStatus {
     if (this.watchdog !== undefined) clearInterval(this.watchdog);
   }
 
-  failed(err: unknown): void {
-    this.notifier.notify(`STATUS=cannot start: ${errorText(err)}\nERRNO=5`);
+  /** The start failed: STATUS says why (`cannot start: …`, `configuration error: …`). */
+  failed(err: unknown, what = 'cannot start'): void {
+    this.notifier.notify(`STATUS=${what}: ${errorText(err)}\nERRNO=5`);
   }
 
   close(): void {
@@ -72,6 +74,9 @@ export class ServiceStatus {
     this.notifier.close();
   }
 }
+
+/** What the plugin waits for while NVML cannot be opened (the packaged service starts without a driver and retries). */
+export const NO_DRIVER = 'the NVIDIA driver (NVML cannot be loaded yet)';
 
 /** The STATUS text: registered or waiting, and healthy of total GPUs (and MIG devices, when there are any). */
 export function statusLine(counts: HealthCounts | null, registeredNow: boolean): string {
@@ -90,6 +95,8 @@ export class NodeStatus {
   private readonly registrations: { allRegisteredNow(): boolean };
   private counts: HealthCounts | null = null;
   private registeredOnce = false;
+  /** No driver has answered yet, and no GPU has been seen. */
+  private noDriver = false;
 
   constructor(service: Pick<ServiceStatus, 'status' | 'waitFor'>, registrations: { allRegisteredNow(): boolean }) {
     this.service = service;
@@ -97,13 +104,15 @@ export class NodeStatus {
   }
 
   line(): string {
+    if (this.noDriver) return `STATUS=waiting for ${NO_DRIVER}; retrying`;
     return statusLine(this.counts, this.registeredOnce && this.registrations.allRegisteredNow());
   }
 
-  /** Every applied snapshot: NVML has answered (or is known not to), so what is awaited now is the kubelet. */
+  /** Every applied snapshot: what is awaited now is the kubelet, or the driver while none has answered and no GPU was seen. */
   apply(applied: { readonly snapshot: NodeSnapshot }): void {
     this.counts = healthCounts(applied.snapshot);
-    this.service.waitFor('the kubelet');
+    this.noDriver = applied.snapshot.driverVersion === null && applied.snapshot.gpus.length === 0;
+    this.service.waitFor(this.noDriver ? NO_DRIVER : 'the kubelet');
     this.service.status(this.line());
   }
 
@@ -116,5 +125,21 @@ export class NodeStatus {
   /** A registration stopped counting. */
   registrationLost(): void {
     this.service.status(this.line());
+  }
+}
+
+/**
+ * One message to systemd from a process about to exit before it made a ServiceStatus (a configuration
+ * error, another plugin already running), so that `systemctl status` says why. Nothing without
+ * $NOTIFY_SOCKET, or when the native module cannot be loaded (the exit says it anyway).
+ */
+export function notifyBeforeExit(message: string, env: NodeJS.ProcessEnv = process.env): void {
+  if (env['NOTIFY_SOCKET'] === undefined || env['NOTIFY_SOCKET'] === '') return;
+  try {
+    const n = createNotifier(loadKoffi(), env);
+    n.notify(message);
+    n.close();
+  } catch {
+    // Nothing to tell systemd with: the log line and the exit code remain.
   }
 }

@@ -3,10 +3,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as grpc from '@grpc/grpc-js';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SimNode } from '../support/sim.ts';
+import { LIBRARY_NAME, buildFakeNvml } from '../fake-nvml/build.ts';
 import type * as M from '../../src/api/messages.ts';
 
 const FIXTURES = join(import.meta.dirname, '..', 'fixtures', 'config');
@@ -265,7 +267,7 @@ test('SIGHUP without a config file: logs that there is nothing to reload and car
   }
 });
 
-test('bad config at start: exit 2 with the key path; a selection that does not fit the node: exit 1 naming the key', async () => {
+test('bad config at start: exit 2 with the key path; a selection that does not fit the node: exit 2 too, naming the key once', async () => {
   const dir = configDir();
   try {
     const bad = join(dir, 'bad.yaml');
@@ -281,8 +283,24 @@ test('bad config at start: exit 2 with the key path; a selection that does not f
     writeFileSync(misfit, 'sharing:\n  timeSlicing:\n    resources: [{name: gpu, replicas: 2, devices: [0, 9]}]\n');
     node = await SimNode.start({ topology: 'demo-8', waitRegistered: false, args: ['--config-file', misfit] });
     try {
-      assert.equal((await node.plugin.exited).code, 1);
-      assert.match(node.plugin.matching(/cannot start/)[0] ?? '', /sharing\.timeSlicing\.resources\[0\]\.devices\[1\]: GPU 9 is not on this node/);
+      assert.equal((await node.plugin.exited).code, 2);
+      const said = node.plugin.matching(/cannot start/);
+      assert.equal(said.length, 1, node.plugin.lines.join('\n'));
+      assert.match(said[0]!, new RegExp(`cannot start error="config file ${misfit}: sharing\\.timeSlicing\\.resources\\[0\\]\\.devices\\[1\\]: GPU 9 is not on this node \\(its GPUs: indices 0, 1, 2, 3, 4, 5, 6, 7\\)"$`));
+      assert.equal(node.plugin.lines.join('\n').split('GPU 9 is not on this node').length, 2, 'the message once');
+      assert.equal(node.kubelet!.registrations.length, 0);
+    } finally {
+      await node.stop();
+    }
+    // Two entries sharing one GPU: the same.
+    const twice = join(dir, 'twice.yaml');
+    writeFileSync(twice, 'sharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n      - {name: gpu, replicas: 2, devices: [0, 1]}\n      - {name: gpu, rename: other, replicas: 3, devices: [1]}\n');
+    node = await SimNode.start({ topology: 'demo-8', waitRegistered: false, args: ['--config-file', twice] });
+    try {
+      assert.equal((await node.plugin.exited).code, 2, node.plugin.lines.join('\n'));
+      const said = node.plugin.matching(/cannot start/);
+      assert.equal(said.length, 1, node.plugin.lines.join('\n'));
+      assert.match(said[0]!, new RegExp(`config file ${twice}: sharing\\.timeSlicing\\.resources\\[1\\]`));
       assert.equal(node.kubelet!.registrations.length, 0);
     } finally {
       await node.stop();
@@ -295,6 +313,70 @@ test('bad config at start: exit 2 with the key path; a selection that does not f
       await node.stop();
     }
   } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('the config file must be a regular file of at most 1 MiB, checked before reading: /dev/zero, a FIFO, a directory and a 2 MB file are refused at once (exit 2) naming the path and the rule', async () => {
+  const dir = configDir();
+  try {
+    const fifo = join(dir, 'fifo');
+    execFileSync('mkfifo', [fifo]);
+    const big = join(dir, 'big.yaml');
+    writeFileSync(big, `# ${'x'.repeat(2_000_000)}\nversion: v1\n`);
+    for (const [file, what] of [['/dev/zero', 'is a character device'], [fifo, 'is a FIFO'], [dir, 'is a directory'], [big, `is ${statSync(big).size} bytes`]]) {
+      const node = await SimNode.start({ topology: 'demo-8', waitRegistered: false, args: ['--config-file', file!] });
+      try {
+        assert.equal((await node.plugin.exited).code, 2, node.plugin.lines.join('\n'));
+        assert.deepEqual(node.plugin.lines, [`gpu-device-plugin: config file ${file} ${what}; expected a regular file of at most 1 MiB (1048576 bytes); check --config-file (CONFIG_FILE)`]);
+      } finally {
+        await node.stop();
+      }
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('started without a driver (--fail-on-init-error=false, as the service runs): a config that does not fit the GPUs the driver then shows ends the start with exit 2, once', async () => {
+  const dir = configDir();
+  const misfit = join(dir, 'misfit.yaml');
+  writeFileSync(misfit, 'sharing:\n  timeSlicing:\n    resources: [{name: gpu, replicas: 2, devices: [0, 9]}]\n');
+  // The loader's directory exists from the start (glibc remembers a missing one as missing).
+  const node = await SimNode.start({ topology: 'demo-8', nvml: 'none', waitRegistered: false, args: ['--fail-on-init-error=false', '--config-file', misfit],
+    beforePlugin: async (n) => { mkdirSync(join(n.dir, 'no-nvml')); } });
+  try {
+    await node.plugin.waitForLine(/WARN NVML is not available; retrying/);
+    const { current } = await buildFakeNvml();
+    copyFileSync(join(current, LIBRARY_NAME), join(node.dir, 'no-nvml', LIBRARY_NAME));
+    assert.equal((await node.plugin.exited).code, 2, node.plugin.lines.join('\n'));
+    const said = node.plugin.matching(/GPU 9 is not on this node/);
+    assert.equal(said.length, 1, node.plugin.lines.join('\n'));
+    assert.match(said[0]!, new RegExp(`ERROR cannot start error="config file ${misfit}: sharing\\.timeSlicing\\.resources\\[0\\]\\.devices\\[1\\]: GPU 9 is not on this node`));
+    assert.equal(node.kubelet!.registrations.length, 0);
+  } finally {
+    await node.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('started without a driver with time-slicing that names GPUs: it waits for the driver (nothing to check the GPUs against yet), then advertises the replicas', async () => {
+  const dir = configDir();
+  const fits = join(dir, 'fits.yaml');
+  writeFileSync(fits, 'sharing:\n  timeSlicing:\n    resources: [{name: gpu, replicas: 2, devices: [0, 1]}]\n');
+  const node = await SimNode.start({ topology: 'demo-8', nvml: 'none', waitRegistered: false, args: ['--fail-on-init-error=false', '--config-file', fits],
+    beforePlugin: async (n) => { mkdirSync(join(n.dir, 'no-nvml')); } });
+  try {
+    await node.plugin.waitForLine(/WARN NVML is not available; retrying/);
+    const { current } = await buildFakeNvml();
+    copyFileSync(join(current, LIBRARY_NAME), join(node.dir, 'no-nvml', LIBRARY_NAME));
+    const u = node.topology.gpus.map((g) => g.uuid);
+    const devices = await node.kubelet!.waitForDevices((d) => d.length === 10, 'nvidia.com/gpu', 30000);
+    assert.deepEqual(devices.map((d) => d.ID).filter((id) => id.includes('::')), [`${u[0]}::0`, `${u[0]}::1`, `${u[1]}::0`, `${u[1]}::1`]);
+    assert.equal(node.plugin.exit, undefined);
+    assert.deepEqual(node.plugin.matching(/ERROR|not on this node/), []);
+  } finally {
+    await node.stop();
     rmSync(dir, { recursive: true, force: true });
   }
 });

@@ -198,7 +198,7 @@ test('our socket replaced after the kubelet connected for our Register, before i
     // The kubelet cuts its stream: the plugin registers again, and the kubelet holds that Register
     // with its new stream open on our server.
     k.cutStream();
-    await held;
+    await within(held, 15000, 'the plugin\'s Register after the cut stream');
     await k.waitForDevices((d) => d.length === 8);
     const n = k.registrations.length;
     const broken = new Promise<void>((resolve) => k.once('stream-broken', () => resolve()));
@@ -206,7 +206,7 @@ test('our socket replaced after the kubelet connected for our Register, before i
     // Our socket deleted now: the plugin serves a new one at once, which cuts the kubelet's stream.
     unlinkSync(node.pluginSocket);
     await node.plugin.waitForLine(/DEBUG serving /, 10000, from);
-    await broken;
+    await within(broken, 15000, 'the kubelet\'s stream cut by our new server');
     release!();
     // The held Register succeeds, but the stream it opened is gone: the plugin must register again.
     await k.waitForRegistrations(n + 2, 15000);
@@ -216,3 +216,10 @@ test('our socket replaced after the kubelet connected for our Register, before i
     await node.stop();
   }
 });
+
+/** The promise, or a failure naming what never happened (so a test fails instead of hanging). */
+function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms); });
+  return Promise.race([p, late]).finally(() => clearTimeout(timer));
+}

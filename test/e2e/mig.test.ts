@@ -69,11 +69,11 @@ test('single on a uniform node: every MIG device as nvidia.com/gpu, by UUID or <
   }
 });
 
-test('single on a mixed node stops the start (exit 1) naming the GPUs and what differs; none advertises GPUs whole', async () => {
+test('single on a mixed node stops the start (exit 2, a configuration error, as check says) naming the GPUs and what differs; none advertises GPUs whole', async () => {
   const node = await SimNode.start({ topology: 'mig-mixed-4', args: ['--mig-strategy=single'], waitRegistered: false });
   try {
     const exit = await node.plugin.exited;
-    assert.equal(exit.code, 1);
+    assert.equal(exit.code, 2);
     const line = node.plugin.matching(/cannot start/)[0] ?? '';
     assert.match(line, /GPU 2 has MIG disabled while GPU 0, 1, 3 have it enabled/);
     assert.match(line, /GPU 3 has MIG enabled but no MIG devices/);
@@ -97,7 +97,7 @@ test('empty layouts: single refuses to start, mixed advertises nothing and says 
   writeFileSync(file, JSON.stringify(empty));
   const single = await SimNode.start({ topology: file, args: ['--mig-strategy=single'], waitRegistered: false });
   try {
-    assert.equal((await single.plugin.exited).code, 1);
+    assert.equal((await single.plugin.exited).code, 2);
     assert.match(single.plugin.matching(/cannot start/)[0] ?? '', /GPU 0, 1 have MIG enabled but no MIG devices/);
   } finally {
     await single.stop();

@@ -1,10 +1,12 @@
 // sd_notify from the executable to a datagram socket, as systemd would receive it.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { copyFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { SimNode } from '../support/sim.ts';
 import { NotifySocket } from '../support/notify-socket.ts';
+import { LIBRARY_NAME, buildFakeNvml } from '../fake-nvml/build.ts';
 import { sockaddrUn, watchdogInterval } from '../../src/system/notify.ts';
 
 for (const kind of ['path', 'abstract'] as const) {
@@ -81,4 +83,26 @@ test('sockaddr_un and WATCHDOG_USEC are read as systemd writes them', () => {
   assert.equal(watchdogInterval({ WATCHDOG_USEC: '30000000', WATCHDOG_PID: '7' }, 42), null);
   assert.equal(watchdogInterval({ WATCHDOG_USEC: '30000000', WATCHDOG_PID: '42' }, 42), 30000);
   assert.equal(watchdogInterval({}, 42), null);
+});
+
+test('with --fail-on-init-error=false (as the packaged service runs) and no driver: READY, STATUS says it waits for the NVIDIA driver, and the same process registers the GPUs once the driver appears', async () => {
+  const sock = new NotifySocket(`@gdp-notify-nodriver-${process.pid}-${Date.now()}`);
+  // The loader's directory exists from the start (glibc remembers a missing one as missing).
+  const node = await SimNode.start({ topology: 'demo-8', nvml: 'none', waitRegistered: false, args: ['--fail-on-init-error=false'], env: { NOTIFY_SOCKET: sock.path },
+    beforePlugin: async (n) => { mkdirSync(join(n.dir, 'no-nvml')); } });
+  try {
+    await node.plugin.waitForLine(/WARN NVML is not available; retrying \(fail-on-init-error is false\)/);
+    await sock.waitFor(/STATUS=waiting for the NVIDIA driver \(NVML cannot be loaded yet\); retrying/);
+    assert.doesNotMatch(sock.messages.join('\n'), /waiting for the kubelet/);
+    // The driver is installed: the library appears where the loader looks.
+    const { current } = await buildFakeNvml();
+    copyFileSync(join(current, LIBRARY_NAME), join(node.dir, 'no-nvml', LIBRARY_NAME));
+    await node.kubelet!.waitForDevices((d) => d.length === 8 && d.every((x) => x.health === 'Healthy'), 'nvidia.com/gpu', 30000);
+    await sock.waitFor(/STATUS=registered; 8 of 8 GPUs healthy/, 10000);
+    assert.equal(node.plugin.exit, undefined, 'one process all along');
+    assert.equal(sock.messages.filter((m) => /READY=1/.test(m)).length, 1);
+  } finally {
+    sock.close();
+    await node.stop();
+  }
 });

@@ -20,7 +20,7 @@ import { promisify } from 'node:util';
 import { buildExecutable, executablePath } from '../../build/build.ts';
 import { PACKAGE_ARCH } from '../../build/runtime.ts';
 import type { Arch } from '../../build/runtime.ts';
-import { environmentFile } from '../../build/docs.ts';
+import { PACKAGE_SETTINGS, environmentFile } from '../../build/docs.ts';
 import {
   BINARY_PATH, DOC_DIR, ENV_FILE, EXAMPLE_CONFIG, MAN_PATH, MAX_PACKAGE_BYTES, PACKAGE, README, UNIT_PATH,
   buildDeb, buildRpm, debFileName, packageVersion, projectVersion, rpmFileName, sourceDateEpoch,
@@ -413,17 +413,20 @@ describe('the .deb', () => {
     assert.match(v.stdout, new RegExp(`^gpu-device-plugin ${VERSION.replace(/\./g, '\\.')} `));
   });
 
-  test('the environment file lists every option, commented out, with its default and one line of help', () => {
+  test('the environment file lists every option with its default, range and one line of help, commented out but for the driver wait the service needs', () => {
     const text = readFileSync(join(extracted, ENV_FILE.deb), 'utf8');
     assert.equal(text, environmentFile(ENV_FILE.deb));
     const lines = text.split('\n');
     for (const spec of OPTION_SPECS) {
-      const at = lines.indexOf(`#${spec.env}=${spec.default ?? ''}`);
+      const set = PACKAGE_SETTINGS[spec.key];
+      const at = lines.indexOf(set === undefined ? `#${spec.env}=${spec.default ?? ''}` : `${spec.env}=${set.value}`);
       assert.ok(at > 0, `${spec.env} listed`);
-      assert.ok(lines.slice(Math.max(0, at - 2), at).some((l) => l.startsWith(`# --${spec.flag} `) && l.includes(spec.help)), `${spec.env} has its help`);
+      assert.ok(lines.slice(Math.max(0, at - 3), at).some((l) => l.startsWith(`# --${spec.flag} `) && l.includes(spec.help)), `${spec.env} has its help`);
+      const k = spec.kind;
+      if (k.type === 'seconds') assert.ok(lines.slice(Math.max(0, at - 3), at).some((l) => l.startsWith(`# --${spec.flag} (duration, from ${k.min} to ${k.max} seconds`)), `${spec.env} has its range`);
     }
-    // Nothing is set: every assignment is commented out.
-    assert.deepEqual(lines.filter((l) => l !== '' && !l.startsWith('#')), []);
+    // Only what the service needs is set (the driver wait): every other assignment is commented out.
+    assert.deepEqual(lines.filter((l) => l !== '' && !l.startsWith('#')), ['FAIL_ON_INIT_ERROR=false']);
   });
 
   test('the operator documentation: README.md (gzipped, as Debian policy asks above 4 KiB) and the example config in /usr/share/doc', () => {
@@ -442,6 +445,7 @@ describe('the .deb', () => {
     for (const spec of OPTION_SPECS) {
       assert.ok(page.includes(`\\-\\-${spec.flag.replace(/-/g, '\\-')}`), `--${spec.flag}`);
       assert.ok(page.includes(spec.env.replace(/-/g, '\\-')), spec.env);
+      if (spec.kind.type === 'seconds') assert.ok(page.includes(`duration, from ${spec.kind.min} to ${spec.kind.max} seconds`), `--${spec.flag} has its range`);
     }
     const r = spawnSync('man', ['--warnings', '-E', 'UTF-8', '-l', '-Tutf8', '-Z', join(extracted, MAN_PATH)], { encoding: 'utf8', env: { PATH, LC_ALL: 'C.UTF-8' } });
     assert.equal(r.status, 0);

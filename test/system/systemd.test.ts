@@ -225,6 +225,21 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
     assert.ok(exposure <= 1.5, `exposure ${exposure}:\n${sec}`);
   });
 
+  test('a plugin run by hand while the service is up (the natural way to troubleshoot) is refused in one line naming the service\'s PID, across its sandbox; the service keeps its registration', async (t) => {
+    const t0 = performance.now();
+    const pid = await mainPid();
+    const before = (await registered()).registrations.length;
+    const r = await box().sh(`FAKE_NVML_CONFIG=/etc/fake-nvml/demo-8.json /usr/bin/gpu-device-plugin --log-level=debug 2>&1`);
+    timed(t, 'a second plugin refused', performance.now() - t0);
+    assert.equal(r.code, 3, r.stdout);
+    const lines = r.stdout.trim().split('\n');
+    assert.equal(lines.length, 1, r.stdout);
+    assert.match(lines[0]!, new RegExp(`ERROR another gpu-device-plugin \\(PID ${pid}\\) already serves the socket directory ${DIR}; stop it first`));
+    assert.equal(await mainPid(), pid);
+    assert.equal((await registered()).registrations.length, before, 'no registration taken over');
+    assert.match(await statusIs(OK_STATUS), OK_STATUS);
+  });
+
   test('systemctl reload re-reads the config file in the same process: time-slicing on (16 devices) and off again (8)', async (t) => {
     const t0 = performance.now();
     // The config file comes from the package's environment file (an edit kept across the upgrade below).
@@ -349,6 +364,62 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
     await registered();
     assert.match(await statusIs(OK_STATUS), OK_STATUS);
     timed(t, 'kubelet appears → registered', performance.now() - t0);
+  });
+
+  test('no driver: the service waits for it in one process (the packaged environment file sets FAIL_ON_INIT_ERROR=false), STATUS says so; once the driver is there the same process registers', async (t) => {
+    assert.match(await box().run(`cat ${ENV_FILE.deb}`), /^FAIL_ON_INIT_ERROR=false$/m);
+    const lib = `/usr/lib/x86_64-linux-gnu/${LIBRARY_NAME}`;
+    const restarts = Number((await show('NRestarts')).NRestarts);
+    const registrations = (await registered()).registrations.length;
+    let t0 = performance.now();
+    await box().run(`mv ${lib} /root/ && ldconfig`);
+    let pid: number;
+    try {
+      // Returns at READY: at the latest 10 s after the start, saying what it waits for.
+      await box().run(`systemctl restart ${UNIT}`, { timeoutMs: 120000 });
+      timed(t, 'systemctl restart with no driver (returns at READY)', performance.now() - t0);
+      pid = await mainPid();
+      await statusIs(/^waiting for the NVIDIA driver \(NVML cannot be loaded yet\); retrying$/);
+      assert.equal((await show('ActiveState')).ActiveState, 'active');
+      assert.ok((await journal()).some((l) => /^WARN NVML is not available; retrying \(fail-on-init-error is false\)/.test(l)));
+    } finally {
+      await box().run(`mv /root/${LIBRARY_NAME} ${lib} && ldconfig`);
+    }
+    t0 = performance.now();
+    await until('registered again once the driver is there', async () => {
+      const s = await registered();
+      return s.registrations.length > registrations ? s : undefined;
+    }, 120000);
+    timed(t, 'driver installed → registered (NVML retried with backoff)', performance.now() - t0);
+    assert.equal(await mainPid(), pid, 'the same process waited for the driver');
+    assert.equal(Number((await show('NRestarts')).NRestarts), restarts, 'no restart');
+    assert.match(await statusIs(OK_STATUS), OK_STATUS);
+  });
+
+  test('a configuration error (a typo in the environment file) stops the unit at once: exit 2, failed, not restarted, STATUS naming the problem', async (t) => {
+    const restarts = Number((await show('NRestarts')).NRestarts);
+    await box().run(`echo 'HEALTH_PROBE_INTERVAL=0x10' >> ${ENV_FILE.deb}`);
+    try {
+      const t0 = performance.now();
+      const r = await box().sh(`systemctl restart ${UNIT}`, { timeoutMs: 120000 });
+      assert.notEqual(r.code, 0, 'the start fails');
+      const u = await until('the unit failed', async () => {
+        const s = await show('ActiveState', 'SubState', 'Result', 'ExecMainStatus', 'StatusText', 'NRestarts');
+        return s.ActiveState === 'failed' ? s : undefined;
+      });
+      timed(t, 'configuration error → failed', performance.now() - t0);
+      assert.equal(u.Result, 'exit-code', JSON.stringify(u));
+      assert.equal(u.ExecMainStatus, '2', JSON.stringify(u));
+      assert.equal(Number(u.NRestarts), restarts, 'RestartPreventExitStatus=2: no restart');
+      assert.match(u.StatusText ?? '', /^configuration error: environment variable HEALTH_PROBE_INTERVAL: "0x10" is not a duration; expected a decimal number of seconds/, JSON.stringify(u));
+      const lines = (await journal()).filter((l) => /HEALTH_PROBE_INTERVAL/.test(l));
+      assert.equal(lines.length, 1, lines.join('\n'));
+      assert.match(lines[0]!, /^gpu-device-plugin: environment variable HEALTH_PROBE_INTERVAL: "0x10" is not a duration/);
+    } finally {
+      await box().run(`sed -i '/^HEALTH_PROBE_INTERVAL=0x10$/d' ${ENV_FILE.deb} && systemctl restart ${UNIT}`, { timeoutMs: 120000 });
+    }
+    await registered();
+    assert.match(await statusIs(OK_STATUS), OK_STATUS);
   });
 
   test('purge leaves nothing behind', async (t) => {

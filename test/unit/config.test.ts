@@ -162,7 +162,7 @@ test('every bad value in the file is refused with its key path, the value and wh
     ['flags:\n  plugin:\n    sharedDevicesAllocationPolicy: spread\n', 'flags.plugin.sharedDevicesAllocationPolicy: "spread" is not allowed; expected one of distributed, packed'],
     ['flags:\n  plugin:\n    kubeletSocket: kubelet.sock\n', 'flags.plugin.kubeletSocket: "kubelet.sock" is not an absolute path; expected a path starting with /'],
     ['flags:\n  migStrategy: mixd\n', 'flags.migStrategy: "mixd" is not allowed; expected one of none, single, mixed'],
-    ['flags:\n  socketCheckInterval: 0\n', 'flags.socketCheckInterval: "0" is not a number of seconds from 0.1 to 3600'],
+    ['flags:\n  socketCheckInterval: 0\n', 'flags.socketCheckInterval: "0" is out of range; expected from 0.1 to 3600 seconds'],
     [ts('{name: gpu, replicas: 0}'), 'sharing.timeSlicing.resources[0].replicas: 0 is not allowed; expected an integer from 1 to 1024'],
     [ts('{name: gpu, replicas: 2.5}'), 'sharing.timeSlicing.resources[0].replicas: 2.5 is not allowed; expected an integer from 1 to 1024'],
     [ts('{name: gpu, replicas: "4"}'), 'sharing.timeSlicing.resources[0].replicas: "4" is not allowed; expected an integer from 1 to 1024'],

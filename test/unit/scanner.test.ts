@@ -81,7 +81,7 @@ class FakeReader implements NodeReader {
 
 const mocked = new WeakSet<TestContext>();
 
-function setup(ctx: TestContext, opts: { intervalMs?: number; health?: boolean } = {}) {
+function setup(ctx: TestContext, opts: { intervalMs?: number; health?: boolean; refuse?: (scan: NodeScan) => string | null } = {}) {
   if (!mocked.has(ctx)) ctx.mock.timers.enable({ apis: ['setTimeout', 'setInterval'] });
   mocked.add(ctx);
   const node = new FakeNode();
@@ -89,12 +89,19 @@ function setup(ctx: TestContext, opts: { intervalMs?: number; health?: boolean }
   const scans: { scan: NodeScan | null; reason: string }[] = [];
   const waiters: (() => void)[] = [];
   const probes: ReadonlyMap<string, ProbeResult>[] = [];
+  const startFailures: unknown[] = [];
   const scanner = new Scanner({
     sessions: node, log: createLogger({ level: 'debug', journal: false, write: (l) => lines.push(l) }),
     rediscoverIntervalMs: opts.intervalMs ?? 0,
     health: opts.health === true ? { probeIntervalMs: 1000 } : null,
     onScan: async (scan, reason) => {
       scans.push({ scan, reason });
+      for (const w of waiters.splice(0)) w();
+      const refused = scan === null ? null : opts.refuse?.(scan) ?? null;
+      if (refused !== null) throw new Error(refused);
+    },
+    onStartFailed: (err) => {
+      startFailures.push(err);
       for (const w of waiters.splice(0)) w();
     },
     onEvents: () => undefined,
@@ -105,7 +112,12 @@ function setup(ctx: TestContext, opts: { intervalMs?: number; health?: boolean }
     while (scans.length < n) await new Promise<void>((r) => waiters.push(r));
   };
   const gpusOf = (i: number): string => scans[i]?.scan === null ? 'driver down' : (scans[i]?.scan?.gpus ?? []).map((g) => g.uuid.slice(0, 12)).join(',');
-  return { node, lines, scans, scanned, scanner, probes, gpusOf, tick: (ms: number) => ctx.mock.timers.tick(ms) };
+  /** Resolves once the scanner has reported a failed start (waits on the scanner, not on time). */
+  const startFailed = async (): Promise<unknown> => {
+    while (startFailures.length === 0) await new Promise<void>((r) => waiters.push(r));
+    return startFailures[0];
+  };
+  return { node, lines, scans, scanned, scanner, probes, gpusOf, startFailures, startFailed, tick: (ms: number) => ctx.mock.timers.tick(ms) };
 }
 
 test('re-discovery: the identity timer scans only when the GPUs changed', async (ctx) => {
@@ -190,6 +202,28 @@ test('NVML missing at start: fatal with failOnInitError, else the driver is repo
   await u.scanned(2);
   assert.equal(u.gpusOf(1), `${uuid(0).slice(0, 12)},${uuid(1).slice(0, 12)}`);
   await u.scanner.stop();
+});
+
+test('started without the driver, the first scan that reaches it and is refused (a config that does not fit) is a failed start, reported once; a refused scan after that is not', async (ctx) => {
+  const u = setup(ctx, { refuse: (scan) => (scan.gpus.length > 0 ? 'sharing.timeSlicing.resources[0].devices: GPU 7 is not on this node' : null) });
+  u.node.driver = false;
+  await u.scanner.start(false);
+  assert.deepEqual(u.startFailures, [], 'the driver-down report itself is no failure');
+  await turn();
+  u.node.driver = true;
+  u.tick(1000);
+  const err = await u.startFailed();
+  assert.match(String(err), /GPU 7 is not on this node/);
+  assert.equal(u.startFailures.length, 1);
+  await u.scanner.stop();
+
+  const v = setup(ctx, { refuse: (scan) => (scan.gpus.length > 2 ? 'does not fit' : null) });
+  await v.scanner.start(false);
+  v.node.ids = [0, 1, 2];
+  await v.scanner.rescan('test');
+  assert.deepEqual(v.startFailures, [], 'after a scan was applied, a refused one keeps the last in force');
+  assert.ok(v.lines.some((l) => /scan failed; what was read before stays in force/.test(l)));
+  await v.scanner.stop();
 });
 
 test('a node without GPUs is looked at again with capped backoff, NVML opened afresh each time', async (ctx) => {

@@ -649,8 +649,13 @@ static int run_client(void)
     }
     input[used] = '\0';
     for (line = strtok_r(input, "\r\n", &save); line; line = strtok_r(NULL, "\r\n", &save)) {
+        size_t len;
+
         while (*line == ' ' || *line == '\t')
             line++;
+        len = strlen(line);
+        while (len > 0 && (line[len - 1] == ' ' || line[len - 1] == '\t'))
+            line[--len] = '\0';
         if (!*line)
             continue;
         if (++commands == 1) {

@@ -44,17 +44,23 @@ function dirs(extra: NodeJS.ProcessEnv = {}): Dirs {
 
 type Result = { status: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string };
 
-/** Runs the program to its end (asynchronously), with `input` on its stdin. */
-function run(d: Dirs, args: string[], input = ''): Promise<Result> {
+/** Runs the program to its end (asynchronously), with `input` (if any) on its stdin. */
+function run(d: Dirs, args: string[], input?: string): Promise<Result> {
   return new Promise((resolve, reject) => {
-    const child = spawn(program, args, { env: d.env, stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(program, args, { env: d.env, stdio: [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s));
     child.stderr.setEncoding('utf8').on('data', (s: string) => (stderr += s));
     child.on('error', reject);
     child.on('close', (status, signal) => resolve({ status, signal, stdout, stderr }));
-    child.stdin.end(input);
+    if (input !== undefined && child.stdin) {
+      // A program that ends before reading all of it (a usage error) closes the pipe early.
+      child.stdin.on('error', (error: NodeJS.ErrnoException) => {
+        if (error.code !== 'EPIPE') reject(error);
+      });
+      child.stdin.end(input);
+    }
   });
 }
 

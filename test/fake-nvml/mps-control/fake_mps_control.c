@@ -428,9 +428,9 @@ static int start_daemon(char *why, size_t size)
         }
         g_device_limit = visible < MAX_DEVICES ? visible : MAX_DEVICES;
     }
+    write_state(1); /* first: a test that saw the log lines finds the state */
     log_line("Starting control daemon using socket %s", g_socket_path);
     log_line("To connect CUDA applications to this daemon, set env CUDA_MPS_PIPE_DIRECTORY=%s", g_pipe_dir);
-    write_state(1);
     return 0;
 }
 

@@ -21,7 +21,9 @@ before(async () => {
 });
 
 after(() => {
+  // Only daemons these tests started, by their own pid (never 0 or a group).
   for (const pid of started) {
+    if (pid <= 0) continue;
     try {
       process.kill(pid, 'SIGKILL');
     } catch {
@@ -47,20 +49,19 @@ type Result = { status: number | null; signal: NodeJS.Signals | null; stdout: st
 /** Runs the program to its end (asynchronously), with `input` (if any) on its stdin. */
 function run(d: Dirs, args: string[], input?: string): Promise<Result> {
   return new Promise((resolve, reject) => {
-    const child = spawn(program, args, { env: d.env, stdio: [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] });
+    const child = spawn(program, args, { env: d.env, stdio: ['pipe', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s));
     child.stderr.setEncoding('utf8').on('data', (s: string) => (stderr += s));
     child.on('error', reject);
     child.on('close', (status, signal) => resolve({ status, signal, stdout, stderr }));
-    if (input !== undefined && child.stdin) {
-      // A program that ends before reading all of it (a usage error) closes the pipe early.
-      child.stdin.on('error', (error: NodeJS.ErrnoException) => {
-        if (error.code !== 'EPIPE') reject(error);
-      });
-      child.stdin.end(input);
-    }
+    // A program that ends without reading its input (-d, a usage error) closes the pipe early.
+    child.stdin.on('error', (error: NodeJS.ErrnoException) => {
+      if (error.code !== 'EPIPE') reject(error);
+    });
+    if (input === undefined) child.stdin.end();
+    else child.stdin.end(input);
   });
 }
 
@@ -330,13 +331,15 @@ test('quit: the daemon has let go of socket, lock and pid file when the client r
 test('-f runs the daemon in the foreground: log lines on stdout too, clients served, SIGTERM ends it cleanly', async () => {
   const d = dirs();
   const child = spawn(program, ['-f'], { env: d.env, stdio: ['ignore', 'pipe', 'pipe'] });
-  started.add(child.pid ?? 0);
+  const pid = child.pid;
+  assert.ok(pid !== undefined && pid > 0, 'the foreground daemon was spawned');
+  started.add(pid);
   let stdout = '';
   child.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s));
   const exited = new Promise<[number | null, NodeJS.Signals | null]>((resolve) => child.on('exit', (code, signal) => resolve([code, signal])));
   await until('the foreground daemon listens', () => stdout.includes('To connect CUDA applications to this daemon'));
   assert.equal(state(d).foreground, true);
-  assert.equal(state(d).pid, child.pid);
+  assert.equal(state(d).pid, pid);
 
   assert.equal((await client(d, 'set_default_active_thread_percentage 50')).stdout, '50.0\n');
   await until('the command shows on stdout', () => stdout.includes('UI closed'));
@@ -345,19 +348,21 @@ test('-f runs the daemon in the foreground: log lines on stdout too, clients ser
 
   child.kill('SIGTERM');
   assert.deepEqual(await exited, [0, null]);
-  started.delete(child.pid ?? 0);
+  started.delete(pid);
   assert.equal(fs.existsSync(path.join(d.pipe, 'control')), false);
   assert.deepEqual(await client(d, 'get_server_list'), NO_DAEMON);
   assert.equal(logTexts(d).at(-1), 'Exit');
 
   // quit ends a foreground daemon as well, with status 0.
   const again = spawn(program, ['-f'], { env: d.env, stdio: 'ignore' });
-  started.add(again.pid ?? 0);
+  const againPid = again.pid;
+  assert.ok(againPid !== undefined && againPid > 0, 'the second foreground daemon was spawned');
+  started.add(againPid);
   const againExited = new Promise<number | null>((resolve) => again.on('exit', (code) => resolve(code)));
   await until('the second foreground daemon listens', () => fs.existsSync(path.join(d.pipe, 'control')));
   assert.equal((await client(d, 'quit')).status, 0);
   assert.equal(await againExited, 0);
-  started.delete(again.pid ?? 0);
+  started.delete(againPid);
 });
 
 test('a daemon killed with SIGKILL leaves its socket behind: clients find no daemon, and -d starts afresh', async () => {

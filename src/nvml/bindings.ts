@@ -78,6 +78,9 @@ export const LAZY_SYMBOLS = {
   // Node labels (src/nvml/node-facts.ts).
   nvmlSystemGetCudaDriverVersion_v2: 'int nvmlSystemGetCudaDriverVersion_v2(_Out_ int *cudaDriverVersion)',
   nvmlDeviceGetCudaComputeCapability: 'int nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, _Out_ int *major, _Out_ int *minor)',
+  // Compute mode (src/nvml/compute-mode.ts), for MPS sharing; nvmlComputeMode_t is a C enum (int).
+  nvmlDeviceGetComputeMode: 'int nvmlDeviceGetComputeMode(nvmlDevice_t device, _Out_ int *mode)',
+  nvmlDeviceSetComputeMode: 'int nvmlDeviceSetComputeMode(nvmlDevice_t device, int mode)',
 } as const;
 
 export type BasicSymbol = keyof typeof BASIC_SYMBOLS;

@@ -8,6 +8,11 @@
  *   .cache/fake-nvml/arm64/libnvidia-ml.so.1     `current` cross-built with aarch64-linux-gnu-gcc,
  *                                                for the arm64 executable under qemu
  *
+ * and, from mps-control/ (a sub-directory, so it stays out of the library), the fake MPS control
+ * program under the real one's name (x64 only):
+ *
+ *   .cache/fake-nvml/mps/nvidia-cuda-mps-control (see mps-control/fake_mps_control.c)
+ *
  * A variant is rebuilt only when a source under test/fake-nvml/ (or this script) is newer than
  * it, so repeated test runs cost nothing. The output is written to a temporary name and renamed
  * into place, so test processes building at the same time never load half a file.
@@ -16,6 +21,8 @@
  * Tests: const { current, old } = await buildFakeNvml();    (directories, for LD_LIBRARY_PATH
  *                                                            or koffi.load(join(dir, LIBRARY_NAME)))
  *        const arm64 = await buildFakeNvmlArm64();       (the aarch64 variant's directory)
+ *        const mpsDir = await buildFakeMpsControl();     (a directory holding nvidia-cuda-mps-control,
+ *                                                         to put first on PATH)
  */
 import { execFile } from 'node:child_process';
 import { mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
@@ -23,6 +30,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const LIBRARY_NAME = 'libnvidia-ml.so.1';
+export const MPS_CONTROL_NAME = 'nvidia-cuda-mps-control';
 
 const sourceDir = path.dirname(fileURLToPath(import.meta.url));
 const repoRoot = path.resolve(sourceDir, '..', '..');
@@ -157,12 +165,50 @@ export function buildFakeNvmlArm64(): Promise<string> {
   return result;
 }
 
+const mpsSourceDir = path.join(sourceDir, 'mps-control');
+let pendingMps: Promise<string> | undefined;
+
+async function buildMpsControl(): Promise<string> {
+  const entries = (await readdir(mpsSourceDir)).sort();
+  const cFiles = entries.filter((e) => e.endsWith('.c')).map((e) => path.join(mpsSourceDir, e));
+  if (cFiles.length === 0) throw new FakeNvmlBuildError(`no C sources found in ${mpsSourceDir}`);
+  let newest = (await stat(fileURLToPath(import.meta.url))).mtimeMs;
+  for (const entry of entries) {
+    if (entry.endsWith('.c') || entry.endsWith('.h')) newest = Math.max(newest, (await stat(path.join(mpsSourceDir, entry))).mtimeMs);
+  }
+  const dir = path.join(FAKE_NVML_CACHE, 'mps');
+  const output = path.join(dir, MPS_CONTROL_NAME);
+  const builtAt = await mtimeOrNull(output);
+  if (builtAt !== null && builtAt >= newest) return dir;
+  await mkdir(dir, { recursive: true });
+  const temporary = `${output}.tmp-${process.pid}-${Math.random().toString(16).slice(2)}`;
+  try {
+    await runGcc(VARIANTS[0]!, ['-O2', '-Wall', '-Wextra', '-Werror', '-o', temporary, ...cFiles, '-lm']);
+    await rename(temporary, output);
+  } catch (error: unknown) {
+    await rm(temporary, { force: true });
+    throw error;
+  }
+  return dir;
+}
+
+/** Builds (when needed) the fake nvidia-cuda-mps-control and returns its directory. */
+export function buildFakeMpsControl(): Promise<string> {
+  pendingMps ??= buildMpsControl();
+  const result = pendingMps;
+  result.catch(() => {
+    if (pendingMps === result) pendingMps = undefined;
+  });
+  return result;
+}
+
 if (import.meta.main) {
   try {
-    const [{ current, old }, arm64] = await Promise.all([buildFakeNvml(), buildFakeNvmlArm64()]);
+    const [{ current, old }, arm64, mps] = await Promise.all([buildFakeNvml(), buildFakeNvmlArm64(), buildFakeMpsControl()]);
     console.log(`fake NVML: ${path.join(current, LIBRARY_NAME)}`);
     console.log(`fake NVML (old driver): ${path.join(old, LIBRARY_NAME)}`);
     console.log(`fake NVML (aarch64): ${path.join(arm64, LIBRARY_NAME)}`);
+    console.log(`fake MPS control: ${path.join(mps, MPS_CONTROL_NAME)}`);
   } catch (error: unknown) {
     const message = error instanceof Error ? error.message : String(error);
     console.error(`fake NVML build failed: ${message}`);

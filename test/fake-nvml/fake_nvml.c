@@ -24,6 +24,11 @@
  *                        sbe <index|all>       SingleBitEccError
  *                        lost <index>          the GPU answers NVML_ERROR_GPU_IS_LOST
  *                        back <index>          the GPU answers normally again
+ *                        compute-mode <index> <0|2|3>
+ *                                              set a GPU's compute mode as an administrator
+ *                                              would (`nvidia-smi -c`); like one set through
+ *                                              nvmlDeviceSetComputeMode it outlives
+ *                                              nvmlShutdown/nvmlInit, until an unload
  *                        remove <index>        the GPU leaves the bus: the device count drops and
  *                                              the GPUs after it move down one index (their
  *                                              handles change); links to it go inactive
@@ -34,7 +39,8 @@
  *                        load [<version>]      the driver is back, reporting this version (default
  *                                              the config's); a session opened before the unload
  *                                              answers UNINITIALIZED until its last nvmlShutdown
- *                        stats <path>          write call counters as JSON (tmp file + rename)
+ *                        stats <path>          write call counters, and each GPU's compute mode
+ *                                              by UUID, as JSON (tmp file + rename)
  *                        reset-stats           zero the call counters and droppedEvents
  *                      Commands run in order, so a `stats` file appearing proves every
  *                      earlier command was applied. Empty lines and lines starting with
@@ -118,6 +124,14 @@ typedef enum nvmlEnableState_enum {
     NVML_FEATURE_ENABLED = 1
 } nvmlEnableState_t;
 
+typedef enum nvmlComputeMode_enum {
+    NVML_COMPUTEMODE_DEFAULT = 0,
+    NVML_COMPUTEMODE_EXCLUSIVE_THREAD = 1, /* "Support Removed" in nvml.h */
+    NVML_COMPUTEMODE_PROHIBITED = 2,
+    NVML_COMPUTEMODE_EXCLUSIVE_PROCESS = 3,
+    NVML_COMPUTEMODE_COUNT
+} nvmlComputeMode_t;
+
 typedef enum nvmlNvLinkDeviceType_enum {
     NVML_NVLINK_DEVICE_TYPE_GPU = 0x00,
     NVML_NVLINK_DEVICE_TYPE_IBMNPU = 0x01,
@@ -190,6 +204,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsign
 EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set);
 EXPORT nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms);
 EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set);
+EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mode);
+EXPORT nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t device, nvmlComputeMode_t mode);
 #ifndef FAKE_OLD_DRIVER
 EXPORT nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node);
 EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci);
@@ -228,7 +244,9 @@ EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *dat
     X(nvmlDeviceGetSupportedEventTypes)     \
     X(nvmlDeviceRegisterEvents)             \
     X(nvmlEventSetWait)                     \
-    X(nvmlEventSetFree)
+    X(nvmlEventSetFree)                     \
+    X(nvmlDeviceGetComputeMode)             \
+    X(nvmlDeviceSetComputeMode)
 
 #ifdef FAKE_OLD_DRIVER
 #define FAKE_FUNCS_NEWER(X)
@@ -325,6 +343,7 @@ struct fake_device {
     int numa_node; /* FAKE_NO_NUMA: no affinity */
     unsigned long long supported_events;
     int lost;
+    int compute_mode; /* nvmlComputeMode_t; the config's, or the last one set (g_modes) */
     struct fake_link links[FAKE_MAX_LINKS];
 };
 
@@ -374,6 +393,14 @@ static unsigned int g_removed_count;
 static int g_unloaded;                            /* every call: DRIVER_NOT_LOADED */
 static int g_stale;                               /* session predates an unload: UNINITIALIZED */
 static char g_loaded_version[FAKE_VERSION_SIZE];  /* after `load <v>`; "" = the config's */
+/* Compute modes set since the driver loaded (nvmlDeviceSetComputeMode or the FIFO's
+ * compute-mode), by UUID: like a real driver's, they outlive nvmlShutdown/nvmlInit and a GPU's
+ * removal, and go with an unload (a loaded driver starts every GPU in its configured mode). */
+static struct {
+    char uuid[FAKE_UUID_SIZE];
+    int mode;
+} g_modes[FAKE_MAX_GPUS];
+static unsigned int g_modes_count;
 /* Every configured GPU (removed ones too), by configured index, copied at init. */
 static struct fake_device g_conf[FAKE_MAX_GPUS];
 static unsigned char g_conf_level[FAKE_MAX_GPUS][FAKE_MAX_GPUS];
@@ -523,6 +550,8 @@ static struct fake_event_set *set_from_handle(nvmlEventSet_t handle)
  *     numaNode      integer, or -1 / null / absent for none (nvmlDeviceGetNumaNodeId:
  *                   NOT_SUPPORTED; topology default NODE)
  *     events        subset of ["xid", "dbe", "sbe"], default all three; [] = none
+ *     computeMode   0 DEFAULT (default), 2 PROHIBITED or 3 EXCLUSIVE_PROCESS: the mode the
+ *                   driver starts the GPU in (1, EXCLUSIVE_THREAD, is gone from real drivers)
  *     pciDeviceId, pciSubSystemId   integer or "0x..." string; defaults by board name
  *                   (the CUDA compute capability also comes from the board name)
  *   nvlinks         [[gpuA, gpuB, count], ...]  count links between two GPUs
@@ -721,7 +750,7 @@ static unsigned int default_pci_device_id(const char *name)
 static nvmlReturn_t load_gpu(const json_value *g, unsigned int index)
 {
     static const char *const allowed[] = { "uuid", "name", "minor", "busId", "memoryMiB", "memoryUsedMiB", "numaNode",
-                                           "events", "pciDeviceId", "pciSubSystemId", "mig", NULL };
+                                           "events", "pciDeviceId", "pciSubSystemId", "mig", "computeMode", NULL };
     struct fake_device *d = &g_stage.gpus[index];
     char key[96];
     const json_value *v;
@@ -808,6 +837,16 @@ static nvmlReturn_t load_gpu(const json_value *g, unsigned int index)
             else
                 return config_error(key, "expected \"xid\", \"dbe\" or \"sbe\"");
         }
+    }
+
+    snprintf(key, sizeof key, "gpus[%u].computeMode", index);
+    d->compute_mode = NVML_COMPUTEMODE_DEFAULT;
+    if ((v = json_object_get(g, "computeMode"))) {
+        if ((r = get_integer(v, key, 0, 3, &n)) != NVML_SUCCESS)
+            return r;
+        if (n == NVML_COMPUTEMODE_EXCLUSIVE_THREAD)
+            return config_error(key, "1 (EXCLUSIVE_THREAD) is no longer supported by NVIDIA drivers; use 0, 2 or 3");
+        d->compute_mode = (int)n;
     }
 
     snprintf(key, sizeof key, "gpus[%u].pciDeviceId", index);
@@ -1326,7 +1365,16 @@ static void write_stats(const char *line, const char *path)
     fprintf(f, "{\"total\": %llu, \"calls\": {", total);
     for (i = 0; i < FN__COUNT; i++)
         fprintf(f, "%s\"%s\": %llu", i ? ", " : "", g_function_names[i], counts[i]);
-    fprintf(f, "}, \"droppedEvents\": %llu}\n", dropped);
+    fprintf(f, "}, \"droppedEvents\": %llu, \"computeModes\": {", dropped);
+    pthread_mutex_lock(&g_mu);
+    if (g_live && !g_stale && !g_unloaded) {
+        unsigned int g;
+
+        for (g = 0; g < g_gpu_count; g++)
+            fprintf(f, "%s\"%s\": %d", g ? ", " : "", g_devs[g].uuid, g_devs[g].compute_mode);
+    }
+    pthread_mutex_unlock(&g_mu);
+    fprintf(f, "}}\n");
     failed = ferror(f);
     failed |= fclose(f) != 0;
     if (failed || rename(tmp, path) != 0) {
@@ -1358,6 +1406,36 @@ static int removed_index_locked(const char *uuid)
     return -1;
 }
 
+/* The compute mode last set on the GPU with this UUID since the driver loaded, else dflt.
+ * Called with g_mu held. */
+static int remembered_mode_locked(const char *uuid, int dflt)
+{
+    unsigned int i;
+
+    for (i = 0; i < g_modes_count; i++)
+        if (strcmp(g_modes[i].uuid, uuid) == 0)
+            return g_modes[i].mode;
+    return dflt;
+}
+
+/* Sets a live GPU's compute mode and remembers it (see g_modes). Called with g_mu held. */
+static void set_mode_locked(struct fake_device *d, int mode)
+{
+    unsigned int i;
+
+    d->compute_mode = mode;
+    for (i = 0; i < g_modes_count; i++) {
+        if (strcmp(g_modes[i].uuid, d->uuid) == 0) {
+            g_modes[i].mode = mode;
+            return;
+        }
+    }
+    if (g_modes_count < FAKE_MAX_GPUS) { /* one entry per configured GPU at most */
+        snprintf(g_modes[g_modes_count].uuid, FAKE_UUID_SIZE, "%s", d->uuid);
+        g_modes[g_modes_count++].mode = mode;
+    }
+}
+
 /* Rebuilds the live GPUs from the configured ones minus the removed ones: indices, handles,
  * topology levels and NVLink peers follow the new order (links to a removed GPU go
  * inactive); a GPU still present keeps its lost flag; event registrations and queued events
@@ -1383,6 +1461,7 @@ static void publish_devices_locked(void)
         d = &g_devs[conf_to_new[i]];
         *d = g_conf[i];
         d->index = (unsigned int)conf_to_new[i];
+        d->compute_mode = remembered_mode_locked(d->uuid, d->compute_mode);
         for (k = 0; k < FAKE_MAX_LINKS; k++) {
             if (d->links[k].kind != LINK_TO_GPU)
                 continue;
@@ -1507,6 +1586,22 @@ static void cmd_lost(const char *line, char **tok, int ntok)
         g_devs[gpu].lost = tok[0][0] == 'l';
 }
 
+/* compute-mode <index> <0|2|3>: an administrator's `nvidia-smi -i <index> -c <mode>`. */
+static void cmd_compute_mode(const char *line, char **tok, int ntok)
+{
+    unsigned long long mode;
+    int gpu;
+
+    (void)ntok;
+    if (parse_gpu_token(line, tok[1], 0, &gpu) < 0)
+        return;
+    if (parse_u64(tok[2], &mode) < 0 || mode >= NVML_COMPUTEMODE_COUNT || mode == NVML_COMPUTEMODE_EXCLUSIVE_THREAD) {
+        control_complain(line, "compute mode must be 0 (DEFAULT), 2 (PROHIBITED) or 3 (EXCLUSIVE_PROCESS)");
+        return;
+    }
+    set_mode_locked(&g_devs[gpu], (int)mode);
+}
+
 static void cmd_reset_stats(const char *line, char **tok, int ntok)
 {
     (void)line, (void)tok, (void)ntok;
@@ -1554,6 +1649,7 @@ static void cmd_unload(const char *line, char **tok, int ntok)
 {
     (void)line, (void)tok, (void)ntok;
     g_unloaded = 1;
+    g_modes_count = 0; /* a driver loaded again starts every GPU in its configured mode */
     if (g_live)
         g_stale = 1;
     wake_waiters_locked();
@@ -1579,6 +1675,7 @@ static const struct control_command g_commands[] = {
     { "sbe", 1, 1, CMD_LIVE, "usage: sbe <index|all>", cmd_event },
     { "lost", 1, 1, CMD_LIVE, "usage: lost <index>", cmd_lost },
     { "back", 1, 1, CMD_LIVE, "usage: back <index>", cmd_lost },
+    { "compute-mode", 2, 2, CMD_LIVE, "usage: compute-mode <index> <0|2|3>", cmd_compute_mode },
     { "reset-stats", 0, 0, CMD_UNLOCKED, "reset-stats takes no argument", cmd_reset_stats },
     { "remove", 1, 1, CMD_LIVE, "usage: remove <index>", cmd_remove },
     { "add", 1, 1, CMD_NODE, "usage: add <uuid|all>", cmd_add },
@@ -2072,6 +2169,39 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *m
     memory->total = d->memory_total;
     memory->used = d->memory_used;
     memory->free = d->memory_total - d->memory_used;
+    return leave(NVML_SUCCESS);
+}
+
+/* Compute mode (FACTS §10: MPS needs EXCLUSIVE_PROCESS). A MIG device answers NOT_SUPPORTED. */
+EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mode)
+{
+    struct fake_device *d;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlDeviceGetComputeMode);
+    if ((r = enter_device(device, mode != NULL, &d)) != NVML_SUCCESS)
+        return r;
+    *mode = (nvmlComputeMode_t)d->compute_mode;
+    return leave(NVML_SUCCESS);
+}
+
+/* As nvml.h documents it: INVALID_ARGUMENT for a bad handle or a mode outside the enum, NO_PERMISSION
+ * unless the caller is root (checked with geteuid, as the real library needs root for this call),
+ * and NOT_SUPPORTED for EXCLUSIVE_THREAD, whose support NVIDIA removed. */
+EXPORT nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t device, nvmlComputeMode_t mode)
+{
+    unsigned int wanted = (unsigned int)mode;
+    struct fake_device *d;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlDeviceSetComputeMode);
+    if ((r = enter_device(device, wanted < NVML_COMPUTEMODE_COUNT, &d)) != NVML_SUCCESS)
+        return r;
+    if (geteuid() != 0)
+        return leave(NVML_ERROR_NO_PERMISSION);
+    if (wanted == NVML_COMPUTEMODE_EXCLUSIVE_THREAD)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    set_mode_locked(d, (int)wanted);
     return leave(NVML_SUCCESS);
 }
 

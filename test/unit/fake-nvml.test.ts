@@ -21,6 +21,7 @@ const SUCCESS = 0;
 const UNINITIALIZED = 1;
 const INVALID_ARGUMENT = 2;
 const NOT_SUPPORTED = 3;
+const NO_PERMISSION = 4;
 const NOT_FOUND = 6;
 const INSUFFICIENT_SIZE = 7;
 const DRIVER_NOT_LOADED = 9;
@@ -34,6 +35,11 @@ const EVENT_XID = 0x8;
 const LINK_TYPE_GPU = 0;
 const LINK_TYPE_SWITCH = 2;
 const NO_INSTANCE = 0xffffffff;
+// nvmlComputeMode_t
+const COMPUTEMODE_DEFAULT = 0;
+const COMPUTEMODE_EXCLUSIVE_THREAD = 1;
+const COMPUTEMODE_PROHIBITED = 2;
+const COMPUTEMODE_EXCLUSIVE_PROCESS = 3;
 
 // ---------------------------------------------------------------------------------------------
 // koffi declarations. Type names are global to a process and src/nvml declares the plain NVML
@@ -120,6 +126,8 @@ function bindBase(lib: LibraryHandle) {
     ),
     waitV1: fn('int nvmlEventSetWait(FakeNvmlTest_set set, _Inout_ FakeNvmlTest_event *data, unsigned int timeoutms)'),
     eventSetFree: fn('int nvmlEventSetFree(FakeNvmlTest_set set)'),
+    getComputeMode: fn('int nvmlDeviceGetComputeMode(FakeNvmlTest_device device, _Out_ int *mode)'),
+    setComputeMode: fn('int nvmlDeviceSetComputeMode(FakeNvmlTest_device device, int mode)'),
     // The same entry points with untyped arguments, to pass foreign pointers and NULLs.
     rawUuid: fn('int nvmlDeviceGetUUID(void *device, void *uuid, unsigned int length)'),
     rawIndex: fn('int nvmlDeviceGetIndex(void *device, void *index)'),
@@ -136,6 +144,8 @@ function bindBase(lib: LibraryHandle) {
     rawEventSetCreate: fn('int nvmlEventSetCreate(void *set)'),
     rawWaitV1: fn('int nvmlEventSetWait(void *set, void *data, unsigned int timeoutms)'),
     rawEventSetFree: fn('int nvmlEventSetFree(void *set)'),
+    rawGetComputeMode: fn('int nvmlDeviceGetComputeMode(void *device, void *mode)'),
+    rawSetComputeMode: fn('int nvmlDeviceSetComputeMode(void *device, int mode)'),
   };
 }
 
@@ -289,7 +299,7 @@ function sendControl(fifo: string, text: string): void {
   }
 }
 
-type Stats = { total: number; calls: Record<string, number>; droppedEvents: number };
+type Stats = { total: number; calls: Record<string, number>; droppedEvents: number; computeModes: Record<string, number> };
 
 /** Asks for a stats file and waits for it. Commands run in order, so this is also a barrier:
  * when it returns, every command written before it has been applied. */
@@ -362,6 +372,7 @@ function emptyEvent(): EventData {
 // ---------------------------------------------------------------------------------------------
 
 const BASE_SYMBOLS = [
+  'nvmlDeviceGetComputeMode',
   'nvmlDeviceGetCount_v2',
   'nvmlDeviceGetCudaComputeCapability',
   'nvmlDeviceGetHandleByIndex_v2',
@@ -377,6 +388,7 @@ const BASE_SYMBOLS = [
   'nvmlDeviceGetTopologyCommonAncestor',
   'nvmlDeviceGetUUID',
   'nvmlDeviceRegisterEvents',
+  'nvmlDeviceSetComputeMode',
   'nvmlErrorString',
   'nvmlEventSetCreate',
   'nvmlEventSetFree',
@@ -1052,6 +1064,143 @@ test('a lost GPU answers GPU_IS_LOST to every per-device call until it is back',
 });
 
 // ---------------------------------------------------------------------------------------------
+// Compute mode (FACTS §10: MPS sets EXCLUSIVE_PROCESS and puts DEFAULT back)
+// ---------------------------------------------------------------------------------------------
+
+function computeMode(nvml: OldApi, h: bigint): number {
+  const out = [-1];
+  assert.equal(nvml.getComputeMode(h, out), SUCCESS);
+  return at(out, 0);
+}
+
+test('compute mode: DEFAULT or the configured mode; set, read back and shown in stats by UUID', async () => {
+  const config = writeConfig('compute-modes.json', {
+    gpus: [
+      { uuid: 'GPU-00000000-0000-0000-0000-00000000cm00', name: 'NVIDIA A100-SXM4-40GB', busId: '00000000:07:00.0' },
+      { uuid: 'GPU-00000000-0000-0000-0000-00000000cm01', name: 'NVIDIA A100-SXM4-40GB', busId: '00000000:0F:00.0', computeMode: 2 },
+      { uuid: 'GPU-00000000-0000-0000-0000-00000000cm02', name: 'NVIDIA A100-SXM4-40GB', busId: '00000000:47:00.0', computeMode: 3 },
+    ],
+  });
+  await withSession(api, config, async ({ fifo, fixture }) => {
+    const uuids = fixture.gpus.map((g) => g.uuid);
+    const [h0, h1, h2] = [handle(api, 0), handle(api, 1), handle(api, 2)];
+    assert.deepEqual([computeMode(api, h0), computeMode(api, h1), computeMode(api, h2)], [COMPUTEMODE_DEFAULT, COMPUTEMODE_PROHIBITED, COMPUTEMODE_EXCLUSIVE_PROCESS]);
+
+    assert.equal(api.setComputeMode(h0, COMPUTEMODE_EXCLUSIVE_PROCESS), SUCCESS);
+    assert.equal(computeMode(api, h0), COMPUTEMODE_EXCLUSIVE_PROCESS);
+    assert.equal(api.setComputeMode(h2, COMPUTEMODE_DEFAULT), SUCCESS);
+    assert.equal(computeMode(api, h2), COMPUTEMODE_DEFAULT);
+    const stats = await readStats(fifo);
+    assert.deepEqual(stats.computeModes, {
+      [at(uuids, 0)]: COMPUTEMODE_EXCLUSIVE_PROCESS,
+      [at(uuids, 1)]: COMPUTEMODE_PROHIBITED,
+      [at(uuids, 2)]: COMPUTEMODE_DEFAULT,
+    });
+    assert.equal(stats.calls.nvmlDeviceSetComputeMode, 2);
+    assert.equal(stats.calls.nvmlDeviceGetComputeMode, 5);
+
+    // An administrator's nvidia-smi -c, through the FIFO.
+    sendControl(fifo, 'compute-mode 1 0\n');
+    await readStats(fifo);
+    assert.equal(computeMode(api, h1), COMPUTEMODE_DEFAULT);
+  });
+});
+
+test('compute mode: bad handles, NULL, modes outside the enum, EXCLUSIVE_THREAD, lost GPUs and MIG devices are refused', async () => {
+  await withSession(api, 'dgx1-v100.json', async ({ fifo }) => {
+    const h = handle(api, 0);
+    assert.equal(api.rawGetComputeMode(null, Buffer.alloc(4)), INVALID_ARGUMENT);
+    assert.equal(api.rawGetComputeMode(h, null), INVALID_ARGUMENT);
+    assert.equal(api.rawSetComputeMode(null, COMPUTEMODE_EXCLUSIVE_PROCESS), INVALID_ARGUMENT);
+    assert.equal(api.setComputeMode(h, 4), INVALID_ARGUMENT, 'NVML_COMPUTEMODE_COUNT is not a mode');
+    assert.equal(api.setComputeMode(h, -1), INVALID_ARGUMENT);
+    assert.equal(api.setComputeMode(h, COMPUTEMODE_EXCLUSIVE_THREAD), NOT_SUPPORTED, 'support removed in nvml.h');
+    assert.equal(computeMode(api, h), COMPUTEMODE_DEFAULT, 'a refused call changes nothing');
+
+    sendControl(fifo, 'lost 0\n');
+    await readStats(fifo);
+    assert.equal(api.getComputeMode(h, [0]), GPU_IS_LOST);
+    assert.equal(api.setComputeMode(h, COMPUTEMODE_EXCLUSIVE_PROCESS), GPU_IS_LOST);
+    sendControl(fifo, 'back 0\n');
+    await readStats(fifo);
+    assert.equal(computeMode(api, h), COMPUTEMODE_DEFAULT);
+  });
+  // A MIG device has no compute mode of its own: like other whole-GPU calls, NOT_SUPPORTED.
+  await withSession(api, 'mig-uniform-2.json', () => {
+    const lib = koffi.load(path.join(libDirs.current, LIBRARY_NAME));
+    const migHandle = lib.func('int nvmlDeviceGetMigDeviceHandleByIndex(FakeNvmlTest_device device, unsigned int index, _Out_ FakeNvmlTest_device *mig)');
+    const out: unknown[] = [null];
+    assert.equal(migHandle(handle(api, 0), 0, out), SUCCESS);
+    assert.equal(api.getComputeMode(out[0], [0]), NOT_SUPPORTED);
+    assert.equal(api.setComputeMode(out[0], COMPUTEMODE_EXCLUSIVE_PROCESS), NOT_SUPPORTED);
+  });
+});
+
+test('compute mode outlives shutdown/init and the removal of its GPU, as on a real node; an unload resets it', async () => {
+  const fixture = readFixture('dgx1-v100.json');
+  const uuid3 = at(fixture.gpus, 3).uuid;
+  await withSession(api, 'dgx1-v100.json', () => {
+    assert.equal(api.setComputeMode(handle(api, 3), COMPUTEMODE_EXCLUSIVE_PROCESS), SUCCESS);
+  });
+  await withSession(api, 'dgx1-v100.json', async ({ fifo }) => {
+    assert.equal(computeMode(api, handle(api, 3)), COMPUTEMODE_EXCLUSIVE_PROCESS, 'kept across nvmlShutdown/nvmlInit');
+    assert.equal(computeMode(api, handle(api, 2)), COMPUTEMODE_DEFAULT);
+    sendControl(fifo, 'remove 2\n');
+    await readStats(fifo);
+    const moved = handle(api, 2);
+    assert.equal(uuidOf(api, moved), uuid3, 'GPU 3 moved down to index 2');
+    assert.equal(computeMode(api, moved), COMPUTEMODE_EXCLUSIVE_PROCESS, 'the mode moves with its GPU');
+    sendControl(fifo, 'add all\n');
+    await readStats(fifo);
+    assert.equal(computeMode(api, handle(api, 3)), COMPUTEMODE_EXCLUSIVE_PROCESS);
+    sendControl(fifo, 'unload\n');
+    sendControl(fifo, 'load\n');
+    await readStats(fifo);
+  });
+  await withSession(api, 'dgx1-v100.json', () => {
+    assert.equal(computeMode(api, handle(api, 3)), COMPUTEMODE_DEFAULT, 'a reloaded driver starts in the configured mode');
+  });
+});
+
+test('compute mode: a caller that is not root gets NO_PERMISSION, as from the real library', { skip: process.getuid?.() !== 0 ? 'needs root to run a child as another user' : false }, () => {
+  // The fake checks geteuid(), so the check is made from a child running as nobody (65534).
+  const script = `
+    const koffi = require('koffi');
+    const lib = koffi.load(process.argv[1]);
+    koffi.pointer('D', koffi.opaque('D_st'));
+    const init = lib.func('int nvmlInit_v2()');
+    const handle = lib.func('int nvmlDeviceGetHandleByIndex_v2(unsigned int i, _Out_ D *d)');
+    const get = lib.func('int nvmlDeviceGetComputeMode(D d, _Out_ int *m)');
+    const set = lib.func('int nvmlDeviceSetComputeMode(D d, int m)');
+    const out = [null], mode = [-1], after = [-1];
+    const result = { init: init(), handle: handle(0, out), get: get(out[0], mode) };
+    result.mode = mode[0];
+    result.set = set(out[0], 3);
+    result.getAfter = get(out[0], after);
+    result.modeAfter = after[0];
+    process.stdout.write(JSON.stringify(result));
+  `;
+  const child = spawnSync(process.execPath, ['-e', script, path.join(libDirs.current, LIBRARY_NAME)], {
+    cwd: repoRoot,
+    uid: 65534,
+    gid: 65534,
+    env: { PATH: process.env.PATH ?? '/usr/bin:/bin', FAKE_NVML_CONFIG: fixturePath('single.json') },
+    encoding: 'utf8',
+    timeout: 30_000,
+  });
+  assert.equal(child.status, 0, `child failed: ${child.stderr}`);
+  assert.deepEqual(JSON.parse(child.stdout), {
+    init: SUCCESS,
+    handle: SUCCESS,
+    get: SUCCESS,
+    mode: COMPUTEMODE_DEFAULT,
+    set: NO_PERMISSION,
+    getAfter: SUCCESS,
+    modeAfter: COMPUTEMODE_DEFAULT,
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
 // Stats
 // ---------------------------------------------------------------------------------------------
 
@@ -1606,6 +1755,16 @@ test('invalid configs fail init with UNKNOWN and one stderr line naming the key;
       stderr: ['(top level): unknown key "a?b?"'],
     },
     {
+      config: writeConfig('compute-mode-thread.json', { gpus: [gpu(1, { computeMode: 1 })] }),
+      init: UNKNOWN,
+      stderr: ['gpus[0].computeMode: 1 (EXCLUSIVE_THREAD) is no longer supported'],
+    },
+    {
+      config: writeConfig('compute-mode-range.json', { gpus: [gpu(1), gpu(2, { computeMode: 4 })] }),
+      init: UNKNOWN,
+      stderr: ['gpus[1].computeMode: 4 is out of range [0, 3]'],
+    },
+    {
       config: writeConfig('no-gpus.json', { driverVersion: '550.54.15' }),
       init: UNKNOWN,
       stderr: ['gpus: missing'],
@@ -1631,6 +1790,8 @@ test('invalid configs fail init with UNKNOWN and one stderr line naming the key;
         '# a comment',
         '  sbe 0  ',
         'back 0',
+        'compute-mode 0 1',
+        'compute-mode 0',
       ],
       init: SUCCESS,
       stderr: [
@@ -1641,6 +1802,8 @@ test('invalid configs fail init with UNKNOWN and one stderr line naming the key;
         'control: GPU index must be a number: "lost all"',
         'control: missing stats path: "stats"',
         'control: reset-stats takes no argument: "reset-stats now"',
+        'control: compute mode must be 0 (DEFAULT), 2 (PROHIBITED) or 3 (EXCLUSIVE_PROCESS): "compute-mode 0 1"',
+        'control: usage: compute-mode <index> <0|2|3>: "compute-mode 0"',
       ],
     },
   ];

@@ -1,23 +1,31 @@
 // A stand-in for the kubelet's plugin watcher and DRA plugin manager (issue 21), over real gRPC with
-// the kubelet's own protos (src/api/dra.ts). It watches a plugins_registry directory for `*.sock`
-// files (and walks what is there at start, as the kubelet does), dials each one, calls GetInfo,
-// checks the answer as the kubelet's DRA handler does (type "DRAPlugin", a driver name, a
-// supported_versions list that names a service the kubelet speaks: the first of the plugin's list it
-// knows wins), and reports the outcome with NotifyRegistrationStatus(true) or (false, error). The
-// file's removal is deregistration; a socket created again under the same name registers again.
-// A registered driver gets a DraClient (NodePrepareResources / NodeUnprepareResources to the
-// endpoint it named, in the version chosen) and, if it announced "v1alpha1.DRAResourceHealth", a
-// NodeWatchResources stream whose latest list is kept. With `slices` set it also does what the
-// kubelet does to ResourceSlices: at start it deletes every slice of its node, and `wipeDelayMs`
-// (30 s in the kubelet) after a driver's deregistration it deletes that driver's slices unless the
-// driver registered again in between.
+// the kubelet's own protos (src/api/dra.ts). Modelled on the kubelet's pluginmanager and
+// cm/dra/plugin code (kubernetes/kubernetes, read for facts): it watches a plugins_registry directory
+// for unix sockets whose names do not start with '.' (and walks what is there at start), dials each
+// one, calls GetInfo (1 s in the kubelet), looks up the handler by PluginInfo.type (only "DRAPlugin"
+// here), takes an empty endpoint as the registration socket itself, validates supported_versions (the
+// first entry of the plugin's list that the kubelet speaks is chosen; an empty list or no overlap is
+// refused), refuses a second registration of the same endpoint for one driver, and reports the
+// outcome with NotifyRegistrationStatus(true) or (false, "RegisterPlugin error -- …" in the
+// kubelet's words). The file's removal is deregistration; a new socket under the same name registers
+// again. Several plugins of one driver may be registered (rolling update): calls go to the newest.
+// A registered driver gets a DraClient (NodePrepareResources / NodeUnprepareResources, 45 s, to the
+// endpoint it named, in the version chosen) and, as the kubelet does with ResourceHealthStatus on,
+// a NodeWatchResources stream whose latest list is kept (re-opened after `healthRetryMs` if it
+// fails or ends, 5 s in the kubelet). With `slices` set it also does what the kubelet does to
+// ResourceSlices: at start it deletes every slice of its node, and `wipeDelayMs` (30 s in the kubelet)
+// after a driver's last plugin went away it deletes that driver's slices, unless one registered again.
+// Not modelled: sub-directories of the registry, the kubelet's 1 s reconcile loop (this reacts to
+// each inotify event at once), gRPC connection monitoring of the DRA endpoint (the kubelet also
+// starts the wipe delay when no plugin of a driver is *connected*, not only when it deregistered),
+// CSI and device-plugin handlers.
 import * as grpc from '@grpc/grpc-js';
 import { EventEmitter } from 'node:events';
 import { watch } from 'node:fs';
 import type { FSWatcher } from 'node:fs';
 import { lstat, readdir } from 'node:fs/promises';
-import { isAbsolute, join } from 'node:path';
-import { DRA_HEALTH_SERVICE_NAME, DRA_PLUGIN_TYPE, DRA_SERVICE_NAMES, draHealthService, draPluginService, pluginRegistrationService } from '../../src/api/dra.ts';
+import { join } from 'node:path';
+import { DRA_PLUGIN_TYPE, DRA_SERVICE_NAMES, draHealthService, draPluginService, pluginRegistrationService } from '../../src/api/dra.ts';
 import type {
   Claim,
   DeviceHealth,
@@ -37,9 +45,11 @@ export interface SliceJanitor {
 export interface WatcherOptions {
   /** The services this kubelet speaks, in the kubelet's terms (default both, as 1.34–1.37). */
   versions?: readonly DraVersion[];
-  /** Open the health stream when the driver announces it (default true, as 1.36 with the gate on). */
+  /** Open the health stream of every registered plugin (default true: 1.36, ResourceHealthStatus on). */
   health?: boolean;
-  /** Deadline of GetInfo and NotifyRegistrationStatus each (default 2 s). */
+  /** Wait before re-opening a health stream that failed or ended (default 5000, the kubelet's). */
+  healthRetryMs?: number;
+  /** Deadline of GetInfo and NotifyRegistrationStatus each (default 2 s; the kubelet's are 1 s and 5 s). */
   callTimeoutMs?: number;
   /** The kubelet's part in ResourceSlice clean-up; off unless set. */
   slices?: { janitor: SliceJanitor; nodeName: string; wipeDelayMs?: number };
@@ -70,6 +80,7 @@ interface Registered {
   /** The socket's identity when it registered: a new file under the same name registers again. */
   ino: number;
   health: grpc.ClientReadableStream<NodeWatchResourcesResponse> | undefined;
+  retry?: NodeJS.Timeout;
 }
 
 /** Dials a unix socket with its own connection (closed with close()). */
@@ -118,20 +129,23 @@ export class DraClient {
   }
 }
 
-/** The kubelet DRA handler's checks on GetInfo's answer: the version chosen, or the problem. */
-export function validatePluginInfo(info: PluginInfo, socket: string, versions: readonly DraVersion[]): { version: DraVersion } | { error: string } {
-  if (info.type !== DRA_PLUGIN_TYPE) {
-    return { error: `no handler registered for plugin type: ${JSON.stringify(info.type)} at socket ${socket} (this kubelet handles ${JSON.stringify(DRA_PLUGIN_TYPE)})` };
-  }
-  if (info.name === '') return { error: `plugin at ${socket}: empty driver name in PluginInfo.name` };
-  if (info.supported_versions.length === 0) {
-    return { error: `plugin ${info.name}: empty list of supported gRPC services (supported_versions); expected one of ${versions.map((v) => DRA_SERVICE_NAMES[v]).join(', ')}` };
-  }
+/**
+ * The kubelet's checks on GetInfo's answer (plugin manager, then the DRA handler's ValidatePlugin):
+ * the version chosen, or the error text it sends with NotifyRegistrationStatus(false).
+ */
+export function validatePluginInfo(info: PluginInfo, socket: string, versions: readonly DraVersion[]): { version: DraVersion; endpoint: string } | { error: string } {
+  if (info.type !== DRA_PLUGIN_TYPE) return { error: `RegisterPlugin error -- no handler registered for plugin type: ${info.type} at socket ${socket}` };
+  const endpoint = info.endpoint === '' ? socket : info.endpoint;
+  const invalid = (why: string): { error: string } => ({
+    error: `RegisterPlugin error -- plugin validation failed with err: invalid supported gRPC versions of DRA driver plugin ${info.name} at endpoint ${endpoint}: ${why}`,
+  });
+  if (info.supported_versions.length === 0) return invalid('empty list of supported gRPC services (aka supported versions)');
   for (const offered of info.supported_versions) {
     const v = versions.find((k) => DRA_SERVICE_NAMES[k] === offered);
-    if (v !== undefined) return { version: v };
+    if (v !== undefined) return { version: v, endpoint };
   }
-  return { error: `plugin ${info.name}: none of the offered gRPC services ${JSON.stringify(info.supported_versions)} is supported; this kubelet speaks ${versions.map((v) => DRA_SERVICE_NAMES[v]).join(', ')}` };
+  const goQuote = (l: readonly string[]): string => `[${l.map((x) => JSON.stringify(x)).join(' ')}]`;
+  return invalid(`none of services supported by the plugin (${goQuote(info.supported_versions)}) are supported by the kubelet (${goQuote(versions.map((v) => DRA_SERVICE_NAMES[v]))})`);
 }
 
 export class PluginWatcherStandIn extends EventEmitter {
@@ -143,6 +157,8 @@ export class PluginWatcherStandIn extends EventEmitter {
   readonly wipes: { driver: string | undefined; deleted: number }[] = [];
   /** The latest health list per driver, and how many stream messages came. */
   readonly health = new Map<string, { devices: DeviceHealth[]; messages: number }>();
+  /** Health streams that failed or ended (a driver without the service answers UNIMPLEMENTED). */
+  readonly healthErrors: { driver: string; code: grpc.status | undefined; message: string }[] = [];
   private readonly versions: readonly DraVersion[];
   private readonly opts: WatcherOptions;
   private readonly callTimeoutMs: number;
@@ -194,7 +210,7 @@ export class PluginWatcherStandIn extends EventEmitter {
   }
 
   private check(name: string): void {
-    if (!name.endsWith('.sock') || name.startsWith('.')) return;
+    if (name.startsWith('.')) return;
     const path = join(this.dir, name);
     const prev = this.pending.get(path) ?? Promise.resolve();
     const next = prev.then(() => this.reconcile(path)).catch((err: unknown) => {
@@ -233,12 +249,11 @@ export class PluginWatcherStandIn extends EventEmitter {
       }
       const verdict = validatePluginInfo(info, socket, this.versions);
       let problem = 'error' in verdict ? verdict.error : undefined;
-      const endpoint = info.endpoint === '' ? socket : info.endpoint;
-      if (problem === undefined && !isAbsolute(endpoint)) {
-        problem = `plugin ${info.name}: endpoint ${JSON.stringify(info.endpoint)} is not an absolute socket path`;
+      if (!('error' in verdict) && [...this.bySocket.values()].some((r) => r.reg.name === info.name && r.reg.endpoint === verdict.endpoint)) {
+        problem = `RegisterPlugin error -- plugin registration failed with err: endpoint ${verdict.endpoint} already registered for DRA driver plugin ${info.name}`;
       }
-      if (problem !== undefined || !('version' in verdict)) {
-        const reason = problem ?? 'no version';
+      if (problem !== undefined || 'error' in verdict) {
+        const reason = problem ?? 'unreachable';
         let notified = false;
         try {
           await unary(reg, svc.NotifyRegistrationStatus, { plugin_registered: false, error: reason }, this.callTimeoutMs);
@@ -250,6 +265,7 @@ export class PluginWatcherStandIn extends EventEmitter {
         this.emit('rejected', socket);
         return;
       }
+      const endpoint = verdict.endpoint;
       const client = new DraClient(endpoint, verdict.version);
       const registration: DriverRegistration = { name: info.name, endpoint, socket, version: verdict.version, info, at: 0 };
       const entry: Registered = { reg: registration, client, ino, health: undefined };
@@ -267,7 +283,7 @@ export class PluginWatcherStandIn extends EventEmitter {
       }
       registration.at = performance.now();
       this.registrations.push(registration);
-      if ((this.opts.health ?? true) && info.supported_versions.includes(DRA_HEALTH_SERVICE_NAME)) this.openHealth(entry);
+      if (this.opts.health ?? true) this.openHealth(entry);
       this.emit('registered', registration);
     } finally {
       reg.close();
@@ -275,24 +291,38 @@ export class PluginWatcherStandIn extends EventEmitter {
   }
 
   private openHealth(entry: Registered): void {
+    if (this.stopped || this.bySocket.get(entry.reg.socket) !== entry) return;
     const stream = entry.client.watchHealth();
     entry.health = stream;
     const name = entry.reg.name;
+    let retried = false;
+    const retry = (err?: grpc.ServiceError): void => {
+      if (retried || entry.health !== stream) return;
+      retried = true;
+      this.healthErrors.push({ driver: name, code: err?.code, message: err?.details ?? 'the stream ended' });
+      this.emit('health-ended', name, err);
+      entry.retry = setTimeout(() => this.openHealth(entry), this.opts.healthRetryMs ?? 5000);
+    };
     stream.on('data', (msg: NodeWatchResourcesResponse) => {
       const h = this.health.get(name);
       this.health.set(name, { devices: msg.devices, messages: (h?.messages ?? 0) + 1 });
       this.emit('health', name, msg.devices);
     });
-    stream.on('error', (err: grpc.ServiceError) => {
-      if (err.code !== grpc.status.CANCELLED) this.emit('health-ended', name, err);
-    });
-    stream.on('end', () => this.emit('health-ended', name));
+    stream.on('error', (err: grpc.ServiceError) => retry(err));
+    stream.on('end', () => retry());
+  }
+
+  private closeEntry(r: Registered): void {
+    const stream = r.health;
+    r.health = undefined;
+    stream?.cancel();
+    if (r.retry !== undefined) clearTimeout(r.retry);
+    r.client.close();
   }
 
   private deregister(socket: string, r: Registered): void {
     this.bySocket.delete(socket);
-    r.health?.cancel();
-    r.client.close();
+    this.closeEntry(r);
     this.deregistrations.push({ name: r.reg.name, socket });
     const s = this.opts.slices;
     if (s !== undefined && this.current(r.reg.name) === undefined) {
@@ -322,6 +352,10 @@ export class PluginWatcherStandIn extends EventEmitter {
 
   waitForDeregistrations(n: number, timeoutMs = 10_000): Promise<{ name: string; socket: string }> {
     return this.waitFor(() => this.deregistrations[n - 1], 'deregistered', timeoutMs, `deregistration #${n}`);
+  }
+
+  waitForHealthErrors(n: number, timeoutMs = 10_000): Promise<{ driver: string; code: grpc.status | undefined; message: string }> {
+    return this.waitFor(() => this.healthErrors[n - 1], 'health-ended', timeoutMs, `health stream failure #${n}`);
   }
 
   /** Resolves with the driver's health list once it satisfies pred. */
@@ -358,10 +392,7 @@ export class PluginWatcherStandIn extends EventEmitter {
     await Promise.all(this.pending.values());
     for (const t of this.wipeTimers.values()) clearTimeout(t);
     this.wipeTimers.clear();
-    for (const r of this.bySocket.values()) {
-      r.health?.cancel();
-      r.client.close();
-    }
+    for (const r of this.bySocket.values()) this.closeEntry(r);
     this.bySocket.clear();
     this.removeAllListeners();
   }

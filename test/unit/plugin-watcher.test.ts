@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as grpc from '@grpc/grpc-js';
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -152,7 +152,7 @@ test('a kubelet that speaks only v1 refuses a v1beta1-only driver and tells it w
   t.after(drv.stop);
   const r = await w.waitForRejections(1);
   assert.equal(r.notified, true);
-  assert.match(r.reason, /none of the offered gRPC services \["v1beta1.DRAPlugin"\] is supported; this kubelet speaks v1.DRAPlugin/);
+  assert.equal(r.reason, `RegisterPlugin error -- plugin validation failed with err: invalid supported gRPC versions of DRA driver plugin gpu.example.com at endpoint ${join(d.plugins, 'dra.sock')}: none of services supported by the plugin (["v1beta1.DRAPlugin"]) are supported by the kubelet (["v1.DRAPlugin"])`);
   assert.equal(drv.statuses.length, 1);
   assert.equal(drv.statuses[0]?.plugin_registered, false);
   assert.equal(drv.statuses[0]?.error, r.reason);
@@ -160,30 +160,75 @@ test('a kubelet that speaks only v1 refuses a v1beta1-only driver and tells it w
   assert.throws(() => w.client('gpu.example.com'), /no driver gpu.example.com registered/);
 });
 
-test('GetInfo answers the kubelet refuses: wrong type, empty versions, no name, relative endpoint', async (t) => {
-  const cases: [Partial<PluginInfo>, RegExp][] = [
-    [{ type: 'DevicePlugin' }, /no handler registered for plugin type: "DevicePlugin"/],
-    [{ supported_versions: [] }, /empty list of supported gRPC services/],
-    [{ name: '' }, /empty driver name/],
-    [{ endpoint: 'dra.sock' }, /endpoint "dra.sock" is not an absolute socket path/],
-  ];
+test('GetInfo answers the kubelet refuses: another plugin type, an empty version list, an endpoint already registered', async (t) => {
   const d = dirs();
   t.after(d.done);
-  const w = await PluginWatcherStandIn.start(d.registry);
+  const w = await PluginWatcherStandIn.start(d.registry, { health: false });
   t.after(() => w.stop());
-  let n = 0;
-  for (const [over, want] of cases) {
-    n++;
-    const endpoint = join(d.plugins, `dra-${n}.sock`);
-    const drv = await tinyDriver(join(d.registry, `bad-${n}-reg.sock`), { ...info(endpoint), ...over }, { versions: ['v1'] });
-    t.after(drv.stop);
-    const r = await w.waitForRejections(n);
-    assert.match(r.reason, want);
-    assert.deepEqual(drv.statuses, [{ plugin_registered: false, error: r.reason }]);
-  }
-  assert.equal(w.registrations.length, 0);
-  // The same checks as a pure function.
-  assert.deepEqual(validatePluginInfo(info('/x'), '/r.sock', ['v1', 'v1beta1']), { version: 'v1' });
+  const wrongType = await tinyDriver(join(d.registry, 'dp-reg.sock'), info(join(d.plugins, 'dp.sock'), { type: 'DevicePlugin' }), { versions: ['v1'] });
+  t.after(wrongType.stop);
+  const r1 = await w.waitForRejections(1);
+  assert.equal(r1.reason, `RegisterPlugin error -- no handler registered for plugin type: DevicePlugin at socket ${join(d.registry, 'dp-reg.sock')}`);
+  assert.deepEqual(wrongType.statuses, [{ plugin_registered: false, error: r1.reason }]);
+
+  const noVersions = await tinyDriver(join(d.registry, 'nv-reg.sock'), info(join(d.plugins, 'nv.sock'), { supported_versions: [] }), { versions: ['v1'] });
+  t.after(noVersions.stop);
+  const r2 = await w.waitForRejections(2);
+  assert.match(r2.reason, /^RegisterPlugin error -- plugin validation failed with err: .*: empty list of supported gRPC services \(aka supported versions\)$/);
+  assert.deepEqual(noVersions.statuses, [{ plugin_registered: false, error: r2.reason }]);
+
+  // A second registration socket naming an endpoint the driver already registered cannot take it over.
+  const endpoint = join(d.plugins, 'dra.sock');
+  const first = await tinyDriver(join(d.registry, 'a-reg.sock'), info(endpoint), { versions: ['v1'] });
+  t.after(first.stop);
+  await w.waitForRegistrations(1);
+  const hijack = new grpc.Server();
+  hijack.addService(pluginRegistrationService(), {
+    GetInfo: (_c: grpc.ServerUnaryCall<unknown, PluginInfo>, cb: grpc.sendUnaryData<PluginInfo>) => cb(null, info(endpoint)),
+    NotifyRegistrationStatus: (c: grpc.ServerUnaryCall<RegistrationStatus, object>, cb: grpc.sendUnaryData<object>) => {
+      hijackStatuses.push(c.request);
+      cb(null, {});
+    },
+  });
+  const hijackStatuses: RegistrationStatus[] = [];
+  await bind(hijack, join(d.registry, 'b-reg.sock'));
+  t.after(() => hijack.forceShutdown());
+  const r3 = await w.waitForRejections(3);
+  assert.equal(r3.reason, `RegisterPlugin error -- plugin registration failed with err: endpoint ${endpoint} already registered for DRA driver plugin gpu.example.com`);
+  assert.deepEqual(hijackStatuses, [{ plugin_registered: false, error: r3.reason }]);
+  assert.equal(w.registrations.length, 1);
+
+  // The same checks as a pure function; an empty endpoint means the registration socket itself.
+  assert.deepEqual(validatePluginInfo(info(''), '/r.sock', ['v1', 'v1beta1']), { version: 'v1', endpoint: '/r.sock' });
+});
+
+test('an empty PluginInfo.endpoint means the DRA service is on the registration socket itself', async (t) => {
+  const d = dirs();
+  t.after(d.done);
+  const w = await PluginWatcherStandIn.start(d.registry, { health: false });
+  t.after(() => w.stop());
+  const regSocket = join(d.registry, 'one.sock');
+  const server = new grpc.Server();
+  const statuses: RegistrationStatus[] = [];
+  server.addService(pluginRegistrationService(), {
+    GetInfo: (_c: grpc.ServerUnaryCall<unknown, PluginInfo>, cb: grpc.sendUnaryData<PluginInfo>) => cb(null, info('')),
+    NotifyRegistrationStatus: (c: grpc.ServerUnaryCall<RegistrationStatus, object>, cb: grpc.sendUnaryData<object>) => {
+      statuses.push(c.request);
+      cb(null, {});
+    },
+  });
+  server.addService(draPluginService('v1'), {
+    NodePrepareResources: (c: grpc.ServerUnaryCall<NodePrepareResourcesRequest, NodePrepareResourcesResponse>, cb: grpc.sendUnaryData<NodePrepareResourcesResponse>) =>
+      cb(null, { claims: Object.fromEntries(c.request.claims.map((x) => [x.uid, { devices: [], error: 'not today' }])) }),
+    NodeUnprepareResources: (_c: grpc.ServerUnaryCall<NodeUnprepareResourcesRequest, NodeUnprepareResourcesResponse>, cb: grpc.sendUnaryData<NodeUnprepareResourcesResponse>) => cb(null, { claims: {} }),
+  });
+  await bind(server, regSocket);
+  t.after(() => server.forceShutdown());
+  const reg = await w.waitForRegistrations(1);
+  assert.equal(reg.endpoint, regSocket);
+  assert.deepEqual(statuses, [{ plugin_registered: true, error: '' }]);
+  const res = await w.client('gpu.example.com').prepare([{ namespace: 'n', uid: 'u9', name: 'c9' }]);
+  assert.deepEqual(res.claims, { u9: { devices: [], error: 'not today' } });
 });
 
 test('a socket already there at start is registered; its removal deregisters; a new socket registers again', async (t) => {
@@ -214,22 +259,60 @@ test('a socket already there at start is registered; its removal deregisters; a 
   assert.equal(second.prepared.length, 1);
 });
 
-test('files that are not *.sock sockets are ignored', async (t) => {
+test('any socket counts (not only *.sock); dot-files and plain files are ignored', async (t) => {
   const d = dirs();
   t.after(d.done);
-  const w = await PluginWatcherStandIn.start(d.registry);
+  const w = await PluginWatcherStandIn.start(d.registry, { health: false });
   t.after(() => w.stop());
-  // A socket with another suffix and then a real one: only the second is looked at.
-  const other = await tinyDriver(join(d.registry, 'other.socket'), info(join(d.plugins, 'other-dra.sock'), { name: 'other.example.com' }), { versions: ['v1'] });
-  t.after(other.stop);
-  const drv = await tinyDriver(join(d.registry, 'gpu-reg.sock'), info(join(d.plugins, 'dra.sock')), { versions: ['v1'] });
-  t.after(drv.stop);
+  writeFileSync(join(d.registry, 'notes.sock'), 'not a socket');
+  const hidden = await tinyDriver(join(d.registry, '.hidden-reg.sock'), info(join(d.plugins, 'hidden.sock'), { name: 'hidden.example.com' }), { versions: ['v1'] });
+  t.after(hidden.stop);
+  const odd = await tinyDriver(join(d.registry, 'odd-name.socket'), info(join(d.plugins, 'dra.sock')), { versions: ['v1'] });
+  t.after(odd.stop);
   await w.waitForRegistrations(1);
-  assert.deepEqual(w.registrations.map((r) => r.name), ['gpu.example.com']);
-  assert.deepEqual(other.statuses, []);
+  // A last socket after the others: once it is registered, the watcher has seen every event before it.
+  const last = await tinyDriver(join(d.registry, 'last.sock'), info(join(d.plugins, 'last.sock'), { name: 'last.example.com' }), { versions: ['v1'] });
+  t.after(last.stop);
+  await w.waitForRegistrations(2);
+  assert.deepEqual(w.registrations.map((r) => r.name), ['gpu.example.com', 'last.example.com']);
+  assert.deepEqual(hidden.statuses, []);
+  assert.deepEqual(w.rejected, []);
 });
 
-test('a driver that announces v1alpha1.DRAResourceHealth gets its health stream read', async (t) => {
+test('two plugins of one driver (a rolling update): calls go to the newest, and back to the older when it leaves', async (t) => {
+  const d = dirs();
+  t.after(d.done);
+  const w = await PluginWatcherStandIn.start(d.registry, { health: false });
+  t.after(() => w.stop());
+  const old = await tinyDriver(join(d.registry, 'old-reg.sock'), info(join(d.plugins, 'old.sock')), { versions: ['v1'] });
+  t.after(old.stop);
+  await w.waitForRegistrations(1);
+  const next = await tinyDriver(join(d.registry, 'new-reg.sock'), info(join(d.plugins, 'new.sock')), { versions: ['v1'] });
+  t.after(next.stop);
+  await w.waitForRegistrations(2);
+  await w.client('gpu.example.com').prepare([{ namespace: 'n', uid: 'u1', name: 'c1' }]);
+  assert.deepEqual([old.prepared.length, next.prepared.length], [0, 1]);
+  next.stop();
+  await rm(join(d.registry, 'new-reg.sock'), { force: true });
+  await w.waitForDeregistrations(1);
+  await w.client('gpu.example.com').prepare([{ namespace: 'n', uid: 'u2', name: 'c2' }]);
+  assert.deepEqual([old.prepared.length, next.prepared.length], [1, 1]);
+});
+
+test('the health stream is opened for every registered plugin; one without the service answers UNIMPLEMENTED', async (t) => {
+  const d = dirs();
+  t.after(d.done);
+  const w = await PluginWatcherStandIn.start(d.registry, { healthRetryMs: 60_000 });
+  t.after(() => w.stop());
+  const drv = await tinyDriver(join(d.registry, 'g-reg.sock'), info(join(d.plugins, 'dra.sock')), { versions: ['v1'] });
+  t.after(drv.stop);
+  await w.waitForRegistrations(1);
+  const e = await w.waitForHealthErrors(1);
+  assert.equal(e.driver, 'gpu.example.com');
+  assert.equal(e.code, grpc.status.UNIMPLEMENTED);
+});
+
+test('a driver serving v1alpha1.DRAResourceHealth has its health stream read, each message a full list', async (t) => {
   const d = dirs();
   t.after(d.done);
   const w = await PluginWatcherStandIn.start(d.registry);

@@ -5,7 +5,8 @@
 // - resource.k8s.io/v1 ResourceSlices: create (POST, with metadata.generateName), get, list (fieldSelector
 //   on metadata.name / spec.nodeName / spec.driver, labelSelector on label equality), update (PUT) with
 //   resourceVersion optimistic concurrency (a stale one → 409 Conflict; none → an unconditional update),
-//   delete (with DeleteOptions preconditions). One cluster-wide resourceVersion counter; uid,
+//   delete (with DeleteOptions preconditions), deletecollection (DELETE on the collection with the
+//   same selectors: how the kubelet wipes a node's slices; answers the list of what it deleted). One cluster-wide resourceVersion counter; uid,
 //   creationTimestamp and generation (bumped when the spec changes) filled by the server.
 // - The validation FACTS.md §11 names (resource/v1 types and pkg/apis/resource/validation) → 422 Invalid
 //   with details.causes[].field; immutable driver, pool name and nodeName on update.
@@ -19,7 +20,7 @@
 //   "* resourceslices", "get nodes"); no `tokens` option means every request is allowed.
 // - down() closes the listener and every connection (clients get connection refused); up() listens again
 //   on the same address.
-// Not modelled: watch (→ 405 with a Status saying so), PATCH and apply (→ 405), deletecollection,
+// Not modelled: watch (→ 405 with a Status saying so), PATCH and apply (→ 405),
 // admission (ValidatingAdmissionPolicy, node authorizer), resource quotas, DeviceClasses, ResourceClaim
 // writes, TLS, API discovery, managedFields, finalizers and graceful deletion, CEL-based validation.
 import { EventEmitter } from 'node:events';
@@ -52,7 +53,7 @@ export const LIMITS = {
 } as const;
 
 export interface Cause {
-  reason: 'FieldValueInvalid' | 'FieldValueRequired' | 'FieldValueTooLong' | 'FieldValueTooMany' | 'FieldValueDuplicate' | 'FieldValueNotSupported' | 'FieldValueForbidden';
+  reason: 'FieldValueInvalid' | 'FieldValueTypeInvalid' | 'FieldValueRequired' | 'FieldValueTooLong' | 'FieldValueTooMany' | 'FieldValueDuplicate' | 'FieldValueNotSupported' | 'FieldValueForbidden';
   message: string;
   field: string;
 }
@@ -60,7 +61,7 @@ export interface Cause {
 export interface TokenGrant {
   /** The user the token authenticates as (shown in 403 messages). */
   user: string;
-  /** "verb resource" pairs; either part may be "*". Verbs: get, list, create, update, delete. */
+  /** "verb resource" pairs; either part may be "*". Verbs: get, list, create, update, delete, deletecollection. */
   allow: string[];
 }
 
@@ -116,7 +117,9 @@ function qualifiedNameProblem(s: string): string | undefined {
     }
   }
   if (id.length === 0 || id.length > LIMITS.attributeIdLength || !C_IDENTIFIER.test(id)) {
-    return `the name "${id}" must be a C identifier (letters, digits, _; not starting with a digit) of at most ${LIMITS.attributeIdLength} characters`;
+    return id.length > LIMITS.attributeIdLength
+      ? `may not be more than ${LIMITS.attributeIdLength} bytes`
+      : "a valid C identifier must start with alphabetic character or '_', followed by a string of alphanumeric characters or '_' (e.g. 'my_name',  or 'MY_NAME',  or 'MyName', regex used for validation is '[A-Za-z_][A-Za-z0-9_]*')";
   }
   return undefined;
 }
@@ -235,6 +238,9 @@ class Causes {
   invalid(field: string, value: Json | undefined, why: string): void {
     this.list.push({ reason: 'FieldValueInvalid', message: `Invalid value: ${show(value)}: ${why}`, field });
   }
+  typeInvalid(field: string, value: Json | undefined, why: string): void {
+    this.list.push({ reason: 'FieldValueTypeInvalid', message: `Invalid value: ${show(value)}: ${why}`, field });
+  }
   required(field: string, why = ''): void {
     this.list.push({ reason: 'FieldValueRequired', message: `Required value${why ? `: ${why}` : ''}`, field });
   }
@@ -276,9 +282,9 @@ function validateSpec(spec: Json | undefined, c: Causes): void {
     else if (name.length > LIMITS.poolNameLength) c.tooLong('spec.pool.name', LIMITS.poolNameLength);
     else if (name.split('/').some((p) => !isDnsSubdomain(p))) c.invalid('spec.pool.name', name, `each /-separated part must be a DNS subdomain: ${DNS_SUBDOMAIN_MSG}`);
     const gen = pool['generation'];
-    if (gen !== undefined && (typeof gen !== 'number' || !Number.isInteger(gen) || gen < 0)) c.invalid('spec.pool.generation', gen, 'must be greater than or equal to 0');
+    if (gen !== undefined && (typeof gen !== 'number' || !Number.isInteger(gen) || gen < 0)) c.invalid('spec.pool.generation', gen, 'must be greater than or equal to zero');
     const count = pool['resourceSliceCount'];
-    if (typeof count !== 'number' || !Number.isInteger(count) || count <= 0) c.invalid('spec.pool.resourceSliceCount', count, 'must be greater than 0');
+    if (typeof count !== 'number' || !Number.isInteger(count) || count <= 0) c.invalid('spec.pool.resourceSliceCount', count, 'must be greater than zero');
   }
 
   const selectors = (['nodeName', 'nodeSelector', 'allNodes', 'perDeviceNodeSelection'] as const).filter((k) => {
@@ -286,7 +292,7 @@ function validateSpec(spec: Json | undefined, c: Causes): void {
     return v !== undefined && v !== null && v !== false && v !== '';
   });
   if (selectors.length === 0) c.required('spec', 'exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required');
-  else if (selectors.length > 1) c.invalid('spec', `{${selectors.join(', ')}}`, 'exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required, but multiple fields are set');
+  else if (selectors.length > 1) c.invalid('spec', `{${selectors.map((x) => `\`${x}\``).join(', ')}}`, 'exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required, but multiple fields are set');
   const nodeName = spec['nodeName'];
   if (typeof nodeName === 'string' && nodeName !== '' && !isDnsSubdomain(nodeName)) c.invalid('spec.nodeName', nodeName, DNS_SUBDOMAIN_MSG);
   if (nodeName !== undefined && nodeName !== null && typeof nodeName !== 'string') c.invalid('spec.nodeName', nodeName, 'must be a string');
@@ -326,17 +332,17 @@ function validateDevice(d: Json, at: string, seen: Set<string>, c: Causes): void
   }
   if (isObject(attrs)) {
     for (const [k, v] of Object.entries(attrs)) {
-      const f = `${at}.attributes[${JSON.stringify(k)}]`;
+      const f = `${at}.attributes[${k}]`;
       const bad = qualifiedNameProblem(k);
-      if (bad !== undefined) c.invalid(f, k, bad);
+      if (bad !== undefined) c.typeInvalid(f, k, bad);
       validateAttributeValue(v, f, c);
     }
   }
   if (isObject(caps)) {
     for (const [k, v] of Object.entries(caps)) {
-      const f = `${at}.capacity[${JSON.stringify(k)}]`;
+      const f = `${at}.capacity[${k}]`;
       const bad = qualifiedNameProblem(k);
-      if (bad !== undefined) c.invalid(f, k, bad);
+      if (bad !== undefined) c.typeInvalid(f, k, bad);
       if (!isObject(v) || v['value'] === undefined || v['value'] === null) c.required(`${f}.value`);
     }
   }
@@ -356,8 +362,12 @@ function validateAttributeValue(v: Json, f: string, c: Causes): void {
     return;
   }
   const set = (['int', 'bool', 'string', 'version'] as const).filter((k) => v[k] !== undefined && v[k] !== null);
-  if (set.length !== 1) {
-    c.invalid(f, v, `exactly one value must be specified (one of int, bool, string, version); got ${set.length}`);
+  if (set.length === 0) {
+    c.required(f, 'exactly one value must be specified');
+    return;
+  }
+  if (set.length > 1) {
+    c.invalid(f, v, 'exactly one value must be specified');
     return;
   }
   const [k] = set;
@@ -457,12 +467,12 @@ function normalise(body: JsonObject, unknown: string[]): JsonObject {
       const at = `spec.devices[${i}]`;
       const dev = keep(d, 'device', at, unknown);
       if (isObject(dev['attributes'])) {
-        for (const [k, v] of Object.entries(dev['attributes'])) if (isObject(v)) dev['attributes'][k] = keep(v, 'attribute', `${at}.attributes[${JSON.stringify(k)}]`, unknown);
+        for (const [k, v] of Object.entries(dev['attributes'])) if (isObject(v)) dev['attributes'][k] = keep(v, 'attribute', `${at}.attributes[${k}]`, unknown);
       }
       if (isObject(dev['capacity'])) {
         for (const [k, v] of Object.entries(dev['capacity'])) {
           if (!isObject(v)) continue;
-          const cap = keep(v, 'capacity', `${at}.capacity[${JSON.stringify(k)}]`, unknown);
+          const cap = keep(v, 'capacity', `${at}.capacity[${k}]`, unknown);
           canonValue(cap);
           dev['capacity'][k] = cap;
         }
@@ -723,7 +733,7 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
       case 'GET': return collection ? 'list' : 'get';
       case 'POST': if (collection) return 'create'; break;
       case 'PUT': if (!collection) return 'update'; break;
-      case 'DELETE': if (!collection) return 'delete'; break;
+      case 'DELETE': return collection ? 'deletecollection' : 'delete';
     }
     throw new HttpError(status(405, 'MethodNotAllowed', `${method} on ${url.pathname} is not modelled by the API server stand-in (test/support/apiserver.ts)`));
   }
@@ -760,6 +770,14 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
       case 'create': return this.create(url, input);
       case 'update': return this.update(r.name ?? '', url, input);
       case 'delete': return this.remove(r.name ?? '', input);
+      case 'deletecollection': {
+        // As the kubelet wipes a node's slices: DELETE on the collection with a fieldSelector.
+        const list = this.list(url);
+        const items = list['items'] as JsonObject[];
+        for (const i of items) this.slices.delete(str(meta(i)['name']) ?? '');
+        if (items.length > 0) this.nextRv();
+        return { code: 200, body: { ...list, metadata: { resourceVersion: String(this.rv) } }, warnings: [] };
+      }
     }
     throw new Error(`unexpected verb ${verb}`);
   }

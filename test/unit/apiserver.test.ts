@@ -172,17 +172,17 @@ test('ResourceSlices: FACTS §11 validation answers 422 Invalid with the field o
     ['129 devices', slice('x', {}, many(LIMITS.devicesPerSlice + 1)), 'spec.devices', /Too many: 129: must have at most 128 items/],
     ['65 devices with taints', slice('x', {}, many(LIMITS.devicesPerSliceWithTaintsOrCounters + 1, taint)), 'spec.devices', /must have at most 64 items/],
     ['no pool name', slice('x', { pool: { generation: 0, resourceSliceCount: 1 } }), 'spec.pool.name', /Required value/],
-    ['resourceSliceCount 0', slice('x', { pool: { name: 'p', generation: 0, resourceSliceCount: 0 } }), 'spec.pool.resourceSliceCount', /must be greater than 0/],
-    ['negative generation', slice('x', { pool: { name: 'p', generation: -1, resourceSliceCount: 1 } }), 'spec.pool.generation', /greater than or equal to 0/],
-    ['nodeName and allNodes', slice('x', { allNodes: true }), 'spec', /multiple fields are set/],
+    ['resourceSliceCount 0', slice('x', { pool: { name: 'p', generation: 0, resourceSliceCount: 0 } }), 'spec.pool.resourceSliceCount', /Invalid value: 0: must be greater than zero/],
+    ['negative generation', slice('x', { pool: { name: 'p', generation: -1, resourceSliceCount: 1 } }), 'spec.pool.generation', /Invalid value: -1: must be greater than or equal to zero/],
+    ['nodeName and allNodes', slice('x', { allNodes: true }), 'spec', /Invalid value: "\{`nodeName`, `allNodes`\}": exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required, but multiple fields are set/],
     ['no node selection', slice('x', { nodeName: null }), 'spec', /exactly one of/],
     ['no driver', slice('x', { driver: '' }), 'spec.driver', /Required value/],
     ['driver too long', slice('x', { driver: `${'d'.repeat(60)}.com` }), 'spec.driver', /Too long: may not be more than 63/],
-    ['attribute name not a C identifier', slice('x', {}, [gpu('gpu-0', { attributes: { 'cuda-cc': { string: '9.0' } } })]), 'spec.devices[0].attributes["cuda-cc"]', /C identifier/],
-    ['string over 64', slice('x', {}, [gpu('gpu-0', { attributes: { productName: { string: 'x'.repeat(65) } } })]), 'spec.devices[0].attributes["productName"].string', /Too long/],
-    ['version not semver', slice('x', {}, [gpu('gpu-0', { attributes: { cc: { version: '9.0' } } })]), 'spec.devices[0].attributes["cc"].version', /semver/],
-    ['two values', slice('x', {}, [gpu('gpu-0', { attributes: { t: { string: 'a', int: 1 } } })]), 'spec.devices[0].attributes["t"]', /exactly one value/],
-    ['33 attributes and capacities', slice('x', {}, [gpu('gpu-0', { attributes: attrs33 })]), 'spec.devices[0]', /must not exceed 32/],
+    ['attribute name not a C identifier', slice('x', {}, [gpu('gpu-0', { attributes: { 'cuda-cc': { string: '9.0' } } })]), 'spec.devices[0].attributes[cuda-cc]', /a valid C identifier must start with alphabetic character/],
+    ['string over 64', slice('x', {}, [gpu('gpu-0', { attributes: { productName: { string: 'x'.repeat(65) } } })]), 'spec.devices[0].attributes[productName].string', /Too long: may not be more than 64 bytes/],
+    ['version not semver', slice('x', {}, [gpu('gpu-0', { attributes: { cc: { version: '9.0' } } })]), 'spec.devices[0].attributes[cc].version', /Invalid value: "9.0": must be a string compatible with semver.org spec 2.0.0/],
+    ['two values', slice('x', {}, [gpu('gpu-0', { attributes: { t: { string: 'a', int: 1 } } })]), 'spec.devices[0].attributes[t]', /exactly one value must be specified/],
+    ['33 attributes and capacities', slice('x', {}, [gpu('gpu-0', { attributes: attrs33 })]), 'spec.devices[0]', /Invalid value: 33: the total number of attributes and capacities must not exceed 32/],
     ['taint effect', slice('x', {}, [gpu('gpu-0', { taints: [{ key: 'k', effect: 'PreferNoSchedule' }] })]), 'spec.devices[0].taints[0].effect', /Unsupported value: "PreferNoSchedule"/],
     ['17 taints', slice('x', {}, [gpu('gpu-0', { taints: Array.from({ length: 17 }, (_, i) => ({ key: `k${i}`, effect: 'None' })) })]), 'spec.devices[0].taints', /at most 16/],
   ];
@@ -327,4 +327,10 @@ test('a unix socket listener works the same, and the kubelet\'s slice clean-up d
   assert.equal(s.deleteNodeSlices('node-a'), 1);
   const left = await call(s, 'GET', SLICES);
   assert.deepEqual((left.body['items'] as JsonObject[]).map((i) => meta(i)['name']), ['c']);
+  // The same over HTTP, as the kubelet does it: DELETE on the collection with a fieldSelector.
+  assert.equal((await call(s, 'POST', SLICES, { body: slice('d') })).code, 201);
+  const wiped = await call(s, 'DELETE', `${SLICES}?fieldSelector=${encodeURIComponent('spec.nodeName=node-b')}`);
+  assert.equal(wiped.code, 200);
+  assert.deepEqual((wiped.body['items'] as JsonObject[]).map((i) => meta(i)['name']), ['c']);
+  assert.deepEqual([...s.slices.keys()], ['d']);
 });

@@ -21,6 +21,7 @@ import type {
 } from '../../src/api/dra.ts';
 import { PluginWatcherStandIn, validatePluginInfo } from '../support/plugin-watcher.ts';
 import type { SliceJanitor } from '../support/plugin-watcher.ts';
+import { ApiServerStandIn } from '../support/apiserver.ts';
 
 interface TinyDriver {
   statuses: RegistrationStatus[];
@@ -372,4 +373,29 @@ test('ResourceSlices: the kubelet wipes its node\'s slices at start, and a drive
   assert.equal(await wiped, 'gpu.example.com');
   assert.deepEqual(calls.slice(1), [['node-b', undefined], ['node-b', 'gpu.example.com']]);
   assert.deepEqual(w2.wipes, [{ driver: undefined, deleted: 1 }, { driver: 'gpu.example.com', deleted: 1 }]);
+});
+
+test('with the API server stand-in as the kubelet\'s client: its node\'s slices go at start, a driver\'s once it leaves', async (t) => {
+  const api = await ApiServerStandIn.start();
+  t.after(() => api.stop());
+  const put = (name: string, node: string, driver: string): void => {
+    api.slices.set(name, { apiVersion: 'resource.k8s.io/v1', kind: 'ResourceSlice', metadata: { name }, spec: { driver, nodeName: node, pool: { name: node, generation: 1, resourceSliceCount: 1 } } });
+  };
+  put('a-gpu', 'node-a', 'gpu.example.com');
+  put('b-gpu', 'node-b', 'gpu.example.com');
+  const d = dirs();
+  t.after(d.done);
+  const w = await PluginWatcherStandIn.start(d.registry, { health: false, slices: { janitor: api, nodeName: 'node-a', wipeDelayMs: 0 } });
+  t.after(() => w.stop());
+  assert.deepEqual([...api.slices.keys()], ['b-gpu']);
+
+  const drv = await tinyDriver(join(d.registry, 'g-reg.sock'), info(join(d.plugins, 'dra.sock')), { versions: ['v1'] });
+  await w.waitForRegistrations(1);
+  put('a-gpu-2', 'node-a', 'gpu.example.com');
+  put('a-nic', 'node-a', 'nic.example.com');
+  drv.stop();
+  const wiped = new Promise((resolve) => w.once('wiped', resolve));
+  await rm(join(d.registry, 'g-reg.sock'), { force: true });
+  await wiped;
+  assert.deepEqual([...api.slices.keys()].sort(), ['a-nic', 'b-gpu']);
 });

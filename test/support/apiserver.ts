@@ -695,10 +695,11 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
     let body: Json;
     try {
       const r = route(url.pathname);
-      user = this.authenticate(req);
+      const grant = this.authenticate(req);
+      user = grant?.user;
       if (r === undefined) throw new HttpError(status(404, 'NotFound', 'the server could not find the requested resource', {}));
       const verb = this.verb(method, r, url);
-      this.authorize(user, verb, r);
+      this.authorize(grant, verb, r);
       const input = method === 'POST' || method === 'PUT' || method === 'DELETE' ? await readJson(req) : undefined;
       const out = this.serve(verb, r, url, input);
       code = out.code;
@@ -715,13 +716,14 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
     this.emit('request');
   }
 
-  private authenticate(req: IncomingMessage): string | undefined {
+  /** The grant of the request's bearer token; undefined when authentication is off. */
+  private authenticate(req: IncomingMessage): TokenGrant | undefined {
     const tokens = this.opts.tokens;
     if (tokens === undefined) return undefined;
     const m = /^Bearer (.+)$/.exec(req.headers.authorization ?? '');
-    const grant = m === null ? undefined : tokens[m[1] ?? ''];
+    const grant = m === null || !Object.hasOwn(tokens, m[1] ?? '') ? undefined : tokens[m[1] ?? ''];
     if (grant === undefined) throw new HttpError(status(401, 'Unauthorized', 'Unauthorized'));
-    return grant.user;
+    return grant;
   }
 
   private verb(method: string, r: Route, url: URL): string {
@@ -729,6 +731,10 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
       throw new HttpError(status(405, 'MethodNotAllowed', 'watch is not modelled by the API server stand-in (test/support/apiserver.ts)'));
     }
     const collection = r.name === undefined;
+    if (r.resource !== 'resourceslices') {
+      if (method === 'GET') return 'get';
+      throw new HttpError(status(405, 'MethodNotAllowed', `${method} on ${url.pathname} is not modelled by the API server stand-in (test/support/apiserver.ts): only get of ${r.resource}`));
+    }
     switch (method) {
       case 'GET': return collection ? 'list' : 'get';
       case 'POST': if (collection) return 'create'; break;
@@ -738,14 +744,13 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
     throw new HttpError(status(405, 'MethodNotAllowed', `${method} on ${url.pathname} is not modelled by the API server stand-in (test/support/apiserver.ts)`));
   }
 
-  private authorize(user: string | undefined, verb: string, r: Route): void {
-    const tokens = this.opts.tokens;
-    if (tokens === undefined || user === undefined) return;
-    const grant = Object.values(tokens).find((g) => g.user === user);
-    const ok = grant?.allow.some((a) => {
+  private authorize(grant: TokenGrant | undefined, verb: string, r: Route): void {
+    if (grant === undefined) return;
+    const user = grant.user;
+    const ok = grant.allow.some((a) => {
       const [v, res] = a.split(/\s+/);
       return (v === '*' || v === verb) && (res === '*' || res === r.resource);
-    }) ?? false;
+    });
     if (ok) return;
     const what = r.name !== undefined ? `${qualified(r.resource, r.group)} "${r.name}"` : qualified(r.resource, r.group);
     const scope = r.namespace !== undefined ? `in the namespace "${r.namespace}"` : 'at the cluster scope';
@@ -874,6 +879,12 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
       throw conflict('resourceslices', GROUP, name, `Precondition failed: UID in precondition: ${uid}, UID in object meta: ${String(oldMeta['uid'])}`);
     }
     this.validate(obj, name, old);
+    // An update that changes nothing is not written: the resourceVersion stays (as with etcd).
+    const comparable = (o: JsonObject): string => {
+      const { resourceVersion: _rv, uid: _uid, generation: _gen, creationTimestamp: _ct, ...rest } = meta(o);
+      return JSON.stringify({ ...o, apiVersion: API_VERSION, kind: 'ResourceSlice', metadata: rest });
+    };
+    if (comparable(obj) === comparable(old)) return { code: 200, body: clone(old), warnings };
     const specChanged = JSON.stringify(obj['spec']) !== JSON.stringify(old['spec']);
     const gen = typeof oldMeta['generation'] === 'number' ? oldMeta['generation'] : 1;
     const stored: JsonObject = {

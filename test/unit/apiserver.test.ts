@@ -141,12 +141,16 @@ test('ResourceSlices: a stale resourceVersion is a 409 Conflict, a second create
     reason: 'Conflict', details: { name: 'a', group: 'resource.k8s.io', kind: 'resourceslices' }, code: 409,
   });
 
-  // The same spec again (with the current version): no generation bump. Without a version: unconditional.
+  // The same object again: nothing is written, the resourceVersion stays.
   const same = await call(s, 'PUT', `${SLICES}/a`, { body: ok.body });
   assert.equal(same.code, 200);
-  assert.equal(meta(same.body)['generation'], 2);
-  const unconditional = { ...ok.body, metadata: { name: 'a' } };
-  assert.equal((await call(s, 'PUT', `${SLICES}/a`, { body: unconditional })).code, 200);
+  assert.deepEqual(same.body, ok.body);
+  // Without a resourceVersion the update is unconditional; a label change bumps the version, not the generation.
+  const unconditional = { ...ok.body, metadata: { name: 'a', labels: { tier: 'gpu' } } };
+  const labelled = await call(s, 'PUT', `${SLICES}/a`, { body: unconditional });
+  assert.equal(labelled.code, 200);
+  assert.notEqual(meta(labelled.body)['resourceVersion'], meta(ok.body)['resourceVersion']);
+  assert.equal(meta(labelled.body)['generation'], 2);
 
   assert.equal((await call(s, 'PUT', `${SLICES}/missing`, { body: slice('missing') })).code, 404);
   const wrongName = await call(s, 'PUT', `${SLICES}/a`, { body: slice('b') });
@@ -296,6 +300,7 @@ test('ResourceClaims and Nodes: get what the test seeded, 404 for the rest; watc
   assert.equal(watch.code, 405);
   assert.match(String(asStatus(watch).message), /watch is not modelled/);
   assert.equal((await call(s, 'PATCH', `${SLICES}/x`, { body: {} })).code, 405);
+  assert.equal((await call(s, 'PUT', '/api/v1/nodes/node-a', { body: node.body })).code, 405);
 });
 
 test('down() refuses connections, up() serves again on the same address with the same state', async (t) => {

@@ -136,8 +136,9 @@ const BINARY_SUFFIX = new Map(Object.entries(BINARY).map(([k, v]) => [v, k]));
  * A quantity in the API server's canonical form, or undefined if it is not one. Binary (Ki…Ei)
  * amounts of at least 1024 that are whole keep the largest binary suffix that leaves a whole number
  * (32768Mi → 32Gi, 1536Mi stays); everything else is written in decimal SI with the largest
- * suffix that leaves a whole number (2000 → 2k, 1.5G → 1500M, 0.5 → 500m). Values finer than 1n
- * are refused here (the real server rounds them up).
+ * suffix that leaves a whole number (2000 → 2k, 1.5G → 1500M, 0.5 → 500m), or, written with an
+ * exponent, the same with e<3k> (1e3 stays, 1.5e3 → 1500). Values finer than 1n are refused here
+ * (the real server rounds them up).
  */
 export function canonicalQuantity(q: string): string | undefined {
   const m = QUANTITY.exec(q);
@@ -172,7 +173,10 @@ export function canonicalQuantity(q: string): string | undefined {
   if (abs === 0n) return '0';
   let e = 18;
   while (e > -9 && abs % 10n ** BigInt(e + 9) !== 0n) e -= 3;
-  return out(`${abs / 10n ** BigInt(e + 9)}${DECIMAL_SUFFIX.get(e) ?? ''}`);
+  // An exponent-written quantity keeps that notation (1e3 stays 1e3, 1.5e3 reads 1500).
+  const exponentForm = /^[eE]/.test(suffix);
+  const unit = exponentForm ? (e === 0 ? '' : `e${e}`) : DECIMAL_SUFFIX.get(e) ?? '';
+  return out(`${abs / 10n ** BigInt(e + 9)}${unit}`);
 }
 
 // ---- Status objects ----

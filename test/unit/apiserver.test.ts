@@ -239,7 +239,7 @@ test('the server stores its own form: canonical quantities, unknown fields dropp
 
   const table: [string, string | undefined][] = [
     ['32768Mi', '32Gi'], ['80Gi', '80Gi'], ['1536Mi', '1536Mi'], ['0.5Gi', '512Mi'], ['512', '512'], ['0.5Ki', '512'],
-    ['2000', '2k'], ['1.5G', '1500M'], ['0.5', '500m'], ['1e3', '1k'], ['0', '0'], ['-2Ki', '-2Ki'], ['80 GiB', undefined], ['1.5n', undefined],
+    ['2000', '2k'], ['1.5G', '1500M'], ['0.5', '500m'], ['1e3', '1e3'], ['1.5e3', '1500'], ['12e6', '12e6'], ['0', '0'], ['-2Ki', '-2Ki'], ['80 GiB', undefined], ['1.5n', undefined],
   ];
   for (const [q, want] of table) assert.equal(canonicalQuantity(q), want, q);
 });

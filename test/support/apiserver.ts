@@ -2,27 +2,31 @@
 // 127.0.0.1 or a unix socket) serving the paths a DRA kubelet plugin uses, with real Kubernetes JSON.
 //
 // Modelled:
-// - resource.k8s.io/v1 ResourceSlices: create (POST, with metadata.generateName), get, list (fieldSelector
-//   on metadata.name / spec.nodeName / spec.driver, labelSelector on label equality), update (PUT) with
-//   resourceVersion optimistic concurrency (a stale one → 409 Conflict; none → an unconditional update),
-//   delete (with DeleteOptions preconditions), deletecollection (DELETE on the collection with the
-//   same selectors: how the kubelet wipes a node's slices; answers the list of what it deleted). One cluster-wide resourceVersion counter; uid,
-//   creationTimestamp and generation (bumped when the spec changes) filled by the server.
-// - The validation FACTS.md §11 names (resource/v1 types and pkg/apis/resource/validation) → 422 Invalid
-//   with details.causes[].field; immutable driver, pool name and nodeName on update.
+// - resource.k8s.io/v1 ResourceSlices: create (POST, metadata.generateName too), get, list
+//   (fieldSelector on metadata.name / spec.nodeName / spec.driver, labelSelector on label equality),
+//   update (PUT) with resourceVersion optimistic concurrency (a stale one → 409 Conflict; none → an
+//   unconditional update; one that changes nothing is not written and keeps its resourceVersion),
+//   delete (with DeleteOptions preconditions), deletecollection (DELETE on the collection with the same
+//   selectors, as the kubelet wipes a node's slices; answers the list it deleted). One cluster-wide
+//   resourceVersion counter; uid, creationTimestamp and generation (bumped when the spec changes)
+//   filled by the server.
+// - The validation rules FACTS.md §11 names (resource/v1 types.go, pkg/apis/resource/validation, with
+//   its messages and field paths) → 422 Invalid with details.causes[].field; driver, pool name and
+//   nodeName immutable on update.
 // - What the server stores is not what was sent: quantities in canonical form (32768Mi → 32Gi), unknown
-//   fields dropped with a `Warning: 299` header (or a 400 with ?fieldValidation=Strict), taints' timeAdded
+//   fields dropped with a `Warning: 299` header (or 400 with ?fieldValidation=Strict), taints' timeAdded
 //   filled. List items carry no apiVersion/kind, as the real server's do.
 // - ResourceClaims get (namespaced; the test seeds them with putClaim) and Nodes get (putNode).
-// - Errors as Kubernetes Status JSON: NotFound 404, AlreadyExists / Conflict 409, Invalid 422, BadRequest
-//   400, Unauthorized 401, Forbidden 403 (with the real message shapes).
-// - Bearer tokens, each with a user name and an allow-list of "verb resource" (e.g. "create resourceslices",
-//   "* resourceslices", "get nodes"); no `tokens` option means every request is allowed.
-// - down() closes the listener and every connection (clients get connection refused); up() listens again
-//   on the same address.
-// Not modelled: watch (→ 405 with a Status saying so), PATCH and apply (→ 405),
-// admission (ValidatingAdmissionPolicy, node authorizer), resource quotas, DeviceClasses, ResourceClaim
-// writes, TLS, API discovery, managedFields, finalizers and graceful deletion, CEL-based validation.
+// - Errors as Kubernetes Status JSON: NotFound 404, AlreadyExists / Conflict 409, Invalid 422,
+//   BadRequest 400, Unauthorized 401, Forbidden 403 (with the real message shapes).
+// - Bearer tokens, each with a user name and an allow-list of "verb resource" (e.g. "create
+//   resourceslices", "* resourceslices", "get nodes"); no `tokens` option: every request is allowed.
+// - down() closes the listener and every connection (clients get connection refused); up() listens
+//   again on the same address, with the same objects.
+// Not modelled: watch (→ 405 with a Status saying so), PATCH and server-side apply (→ 405), admission
+// (ValidatingAdmissionPolicy, the node authorizer), quotas, DeviceClasses, ResourceClaim writes, TLS,
+// API discovery, managedFields, finalizers and graceful deletion, CEL; the contents of nodeSelector,
+// sharedCounters / consumesCounters and per-device node selection are stored but not validated.
 import { EventEmitter } from 'node:events';
 import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';

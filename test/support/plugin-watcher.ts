@@ -77,8 +77,11 @@ export interface RejectedPlugin {
 interface Registered {
   reg: DriverRegistration;
   client: DraClient;
-  /** The socket's identity when it registered: a new file under the same name registers again. */
-  ino: number;
+  /**
+   * The socket file's identity when it registered (inode and change time: a socket bound again at
+   * once may reuse the inode number): a new file under the same name registers again.
+   */
+  identity: string;
   health: grpc.ClientReadableStream<NodeWatchResourcesResponse> | undefined;
   retry?: NodeJS.Timeout;
 }
@@ -184,8 +187,9 @@ export class PluginWatcherStandIn extends EventEmitter {
     if (opts.slices !== undefined) {
       w.wipes.push({ driver: undefined, deleted: opts.slices.janitor.deleteNodeSlices(opts.slices.nodeName) });
     }
-    w.fsw = watch(dir, (_event, name) => {
-      if (typeof name === 'string') w.check(name);
+    // inotify's create and delete come as 'rename'; 'change' (a chmod, say) is ignored, as by the kubelet.
+    w.fsw = watch(dir, (event, name) => {
+      if (event === 'rename' && typeof name === 'string') w.check(name);
     });
     w.fsw.on('error', (err) => w.emit('watch-error', err));
     for (const name of await readdir(dir)) w.check(name);
@@ -221,18 +225,19 @@ export class PluginWatcherStandIn extends EventEmitter {
 
   private async reconcile(path: string): Promise<void> {
     if (this.stopped) return;
-    const st = await lstat(path).catch(() => undefined);
+    const st = await lstat(path, { bigint: true }).catch(() => undefined);
     const have = this.bySocket.get(path);
     if (st === undefined || !st.isSocket()) {
       if (have !== undefined) this.deregister(path, have);
       return;
     }
-    if (have !== undefined && have.ino === st.ino) return; // the same socket, already registered
+    const identity = `${st.ino}:${st.ctimeNs}`;
+    if (have !== undefined && have.identity === identity) return; // the same socket, already registered
     if (have !== undefined) this.deregister(path, have);
-    await this.register(path, st.ino);
+    await this.register(path, identity);
   }
 
-  private async register(socket: string, ino: number): Promise<void> {
+  private async register(socket: string, identity: string): Promise<void> {
     const reg = dial(socket);
     try {
       const svc = pluginRegistrationService();
@@ -268,7 +273,7 @@ export class PluginWatcherStandIn extends EventEmitter {
       const endpoint = verdict.endpoint;
       const client = new DraClient(endpoint, verdict.version);
       const registration: DriverRegistration = { name: info.name, endpoint, socket, version: verdict.version, info, at: 0 };
-      const entry: Registered = { reg: registration, client, ino, health: undefined };
+      const entry: Registered = { reg: registration, client, identity, health: undefined };
       this.bySocket.set(socket, entry);
       const timer = this.wipeTimers.get(info.name);
       if (timer !== undefined) {

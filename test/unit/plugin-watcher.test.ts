@@ -399,3 +399,23 @@ test('with the API server stand-in as the kubelet\'s client: its node\'s slices 
   await wiped;
   assert.deepEqual([...api.slices.keys()].sort(), ['a-nic', 'b-gpu']);
 });
+
+test('a driver restarting at once (its socket unlinked and bound again) is deregistered and registered again', async (t) => {
+  const d = dirs();
+  t.after(d.done);
+  const w = await PluginWatcherStandIn.start(d.registry, { health: false });
+  t.after(() => w.stop());
+  const regSocket = join(d.registry, 'gpu.example.com-reg.sock');
+  const first = await tinyDriver(regSocket, info(join(d.plugins, 'dra.sock')), { versions: ['v1'] });
+  await w.waitForRegistrations(1);
+  first.stop();
+  await rm(regSocket, { force: true });
+  await rm(join(d.plugins, 'dra.sock'), { force: true });
+  const second = await tinyDriver(regSocket, info(join(d.plugins, 'dra.sock')), { versions: ['v1'] });
+  t.after(second.stop);
+  await w.waitForRegistrations(2);
+  assert.deepEqual(second.statuses, [{ plugin_registered: true, error: '' }]);
+  assert.equal(w.deregistrations.length, 1);
+  await w.client('gpu.example.com').prepare([{ namespace: 'n', uid: 'u', name: 'c' }]);
+  assert.equal(second.prepared.length, 1);
+});

@@ -13,8 +13,7 @@ import { createHash } from 'node:crypto';
 import { chmodSync, copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs, promisify } from 'node:util';
-import { parseProto } from '../src/api/proto.ts';
-import type { ProtoFile } from '../src/api/proto.ts';
+import { PROTO_FILES, parseProto } from '../src/api/proto.ts';
 import { NATIVE_LIBRARY_NAME, buildNativeLibrary } from './native.ts';
 import { ARCHES, parseArch, runtimeFor } from './runtime.ts';
 import type { Arch } from './runtime.ts';
@@ -25,7 +24,6 @@ const dist = join(root, 'dist');
 const SEA_FUSE = 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2';
 /** V8's random seed while the blob (and its code cache) is made; any fixed value makes it reproducible. */
 const BLOB_RANDOM_SEED = 20260101;
-const PROTO_FILES: readonly ProtoFile[] = ['deviceplugin.proto', 'podresources.proto'];
 
 /** The Node runtime the build runs its own steps with (always the build machine's, x64). */
 export function runtimeNode(): string {
@@ -130,8 +128,7 @@ export async function buildExecutable(outDir: string = dist, arch: Arch = 'x64')
     execArgv: ['--max-semi-space-size=1', '--max-old-space-size=192', '--no-concurrent-recompilation', '--disable-sigusr1'],
     execArgvExtension: 'none',
     assets: {
-      'deviceplugin.proto': join(root, 'proto', 'deviceplugin.proto'),
-      'podresources.proto': join(root, 'proto', 'podresources.proto'),
+      ...Object.fromEntries(PROTO_FILES.map((f) => [f, join(root, 'proto', f)])),
       'koffi.node': koffiPath,
       [NATIVE_LIBRARY_NAME]: watchPath,
     },

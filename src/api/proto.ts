@@ -40,7 +40,23 @@ export interface ApiCodecs {
   PreStartContainerResponse: Codec<M.PreStartContainerResponse>;
 }
 
-export type ProtoFile = 'deviceplugin.proto' | 'podresources.proto';
+export type ProtoFile =
+  | 'deviceplugin.proto'
+  | 'podresources.proto'
+  | 'pluginregistration.proto'
+  | 'dra-v1.proto'
+  | 'dra-v1beta1.proto'
+  | 'dra-health-v1alpha1.proto';
+
+/** Every .proto file the program carries (the build makes a descriptor of each). */
+export const PROTO_FILES: readonly ProtoFile[] = [
+  'deviceplugin.proto',
+  'podresources.proto',
+  'pluginregistration.proto',
+  'dra-v1.proto',
+  'dra-v1beta1.proto',
+  'dra-health-v1alpha1.proto',
+];
 export type ProtoDescriptors = Readonly<Record<ProtoFile, protobuf.INamespace>>;
 
 /** A .proto file's text as protobufjs reads it (field names kept as written: they are the wire's). */

@@ -5,7 +5,16 @@ import { join } from 'node:path';
 import { createRequire } from 'node:module';
 import sea from 'node:sea';
 
-export type AssetName = 'deviceplugin.proto' | 'podresources.proto' | 'koffi.node' | 'nvml-watch.so';
+/** The .proto files (src/api/proto.ts's ProtoFile), the koffi native module and our own C library. */
+export type AssetName =
+  | 'deviceplugin.proto'
+  | 'podresources.proto'
+  | 'pluginregistration.proto'
+  | 'dra-v1.proto'
+  | 'dra-v1beta1.proto'
+  | 'dra-health-v1alpha1.proto'
+  | 'koffi.node'
+  | 'nvml-watch.so';
 
 export function runningAsSea(): boolean {
   return sea.isSea();
@@ -21,6 +30,10 @@ export function assetSourcePath(name: AssetName): string {
   switch (name) {
     case 'deviceplugin.proto':
     case 'podresources.proto':
+    case 'pluginregistration.proto':
+    case 'dra-v1.proto':
+    case 'dra-v1beta1.proto':
+    case 'dra-health-v1alpha1.proto':
       return join(sourceRoot(), 'proto', name);
     case 'koffi.node': {
       const req = createRequire(join(sourceRoot(), 'package.json'));

@@ -1,0 +1,951 @@
+// A stand-in for the Kubernetes API server, for issue 21's DRA driver tests: a small HTTP server (on
+// 127.0.0.1 or a unix socket) serving the paths a DRA kubelet plugin uses, with real Kubernetes JSON.
+//
+// Modelled:
+// - resource.k8s.io/v1 ResourceSlices: create (POST, metadata.generateName too), get, list
+//   (fieldSelector on metadata.name / spec.nodeName / spec.driver, labelSelector on label equality),
+//   update (PUT) with resourceVersion optimistic concurrency (a stale one → 409 Conflict; none → an
+//   unconditional update; one that changes nothing is not written and keeps its resourceVersion),
+//   delete (with DeleteOptions preconditions), deletecollection (DELETE on the collection with the same
+//   selectors, as the kubelet wipes a node's slices; answers the list it deleted). One cluster-wide
+//   resourceVersion counter; uid, creationTimestamp and generation (bumped when the spec changes)
+//   filled by the server.
+// - The validation rules FACTS.md §11 names (resource/v1 types.go, pkg/apis/resource/validation, with
+//   its messages and field paths) → 422 Invalid with details.causes[].field; driver, pool name and
+//   nodeName immutable on update.
+// - What the server stores is not what was sent: quantities in canonical form (32768Mi → 32Gi), unknown
+//   fields dropped with a `Warning: 299` header (or 400 with ?fieldValidation=Strict), taints' timeAdded
+//   filled. List items carry no apiVersion/kind, as the real server's do.
+// - ResourceClaims get (namespaced; the test seeds them with putClaim) and Nodes get (putNode).
+// - Errors as Kubernetes Status JSON: NotFound 404, AlreadyExists / Conflict 409, Invalid 422,
+//   BadRequest 400, Unauthorized 401, Forbidden 403 (with the real message shapes).
+// - Bearer tokens, each with a user name and an allow-list of "verb resource" (e.g. "create
+//   resourceslices", "* resourceslices", "get nodes"); no `tokens` option: every request is allowed.
+// - down() closes the listener and every connection (clients get connection refused); up() listens
+//   again on the same address, with the same objects.
+// Not modelled: watch (→ 405 with a Status saying so), PATCH and server-side apply (→ 405), admission
+// (ValidatingAdmissionPolicy, the node authorizer), quotas, DeviceClasses, ResourceClaim writes, TLS,
+// API discovery, managedFields, finalizers and graceful deletion, CEL; the contents of nodeSelector,
+// sharedCounters / consumesCounters and per-device node selection are stored but not validated.
+import { EventEmitter } from 'node:events';
+import { randomUUID } from 'node:crypto';
+import { createServer } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { rm } from 'node:fs/promises';
+import type { SliceJanitor } from './plugin-watcher.ts';
+
+export type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
+export type JsonObject = { [k: string]: Json };
+
+export const GROUP = 'resource.k8s.io';
+export const API_VERSION = `${GROUP}/v1`;
+const MAX_BODY = 3 * 1024 * 1024;
+
+/** Limits from resource/v1 types.go (FACTS.md §11). */
+export const LIMITS = {
+  devicesPerSlice: 128,
+  devicesPerSliceWithTaintsOrCounters: 64,
+  attributesAndCapacitiesPerDevice: 32,
+  taintsPerDevice: 16,
+  attributeIdLength: 32,
+  attributeDomainLength: 63,
+  driverNameLength: 63,
+  poolNameLength: 253,
+  stringValueLength: 64,
+  versionValueLength: 64,
+} as const;
+
+export interface Cause {
+  reason: 'FieldValueInvalid' | 'FieldValueTypeInvalid' | 'FieldValueRequired' | 'FieldValueTooLong' | 'FieldValueTooMany' | 'FieldValueDuplicate' | 'FieldValueNotSupported' | 'FieldValueForbidden';
+  message: string;
+  field: string;
+}
+
+export interface TokenGrant {
+  /** The user the token authenticates as (shown in 403 messages). */
+  user: string;
+  /** "verb resource" pairs; either part may be "*". Verbs: get, list, create, update, delete, deletecollection. */
+  allow: string[];
+}
+
+export interface ApiServerOptions {
+  /** Listen on this unix socket instead of 127.0.0.1 (an ephemeral port). */
+  socketPath?: string;
+  /** Bearer token → grant. Without it, authentication and authorization are off. */
+  tokens?: Record<string, TokenGrant>;
+}
+
+export interface RequestRecord {
+  method: string;
+  path: string;
+  user: string | undefined;
+  code: number;
+}
+
+// ---- name and value rules ----
+
+const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const C_IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]*$/;
+const LABEL_NAME = /^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$/;
+const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
+// Semantic Versioning 2.0.0, strict (the grammar of semver.org).
+const NUM = '(0|[1-9][0-9]*)';
+const PRE_ID = '(0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)';
+const SEMVER = new RegExp(`^${NUM}\\.${NUM}\\.${NUM}(-${PRE_ID}(\\.${PRE_ID})*)?(\\+[0-9A-Za-z-]+(\\.[0-9A-Za-z-]+)*)?$`);
+
+export function isDnsLabel(s: string): boolean {
+  return s.length <= 63 && DNS_LABEL.test(s);
+}
+
+export function isDnsSubdomain(s: string): boolean {
+  return s.length <= 253 && DNS_SUBDOMAIN.test(s);
+}
+
+function isQualifiedLabelName(s: string): boolean {
+  const i = s.lastIndexOf('/');
+  const name = i < 0 ? s : s.slice(i + 1);
+  if (i >= 0 && !isDnsSubdomain(s.slice(0, i))) return false;
+  return name.length <= 63 && LABEL_NAME.test(name);
+}
+
+/** An attribute or capacity name: a C identifier ≤ 32, optionally `<domain>/` (a DNS subdomain ≤ 63). */
+function qualifiedNameProblem(s: string): string | undefined {
+  const i = s.indexOf('/');
+  const id = i < 0 ? s : s.slice(i + 1);
+  if (i >= 0) {
+    const domain = s.slice(0, i);
+    if (domain.length > LIMITS.attributeDomainLength || !DNS_SUBDOMAIN.test(domain)) {
+      return `the domain "${domain}" must be a DNS subdomain of at most ${LIMITS.attributeDomainLength} characters`;
+    }
+  }
+  if (id.length === 0 || id.length > LIMITS.attributeIdLength || !C_IDENTIFIER.test(id)) {
+    return id.length > LIMITS.attributeIdLength
+      ? `may not be more than ${LIMITS.attributeIdLength} bytes`
+      : "a valid C identifier must start with alphabetic character or '_', followed by a string of alphanumeric characters or '_' (e.g. 'my_name',  or 'MY_NAME',  or 'MyName', regex used for validation is '[A-Za-z_][A-Za-z0-9_]*')";
+  }
+  return undefined;
+}
+
+// ---- quantities ----
+
+const QUANTITY = /^([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$/;
+const BINARY: Record<string, number> = { Ki: 10, Mi: 20, Gi: 30, Ti: 40, Pi: 50, Ei: 60 };
+const DECIMAL: Record<string, number> = { n: -9, u: -6, m: -3, '': 0, k: 3, M: 6, G: 9, T: 12, P: 15, E: 18 };
+const DECIMAL_SUFFIX = new Map(Object.entries(DECIMAL).map(([k, v]) => [v, k]));
+const BINARY_SUFFIX = new Map(Object.entries(BINARY).map(([k, v]) => [v, k]));
+
+/**
+ * A quantity in the API server's canonical form, or undefined if it is not one. Binary (Ki…Ei)
+ * amounts of at least 1024 that are whole keep the largest binary suffix that leaves a whole number
+ * (32768Mi → 32Gi, 1536Mi stays); everything else is written in decimal SI with the largest
+ * suffix that leaves a whole number (2000 → 2k, 1.5G → 1500M, 0.5 → 500m), or, written with an
+ * exponent, the same with e<3k> (1e3 stays, 1.5e3 → 1500). Values finer than 1n are refused here
+ * (the real server rounds them up).
+ */
+export function canonicalQuantity(q: string): string | undefined {
+  const m = QUANTITY.exec(q);
+  if (m === null) return undefined;
+  const [, sign = '', digits = '', suffix = ''] = m;
+  const [whole = '', frac = ''] = digits.split('.');
+  let exp10 = 0;
+  let exp2 = 0;
+  if (suffix in BINARY) exp2 = BINARY[suffix] ?? 0;
+  else if (suffix in DECIMAL) exp10 = DECIMAL[suffix] ?? 0;
+  else if (suffix !== '') exp10 = Number(suffix.slice(1));
+  // The value in nano-units, exactly.
+  let nanos = BigInt((whole || '0') + frac) * 2n ** BigInt(exp2);
+  const shift = exp10 + 9 - frac.length;
+  if (shift >= 0) nanos *= 10n ** BigInt(shift);
+  else {
+    const div = 10n ** BigInt(-shift);
+    if (nanos % div !== 0n) return undefined;
+    nanos /= div;
+  }
+  const neg = sign === '-' && nanos !== 0n;
+  const abs = nanos;
+  const out = (s: string): string => (neg ? `-${s}` : s);
+  if (exp2 > 0 && abs % 1_000_000_000n === 0n) {
+    const bytes = abs / 1_000_000_000n;
+    if (bytes >= 1024n) {
+      let e = 60;
+      while (e > 0 && bytes % 2n ** BigInt(e) !== 0n) e -= 10;
+      return out(`${bytes / 2n ** BigInt(e)}${BINARY_SUFFIX.get(e) ?? ''}`);
+    }
+  }
+  if (abs === 0n) return '0';
+  let e = 18;
+  while (e > -9 && abs % 10n ** BigInt(e + 9) !== 0n) e -= 3;
+  // An exponent-written quantity keeps that notation (1e3 stays 1e3, 1.5e3 reads 1500).
+  const exponentForm = /^[eE]/.test(suffix);
+  const unit = exponentForm ? (e === 0 ? '' : `e${e}`) : DECIMAL_SUFFIX.get(e) ?? '';
+  return out(`${abs / 10n ** BigInt(e + 9)}${unit}`);
+}
+
+// ---- Status objects ----
+
+export interface Status {
+  kind: 'Status';
+  apiVersion: 'v1';
+  metadata: Record<string, never>;
+  status: 'Failure' | 'Success';
+  message?: string;
+  reason?: string;
+  details?: { name?: string; group?: string; kind?: string; uid?: string; causes?: Cause[] };
+  code: number;
+}
+
+function status(code: number, reason: string, message: string, details?: Status['details']): Status {
+  return { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, ...(details !== undefined ? { details } : {}), code };
+}
+
+class HttpError extends Error {
+  readonly status: Status;
+  constructor(s: Status) {
+    super(s.message);
+    this.status = s;
+  }
+}
+
+/** `resourceslices.resource.k8s.io`, `nodes`: how the server names a resource in messages. */
+function qualified(resource: string, group: string): string {
+  return group === '' ? resource : `${resource}.${group}`;
+}
+
+function notFound(resource: string, group: string, name: string): HttpError {
+  return new HttpError(status(404, 'NotFound', `${qualified(resource, group)} "${name}" not found`, { name, group, kind: resource }));
+}
+
+function conflict(resource: string, group: string, name: string, why = 'the object has been modified; please apply your changes to the latest version and try again'): HttpError {
+  return new HttpError(status(409, 'Conflict', `Operation cannot be fulfilled on ${qualified(resource, group)} "${name}": ${why}`, { name, group, kind: resource }));
+}
+
+function badRequest(message: string): HttpError {
+  return new HttpError(status(400, 'BadRequest', message));
+}
+
+function invalid(kind: string, name: string, causes: Cause[]): HttpError {
+  const list = causes.map((c) => `${c.field}: ${c.message}`);
+  const joined = list.length === 1 ? list[0] ?? '' : `[${list.join(', ')}]`;
+  return new HttpError(status(422, 'Invalid', `${kind}.${GROUP} "${name}" is invalid: ${joined}`, { name, group: GROUP, kind, causes }));
+}
+
+// ---- ResourceSlice validation ----
+
+function isObject(v: Json | undefined): v is JsonObject {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function show(v: Json | undefined): string {
+  return JSON.stringify(v ?? null);
+}
+
+class Causes {
+  readonly list: Cause[] = [];
+  invalid(field: string, value: Json | undefined, why: string): void {
+    this.list.push({ reason: 'FieldValueInvalid', message: `Invalid value: ${show(value)}: ${why}`, field });
+  }
+  typeInvalid(field: string, value: Json | undefined, why: string): void {
+    this.list.push({ reason: 'FieldValueTypeInvalid', message: `Invalid value: ${show(value)}: ${why}`, field });
+  }
+  required(field: string, why = ''): void {
+    this.list.push({ reason: 'FieldValueRequired', message: `Required value${why ? `: ${why}` : ''}`, field });
+  }
+  tooLong(field: string, max: number): void {
+    this.list.push({ reason: 'FieldValueTooLong', message: `Too long: may not be more than ${max} bytes`, field });
+  }
+  tooMany(field: string, n: number, max: number): void {
+    this.list.push({ reason: 'FieldValueTooMany', message: `Too many: ${n}: must have at most ${max} items`, field });
+  }
+  duplicate(field: string, value: Json): void {
+    this.list.push({ reason: 'FieldValueDuplicate', message: `Duplicate value: ${show(value)}`, field });
+  }
+  notSupported(field: string, value: Json | undefined, allowed: string[]): void {
+    this.list.push({ reason: 'FieldValueNotSupported', message: `Unsupported value: ${show(value)}: supported values: ${allowed.map((a) => `"${a}"`).join(', ')}`, field });
+  }
+  forbidden(field: string, why: string): void {
+    this.list.push({ reason: 'FieldValueForbidden', message: `Forbidden: ${why}`, field });
+  }
+}
+
+const DNS_LABEL_MSG = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character";
+const DNS_SUBDOMAIN_MSG = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
+
+function validateSpec(spec: Json | undefined, c: Causes): void {
+  if (!isObject(spec)) {
+    c.required('spec');
+    return;
+  }
+  const driver = spec['driver'];
+  if (typeof driver !== 'string' || driver === '') c.required('spec.driver');
+  else if (driver.length > LIMITS.driverNameLength) c.tooLong('spec.driver', LIMITS.driverNameLength);
+  else if (!DNS_SUBDOMAIN.test(driver)) c.invalid('spec.driver', driver, DNS_SUBDOMAIN_MSG);
+
+  const pool = spec['pool'];
+  if (!isObject(pool)) c.required('spec.pool');
+  else {
+    const name = pool['name'];
+    if (typeof name !== 'string' || name === '') c.required('spec.pool.name');
+    else if (name.length > LIMITS.poolNameLength) c.tooLong('spec.pool.name', LIMITS.poolNameLength);
+    else if (name.split('/').some((p) => !isDnsSubdomain(p))) c.invalid('spec.pool.name', name, `each /-separated part must be a DNS subdomain: ${DNS_SUBDOMAIN_MSG}`);
+    const gen = pool['generation'];
+    if (gen !== undefined && (typeof gen !== 'number' || !Number.isInteger(gen) || gen < 0)) c.invalid('spec.pool.generation', gen, 'must be greater than or equal to zero');
+    const count = pool['resourceSliceCount'];
+    if (typeof count !== 'number' || !Number.isInteger(count) || count <= 0) c.invalid('spec.pool.resourceSliceCount', count, 'must be greater than zero');
+  }
+
+  const selectors = (['nodeName', 'nodeSelector', 'allNodes', 'perDeviceNodeSelection'] as const).filter((k) => {
+    const v = spec[k];
+    return v !== undefined && v !== null && v !== false && v !== '';
+  });
+  if (selectors.length === 0) c.required('spec', 'exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required');
+  else if (selectors.length > 1) c.invalid('spec', `{${selectors.map((x) => `\`${x}\``).join(', ')}}`, 'exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required, but multiple fields are set');
+  const nodeName = spec['nodeName'];
+  if (typeof nodeName === 'string' && nodeName !== '' && !isDnsSubdomain(nodeName)) c.invalid('spec.nodeName', nodeName, DNS_SUBDOMAIN_MSG);
+  if (nodeName !== undefined && nodeName !== null && typeof nodeName !== 'string') c.invalid('spec.nodeName', nodeName, 'must be a string');
+
+  const devices = spec['devices'];
+  if (devices === undefined || devices === null) return;
+  if (!Array.isArray(devices)) {
+    c.invalid('spec.devices', devices, 'must be a list');
+    return;
+  }
+  const constrained = devices.some((d) => isObject(d) && ((Array.isArray(d['taints']) && d['taints'].length > 0) || (Array.isArray(d['consumesCounters']) && d['consumesCounters'].length > 0)));
+  const max = constrained ? LIMITS.devicesPerSliceWithTaintsOrCounters : LIMITS.devicesPerSlice;
+  if (devices.length > max) c.tooMany('spec.devices', devices.length, max);
+  const seen = new Set<string>();
+  devices.forEach((d, i) => validateDevice(d, `spec.devices[${i}]`, seen, c));
+}
+
+function validateDevice(d: Json, at: string, seen: Set<string>, c: Causes): void {
+  if (!isObject(d)) {
+    c.invalid(at, d, 'must be an object');
+    return;
+  }
+  const name = d['name'];
+  if (typeof name !== 'string' || name === '') c.required(`${at}.name`);
+  else if (!isDnsLabel(name)) c.invalid(`${at}.name`, name, DNS_LABEL_MSG);
+  else if (seen.has(name)) c.duplicate(`${at}.name`, name);
+  else seen.add(name);
+
+  const attrs = d['attributes'] ?? {};
+  const caps = d['capacity'] ?? {};
+  if (!isObject(attrs)) c.invalid(`${at}.attributes`, attrs, 'must be a map');
+  if (!isObject(caps)) c.invalid(`${at}.capacity`, caps, 'must be a map');
+  const nAttrs = isObject(attrs) ? Object.keys(attrs).length : 0;
+  const nCaps = isObject(caps) ? Object.keys(caps).length : 0;
+  if (nAttrs + nCaps > LIMITS.attributesAndCapacitiesPerDevice) {
+    c.invalid(at, nAttrs + nCaps, `the total number of attributes and capacities must not exceed ${LIMITS.attributesAndCapacitiesPerDevice}`);
+  }
+  if (isObject(attrs)) {
+    for (const [k, v] of Object.entries(attrs)) {
+      const f = `${at}.attributes[${k}]`;
+      const bad = qualifiedNameProblem(k);
+      if (bad !== undefined) c.typeInvalid(f, k, bad);
+      validateAttributeValue(v, f, c);
+    }
+  }
+  if (isObject(caps)) {
+    for (const [k, v] of Object.entries(caps)) {
+      const f = `${at}.capacity[${k}]`;
+      const bad = qualifiedNameProblem(k);
+      if (bad !== undefined) c.typeInvalid(f, k, bad);
+      if (!isObject(v) || v['value'] === undefined || v['value'] === null) c.required(`${f}.value`);
+    }
+  }
+  const taints = d['taints'];
+  if (taints !== undefined && taints !== null) {
+    if (!Array.isArray(taints)) c.invalid(`${at}.taints`, taints, 'must be a list');
+    else {
+      if (taints.length > LIMITS.taintsPerDevice) c.tooMany(`${at}.taints`, taints.length, LIMITS.taintsPerDevice);
+      taints.forEach((t, j) => validateTaint(t, `${at}.taints[${j}]`, c));
+    }
+  }
+}
+
+function validateAttributeValue(v: Json, f: string, c: Causes): void {
+  if (!isObject(v)) {
+    c.invalid(f, v, 'must be an object with exactly one of int, bool, string, version');
+    return;
+  }
+  const set = (['int', 'bool', 'string', 'version'] as const).filter((k) => v[k] !== undefined && v[k] !== null);
+  if (set.length === 0) {
+    c.required(f, 'exactly one value must be specified');
+    return;
+  }
+  if (set.length > 1) {
+    c.invalid(f, v, 'exactly one value must be specified');
+    return;
+  }
+  const [k] = set;
+  const x = k === undefined ? undefined : v[k];
+  if (k === 'int' && (typeof x !== 'number' || !Number.isInteger(x))) c.invalid(`${f}.int`, x, 'must be an integer');
+  if (k === 'bool' && typeof x !== 'boolean') c.invalid(`${f}.bool`, x, 'must be a boolean');
+  if (k === 'string') {
+    if (typeof x !== 'string') c.invalid(`${f}.string`, x, 'must be a string');
+    else if (x.length > LIMITS.stringValueLength) c.tooLong(`${f}.string`, LIMITS.stringValueLength);
+  }
+  if (k === 'version') {
+    if (typeof x !== 'string') c.invalid(`${f}.version`, x, 'must be a string');
+    else if (x.length > LIMITS.versionValueLength) c.tooLong(`${f}.version`, LIMITS.versionValueLength);
+    else if (!SEMVER.test(x)) c.invalid(`${f}.version`, x, 'must be a string compatible with semver.org spec 2.0.0');
+  }
+}
+
+function validateTaint(t: Json, f: string, c: Causes): void {
+  if (!isObject(t)) {
+    c.invalid(f, t, 'must be an object');
+    return;
+  }
+  const key = t['key'];
+  if (typeof key !== 'string' || key === '') c.required(`${f}.key`);
+  else if (!isQualifiedLabelName(key)) c.invalid(`${f}.key`, key, "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc'), with an optional DNS subdomain prefix and '/'");
+  const value = t['value'];
+  if (value !== undefined && value !== null && (typeof value !== 'string' || value.length > 63 || !LABEL_VALUE.test(value))) {
+    c.invalid(`${f}.value`, value, "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character, at most 63 characters");
+  }
+  const effect = t['effect'];
+  const effects = ['NoSchedule', 'NoExecute', 'None'];
+  if (typeof effect !== 'string' || effect === '') c.required(`${f}.effect`);
+  else if (!effects.includes(effect)) c.notSupported(`${f}.effect`, effect, effects);
+}
+
+// ---- stored form ----
+
+const KNOWN: Record<string, readonly string[]> = {
+  top: ['apiVersion', 'kind', 'metadata', 'spec'],
+  metadata: ['name', 'generateName', 'namespace', 'uid', 'resourceVersion', 'generation', 'creationTimestamp', 'labels', 'annotations', 'ownerReferences', 'finalizers', 'deletionTimestamp', 'deletionGracePeriodSeconds', 'managedFields', 'selfLink'],
+  spec: ['driver', 'pool', 'nodeName', 'nodeSelector', 'allNodes', 'perDeviceNodeSelection', 'devices', 'sharedCounters'],
+  pool: ['name', 'generation', 'resourceSliceCount'],
+  device: ['name', 'attributes', 'capacity', 'consumesCounters', 'nodeName', 'nodeSelector', 'allNodes', 'taints', 'bindsToNode', 'bindingConditions', 'bindingFailureConditions', 'allowMultipleAllocations'],
+  attribute: ['int', 'bool', 'string', 'version'],
+  capacity: ['value', 'requestPolicy'],
+  taint: ['key', 'value', 'effect', 'timeAdded'],
+};
+
+function keep(o: JsonObject, kind: string, at: string, unknown: string[]): JsonObject {
+  const known = KNOWN[kind] ?? [];
+  const out: JsonObject = {};
+  for (const [k, v] of Object.entries(o)) {
+    if (known.includes(k)) out[k] = v;
+    else unknown.push(at === '' ? k : `${at}.${k}`);
+  }
+  return out;
+}
+
+function now(): string {
+  return new Date().toISOString().replace(/\.\d+Z$/, 'Z');
+}
+
+/**
+ * A quantity field in canonical form; one that is not a quantity fails decoding, as in the real server
+ * (400 BadRequest, before validation). JSON numbers are quantities too.
+ */
+function canonValue(o: JsonObject): void {
+  const v = o['value'];
+  if (v === undefined || v === null) return;
+  const canon = typeof v === 'string' || typeof v === 'number' ? canonicalQuantity(String(v)) : undefined;
+  if (canon === undefined) {
+    throw badRequest(`ResourceSlice in version "v1" cannot be handled as a ResourceSlice: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$' (got ${JSON.stringify(v)})`);
+  }
+  o['value'] = canon;
+}
+
+/** The slice as the server stores it: unknown fields out, quantities canonical, timeAdded filled. */
+function normalise(body: JsonObject, unknown: string[]): JsonObject {
+  const top = keep(body, 'top', '', unknown);
+  if (isObject(top['metadata'])) top['metadata'] = keep(top['metadata'], 'metadata', 'metadata', unknown);
+  if (!isObject(top['spec'])) return top;
+  const spec = keep(top['spec'], 'spec', 'spec', unknown);
+  top['spec'] = spec;
+  if (isObject(spec['pool'])) spec['pool'] = keep(spec['pool'], 'pool', 'spec.pool', unknown);
+  const canonCounters = (list: Json | undefined): void => {
+    if (!Array.isArray(list)) return;
+    for (const set of list) {
+      if (!isObject(set) || !isObject(set['counters'])) continue;
+      for (const v of Object.values(set['counters'])) if (isObject(v)) canonValue(v);
+    }
+  };
+  canonCounters(spec['sharedCounters']);
+  const devices = spec['devices'];
+  if (Array.isArray(devices)) {
+    spec['devices'] = devices.map((d, i) => {
+      if (!isObject(d)) return d;
+      const at = `spec.devices[${i}]`;
+      const dev = keep(d, 'device', at, unknown);
+      if (isObject(dev['attributes'])) {
+        for (const [k, v] of Object.entries(dev['attributes'])) if (isObject(v)) dev['attributes'][k] = keep(v, 'attribute', `${at}.attributes[${k}]`, unknown);
+      }
+      if (isObject(dev['capacity'])) {
+        for (const [k, v] of Object.entries(dev['capacity'])) {
+          if (!isObject(v)) continue;
+          const cap = keep(v, 'capacity', `${at}.capacity[${k}]`, unknown);
+          canonValue(cap);
+          dev['capacity'][k] = cap;
+        }
+      }
+      canonCounters(dev['consumesCounters']);
+      if (Array.isArray(dev['taints'])) {
+        dev['taints'] = dev['taints'].map((t, j) => {
+          if (!isObject(t)) return t;
+          const taint = keep(t, 'taint', `${at}.taints[${j}]`, unknown);
+          if (taint['timeAdded'] === undefined || taint['timeAdded'] === null) taint['timeAdded'] = now();
+          return taint;
+        });
+      }
+      return dev;
+    });
+  }
+  return top;
+}
+
+function clone<T extends Json>(v: T): T {
+  return structuredClone(v);
+}
+
+function meta(o: JsonObject): JsonObject {
+  return isObject(o['metadata']) ? o['metadata'] : {};
+}
+
+function str(v: Json | undefined): string | undefined {
+  return typeof v === 'string' ? v : undefined;
+}
+
+// ---- selectors ----
+
+type Requirement = { key: string; op: '=' | '!='; value: string };
+
+function parseSelector(s: string, what: string): Requirement[] {
+  if (s.trim() === '') return [];
+  return s.split(',').map((part) => {
+    const m = /^\s*([^=!\s]+)\s*(==|=|!=)\s*([^=!\s]*)\s*$/.exec(part);
+    if (m === null) throw badRequest(`unable to parse requested ${what} selector "${s}": expected key=value, key==value or key!=value`);
+    return { key: m[1] ?? '', op: m[2] === '!=' ? '!=' : '=', value: m[3] ?? '' };
+  });
+}
+
+const SLICE_FIELDS: Record<string, (o: JsonObject) => string> = {
+  'metadata.name': (o) => str(meta(o)['name']) ?? '',
+  'spec.nodeName': (o) => str(isObject(o['spec']) ? o['spec']['nodeName'] : undefined) ?? '',
+  'spec.driver': (o) => str(isObject(o['spec']) ? o['spec']['driver'] : undefined) ?? '',
+};
+
+// ---- the server ----
+
+interface Route {
+  resource: 'resourceslices' | 'resourceclaims' | 'nodes';
+  group: string;
+  namespace?: string;
+  name?: string;
+}
+
+function route(path: string): Route | undefined {
+  const parts = path.split('/').filter((p) => p !== '').map(decodeURIComponent);
+  const [a, b, c, d, e, f, g] = parts;
+  if (a === 'apis' && b === GROUP && c === 'v1') {
+    if (d === 'resourceslices' && parts.length <= 5) return { resource: 'resourceslices', group: GROUP, ...(e !== undefined ? { name: e } : {}) };
+    if (d === 'namespaces' && e !== undefined && f === 'resourceclaims' && g !== undefined && parts.length === 7) return { resource: 'resourceclaims', group: GROUP, namespace: e, name: g };
+  }
+  if (a === 'api' && b === 'v1' && c === 'nodes' && d !== undefined && parts.length === 4) return { resource: 'nodes', group: '', name: d };
+  return undefined;
+}
+
+const GENERATE_ALPHABET = 'bcdfghjklmnpqrstvwxz2456789';
+
+export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
+  readonly requests: RequestRecord[] = [];
+  /** Slices by name, as stored. */
+  readonly slices = new Map<string, JsonObject>();
+  private readonly claims = new Map<string, JsonObject>();
+  private readonly nodes = new Map<string, JsonObject>();
+  private readonly opts: ApiServerOptions;
+  private server: Server;
+  private address: { port: number } | { path: string } | undefined;
+  private rv = 1000;
+
+  private constructor(opts: ApiServerOptions) {
+    super();
+    this.opts = opts;
+    this.server = this.makeServer();
+  }
+
+  static async start(opts: ApiServerOptions = {}): Promise<ApiServerStandIn> {
+    const s = new ApiServerStandIn(opts);
+    await s.up();
+    return s;
+  }
+
+  /** http://127.0.0.1:<port> (for a unix socket: http://localhost, with `socketPath` to dial). */
+  get url(): string {
+    if (this.address === undefined) throw new Error('API server stand-in has not listened yet');
+    return 'port' in this.address ? `http://127.0.0.1:${this.address.port}` : 'http://localhost';
+  }
+
+  get socketPath(): string | undefined {
+    return this.opts.socketPath;
+  }
+
+  private makeServer(): Server {
+    return createServer((req, res) => {
+      void this.handle(req, res);
+    });
+  }
+
+  /** Listens (again, on the same address after down()). */
+  async up(): Promise<void> {
+    if (this.server.listening) return;
+    this.server = this.makeServer();
+    const path = this.opts.socketPath;
+    if (path !== undefined) await rm(path, { force: true });
+    await new Promise<void>((resolve, reject) => {
+      this.server.once('error', reject);
+      const done = (): void => {
+        this.server.off('error', reject);
+        resolve();
+      };
+      if (path !== undefined) this.server.listen(path, done);
+      else this.server.listen(this.address !== undefined && 'port' in this.address ? this.address.port : 0, '127.0.0.1', done);
+    });
+    this.address = path !== undefined ? { path } : { port: (this.server.address() as AddressInfo).port };
+    this.emit('up');
+  }
+
+  /** Stops listening and drops every connection: clients see connection refused until up(). */
+  async down(): Promise<void> {
+    if (!this.server.listening) return;
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    this.server.closeAllConnections();
+    await closed;
+    this.emit('down');
+  }
+
+  async stop(): Promise<void> {
+    await this.down();
+    if (this.opts.socketPath !== undefined) await rm(this.opts.socketPath, { force: true });
+    this.removeAllListeners();
+  }
+
+  private nextRv(): string {
+    this.rv += 1;
+    return String(this.rv);
+  }
+
+  /** Seeds a Node (GET /api/v1/nodes/<name>). */
+  putNode(name: string, labels: Record<string, string> = {}): JsonObject {
+    const node: JsonObject = { apiVersion: 'v1', kind: 'Node', metadata: { name, uid: randomUUID(), resourceVersion: this.nextRv(), creationTimestamp: now(), labels } };
+    this.nodes.set(name, node);
+    return clone(node);
+  }
+
+  /** Seeds a ResourceClaim (spec and status as given; metadata filled). Returns it as stored. */
+  putClaim(claim: { namespace: string; name: string; uid?: string; spec?: JsonObject; status?: JsonObject }): JsonObject {
+    const stored: JsonObject = {
+      apiVersion: API_VERSION,
+      kind: 'ResourceClaim',
+      metadata: { name: claim.name, namespace: claim.namespace, uid: claim.uid ?? randomUUID(), resourceVersion: this.nextRv(), creationTimestamp: now() },
+      spec: claim.spec ?? { devices: {} },
+      ...(claim.status !== undefined ? { status: claim.status } : {}),
+    };
+    this.claims.set(`${claim.namespace}/${claim.name}`, stored);
+    return clone(stored);
+  }
+
+  deleteClaim(namespace: string, name: string): boolean {
+    return this.claims.delete(`${namespace}/${name}`);
+  }
+
+  /** The kubelet's clean-up (SliceJanitor): deletes the node's slices, of one driver or all. */
+  deleteNodeSlices(nodeName: string, driver?: string): number {
+    let n = 0;
+    for (const [name, s] of this.slices) {
+      const spec = isObject(s['spec']) ? s['spec'] : {};
+      if (spec['nodeName'] === nodeName && (driver === undefined || spec['driver'] === driver)) {
+        this.slices.delete(name);
+        n++;
+      }
+    }
+    if (n > 0) this.nextRv();
+    return n;
+  }
+
+  /** Resolves once `n` requests matching pred have been answered. */
+  waitForRequests(pred: (r: RequestRecord) => boolean, n = 1, timeoutMs = 10_000): Promise<RequestRecord[]> {
+    const probe = (): RequestRecord[] | undefined => {
+      const got = this.requests.filter(pred);
+      return got.length >= n ? got : undefined;
+    };
+    const now0 = probe();
+    if (now0 !== undefined) return Promise.resolve(now0);
+    return new Promise((resolve, reject) => {
+      const on = (): void => {
+        const v = probe();
+        if (v !== undefined) {
+          clearTimeout(timer);
+          this.off('request', on);
+          resolve(v);
+        }
+      };
+      const timer = setTimeout(() => {
+        this.off('request', on);
+        reject(new Error(`API server stand-in: fewer than ${n} matching requests within ${timeoutMs} ms (seen: ${this.requests.map((r) => `${r.method} ${r.path} ${r.code}`).join('; ')})`));
+      }, timeoutMs);
+      this.on('request', on);
+    });
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://stand-in');
+    const method = req.method ?? 'GET';
+    let user: string | undefined;
+    let code = 500;
+    const headers: Record<string, string> = { 'content-type': 'application/json' };
+    let body: Json;
+    try {
+      const r = route(url.pathname);
+      const grant = this.authenticate(req);
+      user = grant?.user;
+      if (r === undefined) throw new HttpError(status(404, 'NotFound', 'the server could not find the requested resource', {}));
+      const verb = this.verb(method, r, url);
+      this.authorize(grant, verb, r);
+      const input = method === 'POST' || method === 'PUT' || method === 'DELETE' ? await readJson(req) : undefined;
+      const out = this.serve(verb, r, url, input);
+      code = out.code;
+      body = out.body;
+      if (out.warnings.length > 0) headers['warning'] = out.warnings.map((w) => `299 - ${JSON.stringify(w)}`).join(', ');
+    } catch (err) {
+      const s = err instanceof HttpError ? err.status : status(500, 'InternalError', `Internal error occurred: ${(err as Error).message}`);
+      code = s.code;
+      body = s as unknown as Json;
+    }
+    res.writeHead(code, headers);
+    res.end(JSON.stringify(body));
+    this.requests.push({ method, path: url.pathname + url.search, user, code });
+    this.emit('request');
+  }
+
+  /** The grant of the request's bearer token; undefined when authentication is off. */
+  private authenticate(req: IncomingMessage): TokenGrant | undefined {
+    const tokens = this.opts.tokens;
+    if (tokens === undefined) return undefined;
+    const m = /^Bearer (.+)$/.exec(req.headers.authorization ?? '');
+    const grant = m === null || !Object.hasOwn(tokens, m[1] ?? '') ? undefined : tokens[m[1] ?? ''];
+    if (grant === undefined) throw new HttpError(status(401, 'Unauthorized', 'Unauthorized'));
+    return grant;
+  }
+
+  private verb(method: string, r: Route, url: URL): string {
+    if (url.searchParams.get('watch') === 'true' || url.searchParams.get('watch') === '1') {
+      throw new HttpError(status(405, 'MethodNotAllowed', 'watch is not modelled by the API server stand-in (test/support/apiserver.ts)'));
+    }
+    const collection = r.name === undefined;
+    if (r.resource !== 'resourceslices') {
+      if (method === 'GET') return 'get';
+      throw new HttpError(status(405, 'MethodNotAllowed', `${method} on ${url.pathname} is not modelled by the API server stand-in (test/support/apiserver.ts): only get of ${r.resource}`));
+    }
+    switch (method) {
+      case 'GET': return collection ? 'list' : 'get';
+      case 'POST': if (collection) return 'create'; break;
+      case 'PUT': if (!collection) return 'update'; break;
+      case 'DELETE': return collection ? 'deletecollection' : 'delete';
+    }
+    throw new HttpError(status(405, 'MethodNotAllowed', `${method} on ${url.pathname} is not modelled by the API server stand-in (test/support/apiserver.ts)`));
+  }
+
+  private authorize(grant: TokenGrant | undefined, verb: string, r: Route): void {
+    if (grant === undefined) return;
+    const user = grant.user;
+    const ok = grant.allow.some((a) => {
+      const [v, res] = a.split(/\s+/);
+      return (v === '*' || v === verb) && (res === '*' || res === r.resource);
+    });
+    if (ok) return;
+    const what = r.name !== undefined ? `${qualified(r.resource, r.group)} "${r.name}"` : qualified(r.resource, r.group);
+    const scope = r.namespace !== undefined ? `in the namespace "${r.namespace}"` : 'at the cluster scope';
+    throw new HttpError(status(403, 'Forbidden', `${what} is forbidden: User "${user}" cannot ${verb} resource "${r.resource}" in API group "${r.group}" ${scope}`,
+      { ...(r.name !== undefined ? { name: r.name } : {}), group: r.group, kind: r.resource }));
+  }
+
+  private serve(verb: string, r: Route, url: URL, input: Json | undefined): { code: number; body: Json; warnings: string[] } {
+    if (r.resource === 'nodes' || r.resource === 'resourceclaims') {
+      const key = r.resource === 'nodes' ? r.name ?? '' : `${r.namespace ?? ''}/${r.name ?? ''}`;
+      const o = (r.resource === 'nodes' ? this.nodes : this.claims).get(key);
+      if (o === undefined) throw notFound(r.resource, r.group, r.name ?? '');
+      return { code: 200, body: clone(o), warnings: [] };
+    }
+    switch (verb) {
+      case 'list': return { code: 200, body: this.list(url), warnings: [] };
+      case 'get': {
+        const s = this.slices.get(r.name ?? '');
+        if (s === undefined) throw notFound('resourceslices', GROUP, r.name ?? '');
+        return { code: 200, body: clone(s), warnings: [] };
+      }
+      case 'create': return this.create(url, input);
+      case 'update': return this.update(r.name ?? '', url, input);
+      case 'delete': return this.remove(r.name ?? '', input);
+      case 'deletecollection': {
+        // As the kubelet wipes a node's slices: DELETE on the collection with a fieldSelector.
+        const list = this.list(url);
+        const items = list['items'] as JsonObject[];
+        for (const i of items) this.slices.delete(str(meta(i)['name']) ?? '');
+        if (items.length > 0) this.nextRv();
+        return { code: 200, body: { ...list, metadata: { resourceVersion: String(this.rv) } }, warnings: [] };
+      }
+    }
+    throw new Error(`unexpected verb ${verb}`);
+  }
+
+  private list(url: URL): JsonObject {
+    const fields = parseSelector(url.searchParams.get('fieldSelector') ?? '', 'field');
+    for (const f of fields) {
+      if (!(f.key in SLICE_FIELDS)) throw badRequest(`field label not supported: ${f.key}`);
+    }
+    const labels = parseSelector(url.searchParams.get('labelSelector') ?? '', 'label');
+    const items: Json[] = [];
+    for (const s of [...this.slices.values()].sort((a, b) => (str(meta(a)['name']) ?? '').localeCompare(str(meta(b)['name']) ?? ''))) {
+      const match = (req: Requirement, v: string): boolean => (req.op === '=' ? v === req.value : v !== req.value);
+      if (!fields.every((f) => match(f, SLICE_FIELDS[f.key]?.(s) ?? ''))) continue;
+      const l = meta(s)['labels'];
+      if (!labels.every((q) => match(q, isObject(l) ? str(l[q.key]) ?? '' : ''))) continue;
+      const item = clone(s);
+      delete item['apiVersion'];
+      delete item['kind'];
+      items.push(item);
+    }
+    return { kind: 'ResourceSliceList', apiVersion: API_VERSION, metadata: { resourceVersion: String(this.rv) }, items };
+  }
+
+  private decodeSlice(input: Json | undefined, url: URL): { obj: JsonObject; warnings: string[] } {
+    if (!isObject(input)) throw badRequest('the request body must be a ResourceSlice JSON object');
+    const apiVersion = input['apiVersion'];
+    const kind = input['kind'];
+    if (apiVersion !== undefined && apiVersion !== API_VERSION) throw badRequest(`the API version in the data (${String(apiVersion)}) does not match the expected API version (${API_VERSION})`);
+    if (kind !== undefined && kind !== 'ResourceSlice') throw badRequest(`the kind in the data (${String(kind)}) does not match the expected kind (ResourceSlice)`);
+    const unknown: string[] = [];
+    const obj = normalise(clone(input), unknown);
+    const mode = url.searchParams.get('fieldValidation') ?? 'Warn';
+    if (mode === 'Strict' && unknown.length > 0) {
+      throw badRequest(`ResourceSlice in version "v1" cannot be handled as a ResourceSlice: strict decoding error: ${unknown.map((u) => `unknown field "${u}"`).join(', ')}`);
+    }
+    return { obj, warnings: mode === 'Ignore' ? [] : unknown.map((u) => `unknown field "${u}"`) };
+  }
+
+  private validate(obj: JsonObject, name: string, old?: JsonObject): void {
+    const c = new Causes();
+    if (!isDnsSubdomain(name)) c.invalid('metadata.name', name, DNS_SUBDOMAIN_MSG);
+    validateSpec(obj['spec'], c);
+    if (old !== undefined && isObject(old['spec']) && isObject(obj['spec'])) {
+      const o = old['spec'];
+      const n = obj['spec'];
+      const poolName = (s: JsonObject): Json | undefined => (isObject(s['pool']) ? s['pool']['name'] : undefined);
+      if (n['driver'] !== o['driver']) c.invalid('spec.driver', n['driver'], 'field is immutable');
+      if (poolName(n) !== poolName(o)) c.invalid('spec.pool.name', poolName(n), 'field is immutable');
+      if ((n['nodeName'] ?? null) !== (o['nodeName'] ?? null)) c.invalid('spec.nodeName', n['nodeName'], 'field is immutable');
+    }
+    if (c.list.length > 0) throw invalid('ResourceSlice', name, c.list);
+  }
+
+  private create(url: URL, input: Json | undefined): { code: number; body: Json; warnings: string[] } {
+    const { obj, warnings } = this.decodeSlice(input, url);
+    const m = meta(obj);
+    let name = str(m['name']) ?? '';
+    const generate = str(m['generateName']);
+    if (name === '' && generate !== undefined && generate !== '') {
+      do {
+        name = generate + Array.from({ length: 5 }, () => GENERATE_ALPHABET[Math.floor(Math.random() * GENERATE_ALPHABET.length)]).join('');
+      } while (this.slices.has(name));
+    }
+    if (name === '') throw invalid('ResourceSlice', '', [{ reason: 'FieldValueRequired', message: 'Required value: name or generateName is required', field: 'metadata.name' }]);
+    if (str(m['resourceVersion']) !== undefined && m['resourceVersion'] !== '') {
+      throw badRequest('resourceVersion should not be set on objects to be created');
+    }
+    this.validate(obj, name);
+    if (this.slices.has(name)) {
+      throw new HttpError(status(409, 'AlreadyExists', `resourceslices.${GROUP} "${name}" already exists`, { name, group: GROUP, kind: 'resourceslices' }));
+    }
+    const stored: JsonObject = {
+      ...obj,
+      apiVersion: API_VERSION,
+      kind: 'ResourceSlice',
+      metadata: { ...m, name, uid: randomUUID(), resourceVersion: this.nextRv(), generation: 1, creationTimestamp: now() },
+    };
+    this.slices.set(name, stored);
+    return { code: 201, body: clone(stored), warnings };
+  }
+
+  private update(name: string, url: URL, input: Json | undefined): { code: number; body: Json; warnings: string[] } {
+    const { obj, warnings } = this.decodeSlice(input, url);
+    const m = meta(obj);
+    if (str(m['name']) !== name) throw badRequest(`the name of the object (${String(m['name'] ?? '')}) does not match the name on the URL (${name})`);
+    const old = this.slices.get(name);
+    if (old === undefined) throw notFound('resourceslices', GROUP, name);
+    const oldMeta = meta(old);
+    const rv = str(m['resourceVersion']);
+    if (rv !== undefined && rv !== '' && rv !== oldMeta['resourceVersion']) throw conflict('resourceslices', GROUP, name);
+    const uid = str(m['uid']);
+    if (uid !== undefined && uid !== '' && uid !== oldMeta['uid']) {
+      throw conflict('resourceslices', GROUP, name, `Precondition failed: UID in precondition: ${uid}, UID in object meta: ${String(oldMeta['uid'])}`);
+    }
+    this.validate(obj, name, old);
+    // An update that changes nothing is not written: the resourceVersion stays (as with etcd).
+    const comparable = (o: JsonObject): string => {
+      const { resourceVersion: _rv, uid: _uid, generation: _gen, creationTimestamp: _ct, ...rest } = meta(o);
+      return JSON.stringify({ ...o, apiVersion: API_VERSION, kind: 'ResourceSlice', metadata: rest });
+    };
+    if (comparable(obj) === comparable(old)) return { code: 200, body: clone(old), warnings };
+    const specChanged = JSON.stringify(obj['spec']) !== JSON.stringify(old['spec']);
+    const gen = typeof oldMeta['generation'] === 'number' ? oldMeta['generation'] : 1;
+    const stored: JsonObject = {
+      ...obj,
+      apiVersion: API_VERSION,
+      kind: 'ResourceSlice',
+      metadata: {
+        ...m,
+        name,
+        uid: oldMeta['uid'] ?? null,
+        creationTimestamp: oldMeta['creationTimestamp'] ?? null,
+        generation: specChanged ? gen + 1 : gen,
+        resourceVersion: this.nextRv(),
+      },
+    };
+    this.slices.set(name, stored);
+    return { code: 200, body: clone(stored), warnings };
+  }
+
+  private remove(name: string, input: Json | undefined): { code: number; body: Json; warnings: string[] } {
+    const old = this.slices.get(name);
+    if (old === undefined) throw notFound('resourceslices', GROUP, name);
+    const pre = isObject(input) && isObject(input['preconditions']) ? input['preconditions'] : {};
+    const oldMeta = meta(old);
+    const rv = str(pre['resourceVersion']);
+    if (rv !== undefined && rv !== oldMeta['resourceVersion']) {
+      throw conflict('resourceslices', GROUP, name, `Precondition failed: ResourceVersion in precondition: ${rv}, ResourceVersion in object meta: ${String(oldMeta['resourceVersion'])}`);
+    }
+    const uid = str(pre['uid']);
+    if (uid !== undefined && uid !== oldMeta['uid']) {
+      throw conflict('resourceslices', GROUP, name, `Precondition failed: UID in precondition: ${uid}, UID in object meta: ${String(oldMeta['uid'])}`);
+    }
+    this.slices.delete(name);
+    this.nextRv();
+    const ok: Status = { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Success', details: { name, group: GROUP, kind: 'resourceslices', uid: String(oldMeta['uid']) }, code: 200 };
+    return { code: 200, body: ok as unknown as Json, warnings: [] };
+  }
+}
+
+async function readJson(req: IncomingMessage): Promise<Json | undefined> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    const b = chunk as Buffer;
+    size += b.length;
+    if (size > MAX_BODY) throw new HttpError(status(413, 'RequestEntityTooLarge', `the request body is larger than ${MAX_BODY} bytes`));
+    chunks.push(b);
+  }
+  const text = Buffer.concat(chunks).toString('utf8');
+  if (text.trim() === '') return undefined;
+  try {
+    return JSON.parse(text) as Json;
+  } catch (err) {
+    throw badRequest(`the request body is not JSON: ${(err as Error).message}`);
+  }
+}

@@ -1,0 +1,404 @@
+// A stand-in for the kubelet's plugin watcher and DRA plugin manager (issue 21), over real gRPC with
+// the kubelet's own protos (src/api/dra.ts). Modelled on the kubelet's pluginmanager and
+// cm/dra/plugin code (kubernetes/kubernetes, read for facts): it watches a plugins_registry directory
+// for unix sockets whose names do not start with '.' (and walks what is there at start), dials each
+// one, calls GetInfo (1 s in the kubelet), looks up the handler by PluginInfo.type (only "DRAPlugin"
+// here), takes an empty endpoint as the registration socket itself, validates supported_versions (the
+// first entry of the plugin's list that the kubelet speaks is chosen; an empty list or no overlap is
+// refused), refuses a second registration of the same endpoint for one driver, and reports the
+// outcome with NotifyRegistrationStatus(true) or (false, "RegisterPlugin error -- …" in the
+// kubelet's words). The file's removal is deregistration; a new socket under the same name registers
+// again. Several plugins of one driver may be registered (rolling update): calls go to the newest.
+// A registered driver gets a DraClient (NodePrepareResources / NodeUnprepareResources, 45 s, to the
+// endpoint it named, in the version chosen) and, as the kubelet does with ResourceHealthStatus on,
+// a NodeWatchResources stream whose latest list is kept (re-opened after `healthRetryMs` if it
+// fails or ends, 5 s in the kubelet). With `slices` set it also does what the kubelet does to
+// ResourceSlices: at start it deletes every slice of its node, and `wipeDelayMs` (30 s in the kubelet)
+// after a driver's last plugin went away it deletes that driver's slices, unless one registered again.
+// Not modelled: sub-directories of the registry, the kubelet's 1 s reconcile loop (this reacts to
+// each inotify event at once), gRPC connection monitoring of the DRA endpoint (the kubelet also
+// starts the wipe delay when no plugin of a driver is *connected*, not only when it deregistered),
+// CSI and device-plugin handlers.
+import * as grpc from '@grpc/grpc-js';
+import { EventEmitter } from 'node:events';
+import { watch } from 'node:fs';
+import type { FSWatcher } from 'node:fs';
+import { lstat, readdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { DRA_PLUGIN_TYPE, DRA_SERVICE_NAMES, draHealthService, draPluginService, pluginRegistrationService } from '../../src/api/dra.ts';
+import type {
+  Claim,
+  DeviceHealth,
+  DraVersion,
+  NodePrepareResourcesResponse,
+  NodeUnprepareResourcesResponse,
+  NodeWatchResourcesResponse,
+  PluginInfo,
+} from '../../src/api/dra.ts';
+
+/** What the kubelet does to ResourceSlices (the API server stand-in implements it). */
+export interface SliceJanitor {
+  /** Deletes the node's slices, of one driver or (driver undefined) of every driver; returns how many. */
+  deleteNodeSlices(nodeName: string, driver?: string): number;
+}
+
+export interface WatcherOptions {
+  /** The services this kubelet speaks, in the kubelet's terms (default both, as 1.34–1.37). */
+  versions?: readonly DraVersion[];
+  /** Open the health stream of every registered plugin (default true: 1.36, ResourceHealthStatus on). */
+  health?: boolean;
+  /** Wait before re-opening a health stream that failed or ended (default 5000, the kubelet's). */
+  healthRetryMs?: number;
+  /** Deadline of GetInfo and NotifyRegistrationStatus each (default 2 s; the kubelet's are 1 s and 5 s). */
+  callTimeoutMs?: number;
+  /** The kubelet's part in ResourceSlice clean-up; off unless set. */
+  slices?: { janitor: SliceJanitor; nodeName: string; wipeDelayMs?: number };
+}
+
+export interface DriverRegistration {
+  name: string;
+  endpoint: string;
+  /** The registration socket it came from. */
+  socket: string;
+  version: DraVersion;
+  info: PluginInfo;
+  /** performance.now() when NotifyRegistrationStatus(true) was answered. */
+  at: number;
+}
+
+export interface RejectedPlugin {
+  socket: string;
+  info: PluginInfo | undefined;
+  reason: string;
+  /** Whether NotifyRegistrationStatus(false, reason) reached the plugin. */
+  notified: boolean;
+}
+
+interface Registered {
+  reg: DriverRegistration;
+  client: DraClient;
+  /**
+   * The socket file's identity when it registered (inode and change time: a socket bound again at
+   * once may reuse the inode number): a new file under the same name registers again.
+   */
+  identity: string;
+  health: grpc.ClientReadableStream<NodeWatchResourcesResponse> | undefined;
+  retry?: NodeJS.Timeout;
+}
+
+/** Dials a unix socket with its own connection (closed with close()). */
+function dial(path: string): grpc.Client {
+  return new grpc.Client(`unix://${path}`, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 });
+}
+
+/** One call; waitForReady waits (up to the deadline) for a server still between bind() and listen(). */
+function unary<Req, Res>(client: grpc.Client, m: grpc.MethodDefinition<Req, Res>, req: Req, timeoutMs: number, waitForReady = false): Promise<Res> {
+  return new Promise<Res>((resolve, reject) => {
+    client.makeUnaryRequest(m.path, m.requestSerialize, m.responseDeserialize, req, new grpc.Metadata({ waitForReady }), { deadline: Date.now() + timeoutMs },
+      (err, res) => (err || res === undefined ? reject(err ?? new Error(`${m.path}: no response`)) : resolve(res)));
+  });
+}
+
+/** The kubelet's DRA client of one driver: NodePrepareResources / NodeUnprepareResources over real gRPC. */
+export class DraClient {
+  readonly endpoint: string;
+  readonly version: DraVersion;
+  private readonly client: grpc.Client;
+  /** The kubelet's timeout for both calls. */
+  static readonly CALL_TIMEOUT_MS = 45_000;
+
+  constructor(endpoint: string, version: DraVersion) {
+    this.endpoint = endpoint;
+    this.version = version;
+    this.client = dial(endpoint);
+  }
+
+  prepare(claims: Claim[], timeoutMs = DraClient.CALL_TIMEOUT_MS): Promise<NodePrepareResourcesResponse> {
+    return unary(this.client, draPluginService(this.version).NodePrepareResources, { claims }, timeoutMs);
+  }
+
+  unprepare(claims: Claim[], timeoutMs = DraClient.CALL_TIMEOUT_MS): Promise<NodeUnprepareResourcesResponse> {
+    return unary(this.client, draPluginService(this.version).NodeUnprepareResources, { claims }, timeoutMs);
+  }
+
+  /** Opens the health stream on the same connection (v1alpha1.DRAResourceHealth/NodeWatchResources). */
+  watchHealth(): grpc.ClientReadableStream<NodeWatchResourcesResponse> {
+    const m = draHealthService().NodeWatchResources;
+    return this.client.makeServerStreamRequest(m.path, m.requestSerialize, m.responseDeserialize, {});
+  }
+
+  close(): void {
+    this.client.close();
+  }
+}
+
+/**
+ * The kubelet's checks on GetInfo's answer (plugin manager, then the DRA handler's ValidatePlugin):
+ * the version chosen, or the error text it sends with NotifyRegistrationStatus(false).
+ */
+export function validatePluginInfo(info: PluginInfo, socket: string, versions: readonly DraVersion[]): { version: DraVersion; endpoint: string } | { error: string } {
+  if (info.type !== DRA_PLUGIN_TYPE) return { error: `RegisterPlugin error -- no handler registered for plugin type: ${info.type} at socket ${socket}` };
+  const endpoint = info.endpoint === '' ? socket : info.endpoint;
+  const invalid = (why: string): { error: string } => ({
+    error: `RegisterPlugin error -- plugin validation failed with err: invalid supported gRPC versions of DRA driver plugin ${info.name} at endpoint ${endpoint}: ${why}`,
+  });
+  if (info.supported_versions.length === 0) return invalid('empty list of supported gRPC services (aka supported versions)');
+  for (const offered of info.supported_versions) {
+    const v = versions.find((k) => DRA_SERVICE_NAMES[k] === offered);
+    if (v !== undefined) return { version: v, endpoint };
+  }
+  const goQuote = (l: readonly string[]): string => `[${l.map((x) => JSON.stringify(x)).join(' ')}]`;
+  return invalid(`none of services supported by the plugin (${goQuote(info.supported_versions)}) are supported by the kubelet (${goQuote(versions.map((v) => DRA_SERVICE_NAMES[v]))})`);
+}
+
+export class PluginWatcherStandIn extends EventEmitter {
+  readonly dir: string;
+  readonly registrations: DriverRegistration[] = [];
+  readonly rejected: RejectedPlugin[] = [];
+  readonly deregistrations: { name: string; socket: string }[] = [];
+  /** Slices the kubelet deleted: at start (driver undefined) and after a driver stayed away. */
+  readonly wipes: { driver: string | undefined; deleted: number }[] = [];
+  /** The latest health list per driver, and how many stream messages came. */
+  readonly health = new Map<string, { devices: DeviceHealth[]; messages: number }>();
+  /** Health streams that failed or ended (a driver without the service answers UNIMPLEMENTED). */
+  readonly healthErrors: { driver: string; code: grpc.status | undefined; message: string }[] = [];
+  private readonly versions: readonly DraVersion[];
+  private readonly opts: WatcherOptions;
+  private readonly callTimeoutMs: number;
+  private fsw: FSWatcher | undefined;
+  /** By registration socket path. */
+  private readonly bySocket = new Map<string, Registered>();
+  /** Per socket path, the chain of checks so that events on one path are handled in order. */
+  private readonly pending = new Map<string, Promise<void>>();
+  private readonly wipeTimers = new Map<string, NodeJS.Timeout>();
+  private stopped = false;
+
+  private constructor(dir: string, opts: WatcherOptions) {
+    super();
+    this.dir = dir;
+    this.opts = opts;
+    this.versions = opts.versions ?? ['v1', 'v1beta1'];
+    this.callTimeoutMs = opts.callTimeoutMs ?? 2000;
+  }
+
+  /** Starts watching `dir` (which must exist), as a kubelet start does. */
+  static async start(dir: string, opts: WatcherOptions = {}): Promise<PluginWatcherStandIn> {
+    const w = new PluginWatcherStandIn(dir, opts);
+    if (opts.slices !== undefined) {
+      w.wipes.push({ driver: undefined, deleted: opts.slices.janitor.deleteNodeSlices(opts.slices.nodeName) });
+    }
+    // inotify's create and delete come as 'rename'; 'change' (a chmod, say) is ignored, as by the kubelet.
+    w.fsw = watch(dir, (event, name) => {
+      if (event === 'rename' && typeof name === 'string') w.check(name);
+    });
+    w.fsw.on('error', (err) => w.emit('watch-error', err));
+    for (const name of await readdir(dir)) w.check(name);
+    return w;
+  }
+
+  /** The DRA client of a registered driver (the newest registration of that name). */
+  client(driver: string): DraClient {
+    const r = this.current(driver);
+    if (r === undefined) throw new Error(`plugin watcher stand-in: no driver ${driver} registered (registered: ${[...this.bySocket.values()].map((x) => x.reg.name).join(', ') || 'none'})`);
+    return r.client;
+  }
+
+  registered(driver: string): DriverRegistration | undefined {
+    return this.current(driver)?.reg;
+  }
+
+  private current(driver: string): Registered | undefined {
+    let best: Registered | undefined;
+    for (const r of this.bySocket.values()) if (r.reg.name === driver && (best === undefined || r.reg.at > best.reg.at)) best = r;
+    return best;
+  }
+
+  private check(name: string): void {
+    if (name.startsWith('.')) return;
+    const path = join(this.dir, name);
+    const prev = this.pending.get(path) ?? Promise.resolve();
+    const next = prev.then(() => this.reconcile(path)).catch((err: unknown) => {
+      this.emit('watch-error', err);
+    });
+    this.pending.set(path, next);
+  }
+
+  private async reconcile(path: string): Promise<void> {
+    if (this.stopped) return;
+    const st = await lstat(path, { bigint: true }).catch(() => undefined);
+    const have = this.bySocket.get(path);
+    if (st === undefined || !st.isSocket()) {
+      if (have !== undefined) this.deregister(path, have);
+      return;
+    }
+    const identity = `${st.ino}:${st.ctimeNs}`;
+    if (have !== undefined && have.identity === identity) return; // the same socket, already registered
+    if (have !== undefined) this.deregister(path, have);
+    await this.register(path, identity);
+  }
+
+  private async register(socket: string, identity: string): Promise<void> {
+    const reg = dial(socket);
+    try {
+      const svc = pluginRegistrationService();
+      let info: PluginInfo;
+      // The socket file exists from bind(); the server may answer a moment later (the kubelet's
+      // reconciler tries again each second while the file is there): wait for it up to the deadline.
+      try {
+        info = await unary(reg, svc.GetInfo, {}, this.callTimeoutMs, true);
+      } catch (err) {
+        if (this.stopped) return;
+        this.rejected.push({ socket, info: undefined, reason: `GetInfo on ${socket} failed: ${(err as Error).message}`, notified: false });
+        this.emit('rejected', socket);
+        return;
+      }
+      const verdict = validatePluginInfo(info, socket, this.versions);
+      let problem = 'error' in verdict ? verdict.error : undefined;
+      if (!('error' in verdict) && [...this.bySocket.values()].some((r) => r.reg.name === info.name && r.reg.endpoint === verdict.endpoint)) {
+        problem = `RegisterPlugin error -- plugin registration failed with err: endpoint ${verdict.endpoint} already registered for DRA driver plugin ${info.name}`;
+      }
+      if (problem !== undefined || 'error' in verdict) {
+        const reason = problem ?? 'unreachable';
+        let notified = false;
+        try {
+          await unary(reg, svc.NotifyRegistrationStatus, { plugin_registered: false, error: reason }, this.callTimeoutMs);
+          notified = true;
+        } catch {
+          // the plugin is gone or does not answer; the kubelet only logs this
+        }
+        this.rejected.push({ socket, info, reason, notified });
+        this.emit('rejected', socket);
+        return;
+      }
+      const endpoint = verdict.endpoint;
+      const client = new DraClient(endpoint, verdict.version);
+      const registration: DriverRegistration = { name: info.name, endpoint, socket, version: verdict.version, info, at: 0 };
+      const entry: Registered = { reg: registration, client, identity, health: undefined };
+      this.bySocket.set(socket, entry);
+      const timer = this.wipeTimers.get(info.name);
+      if (timer !== undefined) {
+        clearTimeout(timer);
+        this.wipeTimers.delete(info.name);
+      }
+      try {
+        await unary(reg, svc.NotifyRegistrationStatus, { plugin_registered: true, error: '' }, this.callTimeoutMs);
+      } catch (err) {
+        // The kubelet logs a failed notification and keeps the registration.
+        this.emit('notify-error', socket, err);
+      }
+      registration.at = performance.now();
+      this.registrations.push(registration);
+      if (this.opts.health ?? true) this.openHealth(entry);
+      this.emit('registered', registration);
+    } finally {
+      reg.close();
+    }
+  }
+
+  private openHealth(entry: Registered): void {
+    if (this.stopped || this.bySocket.get(entry.reg.socket) !== entry) return;
+    const stream = entry.client.watchHealth();
+    entry.health = stream;
+    const name = entry.reg.name;
+    let retried = false;
+    const retry = (err?: grpc.ServiceError): void => {
+      if (retried || entry.health !== stream) return;
+      retried = true;
+      this.healthErrors.push({ driver: name, code: err?.code, message: err?.details ?? 'the stream ended' });
+      this.emit('health-ended', name, err);
+      entry.retry = setTimeout(() => this.openHealth(entry), this.opts.healthRetryMs ?? 5000);
+    };
+    stream.on('data', (msg: NodeWatchResourcesResponse) => {
+      const h = this.health.get(name);
+      this.health.set(name, { devices: msg.devices, messages: (h?.messages ?? 0) + 1 });
+      this.emit('health', name, msg.devices);
+    });
+    stream.on('error', (err: grpc.ServiceError) => retry(err));
+    stream.on('end', () => retry());
+  }
+
+  private closeEntry(r: Registered): void {
+    const stream = r.health;
+    r.health = undefined;
+    stream?.cancel();
+    if (r.retry !== undefined) clearTimeout(r.retry);
+    r.client.close();
+  }
+
+  private deregister(socket: string, r: Registered): void {
+    this.bySocket.delete(socket);
+    this.closeEntry(r);
+    this.deregistrations.push({ name: r.reg.name, socket });
+    const s = this.opts.slices;
+    if (s !== undefined && this.current(r.reg.name) === undefined) {
+      const driver = r.reg.name;
+      const timer = setTimeout(() => {
+        this.wipeTimers.delete(driver);
+        this.wipes.push({ driver, deleted: s.janitor.deleteNodeSlices(s.nodeName, driver) });
+        this.emit('wiped', driver);
+      }, s.wipeDelayMs ?? 30_000);
+      this.wipeTimers.set(driver, timer);
+    }
+    this.emit('deregistered', r.reg.name);
+  }
+
+  /** Drivers whose slices will be deleted when their wipe delay runs out. */
+  pendingWipes(): string[] {
+    return [...this.wipeTimers.keys()];
+  }
+
+  waitForRegistrations(n: number, timeoutMs = 10_000): Promise<DriverRegistration> {
+    return this.waitFor(() => this.registrations[n - 1], 'registered', timeoutMs, `registration #${n}`);
+  }
+
+  waitForRejections(n: number, timeoutMs = 10_000): Promise<RejectedPlugin> {
+    return this.waitFor(() => this.rejected[n - 1], 'rejected', timeoutMs, `rejection #${n}`);
+  }
+
+  waitForDeregistrations(n: number, timeoutMs = 10_000): Promise<{ name: string; socket: string }> {
+    return this.waitFor(() => this.deregistrations[n - 1], 'deregistered', timeoutMs, `deregistration #${n}`);
+  }
+
+  waitForHealthErrors(n: number, timeoutMs = 10_000): Promise<{ driver: string; code: grpc.status | undefined; message: string }> {
+    return this.waitFor(() => this.healthErrors[n - 1], 'health-ended', timeoutMs, `health stream failure #${n}`);
+  }
+
+  /** Resolves with the driver's health list once it satisfies pred. */
+  waitForHealth(driver: string, pred: (d: DeviceHealth[]) => boolean, timeoutMs = 10_000): Promise<DeviceHealth[]> {
+    return this.waitFor(() => {
+      const h = this.health.get(driver);
+      return h !== undefined && pred(h.devices) ? h.devices : undefined;
+    }, 'health', timeoutMs, `a matching health list from ${driver}`);
+  }
+
+  private waitFor<T>(probe: () => T | undefined, event: string, timeoutMs: number, what: string): Promise<T> {
+    const now = probe();
+    if (now !== undefined) return Promise.resolve(now);
+    return new Promise<T>((resolve, reject) => {
+      const onEvent = (): void => {
+        const v = probe();
+        if (v !== undefined) {
+          clearTimeout(timer);
+          this.off(event, onEvent);
+          resolve(v);
+        }
+      };
+      const timer = setTimeout(() => {
+        this.off(event, onEvent);
+        reject(new Error(`plugin watcher stand-in: no ${what} within ${timeoutMs} ms (registered ${this.registrations.length}, rejected ${JSON.stringify(this.rejected.map((r) => r.reason))})`));
+      }, timeoutMs);
+      this.on(event, onEvent);
+    });
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.fsw?.close();
+    await Promise.all(this.pending.values());
+    for (const t of this.wipeTimers.values()) clearTimeout(t);
+    this.wipeTimers.clear();
+    for (const r of this.bySocket.values()) this.closeEntry(r);
+    this.bySocket.clear();
+    this.removeAllListeners();
+  }
+}

@@ -43,6 +43,12 @@ export interface AdvertisedDevice {
 
 export const MAX_DEVICE_ID_LENGTH = 63;
 
+/**
+ * The name the container runtime gets for a GPU (NVIDIA_VISIBLE_DEVICES, CDI names, volume-mounts):
+ * its UUID or its index, by the strategy. The ID advertised to the kubelet is always the UUID (as
+ * NVIDIA's plugin does whatever the strategy), so allocations the kubelet checkpointed survive a
+ * strategy change, a switch from NVIDIA's plugin, and a reboot that re-indexes the GPUs.
+ */
 export function gpuDeviceId(gpu: Gpu, strategy: DeviceIdStrategy): string {
   return strategy === 'uuid' ? gpu.uuid : String(gpu.index);
 }
@@ -51,13 +57,13 @@ export function gpuDeviceId(gpu: Gpu, strategy: DeviceIdStrategy): string {
 export function wholeGpuDevices(gpus: readonly Gpu[], strategy: DeviceIdStrategy): AdvertisedDevice[] {
   const seen = new Set<string>();
   return gpus.map((gpu, i) => {
-    const id = gpuDeviceId(gpu, strategy);
+    const id = gpu.uuid;
     if (id.length === 0 || id.length > MAX_DEVICE_ID_LENGTH) {
       throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) has device ID ${JSON.stringify(id)} of ${id.length} characters; the kubelet accepts 1 to ${MAX_DEVICE_ID_LENGTH}`);
     }
     if (seen.has(id)) throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) repeats device ID ${id}; every GPU needs its own`);
     seen.add(id);
-    return { id, uuid: gpu.uuid, gpu: i, runtimeName: id };
+    return { id, uuid: gpu.uuid, gpu: i, runtimeName: gpuDeviceId(gpu, strategy) };
   });
 }
 

@@ -107,7 +107,7 @@ export function isMigResource(name: string): boolean {
   return name.startsWith(`${RESOURCE_DOMAIN}/mig-`);
 }
 
-/** The ID of a MIG device: its UUID, or `<parent index>:<MIG index>`. */
+/** The name the container runtime gets for a MIG device: its UUID, or `<parent index>:<MIG index>` (the kubelet always gets the UUID). */
 export function migDeviceId(d: MigDevice, gpus: readonly Gpu[], strategy: DeviceIdStrategy): string {
   if (strategy === 'uuid') return d.uuid;
   const parent = gpus[d.parent];
@@ -169,17 +169,18 @@ function checkId(id: string, what: string): void {
 function migDevices(list: readonly { d: MigDevice; pos: number }[], gpus: readonly Gpu[], strategy: DeviceIdStrategy, replicas: number): AdvertisedDevice[] {
   const out: AdvertisedDevice[] = [];
   for (const { d } of list) {
-    const base = migDeviceId(d, gpus, strategy);
+    // Advertised by MIG UUID whatever the strategy; the runtime gets the strategy's name.
+    const runtimeName = migDeviceId(d, gpus, strategy);
     const uuid = gpus[d.parent]?.uuid ?? '';
     if (replicas <= 1) {
-      checkId(base, `MIG device ${d.uuid}`);
-      out.push({ id: base, uuid, gpu: d.parent, runtimeName: base, mig: d.uuid });
+      checkId(d.uuid, `MIG device ${d.uuid}`);
+      out.push({ id: d.uuid, uuid, gpu: d.parent, runtimeName, mig: d.uuid });
       continue;
     }
     for (let n = 0; n < replicas; n++) {
-      const id = replicaId(base, n);
+      const id = replicaId(d.uuid, n);
       checkId(id, `MIG device ${d.uuid}`);
-      out.push({ id, uuid, gpu: d.parent, runtimeName: base, replica: n, mig: d.uuid });
+      out.push({ id, uuid, gpu: d.parent, runtimeName, replica: n, mig: d.uuid });
     }
   }
   return out;

@@ -158,11 +158,12 @@ export function planResources(gpus: readonly Gpu[], strategy: DeviceIdStrategy, 
   const seen = new Set<string>();
   const whole = (pos: number): AdvertisedDevice => {
     const gpu = gpus[pos] as Gpu;
-    const id = gpuDeviceId(gpu, strategy);
+    // Advertised by UUID whatever the strategy; the runtime gets the strategy's name (devices.ts).
+    const id = gpu.uuid;
     checkId(id, gpu);
     if (seen.has(id)) throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) repeats device ID ${id}; every GPU needs its own`);
     seen.add(id);
-    return { id, uuid: gpu.uuid, gpu: pos, runtimeName: id };
+    return { id, uuid: gpu.uuid, gpu: pos, runtimeName: gpuDeviceId(gpu, strategy) };
   };
   if (ts === null) {
     return [{ name: GPU_RESOURCE, devices: gpus.map((_, i) => i).filter(isWhole).map((i) => whole(i)), shared: false, failRequestsGreaterThanOne: false }];
@@ -184,13 +185,13 @@ export function planResources(gpus: readonly Gpu[], strategy: DeviceIdStrategy, 
       }
       sharedBy.set(pos, k);
       const gpu = gpus[pos] as Gpu;
-      const base = gpuDeviceId(gpu, strategy);
+      const runtimeName = gpuDeviceId(gpu, strategy);
       for (let n = 0; n < r.replicas; n++) {
-        const id = replicaId(base, n);
+        const id = replicaId(gpu.uuid, n);
         checkId(id, gpu);
         if (seen.has(id)) throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) repeats device ID ${id}; every GPU needs its own`);
         seen.add(id);
-        list.push({ id, uuid: gpu.uuid, gpu: pos, runtimeName: base, replica: n });
+        list.push({ id, uuid: gpu.uuid, gpu: pos, runtimeName, replica: n });
       }
     }
   });

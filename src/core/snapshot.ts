@@ -166,7 +166,7 @@ export function buildSnapshot(scan: NodeScan | null, settings: PlanSettings, pre
     const migHealth = previous?.migHealth ?? new Map<string, UnitHealth>();
     // No driver at start: no GPUs to check the config against yet, nothing to advertise; the first
     // scan with GPUs plans (and refuses a config that does not fit them, as a start would).
-    const { resources, planProblem, notes } = previous === null ? { resources: [], planProblem: null, notes: [] } : plan(gpus, mig, settings, previous, previous.migCapabilities);
+    const { resources, planProblem, notes } = previous === null ? planWithoutGpus(settings) : plan(gpus, mig, settings, previous, previous.migCapabilities);
     return {
       driverVersion: null,
       gpus,
@@ -228,6 +228,15 @@ interface Plan {
   resources: PlannedResource[];
   planProblem: string | null;
   notes: string[];
+}
+
+/** The plan of a start without the driver: what no GPU makes (nvidia.com/gpu, empty), or nothing when the config names GPUs. */
+function planWithoutGpus(settings: PlanSettings): Plan {
+  try {
+    return { ...planForNode([], NO_MIG, settings), planProblem: null };
+  } catch {
+    return { resources: [], planProblem: null, notes: [] };
+  }
 }
 
 function plan(gpus: readonly Gpu[], mig: MigLayout, settings: PlanSettings, previous: NodeSnapshot | null, caps: NodeSnapshot['migCapabilities']): Plan {

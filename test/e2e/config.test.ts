@@ -24,7 +24,8 @@ const healthOf = (d: readonly M.Device[]): string => d.map((x) => (x.health === 
 test('volume-mounts with the index strategy: the exact Allocate response', async () => {
   const node = await SimNode.start({ topology: 'demo-8', args: ['--device-list-strategy=volume-mounts', '--device-id-strategy=index'] });
   try {
-    const res = await node.kubelet!.allocate({ container_requests: [{ devices_ids: ['5', '2'] }] });
+    const u = node.topology.gpus.map((g) => g.uuid);
+    const res = await node.kubelet!.allocate({ container_requests: [{ devices_ids: [u[5]!, u[2]!] }] });
     assert.deepEqual(res.container_responses, [{
       envs: { NVIDIA_VISIBLE_DEVICES: '/var/run/nvidia-container-devices' },
       mounts: [

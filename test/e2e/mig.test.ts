@@ -54,7 +54,8 @@ test('mixed: one resource and socket per full profile, MIG-disabled GPUs whole, 
 test('single on a uniform node: every MIG device as nvidia.com/gpu, by UUID or <gpu>:<mig>', async () => {
   for (const [ids, expected] of [
     ['uuid', [migUuid(g(UNIFORM, 0), '3g.40gb', 1), migUuid(g(UNIFORM, 0), '3g.40gb', 2), migUuid(g(UNIFORM, 1), '3g.40gb', 1), migUuid(g(UNIFORM, 1), '3g.40gb', 2)]],
-    ['index', ['0:0', '0:1', '1:0', '1:1']],
+    // The kubelet gets MIG UUIDs whatever the strategy (as from NVIDIA's plugin); index names only what the runtime receives.
+    ['index', [migUuid(g(UNIFORM, 0), '3g.40gb', 1), migUuid(g(UNIFORM, 0), '3g.40gb', 2), migUuid(g(UNIFORM, 1), '3g.40gb', 1), migUuid(g(UNIFORM, 1), '3g.40gb', 2)]],
   ] as const) {
     const node = await SimNode.start({ topology: 'mig-uniform-2', args: ['--mig-strategy=single', `--device-id-strategy=${ids}`] });
     try {
@@ -129,8 +130,10 @@ test('Allocate: one and two MIG devices on one and two parents, index IDs, devic
     await node.kubelet!.waitForRegistrations(6, 15000);
     const k = node.kubelet!;
     const ids = await k.waitForDevices((d) => d.length === 4, 'nvidia.com/mig-1g.10gb');
-    assert.deepEqual(ids.map((d) => d.ID), ['0:0', '0:1', '1:2', '1:3']);
-    const res = await k.allocate({ container_requests: [{ devices_ids: ['0:1'] }, { devices_ids: ['0:0', '1:3'] }] }, 'nvidia.com/mig-1g.10gb');
+    // Listed by MIG UUID (the index strategy names only what the runtime gets): 0:0, 0:1, 1:2, 1:3.
+    assert.ok(ids.every((d) => d.ID.startsWith('MIG-')), ids.map((d) => d.ID).join(' '));
+    const [m00, m01, , m13] = ids.map((d) => d.ID);
+    const res = await k.allocate({ container_requests: [{ devices_ids: [m01!] }, { devices_ids: [m00!, m13!] }] }, 'nvidia.com/mig-1g.10gb');
     const [one, two] = res.container_responses;
     assert.equal(one!.envs['NVIDIA_VISIBLE_DEVICES'], '0:1');
     assert.equal(two!.envs['NVIDIA_VISIBLE_DEVICES'], '0:0,1:3');
@@ -266,10 +269,14 @@ test('GetPreferredAllocation for a MIG resource: packed fills one GPU, distribut
     try {
       const k = node.kubelet!;
       await k.waitForRegistrations(6, 15000);
-      const res = await k.preferred({ container_requests: [{ available_deviceIDs: ['0:0', '0:1', '1:2', '1:3'], must_include_deviceIDs: [], allocation_size: 2 }] }, 'nvidia.com/mig-1g.10gb');
-      assert.deepEqual(res.container_responses[0]!.deviceIDs, expected, policy);
-      const must = await k.preferred({ container_requests: [{ available_deviceIDs: ['0:0', '0:1', '1:2', '1:3'], must_include_deviceIDs: ['1:3'], allocation_size: 2 }] }, 'nvidia.com/mig-1g.10gb');
-      assert.deepEqual(must.container_responses[0]!.deviceIDs, policy === 'packed' ? ['1:2', '1:3'] : ['0:0', '1:3'], policy);
+      // The kubelet's IDs are MIG UUIDs; in list order they are the devices 0:0, 0:1, 1:2, 1:3.
+      const names = ['0:0', '0:1', '1:2', '1:3'];
+      const listed = (await k.waitForDevices((d) => d.length === 4, 'nvidia.com/mig-1g.10gb')).map((d) => d.ID);
+      const id = (n: string): string => listed[names.indexOf(n)]!;
+      const res = await k.preferred({ container_requests: [{ available_deviceIDs: listed, must_include_deviceIDs: [], allocation_size: 2 }] }, 'nvidia.com/mig-1g.10gb');
+      assert.deepEqual(res.container_responses[0]!.deviceIDs, expected.map(id), policy);
+      const must = await k.preferred({ container_requests: [{ available_deviceIDs: listed, must_include_deviceIDs: [id('1:3')], allocation_size: 2 }] }, 'nvidia.com/mig-1g.10gb');
+      assert.deepEqual(must.container_responses[0]!.deviceIDs, (policy === 'packed' ? ['1:2', '1:3'] : ['0:0', '1:3']).map(id), policy);
     } finally {
       await node.stop();
     }

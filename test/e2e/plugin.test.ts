@@ -395,13 +395,16 @@ test('old driver without the newer symbols: starts, takes NUMA nodes from sysfs,
   }
 });
 
-test('--device-id-strategy index advertises indices and passes them to the runtime', async () => {
+test('--device-id-strategy index still lists UUIDs to the kubelet (as NVIDIA\'s plugin does) and passes indices to the runtime', async () => {
   const node = await SimNode.start({ topology: 'demo-8', args: ['--device-id-strategy=index'] });
   try {
     const devices = await node.kubelet!.waitForDevices((d) => d.length === 8);
-    assert.deepEqual(devices.map((d) => d.ID), ['0', '1', '2', '3', '4', '5', '6', '7']);
-    const res = await node.kubelet!.allocate({ container_requests: [{ devices_ids: ['6', '2'] }] });
+    const u = node.topology.gpus.map((g) => g.uuid);
+    assert.deepEqual(devices.map((d) => d.ID), u);
+    const res = await node.kubelet!.allocate({ container_requests: [{ devices_ids: [u[6]!, u[2]!] }] });
     assert.equal(res.container_responses[0]!.envs['NVIDIA_VISIBLE_DEVICES'], '6,2');
+    const pref = await node.kubelet!.preferred({ container_requests: [{ available_deviceIDs: u, must_include_deviceIDs: [u[5]!], allocation_size: 2 }] });
+    assert.ok(pref.container_responses[0]!.deviceIDs.every((id) => u.includes(id)), 'GetPreferredAllocation answers in UUIDs too');
   } finally {
     await node.stop();
   }

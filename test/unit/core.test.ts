@@ -21,10 +21,10 @@ function gpus(n: number): Gpu[] {
 
 const noSpecs: AllocateSettings = { passDeviceSpecs: false, devRoot: '/', presentControlDevices: [] };
 
-test('whole-GPU devices take the UUID or the index as ID', () => {
+test('whole-GPU devices are advertised by UUID whatever the strategy; the runtime gets the UUID or the index', () => {
   const g = gpus(3);
-  assert.deepEqual(wholeGpuDevices(g, 'uuid').map((d) => d.id), g.map((x) => x.uuid));
-  assert.deepEqual(wholeGpuDevices(g, 'index').map((d) => d.id), ['0', '1', '2']);
+  assert.deepEqual(wholeGpuDevices(g, 'uuid').map((d) => [d.id, d.runtimeName]), g.map((x) => [x.uuid, x.uuid]));
+  assert.deepEqual(wholeGpuDevices(g, 'index').map((d) => [d.id, d.runtimeName]), g.map((x, i) => [x.uuid, String(i)]));
 });
 
 test('device IDs longer than 63 characters or repeated are refused with the GPU named', () => {
@@ -60,7 +60,7 @@ test('Allocate answers one response per container, in order, with NVIDIA_VISIBLE
 test('Allocate with the index strategy passes indices', () => {
   const g = gpus(4);
   const idx = indexDevices(wholeGpuDevices(g, 'index'), g);
-  const res = allocate([{ devices_ids: ['3', '1'] }], idx, noSpecs);
+  const res = allocate([{ devices_ids: [g[3]!.uuid, g[1]!.uuid] }], idx, noSpecs);
   assert.equal(res[0]!.envs['NVIDIA_VISIBLE_DEVICES'], '3,1');
 });
 

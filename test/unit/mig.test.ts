@@ -89,7 +89,8 @@ test('single: a uniform node advertises every MIG device as nvidia.com/gpu (UUID
   assert.deepEqual(summary(plan), [['nvidia.com/gpu', UNIFORM.devices.map((d) => d.uuid)]]);
   assert.deepEqual(plan.resources[0]?.devices.map((d) => [d.gpu, d.uuid, d.mig, d.runtimeName]), UNIFORM.devices.map((d) => [d.parent, UNIFORM_GPUS[d.parent]!.uuid, d.uuid, d.uuid]));
   const byIndex = planMigResources(UNIFORM_GPUS, UNIFORM, 'single', 'index', NO_SHARING);
-  assert.deepEqual(summary(byIndex), [['nvidia.com/gpu', ['0:0', '0:1', '1:0', '1:1']]]);
+  assert.deepEqual(summary(byIndex), [['nvidia.com/gpu', UNIFORM.devices.map((d) => d.uuid)]], 'the kubelet gets MIG UUIDs whatever the strategy');
+  assert.deepEqual(byIndex.resources[0]?.devices.map((d) => d.runtimeName), ['0:0', '0:1', '1:0', '1:1']);
   // No MIG-enabled GPU at all: as none.
   const off: MigLayout = { modes: [null, { current: false, pending: true }], devices: [] };
   assert.deepEqual(summary(planMigResources(UNIFORM_GPUS, off, 'single', 'uuid', NO_SHARING)), [['nvidia.com/gpu', UNIFORM_GPUS.map((g) => g.uuid)]]);
@@ -121,7 +122,7 @@ test('mixed: one resource per full profile (+ as .), MIG-disabled GPUs whole, su
     `GPU 3 (${GPUS[3]!.uuid}) has MIG enabled but no MIG devices; it is skipped until it has some`,
   ]);
   const byIndex = planMigResources(GPUS, MIXED, 'mixed', 'index', NO_SHARING);
-  assert.deepEqual(byIndex.resources.find((r) => r.name === 'nvidia.com/mig-1g.10gb')?.devices.map((d) => d.id), ['0:0', '0:1', '1:2', '1:3']);
+  assert.deepEqual(byIndex.resources.find((r) => r.name === 'nvidia.com/mig-1g.10gb')?.devices.map((d) => [d.id, d.runtimeName]), [[u(0), '0:0'], [u(1), '0:1'], [u(7), '1:2'], [u(8), '1:3']]);
   // Empty layout: nothing at all to advertise, and each GPU noted.
   const empty = planMigResources(UNIFORM_GPUS, EMPTY, 'mixed', 'uuid', NO_SHARING);
   assert.deepEqual(empty.resources, []);
@@ -192,12 +193,14 @@ test('Allocate: one and two MIG devices, on one and two parents, with index IDs 
   const plan = planMigResources(GPUS, MIXED, 'mixed', 'index', NO_SHARING);
   const r = plan.resources.find((x) => x.name === 'nvidia.com/mig-1g.10gb')!;
   const index = indexDevices(r.devices, GPUS);
+  // The kubelet names MIG devices by UUID; the runtime gets <gpu>:<mig> (the index strategy).
+  const ids = (names: string[]): string[] => names.map((n) => r.devices.find((d) => d.runtimeName === n)?.id ?? n);
   const settings: AllocateSettings = {
     passDeviceSpecs: true, devRoot: '/host', presentControlDevices: ['/dev/nvidiactl'],
     migCapabilities: migCapabilityNodes(GPUS, MIXED.devices, parseMigMinors(migMinorsText(4))),
   };
-  const [one, sameParent, twoParents] = allocate([{ devices_ids: ['0:1'] }, { devices_ids: ['1:2', '1:3'] }, { devices_ids: ['1:3', '0:0'] }].slice(0, 1), index, settings)
-    .concat(allocate([{ devices_ids: ['1:2', '1:3'] }], index, settings), allocate([{ devices_ids: ['1:3', '0:0'] }], index, settings));
+  const [one, sameParent, twoParents] = allocate([{ devices_ids: ids(['0:1']) }], index, settings)
+    .concat(allocate([{ devices_ids: ids(['1:2', '1:3']) }], index, settings), allocate([{ devices_ids: ids(['1:3', '0:0']) }], index, settings));
   const specs = (a: typeof one) => a?.devices.map((d) => `${d.container_path}=${d.host_path}`);
   assert.deepEqual(one?.envs, { NVIDIA_VISIBLE_DEVICES: '0:1' });
   assert.deepEqual(specs(one), ['/dev/nvidiactl=/host/dev/nvidiactl', '/dev/nvidia0=/host/dev/nvidia0', '/dev/nvidia-caps/nvidia-cap21=/host/dev/nvidia-caps/nvidia-cap21', '/dev/nvidia-caps/nvidia-cap22=/host/dev/nvidia-caps/nvidia-cap22']);
@@ -207,7 +210,7 @@ test('Allocate: one and two MIG devices, on one and two parents, with index IDs 
   assert.deepEqual(twoParents?.envs, { NVIDIA_VISIBLE_DEVICES: '1:3,0:0' });
   assert.deepEqual(specs(twoParents)?.map((s) => s.split('=')[0]), ['/dev/nvidiactl', '/dev/nvidia1', '/dev/nvidia-caps/nvidia-cap174', '/dev/nvidia-caps/nvidia-cap175', '/dev/nvidia0', '/dev/nvidia-caps/nvidia-cap12', '/dev/nvidia-caps/nvidia-cap13']);
   // CDI keeps NVIDIA's class; unknown and foreign IDs are refused by name.
-  const cdi = allocate([{ devices_ids: ['0:0'] }], index, { ...settings, deviceListStrategies: ['cdi-cri', 'cdi-annotations'], newUuid: () => 'u' });
+  const cdi = allocate([{ devices_ids: ids(['0:0']) }], index, { ...settings, deviceListStrategies: ['cdi-cri', 'cdi-annotations'], newUuid: () => 'u' });
   assert.deepEqual(cdi[0]?.cdi_devices, [{ name: 'k8s.device-plugin.nvidia.com/gpu=0:0' }]);
   assert.deepEqual(cdi[0]?.annotations, { 'cdi.k8s.io/nvidia-device-plugin_u': 'k8s.device-plugin.nvidia.com/gpu=0:0' });
   assert.deepEqual(cdi[0]?.devices, []);
@@ -232,9 +235,13 @@ test('preferred MIG devices: packed fills one GPU first, distributed spreads; on
   };
   const r = planMigResources(gpus, layout, 'mixed', 'index', NO_SHARING).resources[0]!;
   const index = indexDevices(r.devices, gpus);
-  const all = r.devices.map((d) => d.id);
+  // Asked and answered in <gpu>:<mig> runtime names for readability; the kubelet's IDs are MIG UUIDs.
+  const idOf = new Map(r.devices.map((d) => [d.runtimeName, d.id]));
+  const nameOf = new Map(r.devices.map((d) => [d.id, d.runtimeName]));
+  const all = r.devices.map((d) => d.runtimeName);
   const ask = (available: string[], must: string[], size: number, policy: 'packed' | 'distributed') =>
-    preferredAllocation([{ available_deviceIDs: available, must_include_deviceIDs: must, allocation_size: size }], index, lowestFirstChooser, policy)[0];
+    preferredAllocation([{ available_deviceIDs: available.map((n) => idOf.get(n) ?? n), must_include_deviceIDs: must.map((n) => idOf.get(n) ?? n), allocation_size: size }], index, lowestFirstChooser, policy)[0]
+      ?.map((id) => nameOf.get(id) ?? id);
   // Two: packed fills the NUMA node with fewest free (node 1, GPU 2) and keeps node 0 whole;
   // distributed takes the node with most free and spreads over its GPUs.
   assert.deepEqual(ask(all, [], 2, 'packed'), ['2:0', '2:1']);

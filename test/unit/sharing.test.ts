@@ -77,8 +77,8 @@ test('replicas: every GPU advertised N times as <UUID>::0..N-1 under nvidia.com/
   assert.equal(plan[0]!.shared, true);
   assert.deepEqual(plan[0]!.devices.map((d) => d.id), [0, 1].flatMap((i) => [0, 1, 2].map((n) => `${g[i]!.uuid}::${n}`)));
   assert.ok(plan[0]!.devices.every((d) => d.runtimeName === g[d.gpu]!.uuid));
-  // With the index strategy the replica IDs carry the index.
-  assert.deepEqual(planResources(g, 'index', timeSliced(2))[0]!.devices.map((d) => d.id), ['0::0', '0::1', '1::0', '1::1']);
+  // With the index strategy the replica IDs still carry the UUID (as NVIDIA's); the runtime gets the index.
+  assert.deepEqual(planResources(g, 'index', timeSliced(2))[0]!.devices.map((d) => [d.id, d.runtimeName]), [0, 1].flatMap((i) => [0, 1].map((n) => [`${g[i]!.uuid}::${n}`, String(i)])));
 });
 
 test('renameByDefault advertises nvidia.com/gpu.shared; rename wins over it', () => {
@@ -135,7 +135,7 @@ test('envvar: NVIDIA_VISIBLE_DEVICES only', () => {
 test('volume-mounts: the variable names the folder, one read-only /dev/null mount per device', () => {
   const g = gpus(4);
   const idx = indexDevices(planResources(g, 'index', NO_SHARING)[0]!.devices, g);
-  const [r] = allocate([{ devices_ids: ['3', '1'] }], idx, { ...base, deviceListStrategies: ['volume-mounts'] });
+  const [r] = allocate([{ devices_ids: [g[3]!.uuid, g[1]!.uuid] }], idx, { ...base, deviceListStrategies: ['volume-mounts'] });
   assert.deepEqual(r, {
     envs: { NVIDIA_VISIBLE_DEVICES: '/var/run/nvidia-container-devices' },
     mounts: [
@@ -147,7 +147,7 @@ test('volume-mounts: the variable names the folder, one read-only /dev/null moun
     cdi_devices: [],
   });
   // With envvar too, the variable still points at the mounts (as in NVIDIA's plugin).
-  const [both] = allocate([{ devices_ids: ['3'] }], idx, { ...base, deviceListStrategies: ['envvar', 'volume-mounts'] });
+  const [both] = allocate([{ devices_ids: [g[3]!.uuid] }], idx, { ...base, deviceListStrategies: ['envvar', 'volume-mounts'] });
   assert.equal(both!.envs['NVIDIA_VISIBLE_DEVICES'], '/var/run/nvidia-container-devices');
   assert.equal(both!.mounts.length, 1);
 });

@@ -149,12 +149,13 @@ test('changed settings add, update and remove resources with their device lists'
   assert.deepEqual(d3.updated.map((r) => [r.name, r.vanished]), [['nvidia.com/gpu', [`${uuid(0)}::2`, `${uuid(1)}::2`]]]);
 });
 
-test('with index IDs, the same ID on another GPU is an update, not "unchanged"', () => {
+test('with the index strategy a GPU leaving vanishes by its UUID; the others keep their IDs and the runtime names follow the indices', () => {
   const settings: PlanSettings = { deviceIdStrategy: 'index', sharing: NO_SHARING };
   const a = buildSnapshot(scan([0, 1, 2]), settings, null, false);
   const b = buildSnapshot(scan([0, 2]), settings, a, false);
   const d = diff(a, b);
-  assert.deepEqual(d.updated.map((r) => [r.devices.map((x) => x.ID), r.vanished]), [[['0', '1'], ['2']]]);
+  assert.deepEqual(d.updated.map((r) => [r.devices.map((x) => x.ID), r.vanished]), [[[uuid(0), uuid(2)], [uuid(1)]]]);
+  assert.deepEqual(b.resources[0]?.devices.map((x) => x.runtimeName), b.gpus.map((g) => String(g.index)));
 });
 
 test('a config that no longer fits the GPUs keeps the previous resources for the GPUs still there', () => {

@@ -132,7 +132,7 @@ test('Allocate: one and two MIG devices on one and two parents, index IDs, devic
     const ids = await k.waitForDevices((d) => d.length === 4, 'nvidia.com/mig-1g.10gb');
     // Listed by MIG UUID (the index strategy names only what the runtime gets): 0:0, 0:1, 1:2, 1:3.
     assert.ok(ids.every((d) => d.ID.startsWith('MIG-')), ids.map((d) => d.ID).join(' '));
-    const [m00, m01, , m13] = ids.map((d) => d.ID);
+    const [m00, m01, m12, m13] = ids.map((d) => d.ID);
     const res = await k.allocate({ container_requests: [{ devices_ids: [m01!] }, { devices_ids: [m00!, m13!] }] }, 'nvidia.com/mig-1g.10gb');
     const [one, two] = res.container_responses;
     assert.equal(one!.envs['NVIDIA_VISIBLE_DEVICES'], '0:1');
@@ -150,15 +150,17 @@ test('Allocate: one and two MIG devices on one and two parents, index IDs, devic
     ]);
     assert.deepEqual(Object.values(two!.annotations), ['k8s.device-plugin.nvidia.com/gpu=0:0,k8s.device-plugin.nvidia.com/gpu=1:3']);
     // Two on one parent.
-    const same = await k.allocate({ container_requests: [{ devices_ids: ['1:2', '1:3'] }] }, 'nvidia.com/mig-1g.10gb');
+    const same = await k.allocate({ container_requests: [{ devices_ids: [m12!, m13!] }] }, 'nvidia.com/mig-1g.10gb');
     assert.deepEqual(same.container_responses[0]!.devices.map((d) => d.container_path), [
       '/dev/nvidiactl', '/dev/nvidia1', '/dev/nvidia-caps/nvidia-cap165', '/dev/nvidia-caps/nvidia-cap166', '/dev/nvidia-caps/nvidia-cap174', '/dev/nvidia-caps/nvidia-cap175',
     ]);
     // +me lives under its own resource; foreign and unknown IDs are refused by name.
-    const me = await k.allocate({ container_requests: [{ devices_ids: ['0:2'] }] }, 'nvidia.com/mig-1g.10gb.me');
+    const [mMe] = (await k.waitForDevices((d) => d.length === 1, 'nvidia.com/mig-1g.10gb.me')).map((d) => d.ID);
+    const me = await k.allocate({ container_requests: [{ devices_ids: [mMe!] }] }, 'nvidia.com/mig-1g.10gb.me');
     assert.equal(me.container_responses[0]!.envs['NVIDIA_VISIBLE_DEVICES'], '0:2');
-    await assert.rejects(k.allocate({ container_requests: [{ devices_ids: ['0:2'] }] }, 'nvidia.com/mig-1g.10gb'), /INVALID_ARGUMENT.*unknown device ID "0:2"/s);
-    await assert.rejects(k.allocate({ container_requests: [{ devices_ids: ['2'] }] }, 'nvidia.com/mig-1g.10gb'), /unknown device ID "2"/);
+    await assert.rejects(k.allocate({ container_requests: [{ devices_ids: [mMe!] }] }, 'nvidia.com/mig-1g.10gb'), new RegExp(`INVALID_ARGUMENT.*unknown device ID "${mMe}"`, 's'));
+    // The runtime's names are not IDs the kubelet can use.
+    await assert.rejects(k.allocate({ container_requests: [{ devices_ids: ['0:2'] }] }, 'nvidia.com/mig-1g.10gb'), /unknown device ID "0:2"/);
   } finally {
     await node.stop();
   }

@@ -27,9 +27,9 @@ import type { EnvFileRead, UnitEnvironment } from './env-file.ts';
 import { otherSockets, readCdiSpecs, readInstalledUnit } from './host-view.ts';
 import type { UnitRead } from './host-view.ts';
 import { inspectNode, migResources } from './inspect.ts';
-import type { NodeReport } from './inspect.ts';
+import type { InspectResult, NodeReport } from './inspect.ts';
 import { OPTION_SPECS, parseOptions, showOption } from './options.ts';
-import type { OptionKey, ParsedOptions } from './options.ts';
+import type { OptionKey, Options, ParsedOptions } from './options.ts';
 import { planSettings } from './plan-settings.ts';
 import { writableInSandbox } from './sandbox.ts';
 import { defaultStateFile } from '../observe/state-file.ts';
@@ -152,11 +152,36 @@ export interface CheckDeps {
 }
 
 export async function runChecks(argv: readonly string[], processEnv: Readonly<Record<string, string | undefined>>, log: Logger, deps: CheckDeps = {}): Promise<CheckReport> {
-  const lines: CheckLine[] = [];
   const isRoot = deps.isRoot ?? process.geteuid?.() === 0;
   const { envFiles: givenEnvFiles, rest } = splitCheckArgs(argv);
-
   const { unit, envPaths, fromFiles, env, shellSet } = await serviceEnvironment(givenEnvFiles, processEnv);
+  const lines: CheckLine[] = environmentChecks(fromFiles, envPaths, shellSet);
+
+  const config = parseForCheck(rest, env);
+  lines.push(config.line);
+  const { parsed } = config;
+  const o = parsed.options;
+  const origins = optionOrigins(parsed, fromFiles, processEnv);
+
+  if (!isRoot) {
+    lines.push({ status: 'WARN', name: 'privileges', detail: `running as uid ${process.geteuid?.() ?? '?'}, not root as the service does: what only root may see or do is SKIP below`, fix: 'run `sudo gpu-device-plugin check`' });
+  }
+
+  const node = inspectNode(o.driverRoot, env['SYSFS_ROOT'] || '/sys', log);
+  const gpus = nodeChecks(node, parsed, config.ok, env);
+  lines.push(...gpus.lines);
+  const imex = await imexCheck(o);
+  lines.push(...imex.lines);
+  lines.push(...await strategyChecks(parsed, node.ok ? node.report : null, gpus.plan, imex.channels, env));
+  lines.push(...await writabilityChecks(o, unit, env, isRoot));
+  lines.push(...await socketDirectoryNeighbours(dirname(o.kubeletSocket), o.kubeletSocket));
+  lines.push(await kubeletCheck(o.kubeletSocket));
+  return { lines, parsed, origins, envFiles: fromFiles.files, unit: { source: unit.source, files: unit.files } };
+}
+
+/** Whether the environment files could be read and every line in them taken, and what only this shell sets. */
+function environmentChecks(fromFiles: UnitEnvironment, envPaths: ServiceEnvironment['envPaths'], shellSet: readonly string[]): CheckLine[] {
+  const lines: CheckLine[] = [];
   const read = fromFiles.files.filter((f) => f.parsed !== null);
   const envProblems = fromFiles.files.filter((f) => f.error !== null).map((f) => f.error as string);
   const ignoredLines = read.flatMap((f) => (f.parsed?.ignored ?? []).map((x) => `${f.path}:${x.line}: ${x.why}`));
@@ -171,66 +196,73 @@ export async function runChecks(argv: readonly string[], processEnv: Readonly<Re
   if (shellSet.length > 0) {
     lines.push({ status: 'WARN', name: 'shell environment', detail: `${shellSet.join(', ')} set in this shell: used by this check, but the service does not see them`, fix: 'put them in the environment file the unit reads (see "Effective options")' });
   }
+  return lines;
+}
 
-  let parsed: ParsedOptions;
-  let configOk = true;
+/** The options as the daemon would parse them; when it would refuse them, the defaults, so the checks below still run. */
+function parseForCheck(rest: readonly string[], env: Readonly<Record<string, string | undefined>>): { parsed: ParsedOptions; ok: boolean; line: CheckLine } {
   try {
-    parsed = parseOptions(rest, env);
+    const parsed = parseOptions(rest, env);
     parseHealthSettings(env['DP_DISABLE_HEALTHCHECKS'], env['DP_ENABLE_HEALTHCHECKS']);
-    lines.push({ status: 'PASS', name: 'config', detail: 'options, environment and config file are valid' });
+    return { parsed, ok: true, line: { status: 'PASS', name: 'config', detail: 'options, environment and config file are valid' } };
   } catch (err) {
-    configOk = false;
-    lines.push({ status: 'FAIL', name: 'config', detail: errorText(err), fix: 'correct the option named above (see --help); the daemon refuses to start (exit 2); the checks below use the defaults', config: true });
-    parsed = parseOptions([], {});
+    const line: CheckLine = { status: 'FAIL', name: 'config', detail: errorText(err), fix: 'correct the option named above (see --help); the daemon refuses to start (exit 2); the checks below use the defaults', config: true };
+    return { parsed: parseOptions([], {}), ok: false, line };
   }
-  const o = parsed.options;
+}
+
+/** Where each option came from, an environment variable told apart by this shell, an environment file or the unit. */
+function optionOrigins(parsed: ParsedOptions, fromFiles: UnitEnvironment, processEnv: Readonly<Record<string, string | undefined>>): Record<OptionKey, string> {
   const origins = {} as Record<OptionKey, string>;
   for (const s of OPTION_SPECS) {
     const origin: string = parsed.origins[s.key];
     const file = fromFiles.source[s.env];
     origins[s.key] = origin === 'environment' ? (processEnv[s.env] !== undefined && processEnv[s.env] !== '' ? 'environment of this shell; the service does not see it' : file !== undefined ? `environment file ${file}` : 'unit Environment=') : origin;
   }
+  return origins;
+}
 
-  if (!isRoot) {
-    lines.push({ status: 'WARN', name: 'privileges', detail: `running as uid ${process.geteuid?.() ?? '?'}, not root as the service does: what only root may see or do is SKIP below`, fix: 'run `sudo gpu-device-plugin check`' });
+/** NVML, the GPUs, MIG and the config's fit on them; the plan when it fits (null otherwise). */
+function nodeChecks(node: InspectResult, parsed: ParsedOptions, configOk: boolean, env: Readonly<Record<string, string | undefined>>): { lines: CheckLine[]; plan: MigPlan | null } {
+  const o = parsed.options;
+  if (!node.ok) {
+    return { plan: null, lines: [
+      { status: 'FAIL', name: 'nvml', detail: node.error, fix: `install the NVIDIA driver, or point --driver-root (NVIDIA_DRIVER_ROOT) at where it is installed${o.failOnInitError ? '' : ' (with --fail-on-init-error=false the daemon starts without devices)'}` },
+      { status: 'SKIP', name: 'gpus', detail: 'not checked: NVML is not available' },
+      { status: 'SKIP', name: 'config fit', detail: `not checked against the GPUs: NVML is not available${configOk ? '' : '; the config is refused anyway (above)'}` },
+    ] };
   }
-
-  const node = inspectNode(o.driverRoot, env['SYSFS_ROOT'] || '/sys', log);
-  let plan: MigPlan | null = null;
-  if (node.ok) {
-    lines.push({ status: 'PASS', name: 'nvml', detail: `loaded ${node.report.library}, driver ${node.report.driverVersion}` });
-    const n = node.report.gpus.length;
-    const sick = node.report.gpus.filter((g) => g.health !== 'Healthy').map((g) => `GPU ${g.index}`);
-    if (n === 0) lines.push({ status: 'FAIL', name: 'gpus', detail: 'NVML sees no GPUs', fix: 'check `nvidia-smi`; GPUs bound to vfio-pci or hidden by the BIOS are not visible' });
-    else if (sick.length > 0) lines.push({ status: 'FAIL', name: 'gpus', detail: `${n} found; not answering NVML: ${sick.join(', ')}`, fix: 'see `nvidia-smi -q` and the kernel log (XID 79: fallen off the bus)' });
-    else lines.push({ status: 'PASS', name: 'gpus', detail: `${n} found, all answering NVML` });
-    lines.push(...migChecks(node.report, parsed, env));
-    if (configOk) {
-      const fit = configFit(node.report, parsed, env);
-      lines.push(fit.line);
-      plan = fit.plan;
-    } else lines.push({ status: 'SKIP', name: 'config fit', detail: 'not checked against the GPUs: the configuration is refused (above)' });
-  } else {
-    lines.push({ status: 'FAIL', name: 'nvml', detail: node.error, fix: `install the NVIDIA driver, or point --driver-root (NVIDIA_DRIVER_ROOT) at where it is installed${o.failOnInitError ? '' : ' (with --fail-on-init-error=false the daemon starts without devices)'}` });
-    lines.push({ status: 'SKIP', name: 'gpus', detail: 'not checked: NVML is not available' });
-    lines.push({ status: 'SKIP', name: 'config fit', detail: `not checked against the GPUs: NVML is not available${configOk ? '' : '; the config is refused anyway (above)'}` });
+  const lines: CheckLine[] = [{ status: 'PASS', name: 'nvml', detail: `loaded ${node.report.library}, driver ${node.report.driverVersion}` }];
+  const n = node.report.gpus.length;
+  const sick = node.report.gpus.filter((g) => g.health !== 'Healthy').map((g) => `GPU ${g.index}`);
+  if (n === 0) lines.push({ status: 'FAIL', name: 'gpus', detail: 'NVML sees no GPUs', fix: 'check `nvidia-smi`; GPUs bound to vfio-pci or hidden by the BIOS are not visible' });
+  else if (sick.length > 0) lines.push({ status: 'FAIL', name: 'gpus', detail: `${n} found; not answering NVML: ${sick.join(', ')}`, fix: 'see `nvidia-smi -q` and the kernel log (XID 79: fallen off the bus)' });
+  else lines.push({ status: 'PASS', name: 'gpus', detail: `${n} found, all answering NVML` });
+  lines.push(...migChecks(node.report, parsed, env));
+  if (!configOk) {
+    lines.push({ status: 'SKIP', name: 'config fit', detail: 'not checked against the GPUs: the configuration is refused (above)' });
+    return { lines, plan: null };
   }
+  const fit = configFit(node.report, parsed, env);
+  lines.push(fit.line);
+  return { lines, plan: fit.plan };
+}
 
-  let imexChannels: readonly number[] = [];
-  if (o.imexChannelIds.length > 0) {
-    const imex = await findImexChannels(o.imexChannelIds, o.imexRequired, o.devRoot);
-    imexChannels = imex.channels;
-    if (imex.missing.length === 0) lines.push({ status: 'PASS', name: 'imex', detail: `channel ${imex.channels.join(',')} present under ${o.devRoot}; passed to every container` });
-    else {
-      lines.push({ status: imex.fatal !== null ? 'FAIL' : 'WARN', name: 'imex', detail: `${imex.missing.join('; ')}: ${imex.fatal !== null ? 'the plugin will not start (--imex-required)' : 'skipped, containers get no IMEX channel'}`,
-        fix: 'start the IMEX daemon (nvidia-imex) so it creates the channel, check --dev-root, or drop --imex-channel-ids' });
-    }
+/** With --imex-channel-ids: whether the channels are there (their device nodes), and the ones that are. */
+async function imexCheck(o: Options): Promise<{ lines: CheckLine[]; channels: readonly number[] }> {
+  if (o.imexChannelIds.length === 0) return { lines: [], channels: [] };
+  const imex = await findImexChannels(o.imexChannelIds, o.imexRequired, o.devRoot);
+  if (imex.missing.length === 0) {
+    return { channels: imex.channels, lines: [{ status: 'PASS', name: 'imex', detail: `channel ${imex.channels.join(',')} present under ${o.devRoot}; passed to every container` }] };
   }
+  return { channels: imex.channels, lines: [{ status: imex.fatal !== null ? 'FAIL' : 'WARN', name: 'imex', detail: `${imex.missing.join('; ')}: ${imex.fatal !== null ? 'the plugin will not start (--imex-required)' : 'skipped, containers get no IMEX channel'}`,
+    fix: 'start the IMEX daemon (nvidia-imex) so it creates the channel, check --dev-root, or drop --imex-channel-ids' }] };
+}
 
-  lines.push(...await strategyChecks(parsed, node.ok ? node.report : null, plan, imexChannels, env));
-
-  const socketDir = dirname(o.kubeletSocket);
-  lines.push(await writableForService('socket directory', socketDir, unit, isRoot, 'is the kubelet installed and its device plugins enabled? or set --kubelet-socket'));
+/** The directories the service writes into: the kubelet's socket directory, the labels and metrics files' (when configured), the state file's. */
+async function writabilityChecks(o: Options, unit: UnitRead, env: Readonly<Record<string, string | undefined>>, isRoot: boolean): Promise<CheckLine[]> {
+  const lines: CheckLine[] = [];
+  lines.push(await writableForService('socket directory', dirname(o.kubeletSocket), unit, isRoot, 'is the kubelet installed and its device plugins enabled? or set --kubelet-socket'));
   // The labels and metrics files, when configured: their directory must exist and be writable.
   for (const [name, file, reader] of [['labels file', o.nfdFeaturesFile, 'Node Feature Discovery'], ['metrics file', o.metricsFile, 'node_exporter']] as const) {
     if (file === null) continue;
@@ -243,21 +275,22 @@ export async function runChecks(argv: readonly string[], processEnv: Readonly<Re
   lines.push(madeAtStart
     ? { status: 'SKIP', name: 'state file', detail: `${stateDir} is created by systemd when the service starts (RuntimeDirectory=); not there now` }
     : await writableForService('state file', stateDir, unit, isRoot, `the service publishes its state to ${stateFile} for \`info\`; under the unit RuntimeDirectory= creates its directory at start`));
+  return lines;
+}
 
-  lines.push(...await socketDirectoryNeighbours(socketDir, o.kubeletSocket));
-
+/** Whether the kubelet's socket exists, is a socket, and answers gRPC within 2 s. */
+async function kubeletCheck(socket: string): Promise<CheckLine> {
   try {
-    const st = await stat(o.kubeletSocket);
+    const st = await stat(socket);
     if (!st.isSocket()) throw new Error('exists but is not a socket');
-    const problem = await kubeletAnswers(o.kubeletSocket, 2000);
+    const problem = await kubeletAnswers(socket, 2000);
     if (problem !== null) throw new Error(`does not answer: ${problem}`);
-    lines.push({ status: 'PASS', name: 'kubelet', detail: `${o.kubeletSocket} answers` });
+    return { status: 'PASS', name: 'kubelet', detail: `${socket} answers` };
   } catch (err) {
     const missing = (err as NodeJS.ErrnoException).code === 'ENOENT';
-    lines.push({ status: 'FAIL', name: 'kubelet', detail: `${o.kubeletSocket} ${missing ? 'does not exist' : errorText(err)}`,
-      fix: missing ? 'is the kubelet running? (systemctl status kubelet); or set --kubelet-socket' : 'restart the kubelet; check its log' });
+    return { status: 'FAIL', name: 'kubelet', detail: `${socket} ${missing ? 'does not exist' : errorText(err)}`,
+      fix: missing ? 'is the kubelet running? (systemctl status kubelet); or set --kubelet-socket' : 'restart the kubelet; check its log' };
   }
-  return { lines, parsed, origins, envFiles: fromFiles.files, unit: { source: unit.source, files: unit.files } };
 }
 
 /** The daemon's first snapshot's plan (core/config-fit.ts) on the node as the scanner would read it. */

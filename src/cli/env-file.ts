@@ -27,87 +27,128 @@ const NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 export function parseEnvironmentFile(text: string): ParsedEnvFile {
   const assignments: EnvAssignment[] = [];
   const ignored: { line: number; text: string; why: string }[] = [];
-  const src = text.replace(/\r\n/g, '\n');
-  let i = 0;
-  let lineNo = 1;
-  while (i < src.length) {
-    const start = lineNo;
-    // Leading whitespace, then a comment or an empty line.
-    while (i < src.length && (src[i] === ' ' || src[i] === '\t')) i++;
-    if (i >= src.length) break;
-    if (src[i] === '\n') { i++; lineNo++; continue; }
-    if (src[i] === '#' || src[i] === ';') {
-      while (i < src.length && src[i] !== '\n') i++;
+  const cur: Cursor = { src: text.replace(/\r\n/g, '\n'), i: 0, lineNo: 1 };
+  while (cur.i < cur.src.length) {
+    const start = cur.lineNo;
+    if (!atAssignment(cur)) continue;
+    const key = readKey(cur);
+    if (key.assigned === false) {
+      ignored.push({ line: start, text: key.text.trim(), why: 'no "=": expected KEY=VALUE' });
       continue;
     }
-    // The key, up to '=' or the end of the line.
-    let key = '';
-    while (i < src.length && src[i] !== '=' && src[i] !== '\n') key += src[i++];
-    if (i >= src.length || src[i] === '\n') {
-      ignored.push({ line: start, text: key.trim(), why: 'no "=": expected KEY=VALUE' });
-      continue;
-    }
-    i++; // '='
-    key = key.trim();
-    // The value: a small state machine over quotes and backslashes, as systemd's.
-    let value = '';
-    let pendingSpace = '';
-    let done = false;
-    while (i < src.length && !done) {
-      const c = src[i] as string;
-      if (c === '\n') { i++; lineNo++; done = true; break; }
-      if (c === '\\') {
-        const n = src[i + 1];
-        if (n === '\n') { i += 2; lineNo++; continue; }
-        if (n === undefined) { i++; continue; }
-        value += pendingSpace + n; pendingSpace = ''; i += 2; continue;
-      }
-      if (c === ' ' || c === '\t') {
-        if (value !== '') pendingSpace += c;
-        i++;
-        continue;
-      }
-      if (c === "'") {
-        value += pendingSpace; pendingSpace = '';
-        i++;
-        while (i < src.length && src[i] !== "'") {
-          if (src[i] === '\n') lineNo++;
-          value += src[i++];
-        }
-        i++;
-        continue;
-      }
-      if (c === '"') {
-        value += pendingSpace; pendingSpace = '';
-        i++;
-        while (i < src.length && src[i] !== '"') {
-          const d = src[i] as string;
-          if (d === '\\') {
-            const n = src[i + 1];
-            if (n === '\n') { i += 2; lineNo++; continue; }
-            if (n === '"' || n === '\\' || n === '$' || n === '`') { value += n; i += 2; continue; }
-            value += d; i++;
-            continue;
-          }
-          if (d === '\n') lineNo++;
-          value += d; i++;
-        }
-        i++;
-        continue;
-      }
-      value += pendingSpace + c; pendingSpace = ''; i++;
-    }
-    if (/^export\s/.test(key)) {
-      ignored.push({ line: start, text: key, why: 'systemd does not take "export" in an environment file and ignores the line; write KEY=VALUE' });
-      continue;
-    }
-    if (!NAME.test(key)) {
-      ignored.push({ line: start, text: key, why: `${JSON.stringify(key)} is not a variable name; systemd ignores the line` });
-      continue;
-    }
-    assignments.push({ key, value, line: start });
+    const name = key.text.trim();
+    const value = readValue(cur);
+    const why = whyIgnored(name);
+    if (why !== null) ignored.push({ line: start, text: name, why });
+    else assignments.push({ key: name, value, line: start });
   }
   return { assignments, ignored };
+}
+
+/** Where the parser is in the file's text (CRLF already made LF), and the 1-based line it is on. */
+interface Cursor {
+  readonly src: string;
+  i: number;
+  lineNo: number;
+}
+
+/**
+ * Skips a line's leading whitespace; true when a KEY=VALUE line starts there. An empty line is
+ * consumed, a comment up to (not including) its newline, and the end of the text left as it is.
+ */
+function atAssignment(cur: Cursor): boolean {
+  const { src } = cur;
+  while (cur.i < src.length && (src[cur.i] === ' ' || src[cur.i] === '\t')) cur.i++;
+  if (cur.i >= src.length) return false;
+  if (src[cur.i] === '\n') { cur.i++; cur.lineNo++; return false; }
+  if (src[cur.i] === '#' || src[cur.i] === ';') {
+    while (cur.i < src.length && src[cur.i] !== '\n') cur.i++;
+    return false;
+  }
+  return true;
+}
+
+/** The key as written (untrimmed), up to '=' (consumed) or, with no '=', the end of the line (left). */
+function readKey(cur: Cursor): { text: string; assigned: boolean } {
+  const { src } = cur;
+  let text = '';
+  while (cur.i < src.length && src[cur.i] !== '=' && src[cur.i] !== '\n') text += src[cur.i++];
+  if (cur.i >= src.length || src[cur.i] === '\n') return { text, assigned: false };
+  cur.i++; // '='
+  return { text, assigned: true };
+}
+
+/**
+ * The value after '=', through the end of its (possibly continued) line, newline consumed: a small
+ * state machine over quotes and backslashes, as systemd's.
+ */
+function readValue(cur: Cursor): string {
+  const { src } = cur;
+  let value = '';
+  let pendingSpace = '';
+  while (cur.i < src.length) {
+    const c = src[cur.i] as string;
+    if (c === '\n') { cur.i++; cur.lineNo++; break; }
+    if (c === '\\') {
+      const n = src[cur.i + 1];
+      if (n === '\n') { cur.i += 2; cur.lineNo++; continue; }
+      if (n === undefined) { cur.i++; continue; }
+      value += pendingSpace + n; pendingSpace = ''; cur.i += 2; continue;
+    }
+    if (c === ' ' || c === '\t') {
+      if (value !== '') pendingSpace += c;
+      cur.i++;
+      continue;
+    }
+    if (c === "'" || c === '"') {
+      value += pendingSpace + (c === "'" ? readSingleQuoted(cur) : readDoubleQuoted(cur));
+      pendingSpace = '';
+      continue;
+    }
+    value += pendingSpace + c; pendingSpace = ''; cur.i++;
+  }
+  return value;
+}
+
+/** '…' from its opening quote: taken as is, newlines included, through the closing quote (or the end). */
+function readSingleQuoted(cur: Cursor): string {
+  const { src } = cur;
+  let out = '';
+  cur.i++;
+  while (cur.i < src.length && src[cur.i] !== "'") {
+    if (src[cur.i] === '\n') cur.lineNo++;
+    out += src[cur.i++];
+  }
+  cur.i++;
+  return out;
+}
+
+/** "…" from its opening quote: backslash escapes \" \\ \$ \` and a newline; any other backslash is kept. */
+function readDoubleQuoted(cur: Cursor): string {
+  const { src } = cur;
+  let out = '';
+  cur.i++;
+  while (cur.i < src.length && src[cur.i] !== '"') {
+    const d = src[cur.i] as string;
+    if (d === '\\') {
+      const n = src[cur.i + 1];
+      if (n === '\n') { cur.i += 2; cur.lineNo++; continue; }
+      if (n === '"' || n === '\\' || n === '$' || n === '`') { out += n; cur.i += 2; continue; }
+      out += d; cur.i++;
+      continue;
+    }
+    if (d === '\n') cur.lineNo++;
+    out += d; cur.i++;
+  }
+  cur.i++;
+  return out;
+}
+
+/** Why systemd ignores an assignment to this (trimmed) key, or null when it is a variable name. */
+function whyIgnored(key: string): string | null {
+  if (/^export\s/.test(key)) return 'systemd does not take "export" in an environment file and ignores the line; write KEY=VALUE';
+  if (!NAME.test(key)) return `${JSON.stringify(key)} is not a variable name; systemd ignores the line`;
+  return null;
 }
 
 export interface EnvFileRead {

@@ -14,8 +14,10 @@ import { LOG_LEVELS } from '../system/log.ts';
 import type { LogLevel } from '../system/log.ts';
 import { ConfigError, OptionError, readConfigFile } from './config.ts';
 import type { ConfigFileValues, ConfigSchema, ConfigShape } from './config.ts';
+import { DURATION_GRAMMAR, describeRange, parseSeconds } from './duration.ts';
 
 export { OptionError } from './config.ts';
+export { DURATION_GRAMMAR, describeRange, parseSeconds } from './duration.ts';
 
 export type { MigStrategy } from '../core/mig.ts';
 import { MIG_STRATEGIES } from '../core/mig.ts';
@@ -217,31 +219,6 @@ const FALSE = new Set(['false', '0', 'no', 'off', 'f']);
 
 type Value = string | boolean | number | readonly string[] | readonly number[];
 
-/**
- * Durations: a plain decimal number is seconds (`5`, `0.5`); a unit may follow, as Kubernetes writes
- * durations (Go's time.ParseDuration): `500ms`, `30s`, `5m`, `1h`, or several, `1m30s`. Nothing else:
- * no sign, exponent, hexadecimal, spaces or other units, so that `0x10` or `1e3` is refused instead of
- * silently read as a number.
- */
-const DURATION_PART = /(\d+(?:\.\d+)?)(ms|s|m|h)/g;
-const UNIT_SECONDS: Readonly<Record<string, number>> = { ms: 0.001, s: 1, m: 60, h: 3600 };
-export const DURATION_GRAMMAR = 'a decimal number of seconds (5, 0.5) or a duration with units ms, s, m, h (500ms, 30s, 5m, 1h30m)';
-
-/** Seconds from a duration as above, or null when the text is not one. */
-export function parseSeconds(raw: string): number | null {
-  if (/^\d+(\.\d+)?$/.test(raw)) return Number(raw);
-  if (!/^(\d+(\.\d+)?(ms|s|m|h))+$/.test(raw)) return null;
-  let total = 0;
-  for (const m of raw.matchAll(DURATION_PART)) total += Number(m[1]) * (UNIT_SECONDS[m[2] ?? 's'] ?? 1);
-  // Sums of fractions are rounded to the microsecond (0.1 + 0.2 is not 0.30000000000000004 seconds).
-  return Math.round(total * 1e6) / 1e6;
-}
-
-/** The range of a duration option, for messages and help: `from 0.1 to 3600 seconds`. */
-export function describeRange(k: { min: number; max: number; zeroMeansOff?: boolean }): string {
-  return `from ${k.min} to ${k.max} seconds${k.zeroMeansOff === true ? ' (0: off)' : ''}`;
-}
-
 function convert(spec: OptionSpec, raw: string, where: string): Value {
   const k = spec.kind;
   switch (k.type) {
@@ -310,12 +287,10 @@ function refuseUnsupported(u: UnsupportedOption, raw: string, where: string): vo
   }
 }
 
-/**
- * Resolves every option: flags (`--name value`, `--name=value`, bare `--bool-flag`), then env vars,
- * then the config file named by --config-file or CONFIG_FILE (read here), then defaults.
- * Throws OptionError (ConfigError for the file) naming the flag, variable or key path at fault.
- */
-export function parseOptions(argv: readonly string[], env: Readonly<Record<string, string | undefined>>, deps: ParseDeps = {}): ParsedOptions {
+/** The options and refused options by every flag name and alias they answer to. */
+type FlagIndex = { byFlag: Map<string, OptionSpec>; unsupportedByFlag: Map<string, UnsupportedOption> };
+
+function indexFlags(): FlagIndex {
   const byFlag = new Map<string, OptionSpec>();
   for (const s of OPTION_SPECS) {
     byFlag.set(s.flag, s);
@@ -323,7 +298,14 @@ export function parseOptions(argv: readonly string[], env: Readonly<Record<strin
   }
   const unsupportedByFlag = new Map<string, UnsupportedOption>();
   for (const u of UNSUPPORTED_OPTIONS) for (const f of [u.flag, ...u.aliases]) unsupportedByFlag.set(f, u);
+  return { byFlag, unsupportedByFlag };
+}
 
+/**
+ * The command line's option values by key (`--name value`, `--name=value`, bare `--bool-flag`);
+ * refused options are checked and skipped. A list flag may be repeated, adding to the list.
+ */
+function readFlags(argv: readonly string[], index: FlagIndex): Map<OptionKey, Value> {
   const fromFlags = new Map<OptionKey, Value>();
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] ?? '';
@@ -333,8 +315,8 @@ export function parseOptions(argv: readonly string[], env: Readonly<Record<strin
     if (!arg.startsWith('--')) throw new OptionError(`unexpected argument ${JSON.stringify(arg)}; options are written --name=value (see --help)`);
     const eq = arg.indexOf('=');
     const name = arg.slice(2, eq < 0 ? undefined : eq);
-    const spec = byFlag.get(name);
-    const unsupported = unsupportedByFlag.get(name);
+    const spec = index.byFlag.get(name);
+    const unsupported = index.unsupportedByFlag.get(name);
     if (spec === undefined && unsupported === undefined) throw new OptionError(`unknown option --${name}; see --help for the options this plugin has`);
     const isBool = spec === undefined ? unsupported?.bool === true : spec.kind.type === 'bool';
     let raw: string;
@@ -350,56 +332,77 @@ export function parseOptions(argv: readonly string[], env: Readonly<Record<strin
       if (unsupported !== undefined) refuseUnsupported(unsupported, raw, `--${name}`);
       continue;
     }
-    const value = convert(spec, raw, `--${name}`);
-    const earlier = fromFlags.get(spec.key);
-    if (earlier !== undefined) {
-      // A list flag may be repeated (as NVIDIA's), adding to the list; any other only once.
-      if (Array.isArray(earlier) && Array.isArray(value)) fromFlags.set(spec.key, [...new Set([...(earlier as string[]), ...(value as string[])])]);
-      else throw new OptionError(`--${name} is given more than once`);
-    } else fromFlags.set(spec.key, value);
+    addFlagValue(fromFlags, spec, convert(spec, raw, `--${name}`), name);
   }
+  return fromFlags;
+}
+
+/** Records a flag's value; a list flag may be repeated (as NVIDIA's), adding to the list; any other only once. */
+function addFlagValue(fromFlags: Map<OptionKey, Value>, spec: OptionSpec, value: Value, name: string): void {
+  const earlier = fromFlags.get(spec.key);
+  if (earlier !== undefined) {
+    if (Array.isArray(earlier) && Array.isArray(value)) fromFlags.set(spec.key, [...new Set([...(earlier as string[]), ...(value as string[])])]);
+    else throw new OptionError(`--${name} is given more than once`);
+  } else fromFlags.set(spec.key, value);
+}
+
+/** Refuses NVIDIA's options this plugin does not have when set (to anything not inert) in the environment. */
+function refuseUnsupportedEnv(env: Readonly<Record<string, string | undefined>>): void {
   for (const u of UNSUPPORTED_OPTIONS) {
     for (const e of u.envs) {
       const v = env[e];
       if (v !== undefined && v !== '') refuseUnsupported(u, v, `environment variable ${e}`);
     }
   }
+}
 
-  // The config file is named on the command line or in the environment, never in itself.
+/** Reads the config file, named on the command line or in the environment (never in itself); undefined without one. */
+function readNamedConfigFile(fromFlags: ReadonlyMap<OptionKey, Value>, env: Readonly<Record<string, string | undefined>>, deps: ParseDeps): ConfigFileValues<OptionKey> | undefined {
   const fileSpec = OPTION_SPECS.find((s) => s.key === 'configFile') as OptionSpec;
   let configFile: string | null = null;
   const flagFile = fromFlags.get('configFile');
   const envFile = env[fileSpec.env];
   if (typeof flagFile === 'string') configFile = flagFile;
   else if (envFile !== undefined && envFile !== '') configFile = convert(fileSpec, envFile, `environment variable ${fileSpec.env}`) as string;
-  let file: ConfigFileValues<OptionKey> | undefined;
-  if (configFile !== null) file = readConfigFile(configFile, CONFIG_SCHEMA, deps.readFile);
+  return configFile === null ? undefined : readConfigFile(configFile, CONFIG_SCHEMA, deps.readFile);
+}
+
+/** One option's value (undefined: none, no default) and where it came from: command line, environment, config file, default. */
+function resolveOne(spec: OptionSpec, fromFlags: ReadonlyMap<OptionKey, Value>, env: Readonly<Record<string, string | undefined>>, file: ConfigFileValues<OptionKey> | undefined): { value: Value | undefined; origin: Origin } {
+  const flagValue = fromFlags.get(spec.key);
+  const envValue = env[spec.env];
+  const fileValue = file?.values.get(spec.key);
+  if (flagValue !== undefined) return { value: flagValue, origin: 'command line' };
+  if (envValue !== undefined && envValue !== '') {
+    return { value: convert(spec, envValue, `environment variable ${spec.env}`), origin: 'environment' };
+  }
+  if (file !== undefined && fileValue !== undefined) {
+    try {
+      return { value: convert(spec, fileValue.raw, `config file ${file.file}: ${fileValue.path}`), origin: `config file ${file.file}` };
+    } catch (err) {
+      throw err instanceof OptionError ? new ConfigError(err.message) : err;
+    }
+  }
+  if (spec.default !== null) return { value: convert(spec, spec.default, `default of --${spec.flag}`), origin: 'default' };
+  return { value: undefined, origin: 'default' };
+}
+
+/**
+ * Resolves every option: flags (`--name value`, `--name=value`, bare `--bool-flag`), then env vars,
+ * then the config file named by --config-file or CONFIG_FILE (read here), then defaults.
+ * Throws OptionError (ConfigError for the file) naming the flag, variable or key path at fault.
+ */
+export function parseOptions(argv: readonly string[], env: Readonly<Record<string, string | undefined>>, deps: ParseDeps = {}): ParsedOptions {
+  const fromFlags = readFlags(argv, indexFlags());
+  refuseUnsupportedEnv(env);
+  const file = readNamedConfigFile(fromFlags, env, deps);
 
   const values: Partial<Record<OptionKey, Value | null>> = {};
   const origins = {} as Record<OptionKey, Origin>;
   for (const spec of OPTION_SPECS) {
-    const flagValue = fromFlags.get(spec.key);
-    const envValue = env[spec.env];
-    const fileValue = file?.values.get(spec.key);
-    if (flagValue !== undefined) {
-      values[spec.key] = flagValue;
-      origins[spec.key] = 'command line';
-    } else if (envValue !== undefined && envValue !== '') {
-      values[spec.key] = convert(spec, envValue, `environment variable ${spec.env}`);
-      origins[spec.key] = 'environment';
-    } else if (file !== undefined && fileValue !== undefined) {
-      try {
-        values[spec.key] = convert(spec, fileValue.raw, `config file ${file.file}: ${fileValue.path}`);
-      } catch (err) {
-        throw err instanceof OptionError ? new ConfigError(err.message) : err;
-      }
-      origins[spec.key] = `config file ${file.file}`;
-    } else if (spec.default !== null) {
-      values[spec.key] = convert(spec, spec.default, `default of --${spec.flag}`);
-      origins[spec.key] = 'default';
-    } else {
-      origins[spec.key] = 'default';
-    }
+    const { value, origin } = resolveOne(spec, fromFlags, env, file);
+    if (value !== undefined) values[spec.key] = value;
+    origins[spec.key] = origin;
   }
   if (values.devRoot === undefined) values.devRoot = values.driverRoot ?? '/';
   if (values.configFile === undefined) values.configFile = null;

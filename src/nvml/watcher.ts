@@ -65,6 +65,136 @@ function watchApi(koffi: Koffi): WatchApi {
   return api;
 }
 
+/** The records that only log (the thread's warnings and failure), by record type. */
+const LOGGED: Readonly<Record<number, { level: 'warn' | 'error'; message: string; gpu?: 'ref' | 'indexed' }>> = {
+  [REC.warnHandle]: { level: 'warn', message: 'cannot watch GPU; it is reported by the probe only', gpu: 'indexed' },
+  [REC.warnRegister]: { level: 'warn', message: 'cannot register for GPU events; the probe watches it', gpu: 'ref' },
+  [REC.waitFailed]: { level: 'warn', message: 'NVML event wait failed; retrying' },
+  [REC.failed]: { level: 'error', message: 'GPU health watcher failed; health is no longer watched' },
+};
+
+/** A record's fixed header: its type, the GPU's position in the thread's list, an NVML code and function. */
+interface RecordHeader { type: number; gpu: number; code: number; func: number }
+
+/** The started thread (its handle and the pipe it writes its records to), or why it could not start. */
+function startThread(opts: EventWatcherOptions): { a: WatchApi; handle: unknown; fd: number } | { error: string } {
+  const { nvml, log, gpus } = opts;
+  // Older drivers have only the first version of the wait (same signature, shorter struct).
+  const waitVersion = nvml.has('nvmlEventSetWait_v2') ? 2 : nvml.has('nvmlEventSetWait') ? 1 : 0;
+  if (waitVersion === 0) log.warn('NVML has no event wait; GPUs are watched by the probe only');
+  let a: WatchApi;
+  try {
+    a = watchApi(opts.koffi);
+  } catch (err) {
+    return { error: err instanceof Error ? err.message : String(err) };
+  }
+  const out: unknown[] = [null];
+  const fd = [0];
+  const rc = a.start(nvml.libraryPath, Uint32Array.from(gpus, (g) => g.nvmlIndex), gpus.length, opts.probeIntervalMs, opts.waitTimeoutMs, waitVersion, out, fd) as number;
+  if (rc !== 0) return { error: `cannot start the health thread (errno ${rc}${rc === 2 ? ': NVML is not loaded' : rc === 38 ? ': NVML lacks a function it needs' : ''})` };
+  return { a, handle: out[0], fd: fd[0] ?? -1 };
+}
+
+/** Hands each whole record read from the pipe to onRecord, keeping a partial one for the next chunk. */
+function readRecords(socket: Socket, onRecord: (b: Buffer, at: number) => void): void {
+  let rest: Buffer | null = null;
+  socket.on('data', (chunk: Buffer) => {
+    const b = rest === null ? chunk : Buffer.concat([rest, chunk]);
+    const whole = b.length - (b.length % RECORD);
+    for (let at = 0; at < whole; at += RECORD) onRecord(b, at);
+    rest = whole === b.length ? null : Buffer.from(b.subarray(whole));
+  });
+}
+
+/**
+ * Folds the thread's records into the callbacks: the watched and unsupported lists until ready, probe
+ * results until the round ends, events until the batch ends. Logging records are logged even while
+ * stopping; the rest are dropped then (they are about GPUs no longer watched).
+ */
+class RecordFolder {
+  private readonly opts: EventWatcherOptions;
+  private readonly isStopping: () => boolean;
+  private readonly watched: WatchedGpu[] = [];
+  private readonly unsupported: WatchedGpu[] = [];
+  private probe = new Map<string, ProbeResult>();
+  private batch: EventBatchEntry[] = [];
+
+  constructor(opts: EventWatcherOptions, isStopping: () => boolean) {
+    this.opts = opts;
+    this.isStopping = isStopping;
+  }
+
+  /** The record at `at` in `b`. */
+  record(b: Buffer, at: number): void {
+    const r: RecordHeader = { type: b.readUInt32LE(at), gpu: b.readInt32LE(at + 4), code: b.readUInt32LE(at + 8), func: b.readUInt32LE(at + 12) };
+    const logged = LOGGED[r.type];
+    if (logged !== undefined) {
+      const gpu = logged.gpu === undefined ? {} : this.gpuRef(r.gpu);
+      const index = logged.gpu === 'indexed' ? { index: this.opts.gpus[r.gpu]?.nvmlIndex ?? r.gpu } : undefined;
+      this.opts.log[logged.level](logged.message, { ...gpu, error: this.error(r.func, r.code, index) });
+      return;
+    }
+    if (r.type === REC.probe) return this.probed(r, b, at);
+    if (r.type === REC.stopped || this.isStopping()) return;
+    this.fold(r, b, at);
+  }
+
+  /** A record that is not dropped while stopping, nor only logged. */
+  private fold(r: RecordHeader, b: Buffer, at: number): void {
+    const { opts } = this;
+    const g = opts.gpus[r.gpu];
+    switch (r.type) {
+      case REC.watched: if (g !== undefined) this.watched.push(g); break;
+      case REC.unsupported: if (g !== undefined) this.unsupported.push(g); break;
+      case REC.ready: opts.onReady(this.watched, this.unsupported); break;
+      case REC.probeEnd: {
+        const results = this.probe;
+        this.probe = new Map();
+        opts.onProbe(results);
+        break;
+      }
+      case REC.event: this.batch.push({ event: this.event(r, b, at), count: b.readUInt32LE(at + 28) }); break;
+      case REC.eventsEnd: {
+        const events = this.batch;
+        this.batch = [];
+        opts.onEvents(events);
+        break;
+      }
+      case REC.driverGone:
+        this.probe = new Map();
+        opts.onDriverGone?.(this.error(r.func, r.code, r.func === 2 ? { index: g?.nvmlIndex ?? r.gpu } : undefined));
+        break;
+    }
+  }
+
+  /** One GPU's answer in the current probe round. */
+  private probed(r: RecordHeader, b: Buffer, at: number): void {
+    const result = PROBE_RESULTS[Number(b.readBigUInt64LE(at + 16))] ?? 'error';
+    if (result === 'error' && r.code !== 0) this.opts.log.debug('probe failed', { ...this.gpuRef(r.gpu), error: this.opts.nvml.errorText(r.code) });
+    const g = this.opts.gpus[r.gpu];
+    if (g !== undefined) this.probe.set(g.uuid, result);
+  }
+
+  /** The event an event record reports, its GPU named by UUID. */
+  private event(r: RecordHeader, b: Buffer, at: number): WatchedEvent {
+    const kind = b.readUInt32LE(at + 24);
+    // The thread says -1 for an event naming no device, -2 for a device not in its list.
+    const pos = r.gpu === -1 ? null : r.gpu === -2 ? UNMANAGED_DEVICE : this.opts.gpus[r.gpu]?.uuid ?? UNMANAGED_DEVICE;
+    return kind === EVENT_TYPES.xid
+      ? { kind: 'xid', gpu: pos, xid: Number(b.readBigUInt64LE(at + 16)), ...((r.func & 1) !== 0 ? { gi: b.readUInt32LE(at + 32), ci: b.readUInt32LE(at + 36) } : {}) }
+      : kind === EVENT_TYPES.eccDouble ? { kind: 'ecc-double', gpu: pos } : { kind: 'ecc-single', gpu: pos };
+  }
+
+  private gpuRef(pos: number): { gpu: number | undefined; uuid: string | undefined } {
+    return { gpu: this.opts.gpus[pos]?.nvmlIndex, uuid: this.opts.gpus[pos]?.uuid };
+  }
+
+  /** The message of the NVML error a record carries (function by its number in nvml_watch.c). */
+  private error(func: number, code: number, gpu?: { index: number }): string {
+    return new NvmlError(FUNCTION_NAMES[func] ?? `function ${func}`, code, this.opts.nvml.errorText(code), gpu).message;
+  }
+}
+
 export class EventWatcher {
   private readonly api: WatchApi | null;
   private readonly log: Logger;
@@ -82,103 +212,17 @@ export class EventWatcher {
   }
 
   static start(opts: EventWatcherOptions): EventWatcher {
-    const { nvml, log, gpus } = opts;
-    const failed = (error: string): EventWatcher => {
-      log.error('GPU health watcher failed; health is no longer watched', { error });
+    const { log } = opts;
+    const started = startThread(opts);
+    if ('error' in started) {
+      log.error('GPU health watcher failed; health is no longer watched', { error: started.error });
       return new EventWatcher(null, log, null, Promise.resolve());
-    };
-    // Older drivers have only the first version of the wait (same signature, shorter struct).
-    const waitVersion = nvml.has('nvmlEventSetWait_v2') ? 2 : nvml.has('nvmlEventSetWait') ? 1 : 0;
-    if (waitVersion === 0) log.warn('NVML has no event wait; GPUs are watched by the probe only');
-    let a: WatchApi;
-    try {
-      a = watchApi(opts.koffi);
-    } catch (err) {
-      return failed(err instanceof Error ? err.message : String(err));
     }
-    const out: unknown[] = [null];
-    const fd = [0];
-    const rc = a.start(nvml.libraryPath, Uint32Array.from(gpus, (g) => g.nvmlIndex), gpus.length, opts.probeIntervalMs, opts.waitTimeoutMs, waitVersion, out, fd) as number;
-    if (rc !== 0) return failed(`cannot start the health thread (errno ${rc}${rc === 2 ? ': NVML is not loaded' : rc === 38 ? ': NVML lacks a function it needs' : ''})`);
-    const socket = new Socket({ fd: fd[0] ?? -1, readable: true, writable: false });
+    const socket = new Socket({ fd: started.fd, readable: true, writable: false });
     const ended = new Promise<void>((resolve) => socket.once('close', () => resolve()));
-    const w = new EventWatcher(a, log, out[0], ended);
-    const gpuRef = (pos: number): { gpu: number | undefined; uuid: string | undefined } => ({ gpu: gpus[pos]?.nvmlIndex, uuid: gpus[pos]?.uuid });
-    const error = (func: number, code: number, gpu?: { index: number }): string =>
-      new NvmlError(FUNCTION_NAMES[func] ?? `function ${func}`, code, nvml.errorText(code), gpu).message;
-
-    const watched: WatchedGpu[] = [];
-    const unsupported: WatchedGpu[] = [];
-    let probe = new Map<string, ProbeResult>();
-    let batch: EventBatchEntry[] = [];
-    let rest: Buffer | null = null;
-    const record = (b: Buffer, at: number): void => {
-      const type = b.readUInt32LE(at);
-      const gpu = b.readInt32LE(at + 4);
-      const code = b.readUInt32LE(at + 8);
-      const func = b.readUInt32LE(at + 12);
-      switch (type) {
-        case REC.warnHandle:
-          log.warn('cannot watch GPU; it is reported by the probe only', { ...gpuRef(gpu), error: error(func, code, { index: gpus[gpu]?.nvmlIndex ?? gpu }) });
-          return;
-        case REC.warnRegister:
-          log.warn('cannot register for GPU events; the probe watches it', { ...gpuRef(gpu), error: error(func, code) });
-          return;
-        case REC.waitFailed:
-          log.warn('NVML event wait failed; retrying', { error: error(func, code) });
-          return;
-        case REC.failed:
-          log.error('GPU health watcher failed; health is no longer watched', { error: error(func, code) });
-          return;
-        case REC.probe: {
-          const result = PROBE_RESULTS[Number(b.readBigUInt64LE(at + 16))] ?? 'error';
-          if (result === 'error' && code !== 0) log.debug('probe failed', { ...gpuRef(gpu), error: nvml.errorText(code) });
-          const g = gpus[gpu];
-          if (g !== undefined) probe.set(g.uuid, result);
-          return;
-        }
-        case REC.stopped:
-          return;
-      }
-      if (w.stopping) return;
-      switch (type) {
-        case REC.watched: if (gpus[gpu] !== undefined) watched.push(gpus[gpu]); break;
-        case REC.unsupported: if (gpus[gpu] !== undefined) unsupported.push(gpus[gpu]); break;
-        case REC.ready: opts.onReady(watched, unsupported); break;
-        case REC.probeEnd: {
-          const results = probe;
-          probe = new Map();
-          opts.onProbe(results);
-          break;
-        }
-        case REC.event: {
-          const kind = b.readUInt32LE(at + 24);
-          // The thread says -1 for an event naming no device, -2 for a device not in its list.
-          const pos = gpu === -1 ? null : gpu === -2 ? UNMANAGED_DEVICE : gpus[gpu]?.uuid ?? UNMANAGED_DEVICE;
-          const event: WatchedEvent = kind === EVENT_TYPES.xid
-            ? { kind: 'xid', gpu: pos, xid: Number(b.readBigUInt64LE(at + 16)), ...((func & 1) !== 0 ? { gi: b.readUInt32LE(at + 32), ci: b.readUInt32LE(at + 36) } : {}) }
-            : kind === EVENT_TYPES.eccDouble ? { kind: 'ecc-double', gpu: pos } : { kind: 'ecc-single', gpu: pos };
-          batch.push({ event, count: b.readUInt32LE(at + 28) });
-          break;
-        }
-        case REC.eventsEnd: {
-          const events = batch;
-          batch = [];
-          opts.onEvents(events);
-          break;
-        }
-        case REC.driverGone:
-          probe = new Map();
-          opts.onDriverGone?.(error(func, code, func === 2 ? { index: gpus[gpu]?.nvmlIndex ?? gpu } : undefined));
-          break;
-      }
-    };
-    socket.on('data', (chunk: Buffer) => {
-      const b = rest === null ? chunk : Buffer.concat([rest, chunk]);
-      const whole = b.length - (b.length % RECORD);
-      for (let at = 0; at < whole; at += RECORD) record(b, at);
-      rest = whole === b.length ? null : Buffer.from(b.subarray(whole));
-    });
+    const w = new EventWatcher(started.a, log, started.handle, ended);
+    const folder = new RecordFolder(opts, () => w.stopping);
+    readRecords(socket, (b, at) => folder.record(b, at));
     socket.on('end', () => socket.destroy());
     socket.on('error', (err: Error) => {
       if (!w.stopping) log.error('GPU health watcher failed; health is no longer watched', { error: `reading its reports: ${err.message}` });

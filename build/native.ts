@@ -1,7 +1,8 @@
-// Builds our own C library (src/native/nvml_watch.c, the GPU health thread) for one architecture:
+// Builds our own C library (src/native/*.c, the GPU health thread) for one architecture:
 // gcc for x64, aarch64-linux-gnu-gcc for arm64 (both installed by build/install-tools.sh). The flags
 // are fixed and no path of the build machine reaches the output (-ffile-prefix-map, no debug
-// information, stripped), so two builds of the same tree are byte-identical.
+// information, stripped), and the sources are compiled in the fixed order of NATIVE_SOURCES, so two
+// builds of the same tree are byte-identical.
 //
 //   buildNativeLibrary(arch, outFile)  the build embeds the result in the executable (build.ts)
 //   ensureNativeLibrary(arch)          runs from source: .cache/native/<arch>/nvml-watch.so, rebuilt
@@ -17,7 +18,11 @@ import type { Arch } from './runtime.ts';
 const execFileAsync = promisify(execFile);
 const root = join(import.meta.dirname, '..');
 
-export const NATIVE_SOURCE = join(root, 'src', 'native', 'nvml_watch.c');
+/** The library's C files, in the order they are compiled and linked (part of the output's bytes). */
+export const NATIVE_SOURCES: readonly string[] = ['nvml_watch.c', 'nvml_access.c', 'watch_loop.c']
+  .map((file) => join(root, 'src', 'native', file));
+/** The header they share: not compiled itself, but a change to it rebuilds the library. */
+const NATIVE_HEADER = join(root, 'src', 'native', 'nvml_watch.h');
 export const NATIVE_LIBRARY_NAME = 'nvml-watch.so';
 
 const COMPILER: Record<Arch, { cc: string; install: string }> = {
@@ -40,7 +45,7 @@ export async function buildNativeLibrary(arch: Arch, outFile: string): Promise<s
   const { cc, install } = COMPILER[arch];
   const tmp = `${outFile}.tmp-${process.pid}-${Math.random().toString(16).slice(2)}`;
   try {
-    await execFileAsync(cc, [...FLAGS, '-o', tmp, NATIVE_SOURCE], { cwd: root });
+    await execFileAsync(cc, [...FLAGS, '-o', tmp, ...NATIVE_SOURCES], { cwd: root });
     renameSync(tmp, outFile);
   } catch (err) {
     rmSync(tmp, { force: true });
@@ -60,7 +65,7 @@ export function nativeLibraryCachePath(arch: Arch): string {
 export async function ensureNativeLibrary(arch: Arch = process.arch === 'arm64' ? 'arm64' : 'x64'): Promise<string> {
   const out = nativeLibraryCachePath(arch);
   const mtime = (p: string): number => { try { return statSync(p).mtimeMs; } catch { return -1; } };
-  const newest = Math.max(mtime(NATIVE_SOURCE), mtime(join(import.meta.dirname, 'native.ts')));
+  const newest = Math.max(...[...NATIVE_SOURCES, NATIVE_HEADER, join(import.meta.dirname, 'native.ts')].map(mtime));
   if (mtime(out) >= newest) return out;
   mkdirSync(join(out, '..'), { recursive: true });
   return buildNativeLibrary(arch, out);

@@ -31,7 +31,7 @@ export interface EventWatcherOptions {
   onDriverGone?(message: string): void;
 }
 
-// struct gdp_record (40 bytes) and its constants, as in nvml_watch.c.
+// struct gdp_record (40 bytes) and its constants, as in src/native/nvml_watch.h.
 const RECORD = 40;
 const REC = {
   warnHandle: 1, warnRegister: 2, watched: 3, unsupported: 4, ready: 5, probe: 6, probeEnd: 7,

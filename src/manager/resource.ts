@@ -90,88 +90,116 @@ export class ResourceRuntime {
     this.socketPath = join(dirname(ctx.kubeletSocket), socketFileName(name));
     this.log = ctx.log.child({ resource: name });
     this.handlers = new DevicePluginHandlers(state, this.log, ctx.recorder);
-    this.registrar = new Registrar({
+    this.registrar = this.makeRegistrar();
+    this.watcher = this.makeWatcher();
+    this.handlers.onLastStreamClosed = () => this.kubeletStreamClosed();
+  }
+
+  /** The registration loop, wired to this resource's serving, Register and registration flags. */
+  private makeRegistrar(): Registrar {
+    return new Registrar({
       log: this.log,
-      ...(ctx.recorder === undefined ? {} : { recorder: ctx.recorder }),
-      ensureServing: async () => {
-        // The kubelet socket as it is now, and a connection to it that is set up while we serve.
-        this.dropPending();
-        const kubelet = await fileIdentity(ctx.kubeletSocket);
-        this.pending = { kubelet, connection: KubeletConnection.open(ctx.kubeletSocket) };
-        await this.ensureServing();
-      },
-      register: async () => {
-        // The kubelet socket as it is just before the RPC (what a later change is judged against):
-        // if it changed while we made sure we serve (a kubelet restarting deletes our socket, then
-        // makes its own anew), the early connection went to the old one, so connect to the new one.
-        const kubelet = await fileIdentity(ctx.kubeletSocket);
-        // Our socket as it is after that: a starting kubelet deletes the other files before it makes
-        // its socket, so once its socket is read, our socket checked now stays until the Register
-        // (checked before, it could be deleted in between, and the kubelet's dial would wait for it).
-        if (kubelet !== null) await this.ensureServing();
-        let pending = this.pending;
-        this.pending = undefined;
-        if (pending === undefined || pending.kubelet !== kubelet) {
-          pending?.connection.close();
-          pending = { kubelet, connection: KubeletConnection.open(ctx.kubeletSocket) };
-        }
-        this.attemptedKubelet = kubelet;
-        if (kubelet === null) {
-          pending.connection.close();
-          throw new Error(`no kubelet socket at ${ctx.kubeletSocket} (is the kubelet running?)`);
-        }
-        this.lastRegister = { optionsCalls: this.handlers.optionsCalls, reachedReplaced: false };
-        try {
-          await pending.connection.register({
-            version: API_VERSION,
-            endpoint: basename(this.socketPath),
-            resource_name: name,
-            options: PLUGIN_OPTIONS,
-          }, 10000);
-        } finally {
-          pending.connection.close();
-        }
-      },
-      upToDate: async () => this.lastRegister?.reachedReplaced !== true && (await this.stillOurs())
-        && (await fileIdentity(ctx.kubeletSocket)) === this.attemptedKubelet,
+      ...(this.ctx.recorder === undefined ? {} : { recorder: this.ctx.recorder }),
+      ensureServing: () => this.connectWhileServing(),
+      register: () => this.sendRegister(),
+      upToDate: () => this.registrationUpToDate(),
       onRegistered: () => {
         this.registeredFlag = true;
         this.registeredNowFlag = true;
-        ctx.onRegistered(name);
+        this.ctx.onRegistered(this.name);
       },
       onUnregistered: () => {
         this.registeredNowFlag = false;
-        ctx.onRegistrationLost?.(name);
+        this.ctx.onRegistrationLost?.(this.name);
       },
     });
-    this.watcher = new SocketDirWatcher({
-      kubeletSocket: ctx.kubeletSocket,
+  }
+
+  /** The socket directory watcher, wired to serve again and to the registration loop. */
+  private makeWatcher(): SocketDirWatcher {
+    return new SocketDirWatcher({
+      kubeletSocket: this.ctx.kubeletSocket,
       pluginSocket: this.socketPath,
       servedIdentity: () => (this.server === undefined ? null : this.served),
       attemptedKubelet: () => this.attemptedKubelet,
-      onChange: (reason, ours) => {
-        // Our socket gone or replaced: serve it again at once, also while a Register is in flight.
-        // That Register's kubelet may be dialling it right now (a restarting kubelet deletes our
-        // socket, then serves its own): its dial retries about once a second for 10 s, so it finds
-        // the socket served again instead of failing the Register after 10 s.
-        if (ours) this.serveAgain(reason);
-        this.registrar.kick(reason);
-      },
+      onChange: (reason, ours) => this.socketDirChanged(reason, ours),
       onKubeletGone: (reason) => this.registrar.lost(reason),
       onOtherSocketRemoved: (file) => this.otherPluginGone(file),
-      checkIntervalMs: ctx.socketCheckIntervalMs,
+      checkIntervalMs: this.ctx.socketCheckIntervalMs,
       log: this.log,
     });
-    // The kubelet's stream gone while its socket stays: it marks our devices unhealthy until we
-    // register again. With its socket gone or new, the kubelet is restarting: the registration is
-    // lost, and the new kubelet's socket (or our socket's removal) kicks the next attempt.
-    this.handlers.onLastStreamClosed = () => {
-      void fileIdentity(ctx.kubeletSocket).catch(() => null).then((kubelet) => {
-        if (this.registrar.current !== 'registered') return;
-        if (kubelet !== null && kubelet === this.attemptedKubelet) this.registrar.kick('the kubelet closed its ListAndWatch stream');
-        else this.registrar.lost('the kubelet closed its ListAndWatch stream and its socket went');
-      });
-    };
+  }
+
+  /** The kubelet socket as it is now, and a connection to it that is set up while we serve. */
+  private async connectWhileServing(): Promise<void> {
+    this.dropPending();
+    const kubelet = await fileIdentity(this.ctx.kubeletSocket);
+    this.pending = { kubelet, connection: KubeletConnection.open(this.ctx.kubeletSocket) };
+    await this.ensureServing();
+  }
+
+  /** Sends Register to the kubelet, through the connection made while we served if it is still the kubelet there. */
+  private async sendRegister(): Promise<void> {
+    const ctx = this.ctx;
+    // The kubelet socket as it is just before the RPC (what a later change is judged against):
+    // if it changed while we made sure we serve (a kubelet restarting deletes our socket, then
+    // makes its own anew), the early connection went to the old one, so connect to the new one.
+    const kubelet = await fileIdentity(ctx.kubeletSocket);
+    // Our socket as it is after that: a starting kubelet deletes the other files before it makes
+    // its socket, so once its socket is read, our socket checked now stays until the Register
+    // (checked before, it could be deleted in between, and the kubelet's dial would wait for it).
+    if (kubelet !== null) await this.ensureServing();
+    let pending = this.pending;
+    this.pending = undefined;
+    if (pending === undefined || pending.kubelet !== kubelet) {
+      pending?.connection.close();
+      pending = { kubelet, connection: KubeletConnection.open(ctx.kubeletSocket) };
+    }
+    this.attemptedKubelet = kubelet;
+    if (kubelet === null) {
+      pending.connection.close();
+      throw new Error(`no kubelet socket at ${ctx.kubeletSocket} (is the kubelet running?)`);
+    }
+    this.lastRegister = { optionsCalls: this.handlers.optionsCalls, reachedReplaced: false };
+    try {
+      await pending.connection.register({
+        version: API_VERSION,
+        endpoint: basename(this.socketPath),
+        resource_name: this.name,
+        options: PLUGIN_OPTIONS,
+      }, 10000);
+    } finally {
+      pending.connection.close();
+    }
+  }
+
+  /** The last registration still stands: its server was not replaced, the socket is ours, the kubelet the same. */
+  private async registrationUpToDate(): Promise<boolean> {
+    return this.lastRegister?.reachedReplaced !== true && (await this.stillOurs())
+      && (await fileIdentity(this.ctx.kubeletSocket)) === this.attemptedKubelet;
+  }
+
+  /** The watcher saw our socket or the kubelet's change. */
+  private socketDirChanged(reason: string, ours: boolean): void {
+    // Our socket gone or replaced: serve it again at once, also while a Register is in flight.
+    // That Register's kubelet may be dialling it right now (a restarting kubelet deletes our
+    // socket, then serves its own): its dial retries about once a second for 10 s, so it finds
+    // the socket served again instead of failing the Register after 10 s.
+    if (ours) this.serveAgain(reason);
+    this.registrar.kick(reason);
+  }
+
+  /**
+   * The kubelet's stream gone while its socket stays: it marks our devices unhealthy until we
+   * register again. With its socket gone or new, the kubelet is restarting: the registration is
+   * lost, and the new kubelet's socket (or our socket's removal) kicks the next attempt.
+   */
+  private kubeletStreamClosed(): void {
+    void fileIdentity(this.ctx.kubeletSocket).catch(() => null).then((kubelet) => {
+      if (this.registrar.current !== 'registered') return;
+      if (kubelet !== null && kubelet === this.attemptedKubelet) this.registrar.kick('the kubelet closed its ListAndWatch stream');
+      else this.registrar.lost('the kubelet closed its ListAndWatch stream and its socket went');
+    });
   }
 
   /**

@@ -168,87 +168,97 @@ export class DevicePluginHandlers {
     return OUTCOME.error;
   }
 
+  /**
+   * The five DevicePlugin RPCs. Each unary one goes through unary(): decode, answer, map a thrown
+   * error to a gRPC status, record the outcome.
+   */
   implementation(): UntypedServiceImplementation {
     return {
-      GetDevicePluginOptions: (call: ServerUnaryCall<M.Empty | Undecodable, M.DevicePluginOptions>, cb: sendUnaryData<M.DevicePluginOptions>) => {
-        let outcome: RpcOutcomeId = OUTCOME.ok;
-        try {
-          decoded(call.request);
-          this.optionsAnswered++;
-          cb(null, PLUGIN_OPTIONS);
-        } catch (err) {
-          outcome = this.fail('GetDevicePluginOptions', err, cb);
-        }
-        this.recorder.rpc(RPC.GetDevicePluginOptions, outcome, 0);
-      },
-      ListAndWatch: (call: ServerWritableStream<M.Empty | Undecodable, EncodedList>) => {
-        try {
-          decoded(call.request);
-        } catch (err) {
-          const outcome = this.fail('ListAndWatch', err, (status) => {
-            if (status !== null) call.emit('error', status);
-            call.end();
-          });
-          this.recorder.rpc(RPC.ListAndWatch, outcome, 0);
-          return;
-        }
-        const s: OpenStream = { call, waitingDrain: false, pending: false };
-        this.streams.add(s);
-        const release = (): void => {
-          if (this.streams.delete(s) && this.streams.size === 0) this.onLastStreamClosed?.();
-        };
-        call.on('cancelled', release);
-        call.on('close', release);
-        call.on('error', release);
-        this.log.debug('ListAndWatch stream opened', { streams: this.streams.size });
-        this.send(s);
-        this.recorder.rpc(RPC.ListAndWatch, OUTCOME.ok, 0);
-      },
-      GetPreferredAllocation: (call: ServerUnaryCall<M.PreferredAllocationRequest | Undecodable, M.PreferredAllocationResponse>, cb: sendUnaryData<M.PreferredAllocationResponse>) => {
-        const t0 = performance.now();
-        let outcome: RpcOutcomeId = OUTCOME.ok;
-        try {
-          const st = this.state;
-          const containers = decoded(call.request).container_requests;
-          this.refuseVanished(() => containers.flatMap((c) => [...c.available_deviceIDs, ...c.must_include_deviceIDs]));
-          const answers = preferredAllocation(containers, st.index, st.chooser, st.sharedPolicy);
-          if (this.log.enabled('debug')) this.log.debug('GetPreferredAllocation', { answers: answers.map((a) => a.join('+')) });
-          cb(null, { container_responses: answers.map((deviceIDs) => ({ deviceIDs })) });
-        } catch (err) {
-          outcome = this.fail('GetPreferredAllocation', err, cb);
-        }
-        this.recorder.rpc(RPC.GetPreferredAllocation, outcome, (performance.now() - t0) / 1000);
-      },
-      Allocate: (call: ServerUnaryCall<M.AllocateRequest | Undecodable, M.AllocateResponse>, cb: sendUnaryData<M.AllocateResponse>) => {
-        const t0 = performance.now();
-        let outcome: RpcOutcomeId = OUTCOME.ok;
-        try {
-          const st = this.state;
-          const containers = decoded(call.request).container_requests;
-          this.refuseVanished(() => containers.flatMap((c) => c.devices_ids));
-          const responses = allocate(containers, st.index, st.allocateSettings);
-          if (this.log.enabled('debug')) {
-            this.log.debug('Allocate', {
-              visible: responses.map((r) => r.envs['NVIDIA_VISIBLE_DEVICES'] ?? ''),
-              cdi: responses.map((r) => [...Object.values(r.annotations), ...r.cdi_devices.map((d) => d.name)].join(' ')),
-            });
-          }
-          cb(null, { container_responses: responses });
-        } catch (err) {
-          outcome = this.fail('Allocate', err, cb);
-        }
-        this.recorder.rpc(RPC.Allocate, outcome, (performance.now() - t0) / 1000);
-      },
-      PreStartContainer: (call: ServerUnaryCall<M.PreStartContainerRequest | Undecodable, M.PreStartContainerResponse>, cb: sendUnaryData<M.PreStartContainerResponse>) => {
-        let outcome: RpcOutcomeId = OUTCOME.ok;
-        try {
-          decoded(call.request);
-          cb(null, {});
-        } catch (err) {
-          outcome = this.fail('PreStartContainer', err, cb);
-        }
-        this.recorder.rpc(RPC.PreStartContainer, outcome, 0);
-      },
+      GetDevicePluginOptions: this.unary<M.Empty, M.DevicePluginOptions>('GetDevicePluginOptions', false, () => {
+        this.optionsAnswered++;
+        return PLUGIN_OPTIONS;
+      }),
+      ListAndWatch: (call: ServerWritableStream<M.Empty | Undecodable, EncodedList>) => this.listAndWatch(call),
+      GetPreferredAllocation: this.unary('GetPreferredAllocation', true, (request: M.PreferredAllocationRequest) => this.preferredAnswer(request)),
+      Allocate: this.unary('Allocate', true, (request: M.AllocateRequest) => this.allocateAnswer(request)),
+      PreStartContainer: this.unary<M.PreStartContainerRequest, M.PreStartContainerResponse>('PreStartContainer', false, () => ({})),
     };
+  }
+
+  /**
+   * The shape every unary RPC shares: decodes the request (refusing one that is not its message),
+   * answers it, maps a thrown error to INVALID_ARGUMENT (RequestError) or INTERNAL, and records the
+   * outcome — with the seconds taken when `timed`, else 0.
+   */
+  private unary<Req extends object, Res>(
+    method: Exclude<keyof typeof RPC, 'ListAndWatch'>,
+    timed: boolean,
+    answer: (request: Req) => Res,
+  ): (call: ServerUnaryCall<Req | Undecodable, Res>, cb: sendUnaryData<Res>) => void {
+    return (call, cb) => {
+      const t0 = timed ? performance.now() : 0;
+      let outcome: RpcOutcomeId = OUTCOME.ok;
+      try {
+        cb(null, answer(decoded(call.request)));
+      } catch (err) {
+        outcome = this.fail(method, err, cb);
+      }
+      this.recorder.rpc(RPC[method], outcome, timed ? (performance.now() - t0) / 1000 : 0);
+    };
+  }
+
+  /** ListAndWatch: refuses an undecodable request on the stream, else opens it and sends the list. */
+  private listAndWatch(call: ServerWritableStream<M.Empty | Undecodable, EncodedList>): void {
+    try {
+      decoded(call.request);
+    } catch (err) {
+      const outcome = this.fail('ListAndWatch', err, (status) => {
+        if (status !== null) call.emit('error', status);
+        call.end();
+      });
+      this.recorder.rpc(RPC.ListAndWatch, outcome, 0);
+      return;
+    }
+    this.openStream(call);
+    this.recorder.rpc(RPC.ListAndWatch, OUTCOME.ok, 0);
+  }
+
+  /** Keeps the stream until the peer closes it, and writes it the current list. */
+  private openStream(call: ServerWritableStream<M.Empty | Undecodable, EncodedList>): void {
+    const s: OpenStream = { call, waitingDrain: false, pending: false };
+    this.streams.add(s);
+    const release = (): void => {
+      if (this.streams.delete(s) && this.streams.size === 0) this.onLastStreamClosed?.();
+    };
+    call.on('cancelled', release);
+    call.on('close', release);
+    call.on('error', release);
+    this.log.debug('ListAndWatch stream opened', { streams: this.streams.size });
+    this.send(s);
+  }
+
+  /** GetPreferredAllocation's answer from the current state. */
+  private preferredAnswer(request: M.PreferredAllocationRequest): M.PreferredAllocationResponse {
+    const st = this.state;
+    const containers = request.container_requests;
+    this.refuseVanished(() => containers.flatMap((c) => [...c.available_deviceIDs, ...c.must_include_deviceIDs]));
+    const answers = preferredAllocation(containers, st.index, st.chooser, st.sharedPolicy);
+    if (this.log.enabled('debug')) this.log.debug('GetPreferredAllocation', { answers: answers.map((a) => a.join('+')) });
+    return { container_responses: answers.map((deviceIDs) => ({ deviceIDs })) };
+  }
+
+  /** Allocate's answer from the current state. */
+  private allocateAnswer(request: M.AllocateRequest): M.AllocateResponse {
+    const st = this.state;
+    const containers = request.container_requests;
+    this.refuseVanished(() => containers.flatMap((c) => c.devices_ids));
+    const responses = allocate(containers, st.index, st.allocateSettings);
+    if (this.log.enabled('debug')) {
+      this.log.debug('Allocate', {
+        visible: responses.map((r) => r.envs['NVIDIA_VISIBLE_DEVICES'] ?? ''),
+        cdi: responses.map((r) => [...Object.values(r.annotations), ...r.cdi_devices.map((d) => d.name)].join(' ')),
+      });
+    }
+    return { container_responses: responses };
   }
 }

@@ -9,7 +9,7 @@ import { dirname, join } from 'node:path';
 import { buildFakeNvml } from '../fake-nvml/build.ts';
 import { NotifySocket } from '../support/notify-socket.ts';
 import { KubeletStandIn } from '../support/kubelet.ts';
-import { PluginProcess, SimNode, TOPOLOGIES, executable } from '../support/sim.ts';
+import { PluginProcess, SimNode, TOPOLOGIES, executable, removeDirRetrying } from '../support/sim.ts';
 
 const median = (xs: number[]): number => {
   const s = [...xs].sort((a, b) => a - b);
@@ -47,18 +47,6 @@ test('100 graceful kubelet restarts back to back: every Register the kubelet get
   }
 });
 
-/** rm -rf that retries while the plugin re-creates its socket in the directory being deleted. */
-function removeDir(dir: string): void {
-  for (let i = 0; ; i++) {
-    try {
-      rmSync(dir, { recursive: true, force: true });
-      return;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOTEMPTY' || i > 1000) throw err;
-    }
-  }
-}
-
 test('the socket directory deleted and re-created 5 times: every kubelet start after it is seen by the directory watch', async () => {
   // The periodic check is an hour away: only the watch can see the kubelet come back.
   const node = await SimNode.start({ topology: 'demo-8', args: ['--socket-check-interval', '3600'] });
@@ -68,7 +56,7 @@ test('the socket directory deleted and re-created 5 times: every kubelet start a
     for (let i = 0; i < 5; i++) {
       const n = k.registrations.length;
       await k.stopKubelet();
-      removeDir(node.kubeletDir);
+      removeDirRetrying(node.kubeletDir);
       mkdirSync(node.kubeletDir);
       await k.startKubelet();
       await k.waitForRegistrations(n + 1, 30000);

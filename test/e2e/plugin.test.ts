@@ -6,7 +6,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync, unlinkSync } from '
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { SimNode } from '../support/sim.ts';
+import { SimNode, removeDirRetrying } from '../support/sim.ts';
 import { KubeletStandIn } from '../support/kubelet.ts';
 
 const median = (xs: number[]): number => {
@@ -421,19 +421,6 @@ test('bad options stop the start with the option, the value and what is allowed 
   }
 });
 
-/** rm -rf that retries while the plugin re-creates its socket in the directory being deleted. */
-async function removeDir(dir: string): Promise<void> {
-  const { rmSync } = await import('node:fs');
-  for (let i = 0; ; i++) {
-    try {
-      rmSync(dir, { recursive: true, force: true });
-      return;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOTEMPTY' || i > 1000) throw err;
-    }
-  }
-}
-
 test('the socket directory deleted and re-created under a systemd-style private mount: one clear line, exit 1 to be restarted', async () => {
   // What ProtectSystem=strict + ReadWritePaths= do, done by hand: in a mount namespace of its own the
   // plugin sees everything read-only, except its socket directory, bind-mounted onto itself. When the
@@ -462,7 +449,7 @@ test('the socket directory deleted and re-created under a systemd-style private 
   try {
     await kubelet.waitForRegistrations(1, 20000);
     await kubelet.stop();
-    await removeDir(dir);
+    removeDirRetrying(dir);
     mkdirSync(dir);
     kubelet = await KubeletStandIn.start(dir);
     const code = await Promise.race([exited, new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 20000))]);
@@ -483,7 +470,7 @@ test('without a private mount, a deleted and re-created socket directory is simp
   const node = await SimNode.start({ topology: 'demo-8' });
   try {
     await node.kubelet!.stop();
-    await removeDir(node.kubeletDir);
+    removeDirRetrying(node.kubeletDir);
     mkdirSync(node.kubeletDir);
     node.kubelet = await KubeletStandIn.start(node.kubeletDir);
     await node.kubelet.waitForDevices((d) => d.length === 8, 'nvidia.com/gpu', 20000);

@@ -338,3 +338,15 @@ export class SimNode {
     rmSync(this.dir, { recursive: true, force: true });
   }
 }
+
+/** rm -rf that retries while the plugin re-creates its socket in the directory being deleted. */
+export function removeDirRetrying(dir: string): void {
+  for (let i = 0; ; i++) {
+    try {
+      rmSync(dir, { recursive: true, force: true });
+      return;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOTEMPTY' || i > 1000) throw err;
+    }
+  }
+}

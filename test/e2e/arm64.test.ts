@@ -139,7 +139,8 @@ describe('arm64: the daemon under emulation, one node through its life', () => {
     node.nvml('xid 3 79');
     const devices = await k.waitForDevices((d) => d[3]?.health === 'Unhealthy', 'nvidia.com/gpu', SLOW);
     assert.deepEqual(devices.map((d) => d.health === 'Healthy' ? 'H' : 'U').join(''), 'HHHUHHHH');
-    assert.match(node.plugin.matching(/GPU unhealthy/)[0] ?? '', /xid=79/);
+    // The log comes through another pipe than the list: wait for it.
+    assert.match(await node.plugin.waitForLine(/GPU unhealthy/, SLOW), /xid=79/);
   });
 
   test('a kubelet restart is followed by a new registration and the device list again', async () => {

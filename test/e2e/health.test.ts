@@ -47,7 +47,8 @@ test('a critical XID marks that GPU unhealthy; each default-ignored XID does not
     node.nvml('xid 3 79');
     await k.waitForDevices((d) => d[3]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
     assert.equal(healthString(node), 'HHHUHHHU');
-    const line = node.plugin.matching(/GPU unhealthy gpu=3 /)[0] ?? '';
+    // The log comes through another pipe than the list: wait for it.
+    const line = await node.plugin.waitForLine(/GPU unhealthy gpu=3 /, 5000);
     assert.match(line, new RegExp(`uuid=${node.topology.gpus[3]!.uuid}`));
     assert.match(line, /xid=79/);
     assert.match(line, /fallen off the bus/);

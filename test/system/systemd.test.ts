@@ -103,8 +103,15 @@ async function statusIs(re: RegExp): Promise<string> {
   });
 }
 
+/**
+ * The service's journal: systemd's lines about the unit (UNIT=), the service's own (_SYSTEMD_UNIT=),
+ * and its stdout stream's by identifier. The last is needed for a line written just before the
+ * process exits: journald may read it after the process is gone, fail to look up its cgroup, and
+ * store it without _SYSTEMD_UNIT (a long-running process's cached context may be due a refresh), so
+ * `-u` alone can miss it (CI saw 2 of 3 "lost the socket directory" lines).
+ */
 async function journal(): Promise<string[]> {
-  return (await box().run(`journalctl -u ${UNIT} -o cat --no-pager`)).split('\n');
+  return (await box().run(`journalctl -o cat --no-pager UNIT=${UNIT} + _SYSTEMD_UNIT=${UNIT} + SYSLOG_IDENTIFIER=${PACKAGE}`)).split('\n');
 }
 
 async function mainPid(): Promise<number> {

@@ -20,6 +20,7 @@ import { devicePluginService, registrationService } from '../../src/api/proto.ts
 import { podResourcesService } from '../../src/api/podresources.ts';
 import type { ListPodResourcesResponse, PodResources } from '../../src/api/podresources.ts';
 import type * as M from '../../src/api/messages.ts';
+import { waitOnEvent } from './wait.ts';
 
 export const CHECKPOINT_FILE = 'kubelet_internal_checkpoint';
 
@@ -248,23 +249,7 @@ export class KubeletStandIn extends EventEmitter {
   }
 
   private waitFor<T>(probe: () => T | undefined, event: string, timeoutMs: number, what: string): Promise<T> {
-    const now = probe();
-    if (now !== undefined) return Promise.resolve(now);
-    return new Promise<T>((resolve, reject) => {
-      const onEvent = (): void => {
-        const v = probe();
-        if (v !== undefined) {
-          clearTimeout(timer);
-          this.off(event, onEvent);
-          resolve(v);
-        }
-      };
-      const timer = setTimeout(() => {
-        this.off(event, onEvent);
-        reject(new Error(`kubelet stand-in: no ${what} within ${timeoutMs} ms (registrations ${this.registrations.length}, rejected ${JSON.stringify(this.rejected.map((r) => r.reason))})`));
-      }, timeoutMs);
-      this.on(event, onEvent);
-    });
+    return waitOnEvent(this, event, probe, timeoutMs, () => `kubelet stand-in: no ${what} within ${timeoutMs} ms (registrations ${this.registrations.length}, rejected ${JSON.stringify(this.rejected.map((r) => r.reason))})`);
   }
 
   private unary<Req, Res>(resource: string, name: 'Allocate' | 'GetPreferredAllocation' | 'PreStartContainer' | 'GetDevicePluginOptions', req: Req): Promise<Res> {

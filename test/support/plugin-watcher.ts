@@ -35,6 +35,7 @@ import type {
   NodeWatchResourcesResponse,
   PluginInfo,
 } from '../../src/api/dra.ts';
+import { waitOnEvent } from './wait.ts';
 
 /** What the kubelet does to ResourceSlices (the API server stand-in implements it). */
 export interface SliceJanitor {
@@ -372,23 +373,7 @@ export class PluginWatcherStandIn extends EventEmitter {
   }
 
   private waitFor<T>(probe: () => T | undefined, event: string, timeoutMs: number, what: string): Promise<T> {
-    const now = probe();
-    if (now !== undefined) return Promise.resolve(now);
-    return new Promise<T>((resolve, reject) => {
-      const onEvent = (): void => {
-        const v = probe();
-        if (v !== undefined) {
-          clearTimeout(timer);
-          this.off(event, onEvent);
-          resolve(v);
-        }
-      };
-      const timer = setTimeout(() => {
-        this.off(event, onEvent);
-        reject(new Error(`plugin watcher stand-in: no ${what} within ${timeoutMs} ms (registered ${this.registrations.length}, rejected ${JSON.stringify(this.rejected.map((r) => r.reason))})`));
-      }, timeoutMs);
-      this.on(event, onEvent);
-    });
+    return waitOnEvent(this, event, probe, timeoutMs, () => `plugin watcher stand-in: no ${what} within ${timeoutMs} ms (registered ${this.registrations.length}, rejected ${JSON.stringify(this.rejected.map((r) => r.reason))})`);
   }
 
   async stop(): Promise<void> {

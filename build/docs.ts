@@ -277,6 +277,7 @@ const ENVIRONMENT: readonly { names: readonly string[]; text: string }[] = [
   { names: ['RUNTIME_DIRECTORY', 'STATE_DIRECTORY', 'CACHE_DIRECTORY'], text: 'Set by systemd (RuntimeDirectory= and StateDirectory= in the unit): directories, tried in this order after GPU_DEVICE_PLUGIN_NATIVE_DIR, where the program extracts its embedded native modules (they must allow executable mappings).' },
   { names: ['GPU_DEVICE_PLUGIN_NATIVE_DIR'], text: 'Colon-separated directories tried first for the embedded native modules, for a host run by hand where the defaults (then TMPDIR, then /var/tmp) are mounted noexec.' },
   { names: ['TMPDIR'], text: 'The temporary directory (default /tmp), tried for the native modules after the systemd directories.' },
+  { names: ['PATH'], text: 'nvidia-cuda-mps-control (MPS sharing) is looked for under --driver-root (usr/bin, usr/local/bin, bin) first, then on PATH.' },
   { names: ['LD_LIBRARY_PATH'], text: 'libnvidia-ml.so.1 is looked for under --driver-root first, then by its soname, so the dynamic loader\'s LD_LIBRARY_PATH and ldconfig cache apply.' },
 ];
 

@@ -20,10 +20,10 @@ export interface MpsDaemonDirs {
 
 /** The environment the control program (daemon or client) runs in. */
 export function mpsEnvironment(dirs: MpsDaemonDirs, visibleDevices?: readonly string[], base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = { ...base, CUDA_MPS_PIPE_DIRECTORY: dirs.pipeDir, CUDA_MPS_LOG_DIRECTORY: dirs.logDir };
-  if (visibleDevices !== undefined) env['CUDA_VISIBLE_DEVICES'] = visibleDevices.join(',');
-  else delete env['CUDA_VISIBLE_DEVICES'];
-  return env;
+  // The control program reads CUDA_VISIBLE_DEVICES; a client run gets none, so it is never inherited.
+  const { CUDA_VISIBLE_DEVICES: _inherited, ...rest } = base;
+  const env: NodeJS.ProcessEnv = { ...rest, CUDA_MPS_PIPE_DIRECTORY: dirs.pipeDir, CUDA_MPS_LOG_DIRECTORY: dirs.logDir };
+  return visibleDevices === undefined ? env : { ...env, CUDA_VISIBLE_DEVICES: visibleDevices.join(',') };
 }
 
 /** A command that did not get an answer: which command, which daemon, and why. */

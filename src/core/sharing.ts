@@ -44,6 +44,11 @@ export interface TimeSlicing {
 
 export interface Sharing {
   readonly timeSlicing: TimeSlicing | null;
+  /**
+   * MPS (FACTS §10): the same shape as time-slicing, its replicas served by one MPS control daemon per
+   * resource (core/mps.ts). Absent or null: no MPS. Excludes time-slicing.
+   */
+  readonly mps?: TimeSlicing | null;
 }
 
 export const NO_SHARING: Sharing = { timeSlicing: null };
@@ -102,6 +107,8 @@ export interface PlannedResource {
   readonly shared: boolean;
   /** A container may hold at most one replica of this resource (failRequestsGreaterThanOne). */
   readonly failRequestsGreaterThanOne: boolean;
+  /** Its replicas are clients of the MPS control daemon for this resource (core/mps.ts); absent: not MPS. */
+  readonly mps?: true;
 }
 
 function checkId(id: string, gpu: Gpu): void {

@@ -22,6 +22,7 @@
 //   next sync writes whatever is missing, whatever we remember.
 // * pcieRoot: the PCIe root complex of a GPU (`pci<domain>:<bus>`) is read from sysfs, the first
 //   `pci<domain>:<bus>` component of /sys/bus/pci/devices/<bdf>'s real path, once per GPU.
+import { EventEmitter } from 'node:events';
 import { realpath } from 'node:fs/promises';
 import { join } from 'node:path';
 import { DEFAULT_DRA_DRIVER, poolContent, standardBusId } from '../core/dra-slices.ts';
@@ -59,6 +60,8 @@ export interface PublisherStatus {
   readonly generation: number | null;
   /** The API server does not answer (or refuses) now. */
   readonly failing: string | null;
+  /** Syncs that failed (each is retried). */
+  readonly failures: number;
 }
 
 /** The slices' names: `<node>-<driver>-<n>`, the node part shortened if the whole would pass 253. */
@@ -112,6 +115,9 @@ export class SlicePublisher implements NodeConsumer {
   private syncedCount = 0;
   private stopped = false;
   private readonly waiters: (() => void)[] = [];
+  private failures = 0;
+  /** 'synced' after each sync that left the slices current, 'failed' (with the error) after each that failed. */
+  readonly events = new EventEmitter<{ synced: []; failed: [err: unknown] }>();
 
   constructor(o: SlicePublisherOptions) {
     this.o = o;
@@ -121,7 +127,7 @@ export class SlicePublisher implements NodeConsumer {
   }
 
   status(): PublisherStatus {
-    return { synced: this.syncedCount, generation: this.written?.generation ?? null, failing: this.failing };
+    return { synced: this.syncedCount, generation: this.written?.generation ?? null, failing: this.failing, failures: this.failures };
   }
 
   apply(applied: AppliedSnapshot<NodeSettings>): void {
@@ -275,6 +281,7 @@ export class SlicePublisher implements NodeConsumer {
     if (this.isCurrent()) {
       this.syncedCount++;
       for (const w of this.waiters.splice(0)) w();
+      this.events.emit('synced');
     }
   }
 
@@ -296,6 +303,8 @@ export class SlicePublisher implements NodeConsumer {
     // republish tries at once).
     const delay = this.delayMs;
     this.delayMs = Math.min(this.delayMs * 2, this.o.backoff?.maxMs ?? 30_000);
+    this.failures++;
     if (!this.stopped) this.timers.after('retry', delay, () => void this.queue.request(null));
+    this.events.emit('failed', err);
   }
 }

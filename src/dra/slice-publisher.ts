@@ -90,6 +90,14 @@ export async function accessProblem(client: KubeClient): Promise<string | null> 
 
 type SliceSpecDevices = readonly SliceDevice[];
 
+/** The API server has no Node of our name: slices for it would be owned by nothing and scheduled nowhere. */
+export class NodeUnknownError extends Error {
+  override name = 'NodeUnknownError';
+  constructor(node: string, server: string) {
+    super(`the API server ${server} has no Node named ${JSON.stringify(node)}; is the node name right (it must be the kubelet's --hostname-override or the host name), and has the kubelet registered the node?`);
+  }
+}
+
 interface Written {
   /** What the pool meant when written (JSON of our own description). */
   readonly key: string;
@@ -220,7 +228,14 @@ export class SlicePublisher implements NodeConsumer {
 
   private async sync(content: PoolContent, key: string, republish: boolean): Promise<void> {
     const client = this.o.client;
-    if (this.nodeUid === null) this.nodeUid = (await getNode(client, this.o.nodeName)).metadata.uid ?? null;
+    if (this.nodeUid === null) {
+      try {
+        this.nodeUid = (await getNode(client, this.o.nodeName)).metadata.uid ?? null;
+      } catch (err) {
+        if (err instanceof KubeApiError && err.code === 404) throw new NodeUnknownError(this.o.nodeName, client.server);
+        throw err;
+      }
+    }
     const retries = this.o.conflictRetries ?? 3;
     for (let attempt = 0; ; attempt++) {
       try {
@@ -293,7 +308,10 @@ export class SlicePublisher implements NodeConsumer {
       }
     } else if (this.loggedError !== text) {
       const forbidden = err instanceof KubeApiError && (err.code === 401 || err.code === 403);
-      this.o.log.error(forbidden ? 'DRA: the API server refuses our credentials; ResourceSlices cannot be published until the RBAC allows it' : 'DRA: the API server refused the ResourceSlices', {
+      const what = forbidden ? 'DRA: the API server refuses our credentials; ResourceSlices cannot be published until the RBAC allows it'
+        : err instanceof NodeUnknownError ? 'DRA: ResourceSlices cannot be published for a node the API server does not know'
+          : 'DRA: the API server refused the ResourceSlices';
+      this.o.log.error(what, {
         server: this.o.client.server, node: this.o.nodeName, error: text,
       });
       this.loggedError = text;

@@ -272,6 +272,23 @@ test('credentials that may not write: the access check names what is missing; th
   rmSync(dir, { recursive: true, force: true });
 });
 
+test('a node the API server does not know: one ERROR naming it and what to check; published once the Node exists', async () => {
+  const { api, pub, lines } = await start();
+  const s = await fixtureSnapshot('nvswitch-8.json');
+  const other = new SlicePublisher({ client: new KubeClient({ server: api.url, source: 't' }), nodeName: 'node-z', log: createLogger({ level: 'info', journal: false, write: (l) => lines.push(l) }), backoff: { initialMs: 5, maxMs: 20 } });
+  try {
+    other.apply(applied(s, null));
+    while (other.status().failures < 3) await once(other.events, 'failed');
+    assert.equal(count(lines, /ERROR DRA: ResourceSlices cannot be published for a node the API server does not know .*has no Node named .*node-z.*is the node name right/), 1, lines.join(''));
+    api.putNode('node-z');
+    await other.whenSynced();
+    assert.equal(devices(stored(api, sliceName('node-z', 'gpu.nvidia.com', 0))).length, 8);
+  } finally {
+    await other.stop();
+  }
+  void pub;
+});
+
 test('pcieRoot from a sysfs path: the pci<domain>:<bus> of the root complex', () => {
   assert.equal(pcieRootOfPath('/sys/devices/pci0000:00/0000:00:01.0/0000:07:00.0'), 'pci0000:00');
   assert.equal(pcieRootOfPath('/sys/devices/pci0001:80/0001:80:02.0/0001:81:00.0'), 'pci0001:80');

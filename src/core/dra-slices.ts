@@ -30,7 +30,9 @@
 // * gpu.nvidia.com/gpu-lost — the GPU fell off the bus (NVML GPU_IS_LOST);
 // * gpu.nvidia.com/xid = <XID> — the critical XID that made it unhealthy;
 // * gpu.nvidia.com/unhealthy = driver-not-answering | double-bit-ecc | other — anything else.
-// When the device is healthy again (recovery, a driver back), the taint goes with the next publish —
+// While the driver does not answer, devices keep the driver version last seen (PoolSettings), so a
+// driver reload changes only the taints. When the device is healthy again (recovery, a driver
+// back), the taint goes with the next publish —
 // NVIDIA's driver keeps its taints until it restarts. The API server fills timeAdded; we never send it.
 //
 // SLICES. One pool named after the node; devices in order, at most 64 per slice (the limit when any
@@ -81,6 +83,11 @@ export interface PoolSettings {
   readonly migStrategy: MigStrategy;
   /** The PCIe root (`pci<domain>:<bus>`) of a GPU by its PCI bus id as NVML gives it, when known. */
   readonly pcieRoots?: ReadonlyMap<string, string>;
+  /**
+   * The driver version last seen, for while the driver does not answer: the devices keep their
+   * driverVersion attribute (they are tainted instead), so a driver reload is no churn of attributes.
+   */
+  readonly lastDriverVersion?: string;
 }
 
 /** A version as strict semver 2.0.0: numeric parts without leading zeros, padded to three. Null when not numeric. */
@@ -162,7 +169,8 @@ function commonAttributes(s: NodeSnapshot, gpu: Gpu, settings: PoolSettings): At
   const a: Attrs = { productName: str(gpu.name) };
   const cc = s.facts?.gpus.get(gpu.uuid)?.compute;
   if (cc !== undefined && cc !== null) a['cudaComputeCapability'] = { version: `${cc.major}.${cc.minor}.0` };
-  const driver = s.driverVersion === null ? null : semverOf(s.driverVersion);
+  const version = s.driverVersion ?? settings.lastDriverVersion ?? null;
+  const driver = version === null ? null : semverOf(version);
   if (driver !== null) a['driverVersion'] = { version: driver };
   const cuda = s.facts?.cudaDriverVersion;
   if (cuda !== undefined && cuda !== null && cuda > 0) a['cudaDriverVersion'] = { version: cudaVersionOf(cuda) };

@@ -112,6 +112,7 @@ export class SlicePublisher implements NodeConsumer {
   private readonly queue: CoalescingQueue<null>;
   private readonly pcieRoots = new Map<string, string | null>();
   private snapshot: NodeSnapshot | null = null;
+  private lastDriverVersion: string | null = null;
   private migStrategy: MigStrategy = 'none';
   private written: Written | null = null;
   private nodeUid: string | null = null;
@@ -140,6 +141,7 @@ export class SlicePublisher implements NodeConsumer {
 
   apply(applied: AppliedSnapshot<NodeSettings>): void {
     this.snapshot = applied.snapshot;
+    this.lastDriverVersion = applied.snapshot.driverVersion ?? this.lastDriverVersion;
     this.migStrategy = applied.settings.plan.migStrategy ?? 'none';
     this.kick();
   }
@@ -183,7 +185,7 @@ export class SlicePublisher implements NodeConsumer {
       const r = this.pcieRoots.get(g.busId);
       if (r !== undefined && r !== null) roots.set(g.busId, r);
     }
-    return poolContent(s, { nodeName: this.o.nodeName, migStrategy: this.migStrategy, pcieRoots: roots }, this.driver);
+    return poolContent(s, { nodeName: this.o.nodeName, migStrategy: this.migStrategy, pcieRoots: roots, ...(this.lastDriverVersion !== null ? { lastDriverVersion: this.lastDriverVersion } : {}) }, this.driver);
   }
 
   private keyOf(c: PoolContent): string {

@@ -157,7 +157,20 @@ test('taints: XID → gpu.nvidia.com/xid=<XID>, lost → gpu-lost, double-bit EC
   // The driver stops answering: every device Unhealthy, said so.
   const down = buildSnapshot(null, { deviceIdStrategy: 'uuid', sharing: NO_SHARING }, s, false);
   assert.deepEqual(taintsOf(down, g0, 'gpu.nvidia.com'), [{ key: 'gpu.nvidia.com/unhealthy', value: 'driver-not-answering', effect: 'NoSchedule' }]);
-  assert.deepEqual(taintsOf(well, g0, 'example.com'), []);
+  assert.deepEqual(taintsOf(well, g0, 'gpu.nvidia.com'), []);
+  // While the driver is down the devices keep the last driver version they were seen with.
+  const downPool = poolContent(down, { nodeName: 'node-t', migStrategy: 'none', lastDriverVersion: '550.54.15' });
+  assert.deepEqual(device(downPool, 'gpu-0').attributes['driverVersion'], { version: '550.54.15' });
+  assert.equal(device(downPool, 'gpu-0').taints?.length, 1);
+});
+
+test('a MIG device\'s own XID taints that MIG device only; its siblings and the whole GPUs stay untainted', async () => {
+  const s = await fixtureSnapshot('mig-mixed-4.json', 'mixed');
+  const m = s.mig.devices[3];
+  assert.ok(m !== undefined);
+  const sick = withHealth(s, new Map([[m.uuid, unhealthy({ lastXid: 94 })]]));
+  const c = poolContent(sick, { nodeName: 'n', migStrategy: 'mixed' });
+  assert.deepEqual(c.slices.flat().filter((d) => d.taints !== undefined).map((d) => [d.name, d.taints]), [['gpu-0-mig-2g20gb-14-3', [{ key: 'gpu.nvidia.com/xid', value: '94', effect: 'NoSchedule' }]]]);
 });
 
 /** A node of n whole GPUs (no NVLink), as a scan would give it. */

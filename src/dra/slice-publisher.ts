@@ -39,6 +39,7 @@ import { errorText } from '../system/log.ts';
 import { CoalescingQueue, TimerOwner } from '../system/timers.ts';
 
 export interface SlicePublisherOptions {
+  /** The caller's (the kubelet plugin reads claims with the same one): stop() leaves it open. */
   readonly client: KubeClient;
   readonly nodeName: string;
   /** Default gpu.nvidia.com. */
@@ -162,7 +163,6 @@ export class SlicePublisher implements NodeConsumer {
     this.stopped = true;
     this.timers.dispose();
     await this.queue.close();
-    this.o.client.close();
     for (const w of this.waiters.splice(0)) w();
   }
 

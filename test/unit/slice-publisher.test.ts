@@ -41,6 +41,7 @@ interface Rig {
   pub: SlicePublisher;
   lines: string[];
   sysfs: string;
+  client: KubeClient;
 }
 
 let rig: Rig | undefined;
@@ -54,7 +55,7 @@ async function start(opts: ApiServerOptions = {}, tokenFile?: string, down = fal
   const sysfs = mkdtempSync(join(tmpdir(), 'gdp-pub-sysfs-'));
   const client = new KubeClient({ server: api.url, source: 'test kubeconfig', ...(tokenFile !== undefined ? { tokenFile } : {}) });
   const pub = new SlicePublisher({ client, nodeName: NODE, log, backoff: { initialMs: 5, maxMs: 40 }, sysfsRoot: sysfs });
-  rig = { api, pub, lines, sysfs };
+  rig = { api, pub, lines, sysfs, client };
   return rig;
 }
 
@@ -64,6 +65,7 @@ beforeEach(() => {
 afterEach(async () => {
   if (rig === undefined) return;
   await rig.pub.stop();
+  rig.client.close();
   await rig.api.stop();
   rmSync(rig.sysfs, { recursive: true, force: true });
 });
@@ -255,9 +257,13 @@ test('credentials that may not write: the access check names what is missing; th
   const tokenFile = join(dir, 'token');
   writeFileSync(tokenFile, 'viewer');
   const { api, pub, lines } = await start({ tokens }, tokenFile);
-  const problem = await accessProblem(new KubeClient({ server: api.url, token: 'viewer', source: '/etc/gpu-device-plugin/kubeconfig (context node)' }));
+  const viewer = new KubeClient({ server: api.url, token: 'viewer', source: '/etc/gpu-device-plugin/kubeconfig (context node)' });
+  const node = new KubeClient({ server: api.url, token: 'node', source: 'k' });
+  const problem = await accessProblem(viewer);
   assert.equal(problem, `the credentials in /etc/gpu-device-plugin/kubeconfig (context node) may not create resourceslices.resource.k8s.io, update resourceslices.resource.k8s.io, delete resourceslices.resource.k8s.io, get resourceclaims.resource.k8s.io on ${api.url}; DRA mode needs them (apply the RBAC shipped with the package for this node's user)`);
-  assert.equal(await accessProblem(new KubeClient({ server: api.url, token: 'node', source: 'k' })), null);
+  assert.equal(await accessProblem(node), null);
+  viewer.close();
+  node.close();
   const s = await fixtureSnapshot('nvswitch-8.json');
   pub.apply(applied(s, null));
   while (pub.status().failures < 3) await once(pub.events, 'failed');
@@ -275,7 +281,8 @@ test('credentials that may not write: the access check names what is missing; th
 test('a node the API server does not know: one ERROR naming it and what to check; published once the Node exists', async () => {
   const { api, pub, lines } = await start();
   const s = await fixtureSnapshot('nvswitch-8.json');
-  const other = new SlicePublisher({ client: new KubeClient({ server: api.url, source: 't' }), nodeName: 'node-z', log: createLogger({ level: 'info', journal: false, write: (l) => lines.push(l) }), backoff: { initialMs: 5, maxMs: 20 } });
+  const otherClient = new KubeClient({ server: api.url, source: 't' });
+  const other = new SlicePublisher({ client: otherClient, nodeName: 'node-z', log: createLogger({ level: 'info', journal: false, write: (l) => lines.push(l) }), backoff: { initialMs: 5, maxMs: 20 } });
   try {
     other.apply(applied(s, null));
     while (other.status().failures < 3) await once(other.events, 'failed');
@@ -285,6 +292,7 @@ test('a node the API server does not know: one ERROR naming it and what to check
     assert.equal(devices(stored(api, sliceName('node-z', 'gpu.nvidia.com', 0))).length, 8);
   } finally {
     await other.stop();
+    otherClient.close();
   }
   void pub;
 });

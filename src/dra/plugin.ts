@@ -481,7 +481,19 @@ export class DraKubeletPlugin implements NodeConsumer {
     this.watches.clear();
     await this.started?.catch(() => undefined);
     await this.reconciling?.catch(() => undefined);
-    for (const s of this.streams) s.end();
+    // End each stream with an OK status, and let that reach the kubelet before the server goes
+    // (a forced shutdown would cut it); a stream whose peer does not read is not waited on past 1 s.
+    await Promise.all([...this.streams].map((s) => new Promise<void>((resolve) => {
+      const t = setTimeout(resolve, 1000);
+      t.unref();
+      const done = (): void => {
+        clearTimeout(t);
+        resolve();
+      };
+      s.once('finish', done);
+      s.once('close', done);
+      s.end();
+    })));
     this.streams.clear();
     await Promise.all([...this.perClaim.values()]);
     await this.regServer?.stop();

@@ -26,6 +26,13 @@ export interface MigDevice {
   /** GPU-instance and compute-instance ids (what XID events name). */
   readonly gi: number;
   readonly ci: number;
+  /**
+   * The GPU instance's profile id (19 for 1g.10gb on an A100-80GB, as nvidia-smi mig -lgi shows it)
+   * and the first memory slice of its placement, from nvmlGpuInstanceGetInfo: what NVIDIA's DRA
+   * device names are made of (core/dra-devices.ts). Absent when the driver cannot say.
+   */
+  readonly giProfileId?: number;
+  readonly placementStart?: number;
   /** NVIDIA's profile name: 1g.10gb, 1c.2g.20gb, 1g.10gb+me … */
   readonly profile: string;
   readonly giSlices: number;

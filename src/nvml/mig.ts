@@ -58,14 +58,25 @@ function profileIndexTable(nvml: Nvml, parent: DeviceHandle): Map<number, number
   return table;
 }
 
-/** NVML profile index of the GPU instance a MIG device lives in, or null. */
-function giProfileIndex(nvml: Nvml, parent: DeviceHandle, gi: number, table: Map<number, number> | null): number | null {
-  if (table === null) return null;
+/** What nvmlGpuInstanceGetInfo says of the GPU instance a MIG device lives in. */
+interface GiInfo {
+  /** GPU-instance profile id (NVML_GPU_INSTANCE_PROFILE_* value as nvidia-smi shows it: 19 for 1g.10gb). */
+  readonly profileId: number;
+  /** First memory slice of the instance's placement. */
+  readonly placementStart: number;
+}
+
+/**
+ * The GPU instance's info (nvmlGpuInstanceInfo_t, 24 bytes: device pointer, id, profileId, then
+ * placement {start, size}), or null when the driver cannot say.
+ */
+function giInfo(nvml: Nvml, parent: DeviceHandle, gi: number): GiInfo | null {
+  if (!nvml.has('nvmlDeviceGetGpuInstanceById', true) || !nvml.has('nvmlGpuInstanceGetInfo', true)) return null;
   const out: unknown[] = [null];
   if (nvml.callCode('nvmlDeviceGetGpuInstanceById', parent, gi, out) !== NVML.SUCCESS) return null;
   const info = Buffer.alloc(24);
   if (nvml.callCode('nvmlGpuInstanceGetInfo', out[0], info) !== NVML.SUCCESS) return null;
-  return table.get(info.readUInt32LE(12)) ?? null;
+  return { profileId: info.readUInt32LE(12), placementStart: info.readUInt32LE(16) };
 }
 
 function readMode(nvml: Nvml, h: DeviceHandle, gpu: Gpu, log: Logger): MigMode | null {
@@ -126,6 +137,7 @@ export function discoverMig(nvml: Nvml, gpus: readonly Gpu[], handles: readonly 
         if (typeof attrs === 'number') throw new NvmlError('nvmlDeviceGetAttributes_v2', attrs, nvml.errorText(attrs), { index: gpu.index, uuid });
         const gi = ids.gi[0] ?? 0;
         table ??= profileIndexTable(nvml, h);
+        const info = giInfo(nvml, h, gi);
         devices.push({
           parent,
           index,
@@ -137,8 +149,9 @@ export function discoverMig(nvml: Nvml, gpus: readonly Gpu[], handles: readonly 
             ciSlices: attrs.computeInstanceSliceCount,
             memoryMiB: attrs.memorySizeMB,
             parentMemoryBytes: gpu.memoryBytes,
-            profileIndex: giProfileIndex(nvml, h, gi, table),
+            profileIndex: info === null || table === null ? null : table.get(info.profileId) ?? null,
           }),
+          ...(info === null ? {} : { giProfileId: info.profileId, placementStart: info.placementStart }),
           giSlices: attrs.gpuInstanceSliceCount,
           ciSlices: attrs.computeInstanceSliceCount,
           memoryBytes: attrs.memorySizeMB * 1024 * 1024,

@@ -55,7 +55,7 @@ test('info --json carries the MIG modes and devices', async () => {
   assert.equal(j.mig.strategy, 'mixed');
   assert.deepEqual(j.mig.modes, [{ current: true, pending: true }, { current: true, pending: true }, { current: false, pending: false }, { current: true, pending: true }]);
   assert.equal(j.mig.devices.length, 9);
-  assert.deepEqual(j.mig.devices[2], { parent: 0, index: 2, uuid: mig(0, '1g.10gb+me', 3), gi: 3, ci: 0, profile: '1g.10gb+me', giSlices: 1, ciSlices: 1, memoryBytes: 9728 * 1048576, multiprocessors: 14, engines: { copy: 1, decoder: 1, encoder: 0, jpeg: 1, ofa: 1 }, resource: 'nvidia.com/mig-1g.10gb.me' });
+  assert.deepEqual(j.mig.devices[2], { parent: 0, index: 2, uuid: mig(0, '1g.10gb+me', 3), gi: 3, ci: 0, giProfileId: 20, placementStart: 2, profile: '1g.10gb+me', giSlices: 1, ciSlices: 1, memoryBytes: 9728 * 1048576, multiprocessors: 14, engines: { copy: 1, decoder: 1, encoder: 0, jpeg: 1, ofa: 1 }, resource: 'nvidia.com/mig-1g.10gb.me' });
   const old = await run(['info', '--json'], { nvml: 'old' });
   assert.equal((JSON.parse(old.stdout) as { mig: unknown }).mig, null);
 });

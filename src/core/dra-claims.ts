@@ -7,7 +7,7 @@ import type { NodeSnapshot } from './snapshot.ts';
 
 /**
  * One device this node offers through DRA, as the ResourceSlice names it (names come from the
- * slice side: `gpu-<minor>`, MIG names; see core/dra-devices.ts once merged), with what the runtime
+ * slice side, core/dra-devices.ts: `gpu-<minor>`, MIG names), with what the runtime
  * and the health model know it by.
  */
 export interface DraNodeDevice {

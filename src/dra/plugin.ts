@@ -45,6 +45,7 @@ import type {
 } from '../api/dra.ts';
 import { allocatedDevices, cdiDeviceId, deviceHealthList, sameHealth } from '../core/dra-claims.ts';
 import type { DraDeviceHealth, DraNodeDevice, PreparedDevice } from '../core/dra-claims.ts';
+import { draDevices } from '../core/dra-devices.ts';
 import type { NodeSnapshot } from '../core/snapshot.ts';
 import type { AppliedSnapshot, NodeConsumer } from '../manager/consumer.ts';
 import { errorText } from '../system/log.ts';
@@ -59,7 +60,21 @@ export interface ClaimReader {
 }
 
 /** The devices this node offers through DRA now, named as its ResourceSlice names them. */
-export type DeviceLister = (snapshot: NodeSnapshot) => readonly DraNodeDevice[];
+export type DeviceLister = (applied: AppliedSnapshot) => readonly DraNodeDevice[];
+
+/**
+ * The devices core/dra-devices.ts publishes for the snapshot (the slice publisher's list, by the MIG
+ * strategy in force), with what prepare and the health stream need of each.
+ */
+export const publishedDevices: DeviceLister = (applied) => {
+  const { snapshot, settings } = applied;
+  return draDevices(snapshot, settings.plan.migStrategy ?? 'none').devices.flatMap((d): DraNodeDevice[] => {
+    const gpu = snapshot.gpus[d.gpu];
+    if (gpu === undefined) return [];
+    const base = { name: d.name, gpuUuid: gpu.uuid, gpuIndex: gpu.index, minor: gpu.minor };
+    return [d.mig === undefined ? base : { ...base, mig: { uuid: d.mig.uuid, index: d.mig.index } }];
+  });
+};
 
 export interface DraKubeletPluginOptions {
   /** The DRA driver name (gpu.nvidia.com by default in the options). */
@@ -71,7 +86,8 @@ export interface DraKubeletPluginOptions {
   /** The kubelet's plugins directory (/var/lib/kubelet/plugins): dra.sock goes in <pluginsDir>/<driver>/. */
   readonly pluginsDir: string;
   readonly claims: ClaimReader;
-  readonly devices: DeviceLister;
+  /** Default publishedDevices: the same list the slice publisher publishes. */
+  readonly devices?: DeviceLister;
   /** Where CDI specs are looked for (default /etc/cdi, /var/run/cdi). */
   readonly cdiDirs?: readonly string[];
   /** Default <pluginsDir>/<driver>/checkpoint.json. */
@@ -187,7 +203,7 @@ export class DraKubeletPlugin implements NodeConsumer {
 
   async apply(applied: AppliedSnapshot): Promise<void> {
     this.snapshot = applied.snapshot;
-    this.nodeDevices = this.opts.devices(applied.snapshot);
+    this.nodeDevices = (this.opts.devices ?? publishedDevices)(applied);
     if (this.started === undefined) {
       this.startedAt = Math.floor(this.now() / 1000);
       this.started = this.start();

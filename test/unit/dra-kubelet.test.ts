@@ -12,7 +12,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { HealthStatus } from '../../src/api/dra.ts';
 import type { Claim, NodeWatchResourcesResponse } from '../../src/api/dra.ts';
-import type { DraNodeDevice } from '../../src/core/dra-claims.ts';
 import type { Gpu } from '../../src/core/devices.ts';
 import { freshHealthState } from '../../src/core/health.ts';
 import type { MigDevice, MigLayout } from '../../src/core/mig.ts';
@@ -20,7 +19,7 @@ import { NO_SHARING } from '../../src/core/sharing.ts';
 import { buildSnapshot, diff, withHealth } from '../../src/core/snapshot.ts';
 import type { NodeScan, NodeSnapshot } from '../../src/core/snapshot.ts';
 import { DraKubeletPlugin, SUPPORTED_VERSIONS } from '../../src/dra/plugin.ts';
-import type { ClaimReader, DeviceLister } from '../../src/dra/plugin.ts';
+import type { ClaimReader } from '../../src/dra/plugin.ts';
 import type { AppliedSnapshot, NodeSettings } from '../../src/manager/consumer.ts';
 import { createLogger } from '../../src/system/log.ts';
 import { ApiServerStandIn } from '../support/apiserver.ts';
@@ -35,9 +34,10 @@ const uuid = (i: number): string => `GPU-0000000${i}-aaaa-4000-8000-000000000000
 const gpu = (i: number): Gpu => ({ index: i, uuid: uuid(i), name: 'NVIDIA A100-SXM4-80GB', minor: i, busId: `00000000:0${i}:00.0`, memoryBytes: 81920 * MiB, numaNode: 0 });
 const MIG_UUID = 'MIG-22222222-bbbb-4000-8000-000000000000';
 const migDev: MigDevice = {
-  parent: 2, index: 0, uuid: MIG_UUID, gi: 5, ci: 0, profile: '1g.10gb', giSlices: 1, ciSlices: 1, memoryBytes: 9728 * MiB, multiprocessors: 14,
+  parent: 2, index: 0, uuid: MIG_UUID, gi: 5, ci: 0, profile: '1g.10gb', giProfileId: 19, placementStart: 0, giSlices: 1, ciSlices: 1, memoryBytes: 9728 * MiB, multiprocessors: 14,
   engines: { copy: 1, decoder: 0, encoder: 0, jpeg: 0, ofa: 0 },
 };
+/** Named by core/dra-devices.ts (i21-slices), as NVIDIA's DRA driver names it. */
 const MIG_NAME = 'gpu-2-mig-1g10gb-19-0';
 
 /** Three GPUs, the third in MIG mode with one 1g.10gb device. */
@@ -55,19 +55,6 @@ const settings: NodeSettings = {
   plan: { deviceIdStrategy: 'uuid', migStrategy: 'mixed', sharing: NO_SHARING },
   serve: { allocate: { passDeviceSpecs: false, devRoot: '/', presentControlDevices: [] }, sharedPolicy: 'distributed' },
 };
-
-/**
- * The node's DRA device names, built by hand as NVIDIA's driver names them (FACTS §11) until
- * i21-slices' core/dra-devices.ts is merged: `gpu-<minor>` for a GPU not in MIG mode, the MIG name
- * for the MIG device.
- */
-const lister: DeviceLister = (s) => [
-  ...s.gpus.filter((_, i) => s.mig.modes[i]?.current !== true).map((g): DraNodeDevice => ({ name: `gpu-${g.minor}`, gpuUuid: g.uuid, gpuIndex: g.index, minor: g.minor })),
-  ...s.mig.devices.map((d): DraNodeDevice => {
-    const p = s.gpus[d.parent]!;
-    return { name: MIG_NAME, gpuUuid: p.uuid, gpuIndex: p.index, minor: p.minor, mig: { uuid: d.uuid, index: d.index } };
-  }),
-];
 
 function applied(snapshot: NodeSnapshot, previous: NodeSnapshot | null, reason: string): AppliedSnapshot {
   return { snapshot, change: diff(previous, snapshot), reason, reregister: null, settings };
@@ -132,7 +119,7 @@ async function setup(watcherOpts: WatcherOptions = {}): Promise<Setup> {
   const plugins_: DraKubeletPlugin[] = [];
   const newPlugin = async (): Promise<DraKubeletPlugin> => {
     const p = new DraKubeletPlugin({
-      driver: DRIVER, nodeName: NODE, registryDir: registry, pluginsDir: plugins, claims, devices: lister,
+      driver: DRIVER, nodeName: NODE, registryDir: registry, pluginsDir: plugins, claims,
       cdiDirs: [cdi], bootIdPath: bootId, checkIntervalMs: 60_000, log, now: () => 1_700_000_000_000,
     });
     plugins_.push(p);

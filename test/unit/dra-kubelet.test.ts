@@ -438,3 +438,22 @@ test('the health stream: the complete list on open, a new message when a device 
     await t.done();
   }
 });
+
+test('no registry directory at start (kubelet not there yet): the start goes on, says so once, and registers when the directory appears', async () => {
+  const t = await setup();
+  try {
+    await t.plugin.stop();
+    await t.watcher.stop();
+    rmSync(t.registry, { recursive: true });
+    const p = await t.newPlugin();
+    assert.equal(p.registered, false);
+    assert.equal(t.lines.filter((l) => / WARN cannot serve the DRA sockets yet; trying again when the directories change .*plugins_registry/.test(l)).length, 1, t.lines.join('\n'));
+    mkdirSync(t.registry);
+    t.watcher = await PluginWatcherStandIn.start(t.registry);
+    await t.watcher.waitForRegistrations(1);
+    assert.equal(p.registered, true);
+    await t.waitForLine(/ INFO serving the DRA sockets again/);
+  } finally {
+    await t.done();
+  }
+});

@@ -90,7 +90,10 @@ export interface DraKubeletPluginOptions {
   readonly devices?: DeviceLister;
   /** Where CDI specs are looked for (default /etc/cdi, /var/run/cdi). */
   readonly cdiDirs?: readonly string[];
-  /** Default <pluginsDir>/<driver>/checkpoint.json. */
+  /**
+   * Default <pluginsDir>/<driver>/gpu-device-plugin-checkpoint.json: not NVIDIA's DRA driver's
+   * checkpoint.json beside it, so a node moved between the two drivers keeps each one's file.
+   */
   readonly checkpointPath?: string;
   /** Default /proc/sys/kernel/random/boot_id. */
   readonly bootIdPath?: string;
@@ -100,6 +103,8 @@ export interface DraKubeletPluginOptions {
   readonly now?: () => number;
   readonly log: Logger;
 }
+
+export const CHECKPOINT_FILE = 'gpu-device-plugin-checkpoint.json';
 
 /** The services announced in GetInfo, in the order the kubelet picks from. */
 export const SUPPORTED_VERSIONS: readonly string[] = [DRA_SERVICE_NAMES.v1, DRA_SERVICE_NAMES.v1beta1, DRA_HEALTH_SERVICE_NAME];
@@ -169,7 +174,7 @@ export class DraKubeletPlugin implements NodeConsumer {
     this.pluginDir = join(opts.pluginsDir, opts.driver);
     this.registrationSocket = join(opts.registryDir, `${opts.driver}-reg.sock`);
     this.endpoint = join(this.pluginDir, 'dra.sock');
-    this.checkpointPath = opts.checkpointPath ?? join(this.pluginDir, 'checkpoint.json');
+    this.checkpointPath = opts.checkpointPath ?? join(this.pluginDir, CHECKPOINT_FILE);
   }
 
   /** After every registration the kubelet confirms (NotifyRegistrationStatus true). */

@@ -7,7 +7,7 @@
 // the registry directory are deleted (timed) and after a kubelet restart, and the health stream.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { HealthStatus } from '../../src/api/dra.ts';
@@ -18,7 +18,7 @@ import type { MigDevice, MigLayout } from '../../src/core/mig.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
 import { buildSnapshot, diff, withHealth } from '../../src/core/snapshot.ts';
 import type { NodeScan, NodeSnapshot } from '../../src/core/snapshot.ts';
-import { DraKubeletPlugin, SUPPORTED_VERSIONS } from '../../src/dra/plugin.ts';
+import { CHECKPOINT_FILE, DraKubeletPlugin, SUPPORTED_VERSIONS } from '../../src/dra/plugin.ts';
 import type { ClaimReader } from '../../src/dra/plugin.ts';
 import type { AppliedSnapshot, NodeSettings } from '../../src/manager/consumer.ts';
 import { createLogger } from '../../src/system/log.ts';
@@ -78,8 +78,8 @@ interface Setup {
   api: ApiServerStandIn;
   reads: { count: number };
   lines: string[];
-  /** Resolves once the plugin logged a line matching re (the test's timeout bounds it). */
-  waitForLine(re: RegExp): Promise<void>;
+  /** Resolves once the plugin logged n lines matching re (the test's timeout bounds it). */
+  waitForLine(re: RegExp, n?: number): Promise<void>;
   plugin: DraKubeletPlugin;
   watcher: PluginWatcherStandIn;
   snapshot: NodeSnapshot;
@@ -109,12 +109,13 @@ async function setup(watcherOpts: WatcherOptions = {}): Promise<Setup> {
     },
   };
   const lines: string[] = [];
-  let lineWaiters: { re: RegExp; resolve: () => void }[] = [];
+  let lineWaiters: { re: RegExp; n: number; resolve: () => void }[] = [];
+  const count = (re: RegExp): number => lines.filter((l) => re.test(l)).length;
   const log = createLogger({ level: 'debug', journal: false, write: (l) => {
     lines.push(l);
-    lineWaiters = lineWaiters.filter((w) => (w.re.test(l) ? (w.resolve(), false) : true));
+    lineWaiters = lineWaiters.filter((w) => (count(w.re) >= w.n ? (w.resolve(), false) : true));
   } });
-  const waitForLine = (re: RegExp): Promise<void> => (lines.some((l) => re.test(l)) ? Promise.resolve() : new Promise((resolve) => lineWaiters.push({ re, resolve })));
+  const waitForLine = (re: RegExp, n = 1): Promise<void> => (count(re) >= n ? Promise.resolve() : new Promise((resolve) => lineWaiters.push({ re, n, resolve })));
   const snapshot = buildSnapshot(nodeScan(), settings.plan, null, false);
   const plugins_: DraKubeletPlugin[] = [];
   const newPlugin = async (): Promise<DraKubeletPlugin> => {
@@ -147,7 +148,7 @@ async function setup(watcherOpts: WatcherOptions = {}): Promise<Setup> {
 
 const result = (device: string, request = 'gpu', driver = DRIVER, pool = NODE): JsonObject => ({ request, driver, pool, device });
 const checkpointOf = (t: Setup): { bootId: string; claims: Record<string, { state: string; devices: { device: string }[] }> } =>
-  JSON.parse(readFileSync(join(t.plugins, DRIVER, 'checkpoint.json'), 'utf8'));
+  JSON.parse(readFileSync(join(t.plugins, DRIVER, CHECKPOINT_FILE), 'utf8'));
 
 test('registers through the plugin watcher: GetInfo names the driver, dra.sock and the services; the kubelet picks v1', async () => {
   const t = await setup();
@@ -322,11 +323,11 @@ test('an unreadable checkpoint is moved aside and named in the log; the plugin s
   const t = await setup();
   try {
     await t.plugin.stop();
-    const path = join(t.plugins, DRIVER, 'checkpoint.json');
+    const path = join(t.plugins, DRIVER, CHECKPOINT_FILE);
     writeFileSync(path, '{"version":');
     const p = await t.newPlugin();
     assert.deepEqual(p.preparedClaims(), []);
-    assert.ok(t.lines.some((l) => / ERROR the DRA checkpoint cannot be read; moved aside.*movedTo=.*checkpoint\.json\.unreadable-/.test(l)), t.lines.join('\n'));
+    assert.ok(t.lines.some((l) => / ERROR the DRA checkpoint cannot be read; moved aside.*movedTo=.*gpu-device-plugin-checkpoint\.json\.unreadable-/.test(l)), t.lines.join('\n'));
   } finally {
     await t.done();
   }
@@ -453,6 +454,54 @@ test('no registry directory at start (kubelet not there yet): the start goes on,
     await t.watcher.waitForRegistrations(1);
     assert.equal(p.registered, true);
     await t.waitForLine(/ INFO serving the DRA sockets again/);
+  } finally {
+    await t.done();
+  }
+});
+
+test('a kubelet that refuses the registration: its error is logged at ERROR and listeners hear the registration lost', async () => {
+  const t = await setup();
+  try {
+    const lost: string[] = [];
+    t.plugin.onRegistrationLost((why) => lost.push(why));
+    await t.watcher.stop();
+    // A kubelet speaking no DRAPlugin version we offer (none at all, here).
+    t.watcher = await PluginWatcherStandIn.start(t.registry, { versions: [] });
+    const r = await t.watcher.waitForRejections(1);
+    assert.equal(r.notified, true);
+    await t.waitForLine(/ ERROR the kubelet refused the DRA plugin's registration /);
+    assert.equal(t.plugin.registered, false);
+    assert.equal(lost.length, 1);
+    assert.match(lost[0]!, /^the kubelet refused the registration: RegisterPlugin error -- plugin validation failed .*none of services supported by the plugin/);
+    assert.ok(t.lines.some((l) => l.includes(' ERROR the kubelet refused') && l.includes('none of services supported by the plugin')));
+  } finally {
+    await t.done();
+  }
+});
+
+test('leak-free: 40 deletions of the registration socket and dra.sock leave the open file descriptors where they were', async () => {
+  const t = await setup();
+  try {
+    const fds = (): number => readdirSync('/proc/self/fd').length;
+    // One round first, so that lazily made things (grpc-js's channels, the watches) exist.
+    unlinkSync(join(t.registry, `${DRIVER}-reg.sock`));
+    await t.watcher.waitForRegistrations(2);
+    const before = fds();
+    for (let i = 0; i < 40; i++) {
+      const n = t.watcher.registrations.length;
+      unlinkSync(join(t.plugins, DRIVER, 'dra.sock'));
+      // A pass of the plugin under way may have looked at dra.sock just before it went and at the
+      // registration socket just after: it serves the registration socket again (a registration),
+      // and dra.sock on its next pass. So wait for both; the registration socket may already be
+      // gone again when the next round removes it.
+      rmSync(join(t.registry, `${DRIVER}-reg.sock`), { force: true });
+      await t.watcher.waitForRegistrations(n + 1);
+      await t.waitForLine(/ INFO dra\.sock was removed; serving it again/, i + 1);
+    }
+    const after = fds();
+    console.log(`# open fds: ${before} before, ${after} after 40 re-serves of both sockets`);
+    assert.ok(after <= before + 4, `open fds grew from ${before} to ${after}`);
+    assert.ok(t.plugin.registrations >= 42, `${t.plugin.registrations} registrations`);
   } finally {
     await t.done();
   }

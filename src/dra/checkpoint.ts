@@ -86,6 +86,11 @@ export class CheckpointStore {
     });
   }
 
+  /** Writes the checkpoint again if the file is gone or differs (its directory was wiped, say). */
+  persist(): Promise<void> {
+    return this.mutate((c) => c).then(() => undefined);
+  }
+
   /** One change at a time: the next state is written, and only then is it the current one. */
   private mutate(change: (c: Checkpoint) => Checkpoint | null): Promise<boolean> {
     const next = this.chain.then(async () => {
@@ -103,4 +108,5 @@ export class CheckpointStore {
   private async save(): Promise<void> {
     await this.file.write(serializeCheckpoint(this.current));
   }
+
 }

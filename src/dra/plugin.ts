@@ -219,7 +219,8 @@ export class DraKubeletPlugin implements NodeConsumer {
 
   private async start(): Promise<void> {
     const bootId = await readBootId(this.opts.bootIdPath ?? BOOT_ID_FILE);
-    await mkdir(this.pluginDir, { recursive: true, mode: 0o750 });
+    // The plugin directory is made when the sockets are served (reconcileOnce): a start without a
+    // kubelet's directories goes on, and serves once they appear.
     this.store = await CheckpointStore.open(this.checkpointPath, bootId, this.log);
     if (this.store.size > 0) this.log.info('prepared DRA claims from the checkpoint', { claims: this.store.size, checkpoint: this.checkpointPath });
     this.timer = setInterval(() => this.kick(), this.opts.checkIntervalMs ?? 5000);
@@ -263,7 +264,9 @@ export class DraKubeletPlugin implements NodeConsumer {
       // dra.sock first: the kubelet dials the endpoint it is given as soon as it registered us.
       if (await dirIdentity(this.pluginDir) === null && await dirIdentity(this.opts.pluginsDir) !== null) {
         await mkdir(this.pluginDir, { recursive: true, mode: 0o750 });
-        this.log.info('the DRA plugin directory was deleted; created it again', { dir: this.pluginDir });
+        if (this.draServer !== undefined) this.log.info('the DRA plugin directory was deleted; created it again', { dir: this.pluginDir });
+        // Its checkpoint went with it: write what this process knows (the claims prepared are still prepared).
+        if (this.store !== undefined && this.store.size > 0) await this.store.persist();
       }
       if (this.draServer === undefined || !(await this.draServer.stillOurs())) {
         const had = this.draServer !== undefined;

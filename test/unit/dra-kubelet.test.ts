@@ -506,3 +506,22 @@ test('leak-free: 40 deletions of the registration socket and dra.sock leave the 
     await t.done();
   }
 });
+
+test('the plugin directory wiped: made again, dra.sock served again, the checkpoint written again with the claims still prepared', async () => {
+  const t = await setup();
+  try {
+    const c = t.claim('one', [result('gpu-0')]);
+    const first = await t.watcher.client(DRIVER).prepare([c]);
+    rmSync(join(t.plugins, DRIVER), { recursive: true });
+    await t.waitForLine(/ INFO dra\.sock was removed; serving it again/);
+    assert.ok(t.lines.some((l) => / INFO the DRA plugin directory was deleted; created it again/.test(l)));
+    assert.deepEqual(Object.keys(checkpointOf(t).claims), [c.uid]);
+    const fresh = new DraClient(t.watcher.registered(DRIVER)!.endpoint, 'v1');
+    const reads = t.reads.count;
+    assert.deepEqual(await fresh.prepare([c]), first);
+    assert.equal(t.reads.count, reads);
+    fresh.close();
+  } finally {
+    await t.done();
+  }
+});

@@ -17,6 +17,8 @@
 //   fields dropped with a `Warning: 299` header (or 400 with ?fieldValidation=Strict), taints' timeAdded
 //   filled. List items carry no apiVersion/kind, as the real server's do.
 // - ResourceClaims get (namespaced; the test seeds them with putClaim) and Nodes get (putNode).
+// - SelfSubjectAccessReviews (authorization.k8s.io/v1, create): allowed or not by the token's grant,
+//   as the real server answers from RBAC; every authenticated user may create one.
 // - Errors as Kubernetes Status JSON: NotFound 404, AlreadyExists / Conflict 409, Invalid 422,
 //   BadRequest 400, Unauthorized 401, Forbidden 403 (with the real message shapes).
 // - Bearer tokens, each with a user name and an allow-list of "verb resource" (e.g. "create
@@ -534,7 +536,7 @@ const SLICE_FIELDS: Record<string, (o: JsonObject) => string> = {
 // ---- the server ----
 
 interface Route {
-  resource: 'resourceslices' | 'resourceclaims' | 'nodes';
+  resource: 'resourceslices' | 'resourceclaims' | 'nodes' | 'selfsubjectaccessreviews';
   group: string;
   namespace?: string;
   name?: string;
@@ -547,6 +549,7 @@ function route(path: string): Route | undefined {
     if (d === 'resourceslices' && parts.length <= 5) return { resource: 'resourceslices', group: GROUP, ...(e !== undefined ? { name: e } : {}) };
     if (d === 'namespaces' && e !== undefined && f === 'resourceclaims' && g !== undefined && parts.length === 7) return { resource: 'resourceclaims', group: GROUP, namespace: e, name: g };
   }
+  if (a === 'apis' && b === 'authorization.k8s.io' && c === 'v1' && d === 'selfsubjectaccessreviews' && parts.length === 4) return { resource: 'selfsubjectaccessreviews', group: 'authorization.k8s.io' };
   if (a === 'api' && b === 'v1' && c === 'nodes' && d !== undefined && parts.length === 4) return { resource: 'nodes', group: '', name: d };
   return undefined;
 }
@@ -709,7 +712,7 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
       const verb = this.verb(method, r, url);
       this.authorize(grant, verb, r);
       const input = method === 'POST' || method === 'PUT' || method === 'DELETE' ? await readJson(req) : undefined;
-      const out = this.serve(verb, r, url, input);
+      const out = this.serve(verb, r, url, input, grant);
       code = out.code;
       body = out.body;
       if (out.warnings.length > 0) headers['warning'] = out.warnings.map((w) => `299 - ${JSON.stringify(w)}`).join(', ');
@@ -739,6 +742,10 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
       throw new HttpError(status(405, 'MethodNotAllowed', 'watch is not modelled by the API server stand-in (test/support/apiserver.ts)'));
     }
     const collection = r.name === undefined;
+    if (r.resource === 'selfsubjectaccessreviews') {
+      if (method === 'POST') return 'create';
+      throw new HttpError(status(405, 'MethodNotAllowed', `${method} on ${url.pathname} is not allowed: selfsubjectaccessreviews are only created`));
+    }
     if (r.resource !== 'resourceslices') {
       if (method === 'GET') return 'get';
       throw new HttpError(status(405, 'MethodNotAllowed', `${method} on ${url.pathname} is not modelled by the API server stand-in (test/support/apiserver.ts): only get of ${r.resource}`));
@@ -753,20 +760,17 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
   }
 
   private authorize(grant: TokenGrant | undefined, verb: string, r: Route): void {
-    if (grant === undefined) return;
+    if (grant === undefined || r.resource === 'selfsubjectaccessreviews') return;
     const user = grant.user;
-    const ok = grant.allow.some((a) => {
-      const [v, res] = a.split(/\s+/);
-      return (v === '*' || v === verb) && (res === '*' || res === r.resource);
-    });
-    if (ok) return;
+    if (allows(grant, verb, r.resource)) return;
     const what = r.name !== undefined ? `${qualified(r.resource, r.group)} "${r.name}"` : qualified(r.resource, r.group);
     const scope = r.namespace !== undefined ? `in the namespace "${r.namespace}"` : 'at the cluster scope';
     throw new HttpError(status(403, 'Forbidden', `${what} is forbidden: User "${user}" cannot ${verb} resource "${r.resource}" in API group "${r.group}" ${scope}`,
       { ...(r.name !== undefined ? { name: r.name } : {}), group: r.group, kind: r.resource }));
   }
 
-  private serve(verb: string, r: Route, url: URL, input: Json | undefined): { code: number; body: Json; warnings: string[] } {
+  private serve(verb: string, r: Route, url: URL, input: Json | undefined, grant?: TokenGrant): { code: number; body: Json; warnings: string[] } {
+    if (r.resource === 'selfsubjectaccessreviews') return { code: 201, body: accessReview(input, grant), warnings: [] };
     if (r.resource === 'nodes' || r.resource === 'resourceclaims') {
       const key = r.resource === 'nodes' ? r.name ?? '' : `${r.namespace ?? ''}/${r.name ?? ''}`;
       const o = (r.resource === 'nodes' ? this.nodes : this.claims).get(key);
@@ -930,6 +934,31 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
     const ok: Status = { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Success', details: { name, group: GROUP, kind: 'resourceslices', uid: String(oldMeta['uid']) }, code: 200 };
     return { code: 200, body: ok as unknown as Json, warnings: [] };
   }
+}
+
+/** Whether a grant allows a verb on a resource ("verb resource" pairs, either part "*"). */
+function allows(grant: TokenGrant, verb: string, resource: string): boolean {
+  return grant.allow.some((a) => {
+    const [v, res] = a.split(/\s+/);
+    return (v === '*' || v === verb) && (res === '*' || res === resource);
+  });
+}
+
+/** A SelfSubjectAccessReview answered from the grant (no grant: authorization is off, all allowed). */
+function accessReview(input: Json | undefined, grant: TokenGrant | undefined): Json {
+  const spec = isObject(input) && isObject(input['spec']) ? input['spec'] : undefined;
+  const attrs = spec !== undefined && isObject(spec['resourceAttributes']) ? spec['resourceAttributes'] : undefined;
+  if (spec === undefined || attrs === undefined) throw invalid('SelfSubjectAccessReview', '', [{ reason: 'FieldValueRequired', message: 'Required value: exactly one of nonResourceAttributes or resourceAttributes must be specified', field: 'spec.resourceAttributes' }]);
+  const verb = str(attrs['verb']) ?? '';
+  const resource = str(attrs['resource']) ?? '';
+  const allowed = grant === undefined || allows(grant, verb, resource);
+  return {
+    apiVersion: 'authorization.k8s.io/v1',
+    kind: 'SelfSubjectAccessReview',
+    metadata: { creationTimestamp: null },
+    spec,
+    status: allowed ? { allowed: true, reason: grant === undefined ? 'authorization is off' : `RBAC: allowed for ${grant.user}` } : { allowed: false },
+  };
 }
 
 async function readJson(req: IncomingMessage): Promise<Json | undefined> {

@@ -1,0 +1,131 @@
+// A kubeconfig file, read into what the API client needs: the server's URL, how to trust it (CA data
+// or file, or insecure-skip-tls-verify), and who we are (client certificate and key, data or file;
+// a bearer token, inline or a token file that is re-read on every request, as bound tokens rotate).
+// The current context (or the one asked for) picks the cluster and user. Paths in the file are
+// relative to the file's folder, as kubectl takes them. Exec and auth-provider credential plugins
+// are refused with a clear error: a node service should not depend on a cloud CLI being installed,
+// and a node-scoped client certificate or token file does what it needs.
+import { readFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
+import { dirname, isAbsolute, resolve } from 'node:path';
+import type * as Yaml from 'yaml';
+
+let yaml: typeof Yaml | undefined;
+function loadYaml(): typeof Yaml {
+  yaml ??= typeof require === 'function' ? require('yaml') as typeof Yaml : createRequire(import.meta.url)('yaml') as typeof Yaml;
+  return yaml;
+}
+
+/** What the client connects with. Buffers are PEM. */
+export interface KubeTarget {
+  /** https://host:port[/prefix] or http:// (tests). */
+  readonly server: string;
+  readonly ca?: Buffer;
+  readonly insecureSkipTlsVerify?: boolean;
+  /** SNI / certificate name to check instead of the server's host. */
+  readonly tlsServerName?: string;
+  readonly cert?: Buffer;
+  readonly key?: Buffer;
+  readonly token?: string;
+  /** Re-read for every request (a projected or rotated token). */
+  readonly tokenFile?: string;
+  /** Dial this unix socket instead of the server's host (tests, and API server proxies). */
+  readonly socketPath?: string;
+  /** Where these facts came from, for error messages: `<file> (context <name>)`. */
+  readonly source: string;
+}
+
+export class KubeconfigError extends Error {
+  override name = 'KubeconfigError';
+}
+
+type Obj = Record<string, unknown>;
+const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+function named(list: unknown, name: string, kind: string, file: string): Obj {
+  const entries = Array.isArray(list) ? list : [];
+  const hit = entries.find((e): e is Obj => isObj(e) && e['name'] === name);
+  if (hit === undefined) {
+    const known = entries.filter(isObj).map((e) => String(e['name'])).join(', ') || 'none';
+    throw new KubeconfigError(`${file}: no ${kind} named ${JSON.stringify(name)} (${kind}s: ${known})`);
+  }
+  const inner = hit[kind];
+  if (!isObj(inner)) throw new KubeconfigError(`${file}: ${kind} ${JSON.stringify(name)} has no ${kind} map`);
+  return inner;
+}
+
+const text = (o: Obj, key: string): string | undefined => (typeof o[key] === 'string' && o[key] !== '' ? (o[key] as string) : undefined);
+
+async function pem(o: Obj, dataKey: string, fileKey: string, base: string, what: string, file: string): Promise<Buffer | undefined> {
+  const data = text(o, dataKey);
+  if (data !== undefined) return Buffer.from(data, 'base64');
+  const path = text(o, fileKey);
+  if (path === undefined) return undefined;
+  const full = isAbsolute(path) ? path : resolve(base, path);
+  try {
+    return await readFile(full);
+  } catch (err) {
+    throw new KubeconfigError(`${file}: cannot read the ${what} ${full} (${(err as Error).message})`);
+  }
+}
+
+/** Parses a kubeconfig's text (file: its path, for relative paths and messages). */
+export async function parseKubeconfig(content: string, file: string, context?: string): Promise<KubeTarget> {
+  let doc: unknown;
+  try {
+    doc = loadYaml().parse(content);
+  } catch (err) {
+    throw new KubeconfigError(`${file} is not a kubeconfig: ${(err as Error).message}`);
+  }
+  if (!isObj(doc)) throw new KubeconfigError(`${file} is not a kubeconfig: expected a map with clusters, users and contexts`);
+  const ctxName = context ?? text(doc, 'current-context');
+  if (ctxName === undefined) throw new KubeconfigError(`${file} has no current-context; set one (kubectl config use-context) or name the context`);
+  const ctx = named(doc['contexts'], ctxName, 'context', file);
+  const clusterName = text(ctx, 'cluster');
+  const userName = text(ctx, 'user');
+  if (clusterName === undefined) throw new KubeconfigError(`${file}: context ${JSON.stringify(ctxName)} names no cluster`);
+  const cluster = named(doc['clusters'], clusterName, 'cluster', file);
+  const user = userName === undefined ? {} : named(doc['users'], userName, 'user', file);
+  const server = text(cluster, 'server');
+  if (server === undefined) throw new KubeconfigError(`${file}: cluster ${JSON.stringify(clusterName)} has no server`);
+  let url: URL;
+  try {
+    url = new URL(server);
+  } catch {
+    throw new KubeconfigError(`${file}: cluster ${JSON.stringify(clusterName)} has server ${JSON.stringify(server)}, which is not a URL (expected https://host:port)`);
+  }
+  if (url.protocol !== 'https:' && url.protocol !== 'http:') throw new KubeconfigError(`${file}: server ${server} is neither https:// nor http://`);
+  if (user['exec'] !== undefined || user['auth-provider'] !== undefined) {
+    throw new KubeconfigError(`${file}: user ${JSON.stringify(userName)} uses ${user['exec'] !== undefined ? 'an exec' : 'an auth-provider'} credential plugin, which this service does not run; give it a node-scoped client certificate (client-certificate/client-key) or a token (token or tokenFile) instead`);
+  }
+  const base = dirname(file);
+  const source = `${file} (context ${ctxName})`;
+  const ca = await pem(cluster, 'certificate-authority-data', 'certificate-authority', base, 'certificate authority', file);
+  const cert = await pem(user, 'client-certificate-data', 'client-certificate', base, 'client certificate', file);
+  const key = await pem(user, 'client-key-data', 'client-key', base, 'client key', file);
+  if ((cert === undefined) !== (key === undefined)) throw new KubeconfigError(`${file}: user ${JSON.stringify(userName)} has a client ${cert === undefined ? 'key' : 'certificate'} without its ${cert === undefined ? 'certificate' : 'key'}`);
+  const tokenFile = text(user, 'tokenFile');
+  const token = text(user, 'token');
+  const tlsServerName = text(cluster, 'tls-server-name');
+  return {
+    server: server.replace(/\/+$/, ''),
+    source,
+    ...(ca !== undefined ? { ca } : {}),
+    ...(cluster['insecure-skip-tls-verify'] === true ? { insecureSkipTlsVerify: true } : {}),
+    ...(tlsServerName !== undefined ? { tlsServerName } : {}),
+    ...(cert !== undefined && key !== undefined ? { cert, key } : {}),
+    ...(token !== undefined ? { token } : {}),
+    ...(tokenFile !== undefined ? { tokenFile: isAbsolute(tokenFile) ? tokenFile : resolve(base, tokenFile) } : {}),
+  };
+}
+
+/** Reads and parses a kubeconfig file. */
+export async function loadKubeconfig(file: string, context?: string): Promise<KubeTarget> {
+  let content: string;
+  try {
+    content = await readFile(file, 'utf8');
+  } catch (err) {
+    throw new KubeconfigError(`cannot read the kubeconfig ${file} (${(err as Error).message}); --kubeconfig names the file this service reaches the API server with`);
+  }
+  return parseKubeconfig(content, file, context);
+}

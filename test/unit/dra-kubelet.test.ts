@@ -22,6 +22,8 @@ import { CHECKPOINT_FILE, DraKubeletPlugin, SUPPORTED_VERSIONS } from '../../src
 import type { ClaimReader } from '../../src/dra/plugin.ts';
 import type { AppliedSnapshot, NodeSettings } from '../../src/manager/consumer.ts';
 import { createLogger } from '../../src/system/log.ts';
+import { KubeClient } from '../../src/k8s/client.ts';
+import { getResourceClaim } from '../../src/k8s/resources.ts';
 import { ApiServerStandIn } from '../support/apiserver.ts';
 import type { JsonObject } from '../support/apiserver.ts';
 import { DraClient, PluginWatcherStandIn } from '../support/plugin-watcher.ts';
@@ -99,13 +101,12 @@ async function setup(watcherOpts: WatcherOptions = {}): Promise<Setup> {
   writeFileSync(join(cdi, 'nvidia.yaml'), cdiSpec(FULL_SPEC));
   const api = await ApiServerStandIn.start();
   const reads = { count: 0 };
+  // The claim reader the daemon gets: src/k8s's client (i21-slices), counting its reads.
+  const kube = new KubeClient({ server: api.url, source: 'test' });
   const claims: ClaimReader = {
-    async getResourceClaim(namespace, name) {
+    getResourceClaim(namespace, name) {
       reads.count++;
-      const res = await fetch(`${api.url}/apis/resource.k8s.io/v1/namespaces/${namespace}/resourceclaims/${name}`);
-      const body = await res.json() as { message?: string };
-      if (!res.ok) throw new Error(`${res.status}: ${body.message ?? ''}`);
-      return body;
+      return getResourceClaim(kube, namespace, name);
     },
   };
   const lines: string[] = [];
@@ -139,6 +140,7 @@ async function setup(watcherOpts: WatcherOptions = {}): Promise<Setup> {
     async done() {
       await t.watcher.stop();
       for (const p of plugins_) await p.stop();
+      kube.close();
       await api.stop();
       rmSync(root, { recursive: true, force: true });
     },
@@ -252,7 +254,7 @@ test('refused per claim: a device of another node, a device this node does not h
     const cp = checkpointOf(t);
     assert.deepEqual(Object.keys(cp.claims).sort(), [mixed.uid, only.uid].sort(), 'refused claims are not recorded');
     const missing = await t.watcher.client(DRIVER).prepare([{ namespace: 'team-a', name: 'nope', uid: 'u-1' }]);
-    assert.match(missing.claims['u-1']!.error, /cannot read ResourceClaim team-a\/nope from the API server: 404/);
+    assert.match(missing.claims['u-1']!.error, /cannot read ResourceClaim team-a\/nope from the API server: GET \/apis\/resource\.k8s\.io\/v1\/namespaces\/team-a\/resourceclaims\/nope: 404 NotFound: resourceclaims\.resource\.k8s\.io "nope" not found/);
     assert.ok(t.lines.some((l) => / WARN cannot prepare a DRA claim .*gpu-7/.test(l)));
   } finally {
     await t.done();

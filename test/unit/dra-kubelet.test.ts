@@ -5,6 +5,7 @@
 // device, a UID mismatch, a missing or stale CDI spec), another driver's results ignored, the
 // checkpoint across a restart of the plugin and across a reboot, re-registration after the sockets or
 // the registry directory are deleted (timed) and after a kubelet restart, and the health stream.
+import { once } from 'node:events';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
@@ -22,6 +23,7 @@ import { CHECKPOINT_FILE, DraKubeletPlugin, SUPPORTED_VERSIONS } from '../../src
 import type { ClaimReader } from '../../src/dra/plugin.ts';
 import type { AppliedSnapshot, NodeSettings } from '../../src/manager/consumer.ts';
 import { createLogger } from '../../src/system/log.ts';
+import { SlicePublisher } from '../../src/dra/slice-publisher.ts';
 import { KubeClient } from '../../src/k8s/client.ts';
 import { getResourceClaim } from '../../src/k8s/resources.ts';
 import { ApiServerStandIn } from '../support/apiserver.ts';
@@ -524,6 +526,32 @@ test('the plugin directory wiped: made again, dra.sock served again, the checkpo
     assert.equal(t.reads.count, reads);
     fresh.close();
   } finally {
+    await t.done();
+  }
+});
+
+test('with the slice publisher listening: the kubelet\'s start deletes the node\'s slices, our registration republishes them', { timeout: 20_000 }, async () => {
+  const t = await setup();
+  const kube = new KubeClient({ server: t.api.url, source: 'test' });
+  const pub = new SlicePublisher({ client: kube, nodeName: NODE, log: createLogger({ level: 'error', journal: false, write: () => {} }), sysfsRoot: t.root });
+  try {
+    t.api.putNode(NODE);
+    t.plugin.onRegistered(() => pub.republish());
+    pub.apply(applied(t.snapshot, null, 'start'));
+    await pub.whenSynced();
+    const ours = (): string[] => [...t.api.slices.values()].filter((s) => (s['spec'] as { nodeName?: string }).nodeName === NODE).flatMap((s) => ((s['spec'] as { devices?: { name: string }[] }).devices ?? []).map((d) => d.name));
+    assert.deepEqual(ours(), ['gpu-0', 'gpu-1', MIG_NAME]);
+    const synced = pub.status().synced;
+    await t.watcher.stop();
+    // The kubelet starts: it deletes every slice of its node, then registers the plugins it finds.
+    t.watcher = await PluginWatcherStandIn.start(t.registry, { slices: { janitor: t.api, nodeName: NODE } });
+    assert.equal(t.watcher.wipes[0]?.deleted, 1);
+    await t.watcher.waitForRegistrations(1);
+    while (pub.status().synced === synced) await once(pub.events, 'synced');
+    assert.deepEqual(ours(), ['gpu-0', 'gpu-1', MIG_NAME]);
+  } finally {
+    await pub.stop();
+    kube.close();
     await t.done();
   }
 });

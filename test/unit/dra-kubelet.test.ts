@@ -397,7 +397,7 @@ test('the kubelet restarts: the new plugin watcher finds our socket and register
   }
 });
 
-test('the health stream: the complete list on open, a new message when a device turns unhealthy, with the reason; closed cleanly on stop', async () => {
+test('the health stream: the complete list on open, a new message when a device turns unhealthy (with the reason) or leaves; closed cleanly on stop', async () => {
   const t = await setup();
   try {
     const all = await t.watcher.waitForHealth(DRIVER, (d) => d.length === 3);
@@ -425,12 +425,18 @@ test('the health stream: the complete list on open, a new message when a device 
     await t.plugin.apply(applied(long, sick, 'health changed'));
     const cut = await t.watcher.waitForHealth(DRIVER, (d) => d[0]?.health === HealthStatus.UNHEALTHY);
     assert.equal(cut[0]!.message.length, 1024);
+    // GPU 1 leaves the node: the next list no longer has it.
+    const scan = nodeScan();
+    const gone = buildSnapshot({ ...scan, gpus: [scan.gpus[0]!, scan.gpus[2]!], mig: { modes: [null, { current: true, pending: true }], devices: [{ ...migDev, parent: 1 }] }, nvlinks: scan.nvlinks.slice(0, 2), pcie: [[-1, 40], [40, -1]] }, settings.plan, long, false);
+    await t.plugin.apply(applied(gone, long, 're-discovery: a GPU left'));
+    const two = await t.watcher.waitForHealth(DRIVER, (d) => d.length === 2);
+    assert.deepEqual(two.map((d) => [d.device?.device_name, d.health]), [['gpu-0', HealthStatus.UNHEALTHY], [MIG_NAME, HealthStatus.HEALTHY]]);
     // A stream of our own (the stand-in drops its stream when the registration socket goes, which
     // may come first): on stop it ends with status OK, not an error.
     const own = new DraClient(t.watcher.registered(DRIVER)!.endpoint, 'v1');
     const stream = own.watchHealth();
     const first = await new Promise<NodeWatchResourcesResponse>((resolve) => stream.once('data', resolve));
-    assert.equal(first.devices.length, 3);
+    assert.equal(first.devices.length, 2);
     const end = new Promise<string>((resolve) => {
       stream.on('data', () => undefined);
       stream.on('error', (err) => resolve(`error ${err.message}`));

@@ -86,6 +86,12 @@ test('every key of the file reaches its option', () => {
     '  metricsInterval: 30',
     '  podResourcesSocket: /k/pod-resources.sock',
     '  rediscoverInterval: 0',
+    '  kubeletApi: device-plugin',
+    '  kubeconfig: /etc/gdp/kubeconfig',
+    '  nodeName: node-7.example',
+    '  draDriverName: gpu.example.com',
+    '  kubeletPluginsRegistry: /k/registry',
+    '  kubeletPluginsDir: /k/plugins',
     '  plugin:',
     '    passDeviceSpecs: true',
     '    deviceListStrategy: cdi-cri',
@@ -103,6 +109,8 @@ test('every key of the file reaches its option', () => {
     passDeviceSpecs: true, cdiAnnotationPrefix: 'x/', migStrategy: 'none', sharedDevicesAllocationPolicy: 'packed', failOnInitError: false,
     configFile: null, logLevel: 'error', socketCheckInterval: 2, healthProbeInterval: 1.5, healthRecovery: true, healthRecoveryQuietPeriod: 60, rediscoverInterval: 0,
     imexChannelIds: [0], imexRequired: true,
+    kubeletApi: 'device-plugin', kubeconfig: '/etc/gdp/kubeconfig', nodeName: 'node-7.example', draDriverName: 'gpu.example.com',
+    kubeletPluginsRegistry: '/k/registry', kubeletPluginsDir: '/k/plugins',
     nfdFeaturesFile: '/etc/nfd/gpu', nfdRemoveOnStop: true, metricsFile: '/var/lib/ne/gpu.prom', metricsInterval: 30, podResourcesSocket: '/k/pod-resources.sock',
   });
   for (const s of OPTION_SPECS) {

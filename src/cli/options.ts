@@ -498,9 +498,10 @@ function whereSet(parsed: ParsedOptions, key: OptionKey): string {
 function checkKubeletApi(parsed: ParsedOptions): void {
   const o = parsed.options;
   if (o.kubeletApi !== 'dra') return;
-  const mode = `--kubelet-api=dra (${whereSet(parsed, 'kubeletApi')})`;
+  const origin = parsed.origins.kubeletApi;
+  const mode = origin === 'command line' ? '--kubelet-api=dra' : origin === 'environment' ? 'KUBELET_API=dra' : `flags.kubeletApi: dra (${origin})`;
   if (o.kubeconfig === null) {
-    throw new OptionError(`${mode} needs --kubeconfig (KUBECONFIG): a kubeconfig with this node's credentials for the API server, which the service has no other way to reach; see "Dynamic Resource Allocation" in README.md for making one, or set KUBELET_API=device-plugin`);
+    throw new OptionError(`${mode} needs --kubeconfig (KUBECONFIG): a kubeconfig with this node's credentials for the API server, which the service has no other way to reach; /usr/share/doc/gpu-device-plugin/dra/README.md says how to make one; or keep this node on --kubelet-api=device-plugin`);
   }
   if (parsed.origins.nodeName === 'default') {
     const why = dnsSubdomainProblem(o.nodeName, 253);

@@ -174,7 +174,7 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'kubeletApi', flag: 'kubelet-api', env: 'KUBELET_API', config: 'flags.kubeletApi', default: 'device-plugin', kind: { type: 'enum', values: KUBELET_APIS },
     help: "which kubelet API serves this node's GPUs: device-plugin (nvidia.com/gpu through the device-plugin API) or dra (Dynamic Resource Allocation: ResourceSlices and the kubelet's DRA plugin API; needs --kubeconfig, the DRA sandbox drop-in and RBAC, see README). One per node; switching is a restart" },
   { key: 'kubeconfig', flag: 'kubeconfig', env: 'KUBECONFIG', config: 'flags.kubeconfig', default: null, kind: { type: 'string', path: true },
-    help: "kubeconfig file with this node's own credentials for the API server (--kubelet-api=dra only; one file, not a list), usually /etc/gpu-device-plugin/kubeconfig" },
+    help: "kubeconfig file with this node's own credentials for the API server (--kubelet-api=dra only, where it is required; none by default; one file, not a list), usually /etc/gpu-device-plugin/kubeconfig" },
   { key: 'nodeName', flag: 'node-name', env: 'NODE_NAME', config: 'flags.nodeName', default: null, kind: { type: 'string', name: { max: 253, what: 'a node name (a DNS subdomain: lower-case letters, digits, "-" and ".")' } },
     help: "this node's name in the cluster, as the kubelet registered it (--kubelet-api=dra; default the host name in lower case, as the kubelet's)" },
   { key: 'draDriverName', flag: 'dra-driver-name', env: 'DRA_DRIVER_NAME', config: 'flags.draDriverName', default: DEFAULT_DRA_DRIVER_NAME, kind: { type: 'string', name: { max: 63, what: 'a driver name (a DNS subdomain of at most 63 characters)' } },

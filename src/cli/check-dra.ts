@@ -99,9 +99,9 @@ async function apiServerChecks(kc: KubeconfigSummary | null, unit: UnitRead, tcp
   const v = networkInSandbox(unit.sandbox, kc.host);
   const target = `${kc.host}:${kc.port}`;
   const lines: CheckLine[] = [];
-  if (v.reachable === false) lines.push({ status: 'FAIL', name: 'api server network', detail: `the service could not reach ${target}: ${v.why} (unit: ${unit.source})`, fix: `link the DRA drop-in: ${LINK_DROPIN}` });
-  else if (v.reachable === 'unknown') lines.push({ status: 'WARN', name: 'api server network', detail: v.why, fix: `make sure IPAddressAllow= covers the addresses of ${kc.host} (and the DNS server's), or name the server by IP address` });
-  else lines.push({ status: 'PASS', name: 'api server network', detail: `the unit's sandbox lets the service reach ${target} (${v.how})` });
+  if (v.reachable === false) lines.push({ status: 'FAIL', name: 'sandbox network', detail: `the service could not reach ${target}: ${v.why} (unit: ${unit.source})`, fix: `link the DRA drop-in: ${LINK_DROPIN}` });
+  else if (v.reachable === 'unknown') lines.push({ status: 'WARN', name: 'sandbox network', detail: v.why, fix: `make sure IPAddressAllow= covers the addresses of ${kc.host} (and the DNS server's), or name the server by IP address` });
+  else lines.push({ status: 'PASS', name: 'sandbox network', detail: `the unit's sandbox lets the service reach ${target} (${v.how})` });
   const why = await tcpProbe(kc.host, kc.port);
   lines.push(why === null
     ? { status: 'PASS', name: 'api server', detail: `${target} accepts TCP connections from this node` }

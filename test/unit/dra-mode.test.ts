@@ -191,7 +191,7 @@ test('check in DRA mode: each line, from the drop-in missing to everything in pl
     assert.equal(line(lines, 'config').status, 'PASS');
     assert.equal(line(lines, 'kubeconfig').status, 'PASS');
     assert.match(line(lines, 'kubeconfig').detail, /context n, server https:\/\/10\.0\.0\.10:6443 \(embedded CA\), user u with a bearer token/);
-    const net = line(lines, 'api server network');
+    const net = line(lines, 'sandbox network');
     assert.equal(net.status, 'FAIL');
     assert.match(net.detail, /PrivateNetwork=yes/);
     assert.equal(net.fix, `link the DRA drop-in: ${LINK_DROPIN}`);
@@ -212,7 +212,7 @@ test('check in DRA mode: each line, from the drop-in missing to everything in pl
     mkdirSync(join(ready.dir, 'plugins', 'gpu.nvidia.com'));
     writeFileSync(join(ready.dir, 'cdi', 'nvidia.yaml'), 'cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n  - name: "0"\n');
     const lines = await ready.run([], null);
-    assert.equal(line(lines, 'api server network').status, 'PASS');
+    assert.equal(line(lines, 'sandbox network').status, 'PASS');
     assert.equal(line(lines, 'plugin directory').status, 'PASS');
     assert.equal(line(lines, 'cdi spec').status, 'SKIP', 'NVML is absent here, so whether it names the GPUs is not known');
     const down = await ready.run([], 'connect ECONNREFUSED 10.0.0.10:6443');

@@ -3,7 +3,9 @@
 // directories systemd creates for it (RuntimeDirectory=, StateDirectory=, CacheDirectory=,
 // LogsDirectory=), from the installed unit and its drop-ins. `check` runs outside that sandbox (a root
 // shell may write where the service gets EROFS), so it asks this module instead of trusting access(2).
-// Also the unit's EnvironmentFile= and Environment= lines. Pure: unit text in, decisions out.
+// Also the unit's EnvironmentFile= and Environment= lines, and its network (PrivateNetwork=,
+// RestrictAddressFamilies=, IPAddressAllow=/IPAddressDeny=: whether the DRA mode reaches the API
+// server). Pure: unit text in, decisions out.
 import { posix } from 'node:path';
 
 export const UNIT_NAME = 'gpu-device-plugin.service';

@@ -495,7 +495,7 @@ function whereSet(parsed: ParsedOptions, key: OptionKey): string {
  * name, no sharing (time-slicing and MPS replicas are the device-plugin API's; this release does not
  * serve them through DRA), no device-plugin-only option set. Throws OptionError naming what to change.
  */
-function checkKubeletApi(parsed: ParsedOptions): void {
+export function checkKubeletApi(parsed: ParsedOptions): void {
   const o = parsed.options;
   if (o.kubeletApi !== 'dra') return;
   const origin = parsed.origins.kubeletApi;

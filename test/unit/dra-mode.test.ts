@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync, chmodSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { OptionError, parseOptions } from '../../src/cli/options.ts';
+import { OptionError, checkKubeletApi, parseOptions } from '../../src/cli/options.ts';
 import { describeKubeconfig } from '../../src/cli/kubeconfig.ts';
 import { SHIPPED_UNIT, ipEntryCovers, networkInSandbox, parseIp, parseUnitSandbox, readableInSandbox, writableInSandbox } from '../../src/cli/sandbox.ts';
 import { checkExitCode, formatChecks, runChecks } from '../../src/cli/check.ts';
@@ -59,6 +59,11 @@ test('the mode\'s refusals, each naming what was wrong and what would be right',
     { ...host('n'), readFile: () => 'version: v1\nsharing:\n  timeSlicing:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 2\n' } as never);
   refused(['--kubelet-api=dra', '--kubeconfig=/etc/k', '--device-list-strategy=cdi-cri'], {}, /--device-list-strategy is set, but only the device-plugin API uses it.*CDI devices/);
   refused(['--kubelet-api=dra', '--kubeconfig=/etc/k'], { DEVICE_LIST_STRATEGY: 'envvar', PASS_DEVICE_SPECS: 'true' }, /DEVICE_LIST_STRATEGY \(environment\), PASS_DEVICE_SPECS \(environment\) are set/);
+  // MPS (issue 20's sharing.mps) is refused like time-slicing.
+  const dra = parseOptions(['--kubelet-api=dra', '--kubeconfig=/etc/k'], {}, host('n'));
+  const mps = { ...dra, sharing: { timeSlicing: null, mps: { renameByDefault: false, failRequestsGreaterThanOne: false, resources: [] } } } as unknown as typeof dra;
+  assert.throws(() => checkKubeletApi(mps), /^OptionError: --kubelet-api=dra does not serve shared GPUs: sharing\.mps in the config file/);
+  assert.doesNotThrow(() => checkKubeletApi(dra));
   // What only names things, or matters only with what is refused anyway, may stay for a switch back.
   const ok = parseOptions(['--kubelet-api=dra', '--kubeconfig=/etc/k', '--kubelet-socket=/k/kubelet.sock', '--cdi-annotation-prefix=x/', '--shared-devices-allocation-policy=packed'], {}, host('n'));
   assert.equal(ok.options.kubeletApi, 'dra');

@@ -13,6 +13,8 @@ const ENV_NOTES: Partial<Record<OptionKey, string>> = {
   configFile: 'the service cannot see /home or /root: keep the file under /etc; systemctl reload gpu-device-plugin re-reads it',
   nfdFeaturesFile: 'the service may write the file only after its directory is added to the sandbox: systemctl edit gpu-device-plugin, then [Service] ReadWritePaths=/etc/kubernetes/node-feature-discovery/features.d (or your directory)',
   metricsFile: 'the service may write the file only after its directory is added to the sandbox: systemctl edit gpu-device-plugin, then [Service] ReadWritePaths=/var/lib/prometheus/node-exporter (or your directory)',
+  kubeletApi: 'dra also needs KUBECONFIG and the DRA drop-in linked into the unit (network, the kubelet\'s plugin directories): mkdir -p /etc/systemd/system/gpu-device-plugin.service.d && ln -s /usr/share/gpu-device-plugin/dra.conf /etc/systemd/system/gpu-device-plugin.service.d/dra.conf && systemctl daemon-reload; see /usr/share/doc/gpu-device-plugin/dra/README.md, and run gpu-device-plugin check',
+  kubeconfig: 'keep it under /etc, mode 0600: the service cannot see /home or /root',
 };
 
 /**
@@ -369,8 +371,20 @@ function manFiles(input: ManPageInput): string[] {
     'reads.',
     '.TP',
     '.I /usr/share/doc/gpu\\-device\\-plugin/',
-    'README.md (install, migration from NVIDIA\'s DaemonSet, operation, troubleshooting) and',
-    '.IR examples/config.yaml .',
+    'README.md (install, migration from NVIDIA\'s DaemonSet, operation, troubleshooting),',
+    '.IR examples/config.yaml ,',
+    'and in',
+    '.I dra/',
+    'the RBAC, admission policy, DeviceClass and node kubeconfig steps for',
+    '.BR \\-\\-kubelet\\-api=dra .',
+    '.TP',
+    '.I /usr/share/gpu\\-device\\-plugin/dra.conf',
+    'The unit drop-in a node in DRA mode links into',
+    '.IR /etc/systemd/system/gpu\\-device\\-plugin.service.d/ :',
+    'the host\'s network for the API server, and write access to the kubelet\'s plugin watcher directory',
+    '.RI ( /var/lib/kubelet/plugins_registry )',
+    'and the driver\'s directory',
+    '.RI ( /var/lib/kubelet/plugins/gpu.nvidia.com ).',
   );
   return l;
 }

@@ -9,7 +9,8 @@
 // rpmbuild from packaging/rpm/gpu-device-plugin.spec.in (no stripping: it would break the
 // executable). The environment file and the man page are generated from the program's option
 // table (build/docs.ts), the rpm %changelog from packaging/changelog. Both carry the operator's
-// README.md and an example config file in /usr/share/doc/gpu-device-plugin/.
+// README.md, an example config file and the DRA RBAC and credential documents in
+// /usr/share/doc/gpu-device-plugin/, and the DRA unit drop-in in /usr/share/gpu-device-plugin/.
 import { execFile, execFileSync } from 'node:child_process';
 import { chmodSync, copyFileSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
@@ -36,6 +37,16 @@ export const DOC_DIR = `/usr/share/doc/${PACKAGE}`;
 export const README = { source: join(ROOT, 'README.md'), deb: `${DOC_DIR}/README.md.gz`, rpm: `${DOC_DIR}/README.md` } as const;
 /** An NVIDIA v1 config file showing time-slicing and the MIG strategy, which the plugin accepts. */
 export const EXAMPLE_CONFIG = { source: join(ROOT, 'packaging', 'config.example.yaml'), installed: `${DOC_DIR}/examples/config.yaml` } as const;
+/**
+ * Dynamic Resource Allocation (issue 21): the RBAC, admission policy, DeviceClass and credential steps an
+ * operator applies (documentation, small, uncompressed so they can be applied as they are), and the unit
+ * drop-in a node switched to DRA links in. The drop-in is not under /usr/share/doc, which minimal
+ * installs leave out (Debian policy: nothing may need /usr/share/doc to work).
+ */
+export const DRA_DOCS = {
+  sources: ['README.md', 'rbac.yaml', 'admission-policy.yaml', 'deviceclass.yaml'].map((name) => ({ source: join(ROOT, 'packaging', 'dra', name), installed: `${DOC_DIR}/dra/${name}` })),
+} as const;
+export const DRA_DROPIN = { source: join(ROOT, 'systemd', 'dra.conf'), installed: `/usr/share/${PACKAGE}/dra.conf` } as const;
 /** Packages must stay below this size. Both use xz level 6 (about 26.5 MiB); level 9 would save
  * 0.3 MiB for a third more compression time. */
 export const MAX_PACKAGE_BYTES = 28 * 1024 * 1024;
@@ -274,6 +285,7 @@ function stageCommon(t: Tree, r: Resolved, envFile: string): void {
   t.file(envFile, environmentFile(envFile), 0o644);
   const man = manPage({ version: r.version, date: new Date(r.epoch * 1000), environmentFiles: [ENV_FILE.deb, ENV_FILE.rpm] });
   t.file(MAN_PATH, gzip9n(man), 0o644);
+  t.copy(DRA_DROPIN.installed, DRA_DROPIN.source, 0o644);
 }
 
 /**
@@ -286,6 +298,7 @@ function stageDocs(t: Tree, kind: 'deb' | 'rpm'): void {
   if (kind === 'deb') t.file(README.deb, gzip9n(readme), 0o644);
   else t.file(README.rpm, readme, 0o644);
   t.copy(EXAMPLE_CONFIG.installed, EXAMPLE_CONFIG.source, 0o644);
+  for (const f of DRA_DOCS.sources) t.copy(f.installed, f.source, 0o644);
 }
 
 function workDir(kind: string): string {

@@ -100,6 +100,7 @@ export async function main(argv: readonly string[]): Promise<void> {
     return badOptions(err);
   }
   const opts = parsed.options;
+  if (opts.kubeletApi === 'dra') return badOptions(new Error('--kubelet-api=dra is not wired into the daemon of this build yet: set KUBELET_API=device-plugin (or remove it) to serve the GPUs through the device-plugin API')); // LEAD: replace with DRA wiring
   const log = stderrLogger(opts.logLevel);
   routeGrpcLogs(log);
   carryOnAfterUnexpected(log);

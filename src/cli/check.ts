@@ -33,8 +33,10 @@ import type { OptionKey, Options, ParsedOptions } from './options.ts';
 import { planSettings } from './plan-settings.ts';
 import { writableInSandbox } from './sandbox.ts';
 import { defaultStateFile } from '../observe/state-file.ts';
+import { draChecks, otherModeLine } from './check-dra.ts';
 
-export type CheckStatus = 'PASS' | 'WARN' | 'FAIL' | 'SKIP';
+/** INFO: not a check, a note (what the other kubelet API mode would need). */
+export type CheckStatus = 'PASS' | 'WARN' | 'FAIL' | 'SKIP' | 'INFO';
 
 export interface CheckLine {
   status: CheckStatus;
@@ -88,7 +90,7 @@ async function kubeletAnswers(socket: string, timeoutMs: number): Promise<string
 }
 
 /** A directory the service writes into, judged as the unit's sandbox lets it, then on disk. */
-async function writableForService(name: string, dir: string, unit: UnitRead, isRoot: boolean, fix: string): Promise<CheckLine> {
+export async function writableForService(name: string, dir: string, unit: UnitRead, isRoot: boolean, fix: string): Promise<CheckLine> {
   const v = writableInSandbox(unit.sandbox, dir);
   const dropin = `add ReadWritePaths=${dir} with \`systemctl edit gpu-device-plugin\``;
   if (!v.writable) return { status: 'FAIL', name, detail: `${dir}: ${v.why} (unit: ${unit.source})`, fix: `${dropin}; ${fix}` };
@@ -149,6 +151,8 @@ export async function serviceEnvironment(givenEnvFiles: readonly string[], proce
 export interface CheckDeps {
   /** Whether this process runs as root (default: its effective uid). */
   isRoot?: boolean;
+  /** DRA mode: whether the API server accepts a TCP connection (default: net.connect, 2 s); the problem or null. */
+  tcpProbe?: (host: string, port: number) => Promise<string | null>;
 }
 
 export async function runChecks(argv: readonly string[], processEnv: Readonly<Record<string, string | undefined>>, log: Logger, deps: CheckDeps = {}): Promise<CheckReport> {
@@ -174,8 +178,14 @@ export async function runChecks(argv: readonly string[], processEnv: Readonly<Re
   lines.push(...imex.lines);
   lines.push(...await strategyChecks(parsed, node.ok ? node.report : null, gpus.plan, imex.channels, env));
   lines.push(...await writabilityChecks(o, unit, env, isRoot));
-  lines.push(...await socketDirectoryNeighbours(dirname(o.kubeletSocket), o.kubeletSocket));
-  lines.push(await kubeletCheck(o.kubeletSocket));
+  if (o.kubeletApi === 'dra') {
+    lines.push(...await draChecks(o, unit, isRoot, env, node.ok ? node.report : null, { writable: writableForService, ...(deps.tcpProbe === undefined ? {} : { tcpProbe: deps.tcpProbe }) }));
+  } else {
+    lines.push(...await socketDirectoryNeighbours(dirname(o.kubeletSocket), o.kubeletSocket));
+    lines.push(await kubeletCheck(o.kubeletSocket));
+  }
+  const envFile = fromFiles.files.find((f) => f.parsed !== null)?.path ?? envPaths[0]?.path ?? 'the environment file';
+  lines.push(await otherModeLine(o, unit, envFile));
   return { lines, parsed, origins, envFiles: fromFiles.files, unit: { source: unit.source, files: unit.files } };
 }
 
@@ -262,7 +272,8 @@ async function imexCheck(o: Options): Promise<{ lines: CheckLine[]; channels: re
 /** The directories the service writes into: the kubelet's socket directory, the labels and metrics files' (when configured), the state file's. */
 async function writabilityChecks(o: Options, unit: UnitRead, env: Readonly<Record<string, string | undefined>>, isRoot: boolean): Promise<CheckLine[]> {
   const lines: CheckLine[] = [];
-  lines.push(await writableForService('socket directory', dirname(o.kubeletSocket), unit, isRoot, 'is the kubelet installed and its device plugins enabled? or set --kubelet-socket'));
+  // The device-plugin API's socket directory; DRA mode's directories are draChecks'.
+  if (o.kubeletApi !== 'dra') lines.push(await writableForService('socket directory', dirname(o.kubeletSocket), unit, isRoot, 'is the kubelet installed and its device plugins enabled? or set --kubelet-socket'));
   // The labels and metrics files, when configured: their directory must exist and be writable.
   for (const [name, file, reader] of [['labels file', o.nfdFeaturesFile, 'Node Feature Discovery'], ['metrics file', o.metricsFile, 'node_exporter']] as const) {
     if (file === null) continue;
@@ -414,7 +425,7 @@ export function formatChecks(report: CheckReport): string {
   const skipped = lines.filter((l) => l.status === 'SKIP').length;
   const warned = lines.filter((l) => l.status === 'WARN').length;
   const tail = [warned > 0 ? `${warned} warning${warned === 1 ? '' : 's'}` : '', skipped > 0 ? `${skipped} not checked (SKIP)` : ''].filter((x) => x !== '').join(', ');
-  out.push('', failed === 0 ? `All checks passed${tail === '' ? '' : ` (${tail})`}.` : `${failed} of ${lines.length} checks failed${tail === '' ? '' : `; ${tail}`}.`);
+  out.push('', failed === 0 ? `All checks passed${tail === '' ? '' : ` (${tail})`}.` : `${failed} of ${lines.filter((l) => l.status !== 'INFO').length} checks failed${tail === '' ? '' : `; ${tail}`}.`);
   return out.join('\n') + '\n';
 }
 

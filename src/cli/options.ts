@@ -16,6 +16,7 @@ import type { LogLevel } from '../system/log.ts';
 import { ConfigError, OptionError, readConfigFile } from './config.ts';
 import type { ConfigFileValues, ConfigSchema, ConfigShape } from './config.ts';
 import { DURATION_GRAMMAR, describeRange, parseSeconds } from './duration.ts';
+import { hostname } from 'node:os';
 
 export { OptionError } from './config.ts';
 export { DURATION_GRAMMAR, describeRange, parseSeconds } from './duration.ts';
@@ -68,7 +69,25 @@ export interface Options {
   rediscoverInterval: number;
   /** Host directory of the MPS control daemons (core/mps.ts layout); '' when not set (MPS then refused). */
   mpsRoot: string;
+  // ---- DRA (issue 21): which kubelet API serves the GPUs, and what the DRA mode needs ----
+  /** device-plugin (the kubelet's device-plugin API) or dra (Dynamic Resource Allocation); one per node. */
+  kubeletApi: KubeletApi;
+  /** Kubeconfig the DRA mode talks to the API server with, or null (none: the DRA mode refuses to start). */
+  kubeconfig: string | null;
+  /** This node's name in the cluster (ResourceSlices' spec.nodeName); default the host name, lower case. */
+  nodeName: string;
+  /** The DRA driver name (DeviceClasses select it; ResourceSlices' spec.driver). */
+  draDriverName: string;
+  /** The kubelet's plugin watcher directory: <driver>-reg.sock goes there. */
+  kubeletPluginsRegistry: string;
+  /** The kubelet's plugins directory: <driver>/dra.sock and the checkpoint go under it. */
+  kubeletPluginsDir: string;
 }
+
+/** The kubelet APIs a node may be served through (issue 21); one per node, never both. */
+export type KubeletApi = 'device-plugin' | 'dra';
+export const KUBELET_APIS: readonly KubeletApi[] = ['device-plugin', 'dra'];
+export const DEFAULT_DRA_DRIVER_NAME = 'gpu.nvidia.com';
 
 export type OptionKey = keyof Options;
 /** Where a value came from: `config file /etc/...` names the file. */
@@ -76,7 +95,7 @@ export type Origin = 'command line' | 'environment' | 'default' | `config file $
 
 type Kind =
   /** With `empty`, an empty value is allowed and means "not set" (NVIDIA's default for the option). */
-  | { type: 'string'; path?: boolean; empty?: boolean }
+  | { type: 'string'; path?: boolean; empty?: boolean; name?: NameRule }
   | { type: 'bool' }
   /**
    * One of `values`; with `multiple`, a comma-separated list of them (the flag may also be repeated).
@@ -87,6 +106,9 @@ type Kind =
   | { type: 'seconds'; min: number; max: number; zeroMeansOff?: boolean }
   /** A comma-separated list of integers, each one of `allowed`; empty for none. */
   | { type: 'ids'; allowed: readonly number[] };
+
+/** A Kubernetes object name rule for a string option: a DNS subdomain of at most `max` characters. */
+export interface NameRule { readonly max: number; readonly what: string }
 
 export interface OptionSpec {
   key: OptionKey;
@@ -155,6 +177,20 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
   // package's env file sets MPS_ROOT=/run/nvidia/mps (core/mps.ts DEFAULT_MPS_ROOT, as NVIDIA's chart).
   { key: 'mpsRoot', flag: 'mps-root', env: 'MPS_ROOT', config: 'flags.mpsRoot', default: '', kind: { type: 'string', path: true, empty: true },
     help: "host directory of the MPS control daemons' pipes, logs and shm (sharing.mps needs it; the package's env file sets /run/nvidia/mps); empty: not set" },
+  // ---- DRA (issue 21). NVIDIA's device plugin has no such options: the names follow its DRA driver's
+  // where it has one (KUBECONFIG, NODE_NAME), the rest the style above; the config keys sit in flags.
+  { key: 'kubeletApi', flag: 'kubelet-api', env: 'KUBELET_API', config: 'flags.kubeletApi', default: 'device-plugin', kind: { type: 'enum', values: KUBELET_APIS },
+    help: "which kubelet API serves this node's GPUs: device-plugin (nvidia.com/gpu through the device-plugin API) or dra (Dynamic Resource Allocation: ResourceSlices and the kubelet's DRA plugin API; needs --kubeconfig, the DRA sandbox drop-in and RBAC, see README). One per node; switching is a restart" },
+  { key: 'kubeconfig', flag: 'kubeconfig', env: 'KUBECONFIG', config: 'flags.kubeconfig', default: null, kind: { type: 'string', path: true },
+    help: "kubeconfig file with this node's own credentials for the API server (--kubelet-api=dra only, where it is required; none by default; one file, not a list), usually /etc/gpu-device-plugin/kubeconfig" },
+  { key: 'nodeName', flag: 'node-name', env: 'NODE_NAME', config: 'flags.nodeName', default: null, kind: { type: 'string', name: { max: 253, what: 'a node name (a DNS subdomain: lower-case letters, digits, "-" and ".")' } },
+    help: "this node's name in the cluster, as the kubelet registered it (--kubelet-api=dra; default the host name in lower case, as the kubelet's)" },
+  { key: 'draDriverName', flag: 'dra-driver-name', env: 'DRA_DRIVER_NAME', config: 'flags.draDriverName', default: DEFAULT_DRA_DRIVER_NAME, kind: { type: 'string', name: { max: 63, what: 'a driver name (a DNS subdomain of at most 63 characters)' } },
+    help: "the DRA driver name DeviceClasses select (--kubelet-api=dra); the default is NVIDIA's DRA driver's, so its DeviceClasses and claims keep working" },
+  { key: 'kubeletPluginsRegistry', flag: 'kubelet-plugins-registry', env: 'KUBELET_PLUGINS_REGISTRY', config: 'flags.kubeletPluginsRegistry', default: '/var/lib/kubelet/plugins_registry', kind: { type: 'string', path: true },
+    help: "the kubelet's plugin watcher directory, where the registration socket <driver>-reg.sock goes (--kubelet-api=dra)" },
+  { key: 'kubeletPluginsDir', flag: 'kubelet-plugins-dir', env: 'KUBELET_PLUGINS_DIR', config: 'flags.kubeletPluginsDir', default: '/var/lib/kubelet/plugins', kind: { type: 'string', path: true },
+    help: "the kubelet's plugins directory: the DRA socket and the checkpoint go in <dir>/<driver> (--kubelet-api=dra)" },
 ];
 
 /** An option of NVIDIA's plugin that this plugin does not have. */
@@ -232,6 +268,10 @@ function convert(spec: OptionSpec, raw: string, where: string): Value {
       if (raw.length === 0 && k.empty === true) return raw;
       if (raw.length === 0) throw new OptionError(`${where}: an empty value is not allowed; expected ${k.path ? 'a path' : 'a value'}`);
       if (k.path && !raw.startsWith('/')) throw new OptionError(`${where}: ${JSON.stringify(raw)} is not an absolute path; expected a path starting with /`);
+      if (k.name !== undefined) {
+        const why = dnsSubdomainProblem(raw, k.name.max);
+        if (why !== null) throw new OptionError(`${where}: ${JSON.stringify(raw)} is not ${k.name.what}: ${why}`);
+      }
       return raw;
     case 'bool': {
       const v = raw.toLowerCase();
@@ -286,6 +326,8 @@ export interface ParsedOptions {
 export interface ParseDeps {
   /** Reads the config file (default: the file system). */
   readFile?: (path: string) => string;
+  /** The host name, the default of --node-name (default: os.hostname()). */
+  hostname?: () => string;
 }
 
 function refuseUnsupported(u: UnsupportedOption, raw: string, where: string): void {
@@ -415,6 +457,8 @@ export function parseOptions(argv: readonly string[], env: Readonly<Record<strin
   if (values.configFile === undefined) values.configFile = null;
   if (values.nfdFeaturesFile === undefined) values.nfdFeaturesFile = null;
   if (values.metricsFile === undefined) values.metricsFile = null;
+  if (values.kubeconfig === undefined) values.kubeconfig = null;
+  if (values.nodeName === undefined) values.nodeName = (deps.hostname ?? hostname)().toLowerCase();
   const options = values as Options;
   const sharing = file?.sharing ?? NO_SHARING;
   // MPS's refusals that need no GPU (NVIDIA's validateFlags): checked here, before NVML, exit 2.
@@ -423,12 +467,70 @@ export function parseOptions(argv: readonly string[], env: Readonly<Record<strin
     if (mps.key.startsWith('sharing.') && file !== undefined) throw new ConfigError(`config file ${file.file}: ${mps.key}: ${mps.message}`);
     throw new OptionError(`${mps.key}: ${mps.message}`);
   }
-  return {
+  const parsed: ParsedOptions = {
     options,
     origins,
     sharing,
     foreignConfigKeys: file?.foreign ?? [],
   };
+  checkKubeletApi(parsed);
+  return parsed;
+}
+
+// ---- DRA (issue 21): names and the one-mode-per-node rules ----
+
+/** Why `name` is not a DNS subdomain (RFC 1123) of at most `max` characters, or null when it is one. */
+export function dnsSubdomainProblem(name: string, max: number): string | null {
+  if (name.length > max) return `${name.length} characters, at most ${max} allowed`;
+  for (const label of name.split('.')) {
+    if (label === '') return 'an empty part between dots (or a leading or trailing dot)';
+    if (label.length > 63) return `the part ${JSON.stringify(label)} is longer than 63 characters`;
+    if (!/^[a-z0-9]([a-z0-9-]*[a-z0-9])?$/.test(label)) return `the part ${JSON.stringify(label)} has characters other than lower-case letters, digits and "-" inside, or does not start and end with a letter or digit`;
+  }
+  return null;
+}
+
+/**
+ * Options of the device-plugin mode that change what containers get, refused in DRA mode when set
+ * (not at their default): DRA hands the runtime CDI device IDs, always, so they would silently do
+ * nothing. The ones that only name things (--kubelet-socket, --cdi-annotation-prefix) or only matter
+ * with what is refused anyway (--shared-devices-allocation-policy) are left alone, so one environment
+ * file can hold both modes' settings and a switch is one line.
+ */
+export const DEVICE_PLUGIN_ONLY_OPTIONS: readonly OptionKey[] = ['deviceListStrategy', 'passDeviceSpecs'];
+
+function whereSet(parsed: ParsedOptions, key: OptionKey): string {
+  const s = OPTION_SPECS.find((x) => x.key === key) as OptionSpec;
+  const origin = parsed.origins[key];
+  return origin === 'command line' ? `--${s.flag}` : origin === 'environment' ? `${s.env} (environment)` : s.config !== undefined ? `${s.config} (${origin})` : `--${s.flag}`;
+}
+
+/**
+ * The rules of --kubelet-api=dra, checked once every option is resolved: a kubeconfig, a valid node
+ * name, no sharing (time-slicing and MPS replicas are the device-plugin API's; this release does not
+ * serve them through DRA), no device-plugin-only option set. Throws OptionError naming what to change.
+ */
+export function checkKubeletApi(parsed: ParsedOptions): void {
+  const o = parsed.options;
+  if (o.kubeletApi !== 'dra') return;
+  const origin = parsed.origins.kubeletApi;
+  const mode = origin === 'command line' ? '--kubelet-api=dra' : origin === 'environment' ? 'KUBELET_API=dra' : `flags.kubeletApi: dra (${origin})`;
+  if (o.kubeconfig === null) {
+    throw new OptionError(`${mode} needs --kubeconfig (KUBECONFIG): a kubeconfig with this node's credentials for the API server, which the service has no other way to reach; /usr/share/doc/gpu-device-plugin/dra/README.md says how to make one; or keep this node on --kubelet-api=device-plugin`);
+  }
+  if (parsed.origins.nodeName === 'default') {
+    const why = dnsSubdomainProblem(o.nodeName, 253);
+    if (why !== null) throw new OptionError(`${mode}: the host name ${JSON.stringify(o.nodeName)} is not a valid node name (${why}); set --node-name (NODE_NAME) to the name the kubelet registered this node under (kubectl get nodes)`);
+  }
+  const sharing = parsed.sharing;
+  const shared = sharing.timeSlicing !== null ? 'sharing.timeSlicing' : sharing.mps !== undefined && sharing.mps !== null ? 'sharing.mps' : null;
+  if (shared !== null) {
+    throw new OptionError(`${mode} does not serve shared GPUs: ${shared} in ${o.configFile ?? 'the config file'} gives replicas of nvidia.com/gpu, which this release offers only through the device-plugin API; remove the sharing section (DRA claims may share one GPU among the containers of a pod through one claim) or keep this node on --kubelet-api=device-plugin`);
+  }
+  const set = DEVICE_PLUGIN_ONLY_OPTIONS.filter((k) => parsed.origins[k] !== 'default');
+  if (set.length > 0) {
+    throw new OptionError(`${mode}: ${set.map((k) => whereSet(parsed, k)).join(', ')} ${set.length === 1 ? 'is' : 'are'} set, but only the device-plugin API uses ${set.length === 1 ? 'it' : 'them'}: in DRA mode containers get their GPUs as the CDI devices of the NVIDIA Container Toolkit's spec, always; remove ${set.length === 1 ? 'that setting' : 'those settings'}, or keep --kubelet-api=device-plugin`);
+  }
 }
 
 /** parseOptions under the name the issue gave it: options, origins and sharing, config file read. */
@@ -443,6 +545,8 @@ export const RESTART_ONLY_OPTIONS: readonly OptionKey[] = [
   'nfdFeaturesFile', 'nfdRemoveOnStop', 'metricsFile', 'metricsInterval',
   // The control daemons (a unit of their own) were started under it; containers must get their pipes.
   'mpsRoot',
+  // The mode and where it talks: a switch is a restart (issue 21).
+  'kubeletApi', 'kubeconfig', 'nodeName', 'draDriverName', 'kubeletPluginsRegistry', 'kubeletPluginsDir',
 ];
 
 /** Shows an option's value: lists comma-joined, null as "none". */

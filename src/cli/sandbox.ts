@@ -3,7 +3,9 @@
 // directories systemd creates for it (RuntimeDirectory=, StateDirectory=, CacheDirectory=,
 // LogsDirectory=), from the installed unit and its drop-ins. `check` runs outside that sandbox (a root
 // shell may write where the service gets EROFS), so it asks this module instead of trusting access(2).
-// Also the unit's EnvironmentFile= and Environment= lines. Pure: unit text in, decisions out.
+// Also the unit's EnvironmentFile= and Environment= lines, and its network (PrivateNetwork=,
+// RestrictAddressFamilies=, IPAddressAllow=/IPAddressDeny=: whether the DRA mode reaches the API
+// server). Pure: unit text in, decisions out.
 import { posix } from 'node:path';
 
 export const UNIT_NAME = 'gpu-device-plugin.service';
@@ -21,6 +23,9 @@ ProtectSystem=strict
 ReadWritePaths=-/var/lib/kubelet/device-plugins
 ProtectHome=yes
 PrivateTmp=yes
+PrivateNetwork=yes
+RestrictAddressFamilies=AF_UNIX
+IPAddressDeny=any
 `;
 
 export type ProtectSystem = 'no' | 'yes' | 'full' | 'strict';
@@ -39,6 +44,15 @@ export interface UnitSandbox {
   readonly environmentFiles: readonly { readonly path: string; readonly optional: boolean }[];
   /** Environment= assignments in order. */
   readonly environment: readonly { readonly key: string; readonly value: string }[];
+  /** PrivateNetwork=: the service has only its own loopback interface. */
+  readonly privateNetwork: boolean;
+  /** RestrictAddressFamilies=: null when every family is allowed, else the families socket() may create. */
+  readonly addressFamilies: ReadonlySet<string> | null;
+  /** Families denied by a "~" list when no allow list is in force. */
+  readonly deniedAddressFamilies: ReadonlySet<string>;
+  /** IPAddressAllow= and IPAddressDeny= entries (prefixes and systemd's keywords), as written. */
+  readonly ipAddressAllow: readonly string[];
+  readonly ipAddressDeny: readonly string[];
 }
 
 const TRUE = new Set(['1', 'yes', 'true', 'on']);
@@ -70,6 +84,11 @@ export function parseUnitSandbox(texts: readonly string[]): UnitSandbox {
   let dirs: string[] = [];
   let envFiles: { path: string; optional: boolean }[] = [];
   let environment: { key: string; value: string }[] = [];
+  let privateNetwork = false;
+  let families: Set<string> | null = null;
+  let deniedFamilies = new Set<string>();
+  let ipAllow: string[] = [];
+  let ipDeny: string[] = [];
   for (const text of texts) {
     let section = '';
     // Continuation lines (a trailing backslash) are joined first.
@@ -120,12 +139,37 @@ export function parseUnitSandbox(texts: readonly string[]): UnitSandbox {
             }
           }
           break;
+        case 'PrivateNetwork':
+          privateNetwork = TRUE.has(value);
+          break;
+        case 'RestrictAddressFamilies': {
+          // systemd: "" resets; "none" allows nothing; a "~" list removes from an allow list in force, else denies; lists combine.
+          if (value === '') { families = null; deniedFamilies = new Set(); break; }
+          if (value === 'none') { families = new Set(); break; }
+          const inverted = value.startsWith('~');
+          const named = words(inverted ? value.slice(1) : value);
+          if (inverted) {
+            if (families !== null) for (const f of named) families.delete(f);
+            else for (const f of named) deniedFamilies.add(f);
+          } else {
+            families = new Set([...(families ?? []), ...named]);
+            deniedFamilies = new Set();
+          }
+          break;
+        }
+        case 'IPAddressAllow':
+          ipAllow = value === '' ? [] : [...ipAllow, ...words(value)];
+          break;
+        case 'IPAddressDeny':
+          ipDeny = value === '' ? [] : [...ipDeny, ...words(value)];
+          break;
         default:
           break;
       }
     }
   }
-  return { protectSystem, protectHome, privateTmp, readWritePaths: rw, readOnlyPaths: ro, inaccessiblePaths: hidden, serviceDirectories: dirs, environmentFiles: envFiles, environment };
+  return { protectSystem, protectHome, privateTmp, readWritePaths: rw, readOnlyPaths: ro, inaccessiblePaths: hidden, serviceDirectories: dirs, environmentFiles: envFiles, environment,
+    privateNetwork, addressFamilies: families, deniedAddressFamilies: deniedFamilies, ipAddressAllow: ipAllow, ipAddressDeny: ipDeny };
 }
 
 export type WriteVerdict =
@@ -178,4 +222,94 @@ export function writableInSandbox(sb: UnitSandbox, dir: string): WriteVerdict {
     case 'ro': return { writable: false, why: `read-only for the service: ${rule.how}` };
     case 'hidden': return { writable: false, why: `not visible to the service: ${rule.how}` };
   }
+}
+
+/** Whether the service may read a file at `path`: not hidden from it, and not its private /tmp's. */
+export function readableInSandbox(sb: UnitSandbox, path: string): WriteVerdict {
+  const v = writableInSandbox(sb, path);
+  if (v.writable) return v;
+  // Read-only is fine for reading.
+  return v.why.startsWith('read-only') ? { writable: true, how: v.why.replace(/^read-only for the service: /, 'readable (read-only): ') } : v;
+}
+
+/** An IP address as a number and its family, or null when `text` is not an IPv4 or IPv6 literal. */
+export function parseIp(text: string): { family: 4 | 6; value: bigint } | null {
+  const t = text.replace(/^\[|\]$/g, '');
+  const v4 = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/.exec(t);
+  if (v4 !== null) {
+    const parts = v4.slice(1).map(Number);
+    if (parts.some((n) => n > 255)) return null;
+    return { family: 4, value: parts.reduce((acc, n) => (acc << 8n) | BigInt(n), 0n) };
+  }
+  if (!t.includes(':') || !/^[0-9a-fA-F:.]+$/.test(t)) return null;
+  const halves = t.split('::');
+  if (halves.length > 2) return null;
+  const groups = (h: string): string[] => (h === '' ? [] : h.split(':'));
+  const head = groups(halves[0] ?? '');
+  const tail = halves.length === 2 ? groups(halves[1] ?? '') : [];
+  // An IPv4 tail (::ffff:10.0.0.1) is two groups.
+  const last = tail.length > 0 ? tail : head;
+  const lastGroup = last[last.length - 1];
+  if (lastGroup !== undefined && lastGroup.includes('.')) {
+    const four = parseIp(lastGroup);
+    if (four === null || four.family !== 4) return null;
+    last.splice(last.length - 1, 1, (four.value >> 16n).toString(16), (four.value & 0xffffn).toString(16));
+  }
+  const missing = 8 - head.length - tail.length;
+  if (halves.length === 1 ? missing !== 0 : missing < 1) return null;
+  const all = [...head, ...Array<string>(halves.length === 2 ? missing : 0).fill('0'), ...tail];
+  if (all.some((g) => !/^[0-9a-fA-F]{1,4}$/.test(g))) return null;
+  return { family: 6, value: all.reduce((acc, g) => (acc << 16n) | BigInt(parseInt(g, 16)), 0n) };
+}
+
+/** Whether an IPAddressAllow=/IPAddressDeny= entry (a prefix, an address, or systemd's keywords) covers `ip`. */
+export function ipEntryCovers(entry: string, ip: { family: 4 | 6; value: bigint }): boolean {
+  const keyword: Record<string, readonly string[]> = {
+    any: ['0.0.0.0/0', '::/0'], localhost: ['127.0.0.0/8', '::1/128'], 'link-local': ['169.254.0.0/16', 'fe80::/64'], multicast: ['224.0.0.0/4', 'ff00::/8'],
+  };
+  const prefixes = keyword[entry] ?? [entry];
+  return prefixes.some((p) => {
+    const [addr = '', len] = p.split('/');
+    const net = parseIp(addr);
+    if (net === null || net.family !== ip.family) return false;
+    const bits = ip.family === 4 ? 32 : 128;
+    const n = len === undefined ? bits : Number(len);
+    if (!Number.isInteger(n) || n < 0 || n > bits) return false;
+    const shift = BigInt(bits - n);
+    return (net.value >> shift) === (ip.value >> shift);
+  });
+}
+
+export type NetworkVerdict =
+  | { readonly reachable: true; readonly how: string }
+  | { readonly reachable: false; readonly why: string }
+  /** Allowed only to some addresses, and the host is a name whose addresses were not looked up. */
+  | { readonly reachable: 'unknown'; readonly why: string };
+
+/**
+ * Whether the service may open a TCP connection to `host` (an IP literal or a name) under this
+ * sandbox: PrivateNetwork=, RestrictAddressFamilies= and IPAddressAllow=/IPAddressDeny= (an address
+ * an allow entry covers is allowed; else one a deny entry covers is denied; else allowed, as systemd).
+ */
+export function networkInSandbox(sb: UnitSandbox, host: string): NetworkVerdict {
+  if (sb.privateNetwork) return { reachable: false, why: 'PrivateNetwork=yes gives the service only its own loopback interface' };
+  const ip = parseIp(host);
+  const familyOk = (f: string): boolean => (sb.addressFamilies === null ? !sb.deniedAddressFamilies.has(f) : sb.addressFamilies.has(f));
+  const wanted = ip === null ? ['AF_INET', 'AF_INET6'] : [ip.family === 4 ? 'AF_INET' : 'AF_INET6'];
+  const families = wanted.filter(familyOk);
+  if (families.length === 0) {
+    const rule = sb.addressFamilies === null ? `RestrictAddressFamilies=~${[...sb.deniedAddressFamilies].join(' ')}` : `RestrictAddressFamilies=${[...sb.addressFamilies].join(' ') || 'none'}`;
+    return { reachable: false, why: `${rule} does not let the service create ${wanted.join(' or ')} sockets` };
+  }
+  const how = `PrivateNetwork=no, ${families.join('/')} allowed`;
+  if (sb.ipAddressDeny.length === 0) return { reachable: true, how };
+  if (ip !== null) {
+    const allow = sb.ipAddressAllow.find((e) => ipEntryCovers(e, ip));
+    if (allow !== undefined) return { reachable: true, how: `${how}, IPAddressAllow=${allow}` };
+    const deny = sb.ipAddressDeny.find((e) => ipEntryCovers(e, ip));
+    if (deny !== undefined) return { reachable: false, why: `IPAddressDeny=${deny} covers ${host}${sb.ipAddressAllow.length > 0 ? ` and no IPAddressAllow= entry (${sb.ipAddressAllow.join(' ')}) does` : ''}` };
+    return { reachable: true, how };
+  }
+  if (sb.ipAddressDeny.includes('any') && sb.ipAddressAllow.length === 0) return { reachable: false, why: 'IPAddressDeny=any and no IPAddressAllow=' };
+  return { reachable: 'unknown', why: `IPAddressDeny=${sb.ipAddressDeny.join(' ')} with IPAddressAllow=${sb.ipAddressAllow.join(' ') || '(none)'}: whether ${host}'s addresses are allowed depends on what it resolves to, which was not looked up` };
 }

@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -31,7 +31,7 @@ async function run(args: string[], dir: string, extraEnv: Record<string, string>
 }
 
 function line(out: string, name: string): string {
-  return out.split('\n').find((l) => new RegExp(`^(PASS|WARN|FAIL|SKIP)  ${name.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')} `).test(l)) ?? `(no "${name}" line in:\n${out})`;
+  return out.split('\n').find((l) => new RegExp(`^(PASS|WARN|FAIL|SKIP|INFO)  ${name.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')} `).test(l)) ?? `(no "${name}" line in:\n${out})`;
 }
 
 const UUIDS = loadTopology('demo-8').gpus.map((g) => g.uuid);
@@ -203,7 +203,7 @@ test('check --json: every check with name, status and detail, valid JSON also wh
     assert.equal(r.status, 2);
     const j = JSON.parse(r.stdout) as { checks: { name: string; status: string; detail: string }[]; options: { flag: string; origin: string }[]; exitCode: number };
     assert.equal(j.exitCode, 2);
-    assert.ok(j.checks.every((c) => ['PASS', 'WARN', 'FAIL', 'SKIP'].includes(c.status) && c.name !== '' && c.detail !== ''));
+    assert.ok(j.checks.every((c) => ['PASS', 'WARN', 'FAIL', 'SKIP', 'INFO'].includes(c.status) && c.name !== '' && c.detail !== ''));
     assert.deepEqual(j.checks.find((c) => c.name === 'config')?.status, 'FAIL');
     assert.match(j.checks.find((c) => c.name === 'config')?.detail ?? '', /--device-id-strategy: "serial" is not allowed/);
     assert.equal(j.checks.find((c) => c.name === 'gpus')?.status, 'PASS');
@@ -236,6 +236,54 @@ test('check run as another user than root warns, and says SKIP (not PASS) for th
     // What the sandbox forbids needs no root to know.
     assert.match(line(r.stdout, 'labels file'), new RegExp(`^FAIL  labels file +${dir}/labels: read-only for the service: ProtectSystem=strict`));
   } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('check --kubelet-api=dra through the executable: the sandbox\'s network until the drop-in is linked, the API server over TCP, the toolkit\'s CDI spec against the GPUs NVML sees', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gdp-check-dra-'));
+  const api = createServer((s) => s.destroy());
+  try {
+    await new Promise<void>((resolve) => api.listen(0, '127.0.0.1', resolve));
+    const port = (api.address() as { port: number }).port;
+    const repo = join(import.meta.dirname, '..', '..');
+    const unitDir = join(dir, 'root', 'etc', 'systemd', 'system');
+    mkdirSync(join(unitDir, 'gpu-device-plugin.service.d'), { recursive: true });
+    writeFileSync(join(unitDir, 'gpu-device-plugin.service'), readFileSync(join(repo, 'systemd', 'gpu-device-plugin.service'), 'utf8'));
+    // This test's files are in /tmp, which the unit makes private: a drop-in of the test's own shows them.
+    writeFileSync(join(unitDir, 'gpu-device-plugin.service.d', 'zz-test.conf'), `[Service]\nPrivateTmp=no\nReadWritePaths=${dir}/registry ${dir}/plugins/gpu.nvidia.com\n`);
+    for (const d of ['registry', 'plugins/gpu.nvidia.com', 'cdi']) mkdirSync(join(dir, d), { recursive: true });
+    const kc = join(dir, 'kubeconfig');
+    writeFileSync(kc, `apiVersion: v1\nkind: Config\ncurrent-context: n\ncontexts: [{name: n, context: {cluster: c, user: u}}]\nclusters: [{name: c, cluster: {server: "https://127.0.0.1:${port}", certificate-authority-data: Zm9v}}]\nusers: [{name: u, user: {token: abc}}]\n`);
+    chmodSync(kc, 0o600);
+    const args = ['check', '--kubelet-api=dra', `--kubeconfig=${kc}`, '--node-name=gpu-node-1', `--kubelet-plugins-registry=${dir}/registry`, `--kubelet-plugins-dir=${dir}/plugins`];
+    const index = (n: number): string => `cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n${[...Array(n).keys()].map((i) => `  - name: "${i}"\n`).join('')}  - name: all\n`;
+    writeFileSync(join(dir, 'cdi', 'nvidia.yaml'), index(7));
+    let r = await run(args, dir);
+    assert.match(line(r.stdout, 'kubeconfig'), new RegExp(`^PASS  kubeconfig +${kc}: context n, server https://127\\.0\\.0\\.1:${port} \\(embedded CA\\), user u with a bearer token$`));
+    assert.match(line(r.stdout, 'sandbox network'), /^FAIL  sandbox network +the service could not reach 127\.0\.0\.1:\d+: PrivateNetwork=yes .* — fix: link the DRA drop-in: mkdir -p \/etc\/systemd\/system\/gpu-device-plugin\.service\.d && ln -s \/usr\/share\/gpu-device-plugin\/dra\.conf /);
+    assert.match(line(r.stdout, 'api server'), new RegExp(`^PASS  api server +127\\.0\\.0\\.1:${port} accepts TCP connections`));
+    assert.match(line(r.stdout, 'plugins registry'), /^PASS  plugins registry /);
+    assert.match(line(r.stdout, 'plugin directory'), /^PASS  plugin directory /);
+    assert.match(line(r.stdout, 'cdi spec'), new RegExp(`^FAIL  cdi spec +\\S+nvidia\\.yaml \\(nvidia\\.com/gpu\\) names neither the UUID nor the index of GPU 7 \\(${UUIDS[7]}\\): it is stale`));
+    assert.match(line(r.stdout, 'device-plugin mode'), /^INFO  device-plugin mode +device-plugin mode would need: KUBELET_API=device-plugin/);
+    assert.doesNotMatch(r.stdout, /^\w+ {2}(socket directory|kubelet) /m, 'no device-plugin socket checks in DRA mode');
+    assert.equal(r.status, 1, r.stdout);
+
+    writeFileSync(join(unitDir, 'gpu-device-plugin.service.d', 'dra.conf'), readFileSync(join(repo, 'systemd', 'dra.conf'), 'utf8'));
+    writeFileSync(join(dir, 'cdi', 'nvidia.yaml'), index(8));
+    r = await run(args, dir);
+    assert.match(line(r.stdout, 'sandbox network'), /^PASS  sandbox network +the unit's sandbox lets the service reach 127\.0\.0\.1:\d+ \(PrivateNetwork=no, AF_INET allowed\)/);
+    assert.match(line(r.stdout, 'cdi spec'), /^PASS  cdi spec +\S+nvidia\.yaml names all 8 GPUs as nvidia\.com\/gpu=<index or UUID>/);
+    await new Promise<void>((resolve) => api.close(() => resolve()));
+    r = await run(args, dir);
+    assert.match(line(r.stdout, 'api server'), /^FAIL  api server +127\.0\.0\.1:\d+: .*ECONNREFUSED/);
+
+    // The device-plugin mode's run says what DRA would need.
+    r = await run(['check'], dir);
+    assert.match(line(r.stdout, 'DRA mode'), /^INFO  DRA mode +to switch this node to DRA: KUBELET_API=dra and KUBECONFIG=<a node-scoped kubeconfig> in .*; the unit's sandbox already allows it;/);
+  } finally {
+    api.close();
     rmSync(dir, { recursive: true, force: true });
   }
 });

@@ -22,10 +22,11 @@ import { PACKAGE_ARCH } from '../../build/runtime.ts';
 import type { Arch } from '../../build/runtime.ts';
 import { PACKAGE_SETTINGS, environmentFile } from '../../build/docs.ts';
 import {
-  BINARY_PATH, DOC_DIR, ENV_FILE, EXAMPLE_CONFIG, MAN_PATH, MAX_PACKAGE_BYTES, PACKAGE, README, UNIT_PATH,
+  BINARY_PATH, DOC_DIR, DRA_DOCS, DRA_DROPIN, ENV_FILE, EXAMPLE_CONFIG, MAN_PATH, MAX_PACKAGE_BYTES, PACKAGE, README, UNIT_PATH,
   buildDeb, buildRpm, debFileName, packageVersion, projectVersion, rpmFileName, sourceDateEpoch,
 } from '../../build/package.ts';
 import { OPTION_SPECS } from '../../src/cli/options.ts';
+import { networkInSandbox, parseUnitSandbox, writableInSandbox } from '../../src/cli/sandbox.ts';
 
 const execFileAsync = promisify(execFile);
 const ROOT = join(import.meta.dirname, '..', '..');
@@ -266,6 +267,7 @@ function dpkgLifecycle(p: Packages): void {
   assert.equal(execFileSync('gzip', ['-dc', at(README.deb)], { encoding: 'utf8' }), readFileSync(README.source, 'utf8'));
   assert.equal(readFileSync(at(EXAMPLE_CONFIG.installed), 'utf8'), readFileSync(EXAMPLE_CONFIG.source, 'utf8'));
   assert.equal(mode(at(EXAMPLE_CONFIG.installed)), '0644');
+  for (const f of [...DRA_DOCS.sources, DRA_DROPIN]) assert.equal(readFileSync(at(f.installed), 'utf8'), readFileSync(f.source, 'utf8'), f.installed);
   assert.equal(mode(at(UNIT_PATH)), '0644');
   assert.equal(mode(envFile), '0644');
   assert.equal(readFileSync(join(admin, 'info', `${PACKAGE}.conffiles`), 'utf8'), `${ENV_FILE.deb}\n`);
@@ -346,6 +348,7 @@ function rpmLifecycle(p: Packages): void {
   // The operator's documentation is installed (%doc; rpm --excludedocs would leave it out).
   assert.equal(readFileSync(join(c.root, README.rpm), 'utf8'), readFileSync(README.source, 'utf8'));
   assert.equal(readFileSync(join(c.root, EXAMPLE_CONFIG.installed), 'utf8'), readFileSync(EXAMPLE_CONFIG.source, 'utf8'));
+  for (const f of [...DRA_DOCS.sources, DRA_DROPIN]) assert.equal(readFileSync(join(c.root, f.installed), 'utf8'), readFileSync(f.source, 'utf8'), f.installed);
 
   c.clear();
   rpmIn('-e', '--force-debian', '--nodeps', PACKAGE);
@@ -387,6 +390,7 @@ describe('the .deb', () => {
       [`/usr/share/doc/${PACKAGE}/changelog.gz`]: '-rw-r--r--',
       [README.deb]: '-rw-r--r--',
       [EXAMPLE_CONFIG.installed]: '-rw-r--r--',
+      ...Object.fromEntries([...DRA_DOCS.sources, DRA_DROPIN].map((f) => [f.installed, '-rw-r--r--'])),
       [`/usr/share/lintian/overrides/${PACKAGE}`]: '-rw-r--r--',
     };
     for (const [path, perms] of Object.entries(expect)) {
@@ -485,10 +489,15 @@ describe('the .rpm', () => {
       [`${DOC_DIR}/examples`]: 'drwxr-xr-x root/root',
       [README.rpm]: '-rw-r--r-- root/root',
       [EXAMPLE_CONFIG.installed]: '-rw-r--r-- root/root',
+      [`${DOC_DIR}/dra`]: 'drwxr-xr-x root/root',
+      ...Object.fromEntries(DRA_DOCS.sources.map((f) => [f.installed, '-rw-r--r-- root/root'])),
+      [`/usr/share/${PACKAGE}`]: 'drwxr-xr-x root/root',
+      [DRA_DROPIN.installed]: '-rw-r--r-- root/root',
     });
-    // The README and the example are %doc (d in rpm's flags; rpm marks man pages so by itself), so
-    // --excludedocs leaves them out; nothing else is.
-    const docs = [EXAMPLE_CONFIG.installed, README.rpm, MAN_PATH].sort();
+    // The README, the example and the DRA documents are %doc (d in rpm's flags; rpm marks man pages so
+    // by itself), so --excludedocs leaves them out; nothing else is: not the DRA drop-in, which a node
+    // in DRA mode links into the unit.
+    const docs = [EXAMPLE_CONFIG.installed, README.rpm, MAN_PATH, ...DRA_DOCS.sources.map((f) => f.installed)].sort();
     const flagged = q('--qf', '[%{FILEFLAGS:fflags} %{FILENAMES}\n]').split('\n').filter((l) => /^\S*d\S* /.test(l)).map((l) => l.split(' ')[1]).sort();
     assert.deepEqual(flagged, docs);
     assert.deepEqual(q('-d').trim().split('\n').sort(), docs);
@@ -530,6 +539,33 @@ describe('the systemd unit', () => {
     const r = spawnSync('systemd-analyze', ['verify', join(dir, UNIT)], { encoding: 'utf8', env: { PATH, LC_ALL: 'C.UTF-8', MANPATH: join(extracted, 'usr', 'share', 'man'), SYSTEMD_LOG_COLOR: '0' } });
     assert.equal(r.stdout + r.stderr, '');
     assert.equal(r.status, 0);
+  });
+
+  test('with the DRA drop-in linked in, systemd-analyze verify prints nothing and the DRA mode\'s sandbox is what check expects', () => {
+    const dir = join(work, 'verify-dra');
+    mkdirSync(join(dir, `${UNIT}.d`), { recursive: true });
+    const unit = readFileSync(join(extracted, UNIT_PATH), 'utf8');
+    writeFileSync(join(dir, UNIT), unit.replace(/^ExecStart=\/usr\/bin\/gpu-device-plugin$/m, `ExecStart=${join(extracted, BINARY_PATH)}`));
+    const dropin = readFileSync(join(extracted, DRA_DROPIN.installed), 'utf8');
+    writeFileSync(join(dir, `${UNIT}.d`, 'dra.conf'), dropin);
+    const r = spawnSync('systemd-analyze', ['verify', join(dir, UNIT)], { encoding: 'utf8', env: { PATH, LC_ALL: 'C.UTF-8', MANPATH: join(extracted, 'usr', 'share', 'man'), SYSTEMD_LOG_COLOR: '0' } });
+    assert.equal(r.stdout + r.stderr, '');
+    assert.equal(r.status, 0);
+    // A misspelt key in the drop-in would be reported: the drop-in is read.
+    writeFileSync(join(dir, `${UNIT}.d`, 'zz-typo.conf'), '[Service]\nReadWritePath=/x\n');
+    const typo = spawnSync('systemd-analyze', ['verify', join(dir, UNIT)], { encoding: 'utf8', env: { PATH, LC_ALL: 'C.UTF-8', MANPATH: join(extracted, 'usr', 'share', 'man'), SYSTEMD_LOG_COLOR: '0' } });
+    assert.match(typo.stdout + typo.stderr, /Unknown key 'ReadWritePath'/);
+    rmSync(join(dir, `${UNIT}.d`, 'zz-typo.conf'));
+    const sb = parseUnitSandbox([unit, dropin]);
+    for (const d of ['/var/lib/kubelet/plugins_registry', '/var/lib/kubelet/plugins/gpu.nvidia.com', '/var/lib/kubelet/device-plugins']) assert.equal(writableInSandbox(sb, d).writable, true, d);
+    assert.equal(writableInSandbox(sb, '/var/lib/kubelet/plugins/other.example.com').writable, false, 'other drivers\' directories stay read-only');
+    assert.equal(networkInSandbox(sb, '10.0.0.10').reachable, true);
+    assert.equal(networkInSandbox(parseUnitSandbox([unit]), '10.0.0.10').reachable, false, 'the device-plugin mode has no network');
+    // Exposure with the drop-in, for the record (the device-plugin mode's is held at 1.5 below).
+    const sec = spawnSync('systemd-analyze', ['security', '--offline=yes', '--threshold=25', '--no-pager', join(dir, UNIT)], { encoding: 'utf8', env: { PATH, LC_ALL: 'C.UTF-8', SYSTEMD_COLORS: '0' } });
+    const m = /Overall exposure level for \S+: (\d+\.\d)/.exec(sec.stdout);
+    assert.ok(m?.[1], sec.stdout + sec.stderr);
+    assert.ok(Number(m[1]) <= 2.5, `exposure in DRA mode ${m[1]}`);
   });
 
   test('systemd-analyze security: exposure at most 1.5', () => {

@@ -103,15 +103,33 @@ async function statusIs(re: RegExp): Promise<string> {
   });
 }
 
+/** Where the journal ends now: journal(since) reads only what is written after it. */
+async function journalCursor(): Promise<string> {
+  const out = await box().run('journalctl -q -n 1 -o cat --show-cursor --no-pager');
+  const cursor = out.split('\n').reverse().find((l) => l.startsWith('-- cursor: '))?.slice('-- cursor: '.length).trim();
+  if (cursor === undefined || cursor === '') throw new Error(`journalctl gave no cursor:\n${out}`);
+  return cursor;
+}
+
 /**
- * The service's journal: systemd's lines about the unit (UNIT=), the service's own (_SYSTEMD_UNIT=),
- * and its stdout stream's by identifier. The last is needed for a line written just before the
- * process exits: journald may read it after the process is gone, fail to look up its cgroup, and
- * store it without _SYSTEMD_UNIT (a long-running process's cached context may be due a refresh), so
- * `-u` alone can miss it (CI saw 2 of 3 "lost the socket directory" lines).
+ * The service's journal, one entry a line (after `since`, a journalCursor(), when given): systemd's
+ * lines about the unit (UNIT=), the service's own (_SYSTEMD_UNIT=), and, in case journald could not
+ * attribute a line written just before the process exited to the unit (systemd issue 2913), its
+ * stdout stream's by identifier.
+ *
+ * A check reads "what came after" by cursor, never by counting lines: the output ends with a newline,
+ * so split('\n') gave one empty last element, and a count taken before a check was one too many.
+ * Sliced by it, the check lost the first line written after it: in the kubeadm-reset check that was
+ * the first process's "ERROR lost the socket directory" line whenever the process wrote nothing
+ * before it (2 of 5 runs). journald had that line with _SYSTEMD_UNIT= and the process's _PID=, so
+ * the identifier match above was not the fix (commit 8ac7444 thought it was).
  */
-async function journal(): Promise<string[]> {
-  return (await box().run(`journalctl -o cat --no-pager UNIT=${UNIT} + _SYSTEMD_UNIT=${UNIT} + SYSLOG_IDENTIFIER=${PACKAGE}`)).split('\n');
+async function journal(since?: string): Promise<string[]> {
+  const after = since === undefined ? '' : ` --after-cursor='${since}'`;
+  const out = await box().run(`journalctl -q -o cat --no-pager${after} UNIT=${UNIT} + _SYSTEMD_UNIT=${UNIT} + SYSLOG_IDENTIFIER=${PACKAGE}`);
+  const lines = out.split('\n');
+  if (lines.at(-1) === '') lines.pop();
+  return lines;
 }
 
 async function mainPid(): Promise<number> {
@@ -253,7 +271,7 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
     await box().run(`echo 'CONFIG_FILE=${CONFIG}' >> ${ENV_FILE.deb} && systemctl restart ${UNIT}`);
     await registered();
     const pid = await mainPid();
-    const before = (await journal()).length;
+    const mark = await journalCursor();
     try {
       await box().run(`printf 'version: v1\\nsharing:\\n  timeSlicing:\\n    resources:\\n      - name: nvidia.com/gpu\\n        replicas: 2\\n' > ${CONFIG} && systemctl reload ${UNIT}`);
       const shared = await registered(2 * GPUS);
@@ -264,7 +282,7 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
     }
     await registered();
     assert.equal(await mainPid(), pid, 'reloaded, not restarted');
-    const lines = (await journal()).slice(before);
+    const lines = await journal(mark);
     assert.equal(lines.filter((l) => /^INFO config reloaded/.test(l)).length, 2, lines.join('\n'));
     timed(t, 'two reloads', performance.now() - t0);
   });
@@ -285,10 +303,12 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
   });
 
   test('the socket directory deleted and re-created (kubeadm reset), three times: one clear line, a restart, registered again', async (t) => {
-    const before = await journal();
+    const mark = await journalCursor();
     const restarts = Number((await show('NRestarts')).NRestarts);
+    const pids: number[] = [];
     for (let i = 0; i < 3; i++) {
       const pid = await mainPid();
+      pids.push(pid);
       const t0 = performance.now();
       await stopKubelet();
       // The plugin may re-create its socket while rm runs: retry until the directory is gone.
@@ -299,10 +319,15 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
       await statusIs(OK_STATUS);
       timed(t, `directory deleted and re-created ${i + 1} → registered again`, performance.now() - t0);
     }
-    const lines = (await journal()).slice(before.length);
+    const lines = await journal(mark);
     const lost = lines.filter((l) => /lost the socket directory/.test(l));
     assert.equal(lost.length, 3, lines.join('\n'));
     for (const l of lost) assert.match(l, /^ERROR lost the socket directory: the directory was deleted( and re-created)?, and its mount in this process's mount namespace went with it; exiting so that systemd restarts the service with a fresh view of it/);
+    // One each: every process that exited said why, as its own last line.
+    for (const pid of pids) {
+      const own = (await box().run(`journalctl -q -o cat --no-pager --after-cursor='${mark}' _PID=${pid}`)).trimEnd().split('\n');
+      assert.match(own.at(-1) ?? '', /^ERROR lost the socket directory: /, `process ${pid}'s last lines:\n${own.slice(-5).join('\n')}`);
+    }
     // Each process logs a failed listen once per distinct problem, and grpc prints nothing of its own.
     const runs: string[][] = [[]];
     for (const l of lines) {

@@ -1,0 +1,168 @@
+// The MPS daemon watch (src/mps/daemon-watch.ts) in-process, on node:test's mocked timers, with a fake
+// client function: one question in flight per daemon (a hung daemon piles nothing up), a question
+// every interval after the last one settled, transitions reported once with the client's reason,
+// and the watch following the snapshots (a resource added or removed, a new root); and the core
+// side (core/snapshot.ts): an MPS resource's devices Unhealthy while its daemon does not answer.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Gpu } from '../../src/core/devices.ts';
+import { NO_SHARING } from '../../src/core/sharing.ts';
+import type { PlannedResource } from '../../src/core/sharing.ts';
+import { buildSnapshot, diff, healthCounts, MPS_DAEMON_NOT_ASKED, resourceDeviceList, withHealth, withMpsDaemons } from '../../src/core/snapshot.ts';
+import type { NodeScan, NodeSnapshot, PlanSettings } from '../../src/core/snapshot.ts';
+import type { NodeSettings } from '../../src/manager/consumer.ts';
+import { MpsControlError } from '../../src/mps/control-client.ts';
+import type { MpsDaemonDirs } from '../../src/mps/control-client.ts';
+import { ASK_INTERVAL_MS, ASK_TIMEOUT_MS, HEALTH_COMMAND, MpsDaemonWatch } from '../../src/mps/daemon-watch.ts';
+import type { MpsDaemonReport } from '../../src/mps/daemon-watch.ts';
+import { createLogger } from '../../src/system/log.ts';
+
+const MiB = 1024 * 1024;
+const uuid = (i: number): string => `GPU-0000000${i}-aaaa-4000-8000-000000000000`;
+const gpu = (i: number): Gpu => ({ index: i, uuid: uuid(i), name: 'NVIDIA A100-SXM4-80GB', minor: i, busId: `00000000:0${i}:00.0`, memoryBytes: 81920 * MiB, numaNode: 0 });
+function scan(n: number): NodeScan {
+  const gpus = Array.from({ length: n }, (_, i) => gpu(i));
+  return { driverVersion: '550.54.15', gpus, nvlinks: gpus.map((g) => ({ busId: g.busId, links: [] })), pcie: gpus.map((_, i) => gpus.map((_, j) => (i === j ? -1 : 40))) };
+}
+const plan = (replicas: number): PlanSettings => ({
+  deviceIdStrategy: 'uuid',
+  sharing: { timeSlicing: { renameByDefault: false, failRequestsGreaterThanOne: true, resources: [{ name: 'nvidia.com/gpu', rename: null, replicas, devices: { kind: 'all' } }] } },
+});
+
+/**
+ * A snapshot whose time-sliced resources are made MPS by hand (the plan that sets PlannedResource.mps
+ * from sharing.mps is built elsewhere): its daemons' states are carried by the next buildSnapshot.
+ */
+function mpsSnapshot(n: number, replicas: number, names: readonly string[] = ['nvidia.com/gpu']): NodeSnapshot {
+  const s = buildSnapshot(scan(n), plan(replicas), null, false);
+  const base = s.resources[0] as PlannedResource;
+  const resources = names.map((name): PlannedResource => ({ ...base, name, mps: true }));
+  return { ...s, resources, mpsDaemons: new Map(names.map((nm) => [nm, MPS_DAEMON_NOT_ASKED])) };
+}
+
+interface S extends NodeSettings {
+  readonly root: string | null;
+}
+const settingsWith = (root: string | null): S => ({ root, plan: { deviceIdStrategy: 'uuid', sharing: NO_SHARING }, serve: { allocate: { passDeviceSpecs: false, devRoot: '/', presentControlDevices: [] }, sharedPolicy: 'distributed' } });
+
+/** A fake client: every question waits until the test answers it. */
+class FakeClient {
+  readonly asked: { dirs: MpsDaemonDirs; command: string; timeoutMs: number; answer: () => void; fail: (reason: string) => void }[] = [];
+  ask = (dirs: MpsDaemonDirs, command: string, timeoutMs: number): Promise<string> => new Promise((resolve, reject) => {
+    this.asked.push({ dirs, command, timeoutMs, answer: () => resolve('100.0'), fail: (reason) => reject(new MpsControlError(command, dirs.pipeDir, reason)) });
+  });
+  last(): FakeClient['asked'][number] {
+    const q = this.asked.at(-1);
+    assert.ok(q !== undefined, 'no question asked');
+    return q;
+  }
+}
+
+const settle = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+function watchSetup() {
+  const lines: string[] = [];
+  const log = createLogger({ level: 'debug', journal: false, write: (l) => lines.push(l) });
+  const client = new FakeClient();
+  const reports: { resource: string; report: MpsDaemonReport }[] = [];
+  const watch = new MpsDaemonWatch<S>({ log, rootOf: (c) => c.root, ask: client.ask, report: (resource, report) => reports.push({ resource, report }) });
+  const apply = (snapshot: NodeSnapshot, root: string | null): void => {
+    watch.apply({ snapshot, change: diff(null, snapshot), reason: 'test', reregister: null, settings: settingsWith(root) });
+  };
+  return { watch, client, reports, lines, apply };
+}
+
+test('the watch asks each daemon once at a time, every interval after the last answer, and reports transitions with the reason', async (ctx) => {
+  ctx.mock.timers.enable({ apis: ['setTimeout'] });
+  const t = watchSetup();
+  t.apply(mpsSnapshot(2, 4), '/run/nvidia/mps');
+  assert.deepEqual(t.watch.watching(), [{ resource: 'nvidia.com/gpu', pipeDir: '/run/nvidia/mps/nvidia.com/gpu/pipe' }]);
+  ctx.mock.timers.tick(0);
+  assert.equal(t.client.asked.length, 1);
+  assert.deepEqual({ ...t.client.last(), answer: 0, fail: 0 }, { dirs: { pipeDir: '/run/nvidia/mps/nvidia.com/gpu/pipe', logDir: '/run/nvidia/mps/nvidia.com/gpu/log' }, command: HEALTH_COMMAND, timeoutMs: ASK_TIMEOUT_MS, answer: 0, fail: 0 });
+  // A daemon that does not answer: no second question while the first is out, however long it takes.
+  ctx.mock.timers.tick(60_000);
+  assert.equal(t.client.asked.length, 1, 'one question in flight per daemon');
+  t.client.last().fail('Cannot find MPS control daemon process');
+  await settle();
+  assert.deepEqual(t.reports, [{ resource: 'nvidia.com/gpu', report: { answering: false, reason: 'Cannot find MPS control daemon process' } }]);
+  ctx.mock.timers.tick(ASK_INTERVAL_MS - 1);
+  assert.equal(t.client.asked.length, 1);
+  ctx.mock.timers.tick(1);
+  assert.equal(t.client.asked.length, 2);
+  // The same answer again: no report (transitions only).
+  t.client.last().fail('Cannot find MPS control daemon process');
+  await settle();
+  assert.equal(t.reports.length, 1);
+  ctx.mock.timers.tick(ASK_INTERVAL_MS);
+  t.client.last().answer();
+  await settle();
+  assert.deepEqual(t.reports.at(-1), { resource: 'nvidia.com/gpu', report: { answering: true, reason: null } });
+  ctx.mock.timers.tick(ASK_INTERVAL_MS);
+  t.client.last().answer();
+  await settle();
+  assert.equal(t.reports.length, 2);
+  ctx.mock.timers.tick(ASK_INTERVAL_MS);
+  t.client.last().fail(`no answer within ${ASK_TIMEOUT_MS} ms`);
+  await settle();
+  assert.deepEqual(t.reports.at(-1), { resource: 'nvidia.com/gpu', report: { answering: false, reason: `no answer within ${ASK_TIMEOUT_MS} ms` } });
+  assert.equal(t.client.asked.length, 5);
+  t.watch.stop();
+  ctx.mock.timers.tick(10 * ASK_INTERVAL_MS);
+  assert.equal(t.client.asked.length, 5, 'nothing is asked after stop');
+});
+
+test('the watch follows the snapshots: a resource removed is no longer asked (its late answer dropped), a new root is a new daemon', async (ctx) => {
+  ctx.mock.timers.enable({ apis: ['setTimeout'] });
+  const t = watchSetup();
+  t.apply(mpsSnapshot(1, 2, ['nvidia.com/gpu', 'nvidia.com/gpu.mps']), '/a');
+  ctx.mock.timers.tick(0);
+  assert.deepEqual(t.client.asked.map((q) => q.dirs.pipeDir).sort(), ['/a/nvidia.com/gpu.mps/pipe', '/a/nvidia.com/gpu/pipe']);
+  const old = t.client.asked.find((q) => q.dirs.pipeDir === '/a/nvidia.com/gpu.mps/pipe')!;
+  const kept = t.client.asked.find((q) => q.dirs.pipeDir === '/a/nvidia.com/gpu/pipe')!;
+  // The config reload drops gpu.mps while its question is out.
+  t.apply(mpsSnapshot(1, 2, ['nvidia.com/gpu']), '/a');
+  old.answer();
+  kept.answer();
+  await settle();
+  assert.deepEqual(t.reports, [{ resource: 'nvidia.com/gpu', report: { answering: true, reason: null } }]);
+  assert.ok(t.lines.some((l) => /MPS control daemon no longer watched resource=nvidia.com\/gpu.mps/.test(l)), t.lines.join('\n'));
+  ctx.mock.timers.tick(ASK_INTERVAL_MS);
+  assert.deepEqual(t.client.asked.slice(2).map((q) => q.dirs.pipeDir), ['/a/nvidia.com/gpu/pipe']);
+  // A new root: the daemon under /b is watched from scratch, the one under /a no longer.
+  t.apply(mpsSnapshot(1, 2, ['nvidia.com/gpu']), '/b');
+  ctx.mock.timers.tick(0);
+  assert.deepEqual(t.watch.watching(), [{ resource: 'nvidia.com/gpu', pipeDir: '/b/nvidia.com/gpu/pipe' }]);
+  assert.equal(t.client.last().dirs.pipeDir, '/b/nvidia.com/gpu/pipe');
+  t.client.asked[2]!.fail('Cannot find MPS control daemon process');
+  t.client.last().fail('Cannot find MPS control daemon process');
+  await settle();
+  assert.deepEqual(t.reports.at(-1), { resource: 'nvidia.com/gpu', report: { answering: false, reason: 'Cannot find MPS control daemon process' } });
+  assert.equal(t.reports.length, 2, 'the late answer of the daemon under /a is not reported');
+  // No MPS resource any more (or no root): nothing is watched.
+  t.apply(buildSnapshot(scan(1), plan(2), null, false), '/b');
+  assert.deepEqual(t.watch.watching(), []);
+  t.watch.stop();
+});
+
+test('an MPS resource is advertised Unhealthy until its daemon answers, with its GPU\'s own health after, and the diff says so', () => {
+  const s0 = mpsSnapshot(2, 2);
+  const r = s0.resources[0] as PlannedResource;
+  assert.deepEqual(resourceDeviceList(s0, r).map((d) => d.health), ['Unhealthy', 'Unhealthy', 'Unhealthy', 'Unhealthy']);
+  assert.deepEqual(healthCounts(s0).resources, [{ name: 'nvidia.com/gpu', devices: 4, healthy: 0 }]);
+  assert.equal(s0.health.get(uuid(0)), 'Healthy', 'the GPU\'s own health is untouched');
+  const s1 = withMpsDaemons(s0, new Map([['nvidia.com/gpu', { answering: true, reason: null, since: 5 }]]));
+  assert.deepEqual(resourceDeviceList(s1, r).map((d) => d.health), ['Healthy', 'Healthy', 'Healthy', 'Healthy']);
+  const up = diff(s0, s1);
+  assert.deepEqual(up.updated.map((u) => [u.name, u.healthChanged.length]), [['nvidia.com/gpu', 4]]);
+  // The GPU's own health still counts once the daemon answers.
+  const sick = withHealth(s1, new Map([[uuid(1), { ...s1.gpuHealth.get(uuid(1))!, state: { ...s1.gpuHealth.get(uuid(1))!.state, health: 'Unhealthy' }, reason: 'XID 79', since: 6 }]]));
+  assert.deepEqual(resourceDeviceList(sick, r).map((d) => d.health), ['Healthy', 'Healthy', 'Unhealthy', 'Unhealthy']);
+  const down = withMpsDaemons(sick, new Map([['nvidia.com/gpu', { answering: false, reason: 'Cannot find MPS control daemon process', since: 7 }]]));
+  assert.deepEqual(diff(sick, down).updated.map((u) => u.healthChanged.length), [2]);
+  // A report for a resource that is not MPS in the snapshot changes nothing.
+  assert.equal(withMpsDaemons(down, new Map([['nvidia.com/other', { answering: true, reason: null, since: 8 }]])), down);
+  // The next snapshot carries the daemon's state by resource name; a resource no longer MPS drops it.
+  const rebuilt = buildSnapshot(scan(2), plan(2), down, false);
+  assert.equal(rebuilt.mpsDaemons?.size, 0, 'the plan made no MPS resource: no daemon state');
+});

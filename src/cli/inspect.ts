@@ -259,6 +259,12 @@ export function formatDaemon(d: DaemonView, configured?: Readonly<Record<string,
   if (s.devices.length > 0) {
     out.push('', table([['DEVICE', 'UUID', 'HEALTH', 'SINCE', 'REASON'], ...s.devices.map((x) => [x.kind === 'gpu' ? `GPU ${x.index}` : `MIG ${x.index}`, x.uuid, x.health, x.since ?? '-', x.reason ?? '-'])]));
   }
+  if (s.mps !== undefined && s.mps.length > 0) {
+    out.push('', 'MPS (each resource\'s control daemon as the plugin last heard it, and the default limits it sets per client):');
+    out.push(table([['RESOURCE', 'DAEMON', 'SINCE', 'REPLICAS', 'ACTIVE THREADS', 'PINNED MEMORY PER GPU'],
+      ...s.mps.map((m) => [m.resource, m.answering ? 'answering' : `not answering: ${m.reason ?? 'no answer'}`, m.since ?? '-', String(m.replicas), `${m.activeThreadPercentage}%`,
+        m.gpus.map((g) => `GPU ${g.index}: ${g.pinnedMemLimitMiB} MiB`).join(', ')])]));
+  }
   if (s.planProblem !== null) out.push('', `config problem: ${s.planProblem}`);
   // Options the daemon runs with that the command line, environment files and config file now set otherwise.
   const differ = configured === undefined ? [] : Object.entries(s.options).filter(([flag, v]) => configured[flag] !== undefined && configured[flag] !== v);

@@ -16,6 +16,10 @@ import type { MpsDaemonDirs } from '../../src/mps/control-client.ts';
 import { ASK_INTERVAL_MS, ASK_TIMEOUT_MS, HEALTH_COMMAND, MpsDaemonWatch } from '../../src/mps/daemon-watch.ts';
 import type { MpsDaemonReport } from '../../src/mps/daemon-watch.ts';
 import { createLogger } from '../../src/system/log.ts';
+import { parseStateDocument, stateDocument } from '../../src/core/daemon-state.ts';
+import { formatDaemon } from '../../src/cli/inspect.ts';
+import { daemonStateFromSnapshot } from '../../src/observe/snapshot-state.ts';
+import { SinceTracker } from '../../src/observe/state-file.ts';
 
 const MiB = 1024 * 1024;
 const uuid = (i: number): string => `GPU-0000000${i}-aaaa-4000-8000-000000000000`;
@@ -165,4 +169,26 @@ test('an MPS resource is advertised Unhealthy until its daemon answers, with its
   // The next snapshot carries the daemon's state by resource name; a resource no longer MPS drops it.
   const rebuilt = buildSnapshot(scan(2), plan(2), down, false);
   assert.equal(rebuilt.mpsDaemons?.size, 0, 'the plan made no MPS resource: no daemon state');
+});
+
+test('info: the published state has each MPS resource with its daemon\'s state and limits, and `info` shows them', () => {
+  const s0 = mpsSnapshot(2, 4);
+  const ctx = (now: string) => ({ pid: 42, version: '0.1.0', startedAt: '2026-01-01T00:00:00.000Z', now, options: {}, registrations: [{ name: 'nvidia.com/gpu', registered: true }], since: new SinceTracker() });
+  const waiting = daemonStateFromSnapshot(s0, ctx('t1'));
+  assert.deepEqual(waiting.mps, [{
+    resource: 'nvidia.com/gpu', answering: false, reason: 'not asked yet', replicas: 4, activeThreadPercentage: 25,
+    gpus: [{ index: 0, uuid: uuid(0), pinnedMemLimitMiB: 20480 }, { index: 1, uuid: uuid(1), pinnedMemLimitMiB: 20480 }],
+  }]);
+  assert.deepEqual(waiting.resources.map((r) => [r.devices, r.healthy]), [[8, 0]]);
+  const at = Date.UTC(2026, 0, 1, 12);
+  const gone = withMpsDaemons(s0, new Map([['nvidia.com/gpu', { answering: false, reason: 'Cannot find MPS control daemon process', since: at }]]));
+  const state = daemonStateFromSnapshot(gone, ctx('t2'));
+  const back = parseStateDocument(stateDocument(state));
+  assert.ok('state' in back);
+  const text = formatDaemon({ read: { kind: 'running', path: '/run/x/state.json', state: back.state } });
+  assert.match(text, /^nvidia\.com\/gpu +not answering: Cannot find MPS control daemon process +2026-01-01T12:00:00\.000Z +4 +25% +GPU 0: 20480 MiB, GPU 1: 20480 MiB$/m);
+  const up = daemonStateFromSnapshot(withMpsDaemons(s0, new Map([['nvidia.com/gpu', { answering: true, reason: null, since: at }]])), ctx('t3'));
+  assert.deepEqual([up.mps?.[0]?.answering, up.mps?.[0]?.reason, up.resources[0]?.healthy], [true, undefined, 8]);
+  assert.match(formatDaemon({ read: { kind: 'running', path: '/p', state: up } }), /^nvidia\.com\/gpu +answering +2026-01-01T12:00:00\.000Z +4 +25%/m);
+  assert.equal(daemonStateFromSnapshot(buildSnapshot(scan(2), plan(4), null, false), ctx('t4')).mps, undefined, 'no MPS resource: no mps part');
 });

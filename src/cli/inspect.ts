@@ -12,6 +12,8 @@ import { deviceHolders, holderText } from '../core/holders.ts';
 import type { PodDevices } from '../core/holders.ts';
 import { buildScoreMatrix } from '../core/topology/index.ts';
 import { discoverMig } from '../nvml/mig.ts';
+import { getComputeMode } from '../nvml/compute-mode.ts';
+import type { ComputeMode } from '../nvml/compute-mode.ts';
 import { discoverGpus, readLinks } from '../nvml/discovery.ts';
 import { NVML } from '../nvml/errors.ts';
 import { Nvml } from '../nvml/nvml.ts';
@@ -36,6 +38,8 @@ export interface NodeReport {
   pairs: (PairInfo | null)[][];
   /** MIG as NVML reports it, or null when this driver has no MIG functions. */
   mig: MigLayout | null;
+  /** Each GPU's compute mode (by position), or why NVML could not say; absent: not read (older callers). */
+  computeModes?: (ComputeMode | { error: string })[];
 }
 
 /** A MIG device as `info` shows it: with the resource it is advertised under for a strategy. */
@@ -103,7 +107,17 @@ export function inspectNode(driverRoot: string, sysfsRoot: string, log: Logger):
       return { ...g, health: (code === NVML.SUCCESS ? 'Healthy' : 'Unhealthy') as Health };
     });
     const mig = discoverMig(nvml, found.gpus, found.handles, log);
-    return { ok: true, report: { library: nvml.libraryPath, driverVersion, gpus, pairs, mig } };
+    // MPS needs EXCLUSIVE_PROCESS on its GPUs (`check`); one cheap call per GPU.
+    const computeModes = found.gpus.map((g, i): ComputeMode | { error: string } => {
+      const h = found.handles[i];
+      if (h === undefined) return { error: 'no NVML handle' };
+      try {
+        return getComputeMode(nvml!, h, { index: g.index, uuid: g.uuid });
+      } catch (err) {
+        return { error: errorText(err) };
+      }
+    });
+    return { ok: true, report: { library: nvml.libraryPath, driverVersion, gpus, pairs, mig, computeModes } };
   } catch (err) {
     return { ok: false, error: errorText(err) };
   } finally {

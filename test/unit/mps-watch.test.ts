@@ -16,6 +16,7 @@ import type { MpsDaemonDirs } from '../../src/mps/control-client.ts';
 import { ASK_INTERVAL_MS, ASK_TIMEOUT_MS, HEALTH_COMMAND, MpsDaemonWatch } from '../../src/mps/daemon-watch.ts';
 import type { MpsDaemonReport } from '../../src/mps/daemon-watch.ts';
 import { createLogger } from '../../src/system/log.ts';
+import { mpsStatus, NodeStatus } from '../../src/system/service-status.ts';
 import { parseStateDocument, stateDocument } from '../../src/core/daemon-state.ts';
 import { formatDaemon } from '../../src/cli/inspect.ts';
 import { daemonStateFromSnapshot } from '../../src/observe/snapshot-state.ts';
@@ -191,4 +192,19 @@ test('info: the published state has each MPS resource with its daemon\'s state a
   assert.deepEqual([up.mps?.[0]?.answering, up.mps?.[0]?.reason, up.resources[0]?.healthy], [true, undefined, 8]);
   assert.match(formatDaemon({ read: { kind: 'running', path: '/p', state: up } }), /^nvidia\.com\/gpu +answering +2026-01-01T12:00:00\.000Z +4 +25%/m);
   assert.equal(daemonStateFromSnapshot(buildSnapshot(scan(2), plan(4), null, false), ctx('t4')).mps, undefined, 'no MPS resource: no mps part');
+});
+
+test('STATUS says which MPS daemon does not answer and why, and stops saying it once it answers', () => {
+  const sent: string[] = [];
+  const status = new NodeStatus({ status: (line) => { sent.push(line); }, waitFor: () => undefined }, { allRegisteredNow: () => true });
+  const s0 = mpsSnapshot(2, 2);
+  status.apply({ snapshot: s0 });
+  status.registered(true);
+  assert.equal(sent.at(-1), 'STATUS=registered; 2 of 2 GPUs healthy; MPS daemon for nvidia.com/gpu not answering: not asked yet');
+  const gone = withMpsDaemons(s0, new Map([['nvidia.com/gpu', { answering: false, reason: 'Cannot find MPS control daemon process', since: 1 }]]));
+  status.apply({ snapshot: gone });
+  assert.equal(sent.at(-1), 'STATUS=registered; 2 of 2 GPUs healthy; MPS daemon for nvidia.com/gpu not answering: Cannot find MPS control daemon process');
+  assert.equal(mpsStatus(gone), '; MPS daemon for nvidia.com/gpu not answering: Cannot find MPS control daemon process');
+  status.apply({ snapshot: withMpsDaemons(s0, new Map([['nvidia.com/gpu', { answering: true, reason: null, since: 2 }]])) });
+  assert.equal(sent.at(-1), 'STATUS=registered; 2 of 2 GPUs healthy');
 });

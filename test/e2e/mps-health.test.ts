@@ -1,0 +1,96 @@
+// MPS health end to end, through the built executable with the fake NVML, the kubelet stand-in and
+// the fake nvidia-cuda-mps-control (started here with -d in the pipe directory core/mps.ts names, as
+// the control daemon unit would): a plugin started before its daemon registers its replicas
+// Unhealthy and waits; the daemon starting makes them Healthy; the daemon killed (SIGKILL, or quit)
+// makes them Unhealthy within a few seconds, and back Healthy; SIGHUP with another replica count
+// serves the new list. Each wait is on the list the kubelet receives; the times are printed.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { buildFakeMpsControl, MPS_CONTROL_NAME } from '../fake-nvml/build.ts';
+import { SimNode } from '../support/sim.ts';
+import { mpsPaths } from '../../src/core/mps.ts';
+import { mpsCommand, mpsEnvironment } from '../../src/mps/control-client.ts';
+
+const config = (replicas: number): string => `version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: ${replicas}\n`;
+const all = (health: 'Healthy' | 'Unhealthy', n: number) => (d: readonly { health: string }[]): boolean => d.length === n && d.every((x) => x.health === health);
+
+test('MPS replicas: Unhealthy until the daemon answers, Unhealthy within seconds of it dying, Healthy when back; SIGHUP serves a new replica count', async (t) => {
+  const bin = await buildFakeMpsControl();
+  const program = join(bin, MPS_CONTROL_NAME);
+  const base = mkdtempSync(join(tmpdir(), 'gdp-mps-'));
+  chmodSync(base, 0o755);
+  const root = join(base, 'mps');
+  mkdirSync(root, { mode: 0o755 });
+  const cfg = join(base, 'config.yaml');
+  writeFileSync(cfg, config(2));
+  const dirs = mpsPaths(root, 'nvidia.com/gpu');
+  const startDaemon = (): void => {
+    const r = spawnSync(program, ['-d'], { env: mpsEnvironment(dirs) });
+    assert.equal(r.status, 0, `fake control daemon did not start: ${String(r.stderr)}`);
+  };
+  const node = await SimNode.start({ topology: 'bridged-pair-4', args: ['--config-file', cfg, '--mps-root', root], env: { PATH: bin } });
+  try {
+    const k = node.kubelet!;
+    const gpus = node.topology.gpus.length;
+    // Started first: registered, every replica Unhealthy, and the plugin waits (it does not exit).
+    const first = await k.waitForDevices((d) => d.length === gpus * 2);
+    assert.ok(first.every((d) => d.health === 'Unhealthy'), JSON.stringify(first.map((d) => d.health)));
+    const warn = await node.plugin.waitForLine(/WARN MPS control daemon does not answer/);
+    assert.match(warn, /resource=nvidia\.com\/gpu/);
+    assert.match(warn, /Cannot find MPS control daemon process/);
+
+    // The same process serves the replicas once the daemon answers: it waited, it did not exit.
+    let at = performance.now();
+    startDaemon();
+    await k.waitForDevices(all('Healthy', gpus * 2));
+    const upMs = performance.now() - at;
+    await node.plugin.waitForLine(/INFO MPS control daemon answers/);
+
+    // SIGKILL the daemon: the pid it wrote in the pipe directory.
+    const pid = Number(readFileSync(join(dirs.pipeDir, 'nvidia-cuda-mps-control.pid'), 'utf8').trim());
+    assert.ok(pid > 1, `pid file holds ${pid}`);
+    const from = node.plugin.lines.length;
+    at = performance.now();
+    process.kill(pid, 'SIGKILL');
+    await k.waitForDevices(all('Unhealthy', gpus * 2));
+    const killedMs = performance.now() - at;
+    const gone = await node.plugin.waitForLine(/WARN MPS control daemon does not answer/, 10000, from);
+    assert.match(gone, /reason=/);
+
+    at = performance.now();
+    startDaemon();
+    await k.waitForDevices(all('Healthy', gpus * 2));
+    const backMs = performance.now() - at;
+
+    // quit: the same.
+    at = performance.now();
+    await mpsCommand(program, dirs, 'quit');
+    await k.waitForDevices(all('Unhealthy', gpus * 2));
+    const quitMs = performance.now() - at;
+    const beforeLast = node.plugin.lines.length;
+    startDaemon();
+    await k.waitForDevices(all('Healthy', gpus * 2));
+
+    // One log line per transition: three times gone (start, SIGKILL, quit), four times back.
+    await node.plugin.waitForLine(/INFO MPS control daemon answers/, 10000, beforeLast);
+    assert.equal(node.plugin.matching(/INFO MPS control daemon answers/).length, 4);
+    assert.equal(node.plugin.matching(/WARN MPS control daemon does not answer/).length, 3, node.plugin.matching(/MPS control daemon/).join('\n'));
+
+    // SIGHUP with 3 replicas: the new list, healthy (the daemon answers).
+    writeFileSync(cfg, config(3));
+    node.plugin.signal('SIGHUP');
+    const three = await k.waitForDevices((d) => d.length === gpus * 3);
+    assert.ok(three.every((d) => d.health === 'Healthy'), JSON.stringify(three.map((d) => d.health)));
+
+    t.diagnostic(`MPS health watch: daemon started → Healthy ${upMs.toFixed(0)} ms; SIGKILL → Unhealthy ${killedMs.toFixed(0)} ms; restarted → Healthy ${backMs.toFixed(0)} ms; quit → Unhealthy ${quitMs.toFixed(0)} ms`);
+    assert.ok(killedMs < 10000 && quitMs < 10000, 'Unhealthy within a few seconds');
+  } finally {
+    await mpsCommand(program, dirs, 'quit').catch(() => undefined);
+    await node.stop();
+    rmSync(base, { recursive: true, force: true });
+  }
+});

@@ -10,7 +10,9 @@ import { NO_SHARING } from '../../src/core/sharing.ts';
 import type { PlannedResource } from '../../src/core/sharing.ts';
 import { buildSnapshot, diff, healthCounts, MPS_DAEMON_NOT_ASKED, resourceDeviceList, withHealth, withMpsDaemons } from '../../src/core/snapshot.ts';
 import type { NodeScan, NodeSnapshot, PlanSettings } from '../../src/core/snapshot.ts';
-import type { NodeSettings } from '../../src/manager/consumer.ts';
+import type { AppliedSnapshot, NodeSettings } from '../../src/manager/consumer.ts';
+import { LiveNode } from '../../src/manager/live-node.ts';
+import { parseHealthSettings } from '../../src/core/health.ts';
 import { MpsControlError } from '../../src/mps/control-client.ts';
 import type { MpsDaemonDirs } from '../../src/mps/control-client.ts';
 import { ASK_INTERVAL_MS, ASK_TIMEOUT_MS, HEALTH_COMMAND, MpsDaemonWatch } from '../../src/mps/daemon-watch.ts';
@@ -207,4 +209,80 @@ test('STATUS says which MPS daemon does not answer and why, and stops saying it 
   assert.equal(mpsStatus(gone), '; MPS daemon for nvidia.com/gpu not answering: Cannot find MPS control daemon process');
   status.apply({ snapshot: withMpsDaemons(s0, new Map([['nvidia.com/gpu', { answering: true, reason: null, since: 2 }]])) });
   assert.equal(sent.at(-1), 'STATUS=registered; 2 of 2 GPUs healthy');
+});
+
+/** A consumer that records the lists the kubelet would be sent, by resource. */
+class ListRecorder {
+  readonly name = 'lists';
+  readonly applied: AppliedSnapshot[] = [];
+  private waiters: { pred: (a: AppliedSnapshot) => boolean; resolve: (a: AppliedSnapshot) => void }[] = [];
+  apply(a: AppliedSnapshot): void {
+    this.applied.push(a);
+    this.waiters = this.waiters.filter((w) => (w.pred(a) ? (w.resolve(a), false) : true));
+  }
+  next(pred: (a: AppliedSnapshot) => boolean): Promise<AppliedSnapshot> {
+    const last = this.applied.at(-1);
+    if (last !== undefined && pred(last)) return Promise.resolve(last);
+    return new Promise((resolve) => this.waiters.push({ pred, resolve }));
+  }
+}
+
+const mpsSettings = (replicas: number, root: string | null = '/run/nvidia/mps'): S => ({
+  ...settingsWith(root),
+  plan: { deviceIdStrategy: 'uuid', sharing: { timeSlicing: null, mps: { renameByDefault: false, failRequestsGreaterThanOne: true, resources: [{ name: 'nvidia.com/gpu', rename: null, replicas, devices: { kind: 'all' } }] } } },
+});
+const listHealth = (a: AppliedSnapshot, name = 'nvidia.com/gpu'): string => {
+  const r = a.snapshot.resources.find((x) => x.name === name);
+  return r === undefined ? '-' : resourceDeviceList(a.snapshot, r).map((d) => (d.health === 'Healthy' ? 'H' : 'U')).join('');
+};
+
+test('live node + watch: replicas Unhealthy from start until the daemon answers, Unhealthy when it stops, Healthy again; a reload follows', async (ctx) => {
+  ctx.mock.timers.enable({ apis: ['setTimeout'] });
+  const lines: string[] = [];
+  const log = createLogger({ level: 'debug', journal: false, write: (l) => lines.push(l) });
+  const client = new FakeClient();
+  const rec = new ListRecorder();
+  const sent: string[] = [];
+  let node: LiveNode<S> | undefined;
+  const watch = new MpsDaemonWatch<S>({ log, rootOf: (c) => c.root, ask: client.ask, report: (r, rep) => { void node?.onMpsDaemon(r, rep); } });
+  const status = new NodeStatus({ status: (line) => { sent.push(line); }, waitFor: () => undefined }, { allRegisteredNow: () => true });
+  node = new LiveNode<S>({ log, config: mpsSettings(2), health: parseHealthSettings(undefined, undefined), recovery: { enabled: false, quietMs: 0 }, consumers: [rec, status, watch], wallNow: () => 1_700_000_000_000 });
+  await node.scanned(scan(2), 'start');
+  assert.equal(rec.applied.length, 1);
+  assert.equal(rec.applied[0]!.snapshot.resources[0]?.mps, true, 'the plan marks the resource MPS');
+  assert.equal(listHealth(rec.applied[0]!), 'UUUU', 'registered with every replica Unhealthy until the daemon answers');
+  ctx.mock.timers.tick(0);
+  client.last().fail('Cannot find MPS control daemon process');
+  const waiting = await rec.next((a) => a.reason === 'MPS daemon does not answer');
+  assert.equal(listHealth(waiting), 'UUUU');
+  assert.deepEqual(waiting.change.updated, [], 'nothing the kubelet sees changed');
+  status.registered(true);
+  assert.match(sent.at(-1) ?? '', /^STATUS=registered; 2 of 2 GPUs healthy; MPS daemon for nvidia\.com\/gpu not answering: Cannot find MPS control daemon process$/);
+  ctx.mock.timers.tick(ASK_INTERVAL_MS);
+  client.last().answer();
+  const up = await rec.next((a) => a.reason === 'MPS daemon answers');
+  assert.equal(listHealth(up), 'HHHH');
+  assert.deepEqual(up.change.updated.map((u) => [u.name, u.healthChanged.length]), [['nvidia.com/gpu', 4]], 'the diff reports the resource updated, so ListAndWatch sends the list');
+  assert.deepEqual(up.snapshot.mpsDaemons?.get('nvidia.com/gpu'), { answering: true, reason: null, since: 1_700_000_000_000 });
+  assert.equal(sent.at(-1), 'STATUS=registered; 2 of 2 GPUs healthy');
+  ctx.mock.timers.tick(ASK_INTERVAL_MS);
+  client.last().fail(`no answer within ${ASK_TIMEOUT_MS} ms`);
+  const down = await rec.next((a) => a.reason === 'MPS daemon does not answer' && a !== waiting);
+  assert.equal(listHealth(down), 'UUUU');
+  assert.equal(down.snapshot.gpuHealth.get(uuid(0))?.state.health, 'Healthy', 'the GPU itself stays healthy');
+  assert.match(sent.at(-1) ?? '', /MPS daemon for nvidia\.com\/gpu not answering: no answer within 2000 ms$/);
+  // A reload to 3 replicas while the daemon is down: the new list, still Unhealthy (the state is carried).
+  await node.reconfigure(mpsSettings(3), 'config reloaded');
+  assert.equal(listHealth(rec.applied.at(-1)!), 'UUUUUU');
+  ctx.mock.timers.tick(ASK_INTERVAL_MS);
+  client.last().answer();
+  assert.equal(listHealth(await rec.next((a) => a.reason === 'MPS daemon answers' && a !== up)), 'HHHHHH');
+  assert.equal(lines.filter((l) => / WARN MPS control daemon does not answer resource=nvidia\.com\/gpu/.test(l)).length, 2, lines.join('\n'));
+  assert.equal(lines.filter((l) => / INFO MPS control daemon answers/.test(l)).length, 2);
+  assert.equal(lines.filter((l) => /device counts/.test(l)).length, 0, 'one line per transition, its own');
+  // MPS off by reload: nothing is watched any more.
+  await node.reconfigure({ ...settingsWith('/run/nvidia/mps') }, 'config reloaded');
+  assert.deepEqual(watch.watching(), []);
+  assert.equal(rec.applied.at(-1)?.snapshot.mpsDaemons?.size, 0);
+  await node.stop();
 });

@@ -27,6 +27,12 @@ export const PACKAGE_SETTINGS: Partial<Record<OptionKey, { value: string; why: s
     value: 'false',
     why: 'set to false for the service: without a driver yet (boot order, a driver being installed or upgraded) the plugin keeps running and retries NVML with growing pauses (STATUS= says it waits for NVML), instead of exiting and being restarted over and over. With true, a missing driver makes the plugin exit and systemd restart it every 2 s.',
   },
+  // NVIDIA's default is empty ("MPS requires a root"), kept by the program for drop-in flags and
+  // files; the package runs the MPS control daemon unit, so it names the root both units use.
+  mpsRoot: {
+    value: '/run/nvidia/mps',
+    why: "set for the service and the gpu-device-plugin-mps unit, which both read this file: the MPS control daemons' pipes, logs and shm live there (NVIDIA's chart uses the same). Only used when the config file has sharing.mps. It wins over flags.mpsRoot in the config file; change it here.",
+  },
 };
 
 /** What the value looks like, for help texts: `path`, `true|false`, `uuid|index`, `duration, from 1 to 3600 seconds`. */
@@ -53,8 +59,8 @@ export function environmentFile(path: string): string {
     `# ${path}: options for ${UNIT_NAME}, the Kubernetes device plugin for NVIDIA GPUs.`,
     '#',
     '# systemd reads this file each time the service starts. Every option of the plugin is listed',
-    '# below with its default value, commented out, except FAIL_ON_INIT_ERROR, which the service sets',
-    '# (the reason is given there). To change one, remove the "#" before its variable, set the value,',
+    '# below with its default value, commented out, except FAIL_ON_INIT_ERROR and MPS_ROOT, which the',
+    '# service sets (the reason is given there). To change one, remove the "#" before its variable, set the value,',
     '# and run: systemctl restart gpu-device-plugin',
     '# Values are taken literally (no shell expansion, no quotes needed); an empty value means the',
     '# default. Package upgrades keep your changes to this file. See gpu-device-plugin(8).',
@@ -334,7 +340,7 @@ function manFiles(input: ManPageInput): string[] {
   for (const f of input.environmentFiles) {
     l.push('.TP', `.I ${roff(f)}`, 'Options for the service, as',
       '.IB VARIABLE = value',
-      'lines (the package ships every variable commented out, with its default, and sets FAIL_ON_INIT_ERROR=false so that the service waits for the driver with backoff instead of restarting).');
+      'lines (the package ships every variable commented out, with its default, and sets FAIL_ON_INIT_ERROR=false so that the service waits for the driver with backoff instead of restarting, and MPS_ROOT=/run/nvidia/mps for MPS sharing).');
   }
   l.push(
     '.TP',

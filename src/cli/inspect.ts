@@ -3,6 +3,7 @@
 import type { DaemonState } from '../core/daemon-state.ts';
 import type { Gpu, Health } from '../core/devices.ts';
 import type { StateRead } from '../observe/state-file.ts';
+import type { NodeFacts } from '../core/snapshot.ts';
 import { MigStrategyError, planMigResources } from '../core/mig.ts';
 import type { MigDevice, MigLayout, MigStrategy } from '../core/mig.ts';
 import { NO_SHARING } from '../core/sharing.ts';
@@ -15,6 +16,7 @@ import { discoverMig } from '../nvml/mig.ts';
 import { getComputeMode } from '../nvml/compute-mode.ts';
 import type { ComputeMode } from '../nvml/compute-mode.ts';
 import { discoverGpus, readLinks } from '../nvml/discovery.ts';
+import { readNodeFacts } from '../nvml/node-facts.ts';
 import { NVML } from '../nvml/errors.ts';
 import { Nvml } from '../nvml/nvml.ts';
 import type { Logger } from '../system/log.ts';
@@ -40,6 +42,8 @@ export interface NodeReport {
   mig: MigLayout | null;
   /** Each GPU's compute mode (by position), or why NVML could not say; absent: not read (older callers). */
   computeModes?: (ComputeMode | { error: string })[];
+  /** Compute capabilities and MIG capability, as the daemon reads them (the MPS client limit needs them); absent when not read. */
+  facts?: NodeFacts;
 }
 
 /** A MIG device as `info` shows it: with the resource it is advertised under for a strategy. */
@@ -117,7 +121,8 @@ export function inspectNode(driverRoot: string, sysfsRoot: string, log: Logger):
         return { error: errorText(err) };
       }
     });
-    return { ok: true, report: { library: nvml.libraryPath, driverVersion, gpus, pairs, mig, computeModes } };
+    const facts = readNodeFacts(nvml, found.gpus, found.handles, log);
+    return { ok: true, report: { library: nvml.libraryPath, driverVersion, gpus, pairs, mig, facts, computeModes } };
   } catch (err) {
     return { ok: false, error: errorText(err) };
   } finally {

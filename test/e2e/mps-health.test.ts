@@ -6,12 +6,12 @@
 // serves the new list. Each wait is on the list the kubelet receives; the times are printed.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { buildFakeMpsControl, MPS_CONTROL_NAME } from '../fake-nvml/build.ts';
-import { SimNode } from '../support/sim.ts';
+import { buildFakeMpsControl, buildFakeNvml, MPS_CONTROL_NAME } from '../fake-nvml/build.ts';
+import { SimNode, TOPOLOGIES, executable, loadTopology, writeSysfs } from '../support/sim.ts';
 import { mpsPaths } from '../../src/core/mps.ts';
 import { mpsCommand, mpsEnvironment } from '../../src/mps/control-client.ts';
 
@@ -91,6 +91,63 @@ test('MPS replicas: Unhealthy until the daemon answers, Unhealthy within seconds
   } finally {
     await mpsCommand(program, dirs, 'quit').catch(() => undefined);
     await node.stop();
+    rmSync(base, { recursive: true, force: true });
+  }
+});
+
+/** `gpu-device-plugin check` as the operator runs it, on a topology file, with the fake control program on PATH. */
+async function check(dir: string, topology: string, args: readonly string[], path: string): Promise<{ status: number | null; stdout: string }> {
+  const libs = await buildFakeNvml();
+  const sys = join(dir, 'sys');
+  writeSysfs(sys, loadTopology(topology));
+  const env: Record<string, string> = {
+    PATH: path, TMPDIR: dir, SYSFS_ROOT: sys, LD_LIBRARY_PATH: libs.current, FAKE_NVML_CONFIG: topology,
+    SYSTEMD_UNIT_ROOT: join(dir, 'root'), CDI_SPEC_DIRS: join(dir, 'cdi'), GPU_DEVICE_PLUGIN_STATE_FILE: join(dir, 'state.json'),
+  };
+  return new Promise((resolve) => {
+    execFile(executable(), ['check', ...args], { env, encoding: 'utf8', timeout: 30000 }, (err, stdout) => {
+      resolve({ status: err === null ? 0 : typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : null, stdout });
+    });
+  });
+}
+const checkLine = (out: string, name: string): string => out.split('\n').find((l) => new RegExp(`^(PASS|WARN|FAIL|SKIP)  ${name} `).test(l)) ?? `(no "${name}" line in:\n${out})`;
+
+test('check: the MPS root 0755 all the way, the control program, each daemon\'s answer and each MPS GPU in EXCLUSIVE_PROCESS, each failure with its fix', async () => {
+  const bin = await buildFakeMpsControl();
+  const program = join(bin, MPS_CONTROL_NAME);
+  const base = mkdtempSync(join(tmpdir(), 'gdp-mps-check-'));
+  chmodSync(base, 0o755);
+  const root = join(base, 'mps');
+  mkdirSync(root, { mode: 0o755 });
+  const cfg = join(base, 'config.yaml');
+  writeFileSync(cfg, config(2));
+  // GPUs 0–2 in EXCLUSIVE_PROCESS as the control daemon unit leaves them; GPU 3 left in DEFAULT.
+  const topo = JSON.parse(readFileSync(join(TOPOLOGIES, 'bridged-pair-4.json'), 'utf8')) as { gpus: Record<string, unknown>[] };
+  topo.gpus.forEach((g, i) => { g['computeMode'] = i < 3 ? 3 : 0; });
+  const topology = join(base, 'topology.json');
+  writeFileSync(topology, JSON.stringify(topo));
+  const dirs = mpsPaths(root, 'nvidia.com/gpu');
+  try {
+    const r0 = await check(base, topology, ['--config-file', cfg, '--mps-root', root], bin);
+    assert.match(checkLine(r0.stdout, 'mps root'), /^FAIL .*nvidia\.com does not exist — fix: start gpu-device-plugin-mps/);
+    assert.match(checkLine(r0.stdout, 'mps control'), new RegExp(`^PASS  mps control +found ${program}$`));
+    assert.match(checkLine(r0.stdout, 'mps daemons'), /^FAIL .*not answering: nvidia\.com\/gpu .*Cannot find MPS control daemon process; their replicas are advertised Unhealthy — fix: start the control daemons: systemctl start gpu-device-plugin-mps/);
+    assert.match(checkLine(r0.stdout, 'compute mode'), /^FAIL  compute mode +GPU 3 \(nvidia\.com\/gpu\) is DEFAULT; MPS needs EXCLUSIVE_PROCESS — fix: restart gpu-device-plugin-mps/);
+    assert.equal(r0.status, 1, 'the node is at fault, not the configuration');
+    const started = spawnSync(program, ['-d'], { env: mpsEnvironment(dirs) });
+    assert.equal(started.status, 0, String(started.stderr));
+    chmodSync(join(root, 'nvidia.com'), 0o750);
+    const r1 = await check(base, topology, ['--config-file', cfg, '--mps-root', root], bin);
+    assert.match(checkLine(r1.stdout, 'mps root'), new RegExp(`^FAIL .*${join(root, 'nvidia.com')} has mode 0750: a pod that does not run as root cannot reach the pipe through it — fix: chmod 755 ${join(root, 'nvidia.com')}$`));
+    assert.match(checkLine(r1.stdout, 'mps daemons'), /^PASS  mps daemons +the control daemon of nvidia\.com\/gpu answers get_default_active_thread_percentage$/);
+    chmodSync(join(root, 'nvidia.com'), 0o755);
+    const r2 = await check(base, topology, ['--config-file', cfg, '--mps-root', root], bin);
+    assert.match(checkLine(r2.stdout, 'mps root'), /^PASS  mps root +.* reachable by every user \(0755 all the way\)$/);
+    // Without the program: it says where it looked.
+    const r3 = await check(base, topology, ['--config-file', cfg, '--mps-root', root], '/nonexistent');
+    assert.match(checkLine(r3.stdout, 'mps control'), /^FAIL  mps control +nvidia-cuda-mps-control not found \(looked at .*\/nonexistent\/nvidia-cuda-mps-control\) — fix: install the NVIDIA driver's utilities/);
+  } finally {
+    await mpsCommand(program, dirs, 'quit').catch(() => undefined);
     rmSync(base, { recursive: true, force: true });
   }
 });

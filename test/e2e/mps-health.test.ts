@@ -15,6 +15,38 @@ import { SimNode, TOPOLOGIES, executable, loadTopology, writeSysfs } from '../su
 import { mpsPaths } from '../../src/core/mps.ts';
 import { mpsCommand, mpsEnvironment } from '../../src/mps/control-client.ts';
 
+/** The plugin's metrics file once its mps_daemon_up sample has this value (the file is written after each snapshot). */
+async function daemonUp(prom: string, value: 0 | 1, timeoutMs = 10000): Promise<void> {
+  const want = `gpu_device_plugin_mps_daemon_up{resource="nvidia.com/gpu"} ${value}`;
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    let text = '';
+    try {
+      text = readFileSync(prom, 'utf8');
+    } catch {
+      // not written yet
+    }
+    if (text.split('\n').includes(want)) return;
+    if (Date.now() > end) throw new Error(`the metrics file has no "${want}" within ${timeoutMs} ms:\n${text}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** `gpu-device-plugin info` against a running simulated node (it shows the daemon's published state). */
+async function info(node: SimNode): Promise<string> {
+  const libs = await buildFakeNvml();
+  const env: Record<string, string> = {
+    PATH: '/nonexistent', TMPDIR: node.dir, SYSFS_ROOT: node.sysfs, LD_LIBRARY_PATH: libs.current, FAKE_NVML_CONFIG: node.configPath,
+    SYSTEMD_UNIT_ROOT: join(node.dir, 'root'), GPU_DEVICE_PLUGIN_STATE_FILE: node.stateFile,
+  };
+  return new Promise((resolve, reject) => {
+    execFile(executable(), ['info', '--pod-resources-socket', join(node.dir, 'no-pod-resources.sock')], { env, encoding: 'utf8', timeout: 30000 }, (err, stdout, stderr) => {
+      if (err !== null) reject(new Error(`info failed: ${err.message}\n${stdout}${stderr}`));
+      else resolve(stdout);
+    });
+  });
+}
+
 const config = (replicas: number): string => `version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: ${replicas}\n`;
 const all = (health: 'Healthy' | 'Unhealthy', n: number) => (d: readonly { health: string }[]): boolean => d.length === n && d.every((x) => x.health === health);
 
@@ -32,7 +64,8 @@ test('MPS replicas: Unhealthy until the daemon answers, Unhealthy within seconds
     const r = spawnSync(program, ['-d'], { env: mpsEnvironment(dirs) });
     assert.equal(r.status, 0, `fake control daemon did not start: ${String(r.stderr)}`);
   };
-  const node = await SimNode.start({ topology: 'bridged-pair-4', args: ['--config-file', cfg, '--mps-root', root], env: { PATH: bin } });
+  const prom = join(base, 'gpu-device-plugin.prom');
+  const node = await SimNode.start({ topology: 'bridged-pair-4', args: ['--config-file', cfg, '--mps-root', root, '--metrics-file', prom, '--metrics-interval', '1'], env: { PATH: bin } });
   try {
     const k = node.kubelet!;
     const gpus = node.topology.gpus.length;
@@ -42,6 +75,7 @@ test('MPS replicas: Unhealthy until the daemon answers, Unhealthy within seconds
     const warn = await node.plugin.waitForLine(/WARN MPS control daemon does not answer/);
     assert.match(warn, /resource=nvidia\.com\/gpu/);
     assert.match(warn, /Cannot find MPS control daemon process/);
+    await daemonUp(prom, 0);
 
     // The same process serves the replicas once the daemon answers: it waited, it did not exit.
     let at = performance.now();
@@ -49,6 +83,7 @@ test('MPS replicas: Unhealthy until the daemon answers, Unhealthy within seconds
     await k.waitForDevices(all('Healthy', gpus * 2));
     const upMs = performance.now() - at;
     await node.plugin.waitForLine(/INFO MPS control daemon answers/);
+    await daemonUp(prom, 1);
 
     // SIGKILL the daemon: the pid it wrote in the pipe directory.
     const pid = Number(readFileSync(join(dirs.pipeDir, 'nvidia-cuda-mps-control.pid'), 'utf8').trim());
@@ -58,6 +93,7 @@ test('MPS replicas: Unhealthy until the daemon answers, Unhealthy within seconds
     process.kill(pid, 'SIGKILL');
     await k.waitForDevices(all('Unhealthy', gpus * 2));
     const killedMs = performance.now() - at;
+    await daemonUp(prom, 0);
     const gone = await node.plugin.waitForLine(/WARN MPS control daemon does not answer/, 10000, from);
     assert.match(gone, /reason=/);
 
@@ -85,6 +121,10 @@ test('MPS replicas: Unhealthy until the daemon answers, Unhealthy within seconds
     node.plugin.signal('SIGHUP');
     const three = await k.waitForDevices((d) => d.length === gpus * 3);
     assert.ok(three.every((d) => d.health === 'Healthy'), JSON.stringify(three.map((d) => d.health)));
+
+    // info: the daemon's state and the limits for 3 replicas (RTX A6000, 49140 MiB: 16380 MiB each).
+    const shown = await info(node);
+    assert.match(shown, /^nvidia\.com\/gpu +answering +\d{4}-\d\d-\d\dT[\d:.]+Z +3 +33% +GPU 0: 16380 MiB, GPU 1: 16380 MiB, GPU 2: 16380 MiB, GPU 3: 16380 MiB$/m, shown);
 
     t.diagnostic(`MPS health watch: daemon started → Healthy ${upMs.toFixed(0)} ms; SIGKILL → Unhealthy ${killedMs.toFixed(0)} ms; restarted → Healthy ${backMs.toFixed(0)} ms; quit → Unhealthy ${quitMs.toFixed(0)} ms`);
     assert.ok(killedMs < 10000 && quitMs < 10000, 'Unhealthy within a few seconds');

@@ -2,12 +2,12 @@
 // the fake nvidia-cuda-mps-control (started here with -d in the pipe directory core/mps.ts names, as
 // the control daemon unit would): a plugin started before its daemon registers its replicas
 // Unhealthy and waits; the daemon starting makes them Healthy; the daemon killed (SIGKILL, or quit)
-// makes them Unhealthy within a few seconds, and back Healthy; SIGHUP with another replica count
-// serves the new list. Each wait is on the list the kubelet receives; the times are printed.
+// or hung (SIGSTOP) makes them Unhealthy within a few seconds, and back Healthy; SIGHUP with another
+// replica count serves the new list. Each wait is on the list the kubelet receives; times are printed.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, spawnSync } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildFakeMpsControl, buildFakeNvml, MPS_CONTROL_NAME } from '../fake-nvml/build.ts';
@@ -45,6 +45,21 @@ async function info(node: SimNode): Promise<string> {
       else resolve(stdout);
     });
   });
+}
+
+/** How many nvidia-cuda-mps-control clients the plugin runs right now (its child processes). */
+function controlClients(pid: number): number {
+  let n = 0;
+  for (const task of readdirSync(`/proc/${pid}/task`)) {
+    for (const child of readFileSync(`/proc/${pid}/task/${task}/children`, 'utf8').split(' ').filter((x) => x !== '')) {
+      try {
+        if (readFileSync(`/proc/${child}/comm`, 'utf8').trim().startsWith('nvidia-cuda-mps')) n++;
+      } catch {
+        // exited meanwhile
+      }
+    }
+  }
+  return n;
 }
 
 const config = (replicas: number): string => `version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: ${replicas}\n`;
@@ -110,11 +125,32 @@ test('MPS replicas: Unhealthy until the daemon answers, Unhealthy within seconds
     const beforeLast = node.plugin.lines.length;
     startDaemon();
     await k.waitForDevices(all('Healthy', gpus * 2));
-
-    // One log line per transition: three times gone (at start, SIGKILL, quit), three times back.
     await node.plugin.waitForLine(/INFO MPS control daemon answers/, 10000, beforeLast);
-    assert.equal(node.plugin.matching(/INFO MPS control daemon answers/).length, 3);
-    assert.equal(node.plugin.matching(/WARN MPS control daemon does not answer/).length, 3, node.plugin.matching(/MPS control daemon/).join('\n'));
+
+    // A hung daemon (SIGSTOP: its socket still accepts, nothing answers): the 2 s timeout, one client at a time.
+    const hungPid = Number(readFileSync(join(dirs.pipeDir, 'nvidia-cuda-mps-control.pid'), 'utf8').trim());
+    const beforeHang = node.plugin.lines.length;
+    at = performance.now();
+    process.kill(hungPid, 'SIGSTOP');
+    let hungMs = 0;
+    try {
+      await k.waitForDevices(all('Unhealthy', gpus * 2));
+      hungMs = performance.now() - at;
+      const hung = await node.plugin.waitForLine(/WARN MPS control daemon does not answer/, 10000, beforeHang);
+      assert.match(hung, /no answer within 2000 ms/);
+      const clients = controlClients(node.plugin.child.pid!);
+      assert.ok(clients <= 1, `${clients} control clients at once: questions pile up`);
+    } finally {
+      process.kill(hungPid, 'SIGCONT');
+    }
+    at = performance.now();
+    await k.waitForDevices(all('Healthy', gpus * 2));
+    const resumedMs = performance.now() - at;
+
+    // One log line per transition: four times gone (at start, SIGKILL, quit, hung), four times back.
+    await node.plugin.waitForLine(/INFO MPS control daemon answers/, 10000, beforeHang);
+    assert.equal(node.plugin.matching(/INFO MPS control daemon answers/).length, 4);
+    assert.equal(node.plugin.matching(/WARN MPS control daemon does not answer/).length, 4, node.plugin.matching(/MPS control daemon/).join('\n'));
 
     // SIGHUP with 3 replicas: the new list, healthy (the daemon answers).
     writeFileSync(cfg, config(3));
@@ -126,8 +162,8 @@ test('MPS replicas: Unhealthy until the daemon answers, Unhealthy within seconds
     const shown = await info(node);
     assert.match(shown, /^nvidia\.com\/gpu +answering +\d{4}-\d\d-\d\dT[\d:.]+Z +3 +33% +GPU 0: 16380 MiB, GPU 1: 16380 MiB, GPU 2: 16380 MiB, GPU 3: 16380 MiB$/m, shown);
 
-    t.diagnostic(`MPS health watch: daemon started → Healthy ${upMs.toFixed(0)} ms; SIGKILL → Unhealthy ${killedMs.toFixed(0)} ms; restarted → Healthy ${backMs.toFixed(0)} ms; quit → Unhealthy ${quitMs.toFixed(0)} ms`);
-    assert.ok(killedMs < 10000 && quitMs < 10000, 'Unhealthy within a few seconds');
+    t.diagnostic(`MPS health watch: daemon started → Healthy ${upMs.toFixed(0)} ms; SIGKILL → Unhealthy ${killedMs.toFixed(0)} ms; restarted → Healthy ${backMs.toFixed(0)} ms; quit → Unhealthy ${quitMs.toFixed(0)} ms; hung (SIGSTOP) → Unhealthy ${hungMs.toFixed(0)} ms; resumed → Healthy ${resumedMs.toFixed(0)} ms`);
+    assert.ok(killedMs < 10000 && quitMs < 10000 && hungMs < 10000, 'Unhealthy within a few seconds');
   } finally {
     await mpsCommand(program, dirs, 'quit').catch(() => undefined);
     await node.stop();

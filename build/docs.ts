@@ -73,7 +73,7 @@ export function environmentFile(path: string): string {
     if (note !== undefined) out.push(`# Note: ${oneLine(note)}`);
     const set = PACKAGE_SETTINGS[spec.key];
     if (set === undefined) out.push(`#${spec.env}=${spec.default ?? ''}`);
-    else out.push(`# The program's default is ${spec.default ?? 'none'}; ${oneLine(set.why)}`, `${spec.env}=${set.value}`);
+    else out.push(`# The program's default is ${spec.default === null || spec.default === '' ? 'none' : spec.default}; ${oneLine(set.why)}`, `${spec.env}=${set.value}`);
   }
   return out.join('\n') + '\n';
 }
@@ -136,7 +136,7 @@ export function manPage(input: ManPageInput): string {
     l.push(`.BI \\-\\-${roff(spec.flag)} " ${roff(valueHint(spec))}"`);
     l.push(`${roff(spec.help)}.`);
     l.push('.br');
-    const def = spec.default === null ? 'as described above' : `\\fI${roff(spec.default)}\\fR`;
+    const def = spec.default === null ? 'as described above' : spec.default === '' ? 'empty' : `\\fI${roff(spec.default)}\\fR`;
     l.push(`Environment variable \\fB${roff(spec.env)}\\fR; default ${def}.`);
   }
   l.push(
@@ -252,6 +252,10 @@ function manConfigFile(): string[] {
       'Advertise this entry\'s replicas under another name (e.g. gpu.small for nvidia.com/gpu.small).'),
     ...tagged('.B sharing.timeSlicing.resources[].devices',
       'Which GPUs are shared: "all" (the default), a count (the first N by index), or a list of GPU indices or UUIDs. Not for MIG resources.'),
+    ...tagged('.B sharing.mps',
+      'MPS sharing, NVIDIA\'s way: the keys of sharing.timeSlicing, with failRequestsGreaterThanOne true by default, replicas from 2 to 48 (16 on GPUs before Volta, compute capability 7.0), and nvidia.com/gpu (whole GPUs) only.',
+      'Needs --mps-root and the gpu-device-plugin-mps unit\'s control daemons; containers get CUDA_MPS_PIPE_DIRECTORY=/mps/<resource>/pipe and the mounts <root>/<resource>/pipe and <root>/shm (as /dev/shm), whatever the device-list strategy.',
+      'Refused: together with sharing.timeSlicing, without --mps-root, with --mig-strategy=mixed, on MIG devices or GPUs in MIG mode, and more replicas than a GPU takes MPS clients.'),
     '.PP',
     'Accepted and not used (they belong to GPU feature discovery):',
     `${CONFIG_SCHEMA.foreign.map((f) => b(f.path)).join(', ')}.`,
@@ -260,7 +264,6 @@ function manConfigFile(): string[] {
   );
   for (const u of CONFIG_SCHEMA.unsupported) l.push(...tagged(`.B ${roff(u.path)}`, u.reason));
   l.push(
-    ...tagged('.B sharing.mps', 'MPS sharing is not supported; share GPUs with sharing.timeSlicing.'),
     ...tagged('.BR resources.gpus ", " resources.mig', 'Renaming resources by pattern is not supported (empty lists are accepted); rename shared GPUs with sharing.timeSlicing.resources[].rename.'),
   );
   return l;

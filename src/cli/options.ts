@@ -495,7 +495,7 @@ export function helpText(version: string): string {
     const names = [s.flag, ...(s.aliases ?? [])].map((n) => `--${n}`).join(', ');
     lines.push(`  ${names}${values}`);
     lines.push(`      ${s.help}`);
-    lines.push(`      env ${s.env}; default ${s.default ?? 'see above'}${s.config === undefined ? '' : `; config file ${s.config}`}`);
+    lines.push(`      env ${s.env}; default ${s.default === '' ? 'empty' : s.default ?? 'see above'}${s.config === undefined ? '' : `; config file ${s.config}`}`);
   }
   lines.push('', 'Config file (--config-file): NVIDIA\'s v1 format, YAML or JSON, e.g.',
     '  version: v1',

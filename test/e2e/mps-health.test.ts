@@ -11,6 +11,7 @@ import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, w
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildFakeMpsControl, buildFakeNvml, MPS_CONTROL_NAME } from '../fake-nvml/build.ts';
+import { NotifySocket } from '../support/notify-socket.ts';
 import { SimNode, TOPOLOGIES, executable, loadTopology, writeSysfs } from '../support/sim.ts';
 import { mpsPaths } from '../../src/core/mps.ts';
 import { mpsCommand, mpsEnvironment } from '../../src/mps/control-client.ts';
@@ -80,7 +81,8 @@ test('MPS replicas: Unhealthy until the daemon answers, Unhealthy within seconds
     assert.equal(r.status, 0, `fake control daemon did not start: ${String(r.stderr)}`);
   };
   const prom = join(base, 'gpu-device-plugin.prom');
-  const node = await SimNode.start({ topology: 'bridged-pair-4', args: ['--config-file', cfg, '--mps-root', root, '--metrics-file', prom, '--metrics-interval', '1'], env: { PATH: bin } });
+  const sock = new NotifySocket(`@gdp-notify-mps-${process.pid}-${Date.now()}`);
+  const node = await SimNode.start({ topology: 'bridged-pair-4', args: ['--config-file', cfg, '--mps-root', root, '--metrics-file', prom, '--metrics-interval', '1'], env: { PATH: bin, NOTIFY_SOCKET: sock.path } });
   try {
     const k = node.kubelet!;
     const gpus = node.topology.gpus.length;
@@ -91,6 +93,8 @@ test('MPS replicas: Unhealthy until the daemon answers, Unhealthy within seconds
     assert.match(warn, /resource=nvidia\.com\/gpu/);
     assert.match(warn, /Cannot find MPS control daemon process/);
     await daemonUp(prom, 0);
+    // systemd hears why: STATUS names the daemon and the client's reason.
+    await sock.waitFor(/^STATUS=registered; 4 of 4 GPUs healthy; MPS daemon for nvidia\.com\/gpu not answering: .*Cannot find MPS control daemon process$/m, 10000);
 
     // The same process serves the replicas once the daemon answers: it waited, it did not exit.
     let at = performance.now();
@@ -99,6 +103,7 @@ test('MPS replicas: Unhealthy until the daemon answers, Unhealthy within seconds
     const upMs = performance.now() - at;
     await node.plugin.waitForLine(/INFO MPS control daemon answers/);
     await daemonUp(prom, 1);
+    await sock.waitFor(/^STATUS=registered; 4 of 4 GPUs healthy$/m, 10000);
 
     // SIGKILL the daemon: the pid it wrote in the pipe directory.
     const pid = Number(readFileSync(join(dirs.pipeDir, 'nvidia-cuda-mps-control.pid'), 'utf8').trim());
@@ -167,6 +172,7 @@ test('MPS replicas: Unhealthy until the daemon answers, Unhealthy within seconds
   } finally {
     await mpsCommand(program, dirs, 'quit').catch(() => undefined);
     await node.stop();
+    sock.close();
     rmSync(base, { recursive: true, force: true });
   }
 });

@@ -1,6 +1,6 @@
 // The composition root, wiring only, in dependency order: options → observer, resource manager,
-// systemd status and state file (the consumers, src/manager/consumer.ts) → live node (snapshots, health,
-// the configuration in force: src/manager) → scanner (NVML, src/nvml) → signals. SIGHUP re-reads the
+// systemd status, state file and MPS daemon watch (the consumers, src/manager/consumer.ts) → live
+// node (snapshots, health, the configuration in force: src/manager) → scanner (NVML, src/nvml) → signals. SIGHUP re-reads the
 // config file and looks at the node again, through the same snapshot path; SIGTERM/SIGINT stop in 2 s.
 import { dirname } from 'node:path';
 import { badOptions, cannotStart, refuseSecondInstance, startError } from './cli/exit-codes.ts';
@@ -13,6 +13,7 @@ import { reloadConfig, runningConfig } from './manager/config.ts';
 import type { RunningConfig } from './manager/config.ts';
 import { LiveNode } from './manager/live-node.ts';
 import { ResourceManager } from './manager/manager.ts';
+import { MpsDaemonWatch, controlClientAsk } from './mps/daemon-watch.ts';
 import { NvmlSessions } from './nvml/node-reader.ts';
 import { Scanner } from './nvml/scanner.ts';
 import { Observer } from './observe/observer.ts';
@@ -20,7 +21,7 @@ import { StatePublisher } from './observe/snapshot-state.ts';
 import { StateFile, defaultStateFile } from './observe/state-file.ts';
 import { imexChannelsAtStart } from './system/imex.ts';
 import { processResources } from './system/resources.ts';
-import { carryOnAfterUnexpected, stderrLogger } from './system/log.ts';
+import { carryOnAfterUnexpected, errorText, stderrLogger } from './system/log.ts';
 import type { Logger } from './system/log.ts';
 import { startIdleCompaction } from './system/memory.ts';
 import { loadKoffi } from './system/native.ts';
@@ -50,10 +51,17 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
   const status = new NodeStatus(service, manager);
   // What `info` shows: the state as the kubelet was told it, in a root-only file of the runtime directory.
   const state = new StatePublisher(new StateFile(defaultStateFile(process.env), log), manager, VERSION);
-  const node = new LiveNode<RunningConfig>({
+  // MPS control daemons, asked for as long as the plugin runs; their answers come back as snapshots.
+  const mpsWatch = new MpsDaemonWatch<RunningConfig>({
+    log, rootOf: (c) => c.options.mpsRoot || null, ask: controlClientAsk(opts.driverRoot),
+    report: (resource, report) => {
+      node.onMpsDaemon(resource, report).catch((err: unknown) => log.error('cannot apply an MPS daemon state', { resource, error: errorText(err) }));
+    },
+  });
+  const node: LiveNode<RunningConfig> = new LiveNode<RunningConfig>({
     log, config: await runningConfig(opts, parsed.sharing, imexChannels), health,
     recovery: { enabled: opts.healthRecovery, quietMs: opts.healthRecoveryQuietPeriod * 1000 },
-    consumers: [manager, status, observer, state],
+    consumers: [manager, status, observer, state, mpsWatch],
   });
   const scanner = new Scanner({
     // Facts (compute capability) also hold MPS replicas to each GPU's client limit; with a config file, since SIGHUP may turn MPS on.

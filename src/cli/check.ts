@@ -32,6 +32,7 @@ import { OPTION_SPECS, parseOptions, showOption } from './options.ts';
 import type { OptionKey, Options, ParsedOptions } from './options.ts';
 import { planSettings } from './plan-settings.ts';
 import { writableInSandbox } from './sandbox.ts';
+import { mpsChecks } from './check-mps.ts';
 import { defaultStateFile } from '../observe/state-file.ts';
 import { draChecks, otherModeLine } from './check-dra.ts';
 
@@ -177,6 +178,7 @@ export async function runChecks(argv: readonly string[], processEnv: Readonly<Re
   const imex = await imexCheck(o);
   lines.push(...imex.lines);
   lines.push(...await strategyChecks(parsed, node.ok ? node.report : null, gpus.plan, imex.channels, env));
+  lines.push(...await mpsChecks({ root: o.mpsRoot || null, driverRoot: o.driverRoot, resources: gpus.plan?.resources ?? null, report: node.ok ? node.report : null, path: env['PATH'] }));
   lines.push(...await writabilityChecks(o, unit, env, isRoot));
   if (o.kubeletApi === 'dra') {
     lines.push(...await draChecks(o, unit, isRoot, env, node.ok ? node.report : null, { writable: writableForService, ...(deps.tcpProbe === undefined ? {} : { tcpProbe: deps.tcpProbe }) }));

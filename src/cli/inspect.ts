@@ -13,6 +13,8 @@ import { deviceHolders, holderText } from '../core/holders.ts';
 import type { PodDevices } from '../core/holders.ts';
 import { buildScoreMatrix } from '../core/topology/index.ts';
 import { discoverMig } from '../nvml/mig.ts';
+import { getComputeMode } from '../nvml/compute-mode.ts';
+import type { ComputeMode } from '../nvml/compute-mode.ts';
 import { discoverGpus, readLinks } from '../nvml/discovery.ts';
 import { readNodeFacts } from '../nvml/node-facts.ts';
 import { NVML } from '../nvml/errors.ts';
@@ -38,6 +40,8 @@ export interface NodeReport {
   pairs: (PairInfo | null)[][];
   /** MIG as NVML reports it, or null when this driver has no MIG functions. */
   mig: MigLayout | null;
+  /** Each GPU's compute mode (by position), or why NVML could not say; absent: not read (older callers). */
+  computeModes?: (ComputeMode | { error: string })[];
   /** Compute capabilities and MIG capability, as the daemon reads them (the MPS client limit needs them); absent when not read. */
   facts?: NodeFacts;
 }
@@ -107,8 +111,18 @@ export function inspectNode(driverRoot: string, sysfsRoot: string, log: Logger):
       return { ...g, health: (code === NVML.SUCCESS ? 'Healthy' : 'Unhealthy') as Health };
     });
     const mig = discoverMig(nvml, found.gpus, found.handles, log);
+    // MPS needs EXCLUSIVE_PROCESS on its GPUs (`check`); one cheap call per GPU.
+    const computeModes = found.gpus.map((g, i): ComputeMode | { error: string } => {
+      const h = found.handles[i];
+      if (h === undefined) return { error: 'no NVML handle' };
+      try {
+        return getComputeMode(nvml!, h, { index: g.index, uuid: g.uuid });
+      } catch (err) {
+        return { error: errorText(err) };
+      }
+    });
     const facts = readNodeFacts(nvml, found.gpus, found.handles, log);
-    return { ok: true, report: { library: nvml.libraryPath, driverVersion, gpus, pairs, mig, facts } };
+    return { ok: true, report: { library: nvml.libraryPath, driverVersion, gpus, pairs, mig, facts, computeModes } };
   } catch (err) {
     return { ok: false, error: errorText(err) };
   } finally {
@@ -263,6 +277,12 @@ export function formatDaemon(d: DaemonView, configured?: Readonly<Record<string,
   out.push(table([['RESOURCE', 'REGISTERED', 'SINCE', 'DEVICES', 'HEALTHY'], ...s.resources.map((x) => [x.name, x.registered ? 'yes' : 'no', x.since ?? '-', String(x.devices), String(x.healthy)])]));
   if (s.devices.length > 0) {
     out.push('', table([['DEVICE', 'UUID', 'HEALTH', 'SINCE', 'REASON'], ...s.devices.map((x) => [x.kind === 'gpu' ? `GPU ${x.index}` : `MIG ${x.index}`, x.uuid, x.health, x.since ?? '-', x.reason ?? '-'])]));
+  }
+  if (s.mps !== undefined && s.mps.length > 0) {
+    out.push('', 'MPS (each resource\'s control daemon as the plugin last heard it, and the default limits it sets per client):');
+    out.push(table([['RESOURCE', 'DAEMON', 'SINCE', 'REPLICAS', 'ACTIVE THREADS', 'PINNED MEMORY PER GPU'],
+      ...s.mps.map((m) => [m.resource, m.answering ? 'answering' : `not answering: ${m.reason ?? 'no answer'}`, m.since ?? '-', String(m.replicas), `${m.activeThreadPercentage}%`,
+        m.gpus.map((g) => `GPU ${g.index}: ${g.pinnedMemLimitMiB} MiB`).join(', ')])]));
   }
   if (s.planProblem !== null) out.push('', `config problem: ${s.planProblem}`);
   // Options the daemon runs with that the command line, environment files and config file now set otherwise.

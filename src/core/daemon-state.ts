@@ -31,6 +31,21 @@ export interface ResourceState {
   readonly healthy: number;
 }
 
+/** One MPS resource: its control daemon's state as the plugin last heard it, and the limits it sets. */
+export interface MpsResourceState {
+  readonly resource: string;
+  /** The daemon answers (its replicas are served with their GPU's health); false: they are Unhealthy. */
+  readonly answering: boolean;
+  /** Not answering: why (the control client's reason, or that it was not asked yet). */
+  readonly reason?: string;
+  /** When it took this state (ISO 8601); absent: never asked yet. */
+  readonly since?: string;
+  /** Replicas per GPU, the default active-thread percentage (100 / replicas) and pinned memory per GPU (core/mps.ts). */
+  readonly replicas: number;
+  readonly activeThreadPercentage: number;
+  readonly gpus: readonly { readonly index: number; readonly uuid: string; readonly pinnedMemLimitMiB: number }[];
+}
+
 export interface DaemonState {
   readonly pid: number;
   readonly version: string;
@@ -45,6 +60,8 @@ export interface DaemonState {
   readonly planProblem: string | null;
   /** The options in force, by flag name, as shown by `check`. */
   readonly options: Readonly<Record<string, string>>;
+  /** MPS resources (absent: none). */
+  readonly mps?: readonly MpsResourceState[];
 }
 
 export function stateDocument(s: DaemonState): string {

@@ -128,6 +128,8 @@ export interface MetricsSnapshot {
   readonly gpus: readonly { readonly index: number; readonly uuid: string; readonly healthy: boolean }[];
   /** Resources advertised now, with how many of their devices are healthy. */
   readonly resources: readonly { readonly name: string; readonly devices: number; readonly healthy: number }[];
+  /** Each MPS resource's control daemon: whether it answers (absent or empty: no MPS resource). */
+  readonly mpsDaemons?: readonly { readonly resource: string; readonly up: boolean }[];
   readonly residentBytes: number;
 }
 
@@ -168,6 +170,12 @@ export function renderMetrics(m: NodeMetrics, s: MetricsSnapshot): string {
   for (const r of s.resources) sample('devices_advertised', [['resource', r.name]], r.devices);
   family('devices_healthy', 'gauge', 'Advertised devices that are healthy, per resource.');
   for (const r of s.resources) sample('devices_healthy', [['resource', r.name]], r.healthy);
+
+  // Only on nodes with MPS resources: elsewhere there is no daemon to be up or down.
+  if (s.mpsDaemons !== undefined && s.mpsDaemons.length > 0) {
+    family('mps_daemon_up', 'gauge', '1 when the MPS control daemon of the resource answers, 0 when it does not (its replicas are then advertised Unhealthy).');
+    for (const d of s.mpsDaemons) sample('mps_daemon_up', [['resource', d.resource]], d.up ? 1 : 0);
+  }
 
   family('gpu_healthy', 'gauge', '1 when the GPU is healthy, 0 when it is not (XID, double-bit ECC error, lost).');
   for (const g of s.gpus) sample('gpu_healthy', [['uuid', g.uuid], ['index', String(g.index)]], g.healthy ? 1 : 0);

@@ -26,6 +26,12 @@
 //
 // Health is kept by identity, never by position: `gpuHealth` by GPU UUID, `migHealth` by MIG UUID,
 // each with the reason and since when; an advertised device names its GPU (and MIG device) by UUID.
+//
+// MPS (core/mps.ts): each MPS resource's control daemon has a state in `mpsDaemons`, by resource
+// name (answering or not, why, since when). Its devices are advertised Unhealthy while the daemon does
+// not answer — from the resource's first snapshot until the daemon's first answer, too — and with
+// their GPU's own health once it answers; the GPU's own health is never touched by it. A resource
+// that stays MPS keeps its daemon's state across snapshots; one that stops being MPS loses it.
 import { countHealthyGpus, deviceList, deviceUnit } from './devices.ts';
 import type { AdvertisedDevice, DeviceIdStrategy, DeviceListEntry, Gpu, GpuHealth, Health } from './devices.ts';
 import { freshHealthState } from './health.ts';
@@ -114,6 +120,64 @@ export interface NodeSnapshot {
   readonly migNotes: readonly string[];
   /** The last facts read (kept while the driver is down), or null when none were read. */
   readonly facts: NodeFacts | null;
+  /**
+   * The control daemon of each MPS resource (PlannedResource.mps), by resource name: one entry per
+   * MPS resource of `resources`. Absent (older callers): no MPS resource.
+   */
+  readonly mpsDaemons?: ReadonlyMap<string, MpsDaemonState>;
+}
+
+/** Whether an MPS resource's control daemon answers, why (the client's reason when not), since when. */
+export interface MpsDaemonState {
+  readonly answering: boolean;
+  /** Not answering: the control client's reason (or that it was not asked yet); answering: null. */
+  readonly reason: string | null;
+  /** When it last changed, in the caller's clock (ms since the epoch); null: never asked yet. */
+  readonly since: number | null;
+}
+
+/** A daemon nobody has asked yet: not answering, so its replicas wait Unhealthy. */
+export const MPS_DAEMON_NOT_ASKED: MpsDaemonState = { answering: false, reason: 'not asked yet', since: null };
+
+/** The daemons' states of `resources`: carried over by name for resources still MPS, new ones not asked yet. */
+function carryMpsDaemons(resources: readonly PlannedResource[], previous: NodeSnapshot | null): ReadonlyMap<string, MpsDaemonState> {
+  const out = new Map<string, MpsDaemonState>();
+  for (const r of resources) if (r.mps === true) out.set(r.name, previous?.mpsDaemons?.get(r.name) ?? MPS_DAEMON_NOT_ASKED);
+  return out;
+}
+
+/** The MPS resources whose daemon does not answer (their devices are advertised Unhealthy). */
+export function silentMpsDaemons(snapshot: Pick<NodeSnapshot, 'mpsDaemons'>): { resource: string; state: MpsDaemonState }[] {
+  return [...(snapshot.mpsDaemons ?? new Map<string, MpsDaemonState>())].filter(([, st]) => !st.answering).map(([resource, state]) => ({ resource, state }));
+}
+
+/**
+ * The health a resource's devices are advertised with: the snapshot's, except that every device of
+ * an MPS resource whose daemon does not answer is Unhealthy.
+ */
+export function resourceHealth(snapshot: Pick<NodeSnapshot, 'health' | 'mpsDaemons'>, resource: PlannedResource): GpuHealth {
+  if (resource.mps !== true) return snapshot.health;
+  const daemon = snapshot.mpsDaemons?.get(resource.name) ?? MPS_DAEMON_NOT_ASKED;
+  if (daemon.answering) return snapshot.health;
+  const out = new Map(snapshot.health);
+  for (const d of resource.devices) out.set(deviceUnit(d), 'Unhealthy');
+  return out;
+}
+
+/**
+ * The same node with new states for some MPS daemons (by resource name). A resource that is not an
+ * MPS resource of this snapshot (the config changed meanwhile) is left out: returns the snapshot as is.
+ */
+export function withMpsDaemons(snapshot: NodeSnapshot, updates: ReadonlyMap<string, MpsDaemonState>): NodeSnapshot {
+  const known = snapshot.mpsDaemons ?? new Map<string, MpsDaemonState>();
+  const next = new Map(known);
+  let changed = false;
+  for (const [name, st] of updates) {
+    if (!known.has(name)) continue;
+    next.set(name, st);
+    changed = true;
+  }
+  return changed ? { ...snapshot, mpsDaemons: next } : snapshot;
 }
 
 /** What is advertised: every unit's own health, or Unhealthy for all while the driver is down. */
@@ -182,6 +246,7 @@ export function buildSnapshot(scan: NodeScan | null, settings: PlanSettings, pre
       migCapabilities: previous?.migCapabilities ?? new Map(),
       migNotes: notes,
       facts: previous?.facts ?? null,
+      mpsDaemons: carryMpsDaemons(resources, previous),
     };
   }
   const present = previous?.gpuHealth ?? new Map<string, UnitHealth>();
@@ -215,6 +280,7 @@ export function buildSnapshot(scan: NodeScan | null, settings: PlanSettings, pre
     migCapabilities,
     migNotes: notes,
     facts: scan.facts ?? null,
+    mpsDaemons: carryMpsDaemons(resources, previous),
   };
 }
 
@@ -287,23 +353,22 @@ export interface HealthCounts {
   readonly resources: readonly { readonly name: string; readonly devices: number; readonly healthy: number }[];
 }
 
-export function healthCounts(snapshot: Pick<NodeSnapshot, 'gpus' | 'mig' | 'health' | 'resources'>): HealthCounts {
+export function healthCounts(snapshot: Pick<NodeSnapshot, 'gpus' | 'mig' | 'health' | 'resources' | 'mpsDaemons'>): HealthCounts {
   const h = snapshot.health;
-  const of = (uuid: string): Health => h.get(uuid) ?? 'Unhealthy';
+  const of = (uuid: string, in_: GpuHealth = h): Health => in_.get(uuid) ?? 'Unhealthy';
   return {
     gpus: { healthy: countHealthyGpus(snapshot.gpus.map((g) => of(g.uuid))), total: snapshot.gpus.length },
     mig: { healthy: countHealthyGpus(snapshot.mig.devices.map((d) => of(d.uuid))), total: snapshot.mig.devices.length },
-    resources: snapshot.resources.filter((r) => r.devices.length > 0).map((r) => ({
-      name: r.name,
-      devices: r.devices.length,
-      healthy: r.devices.filter((d) => of(deviceUnit(d)) === 'Healthy').length,
-    })),
+    resources: snapshot.resources.filter((r) => r.devices.length > 0).map((r) => {
+      const rh = resourceHealth(snapshot, r);
+      return { name: r.name, devices: r.devices.length, healthy: r.devices.filter((d) => of(deviceUnit(d), rh) === 'Healthy').length };
+    }),
   };
 }
 
 /** The device list of a resource as the kubelet sees it. */
 export function resourceDeviceList(snapshot: NodeSnapshot, resource: PlannedResource): DeviceListEntry[] {
-  return deviceList(resource.devices, snapshot.gpus, snapshot.health);
+  return deviceList(resource.devices, snapshot.gpus, resourceHealth(snapshot, resource));
 }
 
 /** One resource in a diff: the list to advertise now (for a removed one, the last list advertised). */

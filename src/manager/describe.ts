@@ -37,7 +37,8 @@ export function describeChange(log: Logger, prev: NodeSnapshot | null, next: Nod
       if (u.appeared.length + u.vanished.length === 0) continue;
       log.info('device list changed', { resource: u.name, devices: u.devices.length, appeared: u.appeared.length, vanished: u.vanished.length, reason });
     }
-    if (change.updated.some((u) => u.healthChanged.length > 0) || change.gpusAdded.length + change.gpusRemoved.length > 0) {
+    // The counts are of GPUs and MIG devices: an MPS daemon's transition (the same health map) has its own line.
+    if ((change.updated.some((u) => u.healthChanged.length > 0) && prev.health !== next.health) || change.gpusAdded.length + change.gpusRemoved.length > 0) {
       const c = healthCounts(next);
       const mig = c.mig.total === 0 ? {} : { healthy_mig: c.mig.healthy, total_mig: c.mig.total };
       log.info('device counts', { healthy: c.gpus.healthy, total: c.gpus.total, ...mig });

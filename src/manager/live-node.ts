@@ -10,8 +10,8 @@ import { MigStrategyError } from '../core/mig.ts';
 import { describeHealthSettings, watchesAnything } from '../core/health.ts';
 import type { EventBatchEntry, HealthSettings, ProbeRound, RecoverySettings } from '../core/health.ts';
 import { describePlan } from '../core/sharing.ts';
-import { buildSnapshot, diff, scanOf, withHealth } from '../core/snapshot.ts';
-import type { NodeScan, NodeSnapshot, UnitHealth } from '../core/snapshot.ts';
+import { buildSnapshot, diff, scanOf, withHealth, withMpsDaemons } from '../core/snapshot.ts';
+import type { MpsDaemonState, NodeScan, NodeSnapshot, UnitHealth } from '../core/snapshot.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 import { TimerOwner } from '../system/timers.ts';
@@ -130,6 +130,26 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
       if (fresh.length > 0) this.askRescan(`GPU ${fresh.join(', ')} answers GPU_IS_LOST: is it still on the bus?`);
       await this.applyHealth(out.updates);
     }).catch((err: unknown) => this.log.error('cannot apply a health change', { error: errorText(err) }));
+  }
+
+  /**
+   * What the MPS daemon watch (mps/daemon-watch.ts) heard from a resource's control daemon: it
+   * answers, or it does not (and why). A change of answering makes a new snapshot (its devices go
+   * Unhealthy, or back to their GPU's health) and one log line; a report for a resource that is not
+   * an MPS resource of the snapshot in force (the config changed meanwhile) is dropped.
+   */
+  onMpsDaemon(resource: string, report: { readonly answering: boolean; readonly reason: string | null }): Promise<void> {
+    return this.enqueue(async () => {
+      const prev = this.current;
+      const was = prev?.mpsDaemons?.get(resource);
+      if (prev === null || was === undefined) return;
+      if (was.answering === report.answering && was.since !== null) return;
+      const wallNow = this.deps.wallNow ?? Date.now;
+      const state: MpsDaemonState = { answering: report.answering, reason: report.answering ? null : report.reason ?? 'no answer', since: wallNow() };
+      if (state.answering) this.log.info('MPS control daemon answers; its replicas are served as healthy as their GPUs', { resource });
+      else this.log.warn('MPS control daemon does not answer; its replicas are advertised Unhealthy', { resource, reason: state.reason });
+      await this.apply(prev, withMpsDaemons(prev, new Map([[resource, state]])), report.answering ? 'MPS daemon answers' : 'MPS daemon does not answer', null);
+    });
   }
 
   /**

@@ -13,6 +13,7 @@ import type { AdvertisedDevice, Gpu } from '../core/devices.ts';
 import { lowestFirstChooser } from '../core/preferred.ts';
 import type { GpuChooser } from '../core/preferred.ts';
 import type { PlannedResource, SharedAllocationPolicy } from '../core/sharing.ts';
+import { resourceHealth } from '../core/snapshot.ts';
 import type { NodeSnapshot, SnapshotDiff } from '../core/snapshot.ts';
 import { PreferredPolicy, buildScoreMatrix } from '../core/topology/index.ts';
 import type { PluginState } from '../plugin/service.ts';
@@ -230,7 +231,7 @@ export class ResourceManager implements NodeConsumer {
       gpus: s.gpus,
       devices: r.devices,
       index: this.indexFor(r.devices, s.gpus),
-      health: s.health,
+      health: resourceHealth(s, r),
       chooser: this.chooser,
       sharedPolicy: settings.sharedPolicy,
       allocateSettings: {

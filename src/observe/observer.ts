@@ -58,6 +58,7 @@ export function metricsView(s: NodeSnapshot | null): NodeView {
     driverVersion: s?.driverVersion ?? 'not answering',
     gpus: (s?.gpus ?? []).map((g) => ({ index: g.index, uuid: g.uuid, healthy: s?.health.get(g.uuid) === 'Healthy' })),
     resources: s === null ? [] : healthCounts(s).resources,
+    mpsDaemons: [...(s?.mpsDaemons ?? new Map<string, { readonly answering: boolean }>())].map(([resource, d]) => ({ resource, up: d.answering })),
   };
 }
 

@@ -5,7 +5,8 @@
 // snapshot's shape changes, only this file follows it.
 import type { Options } from '../cli/options.ts';
 import { OPTION_SPECS, showOption } from '../cli/options.ts';
-import type { DaemonState, DeviceState, ResourceState } from '../core/daemon-state.ts';
+import type { DaemonState, DeviceState, MpsResourceState, ResourceState } from '../core/daemon-state.ts';
+import { planMpsDaemons } from '../core/mps.ts';
 import { xidMeaning } from '../core/health.ts';
 import type { GpuHealthState } from '../core/health.ts';
 import { healthCounts } from '../core/snapshot.ts';
@@ -66,6 +67,7 @@ export function daemonStateFromSnapshot(s: NodeSnapshot | null, ctx: StateContex
     devices: counts.get(r.name)?.devices ?? 0,
     healthy: counts.get(r.name)?.healthy ?? 0,
   }));
+  const mps = s === null ? [] : mpsState(s);
   return {
     pid: ctx.pid,
     version: ctx.version,
@@ -76,7 +78,24 @@ export function daemonStateFromSnapshot(s: NodeSnapshot | null, ctx: StateContex
     resources,
     planProblem: s?.planProblem ?? null,
     options: ctx.options,
+    ...(mps.length === 0 ? {} : { mps }),
   };
+}
+
+/** Each MPS resource: its daemon's state (snapshot.mpsDaemons) and the limits planned for it (core/mps.ts). */
+function mpsState(s: NodeSnapshot): MpsResourceState[] {
+  return planMpsDaemons(s.resources, s.gpus).map((p) => {
+    const d = s.mpsDaemons?.get(p.resource);
+    return {
+      resource: p.resource,
+      answering: d?.answering === true,
+      ...(d?.answering === true ? {} : { reason: d?.reason ?? 'not asked yet' }),
+      ...(d === undefined || d.since === null ? {} : { since: new Date(d.since).toISOString() }),
+      replicas: p.replicas,
+      activeThreadPercentage: p.activeThreadPercentage,
+      gpus: p.gpus.map((g) => ({ index: g.index, uuid: g.uuid, pinnedMemLimitMiB: g.pinnedMemLimitMiB })),
+    };
+  });
 }
 
 /** What the publisher needs of the configuration in force: the options (the live node's RunningConfig has them). */

@@ -4,7 +4,7 @@
 // (or its driver) up much later — during maintenance apt upgrades this package while the kubelet is
 // stopped — and a start that waited would block apt/dnf and hit systemd's start timeout. So READY=1
 // also goes out READY_WITHOUT_KUBELET_MS after start, with a STATUS saying what the plugin waits for.
-import { healthCounts } from '../core/snapshot.ts';
+import { healthCounts, silentMpsDaemons } from '../core/snapshot.ts';
 import type { HealthCounts, NodeSnapshot } from '../core/snapshot.ts';
 import { errorText } from './log.ts';
 import type { Logger } from './log.ts';
@@ -84,6 +84,11 @@ export function statusLine(counts: HealthCounts | null, registeredNow: boolean):
   return `STATUS=${registeredNow ? 'registered' : 'waiting for the kubelet'}; ${counts?.gpus.healthy ?? 0} of ${counts?.gpus.total ?? 0} GPUs healthy${mig}`;
 }
 
+/** What STATUS adds for MPS daemons that do not answer (their replicas are Unhealthy): '' when all answer. */
+export function mpsStatus(snapshot: Pick<NodeSnapshot, 'mpsDaemons'>): string {
+  return silentMpsDaemons(snapshot).map(({ resource, state }) => `; MPS daemon for ${resource} not answering: ${state.reason ?? 'no answer'}`).join('');
+}
+
 /**
  * The daemon's STATUS as the node changes: a consumer of the live node (each applied snapshot) that
  * also hears the registrations. "registered" only while every resource is: as soon as the resource
@@ -94,6 +99,7 @@ export class NodeStatus {
   private readonly service: Pick<ServiceStatus, 'status' | 'waitFor'>;
   private readonly registrations: { allRegisteredNow(): boolean };
   private counts: HealthCounts | null = null;
+  private mps = '';
   private registeredOnce = false;
   /** No driver has answered yet, and no GPU has been seen. */
   private noDriver = false;
@@ -105,12 +111,13 @@ export class NodeStatus {
 
   line(): string {
     if (this.noDriver) return `STATUS=waiting for ${NO_DRIVER}; retrying`;
-    return statusLine(this.counts, this.registeredOnce && this.registrations.allRegisteredNow());
+    return statusLine(this.counts, this.registeredOnce && this.registrations.allRegisteredNow()) + this.mps;
   }
 
   /** Every applied snapshot: what is awaited now is the kubelet, or the driver while none has answered and no GPU was seen. */
   apply(applied: { readonly snapshot: NodeSnapshot }): void {
     this.counts = healthCounts(applied.snapshot);
+    this.mps = mpsStatus(applied.snapshot);
     this.noDriver = applied.snapshot.driverVersion === null && applied.snapshot.gpus.length === 0;
     this.service.waitFor(this.noDriver ? NO_DRIVER : 'the kubelet');
     this.service.status(this.line());

@@ -173,6 +173,7 @@ function snapshot(): MetricsSnapshot {
     version: '1.2.3', driverVersion: '550.54.15', node: 'gpu-7',
     gpus: [{ index: 0, uuid: 'GPU-a', healthy: true }, { index: 1, uuid: 'GPU-b', healthy: false }],
     resources: [{ name: 'nvidia.com/gpu', devices: 2, healthy: 1 }],
+    mpsDaemons: [{ resource: 'nvidia.com/gpu', up: false }, { resource: 'nvidia.com/gpu.mps', up: true }],
     residentBytes: 50_000_000,
   };
 }
@@ -200,6 +201,9 @@ test('metrics: counters, histograms and gauges as the exposition format writes t
   assert.equal(s.get(`${P}devices_advertised{resource="nvidia.com/gpu"}`), 2);
   assert.equal(s.get(`${P}devices_healthy{resource="nvidia.com/gpu"}`), 1);
   assert.equal(s.get(`${P}gpu_healthy{uuid="GPU-b",index="1"}`), 0);
+  assert.equal(s.get(`${P}mps_daemon_up{resource="nvidia.com/gpu"}`), 0);
+  assert.equal(s.get(`${P}mps_daemon_up{resource="nvidia.com/gpu.mps"}`), 1);
+  assert.ok(!renderMetrics(m, { ...snapshot(), mpsDaemons: [] }).includes('mps_daemon_up'), 'no MPS resource: no MPS family');
   assert.equal(s.get(`${P}xid_errors_total{uuid="GPU-b",index="1",xid="79"}`), 3);
   assert.equal(s.get(`${P}xid_errors_total{uuid="all",index="all",xid="31"}`), 1);
   assert.equal(s.get(`${P}registrations_total{resource="nvidia.com/gpu"}`), 2);

@@ -163,7 +163,7 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
       const prev = this.withTrackedHealth();
       if (prev !== null) {
         try {
-          planForNode(prev.gpus, prev.mig, config.plan);
+          planForNode(prev.gpus, prev.mig, config.plan, prev.facts?.gpus);
         } catch (err) {
           // Whether the node fits the MIG strategy is not the new file's fault.
           if (!(err instanceof MigStrategyError)) throw err;

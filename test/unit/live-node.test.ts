@@ -261,3 +261,16 @@ async function waitFor(pred: () => boolean): Promise<void> {
   for (let i = 0; i < 1000 && !pred(); i++) await new Promise<void>((r) => setImmediate(r));
   assert.ok(pred(), 'the condition came true');
 }
+
+test('a config reload asking more MPS clients than a GPU serves is refused, the running configuration kept', async () => {
+  const t = setup();
+  const pascal = { cudaDriverVersion: 12040, gpus: new Map([0, 1].map((i) => [uuid(i), { compute: { major: 6, minor: 0 }, migCapable: false }])) };
+  await t.node.scanned({ ...scan([0, 1]), facts: pascal }, 'start');
+  const before = t.node.config;
+  const count = t.rec.applied.length;
+  const mps = (replicas: number): NodeSettings => ({ ...settings(), plan: { ...settings().plan, sharing: { timeSlicing: null, mps: { renameByDefault: false, failRequestsGreaterThanOne: true, resources: [{ name: 'nvidia.com/gpu', rename: null, replicas, devices: { kind: 'all' } }] } } } });
+  await assert.rejects(t.node.reconfigure(mps(20), 'config reloaded'), /16/);
+  assert.equal(t.rec.applied.length, count, 'nothing applied');
+  assert.equal(t.node.config, before, 'the running configuration is kept');
+  assert.equal(await t.node.reconfigure(mps(16), 'config reloaded'), 'nvidia.com/gpu=32 (MPS replicas of 2 GPUs)');
+});

@@ -81,8 +81,11 @@ export async function mpsControlDaemon(argv: readonly string[]): Promise<void> {
     }
     const supervisor = new MpsSupervisor({ root: settings.mpsRoot, log, status, host: new RealMpsHost({ root: settings.mpsRoot, nvml, program, log }) });
     await supervisor.start(plans);
+    // Idle (no MPS configured) nothing else holds the event loop: the unit stays active until stopped.
+    const alive = setInterval(() => undefined, 2 ** 30);
     signals.started({
       stop: async () => {
+        clearInterval(alive);
         notifier?.notify('STOPPING=1\nSTATUS=stopping the MPS control daemons');
         try {
           await supervisor.stop();

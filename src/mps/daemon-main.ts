@@ -32,7 +32,7 @@ export function mpsDaemonHelp(): string {
     `  --mps-root DIR   the MPS root (env MPS_ROOT; config file flags.mpsRoot; default ${DEFAULT_MPS_ROOT})`,
     '',
     'It takes the plugin\'s options (see gpu-device-plugin --help), of which these matter: --config-file,',
-    '--driver-root, --device-id-strategy, --log-level. Without sharing.mps it stays up and does nothing.',
+    '--driver-root, --device-id-strategy, --log-level. Without sharing.mps it says so (READY=1) and exits 0.',
     '',
     'Signals: SIGTERM, SIGINT stop (each daemon told to quit, compute modes back to DEFAULT, files and',
     'the shm removed). SIGHUP re-reads the config: the same GPUs per resource get the default limits',
@@ -81,11 +81,17 @@ export async function mpsControlDaemon(argv: readonly string[]): Promise<void> {
     }
     const supervisor = new MpsSupervisor({ root: settings.mpsRoot, log, status, host: new RealMpsHost({ root: settings.mpsRoot, nvml, program, log }) });
     await supervisor.start(plans);
-    // Idle (no MPS configured) nothing else holds the event loop: the unit stays active until stopped.
-    const alive = setInterval(() => undefined, 2 ** 30);
+    if (plans.length === 0) {
+      // Nothing to run: READY=1 has gone out with the STATUS saying so, and the process ends (exit 0),
+      // so on a node without MPS the unit the plugin Wants= is inactive and costs nothing. A config
+      // that adds MPS takes `systemctl restart gpu-device-plugin-mps` (or the plugin's next start).
+      nvml.close();
+      notifier?.close();
+      process.exitCode = 0;
+      return;
+    }
     signals.started({
       stop: async () => {
-        clearInterval(alive);
         notifier?.notify('STOPPING=1\nSTATUS=stopping the MPS control daemons');
         try {
           await supervisor.stop();

@@ -127,7 +127,7 @@ export class MpsSupervisor {
   /** Starts every daemon of the plan; resolves once each has had its first attempt (READY=1 then). */
   async start(plans: readonly MpsDaemonPlan[]): Promise<void> {
     if (plans.length === 0) {
-      this.log.info('no MPS resources configured (sharing.mps in the config file); idle until restarted with some', { root: this.opts.root });
+      this.log.info('no MPS resources configured (sharing.mps in the config file): no control daemon to run', { root: this.opts.root });
       this.opts.status('STATUS=no MPS resources configured', true);
       this.readySent = true;
       return;

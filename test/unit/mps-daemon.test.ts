@@ -209,3 +209,18 @@ test('stop: a daemon that does not take quit gets SIGTERM', async () => {
   assert.equal(host.children[0]?.killed, true);
   assert.ok(host.actions.includes('mode GPU-a default'));
 });
+
+test('shmSize: half of MemTotal in KiB (NVIDIA\'s), 65536k when /proc/meminfo cannot be read or lacks it', async () => {
+  const { shmSize } = await import('../../src/mps/daemon-host.ts');
+  assert.equal(shmSize('MemTotal:       32791044 kB\nMemFree:         1 kB\n'), '16395522k');
+  assert.equal(shmSize(null), '65536k');
+  assert.equal(shmSize('MemFree: 1 kB\n'), '65536k');
+});
+
+test('isMountPoint: the mount point field of mountinfo, with its octal escapes', async () => {
+  const { isMountPoint } = await import('../../src/mps/daemon-host.ts');
+  const info = '42 26 0:39 / /run/nvidia/mps/shm rw,nosuid - tmpfs tmpfs rw\n43 26 0:40 / /tmp/a\\040b/shm rw - tmpfs tmpfs rw\n';
+  assert.equal(isMountPoint(info, '/run/nvidia/mps/shm'), true);
+  assert.equal(isMountPoint(info, '/run/nvidia/mps'), false);
+  assert.equal(isMountPoint(info, '/tmp/a b/shm'), true);
+});

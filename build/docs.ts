@@ -27,6 +27,12 @@ export const PACKAGE_SETTINGS: Partial<Record<OptionKey, { value: string; why: s
     value: 'false',
     why: 'set to false for the service: without a driver yet (boot order, a driver being installed or upgraded) the plugin keeps running and retries NVML with growing pauses (STATUS= says it waits for NVML), instead of exiting and being restarted over and over. With true, a missing driver makes the plugin exit and systemd restart it every 2 s.',
   },
+  // NVIDIA's default is empty ("MPS requires a root"), kept by the program for drop-in flags and
+  // files; the package runs the MPS control daemon unit, so it names the root both units use.
+  mpsRoot: {
+    value: '/run/nvidia/mps',
+    why: "set for the service and the gpu-device-plugin-mps unit, which both read this file: the MPS control daemons' pipes, logs and shm live there (NVIDIA's chart uses the same). Only used when the config file has sharing.mps. It wins over flags.mpsRoot in the config file; change it here.",
+  },
 };
 
 /** What the value looks like, for help texts: `path`, `true|false`, `uuid|index`, `duration, from 1 to 3600 seconds`. */
@@ -53,8 +59,8 @@ export function environmentFile(path: string): string {
     `# ${path}: options for ${UNIT_NAME}, the Kubernetes device plugin for NVIDIA GPUs.`,
     '#',
     '# systemd reads this file each time the service starts. Every option of the plugin is listed',
-    '# below with its default value, commented out, except FAIL_ON_INIT_ERROR, which the service sets',
-    '# (the reason is given there). To change one, remove the "#" before its variable, set the value,',
+    '# below with its default value, commented out, except FAIL_ON_INIT_ERROR and MPS_ROOT, which the',
+    '# service sets (the reason is given there). To change one, remove the "#" before its variable, set the value,',
     '# and run: systemctl restart gpu-device-plugin',
     '# Values are taken literally (no shell expansion, no quotes needed); an empty value means the',
     '# default. Package upgrades keep your changes to this file. See gpu-device-plugin(8).',
@@ -67,7 +73,7 @@ export function environmentFile(path: string): string {
     if (note !== undefined) out.push(`# Note: ${oneLine(note)}`);
     const set = PACKAGE_SETTINGS[spec.key];
     if (set === undefined) out.push(`#${spec.env}=${spec.default ?? ''}`);
-    else out.push(`# The program's default is ${spec.default ?? 'none'}; ${oneLine(set.why)}`, `${spec.env}=${set.value}`);
+    else out.push(`# The program's default is ${spec.default === null || spec.default === '' ? 'none' : spec.default}; ${oneLine(set.why)}`, `${spec.env}=${set.value}`);
   }
   return out.join('\n') + '\n';
 }
@@ -130,7 +136,7 @@ export function manPage(input: ManPageInput): string {
     l.push(`.BI \\-\\-${roff(spec.flag)} " ${roff(valueHint(spec))}"`);
     l.push(`${roff(spec.help)}.`);
     l.push('.br');
-    const def = spec.default === null ? 'as described above' : `\\fI${roff(spec.default)}\\fR`;
+    const def = spec.default === null ? 'as described above' : spec.default === '' ? 'empty' : `\\fI${roff(spec.default)}\\fR`;
     l.push(`Environment variable \\fB${roff(spec.env)}\\fR; default ${def}.`);
   }
   l.push(
@@ -246,6 +252,10 @@ function manConfigFile(): string[] {
       'Advertise this entry\'s replicas under another name (e.g. gpu.small for nvidia.com/gpu.small).'),
     ...tagged('.B sharing.timeSlicing.resources[].devices',
       'Which GPUs are shared: "all" (the default), a count (the first N by index), or a list of GPU indices or UUIDs. Not for MIG resources.'),
+    ...tagged('.B sharing.mps',
+      'MPS sharing, NVIDIA\'s way: the keys of sharing.timeSlicing, with failRequestsGreaterThanOne true by default, replicas from 2 to 48 (16 on GPUs before Volta, compute capability 7.0), and nvidia.com/gpu (whole GPUs) only.',
+      'Needs --mps-root and the gpu-device-plugin-mps unit\'s control daemons; containers get CUDA_MPS_PIPE_DIRECTORY=/mps/<resource>/pipe and the mounts <root>/<resource>/pipe and <root>/shm (as /dev/shm), whatever the device-list strategy.',
+      'Refused: together with sharing.timeSlicing, without --mps-root, with --mig-strategy=mixed, on MIG devices or GPUs in MIG mode, and more replicas than a GPU takes MPS clients.'),
     '.PP',
     'Accepted and not used (they belong to GPU feature discovery):',
     `${CONFIG_SCHEMA.foreign.map((f) => b(f.path)).join(', ')}.`,
@@ -254,7 +264,6 @@ function manConfigFile(): string[] {
   );
   for (const u of CONFIG_SCHEMA.unsupported) l.push(...tagged(`.B ${roff(u.path)}`, u.reason));
   l.push(
-    ...tagged('.B sharing.mps', 'MPS sharing is not supported; share GPUs with sharing.timeSlicing.'),
     ...tagged('.BR resources.gpus ", " resources.mig', 'Renaming resources by pattern is not supported (empty lists are accepted); rename shared GPUs with sharing.timeSlicing.resources[].rename.'),
   );
   return l;
@@ -334,7 +343,7 @@ function manFiles(input: ManPageInput): string[] {
   for (const f of input.environmentFiles) {
     l.push('.TP', `.I ${roff(f)}`, 'Options for the service, as',
       '.IB VARIABLE = value',
-      'lines (the package ships every variable commented out, with its default, and sets FAIL_ON_INIT_ERROR=false so that the service waits for the driver with backoff instead of restarting).');
+      'lines (the package ships every variable commented out, with its default, and sets FAIL_ON_INIT_ERROR=false so that the service waits for the driver with backoff instead of restarting, and MPS_ROOT=/run/nvidia/mps for MPS sharing).');
   }
   l.push(
     '.TP',

@@ -56,7 +56,8 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
     consumers: [manager, status, observer, state],
   });
   const scanner = new Scanner({
-    sessions: new NvmlSessions({ koffi, driverRoot: opts.driverRoot, sysfsRoot, log, mig: opts.migStrategy !== 'none', facts: observer.wantsLabels }),
+    // Facts (compute capability) also hold MPS replicas to each GPU's client limit; with a config file, since SIGHUP may turn MPS on.
+    sessions: new NvmlSessions({ koffi, driverRoot: opts.driverRoot, sysfsRoot, log, mig: opts.migStrategy !== 'none', facts: observer.wantsLabels || opts.configFile !== null }),
     log, rediscoverIntervalMs: opts.rediscoverInterval * 1000,
     health: watchesAnything(health) ? { probeIntervalMs: opts.healthProbeInterval * 1000 } : null,
     onScan: (scan, reason) => node.scanned(scan, reason).catch((err: unknown) => { throw startError(err, opts.configFile); }),

@@ -299,7 +299,7 @@ function configFit(r: NodeReport, parsed: ParsedOptions, env: Readonly<Record<st
   // As the scanner: MIG is read only with a MIG strategy, and capability nodes only when there are MIG devices.
   const mig = o.migStrategy === 'none' || r.mig === null ? NO_MIG : r.mig;
   const caps = readMigCapabilities(r.gpus, mig, env);
-  const fit = fitAtStart(r.gpus, mig, planSettings(o, parsed.sharing), caps);
+  const fit = fitAtStart(r.gpus, mig, planSettings(o, parsed.sharing), caps, r.facts?.gpus);
   if (fit.ok) return { line: { status: 'PASS', name: 'config fit', detail: `the daemon would advertise ${describePlan(fit.plan.resources) || 'nothing'}` }, plan: fit.plan };
   const where = o.configFile === null ? '' : ` in ${o.configFile}`;
   const fix = fit.key === null ? 'the daemon cannot advertise these GPUs as they are; see the detail'

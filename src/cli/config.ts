@@ -1,7 +1,7 @@
 // The config file (--config-file, CONFIG_FILE): NVIDIA's v1 format, YAML or JSON, so that one file
 // serves NVIDIA's plugin and this one. `version: v1`; `flags:` holds options in camelCase with
 // NVIDIA's nesting (plugin-only ones under `flags.plugin`); `sharing.timeSlicing` configures
-// time-slicing. Everything is checked: an unknown key, a wrong type or a bad value is refused with
+// time-slicing and `sharing.mps` MPS (same shape; one or the other). Everything is checked: an unknown key, a wrong type or a bad value is refused with
 // the key path, the value given and what is allowed. YAML is read as YAML 1.1, as NVIDIA's Go parser
 // reads it (`yes`/`no`/`on`/`off` are booleans); JSON is YAML too.
 //
@@ -12,8 +12,9 @@ import { closeSync, constants as fsConstants, fstatSync, openSync, readSync } fr
 import type { Stats } from 'node:fs';
 import { createRequire } from 'node:module';
 import type * as Yaml from 'yaml';
+import { MPS_CLIENTS_FROM_VOLTA } from '../core/mps.ts';
 import { GPU_RESOURCE, MAX_REPLICAS, NO_SHARING, qualifyResourceName } from '../core/sharing.ts';
-import type { DeviceSelection, GpuRef, Sharing, TimeSlicedResource } from '../core/sharing.ts';
+import type { DeviceSelection, GpuRef, Sharing, TimeSlicedResource, TimeSlicing } from '../core/sharing.ts';
 
 /**
  * The YAML parser, loaded on first use: most starts have no config file, and evaluating the package
@@ -191,7 +192,7 @@ const MIG_REF = /^(\d+:\d+|MIG-.*)$/;
 const MIG_RESOURCE = /^nvidia\.com\/mig-(\d+c\.)?\d+g\.\d+gb(\.[a-z][a-z.]*|-me)?$/;
 const GPU_UUID = /^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 
-function deviceSelection(r: Reader, v: unknown, path: string): DeviceSelection {
+function deviceSelection(r: Reader, v: unknown, path: string, mps: boolean): DeviceSelection {
   if (v === null || v === undefined) return { kind: 'all' };
   if (typeof v === 'string') {
     if (v === 'all') return { kind: 'all' };
@@ -209,6 +210,7 @@ function deviceSelection(r: Reader, v: unknown, path: string): DeviceSelection {
     if (typeof item === 'string') {
       if (/^(0|[1-9]\d*)$/.test(item)) return { index: Number(item) };
       if (GPU_UUID.test(item)) return { uuid: item };
+      if (MIG_REF.test(item) && mps) r.fail(at, `${showValue(item)} is a MIG device; sharing using MPS is not supported for MIG devices: name GPUs by index or GPU UUID`);
       if (MIG_REF.test(item)) r.fail(at, `${showValue(item)} is a MIG device; MIG devices are not selected one by one (a MIG resource is time-sliced whole: leave devices out), and GPUs are named by index or GPU UUID`);
     }
     return r.fail(at, `${showValue(item)} is not allowed; expected a GPU index (0, 1, ...) or a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)`);
@@ -223,15 +225,29 @@ function resourceName(r: Reader, v: unknown, path: string): string {
   return q.name;
 }
 
-function timeSlicing(r: Reader, v: unknown, path: string): Sharing {
+/**
+ * MPS replicas per GPU: at least 2, as NVIDIA's config v1 asks of every replicated resource ("number
+ * of replicas must be >= 2"; one client would be the whole GPU behind a daemon), and at most the 48
+ * clients an MPS server takes on any GPU (core/mps.ts; a pre-Volta GPU's 16 is checked against the
+ * node). Time-slicing keeps accepting 1 to MAX_REPLICAS, as this plugin always has.
+ */
+const MPS_MIN_REPLICAS = 2;
+
+/** `sharing.timeSlicing` or `sharing.mps`: the same shape (NVIDIA's ReplicatedResources); null when absent. */
+function replicated(r: Reader, v: unknown, path: string, mps: boolean): TimeSlicing | null {
   const ts = r.mapping(v, path);
-  if (ts === null) return NO_SHARING;
+  if (ts === null) return null;
+  const what = mps ? 'MPS' : 'time-slicing';
   r.keys(ts, path, ['renameByDefault', 'failRequestsGreaterThanOne', 'resources']);
   const list = ts['resources'];
   const lpath = `${path}.resources`;
-  if (list === undefined || list === null) r.fail(lpath, 'missing; time-slicing needs at least one resource, e.g. [{name: nvidia.com/gpu, replicas: 4}]');
+  if (list === undefined || list === null) r.fail(lpath, `missing; ${what} needs at least one resource, e.g. [{name: nvidia.com/gpu, replicas: 4}]`);
   if (!Array.isArray(list)) r.fail(lpath, `${showValue(list)} is not allowed; expected a list of resources`);
   if (list.length === 0) r.fail(lpath, 'an empty list is not allowed; expected at least one resource, e.g. {name: nvidia.com/gpu, replicas: 4}');
+  const [min, max] = mps ? [MPS_MIN_REPLICAS, MPS_CLIENTS_FROM_VOLTA] : [1, MAX_REPLICAS];
+  const range = mps
+    ? `an integer from ${min} to ${max} (an MPS server takes at most ${max} clients per GPU; 16 before Volta)`
+    : `an integer from ${min} to ${max}`;
   const resources = list.map((item: unknown, i): TimeSlicedResource => {
     const at = `${lpath}[${i}]`;
     const m = r.mapping(item, at);
@@ -239,23 +255,27 @@ function timeSlicing(r: Reader, v: unknown, path: string): Sharing {
     r.keys(m, at, ['name', 'rename', 'replicas', 'devices']);
     if (m['name'] === undefined || m['name'] === null) r.fail(`${at}.name`, `missing; expected the resource to share, ${GPU_RESOURCE}`);
     const name = resourceName(r, m['name'], `${at}.name`);
+    if (mps && name !== GPU_RESOURCE) {
+      // NVIDIA: MPS shares full GPUs under nvidia.com/gpu only ("not supported for MIG devices").
+      const mig = MIG_RESOURCE.test(name) ? ' (sharing using MPS is not supported for MIG devices)' : '';
+      r.fail(`${at}.name`, `${showValue(m['name'])} is not allowed${mig}; MPS shares whole GPUs: expected ${GPU_RESOURCE} (or gpu)`);
+    }
     if (name !== GPU_RESOURCE && !MIG_RESOURCE.test(name)) {
       r.fail(`${at}.name`, `${showValue(m['name'])} is not allowed; expected ${GPU_RESOURCE} (or gpu), or a MIG resource of the mixed strategy such as nvidia.com/mig-1g.10gb`);
     }
     const rename = m['rename'] === undefined || m['rename'] === null || m['rename'] === '' ? null : resourceName(r, m['rename'], `${at}.rename`);
     const rep = m['replicas'];
-    if (rep === undefined || rep === null) r.fail(`${at}.replicas`, `missing; expected an integer from 1 to ${MAX_REPLICAS}`);
-    if (typeof rep !== 'number' || !Number.isInteger(rep) || rep < 1 || rep > MAX_REPLICAS) {
-      r.fail(`${at}.replicas`, `${showValue(rep)} is not allowed; expected an integer from 1 to ${MAX_REPLICAS}`);
+    if (rep === undefined || rep === null) r.fail(`${at}.replicas`, `missing; expected ${range}`);
+    if (typeof rep !== 'number' || !Number.isInteger(rep) || rep < min || rep > max) {
+      r.fail(`${at}.replicas`, `${showValue(rep)} is not allowed; expected ${range}`);
     }
-    return { name, rename, replicas: rep, devices: deviceSelection(r, m['devices'], `${at}.devices`) };
+    return { name, rename, replicas: rep, devices: deviceSelection(r, m['devices'], `${at}.devices`, mps) };
   });
   return {
-    timeSlicing: {
-      renameByDefault: r.bool(ts['renameByDefault'], `${path}.renameByDefault`) ?? false,
-      failRequestsGreaterThanOne: r.bool(ts['failRequestsGreaterThanOne'], `${path}.failRequestsGreaterThanOne`) ?? false,
-      resources,
-    },
+    renameByDefault: r.bool(ts['renameByDefault'], `${path}.renameByDefault`) ?? false,
+    // NVIDIA's default: false for time-slicing, true for MPS (api/config/v1/config.go).
+    failRequestsGreaterThanOne: r.bool(ts['failRequestsGreaterThanOne'], `${path}.failRequestsGreaterThanOne`) ?? mps,
+    resources,
   };
 }
 
@@ -263,10 +283,12 @@ function sharing(r: Reader, v: unknown): Sharing {
   const m = r.mapping(v, 'sharing');
   if (m === null) return NO_SHARING;
   r.keys(m, 'sharing', ['timeSlicing', 'mps']);
-  if (m['mps'] !== undefined && m['mps'] !== null) {
-    r.fail('sharing.mps', 'MPS sharing is not supported by this plugin; share GPUs with sharing.timeSlicing instead');
-  }
-  return timeSlicing(r, m['timeSlicing'], 'sharing.timeSlicing');
+  const timeSlicing = replicated(r, m['timeSlicing'], 'sharing.timeSlicing', false);
+  const mps = replicated(r, m['mps'], 'sharing.mps', true);
+  if (mps === null) return { timeSlicing };
+  // NVIDIA's plugin quietly lets MPS win over time-slicing; a file asking for both is refused here.
+  if (timeSlicing !== null) r.fail('sharing.mps', 'MPS and time-slicing exclude each other; keep sharing.mps or sharing.timeSlicing, not both');
+  return { timeSlicing: null, mps };
 }
 
 function patternResources(r: Reader, v: unknown): void {

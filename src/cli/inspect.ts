@@ -3,6 +3,7 @@
 import type { DaemonState } from '../core/daemon-state.ts';
 import type { Gpu, Health } from '../core/devices.ts';
 import type { StateRead } from '../observe/state-file.ts';
+import type { NodeFacts } from '../core/snapshot.ts';
 import { MigStrategyError, planMigResources } from '../core/mig.ts';
 import type { MigDevice, MigLayout, MigStrategy } from '../core/mig.ts';
 import { NO_SHARING } from '../core/sharing.ts';
@@ -13,6 +14,7 @@ import type { PodDevices } from '../core/holders.ts';
 import { buildScoreMatrix } from '../core/topology/index.ts';
 import { discoverMig } from '../nvml/mig.ts';
 import { discoverGpus, readLinks } from '../nvml/discovery.ts';
+import { readNodeFacts } from '../nvml/node-facts.ts';
 import { NVML } from '../nvml/errors.ts';
 import { Nvml } from '../nvml/nvml.ts';
 import type { Logger } from '../system/log.ts';
@@ -36,6 +38,8 @@ export interface NodeReport {
   pairs: (PairInfo | null)[][];
   /** MIG as NVML reports it, or null when this driver has no MIG functions. */
   mig: MigLayout | null;
+  /** Compute capabilities and MIG capability, as the daemon reads them (the MPS client limit needs them); absent when not read. */
+  facts?: NodeFacts;
 }
 
 /** A MIG device as `info` shows it: with the resource it is advertised under for a strategy. */
@@ -103,7 +107,8 @@ export function inspectNode(driverRoot: string, sysfsRoot: string, log: Logger):
       return { ...g, health: (code === NVML.SUCCESS ? 'Healthy' : 'Unhealthy') as Health };
     });
     const mig = discoverMig(nvml, found.gpus, found.handles, log);
-    return { ok: true, report: { library: nvml.libraryPath, driverVersion, gpus, pairs, mig } };
+    const facts = readNodeFacts(nvml, found.gpus, found.handles, log);
+    return { ok: true, report: { library: nvml.libraryPath, driverVersion, gpus, pairs, mig, facts } };
   } catch (err) {
     return { ok: false, error: errorText(err) };
   } finally {

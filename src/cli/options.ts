@@ -7,6 +7,7 @@ import { DEVICE_LIST_STRATEGIES, DEFAULT_CDI_ANNOTATION_PREFIX } from '../core/a
 import type { DeviceListStrategy } from '../core/allocate.ts';
 import { DEVICE_ID_STRATEGIES } from '../core/devices.ts';
 import { IMEX_ALLOWED_CHANNEL_IDS } from '../core/imex.ts';
+import { mpsOptionsProblem } from '../core/mps.ts';
 import type { DeviceIdStrategy } from '../core/devices.ts';
 import { NO_SHARING, SHARED_ALLOCATION_POLICIES } from '../core/sharing.ts';
 import type { SharedAllocationPolicy, Sharing } from '../core/sharing.ts';
@@ -65,6 +66,8 @@ export interface Options {
   podResourcesSocket: string;
   /** Seconds between cheap checks whether the node's GPUs changed (a full scan when they did); 0: off. */
   rediscoverInterval: number;
+  /** Host directory of the MPS control daemons (core/mps.ts layout); '' when not set (MPS then refused). */
+  mpsRoot: string;
 }
 
 export type OptionKey = keyof Options;
@@ -72,7 +75,8 @@ export type OptionKey = keyof Options;
 export type Origin = 'command line' | 'environment' | 'default' | `config file ${string}`;
 
 type Kind =
-  | { type: 'string'; path?: boolean }
+  /** With `empty`, an empty value is allowed and means "not set" (NVIDIA's default for the option). */
+  | { type: 'string'; path?: boolean; empty?: boolean }
   | { type: 'bool' }
   /**
    * One of `values`; with `multiple`, a comma-separated list of them (the flag may also be repeated).
@@ -120,7 +124,7 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
   { key: 'failOnInitError', flag: 'fail-on-init-error', env: 'FAIL_ON_INIT_ERROR', config: 'flags.failOnInitError', default: 'true', kind: { type: 'bool' },
     help: 'exit when NVML cannot be loaded or initialised; false keeps running and retries' },
   { key: 'configFile', flag: 'config-file', env: 'CONFIG_FILE', default: null, kind: { type: 'string', path: true },
-    help: "config file in NVIDIA's v1 format (YAML or JSON): flags and sharing.timeSlicing; none by default; SIGHUP re-reads it" },
+    help: "config file in NVIDIA's v1 format (YAML or JSON): flags, and sharing.timeSlicing or sharing.mps; none by default; SIGHUP re-reads it" },
   { key: 'logLevel', flag: 'log-level', env: 'LOG_LEVEL', config: 'flags.logLevel', default: 'info', kind: { type: 'enum', values: LOG_LEVELS },
     help: 'least severe log level written to stderr' },
   { key: 'socketCheckInterval', flag: 'socket-check-interval', env: 'SOCKET_CHECK_INTERVAL', config: 'flags.socketCheckInterval', default: '5', kind: { type: 'seconds', min: 0.1, max: 3600 },
@@ -147,6 +151,10 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     help: "the kubelet's PodResources socket, which `gpu-device-plugin info` asks which pod holds which GPU" },
   { key: 'rediscoverInterval', flag: 'rediscover-interval', env: 'REDISCOVER_INTERVAL', config: 'flags.rediscoverInterval', default: '60', kind: { type: 'seconds', min: 0, max: 86400, zeroMeansOff: true },
     help: 'seconds between cheap checks whether GPUs were added, removed or changed MIG mode (a full scan when they were); 0 turns the timer off (SIGHUP still re-discovers)' },
+  // Empty by default as in NVIDIA's plugin, so that its flags and files carry over unchanged; the
+  // package's env file sets MPS_ROOT=/run/nvidia/mps (core/mps.ts DEFAULT_MPS_ROOT, as NVIDIA's chart).
+  { key: 'mpsRoot', flag: 'mps-root', env: 'MPS_ROOT', config: 'flags.mpsRoot', default: '', kind: { type: 'string', path: true, empty: true },
+    help: "host directory of the MPS control daemons' pipes, logs and shm (sharing.mps needs it; the package's env file sets /run/nvidia/mps); empty: not set" },
 ];
 
 /** An option of NVIDIA's plugin that this plugin does not have. */
@@ -171,8 +179,6 @@ export const UNSUPPORTED_OPTIONS: readonly UnsupportedOption[] = [
     reason: 'MOFED is not requested for containers by this plugin (set NVIDIA_MOFED=enabled in the pod instead)' },
   { flag: 'gdrcopy-enabled', aliases: [], envs: ['GDRCOPY_ENABLED'], config: 'flags.gdrcopyEnabled', bool: true, inert: ['false'],
     reason: 'GDRCopy is not requested for containers by this plugin (set NVIDIA_GDRCOPY=enabled in the pod instead)' },
-  { flag: 'mps-root', aliases: [], envs: ['MPS_ROOT'], config: 'flags.mpsRoot', bool: false, inert: [''],
-    reason: 'MPS sharing is not supported; share GPUs with sharing.timeSlicing in the config file' },
   { flag: 'device-discovery-strategy', aliases: [], envs: ['DEVICE_DISCOVERY_STRATEGY'], config: 'flags.deviceDiscoveryStrategy', bool: false, inert: ['auto', 'nvml'],
     reason: 'GPUs are always found through NVML here (auto and nvml are accepted; tegra is not)' },
   { flag: 'nvidia-cdi-hook-path', aliases: ['nvidia-ctk-path'], envs: ['NVIDIA_CDI_HOOK_PATH', 'NVIDIA_CTK_PATH'], config: 'flags.plugin.nvidiaCTKPath', bool: false, inert: ['/usr/bin/nvidia-ctk'],
@@ -223,6 +229,7 @@ function convert(spec: OptionSpec, raw: string, where: string): Value {
   const k = spec.kind;
   switch (k.type) {
     case 'string':
+      if (raw.length === 0 && k.empty === true) return raw;
       if (raw.length === 0) throw new OptionError(`${where}: an empty value is not allowed; expected ${k.path ? 'a path' : 'a value'}`);
       if (k.path && !raw.startsWith('/')) throw new OptionError(`${where}: ${JSON.stringify(raw)} is not an absolute path; expected a path starting with /`);
       return raw;
@@ -408,10 +415,18 @@ export function parseOptions(argv: readonly string[], env: Readonly<Record<strin
   if (values.configFile === undefined) values.configFile = null;
   if (values.nfdFeaturesFile === undefined) values.nfdFeaturesFile = null;
   if (values.metricsFile === undefined) values.metricsFile = null;
+  const options = values as Options;
+  const sharing = file?.sharing ?? NO_SHARING;
+  // MPS's refusals that need no GPU (NVIDIA's validateFlags): checked here, before NVML, exit 2.
+  const mps = mpsOptionsProblem(sharing, options);
+  if (mps !== null) {
+    if (mps.key.startsWith('sharing.') && file !== undefined) throw new ConfigError(`config file ${file.file}: ${mps.key}: ${mps.message}`);
+    throw new OptionError(`${mps.key}: ${mps.message}`);
+  }
   return {
-    options: values as Options,
+    options,
     origins,
-    sharing: file?.sharing ?? NO_SHARING,
+    sharing,
     foreignConfigKeys: file?.foreign ?? [],
   };
 }
@@ -426,6 +441,8 @@ export const RESTART_ONLY_OPTIONS: readonly OptionKey[] = [
   // Channels are looked for once, at start.
   'imexChannelIds', 'imexRequired',
   'nfdFeaturesFile', 'nfdRemoveOnStop', 'metricsFile', 'metricsInterval',
+  // The control daemons (a unit of their own) were started under it; containers must get their pipes.
+  'mpsRoot',
 ];
 
 /** Shows an option's value: lists comma-joined, null as "none". */
@@ -479,12 +496,14 @@ export function helpText(version: string): string {
     const names = [s.flag, ...(s.aliases ?? [])].map((n) => `--${n}`).join(', ');
     lines.push(`  ${names}${values}`);
     lines.push(`      ${s.help}`);
-    lines.push(`      env ${s.env}; default ${s.default ?? 'see above'}${s.config === undefined ? '' : `; config file ${s.config}`}`);
+    lines.push(`      env ${s.env}; default ${s.default === '' ? 'empty' : s.default ?? 'see above'}${s.config === undefined ? '' : `; config file ${s.config}`}`);
   }
   lines.push('', 'Config file (--config-file): NVIDIA\'s v1 format, YAML or JSON, e.g.',
     '  version: v1',
     '  flags: { migStrategy: none, plugin: { deviceListStrategy: [envvar], deviceIDStrategy: uuid } }',
     '  sharing: { timeSlicing: { renameByDefault: false, resources: [{ name: nvidia.com/gpu, replicas: 4 }] } }',
+    'or, for MPS (one or the other; needs --mps-root and the gpu-device-plugin-mps unit):',
+    '  sharing: { mps: { resources: [{ name: nvidia.com/gpu, replicas: 10 }] } }',
     'SIGHUP re-reads it: a valid change is applied and the resources registered again; an invalid one',
     'is logged and the running configuration kept.');
   lines.push('', 'Options of NVIDIA\'s plugin refused here (unless off or at NVIDIA\'s default):');

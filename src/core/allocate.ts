@@ -2,10 +2,12 @@
 // container runtime (FACTS §3), for each device-list strategy. Replicas (time-slicing) name their
 // GPU: the suffix is stripped and each GPU is listed once. MIG devices (FACTS §4a) are listed by
 // their own name (MIG UUID or `<gpu>:<mig>`); their device specs are the parent's node and the two
-// capability nodes of the MIG device. Pure: the set of control device nodes
+// capability nodes of the MIG device. MPS replicas (FACTS §10) also get their resource's control
+// daemon: the pipe directory's variable and two mounts, whatever the strategy. Pure: the set of control device nodes
 // present and the source of random UUIDs are inputs.
 import type { AdvertisedDevice, Gpu } from './devices.ts';
 import { CDI_IMEX_KIND, IMEX_CHANNELS_ENV, imexChannelPath } from './imex.ts';
+import { MPS_PIPE_ENV, containerPipeDir, mpsPaths, mpsShmDir } from './mps.ts';
 import { RequestError } from './request-error.ts';
 
 /** Control device nodes passed with --pass-device-specs when they exist, in this order. */
@@ -53,6 +55,29 @@ export interface AllocateSettings {
   migCapabilities?: ReadonlyMap<string, readonly string[]>;
   /** IMEX channels every container gets (present and configured; see core/imex.ts). Default none. */
   imexChannels?: readonly number[];
+  /** --mps-root: where the MPS control daemons' pipes and shm are on the host ('' or absent: not set). */
+  mpsRoot?: string;
+  /** The resource's replicas are MPS clients (PlannedResource.mps); needs mpsRoot and resourceName. */
+  mps?: boolean;
+}
+
+/**
+ * What an MPS client container gets (NVIDIA's updateResponseForMPS): CUDA_MPS_PIPE_DIRECTORY, its
+ * resource's pipe directory and the daemons' shm as /dev/shm, both writable (a client creates its
+ * own pipes and shared memory there). These are kept as the device plugin API's envs and mounts with
+ * the CDI strategies too, as NVIDIA's plugin does: the kubelet hands a container's envs and mounts
+ * to the runtime whatever names the devices, and no CDI spec (written by nvidia-ctk, not us) has
+ * edits for a directory only this plugin's --mps-root knows.
+ */
+export function mpsContainerEdits(root: string, resource: string): Pick<ContainerAllocation, 'envs' | 'mounts'> {
+  const inside = containerPipeDir(resource);
+  return {
+    envs: { [MPS_PIPE_ENV]: inside },
+    mounts: [
+      { container_path: inside, host_path: mpsPaths(root, resource).pipeDir, read_only: false },
+      { container_path: '/dev/shm', host_path: mpsShmDir(root), read_only: false },
+    ],
+  };
 }
 
 export interface ContainerAllocation {
@@ -193,6 +218,7 @@ export function allocate(
     const names: string[] = [];
     const seenUnits = new Set<string>();
     let replicas = 0;
+    let whole: AdvertisedDevice | undefined;
     for (const id of ids) {
       const dev = index.byId.get(id);
       if (dev === undefined) throw new RequestError(`container request ${ci} names unknown device ID ${showId(id)}; this plugin advertises ${advertised} devices`);
@@ -204,6 +230,7 @@ export function allocate(
       }
       taken.set(id, ci);
       if (dev.replica !== undefined) replicas++;
+      else whole ??= dev;
       const key = dev.mig === undefined ? `gpu:${dev.gpu}` : `mig:${dev.mig}`;
       if (!seenUnits.has(key)) {
         seenUnits.add(key);
@@ -211,10 +238,24 @@ export function allocate(
         names.push(dev.runtimeName);
       }
     }
+    const resource = settings.resourceName === undefined ? '' : ` of ${settings.resourceName}`;
+    const mps = settings.mps === true && replicas > 0;
     if (settings.failRequestsGreaterThanOne === true && replicas > 0 && ids.length > 1) {
-      const resource = settings.resourceName === undefined ? '' : ` of ${settings.resourceName}`;
-      throw new RequestError(`container request ${ci} asks for ${ids.length} shared GPU replicas${resource}; failRequestsGreaterThanOne allows 1 per container (time-slicing gives no more GPU time to a container that holds several; request 1)`);
+      // MPS: NVIDIA's words ("maximum request size for shared resources is 1; found N").
+      const why = mps
+        ? `maximum request size for shared resources is 1; found ${ids.length}: an MPS replica is one client's share of a GPU, and several give a container no more of it; request 1`
+        : 'time-slicing gives no more GPU time to a container that holds several; request 1';
+      throw new RequestError(`container request ${ci} asks for ${ids.length} shared GPU replicas${resource}; failRequestsGreaterThanOne allows 1 per container (${why})`);
     }
-    return respond(names, units, index, settings);
+    if (mps && whole !== undefined) {
+      // The container's CUDA would go through the MPS daemon, which does not serve a whole GPU.
+      throw new RequestError(`container request ${ci} asks for whole GPU ${showId(whole.id)} and MPS replicas${resource} together; a container's GPUs all go through MPS or none do: request replicas only, or whole GPUs only`);
+    }
+    const answer = respond(names, units, index, settings);
+    if (!mps) return answer;
+    const root = settings.mpsRoot ?? '';
+    if (root === '' || settings.resourceName === undefined) throw new Error(`MPS replicas${resource} allocated without ${root === '' ? 'an MPS root (--mps-root)' : 'a resource name'}`);
+    const edits = mpsContainerEdits(root, settings.resourceName);
+    return { ...answer, envs: { ...answer.envs, ...edits.envs }, mounts: [...answer.mounts, ...edits.mounts] };
   });
 }

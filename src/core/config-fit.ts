@@ -5,12 +5,22 @@
 import type { Gpu } from './devices.ts';
 import { MigStrategyError, planMigResources } from './mig.ts';
 import type { MigLayout, MigPlan } from './mig.ts';
+import { mpsPlanProblem } from './mps.ts';
+import type { ComputeByUuid } from './mps.ts';
 import { SharingError } from './sharing.ts';
 import type { PlanSettings } from './snapshot.ts';
 
-/** The resources these settings advertise on these GPUs. Throws SharingError (naming the key), MigStrategyError, or an Error for device IDs the kubelet would refuse. */
-export function planForNode(gpus: readonly Gpu[], mig: MigLayout, settings: PlanSettings): MigPlan {
-  return planMigResources(gpus, mig, settings.migStrategy ?? 'none', settings.deviceIdStrategy, settings.sharing);
+/**
+ * The resources these settings advertise on these GPUs. Throws SharingError (naming the key),
+ * MigStrategyError, or an Error for device IDs the kubelet would refuse. MPS replicas are checked
+ * against the node (core/mps.ts mpsPlanProblem): not on MIG, and within each GPU's client limit when
+ * `compute` (the node facts' compute capabilities) is given.
+ */
+export function planForNode(gpus: readonly Gpu[], mig: MigLayout, settings: PlanSettings, compute?: ComputeByUuid): MigPlan {
+  const plan = planMigResources(gpus, mig, settings.migStrategy ?? 'none', settings.deviceIdStrategy, settings.sharing);
+  const mps = mpsPlanProblem(plan.resources, gpus, mig, settings.sharing, compute);
+  if (mps !== null) throw mps;
+  return plan;
 }
 
 /** Why a plan's MIG devices cannot be given their capability nodes (with --pass-device-specs), or null. */
@@ -31,10 +41,10 @@ export type StartFit =
   };
 
 /** planForNode and migCapabilitiesProblem as the first snapshot applies them: any problem stops the start. */
-export function fitAtStart(gpus: readonly Gpu[], mig: MigLayout, settings: PlanSettings, caps: { readonly problem: string } | ReadonlyMap<unknown, unknown>): StartFit {
+export function fitAtStart(gpus: readonly Gpu[], mig: MigLayout, settings: PlanSettings, caps: { readonly problem: string } | ReadonlyMap<unknown, unknown>, compute?: ComputeByUuid): StartFit {
   let plan: MigPlan;
   try {
-    plan = planForNode(gpus, mig, settings);
+    plan = planForNode(gpus, mig, settings, compute);
   } catch (err) {
     const problem = err instanceof Error ? err.message : String(err);
     if (err instanceof SharingError) return { ok: false, problem, key: err.path };

@@ -4,8 +4,8 @@
 // that the same node state always gives the same bytes. Pure: plain data in, plain data out.
 import { isFullInstance, migResourceName } from './mig.ts';
 import type { MigDevice } from './mig.ts';
-import { GPU_RESOURCE } from './sharing.ts';
-import type { Sharing } from './sharing.ts';
+import { GPU_RESOURCE, activeSharing } from './sharing.ts';
+import type { Sharing, SharingStrategy } from './sharing.ts';
 
 export const LABEL_PREFIX = 'nvidia.com/';
 
@@ -68,12 +68,15 @@ export function archFamily(major: number, minor: number): string {
   }
 }
 
-/** How a resource (nvidia.com/gpu unless named) is shared, as GFD reads it from the config: replicas and whether it is renamed. */
-export function gpuSharing(sharing: Sharing, resource: string = GPU_RESOURCE): { replicas: number; renamed: boolean } {
-  const ts = sharing.timeSlicing;
-  const r = ts?.resources.find((x) => x.name === resource);
-  if (ts === null || r === undefined) return { replicas: 1, renamed: false };
-  return { replicas: r.replicas, renamed: r.rename !== null || ts.renameByDefault };
+/**
+ * How a resource (nvidia.com/gpu unless named) is shared, as GFD reads it from the config: replicas,
+ * whether it is renamed, and the strategy (`time-slicing` or `mps`; `none` with one replica).
+ */
+export function gpuSharing(sharing: Sharing, resource: string = GPU_RESOURCE): { replicas: number; renamed: boolean; strategy: SharingStrategy } {
+  const active = activeSharing(sharing);
+  const r = active?.config.resources.find((x) => x.name === resource);
+  if (active === null || r === undefined) return { replicas: 1, renamed: false, strategy: 'none' };
+  return { replicas: r.replicas, renamed: r.rename !== null || active.config.renameByDefault, strategy: r.replicas > 1 ? active.strategy : 'none' };
 }
 
 /**
@@ -133,16 +136,18 @@ export function nodeLabels(input: LabelInput): Label[] {
 
   set('mig.capable', String(input.gpus.some((g) => g.migCapable)));
   if (input.migStrategy !== 'none') set('mig.strategy', input.migStrategy);
-  // This plugin does not share GPUs through MPS.
-  set('mps.capable', 'false');
+  // GFD: false unless MPS is configured; then false when a GPU has MIG enabled (MPS is not for MIG devices).
+  const mps = activeSharing(input.sharing)?.strategy === 'mps';
+  set('mps.capable', String(mps && !input.gpus.some((g) => g.migEnabled)));
 
-  const { replicas, renamed } = gpuSharing(input.sharing);
+  const { replicas, renamed, strategy } = gpuSharing(input.sharing);
   const shared = replicas > 1;
   const product = sanitise(model.gpu.name);
+  // -SHARED with either strategy, unless renamed (GFD's getProductName).
   set('gpu.product', shared && !renamed ? `${product}-SHARED` : product);
   set('gpu.count', model.count);
   set('gpu.replicas', replicas);
-  set('gpu.sharing-strategy', shared ? 'time-slicing' : 'none');
+  set('gpu.sharing-strategy', strategy);
   const memoryMiB = Math.floor(model.gpu.memoryBytes / 1048576);
   if (memoryMiB > 0) set('gpu.memory', memoryMiB);
   const cc = model.gpu.compute;

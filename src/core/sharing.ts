@@ -1,7 +1,9 @@
-// Time-slicing: a GPU advertised as several devices (replicas) so that several containers share it,
-// in NVIDIA's format (FACTS §3): replica IDs `<id>::<n>`, n from 0 to replicas-1, under the resource
-// named by the config (renamed to `<resource>.shared` with renameByDefault). GPUs a time-slicing
-// resource does not select stay whole under nvidia.com/gpu. Pure: plain data in, plain data out.
+// Time-slicing and MPS: a GPU advertised as several devices (replicas) so that several containers
+// share it, in NVIDIA's format (FACTS §3, §10): replica IDs `<id>::<n>`, n from 0 to replicas-1,
+// under the resource named by the config (renamed to `<resource>.shared` with renameByDefault). GPUs
+// a sharing resource does not select stay whole under nvidia.com/gpu. MPS replicas are planned
+// exactly as time-slicing ones and marked `mps` (their containers reach the resource's MPS control
+// daemon, core/mps.ts); the two exclude each other. Pure: plain data in, plain data out.
 import { MAX_DEVICE_ID_LENGTH, gpuDeviceId } from './devices.ts';
 import type { AdvertisedDevice, DeviceIdStrategy, Gpu } from './devices.ts';
 
@@ -53,6 +55,19 @@ export interface Sharing {
 
 export const NO_SHARING: Sharing = { timeSlicing: null };
 
+/** How GPUs are shared (NVIDIA's `nvidia.com/gpu.sharing-strategy` values). */
+export type SharingStrategy = 'none' | 'time-slicing' | 'mps';
+
+/**
+ * The sharing section in force and the config key it sits under: MPS when configured, else
+ * time-slicing, else null. Both at once is refused when the file is read (and by planResources).
+ */
+export function activeSharing(sharing: Sharing): { readonly strategy: 'time-slicing' | 'mps'; readonly key: string; readonly config: TimeSlicing } | null {
+  if (sharing.mps !== undefined && sharing.mps !== null) return { strategy: 'mps', key: 'sharing.mps', config: sharing.mps };
+  if (sharing.timeSlicing !== null) return { strategy: 'time-slicing', key: 'sharing.timeSlicing', config: sharing.timeSlicing };
+  return null;
+}
+
 export type SharedAllocationPolicy = 'distributed' | 'packed';
 export const SHARED_ALLOCATION_POLICIES: readonly SharedAllocationPolicy[] = ['distributed', 'packed'];
 
@@ -103,11 +118,15 @@ export function advertisedName(r: TimeSlicedResource, renameByDefault: boolean):
 export interface PlannedResource {
   readonly name: string;
   readonly devices: readonly AdvertisedDevice[];
-  /** Some of its devices are time-slicing replicas. */
+  /** Some of its devices are replicas (time-slicing or MPS). */
   readonly shared: boolean;
   /** A container may hold at most one replica of this resource (failRequestsGreaterThanOne). */
   readonly failRequestsGreaterThanOne: boolean;
-  /** Its replicas are clients of the MPS control daemon for this resource (core/mps.ts); absent: not MPS. */
+  /**
+   * Its replicas are clients of the MPS control daemon for this resource (core/mps.ts); absent: not
+   * MPS. Whole GPUs may sit beside them under nvidia.com/gpu (a `devices` selection that leaves some
+   * out); only the replicas are MPS clients.
+   */
   readonly mps?: true;
 }
 
@@ -147,20 +166,23 @@ function select(sel: DeviceSelection, gpus: readonly Gpu[], path: string): numbe
 
 /** Narrows planResources for MIG (core/mig.ts): only some GPUs whole, some resources planned elsewhere. */
 export interface PlanScope {
-  /** GPU positions advertised whole (default: all); time-slicing selections drop the others. */
+  /** GPU positions advertised whole (default: all); sharing selections drop the others. */
   readonly wholeGpus?: ReadonlySet<number>;
-  /** Time-slicing entries for these resource names are left to the caller. */
+  /** Sharing entries for these resource names are left to the caller. */
   readonly skipResource?: (name: string) => boolean;
 }
 
 /**
  * The resources to advertise for these GPUs: whole GPUs under nvidia.com/gpu, and the replicas of
- * each time-sliced resource under its (possibly renamed) name. nvidia.com/gpu comes first when it
- * has devices; a resource with no devices is not advertised. Throws SharingError naming the config
- * key for selections that do not fit the node.
+ * each shared resource (time-slicing or MPS) under its (possibly renamed) name. nvidia.com/gpu comes
+ * first when it has devices; a resource with no devices is not advertised. Throws SharingError naming
+ * the config key for selections that do not fit the node.
  */
 export function planResources(gpus: readonly Gpu[], strategy: DeviceIdStrategy, sharing: Sharing, scope: PlanScope = {}): PlannedResource[] {
-  const ts = sharing.timeSlicing;
+  if (sharing.timeSlicing !== null && sharing.mps !== undefined && sharing.mps !== null) {
+    throw new SharingError('sharing.mps', 'MPS and time-slicing exclude each other; keep sharing.mps or sharing.timeSlicing, not both');
+  }
+  const active = activeSharing(sharing);
   const isWhole = (pos: number): boolean => scope.wholeGpus?.has(pos) ?? true;
   const seen = new Set<string>();
   const whole = (pos: number): AdvertisedDevice => {
@@ -172,13 +194,15 @@ export function planResources(gpus: readonly Gpu[], strategy: DeviceIdStrategy, 
     seen.add(id);
     return { id, uuid: gpu.uuid, gpu: pos, runtimeName: gpuDeviceId(gpu, strategy) };
   };
-  if (ts === null) {
+  if (active === null) {
     return [{ name: GPU_RESOURCE, devices: gpus.map((_, i) => i).filter(isWhole).map((i) => whole(i)), shared: false, failRequestsGreaterThanOne: false }];
   }
+  const ts = active.config;
+  const mps = active.strategy === 'mps' ? { mps: true as const } : {};
   const sharedBy = new Map<number, number>();
   const byName = new Map<string, AdvertisedDevice[]>();
   ts.resources.forEach((r, k) => {
-    const path = `sharing.timeSlicing.resources[${k}]`;
+    const path = `${active.key}.resources[${k}]`;
     if (scope.skipResource?.(r.name) === true) return;
     if (r.name !== GPU_RESOURCE) throw new SharingError(`${path}.name`, `${JSON.stringify(r.name)} is not a resource of this plugin; expected ${GPU_RESOURCE}`);
     const chosen = select(r.devices, gpus, `${path}.devices`).filter(isWhole);
@@ -188,7 +212,7 @@ export function planResources(gpus: readonly Gpu[], strategy: DeviceIdStrategy, 
     for (const pos of chosen) {
       const earlier = sharedBy.get(pos);
       if (earlier !== undefined) {
-        throw new SharingError(`${path}.devices`, `GPU ${gpus[pos]?.index} is already shared by sharing.timeSlicing.resources[${earlier}]; a GPU is time-sliced by one entry`);
+        throw new SharingError(`${path}.devices`, `GPU ${gpus[pos]?.index} is already shared by ${active.key}.resources[${earlier}]; a GPU is shared by one entry`);
       }
       sharedBy.set(pos, k);
       const gpu = gpus[pos] as Gpu;
@@ -212,11 +236,11 @@ export function planResources(gpus: readonly Gpu[], strategy: DeviceIdStrategy, 
     [...ds].sort((a, b) => a.gpu - b.gpu || (a.replica ?? -1) - (b.replica ?? -1));
   if (gpuList.length > 0) {
     const shared = gpuList.some((d) => d.replica !== undefined);
-    out.push({ name: GPU_RESOURCE, devices: ordered(gpuList), shared, failRequestsGreaterThanOne: shared && ts.failRequestsGreaterThanOne });
+    out.push({ name: GPU_RESOURCE, devices: ordered(gpuList), shared, failRequestsGreaterThanOne: shared && ts.failRequestsGreaterThanOne, ...(shared ? mps : {}) });
   }
   for (const [name, ds] of byName) {
     if (name === GPU_RESOURCE || ds.length === 0) continue;
-    out.push({ name, devices: ordered(ds), shared: true, failRequestsGreaterThanOne: ts.failRequestsGreaterThanOne });
+    out.push({ name, devices: ordered(ds), shared: true, failRequestsGreaterThanOne: ts.failRequestsGreaterThanOne, ...mps });
   }
   return out;
 }
@@ -225,6 +249,6 @@ export function planResources(gpus: readonly Gpu[], strategy: DeviceIdStrategy, 
 export function describePlan(plan: readonly PlannedResource[]): string {
   return plan.map((r) => {
     const gpus = new Set(r.devices.map((d) => d.gpu)).size;
-    return r.shared ? `${r.name}=${r.devices.length} (replicas of ${gpus} GPUs)` : `${r.name}=${r.devices.length}`;
+    return r.shared ? `${r.name}=${r.devices.length} (${r.mps === true ? 'MPS ' : ''}replicas of ${gpus} GPUs)` : `${r.name}=${r.devices.length}`;
   }).join(', ');
 }

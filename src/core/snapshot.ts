@@ -36,7 +36,7 @@ import type { MigLayout, MigStrategy } from './mig.ts';
 import type { PlannedResource, Sharing } from './sharing.ts';
 import type { GpuLinkInfo } from './topology/index.ts';
 
-/** What the node labels need beyond discovery (nvml/node-facts.ts reads it), by GPU UUID. */
+/** What the node labels and the MPS client limit need beyond discovery (nvml/node-facts.ts reads it), by GPU UUID. */
 export interface NodeFacts {
   /** e.g. 12040 for CUDA 12.4, or null when NVML cannot say. */
   readonly cudaDriverVersion: number | null;
@@ -166,7 +166,7 @@ export function buildSnapshot(scan: NodeScan | null, settings: PlanSettings, pre
     const migHealth = previous?.migHealth ?? new Map<string, UnitHealth>();
     // No driver at start: no GPUs to check the config against yet, nothing to advertise; the first
     // scan with GPUs plans (and refuses a config that does not fit them, as a start would).
-    const { resources, planProblem, notes } = previous === null ? planWithoutGpus(settings) : plan(gpus, mig, settings, previous, previous.migCapabilities);
+    const { resources, planProblem, notes } = previous === null ? planWithoutGpus(settings) : plan(gpus, mig, settings, previous, previous.migCapabilities, previous.facts);
     return {
       driverVersion: null,
       gpus,
@@ -199,7 +199,7 @@ export function buildSnapshot(scan: NodeScan | null, settings: PlanSettings, pre
   const mig = scan.mig ?? NO_MIG;
   const migHealth = carryMigHealth(mig, previous);
   const migCapabilities = capabilitiesOf(scan.migCapabilities);
-  const { resources, planProblem, notes } = plan(scan.gpus, mig, settings, previous, migCapabilities);
+  const { resources, planProblem, notes } = plan(scan.gpus, mig, settings, previous, migCapabilities, scan.facts ?? null);
   return {
     driverVersion: scan.driverVersion,
     gpus: scan.gpus,
@@ -239,10 +239,10 @@ function planWithoutGpus(settings: PlanSettings): Plan {
   }
 }
 
-function plan(gpus: readonly Gpu[], mig: MigLayout, settings: PlanSettings, previous: NodeSnapshot | null, caps: NodeSnapshot['migCapabilities']): Plan {
+function plan(gpus: readonly Gpu[], mig: MigLayout, settings: PlanSettings, previous: NodeSnapshot | null, caps: NodeSnapshot['migCapabilities'], facts: NodeFacts | null): Plan {
   let planned: { resources: PlannedResource[]; notes: string[] };
   try {
-    planned = planForNode(gpus, mig, settings);
+    planned = planForNode(gpus, mig, settings, facts?.gpus);
   } catch (err) {
     if (previous === null || previous.gpus.length === 0) throw err;
     const problem = err instanceof Error ? err.message : String(err);

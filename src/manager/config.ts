@@ -33,6 +33,7 @@ export async function runningConfig(o: Options, sharing: Sharing, imexChannels: 
         presentControlDevices: o.passDeviceSpecs ? await presentControlDevices(o.devRoot) : [],
         deviceListStrategies: o.deviceListStrategy,
         cdiAnnotationPrefix: o.cdiAnnotationPrefix,
+        mpsRoot: o.mpsRoot,
       },
       sharedPolicy: o.sharedDevicesAllocationPolicy,
     },

@@ -26,7 +26,7 @@ import type { ServerFactory } from './resource.ts';
 
 /** How answers are given, from the options (not from the node). */
 export interface ServeSettings {
-  readonly allocate: Omit<AllocateSettings, 'failRequestsGreaterThanOne' | 'resourceName' | 'newUuid'>;
+  readonly allocate: Omit<AllocateSettings, 'failRequestsGreaterThanOne' | 'resourceName' | 'newUuid' | 'mps'>;
   readonly sharedPolicy: SharedAllocationPolicy;
 }
 
@@ -234,7 +234,7 @@ export class ResourceManager implements NodeConsumer {
       chooser: this.chooser,
       sharedPolicy: settings.sharedPolicy,
       allocateSettings: {
-        ...settings.allocate, failRequestsGreaterThanOne: r.failRequestsGreaterThanOne, resourceName: r.name,
+        ...settings.allocate, failRequestsGreaterThanOne: r.failRequestsGreaterThanOne, resourceName: r.name, mps: r.mps === true,
         ...('problem' in s.migCapabilities ? {} : { migCapabilities: s.migCapabilities }),
       },
       vanished: this.vanished.get(r.name) ?? new Map(),

@@ -431,7 +431,7 @@ describe('the .deb', () => {
     assert.match(v.stdout, new RegExp(`^gpu-device-plugin ${VERSION.replace(/\./g, '\\.')} `));
   });
 
-  test('the environment file lists every option with its default, range and one line of help, commented out but for the driver wait the service needs', () => {
+  test('the environment file lists every option with its default, range and one line of help, commented out but for the driver wait and the MPS root the service needs', () => {
     const text = readFileSync(join(extracted, ENV_FILE.deb), 'utf8');
     assert.equal(text, environmentFile(ENV_FILE.deb));
     const lines = text.split('\n');
@@ -443,8 +443,9 @@ describe('the .deb', () => {
       const k = spec.kind;
       if (k.type === 'seconds') assert.ok(lines.slice(Math.max(0, at - 3), at).some((l) => l.startsWith(`# --${spec.flag} (duration, from ${k.min} to ${k.max} seconds`)), `${spec.env} has its range`);
     }
-    // Only what the service needs is set (the driver wait): every other assignment is commented out.
-    assert.deepEqual(lines.filter((l) => l !== '' && !l.startsWith('#')), ['FAIL_ON_INIT_ERROR=false']);
+    // Only what the service needs is set (the driver wait, and the root of the MPS unit's daemons):
+    // every other assignment is commented out.
+    assert.deepEqual(lines.filter((l) => l !== '' && !l.startsWith('#')), ['FAIL_ON_INIT_ERROR=false', 'MPS_ROOT=/run/nvidia/mps']);
   });
 
   test('the operator documentation: README.md (gzipped, as Debian policy asks above 4 KiB) and the example config in /usr/share/doc', () => {

@@ -2372,7 +2372,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int 
         const char *fragment;
         int major, minor;
     } table[] = {
-        { "V100", 7, 0 }, { "T4", 7, 5 }, { "A100", 8, 0 }, { "A10", 8, 6 }, { "RTX A6000", 8, 6 },
+        { "P100", 6, 0 }, { "V100", 7, 0 }, { "T4", 7, 5 }, { "A100", 8, 0 }, { "A10", 8, 6 }, { "RTX A6000", 8, 6 },
         { "L40S", 8, 9 }, { "H100", 9, 0 }, { "B200", 10, 0 },
     };
     struct fake_device *d;

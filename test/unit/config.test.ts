@@ -86,6 +86,7 @@ test('every key of the file reaches its option', () => {
     '  metricsInterval: 30',
     '  podResourcesSocket: /k/pod-resources.sock',
     '  rediscoverInterval: 0',
+    '  mpsRoot: /run/mps',
     '  plugin:',
     '    passDeviceSpecs: true',
     '    deviceListStrategy: cdi-cri',
@@ -104,6 +105,7 @@ test('every key of the file reaches its option', () => {
     configFile: null, logLevel: 'error', socketCheckInterval: 2, healthProbeInterval: 1.5, healthRecovery: true, healthRecoveryQuietPeriod: 60, rediscoverInterval: 0,
     imexChannelIds: [0], imexRequired: true,
     nfdFeaturesFile: '/etc/nfd/gpu', nfdRemoveOnStop: true, metricsFile: '/var/lib/ne/gpu.prom', metricsInterval: 30, podResourcesSocket: '/k/pod-resources.sock',
+    mpsRoot: '/run/mps',
   });
   for (const s of OPTION_SPECS) {
     if (s.key === 'configFile') continue;
@@ -181,7 +183,6 @@ test('every bad value in the file is refused with its key path, the value and wh
     ['sharing:\n  timeSlicing:\n    resources: []\n', 'sharing.timeSlicing.resources: an empty list is not allowed; expected at least one resource, e.g. {name: nvidia.com/gpu, replicas: 4}'],
     ['sharing:\n  timeSlicing:\n    renameByDefault: true\n', 'sharing.timeSlicing.resources: missing; time-slicing needs at least one resource, e.g. [{name: nvidia.com/gpu, replicas: 4}]'],
     ['sharing:\n  timeSlicing:\n    strategy: round-robin\n    resources: [{name: gpu, replicas: 2}]\n', 'sharing.timeSlicing.strategy: unknown key; expected one of renameByDefault, failRequestsGreaterThanOne, resources'],
-    ['sharing:\n  mps:\n    resources: [{name: gpu, replicas: 2}]\n', 'sharing.mps: MPS sharing is not supported by this plugin; share GPUs with sharing.timeSlicing instead'],
     ['resources:\n  gpus:\n  - pattern: "*"\n    name: gpu\n', 'resources.gpus: renaming resources by pattern is not supported (NVIDIA\'s plugin ignores this section too); remove it, or rename shared GPUs with sharing.timeSlicing.resources[].rename'],
     ['- flags\n', '(top level): a list (1 items) is not allowed; expected a mapping with version, flags and sharing'],
   ];
@@ -207,7 +208,6 @@ test("NVIDIA's flags that this plugin lacks are refused by name with the reason,
     [[], { NVIDIA_CDI_HOOK_PATH: '/x' }, 'environment variable NVIDIA_CDI_HOOK_PATH: not supported'],
     [['--container-driver-root=/run/nvidia/driver'], {}, "--container-driver-root: not supported by this plugin (NVIDIA's --driver-root-ctr-path)"],
     [['--cdi-feature-flags=foo'], {}, "--cdi-feature-flags: not supported by this plugin (NVIDIA's --cdi-feature-flags): this plugin does not write CDI specs"],
-    [['--mps-root=/run/nvidia/mps'], {}, "--mps-root: not supported by this plugin (NVIDIA's --mps-root): MPS sharing is not supported"],
     [['--device-discovery-strategy=tegra'], {}, "--device-discovery-strategy: not supported by this plugin (NVIDIA's --device-discovery-strategy): GPUs are always found through NVML here"],
     [['--mig-strategy=singel'], {}, '--mig-strategy: "singel" is not allowed; expected one of none, single, mixed'],
     [[], { MIG_STRATEGY: 'all' }, 'environment variable MIG_STRATEGY: "all" is not allowed'],
@@ -217,7 +217,6 @@ test("NVIDIA's flags that this plugin lacks are refused by name with the reason,
   }
   const fileCases: [string, string][] = [
     ['flags:\n  gdsEnabled: true\n', "flags.gdsEnabled: true: not supported (NVIDIA's --gds-enabled): GPUDirect Storage is not requested for containers by this plugin (set NVIDIA_GDS=enabled in the pod instead)"],
-    ['flags:\n  mpsRoot: /run/nvidia/mps\n', `flags.mpsRoot: "/run/nvidia/mps": not supported (NVIDIA's --mps-root): MPS sharing is not supported; share GPUs with sharing.timeSlicing in the config file`],
     ['flags:\n  plugin:\n    containerDriverRoot: /run/nvidia/driver\n', `flags.plugin.containerDriverRoot: "/run/nvidia/driver": not supported (NVIDIA's --driver-root-ctr-path): this plugin does not write CDI specs; generate them with \`nvidia-ctk cdi generate\` (vendor k8s.device-plugin.nvidia.com, class gpu)`],
   ];
   for (const [text, message] of fileCases) refusedFile(text, message);

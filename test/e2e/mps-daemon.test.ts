@@ -53,7 +53,7 @@ function config(replicas: number, devices: number[]): string {
   return ['version: v1', 'sharing:', '  mps:', '    resources:', `    - name: ${RESOURCE}`, `      replicas: ${replicas}`, `      devices: [${devices.join(', ')}]`, ''].join('\n');
 }
 
-function start(configText: string | null, extraArgs: string[] = []): Run {
+function start(configText: string | null, extraArgs: string[] = [], withRoot = true): Run {
   const dir = join(base, `r${++runs}`);
   mkdirSync(dir);
   const root = join(dir, 'run', 'nvidia', 'mps');
@@ -61,7 +61,7 @@ function start(configText: string | null, extraArgs: string[] = []): Run {
   if (configText !== null) writeFileSync(cfg, configText);
   const control = join(dir, 'nvml-control');
   const sock = new NotifySocket(`@gdp-mps-daemon-${process.pid}-${runs}`);
-  const proc = new PluginProcess(executable(), ['mps-control-daemon', '--mps-root', root, ...(configText === null ? [] : ['--config-file', cfg]), ...extraArgs], {
+  const proc = new PluginProcess(executable(), ['mps-control-daemon', ...(withRoot ? ['--mps-root', root] : []), ...(configText === null ? [] : ['--config-file', cfg]), ...extraArgs], {
     PATH: `${mpsDir}:/usr/sbin:/usr/bin:/sbin:/bin`,
     LD_LIBRARY_PATH: nvmlDir,
     FAKE_NVML_CONFIG: TOPOLOGY,
@@ -188,13 +188,21 @@ test('mps-control-daemon without sharing.mps: READY=1 with a STATUS saying so, t
   }
 });
 
-test('mps-control-daemon: sharing.mps with sharing.timeSlicing is a configuration error (exit 2) naming both', async () => {
+test('mps-control-daemon: sharing.mps with sharing.timeSlicing, or without --mps-root, is a configuration error (exit 2) naming what to change', async () => {
   const r = start(`${config(2, [0])}  timeSlicing:\n    resources:\n    - name: ${RESOURCE}\n      replicas: 2\n`);
   try {
     assert.deepEqual(await r.proc.exited, { code: 2, signal: null });
-    assert.match(r.proc.lines.join('\n'), /sharing\.mps and sharing\.timeSlicing exclude each other/);
+    assert.match(r.proc.lines.join('\n'), /sharing\.mps: MPS and time-slicing exclude each other; keep sharing\.mps or sharing\.timeSlicing, not both/);
   } finally {
     await r.cleanup();
+  }
+  const noRoot = start(config(2, [0]), [], false);
+  try {
+    assert.deepEqual(await noRoot.proc.exited, { code: 2, signal: null });
+    assert.match(noRoot.proc.lines.join('\n'), /using MPS requires --mps-root/);
+    assert.equal(existsSync(noRoot.root), false);
+  } finally {
+    await noRoot.cleanup();
   }
 });
 

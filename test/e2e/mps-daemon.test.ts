@@ -123,6 +123,10 @@ test('mps-control-daemon: layout 0755, EXCLUSIVE_PROCESS, limits, .started/.read
     assert.deepEqual(GPUS.map((u) => modes[u]), [3, 3, 0, 0, 0, 0, 0, 0], 'EXCLUSIVE_PROCESS on the two MPS GPUs only');
     const shm = join(r.root, 'shm');
     assert.deepEqual(mountsUnder(r.dir), [shm]);
+    // The control daemon runs in a mount namespace of its own whose /dev/shm is <root>/shm (its clients').
+    const shmDev = spawnSync('nsenter', ['-t', String(state.pid), '-m', 'stat', '-c', '%d', '/dev/shm'], { encoding: 'utf8' });
+    assert.equal(shmDev.stdout.trim(), String(statSync(shm).dev), shmDev.stderr);
+    assert.notEqual(statSync('/dev/shm').dev, statSync(shm).dev);
     const memTotal = Number(/^MemTotal:\s+(\d+)/m.exec(readFileSync('/proc/meminfo', 'utf8'))?.[1]);
     assert.match(await r.proc.waitForLine(/mounted the MPS shm tmpfs/), new RegExp(`size=${Math.floor(memTotal / 2)}k`));
 

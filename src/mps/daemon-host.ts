@@ -127,8 +127,8 @@ export class RealMpsHost implements MpsHost {
     await run('umount', [dir]);
   }
 
-  async command(paths: MpsPaths, command: string): Promise<string> {
-    return mpsCommand(this.o.program, paths, command, { timeoutMs: this.o.commandTimeoutMs ?? 5000 });
+  async command(paths: MpsPaths, command: string, timeoutMs?: number): Promise<string> {
+    return mpsCommand(this.o.program, paths, command, { timeoutMs: timeoutMs ?? this.o.commandTimeoutMs ?? 5000 });
   }
 
   startControl(plan: MpsDaemonPlan, paths: MpsPaths): Promise<ControlChild> {

@@ -38,8 +38,8 @@ export interface MpsHost {
   unmountShm(dir: string): Promise<void>;
   /** Starts the control daemon in the foreground and returns once it answers its client. */
   startControl(plan: MpsDaemonPlan, paths: MpsPaths): Promise<ControlChild>;
-  /** One command through the control client; its answer. */
-  command(paths: MpsPaths, command: string): Promise<string>;
+  /** One command through the control client; its answer. timeoutMs: the host's default when absent. */
+  command(paths: MpsPaths, command: string, timeoutMs?: number): Promise<string>;
 }
 
 export interface SupervisorOptions {
@@ -55,6 +55,12 @@ export const FIRST_RESTART_MS = 1000;
 export const MAX_RESTART_MS = 30000;
 /** A daemon up this long has its backoff reset. */
 export const STABLE_MS = 60000;
+/**
+ * The stop's bounds, inside the 2 s in which the process ends after SIGTERM (system/signals.ts):
+ * `quit` gets this long to be taken, the daemon as long again to exit, then SIGTERM and a last wait,
+ * so that the compute modes are put back in any case.
+ */
+export const QUIT_MS = 600;
 
 /** The commands that set a plan's default limits (FACTS §10), in order. */
 export function limitCommands(plan: MpsDaemonPlan): string[] {
@@ -255,13 +261,24 @@ export class MpsSupervisor {
       clearTimeout(r.stableTimer);
       const child = r.child;
       if (child !== undefined) {
+        const exitedWithin = async (ms: number): Promise<boolean> => {
+          let timer: NodeJS.Timeout | undefined;
+          const done = await Promise.race([child.exited.then(() => true), new Promise<boolean>((res) => { timer = setTimeout(() => res(false), ms); })]);
+          clearTimeout(timer);
+          return done;
+        };
+        let why = '';
         try {
-          await this.host.command(r.paths, 'quit');
+          await this.host.command(r.paths, 'quit', QUIT_MS);
+          if (!(await exitedWithin(QUIT_MS))) why = `still running ${QUIT_MS} ms after quit (its clients have not finished)`;
         } catch (err) {
-          this.log.warn('the MPS control daemon did not take quit; sending it SIGTERM', { resource: r.plan.resource, error: errorText(err) });
-          child.kill();
+          why = `did not take quit: ${errorText(err)}`;
         }
-        await child.exited;
+        if (why !== '') {
+          this.log.warn(`the MPS control daemon ${why}; sending it SIGTERM`, { resource: r.plan.resource, pid: child.pid });
+          child.kill();
+          if (!(await exitedWithin(QUIT_MS / 2))) problems.push(`the MPS control daemon for ${r.plan.resource} (pid ${child.pid}) has not exited after SIGTERM`);
+        }
       }
       r.state = 'stopped';
       for (const g of r.plan.gpus) {

@@ -2,7 +2,7 @@
 // records what was done to it, with mocked timers for the restart backoff.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { comparePlans, FIRST_RESTART_MS, limitCommands, MpsSupervisor } from '../../src/mps/daemon.ts';
+import { comparePlans, FIRST_RESTART_MS, limitCommands, MpsSupervisor, QUIT_MS } from '../../src/mps/daemon.ts';
 import type { ControlChild, ControlExit, MpsHost } from '../../src/mps/daemon.ts';
 import type { MpsDaemonPlan } from '../../src/core/mps.ts';
 import { createLogger } from '../../src/system/log.ts';
@@ -223,4 +223,20 @@ test('isMountPoint: the mount point field of mountinfo, with its octal escapes',
   assert.equal(isMountPoint(info, '/run/nvidia/mps/shm'), true);
   assert.equal(isMountPoint(info, '/run/nvidia/mps'), false);
   assert.equal(isMountPoint(info, '/tmp/a b/shm'), true);
+});
+
+test('stop: a daemon that takes quit but does not exit (clients still running) gets SIGTERM after QUIT_MS, and the compute modes still go back', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] });
+  const { host, sup, lines } = setup();
+  await sup.start([plan('nvidia.com/gpu', 2, ['GPU-a'])]);
+  host.command = async () => '';
+  const stopping = sup.stop();
+  await drain();
+  assert.equal(host.children[0]?.killed, false, 'not before QUIT_MS');
+  t.mock.timers.tick(QUIT_MS);
+  await drain();
+  assert.equal(host.children[0]?.killed, true);
+  await stopping;
+  assert.match(lines.find((l) => / WARN /.test(l)) ?? '', /still running 600 ms after quit \(its clients have not finished\); sending it SIGTERM/);
+  assert.ok(host.actions.includes('mode GPU-a default'));
 });

@@ -161,6 +161,8 @@ export class MpsSupervisor {
       void child.exited.then((exit) => this.exited(r, child, exit));
       if (this.stopping) return;
       for (const c of limitCommands(plan)) await this.host.command(paths, c);
+      // Its exit while the limits were set is this start's failure (exited() left it to the catch below).
+      if (r.child !== child) throw new Error('its control daemon exited while its limits were being set');
       await this.host.writeFile(paths.startedFile, `${child.pid}\n`);
       r.state = 'up';
       r.problem = '';
@@ -197,13 +199,12 @@ export class MpsSupervisor {
     r.child = undefined;
     const how = exit.signal !== null ? `was killed by ${exit.signal}` : `exited with status ${exit.code}`;
     r.problem = `its control daemon ${how}`;
-    const wasStarting = r.state === 'starting';
+    // During its start the failure is startOne's to report and retry (its next step fails).
+    if (r.state === 'starting') return;
     this.log.error(`MPS control daemon ${how}; every client's CUDA context went with it (clients must restart); starting it again`, {
       resource: r.plan.resource, pid: child.pid, retryInMs: r.backoffMs,
     });
     void this.host.remove(r.paths.startedFile).catch((err: unknown) => this.log.warn('cannot remove .started', { file: r.paths.startedFile, error: errorText(err) }));
-    // A failure during the start is handled by startOne's catch (its command fails).
-    if (wasStarting) return;
     this.retry(r);
     void this.settle();
   }

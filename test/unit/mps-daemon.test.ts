@@ -240,3 +240,26 @@ test('stop: a daemon that takes quit but does not exit (clients still running) g
   assert.match(lines.find((l) => / WARN /.test(l)) ?? '', /still running 600 ms after quit \(its clients have not finished\); sending it SIGTERM/);
   assert.ok(host.actions.includes('mode GPU-a default'));
 });
+
+test('a control daemon that exits while its limits are set is a failed start: retried, never marked up', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] });
+  const { host, sup, status, lines } = setup();
+  const command = host.command.bind(host);
+  let dieOnce = true;
+  host.command = async (paths, c) => {
+    if (dieOnce && c.startsWith('set_default_active_thread_percentage')) {
+      dieOnce = false;
+      host.children[0]?.end({ code: 1, signal: null });
+      await drain();
+    }
+    return command(paths, c);
+  };
+  await sup.start([plan('nvidia.com/gpu', 2, ['GPU-a'])]);
+  assert.equal(host.files.has(`${ROOT}/nvidia.com/gpu/.started`), false);
+  assert.match(status[0]?.line ?? '', /0 of 1 MPS control daemons up; nvidia\.com\/gpu down \(its control daemon exited while its limits were being set\)/);
+  assert.equal(lines.filter((l) => l.split(' ')[1] === 'ERROR').length, 1, 'one line for one failure');
+  t.mock.timers.tick(FIRST_RESTART_MS);
+  await drain();
+  assert.equal(host.files.get(`${ROOT}/nvidia.com/gpu/.started`), '102\n');
+  await sup.stop();
+});

@@ -28,6 +28,8 @@ export const ROOT = join(import.meta.dirname, '..');
 export const PACKAGE = 'gpu-device-plugin';
 export const BINARY_PATH = '/usr/bin/gpu-device-plugin';
 export const UNIT_PATH = '/usr/lib/systemd/system/gpu-device-plugin.service';
+/** The MPS control daemons' unit (never restarted by an upgrade: see the unit and the scripts). */
+export const MPS_UNIT_PATH = '/usr/lib/systemd/system/gpu-device-plugin-mps.service';
 export const MAN_PATH = '/usr/share/man/man8/gpu-device-plugin.8.gz';
 export const ENV_FILE = { deb: '/etc/default/gpu-device-plugin', rpm: '/etc/sysconfig/gpu-device-plugin' } as const;
 export const RPM_RELEASE = '1';
@@ -282,6 +284,7 @@ function gzip9n(text: string | Buffer): Buffer {
 function stageCommon(t: Tree, r: Resolved, envFile: string): void {
   t.copy(BINARY_PATH, r.executable, 0o755);
   t.copy(UNIT_PATH, join(ROOT, 'systemd', 'gpu-device-plugin.service'), 0o644);
+  t.copy(MPS_UNIT_PATH, join(ROOT, 'systemd', 'gpu-device-plugin-mps.service'), 0o644);
   t.file(envFile, environmentFile(envFile), 0o644);
   const man = manPage({ version: r.version, date: new Date(r.epoch * 1000), environmentFiles: [ENV_FILE.deb, ENV_FILE.rpm] });
   t.file(MAN_PATH, gzip9n(man), 0o644);

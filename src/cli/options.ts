@@ -580,6 +580,7 @@ export function helpText(version: string): string {
     'Usage: gpu-device-plugin [options]                the daemon',
     '       gpu-device-plugin info [--json] [options]  what the plugin sees of this node (info --help)',
     '       gpu-device-plugin check [options]          preflight checks of the options, NVML, kubelet (check --help)',
+    '       gpu-device-plugin mps-control-daemon [options] the MPS control daemons (mps-control-daemon --help)',
     '       gpu-device-plugin --version | --help',
     '',
     'Exit status: 0 a clean stop; 1 the plugin could not start (or stop) cleanly; 2 a configuration error',

@@ -22,7 +22,7 @@ import { PACKAGE_ARCH } from '../../build/runtime.ts';
 import type { Arch } from '../../build/runtime.ts';
 import { PACKAGE_SETTINGS, environmentFile } from '../../build/docs.ts';
 import {
-  BINARY_PATH, DOC_DIR, DRA_DOCS, DRA_DROPIN, ENV_FILE, EXAMPLE_CONFIG, MAN_PATH, MAX_PACKAGE_BYTES, PACKAGE, README, UNIT_PATH,
+  BINARY_PATH, DOC_DIR, DRA_DOCS, DRA_DROPIN, ENV_FILE, EXAMPLE_CONFIG, MAN_PATH, MAX_PACKAGE_BYTES, MPS_UNIT_PATH, PACKAGE, README, UNIT_PATH,
   buildDeb, buildRpm, debFileName, packageVersion, projectVersion, rpmFileName, sourceDateEpoch,
 } from '../../build/package.ts';
 import { OPTION_SPECS } from '../../src/cli/options.ts';
@@ -33,6 +33,7 @@ const ROOT = join(import.meta.dirname, '..', '..');
 const VERSION = projectVersion();
 const OLD_VERSION = '0.0.1';
 const UNIT = 'gpu-device-plugin.service';
+const MPS_UNIT = 'gpu-device-plugin-mps.service';
 const TOOLS = ['dpkg', 'dpkg-deb', 'dpkg-shlibdeps', 'rpm', 'rpmbuild', 'lintian', 'man', 'systemd-analyze', 'gzip', 'setpriv'];
 const PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
@@ -230,12 +231,17 @@ function dpkgLifecycle(p: Packages): void {
   const envFile = join(c.root, ENV_FILE.deb);
   const at = (p: string): string => join(c.root, p);
   const svc = (cmd: string): string => `${cmd} ${UNIT}`;
+  const mps = (cmd: string): string => `${cmd} ${MPS_UNIT}`;
+  // The MPS unit: unmasked and known to deb-systemd-helper; never started, restarted or
+  // try-restarted by the scripts (the plugin's Wants= starts it; an upgrade must not restart it).
+  const mpsConfigure = [mps('deb-systemd-helper unmask'), mps('deb-systemd-helper update-state')];
 
   // First installation (of an older build): enabled and started.
   dpkg('-i', oldDeb);
   assert.equal(status(), `ii ${OLD_VERSION}`);
   assert.deepEqual(c.calls(), [
     svc('deb-systemd-helper unmask'),
+    ...mpsConfigure,
     svc('deb-systemd-helper --quiet was-enabled'),
     svc('deb-systemd-helper enable'),
     'systemctl --system daemon-reload',
@@ -249,16 +255,20 @@ function dpkgLifecycle(p: Packages): void {
   writeFileSync(at('/var/lib/gpu-device-plugin/gpu-device-plugin-x/koffi.node'), '');
 
   // Upgrade: no stop before unpacking, then try-restart (only a running service is restarted).
+  // The MPS unit is neither stopped nor restarted: its clients' CUDA contexts would die with it.
   c.clear();
   dpkg('-i', deb);
   assert.equal(status(), `ii ${packageVersion(VERSION)}`);
   assert.deepEqual(c.calls(), [
     svc('deb-systemd-helper unmask'),
+    ...mpsConfigure,
     svc('deb-systemd-helper --quiet was-enabled'),
     svc('deb-systemd-helper enable'),
     'systemctl --system daemon-reload',
     svc('deb-systemd-invoke try-restart'),
   ]);
+  assert.deepEqual(c.calls().filter((call) => call.endsWith(MPS_UNIT) && /invoke|systemctl/.test(call)), [], 'nothing stops or restarts the MPS unit on upgrade');
+  assert.equal(mode(at(MPS_UNIT_PATH)), '0644');
   assert.equal(readFileSync(envFile, 'utf8'), edited, 'the edited environment file is kept');
   for (const leftover of ['.dpkg-dist', '.dpkg-new', '.dpkg-old']) assert.ok(!existsSync(envFile + leftover), leftover);
   assert.equal(sha256(at(BINARY_PATH)), exeSha);
@@ -279,11 +289,14 @@ function dpkgLifecycle(p: Packages): void {
   assert.equal(status(), `rc ${packageVersion(VERSION)}`);
   assert.deepEqual(c.calls(), [
     svc('deb-systemd-invoke stop'),
+    mps('deb-systemd-invoke stop'),
     'systemctl --system daemon-reload',
     svc('deb-systemd-helper mask'),
+    mps('deb-systemd-helper mask'),
   ]);
   assert.ok(!existsSync(at(BINARY_PATH)));
   assert.ok(!existsSync(at(UNIT_PATH)));
+  assert.ok(!existsSync(at(MPS_UNIT_PATH)));
   assert.ok(!existsSync(at(README.deb)), 'removal removes the documentation');
   assert.equal(readFileSync(envFile, 'utf8'), edited, 'removal keeps the configuration');
 
@@ -292,6 +305,7 @@ function dpkgLifecycle(p: Packages): void {
   dpkg('-i', deb);
   assert.deepEqual(c.calls(), [
     svc('deb-systemd-helper unmask'),
+    ...mpsConfigure,
     svc('deb-systemd-helper --quiet was-enabled'),
     svc('deb-systemd-helper enable'),
     'systemctl --system daemon-reload',
@@ -301,7 +315,7 @@ function dpkgLifecycle(p: Packages): void {
   assert.ok(!existsSync(at('/var/lib/gpu-device-plugin/package-removed')));
   c.clear();
   dpkg('-r', PACKAGE);
-  assert.deepEqual(c.calls(), [svc('deb-systemd-invoke stop'), 'systemctl --system daemon-reload', svc('deb-systemd-helper mask')]);
+  assert.deepEqual(c.calls(), [svc('deb-systemd-invoke stop'), mps('deb-systemd-invoke stop'), 'systemctl --system daemon-reload', svc('deb-systemd-helper mask'), mps('deb-systemd-helper mask')]);
 
   // Purge: enablement forgotten, configuration and state gone.
   c.clear();
@@ -309,6 +323,8 @@ function dpkgLifecycle(p: Packages): void {
   assert.deepEqual(c.calls(), [
     svc('deb-systemd-helper purge'),
     svc('deb-systemd-helper unmask'),
+    mps('deb-systemd-helper purge'),
+    mps('deb-systemd-helper unmask'),
   ]);
   assert.ok(!existsSync(envFile), 'purge removes the environment file');
   assert.ok(!existsSync(at('/var/lib/gpu-device-plugin')), 'purge removes the state directory');
@@ -341,6 +357,7 @@ function rpmLifecycle(p: Packages): void {
   c.clear();
   rpmIn('-U', '--force-debian', '--nodeps', ...foreign, rpm);
   assert.equal(rpmIn('-q', '--qf', '%{VERSION}', PACKAGE), packageVersion(VERSION));
+  // Only the plugin is try-restarted: the MPS unit is left running on the old executable.
   assert.deepEqual(c.calls(), ['systemctl daemon-reload', svc('systemctl try-restart')]);
   assert.equal(readFileSync(envFile, 'utf8'), edited, 'the edited environment file is kept');
   assert.ok(!existsSync(`${envFile}.rpmnew`));
@@ -352,7 +369,7 @@ function rpmLifecycle(p: Packages): void {
 
   c.clear();
   rpmIn('-e', '--force-debian', '--nodeps', PACKAGE);
-  assert.deepEqual(c.calls(), [svc('systemctl --no-reload disable --now'), 'systemctl daemon-reload']);
+  assert.deepEqual(c.calls(), [svc('systemctl --no-reload disable --now'), `systemctl --no-reload disable --now ${MPS_UNIT}`, 'systemctl daemon-reload']);
   assert.ok(!existsSync(join(c.root, BINARY_PATH)));
   assert.ok(!existsSync(join(c.root, DOC_DIR)), 'erase removes the documentation');
   assert.equal(readFileSync(`${envFile}.rpmsave`, 'utf8'), edited, 'erase keeps the edited configuration as .rpmsave');
@@ -384,6 +401,7 @@ describe('the .deb', () => {
     const expect: Record<string, string> = {
       [BINARY_PATH]: '-rwxr-xr-x',
       [UNIT_PATH]: '-rw-r--r--',
+      [MPS_UNIT_PATH]: '-rw-r--r--',
       [ENV_FILE.deb]: '-rw-r--r--',
       [MAN_PATH]: '-rw-r--r--',
       [`/usr/share/doc/${PACKAGE}/copyright`]: '-rw-r--r--',
@@ -482,6 +500,7 @@ describe('the .rpm', () => {
       [BINARY_PATH]: '-rwxr-xr-x root/root',
       '/usr/lib/systemd/system-preset/80-gpu-device-plugin.preset': '-rw-r--r-- root/root',
       [UNIT_PATH]: '-rw-r--r-- root/root',
+      [MPS_UNIT_PATH]: '-rw-r--r-- root/root',
       [`/usr/share/licenses/${PACKAGE}`]: 'drwxr-xr-x root/root',
       [`/usr/share/licenses/${PACKAGE}/copyright`]: '-rw-r--r-- root/root',
       [MAN_PATH]: '-rw-r--r-- root/root',
@@ -520,6 +539,9 @@ describe('the .rpm', () => {
     assert.match(s, /postinstall scriptlet[\s\S]*systemctl --no-reload preset gpu-device-plugin\.service[\s\S]*systemctl start gpu-device-plugin\.service/);
     assert.match(s, /preuninstall scriptlet[\s\S]*systemctl --no-reload disable --now gpu-device-plugin\.service/);
     assert.match(s, /postuninstall scriptlet[\s\S]*systemctl try-restart gpu-device-plugin\.service/);
+    assert.match(s, /preuninstall scriptlet[\s\S]*systemctl --no-reload disable --now gpu-device-plugin-mps\.service/);
+    // The MPS unit is never (try-)restarted: only a comment names it in the upgrade branch.
+    assert.doesNotMatch(s.replace(/^\s*#.*$/gm, ''), /(restart|start)\s+gpu-device-plugin-mps/);
   });
 
   test('rpm: install, upgrade keeping the operator\'s edits (executable not stripped), erase', () => {
@@ -584,7 +606,8 @@ describe('the systemd unit', () => {
     assert.deepEqual(values('WatchdogSec'), ['30s']);
     assert.deepEqual(values('Restart'), ['always']);
     assert.deepEqual(values('ExecReload'), [`/bin/sh -c 'kill -HUP "$MAINPID"'`]);
-    assert.deepEqual(values('After'), ['kubelet.service nvidia-persistenced.service nvidia-fabricmanager.service']);
+    assert.deepEqual(values('After'), ['kubelet.service nvidia-persistenced.service nvidia-fabricmanager.service gpu-device-plugin-mps.service']);
+    assert.deepEqual(values('Wants'), [MPS_UNIT]);
     assert.deepEqual([...values('Requires'), ...values('BindsTo'), ...values('Requisite')], []);
     assert.deepEqual(values('EnvironmentFile'), [`-${ENV_FILE.deb}`, `-${ENV_FILE.rpm}`]);
     assert.deepEqual(values('RuntimeDirectory'), ['gpu-device-plugin']);
@@ -599,6 +622,51 @@ describe('the systemd unit', () => {
     assert.deepEqual(values('CapabilityBoundingSet'), ['']);
     assert.deepEqual(values('ProtectSystem'), ['strict']);
     assert.deepEqual(values('ReadWritePaths'), ['-/var/lib/kubelet/device-plugins']);
+  });
+});
+
+describe('the MPS control daemons\' unit', () => {
+  const unitText = (): string => readFileSync(join(extracted, MPS_UNIT_PATH), 'utf8');
+  const values = (key: string): string[] => [...unitText().matchAll(new RegExp(`^${key}=(.*)$`, 'gm'))].map((m) => m[1] ?? '');
+
+  test('systemd-analyze verify prints nothing for it beside the plugin\'s unit', () => {
+    const dir = join(work, 'verify-mps');
+    mkdirSync(dir);
+    const exeAt = join(extracted, BINARY_PATH);
+    assert.match(unitText(), /^ExecStart=\/usr\/bin\/gpu-device-plugin mps-control-daemon$/m);
+    writeFileSync(join(dir, MPS_UNIT), unitText().replace(/^ExecStart=\/usr\/bin\/gpu-device-plugin /m, `ExecStart=${exeAt} `));
+    writeFileSync(join(dir, UNIT), readFileSync(join(extracted, UNIT_PATH), 'utf8').replace(/^ExecStart=\/usr\/bin\/gpu-device-plugin$/m, `ExecStart=${exeAt}`));
+    const r = spawnSync('systemd-analyze', ['verify', join(dir, MPS_UNIT), join(dir, UNIT)], { encoding: 'utf8', env: { PATH, LC_ALL: 'C.UTF-8', MANPATH: join(extracted, 'usr', 'share', 'man'), SYSTEMD_LOG_COLOR: '0' } });
+    assert.equal(r.stdout + r.stderr, '');
+    assert.equal(r.status, 0);
+  });
+
+  test('systemd-analyze security: exposure at most 4.5 (no mount namespace: the shm tmpfs must reach the host)', () => {
+    const r = spawnSync('systemd-analyze', ['security', '--offline=yes', '--threshold=50', '--no-pager', join(extracted, MPS_UNIT_PATH)], { encoding: 'utf8', env: { PATH, LC_ALL: 'C.UTF-8', SYSTEMD_COLORS: '0' } });
+    const m = /Overall exposure level for \S+: (\d+\.\d)/.exec(r.stdout);
+    assert.ok(m?.[1], r.stdout + r.stderr);
+    assert.ok(Number(m[1]) <= 4.5, `exposure ${m[1]}`);
+  });
+
+  test('notify, ordered before the plugin, reloaded with it, its own directories, the capabilities MPS needs and nothing mounting a namespace', () => {
+    assert.deepEqual(values('Type'), ['notify']);
+    assert.deepEqual(values('Before'), [UNIT]);
+    assert.deepEqual(values('After'), ['nvidia-persistenced.service']);
+    assert.deepEqual(values('ReloadPropagatedFrom'), [UNIT]);
+    assert.deepEqual(values('ExecReload'), [`/bin/sh -c 'kill -HUP "$MAINPID"'`]);
+    assert.deepEqual(values('KillMode'), ['mixed'], 'SIGTERM to the program only, so it can tell the control daemons to quit');
+    assert.deepEqual(values('EnvironmentFile'), [`-${ENV_FILE.deb}`, `-${ENV_FILE.rpm}`]);
+    assert.deepEqual(values('RuntimeDirectory'), ['gpu-device-plugin-mps']);
+    assert.deepEqual(values('StateDirectory'), ['gpu-device-plugin-mps']);
+    assert.deepEqual(values('CapabilityBoundingSet'), ['CAP_SYS_ADMIN CAP_SETUID CAP_SETGID CAP_CHOWN CAP_FOWNER CAP_KILL']);
+    assert.deepEqual(values('DeviceAllow'), ['char-nvidia* rw']);
+    assert.deepEqual(values('RestrictNamespaces'), ['mnt']);
+    for (const key of ['ProtectSystem', 'ReadWritePaths', 'ProtectHome', 'PrivateTmp', 'PrivateDevices', 'ProtectKernelTunables', 'ProtectControlGroups', 'MountFlags']) {
+      assert.deepEqual(values(key), [], `${key} would give it a mount namespace whose shm mount never reaches the host`);
+    }
+    // Never restarted by an upgrade, and no [Install]: the plugin's Wants= starts it.
+    assert.doesNotMatch(unitText(), /^\[Install\]/m);
+    assert.match(unitText(), /NEVER RESTARTED BY A PACKAGE UPGRADE/);
   });
 });
 

@@ -13,7 +13,7 @@ import { reloadConfig, runningConfig } from './manager/config.ts';
 import type { RunningConfig } from './manager/config.ts';
 import { LiveNode } from './manager/live-node.ts';
 import { ResourceManager } from './manager/manager.ts';
-import { MpsDaemonWatch, controlClientAsk } from './mps/daemon-watch.ts';
+import { MpsDaemonWatch, controlClientAsk } from './mps/health-watch.ts';
 import { NvmlSessions } from './nvml/node-reader.ts';
 import { Scanner } from './nvml/scanner.ts';
 import { Observer } from './observe/observer.ts';

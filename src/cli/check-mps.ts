@@ -10,7 +10,7 @@ import { dirname } from 'node:path';
 import { mpsPaths, planMpsDaemons } from '../core/mps.ts';
 import type { PlannedResource } from '../core/sharing.ts';
 import { findMpsControl, MpsControlError, mpsCommand } from '../mps/control-client.ts';
-import { ASK_TIMEOUT_MS, HEALTH_COMMAND } from '../mps/daemon-watch.ts';
+import { ASK_TIMEOUT_MS, HEALTH_COMMAND } from '../mps/health-watch.ts';
 import { errorText } from '../system/log.ts';
 import type { CheckLine } from './check.ts';
 import type { NodeReport } from './inspect.ts';

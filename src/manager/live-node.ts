@@ -133,7 +133,7 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
   }
 
   /**
-   * What the MPS daemon watch (mps/daemon-watch.ts) heard from a resource's control daemon: it
+   * What the MPS daemon watch (mps/health-watch.ts) heard from a resource's control daemon: it
    * answers, or it does not (and why). A change of answering makes a new snapshot (its devices go
    * Unhealthy, or back to their GPU's health) and one log line; a report for a resource that is not
    * an MPS resource of the snapshot in force (the config changed meanwhile) is dropped.

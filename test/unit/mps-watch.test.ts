@@ -1,4 +1,4 @@
-// The MPS daemon watch (src/mps/daemon-watch.ts) in-process, on node:test's mocked timers, with a fake
+// The MPS daemon watch (src/mps/health-watch.ts) in-process, on node:test's mocked timers, with a fake
 // client function: one question in flight per daemon (a hung daemon piles nothing up), a question
 // every interval after the last one settled, transitions reported once with the client's reason,
 // and the watch following the snapshots (a resource added or removed, a new root); and the core
@@ -15,8 +15,8 @@ import { LiveNode } from '../../src/manager/live-node.ts';
 import { parseHealthSettings } from '../../src/core/health.ts';
 import { MpsControlError } from '../../src/mps/control-client.ts';
 import type { MpsDaemonDirs } from '../../src/mps/control-client.ts';
-import { ASK_INTERVAL_MS, ASK_TIMEOUT_MS, HEALTH_COMMAND, MpsDaemonWatch } from '../../src/mps/daemon-watch.ts';
-import type { MpsDaemonReport } from '../../src/mps/daemon-watch.ts';
+import { ASK_INTERVAL_MS, ASK_TIMEOUT_MS, HEALTH_COMMAND, MpsDaemonWatch } from '../../src/mps/health-watch.ts';
+import type { MpsDaemonReport } from '../../src/mps/health-watch.ts';
 import { createLogger } from '../../src/system/log.ts';
 import { mpsStatus, NodeStatus } from '../../src/system/service-status.ts';
 import { parseStateDocument, stateDocument } from '../../src/core/daemon-state.ts';

@@ -7,7 +7,7 @@
 //      strategy the GPUs' layout does not allow); nothing is retried
 //   3  another gpu-device-plugin already serves the socket directory (the line names its PID)
 import { AlreadyRunningError } from '../system/instance-lock.ts';
-import { errorText } from '../system/log.ts';
+import { errorText, exitProcess } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 import { notifyBeforeExit } from '../system/service-status.ts';
 import { MigStrategyError } from '../core/mig.ts';
@@ -36,14 +36,14 @@ export function cannotStart(err: unknown, log: Logger, service?: { failed(err: u
   log.error('cannot start', { error: errorText(err) });
   const code = exitCodeFor(err);
   service?.failed(err, code === EXIT_CONFIG ? 'configuration error' : 'cannot start');
-  return process.exit(code);
+  return exitProcess(code);
 }
 
 /** Another plugin holds the socket directory: one line naming it, to the log and to systemd, and exit 3. */
 export function refuseSecondInstance(err: AlreadyRunningError, log: Logger): never {
   log.error(err.message);
   notifyBeforeExit(`STATUS=${err.message}`);
-  return process.exit(EXIT_ALREADY_RUNNING);
+  return exitProcess(EXIT_ALREADY_RUNNING);
 }
 
 /** Options that cannot be parsed: said on stderr (there is no logger yet) and to systemd, exit 2. */

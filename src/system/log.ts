@@ -1,6 +1,7 @@
 // One line per event on stderr: level, message, then key=value context.
 // Under journald (JOURNAL_STREAM set) each line starts with a syslog priority prefix so
 // `journalctl -p` filters work, and the timestamp is left to the journal.
+import { writeSync } from 'node:fs';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
 export const LOG_LEVELS: readonly LogLevel[] = ['debug', 'info', 'warn', 'error'];
@@ -70,8 +71,41 @@ export function stderrLogger(level: LogLevel): Logger {
   return createLogger({
     level,
     journal: process.env['JOURNAL_STREAM'] !== undefined,
-    write: (line) => process.stderr.write(line),
+    write: (line) => {
+      lastLine = line;
+      process.stderr.write(line);
+    },
   });
+}
+
+/** The last line stderrLogger wrote: what exitProcess makes sure reaches the descriptor. */
+let lastLine = '';
+
+/**
+ * Ends the process with `code`. On Linux, stderr to journald is a socket written without blocking:
+ * while journald does not read, lines queue inside the process, and process.exit drops the queue —
+ * with it the last line, which says why the process ends (measured: 3000 unread lines, the last one
+ * lost). So when stderr has a queue, that last line is written again straight to the descriptor,
+ * retrying a full socket for at most 1 s (the process is ending: blocking is harmless now). Lines
+ * queued before it may still be lost; the one that matters is not.
+ */
+export function exitProcess(code: number): never {
+  if (process.stderr.writableLength > 0 && lastLine !== '') writeRetrying(2, lastLine, 1000);
+  return process.exit(code);
+}
+
+function writeRetrying(fd: number, text: string, limitMs: number): void {
+  let rest = Buffer.from(text);
+  const end = performance.now() + limitMs;
+  const pause = new Int32Array(new SharedArrayBuffer(4));
+  while (rest.length > 0) {
+    try {
+      rest = rest.subarray(writeSync(fd, rest));
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EAGAIN' || performance.now() > end) return;
+      Atomics.wait(pause, 0, 0, 5);
+    }
+  }
 }
 
 /** Text of an unknown thrown value, with its cause chain. */

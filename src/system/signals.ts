@@ -9,7 +9,7 @@
 // which report a broken process (it dumps core and systemd restarts it); those ignored by default
 // (SIGCHLD, SIGURG, SIGWINCH, SIGCONT; SIGPIPE, which Node ignores); and the realtime signals, which
 // Node cannot listen to (ignoreRealtimeSignals sets them to SIG_IGN, without a log line).
-import { errorText } from './log.ts';
+import { errorText, exitProcess } from './log.ts';
 import type { Logger } from './log.ts';
 import type { Koffi } from './native.ts';
 
@@ -63,10 +63,10 @@ export class Signals {
     if (this.stopping) return;
     this.stopping = true;
     this.log.info('stopping', { signal });
-    setTimeout(() => { this.log.error('stop took too long; exiting'); process.exit(1); }, STOP_LIMIT_MS).unref();
+    setTimeout(() => { this.log.error('stop took too long; exiting'); exitProcess(1); }, STOP_LIMIT_MS).unref();
     void (this.daemon?.stop() ?? Promise.resolve()).then(
-      () => { this.log.info('stopped'); process.exit(0); },
-      (err: unknown) => { this.log.error('error while stopping', { error: errorText(err) }); process.exit(1); },
+      () => { this.log.info('stopped'); exitProcess(0); },
+      (err: unknown) => { this.log.error('error while stopping', { error: errorText(err) }); exitProcess(1); },
     );
   }
 

@@ -93,7 +93,7 @@ async function startDraNode(o: DraNodeOptions = {}): Promise<DraNode> {
         if (o.apiDown === true) await api.down();
         args.push('--kubelet-api=dra', `--kubeconfig=${paths.kubeconfigPath}`, `--node-name=${NODE}`,
           `--kubelet-plugins-registry=${paths.registry}`, `--kubelet-plugins-dir=${paths.plugins}`, ...(o.args ?? []));
-        env['GPU_DEVICE_PLUGIN_CDI_SPEC_DIRS'] = paths.cdi;
+        env['CDI_SPEC_DIRS'] = paths.cdi;
       },
     });
   } catch (err) {

@@ -15,6 +15,7 @@ import type { Claim, DeviceHealth } from '../../src/api/dra.ts';
 import { HealthStatus } from '../../src/api/dra.ts';
 import { ApiServerStandIn } from '../support/apiserver.ts';
 import type { JsonObject, TokenGrant } from '../support/apiserver.ts';
+import { NotifySocket } from '../support/notify-socket.ts';
 import { PluginWatcherStandIn } from '../support/plugin-watcher.ts';
 import { PluginProcess, SimNode, executable, monotonicMs } from '../support/sim.ts';
 
@@ -63,6 +64,8 @@ interface DraNodeOptions {
   /** Wait for the first registration (default true). */
   waitRegistered?: boolean;
   cdiNames?: readonly string[];
+  /** More environment for the plugin. */
+  env?: Readonly<Record<string, string>>;
 }
 
 async function startDraNode(o: DraNodeOptions = {}): Promise<DraNode> {
@@ -94,6 +97,7 @@ async function startDraNode(o: DraNodeOptions = {}): Promise<DraNode> {
         args.push('--kubelet-api=dra', `--kubeconfig=${paths.kubeconfigPath}`, `--node-name=${NODE}`,
           `--kubelet-plugins-registry=${paths.registry}`, `--kubelet-plugins-dir=${paths.plugins}`, ...(o.args ?? []));
         env['CDI_SPEC_DIRS'] = paths.cdi;
+        Object.assign(env, o.env ?? {});
       },
     });
   } catch (err) {
@@ -221,8 +225,9 @@ function unhealthy(devices: readonly DeviceHealth[], name: string): boolean {
 }
 
 describe('DRA mode through the executable', { concurrency: false }, () => {
-  test('registers with the plugin watcher and publishes the 8 GPUs of demo-8 as ResourceSlices', async (t: TestContext) => {
-    const node = await startDraNode();
+  test('registers with the plugin watcher and publishes the 8 GPUs of demo-8 as ResourceSlices; STATUS says so; a second instance is refused', async (t: TestContext) => {
+    const sock = new NotifySocket(`@gdp-dra-${process.pid}`);
+    const node = await startDraNode({ env: { NOTIFY_SOCKET: sock.path } });
     try {
       const reg = node.watcher.registered(DRIVER);
       assert.ok(reg, 'registered');
@@ -246,8 +251,21 @@ describe('DRA mode through the executable', { concurrency: false }, () => {
       assert.deepEqual(((slices[0]!['spec'] as JsonObject)['pool'] as JsonObject)['name'], NODE);
       await node.sim.plugin.waitForLine(/DRA: ResourceSlices published/);
       assert.match(await node.sim.plugin.waitForLine(/registered with the kubelet/), /driver=gpu\.nvidia\.com/);
+      // systemd hears it: READY=1 with the registration, then the devices published.
+      assert.match(await sock.waitFor(/READY=1/), /STATUS=registered with the kubelet \(DRA, driver gpu\.nvidia\.com\); (no devices published yet|8 devices published); 8 of 8 GPUs healthy/);
+      await sock.waitFor(/^STATUS=registered with the kubelet \(DRA, driver gpu\.nvidia\.com\); 8 devices published; 8 of 8 GPUs healthy$/);
+      // One instance per node: a second one on the same directories is refused (exit 3), naming the first.
+      const { args, env } = launchOf(node.sim.plugin);
+      delete env['NOTIFY_SOCKET'];
+      const second = new PluginProcess(executable(), args, env);
+      const exit = await second.exited;
+      assert.equal(exit.code, 3, second.lines.join('\n'));
+      assert.match(second.lines.join('\n'), new RegExp(`another gpu-device-plugin \\(PID ${node.sim.plugin.pid}\\) already serves the socket directory ${node.plugins}/gpu\\.nvidia\\.com; .*another --dra-driver-name or --kubelet-plugins-dir`));
+      assert.ok(node.watcher.registered(DRIVER), 'the first one stays registered');
+      assert.equal(node.watcher.registrations.length, 1, 'and was not replaced');
     } finally {
       await node.stop();
+      sock.close();
     }
   });
 
@@ -338,19 +356,24 @@ describe('DRA mode through the executable', { concurrency: false }, () => {
   });
 
   test('an API server down at start: one WARN, registered anyway, slices published once it answers', async (t: TestContext) => {
-    const node = await startDraNode({ apiDown: true });
+    const sock = new NotifySocket(`@gdp-dra-down-${process.pid}`);
+    const node = await startDraNode({ apiDown: true, env: { NOTIFY_SOCKET: sock.path } });
     try {
       assert.ok(node.watcher.registered(DRIVER));
       await node.sim.plugin.waitForLine(/WARN DRA: the API server does not answer at start; starting anyway/);
+      await node.sim.plugin.waitForLine(/registered with the kubelet/);
       assert.equal(slicesOf(node.api).length, 0);
+      await sock.waitFor(/STATUS=registered with the kubelet \(DRA, driver gpu\.nvidia\.com\); no devices published yet \(the API server does not answer\); 8 of 8 GPUs healthy/);
       const t0 = performance.now();
       await node.api.up();
       await waitForSlices(node.api, (d) => d.length === 8, 'once the API server is up', 60_000);
       t.diagnostic(`API server up → slices published: ${(performance.now() - t0).toFixed(0)} ms (the publisher's backoff)`);
       await node.sim.plugin.waitForLine(/the API server answers again/);
       assert.equal(node.sim.plugin.matching(/WARN DRA: the API server does not answer;/).length, 1, 'one WARN while it is down, not one per retry');
+      await sock.waitFor(/STATUS=registered with the kubelet \(DRA, driver gpu\.nvidia\.com\); 8 devices published; 8 of 8 GPUs healthy/);
     } finally {
       await node.stop();
+      sock.close();
     }
   });
 

@@ -6,8 +6,10 @@
 // removed, a restart of the plugin keeping its claims, and credentials that may not do the job.
 // Timings are printed as test diagnostics.
 import assert from 'node:assert/strict';
-import { execFile, execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { execFile, execFileSync, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { TestContext } from 'node:test';
@@ -468,6 +470,44 @@ describe('DRA mode through the executable', { concurrency: false }, () => {
       assert.equal(exit.code, 2, node.sim.plugin.lines.join('\n'));
       assert.match(node.sim.plugin.lines.find((l) => /cannot start/.test(l)) ?? '', new RegExp(`--kubeconfig: ${node.kubeconfigPath} has no current-context`));
     } finally {
+      await node.stop();
+    }
+  });
+  test('the driver directory deleted under a systemd-style private mount: one clear line, exit 1 to be restarted', async () => {
+    // As ProtectSystem=strict with the DRA drop-in's ReadWritePaths= (done by hand, as plugin.test.ts
+    // does for the device-plugin directory): in a mount namespace of its own the plugin sees the node's
+    // folder read-only except the two DRA directories, bind-mounted onto themselves. Deleting the
+    // driver's directory outside drops that mount; the plugin cannot serve there again and exits 1.
+    const node = await startDraNode();
+    const outside = mkdtempSync(join(tmpdir(), 'gdp-dra-ns-'));
+    let child: ChildProcess | undefined;
+    try {
+      const { args, env } = launchOf(node.sim.plugin);
+      node.sim.plugin.signal('SIGTERM');
+      assert.equal((await node.sim.plugin.exited).code, 0);
+      const driverDir = join(node.plugins, DRIVER);
+      const regs = node.watcher.registrations.length;
+      child = spawn('unshare', ['--mount', '--propagation', 'private', 'sh', '-c',
+        'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && for d in "$1" "$2"; do mount --bind "$d" "$d" && mount -o remount,bind,rw "$d" || exit 9; done; shift 2; exec "$@"',
+        node.sim.dir, node.registry, driverDir, executable(), ...args], {
+        env: { ...env, PATH: '/usr/bin:/bin', TMPDIR: outside, GPU_DEVICE_PLUGIN_STATE_FILE: join(outside, 'state.json'), FAKE_NVML_CONTROL: join(outside, 'nvml-control') },
+        stdio: ['ignore', 'ignore', 'pipe'],
+      });
+      let log = '';
+      child.stderr?.on('data', (c: Buffer) => { log += c.toString(); });
+      const exited = new Promise<number | null>((resolve) => child?.on('exit', (code) => resolve(code)));
+      await node.watcher.waitForRegistrations(regs + 1, 20_000).catch((err: unknown) => { throw new Error(`${(err as Error).message}\n${log}`); });
+      rmSync(driverDir, { recursive: true, force: true });
+      let timer: NodeJS.Timeout | undefined;
+      const code = await Promise.race([exited, new Promise<'timeout'>((r) => { timer = setTimeout(() => r('timeout'), 20_000); })]);
+      clearTimeout(timer);
+      assert.equal(code, 1, log);
+      const lost = log.split('\n').filter((l) => /lost the socket directory/.test(l));
+      assert.equal(lost.length, 1, log);
+      assert.match(lost[0]!, new RegExp(`ERROR lost the socket directory: the directory was deleted.*its mount in this process's mount namespace went with it; exiting so that systemd restarts the service.*dir=${driverDir}`));
+    } finally {
+      child?.kill('SIGKILL');
+      rmSync(outside, { recursive: true, force: true });
       await node.stop();
     }
   });

@@ -1,4 +1,5 @@
-// The composition root, wiring only, in dependency order: options → observer, resource manager,
+// The composition root, wiring only, in dependency order: options → observer, what serves the
+// kubelet (the resource manager, or in DRA mode src/dra/mode.ts's DRA plugin and slice publisher),
 // systemd status, state file and MPS daemon watch (the consumers, src/manager/consumer.ts) → live
 // node (snapshots, health, the configuration in force: src/manager) → scanner (NVML, src/nvml) → signals. SIGHUP re-reads the
 // config file and looks at the node again, through the same snapshot path; SIGTERM/SIGINT stop in 2 s.
@@ -14,6 +15,9 @@ import type { RunningConfig } from './manager/config.ts';
 import { LiveNode } from './manager/live-node.ts';
 import { ResourceManager } from './manager/manager.ts';
 import { MpsDaemonWatch, controlClientAsk } from './mps/health-watch.ts';
+import type { NodeConsumer, Registrations } from './manager/consumer.ts';
+import { draLockDirectory, startDraMode } from './dra/mode.ts';
+import type { DraMode } from './dra/mode.ts';
 import { NvmlSessions } from './nvml/node-reader.ts';
 import { Scanner } from './nvml/scanner.ts';
 import { Observer } from './observe/observer.ts';
@@ -21,7 +25,7 @@ import { StatePublisher } from './observe/snapshot-state.ts';
 import { StateFile, defaultStateFile } from './observe/state-file.ts';
 import { imexChannelsAtStart } from './system/imex.ts';
 import { processResources } from './system/resources.ts';
-import { carryOnAfterUnexpected, errorText, stderrLogger } from './system/log.ts';
+import { carryOnAfterUnexpected, errorText, exitProcess, stderrLogger } from './system/log.ts';
 import type { Logger } from './system/log.ts';
 import { startIdleCompaction } from './system/memory.ts';
 import { loadKoffi } from './system/native.ts';
@@ -39,18 +43,30 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
   // Node labels for NFD and metrics for node_exporter (src/observe), both off by default.
   const observer = new Observer({ nfdFeaturesFile: opts.nfdFeaturesFile, nfdRemoveOnStop: opts.nfdRemoveOnStop, metricsFile: opts.metricsFile,
     metricsIntervalSeconds: opts.metricsInterval, sysfsRoot, version: VERSION, log });
-  const manager = new ResourceManager({
-    kubeletSocket: opts.kubeletSocket, socketCheckIntervalMs: opts.socketCheckInterval * 1000, log,
-    recorder: (name) => observer.metrics.resource(name),
-    onDirectoryGone: (dir, why) => {
-      log.error(`lost the socket directory: ${why}; exiting so that systemd restarts the service with a fresh view of it`, { dir });
-      service.status(`STATUS=lost the socket directory ${dir}; exiting to be restarted`);
-      process.exit(1);
-    },
-  });
-  const status = new NodeStatus(service, manager);
+  const lostDirectory = (dir: string, why: string): never => {
+    log.error(`lost the socket directory: ${why}; exiting so that systemd restarts the service with a fresh view of it`, { dir });
+    service.status(`STATUS=lost the socket directory ${dir}; exiting to be restarted`);
+    return exitProcess(1);
+  };
+  // What serves the GPUs to the kubelet: the device-plugin resources, or in DRA mode the DRA kubelet
+  // plugin and the ResourceSlice publisher (src/dra/mode.ts). Either is consumers and registrations.
+  let serving: { consumers: readonly NodeConsumer[]; registrations: Registrations; stop(): void };
+  let dra: DraMode | null = null;
+  if (opts.kubeletApi === 'dra') {
+    dra = await startDraMode({ options: opts, log, sysfsRoot, onDirectoryGone: lostDirectory });
+    serving = dra;
+  } else {
+    const manager = new ResourceManager({
+      kubeletSocket: opts.kubeletSocket, socketCheckIntervalMs: opts.socketCheckInterval * 1000, log,
+      recorder: (name) => observer.metrics.resource(name),
+      onDirectoryGone: lostDirectory,
+    });
+    serving = { consumers: [manager], registrations: manager, stop: () => undefined };
+  }
+  const registrations = serving.registrations;
+  const status = new NodeStatus(service, registrations);
   // What `info` shows: the state as the kubelet was told it, in a root-only file of the runtime directory.
-  const state = new StatePublisher(new StateFile(defaultStateFile(process.env), log), manager, VERSION);
+  const state = new StatePublisher(new StateFile(defaultStateFile(process.env), log), registrations, VERSION, dra?.claims);
   // MPS control daemons, asked for as long as the plugin runs; their answers come back as snapshots.
   const mpsWatch = new MpsDaemonWatch<RunningConfig>({
     log, rootOf: (c) => c.options.mpsRoot || null, ask: controlClientAsk(opts.driverRoot),
@@ -61,7 +77,7 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
   const node: LiveNode<RunningConfig> = new LiveNode<RunningConfig>({
     log, config: await runningConfig(opts, parsed.sharing, imexChannels), health,
     recovery: { enabled: opts.healthRecovery, quietMs: opts.healthRecoveryQuietPeriod * 1000 },
-    consumers: [manager, status, observer, state, mpsWatch],
+    consumers: [...serving.consumers, status, observer, state, mpsWatch], servesResources: dra === null,
   });
   const scanner = new Scanner({
     // Facts (compute capability) also hold MPS replicas to each GPU's client limit; with a config file, since SIGHUP may turn MPS on.
@@ -75,8 +91,9 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
   });
   node.onRescanWanted((reason) => scanner.rescan(reason));
   // The health thread starts once registered (or after 2 s), so that its start-up does not hold up the registration.
-  manager.onRegistered((all) => { if (all) observer.registered(); status.registered(all); state.registrationChanged(); scanner.releaseWorker(); });
-  manager.onRegistrationLost(() => { status.registrationLost(); state.registrationChanged(); });
+  registrations.onRegistered((all) => { if (all) observer.registered(); status.registered(all); state.registrationChanged(); scanner.releaseWorker(); });
+  registrations.onRegistrationLost(() => { status.registrationLost(); state.registrationChanged(); });
+  dra?.onChange({ status: () => status.refresh(), claims: () => state.changed() });
   observer.start();
   // Memory a burst of RPCs or events made the process take goes back to the OS once it is quiet again.
   const memory = startIdleCompaction(koffi, log);
@@ -87,6 +104,7 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
       service.stopping();
       memory.stop();
       await Promise.all([scanner.stop(), node.stop()]);
+      serving.stop();
       service.close();
     },
     // SIGHUP: the config file again (a bad one is refused, the running one kept), then a fresh scan.
@@ -108,12 +126,12 @@ export async function main(argv: readonly string[]): Promise<void> {
     return badOptions(err);
   }
   const opts = parsed.options;
-  if (opts.kubeletApi === 'dra') return badOptions(new Error('--kubelet-api=dra is not wired into the daemon of this build yet: set KUBELET_API=device-plugin (or remove it) to serve the GPUs through the device-plugin API')); // LEAD: replace with DRA wiring
   const log = stderrLogger(opts.logLevel);
   routeGrpcLogs(log);
   carryOnAfterUnexpected(log);
-  // One plugin per socket directory: a second one is refused in one line naming the first.
-  const lock = await lockSocketDirectory(dirname(opts.kubeletSocket), log, (err) => refuseSecondInstance(err, log));
+  // One plugin per socket directory (in DRA mode, per driver plugin directory): a second one is refused in one line naming the first.
+  const lockAt = opts.kubeletApi === 'dra' ? await draLockDirectory(opts) : { dir: dirname(opts.kubeletSocket), hint: undefined };
+  const lock = await lockSocketDirectory(lockAt.dir, log, (err) => refuseSecondInstance(err, log), lockAt.hint);
   if (lock instanceof Error) refuseSecondInstance(lock, log);
   const signals = new Signals(log);
   log.info('starting', { version: versionText().trim(), ...describeOptions(parsed) });

@@ -1,6 +1,6 @@
 // What the subcommands `info` and `check` see of the node: NVML, the GPUs, their links and pair
 // scores, and their MIG modes and devices, read once through the same adapters the daemon uses.
-import type { DaemonState } from '../core/daemon-state.ts';
+import type { ClaimState, DaemonState } from '../core/daemon-state.ts';
 import type { Gpu, Health } from '../core/devices.ts';
 import type { StateRead } from '../observe/state-file.ts';
 import type { NodeFacts } from '../core/snapshot.ts';
@@ -247,19 +247,29 @@ export function infoJson(r: NodeReport, pods?: PodView, imex?: ImexReport, strat
   }, null, 2) + '\n';
 }
 
+/** DRA claims prepared on this node (from the daemon's state, or its checkpoint when it does not run). */
+export function formatClaims(claims: readonly ClaimState[], source: string): string {
+  if (claims.length === 0) return `DRA claims ${source}: none.\n`;
+  const rows = claims.map((c) => [`${c.namespace}/${c.name}`, c.uid, c.devices.join(','), c.since ?? '-', c.state === 'PrepareCompleted' ? 'prepared' : 'prepare not finished']);
+  return `DRA claims ${source}:\n${table([['CLAIM', 'UID', 'DEVICES', 'SINCE', 'STATE'], ...rows])}\n`;
+}
+
 /** What `info` found of the running daemon. */
 export interface DaemonView {
   readonly read: StateRead;
+  /** DRA mode with no daemon running: the claims its checkpoint holds (this boot's), or why it cannot be read. */
+  readonly checkpoint?: { readonly path: string; readonly claims: readonly ClaimState[] } | { readonly path: string; readonly error: string };
 }
 
 /** The daemon part of `info --json`: its state when it runs, else why its state is not used. */
 export function daemonJson(d: DaemonView): Record<string, unknown> {
   const r = d.read;
+  const cp = d.checkpoint === undefined ? {} : { checkpoint: d.checkpoint };
   switch (r.kind) {
     case 'running': return { running: true, stateFile: r.path, ...r.state };
-    case 'stale': return { running: false, stateFile: r.path, note: `the state file is stale: process ${r.pid} that wrote it is not running` };
-    case 'absent': return { running: false, stateFile: r.path, note: 'no state file: the daemon does not run (or cannot write it)' };
-    case 'unreadable': return { running: false, stateFile: r.path, error: r.error };
+    case 'stale': return { running: false, stateFile: r.path, note: `the state file is stale: process ${r.pid} that wrote it is not running`, ...cp };
+    case 'absent': return { running: false, stateFile: r.path, note: 'no state file: the daemon does not run (or cannot write it)', ...cp };
+    case 'unreadable': return { running: false, stateFile: r.path, error: r.error, ...cp };
   }
 }
 
@@ -269,7 +279,9 @@ export function formatDaemon(d: DaemonView, configured?: Readonly<Record<string,
   if (r.kind !== 'running') {
     const why = r.kind === 'stale' ? `its state file ${r.path} is stale (process ${r.pid} is not running)`
       : r.kind === 'absent' ? `no state file at ${r.path}` : `its state file cannot be read: ${r.error}`;
-    return `Daemon: not running (${why}). HEALTH below is whether NVML answered a probe just now, not what the kubelet was told.\n`;
+    const cp = d.checkpoint;
+    const claims = cp === undefined ? '' : 'error' in cp ? `DRA claims: the checkpoint ${cp.path} cannot be read: ${cp.error}\n` : formatClaims(cp.claims, `in the checkpoint ${cp.path} (prepared before the daemon stopped)`);
+    return `Daemon: not running (${why}). HEALTH below is whether NVML answered a probe just now, not what the kubelet was told.\n${claims === '' ? '' : `\n${claims}`}`;
   }
   const s = r.state;
   const out = [`Daemon: pid ${s.pid}, version ${s.version}, running since ${s.startedAt}; state of ${s.publishedAt} (${r.path}); driver ${s.driverVersion ?? 'not answering'}.`,
@@ -284,6 +296,7 @@ export function formatDaemon(d: DaemonView, configured?: Readonly<Record<string,
       ...s.mps.map((m) => [m.resource, m.answering ? 'answering' : `not answering: ${m.reason ?? 'no answer'}`, m.since ?? '-', String(m.replicas), `${m.activeThreadPercentage}%`,
         m.gpus.map((g) => `GPU ${g.index}: ${g.pinnedMemLimitMiB} MiB`).join(', ')])]));
   }
+  if (s.claims !== undefined) out.push('', formatClaims(s.claims, 'prepared by the daemon').trimEnd());
   if (s.planProblem !== null) out.push('', `config problem: ${s.planProblem}`);
   // Options the daemon runs with that the command line, environment files and config file now set otherwise.
   const differ = configured === undefined ? [] : Object.entries(s.options).filter(([flag, v]) => configured[flag] !== undefined && configured[flag] !== v);

@@ -9,6 +9,12 @@ import { daemonJson, formatDaemon, formatImex, formatInfo, infoJson, inspectNode
 import type { DaemonView, PodView } from './inspect.ts';
 import { OPTION_SPECS, parseOptions, showOption } from './options.ts';
 import { defaultStateFile, readDaemonState } from '../observe/state-file.ts';
+import type { Options } from './options.ts';
+import { checkpointForBoot, parseCheckpoint } from '../core/dra-claims.ts';
+import { readBootId } from '../dra/checkpoint.ts';
+import { CHECKPOINT_FILE } from '../dra/plugin.ts';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 
 /** `info --help` and `check --help`: what the subcommand does and which options it reads. */
 export function subcommandHelp(name: 'info' | 'check'): string {
@@ -72,12 +78,36 @@ export async function runSubcommand(name: 'info' | 'check', argv: readonly strin
   }
 }
 
+/** DRA mode, no daemon: the claims its checkpoint holds for this boot (a checkpoint of another boot holds none). */
+async function checkpointClaims(opts: Options): Promise<NonNullable<DaemonView['checkpoint']>> {
+  const path = join(opts.kubeletPluginsDir, opts.draDriverName, CHECKPOINT_FILE);
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { path, claims: [] };
+    return { path, error: errorText(err) };
+  }
+  try {
+    const { checkpoint } = checkpointForBoot(parseCheckpoint(text), await readBootId());
+    return {
+      path,
+      claims: Object.entries(checkpoint.claims).map(([uid, c]) => ({
+        namespace: c.namespace, name: c.name, uid, state: c.state, devices: c.devices.map((d) => d.device), ...(c.preparedAt === undefined ? {} : { since: c.preparedAt }),
+      })),
+    };
+  } catch (err) {
+    return { path, error: errorText(err) };
+  }
+}
+
 async function info(argv: readonly string[], json: boolean, log: ReturnType<typeof stderrLogger>): Promise<void> {
   const { envFiles, rest } = splitCheckArgs(argv);
   const svc = await serviceEnvironment(envFiles, process.env);
   const opts = parseOptions(rest, svc.env).options;
   // The daemon's state when it runs; a stale file (its pid is gone) is not believed.
-  const daemon: DaemonView = { read: await readDaemonState(defaultStateFile(svc.env)) };
+  const read = await readDaemonState(defaultStateFile(svc.env));
+  const daemon: DaemonView = { read, ...(read.kind !== 'running' && opts.kubeletApi === 'dra' ? { checkpoint: await checkpointClaims(opts) } : {}) };
   const running = daemon.read.kind === 'running' ? daemon.read.state : undefined;
   const r = inspectNode(opts.driverRoot, svc.env['SYSFS_ROOT'] || '/sys', log);
   if (!r.ok) {

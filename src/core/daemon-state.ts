@@ -46,6 +46,18 @@ export interface MpsResourceState {
   readonly gpus: readonly { readonly index: number; readonly uuid: string; readonly pinnedMemLimitMiB: number }[];
 }
 
+/** A claim prepared for a container (DRA mode): which, on which devices, since when. */
+export interface ClaimState {
+  readonly namespace: string;
+  readonly name: string;
+  readonly uid: string;
+  /** PrepareCompleted, or PrepareStarted (a prepare that has not finished, or failed half-way). */
+  readonly state: string;
+  readonly devices: readonly string[];
+  /** When it was prepared (ISO 8601), when known. */
+  readonly since?: string;
+}
+
 export interface DaemonState {
   readonly pid: number;
   readonly version: string;
@@ -62,6 +74,8 @@ export interface DaemonState {
   readonly options: Readonly<Record<string, string>>;
   /** MPS resources (absent: none). */
   readonly mps?: readonly MpsResourceState[];
+  /** The claims prepared on this node (DRA mode only). */
+  readonly claims?: readonly ClaimState[];
 }
 
 export function stateDocument(s: DaemonState): string {
@@ -86,6 +100,9 @@ export function parseStateDocument(text: string): { state: DaemonState } | { pro
   const devices = d['devices'] as unknown[];
   if (!devices.every((x) => typeof x === 'object' && x !== null && isString((x as DeviceState).uuid) && ((x as DeviceState).health === 'Healthy' || (x as DeviceState).health === 'Unhealthy'))) {
     return { problem: 'a device without uuid or health' };
+  }
+  if (d['claims'] !== undefined && (!Array.isArray(d['claims']) || !(d['claims'] as unknown[]).every((c) => typeof c === 'object' && c !== null && isString((c as ClaimState).uid) && isString((c as ClaimState).name) && Array.isArray((c as ClaimState).devices)))) {
+    return { problem: 'claims is not a list of claims with uid, name and devices' };
   }
   const { format: _format, ...rest } = d;
   return { state: rest as unknown as DaemonState };

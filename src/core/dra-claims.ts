@@ -157,6 +157,8 @@ export interface ClaimRecord {
   readonly namespace: string;
   readonly name: string;
   readonly devices: readonly PreparedDevice[];
+  /** When the prepare completed (ISO 8601), for `info`; absent in older records. */
+  readonly preparedAt?: string;
 }
 
 export interface Checkpoint {
@@ -193,7 +195,7 @@ export function parseCheckpoint(text: string): Checkpoint {
   const claims: Record<string, ClaimRecord> = {};
   for (const [uid, r] of Object.entries(raw)) {
     if (!isObject(r)) throw new Error(`claim ${uid} is not an object`);
-    const { state, namespace, name, devices } = r;
+    const { state, namespace, name, devices, preparedAt } = r;
     if (state !== 'PrepareStarted' && state !== 'PrepareCompleted') throw new Error(`claim ${uid}: state ${JSON.stringify(state)} is neither PrepareStarted nor PrepareCompleted`);
     if (typeof namespace !== 'string' || typeof name !== 'string') throw new Error(`claim ${uid}: namespace and name must be strings`);
     if (!Array.isArray(devices)) throw new Error(`claim ${uid}: devices is not a list`);
@@ -204,7 +206,7 @@ export function parseCheckpoint(text: string): Checkpoint {
       }
       out.push({ requests: d['requests'], pool: d['pool'], device: d['device'], cdiDeviceIds: d['cdiDeviceIds'] });
     }
-    claims[uid] = { state, namespace, name, devices: out };
+    claims[uid] = { state, namespace, name, devices: out, ...(typeof preparedAt === 'string' ? { preparedAt } : {}) };
   }
   return { bootId, claims };
 }

@@ -11,6 +11,16 @@ import type { CdiSpec } from '../core/dra-claims.ts';
 /** Where the container runtime looks for CDI specs (the CDI defaults). */
 export const CDI_SPEC_DIRS: readonly string[] = ['/etc/cdi', '/var/run/cdi'];
 
+/**
+ * The CDI spec directories to read: $CDI_SPEC_DIRS (colon-separated; `check` reads the same) when
+ * set, as for a runtime configured with other cdi_spec_dirs (and the tests); else the CDI defaults.
+ */
+export function cdiSpecDirs(env: NodeJS.ProcessEnv): readonly string[] {
+  const v = env['CDI_SPEC_DIRS'];
+  const dirs = v === undefined ? [] : v.split(':').filter((d) => d !== '');
+  return dirs.length > 0 ? dirs : CDI_SPEC_DIRS;
+}
+
 // Loaded on first use (see cli/config.ts for why: the bundle runs it lazily).
 let yaml: typeof Yaml | undefined;
 function loadYaml(): typeof Yaml {

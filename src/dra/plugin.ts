@@ -156,6 +156,7 @@ export class DraKubeletPlugin implements NodeConsumer {
   private readonly perClaim = new Map<string, Promise<unknown>>();
   private readonly registeredListeners: RegistrationListener[] = [];
   private readonly lostListeners: RegistrationListener[] = [];
+  private readonly claimsListeners: (() => void)[] = [];
   private timer: NodeJS.Timeout | undefined;
   private started: Promise<void> | undefined;
   private stopped = false;
@@ -197,13 +198,22 @@ export class DraKubeletPlugin implements NodeConsumer {
   }
 
   /** The claims the checkpoint holds (for `info`). */
-  preparedClaims(): { uid: string; namespace: string; name: string; state: string; devices: string[] }[] {
+  preparedClaims(): { uid: string; namespace: string; name: string; state: string; devices: string[]; since?: string }[] {
     const s = this.store;
     if (s === undefined) return [];
     return s.uids().flatMap((uid) => {
       const r = s.get(uid);
-      return r === undefined ? [] : [{ uid, namespace: r.namespace, name: r.name, state: r.state, devices: r.devices.map((d) => d.device) }];
+      return r === undefined ? [] : [{ uid, namespace: r.namespace, name: r.name, state: r.state, devices: r.devices.map((d) => d.device), ...(r.preparedAt === undefined ? {} : { since: r.preparedAt }) }];
     });
+  }
+
+  /** After the checkpoint's claims changed (a prepare or unprepare written), and once it was read at start. */
+  onClaimsChanged(fn: () => void): void {
+    this.claimsListeners.push(fn);
+  }
+
+  private claimsChanged(): void {
+    for (const fn of this.claimsListeners) fn();
   }
 
   async apply(applied: AppliedSnapshot): Promise<void> {
@@ -223,6 +233,7 @@ export class DraKubeletPlugin implements NodeConsumer {
     // kubelet's directories goes on, and serves once they appear.
     this.store = await CheckpointStore.open(this.checkpointPath, bootId, this.log);
     if (this.store.size > 0) this.log.info('prepared DRA claims from the checkpoint', { claims: this.store.size, checkpoint: this.checkpointPath });
+    this.claimsChanged();
     this.timer = setInterval(() => this.kick(), this.opts.checkIntervalMs ?? 5000);
     this.timer.unref();
     await this.reconcile();
@@ -433,10 +444,11 @@ export class DraKubeletPlugin implements NodeConsumer {
     }
     if (problems.length > 0) return fail(`claim ${c.namespace}/${c.name}: ${problems.join('; ')}`);
     try {
-      await store.put(c.uid, { ...record, state: 'PrepareCompleted', devices: prepared });
+      await store.put(c.uid, { ...record, state: 'PrepareCompleted', devices: prepared, preparedAt: new Date(this.now()).toISOString() });
     } catch (err) {
       return fail(`cannot record claim ${c.namespace}/${c.name} in the checkpoint: ${errorText(err)}`);
     }
+    this.claimsChanged();
     this.log.info('prepared a DRA claim', { claim: `${c.namespace}/${c.name}`, uid: c.uid, devices: prepared.map((d) => d.device), cdi: prepared.flatMap((d) => d.cdiDeviceIds) });
     return { devices: prepared.map(wire), error: '' };
   }
@@ -448,7 +460,10 @@ export class DraKubeletPlugin implements NodeConsumer {
         const store = this.store;
         if (store === undefined) return { error: 'the DRA plugin has not started yet (no node snapshot applied); the kubelet will try again' };
         try {
-          if (await store.remove(c.uid)) this.log.info('unprepared a DRA claim', { claim: `${c.namespace}/${c.name}`, uid: c.uid });
+          if (await store.remove(c.uid)) {
+            this.log.info('unprepared a DRA claim', { claim: `${c.namespace}/${c.name}`, uid: c.uid });
+            this.claimsChanged();
+          }
           return { error: '' };
         } catch (err) {
           return { error: `cannot remove claim ${c.namespace}/${c.name} (uid ${c.uid}) from the checkpoint: ${errorText(err)}` };

@@ -63,6 +63,8 @@ export interface PublisherStatus {
   readonly failing: string | null;
   /** Syncs that failed (each is retried). */
   readonly failures: number;
+  /** How many devices the slices last written hold, or null before the first write. */
+  readonly devices: number | null;
 }
 
 /** The slices' names: `<node>-<driver>-<n>`, the node part shortened if the whole would pass 253. */
@@ -103,6 +105,7 @@ interface Written {
   /** What the pool meant when written (JSON of our own description). */
   readonly key: string;
   readonly generation: number;
+  readonly devices: number;
 }
 
 export class SlicePublisher implements NodeConsumer {
@@ -137,7 +140,7 @@ export class SlicePublisher implements NodeConsumer {
   }
 
   status(): PublisherStatus {
-    return { synced: this.syncedCount, generation: this.written?.generation ?? null, failing: this.failing, failures: this.failures };
+    return { synced: this.syncedCount, generation: this.written?.generation ?? null, failing: this.failing, failures: this.failures, devices: this.written?.devices ?? null };
   }
 
   apply(applied: AppliedSnapshot<NodeSettings>): void {
@@ -243,10 +246,11 @@ export class SlicePublisher implements NodeConsumer {
       try {
         const generation = await this.write(content);
         const was = this.written?.generation;
-        this.written = { key, generation };
+        const devices = content.slices.reduce((n, sl) => n + sl.length, 0);
+        this.written = { key, generation, devices };
         this.o.log.info(republish ? 'DRA: ResourceSlices published again' : 'DRA: ResourceSlices published', {
           node: this.o.nodeName, driver: this.driver, slices: content.slices.length,
-          devices: content.slices.reduce((n, sl) => n + sl.length, 0), generation, ...(was !== undefined ? { was } : {}),
+          devices, generation, ...(was !== undefined ? { was } : {}),
         });
         return;
       } catch (err) {

@@ -1,8 +1,9 @@
 // What the live node hands every consumer of the node model: each applied snapshot, with its diff
 // against the one before, why it was made, and the configuration in force. The device-plugin
 // resource manager (manager.ts), the observer (observe/), the systemd STATUS (system/service-status.ts)
-// and a state publisher are consumers; a DRA kubelet plugin would be one more, added to the list in
-// main.ts without touching the others. See README.md.
+// and a state publisher are consumers; in DRA mode the DRA kubelet plugin and the slice publisher take
+// the resource manager's place (src/dra/mode.ts). See README.md. `Registrations` is what the STATUS
+// line, the state file and the metrics hear of the kubelet's registrations, whichever API serves.
 import type { NodeSnapshot, PlanSettings, SnapshotDiff } from '../core/snapshot.ts';
 import type { ServeSettings } from './manager.ts';
 
@@ -35,4 +36,24 @@ export interface NodeConsumer<C extends NodeSettings = NodeSettings> {
   apply(applied: AppliedSnapshot<C>): Promise<void> | void;
   /** The daemon stops. */
   stop?(): Promise<void> | void;
+}
+
+/**
+ * The kubelet's registrations of whatever serves the GPUs (the device-plugin resource manager, or in
+ * DRA mode the DRA kubelet plugin), as the STATUS line, the state file and the observer hear them.
+ */
+export interface Registrations {
+  /** Every registration stands now (none lost since it was made). */
+  allRegisteredNow(): boolean;
+  /** One entry per registration (a resource, or the DRA driver), for the state file. */
+  registrationStates(): readonly { readonly name: string; readonly registered: boolean }[];
+  /** After each registration; `all`: every one has registered at least once. */
+  onRegistered(fn: (all: boolean) => void): void;
+  /** A registration stopped counting. */
+  onRegistrationLost(fn: () => void): void;
+  /**
+   * The STATUS line's first words (default "registered" / "waiting for the kubelet"): what is
+   * registered and what is published, in the serving API's words.
+   */
+  statusWords?(registeredNow: boolean): string;
 }

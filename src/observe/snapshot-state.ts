@@ -5,7 +5,7 @@
 // snapshot's shape changes, only this file follows it.
 import type { Options } from '../cli/options.ts';
 import { OPTION_SPECS, showOption } from '../cli/options.ts';
-import type { DaemonState, DeviceState, MpsResourceState, ResourceState } from '../core/daemon-state.ts';
+import type { ClaimState, DaemonState, DeviceState, MpsResourceState, ResourceState } from '../core/daemon-state.ts';
 import { planMpsDaemons } from '../core/mps.ts';
 import { xidMeaning } from '../core/health.ts';
 import type { GpuHealthState } from '../core/health.ts';
@@ -24,6 +24,8 @@ export interface StateContext {
   readonly registrations: readonly { readonly name: string; readonly registered: boolean }[];
   /** For the resources' registrations (a device's health carries its own "since"). */
   readonly since: SinceTracker;
+  /** Claims prepared on this node (DRA mode); absent otherwise. */
+  readonly claims?: readonly ClaimState[];
 }
 
 /** Why a device is advertised unhealthy, when its transition left no reason (the driver down, a state carried over). */
@@ -79,6 +81,7 @@ export function daemonStateFromSnapshot(s: NodeSnapshot | null, ctx: StateContex
     planProblem: s?.planProblem ?? null,
     options: ctx.options,
     ...(mps.length === 0 ? {} : { mps }),
+    ...(ctx.claims === undefined ? {} : { claims: ctx.claims }),
   };
 }
 
@@ -113,14 +116,17 @@ export class StatePublisher {
   readonly name = 'state file';
   private readonly file: StateFile;
   private readonly registrations: { registrationStates(): readonly { readonly name: string; readonly registered: boolean }[] };
+  private readonly claims: (() => readonly ClaimState[]) | undefined;
   private readonly version: string;
   private readonly startedAt = new Date().toISOString();
   private readonly since = new SinceTracker();
   private snapshot: NodeSnapshot | null = null;
   private options: Readonly<Record<string, string>> = {};
 
-  constructor(file: StateFile, registrations: StatePublisher['registrations'], version: string) {
+  /** claims: the prepared claims, where something prepares them (DRA mode). */
+  constructor(file: StateFile, registrations: StatePublisher['registrations'], version: string, claims?: () => readonly ClaimState[]) {
     this.file = file;
+    this.claims = claims;
     this.registrations = registrations;
     this.version = version;
   }
@@ -136,10 +142,16 @@ export class StatePublisher {
     this.publish();
   }
 
+  /** Something else the state shows changed (a claim prepared or unprepared). */
+  changed(): void {
+    this.publish();
+  }
+
   private publish(): void {
     void this.file.publish(daemonStateFromSnapshot(this.snapshot, {
       pid: process.pid, version: this.version, startedAt: this.startedAt, now: new Date().toISOString(),
       options: this.options, registrations: this.registrations.registrationStates(), since: this.since,
+      ...(this.claims === undefined ? {} : { claims: this.claims() }),
     }));
   }
 

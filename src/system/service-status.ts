@@ -79,9 +79,16 @@ export class ServiceStatus {
 export const NO_DRIVER = 'the NVIDIA driver (NVML cannot be loaded yet)';
 
 /** The STATUS text: registered or waiting, and healthy of total GPUs (and MIG devices, when there are any). */
-export function statusLine(counts: HealthCounts | null, registeredNow: boolean): string {
+export function statusLine(counts: HealthCounts | null, registeredNow: boolean, words?: string): string {
   const mig = counts !== null && counts.mig.total > 0 ? `, ${counts.mig.healthy} of ${counts.mig.total} MIG devices` : '';
-  return `STATUS=${registeredNow ? 'registered' : 'waiting for the kubelet'}; ${counts?.gpus.healthy ?? 0} of ${counts?.gpus.total ?? 0} GPUs healthy${mig}`;
+  return `STATUS=${words ?? (registeredNow ? 'registered' : 'waiting for the kubelet')}; ${counts?.gpus.healthy ?? 0} of ${counts?.gpus.total ?? 0} GPUs healthy${mig}`;
+}
+
+/** What the STATUS line asks of the registrations (manager/consumer.ts's Registrations has it). */
+export interface StatusRegistrations {
+  allRegisteredNow(): boolean;
+  /** The line's first words instead of "registered" / "waiting for the kubelet". */
+  statusWords?(registeredNow: boolean): string;
 }
 
 /** What STATUS adds for MPS daemons that do not answer (their replicas are Unhealthy): '' when all answer. */
@@ -97,21 +104,27 @@ export function mpsStatus(snapshot: Pick<NodeSnapshot, 'mpsDaemons'>): string {
 export class NodeStatus {
   readonly name = 'systemd status';
   private readonly service: Pick<ServiceStatus, 'status' | 'waitFor'>;
-  private readonly registrations: { allRegisteredNow(): boolean };
+  private readonly registrations: StatusRegistrations;
   private counts: HealthCounts | null = null;
   private mps = '';
   private registeredOnce = false;
   /** No driver has answered yet, and no GPU has been seen. */
   private noDriver = false;
 
-  constructor(service: Pick<ServiceStatus, 'status' | 'waitFor'>, registrations: { allRegisteredNow(): boolean }) {
+  constructor(service: Pick<ServiceStatus, 'status' | 'waitFor'>, registrations: StatusRegistrations) {
     this.service = service;
     this.registrations = registrations;
   }
 
   line(): string {
     if (this.noDriver) return `STATUS=waiting for ${NO_DRIVER}; retrying`;
-    return statusLine(this.counts, this.registeredOnce && this.registrations.allRegisteredNow()) + this.mps;
+    const now = this.registeredOnce && this.registrations.allRegisteredNow();
+    return statusLine(this.counts, now, this.registrations.statusWords?.(now)) + this.mps;
+  }
+
+  /** Says the line again (what statusWords() says changed: a publication, say). */
+  refresh(): void {
+    this.service.status(this.line());
   }
 
   /** Every applied snapshot: what is awaited now is the kubelet, or the driver while none has answered and no GPU was seen. */

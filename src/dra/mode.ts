@@ -1,0 +1,141 @@
+// DRA mode's part of the composition (--kubelet-api=dra; main.ts composes the rest, shared with the
+// device-plugin mode: scanner, live node, observer, STATUS, state file). It replaces the device-plugin
+// resource manager with two consumers of the node model, the DRA kubelet plugin (plugin.ts) and the
+// ResourceSlice publisher (slice-publisher.ts), sharing one API client, and tells the shared consumers
+// about the kubelet's registrations through manager/consumer.ts's Registrations:
+//   * the kubeconfig is read at start: one that cannot be used stops the start (exit 2, naming why);
+//   * the credentials are checked (SelfSubjectAccessReviews): ones that may not do what DRA needs stop
+//     the start (exit 2), naming the permissions and the RBAC shipped with the package; an API server
+//     that does not answer is one WARN, and the start goes on (the publisher retries);
+//   * every kubelet registration republishes the slices (the kubelet deletes its node's slices at its
+//     start);
+//   * the two directories the systemd drop-in bind-mounts (ReadWritePaths=) are watched as the
+//     device-plugin socket directory is (kubelet/watcher.ts SocketDirView): lost from this process's
+//     view, the daemon exits 1 for systemd to restart it.
+import { mkdir, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { OptionError } from '../cli/config.ts';
+import type { Options } from '../cli/options.ts';
+import { KubeClient, KubeUnreachableError } from '../k8s/client.ts';
+import { KubeconfigError, loadKubeconfig } from '../k8s/kubeconfig.ts';
+import { getResourceClaim } from '../k8s/resources.ts';
+import { SocketDirView } from '../kubelet/watcher.ts';
+import type { ClaimState } from '../core/daemon-state.ts';
+import type { NodeConsumer, Registrations } from '../manager/consumer.ts';
+import { errorText } from '../system/log.ts';
+import type { Logger } from '../system/log.ts';
+import { cdiSpecDirs } from './cdi.ts';
+import { DraKubeletPlugin } from './plugin.ts';
+import { SlicePublisher, accessProblem } from './slice-publisher.ts';
+
+/** The RBAC the package ships for DRA mode (packaging/dra/rbac.yaml). */
+export const DRA_RBAC = '/usr/share/doc/gpu-device-plugin/dra/rbac.yaml';
+
+/** The directory one DRA plugin of this driver owns: <plugins dir>/<driver> (dra.sock, the checkpoint). */
+export function draPluginDir(o: Pick<Options, 'kubeletPluginsDir' | 'draDriverName'>): string {
+  return join(o.kubeletPluginsDir, o.draDriverName);
+}
+
+/**
+ * The directory to lock against a second instance (as the device-plugin mode locks its socket
+ * directory): the driver's plugin directory, made now when the kubelet's plugins directory exists, so
+ * that two processes started together cannot both serve before one of them holds it.
+ */
+export async function draLockDirectory(o: Pick<Options, 'kubeletPluginsDir' | 'draDriverName'>): Promise<{ dir: string; hint: string }> {
+  const dir = draPluginDir(o);
+  const parent = await stat(o.kubeletPluginsDir).then((s) => s.isDirectory(), () => false);
+  // One that cannot be made now is locked when it appears (the plugin's serving says why it cannot).
+  if (parent) await mkdir(dir, { recursive: true, mode: 0o750 }).catch(() => undefined);
+  return { dir, hint: 'give this one another --dra-driver-name or --kubelet-plugins-dir' };
+}
+
+export interface DraModeDeps {
+  readonly options: Options;
+  readonly log: Logger;
+  readonly sysfsRoot: string;
+  /** This process no longer sees one of the DRA directories (exit 1: systemd restarts it). */
+  onDirectoryGone(dir: string, why: string): void;
+}
+
+/** DRA mode, composed: its two consumers, its registrations, and a stop for what is not a consumer. */
+export interface DraMode {
+  readonly plugin: DraKubeletPlugin;
+  readonly publisher: SlicePublisher;
+  readonly consumers: readonly NodeConsumer[];
+  readonly registrations: Registrations;
+  /** The prepared claims, for the state file. */
+  readonly claims: () => ClaimState[];
+  /** status: what statusWords() says may have changed (a publication, or the API server failing); claims: a claim prepared or unprepared. */
+  onChange(listeners: { status(): void; claims(): void }): void;
+  stop(): void;
+}
+
+/** The kubeconfig and the credentials' access, checked; throws OptionError (exit 2) when they cannot work. */
+async function connect(o: Options, log: Logger): Promise<KubeClient> {
+  if (o.kubeconfig === null) throw new OptionError('--kubelet-api=dra needs --kubeconfig (KUBECONFIG)');
+  let client: KubeClient;
+  try {
+    client = new KubeClient(await loadKubeconfig(o.kubeconfig));
+  } catch (err) {
+    if (err instanceof KubeconfigError) throw new OptionError(`--kubeconfig: ${err.message}`);
+    throw err;
+  }
+  let problem: string | null;
+  try {
+    problem = await accessProblem(client);
+  } catch (err) {
+    if (!(err instanceof KubeUnreachableError)) {
+      client.close();
+      throw new OptionError(`the API server ${client.server} refused to check these credentials (${client.target.source}): ${errorText(err)}; see ${DRA_RBAC}`);
+    }
+    log.warn('DRA: the API server does not answer at start; starting anyway, ResourceSlices will be published when it does', { server: client.server, error: errorText(err) });
+    return client;
+  }
+  if (problem !== null) {
+    client.close();
+    throw new OptionError(`${problem}: ${DRA_RBAC}`);
+  }
+  return client;
+}
+
+export async function startDraMode(d: DraModeDeps): Promise<DraMode> {
+  const o = d.options;
+  const client = await connect(o, d.log);
+  const plugin = new DraKubeletPlugin({
+    driver: o.draDriverName, nodeName: o.nodeName, registryDir: o.kubeletPluginsRegistry, pluginsDir: o.kubeletPluginsDir,
+    claims: { getResourceClaim: (namespace, name) => getResourceClaim(client, namespace, name) },
+    cdiDirs: cdiSpecDirs(process.env), log: d.log,
+  });
+  const publisher = new SlicePublisher({ client, nodeName: o.nodeName, driver: o.draDriverName, log: d.log, sysfsRoot: d.sysfsRoot });
+  // The kubelet deletes its node's slices when it starts: write them again after every registration.
+  plugin.onRegistered(() => publisher.republish());
+  const views = [o.kubeletPluginsRegistry, draPluginDir(o)].map((dir) => new SocketDirView({ dir, onDirectoryGone: (gone, why) => d.onDirectoryGone(gone, why), log: d.log }));
+  for (const v of views) v.start();
+  const name = `${o.draDriverName} (DRA)`;
+  const registrations: Registrations = {
+    allRegisteredNow: () => plugin.registered,
+    registrationStates: () => [{ name, registered: plugin.registered }],
+    onRegistered: (fn) => plugin.onRegistered(() => fn(true)),
+    onRegistrationLost: (fn) => plugin.onRegistrationLost(() => fn()),
+    statusWords: (registeredNow) => {
+      const s = publisher.status();
+      const published = s.devices === null
+        ? s.failing === null ? 'no devices published yet' : 'no devices published yet (the API server does not answer)'
+        : `${s.devices} devices published${s.failing === null ? '' : ' (the API server does not answer now)'}`;
+      return `${registeredNow ? 'registered with the kubelet' : 'waiting for the kubelet\'s plugin watcher'} (DRA, driver ${o.draDriverName}); ${published}`;
+    },
+  };
+  return {
+    plugin, publisher, consumers: [plugin, publisher], registrations,
+    claims: () => plugin.preparedClaims(),
+    onChange: (l) => {
+      publisher.events.on('synced', () => l.status());
+      publisher.events.on('failed', () => l.status());
+      plugin.onClaimsChanged(() => l.claims());
+    },
+    stop: () => {
+      for (const v of views) v.stop();
+      client.close();
+    },
+  };
+}

@@ -349,6 +349,29 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
     assert.match(await statusIs(STATUS_OK), STATUS_OK);
   });
 
+  test('kubeadm reset (the kubelet\'s plugin directories deleted and re-created): one clear line, a restart, registered and published again', async (t) => {
+    const pid = await mainPid();
+    const restarts = Number((await show('NRestarts')).NRestarts);
+    const before = (await journal()).length;
+    const t0 = performance.now();
+    await stopWatcher();
+    // The plugin may re-create its sockets while rm runs: retry until both directories are gone.
+    await box().run(`until rm -rf ${REGISTRY} /var/lib/kubelet/plugins 2>/dev/null && [ ! -e ${REGISTRY} ] && [ ! -e /var/lib/kubelet/plugins ]; do :; done`);
+    await startWatcher();
+    await until('a new service process', async () => {
+      const now = await mainPid();
+      return now !== pid && now !== 0 ? now : undefined;
+    });
+    await registered(0);
+    await published();
+    timed(t, 'kubeadm reset → registered and published again', performance.now() - t0);
+    assert.equal(Number((await show('NRestarts')).NRestarts), restarts + 1);
+    const lost = (await journal()).slice(before).filter((l) => /lost the socket directory/.test(l));
+    assert.equal(lost.length, 1, lost.join('\n'));
+    assert.match(lost[0]!, /^ERROR lost the socket directory: .*exiting so that systemd restarts the service with a fresh view of it/);
+    assert.match(await statusIs(STATUS_OK), STATUS_OK);
+  });
+
   test('the sandbox with the drop-in: the API server over TCP from the host network, writes only where the drop-in allows, exposure reported', async (t) => {
     const pid = await mainPid();
     const u = await show('ReadWritePaths', 'PrivateNetwork', 'RestrictAddressFamilies', 'IPAddressDeny', 'ProtectSystem');
@@ -374,10 +397,13 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
     }
     const sec = await box().run(`systemd-analyze security ${UNIT} 2>&1`);
     const exposure = Number(/Overall exposure level for .*: ([\d.]+)/.exec(sec)?.[1]);
-    timed(t, `sandbox checks (live exposure in DRA mode ${exposure})`, 0);
+    const open = sec.split('\n').filter((l) => /^✗/.test(l)).map((l) => l.replace(/\s{2,}/g, '  ').trim());
+    timings.push(`live exposure in DRA mode (systemd-analyze security): ${exposure}`);
+    t.diagnostic(`systemd-analyze security: exposure ${exposure}; open:\n  ${open.join('\n  ')}`);
     assert.ok(Number.isFinite(exposure), sec);
-    // The device-plugin mode's unit is held to ≤ 1.5 (systemd.test.ts); the network the drop-in opens costs some.
-    assert.ok(exposure <= 2.5, `exposure ${exposure}:\n${sec}`);
+    // The device-plugin mode's unit is held to ≤ 1.5 (systemd.test.ts); the network the drop-in opens
+    // costs 0.4 of it (1.9 measured with systemd 252).
+    assert.ok(exposure <= 2.0, `exposure ${exposure}:\n${sec}`);
   });
 
   test('systemctl stop: inactive (not failed), the registration and DRA sockets removed, the plugin watcher sees the deregistration', async (t) => {

@@ -6,7 +6,6 @@
 // purge. Needs root, debootstrap and systemd-nspawn (build/install-tools.sh); never skipped: a
 // container that cannot boot fails the run.
 import { after, before, describe, test } from 'node:test';
-import type { TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -19,6 +18,7 @@ import { buildFakeNvml, LIBRARY_NAME } from '../fake-nvml/build.ts';
 import { TOPOLOGIES } from '../support/sim.ts';
 import { Container, cachedRootfs, dependencyNames } from './container.ts';
 import type { StandInState } from './kubelet-main.ts';
+import { LiveUnit, timer } from './unit.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 const UNIT = `${PACKAGE}.service`;
@@ -41,34 +41,7 @@ function box(): Container {
   return c;
 }
 
-/** Polls probe every 100 ms until it returns something other than undefined (a liveness timeout). */
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 60000): Promise<T> {
-  const end = performance.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await probe();
-      if (v !== undefined) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (performance.now() > end) {
-      const journal = await box().sh(`journalctl -u ${UNIT} -u 'kubelet-standin-*' -o short-precise --no-pager | tail -40`);
-      throw new Error(`${what}: not within ${timeoutMs} ms${last instanceof Error ? ` (last error: ${last.message})` : ''}\njournal:\n${journal.stdout}`);
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
-async function show(...props: string[]): Promise<Record<string, string>> {
-  const out = await box().run(`systemctl show ${UNIT} ${props.map((p) => `-p ${p}`).join(' ')}`);
-  const r: Record<string, string> = {};
-  for (const line of out.split('\n')) {
-    const i = line.indexOf('=');
-    if (i > 0) r[line.slice(0, i)] = line.slice(i + 1);
-  }
-  return r;
-}
+const { until, show, journal, mainPid, statusIs } = new LiveUnit(box, UNIT, PACKAGE, ['kubelet-standin-*']);
 
 async function standIn(): Promise<StandInState | null> {
   const r = await box().sh(`cat ${STATE} 2>/dev/null`);
@@ -96,33 +69,7 @@ async function registered(count = GPUS): Promise<StandInState> {
   });
 }
 
-async function statusIs(re: RegExp): Promise<string> {
-  return until(`StatusText matching ${re}`, async () => {
-    const s = (await show('StatusText')).StatusText ?? '';
-    return re.test(s) ? s : undefined;
-  });
-}
-
-/**
- * The service's journal: systemd's lines about the unit (UNIT=), the service's own (_SYSTEMD_UNIT=),
- * and its stdout stream's by identifier. The last is needed for a line written just before the
- * process exits: journald may read it after the process is gone, fail to look up its cgroup, and
- * store it without _SYSTEMD_UNIT (a long-running process's cached context may be due a refresh), so
- * `-u` alone can miss it (CI saw 2 of 3 "lost the socket directory" lines).
- */
-async function journal(): Promise<string[]> {
-  return (await box().run(`journalctl -o cat --no-pager UNIT=${UNIT} + _SYSTEMD_UNIT=${UNIT} + SYSLOG_IDENTIFIER=${PACKAGE}`)).split('\n');
-}
-
-async function mainPid(): Promise<number> {
-  return Number((await show('MainPID')).MainPID);
-}
-
-function timed(t: TestContext, what: string, ms: number): void {
-  const line = `${what}: ${(ms / 1000).toFixed(1)} s`;
-  timings.push(line);
-  t.diagnostic(line);
-}
+const timed = timer(timings);
 
 const OK_STATUS = new RegExp(`^registered; ${GPUS} of ${GPUS} GPUs healthy$`);
 

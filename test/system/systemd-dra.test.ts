@@ -10,7 +10,6 @@
 // opens, and stop. Needs root, debootstrap and systemd-nspawn (build/install-tools.sh); never
 // skipped: a container that cannot boot fails the run.
 import { after, before, describe, test } from 'node:test';
-import type { TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -22,6 +21,7 @@ import { DRA_DROPIN, ENV_FILE, PACKAGE, buildDeb, packageVersion, projectVersion
 import { buildFakeNvml, LIBRARY_NAME } from '../fake-nvml/build.ts';
 import { TOPOLOGIES } from '../support/sim.ts';
 import { Container, cachedRootfs, dependencyNames } from './container.ts';
+import { LiveUnit, timer } from './unit.ts';
 import type { ApiServerState, WatcherState } from './dra-standins-main.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');
@@ -75,38 +75,8 @@ function box(): Container {
   return c;
 }
 
-/** Polls probe every 100 ms until it returns something other than undefined (a liveness timeout). */
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 60000): Promise<T> {
-  const end = performance.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await probe();
-      if (v !== undefined) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (performance.now() > end) {
-      const journal = await box().sh(`journalctl -u ${UNIT} -u 'dra-*' -o short-precise --no-pager | tail -50`);
-      throw new Error(`${what}: not within ${timeoutMs} ms${last instanceof Error ? ` (last error: ${last.message})` : ''}\njournal:\n${journal.stdout}`);
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
-async function show(...props: string[]): Promise<Record<string, string>> {
-  const out = await box().run(`systemctl show ${UNIT} ${props.map((p) => `-p ${p}`).join(' ')}`);
-  const r: Record<string, string> = {};
-  for (const line of out.split('\n')) {
-    const i = line.indexOf('=');
-    if (i > 0) r[line.slice(0, i)] = line.slice(i + 1);
-  }
-  return r;
-}
-
-async function mainPid(): Promise<number> {
-  return Number((await show('MainPID')).MainPID);
-}
+const { until, show, journal, mainPid, statusIs } = new LiveUnit(box, UNIT, PACKAGE, ['dra-*']);
+const timed = timer(timings, 2);
 
 async function readState<T>(file: string): Promise<T | null> {
   const r = await box().sh(`cat ${file} 2>/dev/null`);
@@ -119,13 +89,10 @@ async function ctl<T>(socket: string, path: string, body: unknown): Promise<T> {
   return JSON.parse(await box().run(`${STANDINS} ctl ${socket} ${path} '${json}'`)) as T;
 }
 
-/** The service's journal (systemd's lines about the unit, its own, and its stdout's by identifier). */
-async function journal(): Promise<string[]> {
-  return (await box().run(`journalctl -o cat --no-pager UNIT=${UNIT} + _SYSTEMD_UNIT=${UNIT} + SYSLOG_IDENTIFIER=${PACKAGE}`)).split('\n');
-}
-
 /** Each kubelet start is a transient unit of its own name: a stopped one may stay loaded a moment. */
 let watcherUnit = 0;
+/** Service processes whose warnings are expected: the one in device-plugin mode before the switch, the one kubeadm reset ended. */
+const earlierPids = new Set<number>();
 let apiUrl = '';
 
 async function startWatcher(): Promise<void> {
@@ -165,19 +132,6 @@ async function published(count = GPUS): Promise<ApiServerState> {
     const devices = s.slices.flatMap((x) => ((x['spec'] as unknown as { devices?: SliceDevice[] }).devices ?? []));
     return devices.length === count ? s : undefined;
   });
-}
-
-async function statusIs(re: RegExp): Promise<string> {
-  return until(`StatusText matching ${re}`, async () => {
-    const s = (await show('StatusText')).StatusText ?? '';
-    return re.test(s) ? s : undefined;
-  });
-}
-
-function timed(t: TestContext, what: string, ms: number): void {
-  const line = `${what}: ${(ms / 1000).toFixed(2)} s`;
-  timings.push(line);
-  t.diagnostic(line);
 }
 
 interface Prepared { claims: Record<string, { devices: { request_names: string[]; pool_name: string; device_name: string; cdi_device_ids: string[] }[]; error: string }> }
@@ -261,6 +215,7 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
     t.diagnostic(`gpu-device-plugin check (exit ${check.code}):\n${check.stdout}`);
     assert.equal(check.code, 0, check.stdout);
     assert.match(check.stdout, /dra/i);
+    earlierPids.add(await mainPid());
     const t0 = performance.now();
     await box().run(`systemctl restart ${UNIT}`, { timeoutMs: 120000 });
     await registered(0);
@@ -366,8 +321,11 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
     await published();
     timed(t, 'kubeadm reset → registered and published again', performance.now() - t0);
     assert.equal(Number((await show('NRestarts')).NRestarts), restarts + 1);
-    const lost = (await journal()).slice(before).filter((l) => /lost the socket directory/.test(l));
+    const lines = await journal();
+    earlierPids.add(pid);
+    const lost = lines.slice(before).filter((l) => /lost the socket directory/.test(l));
     assert.equal(lost.length, 1, lost.join('\n'));
+    t.diagnostic(`warnings and errors of the kubeadm reset:\n  ${lines.slice(before).filter((l) => /^(WARN|ERROR) /.test(l)).join('\n  ')}`);
     assert.match(lost[0]!, /^ERROR lost the socket directory: .*exiting so that systemd restarts the service with a fresh view of it/);
     assert.match(await statusIs(STATUS_OK), STATUS_OK);
   });
@@ -406,7 +364,7 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
     assert.ok(exposure <= 2.0, `exposure ${exposure}:\n${sec}`);
   });
 
-  test('systemctl stop: inactive (not failed), the registration and DRA sockets removed, the plugin watcher sees the deregistration', async (t) => {
+  test('systemctl stop: inactive (not failed), the registration and DRA sockets removed, the plugin watcher sees the deregistration; systemctl start registers again', async (t) => {
     const t0 = performance.now();
     await box().run(`systemctl stop ${UNIT}`);
     timed(t, 'systemctl stop', performance.now() - t0);
@@ -420,5 +378,25 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
       return w !== null && w.deregistrations.some((d) => d.name === DRIVER && d.socket === REG_SOCKET) ? w : undefined;
     });
     assert.ok(s.deregistrations.length >= 1);
+    // And a start with the kubelet there: READY once registered.
+    const regs = await registrations();
+    const t1 = performance.now();
+    await box().run(`systemctl start ${UNIT}`, { timeoutMs: 120000 });
+    await registered(regs);
+    timed(t, 'systemctl start → registered', performance.now() - t1);
+    await published();
+    assert.match(await statusIs(STATUS_OK), STATUS_OK);
+  });
+
+  test('the journal in DRA mode: no warning or error but from the process kubeadm reset ended, and nothing printed by grpc itself', async () => {
+    assert.equal(earlierPids.size, 2, 'the tests before ran');
+    // The program's own lines (its stdout), each with the PID of the process that wrote it.
+    const out = await box().run(`journalctl -o json --no-pager SYSLOG_IDENTIFIER=${PACKAGE}`);
+    const lines = out.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as { MESSAGE?: unknown; _PID?: string });
+    const dra = lines.filter((l) => !earlierPids.has(Number(l._PID)) && typeof l.MESSAGE === 'string').map((l) => `${l._PID}: ${String(l.MESSAGE)}`);
+    // The processes: the switch to DRA, the one after kubeadm reset, the start after stop (the one
+    // between, started by `systemctl restart`, is the one kubeadm reset ended).
+    assert.equal(dra.filter((l) => /: INFO starting/.test(l)).length, 3, dra.join('\n'));
+    assert.deepEqual(dra.filter((l) => /: (WARN|ERROR|E) /.test(l)), []);
   });
 });

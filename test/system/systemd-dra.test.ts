@@ -238,6 +238,9 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
     assert.deepEqual(s.rejected, []);
     assert.match(await statusIs(STATUS_OK), STATUS_OK);
     assert.ok((await journal()).some((l) => /registered with the kubelet/.test(l) && l.includes(DRIVER)));
+    // The drop-in as this systemd (252, Debian 12's and RHEL 9's) reads it: no key it does not know.
+    const verify = await box().sh(`SYSTEMD_LOG_COLOR=0 systemd-analyze verify ${UNIT} 2>&1`);
+    assert.doesNotMatch(verify.stdout, /dra\.conf/, verify.stdout);
   });
 
   test('the ResourceSlice of its 8 GPUs is published with its nodeName, by the node\'s own identity', async () => {

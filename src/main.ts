@@ -65,11 +65,11 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
   const registrations = serving.registrations;
   const status = new NodeStatus(service, registrations);
   // What `info` shows: the state as the kubelet was told it, in a root-only file of the runtime directory.
-  const state = new StatePublisher(new StateFile(defaultStateFile(process.env), log), registrations, VERSION, dra === null ? undefined : () => dra.plugin.preparedClaims());
+  const state = new StatePublisher(new StateFile(defaultStateFile(process.env), log), registrations, VERSION, dra?.claims);
   const node = new LiveNode<RunningConfig>({
     log, config: await runningConfig(opts, parsed.sharing, imexChannels), health,
     recovery: { enabled: opts.healthRecovery, quietMs: opts.healthRecoveryQuietPeriod * 1000 },
-    consumers: [...serving.consumers, status, observer, state],
+    consumers: [...serving.consumers, status, observer, state], servesResources: dra === null,
   });
   const scanner = new Scanner({
     // Facts (compute capability) also hold MPS replicas to each GPU's client limit; with a config file, since SIGHUP may turn MPS on.
@@ -85,10 +85,7 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
   // The health thread starts once registered (or after 2 s), so that its start-up does not hold up the registration.
   registrations.onRegistered((all) => { if (all) observer.registered(); status.registered(all); state.registrationChanged(); scanner.releaseWorker(); });
   registrations.onRegistrationLost(() => { status.registrationLost(); state.registrationChanged(); });
-  if (dra !== null) {
-    dra.publisher.events.on('synced', () => status.refresh());
-    dra.plugin.onClaimsChanged(() => state.changed());
-  }
+  dra?.onChange({ status: () => status.refresh(), claims: () => state.changed() });
   observer.start();
   // Memory a burst of RPCs or events made the process take goes back to the OS once it is quiet again.
   const memory = startIdleCompaction(koffi, log);
@@ -125,8 +122,8 @@ export async function main(argv: readonly string[]): Promise<void> {
   routeGrpcLogs(log);
   carryOnAfterUnexpected(log);
   // One plugin per socket directory (in DRA mode, per driver plugin directory): a second one is refused in one line naming the first.
-  const lockDir = opts.kubeletApi === 'dra' ? await draLockDirectory(opts) : dirname(opts.kubeletSocket);
-  const lock = await lockSocketDirectory(lockDir, log, (err) => refuseSecondInstance(err, log));
+  const lockAt = opts.kubeletApi === 'dra' ? await draLockDirectory(opts) : { dir: dirname(opts.kubeletSocket), hint: undefined };
+  const lock = await lockSocketDirectory(lockAt.dir, log, (err) => refuseSecondInstance(err, log), lockAt.hint);
   if (lock instanceof Error) refuseSecondInstance(lock, log);
   const signals = new Signals(log);
   log.info('starting', { version: versionText().trim(), ...describeOptions(parsed) });

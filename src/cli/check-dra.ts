@@ -2,18 +2,18 @@
 // kubeconfig, the API server reachable from the unit's sandbox, the kubelet's plugin directories
 // writable, the NVIDIA Container Toolkit's CDI spec naming the GPUs), and in either mode one line
 // saying what the other mode would need. check.ts runs them; the judging of the sandbox is
-// sandbox.ts's, the kubeconfig's summary kubeconfig.ts's.
+// sandbox.ts's; the kubeconfig is resolved by the daemon's own loader (src/k8s/kubeconfig.ts), so
+// check refuses what the daemon would refuse.
 import { connect } from 'node:net';
 import { readFile, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { errorText } from '../system/log.ts';
 import type { CheckLine } from './check.ts';
-import { loadYaml } from './config.ts';
 import { readCdiSpecs } from './host-view.ts';
 import type { UnitRead } from './host-view.ts';
 import type { NodeReport } from './inspect.ts';
-import { describeKubeconfig } from './kubeconfig.ts';
-import type { KubeconfigSummary } from './kubeconfig.ts';
+import { resolveKubeconfig } from '../k8s/kubeconfig.ts';
+import type { KubeconfigRef } from '../k8s/kubeconfig.ts';
 import type { Options } from './options.ts';
 import { networkInSandbox, readableInSandbox, writableInSandbox } from './sandbox.ts';
 
@@ -42,6 +42,49 @@ function probe(host: string, port: number): Promise<string | null> {
     s.once('connect', () => done(null));
     s.once('error', (err) => done(errorText(err)));
   });
+}
+
+/** What `check` says of a kubeconfig: the context in force, its server and how it is trusted, who the user is. */
+export interface KubeconfigSummary {
+  readonly context: string;
+  readonly cluster: string;
+  readonly user: string;
+  /** The server URL, and its host (IP literal or name, no brackets) and port. */
+  readonly server: string;
+  readonly host: string;
+  readonly port: number;
+  /** How the server's certificate is checked: embedded CA, a CA file, the system's roots, or not at all. */
+  readonly ca: string;
+  /** The user's credentials in words: client certificate, token, token file. */
+  readonly credentials: string;
+  /** Files the kubeconfig names (CA, client certificate and key, token file), absolute. */
+  readonly files: readonly { readonly what: string; readonly path: string }[];
+}
+
+/** The summary of a resolved kubeconfig, or the problem in words (no credentials at all). */
+export function kubeconfigSummary(r: KubeconfigRef): KubeconfigSummary | { readonly problem: string } {
+  const url = new URL(r.server);
+  const host = url.hostname.replace(/^\[|\]$/g, '');
+  const port = url.port !== '' ? Number(url.port) : url.protocol === 'https:' ? 443 : 80;
+  const files: { what: string; path: string }[] = [];
+  let ca: string;
+  if (r.ca !== undefined && 'data' in r.ca) ca = 'embedded CA';
+  else if (r.ca !== undefined) {
+    files.push({ what: 'certificate-authority', path: r.ca.file });
+    ca = `CA ${r.ca.file}`;
+  } else if (r.insecureSkipTlsVerify) ca = 'the server\'s certificate is NOT checked (insecure-skip-tls-verify)';
+  else ca = 'the system\'s CA roots';
+  let credentials: string;
+  if (r.cert !== undefined && r.key !== undefined) {
+    if ('file' in r.cert) files.push({ what: 'client-certificate', path: r.cert.file });
+    if ('file' in r.key) files.push({ what: 'client-key', path: r.key.file });
+    credentials = `client certificate (${'data' in r.cert && 'data' in r.key ? 'embedded' : 'files'})`;
+  } else if (r.token !== undefined) credentials = 'bearer token';
+  else if (r.tokenFile !== undefined) {
+    files.push({ what: 'tokenFile', path: r.tokenFile });
+    credentials = `bearer token from ${r.tokenFile}`;
+  } else return { problem: `user ${JSON.stringify(r.user)} has no credentials the plugin can use (client-certificate[-data] with client-key[-data], token or tokenFile)` };
+  return { context: r.context, cluster: r.cluster, user: r.user, server: r.server, host, port, ca, credentials, files };
 }
 
 /** Everything DRA mode needs, one line each. `report` is NVML's view (null when NVML is not available). */
@@ -73,14 +116,15 @@ async function kubeconfigCheck(path: string | null, unit: UnitRead): Promise<{ l
   } catch (err) {
     return { summary: null, lines: [{ status: 'FAIL', name, detail: `${path}: ${errorText(err)}`, fix }] };
   }
-  let doc: unknown;
+  let ref: KubeconfigRef;
   try {
-    doc = loadYaml().parse(text) as unknown;
+    ref = resolveKubeconfig(text, path);
   } catch (err) {
-    return { summary: null, lines: [{ status: 'FAIL', name, detail: `${path} is not YAML: ${errorText(err).split('\n')[0] ?? ''}`, fix }] };
+    // The daemon's loader's words (they name the file and the key at fault): what the daemon would refuse to start with.
+    return { summary: null, lines: [{ status: 'FAIL', name, detail: errorText(err).split('\n')[0] ?? '', fix }] };
   }
-  const summary = describeKubeconfig(doc, path);
-  if ('problem' in summary) return { summary: null, lines: [{ status: 'FAIL', name, detail: `${path} ${summary.problem}`, fix }] };
+  const summary = kubeconfigSummary(ref);
+  if ('problem' in summary) return { summary: null, lines: [{ status: 'FAIL', name, detail: `${path}: ${summary.problem}`, fix }] };
   const missing: string[] = [];
   for (const f of summary.files) {
     const v = readableInSandbox(unit.sandbox, f.path);

@@ -12,11 +12,11 @@ import type { CdiSpec } from '../core/dra-claims.ts';
 export const CDI_SPEC_DIRS: readonly string[] = ['/etc/cdi', '/var/run/cdi'];
 
 /**
- * The CDI spec directories to read: $GPU_DEVICE_PLUGIN_CDI_SPEC_DIRS (colon-separated) when set, as
- * for a runtime configured with other cdi_spec_dirs (and the tests); else the CDI defaults.
+ * The CDI spec directories to read: $CDI_SPEC_DIRS (colon-separated; `check` reads the same) when
+ * set, as for a runtime configured with other cdi_spec_dirs (and the tests); else the CDI defaults.
  */
 export function cdiSpecDirs(env: NodeJS.ProcessEnv): readonly string[] {
-  const v = env['GPU_DEVICE_PLUGIN_CDI_SPEC_DIRS'];
+  const v = env['CDI_SPEC_DIRS'];
   const dirs = v === undefined ? [] : v.split(':').filter((d) => d !== '');
   return dirs.length > 0 ? dirs : CDI_SPEC_DIRS;
 }

@@ -20,6 +20,7 @@ import { KubeClient, KubeUnreachableError } from '../k8s/client.ts';
 import { KubeconfigError, loadKubeconfig } from '../k8s/kubeconfig.ts';
 import { getResourceClaim } from '../k8s/resources.ts';
 import { SocketDirView } from '../kubelet/watcher.ts';
+import type { ClaimState } from '../core/daemon-state.ts';
 import type { NodeConsumer, Registrations } from '../manager/consumer.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
@@ -40,11 +41,12 @@ export function draPluginDir(o: Pick<Options, 'kubeletPluginsDir' | 'draDriverNa
  * directory): the driver's plugin directory, made now when the kubelet's plugins directory exists, so
  * that two processes started together cannot both serve before one of them holds it.
  */
-export async function draLockDirectory(o: Pick<Options, 'kubeletPluginsDir' | 'draDriverName'>): Promise<string> {
+export async function draLockDirectory(o: Pick<Options, 'kubeletPluginsDir' | 'draDriverName'>): Promise<{ dir: string; hint: string }> {
   const dir = draPluginDir(o);
   const parent = await stat(o.kubeletPluginsDir).then((s) => s.isDirectory(), () => false);
-  if (parent) await mkdir(dir, { recursive: true, mode: 0o750 });
-  return dir;
+  // One that cannot be made now is locked when it appears (the plugin's serving says why it cannot).
+  if (parent) await mkdir(dir, { recursive: true, mode: 0o750 }).catch(() => undefined);
+  return { dir, hint: 'give this one another --dra-driver-name or --kubelet-plugins-dir' };
 }
 
 export interface DraModeDeps {
@@ -61,6 +63,10 @@ export interface DraMode {
   readonly publisher: SlicePublisher;
   readonly consumers: readonly NodeConsumer[];
   readonly registrations: Registrations;
+  /** The prepared claims, for the state file. */
+  readonly claims: () => ClaimState[];
+  /** status: what statusWords() says may have changed (a publication, or the API server failing); claims: a claim prepared or unprepared. */
+  onChange(listeners: { status(): void; claims(): void }): void;
   stop(): void;
 }
 
@@ -121,6 +127,12 @@ export async function startDraMode(d: DraModeDeps): Promise<DraMode> {
   };
   return {
     plugin, publisher, consumers: [plugin, publisher], registrations,
+    claims: () => plugin.preparedClaims(),
+    onChange: (l) => {
+      publisher.events.on('synced', () => l.status());
+      publisher.events.on('failed', () => l.status());
+      plugin.onClaimsChanged(() => l.claims());
+    },
     stop: () => {
       for (const v of views) v.stop();
       client.close();

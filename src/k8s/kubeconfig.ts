@@ -56,21 +56,51 @@ function named(list: unknown, name: string, kind: string, file: string): Obj {
 
 const text = (o: Obj, key: string): string | undefined => (typeof o[key] === 'string' && o[key] !== '' ? (o[key] as string) : undefined);
 
-async function pem(o: Obj, dataKey: string, fileKey: string, base: string, what: string, file: string): Promise<Buffer | undefined> {
+/** PEM given inline (base64 data in the file) or as a file (absolute path, resolved from the kubeconfig's folder). */
+export type PemSource = { readonly data: Buffer } | { readonly file: string };
+
+/**
+ * A kubeconfig's context in force, resolved without reading anything else: the names, the server,
+ * and where the CA, client certificate, key and token come from. `check` judges this (the files it
+ * names are checked against the unit's sandbox); parseKubeconfig then reads the files.
+ */
+export interface KubeconfigRef {
+  readonly file: string;
+  readonly context: string;
+  readonly cluster: string;
+  /** '' when the context names no user (anonymous). */
+  readonly user: string;
+  readonly server: string;
+  readonly ca?: PemSource;
+  readonly insecureSkipTlsVerify: boolean;
+  readonly tlsServerName?: string;
+  readonly cert?: PemSource;
+  readonly key?: PemSource;
+  readonly token?: string;
+  /** Absolute. */
+  readonly tokenFile?: string;
+}
+
+function pemSource(o: Obj, dataKey: string, fileKey: string, base: string): PemSource | undefined {
   const data = text(o, dataKey);
-  if (data !== undefined) return Buffer.from(data, 'base64');
+  if (data !== undefined) return { data: Buffer.from(data, 'base64') };
   const path = text(o, fileKey);
   if (path === undefined) return undefined;
-  const full = isAbsolute(path) ? path : resolve(base, path);
+  return { file: isAbsolute(path) ? path : resolve(base, path) };
+}
+
+async function readPem(src: PemSource | undefined, what: string, file: string): Promise<Buffer | undefined> {
+  if (src === undefined) return undefined;
+  if ('data' in src) return src.data;
   try {
-    return await readFile(full);
+    return await readFile(src.file);
   } catch (err) {
-    throw new KubeconfigError(`${file}: cannot read the ${what} ${full} (${(err as Error).message})`);
+    throw new KubeconfigError(`${file}: cannot read the ${what} ${src.file} (${(err as Error).message})`);
   }
 }
 
-/** Parses a kubeconfig's text (file: its path, for relative paths and messages). */
-export async function parseKubeconfig(content: string, file: string, context?: string): Promise<KubeTarget> {
+/** Resolves a kubeconfig's text (file: its path, for relative paths and messages); reads nothing else. Throws KubeconfigError naming the key at fault. */
+export function resolveKubeconfig(content: string, file: string, context?: string): KubeconfigRef {
   let doc: unknown;
   try {
     doc = loadYaml().parse(content);
@@ -99,23 +129,40 @@ export async function parseKubeconfig(content: string, file: string, context?: s
     throw new KubeconfigError(`${file}: user ${JSON.stringify(userName)} uses ${user['exec'] !== undefined ? 'an exec' : 'an auth-provider'} credential plugin, which this service does not run; give it a node-scoped client certificate (client-certificate/client-key) or a token (token or tokenFile) instead`);
   }
   const base = dirname(file);
-  const source = `${file} (context ${ctxName})`;
-  const ca = await pem(cluster, 'certificate-authority-data', 'certificate-authority', base, 'certificate authority', file);
-  const cert = await pem(user, 'client-certificate-data', 'client-certificate', base, 'client certificate', file);
-  const key = await pem(user, 'client-key-data', 'client-key', base, 'client key', file);
+  const ca = pemSource(cluster, 'certificate-authority-data', 'certificate-authority', base);
+  const cert = pemSource(user, 'client-certificate-data', 'client-certificate', base);
+  const key = pemSource(user, 'client-key-data', 'client-key', base);
   if ((cert === undefined) !== (key === undefined)) throw new KubeconfigError(`${file}: user ${JSON.stringify(userName)} has a client ${cert === undefined ? 'key' : 'certificate'} without its ${cert === undefined ? 'certificate' : 'key'}`);
   const tokenFile = text(user, 'tokenFile');
   const token = text(user, 'token');
   const tlsServerName = text(cluster, 'tls-server-name');
   return {
+    file, context: ctxName, cluster: clusterName, user: userName ?? '',
     server: server.replace(/\/+$/, ''),
-    source,
+    insecureSkipTlsVerify: cluster['insecure-skip-tls-verify'] === true,
     ...(ca !== undefined ? { ca } : {}),
-    ...(cluster['insecure-skip-tls-verify'] === true ? { insecureSkipTlsVerify: true } : {}),
     ...(tlsServerName !== undefined ? { tlsServerName } : {}),
     ...(cert !== undefined && key !== undefined ? { cert, key } : {}),
     ...(token !== undefined ? { token } : {}),
     ...(tokenFile !== undefined ? { tokenFile: isAbsolute(tokenFile) ? tokenFile : resolve(base, tokenFile) } : {}),
+  };
+}
+
+/** Parses a kubeconfig's text (file: its path, for relative paths and messages) and reads the files it names. */
+export async function parseKubeconfig(content: string, file: string, context?: string): Promise<KubeTarget> {
+  const r = resolveKubeconfig(content, file, context);
+  const ca = await readPem(r.ca, 'certificate authority', file);
+  const cert = await readPem(r.cert, 'client certificate', file);
+  const key = await readPem(r.key, 'client key', file);
+  return {
+    server: r.server,
+    source: `${file} (context ${r.context})`,
+    ...(ca !== undefined ? { ca } : {}),
+    ...(r.insecureSkipTlsVerify ? { insecureSkipTlsVerify: true } : {}),
+    ...(r.tlsServerName !== undefined ? { tlsServerName: r.tlsServerName } : {}),
+    ...(cert !== undefined && key !== undefined ? { cert, key } : {}),
+    ...(r.token !== undefined ? { token: r.token } : {}),
+    ...(r.tokenFile !== undefined ? { tokenFile: r.tokenFile } : {}),
   };
 }
 

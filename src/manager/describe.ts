@@ -7,8 +7,11 @@ import { healthCounts, isEmptyDiff } from '../core/snapshot.ts';
 import type { NodeSnapshot, SnapshotDiff } from '../core/snapshot.ts';
 import type { Logger } from '../system/log.ts';
 
-/** The log of a change: what an operator needs to see, once. */
-export function describeChange(log: Logger, prev: NodeSnapshot | null, next: NodeSnapshot, change: SnapshotDiff, reason: string): void {
+/**
+ * The log of a change: what an operator needs to see, once. `resources` false: nothing serves the
+ * planned device-plugin resources (DRA mode publishes its devices itself), so they are not logged.
+ */
+export function describeChange(log: Logger, prev: NodeSnapshot | null, next: NodeSnapshot, change: SnapshotDiff, reason: string, resources = true): void {
   if (prev === null) {
     for (const g of next.gpus) {
       log.info('GPU found', { gpu: g.index, uuid: g.uuid, name: g.name, bus: g.busId, numa: g.numaNode, memory_mib: Math.round(g.memoryBytes / 1048576) });
@@ -16,7 +19,7 @@ export function describeChange(log: Logger, prev: NodeSnapshot | null, next: Nod
     for (const d of next.mig.devices) {
       log.info('MIG device found', { gpu: next.gpus[d.parent]?.index, uuid: next.gpus[d.parent]?.uuid, mig: d.uuid, mig_index: d.index, profile: d.profile, gi: d.gi, ci: d.ci, memory_mib: Math.round(d.memoryBytes / 1048576) });
     }
-    if (next.driverVersion !== null && next.gpus.length > 0) log.info('advertising', { resources: describePlan(next.resources) });
+    if (resources && next.driverVersion !== null && next.gpus.length > 0) log.info('advertising', { resources: describePlan(next.resources) });
   } else {
     if (change.driverChanged && next.driverVersion !== null) {
       log.info('the NVIDIA driver answers', { driver: next.driverVersion, before: prev.driverVersion ?? 'not answering', reason });
@@ -32,8 +35,8 @@ export function describeChange(log: Logger, prev: NodeSnapshot | null, next: Nod
       const parent = d === undefined ? undefined : next.gpus[d.parent];
       log.info('MIG device found', { gpu: parent?.index, uuid: parent?.uuid, mig: uuid, mig_index: d?.index, profile: d?.profile, gi: d?.gi, ci: d?.ci, reason });
     }
-    for (const r of change.added) if (prev.resources.length > 0) log.info('resource advertised', { resource: r.name, devices: r.devices.length, reason });
-    for (const u of change.updated) {
+    for (const r of change.added) if (resources && prev.resources.length > 0) log.info('resource advertised', { resource: r.name, devices: r.devices.length, reason });
+    for (const u of resources ? change.updated : []) {
       if (u.appeared.length + u.vanished.length === 0) continue;
       log.info('device list changed', { resource: u.name, devices: u.devices.length, appeared: u.appeared.length, vanished: u.vanished.length, reason });
     }

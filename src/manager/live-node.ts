@@ -29,6 +29,8 @@ export interface LiveNodeDeps<C extends NodeSettings> {
   readonly recovery: RecoverySettings;
   /** Given every applied snapshot, in this order. */
   readonly consumers: readonly NodeConsumer<C>[];
+  /** Whether the planned device-plugin resources are served (and logged); false in DRA mode. Default true. */
+  readonly servesResources?: boolean;
   /** Monotonic milliseconds for health quiet periods (default performance.now). */
   readonly now?: () => number;
   /** Wall-clock milliseconds for "since when" (default Date.now). */
@@ -262,7 +264,7 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
 
   private async apply(prev: NodeSnapshot | null, next: NodeSnapshot, reason: string, reregister: string | null): Promise<void> {
     const change = diff(prev, next);
-    describeChange(this.log, prev, next, change, reason);
+    describeChange(this.log, prev, next, change, reason, this.deps.servesResources ?? true);
     if (change.gpuSetChanged || change.migChanged) this.unplaceable.clear();
     this.current = next;
     this.health.follow(next);

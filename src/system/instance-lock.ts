@@ -28,9 +28,10 @@ const EWOULDBLOCK = 11;
 export class AlreadyRunningError extends Error {
   override name = 'AlreadyRunningError';
   readonly pid: number | null;
-  constructor(dir: string, pid: number | null) {
+  /** hint: how to run this one elsewhere (default: a --kubelet-socket in another directory). */
+  constructor(dir: string, pid: number | null, hint = 'give this one a --kubelet-socket in another directory') {
     const who = pid === null ? 'another gpu-device-plugin process' : `another gpu-device-plugin (PID ${pid})`;
-    super(`${who} already serves the socket directory ${dir}; stop it first (the service: systemctl stop gpu-device-plugin), or give this one a --kubelet-socket in another directory`);
+    super(`${who} already serves the socket directory ${dir}; stop it first (the service: systemctl stop gpu-device-plugin), or ${hint}`);
     this.pid = pid;
   }
 }
@@ -82,10 +83,12 @@ export class InstanceLock {
   private fd: number | undefined;
   private identity: string | undefined;
   private timer: NodeJS.Timeout | undefined;
+  private readonly hint: string | undefined;
 
-  constructor(koffi: Koffi, dir: string) {
+  constructor(koffi: Koffi, dir: string, hint?: string) {
     this.koffi = koffi;
     this.dir = dir;
+    this.hint = hint;
   }
 
   /** Whether this process holds the lock on the directory as it is now. */
@@ -113,7 +116,7 @@ export class InstanceLock {
       closeSync(fd);
       if (errno !== EWOULDBLOCK) throw new Error(`flock(${this.dir}) failed with errno ${errno}`);
       const pid = lockHolder(await readFile('/proc/locks', 'utf8').catch(() => ''), st.dev, st.ino);
-      return { state: 'busy', error: new AlreadyRunningError(this.dir, pid) };
+      return { state: 'busy', error: new AlreadyRunningError(this.dir, pid, this.hint) };
     }
     if (this.fd !== undefined) closeSync(this.fd);
     this.fd = fd;
@@ -156,14 +159,14 @@ export class InstanceLock {
  * AlreadyRunningError when another plugin holds it, or null when the native module cannot be loaded
  * (the start then fails on that, saying so).
  */
-export async function lockSocketDirectory(dir: string, log: Logger, onBusy: (err: AlreadyRunningError) => void): Promise<InstanceLock | AlreadyRunningError | null> {
+export async function lockSocketDirectory(dir: string, log: Logger, onBusy: (err: AlreadyRunningError) => void, hint?: string): Promise<InstanceLock | AlreadyRunningError | null> {
   let koffi: Koffi;
   try {
     koffi = loadKoffi();
   } catch {
     return null;
   }
-  const lock = new InstanceLock(koffi, dir);
+  const lock = new InstanceLock(koffi, dir, hint);
   let r: LockAttempt;
   try {
     r = await lock.tryLock();

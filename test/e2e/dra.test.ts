@@ -6,8 +6,10 @@
 // removed, a restart of the plugin keeping its claims, and credentials that may not do the job.
 // Timings are printed as test diagnostics.
 import assert from 'node:assert/strict';
-import { execFile, execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { execFile, execFileSync, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { TestContext } from 'node:test';
@@ -15,6 +17,7 @@ import type { Claim, DeviceHealth } from '../../src/api/dra.ts';
 import { HealthStatus } from '../../src/api/dra.ts';
 import { ApiServerStandIn } from '../support/apiserver.ts';
 import type { JsonObject, TokenGrant } from '../support/apiserver.ts';
+import { NotifySocket } from '../support/notify-socket.ts';
 import { PluginWatcherStandIn } from '../support/plugin-watcher.ts';
 import { PluginProcess, SimNode, executable, monotonicMs } from '../support/sim.ts';
 
@@ -63,6 +66,8 @@ interface DraNodeOptions {
   /** Wait for the first registration (default true). */
   waitRegistered?: boolean;
   cdiNames?: readonly string[];
+  /** More environment for the plugin. */
+  env?: Readonly<Record<string, string>>;
 }
 
 async function startDraNode(o: DraNodeOptions = {}): Promise<DraNode> {
@@ -93,7 +98,8 @@ async function startDraNode(o: DraNodeOptions = {}): Promise<DraNode> {
         if (o.apiDown === true) await api.down();
         args.push('--kubelet-api=dra', `--kubeconfig=${paths.kubeconfigPath}`, `--node-name=${NODE}`,
           `--kubelet-plugins-registry=${paths.registry}`, `--kubelet-plugins-dir=${paths.plugins}`, ...(o.args ?? []));
-        env['GPU_DEVICE_PLUGIN_CDI_SPEC_DIRS'] = paths.cdi;
+        env['CDI_SPEC_DIRS'] = paths.cdi;
+        Object.assign(env, o.env ?? {});
       },
     });
   } catch (err) {
@@ -221,8 +227,9 @@ function unhealthy(devices: readonly DeviceHealth[], name: string): boolean {
 }
 
 describe('DRA mode through the executable', { concurrency: false }, () => {
-  test('registers with the plugin watcher and publishes the 8 GPUs of demo-8 as ResourceSlices', async (t: TestContext) => {
-    const node = await startDraNode();
+  test('registers with the plugin watcher and publishes the 8 GPUs of demo-8 as ResourceSlices; STATUS says so; a second instance is refused', async (t: TestContext) => {
+    const sock = new NotifySocket(`@gdp-dra-${process.pid}`);
+    const node = await startDraNode({ env: { NOTIFY_SOCKET: sock.path } });
     try {
       const reg = node.watcher.registered(DRIVER);
       assert.ok(reg, 'registered');
@@ -246,8 +253,21 @@ describe('DRA mode through the executable', { concurrency: false }, () => {
       assert.deepEqual(((slices[0]!['spec'] as JsonObject)['pool'] as JsonObject)['name'], NODE);
       await node.sim.plugin.waitForLine(/DRA: ResourceSlices published/);
       assert.match(await node.sim.plugin.waitForLine(/registered with the kubelet/), /driver=gpu\.nvidia\.com/);
+      // systemd hears it: READY=1 with the registration, then the devices published.
+      assert.match(await sock.waitFor(/READY=1/), /STATUS=registered with the kubelet \(DRA, driver gpu\.nvidia\.com\); (no devices published yet|8 devices published); 8 of 8 GPUs healthy/);
+      await sock.waitFor(/^STATUS=registered with the kubelet \(DRA, driver gpu\.nvidia\.com\); 8 devices published; 8 of 8 GPUs healthy$/);
+      // One instance per node: a second one on the same directories is refused (exit 3), naming the first.
+      const { args, env } = launchOf(node.sim.plugin);
+      delete env['NOTIFY_SOCKET'];
+      const second = new PluginProcess(executable(), args, env);
+      const exit = await second.exited;
+      assert.equal(exit.code, 3, second.lines.join('\n'));
+      assert.match(second.lines.join('\n'), new RegExp(`another gpu-device-plugin \\(PID ${node.sim.plugin.pid}\\) already serves the socket directory ${node.plugins}/gpu\\.nvidia\\.com; .*another --dra-driver-name or --kubelet-plugins-dir`));
+      assert.ok(node.watcher.registered(DRIVER), 'the first one stays registered');
+      assert.equal(node.watcher.registrations.length, 1, 'and was not replaced');
     } finally {
       await node.stop();
+      sock.close();
     }
   });
 
@@ -338,19 +358,24 @@ describe('DRA mode through the executable', { concurrency: false }, () => {
   });
 
   test('an API server down at start: one WARN, registered anyway, slices published once it answers', async (t: TestContext) => {
-    const node = await startDraNode({ apiDown: true });
+    const sock = new NotifySocket(`@gdp-dra-down-${process.pid}`);
+    const node = await startDraNode({ apiDown: true, env: { NOTIFY_SOCKET: sock.path } });
     try {
       assert.ok(node.watcher.registered(DRIVER));
       await node.sim.plugin.waitForLine(/WARN DRA: the API server does not answer at start; starting anyway/);
+      await node.sim.plugin.waitForLine(/registered with the kubelet/);
       assert.equal(slicesOf(node.api).length, 0);
+      await sock.waitFor(/STATUS=registered with the kubelet \(DRA, driver gpu\.nvidia\.com\); no devices published yet \(the API server does not answer\); 8 of 8 GPUs healthy/);
       const t0 = performance.now();
       await node.api.up();
       await waitForSlices(node.api, (d) => d.length === 8, 'once the API server is up', 60_000);
       t.diagnostic(`API server up → slices published: ${(performance.now() - t0).toFixed(0)} ms (the publisher's backoff)`);
       await node.sim.plugin.waitForLine(/the API server answers again/);
       assert.equal(node.sim.plugin.matching(/WARN DRA: the API server does not answer;/).length, 1, 'one WARN while it is down, not one per retry');
+      await sock.waitFor(/STATUS=registered with the kubelet \(DRA, driver gpu\.nvidia\.com\); 8 devices published; 8 of 8 GPUs healthy/);
     } finally {
       await node.stop();
+      sock.close();
     }
   });
 
@@ -362,15 +387,20 @@ describe('DRA mode through the executable', { concurrency: false }, () => {
       const name = String((slicesOf(node.api)[0]!['metadata'] as JsonObject)['name']);
       const uid = String((slicesOf(node.api)[0]!['metadata'] as JsonObject)['uid']);
       const gen0 = generationOf(node.api);
-      const t0 = performance.now();
-      node.sim.nvml('xid 2 48');
-      const tainted = await waitForSlices(node.api, (d) => (d.find((x) => x.name === 'gpu-2')?.taints?.length ?? 0) > 0, 'with gpu-2 tainted');
-      const taintMs = performance.now() - t0;
-      assert.deepEqual(tainted.find((x) => x.name === 'gpu-2')?.taints?.map((x) => [x.key, x.value, x.effect]), [[`${DRIVER}/xid`, '48', 'NoSchedule']]);
-      assert.ok(tainted.filter((x) => x.name !== 'gpu-2').every((x) => x.taints === undefined));
-      await node.watcher.waitForHealth(DRIVER, (d) => unhealthy(d, 'gpu-2'));
-      const healthMs = performance.now() - t0;
-      t.diagnostic(`XID → taint in the slice: ${taintMs.toFixed(0)} ms; XID → UNHEALTHY in the health stream: ${healthMs.toFixed(0)} ms`);
+      const taintMs: number[] = [];
+      const healthMs: number[] = [];
+      for (const gpu of [2, 3, 4]) {
+        const name = `gpu-${gpu}`;
+        const t0 = performance.now();
+        node.sim.nvml(`xid ${gpu} 48`);
+        const tainted = await waitForSlices(node.api, (d) => (d.find((x) => x.name === name)?.taints?.length ?? 0) > 0, `with ${name} tainted`);
+        taintMs.push(performance.now() - t0);
+        assert.deepEqual(tainted.find((x) => x.name === name)?.taints?.map((x) => [x.key, x.value, x.effect]), [[`${DRIVER}/xid`, '48', 'NoSchedule']]);
+        assert.ok(tainted.filter((x) => x.name.localeCompare(name) > 0).every((x) => x.taints === undefined), 'the GPUs not hit stay untainted');
+        await node.watcher.waitForHealth(DRIVER, (d) => unhealthy(d, name));
+        healthMs.push(performance.now() - t0);
+      }
+      t.diagnostic(`XID → taint in the slice: median ${median(taintMs).toFixed(1)} ms (${taintMs.map((x) => x.toFixed(1)).join(', ')}); XID → UNHEALTHY in the health stream: median ${median(healthMs).toFixed(1)} ms (${healthMs.map((x) => x.toFixed(1)).join(', ')})`);
       assert.ok(generationOf(node.api) > gen0);
 
       const gen1 = generationOf(node.api);
@@ -445,6 +475,44 @@ describe('DRA mode through the executable', { concurrency: false }, () => {
       assert.equal(exit.code, 2, node.sim.plugin.lines.join('\n'));
       assert.match(node.sim.plugin.lines.find((l) => /cannot start/.test(l)) ?? '', new RegExp(`--kubeconfig: ${node.kubeconfigPath} has no current-context`));
     } finally {
+      await node.stop();
+    }
+  });
+  test('the driver directory deleted under a systemd-style private mount: one clear line, exit 1 to be restarted', async () => {
+    // As ProtectSystem=strict with the DRA drop-in's ReadWritePaths= (done by hand, as plugin.test.ts
+    // does for the device-plugin directory): in a mount namespace of its own the plugin sees the node's
+    // folder read-only except the two DRA directories, bind-mounted onto themselves. Deleting the
+    // driver's directory outside drops that mount; the plugin cannot serve there again and exits 1.
+    const node = await startDraNode();
+    const outside = mkdtempSync(join(tmpdir(), 'gdp-dra-ns-'));
+    let child: ChildProcess | undefined;
+    try {
+      const { args, env } = launchOf(node.sim.plugin);
+      node.sim.plugin.signal('SIGTERM');
+      assert.equal((await node.sim.plugin.exited).code, 0);
+      const driverDir = join(node.plugins, DRIVER);
+      const regs = node.watcher.registrations.length;
+      child = spawn('unshare', ['--mount', '--propagation', 'private', 'sh', '-c',
+        'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && for d in "$1" "$2"; do mount --bind "$d" "$d" && mount -o remount,bind,rw "$d" || exit 9; done; shift 2; exec "$@"',
+        node.sim.dir, node.registry, driverDir, executable(), ...args], {
+        env: { ...env, PATH: '/usr/bin:/bin', TMPDIR: outside, GPU_DEVICE_PLUGIN_STATE_FILE: join(outside, 'state.json'), FAKE_NVML_CONTROL: join(outside, 'nvml-control') },
+        stdio: ['ignore', 'ignore', 'pipe'],
+      });
+      let log = '';
+      child.stderr?.on('data', (c: Buffer) => { log += c.toString(); });
+      const exited = new Promise<number | null>((resolve) => child?.on('exit', (code) => resolve(code)));
+      await node.watcher.waitForRegistrations(regs + 1, 20_000).catch((err: unknown) => { throw new Error(`${(err as Error).message}\n${log}`); });
+      rmSync(driverDir, { recursive: true, force: true });
+      let timer: NodeJS.Timeout | undefined;
+      const code = await Promise.race([exited, new Promise<'timeout'>((r) => { timer = setTimeout(() => r('timeout'), 20_000); })]);
+      clearTimeout(timer);
+      assert.equal(code, 1, log);
+      const lost = log.split('\n').filter((l) => /lost the socket directory/.test(l));
+      assert.equal(lost.length, 1, log);
+      assert.match(lost[0]!, new RegExp(`ERROR lost the socket directory: the directory was deleted.*its mount in this process's mount namespace went with it; exiting so that systemd restarts the service.*dir=${driverDir}`));
+    } finally {
+      child?.kill('SIGKILL');
+      rmSync(outside, { recursive: true, force: true });
       await node.stop();
     }
   });

@@ -18,6 +18,7 @@ import type { PlanSettings } from '../../src/core/snapshot.ts';
 import { parseEnvironmentFile } from '../../src/cli/env-file.ts';
 import { SHIPPED_UNIT, parseUnitSandbox, writableInSandbox } from '../../src/cli/sandbox.ts';
 import { daemonStateFromSnapshot } from '../../src/observe/snapshot-state.ts';
+import { formatClaims, formatDaemon } from '../../src/cli/inspect.ts';
 import { SinceTracker } from '../../src/observe/state-file.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');
@@ -140,4 +141,31 @@ test('the daemon\'s state: what the kubelet was told per device with the reason 
   assert.match((parseStateDocument('{') as { problem: string }).problem, /not JSON/);
   assert.match((parseStateDocument('{"format": 99}') as { problem: string }).problem, /format 99/);
   assert.match((parseStateDocument(JSON.stringify({ format: 1, pid: 1, version: 'v', startedAt: 'a', publishedAt: 'b', devices: [{ uuid: 'x' }], resources: [] })) as { problem: string }).problem, /without uuid or health/);
+});
+
+test('DRA mode\'s prepared claims: carried in the daemon\'s state, read back, refused when malformed, and shown by info', () => {
+  const s0 = buildSnapshot({ driverVersion: '550.54.15', gpus: GPUS.slice(0, 2), nvlinks: [], pcie: [] }, settings(NO_SHARING), null, false);
+  const claims = [
+    { namespace: 'team-a', name: 'pair', uid: 'u-1', state: 'PrepareCompleted', devices: ['gpu-0', 'gpu-1'], since: '2026-11-25T10:00:00.000Z' },
+    { namespace: 'team-b', name: 'half', uid: 'u-2', state: 'PrepareStarted', devices: ['gpu-1'] },
+  ];
+  const ctx = { pid: 42, version: '0.1.0', startedAt: 't0', now: 't1', options: {}, registrations: [{ name: 'gpu.nvidia.com (DRA)', registered: true }], since: new SinceTracker() };
+  assert.equal(daemonStateFromSnapshot(s0, ctx).claims, undefined, 'the device-plugin mode has no claims');
+  const s = daemonStateFromSnapshot(s0, { ...ctx, claims });
+  const back = parseStateDocument(stateDocument(s));
+  assert.ok('state' in back && back.state.claims !== undefined);
+  if ('state' in back) assert.deepEqual(back.state.claims, claims);
+  const bad = JSON.parse(stateDocument(s)) as Record<string, unknown>;
+  assert.match((parseStateDocument(JSON.stringify({ ...bad, claims: [{ name: 'x' }] })) as { problem: string }).problem, /claims is not a list of claims with uid, name and devices/);
+  const text = formatClaims(claims, 'prepared by the daemon');
+  assert.match(text, /^DRA claims prepared by the daemon:\nCLAIM +UID +DEVICES +SINCE +STATE\n/);
+  assert.match(text, /\nteam-a\/pair +u-1 +gpu-0,gpu-1 +2026-11-25T10:00:00\.000Z +prepared\n/);
+  assert.match(text, /\nteam-b\/half +u-2 +gpu-1 +- +prepare not finished\n/);
+  assert.equal(formatClaims([], 'in the checkpoint /x'), 'DRA claims in the checkpoint /x: none.\n');
+  const shown = formatDaemon({ read: { kind: 'running', path: '/run/s.json', state: s } });
+  assert.match(shown, /gpu\.nvidia\.com \(DRA\) +yes/);
+  assert.match(shown, /DRA claims prepared by the daemon:\n/);
+  const offline = formatDaemon({ read: { kind: 'absent', path: '/run/s.json' }, checkpoint: { path: '/k/cp.json', claims } });
+  assert.match(offline, /^Daemon: not running .*\n\nDRA claims in the checkpoint \/k\/cp\.json \(prepared before the daemon stopped\):\n/);
+  assert.match(formatDaemon({ read: { kind: 'absent', path: '/run/s.json' }, checkpoint: { path: '/k/cp.json', error: 'not JSON' } }), /DRA claims: the checkpoint \/k\/cp\.json cannot be read: not JSON/);
 });

@@ -8,7 +8,9 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync, chmodSync 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { OptionError, checkKubeletApi, parseOptions } from '../../src/cli/options.ts';
-import { describeKubeconfig } from '../../src/cli/kubeconfig.ts';
+import { kubeconfigSummary } from '../../src/cli/check-dra.ts';
+import { resolveKubeconfig } from '../../src/k8s/kubeconfig.ts';
+import { stringify } from 'yaml';
 import { SHIPPED_UNIT, ipEntryCovers, networkInSandbox, parseIp, parseUnitSandbox, readableInSandbox, writableInSandbox } from '../../src/cli/sandbox.ts';
 import { checkExitCode, formatChecks, runChecks } from '../../src/cli/check.ts';
 import type { CheckLine } from '../../src/cli/check.ts';
@@ -69,31 +71,31 @@ test('the mode\'s refusals, each naming what was wrong and what would be right',
   assert.equal(ok.options.kubeletApi, 'dra');
 });
 
-test('the kubeconfig summary: context, server, CA and credentials, relative files resolved; each gap named', () => {
+test('the kubeconfig summary (through the daemon\'s own loader, src/k8s): context, server, CA and credentials, relative files resolved; each gap named', () => {
   const kc = (user: object, cluster: object = { server: 'https://10.0.0.10:6443', 'certificate-authority': 'pki/ca.crt' }, extra: object = {}) => ({
     apiVersion: 'v1', kind: 'Config', 'current-context': 'node', contexts: [{ name: 'node', context: { cluster: 'c', user: 'u' } }],
     clusters: [{ name: 'c', cluster }], users: [{ name: 'u', user }], ...extra,
   });
-  const s = describeKubeconfig(kc({ 'client-certificate': '/etc/gdp/client.crt', 'client-key': 'client.key' }), '/etc/gdp/kubeconfig');
+  const summary = (doc: unknown, file: string): ReturnType<typeof kubeconfigSummary> => kubeconfigSummary(resolveKubeconfig(typeof doc === 'string' ? doc : stringify(doc), file));
+  const s = summary(kc({ 'client-certificate': '/etc/gdp/client.crt', 'client-key': 'client.key' }), '/etc/gdp/kubeconfig');
   assert.ok(!('problem' in s));
   assert.deepEqual([s.host, s.port, s.ca, s.credentials], ['10.0.0.10', 6443, 'CA /etc/gdp/pki/ca.crt', 'client certificate (files)']);
   assert.deepEqual(s.files.map((f) => f.path), ['/etc/gdp/pki/ca.crt', '/etc/gdp/client.crt', '/etc/gdp/client.key']);
-  const v6 = describeKubeconfig(kc({ token: 't' }, { server: 'https://[fd00::1]' }), '/k');
+  const v6 = summary(kc({ token: 't' }, { server: 'https://[fd00::1]' }), '/k');
   assert.ok(!('problem' in v6) && v6.host === 'fd00::1' && v6.port === 443 && v6.credentials === 'bearer token' && v6.ca === 'the system\'s CA roots');
-  const problems: [unknown, RegExp][] = [
-    ['x', /not a YAML mapping/],
-    [{ ...kc({ token: 't' }), 'current-context': undefined, contexts: [{ name: 'a', context: {} }, { name: 'b', context: {} }] }, /no current-context and 2 contexts/],
-    [{ ...kc({ token: 't' }), 'current-context': 'other' }, /current-context "other" is not among its contexts/],
+  assert.deepEqual(summary(kc({}), '/k'), { problem: 'user "u" has no credentials the plugin can use (client-certificate[-data] with client-key[-data], token or tokenFile)' });
+  // What the daemon refuses, check refuses with the daemon's words.
+  const refused: [unknown, RegExp][] = [
+    ['x', /\/k is not a kubeconfig: expected a map/],
+    [{ ...kc({ token: 't' }), 'current-context': undefined, contexts: [{ name: 'a', context: {} }] }, /\/k has no current-context; set one/],
+    [{ ...kc({ token: 't' }), 'current-context': 'other' }, /no context named "other" \(contexts: node\)/],
     [kc({ token: 't' }, {}), /cluster "c" has no server/],
-    [kc({ token: 't' }, { server: 'ftp://x' }), /is not an https URL/],
-    [kc({ 'client-certificate-data': 'Zm9v' }), /client certificate but no client-key/],
-    [kc({}), /user "u" has no credentials the plugin can use/],
-    [{ ...kc({ token: 't' }), users: [] }, /user "u" .* is not among its users/],
+    [kc({ token: 't' }, { server: 'ftp://x' }), /server ftp:\/\/x is neither https:\/\/ nor http:\/\//],
+    [kc({ 'client-certificate-data': 'Zm9v' }), /user "u" has a client certificate without its key/],
+    [kc({ exec: { command: 'aws' } }), /user "u" uses an exec credential plugin, which this service does not run/],
+    [{ ...kc({ token: 't' }), users: [] }, /no user named "u"/],
   ];
-  for (const [doc, re] of problems) {
-    const r = describeKubeconfig(doc, '/k');
-    assert.ok('problem' in r && re.test(r.problem), `${re}: ${JSON.stringify(r)}`);
-  }
+  for (const [doc, re] of refused) assert.throws(() => summary(doc, '/k'), re);
 });
 
 test('the sandbox\'s network: the unit alone reaches nothing; with the DRA drop-in any address; IPAddressAllow/Deny and families as systemd applies them', () => {
@@ -237,7 +239,7 @@ test('check in DRA mode: a kubeconfig that is missing, unparseable, incomplete, 
   // The kubeconfig's line, and the API server's: tried when the kubeconfig names one.
   const cases: [string, string | undefined, RegExp, CheckLine['status'], CheckLine['status']][] = [
     ['KUBECONFIG=@/nope', undefined, /@\/nope: ENOENT|no such file/i, 'FAIL', 'SKIP'],
-    ['KUBECONFIG=@/kubeconfig', 'a: [', /is not YAML/, 'FAIL', 'SKIP'],
+    ['KUBECONFIG=@/kubeconfig', 'a: [', /@\/kubeconfig is not a kubeconfig: Flow sequence/, 'FAIL', 'SKIP'],
     ['KUBECONFIG=@/kubeconfig', 'apiVersion: v1\nkind: Config\ncurrent-context: n\ncontexts: [{name: n, context: {cluster: c, user: u}}]\nclusters: [{name: c, cluster: {server: "https://h:6443"}}]\nusers: [{name: u, user: {client-certificate: missing.crt, client-key: missing.key}}]\n',
       /client-certificate .*missing\.crt does not exist; client-key .*missing\.key does not exist/, 'FAIL', 'PASS'],
     ['KUBECONFIG=/root/.kube/config', undefined, /\/root\/\.kube\/config: not visible to the service: ProtectHome=yes/, 'FAIL', 'SKIP'],

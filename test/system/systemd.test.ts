@@ -6,7 +6,6 @@
 // purge. Needs root, debootstrap and systemd-nspawn (build/install-tools.sh); never skipped: a
 // container that cannot boot fails the run.
 import { after, before, describe, test } from 'node:test';
-import type { TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -19,6 +18,7 @@ import { buildFakeNvml, LIBRARY_NAME } from '../fake-nvml/build.ts';
 import { TOPOLOGIES } from '../support/sim.ts';
 import { Container, cachedRootfs, dependencyNames } from './container.ts';
 import type { StandInState } from './kubelet-main.ts';
+import { LiveUnit, timer } from './unit.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 const UNIT = `${PACKAGE}.service`;
@@ -41,34 +41,7 @@ function box(): Container {
   return c;
 }
 
-/** Polls probe every 100 ms until it returns something other than undefined (a liveness timeout). */
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 60000): Promise<T> {
-  const end = performance.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await probe();
-      if (v !== undefined) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (performance.now() > end) {
-      const journal = await box().sh(`journalctl -u ${UNIT} -u 'kubelet-standin-*' -o short-precise --no-pager | tail -40`);
-      throw new Error(`${what}: not within ${timeoutMs} ms${last instanceof Error ? ` (last error: ${last.message})` : ''}\njournal:\n${journal.stdout}`);
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
-async function show(...props: string[]): Promise<Record<string, string>> {
-  const out = await box().run(`systemctl show ${UNIT} ${props.map((p) => `-p ${p}`).join(' ')}`);
-  const r: Record<string, string> = {};
-  for (const line of out.split('\n')) {
-    const i = line.indexOf('=');
-    if (i > 0) r[line.slice(0, i)] = line.slice(i + 1);
-  }
-  return r;
-}
+const { until, show, journal, journalCursor, mainPid, statusIs } = new LiveUnit(box, UNIT, PACKAGE, ['kubelet-standin-*']);
 
 async function standIn(): Promise<StandInState | null> {
   const r = await box().sh(`cat ${STATE} 2>/dev/null`);
@@ -96,51 +69,7 @@ async function registered(count = GPUS): Promise<StandInState> {
   });
 }
 
-async function statusIs(re: RegExp): Promise<string> {
-  return until(`StatusText matching ${re}`, async () => {
-    const s = (await show('StatusText')).StatusText ?? '';
-    return re.test(s) ? s : undefined;
-  });
-}
-
-/** Where the journal ends now: journal(since) reads only what is written after it. */
-async function journalCursor(): Promise<string> {
-  const out = await box().run('journalctl -q -n 1 -o cat --show-cursor --no-pager');
-  const cursor = out.split('\n').reverse().find((l) => l.startsWith('-- cursor: '))?.slice('-- cursor: '.length).trim();
-  if (cursor === undefined || cursor === '') throw new Error(`journalctl gave no cursor:\n${out}`);
-  return cursor;
-}
-
-/**
- * The service's journal, one entry a line (after `since`, a journalCursor(), when given): systemd's
- * lines about the unit (UNIT=), the service's own (_SYSTEMD_UNIT=), and, in case journald could not
- * attribute a line written just before the process exited to the unit (systemd issue 2913), its
- * stdout stream's by identifier.
- *
- * A check reads "what came after" by cursor, never by counting lines: the output ends with a newline,
- * so split('\n') gave one empty last element, and a count taken before a check was one too many.
- * Sliced by it, the check lost the first line written after it: in the kubeadm-reset check that was
- * the first process's "ERROR lost the socket directory" line whenever the process wrote nothing
- * before it (2 of 5 runs). journald had that line with _SYSTEMD_UNIT= and the process's _PID=, so
- * the identifier match above was not the fix (commit 8ac7444 thought it was).
- */
-async function journal(since?: string): Promise<string[]> {
-  const after = since === undefined ? '' : ` --after-cursor='${since}'`;
-  const out = await box().run(`journalctl -q -o cat --no-pager${after} UNIT=${UNIT} + _SYSTEMD_UNIT=${UNIT} + SYSLOG_IDENTIFIER=${PACKAGE}`);
-  const lines = out.split('\n');
-  if (lines.at(-1) === '') lines.pop();
-  return lines;
-}
-
-async function mainPid(): Promise<number> {
-  return Number((await show('MainPID')).MainPID);
-}
-
-function timed(t: TestContext, what: string, ms: number): void {
-  const line = `${what}: ${(ms / 1000).toFixed(1)} s`;
-  timings.push(line);
-  t.diagnostic(line);
-}
+const timed = timer(timings);
 
 const OK_STATUS = new RegExp(`^registered; ${GPUS} of ${GPUS} GPUs healthy$`);
 

@@ -1,0 +1,102 @@
+// Probes of a live systemd unit inside the test container (test/system/container.ts), shared by the
+// real-systemd tests (systemd.test.ts, systemd-dra.test.ts): waiting on something the unit did,
+// its properties, its journal, its STATUS= line, and the timings a test prints.
+import type { TestContext } from 'node:test';
+import type { Container } from './container.ts';
+
+export class LiveUnit {
+  /**
+   * @param box the booted container (a getter: it boots in the test's before())
+   * @param unit the unit's name, e.g. gpu-device-plugin.service
+   * @param identifier the SYSLOG_IDENTIFIER of its stdout stream (the program's name)
+   * @param alsoJournal unit patterns whose journal is shown beside the unit's when a wait times out (the stand-ins')
+   */
+  readonly unit: string;
+  private readonly box: () => Container;
+  private readonly identifier: string;
+  private readonly alsoJournal: readonly string[];
+
+  constructor(box: () => Container, unit: string, identifier: string, alsoJournal: readonly string[] = []) {
+    this.box = box;
+    this.unit = unit;
+    this.identifier = identifier;
+    this.alsoJournal = alsoJournal;
+  }
+
+  /** Polls probe every 100 ms until it returns something other than undefined (a liveness timeout). */
+  readonly until = async <T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 60000): Promise<T> => {
+    const end = performance.now() + timeoutMs;
+    let last: unknown;
+    for (;;) {
+      try {
+        const v = await probe();
+        if (v !== undefined) return v;
+      } catch (err) {
+        last = err;
+      }
+      if (performance.now() > end) {
+        const units = [this.unit, ...this.alsoJournal].map((u) => `-u '${u}'`).join(' ');
+        const journal = await this.box().sh(`journalctl ${units} -o short-precise --no-pager | tail -50`);
+        throw new Error(`${what}: not within ${timeoutMs} ms${last instanceof Error ? ` (last error: ${last.message})` : ''}\njournal:\n${journal.stdout}`);
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  };
+
+  /** `systemctl show` of the unit: the properties asked for. */
+  readonly show = async (...props: string[]): Promise<Record<string, string>> => {
+    const out = await this.box().run(`systemctl show ${this.unit} ${props.map((p) => `-p ${p}`).join(' ')}`);
+    const r: Record<string, string> = {};
+    for (const line of out.split('\n')) {
+      const i = line.indexOf('=');
+      if (i > 0) r[line.slice(0, i)] = line.slice(i + 1);
+    }
+    return r;
+  };
+
+  readonly mainPid = async (): Promise<number> => Number((await this.show('MainPID')).MainPID);
+
+  /** Where the journal ends now: journal(since) reads only what is written after it. */
+  readonly journalCursor = async (): Promise<string> => {
+    const out = await this.box().run('journalctl -q -n 1 -o cat --show-cursor --no-pager');
+    const cursor = out.split('\n').reverse().find((l) => l.startsWith('-- cursor: '))?.slice('-- cursor: '.length).trim();
+    if (cursor === undefined || cursor === '') throw new Error(`journalctl gave no cursor:\n${out}`);
+    return cursor;
+  };
+
+  /**
+   * The unit's journal, one entry a line (after `since`, a journalCursor(), when given): systemd's
+   * lines about the unit (UNIT=), the service's own (_SYSTEMD_UNIT=), and, in case journald could not
+   * attribute a line written just before the process exited to the unit (systemd issue 2913), its
+   * stdout stream's by identifier.
+   *
+   * A check reads "what came after" by cursor, never by counting lines: the output ends with a newline,
+   * so split('\n') gave one empty last element, and a count taken before a check was one too many.
+   * Sliced by it, the check lost the first line written after it: in the kubeadm-reset check that was
+   * the first process's "ERROR lost the socket directory" line whenever the process wrote nothing
+   * before it (2 of 5 runs). journald had that line with _SYSTEMD_UNIT= and the process's _PID=, so
+   * the identifier match was not the fix (commit 8ac7444 thought it was).
+   */
+  readonly journal = async (since?: string): Promise<string[]> => {
+    const after = since === undefined ? '' : ` --after-cursor='${since}'`;
+    const out = await this.box().run(`journalctl -q -o cat --no-pager${after} UNIT=${this.unit} + _SYSTEMD_UNIT=${this.unit} + SYSLOG_IDENTIFIER=${this.identifier}`);
+    const lines = out.split('\n');
+    if (lines.at(-1) === '') lines.pop();
+    return lines;
+  };
+
+  /** The unit's StatusText once it matches re. */
+  readonly statusIs = (re: RegExp): Promise<string> => this.until(`StatusText matching ${re}`, async () => {
+    const s = (await this.show('StatusText')).StatusText ?? '';
+    return re.test(s) ? s : undefined;
+  });
+}
+
+/** A test's timing: shown as its diagnostic and kept in `timings` for the summary the suite prints. */
+export function timer(timings: string[], digits = 1): (t: TestContext, what: string, ms: number) => void {
+  return (t, what, ms) => {
+    const line = `${what}: ${(ms / 1000).toFixed(digits)} s`;
+    timings.push(line);
+    t.diagnostic(line);
+  };
+}

@@ -68,7 +68,8 @@ export function kubeconfigSummary(r: KubeconfigRef): KubeconfigSummary | { reado
   const port = url.port !== '' ? Number(url.port) : url.protocol === 'https:' ? 443 : 80;
   const files: { what: string; path: string }[] = [];
   let ca: string;
-  if (r.ca !== undefined && 'data' in r.ca) ca = 'embedded CA';
+  if (url.protocol !== 'https:') ca = 'plain HTTP, no TLS: only for a server on this host or a test';
+  else if (r.ca !== undefined && 'data' in r.ca) ca = 'embedded CA';
   else if (r.ca !== undefined) {
     files.push({ what: 'certificate-authority', path: r.ca.file });
     ca = `CA ${r.ca.file}`;

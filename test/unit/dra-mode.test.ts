@@ -83,6 +83,8 @@ test('the kubeconfig summary (through the daemon\'s own loader, src/k8s): contex
   assert.deepEqual(s.files.map((f) => f.path), ['/etc/gdp/pki/ca.crt', '/etc/gdp/client.crt', '/etc/gdp/client.key']);
   const v6 = summary(kc({ token: 't' }, { server: 'https://[fd00::1]' }), '/k');
   assert.ok(!('problem' in v6) && v6.host === 'fd00::1' && v6.port === 443 && v6.credentials === 'bearer token' && v6.ca === 'the system\'s CA roots');
+  const plain = summary(kc({ token: 't' }, { server: 'http://127.0.0.1:8080' }), '/k');
+  assert.ok(!('problem' in plain) && plain.port === 8080 && /^plain HTTP, no TLS/.test(plain.ca), JSON.stringify(plain));
   assert.deepEqual(summary(kc({}), '/k'), { problem: 'user "u" has no credentials the plugin can use (client-certificate[-data] with client-key[-data], token or tokenFile)' });
   // What the daemon refuses, check refuses with the daemon's words.
   const refused: [unknown, RegExp][] = [

@@ -38,14 +38,16 @@ function stateWhere(node: SimNode, pred: (s: StateDoc) => boolean, timeoutMs = 1
       return undefined;
     }
   };
-  const now = read();
-  if (now !== undefined) return Promise.resolve(now);
+  // The watch first, then the read: a rename between a first read and the watch would go unseen.
   return new Promise((resolve, reject) => {
+    const done = (s: StateDoc): void => { clearTimeout(timer); w.close(); resolve(s); };
     const w = watch(node.dir, () => {
       const s = read();
-      if (s !== undefined) { clearTimeout(timer); w.close(); resolve(s); }
+      if (s !== undefined) done(s);
     });
     const timer = setTimeout(() => { w.close(); reject(new Error(`state file ${node.stateFile} never matched; it holds: ${(() => { try { return readFileSync(node.stateFile, 'utf8'); } catch (e) { return String(e); } })()}`)); }, timeoutMs);
+    const now = read();
+    if (now !== undefined) done(now);
   });
 }
 

@@ -70,6 +70,16 @@ export async function mpsControlDaemon(argv: readonly string[]): Promise<void> {
       log.warn('cannot talk to systemd (NOTIFY_SOCKET); readiness is not reported', { error: errorText(err) });
     }
     if (notifier?.watchdogMs != null) setInterval(() => notifier?.notify('WATCHDOG=1'), Math.max(notifier.watchdogMs / 2, 50)).unref();
+    if (settings.sharing.mps === undefined || settings.sharing.mps === null) {
+      // Nothing to run, known before NVML is opened: on a node without MPS whose driver is not (yet)
+      // loaded, the unit the plugin Wants= must still end inactive (exit 0) rather than fail and be
+      // restarted every RestartSec for as long as the node runs.
+      log.info('no MPS resources configured (sharing.mps in the config file): no control daemon to run', { root: settings.mpsRoot });
+      status('STATUS=no MPS resources configured', true);
+      notifier?.close();
+      process.exitCode = 0;
+      return;
+    }
     const nvml = Nvml.open({ koffi, driverRoot: opts.driverRoot, log });
     const sysfsRoot = process.env['SYSFS_ROOT'] || '/sys';
     // The node read as the plugin's scanner reads it (MIG layout with --mig-strategy single/mixed, the

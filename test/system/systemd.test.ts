@@ -126,10 +126,13 @@ async function journalCursor(): Promise<string> {
  */
 async function journal(since?: string): Promise<string[]> {
   const after = since === undefined ? '' : ` --after-cursor='${since}'`;
-  const out = await box().run(`journalctl -q -o cat --no-pager${after} UNIT=${UNIT} + _SYSTEMD_UNIT=${UNIT} + SYSLOG_IDENTIFIER=${PACKAGE}`);
-  const lines = out.split('\n');
-  if (lines.at(-1) === '') lines.pop();
-  return lines;
+  // The MPS unit (started by the plugin's Wants=, reading the same environment file) writes with the
+  // same identifier: its entries are not the plugin's.
+  const out = await box().run(`journalctl -q -o json --output-fields=MESSAGE,UNIT,_SYSTEMD_UNIT --no-pager${after} UNIT=${UNIT} + _SYSTEMD_UNIT=${UNIT} + SYSLOG_IDENTIFIER=${PACKAGE}`);
+  const mps = `${PACKAGE}-mps.service`;
+  return out.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as { MESSAGE?: unknown; UNIT?: string; _SYSTEMD_UNIT?: string })
+    .filter((e) => e.UNIT !== mps && e._SYSTEMD_UNIT !== mps)
+    .map((e) => (typeof e.MESSAGE === 'string' ? e.MESSAGE : Array.isArray(e.MESSAGE) ? Buffer.from(e.MESSAGE as number[]).toString('utf8') : ''));
 }
 
 async function mainPid(): Promise<number> {

@@ -2,9 +2,9 @@
 // (gpu-device-plugin-mps.service). Options → NVML (the GPUs, for the plan) → the control program →
 // the supervisor (daemon.ts) with the real host (daemon-host.ts) → signals. SIGHUP re-reads the
 // config; SIGTERM/SIGINT stop (quit, compute modes back, files removed, shm unmounted).
-import { badOptions, cannotStart } from '../cli/exit-codes.ts';
+import { badOptions, cannotStart, startError } from '../cli/exit-codes.ts';
 import { DEFAULT_MPS_ROOT } from '../core/mps.ts';
-import { discoverGpus } from '../nvml/discovery.ts';
+import { NvmlSessions } from '../nvml/node-reader.ts';
 import { Nvml } from '../nvml/nvml.ts';
 import { carryOnAfterUnexpected, errorText, stderrLogger } from '../system/log.ts';
 import { loadKoffi } from '../system/native.ts';
@@ -70,9 +70,29 @@ export async function mpsControlDaemon(argv: readonly string[]): Promise<void> {
       log.warn('cannot talk to systemd (NOTIFY_SOCKET); readiness is not reported', { error: errorText(err) });
     }
     if (notifier?.watchdogMs != null) setInterval(() => notifier?.notify('WATCHDOG=1'), Math.max(notifier.watchdogMs / 2, 50)).unref();
+    if (settings.sharing.mps === undefined || settings.sharing.mps === null) {
+      // Nothing to run, known before NVML is opened: on a node without MPS whose driver is not (yet)
+      // loaded, the unit the plugin Wants= must still end inactive (exit 0) rather than fail and be
+      // restarted every RestartSec for as long as the node runs.
+      log.info('no MPS resources configured (sharing.mps in the config file): no control daemon to run', { root: settings.mpsRoot });
+      status('STATUS=no MPS resources configured', true);
+      notifier?.close();
+      process.exitCode = 0;
+      return;
+    }
     const nvml = Nvml.open({ koffi, driverRoot: opts.driverRoot, log });
     const sysfsRoot = process.env['SYSFS_ROOT'] || '/sys';
-    const plan = (s: MpsSettings): ReturnType<typeof mpsDaemonPlans> => mpsDaemonPlans(s, discoverGpus(nvml, sysfsRoot, log).gpus);
+    // The node read as the plugin's scanner reads it (MIG layout with --mig-strategy single/mixed, the
+    // compute capabilities for the MPS client limit), so the plan refuses what the plugin refuses.
+    const scan = (s: MpsSettings): ReturnType<typeof mpsDaemonPlans> =>
+      mpsDaemonPlans(s, new NvmlSessions({ koffi, driverRoot: s.options.driverRoot, sysfsRoot, log, mig: s.options.migStrategy !== 'none', facts: true }).on(nvml).read(null));
+    const plan = (s: MpsSettings): ReturnType<typeof mpsDaemonPlans> => {
+      try {
+        return scan(s);
+      } catch (err) {
+        throw startError(err, s.options.configFile);
+      }
+    };
     const plans = plan(settings);
     let program = MPS_CONTROL_PROGRAM;
     if (plans.length > 0) {
@@ -113,10 +133,17 @@ export async function mpsControlDaemon(argv: readonly string[]): Promise<void> {
           log.warn(`SIGHUP: the MPS root changes from ${settings.mpsRoot} to ${next.mpsRoot}; restart the unit to apply it (systemctl restart gpu-device-plugin-mps — it ends every MPS client); running as before`);
           return;
         }
-        await supervisor.reload(plan(next));
+        let plans: ReturnType<typeof mpsDaemonPlans>;
+        try {
+          plans = plan(next);
+        } catch (err) {
+          log.error('SIGHUP: the new config does not fit this node; the MPS control daemons keep running as they are', { error: errorText(err) });
+          return;
+        }
+        await supervisor.reload(plans);
       },
     });
   } catch (err) {
-    cannotStart(err, log, { failed: (e, what) => notifier?.notify(`STATUS=${what}: ${errorText(e)}\nERRNO=1`) });
+    cannotStart(err, log, { failed: (e, what) => notifier?.notify(`STATUS=${what}: ${errorText(e)}\nERRNO=5`) }); // as the plugin says it (service-status.ts)
   }
 }

@@ -84,6 +84,15 @@ export class NvmlSessions implements NodeSessions {
   open(): NodeReader {
     return new NvmlReader(Nvml.open({ koffi: this.o.koffi, driverRoot: this.o.driverRoot, log: this.o.log }), this.o, this);
   }
+
+  /**
+   * A reader on a session the caller opened and keeps (the MPS control daemon unit, which also sets
+   * compute modes on it): the same scan as the plugin's, so both plan from the same facts. The caller
+   * closes `nvml`, not the reader.
+   */
+  on(nvml: Nvml): Pick<NodeReader, 'read'> {
+    return new NvmlReader(nvml, this.o, this);
+  }
 }
 
 // ---- typed MIG calls of the identity read --------------------------------------------------------

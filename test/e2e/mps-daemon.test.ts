@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildFakeMpsControl, buildFakeNvml } from '../fake-nvml/build.ts';
 import { NotifySocket } from '../support/notify-socket.ts';
-import { executable, nvmlCommand, PluginProcess, TOPOLOGIES } from '../support/sim.ts';
+import { executable, nvmlCommand, PluginProcess, SimNode, TOPOLOGIES } from '../support/sim.ts';
 
 const TOPOLOGY = join(TOPOLOGIES, 'demo-8.json');
 const GPUS = (JSON.parse(readFileSync(TOPOLOGY, 'utf8')) as { gpus: { uuid: string }[] }).gpus.map((g) => g.uuid);
@@ -53,7 +53,7 @@ function config(replicas: number, devices: number[]): string {
   return ['version: v1', 'sharing:', '  mps:', '    resources:', `    - name: ${RESOURCE}`, `      replicas: ${replicas}`, `      devices: [${devices.join(', ')}]`, ''].join('\n');
 }
 
-function start(configText: string | null, extraArgs: string[] = [], withRoot = true): Run {
+function start(configText: string | null, extraArgs: string[] = [], withRoot = true, topology = TOPOLOGY): Run {
   const dir = join(base, `r${++runs}`);
   mkdirSync(dir);
   const root = join(dir, 'run', 'nvidia', 'mps');
@@ -64,7 +64,7 @@ function start(configText: string | null, extraArgs: string[] = [], withRoot = t
   const proc = new PluginProcess(executable(), ['mps-control-daemon', ...(withRoot ? ['--mps-root', root] : []), ...(configText === null ? [] : ['--config-file', cfg]), ...extraArgs], {
     PATH: `${mpsDir}:/usr/sbin:/usr/bin:/sbin:/bin`,
     LD_LIBRARY_PATH: nvmlDir,
-    FAKE_NVML_CONFIG: TOPOLOGY,
+    FAKE_NVML_CONFIG: topology,
     FAKE_NVML_CONTROL: control,
     NOTIFY_SOCKET: sock.path,
     TMPDIR: dir,
@@ -207,6 +207,49 @@ test('mps-control-daemon: sharing.mps with sharing.timeSlicing, or without --mps
     assert.equal(existsSync(noRoot.root), false);
   } finally {
     await noRoot.cleanup();
+  }
+});
+
+/** The `cannot start` line's error and the STATUS of a refused start (plugin or control daemon unit), without the config file's path. */
+function refusal(lines: readonly string[], status: string, cfg: string): { log: string; status: string } {
+  const said = lines.find((l) => / cannot start error=/.test(l)) ?? `(no "cannot start" line in:\n${lines.join('\n')})`;
+  return { log: said.slice(said.indexOf('error=')).replace(cfg, '<config>'), status: status.replace(cfg, '<config>') };
+}
+
+test('the control daemon unit refuses what the plugin refuses, in the same words (exit 2, STATUS): 20 MPS replicas of a P100 (16 before compute capability 7.0), MPS on MIG devices', async () => {
+  const p100 = join(base, 'p100.json');
+  writeFileSync(p100, JSON.stringify({
+    description: 'One Tesla P100 (compute capability 6.0).', driverVersion: '550.54.15', linkCount: 0,
+    gpus: [{ uuid: 'GPU-6a100000-0000-4000-8000-000000000001', name: 'Tesla P100-PCIE-16GB', minor: 0, busId: '00000000:3B:00.0', memoryMiB: 16280, numaNode: 0 }],
+  }));
+  const cases = [
+    { what: '20 replicas of a P100', topology: p100, configText: config(20, [0]), args: [] as string[],
+      message: 'sharing.mps.resources[0].replicas: 20 replicas of GPU 0 (GPU-6a100000-0000-4000-8000-000000000001) are more MPS clients than it takes: compute capability 6.0 serves at most 16 (48 from Volta, compute capability 7.0, 16 before); ask for at most 16' },
+    { what: 'MIG devices (--mig-strategy=single)', topology: join(TOPOLOGIES, 'mig-uniform-2.json'), configText: ['version: v1', 'sharing:', '  mps:', '    resources:', `    - name: ${RESOURCE}`, '      replicas: 2', ''].join('\n'), args: ['--mig-strategy=single'],
+      message: 'sharing.mps: sharing using MPS is not supported for MIG devices (nvidia.com/gpu would hold MIG device ' },
+  ];
+  for (const c of cases) {
+    const d = start(c.configText, c.args, true, c.topology);
+    let daemon: { log: string; status: string };
+    try {
+      assert.deepEqual(await d.proc.exited, { code: 2, signal: null }, `${c.what}: the control daemon exits 2\n${d.proc.lines.join('\n')}`);
+      daemon = refusal(d.proc.lines, await d.sock.waitFor(/^STATUS=configuration error/), d.config);
+      assert.equal(existsSync(d.root), false, `${c.what}: nothing set up under the root`);
+    } finally {
+      await d.cleanup();
+    }
+    const sock = new NotifySocket(`@gdp-mps-refusal-${process.pid}-${++runs}`);
+    const node = await SimNode.start({ topology: c.topology, waitRegistered: false, args: ['--config-file', d.config, '--mps-root', d.root, ...c.args], env: { NOTIFY_SOCKET: sock.path } });
+    let plugin: { log: string; status: string };
+    try {
+      assert.equal((await node.plugin.exited).code, 2, `${c.what}: the plugin exits 2\n${node.plugin.lines.join('\n')}`);
+      plugin = refusal(node.plugin.lines, await sock.waitFor(/^STATUS=configuration error/), d.config);
+    } finally {
+      sock.close();
+      await node.stop();
+    }
+    assert.ok(daemon.log.includes(c.message), `${c.what}: the control daemon says ${c.message}: ${daemon.log}`);
+    assert.deepEqual(daemon, plugin, `${c.what}: the same words from both`);
   }
 });
 

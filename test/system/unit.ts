@@ -68,7 +68,7 @@ export class LiveUnit {
    * The unit's journal, one entry a line (after `since`, a journalCursor(), when given): systemd's
    * lines about the unit (UNIT=), the service's own (_SYSTEMD_UNIT=), and, in case journald could not
    * attribute a line written just before the process exited to the unit (systemd issue 2913), its
-   * stdout stream's by identifier.
+   * stdout stream's by identifier — but not another unit's that shares the identifier.
    *
    * A check reads "what came after" by cursor, never by counting lines: the output ends with a newline,
    * so split('\n') gave one empty last element, and a count taken before a check was one too many.
@@ -79,10 +79,14 @@ export class LiveUnit {
    */
   readonly journal = async (since?: string): Promise<string[]> => {
     const after = since === undefined ? '' : ` --after-cursor='${since}'`;
-    const out = await this.box().run(`journalctl -q -o cat --no-pager${after} UNIT=${this.unit} + _SYSTEMD_UNIT=${this.unit} + SYSLOG_IDENTIFIER=${this.identifier}`);
-    const lines = out.split('\n');
-    if (lines.at(-1) === '') lines.pop();
-    return lines;
+    const out = await this.box().run(`journalctl -q -o json --output-fields=MESSAGE,UNIT,_SYSTEMD_UNIT --no-pager${after} UNIT=${this.unit} + _SYSTEMD_UNIT=${this.unit} + SYSLOG_IDENTIFIER=${this.identifier}`);
+    // systemd's own lines name the unit in UNIT= (they come from init.scope); the service's carry it
+    // in _SYSTEMD_UNIT=. Another unit's entries with the same identifier (the MPS unit runs the same
+    // program and reads the same environment file) are not this unit's; an entry with no unit at all
+    // is kept (above).
+    return out.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as { MESSAGE?: unknown; UNIT?: string; _SYSTEMD_UNIT?: string })
+      .filter((e) => (e.UNIT !== undefined ? e.UNIT === this.unit : e._SYSTEMD_UNIT === undefined || e._SYSTEMD_UNIT === this.unit))
+      .map((e) => (typeof e.MESSAGE === 'string' ? e.MESSAGE : Array.isArray(e.MESSAGE) ? Buffer.from(e.MESSAGE as number[]).toString('utf8') : ''));
   };
 
   /** The unit's StatusText once it matches re. */

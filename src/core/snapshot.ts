@@ -152,15 +152,17 @@ export function silentMpsDaemons(snapshot: Pick<NodeSnapshot, 'mpsDaemons'>): { 
 }
 
 /**
- * The health a resource's devices are advertised with: the snapshot's, except that every device of
- * an MPS resource whose daemon does not answer is Unhealthy.
+ * The health a resource's devices are advertised with: the snapshot's, except for
+ * an MPS resource whose daemon does not answer: its replicas are Unhealthy.
  */
 export function resourceHealth(snapshot: Pick<NodeSnapshot, 'health' | 'mpsDaemons'>, resource: PlannedResource): GpuHealth {
   if (resource.mps !== true) return snapshot.health;
   const daemon = snapshot.mpsDaemons?.get(resource.name) ?? MPS_DAEMON_NOT_ASKED;
   if (daemon.answering) return snapshot.health;
+  // Only the replicas are the daemon's clients: a whole GPU listed under the same name (MPS on some
+  // GPUs, not renamed) is no client of it and keeps its own health.
   const out = new Map(snapshot.health);
-  for (const d of resource.devices) out.set(deviceUnit(d), 'Unhealthy');
+  for (const d of resource.devices) if (d.replica !== undefined) out.set(deviceUnit(d), 'Unhealthy');
   return out;
 }
 

@@ -41,3 +41,20 @@ test('one daemon per MPS resource: its GPUs renumbered from 0 in index order, me
   }]);
   assert.deepEqual(planMpsDaemons(resources.slice(0, 1), gpus), []);
 });
+
+test('a silent MPS daemon makes its replicas Unhealthy, not the whole GPUs listed under the same name', async () => {
+  const { resourceHealth } = await import('../../src/core/snapshot.ts');
+  const resource: PlannedResource = {
+    name: 'nvidia.com/gpu', shared: true, failRequestsGreaterThanOne: true, mps: true,
+    devices: [
+      { id: 'GPU-0', uuid: 'GPU-0', gpu: 0, runtimeName: 'GPU-0' },
+      { id: 'GPU-1::0', uuid: 'GPU-1', gpu: 1, runtimeName: 'GPU-1', replica: 0 },
+      { id: 'GPU-1::1', uuid: 'GPU-1', gpu: 1, runtimeName: 'GPU-1', replica: 1 },
+    ],
+  };
+  const health = new Map([['GPU-0', 'Healthy' as const], ['GPU-1', 'Healthy' as const]]);
+  const silent = resourceHealth({ health, mpsDaemons: new Map([['nvidia.com/gpu', { answering: false, reason: 'no daemon', since: 1 }]]) }, resource);
+  assert.deepEqual([silent.get('GPU-0'), silent.get('GPU-1')], ['Healthy', 'Unhealthy']);
+  const answering = resourceHealth({ health, mpsDaemons: new Map([['nvidia.com/gpu', { answering: true, reason: null, since: 2 }]]) }, resource);
+  assert.equal(answering.get('GPU-1'), 'Healthy');
+});

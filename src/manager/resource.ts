@@ -236,7 +236,10 @@ export class ResourceRuntime {
 
   start(): void {
     this.watcher.start();
-    this.registrar.kick('start');
+    // The first Register only once the directory watch is open: a socket deleted right after the
+    // registration is then seen at once, not at the next periodic check (a loaded CI machine
+    // registered before the watch's first stat came back, and saw the deletion 5 s late).
+    void this.watcher.opened.then(() => this.registrar.kick('start'));
   }
 
   /** New state for the answers; the list goes to open streams only if it changed. */

@@ -30,6 +30,8 @@ import { SlicePublisher, accessProblem } from './slice-publisher.ts';
 
 /** The RBAC the package ships for DRA mode (packaging/dra/rbac.yaml). */
 export const DRA_RBAC = '/usr/share/doc/gpu-device-plugin/dra/rbac.yaml';
+/** How long the start waits for each credentials check before starting anyway (the publisher then retries). */
+export const START_ACCESS_TIMEOUT_MS = 3000;
 
 /** The directory one DRA plugin of this driver owns: <plugins dir>/<driver> (dra.sock, the checkpoint). */
 export function draPluginDir(o: Pick<Options, 'kubeletPluginsDir' | 'draDriverName'>): string {
@@ -82,7 +84,8 @@ async function connect(o: Options, log: Logger): Promise<KubeClient> {
   }
   let problem: string | null;
   try {
-    problem = await accessProblem(client);
+    // A short wait: an API server that drops packets must not hold the start up (the publisher retries).
+    problem = await accessProblem(client, START_ACCESS_TIMEOUT_MS);
   } catch (err) {
     if (!(err instanceof KubeUnreachableError)) {
       client.close();

@@ -85,8 +85,8 @@ export function pcieRootOfPath(path: string): string | null {
  * can; otherwise what they cannot, worded for a refusal to start. Throws KubeUnreachableError when
  * the API server cannot be asked (the caller starts anyway: the publisher retries).
  */
-export async function accessProblem(client: KubeClient): Promise<string | null> {
-  const verdict = await checkAccess(client);
+export async function accessProblem(client: KubeClient, timeoutMs?: number): Promise<string | null> {
+  const verdict = await checkAccess(client, undefined, timeoutMs);
   if (verdict.ok) return null;
   return `the credentials in ${client.target.source} may not ${verdict.denied.join(', ')} on ${client.server}; DRA mode needs them (apply the RBAC shipped with the package for this node's user)`;
 }

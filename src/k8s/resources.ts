@@ -118,7 +118,7 @@ function needText(n: AccessNeed): string {
  * which every authenticated user may create). Rejects only when the server cannot be asked (down,
  * or the review API itself refused): the caller retries or reports.
  */
-export async function checkAccess(c: KubeClient, needs: readonly AccessNeed[] = DRA_ACCESS): Promise<AccessVerdict> {
+export async function checkAccess(c: KubeClient, needs: readonly AccessNeed[] = DRA_ACCESS, timeoutMs?: number): Promise<AccessVerdict> {
   const denied: string[] = [];
   for (const n of needs) {
     const review = await c.request<{ status?: { allowed?: boolean; denied?: boolean; reason?: string } }>('POST', '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews', {
@@ -127,6 +127,7 @@ export async function checkAccess(c: KubeClient, needs: readonly AccessNeed[] = 
         kind: 'SelfSubjectAccessReview',
         spec: { resourceAttributes: { verb: n.verb, group: n.group, resource: n.resource, ...(n.name !== undefined ? { name: n.name } : {}) } },
       },
+      ...(timeoutMs === undefined ? {} : { timeoutMs }),
     });
     if (review?.status?.allowed !== true) denied.push(`${needText(n)}${review?.status?.reason ? ` (${review.status.reason})` : ''}`);
   }

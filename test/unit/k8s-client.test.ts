@@ -102,6 +102,8 @@ test('a server that does not answer: the request ends at its timeout as ETIMEDOU
   const c = new KubeClient({ server: `http://127.0.0.1:${(hang.address() as AddressInfo).port}`, source: 'test' });
   try {
     await assert.rejects(c.request('GET', '/api/v1/nodes/x', { timeoutMs: 50 }), (err: unknown) => err instanceof KubeUnreachableError && err.errno === 'ETIMEDOUT' && /no answer within 50 ms/.test(err.message));
+    // The start's access check takes its own (short) timeout: a silent server must not hold the start up.
+    await assert.rejects(checkAccess(c, undefined, 60), (err: unknown) => err instanceof KubeUnreachableError && /no answer within 60 ms/.test(err.message));
   } finally {
     c.close();
     hang.closeAllConnections();

@@ -108,6 +108,7 @@ export async function startDraMode(d: DraModeDeps): Promise<DraMode> {
     driver: o.draDriverName, nodeName: o.nodeName, registryDir: o.kubeletPluginsRegistry, pluginsDir: o.kubeletPluginsDir,
     claims: { getResourceClaim: (namespace, name) => getResourceClaim(client, namespace, name) },
     cdiDirs: cdiSpecDirs(process.env), log: d.log,
+    beforeServeProblem: async () => { await Promise.all(views.map((v) => v.checkNow())); },
   });
   const publisher = new SlicePublisher({ client, nodeName: o.nodeName, driver: o.draDriverName, log: d.log, sysfsRoot: d.sysfsRoot });
   // The kubelet deletes its node's slices when it starts: write them again after every registration.

@@ -99,6 +99,11 @@ export interface DraKubeletPluginOptions {
   readonly bootIdPath?: string;
   /** The periodic socket check (inotify can miss events); default 5000 ms. */
   readonly checkIntervalMs?: number;
+  /**
+   * Awaited before a failure to serve the sockets is reported: the composition looks whether this
+   * process lost its view of the directories (and then exits with that reason instead).
+   */
+  readonly beforeServeProblem?: () => Promise<void>;
   /** Wall clock, ms since the epoch (the health stream's times); default Date.now. */
   readonly now?: () => number;
   readonly log: Logger;
@@ -301,6 +306,10 @@ export class DraKubeletPlugin implements NodeConsumer {
       await this.refreshWatches();
     } catch (err) {
       const problem = errorText(err);
+      // A process that lost its view of the directories (systemd's bind mounts after the kubelet
+      // deleted them) is about to exit: that is what to say, not a retry that will never come.
+      await this.opts.beforeServeProblem?.();
+      if (this.stopped) return;
       // Said once per problem; the directories' watches and the periodic check try again.
       if (problem !== this.lastProblem) this.log.warn('cannot serve the DRA sockets yet; trying again when the directories change', { error: problem });
       this.lastProblem = problem;

@@ -125,6 +125,11 @@ export class SocketDirView {
     if (this.timer !== undefined) clearInterval(this.timer);
   }
 
+  /** Looks now rather than at the next tick (a caller about to report a missing directory asks first). */
+  checkNow(): Promise<void> {
+    return this.check();
+  }
+
   private async mounted(): Promise<boolean> {
     const points = mountPoints(await readFile('/proc/self/mountinfo', 'utf8'));
     return points.has(this.dir) || (this.realDir !== undefined && points.has(this.realDir));

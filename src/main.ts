@@ -103,8 +103,9 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
     stop: async () => {
       service.stopping();
       memory.stop();
-      await Promise.all([scanner.stop(), node.stop()]);
+      // What serves the kubelet lets go of what could hold the stop up (DRA: API requests in flight).
       serving.stop();
+      await Promise.all([scanner.stop(), node.stop()]);
       service.close();
     },
     // SIGHUP: the config file again (a bad one is refused, the running one kept), then a fresh scan.

@@ -162,9 +162,18 @@ export class SlicePublisher implements NodeConsumer {
     return new Promise((resolve) => this.waiters.push(resolve));
   }
 
-  async stop(): Promise<void> {
+  /**
+   * The daemon is stopping: no further sync, no retry, and a request still in flight is not
+   * reported when it fails — the caller then closes the shared client, which ends that request at
+   * once instead of at its timeout (an API server that hangs must not hold the stop up).
+   */
+  halt(): void {
     this.stopped = true;
     this.timers.dispose();
+  }
+
+  async stop(): Promise<void> {
+    this.halt();
     await this.queue.close();
     for (const w of this.waiters.splice(0)) w();
   }
@@ -307,6 +316,7 @@ export class SlicePublisher implements NodeConsumer {
   }
 
   private failed(err: unknown): void {
+    if (this.stopped) return;
     const text = errorText(err);
     if (err instanceof KubeUnreachableError || (err instanceof KubeApiError && err.code >= 500)) {
       if (this.failing === null) {

@@ -303,3 +303,26 @@ test('pcieRoot from a sysfs path: the pci<domain>:<bus> of the root complex', ()
   assert.equal(pcieRootOfPath('/sys/devices/platform/foo'), null);
   assert.equal(sliceName('x'.repeat(253), 'gpu.nvidia.com', 0).length, 253);
 });
+
+test('a stop while a request hangs: halt() and closing the client end it at once, with no warning and no retry', async () => {
+  const { createServer } = await import('node:http');
+  const hang = createServer(() => { /* never answers */ });
+  await new Promise<void>((r) => hang.listen(0, '127.0.0.1', r));
+  const lines: string[] = [];
+  const log = createLogger({ level: 'info', journal: false, write: (l) => lines.push(l) });
+  const client = new KubeClient({ server: `http://127.0.0.1:${(hang.address() as { port: number }).port}`, source: 'test kubeconfig' });
+  const pub = new SlicePublisher({ client, nodeName: NODE, log, backoff: { initialMs: 5, maxMs: 40 } });
+  try {
+    const requested = once(hang, 'request');
+    pub.apply(applied(await fixtureSnapshot('nvswitch-8.json'), null));
+    await requested;
+    pub.halt();
+    client.close();
+    await pub.stop();
+    assert.deepEqual(lines.filter((l) => / (WARN|ERROR) /.test(l)), [], 'nothing reported for a request the stop ended');
+  } finally {
+    client.close();
+    hang.closeAllConnections();
+    await new Promise<void>((r) => hang.close(() => r()));
+  }
+});

@@ -16,7 +16,6 @@ import { LiveNode } from './manager/live-node.ts';
 import { ResourceManager } from './manager/manager.ts';
 import { MpsDaemonWatch, controlClientAsk } from './mps/health-watch.ts';
 import type { NodeConsumer, Registrations } from './manager/consumer.ts';
-import { draLockDirectory, startDraMode } from './dra/mode.ts';
 import type { DraMode } from './dra/mode.ts';
 import { NvmlSessions } from './nvml/node-reader.ts';
 import { Scanner } from './nvml/scanner.ts';
@@ -53,6 +52,8 @@ async function run(argv: readonly string[], parsed: ParsedOptions, health: Healt
   let serving: { consumers: readonly NodeConsumer[]; registrations: Registrations; stop(): void };
   let dra: DraMode | null = null;
   if (opts.kubeletApi === 'dra') {
+    // Loaded only on a node that chose DRA: a device-plugin node does not evaluate the API client and DRA's protos.
+    const { startDraMode } = await import('./dra/mode.ts');
     dra = await startDraMode({ options: opts, log, sysfsRoot, onDirectoryGone: lostDirectory });
     serving = dra;
   } else {
@@ -131,7 +132,7 @@ export async function main(argv: readonly string[]): Promise<void> {
   routeGrpcLogs(log);
   carryOnAfterUnexpected(log);
   // One plugin per socket directory (in DRA mode, per driver plugin directory): a second one is refused in one line naming the first.
-  const lockAt = opts.kubeletApi === 'dra' ? await draLockDirectory(opts) : { dir: dirname(opts.kubeletSocket), hint: undefined };
+  const lockAt = opts.kubeletApi === 'dra' ? await (await import('./dra/mode.ts')).draLockDirectory(opts) : { dir: dirname(opts.kubeletSocket), hint: undefined };
   const lock = await lockSocketDirectory(lockAt.dir, log, (err) => refuseSecondInstance(err, log), lockAt.hint);
   if (lock instanceof Error) refuseSecondInstance(lock, log);
   const signals = new Signals(log);

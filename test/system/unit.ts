@@ -76,15 +76,21 @@ export class LiveUnit {
    * the first process's "ERROR lost the socket directory" line whenever the process wrote nothing
    * before it (2 of 5 runs). journald had that line with _SYSTEMD_UNIT= and the process's _PID=, so
    * the identifier match was not the fix (commit 8ac7444 thought it was).
+   *
+   * "After" is judged by the entries' sequence numbers (the cursor's s= and i=), not by journalctl's
+   * --after-cursor: combined with these OR-ed matches, systemd 252 sometimes skipped the first
+   * matching entry after the cursor (seen: the "lost the socket directory" line, present in the
+   * journal by _PID, missing from --after-cursor's answer).
    */
   readonly journal = async (since?: string): Promise<string[]> => {
-    const after = since === undefined ? '' : ` --after-cursor='${since}'`;
-    const out = await this.box().run(`journalctl -q -o json --output-fields=MESSAGE,UNIT,_SYSTEMD_UNIT --no-pager${after} UNIT=${this.unit} + _SYSTEMD_UNIT=${this.unit} + SYSLOG_IDENTIFIER=${this.identifier}`);
+    const out = await this.box().run(`journalctl -q -o json --output-fields=MESSAGE,UNIT,_SYSTEMD_UNIT --no-pager UNIT=${this.unit} + _SYSTEMD_UNIT=${this.unit} + SYSLOG_IDENTIFIER=${this.identifier}`);
+    const after = since === undefined ? null : seqnum(since);
     // systemd's own lines name the unit in UNIT= (they come from init.scope); the service's carry it
     // in _SYSTEMD_UNIT=. Another unit's entries with the same identifier (the MPS unit runs the same
     // program and reads the same environment file) are not this unit's; an entry with no unit at all
     // is kept (above).
-    return out.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as { MESSAGE?: unknown; UNIT?: string; _SYSTEMD_UNIT?: string })
+    return out.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as { MESSAGE?: unknown; UNIT?: string; _SYSTEMD_UNIT?: string; __CURSOR?: string })
+      .filter((e) => after === null || e.__CURSOR === undefined || isAfter(seqnum(e.__CURSOR), after))
       .filter((e) => (e.UNIT !== undefined ? e.UNIT === this.unit : e._SYSTEMD_UNIT === undefined || e._SYSTEMD_UNIT === this.unit))
       .map((e) => (typeof e.MESSAGE === 'string' ? e.MESSAGE : Array.isArray(e.MESSAGE) ? Buffer.from(e.MESSAGE as number[]).toString('utf8') : ''));
   };
@@ -103,4 +109,17 @@ export function timer(timings: string[], digits = 1): (t: TestContext, what: str
     timings.push(line);
     t.diagnostic(line);
   };
+}
+
+/** The sequence-number id and number of a journal cursor (its s= and i= parts). */
+function seqnum(cursor: string): { id: string; n: bigint } | null {
+  const id = /(?:^|;)s=([0-9a-f]+)/.exec(cursor)?.[1];
+  const n = /(?:^|;)i=([0-9a-f]+)/.exec(cursor)?.[1];
+  return id === undefined || n === undefined ? null : { id, n: BigInt(`0x${n}`) };
+}
+
+/** Whether an entry comes after the mark; one of another sequence (the journal was rotated) is kept. */
+function isAfter(entry: { id: string; n: bigint } | null, mark: { id: string; n: bigint } | null): boolean {
+  if (entry === null || mark === null || entry.id !== mark.id) return true;
+  return entry.n > mark.n;
 }

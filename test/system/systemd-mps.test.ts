@@ -25,6 +25,7 @@ import { ENV_FILE, PACKAGE, buildDeb, packageVersion, projectVersion } from '../
 import { buildFakeMpsControl, buildFakeNvml, LIBRARY_NAME, MPS_CONTROL_NAME } from '../fake-nvml/build.ts';
 import { TOPOLOGIES } from '../support/sim.ts';
 import { Container, cachedRootfs, dependencyNames } from './container.ts';
+import { LiveUnit } from './unit.ts';
 import type { StandInAllocation, StandInState } from './kubelet-main.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');
@@ -52,23 +53,8 @@ function box(): Container {
   return c;
 }
 
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 60000): Promise<T> {
-  const end = performance.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await probe();
-      if (v !== undefined) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (performance.now() > end) {
-      const journal = await box().sh(`journalctl -u ${MPS_UNIT} -u ${UNIT} -u 'kubelet-standin*' -o short-precise --no-pager | tail -40`);
-      throw new Error(`${what}: not within ${timeoutMs} ms${last instanceof Error ? ` (last error: ${last.message})` : ''}\njournal:\n${journal.stdout}`);
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
+/** Waits on what the units did; a timeout shows both units' and the stand-in's journals. */
+const { until } = new LiveUnit(box, UNIT, PACKAGE, [MPS_UNIT, 'kubelet-standin*']);
 
 async function show(unit: string, ...props: string[]): Promise<Record<string, string>> {
   const out = await box().run(`systemctl show ${unit} ${props.map((p) => `-p ${p}`).join(' ')}`);

@@ -1,5 +1,5 @@
 // Probes of a live systemd unit inside the test container (test/system/container.ts), shared by the
-// real-systemd tests (systemd.test.ts, systemd-dra.test.ts): waiting on something the unit did,
+// real-systemd tests (systemd.test.ts, systemd-dra.test.ts, systemd-mps.test.ts): waiting on something the unit did,
 // its properties, its journal, its STATUS= line, and the timings a test prints.
 import type { TestContext } from 'node:test';
 import type { Container } from './container.ts';

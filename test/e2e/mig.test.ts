@@ -237,7 +237,11 @@ test('health: an XID naming a GI/CI the node does not have marks nothing, is log
     assert.match(first, new RegExp(`gpu=0 uuid=${g(MIXED, 0)}.* xid=94 gi=9 ci=0`));
     await node.plugin.waitForLine(/event still names no device of this node after looking again; ignored .*gi=9/);
     assert.equal(healthOf(node, r1g), 'HHHH');
-    for (const r of ['nvidia.com/gpu', 'nvidia.com/mig-1g.10gb.me', 'nvidia.com/mig-2g.20gb']) assert.equal(healthOf(node, r), 'H', r);
+    for (const r of ['nvidia.com/gpu', 'nvidia.com/mig-1g.10gb.me', 'nvidia.com/mig-2g.20gb']) {
+      // Each resource's list reaches the stand-in on its own stream: wait for it before reading it.
+      await k.waitForDevices((d) => d.length > 0, r);
+      assert.equal(healthOf(node, r), 'H', r);
+    }
     assert.deepEqual(node.plugin.matching(/(GPU|MIG device) unhealthy/), []);
     // GPU 3 is in MIG mode without instances; one is made, and an XID names it before the plugin
     // has seen it: the re-scan the event asks for finds it, and then it is marked.

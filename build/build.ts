@@ -46,8 +46,14 @@ async function run(cmd: string, args: string[], what: string, cwd?: string): Pro
 
 function gitCommit(): string {
   try {
-    const head = execFileSync('git', ['rev-parse', '--short=12', 'HEAD'], { cwd: root, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
-    const dirty = execFileSync('git', ['status', '--porcelain', '--untracked-files=no'], { cwd: root, encoding: 'utf8' }).trim() !== '';
+    const head = execFileSync('git', ['rev-parse', '--short=12', 'HEAD'], {
+      cwd: root,
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+    }).trim();
+    const dirty =
+      execFileSync('git', ['status', '--porcelain', '--untracked-files=no'], { cwd: root, encoding: 'utf8' }).trim() !==
+      '';
     return dirty ? `${head}-dirty` : head;
   } catch {
     return 'unknown';
@@ -95,7 +101,11 @@ export async function buildExecutable(outDir: string = dist, arch: Arch = 'x64')
       __VERSION__: JSON.stringify(pkg.version),
       __GIT_COMMIT__: JSON.stringify(gitCommit()),
       // protobufjs descriptors of the .proto files: the executable builds its codecs without parsing.
-      __PROTO_DESCRIPTORS__: JSON.stringify(Object.fromEntries(PROTO_FILES.map((f) => [f, parseProto(readFileSync(join(root, 'proto', f), 'utf8')).toJSON()]))),
+      __PROTO_DESCRIPTORS__: JSON.stringify(
+        Object.fromEntries(
+          PROTO_FILES.map((f) => [f, parseProto(readFileSync(join(root, 'proto', f), 'utf8')).toJSON()]),
+        ),
+      ),
     },
   });
 
@@ -103,36 +113,48 @@ export async function buildExecutable(outDir: string = dist, arch: Arch = 'x64')
   const blob = join(work, 'sea-prep.blob');
   // Paths relative to the work folder: the blob records the main script's name, and an absolute one
   // would make the executable depend on where it was built.
-  writeFileSync(seaConfig, JSON.stringify({
-    main: 'main.cjs',
-    output: 'sea-prep.blob',
-    disableExperimentalSEAWarning: true,
-    useSnapshot: false,
-    // V8's code cache of the bundle: each start deserializes the compiled top level instead of
-    // parsing the 1 MB script again (measured: a fifth fewer instructions for --version, ~20 ms less
-    // main-thread CPU before the first registration). It is specific to the V8 that made it, so
-    // each architecture's own node makes its blob (below).
-    useCodeCache: true,
-    // A small young generation keeps a long-running daemon's heap near its working set (with the
-    // default, V8 grows it to ~100 MiB under connection churn before collecting); the old-space
-    // cap is far above what the plugin needs and stops runaway growth before the host suffers.
-    // Optimizing compiles on the main thread: compiler threads each keep a malloc arena of their
-    // own (~13 MiB more RSS after 10 000 RPCs); start and per-RPC CPU measured the same. The price
-    // is in the tail: each compile holds up the call that made the code hot (mostly gRPC and HTTP/2
-    // code; a fifth is the topology solver's, and a longer solver warm-up did not help), so
-    // GetPreferredAllocation's p99 main-thread time per call is ~1.3x what it is with compiler
-    // threads. Those, measured again with idle compaction (test/bench/preferred-tail.bench.ts),
-    // still hold ~12 MiB more 12 s after 10 000 RPCs (a later compaction gives it back by 20 s).
-    // --disable-sigusr1: SIGUSR1 would otherwise start Node's inspector on 127.0.0.1:9229 in a root
-    // process (the daemon logs and ignores it; NODE_OPTIONS cannot add --inspect: execArgvExtension).
-    execArgv: ['--max-semi-space-size=1', '--max-old-space-size=192', '--no-concurrent-recompilation', '--disable-sigusr1'],
-    execArgvExtension: 'none',
-    assets: {
-      ...Object.fromEntries(PROTO_FILES.map((f) => [f, join(root, 'proto', f)])),
-      'koffi.node': koffiPath,
-      [NATIVE_LIBRARY_NAME]: watchPath,
-    },
-  }, null, 2));
+  writeFileSync(
+    seaConfig,
+    JSON.stringify(
+      {
+        main: 'main.cjs',
+        output: 'sea-prep.blob',
+        disableExperimentalSEAWarning: true,
+        useSnapshot: false,
+        // V8's code cache of the bundle: each start deserializes the compiled top level instead of
+        // parsing the 1 MB script again (measured: a fifth fewer instructions for --version, ~20 ms less
+        // main-thread CPU before the first registration). It is specific to the V8 that made it, so
+        // each architecture's own node makes its blob (below).
+        useCodeCache: true,
+        // A small young generation keeps a long-running daemon's heap near its working set (with the
+        // default, V8 grows it to ~100 MiB under connection churn before collecting); the old-space
+        // cap is far above what the plugin needs and stops runaway growth before the host suffers.
+        // Optimizing compiles on the main thread: compiler threads each keep a malloc arena of their
+        // own (~13 MiB more RSS after 10 000 RPCs); start and per-RPC CPU measured the same. The price
+        // is in the tail: each compile holds up the call that made the code hot (mostly gRPC and HTTP/2
+        // code; a fifth is the topology solver's, and a longer solver warm-up did not help), so
+        // GetPreferredAllocation's p99 main-thread time per call is ~1.3x what it is with compiler
+        // threads. Those, measured again with idle compaction (test/bench/preferred-tail.bench.ts),
+        // still hold ~12 MiB more 12 s after 10 000 RPCs (a later compaction gives it back by 20 s).
+        // --disable-sigusr1: SIGUSR1 would otherwise start Node's inspector on 127.0.0.1:9229 in a root
+        // process (the daemon logs and ignores it; NODE_OPTIONS cannot add --inspect: execArgvExtension).
+        execArgv: [
+          '--max-semi-space-size=1',
+          '--max-old-space-size=192',
+          '--no-concurrent-recompilation',
+          '--disable-sigusr1',
+        ],
+        execArgvExtension: 'none',
+        assets: {
+          ...Object.fromEntries(PROTO_FILES.map((f) => [f, join(root, 'proto', f)])),
+          'koffi.node': koffiPath,
+          [NATIVE_LIBRARY_NAME]: watchPath,
+        },
+      },
+      null,
+      2,
+    ),
+  );
   // The code cache is made by the node that will run it: one made by the x64 node is rejected by the
   // arm64 one ("Code cache data rejected" at every start), so the arm64 node makes its own, under
   // qemu. A fixed --random-seed makes the code cache reproducible: V8 derives its string hash seed
@@ -141,7 +163,12 @@ export async function buildExecutable(outDir: string = dist, arch: Arch = 'x64')
   // keeps its own random hash seed and Math.random (fixing --hash-seed instead would need the same
   // flag at run time, where it also makes V8 reject the Node built-ins' own code cache).
   const [cmd = runtime.node, ...before] = [...runtime.emulator, runtime.node];
-  await run(cmd, [...before, `--random-seed=${BLOB_RANDOM_SEED}`, '--experimental-sea-config', seaConfig], `making the ${arch} SEA blob`, work);
+  await run(
+    cmd,
+    [...before, `--random-seed=${BLOB_RANDOM_SEED}`, '--experimental-sea-config', seaConfig],
+    `making the ${arch} SEA blob`,
+    work,
+  );
 
   const out = executablePath(arch, outDir);
   mkdirSync(join(out, '..'), { recursive: true });
@@ -152,7 +179,11 @@ export async function buildExecutable(outDir: string = dist, arch: Arch = 'x64')
   // cannot read arm64 ELF files; binutils-aarch64-linux-gnu's can.
   await run(runtime.strip, ['--strip-all', tmp], `stripping the ${arch} runtime`);
   // postject's ELF library warns about note sections on stripped binaries; its output shows only on failure.
-  await run(runtimeNode(), [join(root, 'node_modules', 'postject', 'dist', 'cli.js'), tmp, 'NODE_SEA_BLOB', blob, '--sentinel-fuse', SEA_FUSE], `injecting the blob into the ${arch} runtime (postject)`);
+  await run(
+    runtimeNode(),
+    [join(root, 'node_modules', 'postject', 'dist', 'cli.js'), tmp, 'NODE_SEA_BLOB', blob, '--sentinel-fuse', SEA_FUSE],
+    `injecting the blob into the ${arch} runtime (postject)`,
+  );
   rmSync(out, { force: true });
   copyFileSync(tmp, out);
   chmodSync(out, 0o755);
@@ -161,7 +192,10 @@ export async function buildExecutable(outDir: string = dist, arch: Arch = 'x64')
 }
 
 /** Builds the executables for `arches` side by side; returns their paths by architecture. */
-export async function buildExecutables(arches: readonly Arch[] = ARCHES, outDir: string = dist): Promise<Partial<Record<Arch, string>>> {
+export async function buildExecutables(
+  arches: readonly Arch[] = ARCHES,
+  outDir: string = dist,
+): Promise<Partial<Record<Arch, string>>> {
   const paths = await Promise.all(arches.map((arch) => buildExecutable(outDir, arch)));
   return Object.fromEntries(arches.map((arch, i) => [arch, paths[i]]));
 }

@@ -1,7 +1,13 @@
 // Operator documentation generated from OPTION_SPECS, the table the program parses its options
 // with, so that the packaged environment file and man page list exactly the options the executable
 // has: the environment file (/etc/default or /etc/sysconfig) and gpu-device-plugin(8).
-import { CONFIG_SCHEMA, DURATION_GRAMMAR, OPTION_SPECS, UNSUPPORTED_OPTIONS, describeRange } from '../src/cli/options.ts';
+import {
+  CONFIG_SCHEMA,
+  DURATION_GRAMMAR,
+  OPTION_SPECS,
+  UNSUPPORTED_OPTIONS,
+  describeRange,
+} from '../src/cli/options.ts';
 import type { OptionKey, OptionSpec } from '../src/cli/options.ts';
 
 export const UNIT_NAME = 'gpu-device-plugin.service';
@@ -10,10 +16,14 @@ export const KUBELET_DEVICE_PLUGIN_DIR = '/var/lib/kubelet/device-plugins';
 /** Extra advice for the environment file, where an option interacts with the packaging. */
 const ENV_NOTES: Partial<Record<OptionKey, string>> = {
   kubeletSocket: `the service may write only in ${KUBELET_DEVICE_PLUGIN_DIR}; for another directory add it to ReadWritePaths= (systemctl edit gpu-device-plugin)`,
-  configFile: 'the service cannot see /home or /root: keep the file under /etc; systemctl reload gpu-device-plugin re-reads it',
-  nfdFeaturesFile: 'the service may write the file only after its directory is added to the sandbox: systemctl edit gpu-device-plugin, then [Service] ReadWritePaths=/etc/kubernetes/node-feature-discovery/features.d (or your directory)',
-  metricsFile: 'the service may write the file only after its directory is added to the sandbox: systemctl edit gpu-device-plugin, then [Service] ReadWritePaths=/var/lib/prometheus/node-exporter (or your directory)',
-  kubeletApi: 'dra also needs KUBECONFIG and the DRA drop-in linked into the unit (network, the kubelet\'s plugin directories): mkdir -p /etc/systemd/system/gpu-device-plugin.service.d && ln -s /usr/share/gpu-device-plugin/dra.conf /etc/systemd/system/gpu-device-plugin.service.d/dra.conf && systemctl daemon-reload; see /usr/share/doc/gpu-device-plugin/dra/README.md, and run gpu-device-plugin check',
+  configFile:
+    'the service cannot see /home or /root: keep the file under /etc; systemctl reload gpu-device-plugin re-reads it',
+  nfdFeaturesFile:
+    'the service may write the file only after its directory is added to the sandbox: systemctl edit gpu-device-plugin, then [Service] ReadWritePaths=/etc/kubernetes/node-feature-discovery/features.d (or your directory)',
+  metricsFile:
+    'the service may write the file only after its directory is added to the sandbox: systemctl edit gpu-device-plugin, then [Service] ReadWritePaths=/var/lib/prometheus/node-exporter (or your directory)',
+  kubeletApi:
+    "dra also needs KUBECONFIG and the DRA drop-in linked into the unit (network, the kubelet's plugin directories): mkdir -p /etc/systemd/system/gpu-device-plugin.service.d && ln -s /usr/share/gpu-device-plugin/dra.conf /etc/systemd/system/gpu-device-plugin.service.d/dra.conf && systemctl daemon-reload; see /usr/share/doc/gpu-device-plugin/dra/README.md, and run gpu-device-plugin check",
   kubeconfig: 'keep it under /etc, mode 0600: the service cannot see /home or /root',
 };
 
@@ -40,11 +50,16 @@ export const PACKAGE_SETTINGS: Partial<Record<OptionKey, { value: string; why: s
 /** What the value looks like, for help texts: `path`, `true|false`, `uuid|index`, `duration, from 1 to 3600 seconds`. */
 export function valueHint(spec: OptionSpec): string {
   switch (spec.kind.type) {
-    case 'string': return spec.kind.path ? 'path' : 'value';
-    case 'bool': return 'true|false';
-    case 'enum': return spec.kind.values.join('|');
-    case 'seconds': return `duration, ${describeRange(spec.kind)}`;
-    case 'ids': return `${spec.kind.allowed.join('|')} (comma separated)`;
+    case 'string':
+      return spec.kind.path ? 'path' : 'value';
+    case 'bool':
+      return 'true|false';
+    case 'enum':
+      return spec.kind.values.join('|');
+    case 'seconds':
+      return `duration, ${describeRange(spec.kind)}`;
+    case 'ids':
+      return `${spec.kind.allowed.join('|')} (comma separated)`;
   }
 }
 
@@ -75,9 +90,13 @@ export function environmentFile(path: string): string {
     if (note !== undefined) out.push(`# Note: ${oneLine(note)}`);
     const set = PACKAGE_SETTINGS[spec.key];
     if (set === undefined) out.push(`#${spec.env}=${spec.default ?? ''}`);
-    else out.push(`# The program's default is ${spec.default === null || spec.default === '' ? 'none' : spec.default}; ${oneLine(set.why)}`, `${spec.env}=${set.value}`);
+    else
+      out.push(
+        `# The program's default is ${spec.default === null || spec.default === '' ? 'none' : spec.default}; ${oneLine(set.why)}`,
+        `${spec.env}=${set.value}`,
+      );
   }
-  return out.join('\n') + '\n';
+  return `${out.join('\n')}\n`;
 }
 
 /** Text for roff: backslashes and hyphens escaped, no line starting with a control character. */
@@ -105,12 +124,12 @@ export function manPage(input: ManPageInput): string {
     ...manSynopsis(),
     '.SH DESCRIPTION',
     '.B gpu\\-device\\-plugin',
-    'finds the node\'s NVIDIA GPUs through NVML (libnvidia\\-ml.so.1), advertises them to the',
+    "finds the node's NVIDIA GPUs through NVML (libnvidia\\-ml.so.1), advertises them to the",
     'kubelet as the extended resource',
     '.B nvidia.com/gpu',
-    'with their health and NUMA topology, and answers the kubelet\'s Allocate calls with what the',
+    "with their health and NUMA topology, and answers the kubelet's Allocate calls with what the",
     'NVIDIA container runtime needs.',
-    'It serves its own socket next to the kubelet\'s registration socket, registers, and registers',
+    "It serves its own socket next to the kubelet's registration socket, registers, and registers",
     'again whenever the kubelet restarts.',
     '.PP',
     'It normally runs as the systemd service',
@@ -138,7 +157,8 @@ export function manPage(input: ManPageInput): string {
     l.push(`.BI \\-\\-${roff(spec.flag)} " ${roff(valueHint(spec))}"`);
     l.push(`${roff(spec.help)}.`);
     l.push('.br');
-    const def = spec.default === null ? 'as described above' : spec.default === '' ? 'empty' : `\\fI${roff(spec.default)}\\fR`;
+    const def =
+      spec.default === null ? 'as described above' : spec.default === '' ? 'empty' : `\\fI${roff(spec.default)}\\fR`;
     l.push(`Environment variable \\fB${roff(spec.env)}\\fR; default ${def}.`);
   }
   l.push(
@@ -149,8 +169,16 @@ export function manPage(input: ManPageInput): string {
     '.B \\-\\-help',
     'List the options and exit.',
   );
-  l.push(...manCommands(), ...manConfigFile(), ...manEnvironment(), ...manSignals(), ...manExitStatus(), ...manFiles(input), ...manSeeAlso());
-  return l.join('\n') + '\n';
+  l.push(
+    ...manCommands(),
+    ...manConfigFile(),
+    ...manEnvironment(),
+    ...manSignals(),
+    ...manExitStatus(),
+    ...manFiles(input),
+    ...manSeeAlso(),
+  );
+  return `${l.join('\n')}\n`;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -195,25 +223,30 @@ function manCommands(): string[] {
   return [
     '.SH COMMANDS',
     'Without a command the program is the daemon. Two commands look at the node without serving;',
-    'both take the daemon\'s options (so that they judge the configuration the daemon would run) and',
+    "both take the daemon's options (so that they judge the configuration the daemon would run) and",
     '.BR \\-\\-help .',
-    ...tagged('.B info',
+    ...tagged(
+      '.B info',
       'What the plugin sees: each GPU (index, UUID, name, memory, bus id, NUMA node, health), its MIG mode and MIG devices,',
-      'which namespace/pod/container holds each device (from the kubelet\'s PodResources API on --pod-resources-socket; run it as root),',
+      "which namespace/pod/container holds each device (from the kubelet's PodResources API on --pod-resources-socket; run it as root),",
       'the configured IMEX channels, the topology matrix and the pair scores the allocator uses.',
       'When the daemon runs, health and registrations are what the daemon reports (its state file in /run/gpu-device-plugin/),',
-      'so they are what the kubelet was told; when no daemon runs, info looks at the GPUs through NVML itself and says so.'),
-    ...tagged('.B check',
-      'Preflight: runs the daemon\'s own validation of the options, the environment and the config file against this node',
+      'so they are what the kubelet was told; when no daemon runs, info looks at the GPUs through NVML itself and says so.',
+    ),
+    ...tagged(
+      '.B check',
+      "Preflight: runs the daemon's own validation of the options, the environment and the config file against this node",
       '(the same checks that would stop the start), loads NVML, counts the GPUs, and judges the socket directory and every file',
       'the daemon writes as the service would see them under its sandbox (ReadWritePaths= of the installed unit and its drop-ins).',
       'It reads the environment files the unit reads, so that its "Effective options" are the service\'s, and prints one line',
-      'per check (PASS, WARN, FAIL or SKIP) with the fix for each failure, then every option with where its value came from.'),
-    ...tagged('.B \\-\\-json',
-      '(info and check) Machine-readable output instead of text; always valid JSON.'),
-    ...tagged('.BI \\-\\-env\\-file " file"',
-      '(check, repeatable) Read options from this environment file (KEY=value lines, systemd\'s EnvironmentFile= syntax) as the unit would;',
-      'by default the unit\'s own files (/etc/default/gpu-device-plugin, /etc/sysconfig/gpu-device-plugin) that exist.'),
+      'per check (PASS, WARN, FAIL or SKIP) with the fix for each failure, then every option with where its value came from.',
+    ),
+    ...tagged('.B \\-\\-json', '(info and check) Machine-readable output instead of text; always valid JSON.'),
+    ...tagged(
+      '.BI \\-\\-env\\-file " file"',
+      "(check, repeatable) Read options from this environment file (KEY=value lines, systemd's EnvironmentFile= syntax) as the unit would;",
+      "by default the unit's own files (/etc/default/gpu-device-plugin, /etc/sysconfig/gpu-device-plugin) that exist.",
+    ),
   ];
 }
 
@@ -223,8 +256,8 @@ function manConfigFile(): string[] {
     '.B \\-\\-config\\-file',
     '(or',
     '.BR CONFIG_FILE )',
-    'names a file in NVIDIA\'s v1 format, YAML (read as YAML 1.1, as NVIDIA\'s parser does) or JSON, so one',
-    'file serves NVIDIA\'s device plugin and this one.',
+    "names a file in NVIDIA's v1 format, YAML (read as YAML 1.1, as NVIDIA's parser does) or JSON, so one",
+    "file serves NVIDIA's device plugin and this one.",
     'Keep it under /etc: the service cannot see /home or /root.',
     'An unknown key, a value of the wrong type or out of range, stops the start (exit status 2) naming the key path,',
     'the value and what is allowed;',
@@ -242,31 +275,48 @@ function manConfigFile(): string[] {
     l.push('.TP', `.B ${roff(o.path)}`, `As \\fB\\-\\-${roff(spec.flag)}\\fR.`);
   }
   l.push(
-    ...tagged('.B sharing.timeSlicing.renameByDefault',
-      'true: advertise the replicas as <resource>.shared (e.g. nvidia.com/gpu.shared) instead of under the resource\'s own name. Default false.'),
-    ...tagged('.B sharing.timeSlicing.failRequestsGreaterThanOne',
-      'true: a container asking for more than one replica is refused, with a message saying so. Default false.'),
-    ...tagged('.B sharing.timeSlicing.resources[].name',
-      'The resource to share: nvidia.com/gpu (or gpu), or a MIG resource of the mixed strategy such as nvidia.com/mig-1g.10gb.'),
-    ...tagged('.B sharing.timeSlicing.resources[].replicas',
-      'How many containers share each device: an integer from 1 to 1024. Each device is advertised that many times, as <id>::0 ... <id>::N-1.'),
-    ...tagged('.B sharing.timeSlicing.resources[].rename',
-      'Advertise this entry\'s replicas under another name (e.g. gpu.small for nvidia.com/gpu.small).'),
-    ...tagged('.B sharing.timeSlicing.resources[].devices',
-      'Which GPUs are shared: "all" (the default), a count (the first N by index), or a list of GPU indices or UUIDs. Not for MIG resources.'),
-    ...tagged('.B sharing.mps',
-      'MPS sharing, NVIDIA\'s way: the keys of sharing.timeSlicing, with failRequestsGreaterThanOne true by default, replicas from 2 to 48 (16 on GPUs before Volta, compute capability 7.0), and nvidia.com/gpu (whole GPUs) only.',
-      'Needs --mps-root and the gpu-device-plugin-mps unit\'s control daemons; containers get CUDA_MPS_PIPE_DIRECTORY=/mps/<resource>/pipe and the mounts <root>/<resource>/pipe and <root>/shm (as /dev/shm), whatever the device-list strategy.',
-      'Refused: together with sharing.timeSlicing, without --mps-root, with --mig-strategy=mixed, on MIG devices or GPUs in MIG mode, and more replicas than a GPU takes MPS clients.'),
+    ...tagged(
+      '.B sharing.timeSlicing.renameByDefault',
+      "true: advertise the replicas as <resource>.shared (e.g. nvidia.com/gpu.shared) instead of under the resource's own name. Default false.",
+    ),
+    ...tagged(
+      '.B sharing.timeSlicing.failRequestsGreaterThanOne',
+      'true: a container asking for more than one replica is refused, with a message saying so. Default false.',
+    ),
+    ...tagged(
+      '.B sharing.timeSlicing.resources[].name',
+      'The resource to share: nvidia.com/gpu (or gpu), or a MIG resource of the mixed strategy such as nvidia.com/mig-1g.10gb.',
+    ),
+    ...tagged(
+      '.B sharing.timeSlicing.resources[].replicas',
+      'How many containers share each device: an integer from 1 to 1024. Each device is advertised that many times, as <id>::0 ... <id>::N-1.',
+    ),
+    ...tagged(
+      '.B sharing.timeSlicing.resources[].rename',
+      "Advertise this entry's replicas under another name (e.g. gpu.small for nvidia.com/gpu.small).",
+    ),
+    ...tagged(
+      '.B sharing.timeSlicing.resources[].devices',
+      'Which GPUs are shared: "all" (the default), a count (the first N by index), or a list of GPU indices or UUIDs. Not for MIG resources.',
+    ),
+    ...tagged(
+      '.B sharing.mps',
+      "MPS sharing, NVIDIA's way: the keys of sharing.timeSlicing, with failRequestsGreaterThanOne true by default, replicas from 2 to 48 (16 on GPUs before Volta, compute capability 7.0), and nvidia.com/gpu (whole GPUs) only.",
+      "Needs --mps-root and the gpu-device-plugin-mps unit's control daemons; containers get CUDA_MPS_PIPE_DIRECTORY=/mps/<resource>/pipe and the mounts <root>/<resource>/pipe and <root>/shm (as /dev/shm), whatever the device-list strategy.",
+      'Refused: together with sharing.timeSlicing, without --mps-root, with --mig-strategy=mixed, on MIG devices or GPUs in MIG mode, and more replicas than a GPU takes MPS clients.',
+    ),
     '.PP',
     'Accepted and not used (they belong to GPU feature discovery):',
     `${CONFIG_SCHEMA.foreign.map((f) => b(f.path)).join(', ')}.`,
     '.PP',
-    'Refused with the reason, unless the value asks for nothing (off, or NVIDIA\'s default):',
+    "Refused with the reason, unless the value asks for nothing (off, or NVIDIA's default):",
   );
   for (const u of CONFIG_SCHEMA.unsupported) l.push(...tagged(`.B ${roff(u.path)}`, u.reason));
   l.push(
-    ...tagged('.BR resources.gpus ", " resources.mig', 'Renaming resources by pattern is not supported (empty lists are accepted); rename shared GPUs with sharing.timeSlicing.resources[].rename.'),
+    ...tagged(
+      '.BR resources.gpus ", " resources.mig',
+      'Renaming resources by pattern is not supported (empty lists are accepted); rename shared GPUs with sharing.timeSlicing.resources[].rename.',
+    ),
   );
   return l;
 }
@@ -277,35 +327,76 @@ function manConfigFile(): string[] {
  * fails when one is missing from the page.
  */
 const ENVIRONMENT: readonly { names: readonly string[]; text: string }[] = [
-  { names: ['DP_DISABLE_HEALTHCHECKS'], text: 'NVIDIA\'s: "all" (or "xids") turns the XID health checks off; otherwise a comma-separated list of further XIDs to ignore, e.g. 74,79.' },
-  { names: ['DP_ENABLE_HEALTHCHECKS'], text: 'NVIDIA\'s: XIDs treated as critical even where they would be ignored, e.g. 31; wins over DP_DISABLE_HEALTHCHECKS.' },
-  { names: ['SYSFS_ROOT'], text: 'Where sysfs is read (default /sys): NUMA nodes the driver does not report, and the DMI product name of the gpu.machine label. For tests (a simulated node) and for a host whose sysfs is mounted elsewhere; leave it unset on a node.' },
-  { names: ['PROC_ROOT'], text: 'Where /proc is read (default /proc): driver/nvidia-caps/mig-minors, for the MIG capability device nodes with --pass-device-specs. For tests and unusual mounts only, like SYSFS_ROOT.' },
-  { names: ['GPU_DEVICE_PLUGIN_STATE_FILE'], text: 'The state file the daemon publishes what it reports to the kubelet in, and info reads (default state.json in RUNTIME_DIRECTORY, else in /run/gpu-device-plugin/).' },
-  { names: ['CDI_SPEC_DIRS'], text: 'Colon-separated directories check looks in for the CDI spec the cdi-* strategies need (default /etc/cdi:/var/run/cdi).' },
-  { names: ['NOTIFY_SOCKET', 'WATCHDOG_USEC', 'WATCHDOG_PID'], text: 'Set by systemd (Type=notify, WatchdogSec=): readiness, STATUS= and watchdog messages go to NOTIFY_SOCKET; keep-alives are sent at half the watchdog interval when WATCHDOG_PID is this process.' },
-  { names: ['JOURNAL_STREAM'], text: 'Set by systemd when standard error goes to the journal: log lines then carry a syslog priority prefix (for journalctl -p) and no timestamp of their own.' },
-  { names: ['RUNTIME_DIRECTORY', 'STATE_DIRECTORY', 'CACHE_DIRECTORY'], text: 'Set by systemd (RuntimeDirectory= and StateDirectory= in the unit): directories, tried in this order after GPU_DEVICE_PLUGIN_NATIVE_DIR, where the program extracts its embedded native modules (they must allow executable mappings).' },
-  { names: ['GPU_DEVICE_PLUGIN_NATIVE_DIR'], text: 'Colon-separated directories tried first for the embedded native modules, for a host run by hand where the defaults (then TMPDIR, then /var/tmp) are mounted noexec.' },
-  { names: ['TMPDIR'], text: 'The temporary directory (default /tmp), tried for the native modules after the systemd directories.' },
-  { names: ['PATH'], text: 'nvidia-cuda-mps-control (MPS sharing) is looked for under --driver-root (usr/bin, usr/local/bin, bin) first, then on PATH.' },
-  { names: ['LD_LIBRARY_PATH'], text: 'libnvidia-ml.so.1 is looked for under --driver-root first, then by its soname, so the dynamic loader\'s LD_LIBRARY_PATH and ldconfig cache apply.' },
+  {
+    names: ['DP_DISABLE_HEALTHCHECKS'],
+    text: 'NVIDIA\'s: "all" (or "xids") turns the XID health checks off; otherwise a comma-separated list of further XIDs to ignore, e.g. 74,79.',
+  },
+  {
+    names: ['DP_ENABLE_HEALTHCHECKS'],
+    text: "NVIDIA's: XIDs treated as critical even where they would be ignored, e.g. 31; wins over DP_DISABLE_HEALTHCHECKS.",
+  },
+  {
+    names: ['SYSFS_ROOT'],
+    text: 'Where sysfs is read (default /sys): NUMA nodes the driver does not report, and the DMI product name of the gpu.machine label. For tests (a simulated node) and for a host whose sysfs is mounted elsewhere; leave it unset on a node.',
+  },
+  {
+    names: ['PROC_ROOT'],
+    text: 'Where /proc is read (default /proc): driver/nvidia-caps/mig-minors, for the MIG capability device nodes with --pass-device-specs. For tests and unusual mounts only, like SYSFS_ROOT.',
+  },
+  {
+    names: ['GPU_DEVICE_PLUGIN_STATE_FILE'],
+    text: 'The state file the daemon publishes what it reports to the kubelet in, and info reads (default state.json in RUNTIME_DIRECTORY, else in /run/gpu-device-plugin/).',
+  },
+  {
+    names: ['CDI_SPEC_DIRS'],
+    text: 'Colon-separated directories check looks in for the CDI spec the cdi-* strategies need (default /etc/cdi:/var/run/cdi).',
+  },
+  {
+    names: ['NOTIFY_SOCKET', 'WATCHDOG_USEC', 'WATCHDOG_PID'],
+    text: 'Set by systemd (Type=notify, WatchdogSec=): readiness, STATUS= and watchdog messages go to NOTIFY_SOCKET; keep-alives are sent at half the watchdog interval when WATCHDOG_PID is this process.',
+  },
+  {
+    names: ['JOURNAL_STREAM'],
+    text: 'Set by systemd when standard error goes to the journal: log lines then carry a syslog priority prefix (for journalctl -p) and no timestamp of their own.',
+  },
+  {
+    names: ['RUNTIME_DIRECTORY', 'STATE_DIRECTORY', 'CACHE_DIRECTORY'],
+    text: 'Set by systemd (RuntimeDirectory= and StateDirectory= in the unit): directories, tried in this order after GPU_DEVICE_PLUGIN_NATIVE_DIR, where the program extracts its embedded native modules (they must allow executable mappings).',
+  },
+  {
+    names: ['GPU_DEVICE_PLUGIN_NATIVE_DIR'],
+    text: 'Colon-separated directories tried first for the embedded native modules, for a host run by hand where the defaults (then TMPDIR, then /var/tmp) are mounted noexec.',
+  },
+  {
+    names: ['TMPDIR'],
+    text: 'The temporary directory (default /tmp), tried for the native modules after the systemd directories.',
+  },
+  {
+    names: ['PATH'],
+    text: 'nvidia-cuda-mps-control (MPS sharing) is looked for under --driver-root (usr/bin, usr/local/bin, bin) first, then on PATH.',
+  },
+  {
+    names: ['LD_LIBRARY_PATH'],
+    text: "libnvidia-ml.so.1 is looked for under --driver-root first, then by its soname, so the dynamic loader's LD_LIBRARY_PATH and ldconfig cache apply.",
+  },
 ];
 
 function manEnvironment(): string[] {
   const l: string[] = [
     '.SH ENVIRONMENT',
-    'Each option\'s variable is listed under',
+    "Each option's variable is listed under",
     '.BR OPTIONS ;',
     'an empty value means the option is not set there. Besides those:',
   ];
   for (const e of ENVIRONMENT) l.push('.TP', `.B ${e.names.map(roff).join('\\fR, \\fB')}`, roff(e.text));
   l.push(
     '.PP',
-    'NVIDIA\'s variables for options this plugin does not have are refused by name, with the reason, unless their value asks for nothing:',
-    `${UNSUPPORTED_OPTIONS.flatMap((u) => u.envs).map(b).join(', ')}.`,
+    "NVIDIA's variables for options this plugin does not have are refused by name, with the reason, unless their value asks for nothing:",
+    `${UNSUPPORTED_OPTIONS.flatMap((u) => u.envs)
+      .map(b)
+      .join(', ')}.`,
     '.PP',
-    'The tests\' fake NVML reads FAKE_NVML_CONFIG and FAKE_NVML_CONTROL; the program itself does not.',
+    "The tests' fake NVML reads FAKE_NVML_CONFIG and FAKE_NVML_CONTROL; the program itself does not.",
   );
   return l;
 }
@@ -313,15 +404,23 @@ function manEnvironment(): string[] {
 function manSignals(): string[] {
   return [
     '.SH SIGNALS',
-    ...tagged('.BR SIGTERM ", " SIGINT ", " SIGQUIT',
-      'Stop serving, end the kubelet\'s streams, remove the plugin\'s sockets, shut NVML down and exit 0 within two seconds.'),
-    ...tagged('.B SIGHUP',
+    ...tagged(
+      '.BR SIGTERM ", " SIGINT ", " SIGQUIT',
+      "Stop serving, end the kubelet's streams, remove the plugin's sockets, shut NVML down and exit 0 within two seconds.",
+    ),
+    ...tagged(
+      '.B SIGHUP',
       'Re-read the config file (systemctl reload gpu-device-plugin) and look at the GPUs again. A valid change is applied at once; an invalid file is logged and the running configuration kept.',
-      'systemctl reload returns success either way: read journalctl -u gpu-device-plugin, or run gpu-device-plugin check, to know whether the new file was taken.'),
-    ...tagged('.B SIGUSR1',
-      'Opens nothing: the executable is built with Node.js\\(aqs --disable-sigusr1, so no inspector is started; the signal is logged and ignored.'),
-    ...tagged('other signals',
-      'Any other signal whose default action would end or stop the process (SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGPWR, SIGSTKFLT, SIGXCPU, SIGXFSZ, SIGTSTP, SIGTTIN, SIGTTOU) is logged and ignored; the realtime signals are ignored. SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE, SIGSEGV and SIGSYS keep their default: they mean the process is broken, and systemd restarts it.'),
+      'systemctl reload returns success either way: read journalctl -u gpu-device-plugin, or run gpu-device-plugin check, to know whether the new file was taken.',
+    ),
+    ...tagged(
+      '.B SIGUSR1',
+      'Opens nothing: the executable is built with Node.js\\(aqs --disable-sigusr1, so no inspector is started; the signal is logged and ignored.',
+    ),
+    ...tagged(
+      'other signals',
+      'Any other signal whose default action would end or stop the process (SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGPWR, SIGSTKFLT, SIGXCPU, SIGXFSZ, SIGTSTP, SIGTTIN, SIGTTOU) is logged and ignored; the realtime signals are ignored. SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE, SIGSEGV and SIGSYS keep their default: they mean the process is broken, and systemd restarts it.',
+    ),
   ];
 }
 
@@ -329,23 +428,33 @@ function manExitStatus(): string[] {
   return [
     '.SH EXIT STATUS',
     ...tagged('.B 0', 'A clean stop; --version and --help; check when every check passed.'),
-    ...tagged('.B 1',
+    ...tagged(
+      '.B 1',
       'The plugin could not start or had to stop: NVML cannot be loaded with --fail-on-init-error=true, a required IMEX channel missing, or the socket directory lost (the service is then restarted).',
-      'For check: a check failed.'),
-    ...tagged('.B 2',
+      'For check: a check failed.',
+    ),
+    ...tagged(
+      '.B 2',
       'A configuration error, from the daemon and from check alike: an unknown or invalid option, variable or config-file key, a config file that does not fit the node, or a MIG layout that does not fit --mig-strategy=single.',
-      'The unit sets RestartPreventExitStatus=2, so the service stops instead of restarting with the same mistake; STATUS= names the problem.'),
-    ...tagged('.B 3',
-      'Another gpu-device-plugin already serves the socket directory; the line names its PID. One plugin per directory is enforced with flock(2) on the directory itself, which the kernel releases when the holder exits.'),
+      'The unit sets RestartPreventExitStatus=2, so the service stops instead of restarting with the same mistake; STATUS= names the problem.',
+    ),
+    ...tagged(
+      '.B 3',
+      'Another gpu-device-plugin already serves the socket directory; the line names its PID. One plugin per directory is enforced with flock(2) on the directory itself, which the kernel releases when the holder exits.',
+    ),
   ];
 }
 
 function manFiles(input: ManPageInput): string[] {
   const l: string[] = ['.SH FILES'];
   for (const f of input.environmentFiles) {
-    l.push('.TP', `.I ${roff(f)}`, 'Options for the service, as',
+    l.push(
+      '.TP',
+      `.I ${roff(f)}`,
+      'Options for the service, as',
       '.IB VARIABLE = value',
-      'lines (the package ships every variable commented out, with its default, and sets FAIL_ON_INIT_ERROR=false so that the service waits for the driver with backoff instead of restarting, and MPS_ROOT=/run/nvidia/mps for MPS sharing).');
+      'lines (the package ships every variable commented out, with its default, and sets FAIL_ON_INIT_ERROR=false so that the service waits for the driver with backoff instead of restarting, and MPS_ROOT=/run/nvidia/mps for MPS sharing).',
+    );
   }
   l.push(
     '.TP',
@@ -354,10 +463,10 @@ function manFiles(input: ManPageInput): string[] {
     '.BR "systemctl edit gpu\\-device\\-plugin" ;',
     'for example to add a directory to',
     '.B ReadWritePaths=',
-    'when the kubelet\'s socket is elsewhere.',
+    "when the kubelet's socket is elsewhere.",
     '.TP',
     `.I ${roff(KUBELET_DEVICE_PLUGIN_DIR)}/`,
-    'The kubelet\'s socket directory, the only one the service may write in; the plugin serves',
+    "The kubelet's socket directory, the only one the service may write in; the plugin serves",
     '.I gpu\\-device\\-plugin\\-<resource>.sock',
     'there. One instance runs per socket directory.',
     '.TP',
@@ -371,7 +480,7 @@ function manFiles(input: ManPageInput): string[] {
     'reads.',
     '.TP',
     '.I /usr/share/doc/gpu\\-device\\-plugin/',
-    'README.md (install, migration from NVIDIA\'s DaemonSet, operation, troubleshooting),',
+    "README.md (install, migration from NVIDIA's DaemonSet, operation, troubleshooting),",
     '.IR examples/config.yaml ,',
     'and in',
     '.I dra/',
@@ -381,9 +490,9 @@ function manFiles(input: ManPageInput): string[] {
     '.I /usr/share/gpu\\-device\\-plugin/dra.conf',
     'The unit drop-in a node in DRA mode links into',
     '.IR /etc/systemd/system/gpu\\-device\\-plugin.service.d/ :',
-    'the host\'s network for the API server, and write access to the kubelet\'s plugin watcher directory',
+    "the host's network for the API server, and write access to the kubelet's plugin watcher directory",
     '.RI ( /var/lib/kubelet/plugins_registry )',
-    'and the driver\'s directory',
+    "and the driver's directory",
     '.RI ( /var/lib/kubelet/plugins/gpu.nvidia.com ).',
   );
   return l;

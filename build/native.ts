@@ -19,25 +19,38 @@ const execFileAsync = promisify(execFile);
 const root = join(import.meta.dirname, '..');
 
 /** The library's C files, in the order they are compiled and linked (part of the output's bytes). */
-export const NATIVE_SOURCES: readonly string[] = ['nvml_watch.c', 'nvml_access.c', 'watch_loop.c']
-  .map((file) => join(root, 'src', 'native', file));
+export const NATIVE_SOURCES: readonly string[] = ['nvml_watch.c', 'nvml_access.c', 'watch_loop.c'].map((file) =>
+  join(root, 'src', 'native', file),
+);
 /** The header they share: not compiled itself, but a change to it rebuilds the library. */
 const NATIVE_HEADER = join(root, 'src', 'native', 'nvml_watch.h');
 export const NATIVE_LIBRARY_NAME = 'nvml-watch.so';
 
 const COMPILER: Record<Arch, { cc: string; install: string }> = {
   x64: { cc: 'gcc', install: 'build/install-tools.sh installs gcc' },
-  arm64: { cc: 'aarch64-linux-gnu-gcc', install: 'build/install-tools.sh installs gcc-aarch64-linux-gnu and libc6-dev-arm64-cross' },
+  arm64: {
+    cc: 'aarch64-linux-gnu-gcc',
+    install: 'build/install-tools.sh installs gcc-aarch64-linux-gnu and libc6-dev-arm64-cross',
+  },
 };
 
 const FLAGS = [
-  '-std=gnu11', '-O2', '-fPIC', '-shared', '-pthread',
-  '-fvisibility=hidden', '-Wall', '-Wextra', '-Werror',
+  '-std=gnu11',
+  '-O2',
+  '-fPIC',
+  '-shared',
+  '-pthread',
+  '-fvisibility=hidden',
+  '-Wall',
+  '-Wextra',
+  '-Werror',
   `-ffile-prefix-map=${root}=.`,
   '-s',
   `-Wl,-soname,${NATIVE_LIBRARY_NAME}`,
   // The thread's code must stay mapped whatever a loader does with its handle.
-  '-Wl,-z,nodelete', '-Wl,-z,relro', '-Wl,-z,now',
+  '-Wl,-z,nodelete',
+  '-Wl,-z,relro',
+  '-Wl,-z,now',
 ];
 
 /** Compiles the library for `arch` into outFile (written under a temporary name, then renamed). */
@@ -50,8 +63,14 @@ export async function buildNativeLibrary(arch: Arch, outFile: string): Promise<s
   } catch (err) {
     rmSync(tmp, { force: true });
     const e = err as NodeJS.ErrnoException & { stderr?: string };
-    if (e.code === 'ENOENT') throw new Error(`${cc} was not found; building ${NATIVE_LIBRARY_NAME} for ${arch} needs it (${install})`, { cause: err });
-    throw new Error(`building ${NATIVE_LIBRARY_NAME} for ${arch} failed: ${cc} ${FLAGS.join(' ')}\n${e.stderr ?? e.message}`, { cause: err });
+    if (e.code === 'ENOENT')
+      throw new Error(`${cc} was not found; building ${NATIVE_LIBRARY_NAME} for ${arch} needs it (${install})`, {
+        cause: err,
+      });
+    throw new Error(
+      `building ${NATIVE_LIBRARY_NAME} for ${arch} failed: ${cc} ${FLAGS.join(' ')}\n${e.stderr ?? e.message}`,
+      { cause: err },
+    );
   }
   return outFile;
 }
@@ -64,7 +83,13 @@ export function nativeLibraryCachePath(arch: Arch): string {
 /** Builds the source-run copy of `arch` when missing or older than its sources; returns its path. */
 export async function ensureNativeLibrary(arch: Arch = process.arch === 'arm64' ? 'arm64' : 'x64'): Promise<string> {
   const out = nativeLibraryCachePath(arch);
-  const mtime = (p: string): number => { try { return statSync(p).mtimeMs; } catch { return -1; } };
+  const mtime = (p: string): number => {
+    try {
+      return statSync(p).mtimeMs;
+    } catch {
+      return -1;
+    }
+  };
   const newest = Math.max(...[...NATIVE_SOURCES, NATIVE_HEADER, join(import.meta.dirname, 'native.ts')].map(mtime));
   if (mtime(out) >= newest) return out;
   mkdirSync(join(out, '..'), { recursive: true });

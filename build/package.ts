@@ -12,7 +12,19 @@
 // README.md, an example config file and the DRA RBAC and credential documents in
 // /usr/share/doc/gpu-device-plugin/, and the DRA unit drop-in in /usr/share/gpu-device-plugin/.
 import { execFile, execFileSync } from 'node:child_process';
-import { chmodSync, copyFileSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  copyFileSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  utimesSync,
+  writeFileSync,
+} from 'node:fs';
 import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
@@ -36,9 +48,16 @@ export const RPM_RELEASE = '1';
 /** Documentation both packages install for operators (the .deb gzips README.md, as Debian policy
  * asks of documentation over 4 KiB; rpm installs it as is). */
 export const DOC_DIR = `/usr/share/doc/${PACKAGE}`;
-export const README = { source: join(ROOT, 'README.md'), deb: `${DOC_DIR}/README.md.gz`, rpm: `${DOC_DIR}/README.md` } as const;
+export const README = {
+  source: join(ROOT, 'README.md'),
+  deb: `${DOC_DIR}/README.md.gz`,
+  rpm: `${DOC_DIR}/README.md`,
+} as const;
 /** An NVIDIA v1 config file showing time-slicing and the MIG strategy, which the plugin accepts. */
-export const EXAMPLE_CONFIG = { source: join(ROOT, 'packaging', 'config.example.yaml'), installed: `${DOC_DIR}/examples/config.yaml` } as const;
+export const EXAMPLE_CONFIG = {
+  source: join(ROOT, 'packaging', 'config.example.yaml'),
+  installed: `${DOC_DIR}/examples/config.yaml`,
+} as const;
 /**
  * Dynamic Resource Allocation (issue 21): the RBAC, admission policy, DeviceClass and credential steps an
  * operator applies (documentation, small, uncompressed so they can be applied as they are), and the unit
@@ -46,9 +65,15 @@ export const EXAMPLE_CONFIG = { source: join(ROOT, 'packaging', 'config.example.
  * installs leave out (Debian policy: nothing may need /usr/share/doc to work).
  */
 export const DRA_DOCS = {
-  sources: ['README.md', 'rbac.yaml', 'admission-policy.yaml', 'deviceclass.yaml'].map((name) => ({ source: join(ROOT, 'packaging', 'dra', name), installed: `${DOC_DIR}/dra/${name}` })),
+  sources: ['README.md', 'rbac.yaml', 'admission-policy.yaml', 'deviceclass.yaml'].map((name) => ({
+    source: join(ROOT, 'packaging', 'dra', name),
+    installed: `${DOC_DIR}/dra/${name}`,
+  })),
 } as const;
-export const DRA_DROPIN = { source: join(ROOT, 'systemd', 'dra.conf'), installed: `/usr/share/${PACKAGE}/dra.conf` } as const;
+export const DRA_DROPIN = {
+  source: join(ROOT, 'systemd', 'dra.conf'),
+  installed: `/usr/share/${PACKAGE}/dra.conf`,
+} as const;
 /** Packages must stay below this size. Both use xz level 6 (about 26.5 MiB); level 9 would save
  * 0.3 MiB for a third more compression time. */
 export const MAX_PACKAGE_BYTES = 28 * 1024 * 1024;
@@ -103,10 +128,11 @@ export function projectVersion(): string {
 
 /** SOURCE_DATE_EPOCH when set, else the commit time of HEAD. */
 export function sourceDateEpoch(): number {
-  const fromEnv = process.env['SOURCE_DATE_EPOCH'];
+  const fromEnv = process.env.SOURCE_DATE_EPOCH;
   if (fromEnv !== undefined && fromEnv !== '') {
     const n = Number(fromEnv);
-    if (!Number.isInteger(n) || n < 0) throw new Error(`SOURCE_DATE_EPOCH=${JSON.stringify(fromEnv)} is not a whole number of seconds`);
+    if (!Number.isInteger(n) || n < 0)
+      throw new Error(`SOURCE_DATE_EPOCH=${JSON.stringify(fromEnv)} is not a whole number of seconds`);
     return n;
   }
   let out: string;
@@ -127,7 +153,8 @@ function execFileSyncText(cmd: string, args: string[], cwd: string): string {
  * both dpkg and rpm (0.2.0~rc.1 < 0.2.0). Without a Debian revision the .deb is a native package.
  */
 export function packageVersion(upstream: string): string {
-  if (!/^\d+\.\d+\.\d+([-+][0-9A-Za-z.+-]*)?$/.test(upstream)) throw new Error(`version ${JSON.stringify(upstream)} is not semver`);
+  if (!/^\d+\.\d+\.\d+([-+][0-9A-Za-z.+-]*)?$/.test(upstream))
+    throw new Error(`version ${JSON.stringify(upstream)} is not semver`);
   return upstream.replace('-', '~');
 }
 
@@ -188,7 +215,9 @@ function checkChangelog(entries: ChangelogEntry[], r: Resolved, explicitVersion:
   if (top === undefined) throw new Error('changelog has no entries');
   const want = packageVersion(r.version);
   if (top.version !== want && !explicitVersion) {
-    throw new Error(`packaging/changelog starts with ${top.version} but package.json says ${r.version}: add a changelog entry for ${want}`);
+    throw new Error(
+      `packaging/changelog starts with ${top.version} but package.json says ${r.version}: add a changelog entry for ${want}`,
+    );
   }
   return top;
 }
@@ -286,7 +315,11 @@ function stageCommon(t: Tree, r: Resolved, envFile: string): void {
   t.copy(UNIT_PATH, join(ROOT, 'systemd', 'gpu-device-plugin.service'), 0o644);
   t.copy(MPS_UNIT_PATH, join(ROOT, 'systemd', 'gpu-device-plugin-mps.service'), 0o644);
   t.file(envFile, environmentFile(envFile), 0o644);
-  const man = manPage({ version: r.version, date: new Date(r.epoch * 1000), environmentFiles: [ENV_FILE.deb, ENV_FILE.rpm] });
+  const man = manPage({
+    version: r.version,
+    date: new Date(r.epoch * 1000),
+    environmentFiles: [ENV_FILE.deb, ENV_FILE.rpm],
+  });
   t.file(MAN_PATH, gzip9n(man), 0o644);
   t.copy(DRA_DROPIN.installed, DRA_DROPIN.source, 0o644);
 }
@@ -314,7 +347,9 @@ async function run(cmd: string, args: string[], opts: { cwd?: string; env?: Node
     return stdout;
   } catch (err) {
     const e = err as { stderr?: string; stdout?: string; code?: unknown };
-    throw new Error(`${cmd} ${args.join(' ')} failed (${String(e.code)}):\n${e.stderr ?? ''}${e.stdout ?? ''}`, { cause: err });
+    throw new Error(`${cmd} ${args.join(' ')} failed (${String(e.code)}):\n${e.stderr ?? ''}${e.stdout ?? ''}`, {
+      cause: err,
+    });
   }
 }
 
@@ -342,7 +377,9 @@ async function shlibsDepends(binary: string): Promise<string> {
  */
 export async function elfRequirements(binary: string): Promise<string[]> {
   const dynamic = await run('readelf', ['--dynamic', '--wide', binary], { env: { ...process.env, LC_ALL: 'C' } });
-  const needed = [...dynamic.matchAll(/\(NEEDED\)\s+Shared library: \[([^\]]+)\]/g)].map((m) => m[1] ?? '').filter((l) => !/^ld-linux/.test(l));
+  const needed = [...dynamic.matchAll(/\(NEEDED\)\s+Shared library: \[([^\]]+)\]/g)]
+    .map((m) => m[1] ?? '')
+    .filter((l) => !/^ld-linux/.test(l));
   const versions = await run('readelf', ['--version-info', '--wide', binary], { env: { ...process.env, LC_ALL: 'C' } });
   const highest = new Map<string, string>();
   let file = '';
@@ -357,7 +394,8 @@ export async function elfRequirements(binary: string): Promise<string[]> {
     const tag = `${v[1] ?? ''} ${v[2] ?? ''}`;
     const key = `${file} ${v[1] ?? ''}`;
     const cur = highest.get(key);
-    if (cur === undefined || compareVersions(tag.split(' ')[1] ?? '', cur.split(' ')[1] ?? '') > 0) highest.set(key, tag);
+    if (cur === undefined || compareVersions(tag.split(' ')[1] ?? '', cur.split(' ')[1] ?? '') > 0)
+      highest.set(key, tag);
   }
   return [...needed.sort(), ...[...highest].map(([k, v]) => `${k.split(' ')[0] ?? ''} ${v}`).sort()];
 }
@@ -385,13 +423,21 @@ async function debDepends(r: Resolved, binary: string): Promise<string> {
   const x64 = runtimeFor('x64').node;
   // glibc's aarch64 port starts at GLIBC_2.17: any version up to it is met by every aarch64 glibc,
   // and asks nothing beyond x64's 2.2.5 or 2.12.
-  const baseline = (reqs: string[]): string[] => reqs.map((q) => {
-    const m = / GLIBC (\S+)$/.exec(q);
-    return m?.[1] !== undefined && compareVersions(m[1], '2.17') <= 0 ? q.replace(/ GLIBC \S+$/, ' GLIBC baseline') : q;
-  });
-  const [want, got] = (await Promise.all([elfRequirements(x64), elfRequirements(binary)])).map(baseline) as [string[], string[]];
+  const baseline = (reqs: string[]): string[] =>
+    reqs.map((q) => {
+      const m = / GLIBC (\S+)$/.exec(q);
+      return m?.[1] !== undefined && compareVersions(m[1], '2.17') <= 0
+        ? q.replace(/ GLIBC \S+$/, ' GLIBC baseline')
+        : q;
+    });
+  const [want, got] = (await Promise.all([elfRequirements(x64), elfRequirements(binary)])).map(baseline) as [
+    string[],
+    string[],
+  ];
   if (JSON.stringify(want) !== JSON.stringify(got)) {
-    throw new Error(`the ${r.arch} executable needs other libraries or symbol versions than the x64 runtime, so its Debian dependencies cannot be taken from it:\n  x64:     ${want.join(', ')}\n  ${r.arch}: ${got.join(', ')}`);
+    throw new Error(
+      `the ${r.arch} executable needs other libraries or symbol versions than the x64 runtime, so its Debian dependencies cannot be taken from it:\n  x64:     ${want.join(', ')}\n  ${r.arch}: ${got.join(', ')}`,
+    );
   }
   return shlibsDepends(x64);
 }
@@ -436,7 +482,8 @@ export async function buildDeb(opts: BuildOptions = {}): Promise<string> {
     t.file('/DEBIAN/control', control, 0o644);
     const conffiles: readonly string[] = [ENV_FILE.deb];
     t.file('/DEBIAN/conffiles', conffiles.map((c) => `${c}\n`).join(''), 0o644);
-    for (const script of ['postinst', 'prerm', 'postrm']) t.copy(`/DEBIAN/${script}`, join(PACKAGING, 'deb', script), 0o755);
+    for (const script of ['postinst', 'prerm', 'postrm'])
+      t.copy(`/DEBIAN/${script}`, join(PACKAGING, 'deb', script), 0o755);
     // md5sums of every shipped file except the conffiles (dpkg tracks those itself), as dh_md5sums.
     const sums: string[] = [];
     for (const rel of walk(t.root)) {
@@ -489,7 +536,11 @@ export async function buildRpm(opts: BuildOptions = {}): Promise<string> {
     const stage = join(work, 'stage');
     const t = tree(stage);
     stageCommon(t, r, ENV_FILE.rpm);
-    t.copy('/usr/lib/systemd/system-preset/80-gpu-device-plugin.preset', join(PACKAGING, 'rpm', '80-gpu-device-plugin.preset'), 0o644);
+    t.copy(
+      '/usr/lib/systemd/system-preset/80-gpu-device-plugin.preset',
+      join(PACKAGING, 'rpm', '80-gpu-device-plugin.preset'),
+      0o644,
+    );
     t.file(`/usr/share/licenses/${PACKAGE}/copyright`, copyrightText(r.arch), 0o644);
     stageDocs(t, 'rpm');
     normalise(stage, r.epoch);
@@ -500,7 +551,11 @@ export async function buildRpm(opts: BuildOptions = {}): Promise<string> {
       .replace('@PACKAGER@', top.maintainer)
       .replace('@STAGE@', stage)
       .replace('@CHANGELOG@', rpmChangelog(entries));
-    if (r.compression !== 'release') spec = spec.replace('%global _binary_payload w6.xzdio', `%global _binary_payload ${r.compression === 'fast' ? 'w1.gzdio' : 'w.ufdio'}`);
+    if (r.compression !== 'release')
+      spec = spec.replace(
+        '%global _binary_payload w6.xzdio',
+        `%global _binary_payload ${r.compression === 'fast' ? 'w1.gzdio' : 'w.ufdio'}`,
+      );
     if (/@[A-Z]+@/.test(spec.replace(/^#.*$/gm, ''))) throw new Error('spec template has an unfilled placeholder');
     const specFile = join(work, `${PACKAGE}.spec`);
     writeFileSync(specFile, spec);
@@ -508,17 +563,27 @@ export async function buildRpm(opts: BuildOptions = {}): Promise<string> {
     const top_ = join(work, 'rpmbuild');
     const rpmOut = join(work, 'rpms');
     for (const d of ['BUILD', 'BUILDROOT', 'SOURCES', 'SPECS', 'SRPMS']) mkdirSync(join(top_, d), { recursive: true });
-    await run('rpmbuild', [
-      '-bb', '--quiet', '--target', PACKAGE_ARCH[r.arch].rpm,
-      '--define', `_topdir ${top_}`,
-      '--define', `_rpmdir ${rpmOut}`,
-      '--define', '_build_name_fmt %{NAME}-%{VERSION}-%{RELEASE}.%{ARCH}.rpm',
-      specFile,
-    ], {
-      cwd: work,
-      // No user macros (~/.rpmmacros) and a fixed locale, so that builds do not depend on who runs them.
-      env: { ...process.env, HOME: work, SOURCE_DATE_EPOCH: String(r.epoch), LC_ALL: 'C.UTF-8', TZ: 'UTC' },
-    });
+    await run(
+      'rpmbuild',
+      [
+        '-bb',
+        '--quiet',
+        '--target',
+        PACKAGE_ARCH[r.arch].rpm,
+        '--define',
+        `_topdir ${top_}`,
+        '--define',
+        `_rpmdir ${rpmOut}`,
+        '--define',
+        '_build_name_fmt %{NAME}-%{VERSION}-%{RELEASE}.%{ARCH}.rpm',
+        specFile,
+      ],
+      {
+        cwd: work,
+        // No user macros (~/.rpmmacros) and a fixed locale, so that builds do not depend on who runs them.
+        env: { ...process.env, HOME: work, SOURCE_DATE_EPOCH: String(r.epoch), LC_ALL: 'C.UTF-8', TZ: 'UTC' },
+      },
+    );
     mkdirSync(r.outDir, { recursive: true });
     const name = rpmFileName(r.version, r.arch);
     const out = join(r.outDir, name);
@@ -533,7 +598,10 @@ export async function buildRpm(opts: BuildOptions = {}): Promise<string> {
 /** Both packages of one architecture, built at the same time. */
 export async function buildPackages(opts: BuildOptions = {}): Promise<{ deb: string; rpm: string }> {
   const epoch = opts.sourceDateEpoch ?? sourceDateEpoch();
-  const [deb, rpm] = await Promise.all([buildDeb({ ...opts, sourceDateEpoch: epoch }), buildRpm({ ...opts, sourceDateEpoch: epoch })]);
+  const [deb, rpm] = await Promise.all([
+    buildDeb({ ...opts, sourceDateEpoch: epoch }),
+    buildRpm({ ...opts, sourceDateEpoch: epoch }),
+  ]);
   return { deb, rpm };
 }
 

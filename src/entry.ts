@@ -7,7 +7,9 @@ import { VERSION, versionText } from './system/version.ts';
 const argv = process.argv.slice(2);
 const sub = argv[0];
 if (sub === 'mps-control-daemon') void import('./mps/daemon-main.ts').then((m) => m.mpsControlDaemon(argv.slice(1)));
-else if (sub === 'info' || sub === 'check') void import('./cli/subcommands.ts').then((m) => m.runSubcommand(sub, argv.slice(1)));
+else if (sub === 'info' || sub === 'check')
+  void import('./cli/subcommands.ts').then((m) => m.runSubcommand(sub, argv.slice(1)));
 else if (argv.includes('--version')) process.stdout.write(versionText());
-else if (argv.includes('--help') || argv.includes('-h')) void import('./cli/options.ts').then((m) => process.stdout.write(m.helpText(VERSION)));
+else if (argv.includes('--help') || argv.includes('-h'))
+  void import('./cli/options.ts').then((m) => process.stdout.write(m.helpText(VERSION)));
 else void import('./main.ts').then((m) => m.main(argv));

@@ -8,7 +8,7 @@ import type { Codec } from './proto.ts';
 
 // ---- pluginregistration (package `pluginregistration`) ----
 
-export interface InfoRequest {}
+export type InfoRequest = Record<never, never>;
 
 export interface PluginInfo {
   type: string;
@@ -22,7 +22,7 @@ export interface RegistrationStatus {
   error: string;
 }
 
-export interface RegistrationStatusResponse {}
+export type RegistrationStatusResponse = Record<never, never>;
 
 /** PluginInfo.type of a DRA driver. */
 export const DRA_PLUGIN_TYPE = 'DRAPlugin';
@@ -46,7 +46,12 @@ export function pluginRegistrationService(): PluginRegistrationService {
     };
     registration = {
       GetInfo: method(`${pkg}.Registration`, 'GetInfo', c.InfoRequest, c.PluginInfo),
-      NotifyRegistrationStatus: method(`${pkg}.Registration`, 'NotifyRegistrationStatus', c.RegistrationStatus, c.RegistrationStatusResponse),
+      NotifyRegistrationStatus: method(
+        `${pkg}.Registration`,
+        'NotifyRegistrationStatus',
+        c.RegistrationStatus,
+        c.RegistrationStatusResponse,
+      ),
     };
   }
   return registration;
@@ -57,7 +62,10 @@ export function pluginRegistrationService(): PluginRegistrationService {
 export type DraVersion = 'v1' | 'v1beta1';
 
 /** The service name a driver announces in PluginInfo.supported_versions for each version. */
-export const DRA_SERVICE_NAMES: Readonly<Record<DraVersion, string>> = { v1: 'v1.DRAPlugin', v1beta1: 'v1beta1.DRAPlugin' };
+export const DRA_SERVICE_NAMES: Readonly<Record<DraVersion, string>> = {
+  v1: 'v1.DRAPlugin',
+  v1beta1: 'v1beta1.DRAPlugin',
+};
 
 /** The proto package of each version: the gRPC method paths carry it. */
 export const DRA_PACKAGES: Readonly<Record<DraVersion, string>> = {
@@ -124,11 +132,25 @@ export function draPluginService(version: DraVersion): DraPluginService {
       NodePrepareResourcesRequest: codec<NodePrepareResourcesRequest>(root, 'NodePrepareResourcesRequest', pkg),
       NodePrepareResourcesResponse: codec<NodePrepareResourcesResponse>(root, 'NodePrepareResourcesResponse', pkg),
       NodeUnprepareResourcesRequest: codec<NodeUnprepareResourcesRequest>(root, 'NodeUnprepareResourcesRequest', pkg),
-      NodeUnprepareResourcesResponse: codec<NodeUnprepareResourcesResponse>(root, 'NodeUnprepareResourcesResponse', pkg),
+      NodeUnprepareResourcesResponse: codec<NodeUnprepareResourcesResponse>(
+        root,
+        'NodeUnprepareResourcesResponse',
+        pkg,
+      ),
     };
     svc = {
-      NodePrepareResources: method(`${pkg}.DRAPlugin`, 'NodePrepareResources', c.NodePrepareResourcesRequest, c.NodePrepareResourcesResponse),
-      NodeUnprepareResources: method(`${pkg}.DRAPlugin`, 'NodeUnprepareResources', c.NodeUnprepareResourcesRequest, c.NodeUnprepareResourcesResponse),
+      NodePrepareResources: method(
+        `${pkg}.DRAPlugin`,
+        'NodePrepareResources',
+        c.NodePrepareResourcesRequest,
+        c.NodePrepareResourcesResponse,
+      ),
+      NodeUnprepareResources: method(
+        `${pkg}.DRAPlugin`,
+        'NodeUnprepareResources',
+        c.NodeUnprepareResourcesRequest,
+        c.NodeUnprepareResourcesResponse,
+      ),
     };
     draServices.set(version, svc);
   }
@@ -140,7 +162,7 @@ export function draPluginService(version: DraVersion): DraPluginService {
 /** The service name a driver announces when it serves the health stream. */
 export const DRA_HEALTH_SERVICE_NAME = 'v1alpha1.DRAResourceHealth';
 
-export interface NodeWatchResourcesRequest {}
+export type NodeWatchResourcesRequest = Record<never, never>;
 
 /** HealthStatus as numbers on the wire: UNKNOWN 0, HEALTHY 1, UNHEALTHY 2. */
 export const HealthStatus = { UNKNOWN: 0, HEALTHY: 1, UNHEALTHY: 2 } as const;

@@ -3,7 +3,7 @@
 
 export type Health = 'Healthy' | 'Unhealthy';
 
-export interface Empty {}
+export type Empty = Record<never, never>;
 
 export interface DevicePluginOptions {
   pre_start_required: boolean;
@@ -39,7 +39,7 @@ export interface PreStartContainerRequest {
   devices_ids: string[];
 }
 
-export interface PreStartContainerResponse {}
+export type PreStartContainerResponse = Record<never, never>;
 
 export interface ContainerPreferredAllocationRequest {
   available_deviceIDs: string[];

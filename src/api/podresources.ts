@@ -4,7 +4,7 @@ import type { MethodDefinition, ServiceDefinition } from '@grpc/grpc-js';
 import { codec, method, protoRoot } from './proto.ts';
 import type { Codec } from './proto.ts';
 
-export interface ListPodResourcesRequest {}
+export type ListPodResourcesRequest = Record<never, never>;
 
 export interface ContainerDevices {
   resource_name: string;

@@ -146,8 +146,18 @@ export function devicePluginService(): DevicePluginService {
   return {
     GetDevicePluginOptions: method('DevicePlugin', 'GetDevicePluginOptions', c.Empty, c.DevicePluginOptions),
     ListAndWatch: method('DevicePlugin', 'ListAndWatch', c.Empty, c.ListAndWatchResponse, true),
-    GetPreferredAllocation: method('DevicePlugin', 'GetPreferredAllocation', c.PreferredAllocationRequest, c.PreferredAllocationResponse),
+    GetPreferredAllocation: method(
+      'DevicePlugin',
+      'GetPreferredAllocation',
+      c.PreferredAllocationRequest,
+      c.PreferredAllocationResponse,
+    ),
     Allocate: method('DevicePlugin', 'Allocate', c.AllocateRequest, c.AllocateResponse),
-    PreStartContainer: method('DevicePlugin', 'PreStartContainer', c.PreStartContainerRequest, c.PreStartContainerResponse),
+    PreStartContainer: method(
+      'DevicePlugin',
+      'PreStartContainer',
+      c.PreStartContainerRequest,
+      c.PreStartContainerResponse,
+    ),
   };
 }

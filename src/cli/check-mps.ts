@@ -34,14 +34,30 @@ async function reachable(dir: string): Promise<{ ok: true } | { ok: false; dir: 
     let mode: number;
     try {
       const st = await stat(d);
-      if (!st.isDirectory()) return { ok: false, dir: d, why: 'is not a directory', fix: `remove ${d}, then restart ${MPS_UNIT}, which creates the layout` };
+      if (!st.isDirectory())
+        return {
+          ok: false,
+          dir: d,
+          why: 'is not a directory',
+          fix: `remove ${d}, then restart ${MPS_UNIT}, which creates the layout`,
+        };
       mode = st.mode & 0o7777;
     } catch (err) {
       const missing = (err as NodeJS.ErrnoException).code === 'ENOENT';
-      return { ok: false, dir: d, why: missing ? 'does not exist' : errorText(err), fix: missing ? `start ${MPS_UNIT} (systemctl start ${MPS_UNIT}), which creates it` : `check ${d}` };
+      return {
+        ok: false,
+        dir: d,
+        why: missing ? 'does not exist' : errorText(err),
+        fix: missing ? `start ${MPS_UNIT} (systemctl start ${MPS_UNIT}), which creates it` : `check ${d}`,
+      };
     }
     if ((mode & 0o005) !== 0o005) {
-      return { ok: false, dir: d, why: `has mode ${mode.toString(8).padStart(4, '0')}: a pod that does not run as root cannot reach the pipe through it`, fix: `chmod 755 ${d}` };
+      return {
+        ok: false,
+        dir: d,
+        why: `has mode ${mode.toString(8).padStart(4, '0')}: a pod that does not run as root cannot reach the pipe through it`,
+        fix: `chmod 755 ${d}`,
+      };
     }
   }
   return { ok: true };
@@ -68,11 +84,20 @@ export async function mpsChecks(input: MpsCheckInput): Promise<CheckLine[]> {
   const out: CheckLine[] = [];
   const root = input.root;
   if (root === null || root === '') {
-    return [{ status: 'FAIL', name: 'mps root', detail: 'the config shares GPUs through MPS but no MPS root is set', fix: 'set --mps-root (MPS_ROOT), e.g. /run/nvidia/mps', config: true }];
+    return [
+      {
+        status: 'FAIL',
+        name: 'mps root',
+        detail: 'the config shares GPUs through MPS but no MPS root is set',
+        fix: 'set --mps-root (MPS_ROOT), e.g. /run/nvidia/mps',
+        config: true,
+      },
+    ];
   }
   // The root, then each resource's pipe directory, reachable by anyone.
   const rootSeen = await reachable(root);
-  if (!rootSeen.ok) out.push({ status: 'FAIL', name: 'mps root', detail: `${rootSeen.dir} ${rootSeen.why}`, fix: rootSeen.fix });
+  if (!rootSeen.ok)
+    out.push({ status: 'FAIL', name: 'mps root', detail: `${rootSeen.dir} ${rootSeen.why}`, fix: rootSeen.fix });
   else {
     const problems: string[] = [];
     const fixes: string[] = [];
@@ -83,13 +108,24 @@ export async function mpsChecks(input: MpsCheckInput): Promise<CheckLine[]> {
         fixes.push(seen.fix);
       }
     }
-    out.push(problems.length === 0
-      ? { status: 'PASS', name: 'mps root', detail: `${root} and the pipe directories of ${mps.map((r) => r.name).join(', ')} are reachable by every user (0755 all the way)` }
-      : { status: 'FAIL', name: 'mps root', detail: problems.join('; '), fix: [...new Set(fixes)].join('; ') });
+    out.push(
+      problems.length === 0
+        ? {
+            status: 'PASS',
+            name: 'mps root',
+            detail: `${root} and the pipe directories of ${mps.map((r) => r.name).join(', ')} are reachable by every user (0755 all the way)`,
+          }
+        : { status: 'FAIL', name: 'mps root', detail: problems.join('; '), fix: [...new Set(fixes)].join('; ') },
+    );
   }
   const found = await findMpsControl(input.driverRoot, input.path);
   if ('looked' in found) {
-    out.push({ status: 'FAIL', name: 'mps control', detail: `nvidia-cuda-mps-control not found (looked at ${found.looked.join(', ')})`, fix: 'install the NVIDIA driver\'s utilities (nvidia-cuda-mps-control ships with them), or point --driver-root at the driver\'s root' });
+    out.push({
+      status: 'FAIL',
+      name: 'mps control',
+      detail: `nvidia-cuda-mps-control not found (looked at ${found.looked.join(', ')})`,
+      fix: "install the NVIDIA driver's utilities (nvidia-cuda-mps-control ships with them), or point --driver-root at the driver's root",
+    });
     out.push({ status: 'SKIP', name: 'mps daemons', detail: 'not asked: nvidia-cuda-mps-control is not found' });
   } else {
     out.push({ status: 'PASS', name: 'mps control', detail: `found ${found.path}` });
@@ -97,14 +133,28 @@ export async function mpsChecks(input: MpsCheckInput): Promise<CheckLine[]> {
     for (const r of mps) {
       const p = mpsPaths(root, r.name);
       try {
-        await mpsCommand(found.path, { pipeDir: p.pipeDir, logDir: p.logDir }, HEALTH_COMMAND, { timeoutMs: ASK_TIMEOUT_MS, ...(input.env === undefined ? {} : { env: input.env }) });
+        await mpsCommand(found.path, { pipeDir: p.pipeDir, logDir: p.logDir }, HEALTH_COMMAND, {
+          timeoutMs: ASK_TIMEOUT_MS,
+          ...(input.env === undefined ? {} : { env: input.env }),
+        });
       } catch (err) {
         silent.push(`${r.name} (${p.pipeDir}): ${err instanceof MpsControlError ? err.reason : errorText(err)}`);
       }
     }
-    out.push(silent.length === 0
-      ? { status: 'PASS', name: 'mps daemons', detail: `the control daemon of ${mps.map((r) => r.name).join(', ')} answers ${HEALTH_COMMAND}` }
-      : { status: 'FAIL', name: 'mps daemons', detail: `not answering: ${silent.join('; ')}; their replicas are advertised Unhealthy`, fix: `start the control daemons: systemctl start ${MPS_UNIT}; see \`journalctl -u ${MPS_UNIT}\` and control.log under ${root}/<resource>/log` });
+    out.push(
+      silent.length === 0
+        ? {
+            status: 'PASS',
+            name: 'mps daemons',
+            detail: `the control daemon of ${mps.map((r) => r.name).join(', ')} answers ${HEALTH_COMMAND}`,
+          }
+        : {
+            status: 'FAIL',
+            name: 'mps daemons',
+            detail: `not answering: ${silent.join('; ')}; their replicas are advertised Unhealthy`,
+            fix: `start the control daemons: systemctl start ${MPS_UNIT}; see \`journalctl -u ${MPS_UNIT}\` and control.log under ${root}/<resource>/log`,
+          },
+    );
   }
   const report = input.report;
   if (report === null || report.computeModes === undefined) {
@@ -118,12 +168,25 @@ export async function mpsChecks(input: MpsCheckInput): Promise<CheckLine[]> {
       const pos = report.gpus.findIndex((x) => x.uuid === g.uuid);
       const mode = report.computeModes[pos];
       if (mode === 'exclusive-process') continue;
-      wrong.push(`GPU ${g.index} (${d.resource}) is ${mode === undefined ? 'unknown' : typeof mode === 'string' ? mode.toUpperCase().replace('-', '_') : `unreadable: ${mode.error}`}`);
+      wrong.push(
+        `GPU ${g.index} (${d.resource}) is ${mode === undefined ? 'unknown' : typeof mode === 'string' ? mode.toUpperCase().replace('-', '_') : `unreadable: ${mode.error}`}`,
+      );
     }
   }
   const count = daemons.reduce((n, d) => n + d.gpus.length, 0);
-  out.push(wrong.length === 0
-    ? { status: 'PASS', name: 'compute mode', detail: `all ${count} GPU${count === 1 ? '' : 's'} MPS serves are in EXCLUSIVE_PROCESS mode` }
-    : { status: 'FAIL', name: 'compute mode', detail: `${wrong.join('; ')}; MPS needs EXCLUSIVE_PROCESS`, fix: `restart ${MPS_UNIT}, which sets EXCLUSIVE_PROCESS before it starts the daemons (systemctl restart ${MPS_UNIT}; this ends the MPS clients' CUDA contexts)` });
+  out.push(
+    wrong.length === 0
+      ? {
+          status: 'PASS',
+          name: 'compute mode',
+          detail: `all ${count} GPU${count === 1 ? '' : 's'} MPS serves are in EXCLUSIVE_PROCESS mode`,
+        }
+      : {
+          status: 'FAIL',
+          name: 'compute mode',
+          detail: `${wrong.join('; ')}; MPS needs EXCLUSIVE_PROCESS`,
+          fix: `restart ${MPS_UNIT}, which sets EXCLUSIVE_PROCESS before it starts the daemons (systemctl restart ${MPS_UNIT}; this ends the MPS clients' CUDA contexts)`,
+        },
+  );
   return out;
 }

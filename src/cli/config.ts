@@ -23,7 +23,10 @@ import type { DeviceSelection, GpuRef, Sharing, TimeSlicedResource, TimeSlicing 
  */
 let yaml: typeof Yaml | undefined;
 export function loadYaml(): typeof Yaml {
-  yaml ??= typeof require === 'function' ? require('yaml') as typeof Yaml : createRequire(import.meta.url)('yaml') as typeof Yaml;
+  yaml ??=
+    typeof require === 'function'
+      ? (require('yaml') as typeof Yaml)
+      : (createRequire(import.meta.url)('yaml') as typeof Yaml);
   return yaml;
 }
 
@@ -39,11 +42,11 @@ export class ConfigError extends OptionError {
 
 /** Shapes a value in the file may take; values are handed on as text for the option's own check. */
 export type ConfigShape =
-  | 'bool'     // true or false
-  | 'string'   // a string
-  | 'strings'  // a string or a list of strings (joined with commas)
-  | 'number'   // a number, or a string such as "5s"
-  | 'ints';    // a list of integers (joined with commas)
+  | 'bool' // true or false
+  | 'string' // a string
+  | 'strings' // a string or a list of strings (joined with commas)
+  | 'number' // a number, or a string such as "5s"
+  | 'ints'; // a list of integers (joined with commas)
 
 export interface ConfigOptionKey<K extends string = string> {
   /** Key path in the file, e.g. flags.plugin.passDeviceSpecs. */
@@ -149,7 +152,8 @@ class Reader {
         if (typeof v === 'string') return v;
         if (!Array.isArray(v)) return wrong();
         v.forEach((item, i) => {
-          if (typeof item !== 'string') this.fail(`${path}[${i}]`, `${showValue(item)} is not allowed; expected a string`);
+          if (typeof item !== 'string')
+            this.fail(`${path}[${i}]`, `${showValue(item)} is not allowed; expected a string`);
         });
         if (v.length === 0) this.fail(path, 'an empty list is not allowed; expected at least one value');
         return v.join(',');
@@ -159,7 +163,8 @@ class Reader {
       case 'ints':
         if (!Array.isArray(v)) return wrong();
         v.forEach((item, i) => {
-          if (typeof item !== 'number' || !Number.isInteger(item)) this.fail(`${path}[${i}]`, `${showValue(item)} is not allowed; expected an integer`);
+          if (typeof item !== 'number' || !Number.isInteger(item))
+            this.fail(`${path}[${i}]`, `${showValue(item)} is not allowed; expected an integer`);
         });
         return v.join(',');
     }
@@ -199,27 +204,45 @@ function deviceSelection(r: Reader, v: unknown, path: string, mps: boolean): Dev
     r.fail(path, `${showValue(v)} is not allowed; expected "all", a number of GPUs, or a list of GPU indices or UUIDs`);
   }
   if (typeof v === 'number') {
-    if (!Number.isInteger(v) || v < 1) r.fail(path, `${showValue(v)} is not allowed; a number of GPUs must be a whole number of at least 1`);
+    if (!Number.isInteger(v) || v < 1)
+      r.fail(path, `${showValue(v)} is not allowed; a number of GPUs must be a whole number of at least 1`);
     return { kind: 'count', count: v };
   }
-  if (!Array.isArray(v)) r.fail(path, `${showValue(v)} is not allowed; expected "all", a number of GPUs, or a list of GPU indices or UUIDs`);
-  if (v.length === 0) r.fail(path, 'an empty list selects no GPU; expected at least one GPU index or UUID (leave devices out for all GPUs)');
+  if (!Array.isArray(v))
+    r.fail(path, `${showValue(v)} is not allowed; expected "all", a number of GPUs, or a list of GPU indices or UUIDs`);
+  if (v.length === 0)
+    r.fail(
+      path,
+      'an empty list selects no GPU; expected at least one GPU index or UUID (leave devices out for all GPUs)',
+    );
   const refs: GpuRef[] = v.map((item: unknown, i): GpuRef => {
     const at = `${path}[${i}]`;
     if (typeof item === 'number' && Number.isInteger(item) && item >= 0) return { index: item };
     if (typeof item === 'string') {
       if (/^(0|[1-9]\d*)$/.test(item)) return { index: Number(item) };
       if (GPU_UUID.test(item)) return { uuid: item };
-      if (MIG_REF.test(item) && mps) r.fail(at, `${showValue(item)} is a MIG device; sharing using MPS is not supported for MIG devices: name GPUs by index or GPU UUID`);
-      if (MIG_REF.test(item)) r.fail(at, `${showValue(item)} is a MIG device; MIG devices are not selected one by one (a MIG resource is time-sliced whole: leave devices out), and GPUs are named by index or GPU UUID`);
+      if (MIG_REF.test(item) && mps)
+        r.fail(
+          at,
+          `${showValue(item)} is a MIG device; sharing using MPS is not supported for MIG devices: name GPUs by index or GPU UUID`,
+        );
+      if (MIG_REF.test(item))
+        r.fail(
+          at,
+          `${showValue(item)} is a MIG device; MIG devices are not selected one by one (a MIG resource is time-sliced whole: leave devices out), and GPUs are named by index or GPU UUID`,
+        );
     }
-    return r.fail(at, `${showValue(item)} is not allowed; expected a GPU index (0, 1, ...) or a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)`);
+    return r.fail(
+      at,
+      `${showValue(item)} is not allowed; expected a GPU index (0, 1, ...) or a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)`,
+    );
   });
   return { kind: 'list', refs };
 }
 
 function resourceName(r: Reader, v: unknown, path: string): string {
-  if (typeof v !== 'string') r.fail(path, `${showValue(v)} is not allowed; expected a resource name such as gpu or ${GPU_RESOURCE}`);
+  if (typeof v !== 'string')
+    r.fail(path, `${showValue(v)} is not allowed; expected a resource name such as gpu or ${GPU_RESOURCE}`);
   const q = qualifyResourceName(v);
   if ('problem' in q) r.fail(path, q.problem);
   return q.name;
@@ -239,11 +262,16 @@ function replicated(r: Reader, v: unknown, path: string, mps: boolean): TimeSlic
   if (ts === null) return null;
   const what = mps ? 'MPS' : 'time-slicing';
   r.keys(ts, path, ['renameByDefault', 'failRequestsGreaterThanOne', 'resources']);
-  const list = ts['resources'];
+  const list = ts.resources;
   const lpath = `${path}.resources`;
-  if (list === undefined || list === null) r.fail(lpath, `missing; ${what} needs at least one resource, e.g. [{name: nvidia.com/gpu, replicas: 4}]`);
+  if (list === undefined || list === null)
+    r.fail(lpath, `missing; ${what} needs at least one resource, e.g. [{name: nvidia.com/gpu, replicas: 4}]`);
   if (!Array.isArray(list)) r.fail(lpath, `${showValue(list)} is not allowed; expected a list of resources`);
-  if (list.length === 0) r.fail(lpath, 'an empty list is not allowed; expected at least one resource, e.g. {name: nvidia.com/gpu, replicas: 4}');
+  if (list.length === 0)
+    r.fail(
+      lpath,
+      'an empty list is not allowed; expected at least one resource, e.g. {name: nvidia.com/gpu, replicas: 4}',
+    );
   const [min, max] = mps ? [MPS_MIN_REPLICAS, MPS_CLIENTS_FROM_VOLTA] : [1, MAX_REPLICAS];
   const range = mps
     ? `an integer from ${min} to ${max} (an MPS server takes at most ${max} clients per GPU; 16 before Volta)`
@@ -253,28 +281,36 @@ function replicated(r: Reader, v: unknown, path: string, mps: boolean): TimeSlic
     const m = r.mapping(item, at);
     if (m === null) return r.fail(at, 'null is not allowed; expected a mapping with name and replicas');
     r.keys(m, at, ['name', 'rename', 'replicas', 'devices']);
-    if (m['name'] === undefined || m['name'] === null) r.fail(`${at}.name`, `missing; expected the resource to share, ${GPU_RESOURCE}`);
-    const name = resourceName(r, m['name'], `${at}.name`);
+    if (m.name === undefined || m.name === null)
+      r.fail(`${at}.name`, `missing; expected the resource to share, ${GPU_RESOURCE}`);
+    const name = resourceName(r, m.name, `${at}.name`);
     if (mps && name !== GPU_RESOURCE) {
       // NVIDIA: MPS shares full GPUs under nvidia.com/gpu only ("not supported for MIG devices").
       const mig = MIG_RESOURCE.test(name) ? ' (sharing using MPS is not supported for MIG devices)' : '';
-      r.fail(`${at}.name`, `${showValue(m['name'])} is not allowed${mig}; MPS shares whole GPUs: expected ${GPU_RESOURCE} (or gpu)`);
+      r.fail(
+        `${at}.name`,
+        `${showValue(m.name)} is not allowed${mig}; MPS shares whole GPUs: expected ${GPU_RESOURCE} (or gpu)`,
+      );
     }
     if (name !== GPU_RESOURCE && !MIG_RESOURCE.test(name)) {
-      r.fail(`${at}.name`, `${showValue(m['name'])} is not allowed; expected ${GPU_RESOURCE} (or gpu), or a MIG resource of the mixed strategy such as nvidia.com/mig-1g.10gb`);
+      r.fail(
+        `${at}.name`,
+        `${showValue(m.name)} is not allowed; expected ${GPU_RESOURCE} (or gpu), or a MIG resource of the mixed strategy such as nvidia.com/mig-1g.10gb`,
+      );
     }
-    const rename = m['rename'] === undefined || m['rename'] === null || m['rename'] === '' ? null : resourceName(r, m['rename'], `${at}.rename`);
-    const rep = m['replicas'];
+    const rename =
+      m.rename === undefined || m.rename === null || m.rename === '' ? null : resourceName(r, m.rename, `${at}.rename`);
+    const rep = m.replicas;
     if (rep === undefined || rep === null) r.fail(`${at}.replicas`, `missing; expected ${range}`);
     if (typeof rep !== 'number' || !Number.isInteger(rep) || rep < min || rep > max) {
       r.fail(`${at}.replicas`, `${showValue(rep)} is not allowed; expected ${range}`);
     }
-    return { name, rename, replicas: rep, devices: deviceSelection(r, m['devices'], `${at}.devices`, mps) };
+    return { name, rename, replicas: rep, devices: deviceSelection(r, m.devices, `${at}.devices`, mps) };
   });
   return {
-    renameByDefault: r.bool(ts['renameByDefault'], `${path}.renameByDefault`) ?? false,
+    renameByDefault: r.bool(ts.renameByDefault, `${path}.renameByDefault`) ?? false,
     // NVIDIA's default: false for time-slicing, true for MPS (api/config/v1/config.go).
-    failRequestsGreaterThanOne: r.bool(ts['failRequestsGreaterThanOne'], `${path}.failRequestsGreaterThanOne`) ?? mps,
+    failRequestsGreaterThanOne: r.bool(ts.failRequestsGreaterThanOne, `${path}.failRequestsGreaterThanOne`) ?? mps,
     resources,
   };
 }
@@ -283,11 +319,12 @@ function sharing(r: Reader, v: unknown): Sharing {
   const m = r.mapping(v, 'sharing');
   if (m === null) return NO_SHARING;
   r.keys(m, 'sharing', ['timeSlicing', 'mps']);
-  const timeSlicing = replicated(r, m['timeSlicing'], 'sharing.timeSlicing', false);
-  const mps = replicated(r, m['mps'], 'sharing.mps', true);
+  const timeSlicing = replicated(r, m.timeSlicing, 'sharing.timeSlicing', false);
+  const mps = replicated(r, m.mps, 'sharing.mps', true);
   if (mps === null) return { timeSlicing };
   // NVIDIA's plugin quietly lets MPS win over time-slicing; a file asking for both is refused here.
-  if (timeSlicing !== null) r.fail('sharing.mps', 'MPS and time-slicing exclude each other; keep sharing.mps or sharing.timeSlicing, not both');
+  if (timeSlicing !== null)
+    r.fail('sharing.mps', 'MPS and time-slicing exclude each other; keep sharing.mps or sharing.timeSlicing, not both');
   return { timeSlicing: null, mps };
 }
 
@@ -298,12 +335,19 @@ function patternResources(r: Reader, v: unknown): void {
   for (const k of ['gpus', 'mig']) {
     const list = m[k];
     if (list === undefined || list === null || (Array.isArray(list) && list.length === 0)) continue;
-    r.fail(`resources.${k}`, 'renaming resources by pattern is not supported (NVIDIA\'s plugin ignores this section too); remove it, or rename shared GPUs with sharing.timeSlicing.resources[].rename');
+    r.fail(
+      `resources.${k}`,
+      "renaming resources by pattern is not supported (NVIDIA's plugin ignores this section too); remove it, or rename shared GPUs with sharing.timeSlicing.resources[].rename",
+    );
   }
 }
 
 /** Parses and checks the text of a config file. `file` names it in messages. */
-export function parseConfigText<K extends string>(text: string, file: string, schema: ConfigSchema<K>): ConfigFileValues<K> {
+export function parseConfigText<K extends string>(
+  text: string,
+  file: string,
+  schema: ConfigSchema<K>,
+): ConfigFileValues<K> {
   const r: Reader = new Reader(file);
   const docs = loadYaml().parseAllDocuments(text, { version: '1.1', uniqueKeys: true, prettyErrors: true });
   if (!Array.isArray(docs)) throw new ConfigError(`config file ${file}: not a YAML or JSON document`);
@@ -327,9 +371,10 @@ export function parseConfigText<K extends string>(text: string, file: string, sc
   const values = new Map<K, ConfigValue>();
   const foreign: string[] = [];
   if (top === null) return { file, values, sharing: NO_SHARING, foreign };
-  if (!isMap(top)) r.fail('(top level)', `${showValue(top)} is not allowed; expected a mapping with version, flags and sharing`);
+  if (!isMap(top))
+    r.fail('(top level)', `${showValue(top)} is not allowed; expected a mapping with version, flags and sharing`);
   r.keys(top, '', ['version', 'flags', 'sharing', 'resources', 'imex']);
-  const version = top['version'];
+  const version = top.version;
   if (version !== undefined && version !== null && version !== 'v1') {
     r.fail('version', `${showValue(version)} is not allowed; expected v1`);
   }
@@ -362,12 +407,12 @@ export function parseConfigText<K extends string>(text: string, file: string, sc
       }
     }
   };
-  const flags = r.mapping(top['flags'], 'flags');
+  const flags = r.mapping(top.flags, 'flags');
   if (flags !== null) walk(flags, 'flags');
-  const imex = r.mapping(top['imex'], 'imex');
+  const imex = r.mapping(top.imex, 'imex');
   if (imex !== null) walk(imex, 'imex');
-  patternResources(r, top['resources']);
-  return { file, values, sharing: sharing(r, top['sharing']), foreign };
+  patternResources(r, top.resources);
+  return { file, values, sharing: sharing(r, top.sharing), foreign };
 }
 
 /** The largest config file read: NVIDIA's files are a few hundred bytes; 1 MiB is far beyond any real one. */
@@ -406,16 +451,29 @@ function readBounded(file: string): string {
 }
 
 /** Reads and checks a config file (by default from the file system, a regular file of at most 1 MiB). */
-export function readConfigFile<K extends string>(file: string, schema: ConfigSchema<K>, read: (path: string) => string = readBounded): ConfigFileValues<K> {
+export function readConfigFile<K extends string>(
+  file: string,
+  schema: ConfigSchema<K>,
+  read: (path: string) => string = readBounded,
+): ConfigFileValues<K> {
   let text: string;
   try {
     text = read(file);
   } catch (err) {
     if (err instanceof NotAConfigFile) {
-      throw new ConfigError(`config file ${file} ${err.message}; expected a regular file of at most 1 MiB (${MAX_CONFIG_BYTES} bytes); check --config-file (CONFIG_FILE)`);
+      throw new ConfigError(
+        `config file ${file} ${err.message}; expected a regular file of at most 1 MiB (${MAX_CONFIG_BYTES} bytes); check --config-file (CONFIG_FILE)`,
+      );
     }
     const e = err as NodeJS.ErrnoException;
-    const why = e.code === 'ENOENT' ? 'does not exist' : e.code === 'EACCES' ? 'cannot be read (permission denied)' : e.code === 'EISDIR' ? 'is a directory' : `cannot be read: ${e.message}`;
+    const why =
+      e.code === 'ENOENT'
+        ? 'does not exist'
+        : e.code === 'EACCES'
+          ? 'cannot be read (permission denied)'
+          : e.code === 'EISDIR'
+            ? 'is a directory'
+            : `cannot be read: ${e.message}`;
     throw new ConfigError(`config file ${file} ${why}; check --config-file (CONFIG_FILE)`);
   }
   return parseConfigText(text, file, schema);

@@ -9,7 +9,8 @@
  */
 const DURATION_PART = /(\d+(?:\.\d+)?)(ms|s|m|h)/g;
 const UNIT_SECONDS: Readonly<Record<string, number>> = { ms: 0.001, s: 1, m: 60, h: 3600 };
-export const DURATION_GRAMMAR = 'a decimal number of seconds (5, 0.5) or a duration with units ms, s, m, h (500ms, 30s, 5m, 1h30m)';
+export const DURATION_GRAMMAR =
+  'a decimal number of seconds (5, 0.5) or a duration with units ms, s, m, h (500ms, 30s, 5m, 1h30m)';
 
 /** Seconds from a duration as above, or null when the text is not one. */
 export function parseSeconds(raw: string): number | null {

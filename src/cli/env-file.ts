@@ -60,7 +60,11 @@ function atAssignment(cur: Cursor): boolean {
   const { src } = cur;
   while (cur.i < src.length && (src[cur.i] === ' ' || src[cur.i] === '\t')) cur.i++;
   if (cur.i >= src.length) return false;
-  if (src[cur.i] === '\n') { cur.i++; cur.lineNo++; return false; }
+  if (src[cur.i] === '\n') {
+    cur.i++;
+    cur.lineNo++;
+    return false;
+  }
   if (src[cur.i] === '#' || src[cur.i] === ';') {
     while (cur.i < src.length && src[cur.i] !== '\n') cur.i++;
     return false;
@@ -88,12 +92,26 @@ function readValue(cur: Cursor): string {
   let pendingSpace = '';
   while (cur.i < src.length) {
     const c = src[cur.i] as string;
-    if (c === '\n') { cur.i++; cur.lineNo++; break; }
+    if (c === '\n') {
+      cur.i++;
+      cur.lineNo++;
+      break;
+    }
     if (c === '\\') {
       const n = src[cur.i + 1];
-      if (n === '\n') { cur.i += 2; cur.lineNo++; continue; }
-      if (n === undefined) { cur.i++; continue; }
-      value += pendingSpace + n; pendingSpace = ''; cur.i += 2; continue;
+      if (n === '\n') {
+        cur.i += 2;
+        cur.lineNo++;
+        continue;
+      }
+      if (n === undefined) {
+        cur.i++;
+        continue;
+      }
+      value += pendingSpace + n;
+      pendingSpace = '';
+      cur.i += 2;
+      continue;
     }
     if (c === ' ' || c === '\t') {
       if (value !== '') pendingSpace += c;
@@ -105,7 +123,9 @@ function readValue(cur: Cursor): string {
       pendingSpace = '';
       continue;
     }
-    value += pendingSpace + c; pendingSpace = ''; cur.i++;
+    value += pendingSpace + c;
+    pendingSpace = '';
+    cur.i++;
   }
   return value;
 }
@@ -132,13 +152,23 @@ function readDoubleQuoted(cur: Cursor): string {
     const d = src[cur.i] as string;
     if (d === '\\') {
       const n = src[cur.i + 1];
-      if (n === '\n') { cur.i += 2; cur.lineNo++; continue; }
-      if (n === '"' || n === '\\' || n === '$' || n === '`') { out += n; cur.i += 2; continue; }
-      out += d; cur.i++;
+      if (n === '\n') {
+        cur.i += 2;
+        cur.lineNo++;
+        continue;
+      }
+      if (n === '"' || n === '\\' || n === '$' || n === '`') {
+        out += n;
+        cur.i += 2;
+        continue;
+      }
+      out += d;
+      cur.i++;
       continue;
     }
     if (d === '\n') cur.lineNo++;
-    out += d; cur.i++;
+    out += d;
+    cur.i++;
   }
   cur.i++;
   return out;
@@ -146,7 +176,8 @@ function readDoubleQuoted(cur: Cursor): string {
 
 /** Why systemd ignores an assignment to this (trimmed) key, or null when it is a variable name. */
 function whyIgnored(key: string): string | null {
-  if (/^export\s/.test(key)) return 'systemd does not take "export" in an environment file and ignores the line; write KEY=VALUE';
+  if (/^export\s/.test(key))
+    return 'systemd does not take "export" in an environment file and ignores the line; write KEY=VALUE';
   if (!NAME.test(key)) return `${JSON.stringify(key)} is not a variable name; systemd ignores the line`;
   return null;
 }
@@ -167,7 +198,9 @@ export interface UnitEnvironment {
   readonly source: Readonly<Record<string, string>>;
 }
 
-export async function readEnvironmentFiles(paths: readonly { path: string; explicit: boolean }[]): Promise<UnitEnvironment> {
+export async function readEnvironmentFiles(
+  paths: readonly { path: string; explicit: boolean }[],
+): Promise<UnitEnvironment> {
   const files: EnvFileRead[] = [];
   const env: Record<string, string> = {};
   const source: Record<string, string> = {};
@@ -177,8 +210,14 @@ export async function readEnvironmentFiles(paths: readonly { path: string; expli
       text = await readFile(path, 'utf8');
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
-      files.push({ path, explicit, parsed: null, error: code === 'ENOENT' ? null : `cannot read ${path}: ${(err as Error).message}` });
-      if (code === 'ENOENT' && explicit) files[files.length - 1] = { path, explicit, parsed: null, error: `${path} does not exist` };
+      files.push({
+        path,
+        explicit,
+        parsed: null,
+        error: code === 'ENOENT' ? null : `cannot read ${path}: ${(err as Error).message}`,
+      });
+      if (code === 'ENOENT' && explicit)
+        files[files.length - 1] = { path, explicit, parsed: null, error: `${path} does not exist` };
       continue;
     }
     const parsed = parseEnvironmentFile(text);

@@ -28,7 +28,9 @@ export function exitCodeFor(err: unknown): number {
 
 /** A start failure as the operator should read it: a config file's section that does not fit the node names the file. */
 export function startError(err: unknown, configFile: string | null): unknown {
-  return err instanceof SharingError && configFile !== null ? new ConfigError(`config file ${configFile}: ${err.message}`) : err;
+  return err instanceof SharingError && configFile !== null
+    ? new ConfigError(`config file ${configFile}: ${err.message}`)
+    : err;
 }
 
 /** A start that failed: said once, to the log and to systemd (STATUS=), and the exit code says what kind. */

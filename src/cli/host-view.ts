@@ -36,7 +36,10 @@ export async function readInstalledUnit(root: string): Promise<UnitRead> {
   for (const d of UNIT_DIRS) {
     const path = join(root, d, UNIT_NAME);
     const text = await readText(path);
-    if (text !== null) { main = { path, text }; break; }
+    if (text !== null) {
+      main = { path, text };
+      break;
+    }
   }
   const dropins = new Map<string, string>();
   for (const d of [...UNIT_DIRS].reverse()) {
@@ -47,19 +50,31 @@ export async function readInstalledUnit(root: string): Promise<UnitRead> {
   const dropinPaths = [...dropins.keys()].sort().map((n) => dropins.get(n) as string);
   const texts: string[] = [];
   const files: string[] = [];
-  if (main !== null) { texts.push(main.text); files.push(main.path); }
+  if (main !== null) {
+    texts.push(main.text);
+    files.push(main.path);
+  }
   for (const p of dropinPaths) {
     const t = await readText(p);
-    if (t !== null) { texts.push(t); files.push(p); }
+    if (t !== null) {
+      texts.push(t);
+      files.push(p);
+    }
   }
   if (main === null) {
-    return { sandbox: parseUnitSandbox([SHIPPED_UNIT, ...texts]), files, source: `the unit shipped with this version (${UNIT_NAME} is not installed)${files.length > 0 ? ` and ${files.join(', ')}` : ''}` };
+    return {
+      sandbox: parseUnitSandbox([SHIPPED_UNIT, ...texts]),
+      files,
+      source: `the unit shipped with this version (${UNIT_NAME} is not installed)${files.length > 0 ? ` and ${files.join(', ')}` : ''}`,
+    };
   }
   return { sandbox: parseUnitSandbox(texts), files, source: files.join(', ') };
 }
 
 /** A CDI spec file as far as `check` cares: its kind and device names, or why it could not be read. */
-export type CdiSpecRead = { readonly path: string; readonly kind: string; readonly devices: readonly string[] } | { readonly path: string; readonly error: string };
+export type CdiSpecRead =
+  | { readonly path: string; readonly kind: string; readonly devices: readonly string[] }
+  | { readonly path: string; readonly error: string };
 
 /** Every *.json, *.yaml and *.yml file in the CDI spec directories (absent directories are skipped). */
 export async function readCdiSpecs(dirs: readonly string[]): Promise<CdiSpecRead[]> {
@@ -74,7 +89,13 @@ export async function readCdiSpecs(dirs: readonly string[]): Promise<CdiSpecRead
         if (typeof doc !== 'object' || doc === null) throw new Error('not a mapping');
         const spec = doc as { kind?: unknown; devices?: unknown };
         if (typeof spec.kind !== 'string') throw new Error('has no kind');
-        const devices = Array.isArray(spec.devices) ? spec.devices.flatMap((d: unknown) => (typeof d === 'object' && d !== null && typeof (d as { name?: unknown }).name === 'string' ? [(d as { name: string }).name] : [])) : [];
+        const devices = Array.isArray(spec.devices)
+          ? spec.devices.flatMap((d: unknown) =>
+              typeof d === 'object' && d !== null && typeof (d as { name?: unknown }).name === 'string'
+                ? [(d as { name: string }).name]
+                : [],
+            )
+          : [];
         out.push({ path, kind: spec.kind, devices });
       } catch (err) {
         out.push({ path, error: (err as Error).message.split('\n')[0] ?? 'cannot be read' });
@@ -101,7 +122,10 @@ export async function otherSockets(dir: string, kubeletSocket: string): Promise<
 function answers(path: string): Promise<boolean> {
   return new Promise((resolve) => {
     const s = connect(path);
-    const done = (ok: boolean): void => { s.destroy(); resolve(ok); };
+    const done = (ok: boolean): void => {
+      s.destroy();
+      resolve(ok);
+    };
     s.setTimeout(1000, () => done(false));
     s.once('connect', () => done(true));
     s.once('error', () => done(false));

@@ -108,7 +108,10 @@ type Kind =
   | { type: 'ids'; allowed: readonly number[] };
 
 /** A Kubernetes object name rule for a string option: a DNS subdomain of at most `max` characters. */
-export interface NameRule { readonly max: number; readonly what: string }
+export interface NameRule {
+  readonly max: number;
+  readonly what: string;
+}
 
 export interface OptionSpec {
   key: OptionKey;
@@ -125,72 +128,293 @@ export interface OptionSpec {
 }
 
 export const OPTION_SPECS: readonly OptionSpec[] = [
-  { key: 'kubeletSocket', flag: 'kubelet-socket', env: 'KUBELET_SOCKET', config: 'flags.plugin.kubeletSocket', default: '/var/lib/kubelet/device-plugins/kubelet.sock', kind: { type: 'string', path: true },
-    help: "the kubelet's registration socket; the plugin's own sockets go in the same directory" },
-  { key: 'driverRoot', flag: 'driver-root', aliases: ['nvidia-driver-root'], env: 'NVIDIA_DRIVER_ROOT', config: 'flags.nvidiaDriverRoot', default: '/', kind: { type: 'string', path: true },
-    help: 'root under which the NVIDIA driver is installed (its libnvidia-ml.so.1 is looked for there first)' },
-  { key: 'devRoot', flag: 'dev-root', aliases: ['nvidia-dev-root'], env: 'NVIDIA_DEV_ROOT', config: 'flags.nvidiaDevRoot', default: null, kind: { type: 'string', path: true },
-    help: 'root under which the NVIDIA device nodes live on the host (default: the driver root)' },
-  { key: 'deviceIdStrategy', flag: 'device-id-strategy', env: 'DEVICE_ID_STRATEGY', config: 'flags.plugin.deviceIDStrategy', default: 'uuid', kind: { type: 'enum', values: DEVICE_ID_STRATEGIES },
-    help: 'how GPUs are named to the kubelet and the container runtime' },
-  { key: 'deviceListStrategy', flag: 'device-list-strategy', env: 'DEVICE_LIST_STRATEGY', config: 'flags.plugin.deviceListStrategy', default: 'envvar', kind: { type: 'enum', values: DEVICE_LIST_STRATEGIES, multiple: true },
-    help: 'how the device list reaches the container runtime; several may be given, comma separated' },
-  { key: 'passDeviceSpecs', flag: 'pass-device-specs', env: 'PASS_DEVICE_SPECS', config: 'flags.plugin.passDeviceSpecs', default: 'false', kind: { type: 'bool' },
-    help: 'also return the NVIDIA device nodes as DeviceSpecs in Allocate' },
-  { key: 'cdiAnnotationPrefix', flag: 'cdi-annotation-prefix', env: 'CDI_ANNOTATION_PREFIX', config: 'flags.plugin.cdiAnnotationPrefix', default: DEFAULT_CDI_ANNOTATION_PREFIX, kind: { type: 'string' },
-    help: 'prefix of the CDI annotation key (device-list strategy cdi-annotations)' },
-  { key: 'migStrategy', flag: 'mig-strategy', env: 'MIG_STRATEGY', config: 'flags.migStrategy', default: 'none', kind: { type: 'enum', values: MIG_STRATEGIES },
-    help: 'how MIG devices are exposed: none (GPUs whole), single (MIG devices as nvidia.com/gpu), mixed (nvidia.com/mig-<profile>)' },
-  { key: 'sharedDevicesAllocationPolicy', flag: 'shared-devices-allocation-policy', env: 'SHARED_DEVICES_ALLOCATION_POLICY', config: 'flags.plugin.sharedDevicesAllocationPolicy', default: 'distributed', kind: { type: 'enum', values: SHARED_ALLOCATION_POLICIES },
-    help: 'how time-sliced replicas are preferred: distributed spreads them over the GPUs, packed fills one GPU before the next' },
-  { key: 'failOnInitError', flag: 'fail-on-init-error', env: 'FAIL_ON_INIT_ERROR', config: 'flags.failOnInitError', default: 'true', kind: { type: 'bool' },
-    help: 'exit when NVML cannot be loaded or initialised; false keeps running and retries' },
-  { key: 'configFile', flag: 'config-file', env: 'CONFIG_FILE', default: null, kind: { type: 'string', path: true },
-    help: "config file in NVIDIA's v1 format (YAML or JSON): flags, and sharing.timeSlicing or sharing.mps; none by default; SIGHUP re-reads it" },
-  { key: 'logLevel', flag: 'log-level', env: 'LOG_LEVEL', config: 'flags.logLevel', default: 'info', kind: { type: 'enum', values: LOG_LEVELS },
-    help: 'least severe log level written to stderr' },
-  { key: 'socketCheckInterval', flag: 'socket-check-interval', env: 'SOCKET_CHECK_INTERVAL', config: 'flags.socketCheckInterval', default: '5', kind: { type: 'seconds', min: 0.1, max: 3600 },
-    help: 'seconds between checks that the plugin socket still exists and is ours' },
-  { key: 'healthProbeInterval', flag: 'health-probe-interval', env: 'HEALTH_PROBE_INTERVAL', config: 'flags.healthProbeInterval', default: '5', kind: { type: 'seconds', min: 0.05, max: 3600 },
-    help: 'seconds between NVML probes of each GPU; a GPU that answers GPU_IS_LOST is marked unhealthy' },
-  { key: 'healthRecovery', flag: 'health-recovery', env: 'HEALTH_RECOVERY', config: 'flags.healthRecovery', default: 'false', kind: { type: 'bool' },
-    help: "let a GPU made unhealthy by an XID recover after the quiet period (NVIDIA's plugin never does; lost GPUs never recover)" },
-  { key: 'healthRecoveryQuietPeriod', flag: 'health-recovery-quiet-period', env: 'HEALTH_RECOVERY_QUIET_PERIOD', config: 'flags.healthRecoveryQuietPeriod', default: '300', kind: { type: 'seconds', min: 0.05, max: 86400 },
-    help: 'seconds of normal NVML answers with no new critical XID before a GPU recovers (with --health-recovery)' },
-  { key: 'imexChannelIds', flag: 'imex-channel-ids', env: 'IMEX_CHANNEL_IDS', config: 'imex.channelIDs', default: '', kind: { type: 'ids', allowed: IMEX_ALLOWED_CHANNEL_IDS },
-    help: 'IMEX channels given to every container (multi-node NVLink): none, or 0; a channel whose /dev/nvidia-caps-imex-channels/channel<N> is missing is skipped with a warning' },
-  { key: 'imexRequired', flag: 'imex-required', env: 'IMEX_REQUIRED', config: 'imex.required', default: 'false', kind: { type: 'bool' },
-    help: 'a missing channel of --imex-channel-ids stops the start instead of being skipped' },
-  { key: 'nfdFeaturesFile', flag: 'nfd-features-file', env: 'NFD_FEATURES_FILE', config: 'flags.nfdFeaturesFile', default: null, kind: { type: 'string', path: true },
-    help: "write GPU Feature Discovery's node labels to this Node Feature Discovery local feature file, usually /etc/kubernetes/node-feature-discovery/features.d/gpu-device-plugin (default: off)" },
-  { key: 'nfdRemoveOnStop', flag: 'nfd-remove-on-stop', env: 'NFD_REMOVE_ON_STOP', config: 'flags.nfdRemoveOnStop', default: 'false', kind: { type: 'bool' },
-    help: 'remove the feature file on a clean stop; by default it stays, so that a restart does not make the labels flap' },
-  { key: 'metricsFile', flag: 'metrics-file', env: 'METRICS_FILE', config: 'flags.metricsFile', default: null, kind: { type: 'string', path: true },
-    help: "write Prometheus metrics to this file for node_exporter's textfile collector, usually /var/lib/prometheus/node-exporter/gpu-device-plugin.prom (default: off)" },
-  { key: 'metricsInterval', flag: 'metrics-interval', env: 'METRICS_INTERVAL', config: 'flags.metricsInterval', default: '15', kind: { type: 'seconds', min: 1, max: 3600 },
-    help: 'seconds between writes of the metrics file; a change of GPU health writes it at once' },
-  { key: 'podResourcesSocket', flag: 'pod-resources-socket', env: 'POD_RESOURCES_SOCKET', config: 'flags.podResourcesSocket', default: '/var/lib/kubelet/pod-resources/kubelet.sock', kind: { type: 'string', path: true },
-    help: "the kubelet's PodResources socket, which `gpu-device-plugin info` asks which pod holds which GPU" },
-  { key: 'rediscoverInterval', flag: 'rediscover-interval', env: 'REDISCOVER_INTERVAL', config: 'flags.rediscoverInterval', default: '60', kind: { type: 'seconds', min: 0, max: 86400, zeroMeansOff: true },
-    help: 'seconds between cheap checks whether GPUs were added, removed or changed MIG mode (a full scan when they were); 0 turns the timer off (SIGHUP still re-discovers)' },
+  {
+    key: 'kubeletSocket',
+    flag: 'kubelet-socket',
+    env: 'KUBELET_SOCKET',
+    config: 'flags.plugin.kubeletSocket',
+    default: '/var/lib/kubelet/device-plugins/kubelet.sock',
+    kind: { type: 'string', path: true },
+    help: "the kubelet's registration socket; the plugin's own sockets go in the same directory",
+  },
+  {
+    key: 'driverRoot',
+    flag: 'driver-root',
+    aliases: ['nvidia-driver-root'],
+    env: 'NVIDIA_DRIVER_ROOT',
+    config: 'flags.nvidiaDriverRoot',
+    default: '/',
+    kind: { type: 'string', path: true },
+    help: 'root under which the NVIDIA driver is installed (its libnvidia-ml.so.1 is looked for there first)',
+  },
+  {
+    key: 'devRoot',
+    flag: 'dev-root',
+    aliases: ['nvidia-dev-root'],
+    env: 'NVIDIA_DEV_ROOT',
+    config: 'flags.nvidiaDevRoot',
+    default: null,
+    kind: { type: 'string', path: true },
+    help: 'root under which the NVIDIA device nodes live on the host (default: the driver root)',
+  },
+  {
+    key: 'deviceIdStrategy',
+    flag: 'device-id-strategy',
+    env: 'DEVICE_ID_STRATEGY',
+    config: 'flags.plugin.deviceIDStrategy',
+    default: 'uuid',
+    kind: { type: 'enum', values: DEVICE_ID_STRATEGIES },
+    help: 'how GPUs are named to the kubelet and the container runtime',
+  },
+  {
+    key: 'deviceListStrategy',
+    flag: 'device-list-strategy',
+    env: 'DEVICE_LIST_STRATEGY',
+    config: 'flags.plugin.deviceListStrategy',
+    default: 'envvar',
+    kind: { type: 'enum', values: DEVICE_LIST_STRATEGIES, multiple: true },
+    help: 'how the device list reaches the container runtime; several may be given, comma separated',
+  },
+  {
+    key: 'passDeviceSpecs',
+    flag: 'pass-device-specs',
+    env: 'PASS_DEVICE_SPECS',
+    config: 'flags.plugin.passDeviceSpecs',
+    default: 'false',
+    kind: { type: 'bool' },
+    help: 'also return the NVIDIA device nodes as DeviceSpecs in Allocate',
+  },
+  {
+    key: 'cdiAnnotationPrefix',
+    flag: 'cdi-annotation-prefix',
+    env: 'CDI_ANNOTATION_PREFIX',
+    config: 'flags.plugin.cdiAnnotationPrefix',
+    default: DEFAULT_CDI_ANNOTATION_PREFIX,
+    kind: { type: 'string' },
+    help: 'prefix of the CDI annotation key (device-list strategy cdi-annotations)',
+  },
+  {
+    key: 'migStrategy',
+    flag: 'mig-strategy',
+    env: 'MIG_STRATEGY',
+    config: 'flags.migStrategy',
+    default: 'none',
+    kind: { type: 'enum', values: MIG_STRATEGIES },
+    help: 'how MIG devices are exposed: none (GPUs whole), single (MIG devices as nvidia.com/gpu), mixed (nvidia.com/mig-<profile>)',
+  },
+  {
+    key: 'sharedDevicesAllocationPolicy',
+    flag: 'shared-devices-allocation-policy',
+    env: 'SHARED_DEVICES_ALLOCATION_POLICY',
+    config: 'flags.plugin.sharedDevicesAllocationPolicy',
+    default: 'distributed',
+    kind: { type: 'enum', values: SHARED_ALLOCATION_POLICIES },
+    help: 'how time-sliced replicas are preferred: distributed spreads them over the GPUs, packed fills one GPU before the next',
+  },
+  {
+    key: 'failOnInitError',
+    flag: 'fail-on-init-error',
+    env: 'FAIL_ON_INIT_ERROR',
+    config: 'flags.failOnInitError',
+    default: 'true',
+    kind: { type: 'bool' },
+    help: 'exit when NVML cannot be loaded or initialised; false keeps running and retries',
+  },
+  {
+    key: 'configFile',
+    flag: 'config-file',
+    env: 'CONFIG_FILE',
+    default: null,
+    kind: { type: 'string', path: true },
+    help: "config file in NVIDIA's v1 format (YAML or JSON): flags, and sharing.timeSlicing or sharing.mps; none by default; SIGHUP re-reads it",
+  },
+  {
+    key: 'logLevel',
+    flag: 'log-level',
+    env: 'LOG_LEVEL',
+    config: 'flags.logLevel',
+    default: 'info',
+    kind: { type: 'enum', values: LOG_LEVELS },
+    help: 'least severe log level written to stderr',
+  },
+  {
+    key: 'socketCheckInterval',
+    flag: 'socket-check-interval',
+    env: 'SOCKET_CHECK_INTERVAL',
+    config: 'flags.socketCheckInterval',
+    default: '5',
+    kind: { type: 'seconds', min: 0.1, max: 3600 },
+    help: 'seconds between checks that the plugin socket still exists and is ours',
+  },
+  {
+    key: 'healthProbeInterval',
+    flag: 'health-probe-interval',
+    env: 'HEALTH_PROBE_INTERVAL',
+    config: 'flags.healthProbeInterval',
+    default: '5',
+    kind: { type: 'seconds', min: 0.05, max: 3600 },
+    help: 'seconds between NVML probes of each GPU; a GPU that answers GPU_IS_LOST is marked unhealthy',
+  },
+  {
+    key: 'healthRecovery',
+    flag: 'health-recovery',
+    env: 'HEALTH_RECOVERY',
+    config: 'flags.healthRecovery',
+    default: 'false',
+    kind: { type: 'bool' },
+    help: "let a GPU made unhealthy by an XID recover after the quiet period (NVIDIA's plugin never does; lost GPUs never recover)",
+  },
+  {
+    key: 'healthRecoveryQuietPeriod',
+    flag: 'health-recovery-quiet-period',
+    env: 'HEALTH_RECOVERY_QUIET_PERIOD',
+    config: 'flags.healthRecoveryQuietPeriod',
+    default: '300',
+    kind: { type: 'seconds', min: 0.05, max: 86400 },
+    help: 'seconds of normal NVML answers with no new critical XID before a GPU recovers (with --health-recovery)',
+  },
+  {
+    key: 'imexChannelIds',
+    flag: 'imex-channel-ids',
+    env: 'IMEX_CHANNEL_IDS',
+    config: 'imex.channelIDs',
+    default: '',
+    kind: { type: 'ids', allowed: IMEX_ALLOWED_CHANNEL_IDS },
+    help: 'IMEX channels given to every container (multi-node NVLink): none, or 0; a channel whose /dev/nvidia-caps-imex-channels/channel<N> is missing is skipped with a warning',
+  },
+  {
+    key: 'imexRequired',
+    flag: 'imex-required',
+    env: 'IMEX_REQUIRED',
+    config: 'imex.required',
+    default: 'false',
+    kind: { type: 'bool' },
+    help: 'a missing channel of --imex-channel-ids stops the start instead of being skipped',
+  },
+  {
+    key: 'nfdFeaturesFile',
+    flag: 'nfd-features-file',
+    env: 'NFD_FEATURES_FILE',
+    config: 'flags.nfdFeaturesFile',
+    default: null,
+    kind: { type: 'string', path: true },
+    help: "write GPU Feature Discovery's node labels to this Node Feature Discovery local feature file, usually /etc/kubernetes/node-feature-discovery/features.d/gpu-device-plugin (default: off)",
+  },
+  {
+    key: 'nfdRemoveOnStop',
+    flag: 'nfd-remove-on-stop',
+    env: 'NFD_REMOVE_ON_STOP',
+    config: 'flags.nfdRemoveOnStop',
+    default: 'false',
+    kind: { type: 'bool' },
+    help: 'remove the feature file on a clean stop; by default it stays, so that a restart does not make the labels flap',
+  },
+  {
+    key: 'metricsFile',
+    flag: 'metrics-file',
+    env: 'METRICS_FILE',
+    config: 'flags.metricsFile',
+    default: null,
+    kind: { type: 'string', path: true },
+    help: "write Prometheus metrics to this file for node_exporter's textfile collector, usually /var/lib/prometheus/node-exporter/gpu-device-plugin.prom (default: off)",
+  },
+  {
+    key: 'metricsInterval',
+    flag: 'metrics-interval',
+    env: 'METRICS_INTERVAL',
+    config: 'flags.metricsInterval',
+    default: '15',
+    kind: { type: 'seconds', min: 1, max: 3600 },
+    help: 'seconds between writes of the metrics file; a change of GPU health writes it at once',
+  },
+  {
+    key: 'podResourcesSocket',
+    flag: 'pod-resources-socket',
+    env: 'POD_RESOURCES_SOCKET',
+    config: 'flags.podResourcesSocket',
+    default: '/var/lib/kubelet/pod-resources/kubelet.sock',
+    kind: { type: 'string', path: true },
+    help: "the kubelet's PodResources socket, which `gpu-device-plugin info` asks which pod holds which GPU",
+  },
+  {
+    key: 'rediscoverInterval',
+    flag: 'rediscover-interval',
+    env: 'REDISCOVER_INTERVAL',
+    config: 'flags.rediscoverInterval',
+    default: '60',
+    kind: { type: 'seconds', min: 0, max: 86400, zeroMeansOff: true },
+    help: 'seconds between cheap checks whether GPUs were added, removed or changed MIG mode (a full scan when they were); 0 turns the timer off (SIGHUP still re-discovers)',
+  },
   // Empty by default as in NVIDIA's plugin, so that its flags and files carry over unchanged; the
   // package's env file sets MPS_ROOT=/run/nvidia/mps (core/mps.ts DEFAULT_MPS_ROOT, as NVIDIA's chart).
-  { key: 'mpsRoot', flag: 'mps-root', env: 'MPS_ROOT', config: 'flags.mpsRoot', default: '', kind: { type: 'string', path: true, empty: true },
-    help: "host directory of the MPS control daemons' pipes, logs and shm (sharing.mps needs it; the package's env file sets /run/nvidia/mps); empty: not set" },
+  {
+    key: 'mpsRoot',
+    flag: 'mps-root',
+    env: 'MPS_ROOT',
+    config: 'flags.mpsRoot',
+    default: '',
+    kind: { type: 'string', path: true, empty: true },
+    help: "host directory of the MPS control daemons' pipes, logs and shm (sharing.mps needs it; the package's env file sets /run/nvidia/mps); empty: not set",
+  },
   // ---- DRA (issue 21). NVIDIA's device plugin has no such options: the names follow its DRA driver's
   // where it has one (KUBECONFIG, NODE_NAME), the rest the style above; the config keys sit in flags.
-  { key: 'kubeletApi', flag: 'kubelet-api', env: 'KUBELET_API', config: 'flags.kubeletApi', default: 'device-plugin', kind: { type: 'enum', values: KUBELET_APIS },
-    help: "which kubelet API serves this node's GPUs: device-plugin (nvidia.com/gpu through the device-plugin API) or dra (Dynamic Resource Allocation: ResourceSlices and the kubelet's DRA plugin API; needs --kubeconfig, the DRA sandbox drop-in and RBAC, see README). One per node; switching is a restart" },
-  { key: 'kubeconfig', flag: 'kubeconfig', env: 'KUBECONFIG', config: 'flags.kubeconfig', default: null, kind: { type: 'string', path: true },
-    help: "kubeconfig file with this node's own credentials for the API server (--kubelet-api=dra only, where it is required; none by default; one file, not a list), usually /etc/gpu-device-plugin/kubeconfig" },
-  { key: 'nodeName', flag: 'node-name', env: 'NODE_NAME', config: 'flags.nodeName', default: null, kind: { type: 'string', name: { max: 253, what: 'a node name (a DNS subdomain: lower-case letters, digits, "-" and ".")' } },
-    help: "this node's name in the cluster, as the kubelet registered it (--kubelet-api=dra; default the host name in lower case, as the kubelet's)" },
-  { key: 'draDriverName', flag: 'dra-driver-name', env: 'DRA_DRIVER_NAME', config: 'flags.draDriverName', default: DEFAULT_DRA_DRIVER_NAME, kind: { type: 'string', name: { max: 63, what: 'a driver name (a DNS subdomain of at most 63 characters)' } },
-    help: "the DRA driver name DeviceClasses select (--kubelet-api=dra); the default is NVIDIA's DRA driver's, so its DeviceClasses and claims keep working" },
-  { key: 'kubeletPluginsRegistry', flag: 'kubelet-plugins-registry', env: 'KUBELET_PLUGINS_REGISTRY', config: 'flags.kubeletPluginsRegistry', default: '/var/lib/kubelet/plugins_registry', kind: { type: 'string', path: true },
-    help: "the kubelet's plugin watcher directory, where the registration socket <driver>-reg.sock goes (--kubelet-api=dra)" },
-  { key: 'kubeletPluginsDir', flag: 'kubelet-plugins-dir', env: 'KUBELET_PLUGINS_DIR', config: 'flags.kubeletPluginsDir', default: '/var/lib/kubelet/plugins', kind: { type: 'string', path: true },
-    help: "the kubelet's plugins directory: the DRA socket and the checkpoint go in <dir>/<driver> (--kubelet-api=dra)" },
+  {
+    key: 'kubeletApi',
+    flag: 'kubelet-api',
+    env: 'KUBELET_API',
+    config: 'flags.kubeletApi',
+    default: 'device-plugin',
+    kind: { type: 'enum', values: KUBELET_APIS },
+    help: "which kubelet API serves this node's GPUs: device-plugin (nvidia.com/gpu through the device-plugin API) or dra (Dynamic Resource Allocation: ResourceSlices and the kubelet's DRA plugin API; needs --kubeconfig, the DRA sandbox drop-in and RBAC, see README). One per node; switching is a restart",
+  },
+  {
+    key: 'kubeconfig',
+    flag: 'kubeconfig',
+    env: 'KUBECONFIG',
+    config: 'flags.kubeconfig',
+    default: null,
+    kind: { type: 'string', path: true },
+    help: "kubeconfig file with this node's own credentials for the API server (--kubelet-api=dra only, where it is required; none by default; one file, not a list), usually /etc/gpu-device-plugin/kubeconfig",
+  },
+  {
+    key: 'nodeName',
+    flag: 'node-name',
+    env: 'NODE_NAME',
+    config: 'flags.nodeName',
+    default: null,
+    kind: {
+      type: 'string',
+      name: { max: 253, what: 'a node name (a DNS subdomain: lower-case letters, digits, "-" and ".")' },
+    },
+    help: "this node's name in the cluster, as the kubelet registered it (--kubelet-api=dra; default the host name in lower case, as the kubelet's)",
+  },
+  {
+    key: 'draDriverName',
+    flag: 'dra-driver-name',
+    env: 'DRA_DRIVER_NAME',
+    config: 'flags.draDriverName',
+    default: DEFAULT_DRA_DRIVER_NAME,
+    kind: { type: 'string', name: { max: 63, what: 'a driver name (a DNS subdomain of at most 63 characters)' } },
+    help: "the DRA driver name DeviceClasses select (--kubelet-api=dra); the default is NVIDIA's DRA driver's, so its DeviceClasses and claims keep working",
+  },
+  {
+    key: 'kubeletPluginsRegistry',
+    flag: 'kubelet-plugins-registry',
+    env: 'KUBELET_PLUGINS_REGISTRY',
+    config: 'flags.kubeletPluginsRegistry',
+    default: '/var/lib/kubelet/plugins_registry',
+    kind: { type: 'string', path: true },
+    help: "the kubelet's plugin watcher directory, where the registration socket <driver>-reg.sock goes (--kubelet-api=dra)",
+  },
+  {
+    key: 'kubeletPluginsDir',
+    flag: 'kubelet-plugins-dir',
+    env: 'KUBELET_PLUGINS_DIR',
+    config: 'flags.kubeletPluginsDir',
+    default: '/var/lib/kubelet/plugins',
+    kind: { type: 'string', path: true },
+    help: "the kubelet's plugins directory: the DRA socket and the checkpoint go in <dir>/<driver> (--kubelet-api=dra)",
+  },
 ];
 
 /** An option of NVIDIA's plugin that this plugin does not have. */
@@ -206,23 +430,74 @@ export interface UnsupportedOption {
   reason: string;
 }
 
-const NO_CDI_SPECS = 'this plugin does not write CDI specs; generate them with `nvidia-ctk cdi generate` (vendor k8s.device-plugin.nvidia.com, class gpu)';
+const NO_CDI_SPECS =
+  'this plugin does not write CDI specs; generate them with `nvidia-ctk cdi generate` (vendor k8s.device-plugin.nvidia.com, class gpu)';
 
 export const UNSUPPORTED_OPTIONS: readonly UnsupportedOption[] = [
-  { flag: 'gds-enabled', aliases: [], envs: ['GDS_ENABLED'], config: 'flags.gdsEnabled', bool: true, inert: ['false'],
-    reason: 'GPUDirect Storage is not requested for containers by this plugin (set NVIDIA_GDS=enabled in the pod instead)' },
-  { flag: 'mofed-enabled', aliases: [], envs: ['MOFED_ENABLED'], config: 'flags.mofedEnabled', bool: true, inert: ['false'],
-    reason: 'MOFED is not requested for containers by this plugin (set NVIDIA_MOFED=enabled in the pod instead)' },
-  { flag: 'gdrcopy-enabled', aliases: [], envs: ['GDRCOPY_ENABLED'], config: 'flags.gdrcopyEnabled', bool: true, inert: ['false'],
-    reason: 'GDRCopy is not requested for containers by this plugin (set NVIDIA_GDRCOPY=enabled in the pod instead)' },
-  { flag: 'device-discovery-strategy', aliases: [], envs: ['DEVICE_DISCOVERY_STRATEGY'], config: 'flags.deviceDiscoveryStrategy', bool: false, inert: ['auto', 'nvml'],
-    reason: 'GPUs are always found through NVML here (auto and nvml are accepted; tegra is not)' },
-  { flag: 'nvidia-cdi-hook-path', aliases: ['nvidia-ctk-path'], envs: ['NVIDIA_CDI_HOOK_PATH', 'NVIDIA_CTK_PATH'], config: 'flags.plugin.nvidiaCTKPath', bool: false, inert: ['/usr/bin/nvidia-ctk'],
-    reason: NO_CDI_SPECS },
-  { flag: 'driver-root-ctr-path', aliases: ['container-driver-root'], envs: ['DRIVER_ROOT_CTR_PATH', 'CONTAINER_DRIVER_ROOT'], config: 'flags.plugin.containerDriverRoot', bool: false, inert: ['/driver-root'],
-    reason: NO_CDI_SPECS },
-  { flag: 'cdi-feature-flags', aliases: [], envs: ['CDI_FEATURE_FLAGS'], config: 'flags.plugin.cdiFeatureFlags', bool: false, inert: [''],
-    reason: NO_CDI_SPECS },
+  {
+    flag: 'gds-enabled',
+    aliases: [],
+    envs: ['GDS_ENABLED'],
+    config: 'flags.gdsEnabled',
+    bool: true,
+    inert: ['false'],
+    reason:
+      'GPUDirect Storage is not requested for containers by this plugin (set NVIDIA_GDS=enabled in the pod instead)',
+  },
+  {
+    flag: 'mofed-enabled',
+    aliases: [],
+    envs: ['MOFED_ENABLED'],
+    config: 'flags.mofedEnabled',
+    bool: true,
+    inert: ['false'],
+    reason: 'MOFED is not requested for containers by this plugin (set NVIDIA_MOFED=enabled in the pod instead)',
+  },
+  {
+    flag: 'gdrcopy-enabled',
+    aliases: [],
+    envs: ['GDRCOPY_ENABLED'],
+    config: 'flags.gdrcopyEnabled',
+    bool: true,
+    inert: ['false'],
+    reason: 'GDRCopy is not requested for containers by this plugin (set NVIDIA_GDRCOPY=enabled in the pod instead)',
+  },
+  {
+    flag: 'device-discovery-strategy',
+    aliases: [],
+    envs: ['DEVICE_DISCOVERY_STRATEGY'],
+    config: 'flags.deviceDiscoveryStrategy',
+    bool: false,
+    inert: ['auto', 'nvml'],
+    reason: 'GPUs are always found through NVML here (auto and nvml are accepted; tegra is not)',
+  },
+  {
+    flag: 'nvidia-cdi-hook-path',
+    aliases: ['nvidia-ctk-path'],
+    envs: ['NVIDIA_CDI_HOOK_PATH', 'NVIDIA_CTK_PATH'],
+    config: 'flags.plugin.nvidiaCTKPath',
+    bool: false,
+    inert: ['/usr/bin/nvidia-ctk'],
+    reason: NO_CDI_SPECS,
+  },
+  {
+    flag: 'driver-root-ctr-path',
+    aliases: ['container-driver-root'],
+    envs: ['DRIVER_ROOT_CTR_PATH', 'CONTAINER_DRIVER_ROOT'],
+    config: 'flags.plugin.containerDriverRoot',
+    bool: false,
+    inert: ['/driver-root'],
+    reason: NO_CDI_SPECS,
+  },
+  {
+    flag: 'cdi-feature-flags',
+    aliases: [],
+    envs: ['CDI_FEATURE_FLAGS'],
+    config: 'flags.plugin.cdiFeatureFlags',
+    bool: false,
+    inert: [''],
+    reason: NO_CDI_SPECS,
+  },
 ];
 
 /** Keys of NVIDIA's config file read by GPU feature discovery, not by a device plugin. */
@@ -230,11 +505,16 @@ const GFD_KEYS = ['flags.gfd', 'flags.useNodeFeatureAPI'];
 
 function shapeOf(spec: OptionSpec): ConfigShape {
   switch (spec.kind.type) {
-    case 'bool': return 'bool';
-    case 'seconds': return 'number';
-    case 'ids': return 'ints';
-    case 'enum': return spec.kind.multiple === true ? 'strings' : 'string';
-    case 'string': return 'string';
+    case 'bool':
+      return 'bool';
+    case 'seconds':
+      return 'number';
+    case 'ids':
+      return 'ints';
+    case 'enum':
+      return spec.kind.multiple === true ? 'strings' : 'string';
+    case 'string':
+      return 'string';
   }
 }
 
@@ -245,14 +525,22 @@ function isInert(u: UnsupportedOption, raw: string): boolean {
 
 /** The config file's keys, from the tables above. */
 export const CONFIG_SCHEMA: ConfigSchema<OptionKey> = {
-  options: OPTION_SPECS.flatMap((s) => (s.config === undefined ? [] : [{ path: s.config, key: s.key, shape: shapeOf(s) }])),
-  unsupported: UNSUPPORTED_OPTIONS.flatMap((u) => (u.config === null ? [] : [{
-    path: u.config,
-    shape: u.bool ? 'bool' as const : 'string' as const,
-    flag: u.flag,
-    inert: (raw: string) => isInert(u, raw),
-    reason: u.reason,
-  }])),
+  options: OPTION_SPECS.flatMap((s) =>
+    s.config === undefined ? [] : [{ path: s.config, key: s.key, shape: shapeOf(s) }],
+  ),
+  unsupported: UNSUPPORTED_OPTIONS.flatMap((u) =>
+    u.config === null
+      ? []
+      : [
+          {
+            path: u.config,
+            shape: u.bool ? ('bool' as const) : ('string' as const),
+            flag: u.flag,
+            inert: (raw: string) => isInert(u, raw),
+            reason: u.reason,
+          },
+        ],
+  ),
   foreign: GFD_KEYS.map((path) => ({ path, reader: 'GPU feature discovery' })),
 };
 
@@ -266,8 +554,12 @@ function convert(spec: OptionSpec, raw: string, where: string): Value {
   switch (k.type) {
     case 'string':
       if (raw.length === 0 && k.empty === true) return raw;
-      if (raw.length === 0) throw new OptionError(`${where}: an empty value is not allowed; expected ${k.path ? 'a path' : 'a value'}`);
-      if (k.path && !raw.startsWith('/')) throw new OptionError(`${where}: ${JSON.stringify(raw)} is not an absolute path; expected a path starting with /`);
+      if (raw.length === 0)
+        throw new OptionError(`${where}: an empty value is not allowed; expected ${k.path ? 'a path' : 'a value'}`);
+      if (k.path && !raw.startsWith('/'))
+        throw new OptionError(
+          `${where}: ${JSON.stringify(raw)} is not an absolute path; expected a path starting with /`,
+        );
       if (k.name !== undefined) {
         const why = dnsSubdomainProblem(raw, k.name.max);
         if (why !== null) throw new OptionError(`${where}: ${JSON.stringify(raw)} is not ${k.name.what}: ${why}`);
@@ -284,22 +576,33 @@ function convert(spec: OptionSpec, raw: string, where: string): Value {
         const why = k.unsupported?.[v];
         if (why !== undefined) throw new OptionError(`${where}: ${JSON.stringify(v)} is not supported: ${why}`);
         if (!k.values.includes(v)) {
-          const shown = k.multiple === true && v !== raw ? `${JSON.stringify(v)} (in ${JSON.stringify(raw)})` : JSON.stringify(v);
-          throw new OptionError(`${where}: ${shown} is not allowed; expected ${k.multiple === true ? 'one or more of' : 'one of'} ${k.values.join(', ')}`);
+          const shown =
+            k.multiple === true && v !== raw ? `${JSON.stringify(v)} (in ${JSON.stringify(raw)})` : JSON.stringify(v);
+          throw new OptionError(
+            `${where}: ${shown} is not allowed; expected ${k.multiple === true ? 'one or more of' : 'one of'} ${k.values.join(', ')}`,
+          );
         }
         return v;
       };
       if (k.multiple !== true) return one(raw);
       const parts = raw.split(',').map((p) => p.trim());
-      if (parts.some((p) => p === '')) throw new OptionError(`${where}: ${JSON.stringify(raw)} has an empty entry; expected one or more of ${k.values.join(', ')}, comma separated`);
+      if (parts.some((p) => p === ''))
+        throw new OptionError(
+          `${where}: ${JSON.stringify(raw)} has an empty entry; expected one or more of ${k.values.join(', ')}, comma separated`,
+        );
       return [...new Set(parts.map(one))];
     }
     case 'seconds': {
       const n = parseSeconds(raw);
       if (n === null) {
-        throw new OptionError(`${where}: ${JSON.stringify(raw)} is not a duration; expected ${DURATION_GRAMMAR}, ${describeRange(k)}`);
+        throw new OptionError(
+          `${where}: ${JSON.stringify(raw)} is not a duration; expected ${DURATION_GRAMMAR}, ${describeRange(k)}`,
+        );
       }
-      if (n < k.min || n > k.max) throw new OptionError(`${where}: ${JSON.stringify(raw)}${String(n) === raw ? '' : ` (${n} seconds)`} is out of range; expected ${describeRange(k)}`);
+      if (n < k.min || n > k.max)
+        throw new OptionError(
+          `${where}: ${JSON.stringify(raw)}${String(n) === raw ? '' : ` (${n} seconds)`} is out of range; expected ${describeRange(k)}`,
+        );
       return n;
     }
     case 'ids': {
@@ -307,7 +610,8 @@ function convert(spec: OptionSpec, raw: string, where: string): Value {
       const ids = raw.split(',').map((p) => p.trim());
       const allowed = `only ${k.allowed.map((a) => `[${a}]`).join(', ')} or none (empty) ${k.allowed.length === 1 ? 'is' : 'are'} supported, as in NVIDIA's plugin`;
       for (const id of ids) {
-        if (!/^\d+$/.test(id) || !k.allowed.includes(Number(id))) throw new OptionError(`${where}: ${JSON.stringify(raw)} is not allowed; ${allowed}`);
+        if (!/^\d+$/.test(id) || !k.allowed.includes(Number(id)))
+          throw new OptionError(`${where}: ${JSON.stringify(raw)} is not allowed; ${allowed}`);
       }
       return [...new Set(ids.map(Number))];
     }
@@ -359,14 +663,20 @@ function readFlags(argv: readonly string[], index: FlagIndex): Map<OptionKey, Va
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] ?? '';
     if (arg === 'info' || arg === 'check') {
-      throw new OptionError(`the subcommand ${arg} goes first, before its options: gpu-device-plugin ${arg} ${argv.filter((a, j) => j !== i).join(' ')}`.trimEnd());
+      throw new OptionError(
+        `the subcommand ${arg} goes first, before its options: gpu-device-plugin ${arg} ${argv.filter((_, j) => j !== i).join(' ')}`.trimEnd(),
+      );
     }
-    if (!arg.startsWith('--')) throw new OptionError(`unexpected argument ${JSON.stringify(arg)}; options are written --name=value (see --help)`);
+    if (!arg.startsWith('--'))
+      throw new OptionError(
+        `unexpected argument ${JSON.stringify(arg)}; options are written --name=value (see --help)`,
+      );
     const eq = arg.indexOf('=');
     const name = arg.slice(2, eq < 0 ? undefined : eq);
     const spec = index.byFlag.get(name);
     const unsupported = index.unsupportedByFlag.get(name);
-    if (spec === undefined && unsupported === undefined) throw new OptionError(`unknown option --${name}; see --help for the options this plugin has`);
+    if (spec === undefined && unsupported === undefined)
+      throw new OptionError(`unknown option --${name}; see --help for the options this plugin has`);
     const isBool = spec === undefined ? unsupported?.bool === true : spec.kind.type === 'bool';
     let raw: string;
     if (eq >= 0) raw = arg.slice(eq + 1);
@@ -390,7 +700,8 @@ function readFlags(argv: readonly string[], index: FlagIndex): Map<OptionKey, Va
 function addFlagValue(fromFlags: Map<OptionKey, Value>, spec: OptionSpec, value: Value, name: string): void {
   const earlier = fromFlags.get(spec.key);
   if (earlier !== undefined) {
-    if (Array.isArray(earlier) && Array.isArray(value)) fromFlags.set(spec.key, [...new Set([...(earlier as string[]), ...(value as string[])])]);
+    if (Array.isArray(earlier) && Array.isArray(value))
+      fromFlags.set(spec.key, [...new Set([...(earlier as string[]), ...(value as string[])])]);
     else throw new OptionError(`--${name} is given more than once`);
   } else fromFlags.set(spec.key, value);
 }
@@ -406,18 +717,28 @@ function refuseUnsupportedEnv(env: Readonly<Record<string, string | undefined>>)
 }
 
 /** Reads the config file, named on the command line or in the environment (never in itself); undefined without one. */
-function readNamedConfigFile(fromFlags: ReadonlyMap<OptionKey, Value>, env: Readonly<Record<string, string | undefined>>, deps: ParseDeps): ConfigFileValues<OptionKey> | undefined {
+function readNamedConfigFile(
+  fromFlags: ReadonlyMap<OptionKey, Value>,
+  env: Readonly<Record<string, string | undefined>>,
+  deps: ParseDeps,
+): ConfigFileValues<OptionKey> | undefined {
   const fileSpec = OPTION_SPECS.find((s) => s.key === 'configFile') as OptionSpec;
   let configFile: string | null = null;
   const flagFile = fromFlags.get('configFile');
   const envFile = env[fileSpec.env];
   if (typeof flagFile === 'string') configFile = flagFile;
-  else if (envFile !== undefined && envFile !== '') configFile = convert(fileSpec, envFile, `environment variable ${fileSpec.env}`) as string;
+  else if (envFile !== undefined && envFile !== '')
+    configFile = convert(fileSpec, envFile, `environment variable ${fileSpec.env}`) as string;
   return configFile === null ? undefined : readConfigFile(configFile, CONFIG_SCHEMA, deps.readFile);
 }
 
 /** One option's value (undefined: none, no default) and where it came from: command line, environment, config file, default. */
-function resolveOne(spec: OptionSpec, fromFlags: ReadonlyMap<OptionKey, Value>, env: Readonly<Record<string, string | undefined>>, file: ConfigFileValues<OptionKey> | undefined): { value: Value | undefined; origin: Origin } {
+function resolveOne(
+  spec: OptionSpec,
+  fromFlags: ReadonlyMap<OptionKey, Value>,
+  env: Readonly<Record<string, string | undefined>>,
+  file: ConfigFileValues<OptionKey> | undefined,
+): { value: Value | undefined; origin: Origin } {
   const flagValue = fromFlags.get(spec.key);
   const envValue = env[spec.env];
   const fileValue = file?.values.get(spec.key);
@@ -427,12 +748,16 @@ function resolveOne(spec: OptionSpec, fromFlags: ReadonlyMap<OptionKey, Value>, 
   }
   if (file !== undefined && fileValue !== undefined) {
     try {
-      return { value: convert(spec, fileValue.raw, `config file ${file.file}: ${fileValue.path}`), origin: `config file ${file.file}` };
+      return {
+        value: convert(spec, fileValue.raw, `config file ${file.file}: ${fileValue.path}`),
+        origin: `config file ${file.file}`,
+      };
     } catch (err) {
       throw err instanceof OptionError ? new ConfigError(err.message) : err;
     }
   }
-  if (spec.default !== null) return { value: convert(spec, spec.default, `default of --${spec.flag}`), origin: 'default' };
+  if (spec.default !== null)
+    return { value: convert(spec, spec.default, `default of --${spec.flag}`), origin: 'default' };
   return { value: undefined, origin: 'default' };
 }
 
@@ -441,7 +766,11 @@ function resolveOne(spec: OptionSpec, fromFlags: ReadonlyMap<OptionKey, Value>, 
  * then the config file named by --config-file or CONFIG_FILE (read here), then defaults.
  * Throws OptionError (ConfigError for the file) naming the flag, variable or key path at fault.
  */
-export function parseOptions(argv: readonly string[], env: Readonly<Record<string, string | undefined>>, deps: ParseDeps = {}): ParsedOptions {
+export function parseOptions(
+  argv: readonly string[],
+  env: Readonly<Record<string, string | undefined>>,
+  deps: ParseDeps = {},
+): ParsedOptions {
   const fromFlags = readFlags(argv, indexFlags());
   refuseUnsupportedEnv(env);
   const file = readNamedConfigFile(fromFlags, env, deps);
@@ -464,7 +793,8 @@ export function parseOptions(argv: readonly string[], env: Readonly<Record<strin
   // MPS's refusals that need no GPU (NVIDIA's validateFlags): checked here, before NVML, exit 2.
   const mps = mpsOptionsProblem(sharing, options);
   if (mps !== null) {
-    if (mps.key.startsWith('sharing.') && file !== undefined) throw new ConfigError(`config file ${file.file}: ${mps.key}: ${mps.message}`);
+    if (mps.key.startsWith('sharing.') && file !== undefined)
+      throw new ConfigError(`config file ${file.file}: ${mps.key}: ${mps.message}`);
     throw new OptionError(`${mps.key}: ${mps.message}`);
   }
   const parsed: ParsedOptions = {
@@ -485,7 +815,8 @@ export function dnsSubdomainProblem(name: string, max: number): string | null {
   for (const label of name.split('.')) {
     if (label === '') return 'an empty part between dots (or a leading or trailing dot)';
     if (label.length > 63) return `the part ${JSON.stringify(label)} is longer than 63 characters`;
-    if (!/^[a-z0-9]([a-z0-9-]*[a-z0-9])?$/.test(label)) return `the part ${JSON.stringify(label)} has characters other than lower-case letters, digits and "-" inside, or does not start and end with a letter or digit`;
+    if (!/^[a-z0-9]([a-z0-9-]*[a-z0-9])?$/.test(label))
+      return `the part ${JSON.stringify(label)} has characters other than lower-case letters, digits and "-" inside, or does not start and end with a letter or digit`;
   }
   return null;
 }
@@ -502,7 +833,13 @@ export const DEVICE_PLUGIN_ONLY_OPTIONS: readonly OptionKey[] = ['deviceListStra
 function whereSet(parsed: ParsedOptions, key: OptionKey): string {
   const s = OPTION_SPECS.find((x) => x.key === key) as OptionSpec;
   const origin = parsed.origins[key];
-  return origin === 'command line' ? `--${s.flag}` : origin === 'environment' ? `${s.env} (environment)` : s.config !== undefined ? `${s.config} (${origin})` : `--${s.flag}`;
+  return origin === 'command line'
+    ? `--${s.flag}`
+    : origin === 'environment'
+      ? `${s.env} (environment)`
+      : s.config !== undefined
+        ? `${s.config} (${origin})`
+        : `--${s.flag}`;
 }
 
 /**
@@ -514,22 +851,41 @@ export function checkKubeletApi(parsed: ParsedOptions): void {
   const o = parsed.options;
   if (o.kubeletApi !== 'dra') return;
   const origin = parsed.origins.kubeletApi;
-  const mode = origin === 'command line' ? '--kubelet-api=dra' : origin === 'environment' ? 'KUBELET_API=dra' : `flags.kubeletApi: dra (${origin})`;
+  const mode =
+    origin === 'command line'
+      ? '--kubelet-api=dra'
+      : origin === 'environment'
+        ? 'KUBELET_API=dra'
+        : `flags.kubeletApi: dra (${origin})`;
   if (o.kubeconfig === null) {
-    throw new OptionError(`${mode} needs --kubeconfig (KUBECONFIG): a kubeconfig with this node's credentials for the API server, which the service has no other way to reach; /usr/share/doc/gpu-device-plugin/dra/README.md says how to make one; or keep this node on --kubelet-api=device-plugin`);
+    throw new OptionError(
+      `${mode} needs --kubeconfig (KUBECONFIG): a kubeconfig with this node's credentials for the API server, which the service has no other way to reach; /usr/share/doc/gpu-device-plugin/dra/README.md says how to make one; or keep this node on --kubelet-api=device-plugin`,
+    );
   }
   if (parsed.origins.nodeName === 'default') {
     const why = dnsSubdomainProblem(o.nodeName, 253);
-    if (why !== null) throw new OptionError(`${mode}: the host name ${JSON.stringify(o.nodeName)} is not a valid node name (${why}); set --node-name (NODE_NAME) to the name the kubelet registered this node under (kubectl get nodes)`);
+    if (why !== null)
+      throw new OptionError(
+        `${mode}: the host name ${JSON.stringify(o.nodeName)} is not a valid node name (${why}); set --node-name (NODE_NAME) to the name the kubelet registered this node under (kubectl get nodes)`,
+      );
   }
   const sharing = parsed.sharing;
-  const shared = sharing.timeSlicing !== null ? 'sharing.timeSlicing' : sharing.mps !== undefined && sharing.mps !== null ? 'sharing.mps' : null;
+  const shared =
+    sharing.timeSlicing !== null
+      ? 'sharing.timeSlicing'
+      : sharing.mps !== undefined && sharing.mps !== null
+        ? 'sharing.mps'
+        : null;
   if (shared !== null) {
-    throw new OptionError(`${mode} does not serve shared GPUs: ${shared} in ${o.configFile ?? 'the config file'} gives replicas of nvidia.com/gpu, which this release offers only through the device-plugin API; remove the sharing section (DRA claims may share one GPU among the containers of a pod through one claim) or keep this node on --kubelet-api=device-plugin`);
+    throw new OptionError(
+      `${mode} does not serve shared GPUs: ${shared} in ${o.configFile ?? 'the config file'} gives replicas of nvidia.com/gpu, which this release offers only through the device-plugin API; remove the sharing section (DRA claims may share one GPU among the containers of a pod through one claim) or keep this node on --kubelet-api=device-plugin`,
+    );
   }
   const set = DEVICE_PLUGIN_ONLY_OPTIONS.filter((k) => parsed.origins[k] !== 'default');
   if (set.length > 0) {
-    throw new OptionError(`${mode}: ${set.map((k) => whereSet(parsed, k)).join(', ')} ${set.length === 1 ? 'is' : 'are'} set, but only the device-plugin API uses ${set.length === 1 ? 'it' : 'them'}: in DRA mode containers get their GPUs as the CDI devices of the NVIDIA Container Toolkit's spec, always; remove ${set.length === 1 ? 'that setting' : 'those settings'}, or keep --kubelet-api=device-plugin`);
+    throw new OptionError(
+      `${mode}: ${set.map((k) => whereSet(parsed, k)).join(', ')} ${set.length === 1 ? 'is' : 'are'} set, but only the device-plugin API uses ${set.length === 1 ? 'it' : 'them'}: in DRA mode containers get their GPUs as the CDI devices of the NVIDIA Container Toolkit's spec, always; remove ${set.length === 1 ? 'that setting' : 'those settings'}, or keep --kubelet-api=device-plugin`,
+    );
   }
 }
 
@@ -538,15 +894,32 @@ export const resolveOptions = parseOptions;
 
 /** Options that a config reload cannot change in a running plugin (they need a restart). */
 export const RESTART_ONLY_OPTIONS: readonly OptionKey[] = [
-  'kubeletSocket', 'driverRoot', 'failOnInitError', 'configFile', 'logLevel', 'socketCheckInterval',
-  'healthProbeInterval', 'healthRecovery', 'healthRecoveryQuietPeriod', 'migStrategy',
+  'kubeletSocket',
+  'driverRoot',
+  'failOnInitError',
+  'configFile',
+  'logLevel',
+  'socketCheckInterval',
+  'healthProbeInterval',
+  'healthRecovery',
+  'healthRecoveryQuietPeriod',
+  'migStrategy',
   // Channels are looked for once, at start.
-  'imexChannelIds', 'imexRequired',
-  'nfdFeaturesFile', 'nfdRemoveOnStop', 'metricsFile', 'metricsInterval',
+  'imexChannelIds',
+  'imexRequired',
+  'nfdFeaturesFile',
+  'nfdRemoveOnStop',
+  'metricsFile',
+  'metricsInterval',
   // The control daemons (a unit of their own) were started under it; containers must get their pipes.
   'mpsRoot',
   // The mode and where it talks: a switch is a restart (issue 21).
-  'kubeletApi', 'kubeconfig', 'nodeName', 'draDriverName', 'kubeletPluginsRegistry', 'kubeletPluginsDir',
+  'kubeletApi',
+  'kubeconfig',
+  'nodeName',
+  'draDriverName',
+  'kubeletPluginsRegistry',
+  'kubeletPluginsDir',
 ];
 
 /** Shows an option's value: lists comma-joined, null as "none". */
@@ -569,7 +942,7 @@ export function describeOptions(parsed: Pick<ParsedOptions, 'options' | 'origins
     const origin = parsed.origins[s.key];
     if (origin !== 'default') setBy.push(`${s.flag}=${origin}`);
   }
-  out['set_by'] = setBy.length === 0 ? 'all defaults' : setBy.join(', ');
+  out.set_by = setBy.length === 0 ? 'all defaults' : setBy.join(', ');
   return out;
 }
 
@@ -594,29 +967,44 @@ export function helpText(version: string): string {
   ];
   for (const s of OPTION_SPECS) {
     const k = s.kind;
-    const values = k.type === 'enum' ? ` (${k.values.filter((v) => k.unsupported?.[v] === undefined).join('|')}${k.multiple === true ? ', comma separated' : ''})`
-      : k.type === 'bool' ? ' (true|false)' : k.type === 'ids' ? ` (${k.allowed.join('|')}, or empty for none)`
-      : k.type === 'seconds' ? ` (duration ${describeRange(k)}; 5, 0.5, 500ms, 30s, 5m, 1h)` : '';
+    const values =
+      k.type === 'enum'
+        ? ` (${k.values.filter((v) => k.unsupported?.[v] === undefined).join('|')}${k.multiple === true ? ', comma separated' : ''})`
+        : k.type === 'bool'
+          ? ' (true|false)'
+          : k.type === 'ids'
+            ? ` (${k.allowed.join('|')}, or empty for none)`
+            : k.type === 'seconds'
+              ? ` (duration ${describeRange(k)}; 5, 0.5, 500ms, 30s, 5m, 1h)`
+              : '';
     const names = [s.flag, ...(s.aliases ?? [])].map((n) => `--${n}`).join(', ');
     lines.push(`  ${names}${values}`);
     lines.push(`      ${s.help}`);
-    lines.push(`      env ${s.env}; default ${s.default === '' ? 'empty' : s.default ?? 'see above'}${s.config === undefined ? '' : `; config file ${s.config}`}`);
+    lines.push(
+      `      env ${s.env}; default ${s.default === '' ? 'empty' : (s.default ?? 'see above')}${s.config === undefined ? '' : `; config file ${s.config}`}`,
+    );
   }
-  lines.push('', 'Config file (--config-file): NVIDIA\'s v1 format, YAML or JSON, e.g.',
+  lines.push(
+    '',
+    "Config file (--config-file): NVIDIA's v1 format, YAML or JSON, e.g.",
     '  version: v1',
     '  flags: { migStrategy: none, plugin: { deviceListStrategy: [envvar], deviceIDStrategy: uuid } }',
     '  sharing: { timeSlicing: { renameByDefault: false, resources: [{ name: nvidia.com/gpu, replicas: 4 }] } }',
     'or, for MPS (one or the other; needs --mps-root and the gpu-device-plugin-mps unit):',
     '  sharing: { mps: { resources: [{ name: nvidia.com/gpu, replicas: 10 }] } }',
     'SIGHUP re-reads it: a valid change is applied and the resources registered again; an invalid one',
-    'is logged and the running configuration kept.');
-  lines.push('', 'Options of NVIDIA\'s plugin refused here (unless off or at NVIDIA\'s default):');
+    'is logged and the running configuration kept.',
+  );
+  lines.push('', "Options of NVIDIA's plugin refused here (unless off or at NVIDIA's default):");
   for (const u of UNSUPPORTED_OPTIONS) {
     lines.push(`  ${[u.flag, ...u.aliases].map((n) => `--${n}`).join(', ')} (env ${u.envs.join(', ')}): ${u.reason}`);
   }
-  lines.push('', 'Environment only (NVIDIA\'s names and meanings):',
+  lines.push(
+    '',
+    "Environment only (NVIDIA's names and meanings):",
     '  DP_DISABLE_HEALTHCHECKS  "all" (or "xids") turns health checks off; otherwise extra XIDs to ignore, e.g. 74,79',
     '  DP_ENABLE_HEALTHCHECKS   XIDs to treat as critical even when ignored, e.g. 31; wins over DP_DISABLE_HEALTHCHECKS',
-    '  SYSFS_ROOT               root of sysfs, for NUMA nodes the driver does not report (default /sys)');
-  return lines.join('\n') + '\n';
+    '  SYSFS_ROOT               root of sysfs, for NUMA nodes the driver does not report (default /sys)',
+  );
+  return `${lines.join('\n')}\n`;
 }

@@ -4,7 +4,10 @@ import type { Sharing } from '../core/sharing.ts';
 import type { PlanSettings } from '../core/snapshot.ts';
 import type { Options } from './options.ts';
 
-export function planSettings(o: Pick<Options, 'deviceIdStrategy' | 'migStrategy' | 'passDeviceSpecs'>, sharing: Sharing): PlanSettings {
+export function planSettings(
+  o: Pick<Options, 'deviceIdStrategy' | 'migStrategy' | 'passDeviceSpecs'>,
+  sharing: Sharing,
+): PlanSettings {
   return {
     deviceIdStrategy: o.deviceIdStrategy,
     sharing,

@@ -21,7 +21,9 @@ export function planReload(running: Options, runningSharing: Sharing, next: Pars
   const restartOnly = RESTART_ONLY_OPTIONS.filter((k) => showOption(next.options[k]) !== showOption(running[k]));
   const merged: Options = { ...next.options };
   for (const k of RESTART_ONLY_OPTIONS) (merged as unknown as Record<string, unknown>)[k] = running[k];
-  const changed = OPTION_SPECS.map((s) => s.key).filter((k) => !RESTART_ONLY_OPTIONS.includes(k) && showOption(merged[k]) !== showOption(running[k]));
+  const changed = OPTION_SPECS.map((s) => s.key).filter(
+    (k) => !RESTART_ONLY_OPTIONS.includes(k) && showOption(merged[k]) !== showOption(running[k]),
+  );
   return {
     options: merged,
     sharing: next.sharing,

@@ -96,7 +96,10 @@ export function parseUnitSandbox(texts: readonly string[]): UnitSandbox {
       const line = raw.trim();
       if (line === '' || line.startsWith('#') || line.startsWith(';')) continue;
       const sec = /^\[(.+)\]$/.exec(line);
-      if (sec !== null) { section = sec[1] as string; continue; }
+      if (sec !== null) {
+        section = sec[1] as string;
+        continue;
+      }
       if (section !== 'Service') continue;
       const eq = line.indexOf('=');
       if (eq < 0) continue;
@@ -121,9 +124,20 @@ export function parseUnitSandbox(texts: readonly string[]): UnitSandbox {
         case 'InaccessiblePaths':
           hidden = value === '' ? [] : [...hidden, ...words(value).map(cleanPath)];
           break;
-        case 'RuntimeDirectory': case 'StateDirectory': case 'CacheDirectory': case 'LogsDirectory': {
-          const base = { RuntimeDirectory: '/run', StateDirectory: '/var/lib', CacheDirectory: '/var/cache', LogsDirectory: '/var/log' }[key];
-          dirs = value === '' ? dirs.filter((d) => !d.startsWith(`${base}/`)) : [...dirs, ...words(value).map((w) => posix.join(base, w.split(':')[0] ?? w))];
+        case 'RuntimeDirectory':
+        case 'StateDirectory':
+        case 'CacheDirectory':
+        case 'LogsDirectory': {
+          const base = {
+            RuntimeDirectory: '/run',
+            StateDirectory: '/var/lib',
+            CacheDirectory: '/var/cache',
+            LogsDirectory: '/var/log',
+          }[key];
+          dirs =
+            value === ''
+              ? dirs.filter((d) => !d.startsWith(`${base}/`))
+              : [...dirs, ...words(value).map((w) => posix.join(base, w.split(':')[0] ?? w))];
           break;
         }
         case 'EnvironmentFile':
@@ -144,8 +158,15 @@ export function parseUnitSandbox(texts: readonly string[]): UnitSandbox {
           break;
         case 'RestrictAddressFamilies': {
           // systemd: "" resets; "none" allows nothing; a "~" list removes from an allow list in force, else denies; lists combine.
-          if (value === '') { families = null; deniedFamilies = new Set(); break; }
-          if (value === 'none') { families = new Set(); break; }
+          if (value === '') {
+            families = null;
+            deniedFamilies = new Set();
+            break;
+          }
+          if (value === 'none') {
+            families = new Set();
+            break;
+          }
           const inverted = value.startsWith('~');
           const named = words(inverted ? value.slice(1) : value);
           if (inverted) {
@@ -168,8 +189,22 @@ export function parseUnitSandbox(texts: readonly string[]): UnitSandbox {
       }
     }
   }
-  return { protectSystem, protectHome, privateTmp, readWritePaths: rw, readOnlyPaths: ro, inaccessiblePaths: hidden, serviceDirectories: dirs, environmentFiles: envFiles, environment,
-    privateNetwork, addressFamilies: families, deniedAddressFamilies: deniedFamilies, ipAddressAllow: ipAllow, ipAddressDeny: ipDeny };
+  return {
+    protectSystem,
+    protectHome,
+    privateTmp,
+    readWritePaths: rw,
+    readOnlyPaths: ro,
+    inaccessiblePaths: hidden,
+    serviceDirectories: dirs,
+    environmentFiles: envFiles,
+    environment,
+    privateNetwork,
+    addressFamilies: families,
+    deniedAddressFamilies: deniedFamilies,
+    ipAddressAllow: ipAllow,
+    ipAddressDeny: ipDeny,
+  };
 }
 
 export type WriteVerdict =
@@ -189,21 +224,43 @@ export function writableInSandbox(sb: UnitSandbox, dir: string): WriteVerdict {
   type Rule = { path: string; kind: 'rw' | 'ro' | 'hidden' | 'private'; how: string };
   const rules: Rule[] = [];
   if (sb.protectSystem === 'strict') {
-    rules.push({ path: '/', kind: 'ro', how: 'ProtectSystem=strict makes the whole file system read-only for the service' });
+    rules.push({
+      path: '/',
+      kind: 'ro',
+      how: 'ProtectSystem=strict makes the whole file system read-only for the service',
+    });
     // API file systems stay as they are; /dev/shm and the like are not our business.
     rules.push({ path: '/dev', kind: 'rw', how: '/dev is not made read-only by ProtectSystem=' });
   } else {
     rules.push({ path: '/', kind: 'rw', how: `ProtectSystem=${sb.protectSystem} leaves it writable` });
-    if (sb.protectSystem !== 'no') for (const d of ['/usr', '/boot', '/efi']) rules.push({ path: d, kind: 'ro', how: `ProtectSystem=${sb.protectSystem} makes ${d} read-only` });
-    if (sb.protectSystem === 'full') rules.push({ path: '/etc', kind: 'ro', how: 'ProtectSystem=full makes /etc read-only' });
+    if (sb.protectSystem !== 'no')
+      for (const d of ['/usr', '/boot', '/efi'])
+        rules.push({ path: d, kind: 'ro', how: `ProtectSystem=${sb.protectSystem} makes ${d} read-only` });
+    if (sb.protectSystem === 'full')
+      rules.push({ path: '/etc', kind: 'ro', how: 'ProtectSystem=full makes /etc read-only' });
   }
   if (sb.protectHome !== 'no') {
     for (const d of ['/home', '/root', '/run/user']) {
-      rules.push({ path: d, kind: sb.protectHome === 'read-only' ? 'ro' : 'hidden', how: `ProtectHome=${sb.protectHome} ${sb.protectHome === 'read-only' ? 'makes it read-only' : 'hides it from the service'}` });
+      rules.push({
+        path: d,
+        kind: sb.protectHome === 'read-only' ? 'ro' : 'hidden',
+        how: `ProtectHome=${sb.protectHome} ${sb.protectHome === 'read-only' ? 'makes it read-only' : 'hides it from the service'}`,
+      });
     }
   }
-  if (sb.privateTmp) for (const d of ['/tmp', '/var/tmp']) rules.push({ path: d, kind: 'private', how: `PrivateTmp=yes gives the service its own empty ${d}: what it writes there nobody else sees` });
-  for (const d of sb.serviceDirectories) rules.push({ path: d, kind: 'rw', how: `systemd creates ${d} for the service (RuntimeDirectory=/StateDirectory=)` });
+  if (sb.privateTmp)
+    for (const d of ['/tmp', '/var/tmp'])
+      rules.push({
+        path: d,
+        kind: 'private',
+        how: `PrivateTmp=yes gives the service its own empty ${d}: what it writes there nobody else sees`,
+      });
+  for (const d of sb.serviceDirectories)
+    rules.push({
+      path: d,
+      kind: 'rw',
+      how: `systemd creates ${d} for the service (RuntimeDirectory=/StateDirectory=)`,
+    });
   for (const d of sb.readWritePaths) rules.push({ path: d, kind: 'rw', how: `ReadWritePaths=${d}` });
   for (const d of sb.readOnlyPaths) rules.push({ path: d, kind: 'ro', how: `ReadOnlyPaths=${d}` });
   for (const d of sb.inaccessiblePaths) rules.push({ path: d, kind: 'hidden', how: `InaccessiblePaths=${d}` });
@@ -217,10 +274,14 @@ export function writableInSandbox(sb: UnitSandbox, dir: string): WriteVerdict {
   }
   const rule = best as Rule;
   switch (rule.kind) {
-    case 'rw': return { writable: true, how: rule.how };
-    case 'private': return { writable: true, how: rule.how, private: true };
-    case 'ro': return { writable: false, why: `read-only for the service: ${rule.how}` };
-    case 'hidden': return { writable: false, why: `not visible to the service: ${rule.how}` };
+    case 'rw':
+      return { writable: true, how: rule.how };
+    case 'private':
+      return { writable: true, how: rule.how, private: true };
+    case 'ro':
+      return { writable: false, why: `read-only for the service: ${rule.how}` };
+    case 'hidden':
+      return { writable: false, why: `not visible to the service: ${rule.how}` };
   }
 }
 
@@ -229,7 +290,9 @@ export function readableInSandbox(sb: UnitSandbox, path: string): WriteVerdict {
   const v = writableInSandbox(sb, path);
   if (v.writable) return v;
   // Read-only is fine for reading.
-  return v.why.startsWith('read-only') ? { writable: true, how: v.why.replace(/^read-only for the service: /, 'readable (read-only): ') } : v;
+  return v.why.startsWith('read-only')
+    ? { writable: true, how: v.why.replace(/^read-only for the service: /, 'readable (read-only): ') }
+    : v;
 }
 
 /** An IP address as a number and its family, or null when `text` is not an IPv4 or IPv6 literal. */
@@ -250,7 +313,7 @@ export function parseIp(text: string): { family: 4 | 6; value: bigint } | null {
   // An IPv4 tail (::ffff:10.0.0.1) is two groups.
   const last = tail.length > 0 ? tail : head;
   const lastGroup = last[last.length - 1];
-  if (lastGroup !== undefined && lastGroup.includes('.')) {
+  if (lastGroup?.includes('.')) {
     const four = parseIp(lastGroup);
     if (four === null || four.family !== 4) return null;
     last.splice(last.length - 1, 1, (four.value >> 16n).toString(16), (four.value & 0xffffn).toString(16));
@@ -265,7 +328,10 @@ export function parseIp(text: string): { family: 4 | 6; value: bigint } | null {
 /** Whether an IPAddressAllow=/IPAddressDeny= entry (a prefix, an address, or systemd's keywords) covers `ip`. */
 export function ipEntryCovers(entry: string, ip: { family: 4 | 6; value: bigint }): boolean {
   const keyword: Record<string, readonly string[]> = {
-    any: ['0.0.0.0/0', '::/0'], localhost: ['127.0.0.0/8', '::1/128'], 'link-local': ['169.254.0.0/16', 'fe80::/64'], multicast: ['224.0.0.0/4', 'ff00::/8'],
+    any: ['0.0.0.0/0', '::/0'],
+    localhost: ['127.0.0.0/8', '::1/128'],
+    'link-local': ['169.254.0.0/16', 'fe80::/64'],
+    multicast: ['224.0.0.0/4', 'ff00::/8'],
   };
   const prefixes = keyword[entry] ?? [entry];
   return prefixes.some((p) => {
@@ -276,7 +342,7 @@ export function ipEntryCovers(entry: string, ip: { family: 4 | 6; value: bigint 
     const n = len === undefined ? bits : Number(len);
     if (!Number.isInteger(n) || n < 0 || n > bits) return false;
     const shift = BigInt(bits - n);
-    return (net.value >> shift) === (ip.value >> shift);
+    return net.value >> shift === ip.value >> shift;
   });
 }
 
@@ -292,13 +358,18 @@ export type NetworkVerdict =
  * an allow entry covers is allowed; else one a deny entry covers is denied; else allowed, as systemd).
  */
 export function networkInSandbox(sb: UnitSandbox, host: string): NetworkVerdict {
-  if (sb.privateNetwork) return { reachable: false, why: 'PrivateNetwork=yes gives the service only its own loopback interface' };
+  if (sb.privateNetwork)
+    return { reachable: false, why: 'PrivateNetwork=yes gives the service only its own loopback interface' };
   const ip = parseIp(host);
-  const familyOk = (f: string): boolean => (sb.addressFamilies === null ? !sb.deniedAddressFamilies.has(f) : sb.addressFamilies.has(f));
+  const familyOk = (f: string): boolean =>
+    sb.addressFamilies === null ? !sb.deniedAddressFamilies.has(f) : sb.addressFamilies.has(f);
   const wanted = ip === null ? ['AF_INET', 'AF_INET6'] : [ip.family === 4 ? 'AF_INET' : 'AF_INET6'];
   const families = wanted.filter(familyOk);
   if (families.length === 0) {
-    const rule = sb.addressFamilies === null ? `RestrictAddressFamilies=~${[...sb.deniedAddressFamilies].join(' ')}` : `RestrictAddressFamilies=${[...sb.addressFamilies].join(' ') || 'none'}`;
+    const rule =
+      sb.addressFamilies === null
+        ? `RestrictAddressFamilies=~${[...sb.deniedAddressFamilies].join(' ')}`
+        : `RestrictAddressFamilies=${[...sb.addressFamilies].join(' ') || 'none'}`;
     return { reachable: false, why: `${rule} does not let the service create ${wanted.join(' or ')} sockets` };
   }
   const how = `PrivateNetwork=no, ${families.join('/')} allowed`;
@@ -307,9 +378,17 @@ export function networkInSandbox(sb: UnitSandbox, host: string): NetworkVerdict 
     const allow = sb.ipAddressAllow.find((e) => ipEntryCovers(e, ip));
     if (allow !== undefined) return { reachable: true, how: `${how}, IPAddressAllow=${allow}` };
     const deny = sb.ipAddressDeny.find((e) => ipEntryCovers(e, ip));
-    if (deny !== undefined) return { reachable: false, why: `IPAddressDeny=${deny} covers ${host}${sb.ipAddressAllow.length > 0 ? ` and no IPAddressAllow= entry (${sb.ipAddressAllow.join(' ')}) does` : ''}` };
+    if (deny !== undefined)
+      return {
+        reachable: false,
+        why: `IPAddressDeny=${deny} covers ${host}${sb.ipAddressAllow.length > 0 ? ` and no IPAddressAllow= entry (${sb.ipAddressAllow.join(' ')}) does` : ''}`,
+      };
     return { reachable: true, how };
   }
-  if (sb.ipAddressDeny.includes('any') && sb.ipAddressAllow.length === 0) return { reachable: false, why: 'IPAddressDeny=any and no IPAddressAllow=' };
-  return { reachable: 'unknown', why: `IPAddressDeny=${sb.ipAddressDeny.join(' ')} with IPAddressAllow=${sb.ipAddressAllow.join(' ') || '(none)'}: whether ${host}'s addresses are allowed depends on what it resolves to, which was not looked up` };
+  if (sb.ipAddressDeny.includes('any') && sb.ipAddressAllow.length === 0)
+    return { reachable: false, why: 'IPAddressDeny=any and no IPAddressAllow=' };
+  return {
+    reachable: 'unknown',
+    why: `IPAddressDeny=${sb.ipAddressDeny.join(' ')} with IPAddressAllow=${sb.ipAddressAllow.join(' ') || '(none)'}: whether ${host}'s addresses are allowed depends on what it resolves to, which was not looked up`,
+  };
 }

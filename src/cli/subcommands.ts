@@ -18,35 +18,36 @@ import { join } from 'node:path';
 
 /** `info --help` and `check --help`: what the subcommand does and which options it reads. */
 export function subcommandHelp(name: 'info' | 'check'): string {
-  const lines = name === 'info'
-    ? [
-      'Usage: gpu-device-plugin info [--json] [options]',
-      '',
-      'Shows what the plugin sees of this node, without a cluster: the GPUs (UUID, name, memory, PCI bus,',
-      'NUMA node, health), the topology matrix as nvidia-smi topo -m shows it with the pair scores, MIG',
-      'devices, IMEX channels, and which pod holds each GPU (asked from the kubelet\'s PodResources socket).',
-      '',
-      '  --json   the same as JSON, for scripts',
-      '',
-      'It reads the daemon\'s options (command line, environment, config file), of which these matter:',
-      '--driver-root, --dev-root, --mig-strategy, --imex-channel-ids, --imex-required, --pod-resources-socket',
-      '(see gpu-device-plugin --help). Exit status: 0 shown, 1 NVML cannot be read, 2 an invalid option.',
-    ]
-    : [
-      'Usage: gpu-device-plugin check [options]',
-      '',
-      'Checks, without a cluster, what the daemon needs with the options given: the options and the config',
-      'file, NVML, the GPUs, the socket directory, the kubelet, and the labels and metrics directories when',
-      'they are configured. With --kubelet-api=dra instead of the socket directory and the kubelet: the',
-      'kubeconfig, the API server (reachable from the unit\'s sandbox, and over TCP), the kubelet\'s plugin',
-      'directories and the NVIDIA Container Toolkit\'s CDI spec. One line per check, PASS or FAIL with the',
-      'fix, an INFO line on what the other mode would need, then every option\'s value and where it came',
-      'from. Registers nothing.',
-      '',
-      'It takes the daemon\'s options (see gpu-device-plugin --help), so the same command line, environment',
-      'and config file can be checked before they are used. Exit status: 0 every check passed, 1 one failed.',
-    ];
-  return lines.join('\n') + '\n';
+  const lines =
+    name === 'info'
+      ? [
+          'Usage: gpu-device-plugin info [--json] [options]',
+          '',
+          'Shows what the plugin sees of this node, without a cluster: the GPUs (UUID, name, memory, PCI bus,',
+          'NUMA node, health), the topology matrix as nvidia-smi topo -m shows it with the pair scores, MIG',
+          "devices, IMEX channels, and which pod holds each GPU (asked from the kubelet's PodResources socket).",
+          '',
+          '  --json   the same as JSON, for scripts',
+          '',
+          "It reads the daemon's options (command line, environment, config file), of which these matter:",
+          '--driver-root, --dev-root, --mig-strategy, --imex-channel-ids, --imex-required, --pod-resources-socket',
+          '(see gpu-device-plugin --help). Exit status: 0 shown, 1 NVML cannot be read, 2 an invalid option.',
+        ]
+      : [
+          'Usage: gpu-device-plugin check [options]',
+          '',
+          'Checks, without a cluster, what the daemon needs with the options given: the options and the config',
+          'file, NVML, the GPUs, the socket directory, the kubelet, and the labels and metrics directories when',
+          'they are configured. With --kubelet-api=dra instead of the socket directory and the kubelet: the',
+          "kubeconfig, the API server (reachable from the unit's sandbox, and over TCP), the kubelet's plugin",
+          "directories and the NVIDIA Container Toolkit's CDI spec. One line per check, PASS or FAIL with the",
+          "fix, an INFO line on what the other mode would need, then every option's value and where it came",
+          'from. Registers nothing.',
+          '',
+          "It takes the daemon's options (see gpu-device-plugin --help), so the same command line, environment",
+          'and config file can be checked before they are used. Exit status: 0 every check passed, 1 one failed.',
+        ];
+  return `${lines.join('\n')}\n`;
 }
 
 export async function runSubcommand(name: 'info' | 'check', argv: readonly string[]): Promise<void> {
@@ -65,14 +66,14 @@ export async function runSubcommand(name: 'info' | 'check', argv: readonly strin
       } catch (err) {
         // `check` itself could not run (a bad --env-file argument, …): still one answer a script can read.
         if (!json) throw err;
-        process.stdout.write(JSON.stringify({ checks: [], error: errorText(err), exitCode: 2 }, null, 2) + '\n');
+        process.stdout.write(`${JSON.stringify({ checks: [], error: errorText(err), exitCode: 2 }, null, 2)}\n`);
         process.exitCode = 2;
       }
       return;
     }
     await info(argv, json, log);
   } catch (err) {
-    if (json) process.stdout.write(JSON.stringify({ error: errorText(err) }, null, 2) + '\n');
+    if (json) process.stdout.write(`${JSON.stringify({ error: errorText(err) }, null, 2)}\n`);
     process.stderr.write(`gpu-device-plugin ${name}: ${errorText(err)}\n`);
     process.exitCode = 2;
   }
@@ -93,7 +94,12 @@ async function checkpointClaims(opts: Options): Promise<NonNullable<DaemonView['
     return {
       path,
       claims: Object.entries(checkpoint.claims).map(([uid, c]) => ({
-        namespace: c.namespace, name: c.name, uid, state: c.state, devices: c.devices.map((d) => d.device), ...(c.preparedAt === undefined ? {} : { since: c.preparedAt }),
+        namespace: c.namespace,
+        name: c.name,
+        uid,
+        state: c.state,
+        devices: c.devices.map((d) => d.device),
+        ...(c.preparedAt === undefined ? {} : { since: c.preparedAt }),
       })),
     };
   } catch (err) {
@@ -107,11 +113,15 @@ async function info(argv: readonly string[], json: boolean, log: ReturnType<type
   const opts = parseOptions(rest, svc.env).options;
   // The daemon's state when it runs; a stale file (its pid is gone) is not believed.
   const read = await readDaemonState(defaultStateFile(svc.env));
-  const daemon: DaemonView = { read, ...(read.kind !== 'running' && opts.kubeletApi === 'dra' ? { checkpoint: await checkpointClaims(opts) } : {}) };
+  const daemon: DaemonView = {
+    read,
+    ...(read.kind !== 'running' && opts.kubeletApi === 'dra' ? { checkpoint: await checkpointClaims(opts) } : {}),
+  };
   const running = daemon.read.kind === 'running' ? daemon.read.state : undefined;
-  const r = inspectNode(opts.driverRoot, svc.env['SYSFS_ROOT'] || '/sys', log);
+  const r = inspectNode(opts.driverRoot, svc.env.SYSFS_ROOT || '/sys', log);
   if (!r.ok) {
-    if (json) process.stdout.write(JSON.stringify({ daemon: daemonJson(daemon), error: `NVML: ${r.error}` }, null, 2) + '\n');
+    if (json)
+      process.stdout.write(`${JSON.stringify({ daemon: daemonJson(daemon), error: `NVML: ${r.error}` }, null, 2)}\n`);
     else {
       if (running !== undefined) process.stdout.write(formatDaemon(daemon));
       process.stderr.write(`gpu-device-plugin info: ${r.error}\n`);
@@ -123,10 +133,29 @@ async function info(argv: readonly string[], json: boolean, log: ReturnType<type
   const strategy = opts.migStrategy === 'none' ? 'mixed' : opts.migStrategy;
   const socket = opts.podResourcesSocket;
   const pods: PodView = await listPodResources(socket, 5000).then(
-    (list): PodView => ({ ok: true, socket, pods: list.map((p) => ({ namespace: p.namespace, pod: p.name, containers: p.containers.map((c) => ({ name: c.name, devices: c.devices.map((d) => ({ resource: d.resource_name, ids: d.device_ids })) })) })) }),
+    (list): PodView => ({
+      ok: true,
+      socket,
+      pods: list.map((p) => ({
+        namespace: p.namespace,
+        pod: p.name,
+        containers: p.containers.map((c) => ({
+          name: c.name,
+          devices: c.devices.map((d) => ({ resource: d.resource_name, ids: d.device_ids })),
+        })),
+      })),
+    }),
     (err: unknown): PodView => ({ ok: false, socket, error: errorText(err) }),
   );
-  const imex = { configured: opts.imexChannelIds, required: opts.imexRequired, choice: await findImexChannels(opts.imexChannelIds, opts.imexRequired, opts.devRoot) };
+  const imex = {
+    configured: opts.imexChannelIds,
+    required: opts.imexRequired,
+    choice: await findImexChannels(opts.imexChannelIds, opts.imexRequired, opts.devRoot),
+  };
   const configured = Object.fromEntries(OPTION_SPECS.map((spec) => [spec.flag, showOption(opts[spec.key])]));
-  process.stdout.write(json ? infoJson(r.report, pods, imex, strategy, daemon) : `${formatDaemon(daemon, configured)}\n${formatInfo(r.report, pods, strategy, running)}\n${formatImex(imex)}`);
+  process.stdout.write(
+    json
+      ? infoJson(r.report, pods, imex, strategy, daemon)
+      : `${formatDaemon(daemon, configured)}\n${formatInfo(r.report, pods, strategy, running)}\n${formatImex(imex)}`,
+  );
 }

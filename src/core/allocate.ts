@@ -20,7 +20,12 @@ export const CONTROL_DEVICE_NODES: readonly string[] = [
 
 /** How the device list reaches the container runtime (NVIDIA's --device-list-strategy). */
 export type DeviceListStrategy = 'envvar' | 'volume-mounts' | 'cdi-annotations' | 'cdi-cri';
-export const DEVICE_LIST_STRATEGIES: readonly DeviceListStrategy[] = ['envvar', 'volume-mounts', 'cdi-annotations', 'cdi-cri'];
+export const DEVICE_LIST_STRATEGIES: readonly DeviceListStrategy[] = [
+  'envvar',
+  'volume-mounts',
+  'cdi-annotations',
+  'cdi-cri',
+];
 
 export const VISIBLE_DEVICES_ENV = 'NVIDIA_VISIBLE_DEVICES';
 /** Container folder whose entries name the devices with the volume-mounts strategy. */
@@ -119,7 +124,9 @@ export function indexDevices(devices: readonly AdvertisedDevice[], gpus: readonl
 
 function migGroups(devices: readonly AdvertisedDevice[]): Map<string, number> {
   const out = new Map<string, number>();
-  devices.forEach((d, i) => { if (d.mig !== undefined && !out.has(d.mig)) out.set(d.mig, i); });
+  devices.forEach((d, i) => {
+    if (d.mig !== undefined && !out.has(d.mig)) out.set(d.mig, i);
+  });
   return out;
 }
 
@@ -146,7 +153,12 @@ interface Unit {
 }
 
 /** The names a container gets, in request order, each GPU or MIG device once: what each strategy passes on. */
-function respond(names: readonly string[], units: readonly Unit[], index: DeviceIndex, settings: AllocateSettings): ContainerAllocation {
+function respond(
+  names: readonly string[],
+  units: readonly Unit[],
+  index: DeviceIndex,
+  settings: AllocateSettings,
+): ContainerAllocation {
   const strategies = strategiesOf(settings);
   const legacy = strategies.has('envvar') || strategies.has('volume-mounts');
   const envs: Record<string, string> = {};
@@ -157,7 +169,8 @@ function respond(names: readonly string[], units: readonly Unit[], index: Device
   if (strategies.has('volume-mounts')) {
     // As NVIDIA's plugin: with both envvar and volume-mounts, the variable points at the mounts.
     envs[VISIBLE_DEVICES_ENV] = VOLUME_MOUNTS_ROOT;
-    for (const n of names) mounts.push({ container_path: `${VOLUME_MOUNTS_ROOT}/${n}`, host_path: '/dev/null', read_only: true });
+    for (const n of names)
+      mounts.push({ container_path: `${VOLUME_MOUNTS_ROOT}/${n}`, host_path: '/dev/null', read_only: true });
   } else if (strategies.has('envvar')) {
     envs[VISIBLE_DEVICES_ENV] = names.join(',');
   }
@@ -179,15 +192,22 @@ function respond(names: readonly string[], units: readonly Unit[], index: Device
       pass(`/dev/nvidia${gpu.minor}`);
       if (u.mig === undefined) continue;
       const caps = settings.migCapabilities?.get(u.mig);
-      if (caps === undefined) throw new Error(`MIG device ${u.mig} on GPU ${gpu.index} has no capability nodes (mig-minors not read)`);
+      if (caps === undefined)
+        throw new Error(`MIG device ${u.mig} on GPU ${gpu.index} has no capability nodes (mig-minors not read)`);
       for (const p of caps) pass(p);
     }
-    for (const id of imex) devices.push({ container_path: imexChannelPath(id), host_path: hostPath(settings.devRoot, imexChannelPath(id)), permissions: 'rw' });
+    for (const id of imex)
+      devices.push({
+        container_path: imexChannelPath(id),
+        host_path: hostPath(settings.devRoot, imexChannelPath(id)),
+        permissions: 'rw',
+      });
   }
   const cdiNames = [...names.map((n) => `${CDI_KIND}=${n}`), ...imex.map((id) => `${CDI_IMEX_KIND}=${id}`)];
   if (strategies.has('cdi-annotations')) {
     const uuid = settings.newUuid?.() ?? globalThis.crypto.randomUUID();
-    annotations[`${settings.cdiAnnotationPrefix ?? DEFAULT_CDI_ANNOTATION_PREFIX}${CDI_ANNOTATION_NAME}${uuid}`] = cdiNames.join(',');
+    annotations[`${settings.cdiAnnotationPrefix ?? DEFAULT_CDI_ANNOTATION_PREFIX}${CDI_ANNOTATION_NAME}${uuid}`] =
+      cdiNames.join(',');
   }
   if (strategies.has('cdi-cri')) for (const name of cdiNames) cdi.push({ name });
   return { envs, mounts, devices, annotations, cdi_devices: cdi };
@@ -203,16 +223,21 @@ export function allocate(
   settings: AllocateSettings,
 ): ContainerAllocation[] {
   const advertised = index.byId.size;
-  if (containers.length === 0) throw new RequestError('Allocate request has no container requests; expected one per container');
+  if (containers.length === 0)
+    throw new RequestError('Allocate request has no container requests; expected one per container');
   if (containers.length > Math.max(advertised, 1)) {
-    throw new RequestError(`Allocate request has ${containers.length} container requests, more than the ${advertised} devices this plugin advertises`);
+    throw new RequestError(
+      `Allocate request has ${containers.length} container requests, more than the ${advertised} devices this plugin advertises`,
+    );
   }
   const taken = new Map<string, number>();
   return containers.map((c, ci) => {
     const ids = c.devices_ids;
     if (ids.length === 0) throw new RequestError(`container request ${ci} lists no device IDs; expected at least one`);
     if (ids.length > advertised) {
-      throw new RequestError(`container request ${ci} asks for ${ids.length} devices, more than the ${advertised} this plugin advertises`);
+      throw new RequestError(
+        `container request ${ci} asks for ${ids.length} devices, more than the ${advertised} this plugin advertises`,
+      );
     }
     const units: Unit[] = [];
     const names: string[] = [];
@@ -221,12 +246,17 @@ export function allocate(
     let whole: AdvertisedDevice | undefined;
     for (const id of ids) {
       const dev = index.byId.get(id);
-      if (dev === undefined) throw new RequestError(`container request ${ci} names unknown device ID ${showId(id)}; this plugin advertises ${advertised} devices`);
+      if (dev === undefined)
+        throw new RequestError(
+          `container request ${ci} names unknown device ID ${showId(id)}; this plugin advertises ${advertised} devices`,
+        );
       const earlier = taken.get(id);
       if (earlier !== undefined) {
-        throw new RequestError(earlier === ci
-          ? `container request ${ci} lists device ID ${showId(id)} twice`
-          : `device ID ${showId(id)} is requested by container requests ${earlier} and ${ci}; a device goes to one container`);
+        throw new RequestError(
+          earlier === ci
+            ? `container request ${ci} lists device ID ${showId(id)} twice`
+            : `device ID ${showId(id)} is requested by container requests ${earlier} and ${ci}; a device goes to one container`,
+        );
       }
       taken.set(id, ci);
       if (dev.replica !== undefined) replicas++;
@@ -245,16 +275,23 @@ export function allocate(
       const why = mps
         ? `maximum request size for shared resources is 1; found ${ids.length}: an MPS replica is one client's share of a GPU, and several give a container no more of it; request 1`
         : 'time-slicing gives no more GPU time to a container that holds several; request 1';
-      throw new RequestError(`container request ${ci} asks for ${ids.length} shared GPU replicas${resource}; failRequestsGreaterThanOne allows 1 per container (${why})`);
+      throw new RequestError(
+        `container request ${ci} asks for ${ids.length} shared GPU replicas${resource}; failRequestsGreaterThanOne allows 1 per container (${why})`,
+      );
     }
     if (mps && whole !== undefined) {
       // The container's CUDA would go through the MPS daemon, which does not serve a whole GPU.
-      throw new RequestError(`container request ${ci} asks for whole GPU ${showId(whole.id)} and MPS replicas${resource} together; a container's GPUs all go through MPS or none do: request replicas only, or whole GPUs only`);
+      throw new RequestError(
+        `container request ${ci} asks for whole GPU ${showId(whole.id)} and MPS replicas${resource} together; a container's GPUs all go through MPS or none do: request replicas only, or whole GPUs only`,
+      );
     }
     const answer = respond(names, units, index, settings);
     if (!mps) return answer;
     const root = settings.mpsRoot ?? '';
-    if (root === '' || settings.resourceName === undefined) throw new Error(`MPS replicas${resource} allocated without ${root === '' ? 'an MPS root (--mps-root)' : 'a resource name'}`);
+    if (root === '' || settings.resourceName === undefined)
+      throw new Error(
+        `MPS replicas${resource} allocated without ${root === '' ? 'an MPS root (--mps-root)' : 'a resource name'}`,
+      );
     const edits = mpsContainerEdits(root, settings.resourceName);
     return { ...answer, envs: { ...answer.envs, ...edits.envs }, mounts: [...answer.mounts, ...edits.mounts] };
   });

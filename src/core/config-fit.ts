@@ -16,7 +16,12 @@ import type { PlanSettings } from './snapshot.ts';
  * against the node (core/mps.ts mpsPlanProblem): not on MIG, and within each GPU's client limit when
  * `compute` (the node facts' compute capabilities) is given.
  */
-export function planForNode(gpus: readonly Gpu[], mig: MigLayout, settings: PlanSettings, compute?: ComputeByUuid): MigPlan {
+export function planForNode(
+  gpus: readonly Gpu[],
+  mig: MigLayout,
+  settings: PlanSettings,
+  compute?: ComputeByUuid,
+): MigPlan {
   const plan = planMigResources(gpus, mig, settings.migStrategy ?? 'none', settings.deviceIdStrategy, settings.sharing);
   const mps = mpsPlanProblem(plan.resources, gpus, mig, settings.sharing, compute);
   if (mps !== null) throw mps;
@@ -24,7 +29,11 @@ export function planForNode(gpus: readonly Gpu[], mig: MigLayout, settings: Plan
 }
 
 /** Why a plan's MIG devices cannot be given their capability nodes (with --pass-device-specs), or null. */
-export function migCapabilitiesProblem(plan: MigPlan, settings: PlanSettings, caps: { readonly problem: string } | ReadonlyMap<unknown, unknown>): string | null {
+export function migCapabilitiesProblem(
+  plan: MigPlan,
+  settings: PlanSettings,
+  caps: { readonly problem: string } | ReadonlyMap<unknown, unknown>,
+): string | null {
   const usesMig = plan.resources.some((r) => r.devices.some((d) => d.mig !== undefined));
   if (settings.needMigCapabilities !== true || !usesMig || !('problem' in caps)) return null;
   return `${caps.problem}; --pass-device-specs cannot give MIG devices their capability nodes`;
@@ -34,14 +43,20 @@ export function migCapabilitiesProblem(plan: MigPlan, settings: PlanSettings, ca
 export type StartFit =
   | { readonly ok: true; readonly plan: MigPlan }
   | {
-    readonly ok: false;
-    readonly problem: string;
-    /** What to change: a config key path (sharing.timeSlicing…), or an option (--mig-strategy, --pass-device-specs), or null for the node itself. */
-    readonly key: string | null;
-  };
+      readonly ok: false;
+      readonly problem: string;
+      /** What to change: a config key path (sharing.timeSlicing…), or an option (--mig-strategy, --pass-device-specs), or null for the node itself. */
+      readonly key: string | null;
+    };
 
 /** planForNode and migCapabilitiesProblem as the first snapshot applies them: any problem stops the start. */
-export function fitAtStart(gpus: readonly Gpu[], mig: MigLayout, settings: PlanSettings, caps: { readonly problem: string } | ReadonlyMap<unknown, unknown>, compute?: ComputeByUuid): StartFit {
+export function fitAtStart(
+  gpus: readonly Gpu[],
+  mig: MigLayout,
+  settings: PlanSettings,
+  caps: { readonly problem: string } | ReadonlyMap<unknown, unknown>,
+  compute?: ComputeByUuid,
+): StartFit {
   let plan: MigPlan;
   try {
     plan = planForNode(gpus, mig, settings, compute);

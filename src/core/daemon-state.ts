@@ -79,7 +79,7 @@ export interface DaemonState {
 }
 
 export function stateDocument(s: DaemonState): string {
-  return JSON.stringify({ format: STATE_FORMAT, ...s }, null, 2) + '\n';
+  return `${JSON.stringify({ format: STATE_FORMAT, ...s }, null, 2)}\n`;
 }
 
 const isString = (v: unknown): v is string => typeof v === 'string';
@@ -94,14 +94,35 @@ export function parseStateDocument(text: string): { state: DaemonState } | { pro
   }
   if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) return { problem: 'not a JSON object' };
   const d = doc as Record<string, unknown>;
-  if (d['format'] !== STATE_FORMAT) return { problem: `format ${JSON.stringify(d['format'])}; this version reads format ${STATE_FORMAT}` };
-  if (typeof d['pid'] !== 'number' || !isString(d['version']) || !isString(d['startedAt']) || !isString(d['publishedAt'])) return { problem: 'pid, version, startedAt or publishedAt missing' };
-  if (!Array.isArray(d['devices']) || !Array.isArray(d['resources'])) return { problem: 'devices or resources missing' };
-  const devices = d['devices'] as unknown[];
-  if (!devices.every((x) => typeof x === 'object' && x !== null && isString((x as DeviceState).uuid) && ((x as DeviceState).health === 'Healthy' || (x as DeviceState).health === 'Unhealthy'))) {
+  if (d.format !== STATE_FORMAT)
+    return { problem: `format ${JSON.stringify(d.format)}; this version reads format ${STATE_FORMAT}` };
+  if (typeof d.pid !== 'number' || !isString(d.version) || !isString(d.startedAt) || !isString(d.publishedAt))
+    return { problem: 'pid, version, startedAt or publishedAt missing' };
+  if (!Array.isArray(d.devices) || !Array.isArray(d.resources)) return { problem: 'devices or resources missing' };
+  const devices = d.devices as unknown[];
+  if (
+    !devices.every(
+      (x) =>
+        typeof x === 'object' &&
+        x !== null &&
+        isString((x as DeviceState).uuid) &&
+        ((x as DeviceState).health === 'Healthy' || (x as DeviceState).health === 'Unhealthy'),
+    )
+  ) {
     return { problem: 'a device without uuid or health' };
   }
-  if (d['claims'] !== undefined && (!Array.isArray(d['claims']) || !(d['claims'] as unknown[]).every((c) => typeof c === 'object' && c !== null && isString((c as ClaimState).uid) && isString((c as ClaimState).name) && Array.isArray((c as ClaimState).devices)))) {
+  if (
+    d.claims !== undefined &&
+    (!Array.isArray(d.claims) ||
+      !(d.claims as unknown[]).every(
+        (c) =>
+          typeof c === 'object' &&
+          c !== null &&
+          isString((c as ClaimState).uid) &&
+          isString((c as ClaimState).name) &&
+          Array.isArray((c as ClaimState).devices),
+      ))
+  ) {
     return { problem: 'claims is not a list of claims with uid, name and devices' };
   }
   const { format: _format, ...rest } = d;

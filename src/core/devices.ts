@@ -59,9 +59,12 @@ export function wholeGpuDevices(gpus: readonly Gpu[], strategy: DeviceIdStrategy
   return gpus.map((gpu, i) => {
     const id = gpu.uuid;
     if (id.length === 0 || id.length > MAX_DEVICE_ID_LENGTH) {
-      throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) has device ID ${JSON.stringify(id)} of ${id.length} characters; the kubelet accepts 1 to ${MAX_DEVICE_ID_LENGTH}`);
+      throw new Error(
+        `GPU ${gpu.index} (bus ${gpu.busId}) has device ID ${JSON.stringify(id)} of ${id.length} characters; the kubelet accepts 1 to ${MAX_DEVICE_ID_LENGTH}`,
+      );
     }
-    if (seen.has(id)) throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) repeats device ID ${id}; every GPU needs its own`);
+    if (seen.has(id))
+      throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) repeats device ID ${id}; every GPU needs its own`);
     seen.add(id);
     return { id, uuid: gpu.uuid, gpu: i, runtimeName: gpuDeviceId(gpu, strategy) };
   });
@@ -82,7 +85,11 @@ export function deviceUnit(d: AdvertisedDevice): string {
 }
 
 /** The full list sent on ListAndWatch. NUMA topology is omitted for GPUs with no NUMA node. */
-export function deviceList(devices: readonly AdvertisedDevice[], gpus: readonly Gpu[], health: GpuHealth): DeviceListEntry[] {
+export function deviceList(
+  devices: readonly AdvertisedDevice[],
+  gpus: readonly Gpu[],
+  health: GpuHealth,
+): DeviceListEntry[] {
   return devices.map((d) => {
     const gpu = gpus[d.gpu];
     if (gpu === undefined) throw new Error(`device ${d.id} refers to GPU position ${d.gpu}, which does not exist`);

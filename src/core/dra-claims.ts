@@ -52,34 +52,50 @@ const claimName = (c: ClaimRef): string => `ResourceClaim ${c.namespace}/${c.nam
  * by several requests are listed once, with every request. An error says what was wrong and what
  * would be right.
  */
-export function allocatedDevices(claimJson: unknown, claim: ClaimRef, driver: string, pool: string, devices: readonly DraNodeDevice[]): ClaimVerdict {
+export function allocatedDevices(
+  claimJson: unknown,
+  claim: ClaimRef,
+  driver: string,
+  pool: string,
+  devices: readonly DraNodeDevice[],
+): ClaimVerdict {
   const what = claimName(claim);
   if (!isObject(claimJson)) return { error: `${what}: the API server's answer is not an object` };
-  const meta = claimJson['metadata'];
-  const uid = isObject(meta) ? meta['uid'] : undefined;
+  const meta = claimJson.metadata;
+  const uid = isObject(meta) ? meta.uid : undefined;
   if (uid !== claim.uid) {
-    return { error: `${what}: the API server has a claim of that name with uid ${typeof uid === 'string' ? uid : '(none)'}: the claim the kubelet asked for was deleted and re-created; the kubelet should ask for the current one` };
+    return {
+      error: `${what}: the API server has a claim of that name with uid ${typeof uid === 'string' ? uid : '(none)'}: the claim the kubelet asked for was deleted and re-created; the kubelet should ask for the current one`,
+    };
   }
-  const status = claimJson['status'];
-  const allocation = isObject(status) ? status['allocation'] : undefined;
-  const results = isObject(allocation) && isObject(allocation['devices']) ? allocation['devices']['results'] : undefined;
-  if (!isObject(allocation)) return { error: `${what} is not allocated (status.allocation is missing): the scheduler allocates a claim before the kubelet prepares it` };
-  if (results !== undefined && !Array.isArray(results)) return { error: `${what}: status.allocation.devices.results is not a list` };
+  const status = claimJson.status;
+  const allocation = isObject(status) ? status.allocation : undefined;
+  const results = isObject(allocation) && isObject(allocation.devices) ? allocation.devices.results : undefined;
+  if (!isObject(allocation))
+    return {
+      error: `${what} is not allocated (status.allocation is missing): the scheduler allocates a claim before the kubelet prepares it`,
+    };
+  if (results !== undefined && !Array.isArray(results))
+    return { error: `${what}: status.allocation.devices.results is not a list` };
   const known = new Map(devices.map((d) => [d.name, d]));
   const byDevice = new Map<string, { pool: string; requests: string[] }>();
   for (const [i, r] of (results ?? []).entries()) {
     if (!isObject(r)) return { error: `${what}: status.allocation.devices.results[${i}] is not an object` };
-    if (r['driver'] !== driver) continue;
+    if (r.driver !== driver) continue;
     const { request, pool: p, device } = r;
     if (typeof request !== 'string' || typeof p !== 'string' || typeof device !== 'string') {
       return { error: `${what}: status.allocation.devices.results[${i}] lacks request, pool or device (strings)` };
     }
     if (p !== pool) {
-      return { error: `${what}: results[${i}] allocates device ${device} of pool ${p}, which is not this node's: driver ${driver} on this node serves pool ${pool} only` };
+      return {
+        error: `${what}: results[${i}] allocates device ${device} of pool ${p}, which is not this node's: driver ${driver} on this node serves pool ${pool} only`,
+      };
     }
     if (!known.has(device)) {
       const have = [...known.keys()];
-      return { error: `${what}: results[${i}] allocates device ${device}, which node ${pool} does not have now (its devices: ${have.length === 0 ? 'none' : have.join(', ')})` };
+      return {
+        error: `${what}: results[${i}] allocates device ${device}, which node ${pool} does not have now (its devices: ${have.length === 0 ? 'none' : have.join(', ')})`,
+      };
     }
     const e = byDevice.get(device);
     if (e === undefined) byDevice.set(device, { pool: p, requests: [request] });
@@ -94,10 +110,17 @@ export function allocatedDevices(claimJson: unknown, claim: ClaimRef, driver: st
 export const CDI_KIND = 'nvidia.com/gpu';
 
 /** The command that writes the toolkit's spec where the runtime looks (FACTS §3). */
-export const CDI_GENERATE_HINT = 'run `nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml` (or `systemctl restart nvidia-cdi-refresh.service` with NVIDIA Container Toolkit 1.18 or later)';
+export const CDI_GENERATE_HINT =
+  'run `nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml` (or `systemctl restart nvidia-cdi-refresh.service` with NVIDIA Container Toolkit 1.18 or later)';
 
 /** A CDI spec file as the adapter read it: its kind and, per device, its name and device node paths. */
-export type CdiSpec = { readonly path: string; readonly kind: string; readonly devices: readonly { readonly name: string; readonly deviceNodes: readonly string[] }[] } | { readonly path: string; readonly error: string };
+export type CdiSpec =
+  | {
+      readonly path: string;
+      readonly kind: string;
+      readonly devices: readonly { readonly name: string; readonly deviceNodes: readonly string[] }[];
+    }
+  | { readonly path: string; readonly error: string };
 
 /**
  * The names the toolkit may give a device, by `nvidia-ctk cdi generate --device-name-strategy`:
@@ -121,23 +144,40 @@ export type CdiVerdict = { readonly id: string } | { readonly error: string };
 export function cdiDeviceId(d: DraNodeDevice, specs: readonly CdiSpec[], dirs: readonly string[]): CdiVerdict {
   const ours = specs.filter((s): s is Extract<CdiSpec, { kind: string }> => 'kind' in s && s.kind === CDI_KIND);
   const unreadable = specs.filter((s): s is Extract<CdiSpec, { error: string }> => 'error' in s);
-  const unreadableNote = unreadable.length === 0 ? '' : `; unreadable spec files: ${unreadable.map((s) => `${s.path} (${s.error})`).join(', ')}`;
-  const what = d.mig === undefined ? `GPU ${d.gpuIndex} (${d.gpuUuid})` : `MIG device ${d.gpuIndex}:${d.mig.index} (${d.mig.uuid}) of GPU ${d.gpuUuid}`;
+  const unreadableNote =
+    unreadable.length === 0
+      ? ''
+      : `; unreadable spec files: ${unreadable.map((s) => `${s.path} (${s.error})`).join(', ')}`;
+  const what =
+    d.mig === undefined
+      ? `GPU ${d.gpuIndex} (${d.gpuUuid})`
+      : `MIG device ${d.gpuIndex}:${d.mig.index} (${d.mig.uuid}) of GPU ${d.gpuUuid}`;
   if (ours.length === 0) {
-    return { error: `no CDI spec of kind ${CDI_KIND} in ${dirs.join(' or ')}${unreadableNote}: the container runtime could not give the container ${what}; ${CDI_GENERATE_HINT}` };
+    return {
+      error: `no CDI spec of kind ${CDI_KIND} in ${dirs.join(' or ')}${unreadableNote}: the container runtime could not give the container ${what}; ${CDI_GENERATE_HINT}`,
+    };
   }
   const candidates = cdiNameCandidates(d);
   for (const name of candidates) {
     for (const spec of ours) {
       const entry = spec.devices.find((e) => e.name === name);
       if (entry === undefined) continue;
-      if (d.mig === undefined && name !== d.gpuUuid && entry.deviceNodes.length > 0 && !entry.deviceNodes.includes(`/dev/nvidia${d.minor}`)) {
-        return { error: `the CDI spec ${spec.path} is stale: its device ${name} has ${entry.deviceNodes.join(', ')}, but ${what} is /dev/nvidia${d.minor}; ${CDI_GENERATE_HINT}` };
+      if (
+        d.mig === undefined &&
+        name !== d.gpuUuid &&
+        entry.deviceNodes.length > 0 &&
+        !entry.deviceNodes.includes(`/dev/nvidia${d.minor}`)
+      ) {
+        return {
+          error: `the CDI spec ${spec.path} is stale: its device ${name} has ${entry.deviceNodes.join(', ')}, but ${what} is /dev/nvidia${d.minor}; ${CDI_GENERATE_HINT}`,
+        };
       }
       return { id: `${CDI_KIND}=${name}` };
     }
   }
-  return { error: `the CDI spec${ours.length > 1 ? 's' : ''} ${ours.map((s) => s.path).join(', ')} ${ours.length > 1 ? 'have' : 'has'} no device for ${what} (looked for ${candidates.join(', ')}): ${ours.length > 1 ? 'they were' : 'it was'} generated before the GPUs or the MIG layout changed; ${CDI_GENERATE_HINT}${unreadableNote}` };
+  return {
+    error: `the CDI spec${ours.length > 1 ? 's' : ''} ${ours.map((s) => s.path).join(', ')} ${ours.length > 1 ? 'have' : 'has'} no device for ${what} (looked for ${candidates.join(', ')}): ${ours.length > 1 ? 'they were' : 'it was'} generated before the GPUs or the MIG layout changed; ${CDI_GENERATE_HINT}${unreadableNote}`,
+  };
 }
 
 // ---- the checkpoint ----
@@ -187,24 +227,33 @@ export function parseCheckpoint(text: string): Checkpoint {
     throw new Error(`not JSON: ${(err as Error).message}`);
   }
   if (!isObject(doc)) throw new Error('not a JSON object');
-  if (doc['version'] !== CHECKPOINT_VERSION) throw new Error(`version is ${JSON.stringify(doc['version'])}, expected ${JSON.stringify(CHECKPOINT_VERSION)}`);
-  const bootId = doc['bootId'];
+  if (doc.version !== CHECKPOINT_VERSION)
+    throw new Error(`version is ${JSON.stringify(doc.version)}, expected ${JSON.stringify(CHECKPOINT_VERSION)}`);
+  const bootId = doc.bootId;
   if (typeof bootId !== 'string') throw new Error('bootId is not a string');
-  const raw = doc['claims'];
+  const raw = doc.claims;
   if (!isObject(raw)) throw new Error('claims is not an object');
   const claims: Record<string, ClaimRecord> = {};
   for (const [uid, r] of Object.entries(raw)) {
     if (!isObject(r)) throw new Error(`claim ${uid} is not an object`);
     const { state, namespace, name, devices, preparedAt } = r;
-    if (state !== 'PrepareStarted' && state !== 'PrepareCompleted') throw new Error(`claim ${uid}: state ${JSON.stringify(state)} is neither PrepareStarted nor PrepareCompleted`);
-    if (typeof namespace !== 'string' || typeof name !== 'string') throw new Error(`claim ${uid}: namespace and name must be strings`);
+    if (state !== 'PrepareStarted' && state !== 'PrepareCompleted')
+      throw new Error(`claim ${uid}: state ${JSON.stringify(state)} is neither PrepareStarted nor PrepareCompleted`);
+    if (typeof namespace !== 'string' || typeof name !== 'string')
+      throw new Error(`claim ${uid}: namespace and name must be strings`);
     if (!Array.isArray(devices)) throw new Error(`claim ${uid}: devices is not a list`);
     const out: PreparedDevice[] = [];
     for (const d of devices) {
-      if (!isObject(d) || !stringList(d['requests']) || typeof d['pool'] !== 'string' || typeof d['device'] !== 'string' || !stringList(d['cdiDeviceIds'])) {
+      if (
+        !isObject(d) ||
+        !stringList(d.requests) ||
+        typeof d.pool !== 'string' ||
+        typeof d.device !== 'string' ||
+        !stringList(d.cdiDeviceIds)
+      ) {
         throw new Error(`claim ${uid}: a device lacks requests, pool, device or cdiDeviceIds`);
       }
-      out.push({ requests: d['requests'], pool: d['pool'], device: d['device'], cdiDeviceIds: d['cdiDeviceIds'] });
+      out.push({ requests: d.requests, pool: d.pool, device: d.device, cdiDeviceIds: d.cdiDeviceIds });
     }
     claims[uid] = { state, namespace, name, devices: out, ...(typeof preparedAt === 'string' ? { preparedAt } : {}) };
   }
@@ -241,23 +290,42 @@ function clip(s: string): string {
  * The health of every device, from the snapshot: a MIG device's own (by MIG UUID), a GPU's by its
  * UUID; every device Unhealthy while the driver does not answer.
  */
-export function deviceHealthList(snapshot: Pick<NodeSnapshot, 'health' | 'gpuHealth' | 'migHealth' | 'driverVersion'>, devices: readonly DraNodeDevice[], nowSec: number): DraDeviceHealth[] {
+export function deviceHealthList(
+  snapshot: Pick<NodeSnapshot, 'health' | 'gpuHealth' | 'migHealth' | 'driverVersion'>,
+  devices: readonly DraNodeDevice[],
+  nowSec: number,
+): DraDeviceHealth[] {
   return devices.map((d) => {
     const unit = d.mig?.uuid ?? d.gpuUuid;
     const h = d.mig === undefined ? snapshot.gpuHealth.get(unit) : snapshot.migHealth.get(unit);
     const health: DeviceHealthState = snapshot.health.get(unit) ?? 'Unhealthy';
     const since = h?.since ?? null;
     let message = h?.reason ?? '';
-    if (snapshot.driverVersion === null) message = `the NVIDIA driver does not answer${message === '' ? '' : ` (last: ${message})`}`;
+    if (snapshot.driverVersion === null)
+      message = `the NVIDIA driver does not answer${message === '' ? '' : ` (last: ${message})`}`;
     else if (!snapshot.health.has(unit)) message = 'the health model has no entry for this device';
-    return { device: d.name, health, lastUpdated: since === null ? nowSec : Math.floor(since / 1000), message: clip(message) };
+    return {
+      device: d.name,
+      health,
+      lastUpdated: since === null ? nowSec : Math.floor(since / 1000),
+      message: clip(message),
+    };
   });
 }
 
 /** Whether two health lists say the same (the stream sends a new message only when they differ). */
 export function sameHealth(a: readonly DraDeviceHealth[], b: readonly DraDeviceHealth[]): boolean {
-  return a.length === b.length && a.every((x, i) => {
-    const y = b[i];
-    return y !== undefined && x.device === y.device && x.health === y.health && x.message === y.message && x.lastUpdated === y.lastUpdated;
-  });
+  return (
+    a.length === b.length &&
+    a.every((x, i) => {
+      const y = b[i];
+      return (
+        y !== undefined &&
+        x.device === y.device &&
+        x.health === y.health &&
+        x.message === y.message &&
+        x.lastUpdated === y.lastUpdated
+      );
+    })
+  );
 }

@@ -61,7 +61,10 @@ export function profileNamePart(profile: string): string {
  * The name of a MIG device, or null when it cannot be named as NVIDIA names it (NVML did not give
  * its GPU instance's profile id or placement).
  */
-export function migDeviceName(parent: Pick<Gpu, 'minor'>, d: Pick<MigDevice, 'profile' | 'giProfileId' | 'placementStart'>): string | null {
+export function migDeviceName(
+  parent: Pick<Gpu, 'minor'>,
+  d: Pick<MigDevice, 'profile' | 'giProfileId' | 'placementStart'>,
+): string | null {
   if (d.giProfileId === undefined || d.placementStart === undefined) return null;
   return `gpu-${parent.minor}-mig-${profileNamePart(d.profile)}-${d.giProfileId}-${d.placementStart}`;
 }
@@ -77,13 +80,18 @@ export interface DraDeviceList {
  * it), by the rules above. A name that is no DNS label of at most 63 characters, or one that
  * repeats, is a note and the device is left out (it cannot be published; the others can).
  */
-export function draDevices(node: { readonly gpus: readonly Gpu[]; readonly mig: MigLayout }, migStrategy: MigStrategy): DraDeviceList {
+export function draDevices(
+  node: { readonly gpus: readonly Gpu[]; readonly mig: MigLayout },
+  migStrategy: MigStrategy,
+): DraDeviceList {
   const devices: DraDevice[] = [];
   const notes: string[] = [];
   const seen = new Map<string, string>();
   const add = (d: DraDevice, what: string): void => {
     if (d.name.length > DNS_LABEL_MAX || !DNS_LABEL.test(d.name)) {
-      notes.push(`${what} is not published: its DRA device name ${JSON.stringify(d.name)} is not a DNS label of at most ${DNS_LABEL_MAX} characters`);
+      notes.push(
+        `${what} is not published: its DRA device name ${JSON.stringify(d.name)} is not a DNS label of at most ${DNS_LABEL_MAX} characters`,
+      );
       return;
     }
     const other = seen.get(d.name);
@@ -109,12 +117,16 @@ export function draDevices(node: { readonly gpus: readonly Gpu[]; readonly mig: 
     for (const m of mine) {
       const mWhat = `MIG device ${m.uuid} (${m.profile} on GPU ${gpu.index})`;
       if (!isFullInstance(m)) {
-        notes.push(`${mWhat} is not published: only full compute instances are (a sub-instance shares its GPU instance's name)`);
+        notes.push(
+          `${mWhat} is not published: only full compute instances are (a sub-instance shares its GPU instance's name)`,
+        );
         continue;
       }
       const name = migDeviceName(gpu, m);
       if (name === null) {
-        notes.push(`${mWhat} is not published: NVML gave no GPU-instance profile id or placement for it, which its DRA name is made of`);
+        notes.push(
+          `${mWhat} is not published: NVML gave no GPU-instance profile id or placement for it, which its DRA name is made of`,
+        );
         continue;
       }
       add({ name, kind: 'mig', gpu: pos, uuid: gpu.uuid, mig: m }, mWhat);

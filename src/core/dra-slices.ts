@@ -53,7 +53,11 @@ export const MAX_ATTRIBUTES_AND_CAPACITIES = 32;
 export const MAX_STRING_VALUE = 64;
 
 /** One attribute value: exactly one of int, bool, string, version (resource.k8s.io/v1 DeviceAttribute). */
-export type DeviceAttribute = { readonly int: number } | { readonly bool: boolean } | { readonly string: string } | { readonly version: string };
+export type DeviceAttribute =
+  | { readonly int: number }
+  | { readonly bool: boolean }
+  | { readonly string: string }
+  | { readonly version: string };
 
 export interface DeviceTaint {
   readonly key: string;
@@ -128,7 +132,7 @@ export function standardBusId(busId: string): string {
 export function nvlinkDomains(node: Pick<NodeSnapshot, 'gpus' | 'nvlinks'>): (number | null)[] {
   const n = node.gpus.length;
   if (node.nvlinks.length !== n) return new Array<number | null>(n).fill(null);
-  let matrix;
+  let matrix: ReturnType<typeof buildScoreMatrix>;
   try {
     matrix = buildScoreMatrix(node.nvlinks, () => -1);
   } catch {
@@ -155,7 +159,7 @@ export function nvlinkDomains(node: Pick<NodeSnapshot, 'gpus' | 'nvlinks'>): (nu
     const r = find(i);
     smallest.set(r, Math.min(smallest.get(r) ?? Infinity, g.minor));
   });
-  return node.gpus.map((_, i) => (linked[i] ? smallest.get(find(i)) ?? null : null));
+  return node.gpus.map((_, i) => (linked[i] ? (smallest.get(find(i)) ?? null) : null));
 }
 
 type Attrs = Record<string, DeviceAttribute>;
@@ -168,12 +172,12 @@ function str(value: string): DeviceAttribute {
 function commonAttributes(s: NodeSnapshot, gpu: Gpu, settings: PoolSettings): Attrs {
   const a: Attrs = { productName: str(gpu.name) };
   const cc = s.facts?.gpus.get(gpu.uuid)?.compute;
-  if (cc !== undefined && cc !== null) a['cudaComputeCapability'] = { version: `${cc.major}.${cc.minor}.0` };
+  if (cc !== undefined && cc !== null) a.cudaComputeCapability = { version: `${cc.major}.${cc.minor}.0` };
   const version = s.driverVersion ?? settings.lastDriverVersion ?? null;
   const driver = version === null ? null : semverOf(version);
-  if (driver !== null) a['driverVersion'] = { version: driver };
+  if (driver !== null) a.driverVersion = { version: driver };
   const cuda = s.facts?.cudaDriverVersion;
-  if (cuda !== undefined && cuda !== null && cuda > 0) a['cudaDriverVersion'] = { version: cudaVersionOf(cuda) };
+  if (cuda !== undefined && cuda !== null && cuda > 0) a.cudaDriverVersion = { version: cudaVersionOf(cuda) };
   a[`${STANDARD_DOMAIN}/pciBusID`] = str(standardBusId(gpu.busId));
   const root = settings.pcieRoots?.get(gpu.busId);
   if (root !== undefined) a[`${STANDARD_DOMAIN}/pcieRoot`] = str(root);
@@ -184,26 +188,45 @@ function commonAttributes(s: NodeSnapshot, gpu: Gpu, settings: PoolSettings): At
 /** The taint of a unit (GPU UUID or MIG UUID) advertised Unhealthy, or none. */
 export function taintsOf(s: NodeSnapshot, unit: string, domain: string): DeviceTaint[] {
   if (s.health.get(unit) !== 'Unhealthy') return [];
-  if (s.driverVersion === null) return [{ key: `${domain}/unhealthy`, value: 'driver-not-answering', effect: 'NoSchedule' }];
+  if (s.driverVersion === null)
+    return [{ key: `${domain}/unhealthy`, value: 'driver-not-answering', effect: 'NoSchedule' }];
   const h = (s.migHealth.get(unit) ?? s.gpuHealth.get(unit))?.state;
   if (h?.lost === true) return [{ key: `${domain}/gpu-lost`, effect: 'NoSchedule' }];
-  if (h !== undefined && h.lastXid !== null) return [{ key: `${domain}/xid`, value: String(h.lastXid), effect: 'NoSchedule' }];
+  if (h !== undefined && h.lastXid !== null)
+    return [{ key: `${domain}/xid`, value: String(h.lastXid), effect: 'NoSchedule' }];
   if (h?.permanent === true) return [{ key: `${domain}/unhealthy`, value: 'double-bit-ecc', effect: 'NoSchedule' }];
   return [{ key: `${domain}/unhealthy`, value: 'other', effect: 'NoSchedule' }];
 }
 
-function describe(s: NodeSnapshot, d: DraDevice, domains: readonly (number | null)[], settings: PoolSettings, driver: string): SliceDevice {
+function describe(
+  s: NodeSnapshot,
+  d: DraDevice,
+  domains: readonly (number | null)[],
+  settings: PoolSettings,
+  driver: string,
+): SliceDevice {
   const gpu = s.gpus[d.gpu] as Gpu;
   const common = commonAttributes(s, gpu, settings);
   const m = d.mig;
   if (m === undefined) {
     const attributes: Attrs = { type: str('gpu'), uuid: str(gpu.uuid), ...common };
     const domain = domains[d.gpu];
-    if (domain !== null && domain !== undefined) attributes['nvlinkDomain'] = { int: domain };
+    if (domain !== null && domain !== undefined) attributes.nvlinkDomain = { int: domain };
     const taints = taintsOf(s, gpu.uuid, driver);
-    return { name: d.name, attributes, capacity: { memory: { value: bytesQuantity(gpu.memoryBytes) } }, ...(taints.length > 0 ? { taints } : {}) };
+    return {
+      name: d.name,
+      attributes,
+      capacity: { memory: { value: bytesQuantity(gpu.memoryBytes) } },
+      ...(taints.length > 0 ? { taints } : {}),
+    };
   }
-  const attributes: Attrs = { type: str('mig'), uuid: str(m.uuid), parentUUID: str(gpu.uuid), profile: str(m.profile), ...common };
+  const attributes: Attrs = {
+    type: str('mig'),
+    uuid: str(m.uuid),
+    parentUUID: str(gpu.uuid),
+    profile: str(m.profile),
+    ...common,
+  };
   const capacity: Record<string, { value: string }> = {
     multiprocessors: { value: String(m.multiprocessors) },
     copyEngines: { value: String(m.engines.copy) },
@@ -233,13 +256,16 @@ export function poolContent(s: NodeSnapshot, settings: PoolSettings, driver: str
     const dev = describe(s, d, domains, settings, driver);
     const count = Object.keys(dev.attributes).length + Object.keys(dev.capacity).length;
     if (count > MAX_ATTRIBUTES_AND_CAPACITIES) {
-      notes.push(`device ${d.name} is not published: ${count} attributes and capacities, more than the ${MAX_ATTRIBUTES_AND_CAPACITIES} a device may have`);
+      notes.push(
+        `device ${d.name} is not published: ${count} attributes and capacities, more than the ${MAX_ATTRIBUTES_AND_CAPACITIES} a device may have`,
+      );
       continue;
     }
     devices.push(dev);
   }
   const slices: SliceDevice[][] = [];
-  for (let i = 0; i < devices.length; i += MAX_DEVICES_PER_SLICE) slices.push(devices.slice(i, i + MAX_DEVICES_PER_SLICE));
+  for (let i = 0; i < devices.length; i += MAX_DEVICES_PER_SLICE)
+    slices.push(devices.slice(i, i + MAX_DEVICES_PER_SLICE));
   // A node without devices still publishes one empty slice: the pool exists and says "nothing here".
   if (slices.length === 0) slices.push([]);
   return { pool: settings.nodeName, slices, notes };

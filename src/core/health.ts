@@ -87,7 +87,11 @@ function parseXidList(variable: string, value: string | undefined, expected: str
  * unset). Throws an Error naming the variable and the bad item.
  */
 export function parseHealthSettings(disable: string | undefined, enable: string | undefined): HealthSettings {
-  const off = parseXidList('DP_DISABLE_HEALTHCHECKS', disable, '"all", "xids", or a comma list of XID numbers like 13,31');
+  const off = parseXidList(
+    'DP_DISABLE_HEALTHCHECKS',
+    disable,
+    '"all", "xids", or a comma list of XID numbers like 13,31',
+  );
   const on = parseXidList('DP_ENABLE_HEALTHCHECKS', enable, '"all", "xids", or a comma list of XID numbers like 48,79');
   return {
     allDisabled: off.all,
@@ -128,7 +132,10 @@ export function describeHealthSettings(settings: HealthSettings): string {
   let xids: string;
   if (settings.allEnabled) xids = 'every XID is critical';
   else if (settings.allDisabled) {
-    xids = settings.enabledXids.size === 0 ? 'no XID is critical (health checks disabled)' : `only XIDs ${xidListText(settings.enabledXids)} are critical`;
+    xids =
+      settings.enabledXids.size === 0
+        ? 'no XID is critical (health checks disabled)'
+        : `only XIDs ${xidListText(settings.enabledXids)} are critical`;
   } else {
     const ignored = new Set([...settings.ignoredXids].filter((x) => !settings.enabledXids.has(x)));
     xids = ignored.size === 0 ? 'every XID is critical' : `every XID is critical except ${xidListText(ignored)}`;
@@ -214,7 +221,15 @@ type GpuState = GpuHealthState;
 
 /** The state of a GPU nothing has happened to. */
 export function freshHealthState(): GpuHealthState {
-  return { health: 'Healthy', lost: false, permanent: false, quietStartMs: 0, okSinceQuietStart: false, lastXid: null, singleBit: 0 };
+  return {
+    health: 'Healthy',
+    lost: false,
+    permanent: false,
+    quietStartMs: 0,
+    okSinceQuietStart: false,
+    lastXid: null,
+    singleBit: 0,
+  };
 }
 
 /**
@@ -237,9 +252,16 @@ export class HealthTracker<K = number> {
    * `initial`, when given, is each unit's state to start from (by position, or by unit for a map;
    * missing ones start fresh).
    */
-  constructor(units: number | readonly K[], settings: HealthSettings, recovery: RecoverySettings, initial?: readonly (GpuHealthState | undefined)[] | ReadonlyMap<K, GpuHealthState>) {
-    if (typeof units === 'number' && (!Number.isSafeInteger(units) || units < 0)) throw new RangeError(`GPU count ${units} is not a non-negative integer`);
-    this.#keys = typeof units === 'number' ? (Array.from({ length: units }, (_, i) => i) as unknown as K[]) : [...units];
+  constructor(
+    units: number | readonly K[],
+    settings: HealthSettings,
+    recovery: RecoverySettings,
+    initial?: readonly (GpuHealthState | undefined)[] | ReadonlyMap<K, GpuHealthState>,
+  ) {
+    if (typeof units === 'number' && (!Number.isSafeInteger(units) || units < 0))
+      throw new RangeError(`GPU count ${units} is not a non-negative integer`);
+    this.#keys =
+      typeof units === 'number' ? (Array.from({ length: units }, (_, i) => i) as unknown as K[]) : [...units];
     this.#at = new Map(this.#keys.map((k, i) => [k, i]));
     if (recovery.enabled && !(Number.isFinite(recovery.quietMs) && recovery.quietMs >= 0)) {
       throw new RangeError(`recovery quiet period ${recovery.quietMs} ms is not a non-negative number of milliseconds`);
@@ -290,7 +312,9 @@ export class HealthTracker<K = number> {
         this.#forTargets(input.gpu, (i, g) => this.#doubleBit(i, g, input.gpu === null, changes));
         break;
       case 'ecc-single':
-        this.#forTargets(input.gpu, (_i, g) => { g.singleBit++; });
+        this.#forTargets(input.gpu, (_i, g) => {
+          g.singleBit++;
+        });
         break;
       case 'probe':
         this.#forTargets(input.gpu, (i, g) => this.#probe(i, g, input.result, nowMs, changes));
@@ -321,7 +345,7 @@ export class HealthTracker<K = number> {
   /** Single-bit ECC errors counted for a unit (0 for one not watched). */
   singleBitCount(gpu: K): number {
     const i = this.#at.get(gpu);
-    return i === undefined ? 0 : this.#gpus[i]?.singleBit ?? 0;
+    return i === undefined ? 0 : (this.#gpus[i]?.singleBit ?? 0);
   }
 
   /** When tick() could next change something, or null when no recovery is pending. */
@@ -331,7 +355,7 @@ export class HealthTracker<K = number> {
 
   #forTargets(gpu: K | null, fn: (index: number, state: GpuState) => void): void {
     if (gpu === null) {
-      this.#gpus.forEach((state, index) => fn(index, state));
+      for (const [index, state] of this.#gpus.entries()) fn(index, state);
       return;
     }
     const index = this.#at.get(gpu);
@@ -353,7 +377,13 @@ export class HealthTracker<K = number> {
     if (g.health === 'Unhealthy') return;
     g.health = 'Unhealthy';
     const scope = everyGpu ? '; the event named no device, so it applies to every GPU' : '';
-    changes.push({ gpu: this.#key(index), health: 'Unhealthy', reason: `critical XID ${xid} (${meaning})${scope}`, xid, meaning });
+    changes.push({
+      gpu: this.#key(index),
+      health: 'Unhealthy',
+      reason: `critical XID ${xid} (${meaning})${scope}`,
+      xid,
+      meaning,
+    });
   }
 
   #doubleBit(index: number, g: GpuState, everyGpu: boolean, changes: HealthChange<K>[]): void {
@@ -362,7 +392,11 @@ export class HealthTracker<K = number> {
     if (g.health === 'Unhealthy') return;
     g.health = 'Unhealthy';
     const scope = everyGpu ? '; the event named no device, so it applies to every GPU' : '';
-    changes.push({ gpu: this.#key(index), health: 'Unhealthy', reason: `double-bit ECC error (uncorrectable memory error)${scope}` });
+    changes.push({
+      gpu: this.#key(index),
+      health: 'Unhealthy',
+      reason: `double-bit ECC error (uncorrectable memory error)${scope}`,
+    });
   }
 
   #probe(index: number, g: GpuState, result: 'ok' | 'lost', nowMs: number, changes: HealthChange<K>[]): void {
@@ -375,7 +409,11 @@ export class HealthTracker<K = number> {
     g.okSinceQuietStart = false;
     if (!this.#watchLost || g.health === 'Unhealthy') return;
     g.health = 'Unhealthy';
-    changes.push({ gpu: this.#key(index), health: 'Unhealthy', reason: 'GPU is lost: NVML answered GPU_IS_LOST (fallen off the bus)' });
+    changes.push({
+      gpu: this.#key(index),
+      health: 'Unhealthy',
+      reason: 'GPU is lost: NVML answered GPU_IS_LOST (fallen off the bus)',
+    });
   }
 
   #recoverable(g: GpuState): boolean {
@@ -400,7 +438,11 @@ export class HealthTracker<K = number> {
       if (!this.#recoverable(g) || nowMs < g.quietStartMs + quietMs) return;
       g.health = 'Healthy';
       g.okSinceQuietStart = false;
-      const change: HealthChange<K> = { gpu: this.#key(index), health: 'Healthy', reason: `recovered: probes answered ok and no critical XID for ${quietMs} ms` };
+      const change: HealthChange<K> = {
+        gpu: this.#key(index),
+        health: 'Healthy',
+        reason: `recovered: probes answered ok and no critical XID for ${quietMs} ms`,
+      };
       if (g.lastXid !== null) {
         const meaning = xidMeaning(g.lastXid);
         change.reason = `recovered from XID ${g.lastXid} (${meaning}): probes answered ok and no critical XID for ${quietMs} ms`;

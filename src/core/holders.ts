@@ -8,7 +8,10 @@ import { RESOURCE_DOMAIN, parseReplicaId } from './sharing.ts';
 export interface PodDevices {
   readonly namespace: string;
   readonly pod: string;
-  readonly containers: readonly { readonly name: string; readonly devices: readonly { readonly resource: string; readonly ids: readonly string[] }[] }[];
+  readonly containers: readonly {
+    readonly name: string;
+    readonly devices: readonly { readonly resource: string; readonly ids: readonly string[] }[];
+  }[];
 }
 
 export interface Holder {
@@ -25,8 +28,11 @@ export interface Holder {
  * `carved`: IDs of devices carved from a GPU that are neither its UUID nor its index (MIG devices:
  * their `MIG-…` UUID or `<gpu index>:<MIG index>` index), with the GPU's position.
  */
-export function deviceHolders(gpus: readonly { readonly index: number; readonly uuid: string }[], pods: readonly PodDevices[],
-  carved: ReadonlyMap<string, number> = new Map()): { perGpu: Holder[][]; others: Holder[] } {
+export function deviceHolders(
+  gpus: readonly { readonly index: number; readonly uuid: string }[],
+  pods: readonly PodDevices[],
+  carved: ReadonlyMap<string, number> = new Map(),
+): { perGpu: Holder[][]; others: Holder[] } {
   const byId = new Map<string, number>(carved);
   gpus.forEach((g, pos) => {
     byId.set(g.uuid, pos);
@@ -48,7 +54,10 @@ export function deviceHolders(gpus: readonly { readonly index: number; readonly 
       }
     }
   }
-  const order = (a: Holder, b: Holder): number => `${a.namespace}/${a.pod}/${a.container}/${a.deviceId}` < `${b.namespace}/${b.pod}/${b.container}/${b.deviceId}` ? -1 : 1;
+  const order = (a: Holder, b: Holder): number =>
+    `${a.namespace}/${a.pod}/${a.container}/${a.deviceId}` < `${b.namespace}/${b.pod}/${b.container}/${b.deviceId}`
+      ? -1
+      : 1;
   for (const list of perGpu) list.sort(order);
   others.sort(order);
   return { perGpu, others };

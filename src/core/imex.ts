@@ -27,7 +27,12 @@ export interface ImexChoice {
  * The channels to pass, from the configured IDs and the channel device nodes present (container
  * paths, see imexChannelPath). A missing channel is skipped, or fatal with `required`.
  */
-export function chooseImexChannels(ids: readonly number[], present: ReadonlySet<string>, required: boolean, devRoot: string): ImexChoice {
+export function chooseImexChannels(
+  ids: readonly number[],
+  present: ReadonlySet<string>,
+  required: boolean,
+  devRoot: string,
+): ImexChoice {
   const channels: number[] = [];
   const missing: string[] = [];
   for (const id of ids) {
@@ -35,8 +40,9 @@ export function chooseImexChannels(ids: readonly number[], present: ReadonlySet<
     if (present.has(path)) channels.push(id);
     else missing.push(`IMEX channel ${id}: ${devRoot.replace(/\/+$/, '')}${path} does not exist`);
   }
-  const fatal = required && missing.length > 0
-    ? `${missing.join('; ')}, and --imex-required is set; is the IMEX daemon (nvidia-imex) running and channel ${ids.join(',')} created? (or drop --imex-required to start without it)`
-    : null;
+  const fatal =
+    required && missing.length > 0
+      ? `${missing.join('; ')}, and --imex-required is set; is the IMEX daemon (nvidia-imex) running and channel ${ids.join(',')} created? (or drop --imex-required to start without it)`
+      : null;
   return { channels, missing, fatal };
 }

@@ -23,7 +23,10 @@ export interface LabelGpu {
 }
 
 /** A MIG device as the labels see it; `parent` is its GPU's position in `gpus`. */
-export type LabelMigDevice = Pick<MigDevice, 'parent' | 'profile' | 'giSlices' | 'ciSlices' | 'memoryBytes' | 'multiprocessors' | 'engines'>;
+export type LabelMigDevice = Pick<
+  MigDevice,
+  'parent' | 'profile' | 'giSlices' | 'ciSlices' | 'memoryBytes' | 'multiprocessors' | 'engines'
+>;
 
 export interface LabelInput {
   readonly gpus: readonly LabelGpu[];
@@ -48,23 +51,37 @@ export type Label = readonly [name: string, value: string];
 
 /** GFD's sanitising of names: drop characters outside [A-Za-z0-9-_. ], then join the words with '-'. */
 export function sanitise(text: string): string {
-  return text.replace(/[^A-Za-z0-9\-_. ]/g, '').split(/\s+/).filter((w) => w !== '').join('-');
+  return text
+    .replace(/[^A-Za-z0-9\-_. ]/g, '')
+    .split(/\s+/)
+    .filter((w) => w !== '')
+    .join('-');
 }
 
 /** GFD's architecture family for a compute capability. */
 export function archFamily(major: number, minor: number): string {
   switch (major) {
-    case 1: return 'tesla';
-    case 2: return 'fermi';
-    case 3: return 'kepler';
-    case 5: return 'maxwell';
-    case 6: return 'pascal';
-    case 7: return minor < 5 ? 'volta' : 'turing';
-    case 8: return minor < 9 ? 'ampere' : 'ada-lovelace';
-    case 9: return 'hopper';
+    case 1:
+      return 'tesla';
+    case 2:
+      return 'fermi';
+    case 3:
+      return 'kepler';
+    case 5:
+      return 'maxwell';
+    case 6:
+      return 'pascal';
+    case 7:
+      return minor < 5 ? 'volta' : 'turing';
+    case 8:
+      return minor < 9 ? 'ampere' : 'ada-lovelace';
+    case 9:
+      return 'hopper';
     case 10:
-    case 12: return 'blackwell';
-    default: return 'undefined';
+    case 12:
+      return 'blackwell';
+    default:
+      return 'undefined';
   }
 }
 
@@ -72,11 +89,18 @@ export function archFamily(major: number, minor: number): string {
  * How a resource (nvidia.com/gpu unless named) is shared, as GFD reads it from the config: replicas,
  * whether it is renamed, and the strategy (`time-slicing` or `mps`; `none` with one replica).
  */
-export function gpuSharing(sharing: Sharing, resource: string = GPU_RESOURCE): { replicas: number; renamed: boolean; strategy: SharingStrategy } {
+export function gpuSharing(
+  sharing: Sharing,
+  resource: string = GPU_RESOURCE,
+): { replicas: number; renamed: boolean; strategy: SharingStrategy } {
   const active = activeSharing(sharing);
   const r = active?.config.resources.find((x) => x.name === resource);
   if (active === null || r === undefined) return { replicas: 1, renamed: false, strategy: 'none' };
-  return { replicas: r.replicas, renamed: r.rename !== null || active.config.renameByDefault, strategy: r.replicas > 1 ? active.strategy : 'none' };
+  return {
+    replicas: r.replicas,
+    renamed: r.rename !== null || active.config.renameByDefault,
+    strategy: r.replicas > 1 ? active.strategy : 'none',
+  };
 }
 
 /**
@@ -204,7 +228,8 @@ function singleMigLabels(input: LabelInput, set: SetLabel, product: string): voi
 /** mixed: the gpu.* labels stay as with `none`; every profile advertised gets labels of its own. */
 function mixedMigLabels(input: LabelInput, set: SetLabel): void {
   const byProfile = new Map<string, LabelMigDevice[]>();
-  for (const d of input.migDevices.filter(isFullInstance)) byProfile.set(d.profile, [...(byProfile.get(d.profile) ?? []), d]);
+  for (const d of input.migDevices.filter(isFullInstance))
+    byProfile.set(d.profile, [...(byProfile.get(d.profile) ?? []), d]);
   for (const [profile, devices] of byProfile) {
     const resource = migResourceName(profile);
     const key = resource.slice(LABEL_PREFIX.length);

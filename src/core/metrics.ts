@@ -5,8 +5,20 @@
 // Pure: the clock is passed in, nothing here does I/O.
 
 /** RPC methods, by the number the handlers record them under. */
-export const RPC_METHODS = ['GetDevicePluginOptions', 'ListAndWatch', 'GetPreferredAllocation', 'Allocate', 'PreStartContainer'] as const;
-export const RPC = { GetDevicePluginOptions: 0, ListAndWatch: 1, GetPreferredAllocation: 2, Allocate: 3, PreStartContainer: 4 } as const;
+export const RPC_METHODS = [
+  'GetDevicePluginOptions',
+  'ListAndWatch',
+  'GetPreferredAllocation',
+  'Allocate',
+  'PreStartContainer',
+] as const;
+export const RPC = {
+  GetDevicePluginOptions: 0,
+  ListAndWatch: 1,
+  GetPreferredAllocation: 2,
+  Allocate: 3,
+  PreStartContainer: 4,
+} as const;
 export type RpcMethodId = (typeof RPC)[keyof typeof RPC];
 
 /** Outcomes: answered; refused as a bad request (INVALID_ARGUMENT); failed inside the plugin (INTERNAL). */
@@ -27,7 +39,9 @@ export interface RegistrationRecorder {
 export const NO_RECORDER: RpcRecorder & RegistrationRecorder = { rpc: () => undefined, registered: () => undefined };
 
 /** Latency buckets (seconds): Allocate and GetPreferredAllocation answer in well under a millisecond. */
-export const LATENCY_BUCKETS: readonly number[] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1];
+export const LATENCY_BUCKETS: readonly number[] = [
+  0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+];
 
 export class Histogram {
   /** counts[i]: observations in bucket i alone (not cumulative); the last slot is above every bound. */
@@ -163,8 +177,20 @@ export function renderMetrics(m: NodeMetrics, s: MetricsSnapshot): string {
   const now = m.clock();
   const gpuById = new Map(s.gpus.map((g) => [g.uuid, g]));
 
-  family('build_info', 'gauge', 'Always 1; the labels say which plugin version runs on which node with which NVIDIA driver.');
-  sample('build_info', [['version', s.version], ['driver', s.driverVersion], ['node', s.node]], 1);
+  family(
+    'build_info',
+    'gauge',
+    'Always 1; the labels say which plugin version runs on which node with which NVIDIA driver.',
+  );
+  sample(
+    'build_info',
+    [
+      ['version', s.version],
+      ['driver', s.driverVersion],
+      ['node', s.node],
+    ],
+    1,
+  );
 
   family('devices_advertised', 'gauge', 'Devices advertised to the kubelet, per resource.');
   for (const r of s.resources) sample('devices_advertised', [['resource', r.name]], r.devices);
@@ -173,34 +199,84 @@ export function renderMetrics(m: NodeMetrics, s: MetricsSnapshot): string {
 
   // Only on nodes with MPS resources: elsewhere there is no daemon to be up or down.
   if (s.mpsDaemons !== undefined && s.mpsDaemons.length > 0) {
-    family('mps_daemon_up', 'gauge', '1 when the MPS control daemon of the resource answers, 0 when it does not (its replicas are then advertised Unhealthy).');
+    family(
+      'mps_daemon_up',
+      'gauge',
+      '1 when the MPS control daemon of the resource answers, 0 when it does not (its replicas are then advertised Unhealthy).',
+    );
     for (const d of s.mpsDaemons) sample('mps_daemon_up', [['resource', d.resource]], d.up ? 1 : 0);
   }
 
   family('gpu_healthy', 'gauge', '1 when the GPU is healthy, 0 when it is not (XID, double-bit ECC error, lost).');
-  for (const g of s.gpus) sample('gpu_healthy', [['uuid', g.uuid], ['index', String(g.index)]], g.healthy ? 1 : 0);
+  for (const g of s.gpus)
+    sample(
+      'gpu_healthy',
+      [
+        ['uuid', g.uuid],
+        ['index', String(g.index)],
+      ],
+      g.healthy ? 1 : 0,
+    );
 
-  family('xid_errors_total', 'counter', 'NVML XID events seen, by GPU and XID code (uuid and index "all" for events naming no GPU).');
+  family(
+    'xid_errors_total',
+    'counter',
+    'NVML XID events seen, by GPU and XID code (uuid and index "all" for events naming no GPU).',
+  );
   for (const x of m.xids.entries()) {
     // A GPU that has left since keeps its count, with index "gone".
     const g = x.gpu === null ? undefined : gpuById.get(x.gpu);
     const index = x.gpu === null ? 'all' : g === undefined ? 'gone' : String(g.index);
-    sample('xid_errors_total', [['uuid', x.gpu ?? 'all'], ['index', index], ['xid', String(x.xid)]], x.n);
+    sample(
+      'xid_errors_total',
+      [
+        ['uuid', x.gpu ?? 'all'],
+        ['index', index],
+        ['xid', String(x.xid)],
+      ],
+      x.n,
+    );
   }
 
   const rs = m.allResources();
   family('registrations_total', 'counter', 'Registrations the kubelet accepted, per resource.');
   for (const r of rs) sample('registrations_total', [['resource', r.name]], r.registrations);
-  family('reregistrations_total', 'counter', 'Registrations after the first (kubelet restarts, socket recreated, config reloads), per resource.');
+  family(
+    'reregistrations_total',
+    'counter',
+    'Registrations after the first (kubelet restarts, socket recreated, config reloads), per resource.',
+  );
   for (const r of rs) sample('reregistrations_total', [['resource', r.name]], Math.max(0, r.registrations - 1));
-  family('seconds_since_last_registration', 'gauge', 'Seconds since the kubelet last accepted a registration, per resource.');
-  for (const r of rs) if (r.lastRegistrationMs !== null) sample('seconds_since_last_registration', [['resource', r.name]], Math.max(0, (now - r.lastRegistrationMs) / 1000));
+  family(
+    'seconds_since_last_registration',
+    'gauge',
+    'Seconds since the kubelet last accepted a registration, per resource.',
+  );
+  for (const r of rs)
+    if (r.lastRegistrationMs !== null)
+      sample(
+        'seconds_since_last_registration',
+        [['resource', r.name]],
+        Math.max(0, (now - r.lastRegistrationMs) / 1000),
+      );
 
-  family('rpcs_total', 'counter', 'DevicePlugin RPCs answered, by resource, method and outcome (ok, refused as a bad request, error).');
+  family(
+    'rpcs_total',
+    'counter',
+    'DevicePlugin RPCs answered, by resource, method and outcome (ok, refused as a bad request, error).',
+  );
   for (const r of rs) {
     RPC_METHODS.forEach((method, mi) => {
       RPC_OUTCOMES.forEach((outcome, oi) => {
-        sample('rpcs_total', [['resource', r.name], ['method', method], ['outcome', outcome]], r.rpcs[mi * RPC_OUTCOMES.length + oi] ?? 0);
+        sample(
+          'rpcs_total',
+          [
+            ['resource', r.name],
+            ['method', method],
+            ['outcome', outcome],
+          ],
+          r.rpcs[mi * RPC_OUTCOMES.length + oi] ?? 0,
+        );
       });
     });
   }
@@ -212,21 +288,39 @@ export function renderMetrics(m: NodeMetrics, s: MetricsSnapshot): string {
       let cumulative = 0;
       LATENCY_BUCKETS.forEach((le, i) => {
         cumulative += h.counts[i] ?? 0;
-        out.push(`${P}${name}_bucket${labels([['resource', r.name], ['le', String(le)]])} ${cumulative}`);
+        out.push(
+          `${P}${name}_bucket${labels([
+            ['resource', r.name],
+            ['le', String(le)],
+          ])} ${cumulative}`,
+        );
       });
-      out.push(`${P}${name}_bucket${labels([['resource', r.name], ['le', '+Inf']])} ${h.count}`);
+      out.push(
+        `${P}${name}_bucket${labels([
+          ['resource', r.name],
+          ['le', '+Inf'],
+        ])} ${h.count}`,
+      );
       out.push(`${P}${name}_sum${labels([['resource', r.name]])} ${num(h.sum)}`);
       out.push(`${P}${name}_count${labels([['resource', r.name]])} ${h.count}`);
     }
   };
   histogram('allocate_duration_seconds', 'Time to answer Allocate, in seconds.', (r) => r.allocate);
-  histogram('preferred_allocation_duration_seconds', 'Time to answer GetPreferredAllocation, in seconds.', (r) => r.preferred);
+  histogram(
+    'preferred_allocation_duration_seconds',
+    'Time to answer GetPreferredAllocation, in seconds.',
+    (r) => r.preferred,
+  );
 
   if (m.startToRegisteredSeconds !== null) {
-    family('start_to_registered_seconds', 'gauge', 'Seconds from process start until every resource was registered for the first time.');
+    family(
+      'start_to_registered_seconds',
+      'gauge',
+      'Seconds from process start until every resource was registered for the first time.',
+    );
     sample('start_to_registered_seconds', [], m.startToRegisteredSeconds);
   }
   family('resident_memory_bytes', 'gauge', 'Resident set size of the plugin process, in bytes.');
   sample('resident_memory_bytes', [], s.residentBytes);
-  return out.join('\n') + '\n';
+  return `${out.join('\n')}\n`;
 }

@@ -81,11 +81,15 @@ export function profileAttributes(profileIndex: number | null): string {
     case 7: // 1_SLICE_REV1
     case 8: // 2_SLICE_REV1
       return '+me';
-    case 10: case 11: case 12: // *_GFX
+    case 10:
+    case 11:
+    case 12: // *_GFX
       return '+gfx';
-    case 13: case 14: // *_NO_ME
+    case 13:
+    case 14: // *_NO_ME
       return '-me';
-    case 15: case 16: // *_ALL_ME
+    case 15:
+    case 16: // *_ALL_ME
       return '+me.all';
     default:
       return '';
@@ -93,7 +97,13 @@ export function profileAttributes(profileIndex: number | null): string {
 }
 
 /** NVIDIA's name of a MIG profile: `<G>g.<GB>gb`, `<C>c.` in front for a smaller compute instance, then attributes. */
-export function migProfileName(p: { giSlices: number; ciSlices: number; memoryMiB: number; parentMemoryBytes: number; profileIndex: number | null }): string {
+export function migProfileName(p: {
+  giSlices: number;
+  ciSlices: number;
+  memoryMiB: number;
+  parentMemoryBytes: number;
+  profileIndex: number | null;
+}): string {
   const gb = migMemoryGb(p.parentMemoryBytes, p.memoryMiB);
   const base = `${p.giSlices}g.${gb}gb${profileAttributes(p.profileIndex)}`;
   return p.ciSlices === p.giSlices ? base : `${p.ciSlices}c.${base}`;
@@ -118,7 +128,8 @@ export function isMigResource(name: string): boolean {
 export function migDeviceId(d: MigDevice, gpus: readonly Gpu[], strategy: DeviceIdStrategy): string {
   if (strategy === 'uuid') return d.uuid;
   const parent = gpus[d.parent];
-  if (parent === undefined) throw new Error(`MIG device ${d.uuid} refers to GPU position ${d.parent}, which does not exist`);
+  if (parent === undefined)
+    throw new Error(`MIG device ${d.uuid} refers to GPU position ${d.parent}, which does not exist`);
   return `${parent.index}:${d.index}`;
 }
 
@@ -149,9 +160,13 @@ export function singleStrategyProblem(gpus: readonly Gpu[], layout: MigLayout): 
   if (on.length === 0) return null;
   const problems: string[] = [];
   const off = gpus.map((_, i) => i).filter((i) => !enabled(layout, i));
-  if (off.length > 0) problems.push(`GPU ${gpuList(gpus, off)} ${off.length === 1 ? 'has' : 'have'} MIG disabled while GPU ${gpuList(gpus, on)} ${on.length === 1 ? 'has' : 'have'} it enabled`);
+  if (off.length > 0)
+    problems.push(
+      `GPU ${gpuList(gpus, off)} ${off.length === 1 ? 'has' : 'have'} MIG disabled while GPU ${gpuList(gpus, on)} ${on.length === 1 ? 'has' : 'have'} it enabled`,
+    );
   const empty = on.filter((i) => !layout.devices.some((d) => d.parent === i));
-  if (empty.length > 0) problems.push(`GPU ${gpuList(gpus, empty)} ${empty.length === 1 ? 'has' : 'have'} MIG enabled but no MIG devices`);
+  if (empty.length > 0)
+    problems.push(`GPU ${gpuList(gpus, empty)} ${empty.length === 1 ? 'has' : 'have'} MIG enabled but no MIG devices`);
   const byProfile = new Map<string, Set<number>>();
   for (const d of layout.devices) {
     const set = byProfile.get(d.profile) ?? new Set<number>();
@@ -159,7 +174,13 @@ export function singleStrategyProblem(gpus: readonly Gpu[], layout: MigLayout): 
     byProfile.set(d.profile, set);
   }
   if (byProfile.size > 1) {
-    const parts = [...byProfile].map(([p, g]) => `${p} on GPU ${gpuList(gpus, [...g].sort((a, b) => a - b))}`);
+    const parts = [...byProfile].map(
+      ([p, g]) =>
+        `${p} on GPU ${gpuList(
+          gpus,
+          [...g].sort((a, b) => a - b),
+        )}`,
+    );
     problems.push(`MIG devices differ in profile: ${parts.join('; ')}`);
   }
   if (problems.length === 0) return null;
@@ -168,12 +189,19 @@ export function singleStrategyProblem(gpus: readonly Gpu[], layout: MigLayout): 
 
 function checkId(id: string, what: string): void {
   if (id.length === 0 || id.length > MAX_DEVICE_ID_LENGTH) {
-    throw new Error(`${what} has device ID ${JSON.stringify(id)} of ${id.length} characters; the kubelet accepts 1 to ${MAX_DEVICE_ID_LENGTH}`);
+    throw new Error(
+      `${what} has device ID ${JSON.stringify(id)} of ${id.length} characters; the kubelet accepts 1 to ${MAX_DEVICE_ID_LENGTH}`,
+    );
   }
 }
 
 /** The advertised devices of some MIG devices, with the replicas a time-slicing entry asks for. */
-function migDevices(list: readonly { d: MigDevice; pos: number }[], gpus: readonly Gpu[], strategy: DeviceIdStrategy, replicas: number): AdvertisedDevice[] {
+function migDevices(
+  list: readonly { d: MigDevice; pos: number }[],
+  gpus: readonly Gpu[],
+  strategy: DeviceIdStrategy,
+  replicas: number,
+): AdvertisedDevice[] {
   const out: AdvertisedDevice[] = [];
   for (const { d } of list) {
     // Advertised by MIG UUID whatever the strategy; the runtime gets the strategy's name.
@@ -212,20 +240,35 @@ function planMigGroups(
   ts?.resources.forEach((r, k) => {
     if (!handled(r.name)) return;
     const path = `sharing.timeSlicing.resources[${k}]`;
-    if (r.devices.kind !== 'all') throw new SharingError(`${path}.devices`, `MIG resources are time-sliced whole; expected all (or no devices key) for ${r.name}`);
-    if (sharedNames.has(r.name)) throw new SharingError(`${path}.name`, `${r.name} is already time-sliced by an earlier entry`);
+    if (r.devices.kind !== 'all')
+      throw new SharingError(
+        `${path}.devices`,
+        `MIG resources are time-sliced whole; expected all (or no devices key) for ${r.name}`,
+      );
+    if (sharedNames.has(r.name))
+      throw new SharingError(`${path}.name`, `${r.name} is already time-sliced by an earlier entry`);
     sharedNames.add(r.name);
     const list = groups.get(r.name);
     if (list === undefined || list.length === 0) return;
     const target = advertisedName(r, ts.renameByDefault);
     const prev = out.get(target);
     const devices = [...(prev?.devices ?? []), ...migDevices(list, gpus, strategy, r.replicas)];
-    out.set(target, { name: target, devices, shared: r.replicas > 1 || (prev?.shared ?? false), failRequestsGreaterThanOne: ts.failRequestsGreaterThanOne && r.replicas > 1 });
+    out.set(target, {
+      name: target,
+      devices,
+      shared: r.replicas > 1 || (prev?.shared ?? false),
+      failRequestsGreaterThanOne: ts.failRequestsGreaterThanOne && r.replicas > 1,
+    });
   });
   for (const [name, list] of groups) {
     if (sharedNames.has(name) || list.length === 0) continue;
     const prev = out.get(name);
-    out.set(name, { name, devices: [...(prev?.devices ?? []), ...migDevices(list, gpus, strategy, 1)], shared: prev?.shared ?? false, failRequestsGreaterThanOne: prev?.failRequestsGreaterThanOne ?? false });
+    out.set(name, {
+      name,
+      devices: [...(prev?.devices ?? []), ...migDevices(list, gpus, strategy, 1)],
+      shared: prev?.shared ?? false,
+      failRequestsGreaterThanOne: prev?.failRequestsGreaterThanOne ?? false,
+    });
   }
   return [...out.values()];
 }
@@ -252,16 +295,25 @@ export function planMigResources(
   if (migStrategy === 'none' || !anyEnabled) {
     return { resources: planResources(gpus, strategy, sharing, { skipResource: isMigResource }), notes };
   }
-  const devs = layout.devices.map((d, pos) => ({ d, pos })).filter(({ d }) => enabled(layout, d.parent) && gpus[d.parent] !== undefined);
+  const devs = layout.devices
+    .map((d, pos) => ({ d, pos }))
+    .filter(({ d }) => enabled(layout, d.parent) && gpus[d.parent] !== undefined);
   if (migStrategy === 'single') {
     const problem = singleStrategyProblem(gpus, layout);
     if (problem !== null) throw new MigStrategyError(problem);
-    const resources = planMigGroups(new Map([[GPU_RESOURCE, devs]]), gpus, strategy, sharing, (n) => n === GPU_RESOURCE);
+    const resources = planMigGroups(
+      new Map([[GPU_RESOURCE, devs]]),
+      gpus,
+      strategy,
+      sharing,
+      (n) => n === GPU_RESOURCE,
+    );
     return { resources, notes };
   }
   const whole = new Set(gpus.map((_, i) => i).filter((i) => !enabled(layout, i)));
   const isMig = isMigResource;
-  const wholePlan = whole.size === 0 ? [] : planResources(gpus, strategy, sharing, { wholeGpus: whole, skipResource: isMig });
+  const wholePlan =
+    whole.size === 0 ? [] : planResources(gpus, strategy, sharing, { wholeGpus: whole, skipResource: isMig });
   const groups = new Map<string, { d: MigDevice; pos: number }[]>();
   const skipped = new Map<string, number>();
   for (const x of devs) {
@@ -274,14 +326,22 @@ export function planMigResources(
     list.push(x);
     groups.set(name, list);
   }
-  for (const [profile, n] of skipped) notes.push(`${n} MIG device${n === 1 ? '' : 's'} of profile ${profile} not advertised: the mixed strategy advertises full compute instances only`);
+  for (const [profile, n] of skipped)
+    notes.push(
+      `${n} MIG device${n === 1 ? '' : 's'} of profile ${profile} not advertised: the mixed strategy advertises full compute instances only`,
+    );
   for (let i = 0; i < gpus.length; i++) {
     if (enabled(layout, i) && !devs.some(({ d }) => d.parent === i)) {
-      notes.push(`GPU ${gpus[i]?.index} (${gpus[i]?.uuid}) has MIG enabled but no MIG devices; it is skipped until it has some`);
+      notes.push(
+        `GPU ${gpus[i]?.index} (${gpus[i]?.uuid}) has MIG enabled but no MIG devices; it is skipped until it has some`,
+      );
     }
   }
   const migPlan = planMigGroups(groups, gpus, strategy, sharing, isMig);
-  const resources = [...wholePlan.filter((r) => r.devices.length > 0), ...migPlan.sort((a, b) => a.name.localeCompare(b.name))];
+  const resources = [
+    ...wholePlan.filter((r) => r.devices.length > 0),
+    ...migPlan.sort((a, b) => a.name.localeCompare(b.name)),
+  ];
   return { resources, notes };
 }
 
@@ -291,7 +351,9 @@ export function pendingModeChanges(gpus: readonly Gpu[], layout: MigLayout): str
   layout.modes.forEach((m, i) => {
     if (m !== null && m !== undefined && m.current !== m.pending) {
       const g = gpus[i];
-      out.push(`GPU ${g?.index} (${g?.uuid}): MIG mode is ${m.current ? 'enabled' : 'disabled'} now and ${m.pending ? 'enabled' : 'disabled'} after the next GPU reset; nothing changes until then`);
+      out.push(
+        `GPU ${g?.index} (${g?.uuid}): MIG mode is ${m.current ? 'enabled' : 'disabled'} now and ${m.pending ? 'enabled' : 'disabled'} after the next GPU reset; nothing changes until then`,
+      );
     }
   });
   return out;
@@ -322,12 +384,22 @@ export type EventTargets = { readonly units: readonly string[] } | { readonly un
  * A GI/CI this layout does not know concerns nothing known (NVIDIA's plugin ignores it): the caller
  * looks at the MIG layout again and asks once more.
  */
-export function eventUnits(gpus: readonly Gpu[], layout: MigLayout, uuid: string, gi: number | undefined, ci: number | undefined): EventTargets {
+export function eventUnits(
+  gpus: readonly Gpu[],
+  layout: MigLayout,
+  uuid: string,
+  gi: number | undefined,
+  ci: number | undefined,
+): EventTargets {
   if (gi === undefined || gi === WHOLE_GPU_INSTANCE) return { units: unitsOfGpu(gpus, layout, uuid) };
   const pos = gpus.findIndex((g) => g.uuid === uuid);
-  const hits = layout.devices.filter((m) => m.parent === pos && m.gi === gi && (ci === undefined || ci === WHOLE_GPU_INSTANCE || m.ci === ci)).map((m) => m.uuid);
+  const hits = layout.devices
+    .filter((m) => m.parent === pos && m.gi === gi && (ci === undefined || ci === WHOLE_GPU_INSTANCE || m.ci === ci))
+    .map((m) => m.uuid);
   if (hits.length > 0) return { units: hits };
-  return { unknown: `GPU instance ${gi}${ci === undefined || ci === WHOLE_GPU_INSTANCE ? '' : `, compute instance ${ci}`} is no MIG device known on this GPU` };
+  return {
+    unknown: `GPU instance ${gi}${ci === undefined || ci === WHOLE_GPU_INSTANCE ? '' : `, compute instance ${ci}`} is no MIG device known on this GPU`,
+  };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -352,7 +424,11 @@ export function parseMigMinors(text: string): Map<string, number> {
  * MIG UUID, from mig-minors and the parents' minor numbers. Throws naming the first device
  * whose entries are missing.
  */
-export function migCapabilityNodes(gpus: readonly Gpu[], devices: readonly MigDevice[], minors: ReadonlyMap<string, number>): Map<string, readonly string[]> {
+export function migCapabilityNodes(
+  gpus: readonly Gpu[],
+  devices: readonly MigDevice[],
+  minors: ReadonlyMap<string, number>,
+): Map<string, readonly string[]> {
   const out = new Map<string, readonly string[]>();
   devices.forEach((d) => {
     const parent = gpus[d.parent];
@@ -362,7 +438,9 @@ export function migCapabilityNodes(gpus: readonly Gpu[], devices: readonly MigDe
     const gi = minors.get(giKey);
     const ci = minors.get(ciKey);
     if (gi === undefined || ci === undefined) {
-      throw new Error(`mig-minors has no ${gi === undefined ? giKey : ciKey} for MIG device ${d.uuid} (GPU ${parent.index}, GI ${d.gi}, CI ${d.ci})`);
+      throw new Error(
+        `mig-minors has no ${gi === undefined ? giKey : ciKey} for MIG device ${d.uuid} (GPU ${parent.index}, GI ${d.gi}, CI ${d.ci})`,
+      );
     }
     out.set(d.uuid, [`${MIG_CAPS_DIR}/nvidia-cap${gi}`, `${MIG_CAPS_DIR}/nvidia-cap${ci}`]);
   });

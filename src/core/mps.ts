@@ -103,7 +103,12 @@ export function planMpsDaemons(resources: readonly PlannedResource[], gpus: read
       gpus: positions.map((pos, k) => {
         const gpu = gpus[pos] as Gpu;
         const n = perGpu.get(pos) ?? replicas;
-        return { uuid: gpu.uuid, index: gpu.index, mpsDevice: k, pinnedMemLimitMiB: Math.floor(gpu.memoryBytes / (1024 * 1024) / n) };
+        return {
+          uuid: gpu.uuid,
+          index: gpu.index,
+          mpsDevice: k,
+          pinnedMemLimitMiB: Math.floor(gpu.memoryBytes / (1024 * 1024) / n),
+        };
       }),
     });
   }
@@ -118,22 +123,38 @@ export interface MpsOptions {
 }
 
 /** Why MPS cannot be used with these options (checked before NVML is opened), naming what to change; null when it can or is not configured. */
-export function mpsOptionsProblem(sharing: Sharing, o: MpsOptions): { readonly key: string; readonly message: string } | null {
+export function mpsOptionsProblem(
+  sharing: Sharing,
+  o: MpsOptions,
+): { readonly key: string; readonly message: string } | null {
   if (sharing.mps === undefined || sharing.mps === null) return null;
   if (sharing.timeSlicing !== null) {
-    return { key: 'sharing.mps', message: 'MPS and time-slicing exclude each other; keep sharing.mps or sharing.timeSlicing, not both' };
+    return {
+      key: 'sharing.mps',
+      message: 'MPS and time-slicing exclude each other; keep sharing.mps or sharing.timeSlicing, not both',
+    };
   }
   if (o.migStrategy === 'mixed') {
-    return { key: '--mig-strategy', message: 'using --mig-strategy=mixed is not supported with MPS (sharing using MPS is not supported for MIG devices); use --mig-strategy=none, or share with sharing.timeSlicing' };
+    return {
+      key: '--mig-strategy',
+      message:
+        'using --mig-strategy=mixed is not supported with MPS (sharing using MPS is not supported for MIG devices); use --mig-strategy=none, or share with sharing.timeSlicing',
+    };
   }
   if (o.mpsRoot === '') {
-    return { key: '--mps-root', message: `using MPS requires --mps-root (MPS_ROOT, flags.mpsRoot): the host directory of the MPS control daemons' pipes and shm; set it, e.g. --mps-root=${DEFAULT_MPS_ROOT} (the package's env file does)` };
+    return {
+      key: '--mps-root',
+      message: `using MPS requires --mps-root (MPS_ROOT, flags.mpsRoot): the host directory of the MPS control daemons' pipes and shm; set it, e.g. --mps-root=${DEFAULT_MPS_ROOT} (the package's env file does)`,
+    };
   }
   return null;
 }
 
 /** What the client limit needs of a GPU, by UUID (core/snapshot.ts NodeFacts.gpus). */
-export type ComputeByUuid = ReadonlyMap<string, { readonly compute: { readonly major: number; readonly minor: number } | null }>;
+export type ComputeByUuid = ReadonlyMap<
+  string,
+  { readonly compute: { readonly major: number; readonly minor: number } | null }
+>;
 
 /**
  * Why a plan's MPS replicas cannot be served on this node, as a SharingError naming the config key:
@@ -141,17 +162,28 @@ export type ComputeByUuid = ReadonlyMap<string, { readonly compute: { readonly m
  * replicas on a GPU than its MPS server takes clients (maxMpsClients). `compute` absent: the facts
  * were not read, and the client limit is not checked (the daemon's own plan, which reads them, does).
  */
-export function mpsPlanProblem(resources: readonly PlannedResource[], gpus: readonly Gpu[], mig: MigLayout, sharing: Sharing, compute?: ComputeByUuid): SharingError | null {
+export function mpsPlanProblem(
+  resources: readonly PlannedResource[],
+  gpus: readonly Gpu[],
+  mig: MigLayout,
+  sharing: Sharing,
+  compute?: ComputeByUuid,
+): SharingError | null {
   const active = activeSharing(sharing);
   if (active === null || active.strategy !== 'mps') return null;
   const entryOf = (resource: string, replicas: number): string => {
-    const k = active.config.resources.findIndex((e) => e.replicas === replicas && advertisedName(e, active.config.renameByDefault) === resource);
+    const k = active.config.resources.findIndex(
+      (e) => e.replicas === replicas && advertisedName(e, active.config.renameByDefault) === resource,
+    );
     return k < 0 ? `${active.key}.resources` : `${active.key}.resources[${k}]`;
   };
   for (const r of resources) {
     const migDevice = r.devices.find((d) => d.mig !== undefined);
     if (migDevice !== undefined) {
-      return new SharingError(active.key, `sharing using MPS is not supported for MIG devices (${r.name} would hold MIG device ${migDevice.mig}); use --mig-strategy=none with MIG disabled, or share with sharing.timeSlicing`);
+      return new SharingError(
+        active.key,
+        `sharing using MPS is not supported for MIG devices (${r.name} would hold MIG device ${migDevice.mig}); use --mig-strategy=none with MIG disabled, or share with sharing.timeSlicing`,
+      );
     }
     if (r.mps !== true) continue;
     const perGpu = new Map<number, number>();
@@ -160,14 +192,23 @@ export function mpsPlanProblem(resources: readonly PlannedResource[], gpus: read
       const gpu = gpus[pos];
       if (gpu === undefined) continue;
       if (mig.modes[pos]?.current === true) {
-        return new SharingError(`${entryOf(r.name, n)}.devices`, `GPU ${gpu.index} (${gpu.uuid}) has MIG enabled; sharing using MPS is not supported for MIG devices; disable MIG on it (nvidia-smi -i ${gpu.index} -mig 0) or leave it out of devices`);
+        return new SharingError(
+          `${entryOf(r.name, n)}.devices`,
+          `GPU ${gpu.index} (${gpu.uuid}) has MIG enabled; sharing using MPS is not supported for MIG devices; disable MIG on it (nvidia-smi -i ${gpu.index} -mig 0) or leave it out of devices`,
+        );
       }
       if (compute === undefined) continue;
       const cc = compute.get(gpu.uuid)?.compute ?? null;
       const max = maxMpsClients(cc);
       if (n > max) {
-        const what = cc === null ? 'its compute capability is unknown, so it is held to' : `compute capability ${cc.major}.${cc.minor} serves at most`;
-        return new SharingError(`${entryOf(r.name, n)}.replicas`, `${n} replicas of GPU ${gpu.index} (${gpu.uuid}) are more MPS clients than it takes: ${what} ${max} (${MPS_CLIENTS_FROM_VOLTA} from Volta, compute capability 7.0, ${MPS_CLIENTS_BEFORE_VOLTA} before); ask for at most ${max}`);
+        const what =
+          cc === null
+            ? 'its compute capability is unknown, so it is held to'
+            : `compute capability ${cc.major}.${cc.minor} serves at most`;
+        return new SharingError(
+          `${entryOf(r.name, n)}.replicas`,
+          `${n} replicas of GPU ${gpu.index} (${gpu.uuid}) are more MPS clients than it takes: ${what} ${max} (${MPS_CLIENTS_FROM_VOLTA} from Volta, compute capability 7.0, ${MPS_CLIENTS_BEFORE_VOLTA} before); ask for at most ${max}`,
+        );
       }
     }
   }

@@ -38,8 +38,12 @@ function positions(ids: readonly string[], what: string, ci: number, index: Devi
   const seen = new Set<string>();
   return ids.map((id) => {
     const dev = index.byId.get(id);
-    if (dev === undefined) throw new RequestError(`container request ${ci}: ${what} device ID ${showId(id)} is not one this plugin advertises`);
-    if (seen.has(id)) throw new RequestError(`container request ${ci}: ${what} device ID ${showId(id)} is listed twice`);
+    if (dev === undefined)
+      throw new RequestError(
+        `container request ${ci}: ${what} device ID ${showId(id)} is not one this plugin advertises`,
+      );
+    if (seen.has(id))
+      throw new RequestError(`container request ${ci}: ${what} device ID ${showId(id)} is listed twice`);
     seen.add(id);
     return dev.gpu;
   });
@@ -150,12 +154,13 @@ export function chooseMigDevices(
   let best: { node: number; ids: string[] } | undefined;
   for (const [node, ids] of [...byNode].sort((a, b) => a[0] - b[0])) {
     if (ids.length < size || (mustNodes.size > 0 && !(mustNodes.size === 1 && mustNodes.has(node)))) continue;
-    const better = best === undefined || (policy === 'packed' ? ids.length < best.ids.length : ids.length > best.ids.length);
+    const better =
+      best === undefined || (policy === 'packed' ? ids.length < best.ids.length : ids.length > best.ids.length);
     if (better) best = { node, ids };
   }
   const pool = best?.ids ?? available;
   const groupOf = index.shared
-    ? (d: AdvertisedDevice) => (d.mig === undefined ? -1 - d.gpu : index.migGroups?.get(d.mig) ?? -1 - d.gpu)
+    ? (d: AdvertisedDevice) => (d.mig === undefined ? -1 - d.gpu : (index.migGroups?.get(d.mig) ?? -1 - d.gpu))
     : (d: AdvertisedDevice) => d.gpu;
   return chooseReplicas(pool, mustInclude, size, index, policy, groupOf);
 }
@@ -170,36 +175,50 @@ export function preferredAllocation(
   chooser: GpuChooser,
   policy: SharedAllocationPolicy = 'distributed',
 ): string[][] {
-  if (containers.length === 0) throw new RequestError('GetPreferredAllocation request has no container requests; expected one per container');
+  if (containers.length === 0)
+    throw new RequestError('GetPreferredAllocation request has no container requests; expected one per container');
   if (containers.length > Math.max(index.byId.size, 1)) {
-    throw new RequestError(`GetPreferredAllocation request has ${containers.length} container requests, more than the ${index.byId.size} devices this plugin advertises`);
+    throw new RequestError(
+      `GetPreferredAllocation request has ${containers.length} container requests, more than the ${index.byId.size} devices this plugin advertises`,
+    );
   }
   return containers.map((c, ci) => {
     const size = c.allocation_size;
     const avail = c.available_deviceIDs;
     if (!Number.isInteger(size) || size < 1) {
-      throw new RequestError(`container request ${ci}: allocation_size ${size} is not allowed; expected 1 to ${avail.length} (the available devices)`);
+      throw new RequestError(
+        `container request ${ci}: allocation_size ${size} is not allowed; expected 1 to ${avail.length} (the available devices)`,
+      );
     }
     if (avail.length > index.byId.size) {
-      throw new RequestError(`container request ${ci}: ${avail.length} available device IDs, more than the ${index.byId.size} this plugin advertises`);
+      throw new RequestError(
+        `container request ${ci}: ${avail.length} available device IDs, more than the ${index.byId.size} this plugin advertises`,
+      );
     }
     const availGpus = positions(avail, 'available', ci, index);
     const mustGpus = positions(c.must_include_deviceIDs, 'must-include', ci, index);
     const availSet = new Set(avail);
     for (const id of c.must_include_deviceIDs) {
-      if (!availSet.has(id)) throw new RequestError(`container request ${ci}: must-include device ID ${showId(id)} is not among the available devices`);
+      if (!availSet.has(id))
+        throw new RequestError(
+          `container request ${ci}: must-include device ID ${showId(id)} is not among the available devices`,
+        );
     }
     if (size < mustGpus.length) {
-      throw new RequestError(`container request ${ci}: allocation_size ${size} is smaller than the ${mustGpus.length} must-include devices`);
+      throw new RequestError(
+        `container request ${ci}: allocation_size ${size} is smaller than the ${mustGpus.length} must-include devices`,
+      );
     }
     if (size > availGpus.length) {
-      throw new RequestError(`container request ${ci}: allocation_size ${size} is larger than the ${availGpus.length} available devices`);
+      throw new RequestError(
+        `container request ${ci}: allocation_size ${size} is larger than the ${availGpus.length} available devices`,
+      );
     }
     if (index.mig === true) return chooseMigDevices(avail, c.must_include_deviceIDs, size, index, policy);
     if (index.shared) return chooseReplicas(avail, c.must_include_deviceIDs, size, index, policy);
     // Whole GPUs: one advertised ID per GPU position, so positions map back one to one.
     const idOf = new Map<number, string>();
-    avail.forEach((id, i) => idOf.set(availGpus[i] as number, id));
+    for (const [i, id] of avail.entries()) idOf.set(availGpus[i] as number, id);
     const chosen = chooser.choose(availGpus, mustGpus, size);
     return chosen.map((g) => {
       const id = idOf.get(g);

@@ -62,9 +62,13 @@ export type SharingStrategy = 'none' | 'time-slicing' | 'mps';
  * The sharing section in force and the config key it sits under: MPS when configured, else
  * time-slicing, else null. Both at once is refused when the file is read (and by planResources).
  */
-export function activeSharing(sharing: Sharing): { readonly strategy: 'time-slicing' | 'mps'; readonly key: string; readonly config: TimeSlicing } | null {
-  if (sharing.mps !== undefined && sharing.mps !== null) return { strategy: 'mps', key: 'sharing.mps', config: sharing.mps };
-  if (sharing.timeSlicing !== null) return { strategy: 'time-slicing', key: 'sharing.timeSlicing', config: sharing.timeSlicing };
+export function activeSharing(
+  sharing: Sharing,
+): { readonly strategy: 'time-slicing' | 'mps'; readonly key: string; readonly config: TimeSlicing } | null {
+  if (sharing.mps !== undefined && sharing.mps !== null)
+    return { strategy: 'mps', key: 'sharing.mps', config: sharing.mps };
+  if (sharing.timeSlicing !== null)
+    return { strategy: 'time-slicing', key: 'sharing.timeSlicing', config: sharing.timeSlicing };
   return null;
 }
 
@@ -101,9 +105,14 @@ export function parseReplicaId(id: string): { base: string; replica: number } | 
 export function qualifyResourceName(raw: string): { name: string } | { problem: string } {
   const full = raw.startsWith(`${RESOURCE_DOMAIN}/`) ? raw : `${RESOURCE_DOMAIN}/${raw}`;
   const local = full.slice(RESOURCE_DOMAIN.length + 1);
-  if (full.length > MAX_RESOURCE_NAME_LENGTH) return { problem: `${JSON.stringify(full)} is ${full.length} characters; at most ${MAX_RESOURCE_NAME_LENGTH} are allowed` };
+  if (full.length > MAX_RESOURCE_NAME_LENGTH)
+    return {
+      problem: `${JSON.stringify(full)} is ${full.length} characters; at most ${MAX_RESOURCE_NAME_LENGTH} are allowed`,
+    };
   if (!/^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/.test(local)) {
-    return { problem: `${JSON.stringify(raw)} is not a resource name; expected lower-case letters, digits, '-' and '.' after ${RESOURCE_DOMAIN}/ (e.g. gpu.shared)` };
+    return {
+      problem: `${JSON.stringify(raw)} is not a resource name; expected lower-case letters, digits, '-' and '.' after ${RESOURCE_DOMAIN}/ (e.g. gpu.shared)`,
+    };
   }
   return { name: full };
 }
@@ -132,7 +141,9 @@ export interface PlannedResource {
 
 function checkId(id: string, gpu: Gpu): void {
   if (id.length === 0 || id.length > MAX_DEVICE_ID_LENGTH) {
-    throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) has device ID ${JSON.stringify(id)} of ${id.length} characters; the kubelet accepts 1 to ${MAX_DEVICE_ID_LENGTH}`);
+    throw new Error(
+      `GPU ${gpu.index} (bus ${gpu.busId}) has device ID ${JSON.stringify(id)} of ${id.length} characters; the kubelet accepts 1 to ${MAX_DEVICE_ID_LENGTH}`,
+    );
   }
 }
 
@@ -145,12 +156,16 @@ function select(sel: DeviceSelection, gpus: readonly Gpu[], path: string): numbe
         throw new SharingError(path, `${sel.count} GPUs asked for, but this node has ${gpus.length}`);
       }
       const byIndex = gpus.map((g, i) => ({ index: g.index, pos: i })).sort((a, b) => a.index - b.index);
-      return byIndex.slice(0, sel.count).map((x) => x.pos).sort((a, b) => a - b);
+      return byIndex
+        .slice(0, sel.count)
+        .map((x) => x.pos)
+        .sort((a, b) => a - b);
     }
     case 'list': {
       const chosen: number[] = [];
       sel.refs.forEach((ref, k) => {
-        const pos = 'index' in ref ? gpus.findIndex((g) => g.index === ref.index) : gpus.findIndex((g) => g.uuid === ref.uuid);
+        const pos =
+          'index' in ref ? gpus.findIndex((g) => g.index === ref.index) : gpus.findIndex((g) => g.uuid === ref.uuid);
         if (pos < 0) {
           const what = 'index' in ref ? `GPU ${ref.index}` : `GPU ${ref.uuid}`;
           const have = gpus.length === 0 ? 'none' : `indices ${gpus.map((g) => g.index).join(', ')}`;
@@ -178,9 +193,17 @@ export interface PlanScope {
  * first when it has devices; a resource with no devices is not advertised. Throws SharingError naming
  * the config key for selections that do not fit the node.
  */
-export function planResources(gpus: readonly Gpu[], strategy: DeviceIdStrategy, sharing: Sharing, scope: PlanScope = {}): PlannedResource[] {
+export function planResources(
+  gpus: readonly Gpu[],
+  strategy: DeviceIdStrategy,
+  sharing: Sharing,
+  scope: PlanScope = {},
+): PlannedResource[] {
   if (sharing.timeSlicing !== null && sharing.mps !== undefined && sharing.mps !== null) {
-    throw new SharingError('sharing.mps', 'MPS and time-slicing exclude each other; keep sharing.mps or sharing.timeSlicing, not both');
+    throw new SharingError(
+      'sharing.mps',
+      'MPS and time-slicing exclude each other; keep sharing.mps or sharing.timeSlicing, not both',
+    );
   }
   const active = activeSharing(sharing);
   const isWhole = (pos: number): boolean => scope.wholeGpus?.has(pos) ?? true;
@@ -190,12 +213,23 @@ export function planResources(gpus: readonly Gpu[], strategy: DeviceIdStrategy, 
     // Advertised by UUID whatever the strategy; the runtime gets the strategy's name (devices.ts).
     const id = gpu.uuid;
     checkId(id, gpu);
-    if (seen.has(id)) throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) repeats device ID ${id}; every GPU needs its own`);
+    if (seen.has(id))
+      throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) repeats device ID ${id}; every GPU needs its own`);
     seen.add(id);
     return { id, uuid: gpu.uuid, gpu: pos, runtimeName: gpuDeviceId(gpu, strategy) };
   };
   if (active === null) {
-    return [{ name: GPU_RESOURCE, devices: gpus.map((_, i) => i).filter(isWhole).map((i) => whole(i)), shared: false, failRequestsGreaterThanOne: false }];
+    return [
+      {
+        name: GPU_RESOURCE,
+        devices: gpus
+          .map((_, i) => i)
+          .filter(isWhole)
+          .map((i) => whole(i)),
+        shared: false,
+        failRequestsGreaterThanOne: false,
+      },
+    ];
   }
   const ts = active.config;
   const mps = active.strategy === 'mps' ? { mps: true as const } : {};
@@ -204,7 +238,11 @@ export function planResources(gpus: readonly Gpu[], strategy: DeviceIdStrategy, 
   ts.resources.forEach((r, k) => {
     const path = `${active.key}.resources[${k}]`;
     if (scope.skipResource?.(r.name) === true) return;
-    if (r.name !== GPU_RESOURCE) throw new SharingError(`${path}.name`, `${JSON.stringify(r.name)} is not a resource of this plugin; expected ${GPU_RESOURCE}`);
+    if (r.name !== GPU_RESOURCE)
+      throw new SharingError(
+        `${path}.name`,
+        `${JSON.stringify(r.name)} is not a resource of this plugin; expected ${GPU_RESOURCE}`,
+      );
     const chosen = select(r.devices, gpus, `${path}.devices`).filter(isWhole);
     const target = advertisedName(r, ts.renameByDefault);
     const list = byName.get(target) ?? [];
@@ -212,7 +250,10 @@ export function planResources(gpus: readonly Gpu[], strategy: DeviceIdStrategy, 
     for (const pos of chosen) {
       const earlier = sharedBy.get(pos);
       if (earlier !== undefined) {
-        throw new SharingError(`${path}.devices`, `GPU ${gpus[pos]?.index} is already shared by ${active.key}.resources[${earlier}]; a GPU is shared by one entry`);
+        throw new SharingError(
+          `${path}.devices`,
+          `GPU ${gpus[pos]?.index} is already shared by ${active.key}.resources[${earlier}]; a GPU is shared by one entry`,
+        );
       }
       sharedBy.set(pos, k);
       const gpu = gpus[pos] as Gpu;
@@ -220,7 +261,8 @@ export function planResources(gpus: readonly Gpu[], strategy: DeviceIdStrategy, 
       for (let n = 0; n < r.replicas; n++) {
         const id = replicaId(gpu.uuid, n);
         checkId(id, gpu);
-        if (seen.has(id)) throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) repeats device ID ${id}; every GPU needs its own`);
+        if (seen.has(id))
+          throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) repeats device ID ${id}; every GPU needs its own`);
         seen.add(id);
         list.push({ id, uuid: gpu.uuid, gpu: pos, runtimeName, replica: n });
       }
@@ -236,19 +278,35 @@ export function planResources(gpus: readonly Gpu[], strategy: DeviceIdStrategy, 
     [...ds].sort((a, b) => a.gpu - b.gpu || (a.replica ?? -1) - (b.replica ?? -1));
   if (gpuList.length > 0) {
     const shared = gpuList.some((d) => d.replica !== undefined);
-    out.push({ name: GPU_RESOURCE, devices: ordered(gpuList), shared, failRequestsGreaterThanOne: shared && ts.failRequestsGreaterThanOne, ...(shared ? mps : {}) });
+    out.push({
+      name: GPU_RESOURCE,
+      devices: ordered(gpuList),
+      shared,
+      failRequestsGreaterThanOne: shared && ts.failRequestsGreaterThanOne,
+      ...(shared ? mps : {}),
+    });
   }
   for (const [name, ds] of byName) {
     if (name === GPU_RESOURCE || ds.length === 0) continue;
-    out.push({ name, devices: ordered(ds), shared: true, failRequestsGreaterThanOne: ts.failRequestsGreaterThanOne, ...mps });
+    out.push({
+      name,
+      devices: ordered(ds),
+      shared: true,
+      failRequestsGreaterThanOne: ts.failRequestsGreaterThanOne,
+      ...mps,
+    });
   }
   return out;
 }
 
 /** One line describing a plan, for the log: `nvidia.com/gpu.shared=32 (8 GPUs x 4)`. */
 export function describePlan(plan: readonly PlannedResource[]): string {
-  return plan.map((r) => {
-    const gpus = new Set(r.devices.map((d) => d.gpu)).size;
-    return r.shared ? `${r.name}=${r.devices.length} (${r.mps === true ? 'MPS ' : ''}replicas of ${gpus} GPUs)` : `${r.name}=${r.devices.length}`;
-  }).join(', ');
+  return plan
+    .map((r) => {
+      const gpus = new Set(r.devices.map((d) => d.gpu)).size;
+      return r.shared
+        ? `${r.name}=${r.devices.length} (${r.mps === true ? 'MPS ' : ''}replicas of ${gpus} GPUs)`
+        : `${r.name}=${r.devices.length}`;
+    })
+    .join(', ');
 }

@@ -46,7 +46,10 @@ import type { GpuLinkInfo } from './topology/index.ts';
 export interface NodeFacts {
   /** e.g. 12040 for CUDA 12.4, or null when NVML cannot say. */
   readonly cudaDriverVersion: number | null;
-  readonly gpus: ReadonlyMap<string, { readonly compute: { readonly major: number; readonly minor: number } | null; readonly migCapable: boolean }>;
+  readonly gpus: ReadonlyMap<
+    string,
+    { readonly compute: { readonly major: number; readonly minor: number } | null; readonly migCapable: boolean }
+  >;
 }
 
 /** What one scan of the node read, GPUs in NVML index order. */
@@ -140,22 +143,33 @@ export interface MpsDaemonState {
 export const MPS_DAEMON_NOT_ASKED: MpsDaemonState = { answering: false, reason: 'not asked yet', since: null };
 
 /** The daemons' states of `resources`: carried over by name for resources still MPS, new ones not asked yet. */
-function carryMpsDaemons(resources: readonly PlannedResource[], previous: NodeSnapshot | null): ReadonlyMap<string, MpsDaemonState> {
+function carryMpsDaemons(
+  resources: readonly PlannedResource[],
+  previous: NodeSnapshot | null,
+): ReadonlyMap<string, MpsDaemonState> {
   const out = new Map<string, MpsDaemonState>();
-  for (const r of resources) if (r.mps === true) out.set(r.name, previous?.mpsDaemons?.get(r.name) ?? MPS_DAEMON_NOT_ASKED);
+  for (const r of resources)
+    if (r.mps === true) out.set(r.name, previous?.mpsDaemons?.get(r.name) ?? MPS_DAEMON_NOT_ASKED);
   return out;
 }
 
 /** The MPS resources whose daemon does not answer (their devices are advertised Unhealthy). */
-export function silentMpsDaemons(snapshot: Pick<NodeSnapshot, 'mpsDaemons'>): { resource: string; state: MpsDaemonState }[] {
-  return [...(snapshot.mpsDaemons ?? new Map<string, MpsDaemonState>())].filter(([, st]) => !st.answering).map(([resource, state]) => ({ resource, state }));
+export function silentMpsDaemons(
+  snapshot: Pick<NodeSnapshot, 'mpsDaemons'>,
+): { resource: string; state: MpsDaemonState }[] {
+  return [...(snapshot.mpsDaemons ?? new Map<string, MpsDaemonState>())]
+    .filter(([, st]) => !st.answering)
+    .map(([resource, state]) => ({ resource, state }));
 }
 
 /**
  * The health a resource's devices are advertised with: the snapshot's, except for
  * an MPS resource whose daemon does not answer: its replicas are Unhealthy.
  */
-export function resourceHealth(snapshot: Pick<NodeSnapshot, 'health' | 'mpsDaemons'>, resource: PlannedResource): GpuHealth {
+export function resourceHealth(
+  snapshot: Pick<NodeSnapshot, 'health' | 'mpsDaemons'>,
+  resource: PlannedResource,
+): GpuHealth {
   if (resource.mps !== true) return snapshot.health;
   const daemon = snapshot.mpsDaemons?.get(resource.name) ?? MPS_DAEMON_NOT_ASKED;
   if (daemon.answering) return snapshot.health;
@@ -183,7 +197,11 @@ export function withMpsDaemons(snapshot: NodeSnapshot, updates: ReadonlyMap<stri
 }
 
 /** What is advertised: every unit's own health, or Unhealthy for all while the driver is down. */
-function advertisedHealth(gpuHealth: ReadonlyMap<string, UnitHealth>, migHealth: ReadonlyMap<string, UnitHealth>, driverUp: boolean): GpuHealth {
+function advertisedHealth(
+  gpuHealth: ReadonlyMap<string, UnitHealth>,
+  migHealth: ReadonlyMap<string, UnitHealth>,
+  driverUp: boolean,
+): GpuHealth {
   const out = new Map<string, Health>();
   for (const [uuid, h] of gpuHealth) out.set(uuid, driverUp ? h.state.health : 'Unhealthy');
   for (const [uuid, h] of migHealth) out.set(uuid, driverUp ? h.state.health : 'Unhealthy');
@@ -203,7 +221,11 @@ function carryMigHealth(mig: MigLayout, previous: NodeSnapshot | null): Map<stri
  * The previous plan, kept for the GPUs of `gpus` (by UUID); devices of GPUs that left are dropped,
  * and so are MIG devices no longer in `mig` (by MIG UUID).
  */
-export function carryPlan(previous: readonly PlannedResource[], gpus: readonly Gpu[], mig: MigLayout = NO_MIG): PlannedResource[] {
+export function carryPlan(
+  previous: readonly PlannedResource[],
+  gpus: readonly Gpu[],
+  mig: MigLayout = NO_MIG,
+): PlannedResource[] {
   const pos = new Map(gpus.map((g, i) => [g.uuid, i]));
   const migs = new Set(mig.devices.map((d) => d.uuid));
   const out: PlannedResource[] = [];
@@ -224,7 +246,12 @@ export function carryPlan(previous: readonly PlannedResource[], gpus: readonly G
  * `previous` by UUID (see the rules above). Throws what planResources throws only when nothing was
  * ever planned for GPUs (no previous snapshot, or only ones without GPUs): then it is a start that fails.
  */
-export function buildSnapshot(scan: NodeScan | null, settings: PlanSettings, previous: NodeSnapshot | null, recoveryEnabled: boolean): NodeSnapshot {
+export function buildSnapshot(
+  scan: NodeScan | null,
+  settings: PlanSettings,
+  previous: NodeSnapshot | null,
+  recoveryEnabled: boolean,
+): NodeSnapshot {
   if (scan === null) {
     const gpus = previous?.gpus ?? [];
     const gpuHealth = previous?.gpuHealth ?? new Map<string, UnitHealth>();
@@ -232,7 +259,10 @@ export function buildSnapshot(scan: NodeScan | null, settings: PlanSettings, pre
     const migHealth = previous?.migHealth ?? new Map<string, UnitHealth>();
     // No driver at start: no GPUs to check the config against yet, nothing to advertise; the first
     // scan with GPUs plans (and refuses a config that does not fit them, as a start would).
-    const { resources, planProblem, notes } = previous === null ? planWithoutGpus(settings) : plan(gpus, mig, settings, previous, previous.migCapabilities, previous.facts);
+    const { resources, planProblem, notes } =
+      previous === null
+        ? planWithoutGpus(settings)
+        : plan(gpus, mig, settings, previous, previous.migCapabilities, previous.facts);
     return {
       driverVersion: null,
       gpus,
@@ -255,18 +285,27 @@ export function buildSnapshot(scan: NodeScan | null, settings: PlanSettings, pre
   const departed: Record<string, UnitHealth> = { ...(previous?.departed ?? {}) };
   const seen = new Set(scan.gpus.map((g) => g.uuid));
   for (const [uuid, h] of present) if (!seen.has(uuid)) departed[uuid] = h;
-  const gpuHealth = new Map(scan.gpus.map((g): [string, UnitHealth] => {
-    const kept = present.get(g.uuid);
-    if (kept !== undefined) return [g.uuid, kept];
-    const back = departed[g.uuid];
-    if (back === undefined) return [g.uuid, freshUnitHealth()];
-    delete departed[g.uuid];
-    return [g.uuid, recoveryEnabled ? freshUnitHealth() : back];
-  }));
+  const gpuHealth = new Map(
+    scan.gpus.map((g): [string, UnitHealth] => {
+      const kept = present.get(g.uuid);
+      if (kept !== undefined) return [g.uuid, kept];
+      const back = departed[g.uuid];
+      if (back === undefined) return [g.uuid, freshUnitHealth()];
+      delete departed[g.uuid];
+      return [g.uuid, recoveryEnabled ? freshUnitHealth() : back];
+    }),
+  );
   const mig = scan.mig ?? NO_MIG;
   const migHealth = carryMigHealth(mig, previous);
   const migCapabilities = capabilitiesOf(scan.migCapabilities);
-  const { resources, planProblem, notes } = plan(scan.gpus, mig, settings, previous, migCapabilities, scan.facts ?? null);
+  const { resources, planProblem, notes } = plan(
+    scan.gpus,
+    mig,
+    settings,
+    previous,
+    migCapabilities,
+    scan.facts ?? null,
+  );
   return {
     driverVersion: scan.driverVersion,
     gpus: scan.gpus,
@@ -289,7 +328,15 @@ export function buildSnapshot(scan: NodeScan | null, settings: PlanSettings, pre
 /** The scan a snapshot was made from (null while the driver is down): what a re-plan (config reload) starts from. */
 export function scanOf(s: NodeSnapshot): NodeScan | null {
   if (s.driverVersion === null) return null;
-  return { driverVersion: s.driverVersion, gpus: s.gpus, nvlinks: s.nvlinks, pcie: s.pcie, mig: s.mig, migCapabilities: s.migCapabilities, ...(s.facts === null ? {} : { facts: s.facts }) };
+  return {
+    driverVersion: s.driverVersion,
+    gpus: s.gpus,
+    nvlinks: s.nvlinks,
+    pcie: s.pcie,
+    mig: s.mig,
+    migCapabilities: s.migCapabilities,
+    ...(s.facts === null ? {} : { facts: s.facts }),
+  };
 }
 
 interface Plan {
@@ -307,7 +354,14 @@ function planWithoutGpus(settings: PlanSettings): Plan {
   }
 }
 
-function plan(gpus: readonly Gpu[], mig: MigLayout, settings: PlanSettings, previous: NodeSnapshot | null, caps: NodeSnapshot['migCapabilities'], facts: NodeFacts | null): Plan {
+function plan(
+  gpus: readonly Gpu[],
+  mig: MigLayout,
+  settings: PlanSettings,
+  previous: NodeSnapshot | null,
+  caps: NodeSnapshot['migCapabilities'],
+  facts: NodeFacts | null,
+): Plan {
   let planned: { resources: PlannedResource[]; notes: string[] };
   try {
     planned = planForNode(gpus, mig, settings, facts?.gpus);
@@ -344,7 +398,12 @@ export function withHealth(snapshot: NodeSnapshot, updates: ReadonlyMap<string, 
     else if (migHealth.has(unit)) migHealth.set(unit, h);
     else throw new RangeError(`health for ${unit}, which is neither a GPU nor a MIG device of this snapshot`);
   }
-  return { ...snapshot, gpuHealth, migHealth, health: advertisedHealth(gpuHealth, migHealth, snapshot.driverVersion !== null) };
+  return {
+    ...snapshot,
+    gpuHealth,
+    migHealth,
+    health: advertisedHealth(gpuHealth, migHealth, snapshot.driverVersion !== null),
+  };
 }
 
 /** Healthy of total: what STATUS, the log and the metrics say of a snapshot. */
@@ -355,16 +414,24 @@ export interface HealthCounts {
   readonly resources: readonly { readonly name: string; readonly devices: number; readonly healthy: number }[];
 }
 
-export function healthCounts(snapshot: Pick<NodeSnapshot, 'gpus' | 'mig' | 'health' | 'resources' | 'mpsDaemons'>): HealthCounts {
+export function healthCounts(
+  snapshot: Pick<NodeSnapshot, 'gpus' | 'mig' | 'health' | 'resources' | 'mpsDaemons'>,
+): HealthCounts {
   const h = snapshot.health;
   const of = (uuid: string, in_: GpuHealth = h): Health => in_.get(uuid) ?? 'Unhealthy';
   return {
     gpus: { healthy: countHealthyGpus(snapshot.gpus.map((g) => of(g.uuid))), total: snapshot.gpus.length },
     mig: { healthy: countHealthyGpus(snapshot.mig.devices.map((d) => of(d.uuid))), total: snapshot.mig.devices.length },
-    resources: snapshot.resources.filter((r) => r.devices.length > 0).map((r) => {
-      const rh = resourceHealth(snapshot, r);
-      return { name: r.name, devices: r.devices.length, healthy: r.devices.filter((d) => of(deviceUnit(d), rh) === 'Healthy').length };
-    }),
+    resources: snapshot.resources
+      .filter((r) => r.devices.length > 0)
+      .map((r) => {
+        const rh = resourceHealth(snapshot, r);
+        return {
+          name: r.name,
+          devices: r.devices.length,
+          healthy: r.devices.filter((d) => of(deviceUnit(d), rh) === 'Healthy').length,
+        };
+      }),
   };
 }
 
@@ -454,7 +521,9 @@ export function diff(previous: NodeSnapshot | null, next: NodeSnapshot): Snapsho
     const appeared: string[] = [];
     const vanished: string[] = [];
     const healthChanged: string[] = [];
-    let other = old.failRequestsGreaterThanOne !== r.failRequestsGreaterThanOne || [...was.keys()].join(' ') !== [...now.keys()].join(' ');
+    let other =
+      old.failRequestsGreaterThanOne !== r.failRequestsGreaterThanOne ||
+      [...was.keys()].join(' ') !== [...now.keys()].join(' ');
     for (const [id, v] of now) {
       const w = was.get(id);
       if (w === undefined) appeared.push(id);
@@ -479,11 +548,17 @@ export function diff(previous: NodeSnapshot | null, next: NodeSnapshot): Snapsho
   const newUuids = new Set(next.gpus.map((g) => g.uuid));
   const gpusAdded = next.gpus.filter((g) => !oldGpus.has(g.uuid)).map((g) => g.uuid);
   const gpusRemoved = [...oldGpus.keys()].filter((u) => !newUuids.has(u));
-  const gpusChanged = next.gpus.filter((g) => {
-    const o = oldGpus.get(g.uuid);
-    return o !== undefined && !sameJson(o, g);
-  }).map((g) => g.uuid);
-  const gpuSetChanged = previous === null || !sameJson(previous.gpus, next.gpus) || !sameJson(previous.nvlinks, next.nvlinks) || !sameJson(previous.pcie, next.pcie);
+  const gpusChanged = next.gpus
+    .filter((g) => {
+      const o = oldGpus.get(g.uuid);
+      return o !== undefined && !sameJson(o, g);
+    })
+    .map((g) => g.uuid);
+  const gpuSetChanged =
+    previous === null ||
+    !sameJson(previous.gpus, next.gpus) ||
+    !sameJson(previous.nvlinks, next.nvlinks) ||
+    !sameJson(previous.pcie, next.pcie);
   const oldMig = new Set((previous?.mig.devices ?? []).map((d) => d.uuid));
   const newMig = new Set(next.mig.devices.map((d) => d.uuid));
   return {
@@ -504,7 +579,14 @@ export function diff(previous: NodeSnapshot | null, next: NodeSnapshot): Snapsho
 
 /** Whether a diff changes anything the kubelet or the operator would see. */
 export function isEmptyDiff(d: SnapshotDiff): boolean {
-  return d.added.length === 0 && d.updated.length === 0 && d.removed.length === 0 && !d.gpuSetChanged && !d.driverChanged && !d.migChanged;
+  return (
+    d.added.length === 0 &&
+    d.updated.length === 0 &&
+    d.removed.length === 0 &&
+    !d.gpuSetChanged &&
+    !d.driverChanged &&
+    !d.migChanged
+  );
 }
 
 /**
@@ -521,4 +603,3 @@ export interface NodeIdentity {
 export function sameIdentity(a: NodeIdentity, b: NodeIdentity): boolean {
   return sameJson(a, b);
 }
-

@@ -16,7 +16,7 @@ export const CDI_SPEC_DIRS: readonly string[] = ['/etc/cdi', '/var/run/cdi'];
  * set, as for a runtime configured with other cdi_spec_dirs (and the tests); else the CDI defaults.
  */
 export function cdiSpecDirs(env: NodeJS.ProcessEnv): readonly string[] {
-  const v = env['CDI_SPEC_DIRS'];
+  const v = env.CDI_SPEC_DIRS;
   const dirs = v === undefined ? [] : v.split(':').filter((d) => d !== '');
   return dirs.length > 0 ? dirs : CDI_SPEC_DIRS;
 }
@@ -24,7 +24,10 @@ export function cdiSpecDirs(env: NodeJS.ProcessEnv): readonly string[] {
 // Loaded on first use (see cli/config.ts for why: the bundle runs it lazily).
 let yaml: typeof Yaml | undefined;
 function loadYaml(): typeof Yaml {
-  yaml ??= typeof require === 'function' ? require('yaml') as typeof Yaml : createRequire(import.meta.url)('yaml') as typeof Yaml;
+  yaml ??=
+    typeof require === 'function'
+      ? (require('yaml') as typeof Yaml)
+      : (createRequire(import.meta.url)('yaml') as typeof Yaml);
   return yaml;
 }
 
@@ -36,16 +39,21 @@ function isObject(v: unknown): v is Record<string, unknown> {
 export function parseCdiSpec(path: string, text: string): CdiSpec {
   const doc = loadYaml().parse(text) as unknown;
   if (!isObject(doc)) throw new Error('not a mapping');
-  if (typeof doc['kind'] !== 'string') throw new Error('has no kind');
-  const devices = Array.isArray(doc['devices']) ? doc['devices'] : [];
+  if (typeof doc.kind !== 'string') throw new Error('has no kind');
+  const devices = Array.isArray(doc.devices) ? doc.devices : [];
   return {
     path,
-    kind: doc['kind'],
+    kind: doc.kind,
     devices: devices.flatMap((d: unknown) => {
-      if (!isObject(d) || typeof d['name'] !== 'string') return [];
-      const edits = d['containerEdits'];
-      const nodes = isObject(edits) && Array.isArray(edits['deviceNodes']) ? edits['deviceNodes'] : [];
-      return [{ name: d['name'], deviceNodes: nodes.flatMap((n: unknown) => (isObject(n) && typeof n['path'] === 'string' ? [n['path']] : [])) }];
+      if (!isObject(d) || typeof d.name !== 'string') return [];
+      const edits = d.containerEdits;
+      const nodes = isObject(edits) && Array.isArray(edits.deviceNodes) ? edits.deviceNodes : [];
+      return [
+        {
+          name: d.name,
+          deviceNodes: nodes.flatMap((n: unknown) => (isObject(n) && typeof n.path === 'string' ? [n.path] : [])),
+        },
+      ];
     }),
   };
 }

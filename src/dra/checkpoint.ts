@@ -40,7 +40,8 @@ export class CheckpointStore {
     try {
       text = await readFile(path, 'utf8');
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw new Error(`cannot read the DRA checkpoint ${path}: ${(err as Error).message}`, { cause: err });
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT')
+        throw new Error(`cannot read the DRA checkpoint ${path}: ${(err as Error).message}`, { cause: err });
     }
     let parsed: Checkpoint | null = null;
     if (text !== null) {
@@ -49,11 +50,18 @@ export class CheckpointStore {
       } catch (err) {
         const aside = `${path}.unreadable-${Date.now()}`;
         await rename(path, aside).catch(() => undefined);
-        log.error('the DRA checkpoint cannot be read; moved aside, starting with no prepared claims (claims prepared before will be prepared again when the kubelet asks)', { checkpoint: path, movedTo: aside, error: (err as Error).message });
+        log.error(
+          'the DRA checkpoint cannot be read; moved aside, starting with no prepared claims (claims prepared before will be prepared again when the kubelet asks)',
+          { checkpoint: path, movedTo: aside, error: (err as Error).message },
+        );
       }
     }
     const { checkpoint, voided } = checkpointForBoot(parsed, bootId);
-    if (voided > 0) log.info('the node rebooted since the DRA checkpoint was written: its prepared claims are void', { checkpoint: path, voided });
+    if (voided > 0)
+      log.info('the node rebooted since the DRA checkpoint was written: its prepared claims are void', {
+        checkpoint: path,
+        voided,
+      });
     const store = new CheckpointStore(path, checkpoint, log);
     if (voided > 0) await store.save();
     return store;
@@ -108,5 +116,4 @@ export class CheckpointStore {
   private async save(): Promise<void> {
     await this.file.write(serializeCheckpoint(this.current));
   }
-
 }

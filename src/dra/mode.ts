@@ -43,9 +43,14 @@ export function draPluginDir(o: Pick<Options, 'kubeletPluginsDir' | 'draDriverNa
  * directory): the driver's plugin directory, made now when the kubelet's plugins directory exists, so
  * that two processes started together cannot both serve before one of them holds it.
  */
-export async function draLockDirectory(o: Pick<Options, 'kubeletPluginsDir' | 'draDriverName'>): Promise<{ dir: string; hint: string }> {
+export async function draLockDirectory(
+  o: Pick<Options, 'kubeletPluginsDir' | 'draDriverName'>,
+): Promise<{ dir: string; hint: string }> {
   const dir = draPluginDir(o);
-  const parent = await stat(o.kubeletPluginsDir).then((s) => s.isDirectory(), () => false);
+  const parent = await stat(o.kubeletPluginsDir).then(
+    (s) => s.isDirectory(),
+    () => false,
+  );
   // One that cannot be made now is locked when it appears (the plugin's serving says why it cannot).
   if (parent) await mkdir(dir, { recursive: true, mode: 0o750 }).catch(() => undefined);
   return { dir, hint: 'give this one another --dra-driver-name or --kubelet-plugins-dir' };
@@ -89,9 +94,14 @@ async function connect(o: Options, log: Logger): Promise<KubeClient> {
   } catch (err) {
     if (!(err instanceof KubeUnreachableError)) {
       client.close();
-      throw new OptionError(`the API server ${client.server} refused to check these credentials (${client.target.source}): ${errorText(err)}; see ${DRA_RBAC}`);
+      throw new OptionError(
+        `the API server ${client.server} refused to check these credentials (${client.target.source}): ${errorText(err)}; see ${DRA_RBAC}`,
+      );
     }
-    log.warn('DRA: the API server does not answer at start; starting anyway, ResourceSlices will be published when it does', { server: client.server, error: errorText(err) });
+    log.warn(
+      'DRA: the API server does not answer at start; starting anyway, ResourceSlices will be published when it does',
+      { server: client.server, error: errorText(err) },
+    );
     return client;
   }
   if (problem !== null) {
@@ -105,15 +115,29 @@ export async function startDraMode(d: DraModeDeps): Promise<DraMode> {
   const o = d.options;
   const client = await connect(o, d.log);
   const plugin = new DraKubeletPlugin({
-    driver: o.draDriverName, nodeName: o.nodeName, registryDir: o.kubeletPluginsRegistry, pluginsDir: o.kubeletPluginsDir,
+    driver: o.draDriverName,
+    nodeName: o.nodeName,
+    registryDir: o.kubeletPluginsRegistry,
+    pluginsDir: o.kubeletPluginsDir,
     claims: { getResourceClaim: (namespace, name) => getResourceClaim(client, namespace, name) },
-    cdiDirs: cdiSpecDirs(process.env), log: d.log,
-    beforeServeProblem: async () => { await Promise.all(views.map((v) => v.checkNow())); },
+    cdiDirs: cdiSpecDirs(process.env),
+    log: d.log,
+    beforeServeProblem: async () => {
+      await Promise.all(views.map((v) => v.checkNow()));
+    },
   });
-  const publisher = new SlicePublisher({ client, nodeName: o.nodeName, driver: o.draDriverName, log: d.log, sysfsRoot: d.sysfsRoot });
+  const publisher = new SlicePublisher({
+    client,
+    nodeName: o.nodeName,
+    driver: o.draDriverName,
+    log: d.log,
+    sysfsRoot: d.sysfsRoot,
+  });
   // The kubelet deletes its node's slices when it starts: write them again after every registration.
   plugin.onRegistered(() => publisher.republish());
-  const views = [o.kubeletPluginsRegistry, draPluginDir(o)].map((dir) => new SocketDirView({ dir, onDirectoryGone: (gone, why) => d.onDirectoryGone(gone, why), log: d.log }));
+  const views = [o.kubeletPluginsRegistry, draPluginDir(o)].map(
+    (dir) => new SocketDirView({ dir, onDirectoryGone: (gone, why) => d.onDirectoryGone(gone, why), log: d.log }),
+  );
   for (const v of views) v.start();
   const name = `${o.draDriverName} (DRA)`;
   const registrations: Registrations = {
@@ -123,14 +147,20 @@ export async function startDraMode(d: DraModeDeps): Promise<DraMode> {
     onRegistrationLost: (fn) => plugin.onRegistrationLost(() => fn()),
     statusWords: (registeredNow) => {
       const s = publisher.status();
-      const published = s.devices === null
-        ? s.failing === null ? 'no devices published yet' : 'no devices published yet (the API server does not answer)'
-        : `${s.devices} devices published${s.failing === null ? '' : ' (the API server does not answer now)'}`;
-      return `${registeredNow ? 'registered with the kubelet' : 'waiting for the kubelet\'s plugin watcher'} (DRA, driver ${o.draDriverName}); ${published}`;
+      const published =
+        s.devices === null
+          ? s.failing === null
+            ? 'no devices published yet'
+            : 'no devices published yet (the API server does not answer)'
+          : `${s.devices} devices published${s.failing === null ? '' : ' (the API server does not answer now)'}`;
+      return `${registeredNow ? 'registered with the kubelet' : "waiting for the kubelet's plugin watcher"} (DRA, driver ${o.draDriverName}); ${published}`;
     },
   };
   return {
-    plugin, publisher, consumers: [plugin, publisher], registrations,
+    plugin,
+    publisher,
+    consumers: [plugin, publisher],
+    registrations,
     claims: () => plugin.preparedClaims(),
     onChange: (l) => {
       publisher.events.on('synced', () => l.status());

@@ -112,7 +112,11 @@ export interface DraKubeletPluginOptions {
 export const CHECKPOINT_FILE = 'gpu-device-plugin-checkpoint.json';
 
 /** The services announced in GetInfo, in the order the kubelet picks from. */
-export const SUPPORTED_VERSIONS: readonly string[] = [DRA_SERVICE_NAMES.v1, DRA_SERVICE_NAMES.v1beta1, DRA_HEALTH_SERVICE_NAME];
+export const SUPPORTED_VERSIONS: readonly string[] = [
+  DRA_SERVICE_NAMES.v1,
+  DRA_SERVICE_NAMES.v1beta1,
+  DRA_HEALTH_SERVICE_NAME,
+];
 
 export type RegistrationListener = (reason: string) => void;
 
@@ -156,7 +160,9 @@ export class DraKubeletPlugin implements NodeConsumer {
   private nodeDevices: readonly DraNodeDevice[] = [];
   private health: DraDeviceHealth[] = [];
   private startedAt = 0;
-  private readonly streams = new Set<grpc.ServerWritableStream<NodeWatchResourcesRequest, NodeWatchResourcesResponse>>();
+  private readonly streams = new Set<
+    grpc.ServerWritableStream<NodeWatchResourcesRequest, NodeWatchResourcesResponse>
+  >();
   private readonly watches = new Map<string, DirWatch>();
   private readonly perClaim = new Map<string, Promise<unknown>>();
   private readonly registeredListeners: RegistrationListener[] = [];
@@ -203,12 +209,30 @@ export class DraKubeletPlugin implements NodeConsumer {
   }
 
   /** The claims the checkpoint holds (for `info`). */
-  preparedClaims(): { uid: string; namespace: string; name: string; state: string; devices: string[]; since?: string }[] {
+  preparedClaims(): {
+    uid: string;
+    namespace: string;
+    name: string;
+    state: string;
+    devices: string[];
+    since?: string;
+  }[] {
     const s = this.store;
     if (s === undefined) return [];
     return s.uids().flatMap((uid) => {
       const r = s.get(uid);
-      return r === undefined ? [] : [{ uid, namespace: r.namespace, name: r.name, state: r.state, devices: r.devices.map((d) => d.device), ...(r.preparedAt === undefined ? {} : { since: r.preparedAt }) }];
+      return r === undefined
+        ? []
+        : [
+            {
+              uid,
+              namespace: r.namespace,
+              name: r.name,
+              state: r.state,
+              devices: r.devices.map((d) => d.device),
+              ...(r.preparedAt === undefined ? {} : { since: r.preparedAt }),
+            },
+          ];
     });
   }
 
@@ -237,7 +261,11 @@ export class DraKubeletPlugin implements NodeConsumer {
     // The plugin directory is made when the sockets are served (reconcileOnce): a start without a
     // kubelet's directories goes on, and serves once they appear.
     this.store = await CheckpointStore.open(this.checkpointPath, bootId, this.log);
-    if (this.store.size > 0) this.log.info('prepared DRA claims from the checkpoint', { claims: this.store.size, checkpoint: this.checkpointPath });
+    if (this.store.size > 0)
+      this.log.info('prepared DRA claims from the checkpoint', {
+        claims: this.store.size,
+        checkpoint: this.checkpointPath,
+      });
     this.claimsChanged();
     this.timer = setInterval(() => this.kick(), this.opts.checkIntervalMs ?? 5000);
     this.timer.unref();
@@ -278,9 +306,10 @@ export class DraKubeletPlugin implements NodeConsumer {
     try {
       await this.refreshWatches();
       // dra.sock first: the kubelet dials the endpoint it is given as soon as it registered us.
-      if (await dirIdentity(this.pluginDir) === null && await dirIdentity(this.opts.pluginsDir) !== null) {
+      if ((await dirIdentity(this.pluginDir)) === null && (await dirIdentity(this.opts.pluginsDir)) !== null) {
         await mkdir(this.pluginDir, { recursive: true, mode: 0o750 });
-        if (this.draServer !== undefined) this.log.info('the DRA plugin directory was deleted; created it again', { dir: this.pluginDir });
+        if (this.draServer !== undefined)
+          this.log.info('the DRA plugin directory was deleted; created it again', { dir: this.pluginDir });
         // Its checkpoint went with it: write what this process knows (the claims prepared are still prepared).
         if (this.store !== undefined && this.store.size > 0) await this.store.persist();
       }
@@ -296,12 +325,21 @@ export class DraKubeletPlugin implements NodeConsumer {
         const had = this.regServer !== undefined;
         await this.regServer?.stop();
         this.regServer = undefined;
-        if (had) this.lost('our registration socket was removed (the kubelet wiped its plugin directory, or someone removed it)');
+        if (had)
+          this.lost(
+            'our registration socket was removed (the kubelet wiped its plugin directory, or someone removed it)',
+          );
         if (this.stopped) return;
-        this.regServer = await UnixGrpcServer.start(this.registrationSocket, [{ definition: pluginRegistrationService(), implementation: this.registrationImpl() }]);
+        this.regServer = await UnixGrpcServer.start(this.registrationSocket, [
+          { definition: pluginRegistrationService(), implementation: this.registrationImpl() },
+        ]);
         this.log.debug('serving the plugin registration', { socket: this.registrationSocket });
       }
-      if (this.lastProblem !== undefined) this.log.info('serving the DRA sockets again', { registration: this.registrationSocket, endpoint: this.endpoint });
+      if (this.lastProblem !== undefined)
+        this.log.info('serving the DRA sockets again', {
+          registration: this.registrationSocket,
+          endpoint: this.endpoint,
+        });
       this.lastProblem = undefined;
       await this.refreshWatches();
     } catch (err) {
@@ -311,15 +349,24 @@ export class DraKubeletPlugin implements NodeConsumer {
       await this.opts.beforeServeProblem?.();
       if (this.stopped) return;
       // Said once per problem; the directories' watches and the periodic check try again.
-      if (problem !== this.lastProblem) this.log.warn('cannot serve the DRA sockets yet; trying again when the directories change', { error: problem });
+      if (problem !== this.lastProblem)
+        this.log.warn('cannot serve the DRA sockets yet; trying again when the directories change', { error: problem });
       this.lastProblem = problem;
     }
   }
 
   /** Watches the two socket directories and their parents (which see a directory deleted and re-created). */
   private async refreshWatches(): Promise<void> {
-    const interesting = new Set([basename(this.registrationSocket), basename(this.endpoint), basename(this.opts.registryDir), basename(this.opts.pluginsDir), this.driver]);
-    const dirs = [...new Set([this.opts.registryDir, this.pluginDir, dirname(this.opts.registryDir), this.opts.pluginsDir])];
+    const interesting = new Set([
+      basename(this.registrationSocket),
+      basename(this.endpoint),
+      basename(this.opts.registryDir),
+      basename(this.opts.pluginsDir),
+      this.driver,
+    ]);
+    const dirs = [
+      ...new Set([this.opts.registryDir, this.pluginDir, dirname(this.opts.registryDir), this.opts.pluginsDir]),
+    ];
     for (const dir of dirs) {
       if (this.stopped) return;
       const id = await dirIdentity(dir);
@@ -357,18 +404,32 @@ export class DraKubeletPlugin implements NodeConsumer {
   private registrationImpl(): grpc.UntypedServiceImplementation {
     return {
       GetInfo: (_call: grpc.ServerUnaryCall<unknown, PluginInfo>, cb: grpc.sendUnaryData<PluginInfo>) => {
-        cb(null, { type: DRA_PLUGIN_TYPE, name: this.driver, endpoint: this.endpoint, supported_versions: [...SUPPORTED_VERSIONS] });
+        cb(null, {
+          type: DRA_PLUGIN_TYPE,
+          name: this.driver,
+          endpoint: this.endpoint,
+          supported_versions: [...SUPPORTED_VERSIONS],
+        });
       },
-      NotifyRegistrationStatus: (call: grpc.ServerUnaryCall<RegistrationStatus, object>, cb: grpc.sendUnaryData<object>) => {
+      NotifyRegistrationStatus: (
+        call: grpc.ServerUnaryCall<RegistrationStatus, object>,
+        cb: grpc.sendUnaryData<object>,
+      ) => {
         const s = call.request;
         cb(null, {});
         if (s.plugin_registered) {
           this.registeredFlag = true;
           this.registrationCount++;
-          this.log.info('registered with the kubelet', { endpoint: this.endpoint, registrations: this.registrationCount });
+          this.log.info('registered with the kubelet', {
+            endpoint: this.endpoint,
+            registrations: this.registrationCount,
+          });
           for (const fn of this.registeredListeners) fn('the kubelet registered the DRA plugin');
         } else {
-          this.log.error('the kubelet refused the DRA plugin\'s registration', { error: s.error, offered: SUPPORTED_VERSIONS });
+          this.log.error("the kubelet refused the DRA plugin's registration", {
+            error: s.error,
+            offered: SUPPORTED_VERSIONS,
+          });
           this.lost(`the kubelet refused the registration: ${s.error}`);
         }
       },
@@ -379,15 +440,28 @@ export class DraKubeletPlugin implements NodeConsumer {
 
   private draServices(): { definition: grpc.ServiceDefinition; implementation: grpc.UntypedServiceImplementation }[] {
     const impl: grpc.UntypedServiceImplementation = {
-      NodePrepareResources: (call: grpc.ServerUnaryCall<NodePrepareResourcesRequest, NodePrepareResourcesResponse>, cb: grpc.sendUnaryData<NodePrepareResourcesResponse>) => {
-        this.prepare(call.request.claims ?? []).then((r) => cb(null, r), (err: unknown) => cb({ code: grpc.status.INTERNAL, details: `NodePrepareResources: ${errorText(err)}` }));
+      NodePrepareResources: (
+        call: grpc.ServerUnaryCall<NodePrepareResourcesRequest, NodePrepareResourcesResponse>,
+        cb: grpc.sendUnaryData<NodePrepareResourcesResponse>,
+      ) => {
+        this.prepare(call.request.claims ?? []).then(
+          (r) => cb(null, r),
+          (err: unknown) => cb({ code: grpc.status.INTERNAL, details: `NodePrepareResources: ${errorText(err)}` }),
+        );
       },
-      NodeUnprepareResources: (call: grpc.ServerUnaryCall<NodeUnprepareResourcesRequest, NodeUnprepareResourcesResponse>, cb: grpc.sendUnaryData<NodeUnprepareResourcesResponse>) => {
-        this.unprepare(call.request.claims ?? []).then((r) => cb(null, r), (err: unknown) => cb({ code: grpc.status.INTERNAL, details: `NodeUnprepareResources: ${errorText(err)}` }));
+      NodeUnprepareResources: (
+        call: grpc.ServerUnaryCall<NodeUnprepareResourcesRequest, NodeUnprepareResourcesResponse>,
+        cb: grpc.sendUnaryData<NodeUnprepareResourcesResponse>,
+      ) => {
+        this.unprepare(call.request.claims ?? []).then(
+          (r) => cb(null, r),
+          (err: unknown) => cb({ code: grpc.status.INTERNAL, details: `NodeUnprepareResources: ${errorText(err)}` }),
+        );
       },
     };
     const healthImpl: grpc.UntypedServiceImplementation = {
-      NodeWatchResources: (call: grpc.ServerWritableStream<NodeWatchResourcesRequest, NodeWatchResourcesResponse>) => this.watchHealth(call),
+      NodeWatchResources: (call: grpc.ServerWritableStream<NodeWatchResourcesRequest, NodeWatchResourcesResponse>) =>
+        this.watchHealth(call),
     };
     return [
       { definition: draPluginService('v1'), implementation: impl },
@@ -410,19 +484,33 @@ export class DraKubeletPlugin implements NodeConsumer {
 
   async prepare(claims: readonly Claim[]): Promise<NodePrepareResourcesResponse> {
     const out: Record<string, NodePrepareResourceResponse> = {};
-    await Promise.all(claims.map(async (c) => {
-      const r = await this.serialised(c.uid, () => this.prepareOne(c)).catch((err: unknown) => ({ devices: [], error: `claim ${c.namespace}/${c.name} (uid ${c.uid}): ${errorText(err)}` }));
-      out[c.uid] = r;
-      if (r.error !== '') this.log.warn('cannot prepare a DRA claim', { claim: `${c.namespace}/${c.name}`, uid: c.uid, error: r.error });
-    }));
+    await Promise.all(
+      claims.map(async (c) => {
+        const r = await this.serialised(c.uid, () => this.prepareOne(c)).catch((err: unknown) => ({
+          devices: [],
+          error: `claim ${c.namespace}/${c.name} (uid ${c.uid}): ${errorText(err)}`,
+        }));
+        out[c.uid] = r;
+        if (r.error !== '')
+          this.log.warn('cannot prepare a DRA claim', {
+            claim: `${c.namespace}/${c.name}`,
+            uid: c.uid,
+            error: r.error,
+          });
+      }),
+    );
     return { claims: out };
   }
 
   private async prepareOne(c: Claim): Promise<NodePrepareResourceResponse> {
     const fail = (error: string): NodePrepareResourceResponse => ({ devices: [], error });
-    if (c.uid === '' || c.name === '' || c.namespace === '') return fail(`the claim ${JSON.stringify(c)} lacks a uid, name or namespace: the kubelet names each claim by all three`);
+    if (c.uid === '' || c.name === '' || c.namespace === '')
+      return fail(
+        `the claim ${JSON.stringify(c)} lacks a uid, name or namespace: the kubelet names each claim by all three`,
+      );
     const store = this.store;
-    if (store === undefined) return fail('the DRA plugin has not started yet (no node snapshot applied); the kubelet will try again');
+    if (store === undefined)
+      return fail('the DRA plugin has not started yet (no node snapshot applied); the kubelet will try again');
     const done = store.get(c.uid);
     if (done?.state === 'PrepareCompleted') return { devices: done.devices.map(wire), error: '' };
     let json: unknown;
@@ -436,7 +524,16 @@ export class DraKubeletPlugin implements NodeConsumer {
     if ('error' in verdict) return fail(verdict.error);
     const record = { namespace: c.namespace, name: c.name };
     try {
-      await store.put(c.uid, { ...record, state: 'PrepareStarted', devices: verdict.devices.map((d) => ({ requests: d.requests, pool: d.pool, device: d.device, cdiDeviceIds: [] })) });
+      await store.put(c.uid, {
+        ...record,
+        state: 'PrepareStarted',
+        devices: verdict.devices.map((d) => ({
+          requests: d.requests,
+          pool: d.pool,
+          device: d.device,
+          cdiDeviceIds: [],
+        })),
+      });
     } catch (err) {
       return fail(`cannot record claim ${c.namespace}/${c.name} in the checkpoint: ${errorText(err)}`);
     }
@@ -453,32 +550,49 @@ export class DraKubeletPlugin implements NodeConsumer {
     }
     if (problems.length > 0) return fail(`claim ${c.namespace}/${c.name}: ${problems.join('; ')}`);
     try {
-      await store.put(c.uid, { ...record, state: 'PrepareCompleted', devices: prepared, preparedAt: new Date(this.now()).toISOString() });
+      await store.put(c.uid, {
+        ...record,
+        state: 'PrepareCompleted',
+        devices: prepared,
+        preparedAt: new Date(this.now()).toISOString(),
+      });
     } catch (err) {
       return fail(`cannot record claim ${c.namespace}/${c.name} in the checkpoint: ${errorText(err)}`);
     }
     this.claimsChanged();
-    this.log.info('prepared a DRA claim', { claim: `${c.namespace}/${c.name}`, uid: c.uid, devices: prepared.map((d) => d.device), cdi: prepared.flatMap((d) => d.cdiDeviceIds) });
+    this.log.info('prepared a DRA claim', {
+      claim: `${c.namespace}/${c.name}`,
+      uid: c.uid,
+      devices: prepared.map((d) => d.device),
+      cdi: prepared.flatMap((d) => d.cdiDeviceIds),
+    });
     return { devices: prepared.map(wire), error: '' };
   }
 
   async unprepare(claims: readonly Claim[]): Promise<NodeUnprepareResourcesResponse> {
     const out: Record<string, NodeUnprepareResourceResponse> = {};
-    await Promise.all(claims.map(async (c) => {
-      out[c.uid] = await this.serialised(c.uid, async () => {
-        const store = this.store;
-        if (store === undefined) return { error: 'the DRA plugin has not started yet (no node snapshot applied); the kubelet will try again' };
-        try {
-          if (await store.remove(c.uid)) {
-            this.log.info('unprepared a DRA claim', { claim: `${c.namespace}/${c.name}`, uid: c.uid });
-            this.claimsChanged();
+    await Promise.all(
+      claims.map(async (c) => {
+        out[c.uid] = await this.serialised(c.uid, async () => {
+          const store = this.store;
+          if (store === undefined)
+            return {
+              error: 'the DRA plugin has not started yet (no node snapshot applied); the kubelet will try again',
+            };
+          try {
+            if (await store.remove(c.uid)) {
+              this.log.info('unprepared a DRA claim', { claim: `${c.namespace}/${c.name}`, uid: c.uid });
+              this.claimsChanged();
+            }
+            return { error: '' };
+          } catch (err) {
+            return {
+              error: `cannot remove claim ${c.namespace}/${c.name} (uid ${c.uid}) from the checkpoint: ${errorText(err)}`,
+            };
           }
-          return { error: '' };
-        } catch (err) {
-          return { error: `cannot remove claim ${c.namespace}/${c.name} (uid ${c.uid}) from the checkpoint: ${errorText(err)}` };
-        }
-      });
-    }));
+        });
+      }),
+    );
     return { claims: out };
   }
 
@@ -531,17 +645,22 @@ export class DraKubeletPlugin implements NodeConsumer {
     await this.reconciling?.catch(() => undefined);
     // End each stream with an OK status, and let that reach the kubelet before the server goes
     // (a forced shutdown would cut it); a stream whose peer does not read is not waited on past 1 s.
-    await Promise.all([...this.streams].map((s) => new Promise<void>((resolve) => {
-      const t = setTimeout(resolve, 1000);
-      t.unref();
-      const done = (): void => {
-        clearTimeout(t);
-        resolve();
-      };
-      s.once('finish', done);
-      s.once('close', done);
-      s.end();
-    })));
+    await Promise.all(
+      [...this.streams].map(
+        (s) =>
+          new Promise<void>((resolve) => {
+            const t = setTimeout(resolve, 1000);
+            t.unref();
+            const done = (): void => {
+              clearTimeout(t);
+              resolve();
+            };
+            s.once('finish', done);
+            s.once('close', done);
+            s.end();
+          }),
+      ),
+    );
     this.streams.clear();
     await Promise.all([...this.perClaim.values()]);
     await this.regServer?.stop();
@@ -552,5 +671,10 @@ export class DraKubeletPlugin implements NodeConsumer {
 }
 
 function wire(d: PreparedDevice): DraDevice {
-  return { request_names: [...d.requests], pool_name: d.pool, device_name: d.device, cdi_device_ids: [...d.cdiDeviceIds] };
+  return {
+    request_names: [...d.requests],
+    pool_name: d.pool,
+    device_name: d.device,
+    cdi_device_ids: [...d.cdiDeviceIds],
+  };
 }

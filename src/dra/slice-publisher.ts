@@ -97,7 +97,9 @@ type SliceSpecDevices = readonly SliceDevice[];
 export class NodeUnknownError extends Error {
   override name = 'NodeUnknownError';
   constructor(node: string, server: string) {
-    super(`the API server ${server} has no Node named ${JSON.stringify(node)}; is the node name right (it must be the kubelet's --hostname-override or the host name), and has the kubelet registered the node?`);
+    super(
+      `the API server ${server} has no Node named ${JSON.stringify(node)}; is the node name right (it must be the kubelet's --hostname-override or the host name), and has the kubelet registered the node?`,
+    );
   }
 }
 
@@ -136,11 +138,20 @@ export class SlicePublisher implements NodeConsumer {
     this.o = o;
     this.driver = o.driver ?? DEFAULT_DRA_DRIVER;
     this.delayMs = o.backoff?.initialMs ?? 1000;
-    this.queue = new CoalescingQueue<null>(() => this.run(), () => null);
+    this.queue = new CoalescingQueue<null>(
+      () => this.run(),
+      () => null,
+    );
   }
 
   status(): PublisherStatus {
-    return { synced: this.syncedCount, generation: this.written?.generation ?? null, failing: this.failing, failures: this.failures, devices: this.written?.devices ?? null };
+    return {
+      synced: this.syncedCount,
+      generation: this.written?.generation ?? null,
+      failing: this.failing,
+      failures: this.failures,
+      devices: this.written?.devices ?? null,
+    };
   }
 
   apply(applied: AppliedSnapshot<NodeSettings>): void {
@@ -197,7 +208,16 @@ export class SlicePublisher implements NodeConsumer {
       const r = this.pcieRoots.get(g.busId);
       if (r !== undefined && r !== null) roots.set(g.busId, r);
     }
-    return poolContent(s, { nodeName: this.o.nodeName, migStrategy: this.migStrategy, pcieRoots: roots, ...(this.lastDriverVersion !== null ? { lastDriverVersion: this.lastDriverVersion } : {}) }, this.driver);
+    return poolContent(
+      s,
+      {
+        nodeName: this.o.nodeName,
+        migStrategy: this.migStrategy,
+        pcieRoots: roots,
+        ...(this.lastDriverVersion !== null ? { lastDriverVersion: this.lastDriverVersion } : {}),
+      },
+      this.driver,
+    );
   }
 
   private keyOf(c: PoolContent): string {
@@ -258,8 +278,12 @@ export class SlicePublisher implements NodeConsumer {
         const devices = content.slices.reduce((n, sl) => n + sl.length, 0);
         this.written = { key, generation, devices };
         this.o.log.info(republish ? 'DRA: ResourceSlices published again' : 'DRA: ResourceSlices published', {
-          node: this.o.nodeName, driver: this.driver, slices: content.slices.length,
-          devices, generation, ...(was !== undefined ? { was } : {}),
+          node: this.o.nodeName,
+          driver: this.driver,
+          slices: content.slices.length,
+          devices,
+          generation,
+          ...(was !== undefined ? { was } : {}),
         });
         return;
       } catch (err) {
@@ -273,14 +297,18 @@ export class SlicePublisher implements NodeConsumer {
   private async write(content: PoolContent): Promise<number> {
     const client = this.o.client;
     const existing = await listNodeSlices(client, this.o.nodeName, this.driver);
-    const generation = Math.max(this.written?.generation ?? 0, ...existing.map((s) => s.spec?.pool?.generation ?? 0)) + 1;
+    const generation =
+      Math.max(this.written?.generation ?? 0, ...existing.map((s) => s.spec?.pool?.generation ?? 0)) + 1;
     const count = content.slices.length;
     const names = content.slices.map((_, i) => sliceName(this.o.nodeName, this.driver, i));
     const byName = new Map(existing.map((s) => [s.metadata.name ?? '', s]));
     // Slices of ours under other names (another version, NVIDIA's generated names) are reused in
     // place for the slices we would otherwise create.
     const spare = existing.filter((s) => !names.includes(s.metadata.name ?? ''));
-    const owner = this.nodeUid === null ? [] : [{ apiVersion: 'v1', kind: 'Node', name: this.o.nodeName, uid: this.nodeUid, controller: true }];
+    const owner =
+      this.nodeUid === null
+        ? []
+        : [{ apiVersion: 'v1', kind: 'Node', name: this.o.nodeName, uid: this.nodeUid, controller: true }];
     const body = (name: string, devices: SliceSpecDevices, from?: ResourceSlice): ResourceSlice => ({
       metadata: {
         name,
@@ -288,7 +316,12 @@ export class SlicePublisher implements NodeConsumer {
         ...(from?.metadata.uid !== undefined ? { uid: from.metadata.uid } : {}),
         ownerReferences: owner,
       },
-      spec: { driver: this.driver, nodeName: this.o.nodeName, pool: { name: content.pool, generation, resourceSliceCount: count }, devices },
+      spec: {
+        driver: this.driver,
+        nodeName: this.o.nodeName,
+        pool: { name: content.pool, generation, resourceSliceCount: count },
+        devices,
+      },
     });
     for (let i = 0; i < count; i++) {
       const devices = content.slices[i] as SliceSpecDevices;
@@ -305,7 +338,10 @@ export class SlicePublisher implements NodeConsumer {
     this.delayMs = this.o.backoff?.initialMs ?? 1000;
     this.loggedError = null;
     if (this.failing !== null) {
-      this.o.log.info('DRA: the API server answers again; ResourceSlices are current', { server: this.o.client.server, node: this.o.nodeName });
+      this.o.log.info('DRA: the API server answers again; ResourceSlices are current', {
+        server: this.o.client.server,
+        node: this.o.nodeName,
+      });
       this.failing = null;
     }
     if (this.isCurrent()) {
@@ -320,15 +356,23 @@ export class SlicePublisher implements NodeConsumer {
     const text = errorText(err);
     if (err instanceof KubeUnreachableError || (err instanceof KubeApiError && err.code >= 500)) {
       if (this.failing === null) {
-        this.o.log.warn('DRA: the API server does not answer; ResourceSlices will be published when it does', { server: this.o.client.server, node: this.o.nodeName, error: text });
+        this.o.log.warn('DRA: the API server does not answer; ResourceSlices will be published when it does', {
+          server: this.o.client.server,
+          node: this.o.nodeName,
+          error: text,
+        });
       }
     } else if (this.loggedError !== text) {
       const forbidden = err instanceof KubeApiError && (err.code === 401 || err.code === 403);
-      const what = forbidden ? 'DRA: the API server refuses our credentials; ResourceSlices cannot be published until the RBAC allows it'
-        : err instanceof NodeUnknownError ? 'DRA: ResourceSlices cannot be published for a node the API server does not know'
+      const what = forbidden
+        ? 'DRA: the API server refuses our credentials; ResourceSlices cannot be published until the RBAC allows it'
+        : err instanceof NodeUnknownError
+          ? 'DRA: ResourceSlices cannot be published for a node the API server does not know'
           : 'DRA: the API server refused the ResourceSlices';
       this.o.log.error(what, {
-        server: this.o.client.server, node: this.o.nodeName, error: text,
+        server: this.o.client.server,
+        node: this.o.nodeName,
+        error: text,
       });
       this.loggedError = text;
     }

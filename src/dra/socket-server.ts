@@ -29,7 +29,8 @@ export class UnixGrpcServer {
   static async start(socketPath: string, services: readonly ServiceBinding[]): Promise<UnixGrpcServer> {
     try {
       const st = await lstat(socketPath);
-      if (!st.isSocket()) throw new Error(`${socketPath} exists and is not a socket; remove it or choose another directory`);
+      if (!st.isSocket())
+        throw new Error(`${socketPath} exists and is not a socket; remove it or choose another directory`);
       await unlink(socketPath);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
@@ -38,7 +39,8 @@ export class UnixGrpcServer {
     try {
       if (!(await stat(dir)).isDirectory()) throw new Error(`${dir} is not a directory`);
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new Error(`the directory ${dir} does not exist (is the kubelet installed and started?)`);
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT')
+        throw new Error(`the directory ${dir} does not exist (is the kubelet installed and started?)`);
       throw err;
     }
     const server = new grpc.Server(SERVER_OPTIONS);

@@ -32,8 +32,18 @@ export class KubeApiError extends Error {
   /** The server's message, unadorned. */
   readonly serverMessage: string;
 
-  constructor(method: string, path: string, code: number, reason: string, serverMessage: string, causes: readonly StatusCause[]) {
-    const causeText = causes.length === 0 ? '' : `: ${causes.map((c) => `${c.field ?? '?'}: ${c.message ?? c.reason ?? ''}`).join('; ')}`;
+  constructor(
+    method: string,
+    path: string,
+    code: number,
+    reason: string,
+    serverMessage: string,
+    causes: readonly StatusCause[],
+  ) {
+    const causeText =
+      causes.length === 0
+        ? ''
+        : `: ${causes.map((c) => `${c.field ?? '?'}: ${c.message ?? c.reason ?? ''}`).join('; ')}`;
     super(`${method} ${path}: ${code}${reason === '' ? '' : ` ${reason}`}: ${serverMessage}${causeText}`);
     this.code = code;
     this.reason = reason;
@@ -79,16 +89,25 @@ export function apiErrorOf(method: string, path: string, code: number, body: str
   } catch {
     parsed = undefined;
   }
-  if (isObj(parsed) && parsed['kind'] === 'Status') {
-    const details = isObj(parsed['details']) ? parsed['details'] : {};
-    const causes = Array.isArray(details['causes'])
-      ? details['causes'].filter(isObj).map((c): StatusCause => ({
-        ...(typeof c['reason'] === 'string' ? { reason: c['reason'] } : {}),
-        ...(typeof c['message'] === 'string' ? { message: c['message'] } : {}),
-        ...(typeof c['field'] === 'string' ? { field: c['field'] } : {}),
-      }))
+  if (isObj(parsed) && parsed.kind === 'Status') {
+    const details = isObj(parsed.details) ? parsed.details : {};
+    const causes = Array.isArray(details.causes)
+      ? details.causes.filter(isObj).map(
+          (c): StatusCause => ({
+            ...(typeof c.reason === 'string' ? { reason: c.reason } : {}),
+            ...(typeof c.message === 'string' ? { message: c.message } : {}),
+            ...(typeof c.field === 'string' ? { field: c.field } : {}),
+          }),
+        )
       : [];
-    return new KubeApiError(method, path, typeof parsed['code'] === 'number' ? parsed['code'] : code, typeof parsed['reason'] === 'string' ? parsed['reason'] : '', typeof parsed['message'] === 'string' ? parsed['message'] : '(no message)', causes);
+    return new KubeApiError(
+      method,
+      path,
+      typeof parsed.code === 'number' ? parsed.code : code,
+      typeof parsed.reason === 'string' ? parsed.reason : '',
+      typeof parsed.message === 'string' ? parsed.message : '(no message)',
+      causes,
+    );
   }
   const snippet = body.trim().slice(0, 200);
   return new KubeApiError(method, path, code, '', snippet === '' ? '(empty answer)' : snippet, []);
@@ -105,13 +124,13 @@ export class KubeClient {
     const https = this.base.protocol === 'https:';
     this.agent = https
       ? new HttpsAgent({
-        keepAlive: true,
-        maxSockets: 4,
-        ...(target.ca !== undefined ? { ca: target.ca } : {}),
-        ...(target.cert !== undefined ? { cert: target.cert, key: target.key } : {}),
-        rejectUnauthorized: target.insecureSkipTlsVerify !== true,
-        ...(target.tlsServerName !== undefined ? { servername: target.tlsServerName } : {}),
-      })
+          keepAlive: true,
+          maxSockets: 4,
+          ...(target.ca !== undefined ? { ca: target.ca } : {}),
+          ...(target.cert !== undefined ? { cert: target.cert, key: target.key } : {}),
+          rejectUnauthorized: target.insecureSkipTlsVerify !== true,
+          ...(target.tlsServerName !== undefined ? { servername: target.tlsServerName } : {}),
+        })
       : new HttpAgent({ keepAlive: true, maxSockets: 4 });
   }
 
@@ -125,7 +144,13 @@ export class KubeClient {
       try {
         return `Bearer ${(await readFile(this.target.tokenFile, 'utf8')).trim()}`;
       } catch (err) {
-        throw new KubeUnreachableError('-', '-', this.server, 'ETOKEN', `cannot read the token file ${this.target.tokenFile} (${(err as Error).message})`);
+        throw new KubeUnreachableError(
+          '-',
+          '-',
+          this.server,
+          'ETOKEN',
+          `cannot read the token file ${this.target.tokenFile} (${(err as Error).message})`,
+        );
       }
     }
     return this.target.token !== undefined ? `Bearer ${this.target.token}` : undefined;
@@ -144,7 +169,14 @@ export class KubeClient {
     try {
       auth = await this.authorization();
     } catch (err) {
-      if (err instanceof KubeUnreachableError) throw new KubeUnreachableError(method, path, this.server, err.errno, err.message.replace(/^.*?: cannot reach the API server [^:]*: /, ''));
+      if (err instanceof KubeUnreachableError)
+        throw new KubeUnreachableError(
+          method,
+          path,
+          this.server,
+          err.errno,
+          err.message.replace(/^.*?: cannot reach the API server [^:]*: /, ''),
+        );
       throw err;
     }
     const headers: Record<string, string> = { accept: 'application/json', 'user-agent': 'gpu-device-plugin' };
@@ -152,7 +184,7 @@ export class KubeClient {
       headers['content-type'] = 'application/json';
       headers['content-length'] = String(payload.length);
     }
-    if (auth !== undefined) headers['authorization'] = auth;
+    if (auth !== undefined) headers.authorization = auth;
     const https = this.base.protocol === 'https:';
     const opts: RequestOptions = {
       method,
@@ -161,7 +193,10 @@ export class KubeClient {
       agent: this.agent,
       ...(this.target.socketPath !== undefined
         ? { socketPath: this.target.socketPath }
-        : { host: this.base.hostname.replace(/^\[|\]$/g, ''), port: this.base.port === '' ? (https ? 443 : 80) : Number(this.base.port) }),
+        : {
+            host: this.base.hostname.replace(/^\[|\]$/g, ''),
+            port: this.base.port === '' ? (https ? 443 : 80) : Number(this.base.port),
+          }),
     };
     const timeoutMs = o.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     const { code, body } = await new Promise<{ code: number; body: string }>((resolve, reject) => {

@@ -12,7 +12,10 @@ import type * as Yaml from 'yaml';
 
 let yaml: typeof Yaml | undefined;
 function loadYaml(): typeof Yaml {
-  yaml ??= typeof require === 'function' ? require('yaml') as typeof Yaml : createRequire(import.meta.url)('yaml') as typeof Yaml;
+  yaml ??=
+    typeof require === 'function'
+      ? (require('yaml') as typeof Yaml)
+      : (createRequire(import.meta.url)('yaml') as typeof Yaml);
   return yaml;
 }
 
@@ -44,9 +47,13 @@ const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !
 
 function named(list: unknown, name: string, kind: string, file: string): Obj {
   const entries = Array.isArray(list) ? list : [];
-  const hit = entries.find((e): e is Obj => isObj(e) && e['name'] === name);
+  const hit = entries.find((e): e is Obj => isObj(e) && e.name === name);
   if (hit === undefined) {
-    const known = entries.filter(isObj).map((e) => String(e['name'])).join(', ') || 'none';
+    const known =
+      entries
+        .filter(isObj)
+        .map((e) => String(e.name))
+        .join(', ') || 'none';
     throw new KubeconfigError(`${file}: no ${kind} named ${JSON.stringify(name)} (${kind}s: ${known})`);
   }
   const inner = hit[kind];
@@ -54,7 +61,8 @@ function named(list: unknown, name: string, kind: string, file: string): Obj {
   return inner;
 }
 
-const text = (o: Obj, key: string): string | undefined => (typeof o[key] === 'string' && o[key] !== '' ? (o[key] as string) : undefined);
+const text = (o: Obj, key: string): string | undefined =>
+  typeof o[key] === 'string' && o[key] !== '' ? (o[key] as string) : undefined;
 
 /** PEM given inline (base64 data in the file) or as a file (absolute path, resolved from the kubeconfig's folder). */
 export type PemSource = { readonly data: Buffer } | { readonly file: string };
@@ -107,37 +115,53 @@ export function resolveKubeconfig(content: string, file: string, context?: strin
   } catch (err) {
     throw new KubeconfigError(`${file} is not a kubeconfig: ${(err as Error).message}`);
   }
-  if (!isObj(doc)) throw new KubeconfigError(`${file} is not a kubeconfig: expected a map with clusters, users and contexts`);
+  if (!isObj(doc))
+    throw new KubeconfigError(`${file} is not a kubeconfig: expected a map with clusters, users and contexts`);
   const ctxName = context ?? text(doc, 'current-context');
-  if (ctxName === undefined) throw new KubeconfigError(`${file} has no current-context; set one (kubectl config use-context) or name the context`);
-  const ctx = named(doc['contexts'], ctxName, 'context', file);
+  if (ctxName === undefined)
+    throw new KubeconfigError(
+      `${file} has no current-context; set one (kubectl config use-context) or name the context`,
+    );
+  const ctx = named(doc.contexts, ctxName, 'context', file);
   const clusterName = text(ctx, 'cluster');
   const userName = text(ctx, 'user');
-  if (clusterName === undefined) throw new KubeconfigError(`${file}: context ${JSON.stringify(ctxName)} names no cluster`);
-  const cluster = named(doc['clusters'], clusterName, 'cluster', file);
-  const user = userName === undefined ? {} : named(doc['users'], userName, 'user', file);
+  if (clusterName === undefined)
+    throw new KubeconfigError(`${file}: context ${JSON.stringify(ctxName)} names no cluster`);
+  const cluster = named(doc.clusters, clusterName, 'cluster', file);
+  const user = userName === undefined ? {} : named(doc.users, userName, 'user', file);
   const server = text(cluster, 'server');
   if (server === undefined) throw new KubeconfigError(`${file}: cluster ${JSON.stringify(clusterName)} has no server`);
   let url: URL;
   try {
     url = new URL(server);
   } catch {
-    throw new KubeconfigError(`${file}: cluster ${JSON.stringify(clusterName)} has server ${JSON.stringify(server)}, which is not a URL (expected https://host:port)`);
+    throw new KubeconfigError(
+      `${file}: cluster ${JSON.stringify(clusterName)} has server ${JSON.stringify(server)}, which is not a URL (expected https://host:port)`,
+    );
   }
-  if (url.protocol !== 'https:' && url.protocol !== 'http:') throw new KubeconfigError(`${file}: server ${server} is neither https:// nor http://`);
-  if (user['exec'] !== undefined || user['auth-provider'] !== undefined) {
-    throw new KubeconfigError(`${file}: user ${JSON.stringify(userName)} uses ${user['exec'] !== undefined ? 'an exec' : 'an auth-provider'} credential plugin, which this service does not run; give it a node-scoped client certificate (client-certificate/client-key) or a token (token or tokenFile) instead`);
+  if (url.protocol !== 'https:' && url.protocol !== 'http:')
+    throw new KubeconfigError(`${file}: server ${server} is neither https:// nor http://`);
+  if (user.exec !== undefined || user['auth-provider'] !== undefined) {
+    throw new KubeconfigError(
+      `${file}: user ${JSON.stringify(userName)} uses ${user.exec !== undefined ? 'an exec' : 'an auth-provider'} credential plugin, which this service does not run; give it a node-scoped client certificate (client-certificate/client-key) or a token (token or tokenFile) instead`,
+    );
   }
   const base = dirname(file);
   const ca = pemSource(cluster, 'certificate-authority-data', 'certificate-authority', base);
   const cert = pemSource(user, 'client-certificate-data', 'client-certificate', base);
   const key = pemSource(user, 'client-key-data', 'client-key', base);
-  if ((cert === undefined) !== (key === undefined)) throw new KubeconfigError(`${file}: user ${JSON.stringify(userName)} has a client ${cert === undefined ? 'key' : 'certificate'} without its ${cert === undefined ? 'certificate' : 'key'}`);
+  if ((cert === undefined) !== (key === undefined))
+    throw new KubeconfigError(
+      `${file}: user ${JSON.stringify(userName)} has a client ${cert === undefined ? 'key' : 'certificate'} without its ${cert === undefined ? 'certificate' : 'key'}`,
+    );
   const tokenFile = text(user, 'tokenFile');
   const token = text(user, 'token');
   const tlsServerName = text(cluster, 'tls-server-name');
   return {
-    file, context: ctxName, cluster: clusterName, user: userName ?? '',
+    file,
+    context: ctxName,
+    cluster: clusterName,
+    user: userName ?? '',
     server: server.replace(/\/+$/, ''),
     insecureSkipTlsVerify: cluster['insecure-skip-tls-verify'] === true,
     ...(ca !== undefined ? { ca } : {}),
@@ -172,7 +196,9 @@ export async function loadKubeconfig(file: string, context?: string): Promise<Ku
   try {
     content = await readFile(file, 'utf8');
   } catch (err) {
-    throw new KubeconfigError(`cannot read the kubeconfig ${file} (${(err as Error).message}); --kubeconfig names the file this service reaches the API server with`);
+    throw new KubeconfigError(
+      `cannot read the kubeconfig ${file} (${(err as Error).message}); --kubeconfig names the file this service reaches the API server with`,
+    );
   }
   return parseKubeconfig(content, file, context);
 }

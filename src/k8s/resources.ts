@@ -56,24 +56,32 @@ export interface ResourceClaimObject {
 
 /** The slices of one driver on one node. */
 export async function listNodeSlices(c: KubeClient, nodeName: string, driver: string): Promise<ResourceSlice[]> {
-  const list = await c.request<List<ResourceSlice>>('GET', `${RESOURCE_API}/resourceslices`, { query: { fieldSelector: `spec.nodeName=${nodeName},spec.driver=${driver}` } });
+  const list = await c.request<List<ResourceSlice>>('GET', `${RESOURCE_API}/resourceslices`, {
+    query: { fieldSelector: `spec.nodeName=${nodeName},spec.driver=${driver}` },
+  });
   return [...(list?.items ?? [])];
 }
 
 export function createSlice(c: KubeClient, slice: ResourceSlice): Promise<ResourceSlice> {
-  return c.request<ResourceSlice>('POST', `${RESOURCE_API}/resourceslices`, { body: { apiVersion: 'resource.k8s.io/v1', kind: 'ResourceSlice', ...slice } });
+  return c.request<ResourceSlice>('POST', `${RESOURCE_API}/resourceslices`, {
+    body: { apiVersion: 'resource.k8s.io/v1', kind: 'ResourceSlice', ...slice },
+  });
 }
 
 /** Update in place; metadata.resourceVersion makes it conditional (a stale one → 409 Conflict). */
 export function updateSlice(c: KubeClient, slice: ResourceSlice): Promise<ResourceSlice> {
   const name = slice.metadata.name ?? '';
-  return c.request<ResourceSlice>('PUT', `${RESOURCE_API}/resourceslices/${encodeURIComponent(name)}`, { body: { apiVersion: 'resource.k8s.io/v1', kind: 'ResourceSlice', ...slice } });
+  return c.request<ResourceSlice>('PUT', `${RESOURCE_API}/resourceslices/${encodeURIComponent(name)}`, {
+    body: { apiVersion: 'resource.k8s.io/v1', kind: 'ResourceSlice', ...slice },
+  });
 }
 
 /** Delete, on condition that it is still this uid; a slice already gone is no error. */
 export async function deleteSlice(c: KubeClient, name: string, uid?: string): Promise<void> {
   try {
-    await c.request('DELETE', `${RESOURCE_API}/resourceslices/${encodeURIComponent(name)}`, { body: { apiVersion: 'v1', kind: 'DeleteOptions', ...(uid !== undefined ? { preconditions: { uid } } : {}) } });
+    await c.request('DELETE', `${RESOURCE_API}/resourceslices/${encodeURIComponent(name)}`, {
+      body: { apiVersion: 'v1', kind: 'DeleteOptions', ...(uid !== undefined ? { preconditions: { uid } } : {}) },
+    });
   } catch (err) {
     if (err instanceof KubeApiError && err.code === 404) return;
     throw err;
@@ -85,7 +93,10 @@ export function getNode(c: KubeClient, name: string): Promise<NodeObject> {
 }
 
 export function getResourceClaim(c: KubeClient, namespace: string, name: string): Promise<ResourceClaimObject> {
-  return c.request<ResourceClaimObject>('GET', `${RESOURCE_API}/namespaces/${encodeURIComponent(namespace)}/resourceclaims/${encodeURIComponent(name)}`);
+  return c.request<ResourceClaimObject>(
+    'GET',
+    `${RESOURCE_API}/namespaces/${encodeURIComponent(namespace)}/resourceclaims/${encodeURIComponent(name)}`,
+  );
 }
 
 /** One permission the driver needs. */
@@ -118,18 +129,34 @@ function needText(n: AccessNeed): string {
  * which every authenticated user may create). Rejects only when the server cannot be asked (down,
  * or the review API itself refused): the caller retries or reports.
  */
-export async function checkAccess(c: KubeClient, needs: readonly AccessNeed[] = DRA_ACCESS, timeoutMs?: number): Promise<AccessVerdict> {
+export async function checkAccess(
+  c: KubeClient,
+  needs: readonly AccessNeed[] = DRA_ACCESS,
+  timeoutMs?: number,
+): Promise<AccessVerdict> {
   const denied: string[] = [];
   for (const n of needs) {
-    const review = await c.request<{ status?: { allowed?: boolean; denied?: boolean; reason?: string } }>('POST', '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews', {
-      body: {
-        apiVersion: 'authorization.k8s.io/v1',
-        kind: 'SelfSubjectAccessReview',
-        spec: { resourceAttributes: { verb: n.verb, group: n.group, resource: n.resource, ...(n.name !== undefined ? { name: n.name } : {}) } },
+    const review = await c.request<{ status?: { allowed?: boolean; denied?: boolean; reason?: string } }>(
+      'POST',
+      '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews',
+      {
+        body: {
+          apiVersion: 'authorization.k8s.io/v1',
+          kind: 'SelfSubjectAccessReview',
+          spec: {
+            resourceAttributes: {
+              verb: n.verb,
+              group: n.group,
+              resource: n.resource,
+              ...(n.name !== undefined ? { name: n.name } : {}),
+            },
+          },
+        },
+        ...(timeoutMs === undefined ? {} : { timeoutMs }),
       },
-      ...(timeoutMs === undefined ? {} : { timeoutMs }),
-    });
-    if (review?.status?.allowed !== true) denied.push(`${needText(n)}${review?.status?.reason ? ` (${review.status.reason})` : ''}`);
+    );
+    if (review?.status?.allowed !== true)
+      denied.push(`${needText(n)}${review?.status?.reason ? ` (${review.status.reason})` : ''}`);
   }
   return denied.length === 0 ? { ok: true } : { ok: false, denied };
 }

@@ -98,7 +98,9 @@ export class Registrar {
       this.overdue = undefined;
       if (this.state === 'registered' || this.state === 'stopped') return;
       this.deps.log.warn('still not registered with the kubelet; retrying', {
-        reason: this.lostReason, error: this.lastProblem ?? 'no kubelet socket to register with', waited_ms: quietMs,
+        reason: this.lostReason,
+        error: this.lastProblem ?? 'no kubelet socket to register with',
+        waited_ms: quietMs,
       });
       this.lostReason = undefined;
     }, quietMs);
@@ -148,7 +150,11 @@ export class Registrar {
       if (problem !== this.lastProblem) {
         // After a loss the kubelet is most likely restarting: quiet until `quietMs` have passed.
         const level = this.overdue !== undefined ? 'debug' : 'warn';
-        this.deps.log[level]('cannot register with the kubelet yet; retrying', { reason, error: problem, retry_ms: this.backoffMs });
+        this.deps.log[level]('cannot register with the kubelet yet; retrying', {
+          reason,
+          error: problem,
+          retry_ms: this.backoffMs,
+        });
         this.lastProblem = problem;
       }
       this.state = 'waiting';

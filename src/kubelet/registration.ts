@@ -30,7 +30,8 @@ export function registerProblem(kubeletSocket: string, code: grpc.status, detail
     case grpc.status.UNAVAILABLE: {
       const errno = errnoIn(details);
       if (errno === 'ENOENT') return `no kubelet socket at ${kubeletSocket} (is the kubelet running?)`;
-      if (errno === 'ECONNREFUSED') return `nothing answers on the kubelet socket ${kubeletSocket} (ECONNREFUSED; the kubelet is stopping or starting)`;
+      if (errno === 'ECONNREFUSED')
+        return `nothing answers on the kubelet socket ${kubeletSocket} (ECONNREFUSED; the kubelet is stopping or starting)`;
       if (errno !== undefined) return `cannot connect to the kubelet socket ${kubeletSocket} (${errno})`;
       return `the kubelet at ${kubeletSocket} is unavailable`;
     }
@@ -91,7 +92,13 @@ export class KubeletConnection {
         new grpc.Metadata(),
         { deadline: Date.now() + timeoutMs },
         (err) => {
-          if (err) reject(new RegistrationError(registerProblem(this.kubeletSocket, err.code, err.details || err.message, timeoutMs), err.code));
+          if (err)
+            reject(
+              new RegistrationError(
+                registerProblem(this.kubeletSocket, err.code, err.details || err.message, timeoutMs),
+                err.code,
+              ),
+            );
           else resolve();
         },
       );

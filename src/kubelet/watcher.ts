@@ -59,7 +59,8 @@ export function mountPoints(mountinfo: string): Set<string> {
   const out = new Set<string>();
   for (const line of mountinfo.split('\n')) {
     const field = line.split(' ')[4];
-    if (field !== undefined) out.add(field.replace(/\\([0-7]{3})/g, (_m, oct: string) => String.fromCharCode(parseInt(oct, 8))));
+    if (field !== undefined)
+      out.add(field.replace(/\\([0-7]{3})/g, (_m, oct: string) => String.fromCharCode(parseInt(oct, 8))));
   }
   return out;
 }
@@ -85,10 +86,11 @@ export async function viewProblem(
   // Not gated on a changed identity: a directory re-created at once may get the same inode number.
   if (start.mounted && !(await mountedNow())) {
     return now === null
-      ? 'the directory was deleted, and its mount in this process\'s mount namespace went with it'
-      : 'the directory was deleted and re-created, and its mount in this process\'s mount namespace went with it';
+      ? "the directory was deleted, and its mount in this process's mount namespace went with it"
+      : "the directory was deleted and re-created, and its mount in this process's mount namespace went with it";
   }
-  if (now !== null && start.writable && !(await writableNow())) return 'the directory is now on a read-only mount for this process (EROFS)';
+  if (now !== null && start.writable && !(await writableNow()))
+    return 'the directory is now on a read-only mount for this process (EROFS)';
   return null;
 }
 
@@ -162,7 +164,12 @@ export class SocketDirView {
         this.view = { identity: now.identity, mounted: await this.mounted(), writable: await this.writable() };
         return;
       }
-      const why = await viewProblem(this.view, now, () => this.mounted(), () => this.writable());
+      const why = await viewProblem(
+        this.view,
+        now,
+        () => this.mounted(),
+        () => this.writable(),
+      );
       if (why !== null && !this.stopped) {
         this.gone = true;
         this.deps.onDirectoryGone(this.dir, why);
@@ -258,7 +265,10 @@ export class SocketDirWatcher {
     } catch (err) {
       // Without it a re-created directory is found by the periodic check; the directory's own
       // watch (reported below) is what matters.
-      this.deps.log.debug('cannot watch the socket directory\'s parent', { dir: dirname(this.dir), error: errorText(err) });
+      this.deps.log.debug("cannot watch the socket directory's parent", {
+        dir: dirname(this.dir),
+        error: errorText(err),
+      });
     }
   }
 
@@ -268,7 +278,8 @@ export class SocketDirWatcher {
       const st = await stat(this.dir);
       return `${st.dev}:${st.ino}`;
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ENOTDIR') return null;
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ENOTDIR')
+        return null;
       throw err;
     }
   }
@@ -318,7 +329,10 @@ export class SocketDirWatcher {
         else if (name.endsWith('.sock')) void this.otherEvent(name);
       });
       w.on('error', (err) => {
-        this.deps.log.warn('lost the watch on the socket directory; the periodic check will restore it', { dir: this.dir, error: errorText(err) });
+        this.deps.log.warn('lost the watch on the socket directory; the periodic check will restore it', {
+          dir: this.dir,
+          error: errorText(err),
+        });
         this.closeWatch();
       });
       this.watcher = w;
@@ -330,7 +344,10 @@ export class SocketDirWatcher {
       if (problem !== this.watchProblem) {
         // A missing directory is the registration's to report (it cannot serve there either), once.
         const level = (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'debug' : 'warn';
-        this.deps.log[level]('cannot watch the socket directory; relying on the periodic check', { dir: this.dir, error: problem });
+        this.deps.log[level]('cannot watch the socket directory; relying on the periodic check', {
+          dir: this.dir,
+          error: problem,
+        });
         this.watchProblem = problem;
       }
     } finally {
@@ -372,7 +389,8 @@ export class SocketDirWatcher {
       }
       const kubelet = await fileIdentity(this.deps.kubeletSocket);
       if (kubelet === null) this.deps.onKubeletGone(`kubelet socket removed (${reason})`);
-      else if (kubelet !== this.deps.attemptedKubelet()) this.deps.onChange(`kubelet socket changed (${reason})`, false);
+      else if (kubelet !== this.deps.attemptedKubelet())
+        this.deps.onChange(`kubelet socket changed (${reason})`, false);
     } catch (err) {
       this.deps.log.debug('socket check failed', { error: errorText(err) });
     }

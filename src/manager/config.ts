@@ -20,7 +20,11 @@ export interface RunningConfig extends NodeSettings {
 }
 
 /** The running configuration of some options; IMEX channels are looked for once, at start. */
-export async function runningConfig(o: Options, sharing: Sharing, imexChannels: readonly number[]): Promise<RunningConfig> {
+export async function runningConfig(
+  o: Options,
+  sharing: Sharing,
+  imexChannels: readonly number[],
+): Promise<RunningConfig> {
   return {
     options: o,
     sharing,
@@ -45,27 +49,43 @@ export async function runningConfig(o: Options, sharing: Sharing, imexChannels: 
  * them). A bad file is refused naming why; the running configuration is kept. Returns whether a
  * new configuration is in force.
  */
-export async function reloadConfig(node: LiveNode<RunningConfig>, read: () => ParsedOptions, imexChannels: readonly number[], log: Logger): Promise<boolean> {
+export async function reloadConfig(
+  node: LiveNode<RunningConfig>,
+  read: () => ParsedOptions,
+  imexChannels: readonly number[],
+  log: Logger,
+): Promise<boolean> {
   const running = node.config;
   const file = running.options.configFile;
   if (file === null) {
-    log.info('SIGHUP: there is no config file to reload (neither --config-file nor CONFIG_FILE is set); looking at the GPUs again');
+    log.info(
+      'SIGHUP: there is no config file to reload (neither --config-file nor CONFIG_FILE is set); looking at the GPUs again',
+    );
     return false;
   }
   try {
     const r = planReload(running.options, running.sharing, read());
-    if (r.restartOnly.length > 0) log.warn('config reload: some changed options take effect only at restart; their running values are kept', { options: r.restartOnly });
+    if (r.restartOnly.length > 0)
+      log.warn('config reload: some changed options take effect only at restart; their running values are kept', {
+        options: r.restartOnly,
+      });
     if (r.changed.length === 0 && !r.sharingChanged) {
       log.info('config reloaded; nothing to change', { file });
       return false;
     }
     // The new settings are in force while their snapshot is applied, so the labels written from it
     // are the new ones; a refused plan puts the running ones back (LiveNode.reconfigure).
-    const resources = await node.reconfigure(await runningConfig(r.options, r.sharing, imexChannels), 'config reloaded');
+    const resources = await node.reconfigure(
+      await runningConfig(r.options, r.sharing, imexChannels),
+      'config reloaded',
+    );
     log.info('config reloaded', { file, changed: [...r.changed, ...(r.sharingChanged ? ['sharing'] : [])], resources });
     return true;
   } catch (err) {
-    log.warn('config reload refused; the running configuration is kept', { file, error: errorText(err).replace(`config file ${file}: `, '') });
+    log.warn('config reload refused; the running configuration is kept', {
+      file,
+      error: errorText(err).replace(`config file ${file}: `, ''),
+    });
     return false;
   }
 }

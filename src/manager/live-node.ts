@@ -68,9 +68,19 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
     this.deps = deps;
     this.log = deps.log;
     this.config_ = deps.config;
-    this.health = new NodeHealth({ settings: deps.health, recovery: deps.recovery, log: deps.log, ...(deps.now ? { now: deps.now } : {}), ...(deps.wallNow ? { wallNow: deps.wallNow } : {}) });
-    this.log.info('health checks', { settings: describeHealthSettings(deps.health), recovery: deps.recovery.enabled ? `${deps.recovery.quietMs / 1000}s` : 'off' });
-    if (!watchesAnything(deps.health)) this.log.info('health checks are off (DP_DISABLE_HEALTHCHECKS); GPUs are not watched');
+    this.health = new NodeHealth({
+      settings: deps.health,
+      recovery: deps.recovery,
+      log: deps.log,
+      ...(deps.now ? { now: deps.now } : {}),
+      ...(deps.wallNow ? { wallNow: deps.wallNow } : {}),
+    });
+    this.log.info('health checks', {
+      settings: describeHealthSettings(deps.health),
+      recovery: deps.recovery.enabled ? `${deps.recovery.quietMs / 1000}s` : 'off',
+    });
+    if (!watchesAnything(deps.health))
+      this.log.info('health checks are off (DP_DISABLE_HEALTHCHECKS); GPUs are not watched');
   }
 
   get snapshot(): NodeSnapshot | null {
@@ -99,7 +109,10 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
 
   private enqueue<T>(job: () => Promise<T>): Promise<T> {
     const run = this.queue.then(job);
-    this.queue = run.then(() => undefined, () => undefined);
+    this.queue = run.then(
+      () => undefined,
+      () => undefined,
+    );
     return run;
   }
 
@@ -140,17 +153,34 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
    * Unhealthy, or back to their GPU's health) and one log line; a report for a resource that is not
    * an MPS resource of the snapshot in force (the config changed meanwhile) is dropped.
    */
-  onMpsDaemon(resource: string, report: { readonly answering: boolean; readonly reason: string | null }): Promise<void> {
+  onMpsDaemon(
+    resource: string,
+    report: { readonly answering: boolean; readonly reason: string | null },
+  ): Promise<void> {
     return this.enqueue(async () => {
       const prev = this.current;
       const was = prev?.mpsDaemons?.get(resource);
       if (prev === null || was === undefined) return;
       if (was.answering === report.answering && was.since !== null) return;
       const wallNow = this.deps.wallNow ?? Date.now;
-      const state: MpsDaemonState = { answering: report.answering, reason: report.answering ? null : report.reason ?? 'no answer', since: wallNow() };
-      if (state.answering) this.log.info('MPS control daemon answers; its replicas are served as healthy as their GPUs', { resource });
-      else this.log.warn('MPS control daemon does not answer; its replicas are advertised Unhealthy', { resource, reason: state.reason });
-      await this.apply(prev, withMpsDaemons(prev, new Map([[resource, state]])), report.answering ? 'MPS daemon answers' : 'MPS daemon does not answer', null);
+      const state: MpsDaemonState = {
+        answering: report.answering,
+        reason: report.answering ? null : (report.reason ?? 'no answer'),
+        since: wallNow(),
+      };
+      if (state.answering)
+        this.log.info('MPS control daemon answers; its replicas are served as healthy as their GPUs', { resource });
+      else
+        this.log.warn('MPS control daemon does not answer; its replicas are advertised Unhealthy', {
+          resource,
+          reason: state.reason,
+        });
+      await this.apply(
+        prev,
+        withMpsDaemons(prev, new Map([[resource, state]])),
+        report.answering ? 'MPS daemon answers' : 'MPS daemon does not answer',
+        null,
+      );
     });
   }
 
@@ -213,8 +243,9 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
     }
     const now = this.deps.now ?? (() => performance.now());
     this.timers.after('recovery', Math.max(0, due - now()) + 1, () => {
-      void this.enqueue(() => this.applyHealth(this.health.tick()))
-        .catch((err: unknown) => this.log.error('cannot apply a health change', { error: errorText(err) }));
+      void this.enqueue(() => this.applyHealth(this.health.tick())).catch((err: unknown) =>
+        this.log.error('cannot apply a health change', { error: errorText(err) }),
+      );
     });
   }
 
@@ -223,7 +254,12 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
     const fresh: UnplacedEvent[] = [];
     for (const u of unplaced) {
       if (this.unplaceable.has(eventKey(u))) {
-        if (this.log.enabled('debug')) this.log.debug('event for a device the node does not have; ignored', { kind: u.entry.event.kind, gpu: String(u.entry.event.gpu), why: u.why });
+        if (this.log.enabled('debug'))
+          this.log.debug('event for a device the node does not have; ignored', {
+            kind: u.entry.event.kind,
+            gpu: String(u.entry.event.gpu),
+            why: u.why,
+          });
         continue;
       }
       fresh.push(u);
@@ -233,9 +269,16 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
     if (this.held.length > MAX_HELD_EVENTS) this.held.splice(0, this.held.length - MAX_HELD_EVENTS);
     const first = fresh[0] as UnplacedEvent;
     const ev = first.entry.event;
-    this.log.info('event names a device the node snapshot does not hold; nothing is marked, looking at the node again', {
-      ...this.where(ev.gpu), kind: ev.kind, ...(ev.kind === 'xid' ? { xid: ev.xid, gi: ev.gi, ci: ev.ci } : {}), why: first.why, events: fresh.length,
-    });
+    this.log.info(
+      'event names a device the node snapshot does not hold; nothing is marked, looking at the node again',
+      {
+        ...this.where(ev.gpu),
+        kind: ev.kind,
+        ...(ev.kind === 'xid' ? { xid: ev.xid, gi: ev.gi, ci: ev.ci } : {}),
+        why: first.why,
+        events: fresh.length,
+      },
+    );
     this.askRescan('an event names a device the node snapshot does not hold');
   }
 
@@ -251,10 +294,14 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
     const fn = this.rescanFn;
     if (fn === null) return; // Nobody scans: the next scan looks at them (afterScan).
     this.rescanning = true;
-    fn(reason).catch((err: unknown) => this.log.warn('rescan failed', { reason, error: errorText(err) })).finally(() => {
-      this.rescanning = false;
-      void this.enqueue(() => this.afterRescan()).catch((err: unknown) => this.log.error('cannot apply a health change', { error: errorText(err) }));
-    });
+    fn(reason)
+      .catch((err: unknown) => this.log.warn('rescan failed', { reason, error: errorText(err) }))
+      .finally(() => {
+        this.rescanning = false;
+        void this.enqueue(() => this.afterRescan()).catch((err: unknown) =>
+          this.log.error('cannot apply a health change', { error: errorText(err) }),
+        );
+      });
   }
 
   /** The reports that waited for a rescan, against the snapshot it made. */
@@ -267,7 +314,8 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
     if (s === null) return;
     if (s.driverVersion !== null) {
       const gone = suspects.filter((u) => !s.gpuHealth.has(u));
-      for (const u of gone) this.log.info('GPU answered GPU_IS_LOST but has left the node: it is gone, not lost', { uuid: u });
+      for (const u of gone)
+        this.log.info('GPU answered GPU_IS_LOST but has left the node: it is gone, not lost', { uuid: u });
       await this.applyHealth(this.health.confirmLost(suspects));
     }
     if (held.length === 0) return;
@@ -277,12 +325,22 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
       if (this.unplaceable.has(key)) continue;
       this.unplaceable.add(key);
       const ev = u.entry.event;
-      this.log.info('event still names no device of this node after looking again; ignored', { ...this.where(ev.gpu), kind: ev.kind, ...(ev.kind === 'xid' ? { xid: ev.xid, gi: ev.gi, ci: ev.ci } : {}), why: u.why });
+      this.log.info('event still names no device of this node after looking again; ignored', {
+        ...this.where(ev.gpu),
+        kind: ev.kind,
+        ...(ev.kind === 'xid' ? { xid: ev.xid, gi: ev.gi, ci: ev.ci } : {}),
+        why: u.why,
+      });
     }
     await this.applyHealth(out.updates);
   }
 
-  private async apply(prev: NodeSnapshot | null, next: NodeSnapshot, reason: string, reregister: string | null): Promise<void> {
+  private async apply(
+    prev: NodeSnapshot | null,
+    next: NodeSnapshot,
+    reason: string,
+    reregister: string | null,
+  ): Promise<void> {
     const change = diff(prev, next);
     describeChange(this.log, prev, next, change, reason, this.deps.servesResources ?? true);
     if (change.gpuSetChanged || change.migChanged) this.unplaceable.clear();
@@ -290,19 +348,22 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
     this.health.follow(next);
     this.applied++;
     this.scheduleRecovery();
-    for (const c of this.deps.consumers) await c.apply({ snapshot: next, change, reason, reregister, settings: this.config_ });
+    for (const c of this.deps.consumers)
+      await c.apply({ snapshot: next, change, reason, reregister, settings: this.config_ });
   }
 
   /** Stops the recovery timer and every consumer. */
   async stop(): Promise<void> {
     this.stopped = true;
     this.timers.dispose();
-    await Promise.all(this.deps.consumers.map(async (c) => {
-      try {
-        await c.stop?.();
-      } catch (err) {
-        this.log.warn('stopping failed', { consumer: c.name, error: errorText(err) });
-      }
-    }));
+    await Promise.all(
+      this.deps.consumers.map(async (c) => {
+        try {
+          await c.stop?.();
+        } catch (err) {
+          this.log.warn('stopping failed', { consumer: c.name, error: errorText(err) });
+        }
+      }),
+    );
   }
 }

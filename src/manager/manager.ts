@@ -62,7 +62,10 @@ export class ResourceManager implements NodeConsumer {
   private registeredOnce = false;
   private snapshot: NodeSnapshot | null = null;
   /** Each planned device list's index, kept while the list and the GPUs are the same objects (a health change keeps both). */
-  private readonly indexes = new WeakMap<readonly AdvertisedDevice[], { readonly gpus: readonly Gpu[]; readonly index: DeviceIndex }>();
+  private readonly indexes = new WeakMap<
+    readonly AdvertisedDevice[],
+    { readonly gpus: readonly Gpu[]; readonly index: DeviceIndex }
+  >();
   /** Set by stop(): a scan that lands during shutdown starts nothing (no socket left behind). */
   private stopped = false;
   /** One check for every resource that this process still sees the socket directory; from the first resource served. */
@@ -132,7 +135,9 @@ export class ResourceManager implements NodeConsumer {
       await rt.stop();
     }
     if (this.stopped) return;
-    const setChanged = new Set([...change.updated].filter((u) => u.appeared.length + u.vanished.length > 0).map((u) => u.name));
+    const setChanged = new Set(
+      [...change.updated].filter((u) => u.appeared.length + u.vanished.length > 0).map((u) => u.name),
+    );
     for (const r of next.resources) {
       const state = this.stateFor(next, r, settings);
       const rt = this.runtimes.get(r.name);
@@ -145,14 +150,18 @@ export class ResourceManager implements NodeConsumer {
           socketCheckIntervalMs: this.ctx.socketCheckIntervalMs,
           log: this.ctx.log,
           ...(this.ctx.serverFactory === undefined ? {} : { serverFactory: this.ctx.serverFactory }),
-          ...(this.ctx.beforeServe === undefined ? {} : { beforeServe: (name: string) => this.ctx.beforeServe?.(name) ?? Promise.resolve() }),
+          ...(this.ctx.beforeServe === undefined
+            ? {}
+            : { beforeServe: (name: string) => this.ctx.beforeServe?.(name) ?? Promise.resolve() }),
           onRegistered: () => {
             this.registeredOnce = true;
             this.warmUpLater();
             const all = this.allRegistered();
             for (const fn of this.registeredListeners) fn(all);
           },
-          onRegistrationLost: () => { for (const fn of this.lostListeners) fn(); },
+          onRegistrationLost: () => {
+            for (const fn of this.lostListeners) fn();
+          },
           ...(this.ctx.recorder === undefined ? {} : { recorder: this.ctx.recorder(r.name) }),
         });
         this.runtimes.set(r.name, started);
@@ -174,13 +183,16 @@ export class ResourceManager implements NodeConsumer {
     try {
       const scores = buildScoreMatrix(s.nvlinks, (i, j) => s.pcie[i]?.[j] ?? -1);
       let nvlinkPairs = 0;
-      for (let i = 0; i < scores.size; i++) for (let j = i + 1; j < scores.size; j++) if (scores.nvlinks(i, j) > 0) nvlinkPairs++;
+      for (let i = 0; i < scores.size; i++)
+        for (let j = i + 1; j < scores.size; j++) if (scores.nvlinks(i, j) > 0) nvlinkPairs++;
       this.ctx.log.info('topology read', { gpus: scores.size, nvlink_pairs: nvlinkPairs });
       this.cold = new PreferredPolicy(scores, { warmUp: false });
       this.warmUpLater();
       return this.cold;
     } catch (err) {
-      this.ctx.log.error('cannot build the topology policy; GetPreferredAllocation picks the lowest-numbered GPUs', { error: errorText(err) });
+      this.ctx.log.error('cannot build the topology policy; GetPreferredAllocation picks the lowest-numbered GPUs', {
+        error: errorText(err),
+      });
       return lowestFirstChooser;
     }
   }
@@ -208,7 +220,10 @@ export class ResourceManager implements NodeConsumer {
       if (u.vanished.length === 0 && u.appeared.length === 0) continue;
       const m = this.vanished.get(u.name) ?? new Map<string, string>();
       for (const id of u.appeared) m.delete(id);
-      const why = removedGpus.size > 0 ? `its GPU left the node (${[...removedGpus].join(', ')})` : next.planProblem ?? 'the configuration no longer advertises it';
+      const why =
+        removedGpus.size > 0
+          ? `its GPU left the node (${[...removedGpus].join(', ')})`
+          : (next.planProblem ?? 'the configuration no longer advertises it');
       for (const id of u.vanished) {
         m.delete(id);
         m.set(id, why);
@@ -235,7 +250,10 @@ export class ResourceManager implements NodeConsumer {
       chooser: this.chooser,
       sharedPolicy: settings.sharedPolicy,
       allocateSettings: {
-        ...settings.allocate, failRequestsGreaterThanOne: r.failRequestsGreaterThanOne, resourceName: r.name, mps: r.mps === true,
+        ...settings.allocate,
+        failRequestsGreaterThanOne: r.failRequestsGreaterThanOne,
+        resourceName: r.name,
+        mps: r.mps === true,
         ...('problem' in s.migCapabilities ? {} : { migCapabilities: s.migCapabilities }),
       },
       vanished: this.vanished.get(r.name) ?? new Map(),

@@ -7,7 +7,15 @@
 // hold, and a GPU_IS_LOST probe, which is only believed once a scan still lists the GPU (a GPU that
 // left the bus cleanly is gone, not lost; its stale handle answers GPU_IS_LOST too).
 import { HealthTracker, UNMANAGED_DEVICE, freshHealthState, isCritical } from '../core/health.ts';
-import type { EventBatchEntry, HealthChange, HealthInput, HealthSettings, ProbeRound, RecoverySettings, WatchedEvent } from '../core/health.ts';
+import type {
+  EventBatchEntry,
+  HealthChange,
+  HealthInput,
+  HealthSettings,
+  ProbeRound,
+  RecoverySettings,
+  WatchedEvent,
+} from '../core/health.ts';
 import { eventUnits, unitsOfGpu } from '../core/mig.ts';
 import type { NodeSnapshot, UnitHealth } from '../core/snapshot.ts';
 import type { Logger } from '../system/log.ts';
@@ -79,7 +87,12 @@ export class NodeHealth {
     if (key === this.units) return;
     this.units = key;
     const all = new Map<string, UnitHealth>([...s.gpuHealth, ...s.migHealth]);
-    this.tracker = new HealthTracker<string>([...all.keys()], this.o.settings, this.o.recovery, new Map([...all].map(([u, h]) => [u, h.state])));
+    this.tracker = new HealthTracker<string>(
+      [...all.keys()],
+      this.o.settings,
+      this.o.recovery,
+      new Map([...all].map(([u, h]) => [u, h.state])),
+    );
     this.meta = new Map([...all].map(([u, h]) => [u, { reason: h.reason, since: h.since }]));
   }
 
@@ -100,7 +113,10 @@ export class NodeHealth {
       this.events += count;
       if (ev.gpu === UNMANAGED_DEVICE) {
         if (!this.unmanagedLogged) {
-          this.log.warn('NVML event for a device this plugin does not manage; ignored (further ones are not logged)', { kind: ev.kind, xid: ev.kind === 'xid' ? ev.xid : undefined });
+          this.log.warn('NVML event for a device this plugin does not manage; ignored (further ones are not logged)', {
+            kind: ev.kind,
+            xid: ev.kind === 'xid' ? ev.xid : undefined,
+          });
           this.unmanagedLogged = true;
         }
         continue;
@@ -110,9 +126,14 @@ export class NodeHealth {
         unplaced.push({ entry, why: targets.unknown });
         continue;
       }
-      if (ev.kind === 'ecc-single' && this.log.enabled('debug')) this.log.debug('single-bit ECC error', ev.gpu === null ? { gpu: 'all' } : this.where(ev.gpu));
+      if (ev.kind === 'ecc-single' && this.log.enabled('debug'))
+        this.log.debug('single-bit ECC error', ev.gpu === null ? { gpu: 'all' } : this.where(ev.gpu));
       if (ev.kind === 'xid' && this.log.enabled('debug') && !isCritical(this.o.settings, ev.xid)) {
-        this.log.debug('XID ignored by the health settings', { ...(ev.gpu === null ? { gpu: 'all' } : this.where(ev.gpu)), xid: ev.xid, count });
+        this.log.debug('XID ignored by the health settings', {
+          ...(ev.gpu === null ? { gpu: 'all' } : this.where(ev.gpu)),
+          xid: ev.xid,
+          count,
+        });
       }
       for (const unit of targets.units) {
         const input = { ...ev, gpu: unit } as HealthInput<string>;
@@ -139,7 +160,8 @@ export class NodeHealth {
         suspectLost.push(uuid);
         continue;
       }
-      for (const unit of unitsOfGpu(s.gpus, s.mig, uuid)) changes.push(...this.tracker.apply({ kind: 'probe', gpu: unit, result: r }, now));
+      for (const unit of unitsOfGpu(s.gpus, s.mig, uuid))
+        changes.push(...this.tracker.apply({ kind: 'probe', gpu: unit, result: r }, now));
     }
     return { updates: this.publish(changes), unplaced: [], suspectLost };
   }
@@ -151,7 +173,8 @@ export class NodeHealth {
     const changes: HealthChange<string>[] = [];
     for (const uuid of uuids) {
       if (s === null || !s.gpuHealth.has(uuid)) continue;
-      for (const unit of unitsOfGpu(s.gpus, s.mig, uuid)) changes.push(...this.tracker.apply({ kind: 'probe', gpu: unit, result: 'lost' }, now));
+      for (const unit of unitsOfGpu(s.gpus, s.mig, uuid))
+        changes.push(...this.tracker.apply({ kind: 'probe', gpu: unit, result: 'lost' }, now));
     }
     return this.publish(changes);
   }
@@ -162,11 +185,21 @@ export class NodeHealth {
   }
 
   /** The units an event concerns in the snapshot in force, or why it concerns none known. */
-  private targets(ev: WatchedEvent, s: NodeSnapshot | null): { units: readonly (string | null)[] } | { unknown: string } {
+  private targets(
+    ev: WatchedEvent,
+    s: NodeSnapshot | null,
+  ): { units: readonly (string | null)[] } | { unknown: string } {
     if (ev.gpu === null) return { units: [null] };
-    if (s === null || !s.gpuHealth.has(ev.gpu as string)) return { unknown: `GPU ${String(ev.gpu)} is not in the node's snapshot` };
+    if (s === null || !s.gpuHealth.has(ev.gpu as string))
+      return { unknown: `GPU ${String(ev.gpu)} is not in the node's snapshot` };
     const uuid = ev.gpu as string;
-    return eventUnits(s.gpus, s.mig, uuid, ev.kind === 'xid' ? ev.gi : undefined, ev.kind === 'xid' ? ev.ci : undefined);
+    return eventUnits(
+      s.gpus,
+      s.mig,
+      uuid,
+      ev.kind === 'xid' ? ev.gi : undefined,
+      ev.kind === 'xid' ? ev.ci : undefined,
+    );
   }
 
   /** Log keys of a GPU: `gpu` its index, `uuid` its UUID. */
@@ -176,7 +209,11 @@ export class NodeHealth {
 
   private unitHealth(unit: string): UnitHealth {
     const m = this.meta.get(unit);
-    return { state: this.tracker.stateOf(unit) ?? freshHealthState(), reason: m?.reason ?? null, since: m?.since ?? null };
+    return {
+      state: this.tracker.stateOf(unit) ?? freshHealthState(),
+      reason: m?.reason ?? null,
+      since: m?.since ?? null,
+    };
   }
 
   /** Logs each transition once and returns the units' new health. */
@@ -191,7 +228,17 @@ export class NodeHealth {
       const m = s?.mig.devices.find((d) => d.uuid === c.gpu);
       if (m !== undefined) {
         const parent = s?.gpus[m.parent];
-        const ctx = { gpu: parent?.index, uuid: parent?.uuid, mig: m.uuid, profile: m.profile, gi: m.gi, ci: m.ci, xid: c.xid, meaning: c.meaning, reason: c.reason };
+        const ctx = {
+          gpu: parent?.index,
+          uuid: parent?.uuid,
+          mig: m.uuid,
+          profile: m.profile,
+          gi: m.gi,
+          ci: m.ci,
+          xid: c.xid,
+          meaning: c.meaning,
+          reason: c.reason,
+        };
         if (c.health === 'Unhealthy') this.log.warn('MIG device unhealthy', ctx);
         else this.log.info('MIG device healthy again', ctx);
         continue;

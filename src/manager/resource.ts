@@ -162,12 +162,15 @@ export class ResourceRuntime {
     }
     this.lastRegister = { optionsCalls: this.handlers.optionsCalls, reachedReplaced: false };
     try {
-      await pending.connection.register({
-        version: API_VERSION,
-        endpoint: basename(this.socketPath),
-        resource_name: this.name,
-        options: PLUGIN_OPTIONS,
-      }, 10000);
+      await pending.connection.register(
+        {
+          version: API_VERSION,
+          endpoint: basename(this.socketPath),
+          resource_name: this.name,
+          options: PLUGIN_OPTIONS,
+        },
+        10000,
+      );
     } finally {
       pending.connection.close();
     }
@@ -175,8 +178,11 @@ export class ResourceRuntime {
 
   /** The last registration still stands: its server was not replaced, the socket is ours, the kubelet the same. */
   private async registrationUpToDate(): Promise<boolean> {
-    return this.lastRegister?.reachedReplaced !== true && (await this.stillOurs())
-      && (await fileIdentity(this.ctx.kubeletSocket)) === this.attemptedKubelet;
+    return (
+      this.lastRegister?.reachedReplaced !== true &&
+      (await this.stillOurs()) &&
+      (await fileIdentity(this.ctx.kubeletSocket)) === this.attemptedKubelet
+    );
   }
 
   /** The watcher saw our socket or the kubelet's change. */
@@ -195,11 +201,14 @@ export class ResourceRuntime {
    * lost, and the new kubelet's socket (or our socket's removal) kicks the next attempt.
    */
   private kubeletStreamClosed(): void {
-    void fileIdentity(this.ctx.kubeletSocket).catch(() => null).then((kubelet) => {
-      if (this.registrar.current !== 'registered') return;
-      if (kubelet !== null && kubelet === this.attemptedKubelet) this.registrar.kick('the kubelet closed its ListAndWatch stream');
-      else this.registrar.lost('the kubelet closed its ListAndWatch stream and its socket went');
-    });
+    void fileIdentity(this.ctx.kubeletSocket)
+      .catch(() => null)
+      .then((kubelet) => {
+        if (this.registrar.current !== 'registered') return;
+        if (kubelet !== null && kubelet === this.attemptedKubelet)
+          this.registrar.kick('the kubelet closed its ListAndWatch stream');
+        else this.registrar.lost('the kubelet closed its ListAndWatch stream and its socket went');
+      });
   }
 
   /**
@@ -208,14 +217,23 @@ export class ResourceRuntime {
    * and its successor gets a registration anyway).
    */
   private otherPluginGone(file: string): void {
-    if (file.startsWith(SOCKET_PREFIX) || this.registrar.current !== 'registered' || this.otherTimer !== undefined) return;
+    if (file.startsWith(SOCKET_PREFIX) || this.registrar.current !== 'registered' || this.otherTimer !== undefined)
+      return;
     const kubelet = this.attemptedKubelet;
     this.otherTimer = setTimeout(() => {
       this.otherTimer = undefined;
-      void fileIdentity(this.ctx.kubeletSocket).catch(() => null).then((now) => {
-        if (this.registrar.current !== 'registered' || now === null || now !== kubelet || this.attemptedKubelet !== kubelet) return;
-        this.registrar.kick(`another plugin's socket went (${file})`);
-      });
+      void fileIdentity(this.ctx.kubeletSocket)
+        .catch(() => null)
+        .then((now) => {
+          if (
+            this.registrar.current !== 'registered' ||
+            now === null ||
+            now !== kubelet ||
+            this.attemptedKubelet !== kubelet
+          )
+            return;
+          this.registrar.kick(`another plugin's socket went (${file})`);
+        });
     }, OTHER_PLUGIN_SETTLE_MS);
     this.otherTimer.unref();
   }
@@ -263,7 +281,9 @@ export class ResourceRuntime {
 
   /** Serves our socket again now (its errors are the next registration attempt's to report). */
   private serveAgain(reason: string): void {
-    this.ensureServing().catch((err: unknown) => this.log.debug('cannot serve again yet', { reason, error: errorText(err) }));
+    this.ensureServing().catch((err: unknown) =>
+      this.log.debug('cannot serve again yet', { reason, error: errorText(err) }),
+    );
   }
 
   /** Makes sure our socket is there and served; one at a time. */
@@ -278,7 +298,8 @@ export class ResourceRuntime {
     if (this.server !== undefined && (await this.stillOurs())) return;
     if (this.server !== undefined) {
       // The kubelet of the last Register reached this server: its stream is cut now.
-      if (this.lastRegister !== undefined && this.handlers.optionsCalls > this.lastRegister.optionsCalls) this.lastRegister.reachedReplaced = true;
+      if (this.lastRegister !== undefined && this.handlers.optionsCalls > this.lastRegister.optionsCalls)
+        this.lastRegister.reachedReplaced = true;
       // Stop the old server first: closing a unix listener unlinks its path, which must not be the new one.
       this.handlers.endStreams();
       await this.server.stop(false);

@@ -19,10 +19,18 @@ export interface MpsDaemonDirs {
 }
 
 /** The environment the control program (daemon or client) runs in. */
-export function mpsEnvironment(dirs: MpsDaemonDirs, visibleDevices?: readonly string[], base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+export function mpsEnvironment(
+  dirs: MpsDaemonDirs,
+  visibleDevices?: readonly string[],
+  base: NodeJS.ProcessEnv = process.env,
+): NodeJS.ProcessEnv {
   // The control program reads CUDA_VISIBLE_DEVICES; a client run gets none, so it is never inherited.
   const { CUDA_VISIBLE_DEVICES: _inherited, ...rest } = base;
-  const env: NodeJS.ProcessEnv = { ...rest, CUDA_MPS_PIPE_DIRECTORY: dirs.pipeDir, CUDA_MPS_LOG_DIRECTORY: dirs.logDir };
+  const env: NodeJS.ProcessEnv = {
+    ...rest,
+    CUDA_MPS_PIPE_DIRECTORY: dirs.pipeDir,
+    CUDA_MPS_LOG_DIRECTORY: dirs.logDir,
+  };
   return visibleDevices === undefined ? env : { ...env, CUDA_VISIBLE_DEVICES: visibleDevices.join(',') };
 }
 
@@ -44,8 +52,16 @@ export class MpsControlError extends Error {
  * The control program: under the driver root's usual binary folders first, then on PATH. Returns
  * its path, or null with the places looked at (for an error that names them).
  */
-export async function findMpsControl(driverRoot: string, path: string | undefined = process.env['PATH']): Promise<{ path: string } | { looked: string[] }> {
-  const dirs = [join(driverRoot, 'usr/bin'), join(driverRoot, 'usr/local/bin'), join(driverRoot, 'bin'), ...(path ?? '').split(delimiter).filter((d) => d.length > 0)];
+export async function findMpsControl(
+  driverRoot: string,
+  path: string | undefined = process.env.PATH,
+): Promise<{ path: string } | { looked: string[] }> {
+  const dirs = [
+    join(driverRoot, 'usr/bin'),
+    join(driverRoot, 'usr/local/bin'),
+    join(driverRoot, 'bin'),
+    ...(path ?? '').split(delimiter).filter((d) => d.length > 0),
+  ];
   const looked: string[] = [];
   for (const dir of [...new Set(dirs)]) {
     const candidate = join(dir, MPS_CONTROL_PROGRAM);
@@ -72,10 +88,18 @@ export interface MpsCommandOptions {
  * MpsControlError when the client cannot run, exits non-zero (its stderr is the reason: "Cannot find
  * MPS control daemon process" when none runs), or does not finish within the timeout.
  */
-export function mpsCommand(program: string, dirs: MpsDaemonDirs, command: string, options: MpsCommandOptions = {}): Promise<string> {
+export function mpsCommand(
+  program: string,
+  dirs: MpsDaemonDirs,
+  command: string,
+  options: MpsCommandOptions = {},
+): Promise<string> {
   const timeoutMs = options.timeoutMs ?? 5000;
   return new Promise((resolve, reject) => {
-    const child = spawn(program, [], { env: mpsEnvironment(dirs, undefined, options.env), stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(program, [], {
+      env: mpsEnvironment(dirs, undefined, options.env),
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
     let out = '';
     let err = '';
     let settled = false;
@@ -90,14 +114,23 @@ export function mpsCommand(program: string, dirs: MpsDaemonDirs, command: string
       child.kill('SIGKILL');
       finish({ reason: `no answer within ${timeoutMs} ms` });
     }, timeoutMs);
-    child.stdout.setEncoding('utf8').on('data', (d: string) => { out += d; });
-    child.stderr.setEncoding('utf8').on('data', (d: string) => { err += d; });
+    child.stdout.setEncoding('utf8').on('data', (d: string) => {
+      out += d;
+    });
+    child.stderr.setEncoding('utf8').on('data', (d: string) => {
+      err += d;
+    });
     child.on('error', (e) => finish({ reason: `cannot run ${program}: ${e.message}` }));
     child.on('close', (code, signal) => {
       if (code === 0) finish({ answer: out.trim() });
-      else finish({ reason: `${program} ${signal !== null ? `was killed by ${signal}` : `exited with status ${code}`}${err.trim() ? `: ${err.trim()}` : out.trim() ? `: ${out.trim()}` : ''}` });
+      else
+        finish({
+          reason: `${program} ${signal !== null ? `was killed by ${signal}` : `exited with status ${code}`}${err.trim() ? `: ${err.trim()}` : out.trim() ? `: ${out.trim()}` : ''}`,
+        });
     });
-    child.stdin.on('error', () => { /* the client may exit before reading; its status says why */ });
+    child.stdin.on('error', () => {
+      /* the client may exit before reading; its status says why */
+    });
     child.stdin.end(`${command}\n`);
   });
 }

@@ -22,7 +22,10 @@ export interface MpsSettings {
 }
 
 /** The options and sharing for the subcommand; throws OptionError/ConfigError naming what is wrong. */
-export function readMpsSettings(argv: readonly string[], env: Readonly<Record<string, string | undefined>>): MpsSettings {
+export function readMpsSettings(
+  argv: readonly string[],
+  env: Readonly<Record<string, string | undefined>>,
+): MpsSettings {
   const parsed = parseOptions(argv, env);
   return { options: parsed.options, mpsRoot: parsed.options.mpsRoot, sharing: parsed.sharing };
 }
@@ -37,6 +40,11 @@ export type MpsScan = Pick<NodeScan, 'gpus' | 'mig' | 'facts'>;
  */
 export function mpsDaemonPlans(settings: Pick<MpsSettings, 'options' | 'sharing'>, scan: MpsScan): MpsDaemonPlan[] {
   if (settings.sharing.mps === undefined || settings.sharing.mps === null) return [];
-  const plan = planForNode(scan.gpus, scan.mig ?? NO_MIG, planSettings(settings.options, settings.sharing), scan.facts?.gpus);
+  const plan = planForNode(
+    scan.gpus,
+    scan.mig ?? NO_MIG,
+    planSettings(settings.options, settings.sharing),
+    scan.facts?.gpus,
+  );
   return planMpsDaemons(plan.resources, scan.gpus);
 }

@@ -33,19 +33,27 @@ export function shmSize(meminfo: string | null): string {
 
 /** Whether `dir` is a mount point, from /proc/self/mountinfo's text (octal escapes decoded). */
 export function isMountPoint(mountinfo: string, dir: string): boolean {
-  const unescape = (s: string): string => s.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(Number.parseInt(o, 8)));
-  return mountinfo.split('\n').some((line) => unescape(line.split(' ')[4] ?? '') === dir);
+  const decode = (s: string): string =>
+    s.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(Number.parseInt(o, 8)));
+  return mountinfo.split('\n').some((line) => decode(line.split(' ')[4] ?? '') === dir);
 }
 
 function run(program: string, args: readonly string[]): Promise<void> {
   return new Promise((resolve, reject) => {
     const child = spawn(program, args, { stdio: ['ignore', 'ignore', 'pipe'] });
     let err = '';
-    child.stderr.setEncoding('utf8').on('data', (d: string) => { err += d; });
+    child.stderr.setEncoding('utf8').on('data', (d: string) => {
+      err += d;
+    });
     child.on('error', (e) => reject(new Error(`cannot run ${program}: ${e.message}`)));
     child.on('close', (code, signal) => {
       if (code === 0) resolve();
-      else reject(new Error(`${program} ${args.join(' ')} ${signal !== null ? `was killed by ${signal}` : `exited with status ${code}`}${err.trim() ? `: ${err.trim()}` : ''}`));
+      else
+        reject(
+          new Error(
+            `${program} ${args.join(' ')} ${signal !== null ? `was killed by ${signal}` : `exited with status ${code}`}${err.trim() ? `: ${err.trim()}` : ''}`,
+          ),
+        );
     });
   });
 }
@@ -81,7 +89,10 @@ export class RealMpsHost implements MpsHost {
     throw new Error(`GPU ${gpu.uuid} (index ${gpu.index} when planned) is not among the ${count} GPUs NVML shows now`);
   }
 
-  async setComputeMode(gpu: { readonly uuid: string; readonly index: number }, mode: 'exclusive-process' | 'default'): Promise<void> {
+  async setComputeMode(
+    gpu: { readonly uuid: string; readonly index: number },
+    mode: 'exclusive-process' | 'default',
+  ): Promise<void> {
     const h = this.handle(gpu);
     const ref = { index: gpu.index, uuid: gpu.uuid };
     setComputeMode(this.o.nvml, h, ref, mode);
@@ -93,15 +104,21 @@ export class RealMpsHost implements MpsHost {
     // Each missing directory, from the top, created 0755 whatever the umask; `dir` itself 0755 too.
     const missing: string[] = [];
     for (let d = dir; ; d = dirname(d)) {
-      const exists = await stat(d).then((s) => {
-        if (!s.isDirectory()) throw new Error(`${d} is in the way of the MPS directory ${dir}: it is not a directory`);
-        return true;
-      }, () => false);
+      const exists = await stat(d).then(
+        (s) => {
+          if (!s.isDirectory())
+            throw new Error(`${d} is in the way of the MPS directory ${dir}: it is not a directory`);
+          return true;
+        },
+        () => false,
+      );
       if (exists || d === dirname(d)) break;
       missing.unshift(d);
     }
     for (const d of missing) {
-      await mkdir(d).catch((e: NodeJS.ErrnoException) => { if (e.code !== 'EEXIST') throw new Error(`cannot create ${d}: ${e.message}`); });
+      await mkdir(d).catch((e: NodeJS.ErrnoException) => {
+        if (e.code !== 'EEXIST') throw new Error(`cannot create ${d}: ${e.message}`);
+      });
       await chmod(d, 0o755);
     }
     await chmod(dir, 0o755);
@@ -140,26 +157,49 @@ export class RealMpsHost implements MpsHost {
  * Starts `nvidia-cuda-mps-control -f` for one plan in its own mount namespace (/dev/shm = shmDir),
  * and resolves once it answers its client; rejects (after killing it) when it exits or stays silent.
  */
-export async function startControlDaemon(o: HostOptions, plan: MpsDaemonPlan, paths: MpsPaths, shmDir: string): Promise<ControlChild> {
-  const env = mpsEnvironment(paths, plan.gpus.map((g) => g.uuid));
+export async function startControlDaemon(
+  o: HostOptions,
+  plan: MpsDaemonPlan,
+  paths: MpsPaths,
+  shmDir: string,
+): Promise<ControlChild> {
+  const env = mpsEnvironment(
+    paths,
+    plan.gpus.map((g) => g.uuid),
+  );
   const script = 'mount --bind "$1" /dev/shm || exit 1; exec "$2" -f';
-  const child = spawn('unshare', ['--mount', '--propagation', 'slave', '--', '/bin/sh', '-c', script, 'sh', shmDir, o.program],
-    { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(
+    'unshare',
+    ['--mount', '--propagation', 'slave', '--', '/bin/sh', '-c', script, 'sh', shmDir, o.program],
+    { env, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
   const log = o.log.child({ resource: plan.resource });
   let tail = '';
   const forward = (d: string): void => {
     tail = (tail + d).slice(-2000);
-    for (const line of d.split('\n')) if (line.trim() !== '') log.debug('nvidia-cuda-mps-control', { line: line.trim() });
+    for (const line of d.split('\n'))
+      if (line.trim() !== '') log.debug('nvidia-cuda-mps-control', { line: line.trim() });
   };
   child.stdout.setEncoding('utf8').on('data', forward);
   child.stderr.setEncoding('utf8').on('data', forward);
   const exited = new Promise<ControlExit>((resolve) => {
-    child.on('error', (e) => { tail += `cannot run unshare: ${e.message}`; resolve({ code: null, signal: null }); });
+    child.on('error', (e) => {
+      tail += `cannot run unshare: ${e.message}`;
+      resolve({ code: null, signal: null });
+    });
     child.on('close', (code, signal) => resolve({ code, signal }));
   });
-  const handle: ControlChild = { pid: child.pid ?? -1, exited, kill: () => { child.kill('SIGTERM'); } };
+  const handle: ControlChild = {
+    pid: child.pid ?? -1,
+    exited,
+    kill: () => {
+      child.kill('SIGTERM');
+    },
+  };
   let gone = false;
-  void exited.then(() => { gone = true; });
+  void exited.then(() => {
+    gone = true;
+  });
   const end = performance.now() + (o.startTimeoutMs ?? 10000);
   let last = '';
   while (!gone) {
@@ -171,10 +211,14 @@ export async function startControlDaemon(o: HostOptions, plan: MpsDaemonPlan, pa
     }
     if (performance.now() > end) {
       child.kill('SIGTERM');
-      throw new Error(`${o.program} -f for ${plan.resource} did not answer within ${o.startTimeoutMs ?? 10000} ms (last: ${last})`);
+      throw new Error(
+        `${o.program} -f for ${plan.resource} did not answer within ${o.startTimeoutMs ?? 10000} ms (last: ${last})`,
+      );
     }
     await new Promise((r) => setTimeout(r, 50));
   }
   const exit = await exited;
-  throw new Error(`${o.program} -f for ${plan.resource} ${exit.signal !== null ? `was killed by ${exit.signal}` : `exited with status ${exit.code}`} before answering${tail.trim() ? `: ${tail.trim().split('\n').slice(-3).join(' / ')}` : ''}`);
+  throw new Error(
+    `${o.program} -f for ${plan.resource} ${exit.signal !== null ? `was killed by ${exit.signal}` : `exited with status ${exit.code}`} before answering${tail.trim() ? `: ${tail.trim().split('\n').slice(-3).join(' / ')}` : ''}`,
+  );
 }

@@ -27,7 +27,10 @@ export interface ControlChild {
 
 /** Everything the supervisor does to the host. Each call throws an Error naming what failed. */
 export interface MpsHost {
-  setComputeMode(gpu: { readonly uuid: string; readonly index: number }, mode: 'exclusive-process' | 'default'): Promise<void>;
+  setComputeMode(
+    gpu: { readonly uuid: string; readonly index: number },
+    mode: 'exclusive-process' | 'default',
+  ): Promise<void>;
   /** mkdir -p with 0755 on each directory it creates, and chmod 0755 on `dir` itself. */
   makeDirs(dir: string): Promise<void>;
   writeFile(path: string, text: string): Promise<void>;
@@ -77,7 +80,11 @@ export type PlanChange =
 
 /** Same resources on the same GPUs: limits can be re-applied; anything else needs a restart. */
 export function comparePlans(running: readonly MpsDaemonPlan[], next: readonly MpsDaemonPlan[]): PlanChange {
-  const names = (ps: readonly MpsDaemonPlan[]): string => ps.map((p) => p.resource).sort().join(',');
+  const names = (ps: readonly MpsDaemonPlan[]): string =>
+    ps
+      .map((p) => p.resource)
+      .sort()
+      .join(',');
   if (names(running) !== names(next)) {
     return { kind: 'restart-needed', why: `the MPS resources change from [${names(running)}] to [${names(next)}]` };
   }
@@ -85,7 +92,8 @@ export function comparePlans(running: readonly MpsDaemonPlan[], next: readonly M
   for (const p of next) {
     const old = running.find((r) => r.resource === p.resource) as MpsDaemonPlan;
     const gpus = (q: MpsDaemonPlan): string => q.gpus.map((g) => g.uuid).join(',');
-    if (gpus(old) !== gpus(p)) return { kind: 'restart-needed', why: `${p.resource} changes GPUs from [${gpus(old)}] to [${gpus(p)}]` };
+    if (gpus(old) !== gpus(p))
+      return { kind: 'restart-needed', why: `${p.resource} changes GPUs from [${gpus(old)}] to [${gpus(p)}]` };
     if (limitCommands(old).join('\n') !== limitCommands(p).join('\n')) limitsChanged = true;
   }
   return { kind: 'same-gpus', limitsChanged };
@@ -133,7 +141,9 @@ export class MpsSupervisor {
   /** Starts every daemon of the plan; resolves once each has had its first attempt (READY=1 then). */
   async start(plans: readonly MpsDaemonPlan[]): Promise<void> {
     if (plans.length === 0) {
-      this.log.info('no MPS resources configured (sharing.mps in the config file): no control daemon to run', { root: this.opts.root });
+      this.log.info('no MPS resources configured (sharing.mps in the config file): no control daemon to run', {
+        root: this.opts.root,
+      });
       this.opts.status('STATUS=no MPS resources configured', true);
       this.readySent = true;
       return;
@@ -144,7 +154,10 @@ export class MpsSupervisor {
     await this.host.makeDirs(shmDir);
     const shm = await this.host.mountShm(shmDir);
     this.shmMounted = true;
-    this.log.info(shm.mounted ? 'mounted the MPS shm tmpfs' : 'the MPS shm tmpfs is already mounted; reusing it', { dir: shmDir, size: shm.size });
+    this.log.info(shm.mounted ? 'mounted the MPS shm tmpfs' : 'the MPS shm tmpfs is already mounted; reusing it', {
+      dir: shmDir,
+      size: shm.size,
+    });
     await Promise.all(this.resources.map((r) => this.startOne(r)));
   }
 
@@ -166,15 +179,25 @@ export class MpsSupervisor {
       await this.host.writeFile(paths.startedFile, `${child.pid}\n`);
       r.state = 'up';
       r.problem = '';
-      r.stableTimer = setTimeout(() => { r.backoffMs = FIRST_RESTART_MS; }, STABLE_MS);
+      r.stableTimer = setTimeout(() => {
+        r.backoffMs = FIRST_RESTART_MS;
+      }, STABLE_MS);
       this.log.info('MPS control daemon up', {
-        resource: plan.resource, pid: child.pid, gpus: plan.gpus.map((g) => g.uuid), replicas: plan.replicas,
-        activeThreadPercentage: plan.activeThreadPercentage, pinnedMemLimitMiB: plan.gpus.map((g) => `${g.mpsDevice}:${g.pinnedMemLimitMiB}`),
+        resource: plan.resource,
+        pid: child.pid,
+        gpus: plan.gpus.map((g) => g.uuid),
+        replicas: plan.replicas,
+        activeThreadPercentage: plan.activeThreadPercentage,
+        pinnedMemLimitMiB: plan.gpus.map((g) => `${g.mpsDevice}:${g.pinnedMemLimitMiB}`),
       });
     } catch (err) {
       if (this.stopping) return;
       r.problem = errorText(err);
-      this.log.error('cannot start the MPS control daemon; trying again', { resource: plan.resource, retryInMs: r.backoffMs, error: r.problem });
+      this.log.error('cannot start the MPS control daemon; trying again', {
+        resource: plan.resource,
+        retryInMs: r.backoffMs,
+        error: r.problem,
+      });
       const child = r.child;
       r.child = undefined; // its exit is this failure's, not a second one
       child?.kill();
@@ -190,7 +213,10 @@ export class MpsSupervisor {
     clearTimeout(r.stableTimer);
     const delay = r.backoffMs;
     r.backoffMs = Math.min(r.backoffMs * 2, MAX_RESTART_MS);
-    r.timer = setTimeout(() => { r.timer = undefined; void this.startOne(r); }, delay);
+    r.timer = setTimeout(() => {
+      r.timer = undefined;
+      void this.startOne(r);
+    }, delay);
   }
 
   /** A control daemon ended. During a stop that is expected; otherwise it died on its own. */
@@ -201,10 +227,19 @@ export class MpsSupervisor {
     r.problem = `its control daemon ${how}`;
     // During its start the failure is startOne's to report and retry (its next step fails).
     if (r.state === 'starting') return;
-    this.log.error(`MPS control daemon ${how}; every client's CUDA context went with it (clients must restart); starting it again`, {
-      resource: r.plan.resource, pid: child.pid, retryInMs: r.backoffMs,
-    });
-    void this.host.remove(r.paths.startedFile).catch((err: unknown) => this.log.warn('cannot remove .started', { file: r.paths.startedFile, error: errorText(err) }));
+    this.log.error(
+      `MPS control daemon ${how}; every client's CUDA context went with it (clients must restart); starting it again`,
+      {
+        resource: r.plan.resource,
+        pid: child.pid,
+        retryInMs: r.backoffMs,
+      },
+    );
+    void this.host
+      .remove(r.paths.startedFile)
+      .catch((err: unknown) =>
+        this.log.warn('cannot remove .started', { file: r.paths.startedFile, error: errorText(err) }),
+      );
     this.retry(r);
     void this.settle();
   }
@@ -221,9 +256,10 @@ export class MpsSupervisor {
     } catch (err) {
       this.log.warn('cannot update the ready file', { file: ready, error: errorText(err) });
     }
-    const line = down.length === 0
-      ? `STATUS=${up.length} MPS control daemon${up.length === 1 ? '' : 's'} up: ${up.map((r) => r.plan.resource).join(', ')}`
-      : `STATUS=${up.length} of ${this.resources.length} MPS control daemons up; ${down.map((r) => `${r.plan.resource} down (${r.problem || 'starting'})`).join('; ')}`;
+    const line =
+      down.length === 0
+        ? `STATUS=${up.length} MPS control daemon${up.length === 1 ? '' : 's'} up: ${up.map((r) => r.plan.resource).join(', ')}`
+        : `STATUS=${up.length} of ${this.resources.length} MPS control daemons up; ${down.map((r) => `${r.plan.resource} down (${r.problem || 'starting'})`).join('; ')}`;
     const first = !this.readySent && this.resources.every((r) => r.attempted);
     if (first) this.readySent = true;
     this.opts.status(line, first);
@@ -238,7 +274,9 @@ export class MpsSupervisor {
     if (this.stopping) return;
     const change = comparePlans(this.plans, next);
     if (change.kind === 'restart-needed') {
-      this.log.warn(`SIGHUP: the MPS configuration changed in a way the running control daemons cannot take (${change.why}); restart the unit to apply it (systemctl restart gpu-device-plugin-mps — it ends every MPS client); running as before`);
+      this.log.warn(
+        `SIGHUP: the MPS configuration changed in a way the running control daemons cannot take (${change.why}); restart the unit to apply it (systemctl restart gpu-device-plugin-mps — it ends every MPS client); running as before`,
+      );
       return;
     }
     const applied: string[] = [];
@@ -248,52 +286,76 @@ export class MpsSupervisor {
       // A daemon that is down gets the new limits when it starts again.
       if (r.state !== 'up') continue;
       for (const c of limitCommands(p)) await this.host.command(r.paths, c);
-      applied.push(`${p.resource}: ${p.replicas} replicas, ${p.activeThreadPercentage}%, ${p.gpus.map((g) => `${g.mpsDevice}:${g.pinnedMemLimitMiB}M`).join(' ')}`);
+      applied.push(
+        `${p.resource}: ${p.replicas} replicas, ${p.activeThreadPercentage}%, ${p.gpus.map((g) => `${g.mpsDevice}:${g.pinnedMemLimitMiB}M`).join(' ')}`,
+      );
     }
-    this.log.info(`SIGHUP: default limits applied again${change.limitsChanged ? ' (changed)' : ' (unchanged)'}; clients that connect from now on get them`, { applied });
+    this.log.info(
+      `SIGHUP: default limits applied again${change.limitsChanged ? ' (changed)' : ' (unchanged)'}; clients that connect from now on get them`,
+      { applied },
+    );
   }
 
   /** SIGTERM: `quit` each daemon, compute modes back to DEFAULT, files removed, shm unmounted. */
   async stop(): Promise<void> {
     this.stopping = true;
     const problems: string[] = [];
-    await Promise.all(this.resources.map(async (r) => {
-      clearTimeout(r.timer);
-      clearTimeout(r.stableTimer);
-      const child = r.child;
-      if (child !== undefined) {
-        const exitedWithin = async (ms: number): Promise<boolean> => {
-          let timer: NodeJS.Timeout | undefined;
-          const done = await Promise.race([child.exited.then(() => true), new Promise<boolean>((res) => { timer = setTimeout(() => res(false), ms); })]);
-          clearTimeout(timer);
-          return done;
-        };
-        let why = '';
-        try {
-          await this.host.command(r.paths, 'quit', QUIT_MS);
-          if (!(await exitedWithin(QUIT_MS))) why = `still running ${QUIT_MS} ms after quit (its clients have not finished)`;
-        } catch (err) {
-          why = `did not take quit: ${errorText(err)}`;
+    await Promise.all(
+      this.resources.map(async (r) => {
+        clearTimeout(r.timer);
+        clearTimeout(r.stableTimer);
+        const child = r.child;
+        if (child !== undefined) {
+          const exitedWithin = async (ms: number): Promise<boolean> => {
+            let timer: NodeJS.Timeout | undefined;
+            const done = await Promise.race([
+              child.exited.then(() => true),
+              new Promise<boolean>((res) => {
+                timer = setTimeout(() => res(false), ms);
+              }),
+            ]);
+            clearTimeout(timer);
+            return done;
+          };
+          let why = '';
+          try {
+            await this.host.command(r.paths, 'quit', QUIT_MS);
+            if (!(await exitedWithin(QUIT_MS)))
+              why = `still running ${QUIT_MS} ms after quit (its clients have not finished)`;
+          } catch (err) {
+            why = `did not take quit: ${errorText(err)}`;
+          }
+          if (why !== '') {
+            this.log.warn(`the MPS control daemon ${why}; sending it SIGTERM`, {
+              resource: r.plan.resource,
+              pid: child.pid,
+            });
+            child.kill();
+            if (!(await exitedWithin(QUIT_MS / 2)))
+              problems.push(
+                `the MPS control daemon for ${r.plan.resource} (pid ${child.pid}) has not exited after SIGTERM`,
+              );
+          }
         }
-        if (why !== '') {
-          this.log.warn(`the MPS control daemon ${why}; sending it SIGTERM`, { resource: r.plan.resource, pid: child.pid });
-          child.kill();
-          if (!(await exitedWithin(QUIT_MS / 2))) problems.push(`the MPS control daemon for ${r.plan.resource} (pid ${child.pid}) has not exited after SIGTERM`);
+        r.state = 'stopped';
+        for (const g of r.plan.gpus) {
+          try {
+            await this.host.setComputeMode(g, 'default');
+          } catch (err) {
+            problems.push(errorText(err));
+          }
         }
-      }
-      r.state = 'stopped';
-      for (const g of r.plan.gpus) {
-        try {
-          await this.host.setComputeMode(g, 'default');
-        } catch (err) {
-          problems.push(errorText(err));
-        }
-      }
-      for (const p of [r.paths.startedFile, r.paths.logDir]) await this.host.remove(p).catch((err: unknown) => problems.push(errorText(err)));
-    }));
+        for (const p of [r.paths.startedFile, r.paths.logDir])
+          await this.host.remove(p).catch((err: unknown) => problems.push(errorText(err)));
+      }),
+    );
     await this.host.remove(mpsReadyFile(this.opts.root)).catch((err: unknown) => problems.push(errorText(err)));
-    if (this.shmMounted) await this.host.unmountShm(mpsShmDir(this.opts.root)).catch((err: unknown) => problems.push(errorText(err)));
+    if (this.shmMounted)
+      await this.host.unmountShm(mpsShmDir(this.opts.root)).catch((err: unknown) => problems.push(errorText(err)));
     if (problems.length > 0) throw new Error(`the MPS control daemons stopped, but: ${problems.join('; ')}`);
-    if (this.resources.length > 0) this.log.info('MPS control daemons stopped; compute modes back to DEFAULT', { resources: this.resources.map((r) => r.plan.resource) });
+    if (this.resources.length > 0)
+      this.log.info('MPS control daemons stopped; compute modes back to DEFAULT', {
+        resources: this.resources.map((r) => r.plan.resource),
+      });
   }
 }

@@ -54,8 +54,13 @@ export interface MpsDaemonWatchOptions<C extends NodeSettings> {
 /** The client as the watch uses it: the program looked for on each question (installed later, it is found), under driverRoot then PATH. */
 export function controlClientAsk(driverRoot: string, env: NodeJS.ProcessEnv = process.env): MpsAsk {
   return async (dirs, command, timeoutMs) => {
-    const found = await findMpsControl(driverRoot, env['PATH']);
-    if ('looked' in found) throw new MpsControlError(command, dirs.pipeDir, `${MPS_CONTROL_PROGRAM} not found (looked at ${found.looked.join(', ')})`);
+    const found = await findMpsControl(driverRoot, env.PATH);
+    if ('looked' in found)
+      throw new MpsControlError(
+        command,
+        dirs.pipeDir,
+        `${MPS_CONTROL_PROGRAM} not found (looked at ${found.looked.join(', ')})`,
+      );
     return mpsCommand(found.path, dirs, command, { timeoutMs, env });
   };
 }
@@ -70,7 +75,10 @@ interface Watched {
 }
 
 /** The daemons a snapshot's MPS resources have under a root. */
-function daemonsOf(snapshot: NodeSnapshot, root: string | null): Map<string, { resource: string; dirs: MpsDaemonDirs }> {
+function daemonsOf(
+  snapshot: NodeSnapshot,
+  root: string | null,
+): Map<string, { resource: string; dirs: MpsDaemonDirs }> {
   const out = new Map<string, { resource: string; dirs: MpsDaemonDirs }>();
   if (root === null) return out;
   for (const r of snapshot.resources) {
@@ -121,7 +129,12 @@ export class MpsDaemonWatch<C extends NodeSettings = NodeSettings> implements No
       if (this.watched.has(key)) continue;
       const w: Watched = { ...d, key, last: null };
       this.watched.set(key, w);
-      this.opts.log.info('watching the MPS control daemon', { resource: d.resource, pipe: d.dirs.pipeDir, every_ms: this.intervalMs, timeout_ms: this.timeoutMs });
+      this.opts.log.info('watching the MPS control daemon', {
+        resource: d.resource,
+        pipe: d.dirs.pipeDir,
+        every_ms: this.intervalMs,
+        timeout_ms: this.timeoutMs,
+      });
       this.timers.after(key, 0, () => this.ask(w));
     }
   }
@@ -134,7 +147,10 @@ export class MpsDaemonWatch<C extends NodeSettings = NodeSettings> implements No
     try {
       settled = this.opts.ask(w.dirs, HEALTH_COMMAND, this.timeoutMs).then(
         (): MpsDaemonReport => ({ answering: true, reason: null }),
-        (err: unknown): MpsDaemonReport => ({ answering: false, reason: err instanceof MpsControlError ? err.reason : errorText(err) }),
+        (err: unknown): MpsDaemonReport => ({
+          answering: false,
+          reason: err instanceof MpsControlError ? err.reason : errorText(err),
+        }),
       );
     } catch (err) {
       settled = Promise.resolve({ answering: false, reason: errorText(err) });

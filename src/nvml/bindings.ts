@@ -66,18 +66,23 @@ export const BASIC_SYMBOLS = {
 /** Entry points bound on first use; older drivers may lack any of them. */
 export const LAZY_SYMBOLS = {
   nvmlDeviceGetNumaNodeId: 'int nvmlDeviceGetNumaNodeId(nvmlDevice_t device, _Out_ unsigned int *node)',
-  nvmlDeviceGetTopologyCommonAncestor: 'int nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvmlDevice_t b, _Out_ int *level)',
+  nvmlDeviceGetTopologyCommonAncestor:
+    'int nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvmlDevice_t b, _Out_ int *level)',
   nvmlDeviceGetNvLinkState: 'int nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, _Out_ int *isActive)',
-  nvmlDeviceGetNvLinkRemotePciInfo_v2: 'int nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, _Out_ nvmlPciInfo_t *pci)',
-  nvmlDeviceGetNvLinkRemoteDeviceType: 'int nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link, _Out_ int *type)',
+  nvmlDeviceGetNvLinkRemotePciInfo_v2:
+    'int nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, _Out_ nvmlPciInfo_t *pci)',
+  nvmlDeviceGetNvLinkRemoteDeviceType:
+    'int nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link, _Out_ int *type)',
   // The health thread (src/native/nvml_watch.c) calls the event functions; these two are bound only
   // to learn which wait the driver has (and to log, once, that the newer one is missing).
-  nvmlEventSetWait_v2: 'int nvmlEventSetWait_v2(nvmlEventSet_t set, _Out_ nvmlEventData_t *data, unsigned int timeoutms)',
+  nvmlEventSetWait_v2:
+    'int nvmlEventSetWait_v2(nvmlEventSet_t set, _Out_ nvmlEventData_t *data, unsigned int timeoutms)',
   nvmlEventSetWait: 'int nvmlEventSetWait(nvmlEventSet_t set, _Out_ nvmlEventData_t *data, unsigned int timeoutms)',
   ...MIG_SYMBOLS,
   // Node labels (src/nvml/node-facts.ts).
   nvmlSystemGetCudaDriverVersion_v2: 'int nvmlSystemGetCudaDriverVersion_v2(_Out_ int *cudaDriverVersion)',
-  nvmlDeviceGetCudaComputeCapability: 'int nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, _Out_ int *major, _Out_ int *minor)',
+  nvmlDeviceGetCudaComputeCapability:
+    'int nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, _Out_ int *major, _Out_ int *minor)',
   // Compute mode (src/nvml/compute-mode.ts), for MPS sharing; nvmlComputeMode_t is a C enum (int).
   nvmlDeviceGetComputeMode: 'int nvmlDeviceGetComputeMode(nvmlDevice_t device, _Out_ int *mode)',
   nvmlDeviceSetComputeMode: 'int nvmlDeviceSetComputeMode(nvmlDevice_t device, int mode)',

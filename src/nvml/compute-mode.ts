@@ -41,8 +41,12 @@ export function getComputeMode(nvml: Nvml, h: DeviceHandle, gpu: GpuRef): Comput
   const value = out[0] ?? -1;
   const mode = computeModeName(value);
   if (mode === undefined) {
-    throw new NvmlError('nvmlDeviceGetComputeMode', NVML.ERROR_UNKNOWN,
-      `the driver answered compute mode ${value}, which nvml.h does not define (0 DEFAULT, 1 EXCLUSIVE_THREAD, 2 PROHIBITED, 3 EXCLUSIVE_PROCESS)`, gpu);
+    throw new NvmlError(
+      'nvmlDeviceGetComputeMode',
+      NVML.ERROR_UNKNOWN,
+      `the driver answered compute mode ${value}, which nvml.h does not define (0 DEFAULT, 1 EXCLUSIVE_THREAD, 2 PROHIBITED, 3 EXCLUSIVE_PROCESS)`,
+      gpu,
+    );
   }
   return mode;
 }
@@ -57,5 +61,10 @@ export function setComputeMode(nvml: Nvml, h: DeviceHandle, gpu: GpuRef, mode: S
   const code = nvml.callCode('nvmlDeviceSetComputeMode', h, value);
   if (code === NVML.SUCCESS) return;
   const hint = code === NVML.ERROR_NO_PERMISSION ? '; setting a compute mode needs root' : '';
-  throw new NvmlError('nvmlDeviceSetComputeMode', code, `${nvml.errorText(code)} (setting ${mode.toUpperCase().replace('-', '_')}, ${value})${hint}`, gpu);
+  throw new NvmlError(
+    'nvmlDeviceSetComputeMode',
+    code,
+    `${nvml.errorText(code)} (setting ${mode.toUpperCase().replace('-', '_')}, ${value})${hint}`,
+    gpu,
+  );
 }

@@ -89,7 +89,13 @@ const NVLINK_REMOTE_SWITCH = 2;
 /** Safety bound on link iteration; NVML answers INVALID_ARGUMENT past a GPU's last link well before. */
 const MAX_LINKS = 64;
 
-function remoteKind(nvml: Nvml, h: DeviceHandle, link: number, remoteBus: string, busIds: ReadonlySet<string>): RemoteKind {
+function remoteKind(
+  nvml: Nvml,
+  h: DeviceHandle,
+  link: number,
+  remoteBus: string,
+  busIds: ReadonlySet<string>,
+): RemoteKind {
   if (nvml.has('nvmlDeviceGetNvLinkRemoteDeviceType')) {
     const out = [0];
     const code = nvml.callCode('nvmlDeviceGetNvLinkRemoteDeviceType', h, link, out);
@@ -117,7 +123,12 @@ export function readLinks(nvml: Nvml, found: DiscoveredGpus, log: Logger): NodeL
       const code = nvml.callCode('nvmlDeviceGetNvLinkState', h, link, active);
       if (code === NVML.ERROR_INVALID_ARGUMENT || code === NVML.ERROR_NOT_SUPPORTED) break;
       if (code !== NVML.SUCCESS) {
-        log.warn('cannot read NVLink state; links past this one are not counted', { gpu: gpu.index, uuid: gpu.uuid, link, error: new NvmlError('nvmlDeviceGetNvLinkState', code, nvml.errorText(code)).message });
+        log.warn('cannot read NVLink state; links past this one are not counted', {
+          gpu: gpu.index,
+          uuid: gpu.uuid,
+          link,
+          error: new NvmlError('nvmlDeviceGetNvLinkState', code, nvml.errorText(code)).message,
+        });
         break;
       }
       if (active[0] === 0) continue;

@@ -22,7 +22,11 @@ export const NVML = {
  * different versions mid-upgrade): NVML is shut down and opened again until it answers.
  */
 export function meansDriverGone(code: number): boolean {
-  return code === NVML.ERROR_UNINITIALIZED || code === NVML.ERROR_DRIVER_NOT_LOADED || code === NVML.ERROR_LIB_RM_VERSION_MISMATCH;
+  return (
+    code === NVML.ERROR_UNINITIALIZED ||
+    code === NVML.ERROR_DRIVER_NOT_LOADED ||
+    code === NVML.ERROR_LIB_RM_VERSION_MISMATCH
+  );
 }
 
 /** Which GPU a failed call concerned, as far as it is known. */
@@ -59,19 +63,33 @@ export class NvmlError extends Error {
 /** Text NVML would give, for when the library itself could not be asked. */
 export function fallbackErrorText(code: number): string {
   switch (code) {
-    case NVML.SUCCESS: return 'Success';
-    case NVML.ERROR_UNINITIALIZED: return 'Uninitialized';
-    case NVML.ERROR_INVALID_ARGUMENT: return 'Invalid Argument';
-    case NVML.ERROR_NOT_SUPPORTED: return 'Not Supported';
-    case NVML.ERROR_NO_PERMISSION: return 'Insufficient Permissions';
-    case NVML.ERROR_NOT_FOUND: return 'Not Found';
-    case NVML.ERROR_INSUFFICIENT_SIZE: return 'Insufficient Size';
-    case NVML.ERROR_DRIVER_NOT_LOADED: return 'Driver Not Loaded';
-    case NVML.ERROR_TIMEOUT: return 'Timeout';
-    case NVML.ERROR_FUNCTION_NOT_FOUND: return 'Function Not Found';
-    case NVML.ERROR_GPU_IS_LOST: return 'GPU is lost';
-    case NVML.ERROR_RESET_REQUIRED: return 'GPU requires reset';
-    case NVML.ERROR_LIB_RM_VERSION_MISMATCH: return 'RM has detected an NVML/RM version mismatch';
-    default: return 'Unknown Error';
+    case NVML.SUCCESS:
+      return 'Success';
+    case NVML.ERROR_UNINITIALIZED:
+      return 'Uninitialized';
+    case NVML.ERROR_INVALID_ARGUMENT:
+      return 'Invalid Argument';
+    case NVML.ERROR_NOT_SUPPORTED:
+      return 'Not Supported';
+    case NVML.ERROR_NO_PERMISSION:
+      return 'Insufficient Permissions';
+    case NVML.ERROR_NOT_FOUND:
+      return 'Not Found';
+    case NVML.ERROR_INSUFFICIENT_SIZE:
+      return 'Insufficient Size';
+    case NVML.ERROR_DRIVER_NOT_LOADED:
+      return 'Driver Not Loaded';
+    case NVML.ERROR_TIMEOUT:
+      return 'Timeout';
+    case NVML.ERROR_FUNCTION_NOT_FOUND:
+      return 'Function Not Found';
+    case NVML.ERROR_GPU_IS_LOST:
+      return 'GPU is lost';
+    case NVML.ERROR_RESET_REQUIRED:
+      return 'GPU requires reset';
+    case NVML.ERROR_LIB_RM_VERSION_MISMATCH:
+      return 'RM has detected an NVML/RM version mismatch';
+    default:
+      return 'Unknown Error';
   }
 }

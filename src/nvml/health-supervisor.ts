@@ -49,7 +49,11 @@ export class HealthSupervisor {
 
   /** Whether the thread watches exactly these GPUs (same indices and UUIDs). */
   watches(gpus: readonly Gpu[]): boolean {
-    return this.watch !== undefined && this.watching.length === gpus.length && this.watching.every((g, i) => g.index === gpus[i]?.index && g.uuid === gpus[i]?.uuid);
+    return (
+      this.watch !== undefined &&
+      this.watching.length === gpus.length &&
+      this.watching.every((g, i) => g.index === gpus[i]?.index && g.uuid === gpus[i]?.uuid)
+    );
   }
 
   /** Lets the thread start (the first registration, or the hold timer). */
@@ -73,7 +77,11 @@ export class HealthSupervisor {
     this.lastProbe = new Map();
     this.watch = reader.watch(gpus, this.o.probeIntervalMs, {
       onReady: (watched, unsupported) => {
-        for (const g of unsupported) this.o.log.warn('GPU supports no health events; watched by the probe only', { gpu: g.nvmlIndex, uuid: g.uuid });
+        for (const g of unsupported)
+          this.o.log.warn('GPU supports no health events; watched by the probe only', {
+            gpu: g.nvmlIndex,
+            uuid: g.uuid,
+          });
         this.o.log.info('watching GPU health', { event_gpus: watched.length, probe_s: this.o.probeIntervalMs / 1000 });
         this.o.onWatching?.(watched, unsupported);
       },

@@ -3,18 +3,22 @@
 // as caller Buffers and decoded in mig.ts with their real layouts; GPU- and compute-instance
 // handles travel as addresses.
 export const MIG_SYMBOLS = {
-  nvmlDeviceGetMigMode: 'int nvmlDeviceGetMigMode(nvmlDevice_t device, _Out_ unsigned int *current, _Out_ unsigned int *pending)',
+  nvmlDeviceGetMigMode:
+    'int nvmlDeviceGetMigMode(nvmlDevice_t device, _Out_ unsigned int *current, _Out_ unsigned int *pending)',
   nvmlDeviceGetMaxMigDeviceCount: 'int nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, _Out_ unsigned int *count)',
-  nvmlDeviceGetMigDeviceHandleByIndex: 'int nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, _Out_ nvmlDevice_t *mig)',
+  nvmlDeviceGetMigDeviceHandleByIndex:
+    'int nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, _Out_ nvmlDevice_t *mig)',
   nvmlDeviceGetGpuInstanceId: 'int nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, _Out_ unsigned int *id)',
   nvmlDeviceGetComputeInstanceId: 'int nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, _Out_ unsigned int *id)',
   /** nvmlDeviceAttributes_t, 40 bytes: 8 unsigned ints, then unsigned long long memorySizeMB. */
   nvmlDeviceGetAttributes_v2: 'int nvmlDeviceGetAttributes_v2(nvmlDevice_t device, void *attributes)',
-  nvmlDeviceGetGpuInstanceById: 'int nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id, _Out_ void **gpuInstance)',
+  nvmlDeviceGetGpuInstanceById:
+    'int nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id, _Out_ void **gpuInstance)',
   /** nvmlGpuInstanceInfo_t, 24 bytes: device pointer, id, profileId, placement. */
   nvmlGpuInstanceGetInfo: 'int nvmlGpuInstanceGetInfo(void *gpuInstance, void *info)',
   /** nvmlGpuInstanceProfileInfo_t, 48 bytes: id first. */
-  nvmlDeviceGetGpuInstanceProfileInfo: 'int nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned int profile, void *info)',
+  nvmlDeviceGetGpuInstanceProfileInfo:
+    'int nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned int profile, void *info)',
 } as const;
 
 /** Without these there is no MIG discovery at all. */

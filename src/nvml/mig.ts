@@ -37,7 +37,13 @@ function attributes(nvml: Nvml, h: DeviceHandle): MigAttributes | number {
   if (code !== NVML.SUCCESS) return code;
   return {
     multiprocessorCount: buf.readUInt32LE(0),
-    engines: { copy: buf.readUInt32LE(4), decoder: buf.readUInt32LE(8), encoder: buf.readUInt32LE(12), jpeg: buf.readUInt32LE(16), ofa: buf.readUInt32LE(20) },
+    engines: {
+      copy: buf.readUInt32LE(4),
+      decoder: buf.readUInt32LE(8),
+      encoder: buf.readUInt32LE(12),
+      jpeg: buf.readUInt32LE(16),
+      ofa: buf.readUInt32LE(20),
+    },
     gpuInstanceSliceCount: buf.readUInt32LE(24),
     computeInstanceSliceCount: buf.readUInt32LE(28),
     memorySizeMB: Number(buf.readBigUInt64LE(32)),
@@ -85,7 +91,11 @@ function readMode(nvml: Nvml, h: DeviceHandle, gpu: Gpu, log: Logger): MigMode |
   const code = nvml.callCode('nvmlDeviceGetMigMode', h, current, pending);
   if (code === NVML.ERROR_NOT_SUPPORTED) return null;
   if (code !== NVML.SUCCESS) {
-    log.warn('cannot read MIG mode; the GPU is taken as not MIG-capable', { gpu: gpu.index, uuid: gpu.uuid, error: new NvmlError('nvmlDeviceGetMigMode', code, nvml.errorText(code)).message });
+    log.warn('cannot read MIG mode; the GPU is taken as not MIG-capable', {
+      gpu: gpu.index,
+      uuid: gpu.uuid,
+      error: new NvmlError('nvmlDeviceGetMigMode', code, nvml.errorText(code)).message,
+    });
     return null;
   }
   return { current: current[0] === 1, pending: pending[0] === 1 };
@@ -96,10 +106,18 @@ function readMode(nvml: Nvml, h: DeviceHandle, gpu: Gpu, log: Logger): MigMode |
  * MIG functions (then one line is logged and MIG is off). A MIG device that cannot be read is
  * logged and left out; the others are kept.
  */
-export function discoverMig(nvml: Nvml, gpus: readonly Gpu[], handles: readonly DeviceHandle[], log: Logger): MigLayout | null {
+export function discoverMig(
+  nvml: Nvml,
+  gpus: readonly Gpu[],
+  handles: readonly DeviceHandle[],
+  log: Logger,
+): MigLayout | null {
   const has = nvmlHasMig(nvml);
   if (!has.ok) {
-    log.warn('this NVIDIA driver has no MIG functions; MIG is off and every GPU is advertised whole', { missing: has.missing, library: nvml.libraryPath });
+    log.warn('this NVIDIA driver has no MIG functions; MIG is off and every GPU is advertised whole', {
+      missing: has.missing,
+      library: nvml.libraryPath,
+    });
     return null;
   }
   const modes: (MigMode | null)[] = [];
@@ -116,7 +134,11 @@ export function discoverMig(nvml: Nvml, gpus: readonly Gpu[], handles: readonly 
     const max = [0];
     const mc = nvml.callCode('nvmlDeviceGetMaxMigDeviceCount', h, max);
     if (mc !== NVML.SUCCESS) {
-      log.warn('cannot count MIG devices; none are advertised for this GPU', { gpu: gpu.index, uuid: gpu.uuid, error: new NvmlError('nvmlDeviceGetMaxMigDeviceCount', mc, nvml.errorText(mc)).message });
+      log.warn('cannot count MIG devices; none are advertised for this GPU', {
+        gpu: gpu.index,
+        uuid: gpu.uuid,
+        error: new NvmlError('nvmlDeviceGetMaxMigDeviceCount', mc, nvml.errorText(mc)).message,
+      });
       return;
     }
     let table: Map<number, number> | null | undefined;
@@ -126,15 +148,23 @@ export function discoverMig(nvml: Nvml, gpus: readonly Gpu[], handles: readonly 
       if (code === NVML.ERROR_NOT_FOUND || code === NVML.ERROR_INVALID_ARGUMENT) continue;
       const where = { gpu: gpu.index, uuid: gpu.uuid, mig_index: index };
       try {
-        if (code !== NVML.SUCCESS) throw new NvmlError('nvmlDeviceGetMigDeviceHandleByIndex', code, nvml.errorText(code), { index: gpu.index, uuid: gpu.uuid });
+        if (code !== NVML.SUCCESS)
+          throw new NvmlError('nvmlDeviceGetMigDeviceHandleByIndex', code, nvml.errorText(code), {
+            index: gpu.index,
+            uuid: gpu.uuid,
+          });
         const m = out[0] as DeviceHandle;
         const uuid = nvml.uuid(m, { index: gpu.index, uuid: gpu.uuid });
         const ids = { gi: [0], ci: [0] };
-        for (const [fnName, arr] of [['nvmlDeviceGetGpuInstanceId', ids.gi], ['nvmlDeviceGetComputeInstanceId', ids.ci]] as const) {
+        for (const [fnName, arr] of [
+          ['nvmlDeviceGetGpuInstanceId', ids.gi],
+          ['nvmlDeviceGetComputeInstanceId', ids.ci],
+        ] as const) {
           nvml.check(fnName, nvml.callCode(fnName, m, arr), { index: gpu.index, uuid });
         }
         const attrs = attributes(nvml, m);
-        if (typeof attrs === 'number') throw new NvmlError('nvmlDeviceGetAttributes_v2', attrs, nvml.errorText(attrs), { index: gpu.index, uuid });
+        if (typeof attrs === 'number')
+          throw new NvmlError('nvmlDeviceGetAttributes_v2', attrs, nvml.errorText(attrs), { index: gpu.index, uuid });
         const gi = ids.gi[0] ?? 0;
         table ??= profileIndexTable(nvml, h);
         const info = giInfo(nvml, h, gi);
@@ -149,7 +179,7 @@ export function discoverMig(nvml: Nvml, gpus: readonly Gpu[], handles: readonly 
             ciSlices: attrs.computeInstanceSliceCount,
             memoryMiB: attrs.memorySizeMB,
             parentMemoryBytes: gpu.memoryBytes,
-            profileIndex: info === null || table === null ? null : table.get(info.profileId) ?? null,
+            profileIndex: info === null || table === null ? null : (table.get(info.profileId) ?? null),
           }),
           ...(info === null ? {} : { giProfileId: info.profileId, placementStart: info.placementStart }),
           giSlices: attrs.gpuInstanceSliceCount,
@@ -169,21 +199,27 @@ export function discoverMig(nvml: Nvml, gpus: readonly Gpu[], handles: readonly 
 
 /** The driver's mig-minors under the proc root (PROC_ROOT, default /proc), for the MIG capability device nodes. */
 export function migMinorsPath(env: Readonly<Record<string, string | undefined>> = process.env): string {
-  return join(env['PROC_ROOT'] || '/proc', MIG_MINORS_FILE);
+  return join(env.PROC_ROOT || '/proc', MIG_MINORS_FILE);
 }
 
 /**
  * The capability nodes of every MIG device by MIG UUID, from mig-minors (a small /proc file, read
  * synchronously like the NVML calls of a scan), or why they cannot be had.
  */
-export function readMigCapabilities(gpus: readonly Gpu[], layout: MigLayout, env: Readonly<Record<string, string | undefined>> = process.env): Map<string, readonly string[]> | { problem: string } {
+export function readMigCapabilities(
+  gpus: readonly Gpu[],
+  layout: MigLayout,
+  env: Readonly<Record<string, string | undefined>> = process.env,
+): Map<string, readonly string[]> | { problem: string } {
   if (layout.devices.length === 0) return new Map();
   const file = migMinorsPath(env);
   let text: string;
   try {
     text = readFileSync(file, 'utf8');
   } catch (err) {
-    return { problem: `cannot read ${file} (${errorText(err)}), which --pass-device-specs needs for the MIG devices' capability nodes; is the NVIDIA driver loaded with MIG support?` };
+    return {
+      problem: `cannot read ${file} (${errorText(err)}), which --pass-device-specs needs for the MIG devices' capability nodes; is the NVIDIA driver loaded with MIG support?`,
+    };
   }
   try {
     return migCapabilityNodes(gpus, layout.devices, parseMigMinors(text));

@@ -10,13 +10,21 @@ import type { DeviceHandle, Nvml } from './nvml.ts';
 export type { NodeFacts };
 type GpuFacts = { compute: { major: number; minor: number } | null; migCapable: boolean };
 
-export function readNodeFacts(nvml: Nvml, gpus: readonly Gpu[], handles: readonly DeviceHandle[], log: Logger): NodeFacts {
+export function readNodeFacts(
+  nvml: Nvml,
+  gpus: readonly Gpu[],
+  handles: readonly DeviceHandle[],
+  log: Logger,
+): NodeFacts {
   let cudaDriverVersion: number | null = null;
   if (nvml.has('nvmlSystemGetCudaDriverVersion_v2')) {
     const out = [0];
     const code = nvml.callCode('nvmlSystemGetCudaDriverVersion_v2', out);
     if (code === NVML.SUCCESS) cudaDriverVersion = out[0] ?? null;
-    else log.warn('cannot read the CUDA driver version; the cuda.runtime labels are left out', { error: new NvmlError('nvmlSystemGetCudaDriverVersion_v2', code, nvml.errorText(code)).message });
+    else
+      log.warn('cannot read the CUDA driver version; the cuda.runtime labels are left out', {
+        error: new NvmlError('nvmlSystemGetCudaDriverVersion_v2', code, nvml.errorText(code)).message,
+      });
   }
   const canCompute = nvml.has('nvmlDeviceGetCudaComputeCapability');
   const canMig = nvml.has('nvmlDeviceGetMigMode');
@@ -30,7 +38,12 @@ export function readNodeFacts(nvml: Nvml, gpus: readonly Gpu[], handles: readonl
       const minor = [0];
       const code = nvml.callCode('nvmlDeviceGetCudaComputeCapability', h, major, minor);
       if (code === NVML.SUCCESS) compute = { major: major[0] ?? 0, minor: minor[0] ?? 0 };
-      else log.warn('cannot read the compute capability; the family and compute labels are left out', { gpu: g.index, uuid: g.uuid, error: new NvmlError('nvmlDeviceGetCudaComputeCapability', code, nvml.errorText(code)).message });
+      else
+        log.warn('cannot read the compute capability; the family and compute labels are left out', {
+          gpu: g.index,
+          uuid: g.uuid,
+          error: new NvmlError('nvmlDeviceGetCudaComputeCapability', code, nvml.errorText(code)).message,
+        });
     }
     if (h !== undefined && canMig) {
       // NOT_SUPPORTED: a GPU without MIG. Any answer at all: MIG-capable, enabled or not.

@@ -82,7 +82,11 @@ export class NvmlSessions implements NodeSessions {
   }
 
   open(): NodeReader {
-    return new NvmlReader(Nvml.open({ koffi: this.o.koffi, driverRoot: this.o.driverRoot, log: this.o.log }), this.o, this);
+    return new NvmlReader(
+      Nvml.open({ koffi: this.o.koffi, driverRoot: this.o.driverRoot, log: this.o.log }),
+      this.o,
+      this,
+    );
   }
 
   /**
@@ -111,7 +115,7 @@ export function migModeCode(nvml: Nvml, h: DeviceHandle, index: number): { mode:
 /** How many MIG devices a GPU can have (0 when NVML cannot say). */
 export function maxMigDeviceCount(nvml: Nvml, h: DeviceHandle): number {
   const max = [0];
-  return nvml.callCode('nvmlDeviceGetMaxMigDeviceCount', h, max) === NVML.SUCCESS ? max[0] ?? 0 : 0;
+  return nvml.callCode('nvmlDeviceGetMaxMigDeviceCount', h, max) === NVML.SUCCESS ? (max[0] ?? 0) : 0;
 }
 
 /** The handle of MIG device i of a GPU, or null when there is none there. Throws when the driver is gone. */
@@ -159,24 +163,40 @@ class NvmlReader implements NodeReader {
       }
       // A GPU fallen off the bus is still counted by NVML: keep what we knew of it, so that it is
       // advertised Unhealthy (the probe says lost) rather than vanishing and returning.
-      log.warn('GPU cannot be read; it stays listed as last seen, Unhealthy once its probe says it is lost', { gpu: u.index, uuid: known.uuid, error: u.error.message });
+      log.warn('GPU cannot be read; it stays listed as last seen, Unhealthy once its probe says it is lost', {
+        gpu: u.index,
+        uuid: known.uuid,
+        error: u.error.message,
+      });
       const at = gpus.findIndex((g) => g.index > u.index);
       const pos = at < 0 ? gpus.length : at;
       gpus.splice(pos, 0, known);
       nvlinks.splice(pos, 0, { busId: known.busId, links: [] });
-      pcie = pcie.map((row) => { const r = [...row]; r.splice(pos, 0, -1); return r; });
+      pcie = pcie.map((row) => {
+        const r = [...row];
+        r.splice(pos, 0, -1);
+        return r;
+      });
       pcie.splice(pos, 0, new Array<number>(gpus.length).fill(-1));
     }
     return { driverVersion, gpus, nvlinks, pcie, ...facts, ...this.readMig(found, gpus, last) };
   }
 
   /** The MIG layout by position in `gpus` (the scan's list), and the MIG devices' capability nodes. */
-  private readMig(found: ReturnType<typeof discoverGpus>, gpus: readonly Gpu[], last: NodeScan | null): Pick<NodeScan, 'mig' | 'migCapabilities'> {
+  private readMig(
+    found: ReturnType<typeof discoverGpus>,
+    gpus: readonly Gpu[],
+    last: NodeScan | null,
+  ): Pick<NodeScan, 'mig' | 'migCapabilities'> {
     if (!this.o.mig) return {};
     const nvml = this.nvml;
     const has = nvmlHasMig(nvml);
     if (!has.ok) {
-      if (!this.sessions.migMissingLogged) this.o.log.warn('this NVIDIA driver has no MIG functions; MIG is off and every GPU is advertised whole', { missing: has.missing, library: nvml.libraryPath });
+      if (!this.sessions.migMissingLogged)
+        this.o.log.warn('this NVIDIA driver has no MIG functions; MIG is off and every GPU is advertised whole', {
+          missing: has.missing,
+          library: nvml.libraryPath,
+        });
       this.sessions.migMissingLogged = true;
       return {};
     }
@@ -262,9 +282,12 @@ class NvmlReader implements NodeReader {
 
   watch(gpus: readonly Gpu[], probeIntervalMs: number, handlers: HealthWatchHandlers): HealthWatch {
     return EventWatcher.start({
-      nvml: this.nvml, koffi: this.o.koffi, log: this.o.log,
+      nvml: this.nvml,
+      koffi: this.o.koffi,
+      log: this.o.log,
       gpus: gpus.map((g) => ({ nvmlIndex: g.index, uuid: g.uuid })),
-      probeIntervalMs, waitTimeoutMs: 200,
+      probeIntervalMs,
+      waitTimeoutMs: 200,
       onReady: (w, u) => handlers.onReady(w, u),
       onEvents: (e) => handlers.onEvents(e),
       onProbe: (r) => handlers.onProbe(r),

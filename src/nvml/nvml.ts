@@ -34,8 +34,13 @@ export class NvmlLoadError extends Error {
 export function driverLibraryCandidates(driverRoot: string, arch: string = process.arch): string[] {
   const triplet = arch === 'arm64' ? 'aarch64-linux-gnu' : 'x86_64-linux-gnu';
   const dirs = [
-    'usr/lib64', `usr/lib/${triplet}`, `usr/lib/${triplet}/nvidia/current`, 'usr/lib',
-    'lib64', `lib/${triplet}`, 'lib',
+    'usr/lib64',
+    `usr/lib/${triplet}`,
+    `usr/lib/${triplet}/nvidia/current`,
+    'usr/lib',
+    'lib64',
+    `lib/${triplet}`,
+    'lib',
   ];
   return dirs.map((d) => join(driverRoot, d, NVML_SONAME));
 }
@@ -75,11 +80,15 @@ export class Nvml {
     const tried: string[] = [];
     let lib: ReturnType<Koffi['load']> | undefined;
     let path = NVML_SONAME;
-    const candidates = opts.library !== undefined
-      ? [opts.library]
-      : [...(opts.driverRoot !== '/' && opts.driverRoot !== ''
-        ? driverLibraryCandidates(opts.driverRoot).filter((p) => existsSync(p))
-        : []), NVML_SONAME];
+    const candidates =
+      opts.library !== undefined
+        ? [opts.library]
+        : [
+            ...(opts.driverRoot !== '/' && opts.driverRoot !== ''
+              ? driverLibraryCandidates(opts.driverRoot).filter((p) => existsSync(p))
+              : []),
+            NVML_SONAME,
+          ];
     for (const candidate of candidates) {
       try {
         lib = koffi.load(candidate);
@@ -90,14 +99,18 @@ export class Nvml {
       }
     }
     if (lib === undefined) {
-      throw new NvmlLoadError(`cannot load NVML (${NVML_SONAME}): ${tried.join('; ')}; is the NVIDIA driver installed, and is --driver-root (NVIDIA_DRIVER_ROOT, now ${JSON.stringify(opts.driverRoot)}) where it lives?`);
+      throw new NvmlLoadError(
+        `cannot load NVML (${NVML_SONAME}): ${tried.join('; ')}; is the NVIDIA driver installed, and is --driver-root (NVIDIA_DRIVER_ROOT, now ${JSON.stringify(opts.driverRoot)}) where it lives?`,
+      );
     }
     const basic = {} as Record<BasicSymbol, NativeFn>;
     for (const [name, decl] of Object.entries(BASIC_SYMBOLS) as [BasicSymbol, string][]) {
       const fn = bind(lib, decl);
       if (fn === undefined) {
         lib.unload();
-        throw new NvmlLoadError(`${path} lacks ${name}, which every supported NVIDIA driver has; is it really NVIDIA's NVML? Reinstall the driver`);
+        throw new NvmlLoadError(
+          `${path} lacks ${name}, which every supported NVIDIA driver has; is it really NVIDIA's NVML? Reinstall the driver`,
+        );
       }
       basic[name] = fn;
     }
@@ -130,7 +143,11 @@ export class Nvml {
     if (f === undefined) {
       f = bind(this.lib, LAZY_SYMBOLS[name]) ?? null;
       this.lazy.set(name, f);
-      if (f === null && !quiet) this.log.warn('NVML lacks a function; the feature that needs it is off', { function: name, library: this.libraryPath });
+      if (f === null && !quiet)
+        this.log.warn('NVML lacks a function; the feature that needs it is off', {
+          function: name,
+          library: this.libraryPath,
+        });
     }
     if (f === null) throw new NvmlError(name, NVML.ERROR_FUNCTION_NOT_FOUND, 'Function Not Found', undefined);
     return f;
@@ -159,7 +176,9 @@ export class Nvml {
 
   handleByIndex(index: number): DeviceHandle {
     const out: unknown[] = [null];
-    this.check('nvmlDeviceGetHandleByIndex_v2', this.basic.nvmlDeviceGetHandleByIndex_v2(index, out) as number, { index });
+    this.check('nvmlDeviceGetHandleByIndex_v2', this.basic.nvmlDeviceGetHandleByIndex_v2(index, out) as number, {
+      index,
+    });
     return out[0] as DeviceHandle;
   }
 

@@ -65,22 +65,33 @@ export class Scanner {
   constructor(opts: ScannerOptions) {
     this.opts = opts;
     this.log = opts.log;
-    this.session = new SessionKeeper({ sessions: opts.sessions, log: opts.log, onDown: (_problem, reason) => opts.onScan(null, reason) });
-    this.queue = new CoalescingQueue<Request>((r) => this.scanGuarded(r), (a, b) => ({ reason: a.reason, reopen: a.reopen || b.reopen }));
+    this.session = new SessionKeeper({
+      sessions: opts.sessions,
+      log: opts.log,
+      onDown: (_problem, reason) => opts.onScan(null, reason),
+    });
+    this.queue = new CoalescingQueue<Request>(
+      (r) => this.scanGuarded(r),
+      (a, b) => ({ reason: a.reason, reopen: a.reopen || b.reopen }),
+    );
     this.rediscovery = new Rediscovery({
       intervalMs: opts.rediscoverIntervalMs,
       reader: () => this.session.current,
       busy: () => this.queue.busy || this.session.down,
       rescan: (reason, reopen) => void this.request({ reason, reopen }),
     });
-    this.health = opts.health === null ? null : new HealthSupervisor({
-      log: opts.log, probeIntervalMs: opts.health.probeIntervalMs,
-      onEvents: (e) => opts.onEvents(e),
-      onProbe: (r) => opts.onProbe(r),
-      ...(opts.onWatching === undefined ? {} : { onWatching: opts.onWatching }),
-      rescan: (reason, reopen) => void this.request({ reason, reopen }),
-      checkIdentity: () => this.rediscovery.check(),
-    });
+    this.health =
+      opts.health === null
+        ? null
+        : new HealthSupervisor({
+            log: opts.log,
+            probeIntervalMs: opts.health.probeIntervalMs,
+            onEvents: (e) => opts.onEvents(e),
+            onProbe: (r) => opts.onProbe(r),
+            ...(opts.onWatching === undefined ? {} : { onWatching: opts.onWatching }),
+            rescan: (reason, reopen) => void this.request({ reason, reopen }),
+            checkIdentity: () => this.rediscovery.check(),
+          });
   }
 
   /** Full scans done (for tests and the log). */

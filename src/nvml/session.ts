@@ -81,7 +81,10 @@ export class SessionKeeper {
   private async reportDown(problem: string): Promise<void> {
     if (this.downFlag) return;
     this.downFlag = true;
-    this.o.log.warn('the NVIDIA driver does not answer; every GPU is reported unhealthy until it does (re-opening NVML with backoff)', { error: problem });
+    this.o.log.warn(
+      'the NVIDIA driver does not answer; every GPU is reported unhealthy until it does (re-opening NVML with backoff)',
+      { error: problem },
+    );
     await this.o.onDown(problem, 'driver gone');
   }
 
@@ -95,13 +98,15 @@ export class SessionKeeper {
       try {
         const r = this.o.sessions.open();
         this.libraryPath = r.library;
-        if (this.downFlag || last !== undefined) this.o.log.info('NVML answers again', { library: r.library, driver: r.driverVersion(), reason });
+        if (this.downFlag || last !== undefined)
+          this.o.log.info('NVML answers again', { library: r.library, driver: r.driverVersion(), reason });
         this.reader = r;
         return r;
       } catch (err) {
         const problem = errorText(err);
         if (!this.downFlag) await this.reportDown(problem);
-        else if (problem !== last) this.o.log.debug('NVML cannot be opened yet', { error: problem, retry_s: delay / 1000 });
+        else if (problem !== last)
+          this.o.log.debug('NVML cannot be opened yet', { error: problem, retry_s: delay / 1000 });
         last = problem;
         await this.timers.sleep('retry', delay);
         delay = Math.min(delay * 2, MAX_BACKOFF_MS);

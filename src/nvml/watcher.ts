@@ -34,8 +34,19 @@ export interface EventWatcherOptions {
 // struct gdp_record (40 bytes) and its constants, as in src/native/nvml_watch.h.
 const RECORD = 40;
 const REC = {
-  warnHandle: 1, warnRegister: 2, watched: 3, unsupported: 4, ready: 5, probe: 6, probeEnd: 7,
-  event: 8, eventsEnd: 9, waitFailed: 10, driverGone: 11, failed: 12, stopped: 13,
+  warnHandle: 1,
+  warnRegister: 2,
+  watched: 3,
+  unsupported: 4,
+  ready: 5,
+  probe: 6,
+  probeEnd: 7,
+  event: 8,
+  eventsEnd: 9,
+  waitFailed: 10,
+  driverGone: 11,
+  failed: 12,
+  stopped: 13,
 } as const;
 const FUNCTION_NAMES: Readonly<Record<number, string>> = {
   1: 'nvmlDeviceGetHandleByIndex_v2',
@@ -49,7 +60,11 @@ const FUNCTION_NAMES: Readonly<Record<number, string>> = {
 const PROBE_RESULTS: readonly ProbeResult[] = ['ok', 'lost', 'error'];
 
 type NativeFn = (...args: unknown[]) => unknown;
-interface WatchApi { start: NativeFn; stop: NativeFn; join: NativeFn }
+interface WatchApi {
+  start: NativeFn;
+  stop: NativeFn;
+  join: NativeFn;
+}
 let api: WatchApi | undefined;
 
 function watchApi(koffi: Koffi): WatchApi {
@@ -57,7 +72,9 @@ function watchApi(koffi: Koffi): WatchApi {
     const lib = loadWatchLibrary();
     koffi.opaque('gdp_watch');
     api = {
-      start: lib.func('int gdp_watch_start(const char *library, const uint32_t *indices, uint32_t count, uint32_t probe_interval_ms, uint32_t wait_timeout_ms, int32_t wait_version, _Out_ gdp_watch **out, _Out_ int32_t *fd)') as NativeFn,
+      start: lib.func(
+        'int gdp_watch_start(const char *library, const uint32_t *indices, uint32_t count, uint32_t probe_interval_ms, uint32_t wait_timeout_ms, int32_t wait_version, _Out_ gdp_watch **out, _Out_ int32_t *fd)',
+      ) as NativeFn,
       stop: lib.func('void gdp_watch_stop(gdp_watch *w)') as NativeFn,
       join: lib.func('int gdp_watch_join(gdp_watch *w)') as NativeFn,
     };
@@ -74,7 +91,12 @@ const LOGGED: Readonly<Record<number, { level: 'warn' | 'error'; message: string
 };
 
 /** A record's fixed header: its type, the GPU's position in the thread's list, an NVML code and function. */
-interface RecordHeader { type: number; gpu: number; code: number; func: number }
+interface RecordHeader {
+  type: number;
+  gpu: number;
+  code: number;
+  func: number;
+}
 
 /** The started thread (its handle and the pipe it writes its records to), or why it could not start. */
 function startThread(opts: EventWatcherOptions): { a: WatchApi; handle: unknown; fd: number } | { error: string } {
@@ -90,8 +112,20 @@ function startThread(opts: EventWatcherOptions): { a: WatchApi; handle: unknown;
   }
   const out: unknown[] = [null];
   const fd = [0];
-  const rc = a.start(nvml.libraryPath, Uint32Array.from(gpus, (g) => g.nvmlIndex), gpus.length, opts.probeIntervalMs, opts.waitTimeoutMs, waitVersion, out, fd) as number;
-  if (rc !== 0) return { error: `cannot start the health thread (errno ${rc}${rc === 2 ? ': NVML is not loaded' : rc === 38 ? ': NVML lacks a function it needs' : ''})` };
+  const rc = a.start(
+    nvml.libraryPath,
+    Uint32Array.from(gpus, (g) => g.nvmlIndex),
+    gpus.length,
+    opts.probeIntervalMs,
+    opts.waitTimeoutMs,
+    waitVersion,
+    out,
+    fd,
+  ) as number;
+  if (rc !== 0)
+    return {
+      error: `cannot start the health thread (errno ${rc}${rc === 2 ? ': NVML is not loaded' : rc === 38 ? ': NVML lacks a function it needs' : ''})`,
+    };
   return { a, handle: out[0], fd: fd[0] ?? -1 };
 }
 
@@ -126,7 +160,12 @@ class RecordFolder {
 
   /** The record at `at` in `b`. */
   record(b: Buffer, at: number): void {
-    const r: RecordHeader = { type: b.readUInt32LE(at), gpu: b.readInt32LE(at + 4), code: b.readUInt32LE(at + 8), func: b.readUInt32LE(at + 12) };
+    const r: RecordHeader = {
+      type: b.readUInt32LE(at),
+      gpu: b.readInt32LE(at + 4),
+      code: b.readUInt32LE(at + 8),
+      func: b.readUInt32LE(at + 12),
+    };
     const logged = LOGGED[r.type];
     if (logged !== undefined) {
       const gpu = logged.gpu === undefined ? {} : this.gpuRef(r.gpu);
@@ -134,7 +173,10 @@ class RecordFolder {
       this.opts.log[logged.level](logged.message, { ...gpu, error: this.error(r.func, r.code, index) });
       return;
     }
-    if (r.type === REC.probe) return this.probed(r, b, at);
+    if (r.type === REC.probe) {
+      this.probed(r, b, at);
+      return;
+    }
     if (r.type === REC.stopped || this.isStopping()) return;
     this.fold(r, b, at);
   }
@@ -144,16 +186,24 @@ class RecordFolder {
     const { opts } = this;
     const g = opts.gpus[r.gpu];
     switch (r.type) {
-      case REC.watched: if (g !== undefined) this.watched.push(g); break;
-      case REC.unsupported: if (g !== undefined) this.unsupported.push(g); break;
-      case REC.ready: opts.onReady(this.watched, this.unsupported); break;
+      case REC.watched:
+        if (g !== undefined) this.watched.push(g);
+        break;
+      case REC.unsupported:
+        if (g !== undefined) this.unsupported.push(g);
+        break;
+      case REC.ready:
+        opts.onReady(this.watched, this.unsupported);
+        break;
       case REC.probeEnd: {
         const results = this.probe;
         this.probe = new Map();
         opts.onProbe(results);
         break;
       }
-      case REC.event: this.batch.push({ event: this.event(r, b, at), count: b.readUInt32LE(at + 28) }); break;
+      case REC.event:
+        this.batch.push({ event: this.event(r, b, at), count: b.readUInt32LE(at + 28) });
+        break;
       case REC.eventsEnd: {
         const events = this.batch;
         this.batch = [];
@@ -170,7 +220,8 @@ class RecordFolder {
   /** One GPU's answer in the current probe round. */
   private probed(r: RecordHeader, b: Buffer, at: number): void {
     const result = PROBE_RESULTS[Number(b.readBigUInt64LE(at + 16))] ?? 'error';
-    if (result === 'error' && r.code !== 0) this.opts.log.debug('probe failed', { ...this.gpuRef(r.gpu), error: this.opts.nvml.errorText(r.code) });
+    if (result === 'error' && r.code !== 0)
+      this.opts.log.debug('probe failed', { ...this.gpuRef(r.gpu), error: this.opts.nvml.errorText(r.code) });
     const g = this.opts.gpus[r.gpu];
     if (g !== undefined) this.probe.set(g.uuid, result);
   }
@@ -179,10 +230,18 @@ class RecordFolder {
   private event(r: RecordHeader, b: Buffer, at: number): WatchedEvent {
     const kind = b.readUInt32LE(at + 24);
     // The thread says -1 for an event naming no device, -2 for a device not in its list.
-    const pos = r.gpu === -1 ? null : r.gpu === -2 ? UNMANAGED_DEVICE : this.opts.gpus[r.gpu]?.uuid ?? UNMANAGED_DEVICE;
+    const pos =
+      r.gpu === -1 ? null : r.gpu === -2 ? UNMANAGED_DEVICE : (this.opts.gpus[r.gpu]?.uuid ?? UNMANAGED_DEVICE);
     return kind === EVENT_TYPES.xid
-      ? { kind: 'xid', gpu: pos, xid: Number(b.readBigUInt64LE(at + 16)), ...((r.func & 1) !== 0 ? { gi: b.readUInt32LE(at + 32), ci: b.readUInt32LE(at + 36) } : {}) }
-      : kind === EVENT_TYPES.eccDouble ? { kind: 'ecc-double', gpu: pos } : { kind: 'ecc-single', gpu: pos };
+      ? {
+          kind: 'xid',
+          gpu: pos,
+          xid: Number(b.readBigUInt64LE(at + 16)),
+          ...((r.func & 1) !== 0 ? { gi: b.readUInt32LE(at + 32), ci: b.readUInt32LE(at + 36) } : {}),
+        }
+      : kind === EVENT_TYPES.eccDouble
+        ? { kind: 'ecc-double', gpu: pos }
+        : { kind: 'ecc-single', gpu: pos };
   }
 
   private gpuRef(pos: number): { gpu: number | undefined; uuid: string | undefined } {
@@ -225,7 +284,10 @@ export class EventWatcher {
     readRecords(socket, (b, at) => folder.record(b, at));
     socket.on('end', () => socket.destroy());
     socket.on('error', (err: Error) => {
-      if (!w.stopping) log.error('GPU health watcher failed; health is no longer watched', { error: `reading its reports: ${err.message}` });
+      if (!w.stopping)
+        log.error('GPU health watcher failed; health is no longer watched', {
+          error: `reading its reports: ${err.message}`,
+        });
       socket.destroy();
     });
     return w;
@@ -247,11 +309,15 @@ export class EventWatcher {
     const a = this.api;
     a.stop(this.handle);
     let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<'late'>((resolve) => { timer = setTimeout(() => resolve('late'), limitMs); });
+    const late = new Promise<'late'>((resolve) => {
+      timer = setTimeout(() => resolve('late'), limitMs);
+    });
     const outcome = await Promise.race([this.ended.then(() => 'done' as const), late]);
     clearTimeout(timer);
     if (outcome === 'late') {
-      this.log.warn('the GPU health thread is still inside an NVML call; waiting for it to return', { waited_ms: limitMs });
+      this.log.warn('the GPU health thread is still inside an NVML call; waiting for it to return', {
+        waited_ms: limitMs,
+      });
       await this.ended;
     }
     // The thread closed its end of the pipe as its last act: the join returns at once.

@@ -35,7 +35,11 @@ const UNMANAGED_DEVICE = -1;
 
 /** An NVML event batch entry as the watcher reports it, its GPU by UUID (only XIDs are counted). */
 export interface EventEntry {
-  readonly event: { readonly kind: string; readonly gpu: string | null | typeof UNMANAGED_DEVICE; readonly xid?: number };
+  readonly event: {
+    readonly kind: string;
+    readonly gpu: string | null | typeof UNMANAGED_DEVICE;
+    readonly xid?: number;
+  };
   readonly count: number;
 }
 
@@ -47,8 +51,17 @@ export function labelInput(s: NodeSnapshot, plan: PlanSettings): Omit<LabelInput
   if (s.driverVersion === null) return null;
   const facts = s.facts;
   return {
-    gpus: s.gpus.map((g, i) => ({ name: g.name, memoryBytes: g.memoryBytes, migEnabled: s.mig.modes[i]?.current === true, ...(facts?.gpus.get(g.uuid) ?? { compute: null, migCapable: false }) })),
-    driverVersion: s.driverVersion, cudaDriverVersion: facts?.cudaDriverVersion ?? null, sharing: plan.sharing, migStrategy: plan.migStrategy ?? 'none', migDevices: s.mig.devices,
+    gpus: s.gpus.map((g, i) => ({
+      name: g.name,
+      memoryBytes: g.memoryBytes,
+      migEnabled: s.mig.modes[i]?.current === true,
+      ...(facts?.gpus.get(g.uuid) ?? { compute: null, migCapable: false }),
+    })),
+    driverVersion: s.driverVersion,
+    cudaDriverVersion: facts?.cudaDriverVersion ?? null,
+    sharing: plan.sharing,
+    migStrategy: plan.migStrategy ?? 'none',
+    migDevices: s.mig.devices,
   };
 }
 
@@ -58,7 +71,10 @@ export function metricsView(s: NodeSnapshot | null): NodeView {
     driverVersion: s?.driverVersion ?? 'not answering',
     gpus: (s?.gpus ?? []).map((g) => ({ index: g.index, uuid: g.uuid, healthy: s?.health.get(g.uuid) === 'Healthy' })),
     resources: s === null ? [] : healthCounts(s).resources,
-    mpsDaemons: [...(s?.mpsDaemons ?? new Map<string, { readonly answering: boolean }>())].map(([resource, d]) => ({ resource, up: d.answering })),
+    mpsDaemons: [...(s?.mpsDaemons ?? new Map<string, { readonly answering: boolean }>())].map(([resource, d]) => ({
+      resource,
+      up: d.answering,
+    })),
   };
 }
 
@@ -73,7 +89,8 @@ export class Observer {
 
   constructor(s: ObserverSettings) {
     this.s = s;
-    this.labels = s.nfdFeaturesFile === null ? undefined : new LabelsOutput(s.nfdFeaturesFile, s.nfdRemoveOnStop, s.log);
+    this.labels =
+      s.nfdFeaturesFile === null ? undefined : new LabelsOutput(s.nfdFeaturesFile, s.nfdRemoveOnStop, s.log);
     this.machine = this.labels === undefined ? null : readMachineType(s.sysfsRoot);
   }
 
@@ -92,7 +109,12 @@ export class Observer {
       intervalMs: this.s.metricsIntervalSeconds * 1000,
       metrics: this.metrics,
       log: this.s.log,
-      snapshot: () => ({ ...metricsView(this.last), version: this.s.version, node: hostname(), residentBytes: process.memoryUsage.rss() }),
+      snapshot: () => ({
+        ...metricsView(this.last),
+        version: this.s.version,
+        node: hostname(),
+        residentBytes: process.memoryUsage.rss(),
+      }),
     });
     this.output.start();
   }
@@ -103,12 +125,17 @@ export class Observer {
     this.output?.healthChanged();
     const input = labelInput(applied.snapshot, applied.settings.plan);
     if (input === null || this.labels === undefined) return;
-    this.labels.update({ ...input, machine: this.machine }).catch((err: unknown) => this.s.log.warn('cannot update the node labels', { error: err instanceof Error ? err.message : String(err) }));
+    this.labels
+      .update({ ...input, machine: this.machine })
+      .catch((err: unknown) =>
+        this.s.log.warn('cannot update the node labels', { error: err instanceof Error ? err.message : String(err) }),
+      );
   }
 
   xids(batch: readonly EventEntry[]): void {
     for (const { event: ev, count } of batch) {
-      if (ev.kind === 'xid' && ev.gpu !== UNMANAGED_DEVICE && ev.xid !== undefined) this.metrics.xids.add(ev.gpu, ev.xid, count);
+      if (ev.kind === 'xid' && ev.gpu !== UNMANAGED_DEVICE && ev.xid !== undefined)
+        this.metrics.xids.add(ev.gpu, ev.xid, count);
     }
   }
 

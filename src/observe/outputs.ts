@@ -37,19 +37,24 @@ export class LabelsOutput {
     const model = labelledModel(input.gpus);
     const others = model?.others.join(', ') ?? '';
     if (others !== '' && others !== this.warnedModels) {
-      this.log.warn('GPUs of several models; the gpu.* labels describe the most common one, as GPU Feature Discovery labels one', { labelled: model?.gpu.name, others });
+      this.log.warn(
+        'GPUs of several models; the gpu.* labels describe the most common one, as GPU Feature Discovery labels one',
+        { labelled: model?.gpu.name, others },
+      );
     }
     this.warnedModels = others;
     const labels = nodeLabels(input);
     try {
       const wrote = await this.file.write(labelsFile(labels));
       if (wrote) this.log.info('node labels written', { file: this.file.path, labels: labels.length });
-      else if (this.updates === 0) this.log.info('node labels file already up to date; not rewritten', { file: this.file.path });
+      else if (this.updates === 0)
+        this.log.info('node labels file already up to date; not rewritten', { file: this.file.path });
       this.updates++;
       this.lastProblem = undefined;
     } catch (err) {
       const problem = errorText(err);
-      if (problem !== this.lastProblem) this.log.error('cannot write the node labels file; labels are not updated', { error: problem });
+      if (problem !== this.lastProblem)
+        this.log.error('cannot write the node labels file; labels are not updated', { error: problem });
       this.lastProblem = problem;
     }
   }
@@ -111,7 +116,8 @@ export class MetricsOutput {
       this.lastProblem = undefined;
     } catch (err) {
       const problem = errorText(err);
-      if (problem !== this.lastProblem) this.s.log.error('cannot write the metrics file; retrying every interval', { error: problem });
+      if (problem !== this.lastProblem)
+        this.s.log.error('cannot write the metrics file; retrying every interval', { error: problem });
       this.lastProblem = problem;
     }
   }

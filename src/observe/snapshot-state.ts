@@ -33,14 +33,26 @@ export function unhealthyReason(state: GpuHealthState | undefined, driverUp: boo
   if (!driverUp) return 'the NVIDIA driver does not answer';
   if (state === undefined) return 'unknown';
   if (state.lost) return 'lost: NVML reports the GPU gone (GPU_IS_LOST; XID 79: fallen off the bus)';
-  if (state.lastXid !== null) return `XID ${state.lastXid}: ${xidMeaning(state.lastXid)}${state.permanent ? ' (health recovery does not undo it)' : ''}`;
+  if (state.lastXid !== null)
+    return `XID ${state.lastXid}: ${xidMeaning(state.lastXid)}${state.permanent ? ' (health recovery does not undo it)' : ''}`;
   if (state.permanent) return 'double-bit ECC error';
   return 'unhealthy';
 }
 
-function deviceHealth(s: NodeSnapshot, uuid: string, unit: UnitHealth | undefined, driverUp: boolean, startedAt: string): Pick<DeviceState, 'health' | 'reason' | 'since'> {
+function deviceHealth(
+  s: NodeSnapshot,
+  uuid: string,
+  unit: UnitHealth | undefined,
+  driverUp: boolean,
+  startedAt: string,
+): Pick<DeviceState, 'health' | 'reason' | 'since'> {
   const health = s.health.get(uuid) ?? 'Unhealthy';
-  const why = health === 'Unhealthy' ? (driverUp ? unit?.reason ?? unhealthyReason(unit?.state, true) : unhealthyReason(unit?.state, false)) : undefined;
+  const why =
+    health === 'Unhealthy'
+      ? driverUp
+        ? (unit?.reason ?? unhealthyReason(unit?.state, true))
+        : unhealthyReason(unit?.state, false)
+      : undefined;
   // A unit nothing has happened to has been what it is since the daemon started.
   const since = unit?.since === null || unit?.since === undefined ? startedAt : new Date(unit.since).toISOString();
   return { health, ...(why === undefined ? {} : { reason: why }), since };
@@ -51,12 +63,20 @@ export function daemonStateFromSnapshot(s: NodeSnapshot | null, ctx: StateContex
   const driverUp = s !== null && s.driverVersion !== null;
   if (s !== null) {
     for (const gpu of s.gpus) {
-      devices.push({ kind: 'gpu', index: String(gpu.index), uuid: gpu.uuid, ...deviceHealth(s, gpu.uuid, s.gpuHealth.get(gpu.uuid), driverUp, ctx.startedAt) });
+      devices.push({
+        kind: 'gpu',
+        index: String(gpu.index),
+        uuid: gpu.uuid,
+        ...deviceHealth(s, gpu.uuid, s.gpuHealth.get(gpu.uuid), driverUp, ctx.startedAt),
+      });
     }
     for (const d of s.mig.devices) {
       const parent = s.gpus[d.parent];
       devices.push({
-        kind: 'mig', index: `${parent?.index ?? d.parent}:${d.index}`, uuid: d.uuid, ...(parent === undefined ? {} : { parentUuid: parent.uuid }),
+        kind: 'mig',
+        index: `${parent?.index ?? d.parent}:${d.index}`,
+        uuid: d.uuid,
+        ...(parent === undefined ? {} : { parentUuid: parent.uuid }),
         ...deviceHealth(s, d.uuid, s.migHealth.get(d.uuid), driverUp, ctx.startedAt),
       });
     }
@@ -115,7 +135,9 @@ export interface PublishedSettings {
 export class StatePublisher {
   readonly name = 'state file';
   private readonly file: StateFile;
-  private readonly registrations: { registrationStates(): readonly { readonly name: string; readonly registered: boolean }[] };
+  private readonly registrations: {
+    registrationStates(): readonly { readonly name: string; readonly registered: boolean }[];
+  };
   private readonly claims: (() => readonly ClaimState[]) | undefined;
   private readonly version: string;
   private readonly startedAt = new Date().toISOString();
@@ -124,7 +146,12 @@ export class StatePublisher {
   private options: Readonly<Record<string, string>> = {};
 
   /** claims: the prepared claims, where something prepares them (DRA mode). */
-  constructor(file: StateFile, registrations: StatePublisher['registrations'], version: string, claims?: () => readonly ClaimState[]) {
+  constructor(
+    file: StateFile,
+    registrations: StatePublisher['registrations'],
+    version: string,
+    claims?: () => readonly ClaimState[],
+  ) {
     this.file = file;
     this.claims = claims;
     this.registrations = registrations;
@@ -148,11 +175,18 @@ export class StatePublisher {
   }
 
   private publish(): void {
-    void this.file.publish(daemonStateFromSnapshot(this.snapshot, {
-      pid: process.pid, version: this.version, startedAt: this.startedAt, now: new Date().toISOString(),
-      options: this.options, registrations: this.registrations.registrationStates(), since: this.since,
-      ...(this.claims === undefined ? {} : { claims: this.claims() }),
-    }));
+    void this.file.publish(
+      daemonStateFromSnapshot(this.snapshot, {
+        pid: process.pid,
+        version: this.version,
+        startedAt: this.startedAt,
+        now: new Date().toISOString(),
+        options: this.options,
+        registrations: this.registrations.registrationStates(),
+        since: this.since,
+        ...(this.claims === undefined ? {} : { claims: this.claims() }),
+      }),
+    );
   }
 
   stop(): Promise<void> {

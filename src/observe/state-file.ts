@@ -17,9 +17,9 @@ export const DEFAULT_RUNTIME_DIRECTORY = '/run/gpu-device-plugin';
 
 /** Where the state file is: GPU_DEVICE_PLUGIN_STATE_FILE, else state.json in $RUNTIME_DIRECTORY, else in /run/gpu-device-plugin. */
 export function defaultStateFile(env: Readonly<Record<string, string | undefined>>): string {
-  const given = env['GPU_DEVICE_PLUGIN_STATE_FILE'];
+  const given = env.GPU_DEVICE_PLUGIN_STATE_FILE;
   if (given !== undefined && given !== '') return given;
-  const runtime = (env['RUNTIME_DIRECTORY'] ?? '').split(':')[0];
+  const runtime = (env.RUNTIME_DIRECTORY ?? '').split(':')[0];
   return join(runtime !== undefined && runtime !== '' ? runtime : DEFAULT_RUNTIME_DIRECTORY, 'state.json');
 }
 
@@ -51,7 +51,11 @@ export class StateFile {
       if (this.failing) this.log.info('state file written again', { file: this.file.path });
       this.failing = false;
     } catch (err) {
-      if (!this.failing) this.log.warn('cannot publish the state for `gpu-device-plugin info`; it will show NVML\'s view instead', { file: this.file.path, error: errorText(err) });
+      if (!this.failing)
+        this.log.warn("cannot publish the state for `gpu-device-plugin info`; it will show NVML's view instead", {
+          file: this.file.path,
+          error: errorText(err),
+        });
       this.failing = true;
     }
   }
@@ -100,7 +104,11 @@ export async function readDaemonState(path: string): Promise<StateRead> {
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') return { kind: 'absent', path };
-    return { kind: 'unreadable', path, error: `${errorText(err)}${code === 'EACCES' ? ' (the file is root-only: run info as root)' : ''}` };
+    return {
+      kind: 'unreadable',
+      path,
+      error: `${errorText(err)}${code === 'EACCES' ? ' (the file is root-only: run info as root)' : ''}`,
+    };
   }
   const parsed = parseStateDocument(text);
   if ('problem' in parsed) return { kind: 'unreadable', path, error: `${path}: ${parsed.problem}` };

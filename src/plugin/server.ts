@@ -71,7 +71,8 @@ export class PluginServer {
     // A stale socket file from an earlier run would make bind fail with EADDRINUSE.
     try {
       const st = await lstat(socketPath);
-      if (!st.isSocket()) throw new Error(`${socketPath} exists and is not a socket; remove it or choose another socket directory`);
+      if (!st.isSocket())
+        throw new Error(`${socketPath} exists and is not a socket; remove it or choose another socket directory`);
       await unlink(socketPath);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
@@ -81,7 +82,10 @@ export class PluginServer {
     try {
       if (!(await stat(dir)).isDirectory()) throw new Error(`the socket directory ${dir} is not a directory`);
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new Error(`the socket directory ${dir} does not exist (is the kubelet installed? --kubelet-socket names it)`);
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT')
+        throw new Error(
+          `the socket directory ${dir} does not exist (is the kubelet installed? --kubelet-socket names it)`,
+        );
       throw err;
     }
     const server = new grpc.Server(SERVER_OPTIONS);

@@ -65,7 +65,9 @@ const REQUEST_TYPE: Readonly<Record<string, string>> = {
 
 /** The marker a request decoder returns instead of throwing: the handler refuses it, naming why. */
 export function undecodable(method: string, err: unknown): Undecodable {
-  return { [UNDECODABLE]: `${method} request is not a valid ${REQUEST_TYPE[method] ?? 'request'} (protobuf decoding failed: ${errorText(err)})` };
+  return {
+    [UNDECODABLE]: `${method} request is not a valid ${REQUEST_TYPE[method] ?? 'request'} (protobuf decoding failed: ${errorText(err)})`,
+  };
 }
 
 /** Throws RequestError when the request could not be decoded. */
@@ -153,7 +155,8 @@ export class DevicePluginHandlers {
     if (gone === undefined || gone.size === 0) return;
     for (const id of ids(gone)) {
       const why = gone.get(id);
-      if (why !== undefined && !this.state.index.byId.has(id)) throw new RequestError(`device ID ${showId(id)} is no longer on this node: ${why}`);
+      if (why !== undefined && !this.state.index.byId.has(id))
+        throw new RequestError(`device ID ${showId(id)} is no longer on this node: ${why}`);
     }
   }
 
@@ -179,9 +182,15 @@ export class DevicePluginHandlers {
         return PLUGIN_OPTIONS;
       }),
       ListAndWatch: (call: ServerWritableStream<M.Empty | Undecodable, EncodedList>) => this.listAndWatch(call),
-      GetPreferredAllocation: this.unary('GetPreferredAllocation', true, (request: M.PreferredAllocationRequest) => this.preferredAnswer(request)),
+      GetPreferredAllocation: this.unary('GetPreferredAllocation', true, (request: M.PreferredAllocationRequest) =>
+        this.preferredAnswer(request),
+      ),
       Allocate: this.unary('Allocate', true, (request: M.AllocateRequest) => this.allocateAnswer(request)),
-      PreStartContainer: this.unary<M.PreStartContainerRequest, M.PreStartContainerResponse>('PreStartContainer', false, () => ({})),
+      PreStartContainer: this.unary<M.PreStartContainerRequest, M.PreStartContainerResponse>(
+        'PreStartContainer',
+        false,
+        () => ({}),
+      ),
     };
   }
 
@@ -243,7 +252,8 @@ export class DevicePluginHandlers {
     const containers = request.container_requests;
     this.refuseVanished(() => containers.flatMap((c) => [...c.available_deviceIDs, ...c.must_include_deviceIDs]));
     const answers = preferredAllocation(containers, st.index, st.chooser, st.sharedPolicy);
-    if (this.log.enabled('debug')) this.log.debug('GetPreferredAllocation', { answers: answers.map((a) => a.join('+')) });
+    if (this.log.enabled('debug'))
+      this.log.debug('GetPreferredAllocation', { answers: answers.map((a) => a.join('+')) });
     return { container_responses: answers.map((deviceIDs) => ({ deviceIDs })) };
   }
 
@@ -255,7 +265,7 @@ export class DevicePluginHandlers {
     const responses = allocate(containers, st.index, st.allocateSettings);
     if (this.log.enabled('debug')) {
       this.log.debug('Allocate', {
-        visible: responses.map((r) => r.envs['NVIDIA_VISIBLE_DEVICES'] ?? ''),
+        visible: responses.map((r) => r.envs.NVIDIA_VISIBLE_DEVICES ?? ''),
         cdi: responses.map((r) => [...Object.values(r.annotations), ...r.cdi_devices.map((d) => d.name)].join(' ')),
       });
     }

@@ -43,7 +43,14 @@ export class AtomicFile {
       }
     }
     // Same content: nothing to do, unless someone removed the file meanwhile.
-    if (this.known === content && (await stat(this.path).then(() => true, () => false))) return false;
+    if (
+      this.known === content &&
+      (await stat(this.path).then(
+        () => true,
+        () => false,
+      ))
+    )
+      return false;
     const tmp = this.tempPath;
     try {
       const fh = await open(tmp, 'w', this.mode);
@@ -69,7 +76,8 @@ export class AtomicFile {
     try {
       await unlink(this.path);
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw new Error(`cannot remove ${this.path}: ${(err as Error).message}`, { cause: err });
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT')
+        throw new Error(`cannot remove ${this.path}: ${(err as Error).message}`, { cause: err });
     }
     this.known = null;
   }
@@ -81,6 +89,7 @@ function hint(err: unknown, path: string): string {
   if (code === 'EROFS' || code === 'EACCES' || code === 'EPERM') {
     return `; under systemd the service may write only where its sandbox allows: add ReadWritePaths=${dirname(path)} with \`systemctl edit gpu-device-plugin\` (see the README, "Node labels and metrics")`;
   }
-  if (code === 'ENOENT') return `; the directory ${dirname(path)} does not exist (is the reader — NFD or node_exporter — installed?)`;
+  if (code === 'ENOENT')
+    return `; the directory ${dirname(path)} does not exist (is the reader — NFD or node_exporter — installed?)`;
   return '';
 }

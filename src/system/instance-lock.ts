@@ -31,7 +31,9 @@ export class AlreadyRunningError extends Error {
   /** hint: how to run this one elsewhere (default: a --kubelet-socket in another directory). */
   constructor(dir: string, pid: number | null, hint = 'give this one a --kubelet-socket in another directory') {
     const who = pid === null ? 'another gpu-device-plugin process' : `another gpu-device-plugin (PID ${pid})`;
-    super(`${who} already serves the socket directory ${dir}; stop it first (the service: systemctl stop gpu-device-plugin), or ${hint}`);
+    super(
+      `${who} already serves the socket directory ${dir}; stop it first (the service: systemctl stop gpu-device-plugin), or ${hint}`,
+    );
     this.pid = pid;
   }
 }
@@ -134,12 +136,19 @@ export class InstanceLock {
     this.timer = setInterval(() => {
       if (checking) return;
       checking = true;
-      void this.tryLock().then((r) => {
-        if (r.state === 'busy') {
-          this.release();
-          onBusy(r.error);
-        }
-      }, () => undefined).finally(() => { checking = false; });
+      void this.tryLock()
+        .then(
+          (r) => {
+            if (r.state === 'busy') {
+              this.release();
+              onBusy(r.error);
+            }
+          },
+          () => undefined,
+        )
+        .finally(() => {
+          checking = false;
+        });
     }, intervalMs);
     this.timer.unref();
   }
@@ -159,7 +168,12 @@ export class InstanceLock {
  * AlreadyRunningError when another plugin holds it, or null when the native module cannot be loaded
  * (the start then fails on that, saying so).
  */
-export async function lockSocketDirectory(dir: string, log: Logger, onBusy: (err: AlreadyRunningError) => void, hint?: string): Promise<InstanceLock | AlreadyRunningError | null> {
+export async function lockSocketDirectory(
+  dir: string,
+  log: Logger,
+  onBusy: (err: AlreadyRunningError) => void,
+  hint?: string,
+): Promise<InstanceLock | AlreadyRunningError | null> {
   let koffi: Koffi;
   try {
     koffi = loadKoffi();
@@ -171,7 +185,10 @@ export async function lockSocketDirectory(dir: string, log: Logger, onBusy: (err
   try {
     r = await lock.tryLock();
   } catch (err) {
-    log.warn('cannot lock the socket directory; a second plugin started there would not be refused', { dir, error: errorText(err) });
+    log.warn('cannot lock the socket directory; a second plugin started there would not be refused', {
+      dir,
+      error: errorText(err),
+    });
     return null;
   }
   if (r.state === 'busy') return r.error;

@@ -52,7 +52,7 @@ export function formatLine(level: LogLevel, msg: string, ctx: LogContext, journa
 export function createLogger(opts: LoggerOptions, base: LogContext = {}): Logger {
   const log = (level: LogLevel, msg: string, ctx?: LogContext): void => {
     if (RANK[level] < RANK[opts.level]) return;
-    opts.write(formatLine(level, msg, ctx ? { ...base, ...ctx } : base, opts.journal, new Date()) + '\n');
+    opts.write(`${formatLine(level, msg, ctx ? { ...base, ...ctx } : base, opts.journal, new Date())}\n`);
   };
   return {
     debug: (m, c) => log('debug', m, c),
@@ -70,7 +70,7 @@ export function stderrLogger(level: LogLevel): Logger {
   for (const out of [process.stdout, process.stderr]) if (out.listenerCount('error') === 0) out.on('error', () => {});
   return createLogger({
     level,
-    journal: process.env['JOURNAL_STREAM'] !== undefined,
+    journal: process.env.JOURNAL_STREAM !== undefined,
     write: (line) => {
       lastLine = line;
       process.stderr.write(line);
@@ -119,6 +119,8 @@ export function errorText(err: unknown): string {
 
 /** An error or rejection nobody caught is logged and the daemon carries on (it must not lose its registration over one). */
 export function carryOnAfterUnexpected(log: Logger): void {
-  process.on('uncaughtException', (err) => log.error('unexpected error; carrying on', { error: errorText(err), stack: err.stack?.split('\n')[1]?.trim() }));
+  process.on('uncaughtException', (err) =>
+    log.error('unexpected error; carrying on', { error: errorText(err), stack: err.stack?.split('\n')[1]?.trim() }),
+  );
   process.on('unhandledRejection', (err) => log.error('unexpected rejection; carrying on', { error: errorText(err) }));
 }

@@ -29,7 +29,11 @@ export interface CompactionPolicy {
 export const DEFAULT_POLICY: CompactionPolicy = { growthBytes: 4 * 1024 * 1024, quietBusyFraction: 0.03 };
 
 /** Whether to compact now: the resident set grew past the threshold since `baselineBytes`, and the last interval was quiet. */
-export function shouldCompact(check: MemoryCheck, baselineBytes: number, policy: CompactionPolicy = DEFAULT_POLICY): boolean {
+export function shouldCompact(
+  check: MemoryCheck,
+  baselineBytes: number,
+  policy: CompactionPolicy = DEFAULT_POLICY,
+): boolean {
   return check.busyFraction <= policy.quietBusyFraction && check.rssBytes - baselineBytes >= policy.growthBytes;
 }
 
@@ -40,7 +44,12 @@ export interface IdleCompaction {
 /** Starts the checks (one unref'd timer). Without glibc's malloc_trim only the collection runs. */
 export function startIdleCompaction(koffi: Koffi, log: Logger, intervalMs = 5000): IdleCompaction {
   // Made on the first compaction, not at start: a new context and a library lookup cost start-up time.
-  let tools: { gc: (options: { type: 'major'; execution: 'sync'; flavor: 'last-resort' }) => void; trim: ((pad: number) => number) | null } | undefined;
+  let tools:
+    | {
+        gc: (options: { type: 'major'; execution: 'sync'; flavor: 'last-resort' }) => void;
+        trim: ((pad: number) => number) | null;
+      }
+    | undefined;
   const compactionTools = (): NonNullable<typeof tools> => {
     if (tools !== undefined) return tools;
     // A collection on request: V8 offers it only with --expose-gc, which a new context picks up
@@ -52,7 +61,9 @@ export function startIdleCompaction(koffi: Koffi, log: Logger, intervalMs = 5000
     try {
       trim = koffi.load('libc.so.6').func('int malloc_trim(size_t pad)') as (pad: number) => number;
     } catch (err) {
-      log.debug('malloc_trim is not available; only the heap is compacted', { error: err instanceof Error ? err.message : String(err) });
+      log.debug('malloc_trim is not available; only the heap is compacted', {
+        error: err instanceof Error ? err.message : String(err),
+      });
     }
     tools = { gc, trim };
     return tools;
@@ -84,7 +95,11 @@ export function startIdleCompaction(koffi: Koffi, log: Logger, intervalMs = 5000
     baseline = process.memoryUsage.rss();
     last = performance.eventLoopUtilization();
     if (log.enabled('debug')) {
-      log.debug('gave memory back after a busy spell', { rss_before_mib: (rssBytes / 1048576).toFixed(1), rss_mib: (baseline / 1048576).toFixed(1), ms: (performance.now() - t0).toFixed(1) });
+      log.debug('gave memory back after a busy spell', {
+        rss_before_mib: (rssBytes / 1048576).toFixed(1),
+        rss_mib: (baseline / 1048576).toFixed(1),
+        ms: (performance.now() - t0).toFixed(1),
+      });
     }
   }, intervalMs);
   timer.unref();

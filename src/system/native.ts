@@ -86,7 +86,9 @@ function extract(dir: string, name: NativeAsset): string {
   writeFileSync(file, assetBytes(name), { mode: 0o500, flag: 'wx' });
   const got = fileSha256(file);
   if (got !== want) {
-    throw new TamperedError(`embedded ${name} has sha256 ${got}, expected ${want}: the executable was tampered with or corrupted; reinstall the package`);
+    throw new TamperedError(
+      `embedded ${name} has sha256 ${got}, expected ${want}: the executable was tampered with or corrupted; reinstall the package`,
+    );
   }
   return file;
 }
@@ -110,7 +112,9 @@ function extractAndLoad(): Loaded {
       if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
     }
   }
-  throw new NativeModuleError(`could not load the embedded native modules (koffi.node, nvml-watch.so) from any directory (${failures.join('; ')}); set RuntimeDirectory= in the unit or GPU_DEVICE_PLUGIN_NATIVE_DIR to a directory on an exec-allowed filesystem`);
+  throw new NativeModuleError(
+    `could not load the embedded native modules (koffi.node, nvml-watch.so) from any directory (${failures.join('; ')}); set RuntimeDirectory= in the unit or GPU_DEVICE_PLUGIN_NATIVE_DIR to a directory on an exec-allowed filesystem`,
+  );
 }
 
 function load(): Loaded {
@@ -133,7 +137,9 @@ export function loadWatchLibrary(): KoffiLibrary {
     try {
       l.watch = l.koffi.load(path);
     } catch (err) {
-      throw new NativeModuleError(`cannot load ${path} (${err instanceof Error ? err.message : String(err)}); runs from source need it built: node build/native.ts`);
+      throw new NativeModuleError(
+        `cannot load ${path} (${err instanceof Error ? err.message : String(err)}); runs from source need it built: node build/native.ts`,
+      );
     }
   }
   return l.watch;

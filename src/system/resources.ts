@@ -13,7 +13,10 @@ export function processResources(): Record<string, string | number> {
   }
   const mem = process.memoryUsage();
   return {
-    handles: [...kinds].sort(([a], [b]) => a.localeCompare(b)).map(([k, n]) => `${k}:${n}`).join(','),
+    handles: [...kinds]
+      .sort(([a], [b]) => a.localeCompare(b))
+      .map(([k, n]) => `${k}:${n}`)
+      .join(','),
     fds,
     heap_kib: Math.round(mem.heapUsed / 1024),
     rss_kib: Math.round(mem.rss / 1024),

@@ -27,7 +27,9 @@ export class ServiceStatus {
     try {
       notifier = createNotifier(koffi);
     } catch (err) {
-      log.warn('cannot talk to systemd (NOTIFY_SOCKET); readiness and watchdog are not reported', { error: errorText(err) });
+      log.warn('cannot talk to systemd (NOTIFY_SOCKET); readiness and watchdog are not reported', {
+        error: errorText(err),
+      });
       notifier = createNotifier(koffi, {});
     }
     this.notifier = notifier;
@@ -80,7 +82,8 @@ export const NO_DRIVER = 'the NVIDIA driver (NVML cannot be loaded yet)';
 
 /** The STATUS text: registered or waiting, and healthy of total GPUs (and MIG devices, when there are any). */
 export function statusLine(counts: HealthCounts | null, registeredNow: boolean, words?: string): string {
-  const mig = counts !== null && counts.mig.total > 0 ? `, ${counts.mig.healthy} of ${counts.mig.total} MIG devices` : '';
+  const mig =
+    counts !== null && counts.mig.total > 0 ? `, ${counts.mig.healthy} of ${counts.mig.total} MIG devices` : '';
   return `STATUS=${words ?? (registeredNow ? 'registered' : 'waiting for the kubelet')}; ${counts?.gpus.healthy ?? 0} of ${counts?.gpus.total ?? 0} GPUs healthy${mig}`;
 }
 
@@ -93,7 +96,9 @@ export interface StatusRegistrations {
 
 /** What STATUS adds for MPS daemons that do not answer (their replicas are Unhealthy): '' when all answer. */
 export function mpsStatus(snapshot: Pick<NodeSnapshot, 'mpsDaemons'>): string {
-  return silentMpsDaemons(snapshot).map(({ resource, state }) => `; MPS daemon for ${resource} not answering: ${state.reason ?? 'no answer'}`).join('');
+  return silentMpsDaemons(snapshot)
+    .map(({ resource, state }) => `; MPS daemon for ${resource} not answering: ${state.reason ?? 'no answer'}`)
+    .join('');
 }
 
 /**
@@ -154,7 +159,7 @@ export class NodeStatus {
  * $NOTIFY_SOCKET, or when the native module cannot be loaded (the exit says it anyway).
  */
 export function notifyBeforeExit(message: string, env: NodeJS.ProcessEnv = process.env): void {
-  if (env['NOTIFY_SOCKET'] === undefined || env['NOTIFY_SOCKET'] === '') return;
+  if (env.NOTIFY_SOCKET === undefined || env.NOTIFY_SOCKET === '') return;
   try {
     const n = createNotifier(loadKoffi(), env);
     n.notify(message);

@@ -23,8 +23,18 @@ const STOP_LIMIT_MS = 1900;
 /** Signals ignored with a log line (see the top of this file), with what the line adds. */
 export const IGNORED_SIGNALS: Readonly<Partial<Record<NodeJS.Signals, string>>> = {
   SIGUSR1: 'this build has no debugger (Node is started with --disable-sigusr1)',
-  SIGUSR2: '', SIGALRM: '', SIGVTALRM: '', SIGPROF: '', SIGIO: '', SIGPWR: '', SIGSTKFLT: '',
-  SIGXCPU: '', SIGXFSZ: '', SIGTSTP: '', SIGTTIN: '', SIGTTOU: '',
+  SIGUSR2: '',
+  SIGALRM: '',
+  SIGVTALRM: '',
+  SIGPROF: '',
+  SIGIO: '',
+  SIGPWR: '',
+  SIGSTKFLT: '',
+  SIGXCPU: '',
+  SIGXFSZ: '',
+  SIGTSTP: '',
+  SIGTTIN: '',
+  SIGTTOU: '',
 };
 
 /** Linux's realtime signals as the C library hands them out (glibc keeps 32 and 33 for itself). */
@@ -44,7 +54,11 @@ export class Signals {
     process.on('SIGINT', () => this.stop('SIGINT'));
     process.on('SIGQUIT', () => this.stop('SIGQUIT'));
     for (const [sig, why] of Object.entries(IGNORED_SIGNALS)) {
-      process.on(sig as NodeJS.Signals, () => log.warn(`${sig} ignored: the plugin stops on SIGTERM, SIGINT or SIGQUIT and reloads on SIGHUP${why === '' ? '' : `; ${why}`}`));
+      process.on(sig as NodeJS.Signals, () =>
+        log.warn(
+          `${sig} ignored: the plugin stops on SIGTERM, SIGINT or SIGQUIT and reloads on SIGHUP${why === '' ? '' : `; ${why}`}`,
+        ),
+      );
     }
     process.on('SIGHUP', () => {
       if (this.daemon !== undefined) return this.reload();
@@ -63,17 +77,30 @@ export class Signals {
     if (this.stopping) return;
     this.stopping = true;
     this.log.info('stopping', { signal });
-    setTimeout(() => { this.log.error('stop took too long; exiting'); exitProcess(1); }, STOP_LIMIT_MS).unref();
+    setTimeout(() => {
+      this.log.error('stop took too long; exiting');
+      exitProcess(1);
+    }, STOP_LIMIT_MS).unref();
     void (this.daemon?.stop() ?? Promise.resolve()).then(
-      () => { this.log.info('stopped'); exitProcess(0); },
-      (err: unknown) => { this.log.error('error while stopping', { error: errorText(err) }); exitProcess(1); },
+      () => {
+        this.log.info('stopped');
+        exitProcess(0);
+      },
+      (err: unknown) => {
+        this.log.error('error while stopping', { error: errorText(err) });
+        exitProcess(1);
+      },
     );
   }
 
   private reload(): void {
     const d = this.daemon;
     if (this.stopping || d === undefined) return;
-    this.reloads = this.reloads.then(() => d.reload()).catch((err: unknown) => this.log.error('SIGHUP failed; the running configuration is kept', { error: errorText(err) }));
+    this.reloads = this.reloads
+      .then(() => d.reload())
+      .catch((err: unknown) =>
+        this.log.error('SIGHUP failed; the running configuration is kept', { error: errorText(err) }),
+      );
   }
 }
 
@@ -84,13 +111,20 @@ export class Signals {
  */
 export function ignoreRealtimeSignals(koffi: Koffi): void {
   const libc = koffi.load('libc.so.6');
-  const signal = libc.func('intptr_t signal(int sig, intptr_t handler)') as (sig: number, handler: number) => number | bigint;
+  const signal = libc.func('intptr_t signal(int sig, intptr_t handler)') as (
+    sig: number,
+    handler: number,
+  ) => number | bigint;
   const SIG_IGN = 1;
   for (let sig = SIGRTMIN; sig <= SIGRTMAX; sig++) signal(sig, SIG_IGN);
   // With --disable-sigusr1 Node leaves SIGUSR1 blocked in every thread: a SIGUSR1 then does nothing,
   // not even the log line. Unblocked in the main thread, it reaches the listener above.
   if (process.execArgv.includes('--disable-sigusr1')) {
-    const sigmask = libc.func('int pthread_sigmask(int how, const uint8_t *set, uint8_t *oldset)') as (how: number, set: Buffer, old: null) => number;
+    const sigmask = libc.func('int pthread_sigmask(int how, const uint8_t *set, uint8_t *oldset)') as (
+      how: number,
+      set: Buffer,
+      old: null,
+    ) => number;
     const SIG_UNBLOCK = 1;
     const SIGUSR1 = 10;
     const set = Buffer.alloc(128);

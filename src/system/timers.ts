@@ -57,10 +57,15 @@ export class TimerOwner {
   sleep(name: string, ms: number): Promise<void> {
     return new Promise((resolve) => {
       if (this.disposed) return resolve();
-      this.after(name, ms, () => {
-        this.wakers.delete(name);
-        resolve();
-      }, true);
+      this.after(
+        name,
+        ms,
+        () => {
+          this.wakers.delete(name);
+          resolve();
+        },
+        true,
+      );
       this.wakers.set(name, resolve);
     });
   }
@@ -105,7 +110,10 @@ export class CoalescingQueue<A> {
     }
     let resolve!: () => void;
     let reject!: (err: unknown) => void;
-    const done = new Promise<void>((res, rej) => { resolve = res; reject = rej; });
+    const done = new Promise<void>((res, rej) => {
+      resolve = res;
+      reject = rej;
+    });
     this.pending = { arg, done, resolve, reject };
     if (this.running === null) this.running = this.drain();
     return done;

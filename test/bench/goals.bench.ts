@@ -50,15 +50,28 @@ export interface Goal {
   note?: string;
 }
 
-interface Memory { rss_mib: number; anon_mib: number; file_mib: number }
+interface Memory {
+  rss_mib: number;
+  anon_mib: number;
+  file_mib: number;
+}
 
 export interface Figures {
-  node_floor: { runtime: string; command: string; start_ms: Stats; peak_rss_mib: { p50: number; n: number }; spawn_exit_bin_true_ms: Stats };
+  node_floor: {
+    runtime: string;
+    command: string;
+    start_ms: Stats;
+    peak_rss_mib: { p50: number; n: number };
+    spawn_exit_bin_true_ms: Stats;
+  };
   version: { command: string; ms: Stats; peak_rss_mib: { p50: number; n: number } };
   start_to_registered_ms: Stats & { worst: number; over_floor: number };
   idle: Memory & { fds: number; n: number; fds_by_kind_last: Record<string, number> };
   after_10000_rpcs: Memory & { idle_of_this_node: Memory; at_1s: Memory };
-  after_100000_rpcs: Memory & { at_1s: Memory; load_90000_rpcs: { seconds: number; failed: number; in_flight: number; plugin_cpu_us_per_call: number } };
+  after_100000_rpcs: Memory & {
+    at_1s: Memory;
+    load_90000_rpcs: { seconds: number; failed: number; in_flight: number; plugin_cpu_us_per_call: number };
+  };
   after_200_restarts: Memory & { fds: number };
   allocate_ms: Stats;
   get_preferred_allocation_ms: Stats;
@@ -67,10 +80,19 @@ export interface Figures {
   kubelet_restart_to_reregistered_ms: Stats & { worst: number };
   xid_to_unhealthy_ms: Stats & { args: string };
   hostile: {
-    n: number; in_flight: number; seconds: number; plugin_cpu_us_per_request: number; idle: Memory; after: (Memory & { at_1s: Memory | null }) | null;
+    n: number;
+    in_flight: number;
+    seconds: number;
+    plugin_cpu_us_per_request: number;
+    idle: Memory;
+    after: (Memory & { at_1s: Memory | null }) | null;
     codes_by_kind: Record<string, Record<string, number>>;
     ms_by_kind: Record<string, Stats>;
-    plugin_alive: boolean; plugin_exit: unknown; still_registered: boolean; registrations: number; stream_breaks: number;
+    plugin_alive: boolean;
+    plugin_exit: unknown;
+    still_registered: boolean;
+    registrations: number;
+    stream_breaks: number;
     serving_after: { allocate_ms: Stats } | { error: string };
   };
 }
@@ -92,15 +114,29 @@ function fds(pid: number): { count: number; by_kind: Record<string, number> } {
     } catch {
       continue;
     }
-    const kind = target.startsWith('/') ? (target.startsWith('/dev/') ? target : 'file') : target.replace(/:\[\d+\]$/, '').replace(/\[\d+\]$/, '');
+    const kind = target.startsWith('/')
+      ? target.startsWith('/dev/')
+        ? target
+        : 'file'
+      : target.replace(/:\[\d+\]$/, '').replace(/\[\d+\]$/, '');
     by[kind] = (by[kind] ?? 0) + 1;
   }
   return { count: names.length, by_kind: by };
 }
 
 /** A demo-8 node whose kubelet is the stand-in in `remote`'s process; resolves once registered. */
-async function benchNode(remote: RemoteKubelet, args: readonly string[] = []): Promise<{ node: SimNode; registeredAt: number }> {
-  const node = await SimNode.start({ topology: 'demo-8', kubelet: false, args, beforePlugin: async (n) => { await remote.call('start', { dir: n.kubeletDir }); } });
+async function benchNode(
+  remote: RemoteKubelet,
+  args: readonly string[] = [],
+): Promise<{ node: SimNode; registeredAt: number }> {
+  const node = await SimNode.start({
+    topology: 'demo-8',
+    kubelet: false,
+    args,
+    beforePlugin: async (n) => {
+      await remote.call('start', { dir: n.kubeletDir });
+    },
+  });
   try {
     const reg = await remote.call('waitRegistered', { n: 1, timeoutMs: 15000 });
     return { node, registeredAt: reg.at };
@@ -132,7 +168,10 @@ function cpuMs(pid: number): number {
   return (Number(f[11]) + Number(f[12])) * 10;
 }
 
-interface IdleSample { mem: Memory; fds: { count: number; by_kind: Record<string, number> } }
+interface IdleSample {
+  mem: Memory;
+  fds: { count: number; by_kind: Record<string, number> };
+}
 const idleSample = (pid: number): IdleSample => ({ mem: memory(pid), fds: fds(pid) });
 
 export async function nodeTax(opts: { starts?: number } = {}): Promise<{ figures: Figures; goals: Goal[] }> {
@@ -144,7 +183,14 @@ export async function nodeTax(opts: { starts?: number } = {}): Promise<{ figures
     log(`Node floor, --version, start → registered (${starts} runs each, interleaved)`);
     const floor = floorRuntime();
     const exe = executable('x64');
-    const f = { trueMs: [] as number[], floorMs: [] as number[], floorKiB: [] as number[], versionMs: [] as number[], versionKiB: [] as number[], startMs: [] as number[] };
+    const f = {
+      trueMs: [] as number[],
+      floorMs: [] as number[],
+      floorKiB: [] as number[],
+      versionMs: [] as number[],
+      versionKiB: [] as number[],
+      startMs: [] as number[],
+    };
     const idles: IdleSample[] = [];
     for (let i = 0; i < starts; i++) {
       f.trueMs.push(await timeToExit('/bin/true', []));
@@ -161,9 +207,23 @@ export async function nodeTax(opts: { starts?: number } = {}): Promise<{ figures
       await node.stop();
     }
     rmSync(dirname(floor.path), { recursive: true, force: true });
-    figures['node_floor'] = { runtime: `the executable's own runtime as plain Node ${floor.version} (SEA fuse unset)`, command: 'node -e 0', start_ms: stats(f.floorMs), peak_rss_mib: { p50: mib(q(f.floorKiB, 0.5)), n: f.floorKiB.length }, spawn_exit_bin_true_ms: stats(f.trueMs) };
-    figures['version'] = { command: 'gpu-device-plugin --version', ms: stats(f.versionMs), peak_rss_mib: { p50: mib(q(f.versionKiB, 0.5)), n: f.versionKiB.length } };
-    figures['start_to_registered_ms'] = { ...stats(f.startMs), worst: r2(Math.max(...f.startMs)), over_floor: r2(q(f.startMs, 0.5) / q(f.floorMs, 0.5)) };
+    figures.node_floor = {
+      runtime: `the executable's own runtime as plain Node ${floor.version} (SEA fuse unset)`,
+      command: 'node -e 0',
+      start_ms: stats(f.floorMs),
+      peak_rss_mib: { p50: mib(q(f.floorKiB, 0.5)), n: f.floorKiB.length },
+      spawn_exit_bin_true_ms: stats(f.trueMs),
+    };
+    figures.version = {
+      command: 'gpu-device-plugin --version',
+      ms: stats(f.versionMs),
+      peak_rss_mib: { p50: mib(q(f.versionKiB, 0.5)), n: f.versionKiB.length },
+    };
+    figures.start_to_registered_ms = {
+      ...stats(f.startMs),
+      worst: r2(Math.max(...f.startMs)),
+      over_floor: r2(q(f.startMs, 0.5) / q(f.floorMs, 0.5)),
+    };
 
     log('idle, 10 000 RPCs (5 000 Allocate + 5 000 GetPreferredAllocation timed), 90 000 more, 200 kubelet restarts');
     let node = await idleNode(remote);
@@ -188,13 +248,24 @@ export async function nodeTax(opts: { starts?: number } = {}): Promise<{ figures
       const after100k = { ...memory(node.plugin.pid), at_1s: after100kAt1s };
       const restarts = await remote.call('restarts', { n: 200, devices: uuids.length });
       const afterRestarts = memory(node.plugin.pid);
-      figures['after_10000_rpcs'] = { ...after10k, idle_of_this_node: idle.mem };
-      figures['after_100000_rpcs'] = { ...after100k, load_90000_rpcs: { seconds: r2(load.ms / 1000), failed: load.failed, in_flight: 4, plugin_cpu_us_per_call: r2((c3 - c2) * 1000 / 90000) } };
-      figures['timed_calls_plugin_cpu_us_per_call'] = r2((c1 - c0) * 1000 / 10000);
-      figures['after_200_restarts'] = { ...afterRestarts, fds: fds(node.plugin.pid).count };
-      figures['allocate_ms'] = stats(lat.allocate);
-      figures['get_preferred_allocation_ms'] = stats(lat.preferred);
-      figures['kubelet_restart_to_reregistered_ms'] = { ...stats(restarts.reregistered), worst: r2(Math.max(...restarts.reregistered)) };
+      figures.after_10000_rpcs = { ...after10k, idle_of_this_node: idle.mem };
+      figures.after_100000_rpcs = {
+        ...after100k,
+        load_90000_rpcs: {
+          seconds: r2(load.ms / 1000),
+          failed: load.failed,
+          in_flight: 4,
+          plugin_cpu_us_per_call: r2(((c3 - c2) * 1000) / 90000),
+        },
+      };
+      figures.timed_calls_plugin_cpu_us_per_call = r2(((c1 - c0) * 1000) / 10000);
+      figures.after_200_restarts = { ...afterRestarts, fds: fds(node.plugin.pid).count };
+      figures.allocate_ms = stats(lat.allocate);
+      figures.get_preferred_allocation_ms = stats(lat.preferred);
+      figures.kubelet_restart_to_reregistered_ms = {
+        ...stats(restarts.reregistered),
+        worst: r2(Math.max(...restarts.reregistered)),
+      };
     } finally {
       await node.stop();
     }
@@ -204,7 +275,7 @@ export async function nodeTax(opts: { starts?: number } = {}): Promise<{ figures
     node = await idleNode(remote, xidArgs);
     try {
       const xid = await remote.call('xid', { rounds: 200, control: node.control, gpus: node.topology.gpus.length });
-      figures['xid_to_unhealthy_ms'] = { ...stats(xid.unhealthy), args: xidArgs.join(' ') };
+      figures.xid_to_unhealthy_ms = { ...stats(xid.unhealthy), args: xidArgs.join(' ') };
     } finally {
       await node.stop();
     }
@@ -220,7 +291,7 @@ export async function nodeTax(opts: { starts?: number } = {}): Promise<{ figures
       const before = await remote.call('status', {});
       const c0 = cpuMs(node.plugin.pid);
       const h = await remote.call('hostile', { n: 10000, concurrency: 4, uuids });
-      const cpu = node.plugin.exit === undefined ? r2((cpuMs(node.plugin.pid) - c0) * 1000 / 10000) : NaN;
+      const cpu = node.plugin.exit === undefined ? r2(((cpuMs(node.plugin.pid) - c0) * 1000) / 10000) : NaN;
       await sleep(1000);
       const afterAt1s = node.plugin.exit === undefined ? memory(node.plugin.pid) : undefined;
       await sleep(SETTLE_MS - 1000);
@@ -233,26 +304,41 @@ export async function nodeTax(opts: { starts?: number } = {}): Promise<{ figures
       } catch (err) {
         serving = { error: (err as Error).message.split('\n')[0] ?? '' };
       }
-      const registered = alive && st.registrations === before.registrations && st.streamBreaks === 0 && st.devices === uuids.length;
-      figures['hostile'] = {
-        n: 10000, in_flight: 4, seconds: r2(h.ms / 1000), plugin_cpu_us_per_request: cpu, idle, after: after ?? null,
+      const registered =
+        alive && st.registrations === before.registrations && st.streamBreaks === 0 && st.devices === uuids.length;
+      figures.hostile = {
+        n: 10000,
+        in_flight: 4,
+        seconds: r2(h.ms / 1000),
+        plugin_cpu_us_per_request: cpu,
+        idle,
+        after: after ?? null,
         codes_by_kind: h.codes,
         ms_by_kind: Object.fromEntries(Object.entries(h.latency).map(([k, v]) => [k, stats(v)])),
-        plugin_alive: alive, plugin_exit: node.plugin.exit ?? null,
-        still_registered: registered, registrations: st.registrations - before.registrations + 1, stream_breaks: st.streamBreaks,
+        plugin_alive: alive,
+        plugin_exit: node.plugin.exit ?? null,
+        still_registered: registered,
+        registrations: st.registrations - before.registrations + 1,
+        stream_breaks: st.streamBreaks,
         serving_after: serving,
       };
       if (!alive || !registered || 'error' in serving) {
         const lines = node.plugin.lines.slice(-20).join('\n  ');
-        process.stderr.write(`\n!!!!!!!!\nbench: THE HOSTILE REQUESTS BROKE THE PLUGIN: alive=${alive} (exit ${JSON.stringify(node.plugin.exit ?? null)}), still registered=${registered}, serving=${JSON.stringify(serving)}\n  ${lines}\n!!!!!!!!\n\n`);
+        process.stderr.write(
+          `\n!!!!!!!!\nbench: THE HOSTILE REQUESTS BROKE THE PLUGIN: alive=${alive} (exit ${JSON.stringify(node.plugin.exit ?? null)}), still registered=${registered}, serving=${JSON.stringify(serving)}\n  ${lines}\n!!!!!!!!\n\n`,
+        );
       }
     } finally {
       await node.stop();
     }
     const med = (pick: (s: IdleSample) => number): number => r2(q(idles.map(pick), 0.5));
-    figures['idle'] = {
-      rss_mib: med((s) => s.mem.rss_mib), anon_mib: med((s) => s.mem.anon_mib), file_mib: med((s) => s.mem.file_mib), fds: med((s) => s.fds.count),
-      n: idles.length, fds_by_kind_last: idles.at(-1)?.fds.by_kind ?? {},
+    figures.idle = {
+      rss_mib: med((s) => s.mem.rss_mib),
+      anon_mib: med((s) => s.mem.anon_mib),
+      file_mib: med((s) => s.mem.file_mib),
+      fds: med((s) => s.fds.count),
+      n: idles.length,
+      fds_by_kind_last: idles.at(-1)?.fds.by_kind ?? {},
     };
   } finally {
     await remote.close();
@@ -263,33 +349,191 @@ export async function nodeTax(opts: { starts?: number } = {}): Promise<{ figures
 
 /** The issue's table, figure by figure. */
 function goalsOf(F: Figures): Goal[] {
-  const { node_floor: floor, version, start_to_registered_ms: start, idle, after_10000_rpcs: a10, after_100000_rpcs: a100 } = F;
+  const {
+    node_floor: floor,
+    version,
+    start_to_registered_ms: start,
+    idle,
+    after_10000_rpcs: a10,
+    after_100000_rpcs: a100,
+  } = F;
   const base = a10.idle_of_this_node.rss_mib;
-  const { allocate_ms: alloc, get_preferred_allocation_ms: pref, kubelet_restart_to_reregistered_ms: rereg, xid_to_unhealthy_ms: xid, hostile: h } = F;
+  const {
+    allocate_ms: alloc,
+    get_preferred_allocation_ms: pref,
+    kubelet_restart_to_reregistered_ms: rereg,
+    xid_to_unhealthy_ms: xid,
+    hostile: h,
+  } = F;
   const serving = !('error' in h.serving_after);
   const le = (v: number, max: number): boolean => v <= max;
   const rpcN = 10000;
   const goals: Goal[] = [
-    { figure: 'Node floor: node -e 0, start (median)', value: floor.start_ms.p50, unit: 'ms', n: floor.start_ms.n, goal: '', met: null, nvidia: 'Node 26: 25 ms', note: `spawn → exit of /bin/true: ${floor.spawn_exit_bin_true_ms.p50} ms` },
-    { figure: 'Node floor: node -e 0, peak RSS (median)', value: floor.peak_rss_mib.p50, unit: 'MiB', n: floor.peak_rss_mib.n, goal: '', met: null, nvidia: 'Node 26: 41 MiB' },
-    { figure: 'gpu-device-plugin --version (median)', value: version.ms.p50, unit: 'ms', n: version.ms.n, goal: '', met: null, note: `peak RSS ${version.peak_rss_mib.p50} MiB`, nvidia: 'ours before: 79 ms' },
-    { figure: 'start → Register received (median)', value: start.p50, unit: 'ms', n: start.n, goal: '≤ 60', met: le(start.p50, 60), nvidia: '44 ms', note: `${start.over_floor}× the floor; p99 ${start.p99}` },
-    { figure: 'idle RSS total (median)', value: idle.rss_mib, unit: 'MiB', n: idle.n, goal: '≤ 60', met: le(idle.rss_mib, 60), nvidia: '15 MiB', note: `file-backed ${idle.file_mib}` },
-    { figure: 'idle RSS anonymous (median)', value: idle.anon_mib, unit: 'MiB', n: idle.n, goal: '≤ 20', met: le(idle.anon_mib, 20) },
-    { figure: 'RSS after 10 000 RPCs', value: a10.rss_mib, unit: 'MiB', n: rpcN, goal: `≤ idle + 8 = ${r2(base + 8)}`, met: le(a10.rss_mib, base + 8), nvidia: '19 MiB after 3 200', note: `settled; 1 s after: ${a10.at_1s.rss_mib}; that node idle: ${base}` },
-    { figure: 'RSS after 100 000 RPCs', value: a100.rss_mib, unit: 'MiB', n: 10 * rpcN, goal: `≤ idle + 8 = ${r2(base + 8)}`, met: le(a100.rss_mib, base + 8), note: `settled; 1 s after: ${a100.at_1s.rss_mib}` },
-    { figure: 'RSS flat 10 000 → 100 000 RPCs (Δ)', value: r2(a100.rss_mib - a10.rss_mib), unit: 'MiB', n: 2, goal: '|Δ| ≤ 2', met: Math.abs(a100.rss_mib - a10.rss_mib) <= 2 },
-    { figure: 'Allocate p50', value: alloc.p50, unit: 'ms', n: alloc.n, goal: '≤ 0.3', met: le(alloc.p50, 0.3), nvidia: '0.31 ms', note: `plugin CPU per call ${F.timed_calls_plugin_cpu_us_per_call} µs (Allocate + preferred, n 10000)` },
-    { figure: 'Allocate p99', value: alloc.p99, unit: 'ms', n: alloc.n, goal: '≤ 0.6', met: le(alloc.p99, 0.6), nvidia: '0.59 ms' },
-    { figure: 'GetPreferredAllocation p50', value: pref.p50, unit: 'ms', n: pref.n, goal: '', met: null, note: `p99 ${pref.p99}`, nvidia: '2.5 s on 16 GPUs' },
-    { figure: 'kubelet socket back → Register received (median)', value: rereg.p50, unit: 'ms', n: rereg.n, goal: '≤ 4', met: le(rereg.p50, 4), nvidia: '4.0 ms', note: `p99 ${rereg.p99}` },
-    { figure: 'XID → Unhealthy in ListAndWatch (median)', value: xid.p50, unit: 'ms', n: xid.n, goal: '≤ 0.4', met: le(xid.p50, 0.4), nvidia: '0.41 ms', note: `p99 ${xid.p99}` },
-    { figure: 'open fds idle (median)', value: idle.fds, unit: '', n: idle.n, goal: '≤ 16', met: le(idle.fds, 16), nvidia: '14' },
+    {
+      figure: 'Node floor: node -e 0, start (median)',
+      value: floor.start_ms.p50,
+      unit: 'ms',
+      n: floor.start_ms.n,
+      goal: '',
+      met: null,
+      nvidia: 'Node 26: 25 ms',
+      note: `spawn → exit of /bin/true: ${floor.spawn_exit_bin_true_ms.p50} ms`,
+    },
+    {
+      figure: 'Node floor: node -e 0, peak RSS (median)',
+      value: floor.peak_rss_mib.p50,
+      unit: 'MiB',
+      n: floor.peak_rss_mib.n,
+      goal: '',
+      met: null,
+      nvidia: 'Node 26: 41 MiB',
+    },
+    {
+      figure: 'gpu-device-plugin --version (median)',
+      value: version.ms.p50,
+      unit: 'ms',
+      n: version.ms.n,
+      goal: '',
+      met: null,
+      note: `peak RSS ${version.peak_rss_mib.p50} MiB`,
+      nvidia: 'ours before: 79 ms',
+    },
+    {
+      figure: 'start → Register received (median)',
+      value: start.p50,
+      unit: 'ms',
+      n: start.n,
+      goal: '≤ 60',
+      met: le(start.p50, 60),
+      nvidia: '44 ms',
+      note: `${start.over_floor}× the floor; p99 ${start.p99}`,
+    },
+    {
+      figure: 'idle RSS total (median)',
+      value: idle.rss_mib,
+      unit: 'MiB',
+      n: idle.n,
+      goal: '≤ 60',
+      met: le(idle.rss_mib, 60),
+      nvidia: '15 MiB',
+      note: `file-backed ${idle.file_mib}`,
+    },
+    {
+      figure: 'idle RSS anonymous (median)',
+      value: idle.anon_mib,
+      unit: 'MiB',
+      n: idle.n,
+      goal: '≤ 20',
+      met: le(idle.anon_mib, 20),
+    },
+    {
+      figure: 'RSS after 10 000 RPCs',
+      value: a10.rss_mib,
+      unit: 'MiB',
+      n: rpcN,
+      goal: `≤ idle + 8 = ${r2(base + 8)}`,
+      met: le(a10.rss_mib, base + 8),
+      nvidia: '19 MiB after 3 200',
+      note: `settled; 1 s after: ${a10.at_1s.rss_mib}; that node idle: ${base}`,
+    },
+    {
+      figure: 'RSS after 100 000 RPCs',
+      value: a100.rss_mib,
+      unit: 'MiB',
+      n: 10 * rpcN,
+      goal: `≤ idle + 8 = ${r2(base + 8)}`,
+      met: le(a100.rss_mib, base + 8),
+      note: `settled; 1 s after: ${a100.at_1s.rss_mib}`,
+    },
+    {
+      figure: 'RSS flat 10 000 → 100 000 RPCs (Δ)',
+      value: r2(a100.rss_mib - a10.rss_mib),
+      unit: 'MiB',
+      n: 2,
+      goal: '|Δ| ≤ 2',
+      met: Math.abs(a100.rss_mib - a10.rss_mib) <= 2,
+    },
+    {
+      figure: 'Allocate p50',
+      value: alloc.p50,
+      unit: 'ms',
+      n: alloc.n,
+      goal: '≤ 0.3',
+      met: le(alloc.p50, 0.3),
+      nvidia: '0.31 ms',
+      note: `plugin CPU per call ${F.timed_calls_plugin_cpu_us_per_call} µs (Allocate + preferred, n 10000)`,
+    },
+    {
+      figure: 'Allocate p99',
+      value: alloc.p99,
+      unit: 'ms',
+      n: alloc.n,
+      goal: '≤ 0.6',
+      met: le(alloc.p99, 0.6),
+      nvidia: '0.59 ms',
+    },
+    {
+      figure: 'GetPreferredAllocation p50',
+      value: pref.p50,
+      unit: 'ms',
+      n: pref.n,
+      goal: '',
+      met: null,
+      note: `p99 ${pref.p99}`,
+      nvidia: '2.5 s on 16 GPUs',
+    },
+    {
+      figure: 'kubelet socket back → Register received (median)',
+      value: rereg.p50,
+      unit: 'ms',
+      n: rereg.n,
+      goal: '≤ 4',
+      met: le(rereg.p50, 4),
+      nvidia: '4.0 ms',
+      note: `p99 ${rereg.p99}`,
+    },
+    {
+      figure: 'XID → Unhealthy in ListAndWatch (median)',
+      value: xid.p50,
+      unit: 'ms',
+      n: xid.n,
+      goal: '≤ 0.4',
+      met: le(xid.p50, 0.4),
+      nvidia: '0.41 ms',
+      note: `p99 ${xid.p99}`,
+    },
+    {
+      figure: 'open fds idle (median)',
+      value: idle.fds,
+      unit: '',
+      n: idle.n,
+      goal: '≤ 16',
+      met: le(idle.fds, 16),
+      nvidia: '14',
+    },
   ];
   const hostileRss = h.after?.rss_mib ?? NaN;
   goals.push(
-    { figure: 'RSS after 10 000 hostile requests', value: hostileRss, unit: 'MiB', n: h.n, goal: `≤ idle + 16 = ${r2(h.idle.rss_mib + 16)}`, met: h.plugin_alive && le(hostileRss, h.idle.rss_mib + 16), nvidia: '15 MiB (flat)', note: h.plugin_alive ? `settled; 1 s after: ${h.after?.at_1s?.rss_mib ?? NaN}; that node idle: ${h.idle.rss_mib}` : 'THE PLUGIN DIED' },
-    { figure: 'after hostile requests: alive, registered, serving', value: h.plugin_alive && h.still_registered && serving, unit: '', n: 1, goal: 'yes', met: h.plugin_alive && h.still_registered && serving },
+    {
+      figure: 'RSS after 10 000 hostile requests',
+      value: hostileRss,
+      unit: 'MiB',
+      n: h.n,
+      goal: `≤ idle + 16 = ${r2(h.idle.rss_mib + 16)}`,
+      met: h.plugin_alive && le(hostileRss, h.idle.rss_mib + 16),
+      nvidia: '15 MiB (flat)',
+      note: h.plugin_alive
+        ? `settled; 1 s after: ${h.after?.at_1s?.rss_mib ?? NaN}; that node idle: ${h.idle.rss_mib}`
+        : 'THE PLUGIN DIED',
+    },
+    {
+      figure: 'after hostile requests: alive, registered, serving',
+      value: h.plugin_alive && h.still_registered && serving,
+      unit: '',
+      n: 1,
+      goal: 'yes',
+      met: h.plugin_alive && h.still_registered && serving,
+    },
   );
   return goals;
 }
@@ -307,10 +551,20 @@ export function goalTable(goals: readonly Goal[]): string {
   ]);
   const head = ['figure', 'ours', 'n', 'goal', 'met?', 'NVIDIA (Go) / for scale', 'note'];
   const width = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-  const line = (r: readonly string[]): string => r.map((c, i) => c.padEnd(width[i]!)).join(' | ').trimEnd();
+  const line = (r: readonly string[]): string =>
+    r
+      .map((c, i) => c.padEnd(width[i]!))
+      .join(' | ')
+      .trimEnd();
   const met = goals.filter((g) => g.met === true).length;
   const withGoal = goals.filter((g) => g.met !== null).length;
-  return [line(head), width.map((w) => '-'.repeat(w)).join('-|-'), ...rows.map(line), '', `${met} of ${withGoal} goals met`].join('\n');
+  return [
+    line(head),
+    width.map((w) => '-'.repeat(w)).join('-|-'),
+    ...rows.map(line),
+    '',
+    `${met} of ${withGoal} goals met`,
+  ].join('\n');
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

@@ -5,11 +5,15 @@
 import { SimNode } from '../support/sim.ts';
 import { stats } from './stats.ts';
 
-
 export async function migXidLatency(rounds: number): Promise<Record<string, unknown>> {
   const node = await SimNode.start({
     topology: 'mig-mixed-4',
-    args: ['--mig-strategy=mixed', '--health-recovery', '--health-recovery-quiet-period=0.05', '--health-probe-interval=0.05'],
+    args: [
+      '--mig-strategy=mixed',
+      '--health-recovery',
+      '--health-recovery-quiet-period=0.05',
+      '--health-probe-interval=0.05',
+    ],
     waitRegistered: false,
   });
   try {
@@ -60,5 +64,7 @@ export async function migRelayoutLatency(rounds: number): Promise<Record<string,
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  process.stdout.write(`${JSON.stringify({ ...await migXidLatency(200), ...await migRelayoutLatency(20) }, null, 2)}\n`);
+  process.stdout.write(
+    `${JSON.stringify({ ...(await migXidLatency(200)), ...(await migRelayoutLatency(20)) }, null, 2)}\n`,
+  );
 }

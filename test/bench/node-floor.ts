@@ -21,7 +21,10 @@ export function floorRuntime(): { path: string; version: string } {
   const bytes = readFileSync(path);
   const at = bytes.indexOf('NODE_SEA_FUSE_');
   const fuse = at < 0 ? '' : bytes.toString('latin1', at, at + 48);
-  if (!/^NODE_SEA_FUSE_[0-9a-f]{32}:1$/.test(fuse)) throw new Error(`no set single-executable fuse in ${BUILT_EXECUTABLE} (${JSON.stringify(fuse)}); is it a Node SEA?`);
+  if (!/^NODE_SEA_FUSE_[0-9a-f]{32}:1$/.test(fuse))
+    throw new Error(
+      `no set single-executable fuse in ${BUILT_EXECUTABLE} (${JSON.stringify(fuse)}); is it a Node SEA?`,
+    );
   const fd = openSync(path, 'r+');
   try {
     writeSync(fd, '0', at + fuse.length - 1, 'latin1');
@@ -31,7 +34,9 @@ export function floorRuntime(): { path: string; version: string } {
   const probe = spawnSync(path, ['-p', `require('node:sea').isSea() + ' ' + process.version`], { encoding: 'utf8' });
   const [sea, version] = probe.stdout.trim().split(' ');
   if (probe.status !== 0 || sea !== 'false' || version === undefined) {
-    throw new Error(`the floor runtime ${path} did not run as plain Node: status ${probe.status}, ${JSON.stringify(probe.stdout + probe.stderr)}`);
+    throw new Error(
+      `the floor runtime ${path} did not run as plain Node: status ${probe.status}, ${JSON.stringify(probe.stdout + probe.stderr)}`,
+    );
   }
   return { path, version };
 }
@@ -52,9 +57,14 @@ export function timeToExit(cmd: string, args: readonly string[]): Promise<number
 
 /** Peak resident set (VmHWM, as wait4's ru_maxrss) of one run, in KiB, through GNU time. */
 export function peakRssKiB(cmd: string, args: readonly string[]): number {
-  if (!existsSync(GNU_TIME)) throw new Error(`${GNU_TIME} is missing (Debian package time); bash build/install-tools.sh installs it`);
-  const r = spawnSync(GNU_TIME, ['-f', 'maxrss=%M', cmd, ...args], { encoding: 'utf8', stdio: ['ignore', 'ignore', 'pipe'] });
+  if (!existsSync(GNU_TIME))
+    throw new Error(`${GNU_TIME} is missing (Debian package time); bash build/install-tools.sh installs it`);
+  const r = spawnSync(GNU_TIME, ['-f', 'maxrss=%M', cmd, ...args], {
+    encoding: 'utf8',
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
   const kib = /maxrss=(\d+)\s*$/.exec(r.stderr)?.[1];
-  if (r.status !== 0 || kib === undefined) throw new Error(`${GNU_TIME} ${cmd} ${args.join(' ')}: status ${r.status}, ${r.stderr}`);
+  if (r.status !== 0 || kib === undefined)
+    throw new Error(`${GNU_TIME} ${cmd} ${args.join(' ')}: status ${r.status}, ${r.stderr}`);
   return Number(kib);
 }

@@ -23,15 +23,35 @@ function perOp(n: number, fn: (i: number) => void): number {
   return (d.user + d.system) / n;
 }
 
-const gpus = Array.from({ length: 8 }, () => ({ name: 'Tesla V100-SXM2-32GB', memoryBytes: 32 << 30, compute: { major: 7, minor: 0 }, migCapable: false, migEnabled: false }));
-const labelsUs = perOp(5000, () => labelsFile(nodeLabels({ gpus, driverVersion: '550.54.15', cudaDriverVersion: 12040, machine: 'DGX-1', sharing: NO_SHARING, migStrategy: 'none', migDevices: [] })));
+const gpus = Array.from({ length: 8 }, () => ({
+  name: 'Tesla V100-SXM2-32GB',
+  memoryBytes: 32 << 30,
+  compute: { major: 7, minor: 0 },
+  migCapable: false,
+  migEnabled: false,
+}));
+const labelsUs = perOp(5000, () =>
+  labelsFile(
+    nodeLabels({
+      gpus,
+      driverVersion: '550.54.15',
+      cudaDriverVersion: 12040,
+      machine: 'DGX-1',
+      sharing: NO_SHARING,
+      migStrategy: 'none',
+      migDevices: [],
+    }),
+  ),
+);
 
 const metrics = new NodeMetrics(() => performance.now());
 const res = metrics.resource('nvidia.com/gpu');
 const rpcNs = perOp(2_000_000, (i) => res.rpc(RPC.Allocate, OUTCOME.ok, (i % 100) * 0.00001)) * 1000;
 for (let i = 0; i < 8; i++) metrics.xids.add(`GPU-${i}`, 79, 1);
 const snapshot = {
-  version: '0.1.0', driverVersion: '550.54.15', node: 'bench',
+  version: '0.1.0',
+  driverVersion: '550.54.15',
+  node: 'bench',
   gpus: Array.from({ length: 8 }, (_, i) => ({ index: i, uuid: `GPU-${i}`, healthy: true })),
   resources: [{ name: 'nvidia.com/gpu', devices: 8, healthy: 8 }],
   residentBytes: 1,
@@ -53,7 +73,9 @@ rmSync(dir, { recursive: true, force: true });
 
 async function processFigures(withFiles: boolean): Promise<Record<string, number>> {
   const out = mkdtempSync(join(tmpdir(), 'gdp-bench-observe-'));
-  const args = withFiles ? ['--nfd-features-file', join(out, 'labels'), '--metrics-file', join(out, 'm.prom'), '--metrics-interval', '1'] : [];
+  const args = withFiles
+    ? ['--nfd-features-file', join(out, 'labels'), '--metrics-file', join(out, 'm.prom'), '--metrics-interval', '1']
+    : [];
   const node = await SimNode.start({ topology: 'demo-8', args });
   try {
     await node.plugin.waitForLine(/watching GPU health/);
@@ -68,7 +90,12 @@ async function processFigures(withFiles: boolean): Promise<Record<string, number
     await sleep(20000);
     const cpuMsPerMinute = (cpu() - c0) * 3;
     const rss = node.plugin.rss();
-    return { nvml_calls_until_watching: nvmlAtStart, idle_cpu_ms_per_minute: r2(cpuMsPerMinute), rss_mib: r2(rss.totalKiB / 1024), private_rss_mib: r2(rss.anonKiB / 1024) };
+    return {
+      nvml_calls_until_watching: nvmlAtStart,
+      idle_cpu_ms_per_minute: r2(cpuMsPerMinute),
+      rss_mib: r2(rss.totalKiB / 1024),
+      private_rss_mib: r2(rss.anonKiB / 1024),
+    };
   } finally {
     await node.stop();
     rmSync(out, { recursive: true, force: true });
@@ -77,12 +104,21 @@ async function processFigures(withFiles: boolean): Promise<Record<string, number
 
 const off = await processFigures(false);
 const on = await processFigures(true);
-process.stdout.write(JSON.stringify({
-  labels_file_content_us: r2(labelsUs),
-  metrics_text_us: r2(renderUs),
-  metrics_text_bytes: promText.length,
-  atomic_write_cpu_us: { p50: writes[Math.floor(writes.length / 2)], p99: writes[Math.floor(writes.length * 0.99)] },
-  rpc_record_ns: r2(rpcNs),
-  files_off: off,
-  files_on_metrics_every_second: on,
-}, null, 2) + '\n');
+process.stdout.write(
+  `${JSON.stringify(
+    {
+      labels_file_content_us: r2(labelsUs),
+      metrics_text_us: r2(renderUs),
+      metrics_text_bytes: promText.length,
+      atomic_write_cpu_us: {
+        p50: writes[Math.floor(writes.length / 2)],
+        p99: writes[Math.floor(writes.length * 0.99)],
+      },
+      rpc_record_ns: r2(rpcNs),
+      files_off: off,
+      files_on_metrics_every_second: on,
+    },
+    null,
+    2,
+  )}\n`,
+);

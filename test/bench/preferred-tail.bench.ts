@@ -77,7 +77,17 @@ async function oneNode(exe: string, topology: string, reps: number, settleMs: nu
     await sleep(settleMs);
     const seen = new Set<string>();
     const pid = node.plugin.pid;
-    const r: Round = { all: [], first: [], repeat: [], floor: [], allCpu: [], floorCpu: [], cpuMsPerQuestion: 0, startCpu: allThreadsMs(pid), startMainCpu: mainThreadMs(pid) };
+    const r: Round = {
+      all: [],
+      first: [],
+      repeat: [],
+      floor: [],
+      allCpu: [],
+      floorCpu: [],
+      cpuMsPerQuestion: 0,
+      startCpu: allThreadsMs(pid),
+      startMainCpu: mainThreadMs(pid),
+    };
     const c0 = cpuMs(node.plugin.pid);
     for (let size = 1; size <= u.length; size++) {
       for (let i = 0; i < reps; i++) {
@@ -85,7 +95,9 @@ async function oneNode(exe: string, topology: string, reps: number, settleMs: nu
         const key = `${size}|${must.join()}`;
         let c = mainThreadMs(pid);
         let t = performance.now();
-        await k.preferred({ container_requests: [{ available_deviceIDs: u, must_include_deviceIDs: must, allocation_size: size }] });
+        await k.preferred({
+          container_requests: [{ available_deviceIDs: u, must_include_deviceIDs: must, allocation_size: size }],
+        });
         const ms = performance.now() - t;
         r.allCpu.push(mainThreadMs(pid) - c);
         r.all.push(ms);
@@ -115,7 +127,16 @@ const rssMiB = (pid: number): { rss: number; anon: number } => {
   return { rss: r2(kib('VmRSS') / 1024), anon: r2(kib('RssAnon') / 1024) };
 };
 
-interface MemoryRound { idle: number; idleAnon: number; at1s: number; settled: number; settledAnon: number; growth: number; at20s: number; timeline: number[] }
+interface MemoryRound {
+  idle: number;
+  idleAnon: number;
+  at1s: number;
+  settled: number;
+  settledAnon: number;
+  growth: number;
+  at20s: number;
+  timeline: number[];
+}
 
 async function memoryNode(exe: string): Promise<MemoryRound> {
   const node = await SimNode.start({ topology: 'demo-8', executable: exe });
@@ -129,7 +150,9 @@ async function memoryNode(exe: string): Promise<MemoryRound> {
     const g = u.length;
     for (let i = 0; i < 5000; i++) {
       await k.allocate({ container_requests: [{ devices_ids: [u[i % g]!, u[(i + 3) % g]!] }] });
-      await k.preferred({ container_requests: [{ available_deviceIDs: u, must_include_deviceIDs: [], allocation_size: 1 + (i % g) }] });
+      await k.preferred({
+        container_requests: [{ available_deviceIDs: u, must_include_deviceIDs: [], allocation_size: 1 + (i % g) }],
+      });
     }
     // RSS each second up to 20 s after: when the plugin gave memory back, not only whether by SETTLE_MS.
     const timeline: number[] = [];
@@ -140,7 +163,16 @@ async function memoryNode(exe: string): Promise<MemoryRound> {
       timeline.push(now.rss);
       if (s * 1000 === SETTLE_MS) settled = now;
     }
-    return { idle: idle.rss, idleAnon: idle.anon, at1s: timeline[0]!, settled: settled.rss, settledAnon: settled.anon, growth: r2(settled.rss - idle.rss), at20s: timeline.at(-1)!, timeline };
+    return {
+      idle: idle.rss,
+      idleAnon: idle.anon,
+      at1s: timeline[0]!,
+      settled: settled.rss,
+      settledAnon: settled.anon,
+      growth: r2(settled.rss - idle.rss),
+      at20s: timeline.at(-1)!,
+      timeline,
+    };
   } finally {
     await node.stop();
   }
@@ -151,12 +183,20 @@ const median = (xs: readonly number[]): number => r2(q(xs, 0.5));
 function summary(rounds: readonly Round[]): Record<string, unknown> {
   const pool = (pick: (r: Round) => number[]): number[] => rounds.flatMap(pick);
   // Wall-clock figures over the floor's wall-clock p50, CPU figures over the floor's CPU p50.
-  const ratio = (pick: (r: Round) => number[], p: number): number => median(rounds.map((r) => {
-    const cpu = pick(r) === r.allCpu || pick(r) === r.floorCpu;
-    return q(pick(r), p) / q(cpu ? r.floorCpu : r.floor, 0.5);
-  }));
-  const s = (pick: (r: Round) => number[]): Stats & { p50_over_floor: number; p99_over_floor: number; max: number } => ({
-    ...stats(pool(pick)), max: r2(Math.max(...pool(pick))), p50_over_floor: ratio(pick, 0.5), p99_over_floor: ratio(pick, 0.99),
+  const ratio = (pick: (r: Round) => number[], p: number): number =>
+    median(
+      rounds.map((r) => {
+        const cpu = pick(r) === r.allCpu || pick(r) === r.floorCpu;
+        return q(pick(r), p) / q(cpu ? r.floorCpu : r.floor, 0.5);
+      }),
+    );
+  const s = (
+    pick: (r: Round) => number[],
+  ): Stats & { p50_over_floor: number; p99_over_floor: number; max: number } => ({
+    ...stats(pool(pick)),
+    max: r2(Math.max(...pool(pick))),
+    p50_over_floor: ratio(pick, 0.5),
+    p99_over_floor: ratio(pick, 0.99),
   });
   return {
     rounds: rounds.length,
@@ -167,7 +207,11 @@ function summary(rounds: readonly Round[]): Record<string, unknown> {
     preferred_main_thread_cpu: s((r) => r.allCpu),
     floor_main_thread_cpu: s((r) => r.floorCpu),
     plugin_cpu_ms_per_question: { p50: median(rounds.map((r) => r.cpuMsPerQuestion)), n: rounds.length },
-    start_to_registered_cpu_ms: { all_threads_p50: median(rounds.map((r) => r.startCpu)), main_thread_p50: median(rounds.map((r) => r.startMainCpu)), n: rounds.length },
+    start_to_registered_cpu_ms: {
+      all_threads_p50: median(rounds.map((r) => r.startCpu)),
+      main_thread_p50: median(rounds.map((r) => r.startMainCpu)),
+      n: rounds.length,
+    },
   };
 }
 
@@ -207,13 +251,35 @@ if (values.memory) {
       log(`memory round ${round + 1}/${rounds} ${b.name}: ${JSON.stringify(got[j])}`);
     });
   }
-  process.stdout.write(`${JSON.stringify({
-    memory_after_10000_rpcs_mib: Object.fromEntries(builds.map((b) => {
-      const rs = mem.get(b.name)!;
-      const med = (pick: (r: MemoryRound) => number): number => median(rs.map(pick));
-      return [b.name, { path: b.from, n: rs.length, idle: med((r) => r.idle), idle_anon: med((r) => r.idleAnon), settled_anon: med((r) => r.settledAnon), at_1s: med((r) => r.at1s), settled: med((r) => r.settled), at_20s: med((r) => r.at20s), growth: med((r) => r.growth), growth_max: Math.max(...rs.map((r) => r.growth)) }];
-    })),
-  }, null, 2)}\n`);
+  process.stdout.write(
+    `${JSON.stringify(
+      {
+        memory_after_10000_rpcs_mib: Object.fromEntries(
+          builds.map((b) => {
+            const rs = mem.get(b.name)!;
+            const med = (pick: (r: MemoryRound) => number): number => median(rs.map(pick));
+            return [
+              b.name,
+              {
+                path: b.from,
+                n: rs.length,
+                idle: med((r) => r.idle),
+                idle_anon: med((r) => r.idleAnon),
+                settled_anon: med((r) => r.settledAnon),
+                at_1s: med((r) => r.at1s),
+                settled: med((r) => r.settled),
+                at_20s: med((r) => r.at20s),
+                growth: med((r) => r.growth),
+                growth_max: Math.max(...rs.map((r) => r.growth)),
+              },
+            ];
+          }),
+        ),
+      },
+      null,
+      2,
+    )}\n`,
+  );
   process.exit(0);
 }
 const results = new Map<string, Round[]>(builds.map((b) => [b.name, []]));
@@ -222,10 +288,20 @@ for (let round = 0; round < rounds; round++) {
     const b = builds[(round + j) % builds.length]!;
     const r = await oneNode(b.path, values.topology, reps, settleMs);
     results.get(b.name)!.push(r);
-    log(`round ${round + 1}/${rounds} ${b.name}: preferred p50 ${r2(q(r.all, 0.5))} p99 ${r2(q(r.all, 0.99))}, floor p50 ${r2(q(r.floor, 0.5))}; main-thread CPU preferred p50 ${r2(q(r.allCpu, 0.5))} p99 ${r2(q(r.allCpu, 0.99))}, floor p50 ${r2(q(r.floorCpu, 0.5))} p99 ${r2(q(r.floorCpu, 0.99))}`);
+    log(
+      `round ${round + 1}/${rounds} ${b.name}: preferred p50 ${r2(q(r.all, 0.5))} p99 ${r2(q(r.all, 0.99))}, floor p50 ${r2(q(r.floor, 0.5))}; main-thread CPU preferred p50 ${r2(q(r.allCpu, 0.5))} p99 ${r2(q(r.allCpu, 0.99))}, floor p50 ${r2(q(r.floorCpu, 0.5))} p99 ${r2(q(r.floorCpu, 0.99))}`,
+    );
   }
 }
-process.stdout.write(`${JSON.stringify({
-  topology: values.topology, reps_per_size: reps, settle_ms: settleMs,
-  builds: Object.fromEntries(builds.map((b) => [b.name, { path: b.from, ...summary(results.get(b.name)!) }])),
-}, null, 2)}\n`);
+process.stdout.write(
+  `${JSON.stringify(
+    {
+      topology: values.topology,
+      reps_per_size: reps,
+      settle_ms: settleMs,
+      builds: Object.fromEntries(builds.map((b) => [b.name, { path: b.from, ...summary(results.get(b.name)!) }])),
+    },
+    null,
+    2,
+  )}\n`,
+);

@@ -10,7 +10,10 @@ const DRIVER = join(import.meta.dirname, 'kubelet-driver.ts');
 export class RemoteKubelet {
   private readonly child: ChildProcess;
   private nextId = 1;
-  private readonly pending = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void; op: string }>();
+  private readonly pending = new Map<
+    number,
+    { resolve: (v: unknown) => void; reject: (e: Error) => void; op: string }
+  >();
   private exited = false;
 
   private constructor(child: ChildProcess) {
@@ -24,7 +27,8 @@ export class RemoteKubelet {
     });
     child.on('exit', (code, signal) => {
       this.exited = true;
-      for (const p of this.pending.values()) p.reject(new Error(`kubelet stand-in process exited (${code ?? signal}) during ${p.op}`));
+      for (const p of this.pending.values())
+        p.reject(new Error(`kubelet stand-in process exited (${code ?? signal}) during ${p.op}`));
       this.pending.clear();
     });
   }

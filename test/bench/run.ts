@@ -18,7 +18,10 @@ import { migRelayoutLatency, migXidLatency } from './mig.bench.ts';
 import { log, r2, sleep, stats } from './stats.ts';
 
 async function storm(seconds: number): Promise<Record<string, unknown>> {
-  const node = await SimNode.start({ topology: 'demo-8', args: ['--health-recovery', '--health-recovery-quiet-period=600'] });
+  const node = await SimNode.start({
+    topology: 'demo-8',
+    args: ['--health-recovery', '--health-recovery-quiet-period=600'],
+  });
   try {
     const k = node.kubelet!;
     const u = node.topology.gpus.map((g) => g.uuid);
@@ -68,7 +71,15 @@ async function preferredPerTopology(): Promise<Record<string, unknown>> {
         const lat: number[] = [];
         for (let i = 0; i < 200; i++) {
           const t = performance.now();
-          await k.preferred({ container_requests: [{ available_deviceIDs: u, must_include_deviceIDs: i % 2 === 0 ? [] : [u[i % u.length]!], allocation_size: size }] });
+          await k.preferred({
+            container_requests: [
+              {
+                available_deviceIDs: u,
+                must_include_deviceIDs: i % 2 === 0 ? [] : [u[i % u.length]!],
+                allocation_size: size,
+              },
+            ],
+          });
           lat.push(performance.now() - t);
         }
         bySize[String(size)] = stats(lat);
@@ -82,7 +93,11 @@ async function preferredPerTopology(): Promise<Record<string, unknown>> {
 }
 
 /** From a FIFO command to the first ListAndWatch list that satisfies pred. */
-async function untilList(node: SimNode, command: string, pred: (d: { ID: string; health: string }[]) => boolean): Promise<number> {
+async function untilList(
+  node: SimNode,
+  command: string,
+  pred: (d: { ID: string; health: string }[]) => boolean,
+): Promise<number> {
   const t0 = performance.now();
   node.nvml(command);
   await node.kubelet!.waitForDevices(pred, 'nvidia.com/gpu', 120000);
@@ -110,8 +125,8 @@ async function liveNode(rounds: number): Promise<Record<string, unknown>> {
       await sleep(phase(2 * i + 1) * 1000);
       back.push(await untilList(node, `add ${u[g]}`, (d) => d.length === 8));
     }
-    out['gpu_removed_to_new_list_ms'] = { ...stats(removed), rediscover_interval_s: 1 };
-    out['gpu_back_to_new_list_ms'] = { ...stats(back), rediscover_interval_s: 1 };
+    out.gpu_removed_to_new_list_ms = { ...stats(removed), rediscover_interval_s: 1 };
+    out.gpu_back_to_new_list_ms = { ...stats(back), rediscover_interval_s: 1 };
     // Driver unloaded (noticed by the health watcher at once) and loaded again (noticed at the next
     // re-open attempt: capped backoff from 1 s, so the figure depends on how long it was away).
     const gone: number[] = [];
@@ -120,11 +135,13 @@ async function liveNode(rounds: number): Promise<Record<string, unknown>> {
       gone.push(await untilList(node, 'unload', (d) => d.every((x) => x.health === 'Unhealthy')));
       await sleep(500);
       const from = node.plugin.lines.length;
-      again.push(await untilList(node, `load 560.${i}.0`, (d) => d.length === 8 && d.every((x) => x.health === 'Healthy')));
+      again.push(
+        await untilList(node, `load 560.${i}.0`, (d) => d.length === 8 && d.every((x) => x.health === 'Healthy')),
+      );
       await node.plugin.waitForLine(/watching GPU health/, 20000, from);
     }
-    out['driver_unloaded_to_unhealthy_list_ms'] = stats(gone);
-    out['driver_back_to_healthy_list_ms'] = { ...stats(again), driver_away_ms: 500 };
+    out.driver_unloaded_to_unhealthy_list_ms = stats(gone);
+    out.driver_back_to_healthy_list_ms = { ...stats(again), driver_away_ms: 500 };
   } finally {
     await node.stop();
   }
@@ -145,12 +162,19 @@ async function liveNode(rounds: number): Promise<Record<string, unknown>> {
       await node.plugin.waitForLine(/looked at the node again/, 20000, from);
       await node.plugin.waitForLine(/watching GPU health/, 20000, from);
     }
-    out['gpu_removed_to_new_list_defaults_ms'] = { ...stats(removed), rediscover_interval_s: 60, health_probe_interval_s: 5 };
+    out.gpu_removed_to_new_list_defaults_ms = {
+      ...stats(removed),
+      rediscover_interval_s: 60,
+      health_probe_interval_s: 5,
+    };
   } finally {
     await node.stop();
   }
   // NVML calls per idle minute (8 GPUs, health watched): without re-discovery, and every second.
-  const idle = async (interval: string, seconds: number): Promise<{ perMinute: number; calls: Record<string, number> }> => {
+  const idle = async (
+    interval: string,
+    seconds: number,
+  ): Promise<{ perMinute: number; calls: Record<string, number> }> => {
     const n = await SimNode.start({ topology: 'demo-8', args: [`--rediscover-interval=${interval}`] });
     try {
       await n.plugin.waitForLine(/watching GPU health/);
@@ -161,9 +185,9 @@ async function liveNode(rounds: number): Promise<Record<string, unknown>> {
       const calls: Record<string, number> = {};
       for (const [k, v] of Object.entries(b.calls)) {
         const d = v - (a.calls[k] ?? 0);
-        if (d > 0) calls[k] = Math.round(d * 60 / seconds);
+        if (d > 0) calls[k] = Math.round((d * 60) / seconds);
       }
-      return { perMinute: Math.round((b.total - a.total) * 60 / seconds), calls };
+      return { perMinute: Math.round(((b.total - a.total) * 60) / seconds), calls };
     } finally {
       await n.stop();
     }
@@ -171,7 +195,7 @@ async function liveNode(rounds: number): Promise<Record<string, unknown>> {
   const off = await idle('0', 20);
   const everySecond = await idle('1', 20);
   const perCheck = (everySecond.perMinute - off.perMinute) / 60;
-  out['nvml_calls_per_idle_minute'] = {
+  out.nvml_calls_per_idle_minute = {
     rediscovery_off: off.perMinute,
     rediscovery_every_1s: everySecond.perMinute,
     rediscovery_default_60s: Math.round(off.perMinute + perCheck),
@@ -186,8 +210,8 @@ function sizes(): Record<string, number> {
   const out: Record<string, number> = { executable_mib: mib(BUILT_EXECUTABLE) };
   const dist = join(ROOT, 'dist');
   for (const f of readdirSync(dist)) {
-    if (f.endsWith('.deb')) out['deb_mib'] = mib(join(dist, f));
-    if (f.endsWith('.rpm')) out['rpm_mib'] = mib(join(dist, f));
+    if (f.endsWith('.deb')) out.deb_mib = mib(join(dist, f));
+    if (f.endsWith('.rpm')) out.rpm_mib = mib(join(dist, f));
   }
   return out;
 }
@@ -211,7 +235,9 @@ async function section(what: string, run: () => Promise<Record<string, unknown>>
   }
 }
 const childJson = (file: string): unknown =>
-  JSON.parse(execFileSync(process.execPath, [join(ROOT, 'test', 'bench', file)], { encoding: 'utf8', maxBuffer: 64 << 20 })) as unknown;
+  JSON.parse(
+    execFileSync(process.execPath, [join(ROOT, 'test', 'bench', file)], { encoding: 'utf8', maxBuffer: 64 << 20 }),
+  ) as unknown;
 
 let goals: Goal[] | undefined;
 await section('issue 13 figures', async () => {
@@ -222,17 +248,25 @@ await section('issue 13 figures', async () => {
 await section('XID on a MIG device → Unhealthy', () => migXidLatency(200));
 await section('MIG re-layout → new lists', () => migRelayoutLatency(20));
 await section('XID storm', () => storm(10));
-await section('GetPreferredAllocation per topology and size', async () => ({ get_preferred_allocation_by_topology_ms: await preferredPerTopology() }));
+await section('GetPreferredAllocation per topology and size', async () => ({
+  get_preferred_allocation_by_topology_ms: await preferredPerTopology(),
+}));
 await section('topology policy alone vs brute force', async () => ({ policy_alone: childJson('topology.bench.ts') }));
-await section('live node: GPU removed/back, driver unloaded/back, NVML calls per idle minute', async () => ({ live_node: await liveNode(10) }));
-await section('labels and metrics files: CPU per write, NVML calls, memory', async () => ({ observe: childJson('observe.bench.ts') }));
-report['sizes'] = sizes();
-report['bench_seconds'] = Math.round((performance.now() - started) / 1000);
+await section('live node: GPU removed/back, driver unloaded/back, NVML calls per idle minute', async () => ({
+  live_node: await liveNode(10),
+}));
+await section('labels and metrics files: CPU per write, NVML calls, memory', async () => ({
+  observe: childJson('observe.bench.ts'),
+}));
+report.sizes = sizes();
+report.bench_seconds = Math.round((performance.now() - started) / 1000);
 const text = JSON.stringify(report, null, 2);
-writeFileSync(join(ROOT, 'dist', 'bench.json'), text + '\n');
-process.stdout.write(text + '\n');
+writeFileSync(join(ROOT, 'dist', 'bench.json'), `${text}\n`);
+process.stdout.write(`${text}\n`);
 if (goals !== undefined) {
-  process.stderr.write(`\nissue 13 goals (npm run bench, ${report['machine']}, ${report['node']}; details in dist/bench.json):\n${goalTable(goals)}\n`);
+  process.stderr.write(
+    `\nissue 13 goals (npm run bench, ${report.machine}, ${report.node}; details in dist/bench.json):\n${goalTable(goals)}\n`,
+  );
 }
 if (failed.length > 0) {
   process.stderr.write(`\nbench: ${failed.length} section(s) FAILED: ${failed.join('; ')}\n`);

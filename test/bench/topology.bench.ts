@@ -30,7 +30,10 @@ function median(values: readonly number[]): number {
 
 const round2 = (x: number): number => Math.round(x * 100) / 100;
 
-interface Stats { p50: number; p99: number }
+interface Stats {
+  p50: number;
+  p99: number;
+}
 
 /** Runs `rounds` rounds of `samples` timed calls; returns the median p50 and p99 over rounds. */
 function measure(rounds: number, samples: number, before: () => void, call: () => void): Stats {
@@ -64,7 +67,10 @@ function randomMachine(seed: number, n: number): ScoreMatrix {
   const levels = Array.from({ length: n * n }, () => [0, 10, 20, 30, 40, 50][Math.floor(rand() * 6)] as number);
   const gpus = Array.from({ length: n }, (_, i) => ({
     busId: gpuBusId(i),
-    links: Array.from({ length: Math.floor(rand() * 6) }, () => ({ remoteBusId: gpuBusId(Math.floor(rand() * n)), remote: 'gpu' as const })),
+    links: Array.from({ length: Math.floor(rand() * 6) }, () => ({
+      remoteBusId: gpuBusId(Math.floor(rand() * n)),
+      remote: 'gpu' as const,
+    })),
   }));
   return buildScoreMatrix(gpus, (i, j) => levels[i * n + j] ?? -1);
 }
@@ -82,14 +88,26 @@ t0 = nowUs();
 firstPolicy.choose(all16, [], 5);
 const secondCallUs = round2(nowUs() - t0);
 
-interface Machine { name: string; matrix: ScoreMatrix; rounds: number; samples: number; brute: boolean }
+interface Machine {
+  name: string;
+  matrix: ScoreMatrix;
+  rounds: number;
+  samples: number;
+  brute: boolean;
+}
 const machines: Machine[] = [
   { name: dgx1.name, matrix: fixtureMatrix(dgx1), rounds: 5, samples: 200, brute: true },
   { name: nvswitch8.name, matrix: fixtureMatrix(nvswitch8), rounds: 5, samples: 200, brute: true },
   { name: pcie8.name, matrix: fixtureMatrix(pcie8), rounds: 5, samples: 200, brute: true },
   { name: nvswitch16.name, matrix: fixtureMatrix(nvswitch16), rounds: 5, samples: 200, brute: false },
   { name: pcie16.name, matrix: fixtureMatrix(pcie16), rounds: 5, samples: 200, brute: false },
-  { name: 'random-16-no-symmetry (stress, not a real machine)', matrix: randomMachine(42, 16), rounds: 3, samples: 12, brute: false },
+  {
+    name: 'random-16-no-symmetry (stress, not a real machine)',
+    matrix: randomMachine(42, 16),
+    rounds: 3,
+    samples: 12,
+    brute: false,
+  },
 ];
 
 // Warm the JIT on a throw-away machine so that the first measured sizes are not penalised.
@@ -122,10 +140,25 @@ for (const mc of machines) {
   let coldMustMax = 0;
   let warmMax = 0;
   for (let k = 1; k <= n; k++) {
-    const cold = measure(mc.rounds, mc.samples, () => policy.clearCaches(), () => policy.choose(everyone, [], k));
-    const coldMust = measure(mc.rounds, mc.samples, () => policy.clearCaches(), () => policy.choose(everyone, [n - 1], k));
+    const cold = measure(
+      mc.rounds,
+      mc.samples,
+      () => policy.clearCaches(),
+      () => policy.choose(everyone, [], k),
+    );
+    const coldMust = measure(
+      mc.rounds,
+      mc.samples,
+      () => policy.clearCaches(),
+      () => policy.choose(everyone, [n - 1], k),
+    );
     policy.choose(everyone, [], k);
-    const warm = measure(mc.rounds, 2000, () => undefined, () => policy.choose(everyone, [], k));
+    const warm = measure(
+      mc.rounds,
+      2000,
+      () => undefined,
+      () => policy.choose(everyone, [], k),
+    );
     const row: Record<string, number> = {
       cold_p50_us: cold.p50,
       cold_p99_us: cold.p99,
@@ -141,8 +174,8 @@ for (const mc of machines) {
         bruteForceChoose(mc.matrix, everyone, [], k);
         times.push(nowUs() - b0);
       }
-      row['brute_force_us'] = round2(median(times));
-      row['brute_force_over_cold_p50'] = round2(median(times) / Math.max(cold.p50, 0.01));
+      row.brute_force_us = round2(median(times));
+      row.brute_force_over_cold_p50 = round2(median(times) / Math.max(cold.p50, 0.01));
     }
     sizes[String(k)] = row;
     coldMax = Math.max(coldMax, cold.p99);
@@ -156,12 +189,13 @@ for (const mc of machines) {
 const report = {
   what: 'PreferredPolicy.choose alone, all GPUs available, every size; microseconds',
   node: process.version,
-  method: 'cold = answer cache and memo forgotten before each call (policy built once, as at plugin start); '
-    + 'cold_must = same with must-include [last GPU]; warm = repeated question (cache hit); '
-    + 'each figure = median over rounds of the round percentile',
+  method:
+    'cold = answer cache and memo forgotten before each call (policy built once, as at plugin start); ' +
+    'cold_must = same with must-include [last GPU]; warm = repeated question (cache hit); ' +
+    'each figure = median over rounds of the round percentile',
   first_call_in_process_us: { nvswitch16_size4: firstCallUs, then_size5: secondCallUs },
   summary,
   topologies,
   total_seconds: round2((nowUs() - started) / 1e6),
 };
-process.stdout.write(JSON.stringify(report, null, 2) + '\n');
+process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);

@@ -22,20 +22,25 @@ const grpcCode = (err: unknown): number | undefined => (err as { code?: number }
 const healthOf = (d: readonly M.Device[]): string => d.map((x) => (x.health === 'Healthy' ? 'H' : 'U')).join('');
 
 test('volume-mounts with the index strategy: the exact Allocate response', async () => {
-  const node = await SimNode.start({ topology: 'demo-8', args: ['--device-list-strategy=volume-mounts', '--device-id-strategy=index'] });
+  const node = await SimNode.start({
+    topology: 'demo-8',
+    args: ['--device-list-strategy=volume-mounts', '--device-id-strategy=index'],
+  });
   try {
     const u = node.topology.gpus.map((g) => g.uuid);
     const res = await node.kubelet!.allocate({ container_requests: [{ devices_ids: [u[5]!, u[2]!] }] });
-    assert.deepEqual(res.container_responses, [{
-      envs: { NVIDIA_VISIBLE_DEVICES: '/var/run/nvidia-container-devices' },
-      mounts: [
-        { container_path: '/var/run/nvidia-container-devices/5', host_path: '/dev/null', read_only: true },
-        { container_path: '/var/run/nvidia-container-devices/2', host_path: '/dev/null', read_only: true },
-      ],
-      devices: [],
-      annotations: {},
-      cdi_devices: [],
-    }]);
+    assert.deepEqual(res.container_responses, [
+      {
+        envs: { NVIDIA_VISIBLE_DEVICES: '/var/run/nvidia-container-devices' },
+        mounts: [
+          { container_path: '/var/run/nvidia-container-devices/5', host_path: '/dev/null', read_only: true },
+          { container_path: '/var/run/nvidia-container-devices/2', host_path: '/dev/null', read_only: true },
+        ],
+        devices: [],
+        annotations: {},
+        cdi_devices: [],
+      },
+    ]);
   } finally {
     await node.stop();
   }
@@ -44,33 +49,47 @@ test('volume-mounts with the index strategy: the exact Allocate response', async
 test("NVIDIA's config file with only CDI strategies: the annotation and cdi_devices, no variable, mounts or device specs", async () => {
   const dir = configDir();
   const file = join(dir, 'config.yaml');
-  writeFileSync(file, [
-    'version: v1',
-    'flags:',
-    '  migStrategy: none',
-    '  plugin:',
-    '    passDeviceSpecs: true',
-    '    deviceListStrategy: [cdi-annotations, cdi-cri]',
-    '    deviceIDStrategy: uuid',
-    '    cdiAnnotationPrefix: cdi.example.org/',
-  ].join('\n'));
+  writeFileSync(
+    file,
+    [
+      'version: v1',
+      'flags:',
+      '  migStrategy: none',
+      '  plugin:',
+      '    passDeviceSpecs: true',
+      '    deviceListStrategy: [cdi-annotations, cdi-cri]',
+      '    deviceIDStrategy: uuid',
+      '    cdiAnnotationPrefix: cdi.example.org/',
+    ].join('\n'),
+  );
   const node = await SimNode.start({ topology: 'demo-8', args: ['--config-file', file] });
   try {
     const u = node.topology.gpus.map((g) => g.uuid);
-    const res = await node.kubelet!.allocate({ container_requests: [{ devices_ids: [u[1]!, u[6]!] }, { devices_ids: [u[0]!] }] });
+    const res = await node.kubelet!.allocate({
+      container_requests: [{ devices_ids: [u[1]!, u[6]!] }, { devices_ids: [u[0]!] }],
+    });
     const names = (ids: string[]): string[] => ids.map((id) => `k8s.device-plugin.nvidia.com/gpu=${id}`);
     res.container_responses.forEach((r, i) => {
       const ids = i === 0 ? [u[1]!, u[6]!] : [u[0]!];
       assert.deepEqual(r.envs, {});
       assert.deepEqual(r.mounts, []);
       assert.deepEqual(r.devices, []);
-      assert.deepEqual(r.cdi_devices, names(ids).map((name) => ({ name })));
+      assert.deepEqual(
+        r.cdi_devices,
+        names(ids).map((name) => ({ name })),
+      );
       const keys = Object.keys(r.annotations);
       assert.equal(keys.length, 1);
-      assert.match(keys[0]!, /^cdi\.example\.org\/nvidia-device-plugin_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+      assert.match(
+        keys[0]!,
+        /^cdi\.example\.org\/nvidia-device-plugin_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/,
+      );
       assert.equal(r.annotations[keys[0]!], names(ids).join(','));
     });
-    assert.notDeepEqual(Object.keys(res.container_responses[0]!.annotations), Object.keys(res.container_responses[1]!.annotations));
+    assert.notDeepEqual(
+      Object.keys(res.container_responses[0]!.annotations),
+      Object.keys(res.container_responses[1]!.annotations),
+    );
   } finally {
     await node.stop();
     rmSync(dir, { recursive: true, force: true });
@@ -82,10 +101,15 @@ test("NVIDIA's own config file (YAML and JSON fixtures) starts the plugin with 4
     const node = await SimNode.start({ topology: 'demo-8', env: { CONFIG_FILE: join(FIXTURES, name) } });
     try {
       const k = node.kubelet!;
-      assert.deepEqual(k.registrations.map((r) => [r.request.resource_name, r.request.endpoint]), [['nvidia.com/gpu.shared', 'gpu-device-plugin-gpu.shared.sock']]);
+      assert.deepEqual(
+        k.registrations.map((r) => [r.request.resource_name, r.request.endpoint]),
+        [['nvidia.com/gpu.shared', 'gpu-device-plugin-gpu.shared.sock']],
+      );
       const devices = await k.waitForDevices((d) => d.length === 32, 'nvidia.com/gpu.shared');
       assert.equal(devices[5]!.ID, `${node.topology.gpus[1]!.uuid}::1`);
-      assert.ok(node.plugin.matching(/config file keys for GPU feature discovery are not used by this plugin/).length === 1);
+      assert.ok(
+        node.plugin.matching(/config file keys for GPU feature discovery are not used by this plugin/).length === 1,
+      );
     } finally {
       await node.stop();
     }
@@ -95,7 +119,13 @@ test("NVIDIA's own config file (YAML and JSON fixtures) starts the plugin with 4
 test('replicas end to end: IDs advertised, preferred spread, Allocate lists each GPU once, health of a GPU marks all its replicas', async () => {
   const dir = configDir();
   const file = join(dir, 'config.json');
-  writeFileSync(file, JSON.stringify({ version: 'v1', sharing: { timeSlicing: { resources: [{ name: 'nvidia.com/gpu', replicas: 4 }] } } }));
+  writeFileSync(
+    file,
+    JSON.stringify({
+      version: 'v1',
+      sharing: { timeSlicing: { resources: [{ name: 'nvidia.com/gpu', replicas: 4 }] } },
+    }),
+  );
   const node = await SimNode.start({ topology: 'demo-8', args: ['--config-file', file, '--pass-device-specs'] });
   try {
     const k = node.kubelet!;
@@ -103,26 +133,44 @@ test('replicas end to end: IDs advertised, preferred spread, Allocate lists each
     assert.equal(k.registrations[0]!.request.resource_name, 'nvidia.com/gpu');
     assert.equal(k.registrations[0]!.request.endpoint, 'gpu-device-plugin-gpu.sock');
     const devices = await k.waitForDevices((d) => d.length === 32);
-    assert.deepEqual(devices.map((d) => d.ID), u.flatMap((id) => [0, 1, 2, 3].map((n) => `${id}::${n}`)));
-    assert.deepEqual(devices.map((d) => d.topology?.nodes.map((x) => x.ID)), node.topology.gpus.flatMap((g) => [0, 1, 2, 3].map(() => [g.numaNode])));
+    assert.deepEqual(
+      devices.map((d) => d.ID),
+      u.flatMap((id) => [0, 1, 2, 3].map((n) => `${id}::${n}`)),
+    );
+    assert.deepEqual(
+      devices.map((d) => d.topology?.nodes.map((x) => x.ID)),
+      node.topology.gpus.flatMap((g) => [0, 1, 2, 3].map(() => [g.numaNode])),
+    );
 
     // Distributed (the default): two replicas come from two GPUs, the least used first.
     const ids = devices.map((d) => d.ID);
-    const pref = await k.preferred({ container_requests: [{ available_deviceIDs: ids.filter((id) => !id.startsWith(u[0]!)), must_include_deviceIDs: [], allocation_size: 2 }] });
+    const pref = await k.preferred({
+      container_requests: [
+        {
+          available_deviceIDs: ids.filter((id) => !id.startsWith(u[0]!)),
+          must_include_deviceIDs: [],
+          allocation_size: 2,
+        },
+      ],
+    });
     assert.deepEqual(pref.container_responses[0]!.deviceIDs, [`${u[1]}::0`, `${u[2]}::0`]);
 
     const res = await k.allocate({ container_requests: [{ devices_ids: [`${u[3]}::2`, `${u[3]}::0`, `${u[1]}::1`] }] });
     // envvar (the default), exactly: the variable, and with --pass-device-specs the GPUs' nodes
     // (the control nodes only where they exist on this host).
     const minors = [3, 1].map((i) => `/dev/nvidia${node.topology.gpus[i]!.minor}`);
-    const control = ['/dev/nvidiactl', '/dev/nvidia-uvm', '/dev/nvidia-uvm-tools', '/dev/nvidia-modeset'].filter((p) => existsSync(p));
-    assert.deepEqual(res.container_responses, [{
-      envs: { NVIDIA_VISIBLE_DEVICES: `${u[3]},${u[1]}` },
-      mounts: [],
-      devices: [...control, ...minors].map((p) => ({ container_path: p, host_path: p, permissions: 'rw' })),
-      annotations: {},
-      cdi_devices: [],
-    }]);
+    const control = ['/dev/nvidiactl', '/dev/nvidia-uvm', '/dev/nvidia-uvm-tools', '/dev/nvidia-modeset'].filter((p) =>
+      existsSync(p),
+    );
+    assert.deepEqual(res.container_responses, [
+      {
+        envs: { NVIDIA_VISIBLE_DEVICES: `${u[3]},${u[1]}` },
+        mounts: [],
+        devices: [...control, ...minors].map((p) => ({ container_path: p, host_path: p, permissions: 'rw' })),
+        annotations: {},
+        cdi_devices: [],
+      },
+    ]);
 
     await node.plugin.waitForLine(/watching GPU health/, 10000);
     node.nvml('xid 2 79');
@@ -141,20 +189,23 @@ test('replicas end to end: IDs advertised, preferred spread, Allocate lists each
 test('renameByDefault with some GPUs shared: nvidia.com/gpu keeps the others whole, nvidia.com/gpu.shared has the replicas; packed; failRequestsGreaterThanOne', async () => {
   const dir = configDir();
   const file = join(dir, 'config.yaml');
-  writeFileSync(file, [
-    'version: v1',
-    'flags:',
-    '  plugin:',
-    '    sharedDevicesAllocationPolicy: packed',
-    'sharing:',
-    '  timeSlicing:',
-    '    renameByDefault: true',
-    '    failRequestsGreaterThanOne: true',
-    '    resources:',
-    '    - name: gpu',
-    '      replicas: 3',
-    '      devices: [0, 1]',
-  ].join('\n'));
+  writeFileSync(
+    file,
+    [
+      'version: v1',
+      'flags:',
+      '  plugin:',
+      '    sharedDevicesAllocationPolicy: packed',
+      'sharing:',
+      '  timeSlicing:',
+      '    renameByDefault: true',
+      '    failRequestsGreaterThanOne: true',
+      '    resources:',
+      '    - name: gpu',
+      '      replicas: 3',
+      '      devices: [0, 1]',
+    ].join('\n'),
+  );
   const node = await SimNode.start({ topology: 'demo-8', args: ['--config-file', file] });
   try {
     const k = node.kubelet!;
@@ -166,22 +217,37 @@ test('renameByDefault with some GPUs shared: nvidia.com/gpu keeps the others who
     ]);
     assert.ok(existsSync(join(node.kubeletDir, 'gpu-device-plugin-gpu.shared.sock')));
     const whole = await k.waitForDevices((d) => d.length === 6, 'nvidia.com/gpu');
-    assert.deepEqual(whole.map((d) => d.ID), u.slice(2));
+    assert.deepEqual(
+      whole.map((d) => d.ID),
+      u.slice(2),
+    );
     const shared = await k.waitForDevices((d) => d.length === 6, 'nvidia.com/gpu.shared');
-    assert.deepEqual(shared.map((d) => d.ID), [`${u[0]}::0`, `${u[0]}::1`, `${u[0]}::2`, `${u[1]}::0`, `${u[1]}::1`, `${u[1]}::2`]);
+    assert.deepEqual(
+      shared.map((d) => d.ID),
+      [`${u[0]}::0`, `${u[0]}::1`, `${u[0]}::2`, `${u[1]}::0`, `${u[1]}::1`, `${u[1]}::2`],
+    );
 
     // Packed: GPU 1 already has a replica in use, so it is filled first.
     const avail = shared.map((d) => d.ID).filter((id) => id !== `${u[1]}::0`);
-    const pref = await k.preferred({ container_requests: [{ available_deviceIDs: avail, must_include_deviceIDs: [], allocation_size: 1 }] }, 'nvidia.com/gpu.shared');
+    const pref = await k.preferred(
+      { container_requests: [{ available_deviceIDs: avail, must_include_deviceIDs: [], allocation_size: 1 }] },
+      'nvidia.com/gpu.shared',
+    );
     assert.deepEqual(pref.container_responses[0]!.deviceIDs, [`${u[1]}::1`]);
 
     const one = await k.allocate({ container_requests: [{ devices_ids: [`${u[0]}::2`] }] }, 'nvidia.com/gpu.shared');
     assert.deepEqual(one.container_responses[0]!.envs, { NVIDIA_VISIBLE_DEVICES: u[0] });
-    await assert.rejects(k.allocate({ container_requests: [{ devices_ids: [`${u[0]}::0`, `${u[1]}::0`] }] }, 'nvidia.com/gpu.shared'), (err: unknown) =>
-      grpcCode(err) === grpc.status.INVALID_ARGUMENT && /container request 0 asks for 2 shared GPU replicas of nvidia.com\/gpu.shared; failRequestsGreaterThanOne allows 1 per container/.test((err as Error).message));
+    await assert.rejects(
+      k.allocate({ container_requests: [{ devices_ids: [`${u[0]}::0`, `${u[1]}::0`] }] }, 'nvidia.com/gpu.shared'),
+      (err: unknown) =>
+        grpcCode(err) === grpc.status.INVALID_ARGUMENT &&
+        /container request 0 asks for 2 shared GPU replicas of nvidia.com\/gpu.shared; failRequestsGreaterThanOne allows 1 per container/.test(
+          (err as Error).message,
+        ),
+    );
     // Whole GPUs on the other resource are not limited.
     const two = await k.allocate({ container_requests: [{ devices_ids: [u[2]!, u[3]!] }] }, 'nvidia.com/gpu');
-    assert.equal(two.container_responses[0]!.envs['NVIDIA_VISIBLE_DEVICES'], `${u[2]},${u[3]}`);
+    assert.equal(two.container_responses[0]!.envs.NVIDIA_VISIBLE_DEVICES, `${u[2]},${u[3]}`);
   } finally {
     await node.stop();
     rmSync(dir, { recursive: true, force: true });
@@ -191,7 +257,8 @@ test('renameByDefault with some GPUs shared: nvidia.com/gpu keeps the others who
 test('SIGHUP: a good file re-registers with the new replica count keeping health; a bad one is refused in one line and the running config kept', async () => {
   const dir = configDir();
   const file = join(dir, 'config.yaml');
-  const replicas = (n: number | string): string => `version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: ${n}\n`;
+  const replicas = (n: number | string): string =>
+    `version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: ${n}\n`;
   writeFileSync(file, replicas(2));
   const node = await SimNode.start({ topology: 'demo-8', args: ['--config-file', file] });
   try {
@@ -207,7 +274,11 @@ test('SIGHUP: a good file re-registers with the new replica count keeping health
     const reg = await k.waitForRegistrations(n + 1);
     assert.equal(reg.request.resource_name, 'nvidia.com/gpu');
     const devices = await k.waitForDevices((d) => d.length === 32);
-    assert.equal(healthOf(devices), 'H'.repeat(20) + 'UUUU' + 'H'.repeat(8), 'GPU 5 stays unhealthy, now in all 4 of its replicas');
+    assert.equal(
+      healthOf(devices),
+      `${'H'.repeat(20)}UUUU${'H'.repeat(8)}`,
+      'GPU 5 stays unhealthy, now in all 4 of its replicas',
+    );
     await node.plugin.waitForLine(/config reloaded .*changed=sharing/);
     await node.plugin.waitForLine(/registered with the kubelet .*reason="config reloaded"/);
 
@@ -215,7 +286,10 @@ test('SIGHUP: a good file re-registers with the new replica count keeping health
     writeFileSync(file, replicas(0));
     node.plugin.signal('SIGHUP');
     const line = await node.plugin.waitForLine(/config reload refused/, 5000, before);
-    assert.match(line, /sharing\.timeSlicing\.resources\[0\]\.replicas: 0 is not allowed; expected an integer from 1 to 1024/);
+    assert.match(
+      line,
+      /sharing\.timeSlicing\.resources\[0\]\.replicas: 0 is not allowed; expected an integer from 1 to 1024/,
+    );
     await new Promise((r) => setTimeout(r, 300));
     const said = node.plugin.lines.slice(before);
     assert.equal(said.filter((l) => /config|SIGHUP/.test(l)).length, 1, `one line: ${said.join('\n')}`);
@@ -224,7 +298,7 @@ test('SIGHUP: a good file re-registers with the new replica count keeping health
     assert.equal(k.devices()?.length, 32, 'running config kept');
     const u = node.topology.gpus.map((g) => g.uuid);
     const res = await k.allocate({ container_requests: [{ devices_ids: [`${u[7]}::3`] }] });
-    assert.equal(res.container_responses[0]!.envs['NVIDIA_VISIBLE_DEVICES'], u[7]);
+    assert.equal(res.container_responses[0]!.envs.NVIDIA_VISIBLE_DEVICES, u[7]);
     assert.equal(node.plugin.exit, undefined);
   } finally {
     await node.stop();
@@ -240,7 +314,10 @@ test('SIGHUP: renaming moves the replicas to a new resource and socket, and the 
   try {
     const k = node.kubelet!;
     await k.waitForDevices((d) => d.length === 16);
-    writeFileSync(file, 'sharing:\n  timeSlicing:\n    renameByDefault: true\n    resources: [{name: gpu, replicas: 2}]\n');
+    writeFileSync(
+      file,
+      'sharing:\n  timeSlicing:\n    renameByDefault: true\n    resources: [{name: gpu, replicas: 2}]\n',
+    );
     node.plugin.signal('SIGHUP');
     const reg = await k.waitForRegistrations(2);
     assert.equal(reg.request.resource_name, 'nvidia.com/gpu.shared');
@@ -276,7 +353,12 @@ test('bad config at start: exit 2 with the key path; a selection that does not f
     let node = await SimNode.start({ topology: 'demo-8', waitRegistered: false, env: { CONFIG_FILE: bad } });
     try {
       assert.equal((await node.plugin.exited).code, 2);
-      assert.match(node.plugin.lines.join('\n'), new RegExp(`config file ${bad}: flags\\.plugin\\.deviceListStrategy: "cdi" \\(in "envvar,cdi"\\) is not allowed; expected one or more of envvar, volume-mounts, cdi-annotations, cdi-cri`));
+      assert.match(
+        node.plugin.lines.join('\n'),
+        new RegExp(
+          `config file ${bad}: flags\\.plugin\\.deviceListStrategy: "cdi" \\(in "envvar,cdi"\\) is not allowed; expected one or more of envvar, volume-mounts, cdi-annotations, cdi-cri`,
+        ),
+      );
     } finally {
       await node.stop();
     }
@@ -287,7 +369,12 @@ test('bad config at start: exit 2 with the key path; a selection that does not f
       assert.equal((await node.plugin.exited).code, 2);
       const said = node.plugin.matching(/cannot start/);
       assert.equal(said.length, 1, node.plugin.lines.join('\n'));
-      assert.match(said[0]!, new RegExp(`cannot start error="config file ${misfit}: sharing\\.timeSlicing\\.resources\\[0\\]\\.devices\\[1\\]: GPU 9 is not on this node \\(its GPUs: indices 0, 1, 2, 3, 4, 5, 6, 7\\)"$`));
+      assert.match(
+        said[0]!,
+        new RegExp(
+          `cannot start error="config file ${misfit}: sharing\\.timeSlicing\\.resources\\[0\\]\\.devices\\[1\\]: GPU 9 is not on this node \\(its GPUs: indices 0, 1, 2, 3, 4, 5, 6, 7\\)"$`,
+        ),
+      );
       assert.equal(node.plugin.lines.join('\n').split('GPU 9 is not on this node').length, 2, 'the message once');
       assert.equal(node.kubelet!.registrations.length, 0);
     } finally {
@@ -295,7 +382,10 @@ test('bad config at start: exit 2 with the key path; a selection that does not f
     }
     // Two entries sharing one GPU: the same.
     const twice = join(dir, 'twice.yaml');
-    writeFileSync(twice, 'sharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n      - {name: gpu, replicas: 2, devices: [0, 1]}\n      - {name: gpu, rename: other, replicas: 3, devices: [1]}\n');
+    writeFileSync(
+      twice,
+      'sharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n      - {name: gpu, replicas: 2, devices: [0, 1]}\n      - {name: gpu, rename: other, replicas: 3, devices: [1]}\n',
+    );
     node = await SimNode.start({ topology: 'demo-8', waitRegistered: false, args: ['--config-file', twice] });
     try {
       assert.equal((await node.plugin.exited).code, 2, node.plugin.lines.join('\n'));
@@ -309,7 +399,10 @@ test('bad config at start: exit 2 with the key path; a selection that does not f
     node = await SimNode.start({ topology: 'demo-8', waitRegistered: false, args: ['--gds-enabled'] });
     try {
       assert.equal((await node.plugin.exited).code, 2);
-      assert.match(node.plugin.lines.join('\n'), /--gds-enabled: not supported by this plugin \(NVIDIA's --gds-enabled\)/);
+      assert.match(
+        node.plugin.lines.join('\n'),
+        /--gds-enabled: not supported by this plugin \(NVIDIA's --gds-enabled\)/,
+      );
     } finally {
       await node.stop();
     }
@@ -325,11 +418,18 @@ test('the config file must be a regular file of at most 1 MiB, checked before re
     execFileSync('mkfifo', [fifo]);
     const big = join(dir, 'big.yaml');
     writeFileSync(big, `# ${'x'.repeat(2_000_000)}\nversion: v1\n`);
-    for (const [file, what] of [['/dev/zero', 'is a character device'], [fifo, 'is a FIFO'], [dir, 'is a directory'], [big, `is ${statSync(big).size} bytes`]]) {
+    for (const [file, what] of [
+      ['/dev/zero', 'is a character device'],
+      [fifo, 'is a FIFO'],
+      [dir, 'is a directory'],
+      [big, `is ${statSync(big).size} bytes`],
+    ]) {
       const node = await SimNode.start({ topology: 'demo-8', waitRegistered: false, args: ['--config-file', file!] });
       try {
         assert.equal((await node.plugin.exited).code, 2, node.plugin.lines.join('\n'));
-        assert.deepEqual(node.plugin.lines, [`gpu-device-plugin: config file ${file} ${what}; expected a regular file of at most 1 MiB (1048576 bytes); check --config-file (CONFIG_FILE)`]);
+        assert.deepEqual(node.plugin.lines, [
+          `gpu-device-plugin: config file ${file} ${what}; expected a regular file of at most 1 MiB (1048576 bytes); check --config-file (CONFIG_FILE)`,
+        ]);
       } finally {
         await node.stop();
       }
@@ -344,8 +444,15 @@ test('started without a driver (--fail-on-init-error=false, as the service runs)
   const misfit = join(dir, 'misfit.yaml');
   writeFileSync(misfit, 'sharing:\n  timeSlicing:\n    resources: [{name: gpu, replicas: 2, devices: [0, 9]}]\n');
   // The loader's directory exists from the start (glibc remembers a missing one as missing).
-  const node = await SimNode.start({ topology: 'demo-8', nvml: 'none', waitRegistered: false, args: ['--fail-on-init-error=false', '--config-file', misfit],
-    beforePlugin: async (n) => { mkdirSync(join(n.dir, 'no-nvml')); } });
+  const node = await SimNode.start({
+    topology: 'demo-8',
+    nvml: 'none',
+    waitRegistered: false,
+    args: ['--fail-on-init-error=false', '--config-file', misfit],
+    beforePlugin: async (n) => {
+      mkdirSync(join(n.dir, 'no-nvml'));
+    },
+  });
   try {
     await node.plugin.waitForLine(/WARN NVML is not available; retrying/);
     const { current } = await buildFakeNvml();
@@ -353,7 +460,12 @@ test('started without a driver (--fail-on-init-error=false, as the service runs)
     assert.equal((await node.plugin.exited).code, 2, node.plugin.lines.join('\n'));
     const said = node.plugin.matching(/GPU 9 is not on this node/);
     assert.equal(said.length, 1, node.plugin.lines.join('\n'));
-    assert.match(said[0]!, new RegExp(`ERROR cannot start error="config file ${misfit}: sharing\\.timeSlicing\\.resources\\[0\\]\\.devices\\[1\\]: GPU 9 is not on this node`));
+    assert.match(
+      said[0]!,
+      new RegExp(
+        `ERROR cannot start error="config file ${misfit}: sharing\\.timeSlicing\\.resources\\[0\\]\\.devices\\[1\\]: GPU 9 is not on this node`,
+      ),
+    );
     assert.equal(node.kubelet!.registrations.length, 0);
   } finally {
     await node.stop();
@@ -365,15 +477,25 @@ test('started without a driver with time-slicing that names GPUs: it waits for t
   const dir = configDir();
   const fits = join(dir, 'fits.yaml');
   writeFileSync(fits, 'sharing:\n  timeSlicing:\n    resources: [{name: gpu, replicas: 2, devices: [0, 1]}]\n');
-  const node = await SimNode.start({ topology: 'demo-8', nvml: 'none', waitRegistered: false, args: ['--fail-on-init-error=false', '--config-file', fits],
-    beforePlugin: async (n) => { mkdirSync(join(n.dir, 'no-nvml')); } });
+  const node = await SimNode.start({
+    topology: 'demo-8',
+    nvml: 'none',
+    waitRegistered: false,
+    args: ['--fail-on-init-error=false', '--config-file', fits],
+    beforePlugin: async (n) => {
+      mkdirSync(join(n.dir, 'no-nvml'));
+    },
+  });
   try {
     await node.plugin.waitForLine(/WARN NVML is not available; retrying/);
     const { current } = await buildFakeNvml();
     copyFileSync(join(current, LIBRARY_NAME), join(node.dir, 'no-nvml', LIBRARY_NAME));
     const u = node.topology.gpus.map((g) => g.uuid);
     const devices = await node.kubelet!.waitForDevices((d) => d.length === 10, 'nvidia.com/gpu', 30000);
-    assert.deepEqual(devices.map((d) => d.ID).filter((id) => id.includes('::')), [`${u[0]}::0`, `${u[0]}::1`, `${u[1]}::0`, `${u[1]}::1`]);
+    assert.deepEqual(
+      devices.map((d) => d.ID).filter((id) => id.includes('::')),
+      [`${u[0]}::0`, `${u[0]}::1`, `${u[1]}::0`, `${u[1]}::1`],
+    );
     assert.equal(node.plugin.exit, undefined);
     assert.deepEqual(node.plugin.matching(/ERROR|not on this node/), []);
   } finally {

@@ -11,7 +11,7 @@ import type { ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import type { TestContext } from 'node:test';
 import type { Claim, DeviceHealth } from '../../src/api/dra.ts';
 import { HealthStatus } from '../../src/api/dra.ts';
@@ -24,25 +24,48 @@ import { PluginProcess, SimNode, executable, monotonicMs } from '../support/sim.
 const NODE = 'gpu-node-1';
 const DRIVER = 'gpu.nvidia.com';
 const TOKEN = 'node-token-0123456789';
-const RBAC: TokenGrant = { user: `system:node:${NODE}`, allow: ['list resourceslices', 'create resourceslices', 'update resourceslices', 'delete resourceslices', 'get resourceclaims', 'get nodes'] };
+const RBAC: TokenGrant = {
+  user: `system:node:${NODE}`,
+  allow: [
+    'list resourceslices',
+    'create resourceslices',
+    'update resourceslices',
+    'delete resourceslices',
+    'get resourceclaims',
+    'get nodes',
+  ],
+};
 const READ_ONLY: TokenGrant = { user: 'viewer', allow: ['list resourceslices', 'get nodes'] };
 
 /** The toolkit's spec as `nvidia-ctk cdi generate` writes it (index names, and MIG `<gpu>:<mig>`). */
 function cdiSpec(names: readonly string[]): string {
   const lines = ['cdiVersion: 0.5.0', 'kind: nvidia.com/gpu', 'devices:'];
-  for (const n of names) lines.push(`- name: "${n}"`, '  containerEdits:', '    deviceNodes:', `    - path: /dev/nvidia${n.split(':')[0]}`);
+  for (const n of names)
+    lines.push(`- name: "${n}"`, '  containerEdits:', '    deviceNodes:', `    - path: /dev/nvidia${n.split(':')[0]}`);
   lines.push('- name: all', '  containerEdits:', '    deviceNodes:', '    - path: /dev/nvidia0');
   lines.push('containerEdits:', '  deviceNodes:', '  - path: /dev/nvidiactl');
   return `${lines.join('\n')}\n`;
 }
 
 function kubeconfig(server: string, token: string): string {
-  return [
-    'apiVersion: v1', 'kind: Config', 'current-context: node',
-    'clusters:', '- name: c', '  cluster:', `    server: ${server}`,
-    'users:', '- name: u', '  user:', `    token: ${token}`,
-    'contexts:', '- name: node', '  context:', '    cluster: c', '    user: u',
-  ].join('\n') + '\n';
+  return `${[
+    'apiVersion: v1',
+    'kind: Config',
+    'current-context: node',
+    'clusters:',
+    '- name: c',
+    '  cluster:',
+    `    server: ${server}`,
+    'users:',
+    '- name: u',
+    '  user:',
+    `    token: ${token}`,
+    'contexts:',
+    '- name: node',
+    '  context:',
+    '    cluster: c',
+    '    user: u',
+  ].join('\n')}\n`;
 }
 
 interface DraNode {
@@ -94,11 +117,19 @@ async function startDraNode(o: DraNodeOptions = {}): Promise<DraNode> {
         for (const d of [paths.registry, paths.plugins, paths.cdi]) mkdirSync(d, { recursive: true });
         writeFileSync(paths.kubeconfigPath, kubeconfig(api.url, o.token ?? TOKEN), { mode: 0o600 });
         writeFileSync(join(paths.cdi, 'nvidia.yaml'), cdiSpec(o.cdiNames ?? ['0', '1', '2', '3', '4', '5', '6', '7']));
-        watcher = await PluginWatcherStandIn.start(paths.registry, { slices: { janitor: api, nodeName: NODE, wipeDelayMs: 60_000 } });
+        watcher = await PluginWatcherStandIn.start(paths.registry, {
+          slices: { janitor: api, nodeName: NODE, wipeDelayMs: 60_000 },
+        });
         if (o.apiDown === true) await api.down();
-        args.push('--kubelet-api=dra', `--kubeconfig=${paths.kubeconfigPath}`, `--node-name=${NODE}`,
-          `--kubelet-plugins-registry=${paths.registry}`, `--kubelet-plugins-dir=${paths.plugins}`, ...(o.args ?? []));
-        env['CDI_SPEC_DIRS'] = paths.cdi;
+        args.push(
+          '--kubelet-api=dra',
+          `--kubeconfig=${paths.kubeconfigPath}`,
+          `--node-name=${NODE}`,
+          `--kubelet-plugins-registry=${paths.registry}`,
+          `--kubelet-plugins-dir=${paths.plugins}`,
+          ...(o.args ?? []),
+        );
+        env.CDI_SPEC_DIRS = paths.cdi;
         Object.assign(env, o.env ?? {});
       },
     });
@@ -108,7 +139,10 @@ async function startDraNode(o: DraNodeOptions = {}): Promise<DraNode> {
     throw err;
   }
   const node: DraNode = {
-    sim, api, watcher: watcher as PluginWatcherStandIn, ...paths,
+    sim,
+    api,
+    watcher: watcher as PluginWatcherStandIn,
+    ...paths,
     async stop() {
       await node.watcher.stop();
       await node.api.stop();
@@ -156,10 +190,15 @@ async function restartPlugin(node: DraNode, between?: () => void): Promise<void>
 /** `gpu-device-plugin info` on the node (the daemon's environment; extra arguments after). */
 function runInfo(node: DraNode, env: NodeJS.ProcessEnv, args: readonly string[] = []): Promise<string> {
   return new Promise((resolve, reject) => {
-    execFile(executable(), ['info', '--pod-resources-socket', join(node.sim.dir, 'no-pod-resources.sock'), ...args], { env, encoding: 'utf8', timeout: 30_000 }, (err, stdout, stderr) => {
-      if (err !== null) reject(new Error(`info failed: ${err.message}\n${stdout}\n${stderr}`));
-      else resolve(stdout);
-    });
+    execFile(
+      executable(),
+      ['info', '--pod-resources-socket', join(node.sim.dir, 'no-pod-resources.sock'), ...args],
+      { env, encoding: 'utf8', timeout: 30_000 },
+      (err, stdout, stderr) => {
+        if (err !== null) reject(new Error(`info failed: ${err.message}\n${stdout}\n${stderr}`));
+        else resolve(stdout);
+      },
+    );
   });
 }
 
@@ -172,20 +211,27 @@ interface SliceDevice {
 
 /** The node's slices as stored, sorted by name. */
 function slicesOf(api: ApiServerStandIn): JsonObject[] {
-  return [...api.slices.values()].filter((s) => (s['spec'] as JsonObject)['nodeName'] === NODE).sort((a, b) => String((a['metadata'] as JsonObject)['name']).localeCompare(String((b['metadata'] as JsonObject)['name'])));
+  return [...api.slices.values()]
+    .filter((s) => (s.spec as JsonObject).nodeName === NODE)
+    .sort((a, b) => String((a.metadata as JsonObject).name).localeCompare(String((b.metadata as JsonObject).name)));
 }
 
 function devicesOf(api: ApiServerStandIn): SliceDevice[] {
-  return slicesOf(api).flatMap((s) => ((s['spec'] as JsonObject)['devices'] as unknown as SliceDevice[]) ?? []);
+  return slicesOf(api).flatMap((s) => ((s.spec as JsonObject).devices as unknown as SliceDevice[]) ?? []);
 }
 
 function generationOf(api: ApiServerStandIn): number {
-  const g = slicesOf(api).map((s) => Number(((s['spec'] as JsonObject)['pool'] as JsonObject)['generation']));
+  const g = slicesOf(api).map((s) => Number(((s.spec as JsonObject).pool as JsonObject).generation));
   return Math.max(...g);
 }
 
 /** Resolves once the node's stored slices satisfy pred (checked on every API request answered). */
-function waitForSlices(api: ApiServerStandIn, pred: (devices: SliceDevice[]) => boolean, what: string, timeoutMs = 15_000): Promise<SliceDevice[]> {
+function waitForSlices(
+  api: ApiServerStandIn,
+  pred: (devices: SliceDevice[]) => boolean,
+  what: string,
+  timeoutMs = 15_000,
+): Promise<SliceDevice[]> {
   return new Promise((resolve, reject) => {
     const probe = (): boolean => {
       const d = devicesOf(api);
@@ -216,10 +262,17 @@ const median = (xs: number[]): number => {
 
 function claimOn(api: ApiServerStandIn, name: string, results: { request: string; device: string }[]): Claim {
   const stored = api.putClaim({
-    namespace: 'team-a', name,
-    status: { allocation: { devices: { results: results.map((r) => ({ request: r.request, driver: DRIVER, pool: NODE, device: r.device })) } } },
+    namespace: 'team-a',
+    name,
+    status: {
+      allocation: {
+        devices: {
+          results: results.map((r) => ({ request: r.request, driver: DRIVER, pool: NODE, device: r.device })),
+        },
+      },
+    },
   });
-  return { namespace: 'team-a', name, uid: String((stored['metadata'] as JsonObject)['uid']) };
+  return { namespace: 'team-a', name, uid: String((stored.metadata as JsonObject).uid) };
 }
 
 function unhealthy(devices: readonly DeviceHealth[], name: string): boolean {
@@ -239,30 +292,49 @@ describe('DRA mode through the executable', { concurrency: false }, () => {
       const devices = await waitForSlices(node.api, (d) => d.length === 8, 'with 8 devices');
       const t0 = monotonicMs();
       t.diagnostic(`start → 8 devices published: ${(t0 - node.sim.plugin.spawnedAt).toFixed(0)} ms`);
-      assert.deepEqual(devices.map((d) => d.name).sort(), ['gpu-0', 'gpu-1', 'gpu-2', 'gpu-3', 'gpu-4', 'gpu-5', 'gpu-6', 'gpu-7']);
+      assert.deepEqual(devices.map((d) => d.name).sort(), [
+        'gpu-0',
+        'gpu-1',
+        'gpu-2',
+        'gpu-3',
+        'gpu-4',
+        'gpu-5',
+        'gpu-6',
+        'gpu-7',
+      ]);
       const g0 = devices.find((d) => d.name === 'gpu-0');
-      assert.equal(g0?.attributes?.['uuid']?.string, 'GPU-96a13516-8351-38da-1b3b-bd53058e4ee4');
-      assert.equal(g0?.capacity?.['memory']?.value, '32Gi');
+      assert.equal(g0?.attributes?.uuid?.string, 'GPU-96a13516-8351-38da-1b3b-bd53058e4ee4');
+      assert.equal(g0?.capacity?.memory?.value, '32Gi');
       assert.equal(g0?.taints, undefined);
       // Every GPU of the DGX-1 layout is NVLinked: one domain, on every device.
-      assert.equal(new Set(devices.map((d) => d.attributes?.['nvlinkDomain']?.int)).size, 1);
-      assert.equal(typeof g0?.attributes?.['nvlinkDomain']?.int, 'number');
+      assert.equal(new Set(devices.map((d) => d.attributes?.nvlinkDomain?.int)).size, 1);
+      assert.equal(typeof g0?.attributes?.nvlinkDomain?.int, 'number');
       const slices = slicesOf(node.api);
       assert.equal(slices.length, 1);
-      assert.equal((slices[0]!['metadata'] as JsonObject)['name'], `${NODE}-${DRIVER}-0`);
-      assert.deepEqual(((slices[0]!['spec'] as JsonObject)['pool'] as JsonObject)['name'], NODE);
+      assert.equal((slices[0]!.metadata as JsonObject).name, `${NODE}-${DRIVER}-0`);
+      assert.deepEqual(((slices[0]!.spec as JsonObject).pool as JsonObject).name, NODE);
       await node.sim.plugin.waitForLine(/DRA: ResourceSlices published/);
       assert.match(await node.sim.plugin.waitForLine(/registered with the kubelet/), /driver=gpu\.nvidia\.com/);
       // systemd hears it: READY=1 with the registration, then the devices published.
-      assert.match(await sock.waitFor(/READY=1/), /STATUS=registered with the kubelet \(DRA, driver gpu\.nvidia\.com\); (no devices published yet|8 devices published); 8 of 8 GPUs healthy/);
-      await sock.waitFor(/^STATUS=registered with the kubelet \(DRA, driver gpu\.nvidia\.com\); 8 devices published; 8 of 8 GPUs healthy$/);
+      assert.match(
+        await sock.waitFor(/READY=1/),
+        /STATUS=registered with the kubelet \(DRA, driver gpu\.nvidia\.com\); (no devices published yet|8 devices published); 8 of 8 GPUs healthy/,
+      );
+      await sock.waitFor(
+        /^STATUS=registered with the kubelet \(DRA, driver gpu\.nvidia\.com\); 8 devices published; 8 of 8 GPUs healthy$/,
+      );
       // One instance per node: a second one on the same directories is refused (exit 3), naming the first.
       const { args, env } = launchOf(node.sim.plugin);
-      delete env['NOTIFY_SOCKET'];
+      delete env.NOTIFY_SOCKET;
       const second = new PluginProcess(executable(), args, env);
       const exit = await second.exited;
       assert.equal(exit.code, 3, second.lines.join('\n'));
-      assert.match(second.lines.join('\n'), new RegExp(`another gpu-device-plugin \\(PID ${node.sim.plugin.pid}\\) already serves the socket directory ${node.plugins}/gpu\\.nvidia\\.com; .*another --dra-driver-name or --kubelet-plugins-dir`));
+      assert.match(
+        second.lines.join('\n'),
+        new RegExp(
+          `another gpu-device-plugin \\(PID ${node.sim.plugin.pid}\\) already serves the socket directory ${node.plugins}/gpu\\.nvidia\\.com; .*another --dra-driver-name or --kubelet-plugins-dir`,
+        ),
+      );
       assert.ok(node.watcher.registered(DRIVER), 'the first one stays registered');
       assert.equal(node.watcher.registrations.length, 1, 'and was not replaced');
     } finally {
@@ -278,15 +350,30 @@ describe('DRA mode through the executable', { concurrency: false }, () => {
       const client = node.watcher.client(DRIVER);
       const one = claimOn(node.api, 'one-gpu', [{ request: 'gpu', device: 'gpu-3' }]);
       const r1 = await client.prepare([one]);
-      assert.deepEqual(r1.claims[one.uid], { devices: [{ request_names: ['gpu'], pool_name: NODE, device_name: 'gpu-3', cdi_device_ids: ['nvidia.com/gpu=3'] }], error: '' });
+      assert.deepEqual(r1.claims[one.uid], {
+        devices: [
+          { request_names: ['gpu'], pool_name: NODE, device_name: 'gpu-3', cdi_device_ids: ['nvidia.com/gpu=3'] },
+        ],
+        error: '',
+      });
       // As the scheduler with `matchAttribute: gpu.nvidia.com/nvlinkDomain` would: two GPUs of one domain.
-      const domain = devices.find((d) => d.name === 'gpu-4')?.attributes?.['nvlinkDomain']?.int;
-      const pair = devices.filter((d) => d.name !== 'gpu-3' && d.attributes?.['nvlinkDomain']?.int === domain).slice(0, 2).map((d) => d.name);
+      const domain = devices.find((d) => d.name === 'gpu-4')?.attributes?.nvlinkDomain?.int;
+      const pair = devices
+        .filter((d) => d.name !== 'gpu-3' && d.attributes?.nvlinkDomain?.int === domain)
+        .slice(0, 2)
+        .map((d) => d.name);
       assert.equal(pair.length, 2);
-      const two = claimOn(node.api, 'nvlinked-pair', pair.map((device) => ({ request: 'pair', device })));
+      const two = claimOn(
+        node.api,
+        'nvlinked-pair',
+        pair.map((device) => ({ request: 'pair', device })),
+      );
       const r2 = await client.prepare([two]);
       assert.equal(r2.claims[two.uid]?.error, '');
-      assert.deepEqual(r2.claims[two.uid]?.devices.map((d) => [d.device_name, d.cdi_device_ids]), pair.map((n) => [n, [`nvidia.com/gpu=${n.slice(4)}`]]));
+      assert.deepEqual(
+        r2.claims[two.uid]?.devices.map((d) => [d.device_name, d.cdi_device_ids]),
+        pair.map((n) => [n, [`nvidia.com/gpu=${n.slice(4)}`]]),
+      );
       // A claim allocated a device this node does not have.
       const foreign = claimOn(node.api, 'foreign', [{ request: 'gpu', device: 'gpu-9' }]);
       const rf = await client.prepare([foreign]);
@@ -313,14 +400,20 @@ describe('DRA mode through the executable', { concurrency: false }, () => {
     const node = await startDraNode({ topology: 'mig-mixed-4', args: ['--mig-strategy=mixed'], cdiNames: names });
     try {
       const devices = await waitForSlices(node.api, (d) => d.some((x) => x.name.includes('-mig-')), 'with MIG devices');
-      const migs = devices.filter((d) => d.name.includes('-mig-')).map((d) => d.name).sort();
+      const migs = devices
+        .filter((d) => d.name.includes('-mig-'))
+        .map((d) => d.name)
+        .sort();
       assert.ok(migs.includes('gpu-0-mig-1g10gb-19-0'), migs.join(' '));
-      assert.ok(migs.some((n) => n.startsWith('gpu-1-mig-3g40gb-')), migs.join(' '));
+      assert.ok(
+        migs.some((n) => n.startsWith('gpu-1-mig-3g40gb-')),
+        migs.join(' '),
+      );
       // The GPUs without MIG are whole devices; the ones in MIG mode are not.
       assert.ok(devices.some((d) => d.name === 'gpu-2'));
       assert.ok(!devices.some((d) => d.name === 'gpu-0'));
       const mig = devices.find((d) => d.name === 'gpu-0-mig-1g10gb-19-0');
-      assert.equal(mig?.attributes?.['profile']?.string, '1g.10gb');
+      assert.equal(mig?.attributes?.profile?.string, '1g.10gb');
       const c = claimOn(node.api, 'small', [{ request: 'small', device: 'gpu-0-mig-1g10gb-19-0' }]);
       const r = await node.watcher.client(DRIVER).prepare([c]);
       assert.equal(r.claims[c.uid]?.error, '');
@@ -342,18 +435,27 @@ describe('DRA mode through the executable', { concurrency: false }, () => {
         const fromLine = node.sim.plugin.lines.length;
         const t0 = performance.now();
         // The kubelet deletes its node's slices at its start (the stand-in does the same).
-        node.watcher = await PluginWatcherStandIn.start(node.registry, { slices: { janitor: node.api, nodeName: NODE, wipeDelayMs: 60_000 } });
+        node.watcher = await PluginWatcherStandIn.start(node.registry, {
+          slices: { janitor: node.api, nodeName: NODE, wipeDelayMs: 60_000 },
+        });
         assert.equal(node.watcher.wipes[0]?.deleted, 1, 'the kubelet wiped the slice');
         const reg = await node.watcher.waitForRegistrations(1);
         times.push(reg.at - t0);
         await waitForSlices(node.api, (d) => d.length === 8, 'published again');
         republish.push(performance.now() - t0);
-        assert.ok(node.api.requests.slice(before).some((r) => r.method === 'POST' && r.path.includes('resourceslices')), 'created again');
+        assert.ok(
+          node.api.requests.slice(before).some((r) => r.method === 'POST' && r.path.includes('resourceslices')),
+          'created again',
+        );
         // The log travels through stderr, the slices through HTTP: the line may come after them.
         await node.sim.plugin.waitForLine(/DRA: ResourceSlices published again/, 10_000, fromLine);
       }
-      t.diagnostic(`kubelet restart → registered: median ${median(times).toFixed(1)} ms (${times.map((x) => x.toFixed(1)).join(', ')})`);
-      t.diagnostic(`kubelet restart → slices published again: median ${median(republish).toFixed(1)} ms (${republish.map((x) => x.toFixed(1)).join(', ')})`);
+      t.diagnostic(
+        `kubelet restart → registered: median ${median(times).toFixed(1)} ms (${times.map((x) => x.toFixed(1)).join(', ')})`,
+      );
+      t.diagnostic(
+        `kubelet restart → slices published again: median ${median(republish).toFixed(1)} ms (${republish.map((x) => x.toFixed(1)).join(', ')})`,
+      );
     } finally {
       await node.stop();
     }
@@ -367,14 +469,24 @@ describe('DRA mode through the executable', { concurrency: false }, () => {
       await node.sim.plugin.waitForLine(/WARN DRA: the API server does not answer at start; starting anyway/);
       await node.sim.plugin.waitForLine(/registered with the kubelet/);
       assert.equal(slicesOf(node.api).length, 0);
-      await sock.waitFor(/STATUS=registered with the kubelet \(DRA, driver gpu\.nvidia\.com\); no devices published yet \(the API server does not answer\); 8 of 8 GPUs healthy/);
+      await sock.waitFor(
+        /STATUS=registered with the kubelet \(DRA, driver gpu\.nvidia\.com\); no devices published yet \(the API server does not answer\); 8 of 8 GPUs healthy/,
+      );
       const t0 = performance.now();
       await node.api.up();
       await waitForSlices(node.api, (d) => d.length === 8, 'once the API server is up', 60_000);
-      t.diagnostic(`API server up → slices published: ${(performance.now() - t0).toFixed(0)} ms (the publisher's backoff)`);
+      t.diagnostic(
+        `API server up → slices published: ${(performance.now() - t0).toFixed(0)} ms (the publisher's backoff)`,
+      );
       await node.sim.plugin.waitForLine(/the API server answers again/);
-      assert.equal(node.sim.plugin.matching(/WARN DRA: the API server does not answer;/).length, 1, 'one WARN while it is down, not one per retry');
-      await sock.waitFor(/STATUS=registered with the kubelet \(DRA, driver gpu\.nvidia\.com\); 8 devices published; 8 of 8 GPUs healthy/);
+      assert.equal(
+        node.sim.plugin.matching(/WARN DRA: the API server does not answer;/).length,
+        1,
+        'one WARN while it is down, not one per retry',
+      );
+      await sock.waitFor(
+        /STATUS=registered with the kubelet \(DRA, driver gpu\.nvidia\.com\); 8 devices published; 8 of 8 GPUs healthy/,
+      );
     } finally {
       await node.stop();
       sock.close();
@@ -385,9 +497,12 @@ describe('DRA mode through the executable', { concurrency: false }, () => {
     const node = await startDraNode();
     try {
       await waitForSlices(node.api, (d) => d.length === 8, 'with 8 devices');
-      await node.watcher.waitForHealth(DRIVER, (d) => d.length === 8 && d.every((x) => x.health === HealthStatus.HEALTHY));
-      const name = String((slicesOf(node.api)[0]!['metadata'] as JsonObject)['name']);
-      const uid = String((slicesOf(node.api)[0]!['metadata'] as JsonObject)['uid']);
+      await node.watcher.waitForHealth(
+        DRIVER,
+        (d) => d.length === 8 && d.every((x) => x.health === HealthStatus.HEALTHY),
+      );
+      const name = String((slicesOf(node.api)[0]!.metadata as JsonObject).name);
+      const uid = String((slicesOf(node.api)[0]!.metadata as JsonObject).uid);
       const gen0 = generationOf(node.api);
       const taintMs: number[] = [];
       const healthMs: number[] = [];
@@ -395,14 +510,26 @@ describe('DRA mode through the executable', { concurrency: false }, () => {
         const name = `gpu-${gpu}`;
         const t0 = performance.now();
         node.sim.nvml(`xid ${gpu} 48`);
-        const tainted = await waitForSlices(node.api, (d) => (d.find((x) => x.name === name)?.taints?.length ?? 0) > 0, `with ${name} tainted`);
+        const tainted = await waitForSlices(
+          node.api,
+          (d) => (d.find((x) => x.name === name)?.taints?.length ?? 0) > 0,
+          `with ${name} tainted`,
+        );
         taintMs.push(performance.now() - t0);
-        assert.deepEqual(tainted.find((x) => x.name === name)?.taints?.map((x) => [x.key, x.value, x.effect]), [[`${DRIVER}/xid`, '48', 'NoSchedule']]);
-        assert.ok(tainted.filter((x) => x.name.localeCompare(name) > 0).every((x) => x.taints === undefined), 'the GPUs not hit stay untainted');
+        assert.deepEqual(
+          tainted.find((x) => x.name === name)?.taints?.map((x) => [x.key, x.value, x.effect]),
+          [[`${DRIVER}/xid`, '48', 'NoSchedule']],
+        );
+        assert.ok(
+          tainted.filter((x) => x.name.localeCompare(name) > 0).every((x) => x.taints === undefined),
+          'the GPUs not hit stay untainted',
+        );
         await node.watcher.waitForHealth(DRIVER, (d) => unhealthy(d, name));
         healthMs.push(performance.now() - t0);
       }
-      t.diagnostic(`XID → taint in the slice: median ${median(taintMs).toFixed(1)} ms (${taintMs.map((x) => x.toFixed(1)).join(', ')}); XID → UNHEALTHY in the health stream: median ${median(healthMs).toFixed(1)} ms (${healthMs.map((x) => x.toFixed(1)).join(', ')})`);
+      t.diagnostic(
+        `XID → taint in the slice: median ${median(taintMs).toFixed(1)} ms (${taintMs.map((x) => x.toFixed(1)).join(', ')}); XID → UNHEALTHY in the health stream: median ${median(healthMs).toFixed(1)} ms (${healthMs.map((x) => x.toFixed(1)).join(', ')})`,
+      );
       assert.ok(generationOf(node.api) > gen0);
 
       const gen1 = generationOf(node.api);
@@ -410,9 +537,9 @@ describe('DRA mode through the executable', { concurrency: false }, () => {
       node.sim.plugin.signal('SIGHUP');
       const shrunk = await waitForSlices(node.api, (d) => d.length === 7, 'with 7 devices');
       assert.ok(!shrunk.some((d) => d.name === 'gpu-5'));
-      const meta = slicesOf(node.api)[0]!['metadata'] as JsonObject;
-      assert.equal(meta['name'], name, 'the same slice');
-      assert.equal(meta['uid'], uid, 'updated in place, not deleted and created');
+      const meta = slicesOf(node.api)[0]!.metadata as JsonObject;
+      assert.equal(meta.name, name, 'the same slice');
+      assert.equal(meta.uid, uid, 'updated in place, not deleted and created');
       assert.ok(generationOf(node.api) > gen1, 'a higher pool generation');
     } finally {
       await node.stop();
@@ -428,19 +555,31 @@ describe('DRA mode through the executable', { concurrency: false }, () => {
       assert.equal(first.claims[c.uid]?.error, '');
       const regs = node.watcher.registrations.length;
       const launch = launchOf(node.sim.plugin);
-      const draArgs = launch.args.filter((a) => /^--(kubelet-api|kubeconfig|node-name|kubelet-plugins-dir|kubelet-plugins-registry)=/.test(a));
+      const draArgs = launch.args.filter((a) =>
+        /^--(kubelet-api|kubeconfig|node-name|kubelet-plugins-dir|kubelet-plugins-registry)=/.test(a),
+      );
       let offline = '';
       const t0 = performance.now();
       await restartPlugin(node, () => {
         // No daemon: info reads the claims from the checkpoint the daemon left.
-        offline = execFileSync(executable(), ['info', '--pod-resources-socket', join(node.sim.dir, 'no-pod-resources.sock'), ...draArgs], { env: launch.env, encoding: 'utf8', timeout: 30_000 });
+        offline = execFileSync(
+          executable(),
+          ['info', '--pod-resources-socket', join(node.sim.dir, 'no-pod-resources.sock'), ...draArgs],
+          { env: launch.env, encoding: 'utf8', timeout: 30_000 },
+        );
       });
       assert.match(offline, /Daemon: not running/);
-      assert.match(offline, new RegExp(`DRA claims in the checkpoint .*gpu-device-plugin-checkpoint\\.json \\(prepared before the daemon stopped\\):\\n.*\\n.*team-a/kept +${c.uid} +gpu-1 +\\d{4}-`));
+      assert.match(
+        offline,
+        new RegExp(
+          `DRA claims in the checkpoint .*gpu-device-plugin-checkpoint\\.json \\(prepared before the daemon stopped\\):\\n.*\\n.*team-a/kept +${c.uid} +gpu-1 +\\d{4}-`,
+        ),
+      );
       const reg = await node.watcher.waitForRegistrations(regs + 1, 15_000);
       t.diagnostic(`plugin restart (SIGTERM → registered again): ${(reg.at - t0).toFixed(0)} ms`);
       await node.sim.plugin.waitForLine(/prepared DRA claims from the checkpoint.* claims=1 /);
-      const reads = (): number => node.api.requests.filter((r) => r.method === 'GET' && r.path.includes('/resourceclaims/')).length;
+      const reads = (): number =>
+        node.api.requests.filter((r) => r.method === 'GET' && r.path.includes('/resourceclaims/')).length;
       const before = reads();
       const again = await node.watcher.client(DRIVER).prepare([c]);
       assert.deepEqual(again.claims[c.uid], first.claims[c.uid]);
@@ -461,7 +600,10 @@ describe('DRA mode through the executable', { concurrency: false }, () => {
       const exit = await node.sim.plugin.exited;
       assert.equal(exit.code, 2, node.sim.plugin.lines.join('\n'));
       const line = node.sim.plugin.lines.find((l) => /cannot start/.test(l)) ?? '';
-      assert.match(line, /may not create resourceslices\.resource\.k8s\.io, update resourceslices\.resource\.k8s\.io, delete resourceslices\.resource\.k8s\.io, get resourceclaims\.resource\.k8s\.io/);
+      assert.match(
+        line,
+        /may not create resourceslices\.resource\.k8s\.io, update resourceslices\.resource\.k8s\.io, delete resourceslices\.resource\.k8s\.io, get resourceclaims\.resource\.k8s\.io/,
+      );
       assert.match(line, /\/usr\/share\/doc\/gpu-device-plugin\/dra\/rbac\.yaml/);
       assert.equal(node.watcher.registrations.length, 0, 'never registered');
     } finally {
@@ -472,10 +614,15 @@ describe('DRA mode through the executable', { concurrency: false }, () => {
   test('a kubeconfig that cannot be used: exit 2 naming the problem', async () => {
     const node = await startDraNode();
     try {
-      await restartPlugin(node, () => writeFileSync(node.kubeconfigPath, 'apiVersion: v1\nkind: Config\nclusters: []\n'));
+      await restartPlugin(node, () =>
+        writeFileSync(node.kubeconfigPath, 'apiVersion: v1\nkind: Config\nclusters: []\n'),
+      );
       const exit = await node.sim.plugin.exited;
       assert.equal(exit.code, 2, node.sim.plugin.lines.join('\n'));
-      assert.match(node.sim.plugin.lines.find((l) => /cannot start/.test(l)) ?? '', new RegExp(`--kubeconfig: ${node.kubeconfigPath} has no current-context`));
+      assert.match(
+        node.sim.plugin.lines.find((l) => /cannot start/.test(l)) ?? '',
+        new RegExp(`--kubeconfig: ${node.kubeconfigPath} has no current-context`),
+      );
     } finally {
       await node.stop();
     }
@@ -494,26 +641,64 @@ describe('DRA mode through the executable', { concurrency: false }, () => {
       assert.equal((await node.sim.plugin.exited).code, 0);
       const driverDir = join(node.plugins, DRIVER);
       const regs = node.watcher.registrations.length;
-      child = spawn('unshare', ['--mount', '--propagation', 'private', 'sh', '-c',
-        'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && for d in "$1" "$2"; do mount --bind "$d" "$d" && mount -o remount,bind,rw "$d" || exit 9; done; shift 2; exec "$@"',
-        node.sim.dir, node.registry, driverDir, executable(), ...args], {
-        env: { ...env, PATH: '/usr/bin:/bin', TMPDIR: outside, GPU_DEVICE_PLUGIN_STATE_FILE: join(outside, 'state.json'), FAKE_NVML_CONTROL: join(outside, 'nvml-control') },
-        stdio: ['ignore', 'ignore', 'pipe'],
-      });
+      child = spawn(
+        'unshare',
+        [
+          '--mount',
+          '--propagation',
+          'private',
+          'sh',
+          '-c',
+          'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && for d in "$1" "$2"; do mount --bind "$d" "$d" && mount -o remount,bind,rw "$d" || exit 9; done; shift 2; exec "$@"',
+          node.sim.dir,
+          node.registry,
+          driverDir,
+          executable(),
+          ...args,
+        ],
+        {
+          env: {
+            ...env,
+            PATH: '/usr/bin:/bin',
+            TMPDIR: outside,
+            GPU_DEVICE_PLUGIN_STATE_FILE: join(outside, 'state.json'),
+            FAKE_NVML_CONTROL: join(outside, 'nvml-control'),
+          },
+          stdio: ['ignore', 'ignore', 'pipe'],
+        },
+      );
       let log = '';
-      child.stderr?.on('data', (c: Buffer) => { log += c.toString(); });
+      child.stderr?.on('data', (c: Buffer) => {
+        log += c.toString();
+      });
       const exited = new Promise<number | null>((resolve) => child?.on('exit', (code) => resolve(code)));
-      await node.watcher.waitForRegistrations(regs + 1, 20_000).catch((err: unknown) => { throw new Error(`${(err as Error).message}\n${log}`); });
+      await node.watcher.waitForRegistrations(regs + 1, 20_000).catch((err: unknown) => {
+        throw new Error(`${(err as Error).message}\n${log}`);
+      });
       rmSync(driverDir, { recursive: true, force: true });
       let timer: NodeJS.Timeout | undefined;
-      const code = await Promise.race([exited, new Promise<'timeout'>((r) => { timer = setTimeout(() => r('timeout'), 20_000); })]);
+      const code = await Promise.race([
+        exited,
+        new Promise<'timeout'>((r) => {
+          timer = setTimeout(() => r('timeout'), 20_000);
+        }),
+      ]);
       clearTimeout(timer);
       assert.equal(code, 1, log);
       const lost = log.split('\n').filter((l) => /lost the socket directory/.test(l));
       assert.equal(lost.length, 1, log);
       // The reason it exits, not a retry that will never come.
-      assert.deepEqual(log.split('\n').filter((l) => /cannot serve the DRA sockets yet/.test(l)), [], log);
-      assert.match(lost[0]!, new RegExp(`ERROR lost the socket directory: the directory was deleted.*its mount in this process's mount namespace went with it; exiting so that systemd restarts the service.*dir=${driverDir}`));
+      assert.deepEqual(
+        log.split('\n').filter((l) => /cannot serve the DRA sockets yet/.test(l)),
+        [],
+        log,
+      );
+      assert.match(
+        lost[0]!,
+        new RegExp(
+          `ERROR lost the socket directory: the directory was deleted.*its mount in this process's mount namespace went with it; exiting so that systemd restarts the service.*dir=${driverDir}`,
+        ),
+      );
     } finally {
       child?.kill('SIGKILL');
       rmSync(outside, { recursive: true, force: true });

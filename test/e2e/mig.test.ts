@@ -20,18 +20,30 @@ async function waitResources(node: SimNode, n: number): Promise<Map<string, stri
   for (const r of node.kubelet!.registrations) {
     const name = r.request.resource_name;
     const devices = await node.kubelet!.waitForDevices((d) => d.length > 0, name);
-    out.set(name, devices.map((d) => d.ID));
+    out.set(
+      name,
+      devices.map((d) => d.ID),
+    );
   }
   return out;
 }
 
 test('mixed: one resource and socket per full profile, MIG-disabled GPUs whole, sub-instances and empty GPUs skipped', async () => {
-  const node = await SimNode.start({ topology: 'mig-mixed-4', args: ['--mig-strategy', 'mixed'], waitRegistered: false });
+  const node = await SimNode.start({
+    topology: 'mig-mixed-4',
+    args: ['--mig-strategy', 'mixed'],
+    waitRegistered: false,
+  });
   try {
     const resources = await waitResources(node, 6);
     assert.deepEqual(Object.fromEntries(resources), {
       'nvidia.com/gpu': [g(MIXED, 2)],
-      'nvidia.com/mig-1g.10gb': [migUuid(g(MIXED, 0), '1g.10gb', 1), migUuid(g(MIXED, 0), '1g.10gb', 2), migUuid(g(MIXED, 1), '1g.10gb', 3), migUuid(g(MIXED, 1), '1g.10gb', 4)],
+      'nvidia.com/mig-1g.10gb': [
+        migUuid(g(MIXED, 0), '1g.10gb', 1),
+        migUuid(g(MIXED, 0), '1g.10gb', 2),
+        migUuid(g(MIXED, 1), '1g.10gb', 3),
+        migUuid(g(MIXED, 1), '1g.10gb', 4),
+      ],
       'nvidia.com/mig-1g.10gb.me': [migUuid(g(MIXED, 0), '1g.10gb+me', 3)],
       'nvidia.com/mig-1g.20gb': [migUuid(g(MIXED, 1), '1g.20gb', 2)],
       'nvidia.com/mig-2g.20gb': [migUuid(g(MIXED, 0), '2g.20gb', 4)],
@@ -45,7 +57,10 @@ test('mixed: one resource and socket per full profile, MIG-disabled GPUs whole, 
     const numa = node.kubelet!.devices('nvidia.com/mig-1g.10gb')!.map((d) => d.topology?.nodes[0]?.ID);
     assert.deepEqual(numa, [0, 0, 0, 0], "the parent's NUMA node");
     assert.match(node.plugin.matching(/MIG note=/).join('\n'), /1 MIG device of profile 1c\.2g\.20gb not advertised/);
-    assert.match(node.plugin.matching(/MIG note=/).join('\n'), new RegExp(`GPU 3 \\(${g(MIXED, 3)}\\) has MIG enabled but no MIG devices`));
+    assert.match(
+      node.plugin.matching(/MIG note=/).join('\n'),
+      new RegExp(`GPU 3 \\(${g(MIXED, 3)}\\) has MIG enabled but no MIG devices`),
+    );
   } finally {
     await node.stop();
   }
@@ -53,15 +68,40 @@ test('mixed: one resource and socket per full profile, MIG-disabled GPUs whole, 
 
 test('single on a uniform node: every MIG device as nvidia.com/gpu, by UUID or <gpu>:<mig>', async () => {
   for (const [ids, expected] of [
-    ['uuid', [migUuid(g(UNIFORM, 0), '3g.40gb', 1), migUuid(g(UNIFORM, 0), '3g.40gb', 2), migUuid(g(UNIFORM, 1), '3g.40gb', 1), migUuid(g(UNIFORM, 1), '3g.40gb', 2)]],
+    [
+      'uuid',
+      [
+        migUuid(g(UNIFORM, 0), '3g.40gb', 1),
+        migUuid(g(UNIFORM, 0), '3g.40gb', 2),
+        migUuid(g(UNIFORM, 1), '3g.40gb', 1),
+        migUuid(g(UNIFORM, 1), '3g.40gb', 2),
+      ],
+    ],
     // The kubelet gets MIG UUIDs whatever the strategy (as from NVIDIA's plugin); index names only what the runtime receives.
-    ['index', [migUuid(g(UNIFORM, 0), '3g.40gb', 1), migUuid(g(UNIFORM, 0), '3g.40gb', 2), migUuid(g(UNIFORM, 1), '3g.40gb', 1), migUuid(g(UNIFORM, 1), '3g.40gb', 2)]],
+    [
+      'index',
+      [
+        migUuid(g(UNIFORM, 0), '3g.40gb', 1),
+        migUuid(g(UNIFORM, 0), '3g.40gb', 2),
+        migUuid(g(UNIFORM, 1), '3g.40gb', 1),
+        migUuid(g(UNIFORM, 1), '3g.40gb', 2),
+      ],
+    ],
   ] as const) {
-    const node = await SimNode.start({ topology: 'mig-uniform-2', args: ['--mig-strategy=single', `--device-id-strategy=${ids}`] });
+    const node = await SimNode.start({
+      topology: 'mig-uniform-2',
+      args: ['--mig-strategy=single', `--device-id-strategy=${ids}`],
+    });
     try {
       const devices = await node.kubelet!.waitForDevices((d) => d.length === 4);
-      assert.deepEqual(devices.map((d) => d.ID), expected);
-      assert.deepEqual(devices.map((d) => d.topology?.nodes[0]?.ID), [0, 0, 1, 1]);
+      assert.deepEqual(
+        devices.map((d) => d.ID),
+        expected,
+      );
+      assert.deepEqual(
+        devices.map((d) => d.topology?.nodes[0]?.ID),
+        [0, 0, 1, 1],
+      );
       assert.equal(node.kubelet!.registrations.length, 1);
       assert.equal(node.kubelet!.registrations[0]!.request.endpoint, 'gpu-device-plugin-gpu.sock');
     } finally {
@@ -86,7 +126,10 @@ test('single on a mixed node stops the start (exit 2, a configuration error, as 
   const none = await SimNode.start({ topology: 'mig-mixed-4', args: ['--mig-strategy=none'] });
   try {
     const devices = await none.kubelet!.waitForDevices((d) => d.length === 4);
-    assert.deepEqual(devices.map((d) => d.ID), MIXED.gpus.map((x) => x.uuid));
+    assert.deepEqual(
+      devices.map((d) => d.ID),
+      MIXED.gpus.map((x) => x.uuid),
+    );
   } finally {
     await none.stop();
   }
@@ -94,7 +137,7 @@ test('single on a mixed node stops the start (exit 2, a configuration error, as 
 
 test('empty layouts: single refuses to start, mixed advertises nothing and says why', async () => {
   const empty = { ...UNIFORM, gpus: UNIFORM.gpus.map((x) => ({ ...x, mig: { current: true } })) };
-  const file = join(process.env['TMPDIR'] ?? '/tmp', `mig-empty-${process.pid}.json`);
+  const file = join(process.env.TMPDIR ?? '/tmp', `mig-empty-${process.pid}.json`);
   writeFileSync(file, JSON.stringify(empty));
   const single = await SimNode.start({ topology: file, args: ['--mig-strategy=single'], waitRegistered: false });
   try {
@@ -115,14 +158,21 @@ test('empty layouts: single refuses to start, mixed advertises nothing and says 
 });
 
 test('Allocate: one and two MIG devices on one and two parents, index IDs, device specs with the capability nodes', async () => {
-  const dev = join(process.env['TMPDIR'] ?? '/tmp', `gdp-mig-devroot-${process.pid}`);
+  const dev = join(process.env.TMPDIR ?? '/tmp', `gdp-mig-devroot-${process.pid}`);
   mkdirSync(join(dev, 'dev'), { recursive: true });
   writeFileSync(join(dev, 'dev', 'nvidiactl'), '');
   const proc = join(dev, 'proc');
   writeMigMinors(proc, 4);
   const node = await SimNode.start({
     topology: 'mig-mixed-4',
-    args: ['--mig-strategy=mixed', '--device-id-strategy=index', '--pass-device-specs', '--dev-root', dev, '--device-list-strategy=envvar,cdi-annotations'],
+    args: [
+      '--mig-strategy=mixed',
+      '--device-id-strategy=index',
+      '--pass-device-specs',
+      '--dev-root',
+      dev,
+      '--device-list-strategy=envvar,cdi-annotations',
+    ],
     env: { PROC_ROOT: proc },
     waitRegistered: false,
   });
@@ -131,46 +181,87 @@ test('Allocate: one and two MIG devices on one and two parents, index IDs, devic
     const k = node.kubelet!;
     const ids = await k.waitForDevices((d) => d.length === 4, 'nvidia.com/mig-1g.10gb');
     // Listed by MIG UUID (the index strategy names only what the runtime gets): 0:0, 0:1, 1:2, 1:3.
-    assert.ok(ids.every((d) => d.ID.startsWith('MIG-')), ids.map((d) => d.ID).join(' '));
+    assert.ok(
+      ids.every((d) => d.ID.startsWith('MIG-')),
+      ids.map((d) => d.ID).join(' '),
+    );
     const [m00, m01, m12, m13] = ids.map((d) => d.ID);
-    const res = await k.allocate({ container_requests: [{ devices_ids: [m01!] }, { devices_ids: [m00!, m13!] }] }, 'nvidia.com/mig-1g.10gb');
+    const res = await k.allocate(
+      { container_requests: [{ devices_ids: [m01!] }, { devices_ids: [m00!, m13!] }] },
+      'nvidia.com/mig-1g.10gb',
+    );
     const [one, two] = res.container_responses;
-    assert.equal(one!.envs['NVIDIA_VISIBLE_DEVICES'], '0:1');
-    assert.equal(two!.envs['NVIDIA_VISIBLE_DEVICES'], '0:0,1:3');
+    assert.equal(one!.envs.NVIDIA_VISIBLE_DEVICES, '0:1');
+    assert.equal(two!.envs.NVIDIA_VISIBLE_DEVICES, '0:0,1:3');
     // GPU 0 (minor 0) GI 2 → caps 21/22; GI 1 → 12/13; GPU 1 (minor 1) GI 4 → 174/175.
-    assert.deepEqual(one!.devices.map((d) => [d.container_path, d.host_path, d.permissions]), [
-      ['/dev/nvidiactl', `${dev}/dev/nvidiactl`, 'rw'],
-      ['/dev/nvidia0', `${dev}/dev/nvidia0`, 'rw'],
-      ['/dev/nvidia-caps/nvidia-cap21', `${dev}/dev/nvidia-caps/nvidia-cap21`, 'rw'],
-      ['/dev/nvidia-caps/nvidia-cap22', `${dev}/dev/nvidia-caps/nvidia-cap22`, 'rw'],
+    assert.deepEqual(
+      one!.devices.map((d) => [d.container_path, d.host_path, d.permissions]),
+      [
+        ['/dev/nvidiactl', `${dev}/dev/nvidiactl`, 'rw'],
+        ['/dev/nvidia0', `${dev}/dev/nvidia0`, 'rw'],
+        ['/dev/nvidia-caps/nvidia-cap21', `${dev}/dev/nvidia-caps/nvidia-cap21`, 'rw'],
+        ['/dev/nvidia-caps/nvidia-cap22', `${dev}/dev/nvidia-caps/nvidia-cap22`, 'rw'],
+      ],
+    );
+    assert.deepEqual(
+      two!.devices.map((d) => d.container_path),
+      [
+        '/dev/nvidiactl',
+        '/dev/nvidia0',
+        '/dev/nvidia-caps/nvidia-cap12',
+        '/dev/nvidia-caps/nvidia-cap13',
+        '/dev/nvidia1',
+        '/dev/nvidia-caps/nvidia-cap174',
+        '/dev/nvidia-caps/nvidia-cap175',
+      ],
+    );
+    assert.deepEqual(Object.values(two!.annotations), [
+      'k8s.device-plugin.nvidia.com/gpu=0:0,k8s.device-plugin.nvidia.com/gpu=1:3',
     ]);
-    assert.deepEqual(two!.devices.map((d) => d.container_path), [
-      '/dev/nvidiactl', '/dev/nvidia0', '/dev/nvidia-caps/nvidia-cap12', '/dev/nvidia-caps/nvidia-cap13',
-      '/dev/nvidia1', '/dev/nvidia-caps/nvidia-cap174', '/dev/nvidia-caps/nvidia-cap175',
-    ]);
-    assert.deepEqual(Object.values(two!.annotations), ['k8s.device-plugin.nvidia.com/gpu=0:0,k8s.device-plugin.nvidia.com/gpu=1:3']);
     // Two on one parent.
     const same = await k.allocate({ container_requests: [{ devices_ids: [m12!, m13!] }] }, 'nvidia.com/mig-1g.10gb');
-    assert.deepEqual(same.container_responses[0]!.devices.map((d) => d.container_path), [
-      '/dev/nvidiactl', '/dev/nvidia1', '/dev/nvidia-caps/nvidia-cap165', '/dev/nvidia-caps/nvidia-cap166', '/dev/nvidia-caps/nvidia-cap174', '/dev/nvidia-caps/nvidia-cap175',
-    ]);
+    assert.deepEqual(
+      same.container_responses[0]!.devices.map((d) => d.container_path),
+      [
+        '/dev/nvidiactl',
+        '/dev/nvidia1',
+        '/dev/nvidia-caps/nvidia-cap165',
+        '/dev/nvidia-caps/nvidia-cap166',
+        '/dev/nvidia-caps/nvidia-cap174',
+        '/dev/nvidia-caps/nvidia-cap175',
+      ],
+    );
     // +me lives under its own resource; foreign and unknown IDs are refused by name.
     const [mMe] = (await k.waitForDevices((d) => d.length === 1, 'nvidia.com/mig-1g.10gb.me')).map((d) => d.ID);
     const me = await k.allocate({ container_requests: [{ devices_ids: [mMe!] }] }, 'nvidia.com/mig-1g.10gb.me');
-    assert.equal(me.container_responses[0]!.envs['NVIDIA_VISIBLE_DEVICES'], '0:2');
-    await assert.rejects(k.allocate({ container_requests: [{ devices_ids: [mMe!] }] }, 'nvidia.com/mig-1g.10gb'), new RegExp(`INVALID_ARGUMENT.*unknown device ID "${mMe}"`, 's'));
+    assert.equal(me.container_responses[0]!.envs.NVIDIA_VISIBLE_DEVICES, '0:2');
+    await assert.rejects(
+      k.allocate({ container_requests: [{ devices_ids: [mMe!] }] }, 'nvidia.com/mig-1g.10gb'),
+      new RegExp(`INVALID_ARGUMENT.*unknown device ID "${mMe}"`, 's'),
+    );
     // The runtime's names are not IDs the kubelet can use.
-    await assert.rejects(k.allocate({ container_requests: [{ devices_ids: ['0:2'] }] }, 'nvidia.com/mig-1g.10gb'), /unknown device ID "0:2"/);
+    await assert.rejects(
+      k.allocate({ container_requests: [{ devices_ids: ['0:2'] }] }, 'nvidia.com/mig-1g.10gb'),
+      /unknown device ID "0:2"/,
+    );
   } finally {
     await node.stop();
   }
 });
 
 test('--pass-device-specs without a readable mig-minors stops the start naming the file', async () => {
-  const node = await SimNode.start({ topology: 'mig-uniform-2', args: ['--mig-strategy=single', '--pass-device-specs'], env: { PROC_ROOT: '/nonexistent-proc' }, waitRegistered: false });
+  const node = await SimNode.start({
+    topology: 'mig-uniform-2',
+    args: ['--mig-strategy=single', '--pass-device-specs'],
+    env: { PROC_ROOT: '/nonexistent-proc' },
+    waitRegistered: false,
+  });
   try {
     assert.equal((await node.plugin.exited).code, 1);
-    assert.match(node.plugin.matching(/cannot start/)[0] ?? '', /cannot read \/nonexistent-proc\/driver\/nvidia-caps\/mig-minors .*--pass-device-specs needs/);
+    assert.match(
+      node.plugin.matching(/cannot start/)[0] ?? '',
+      /cannot read \/nonexistent-proc\/driver\/nvidia-caps\/mig-minors .*--pass-device-specs needs/,
+    );
   } finally {
     await node.stop();
   }
@@ -185,7 +276,8 @@ async function until(cond: () => boolean, what: string, timeoutMs = 10000): Prom
   }
 }
 
-const healthOf = (node: SimNode, resource: string): string => (node.kubelet!.devices(resource) ?? []).map((d) => (d.health === 'Healthy' ? 'H' : 'U')).join('');
+const healthOf = (node: SimNode, resource: string): string =>
+  (node.kubelet!.devices(resource) ?? []).map((d) => (d.health === 'Healthy' ? 'H' : 'U')).join('');
 
 test('health: an XID on a MIG device marks only it, two on one parent are both reported, a whole-GPU XID marks all of its MIG devices, a NULL one everything', async () => {
   const node = await SimNode.start({ topology: 'mig-mixed-4', args: ['--mig-strategy=mixed'], waitRegistered: false });
@@ -198,7 +290,7 @@ test('health: an XID on a MIG device marks only it, two on one parent are both r
     node.nvml('xid 0 94 2 0'); // GPU 0, GI 2: the second 1g.10gb
     await k.waitForDevices((d) => d[1]?.health === 'Unhealthy', r1g, 5000);
     assert.equal(healthOf(node, r1g), 'HUHH');
-    assert.equal(healthOf(node, 'nvidia.com/mig-1g.10gb.me'), 'H', 'the same parent\'s other MIG devices stay healthy');
+    assert.equal(healthOf(node, 'nvidia.com/mig-1g.10gb.me'), 'H', "the same parent's other MIG devices stay healthy");
     assert.equal(healthOf(node, 'nvidia.com/mig-2g.20gb'), 'H');
     node.nvml('xid 0 94 1 0'); // GPU 0, GI 1: a second unhealthy MIG device on the same parent
     await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', r1g, 5000);
@@ -250,14 +342,20 @@ test('health: an XID naming a GI/CI the node does not have marks nothing, is log
     node.nvml('xid 3 94 1 0');
     const five = await k.waitForDevices((d) => d.length === 5 && d[4]?.health === 'Unhealthy', r1g, 10000);
     assert.equal(five.map((d) => (d.health === 'Healthy' ? 'H' : 'U')).join(''), 'HHHHU');
-    assert.match(await node.plugin.waitForLine(/MIG device unhealthy/), new RegExp(`gpu=3 uuid=${g(MIXED, 3)} mig=MIG-.* gi=1 ci=0 xid=94`));
+    assert.match(
+      await node.plugin.waitForLine(/MIG device unhealthy/),
+      new RegExp(`gpu=3 uuid=${g(MIXED, 3)} mig=MIG-.* gi=1 ci=0 xid=94`),
+    );
   } finally {
     await node.stop();
   }
 });
 
 test('health: a lost GPU marks its MIG devices unhealthy', async () => {
-  const node = await SimNode.start({ topology: 'mig-uniform-2', args: ['--mig-strategy=single', '--health-probe-interval=0.1'] });
+  const node = await SimNode.start({
+    topology: 'mig-uniform-2',
+    args: ['--mig-strategy=single', '--health-probe-interval=0.1'],
+  });
   try {
     const k = node.kubelet!;
     await node.plugin.waitForLine(/watching GPU health/, 10000);
@@ -270,8 +368,15 @@ test('health: a lost GPU marks its MIG devices unhealthy', async () => {
 });
 
 test('GetPreferredAllocation for a MIG resource: packed fills one GPU, distributed spreads', async () => {
-  for (const [policy, expected] of [['packed', ['0:0', '0:1']], ['distributed', ['0:0', '1:2']]] as const) {
-    const node = await SimNode.start({ topology: 'mig-mixed-4', args: ['--mig-strategy=mixed', '--device-id-strategy=index', `--shared-devices-allocation-policy=${policy}`], waitRegistered: false });
+  for (const [policy, expected] of [
+    ['packed', ['0:0', '0:1']],
+    ['distributed', ['0:0', '1:2']],
+  ] as const) {
+    const node = await SimNode.start({
+      topology: 'mig-mixed-4',
+      args: ['--mig-strategy=mixed', '--device-id-strategy=index', `--shared-devices-allocation-policy=${policy}`],
+      waitRegistered: false,
+    });
     try {
       const k = node.kubelet!;
       await k.waitForRegistrations(6, 15000);
@@ -279,10 +384,24 @@ test('GetPreferredAllocation for a MIG resource: packed fills one GPU, distribut
       const names = ['0:0', '0:1', '1:2', '1:3'];
       const listed = (await k.waitForDevices((d) => d.length === 4, 'nvidia.com/mig-1g.10gb')).map((d) => d.ID);
       const id = (n: string): string => listed[names.indexOf(n)]!;
-      const res = await k.preferred({ container_requests: [{ available_deviceIDs: listed, must_include_deviceIDs: [], allocation_size: 2 }] }, 'nvidia.com/mig-1g.10gb');
+      const res = await k.preferred(
+        { container_requests: [{ available_deviceIDs: listed, must_include_deviceIDs: [], allocation_size: 2 }] },
+        'nvidia.com/mig-1g.10gb',
+      );
       assert.deepEqual(res.container_responses[0]!.deviceIDs, expected.map(id), policy);
-      const must = await k.preferred({ container_requests: [{ available_deviceIDs: listed, must_include_deviceIDs: [id('1:3')], allocation_size: 2 }] }, 'nvidia.com/mig-1g.10gb');
-      assert.deepEqual(must.container_responses[0]!.deviceIDs, (policy === 'packed' ? ['1:2', '1:3'] : ['0:0', '1:3']).map(id), policy);
+      const must = await k.preferred(
+        {
+          container_requests: [
+            { available_deviceIDs: listed, must_include_deviceIDs: [id('1:3')], allocation_size: 2 },
+          ],
+        },
+        'nvidia.com/mig-1g.10gb',
+      );
+      assert.deepEqual(
+        must.container_responses[0]!.deviceIDs,
+        (policy === 'packed' ? ['1:2', '1:3'] : ['0:0', '1:3']).map(id),
+        policy,
+      );
     } finally {
       await node.stop();
     }
@@ -293,47 +412,67 @@ test('old driver without MIG symbols under mixed: one log line, every GPU advert
   const node = await SimNode.start({ topology: 'mig-mixed-4', nvml: 'old', args: ['--mig-strategy=mixed'] });
   try {
     const devices = await node.kubelet!.waitForDevices((d) => d.length === 4);
-    assert.deepEqual(devices.map((d) => d.ID), MIXED.gpus.map((x) => x.uuid));
+    assert.deepEqual(
+      devices.map((d) => d.ID),
+      MIXED.gpus.map((x) => x.uuid),
+    );
     assert.equal(node.kubelet!.registrations.length, 1);
     const lines = node.plugin.matching(/MIG|nvmlDeviceGetMigMode/);
     assert.equal(lines.length, 1, lines.join('\n'));
-    assert.match(lines[0] ?? '', /WARN this NVIDIA driver has no MIG functions; MIG is off and every GPU is advertised whole missing=nvmlDeviceGetMigMode/);
+    assert.match(
+      lines[0] ?? '',
+      /WARN this NVIDIA driver has no MIG functions; MIG is off and every GPU is advertised whole missing=nvmlDeviceGetMigMode/,
+    );
   } finally {
     await node.stop();
   }
 });
 
 test('time-slicing of MIG resources by name, from the config file; SIGHUP applies a change to them', async () => {
-  const file = join(process.env['TMPDIR'] ?? '/tmp', `mig-ts-${process.pid}.yaml`);
-  const config = (replicas: number): string => [
-    'version: v1',
-    'flags:',
-    '  migStrategy: mixed',
-    'sharing:',
-    '  timeSlicing:',
-    '    resources:',
-    `      - name: nvidia.com/mig-1g.10gb`,
-    `        replicas: ${replicas}`,
-    '      - name: nvidia.com/mig-3g.40gb',
-    '        rename: mig-3g.40gb.shared',
-    '        replicas: 3',
-    '',
-  ].join('\n');
+  const file = join(process.env.TMPDIR ?? '/tmp', `mig-ts-${process.pid}.yaml`);
+  const config = (replicas: number): string =>
+    [
+      'version: v1',
+      'flags:',
+      '  migStrategy: mixed',
+      'sharing:',
+      '  timeSlicing:',
+      '    resources:',
+      `      - name: nvidia.com/mig-1g.10gb`,
+      `        replicas: ${replicas}`,
+      '      - name: nvidia.com/mig-3g.40gb',
+      '        rename: mig-3g.40gb.shared',
+      '        replicas: 3',
+      '',
+    ].join('\n');
   writeFileSync(file, config(2));
   const node = await SimNode.start({ topology: 'mig-mixed-4', args: ['--config-file', file], waitRegistered: false });
   try {
     const k = node.kubelet!;
     await k.waitForRegistrations(6, 15000);
     const names = k.registrations.map((r) => r.request.resource_name).sort();
-    assert.deepEqual(names, ['nvidia.com/gpu', 'nvidia.com/mig-1g.10gb', 'nvidia.com/mig-1g.10gb.me', 'nvidia.com/mig-1g.20gb', 'nvidia.com/mig-2g.20gb', 'nvidia.com/mig-3g.40gb.shared']);
+    assert.deepEqual(names, [
+      'nvidia.com/gpu',
+      'nvidia.com/mig-1g.10gb',
+      'nvidia.com/mig-1g.10gb.me',
+      'nvidia.com/mig-1g.20gb',
+      'nvidia.com/mig-2g.20gb',
+      'nvidia.com/mig-3g.40gb.shared',
+    ]);
     const m0 = migUuid(g(MIXED, 0), '1g.10gb', 1);
     const m1 = migUuid(g(MIXED, 1), '1g.10gb', 3);
     const ids = (await k.waitForDevices((d) => d.length === 8, 'nvidia.com/mig-1g.10gb')).map((d) => d.ID);
     assert.deepEqual(ids.slice(0, 2), [`${m0}::0`, `${m0}::1`]);
     const shared = await k.waitForDevices((d) => d.length === 3, 'nvidia.com/mig-3g.40gb.shared');
-    assert.deepEqual(shared.map((d) => d.ID), [0, 1, 2].map((n) => `${migUuid(g(MIXED, 1), '3g.40gb', 1)}::${n}`));
-    const res = await k.allocate({ container_requests: [{ devices_ids: [`${m0}::1`, `${m0}::0`, `${m1}::0`] }] }, 'nvidia.com/mig-1g.10gb');
-    assert.equal(res.container_responses[0]!.envs['NVIDIA_VISIBLE_DEVICES'], `${m0},${m1}`, 'each MIG device once');
+    assert.deepEqual(
+      shared.map((d) => d.ID),
+      [0, 1, 2].map((n) => `${migUuid(g(MIXED, 1), '3g.40gb', 1)}::${n}`),
+    );
+    const res = await k.allocate(
+      { container_requests: [{ devices_ids: [`${m0}::1`, `${m0}::0`, `${m1}::0`] }] },
+      'nvidia.com/mig-1g.10gb',
+    );
+    assert.equal(res.container_responses[0]!.envs.NVIDIA_VISIBLE_DEVICES, `${m0},${m1}`, 'each MIG device once');
     writeFileSync(file, config(3));
     node.plugin.signal('SIGHUP');
     const after = await k.waitForDevices((d) => d.length === 12, 'nvidia.com/mig-1g.10gb');
@@ -354,7 +493,8 @@ test('re-layout under open streams: the next snapshot adds and removes mig-* res
       const k = node.kubelet!;
       await k.waitForRegistrations(6, 15000);
       await k.waitForDevices((d) => d.length === 4, 'nvidia.com/mig-1g.10gb');
-      for (const r of ['nvidia.com/gpu', 'nvidia.com/mig-2g.20gb', 'nvidia.com/mig-1g.10gb.me']) await k.waitForDevices((d) => d.length === 1, r);
+      for (const r of ['nvidia.com/gpu', 'nvidia.com/mig-2g.20gb', 'nvidia.com/mig-1g.10gb.me'])
+        await k.waitForDevices((d) => d.length === 1, r);
       const untouched = ['nvidia.com/gpu', 'nvidia.com/mig-2g.20gb', 'nvidia.com/mig-1g.10gb.me'];
       const before = Object.fromEntries(untouched.map((r) => [r, k.updates(r)]));
       const registrations = k.registrations.length;
@@ -368,21 +508,36 @@ test('re-layout under open streams: the next snapshot adds and removes mig-* res
       const seven = await k.waitForDevices((d) => d.length === 1, 'nvidia.com/mig-7g.80gb', 10000);
       const oneG = await k.waitForDevices((d) => d.length === 2, 'nvidia.com/mig-1g.10gb', 10000);
       const ms = performance.now() - t0;
-      assert.deepEqual(seven.map((d) => d.ID), [migUuid(g(MIXED, 1), '7g.80gb', 1)]);
-      assert.deepEqual(oneG.map((d) => d.ID), [migUuid(g(MIXED, 0), '1g.10gb', 1), migUuid(g(MIXED, 0), '1g.10gb', 2)]);
+      assert.deepEqual(
+        seven.map((d) => d.ID),
+        [migUuid(g(MIXED, 1), '7g.80gb', 1)],
+      );
+      assert.deepEqual(
+        oneG.map((d) => d.ID),
+        [migUuid(g(MIXED, 0), '1g.10gb', 1), migUuid(g(MIXED, 0), '1g.10gb', 2)],
+      );
       // The new resource registered once; the vanished ones stopped and their sockets went.
       assert.equal(k.registrations.length, registrations + 1);
       assert.equal(k.registrations.at(-1)!.request.resource_name, 'nvidia.com/mig-7g.80gb');
       await node.plugin.waitForLine(/resource no longer advertised resource=nvidia\.com\/mig-1g\.20gb/);
       await node.plugin.waitForLine(/resource no longer advertised resource=nvidia\.com\/mig-3g\.40gb/);
-      await until(() => !existsSync(join(node.kubeletDir, 'gpu-device-plugin-mig-3g.40gb.sock')), 'the vanished resource\'s socket is removed');
+      await until(
+        () => !existsSync(join(node.kubeletDir, 'gpu-device-plugin-mig-3g.40gb.sock')),
+        "the vanished resource's socket is removed",
+      );
       assert.ok(existsSync(join(node.kubeletDir, 'gpu-device-plugin-mig-7g.80gb.sock')));
       // Other GPUs' resources saw no new list at all.
       assert.deepEqual(Object.fromEntries(untouched.map((r) => [r, k.updates(r)])), before);
       // Allocate follows at once: the vanished devices are refused by name, the new one is served.
-      await assert.rejects(k.allocate({ container_requests: [{ devices_ids: [migUuid(g(MIXED, 1), '1g.10gb', 3)] }] }, 'nvidia.com/mig-1g.10gb'), /MIG-/);
+      await assert.rejects(
+        k.allocate(
+          { container_requests: [{ devices_ids: [migUuid(g(MIXED, 1), '1g.10gb', 3)] }] },
+          'nvidia.com/mig-1g.10gb',
+        ),
+        /MIG-/,
+      );
       const res = await k.allocate({ container_requests: [{ devices_ids: [seven[0]!.ID] }] }, 'nvidia.com/mig-7g.80gb');
-      assert.equal(res.container_responses[0]!.envs['NVIDIA_VISIBLE_DEVICES'], seven[0]!.ID);
+      assert.equal(res.container_responses[0]!.envs.NVIDIA_VISIBLE_DEVICES, seven[0]!.ID);
       // Health follows the new layout: an XID naming the new instance marks it.
       await node.plugin.waitForLine(/watching GPU health/);
       node.nvml('xid 1 94 1 0');
@@ -394,7 +549,11 @@ test('re-layout under open streams: the next snapshot adds and removes mig-* res
         await node.nvmlStats();
         node.plugin.signal('SIGHUP');
       } else node.nvml('mig 2 pending 1');
-      await node.plugin.waitForLine(/MIG mode change pending change="GPU 3 .*enabled now and disabled after the next GPU reset/, 10000, lines);
+      await node.plugin.waitForLine(
+        /MIG mode change pending change="GPU 3 .*enabled now and disabled after the next GPU reset/,
+        10000,
+        lines,
+      );
       assert.equal(k.registrations.length, registrations + 1);
       process.stderr.write(`# re-layout (${trigger}) → new lists at the kubelet: ${ms.toFixed(0)} ms\n`);
     } finally {
@@ -411,17 +570,31 @@ test('single: a node that stops being uniform after start is reported and withdr
     node.nvml('mig 1 on 3g.40gb 2g.20gb');
     await node.nvmlStats();
     node.plugin.signal('SIGHUP');
-    const line = await node.plugin.waitForLine(/the node no longer fits the MIG strategy; its devices are withdrawn/, 10000);
+    const line = await node.plugin.waitForLine(
+      /the node no longer fits the MIG strategy; its devices are withdrawn/,
+      10000,
+    );
     assert.match(line, /MIG devices differ in profile: 3g\.40gb on GPU 0, 1; 2g\.20gb on GPU 1/);
     await node.plugin.waitForLine(/resource no longer advertised resource=nvidia\.com\/gpu/);
-    await until(() => !existsSync(node.pluginSocket), 'the socket of nvidia.com/gpu is removed: nothing half-advertised');
+    await until(
+      () => !existsSync(node.pluginSocket),
+      'the socket of nvidia.com/gpu is removed: nothing half-advertised',
+    );
     const registrations = k.registrations.length;
     node.nvml('mig 1 on 3g.40gb 3g.40gb');
     await node.nvmlStats();
     node.plugin.signal('SIGHUP');
     await k.waitForRegistrations(registrations + 1, 10000);
     const devices = await k.waitForDevices((d) => d.length === 4);
-    assert.deepEqual(devices.map((d) => d.ID), [migUuid(g(UNIFORM, 0), '3g.40gb', 1), migUuid(g(UNIFORM, 0), '3g.40gb', 2), migUuid(g(UNIFORM, 1), '3g.40gb', 1), migUuid(g(UNIFORM, 1), '3g.40gb', 2)]);
+    assert.deepEqual(
+      devices.map((d) => d.ID),
+      [
+        migUuid(g(UNIFORM, 0), '3g.40gb', 1),
+        migUuid(g(UNIFORM, 0), '3g.40gb', 2),
+        migUuid(g(UNIFORM, 1), '3g.40gb', 1),
+        migUuid(g(UNIFORM, 1), '3g.40gb', 2),
+      ],
+    );
   } finally {
     await node.stop();
   }

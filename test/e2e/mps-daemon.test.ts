@@ -29,8 +29,11 @@ before(async () => {
 
 /** Mount points under dir, deepest first (from /proc/self/mountinfo). */
 function mountsUnder(dir: string): string[] {
-  return readFileSync('/proc/self/mountinfo', 'utf8').split('\n').map((l) => l.split(' ')[4] ?? '')
-    .filter((m) => m.startsWith(`${dir}/`)).sort((a, b) => b.length - a.length);
+  return readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .map((l) => l.split(' ')[4] ?? '')
+    .filter((m) => m.startsWith(`${dir}/`))
+    .sort((a, b) => b.length - a.length);
 }
 
 after(() => {
@@ -50,7 +53,16 @@ interface Run {
 
 let runs = 0;
 function config(replicas: number, devices: number[]): string {
-  return ['version: v1', 'sharing:', '  mps:', '    resources:', `    - name: ${RESOURCE}`, `      replicas: ${replicas}`, `      devices: [${devices.join(', ')}]`, ''].join('\n');
+  return [
+    'version: v1',
+    'sharing:',
+    '  mps:',
+    '    resources:',
+    `    - name: ${RESOURCE}`,
+    `      replicas: ${replicas}`,
+    `      devices: [${devices.join(', ')}]`,
+    '',
+  ].join('\n');
 }
 
 function start(configText: string | null, extraArgs: string[] = [], withRoot = true, topology = TOPOLOGY): Run {
@@ -61,16 +73,30 @@ function start(configText: string | null, extraArgs: string[] = [], withRoot = t
   if (configText !== null) writeFileSync(cfg, configText);
   const control = join(dir, 'nvml-control');
   const sock = new NotifySocket(`@gdp-mps-daemon-${process.pid}-${runs}`);
-  const proc = new PluginProcess(executable(), ['mps-control-daemon', ...(withRoot ? ['--mps-root', root] : []), ...(configText === null ? [] : ['--config-file', cfg]), ...extraArgs], {
-    PATH: `${mpsDir}:/usr/sbin:/usr/bin:/sbin:/bin`,
-    LD_LIBRARY_PATH: nvmlDir,
-    FAKE_NVML_CONFIG: topology,
-    FAKE_NVML_CONTROL: control,
-    NOTIFY_SOCKET: sock.path,
-    TMPDIR: dir,
-  });
+  const proc = new PluginProcess(
+    executable(),
+    [
+      'mps-control-daemon',
+      ...(withRoot ? ['--mps-root', root] : []),
+      ...(configText === null ? [] : ['--config-file', cfg]),
+      ...extraArgs,
+    ],
+    {
+      PATH: `${mpsDir}:/usr/sbin:/usr/bin:/sbin:/bin`,
+      LD_LIBRARY_PATH: nvmlDir,
+      FAKE_NVML_CONFIG: topology,
+      FAKE_NVML_CONTROL: control,
+      NOTIFY_SOCKET: sock.path,
+      TMPDIR: dir,
+    },
+  );
   return {
-    dir, root, config: cfg, control, sock, proc,
+    dir,
+    root,
+    config: cfg,
+    control,
+    sock,
+    proc,
     async cleanup() {
       sock.close();
       await proc.kill();
@@ -78,7 +104,12 @@ function start(configText: string | null, extraArgs: string[] = [], withRoot = t
       const state = join(root, RESOURCE, 'pipe', 'fake-mps-state.json');
       if (existsSync(state)) {
         const { pid, running } = JSON.parse(readFileSync(state, 'utf8')) as { pid: number; running: boolean };
-        if (running && pid > 0) try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ }
+        if (running && pid > 0)
+          try {
+            process.kill(pid, 'SIGKILL');
+          } catch {
+            /* gone */
+          }
       }
       for (const m of mountsUnder(dir)) spawnSync('umount', ['-l', m]);
     },
@@ -97,7 +128,14 @@ async function computeModes(r: Run): Promise<Record<string, number>> {
   return (JSON.parse(readFileSync(file, 'utf8')) as { computeModes: Record<string, number> }).computeModes;
 }
 
-interface FakeState { pid: number; running: boolean; commands: number; cudaVisibleDevices: string | null; defaultActiveThreadPercentage: number; pinnedMemLimitMiB: Record<string, number> }
+interface FakeState {
+  pid: number;
+  running: boolean;
+  commands: number;
+  cudaVisibleDevices: string | null;
+  defaultActiveThreadPercentage: number;
+  pinnedMemLimitMiB: Record<string, number>;
+}
 function mpsState(r: Run): FakeState {
   return JSON.parse(readFileSync(join(r.root, RESOURCE, 'pipe', 'fake-mps-state.json'), 'utf8')) as FakeState;
 }
@@ -109,8 +147,20 @@ test('mps-control-daemon: layout 0755, EXCLUSIVE_PROCESS, limits, .started/.read
   try {
     const ready = await r.sock.waitFor(/READY=1/, 15000);
     assert.equal(ready, `READY=1\nSTATUS=1 MPS control daemon up: ${RESOURCE}`);
-    const dirs = [join(r.dir, 'run'), join(r.dir, 'run', 'nvidia'), r.root, join(r.root, 'nvidia.com'), join(r.root, RESOURCE), join(r.root, RESOURCE, 'pipe'), join(r.root, RESOURCE, 'log')];
-    assert.deepEqual(dirs.map(mode), dirs.map(() => '755'), 'every directory a client traverses is 0755');
+    const dirs = [
+      join(r.dir, 'run'),
+      join(r.dir, 'run', 'nvidia'),
+      r.root,
+      join(r.root, 'nvidia.com'),
+      join(r.root, RESOURCE),
+      join(r.root, RESOURCE, 'pipe'),
+      join(r.root, RESOURCE, 'log'),
+    ];
+    assert.deepEqual(
+      dirs.map(mode),
+      dirs.map(() => '755'),
+      'every directory a client traverses is 0755',
+    );
     assert.ok(existsSync(join(r.root, '.ready')));
     const state = mpsState(r);
     assert.equal(readFileSync(join(r.root, RESOURCE, '.started'), 'utf8'), `${state.pid}\n`);
@@ -120,15 +170,24 @@ test('mps-control-daemon: layout 0755, EXCLUSIVE_PROCESS, limits, .started/.read
     assert.deepEqual(state.pinnedMemLimitMiB, { 0: 8192, 1: 8192 });
     assert.equal(state.defaultActiveThreadPercentage, 25);
     const modes = await computeModes(r);
-    assert.deepEqual(GPUS.map((u) => modes[u]), [3, 3, 0, 0, 0, 0, 0, 0], 'EXCLUSIVE_PROCESS on the two MPS GPUs only');
+    assert.deepEqual(
+      GPUS.map((u) => modes[u]),
+      [3, 3, 0, 0, 0, 0, 0, 0],
+      'EXCLUSIVE_PROCESS on the two MPS GPUs only',
+    );
     const shm = join(r.root, 'shm');
     assert.deepEqual(mountsUnder(r.dir), [shm]);
     // The control daemon runs in a mount namespace of its own whose /dev/shm is <root>/shm (its clients').
-    const shmDev = spawnSync('nsenter', ['-t', String(state.pid), '-m', 'stat', '-c', '%d', '/dev/shm'], { encoding: 'utf8' });
+    const shmDev = spawnSync('nsenter', ['-t', String(state.pid), '-m', 'stat', '-c', '%d', '/dev/shm'], {
+      encoding: 'utf8',
+    });
     assert.equal(shmDev.stdout.trim(), String(statSync(shm).dev), shmDev.stderr);
     assert.notEqual(statSync('/dev/shm').dev, statSync(shm).dev);
     const memTotal = Number(/^MemTotal:\s+(\d+)/m.exec(readFileSync('/proc/meminfo', 'utf8'))?.[1]);
-    assert.match(await r.proc.waitForLine(/mounted the MPS shm tmpfs/), new RegExp(`size=${Math.floor(memTotal / 2)}k`));
+    assert.match(
+      await r.proc.waitForLine(/mounted the MPS shm tmpfs/),
+      new RegExp(`size=${Math.floor(memTotal / 2)}k`),
+    );
 
     // SIGHUP, 2 replicas on the same GPUs: the limits again, through the client.
     writeFileSync(r.config, config(2, [0, 1]));
@@ -154,9 +213,17 @@ test('mps-control-daemon: layout 0755, EXCLUSIVE_PROCESS, limits, .started/.read
     from = r.proc.lines.length;
     const notes = r.sock.messages.length;
     process.kill(state.pid, 'SIGKILL');
-    const error = await r.proc.waitForLine(/ERROR MPS control daemon was killed by SIGKILL; every client's CUDA context went with it/, 10000, from);
+    const error = await r.proc.waitForLine(
+      /ERROR MPS control daemon was killed by SIGKILL; every client's CUDA context went with it/,
+      10000,
+      from,
+    );
     assert.match(error, new RegExp(`pid=${state.pid}`));
-    await r.sock.waitFor(/STATUS=0 of 1 MPS control daemons up; nvidia\.com\/gpu down \(its control daemon was killed by SIGKILL\)/, 10000, notes);
+    await r.sock.waitFor(
+      /STATUS=0 of 1 MPS control daemons up; nvidia\.com\/gpu down \(its control daemon was killed by SIGKILL\)/,
+      10000,
+      notes,
+    );
     const up = await r.proc.waitForLine(/MPS control daemon up/, 15000, from);
     await r.sock.waitFor(/^STATUS=1 MPS control daemon up/, 10000, notes);
     const again = mpsState(r);
@@ -171,8 +238,10 @@ test('mps-control-daemon: layout 0755, EXCLUSIVE_PROCESS, limits, .started/.read
     r.proc.signal('SIGTERM');
     assert.deepEqual(await r.proc.exited, { code: 0, signal: null });
     assert.equal(mpsState(r).running, false, 'the control daemon took quit');
-    for (const u of [GPUS[0], GPUS[1]]) assert.equal(r.proc.matching(new RegExp(`compute mode set gpu=${u} mode=default`), from).length, 1);
-    for (const p of ['.ready', `${RESOURCE}/.started`, `${RESOURCE}/log`]) assert.equal(existsSync(join(r.root, p)), false, p);
+    for (const u of [GPUS[0], GPUS[1]])
+      assert.equal(r.proc.matching(new RegExp(`compute mode set gpu=${u} mode=default`), from).length, 1);
+    for (const p of ['.ready', `${RESOURCE}/.started`, `${RESOURCE}/log`])
+      assert.equal(existsSync(join(r.root, p)), false, p);
     assert.deepEqual(mountsUnder(r.dir), [], 'shm unmounted');
     await r.sock.waitFor(/STOPPING=1/);
   } finally {
@@ -196,7 +265,10 @@ test('mps-control-daemon: sharing.mps with sharing.timeSlicing, or without --mps
   const r = start(`${config(2, [0])}  timeSlicing:\n    resources:\n    - name: ${RESOURCE}\n      replicas: 2\n`);
   try {
     assert.deepEqual(await r.proc.exited, { code: 2, signal: null });
-    assert.match(r.proc.lines.join('\n'), /sharing\.mps: MPS and time-slicing exclude each other; keep sharing\.mps or sharing\.timeSlicing, not both/);
+    assert.match(
+      r.proc.lines.join('\n'),
+      /sharing\.mps: MPS and time-slicing exclude each other; keep sharing\.mps or sharing\.timeSlicing, not both/,
+    );
   } finally {
     await r.cleanup();
   }
@@ -218,31 +290,77 @@ function refusal(lines: readonly string[], status: string, cfg: string): { log: 
 
 test('the control daemon unit refuses what the plugin refuses, in the same words (exit 2, STATUS): 20 MPS replicas of a P100 (16 before compute capability 7.0), MPS on MIG devices', async () => {
   const p100 = join(base, 'p100.json');
-  writeFileSync(p100, JSON.stringify({
-    description: 'One Tesla P100 (compute capability 6.0).', driverVersion: '550.54.15', linkCount: 0,
-    gpus: [{ uuid: 'GPU-6a100000-0000-4000-8000-000000000001', name: 'Tesla P100-PCIE-16GB', minor: 0, busId: '00000000:3B:00.0', memoryMiB: 16280, numaNode: 0 }],
-  }));
+  writeFileSync(
+    p100,
+    JSON.stringify({
+      description: 'One Tesla P100 (compute capability 6.0).',
+      driverVersion: '550.54.15',
+      linkCount: 0,
+      gpus: [
+        {
+          uuid: 'GPU-6a100000-0000-4000-8000-000000000001',
+          name: 'Tesla P100-PCIE-16GB',
+          minor: 0,
+          busId: '00000000:3B:00.0',
+          memoryMiB: 16280,
+          numaNode: 0,
+        },
+      ],
+    }),
+  );
   const cases = [
-    { what: '20 replicas of a P100', topology: p100, configText: config(20, [0]), args: [] as string[],
-      message: 'sharing.mps.resources[0].replicas: 20 replicas of GPU 0 (GPU-6a100000-0000-4000-8000-000000000001) are more MPS clients than it takes: compute capability 6.0 serves at most 16 (48 from Volta, compute capability 7.0, 16 before); ask for at most 16' },
-    { what: 'MIG devices (--mig-strategy=single)', topology: join(TOPOLOGIES, 'mig-uniform-2.json'), configText: ['version: v1', 'sharing:', '  mps:', '    resources:', `    - name: ${RESOURCE}`, '      replicas: 2', ''].join('\n'), args: ['--mig-strategy=single'],
-      message: 'sharing.mps: sharing using MPS is not supported for MIG devices (nvidia.com/gpu would hold MIG device ' },
+    {
+      what: '20 replicas of a P100',
+      topology: p100,
+      configText: config(20, [0]),
+      args: [] as string[],
+      message:
+        'sharing.mps.resources[0].replicas: 20 replicas of GPU 0 (GPU-6a100000-0000-4000-8000-000000000001) are more MPS clients than it takes: compute capability 6.0 serves at most 16 (48 from Volta, compute capability 7.0, 16 before); ask for at most 16',
+    },
+    {
+      what: 'MIG devices (--mig-strategy=single)',
+      topology: join(TOPOLOGIES, 'mig-uniform-2.json'),
+      configText: [
+        'version: v1',
+        'sharing:',
+        '  mps:',
+        '    resources:',
+        `    - name: ${RESOURCE}`,
+        '      replicas: 2',
+        '',
+      ].join('\n'),
+      args: ['--mig-strategy=single'],
+      message: 'sharing.mps: sharing using MPS is not supported for MIG devices (nvidia.com/gpu would hold MIG device ',
+    },
   ];
   for (const c of cases) {
     const d = start(c.configText, c.args, true, c.topology);
     let daemon: { log: string; status: string };
     try {
-      assert.deepEqual(await d.proc.exited, { code: 2, signal: null }, `${c.what}: the control daemon exits 2\n${d.proc.lines.join('\n')}`);
+      assert.deepEqual(
+        await d.proc.exited,
+        { code: 2, signal: null },
+        `${c.what}: the control daemon exits 2\n${d.proc.lines.join('\n')}`,
+      );
       daemon = refusal(d.proc.lines, await d.sock.waitFor(/^STATUS=configuration error/), d.config);
       assert.equal(existsSync(d.root), false, `${c.what}: nothing set up under the root`);
     } finally {
       await d.cleanup();
     }
     const sock = new NotifySocket(`@gdp-mps-refusal-${process.pid}-${++runs}`);
-    const node = await SimNode.start({ topology: c.topology, waitRegistered: false, args: ['--config-file', d.config, '--mps-root', d.root, ...c.args], env: { NOTIFY_SOCKET: sock.path } });
+    const node = await SimNode.start({
+      topology: c.topology,
+      waitRegistered: false,
+      args: ['--config-file', d.config, '--mps-root', d.root, ...c.args],
+      env: { NOTIFY_SOCKET: sock.path },
+    });
     let plugin: { log: string; status: string };
     try {
-      assert.equal((await node.plugin.exited).code, 2, `${c.what}: the plugin exits 2\n${node.plugin.lines.join('\n')}`);
+      assert.equal(
+        (await node.plugin.exited).code,
+        2,
+        `${c.what}: the plugin exits 2\n${node.plugin.lines.join('\n')}`,
+      );
       plugin = refusal(node.plugin.lines, await sock.waitFor(/^STATUS=configuration error/), d.config);
     } finally {
       sock.close();

@@ -37,14 +37,24 @@ async function daemonUp(prom: string, value: 0 | 1, timeoutMs = 10000): Promise<
 async function info(node: SimNode): Promise<string> {
   const libs = await buildFakeNvml();
   const env: Record<string, string> = {
-    PATH: '/nonexistent', TMPDIR: node.dir, SYSFS_ROOT: node.sysfs, LD_LIBRARY_PATH: libs.current, FAKE_NVML_CONFIG: node.configPath,
-    SYSTEMD_UNIT_ROOT: join(node.dir, 'root'), GPU_DEVICE_PLUGIN_STATE_FILE: node.stateFile,
+    PATH: '/nonexistent',
+    TMPDIR: node.dir,
+    SYSFS_ROOT: node.sysfs,
+    LD_LIBRARY_PATH: libs.current,
+    FAKE_NVML_CONFIG: node.configPath,
+    SYSTEMD_UNIT_ROOT: join(node.dir, 'root'),
+    GPU_DEVICE_PLUGIN_STATE_FILE: node.stateFile,
   };
   return new Promise((resolve, reject) => {
-    execFile(executable(), ['info', '--pod-resources-socket', join(node.dir, 'no-pod-resources.sock')], { env, encoding: 'utf8', timeout: 30000 }, (err, stdout, stderr) => {
-      if (err !== null) reject(new Error(`info failed: ${err.message}\n${stdout}${stderr}`));
-      else resolve(stdout);
-    });
+    execFile(
+      executable(),
+      ['info', '--pod-resources-socket', join(node.dir, 'no-pod-resources.sock')],
+      { env, encoding: 'utf8', timeout: 30000 },
+      (err, stdout, stderr) => {
+        if (err !== null) reject(new Error(`info failed: ${err.message}\n${stdout}${stderr}`));
+        else resolve(stdout);
+      },
+    );
   });
 }
 
@@ -52,7 +62,9 @@ async function info(node: SimNode): Promise<string> {
 function controlClients(pid: number): number {
   let n = 0;
   for (const task of readdirSync(`/proc/${pid}/task`)) {
-    for (const child of readFileSync(`/proc/${pid}/task/${task}/children`, 'utf8').split(' ').filter((x) => x !== '')) {
+    for (const child of readFileSync(`/proc/${pid}/task/${task}/children`, 'utf8')
+      .split(' ')
+      .filter((x) => x !== '')) {
       try {
         if (readFileSync(`/proc/${child}/comm`, 'utf8').trim().startsWith('nvidia-cuda-mps')) n++;
       } catch {
@@ -63,8 +75,12 @@ function controlClients(pid: number): number {
   return n;
 }
 
-const config = (replicas: number): string => `version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: ${replicas}\n`;
-const all = (health: 'Healthy' | 'Unhealthy', n: number) => (d: readonly { health: string }[]): boolean => d.length === n && d.every((x) => x.health === health);
+const config = (replicas: number): string =>
+  `version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: ${replicas}\n`;
+const all =
+  (health: 'Healthy' | 'Unhealthy', n: number) =>
+  (d: readonly { health: string }[]): boolean =>
+    d.length === n && d.every((x) => x.health === health);
 
 test('MPS replicas: Unhealthy until the daemon answers, Unhealthy within seconds of it dying, Healthy when back; SIGHUP serves a new replica count', async (t) => {
   const bin = await buildFakeMpsControl();
@@ -82,19 +98,29 @@ test('MPS replicas: Unhealthy until the daemon answers, Unhealthy within seconds
   };
   const prom = join(base, 'gpu-device-plugin.prom');
   const sock = new NotifySocket(`@gdp-notify-mps-${process.pid}-${Date.now()}`);
-  const node = await SimNode.start({ topology: 'bridged-pair-4', args: ['--config-file', cfg, '--mps-root', root, '--metrics-file', prom, '--metrics-interval', '1'], env: { PATH: bin, NOTIFY_SOCKET: sock.path } });
+  const node = await SimNode.start({
+    topology: 'bridged-pair-4',
+    args: ['--config-file', cfg, '--mps-root', root, '--metrics-file', prom, '--metrics-interval', '1'],
+    env: { PATH: bin, NOTIFY_SOCKET: sock.path },
+  });
   try {
     const k = node.kubelet!;
     const gpus = node.topology.gpus.length;
     // Started first: registered, every replica Unhealthy, and the plugin waits (it does not exit).
     const first = await k.waitForDevices((d) => d.length === gpus * 2);
-    assert.ok(first.every((d) => d.health === 'Unhealthy'), JSON.stringify(first.map((d) => d.health)));
+    assert.ok(
+      first.every((d) => d.health === 'Unhealthy'),
+      JSON.stringify(first.map((d) => d.health)),
+    );
     const warn = await node.plugin.waitForLine(/WARN MPS control daemon does not answer/);
     assert.match(warn, /resource=nvidia\.com\/gpu/);
     assert.match(warn, /Cannot find MPS control daemon process/);
     await daemonUp(prom, 0);
     // systemd hears why: STATUS names the daemon and the client's reason.
-    await sock.waitFor(/^STATUS=registered; 4 of 4 GPUs healthy; MPS daemon for nvidia\.com\/gpu not answering: .*Cannot find MPS control daemon process$/m, 10000);
+    await sock.waitFor(
+      /^STATUS=registered; 4 of 4 GPUs healthy; MPS daemon for nvidia\.com\/gpu not answering: .*Cannot find MPS control daemon process$/m,
+      10000,
+    );
 
     // The same process serves the replicas once the daemon answers: it waited, it did not exit.
     let at = performance.now();
@@ -155,19 +181,32 @@ test('MPS replicas: Unhealthy until the daemon answers, Unhealthy within seconds
     // One log line per transition: four times gone (at start, SIGKILL, quit, hung), four times back.
     await node.plugin.waitForLine(/INFO MPS control daemon answers/, 10000, beforeHang);
     assert.equal(node.plugin.matching(/INFO MPS control daemon answers/).length, 4);
-    assert.equal(node.plugin.matching(/WARN MPS control daemon does not answer/).length, 4, node.plugin.matching(/MPS control daemon/).join('\n'));
+    assert.equal(
+      node.plugin.matching(/WARN MPS control daemon does not answer/).length,
+      4,
+      node.plugin.matching(/MPS control daemon/).join('\n'),
+    );
 
     // SIGHUP with 3 replicas: the new list, healthy (the daemon answers).
     writeFileSync(cfg, config(3));
     node.plugin.signal('SIGHUP');
     const three = await k.waitForDevices((d) => d.length === gpus * 3);
-    assert.ok(three.every((d) => d.health === 'Healthy'), JSON.stringify(three.map((d) => d.health)));
+    assert.ok(
+      three.every((d) => d.health === 'Healthy'),
+      JSON.stringify(three.map((d) => d.health)),
+    );
 
     // info: the daemon's state and the limits for 3 replicas (RTX A6000, 49140 MiB: 16380 MiB each).
     const shown = await info(node);
-    assert.match(shown, /^nvidia\.com\/gpu +answering +\d{4}-\d\d-\d\dT[\d:.]+Z +3 +33% +GPU 0: 16380 MiB, GPU 1: 16380 MiB, GPU 2: 16380 MiB, GPU 3: 16380 MiB$/m, shown);
+    assert.match(
+      shown,
+      /^nvidia\.com\/gpu +answering +\d{4}-\d\d-\d\dT[\d:.]+Z +3 +33% +GPU 0: 16380 MiB, GPU 1: 16380 MiB, GPU 2: 16380 MiB, GPU 3: 16380 MiB$/m,
+      shown,
+    );
 
-    t.diagnostic(`MPS health watch: daemon started → Healthy ${upMs.toFixed(0)} ms; SIGKILL → Unhealthy ${killedMs.toFixed(0)} ms; restarted → Healthy ${backMs.toFixed(0)} ms; quit → Unhealthy ${quitMs.toFixed(0)} ms; hung (SIGSTOP) → Unhealthy ${hungMs.toFixed(0)} ms; resumed → Healthy ${resumedMs.toFixed(0)} ms`);
+    t.diagnostic(
+      `MPS health watch: daemon started → Healthy ${upMs.toFixed(0)} ms; SIGKILL → Unhealthy ${killedMs.toFixed(0)} ms; restarted → Healthy ${backMs.toFixed(0)} ms; quit → Unhealthy ${quitMs.toFixed(0)} ms; hung (SIGSTOP) → Unhealthy ${hungMs.toFixed(0)} ms; resumed → Healthy ${resumedMs.toFixed(0)} ms`,
+    );
     assert.ok(killedMs < 10000 && quitMs < 10000 && hungMs < 10000, 'Unhealthy within a few seconds');
   } finally {
     await mpsCommand(program, dirs, 'quit').catch(() => undefined);
@@ -178,23 +217,44 @@ test('MPS replicas: Unhealthy until the daemon answers, Unhealthy within seconds
 });
 
 /** `gpu-device-plugin check` as the operator runs it, on a topology file, with the fake control program on PATH. */
-async function check(dir: string, topology: string, args: readonly string[], path: string): Promise<{ status: number | null; stdout: string }> {
+async function check(
+  dir: string,
+  topology: string,
+  args: readonly string[],
+  path: string,
+): Promise<{ status: number | null; stdout: string }> {
   const libs = await buildFakeNvml();
   const sys = join(dir, 'sys');
   writeSysfs(sys, loadTopology(topology));
   const env: Record<string, string> = {
-    PATH: path, TMPDIR: dir, SYSFS_ROOT: sys, LD_LIBRARY_PATH: libs.current, FAKE_NVML_CONFIG: topology,
-    SYSTEMD_UNIT_ROOT: join(dir, 'root'), CDI_SPEC_DIRS: join(dir, 'cdi'), GPU_DEVICE_PLUGIN_STATE_FILE: join(dir, 'state.json'),
+    PATH: path,
+    TMPDIR: dir,
+    SYSFS_ROOT: sys,
+    LD_LIBRARY_PATH: libs.current,
+    FAKE_NVML_CONFIG: topology,
+    SYSTEMD_UNIT_ROOT: join(dir, 'root'),
+    CDI_SPEC_DIRS: join(dir, 'cdi'),
+    GPU_DEVICE_PLUGIN_STATE_FILE: join(dir, 'state.json'),
   };
   return new Promise((resolve) => {
     execFile(executable(), ['check', ...args], { env, encoding: 'utf8', timeout: 30000 }, (err, stdout) => {
-      resolve({ status: err === null ? 0 : typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : null, stdout });
+      resolve({
+        status:
+          err === null
+            ? 0
+            : typeof (err as { code?: unknown }).code === 'number'
+              ? (err as { code: number }).code
+              : null,
+        stdout,
+      });
     });
   });
 }
-const checkLine = (out: string, name: string): string => out.split('\n').find((l) => new RegExp(`^(PASS|WARN|FAIL|SKIP)  ${name} `).test(l)) ?? `(no "${name}" line in:\n${out})`;
+const checkLine = (out: string, name: string): string =>
+  out.split('\n').find((l) => new RegExp(`^(PASS|WARN|FAIL|SKIP)  ${name} `).test(l)) ??
+  `(no "${name}" line in:\n${out})`;
 
-test('check: the MPS root 0755 all the way, the control program, each daemon\'s answer and each MPS GPU in EXCLUSIVE_PROCESS, each failure with its fix', async () => {
+test("check: the MPS root 0755 all the way, the control program, each daemon's answer and each MPS GPU in EXCLUSIVE_PROCESS, each failure with its fix", async () => {
   const bin = await buildFakeMpsControl();
   const program = join(bin, MPS_CONTROL_NAME);
   const base = mkdtempSync(join(tmpdir(), 'gdp-mps-check-'));
@@ -204,30 +264,57 @@ test('check: the MPS root 0755 all the way, the control program, each daemon\'s 
   const cfg = join(base, 'config.yaml');
   writeFileSync(cfg, config(2));
   // GPUs 0–2 in EXCLUSIVE_PROCESS as the control daemon unit leaves them; GPU 3 left in DEFAULT.
-  const topo = JSON.parse(readFileSync(join(TOPOLOGIES, 'bridged-pair-4.json'), 'utf8')) as { gpus: Record<string, unknown>[] };
-  topo.gpus.forEach((g, i) => { g['computeMode'] = i < 3 ? 3 : 0; });
+  const topo = JSON.parse(readFileSync(join(TOPOLOGIES, 'bridged-pair-4.json'), 'utf8')) as {
+    gpus: Record<string, unknown>[];
+  };
+  topo.gpus.forEach((g, i) => {
+    g.computeMode = i < 3 ? 3 : 0;
+  });
   const topology = join(base, 'topology.json');
   writeFileSync(topology, JSON.stringify(topo));
   const dirs = mpsPaths(root, 'nvidia.com/gpu');
   try {
     const r0 = await check(base, topology, ['--config-file', cfg, '--mps-root', root], bin);
-    assert.match(checkLine(r0.stdout, 'mps root'), /^FAIL .*nvidia\.com does not exist — fix: start gpu-device-plugin-mps/);
+    assert.match(
+      checkLine(r0.stdout, 'mps root'),
+      /^FAIL .*nvidia\.com does not exist — fix: start gpu-device-plugin-mps/,
+    );
     assert.match(checkLine(r0.stdout, 'mps control'), new RegExp(`^PASS  mps control +found ${program}$`));
-    assert.match(checkLine(r0.stdout, 'mps daemons'), /^FAIL .*not answering: nvidia\.com\/gpu .*Cannot find MPS control daemon process; their replicas are advertised Unhealthy — fix: start the control daemons: systemctl start gpu-device-plugin-mps/);
-    assert.match(checkLine(r0.stdout, 'compute mode'), /^FAIL  compute mode +GPU 3 \(nvidia\.com\/gpu\) is DEFAULT; MPS needs EXCLUSIVE_PROCESS — fix: restart gpu-device-plugin-mps/);
+    assert.match(
+      checkLine(r0.stdout, 'mps daemons'),
+      /^FAIL .*not answering: nvidia\.com\/gpu .*Cannot find MPS control daemon process; their replicas are advertised Unhealthy — fix: start the control daemons: systemctl start gpu-device-plugin-mps/,
+    );
+    assert.match(
+      checkLine(r0.stdout, 'compute mode'),
+      /^FAIL {2}compute mode +GPU 3 \(nvidia\.com\/gpu\) is DEFAULT; MPS needs EXCLUSIVE_PROCESS — fix: restart gpu-device-plugin-mps/,
+    );
     assert.equal(r0.status, 1, 'the node is at fault, not the configuration');
     const started = spawnSync(program, ['-d'], { env: mpsEnvironment(dirs) });
     assert.equal(started.status, 0, String(started.stderr));
     chmodSync(join(root, 'nvidia.com'), 0o750);
     const r1 = await check(base, topology, ['--config-file', cfg, '--mps-root', root], bin);
-    assert.match(checkLine(r1.stdout, 'mps root'), new RegExp(`^FAIL .*${join(root, 'nvidia.com')} has mode 0750: a pod that does not run as root cannot reach the pipe through it — fix: chmod 755 ${join(root, 'nvidia.com')}$`));
-    assert.match(checkLine(r1.stdout, 'mps daemons'), /^PASS  mps daemons +the control daemon of nvidia\.com\/gpu answers get_default_active_thread_percentage$/);
+    assert.match(
+      checkLine(r1.stdout, 'mps root'),
+      new RegExp(
+        `^FAIL .*${join(root, 'nvidia.com')} has mode 0750: a pod that does not run as root cannot reach the pipe through it — fix: chmod 755 ${join(root, 'nvidia.com')}$`,
+      ),
+    );
+    assert.match(
+      checkLine(r1.stdout, 'mps daemons'),
+      /^PASS {2}mps daemons +the control daemon of nvidia\.com\/gpu answers get_default_active_thread_percentage$/,
+    );
     chmodSync(join(root, 'nvidia.com'), 0o755);
     const r2 = await check(base, topology, ['--config-file', cfg, '--mps-root', root], bin);
-    assert.match(checkLine(r2.stdout, 'mps root'), /^PASS  mps root +.* reachable by every user \(0755 all the way\)$/);
+    assert.match(
+      checkLine(r2.stdout, 'mps root'),
+      /^PASS {2}mps root +.* reachable by every user \(0755 all the way\)$/,
+    );
     // Without the program: it says where it looked.
     const r3 = await check(base, topology, ['--config-file', cfg, '--mps-root', root], '/nonexistent');
-    assert.match(checkLine(r3.stdout, 'mps control'), /^FAIL  mps control +nvidia-cuda-mps-control not found \(looked at .*\/nonexistent\/nvidia-cuda-mps-control\) — fix: install the NVIDIA driver's utilities/);
+    assert.match(
+      checkLine(r3.stdout, 'mps control'),
+      /^FAIL {2}mps control +nvidia-cuda-mps-control not found \(looked at .*\/nonexistent\/nvidia-cuda-mps-control\) — fix: install the NVIDIA driver's utilities/,
+    );
   } finally {
     await mpsCommand(program, dirs, 'quit').catch(() => undefined);
     rmSync(base, { recursive: true, force: true });

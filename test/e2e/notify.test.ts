@@ -13,16 +13,25 @@ for (const kind of ['path', 'abstract'] as const) {
   test(`READY=1 once registered, STATUS with device counts, WATCHDOG=1, STOPPING=1 on stop, in that order (${kind} socket)`, async () => {
     const name = `gdp-notify-${process.pid}-${Date.now()}`;
     const sock = new NotifySocket(kind === 'path' ? join(tmpdir(), `${name}.sock`) : `@${name}`);
-    const node = await SimNode.start({ topology: 'demo-8', env: { NOTIFY_SOCKET: sock.path, WATCHDOG_USEC: '200000' } });
+    const node = await SimNode.start({
+      topology: 'demo-8',
+      env: { NOTIFY_SOCKET: sock.path, WATCHDOG_USEC: '200000' },
+    });
     try {
       await sock.waitFor(/READY=1/);
       await node.plugin.waitForLine(/watching GPU health/);
       const ready = sock.messages.findIndex((m) => /READY=1/.test(m));
       assert.match(sock.messages[ready]!, /STATUS=registered; 8 of 8 GPUs healthy/);
-      assert.ok(sock.messages.slice(0, ready).every((m) => !/READY=1/.test(m)), 'READY=1 sent once');
+      assert.ok(
+        sock.messages.slice(0, ready).every((m) => !/READY=1/.test(m)),
+        'READY=1 sent once',
+      );
       assert.match(sock.messages[0]!, /^STATUS=starting/);
       await new Promise((r) => setTimeout(r, 350));
-      assert.ok(sock.messages.filter((m) => m === 'WATCHDOG=1').length >= 2, `watchdog fed every WATCHDOG_USEC/2: ${JSON.stringify(sock.messages)}`);
+      assert.ok(
+        sock.messages.filter((m) => m === 'WATCHDOG=1').length >= 2,
+        `watchdog fed every WATCHDOG_USEC/2: ${JSON.stringify(sock.messages)}`,
+      );
       node.nvml('xid 1 79');
       await sock.waitFor(/STATUS=registered; 7 of 8 GPUs healthy/);
       node.plugin.signal('SIGTERM');
@@ -61,7 +70,7 @@ test('STATUS says "registered" only while registered: a kubelet restart flips it
     await node.kubelet!.waitForRegistrations(2);
     await sock.waitFor(/^STATUS=registered; 8 of 8 GPUs healthy$/, 10000, before);
     const statuses = sock.messages.slice(before).filter((m) => m.startsWith('STATUS='));
-    const lost = statuses.findIndex((m) => m === 'STATUS=waiting for the kubelet; 8 of 8 GPUs healthy');
+    const lost = statuses.indexOf('STATUS=waiting for the kubelet; 8 of 8 GPUs healthy');
     assert.ok(lost >= 0, `no STATUS=waiting after the kubelet went: ${JSON.stringify(statuses)}`);
     assert.match(statuses.at(-1) ?? '', /^STATUS=registered/);
   } finally {
@@ -78,7 +87,7 @@ test('sockaddr_un and WATCHDOG_USEC are read as systemd writes them', () => {
   const b = sockaddrUn('@abstract');
   assert.equal(b[2], 0);
   assert.equal(b.toString('utf8', 3), 'abstract');
-  assert.throws(() => sockaddrUn('/' + 'x'.repeat(200)), /longer than a unix socket path/);
+  assert.throws(() => sockaddrUn(`/${'x'.repeat(200)}`), /longer than a unix socket path/);
   assert.equal(watchdogInterval({ WATCHDOG_USEC: '30000000' }, 42), 30000);
   assert.equal(watchdogInterval({ WATCHDOG_USEC: '30000000', WATCHDOG_PID: '7' }, 42), null);
   assert.equal(watchdogInterval({ WATCHDOG_USEC: '30000000', WATCHDOG_PID: '42' }, 42), 30000);
@@ -88,8 +97,16 @@ test('sockaddr_un and WATCHDOG_USEC are read as systemd writes them', () => {
 test('with --fail-on-init-error=false (as the packaged service runs) and no driver: READY, STATUS says it waits for the NVIDIA driver, and the same process registers the GPUs once the driver appears', async () => {
   const sock = new NotifySocket(`@gdp-notify-nodriver-${process.pid}-${Date.now()}`);
   // The loader's directory exists from the start (glibc remembers a missing one as missing).
-  const node = await SimNode.start({ topology: 'demo-8', nvml: 'none', waitRegistered: false, args: ['--fail-on-init-error=false'], env: { NOTIFY_SOCKET: sock.path },
-    beforePlugin: async (n) => { mkdirSync(join(n.dir, 'no-nvml')); } });
+  const node = await SimNode.start({
+    topology: 'demo-8',
+    nvml: 'none',
+    waitRegistered: false,
+    args: ['--fail-on-init-error=false'],
+    env: { NOTIFY_SOCKET: sock.path },
+    beforePlugin: async (n) => {
+      mkdirSync(join(n.dir, 'no-nvml'));
+    },
+  });
   try {
     await node.plugin.waitForLine(/WARN NVML is not available; retrying \(fail-on-init-error is false\)/);
     await sock.waitFor(/STATUS=waiting for the NVIDIA driver \(NVML cannot be loaded yet\); retrying/);
@@ -97,7 +114,11 @@ test('with --fail-on-init-error=false (as the packaged service runs) and no driv
     // The driver is installed: the library appears where the loader looks.
     const { current } = await buildFakeNvml();
     copyFileSync(join(current, LIBRARY_NAME), join(node.dir, 'no-nvml', LIBRARY_NAME));
-    await node.kubelet!.waitForDevices((d) => d.length === 8 && d.every((x) => x.health === 'Healthy'), 'nvidia.com/gpu', 30000);
+    await node.kubelet!.waitForDevices(
+      (d) => d.length === 8 && d.every((x) => x.health === 'Healthy'),
+      'nvidia.com/gpu',
+      30000,
+    );
     await sock.waitFor(/STATUS=registered; 8 of 8 GPUs healthy/, 10000);
     assert.equal(node.plugin.exit, undefined, 'one process all along');
     assert.equal(sock.messages.filter((m) => /READY=1/.test(m)).length, 1);

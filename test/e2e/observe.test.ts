@@ -49,21 +49,23 @@ const PLAIN = [
   '',
 ].join('\n');
 
-const SHARED = PLAIN
-  .replace('gpu.product=Tesla-V100-SXM2-32GB', 'gpu.product=Tesla-V100-SXM2-32GB-SHARED')
+const SHARED = PLAIN.replace('gpu.product=Tesla-V100-SXM2-32GB', 'gpu.product=Tesla-V100-SXM2-32GB-SHARED')
   .replace('gpu.replicas=1', 'gpu.replicas=4')
   .replace('gpu.sharing-strategy=none', 'gpu.sharing-strategy=time-slicing');
 
 /** demo-8 with a CUDA driver version other than the fake's default, so the label is seen to come from NVML. */
 function topologyWithCuda(dir: string): string {
   const path = join(dir, 'topology.json');
-  const topo = JSON.parse(readFileSync(join(import.meta.dirname, '..', 'fixtures', 'topologies', 'demo-8.json'), 'utf8')) as Record<string, unknown>;
+  const topo = JSON.parse(
+    readFileSync(join(import.meta.dirname, '..', 'fixtures', 'topologies', 'demo-8.json'), 'utf8'),
+  ) as Record<string, unknown>;
   writeFileSync(path, JSON.stringify({ ...topo, cudaDriverVersion: 12080 }));
   return path;
 }
 
 const NO_SHARING_CONFIG = 'version: v1\nflags:\n  migStrategy: none\n';
-const SHARING_CONFIG = 'version: v1\nsharing:\n  timeSlicing:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 4\n';
+const SHARING_CONFIG =
+  'version: v1\nsharing:\n  timeSlicing:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 4\n';
 
 test('labels file: exact content, rewritten on reload only when it changes, kept across a restart, removed on stop only when asked', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'gdp-labels-'));
@@ -92,7 +94,9 @@ test('labels file: exact content, rewritten on reload only when it changes, kept
     node.plugin.signal('SIGHUP');
     await node.plugin.waitForLine(/config reloaded.*changed/, 10000, from);
     assert.equal(await eventually('the shared labels', () => (readIf(labels) === SHARED ? SHARED : undefined)), SHARED);
-    await eventually('two writes logged', () => (node.plugin.matching(/node labels written/).length === 2 ? true : undefined));
+    await eventually('two writes logged', () =>
+      node.plugin.matching(/node labels written/).length === 2 ? true : undefined,
+    );
 
     // A clean stop keeps the file; the next start with the same node state does not rewrite it.
     node.plugin.signal('SIGTERM');
@@ -122,7 +126,11 @@ test('labels file: a reader polling during reloads only ever sees one complete v
   const config = join(dir, 'config.yaml');
   writeFileSync(config, NO_SHARING_CONFIG);
   const topology = topologyWithCuda(dir);
-  const node = await SimNode.start({ topology, machine: 'DGX-1 with V100-32', args: ['--config-file', config, '--nfd-features-file', labels] });
+  const node = await SimNode.start({
+    topology,
+    machine: 'DGX-1 with V100-32',
+    args: ['--config-file', config, '--nfd-features-file', labels],
+  });
   try {
     await eventually('the labels file', () => readIf(labels));
     const seen = new Map<string, number>();
@@ -144,8 +152,14 @@ test('labels file: a reader polling during reloads only ever sees one complete v
     }
     reading = false;
     await reader;
-    assert.deepEqual([...seen.keys()].filter((t) => t !== PLAIN && t !== SHARED), [], 'a partial or missing file was read');
-    await eventually('eleven writes logged', () => (node.plugin.matching(/node labels written/).length === 11 ? true : undefined));
+    assert.deepEqual(
+      [...seen.keys()].filter((t) => t !== PLAIN && t !== SHARED),
+      [],
+      'a partial or missing file was read',
+    );
+    await eventually('eleven writes logged', () =>
+      node.plugin.matching(/node labels written/).length === 11 ? true : undefined,
+    );
     assert.ok((seen.get(PLAIN) ?? 0) > 0 && (seen.get(SHARED) ?? 0) > 0);
   } finally {
     await node.stop();
@@ -163,13 +177,22 @@ test('metrics file: parsed back; RPCs, XIDs and re-registrations move the counte
     const text = readIf(prom);
     return text === undefined ? undefined : parseSamples(text).get(`${P}${name}`);
   };
-  const until = (name: string, want: number): Promise<number> => eventually(`${name} = ${want}`, () => (sample(name) === want ? want : undefined))
-    .catch((err: unknown) => { throw new Error(`${(err as Error).message} (now ${sample(name)}); plugin log:\n${node.plugin.lines.slice(-30).join('\n')}`); });
+  const until = (name: string, want: number): Promise<number> =>
+    eventually(`${name} = ${want}`, () => (sample(name) === want ? want : undefined)).catch((err: unknown) => {
+      throw new Error(
+        `${(err as Error).message} (now ${sample(name)}); plugin log:\n${node.plugin.lines.slice(-30).join('\n')}`,
+      );
+    });
   try {
     const u = node.topology.gpus.map((g) => g.uuid);
     await until(`registrations_total{${R}}`, 1);
     const first = parseSamples(readFileSync(prom, 'utf8'));
-    assert.equal(first.get(`${P}build_info{version="${JSON.parse(readFileSync(join(import.meta.dirname, '..', '..', 'package.json'), 'utf8')).version}",driver="550.54.15",node="${(await import('node:os')).hostname()}"}`), 1);
+    assert.equal(
+      first.get(
+        `${P}build_info{version="${JSON.parse(readFileSync(join(import.meta.dirname, '..', '..', 'package.json'), 'utf8')).version}",driver="550.54.15",node="${(await import('node:os')).hostname()}"}`,
+      ),
+      1,
+    );
     assert.equal(first.get(`${P}devices_advertised{${R}}`), 8);
     assert.ok((first.get(`${P}start_to_registered_seconds`) ?? 0) > 0);
     assert.ok((first.get(`${P}resident_memory_bytes`) ?? 0) > 10_000_000);
@@ -177,7 +200,9 @@ test('metrics file: parsed back; RPCs, XIDs and re-registrations move the counte
     await node.kubelet!.allocate({ container_requests: [{ devices_ids: [u[0]!] }] });
     await node.kubelet!.allocate({ container_requests: [{ devices_ids: [u[1]!, u[2]!] }] });
     await assert.rejects(node.kubelet!.allocate({ container_requests: [{ devices_ids: ['GPU-not-here'] }] }));
-    await node.kubelet!.preferred({ container_requests: [{ available_deviceIDs: u, must_include_deviceIDs: [], allocation_size: 2 }] });
+    await node.kubelet!.preferred({
+      container_requests: [{ available_deviceIDs: u, must_include_deviceIDs: [], allocation_size: 2 }],
+    });
     await until(`rpcs_total{${R},method="Allocate",outcome="ok"}`, 2);
     await until(`rpcs_total{${R},method="Allocate",outcome="refused"}`, 1);
     await until(`rpcs_total{${R},method="GetPreferredAllocation",outcome="ok"}`, 1);
@@ -209,16 +234,37 @@ test('labels follow re-discovery: a GPU leaves and comes back, the driver goes (
   const dir = mkdtempSync(join(tmpdir(), 'gdp-labels-'));
   const labels = join(dir, 'gpu-device-plugin');
   const prom = join(dir, 'gpu-device-plugin.prom');
-  const node = await SimNode.start({ topology: topologyWithCuda(dir), machine: 'DGX-1 with V100-32',
-    args: ['--rediscover-interval', '0.2', '--nfd-features-file', labels, '--metrics-file', prom, '--metrics-interval', '1'] });
-  const label = (name: string): string | undefined => readIf(labels)?.split('\n').find((l) => l.startsWith(`nvidia.com/${name}=`))?.split('=')[1];
-  const untilLabel = (name: string, want: string): Promise<string> => eventually(`${name}=${want} (now ${label(name)})`, () => (label(name) === want ? want : undefined), 30000);
+  const node = await SimNode.start({
+    topology: topologyWithCuda(dir),
+    machine: 'DGX-1 with V100-32',
+    args: [
+      '--rediscover-interval',
+      '0.2',
+      '--nfd-features-file',
+      labels,
+      '--metrics-file',
+      prom,
+      '--metrics-interval',
+      '1',
+    ],
+  });
+  const label = (name: string): string | undefined =>
+    readIf(labels)
+      ?.split('\n')
+      .find((l) => l.startsWith(`nvidia.com/${name}=`))
+      ?.split('=')[1];
+  const untilLabel = (name: string, want: string): Promise<string> =>
+    eventually(`${name}=${want} (now ${label(name)})`, () => (label(name) === want ? want : undefined), 30000);
   try {
     assert.equal(await eventually('the labels file', () => readIf(labels)), PLAIN);
     const u = node.topology.gpus.map((g) => g.uuid);
     node.nvml('remove 3');
     await untilLabel('gpu.count', '7');
-    await eventually('7 devices in the metrics', () => (parseSamples(readIf(prom) ?? '').get('gpu_device_plugin_devices_advertised{resource="nvidia.com/gpu"}') === 7 ? true : undefined));
+    await eventually('7 devices in the metrics', () =>
+      parseSamples(readIf(prom) ?? '').get('gpu_device_plugin_devices_advertised{resource="nvidia.com/gpu"}') === 7
+        ? true
+        : undefined,
+    );
     node.nvml(`add ${u[3]}`);
     await untilLabel('gpu.count', '8');
     assert.equal(readFileSync(labels, 'utf8'), PLAIN);
@@ -244,10 +290,27 @@ test('labels follow re-discovery: a GPU leaves and comes back, the driver goes (
 test('MIG labels: mixed labels every advertised profile and follows a re-layout; single describes the MIG devices', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'gdp-mig-labels-'));
   const labels = join(dir, 'gpu-device-plugin');
-  const read = (): Map<string, string> => new Map((readIf(labels) ?? '').split('\n').filter((l) => l !== '').map((l) => l.split('=') as [string, string]));
+  const read = (): Map<string, string> =>
+    new Map(
+      (readIf(labels) ?? '')
+        .split('\n')
+        .filter((l) => l !== '')
+        .map((l) => l.split('=') as [string, string]),
+    );
   const until = (name: string, want: string | undefined): Promise<Map<string, string>> =>
-    eventually(`${name}=${want} (now ${read().get(name)})`, () => { const l = read(); return l.get(name) === want ? l : undefined; }, 20000);
-  let node = await SimNode.start({ topology: 'mig-mixed-4', args: ['--mig-strategy=mixed', '--nfd-features-file', labels], waitRegistered: false });
+    eventually(
+      `${name}=${want} (now ${read().get(name)})`,
+      () => {
+        const l = read();
+        return l.get(name) === want ? l : undefined;
+      },
+      20000,
+    );
+  let node = await SimNode.start({
+    topology: 'mig-mixed-4',
+    args: ['--mig-strategy=mixed', '--nfd-features-file', labels],
+    waitRegistered: false,
+  });
   try {
     // GPU 0 (A100) has 2x 1g.10gb, 1g.10gb+me, 2g.20gb and a sub-instance; GPU 1 (H100) 3g.40gb, 1g.20gb, 2x 1g.10gb.
     let l = await until('nvidia.com/mig-1g.10gb.count', '4');
@@ -274,14 +337,18 @@ test('MIG labels: mixed labels every advertised profile and follows a re-layout;
     await node.stop();
 
     rmSync(labels, { force: true });
-    node = await SimNode.start({ topology: 'mig-uniform-2', args: ['--mig-strategy=single', '--nfd-features-file', labels] });
+    node = await SimNode.start({
+      topology: 'mig-uniform-2',
+      args: ['--mig-strategy=single', '--nfd-features-file', labels],
+    });
     l = await until('nvidia.com/gpu.count', '4');
     assert.equal(l.get('nvidia.com/mig.strategy'), 'single');
     assert.equal(l.get('nvidia.com/gpu.product'), 'NVIDIA-H100-80GB-HBM3-MIG-3g.40gb');
     assert.equal(l.get('nvidia.com/gpu.slices.gi'), '3');
     assert.equal(l.get('nvidia.com/gpu.slices.ci'), '3');
     assert.match(l.get('nvidia.com/gpu.memory') ?? '', /^4\d{4}$/);
-    for (const e of ['copy', 'decoder', 'encoder', 'jpeg', 'ofa']) assert.match(l.get(`nvidia.com/gpu.engines.${e}`) ?? '', /^\d+$/, e);
+    for (const e of ['copy', 'decoder', 'encoder', 'jpeg', 'ofa'])
+      assert.match(l.get(`nvidia.com/gpu.engines.${e}`) ?? '', /^\d+$/, e);
   } finally {
     await node.stop();
     rmSync(dir, { recursive: true, force: true });

@@ -13,7 +13,19 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, execFileSync, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { appendFileSync, chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  appendFileSync,
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
@@ -22,19 +34,46 @@ import { PACKAGE_ARCH } from '../../build/runtime.ts';
 import type { Arch } from '../../build/runtime.ts';
 import { PACKAGE_SETTINGS, environmentFile } from '../../build/docs.ts';
 import {
-  BINARY_PATH, DOC_DIR, DRA_DOCS, DRA_DROPIN, ENV_FILE, EXAMPLE_CONFIG, MAN_PATH, MAX_PACKAGE_BYTES, MPS_UNIT_PATH, PACKAGE, README, UNIT_PATH,
-  buildDeb, buildRpm, debFileName, packageVersion, projectVersion, rpmFileName, sourceDateEpoch,
+  BINARY_PATH,
+  DOC_DIR,
+  DRA_DOCS,
+  DRA_DROPIN,
+  ENV_FILE,
+  EXAMPLE_CONFIG,
+  MAN_PATH,
+  MAX_PACKAGE_BYTES,
+  MPS_UNIT_PATH,
+  PACKAGE,
+  README,
+  UNIT_PATH,
+  buildDeb,
+  buildRpm,
+  debFileName,
+  packageVersion,
+  projectVersion,
+  rpmFileName,
+  sourceDateEpoch,
 } from '../../build/package.ts';
 import { OPTION_SPECS } from '../../src/cli/options.ts';
 import { networkInSandbox, parseUnitSandbox, writableInSandbox } from '../../src/cli/sandbox.ts';
 
 const execFileAsync = promisify(execFile);
-const ROOT = join(import.meta.dirname, '..', '..');
 const VERSION = projectVersion();
 const OLD_VERSION = '0.0.1';
 const UNIT = 'gpu-device-plugin.service';
 const MPS_UNIT = 'gpu-device-plugin-mps.service';
-const TOOLS = ['dpkg', 'dpkg-deb', 'dpkg-shlibdeps', 'rpm', 'rpmbuild', 'lintian', 'man', 'systemd-analyze', 'gzip', 'setpriv'];
+const TOOLS = [
+  'dpkg',
+  'dpkg-deb',
+  'dpkg-shlibdeps',
+  'rpm',
+  'rpmbuild',
+  'lintian',
+  'man',
+  'systemd-analyze',
+  'gzip',
+  'setpriv',
+];
 const PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
 let work: string;
@@ -107,12 +146,14 @@ before(async () => {
   const common = { executable: exe, sourceDateEpoch: epoch };
   // The arm64 packages, quickly compressed (see the top), built while the x64 ones compress.
   const armCommon = { arch: 'arm64', executable: armExe, sourceDateEpoch: epoch } as const;
-  const armBuilt = later(Promise.all([
-    buildDeb({ ...armCommon, outDir: join(work, 'arm64'), compression: 'fast' }),
-    buildRpm({ ...armCommon, outDir: join(work, 'arm64'), compression: 'fast' }),
-    buildDeb({ ...armCommon, outDir: join(work, 'arm64-old'), version: OLD_VERSION, compression: 'none' }),
-    buildRpm({ ...armCommon, outDir: join(work, 'arm64-old'), version: OLD_VERSION, compression: 'none' }),
-  ]));
+  const armBuilt = later(
+    Promise.all([
+      buildDeb({ ...armCommon, outDir: join(work, 'arm64'), compression: 'fast' }),
+      buildRpm({ ...armCommon, outDir: join(work, 'arm64'), compression: 'fast' }),
+      buildDeb({ ...armCommon, outDir: join(work, 'arm64-old'), version: OLD_VERSION, compression: 'none' }),
+      buildRpm({ ...armCommon, outDir: join(work, 'arm64-old'), version: OLD_VERSION, compression: 'none' }),
+    ]),
+  );
   // The release packages, and older uncompressed builds to upgrade from.
   [deb, rpm] = await Promise.all([
     buildDeb({ ...common, outDir: join(work, 'a') }),
@@ -132,12 +173,24 @@ before(async () => {
   const lintDeb = join(lintDir, 'package.deb');
   copyFileSync(deb, lintDeb);
   chmodSync(lintDeb, 0o644);
-  const runLintian = (pkg: string): Promise<{ status: number; out: string }> => later(execFileAsync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', '--', 'lintian', '--pedantic', pkg], {
-    env: { PATH, HOME: lintDir, LC_ALL: 'C.UTF-8' }, encoding: 'utf8', maxBuffer: 16 * 1024 * 1024,
-  }).then(
-    ({ stdout, stderr }) => ({ status: 0, out: stdout + stderr }),
-    (err: { code?: number; stdout?: string; stderr?: string }) => ({ status: err.code ?? -1, out: `${err.stdout ?? ''}${err.stderr ?? ''}` }),
-  ));
+  const runLintian = (pkg: string): Promise<{ status: number; out: string }> =>
+    later(
+      execFileAsync(
+        'setpriv',
+        ['--reuid=65534', '--regid=65534', '--clear-groups', '--', 'lintian', '--pedantic', pkg],
+        {
+          env: { PATH, HOME: lintDir, LC_ALL: 'C.UTF-8' },
+          encoding: 'utf8',
+          maxBuffer: 16 * 1024 * 1024,
+        },
+      ).then(
+        ({ stdout, stderr }) => ({ status: 0, out: stdout + stderr }),
+        (err: { code?: number; stdout?: string; stderr?: string }) => ({
+          status: err.code ?? -1,
+          out: `${err.stdout ?? ''}${err.stderr ?? ''}`,
+        }),
+      ),
+    );
   lintian = runLintian(lintDeb);
 
   extracted = join(work, 'x');
@@ -184,9 +237,15 @@ function copyWithLibs(tool: string, root: string, as: string): void {
 
 function makeChroot(name: string): Chroot {
   const root = join(work, name);
-  for (const d of ['bin', 'usr/bin', 'dev', 'tmp', 'var/tmp', 'var/log', 'run/systemd/system', 'etc']) mkdirSync(join(root, d), { recursive: true });
+  for (const d of ['bin', 'usr/bin', 'dev', 'tmp', 'var/tmp', 'var/log', 'run/systemd/system', 'etc'])
+    mkdirSync(join(root, d), { recursive: true });
   copyWithLibs(execFileSync('sh', ['-c', 'command -v sh'], { encoding: 'utf8' }).trim(), root, '/bin/sh');
-  for (const tool of ['rm', 'mkdir']) copyWithLibs(execFileSync('sh', ['-c', `command -v ${tool}`], { encoding: 'utf8' }).trim(), root, `/usr/bin/${tool}`);
+  for (const tool of ['rm', 'mkdir'])
+    copyWithLibs(
+      execFileSync('sh', ['-c', `command -v ${tool}`], { encoding: 'utf8' }).trim(),
+      root,
+      `/usr/bin/${tool}`,
+    );
   // The scripts send output to /dev/null; a plain file does for that.
   writeFileSync(join(root, 'dev', 'null'), '');
   chmodSync(join(root, 'dev', 'null'), 0o666);
@@ -198,7 +257,12 @@ function makeChroot(name: string): Chroot {
   const log = join(root, 'stub-calls');
   return {
     root,
-    calls: () => (existsSync(log) ? readFileSync(log, 'utf8').split('\n').filter((l) => l !== '') : []),
+    calls: () =>
+      existsSync(log)
+        ? readFileSync(log, 'utf8')
+            .split('\n')
+            .filter((l) => l !== '')
+        : [],
     clear: () => rmSync(log, { force: true }),
   };
 }
@@ -224,8 +288,13 @@ function dpkgLifecycle(p: Packages): void {
   writeFileSync(join(admin, 'status'), '');
   writeFileSync(join(admin, 'available'), '');
   // The real dpkg, acting on the throwaway root; it chroots there to run the maintainer scripts.
-  const dpkg = (...args: string[]): string => sh('dpkg', [`--root=${c.root}`, `--log=${join(c.root, 'var', 'log', 'dpkg.log')}`, '--force-depends', ...args], { env: { PATH, LC_ALL: 'C.UTF-8' } });
-  const status = (): string => sh('dpkg-query', [`--admindir=${admin}`, '-W', '-f=${db:Status-Abbrev}${Version}', PACKAGE]).trim();
+  const dpkg = (...args: string[]): string =>
+    sh('dpkg', [`--root=${c.root}`, `--log=${join(c.root, 'var', 'log', 'dpkg.log')}`, '--force-depends', ...args], {
+      env: { PATH, LC_ALL: 'C.UTF-8' },
+    });
+  const status = (): string =>
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: dpkg-query's own format fields
+    sh('dpkg-query', [`--admindir=${admin}`, '-W', '-f=${db:Status-Abbrev}${Version}', PACKAGE]).trim();
   // A foreign architecture's package installs once dpkg knows the architecture.
   if (p.arch !== 'x64') dpkg('--add-architecture', PACKAGE_ARCH[p.arch].deb);
   const envFile = join(c.root, ENV_FILE.deb);
@@ -267,21 +336,33 @@ function dpkgLifecycle(p: Packages): void {
     'systemctl --system daemon-reload',
     svc('deb-systemd-invoke try-restart'),
   ]);
-  assert.deepEqual(c.calls().filter((call) => call.endsWith(MPS_UNIT) && /invoke|systemctl/.test(call)), [], 'nothing stops or restarts the MPS unit on upgrade');
+  assert.deepEqual(
+    c.calls().filter((call) => call.endsWith(MPS_UNIT) && /invoke|systemctl/.test(call)),
+    [],
+    'nothing stops or restarts the MPS unit on upgrade',
+  );
   assert.equal(mode(at(MPS_UNIT_PATH)), '0644');
   assert.equal(readFileSync(envFile, 'utf8'), edited, 'the edited environment file is kept');
   for (const leftover of ['.dpkg-dist', '.dpkg-new', '.dpkg-old']) assert.ok(!existsSync(envFile + leftover), leftover);
   assert.equal(sha256(at(BINARY_PATH)), exeSha);
   assert.equal(mode(at(BINARY_PATH)), '0755');
   // The operator's documentation is installed.
-  assert.equal(execFileSync('gzip', ['-dc', at(README.deb)], { encoding: 'utf8' }), readFileSync(README.source, 'utf8'));
+  assert.equal(
+    execFileSync('gzip', ['-dc', at(README.deb)], { encoding: 'utf8' }),
+    readFileSync(README.source, 'utf8'),
+  );
   assert.equal(readFileSync(at(EXAMPLE_CONFIG.installed), 'utf8'), readFileSync(EXAMPLE_CONFIG.source, 'utf8'));
   assert.equal(mode(at(EXAMPLE_CONFIG.installed)), '0644');
-  for (const f of [...DRA_DOCS.sources, DRA_DROPIN]) assert.equal(readFileSync(at(f.installed), 'utf8'), readFileSync(f.source, 'utf8'), f.installed);
+  for (const f of [...DRA_DOCS.sources, DRA_DROPIN])
+    assert.equal(readFileSync(at(f.installed), 'utf8'), readFileSync(f.source, 'utf8'), f.installed);
   assert.equal(mode(at(UNIT_PATH)), '0644');
   assert.equal(mode(envFile), '0644');
   assert.equal(readFileSync(join(admin, 'info', `${PACKAGE}.conffiles`), 'utf8'), `${ENV_FILE.deb}\n`);
-  assert.match(sh('dpkg-query', [`--admindir=${admin}`, '-W', '-f=${Conffiles}', PACKAGE]), new RegExp(`^ ${ENV_FILE.deb} [0-9a-f]{32}$`, 'm'));
+  assert.match(
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: dpkg-query's own format field
+    sh('dpkg-query', [`--admindir=${admin}`, '-W', '-f=${Conffiles}', PACKAGE]),
+    new RegExp(`^ ${ENV_FILE.deb} [0-9a-f]{32}$`, 'm'),
+  );
 
   // Removal: stopped, unit masked (enablement remembered for a reinstallation), configuration kept.
   c.clear();
@@ -315,7 +396,13 @@ function dpkgLifecycle(p: Packages): void {
   assert.ok(!existsSync(at('/var/lib/gpu-device-plugin/package-removed')));
   c.clear();
   dpkg('-r', PACKAGE);
-  assert.deepEqual(c.calls(), [svc('deb-systemd-invoke stop'), mps('deb-systemd-invoke stop'), 'systemctl --system daemon-reload', svc('deb-systemd-helper mask'), mps('deb-systemd-helper mask')]);
+  assert.deepEqual(c.calls(), [
+    svc('deb-systemd-invoke stop'),
+    mps('deb-systemd-invoke stop'),
+    'systemctl --system daemon-reload',
+    svc('deb-systemd-helper mask'),
+    mps('deb-systemd-helper mask'),
+  ]);
 
   // Purge: enablement forgotten, configuration and state gone.
   c.clear();
@@ -338,7 +425,8 @@ function rpmLifecycle(p: Packages): void {
   // Debian's rpm wants --force-debian to install packages without a warning.
   // A foreign architecture's package needs --ignorearch on this machine.
   const foreign = p.arch === 'x64' ? [] : ['--ignorearch'];
-  const rpmIn = (...args: string[]): string => sh('rpm', [`--root=${c.root}`, '--dbpath=/var/lib/rpm', ...args], { env: { PATH, LC_ALL: 'C.UTF-8' } });
+  const rpmIn = (...args: string[]): string =>
+    sh('rpm', [`--root=${c.root}`, '--dbpath=/var/lib/rpm', ...args], { env: { PATH, LC_ALL: 'C.UTF-8' } });
   rpmIn('--initdb');
   const envFile = join(c.root, ENV_FILE.rpm);
   const svc = (cmd: string): string => `${cmd} ${UNIT}`;
@@ -361,21 +449,32 @@ function rpmLifecycle(p: Packages): void {
   assert.deepEqual(c.calls(), ['systemctl daemon-reload', svc('systemctl try-restart')]);
   assert.equal(readFileSync(envFile, 'utf8'), edited, 'the edited environment file is kept');
   assert.ok(!existsSync(`${envFile}.rpmnew`));
-  assert.equal(sha256(join(c.root, BINARY_PATH)), exeSha, 'the installed executable is the build, not stripped by rpmbuild');
+  assert.equal(
+    sha256(join(c.root, BINARY_PATH)),
+    exeSha,
+    'the installed executable is the build, not stripped by rpmbuild',
+  );
   // The operator's documentation is installed (%doc; rpm --excludedocs would leave it out).
   assert.equal(readFileSync(join(c.root, README.rpm), 'utf8'), readFileSync(README.source, 'utf8'));
-  assert.equal(readFileSync(join(c.root, EXAMPLE_CONFIG.installed), 'utf8'), readFileSync(EXAMPLE_CONFIG.source, 'utf8'));
-  for (const f of [...DRA_DOCS.sources, DRA_DROPIN]) assert.equal(readFileSync(join(c.root, f.installed), 'utf8'), readFileSync(f.source, 'utf8'), f.installed);
+  assert.equal(
+    readFileSync(join(c.root, EXAMPLE_CONFIG.installed), 'utf8'),
+    readFileSync(EXAMPLE_CONFIG.source, 'utf8'),
+  );
+  for (const f of [...DRA_DOCS.sources, DRA_DROPIN])
+    assert.equal(readFileSync(join(c.root, f.installed), 'utf8'), readFileSync(f.source, 'utf8'), f.installed);
 
   c.clear();
   rpmIn('-e', '--force-debian', '--nodeps', PACKAGE);
-  assert.deepEqual(c.calls(), [svc('systemctl --no-reload disable --now'), `systemctl --no-reload disable --now ${MPS_UNIT}`, 'systemctl daemon-reload']);
+  assert.deepEqual(c.calls(), [
+    svc('systemctl --no-reload disable --now'),
+    `systemctl --no-reload disable --now ${MPS_UNIT}`,
+    'systemctl daemon-reload',
+  ]);
   assert.ok(!existsSync(join(c.root, BINARY_PATH)));
   assert.ok(!existsSync(join(c.root, DOC_DIR)), 'erase removes the documentation');
   assert.equal(readFileSync(`${envFile}.rpmsave`, 'utf8'), edited, 'erase keeps the edited configuration as .rpmsave');
   assert.ok(!existsSync(join(c.root, 'var/lib/gpu-device-plugin')));
 }
-
 
 describe('the .deb', () => {
   test('control fields: version, architecture, library dependencies (no nodejs, driver only suggested)', () => {
@@ -384,7 +483,8 @@ describe('the .deb', () => {
     assert.equal(field('Version'), packageVersion(VERSION));
     assert.equal(field('Architecture'), 'amd64');
     const depends = field('Depends');
-    for (const lib of ['libc6', 'libstdc++6', 'libgcc-s1']) assert.match(depends, new RegExp(`(^|, )${lib.replace(/\+/g, '\\+')} \\(>= `), `Depends: ${depends}`);
+    for (const lib of ['libc6', 'libstdc++6', 'libgcc-s1'])
+      assert.match(depends, new RegExp(`(^|, )${lib.replace(/\+/g, '\\+')} \\(>= `), `Depends: ${depends}`);
     assert.doesNotMatch(depends, /node|nvidia/i);
     assert.match(field('Suggests'), /libnvidia-ml1/);
     assert.equal(field('Recommends'), '');
@@ -443,17 +543,32 @@ describe('the .deb', () => {
       const set = PACKAGE_SETTINGS[spec.key];
       const at = lines.indexOf(set === undefined ? `#${spec.env}=${spec.default ?? ''}` : `${spec.env}=${set.value}`);
       assert.ok(at > 0, `${spec.env} listed`);
-      assert.ok(lines.slice(Math.max(0, at - 3), at).some((l) => l.startsWith(`# --${spec.flag} `) && l.includes(spec.help)), `${spec.env} has its help`);
+      assert.ok(
+        lines.slice(Math.max(0, at - 3), at).some((l) => l.startsWith(`# --${spec.flag} `) && l.includes(spec.help)),
+        `${spec.env} has its help`,
+      );
       const k = spec.kind;
-      if (k.type === 'seconds') assert.ok(lines.slice(Math.max(0, at - 3), at).some((l) => l.startsWith(`# --${spec.flag} (duration, from ${k.min} to ${k.max} seconds`)), `${spec.env} has its range`);
+      if (k.type === 'seconds')
+        assert.ok(
+          lines
+            .slice(Math.max(0, at - 3), at)
+            .some((l) => l.startsWith(`# --${spec.flag} (duration, from ${k.min} to ${k.max} seconds`)),
+          `${spec.env} has its range`,
+        );
     }
     // Only what the service needs is set (the driver wait, and the root of the MPS unit's daemons):
     // every other assignment is commented out.
-    assert.deepEqual(lines.filter((l) => l !== '' && !l.startsWith('#')), ['FAIL_ON_INIT_ERROR=false', 'MPS_ROOT=/run/nvidia/mps']);
+    assert.deepEqual(
+      lines.filter((l) => l !== '' && !l.startsWith('#')),
+      ['FAIL_ON_INIT_ERROR=false', 'MPS_ROOT=/run/nvidia/mps'],
+    );
   });
 
   test('the operator documentation: README.md (gzipped, as Debian policy asks above 4 KiB) and the example config in /usr/share/doc', () => {
-    assert.equal(execFileSync('gzip', ['-dc', join(extracted, README.deb)], { encoding: 'utf8' }), readFileSync(README.source, 'utf8'));
+    assert.equal(
+      execFileSync('gzip', ['-dc', join(extracted, README.deb)], { encoding: 'utf8' }),
+      readFileSync(README.source, 'utf8'),
+    );
     assert.ok(statSync(README.source).size > 4096, 'README.md is over 4 KiB, so it is compressed');
     assert.ok(!existsSync(join(extracted, README.rpm)), 'README.md only once, compressed');
     const example = join(extracted, EXAMPLE_CONFIG.installed);
@@ -468,14 +583,21 @@ describe('the .deb', () => {
     for (const spec of OPTION_SPECS) {
       assert.ok(page.includes(`\\-\\-${spec.flag.replace(/-/g, '\\-')}`), `--${spec.flag}`);
       assert.ok(page.includes(spec.env.replace(/-/g, '\\-')), spec.env);
-      if (spec.kind.type === 'seconds') assert.ok(page.includes(`duration, from ${spec.kind.min} to ${spec.kind.max} seconds`), `--${spec.flag} has its range`);
+      if (spec.kind.type === 'seconds')
+        assert.ok(
+          page.includes(`duration, from ${spec.kind.min} to ${spec.kind.max} seconds`),
+          `--${spec.flag} has its range`,
+        );
     }
-    const r = spawnSync('man', ['--warnings', '-E', 'UTF-8', '-l', '-Tutf8', '-Z', join(extracted, MAN_PATH)], { encoding: 'utf8', env: { PATH, LC_ALL: 'C.UTF-8' } });
+    const r = spawnSync('man', ['--warnings', '-E', 'UTF-8', '-l', '-Tutf8', '-Z', join(extracted, MAN_PATH)], {
+      encoding: 'utf8',
+      env: { PATH, LC_ALL: 'C.UTF-8' },
+    });
     assert.equal(r.status, 0);
     assert.equal(r.stderr, '');
   });
 
-  test('dpkg: install, upgrade keeping the operator\'s edits, remove keeping them, reinstall, purge removing them', () => {
+  test("dpkg: install, upgrade keeping the operator's edits, remove keeping them, reinstall, purge removing them", () => {
     dpkgLifecycle(x64);
   });
 
@@ -517,7 +639,11 @@ describe('the .rpm', () => {
     // by itself), so --excludedocs leaves them out; nothing else is: not the DRA drop-in, which a node
     // in DRA mode links into the unit.
     const docs = [EXAMPLE_CONFIG.installed, README.rpm, MAN_PATH, ...DRA_DOCS.sources.map((f) => f.installed)].sort();
-    const flagged = q('--qf', '[%{FILEFLAGS:fflags} %{FILENAMES}\n]').split('\n').filter((l) => /^\S*d\S* /.test(l)).map((l) => l.split(' ')[1]).sort();
+    const flagged = q('--qf', '[%{FILEFLAGS:fflags} %{FILENAMES}\n]')
+      .split('\n')
+      .filter((l) => /^\S*d\S* /.test(l))
+      .map((l) => l.split(' ')[1])
+      .sort();
     assert.deepEqual(flagged, docs);
     assert.deepEqual(q('-d').trim().split('\n').sort(), docs);
     assert.equal(q('-c'), `${ENV_FILE.rpm}\n`);
@@ -528,7 +654,8 @@ describe('the .rpm', () => {
 
   test('requirements: the C and C++ runtime libraries and systemd for the scriptlets, no nodejs', () => {
     const reqs = q('-R');
-    for (const lib of ['libc.so.6()(64bit)', 'libstdc++.so.6()(64bit)', 'libgcc_s.so.1()(64bit)']) assert.ok(reqs.includes(lib), `${lib} in\n${reqs}`);
+    for (const lib of ['libc.so.6()(64bit)', 'libstdc++.so.6()(64bit)', 'libgcc_s.so.1()(64bit)'])
+      assert.ok(reqs.includes(lib), `${lib} in\n${reqs}`);
     assert.match(reqs, /^systemd$/m);
     assert.doesNotMatch(reqs, /node|nvidia/i);
     assert.match(q('--suggests'), /nvidia-container-toolkit/);
@@ -536,7 +663,10 @@ describe('the .rpm', () => {
 
   test('scriptlets: preset and start on install, disable --now on erase, try-restart on upgrade', () => {
     const s = q('--scripts');
-    assert.match(s, /postinstall scriptlet[\s\S]*systemctl --no-reload preset gpu-device-plugin\.service[\s\S]*systemctl start gpu-device-plugin\.service/);
+    assert.match(
+      s,
+      /postinstall scriptlet[\s\S]*systemctl --no-reload preset gpu-device-plugin\.service[\s\S]*systemctl start gpu-device-plugin\.service/,
+    );
     assert.match(s, /preuninstall scriptlet[\s\S]*systemctl --no-reload disable --now gpu-device-plugin\.service/);
     assert.match(s, /postuninstall scriptlet[\s\S]*systemctl try-restart gpu-device-plugin\.service/);
     assert.match(s, /preuninstall scriptlet[\s\S]*systemctl --no-reload disable --now gpu-device-plugin-mps\.service/);
@@ -544,7 +674,7 @@ describe('the .rpm', () => {
     assert.doesNotMatch(s.replace(/^\s*#.*$/gm, ''), /(restart|start)\s+gpu-device-plugin-mps/);
   });
 
-  test('rpm: install, upgrade keeping the operator\'s edits (executable not stripped), erase', () => {
+  test("rpm: install, upgrade keeping the operator's edits (executable not stripped), erase", () => {
     rpmLifecycle(x64);
   });
 });
@@ -557,41 +687,77 @@ describe('the systemd unit', () => {
     mkdirSync(dir);
     const unit = readFileSync(join(extracted, UNIT_PATH), 'utf8');
     assert.match(unit, /^ExecStart=\/usr\/bin\/gpu-device-plugin$/m);
-    writeFileSync(join(dir, UNIT), unit.replace(/^ExecStart=\/usr\/bin\/gpu-device-plugin$/m, `ExecStart=${join(extracted, BINARY_PATH)}`));
-    const r = spawnSync('systemd-analyze', ['verify', join(dir, UNIT)], { encoding: 'utf8', env: { PATH, LC_ALL: 'C.UTF-8', MANPATH: join(extracted, 'usr', 'share', 'man'), SYSTEMD_LOG_COLOR: '0' } });
+    writeFileSync(
+      join(dir, UNIT),
+      unit.replace(/^ExecStart=\/usr\/bin\/gpu-device-plugin$/m, `ExecStart=${join(extracted, BINARY_PATH)}`),
+    );
+    const r = spawnSync('systemd-analyze', ['verify', join(dir, UNIT)], {
+      encoding: 'utf8',
+      env: { PATH, LC_ALL: 'C.UTF-8', MANPATH: join(extracted, 'usr', 'share', 'man'), SYSTEMD_LOG_COLOR: '0' },
+    });
     assert.equal(r.stdout + r.stderr, '');
     assert.equal(r.status, 0);
   });
 
-  test('with the DRA drop-in linked in, systemd-analyze verify prints nothing and the DRA mode\'s sandbox is what check expects', () => {
+  test("with the DRA drop-in linked in, systemd-analyze verify prints nothing and the DRA mode's sandbox is what check expects", () => {
     const dir = join(work, 'verify-dra');
     mkdirSync(join(dir, `${UNIT}.d`), { recursive: true });
     const unit = readFileSync(join(extracted, UNIT_PATH), 'utf8');
-    writeFileSync(join(dir, UNIT), unit.replace(/^ExecStart=\/usr\/bin\/gpu-device-plugin$/m, `ExecStart=${join(extracted, BINARY_PATH)}`));
+    writeFileSync(
+      join(dir, UNIT),
+      unit.replace(/^ExecStart=\/usr\/bin\/gpu-device-plugin$/m, `ExecStart=${join(extracted, BINARY_PATH)}`),
+    );
     const dropin = readFileSync(join(extracted, DRA_DROPIN.installed), 'utf8');
     writeFileSync(join(dir, `${UNIT}.d`, 'dra.conf'), dropin);
-    const r = spawnSync('systemd-analyze', ['verify', join(dir, UNIT)], { encoding: 'utf8', env: { PATH, LC_ALL: 'C.UTF-8', MANPATH: join(extracted, 'usr', 'share', 'man'), SYSTEMD_LOG_COLOR: '0' } });
+    const r = spawnSync('systemd-analyze', ['verify', join(dir, UNIT)], {
+      encoding: 'utf8',
+      env: { PATH, LC_ALL: 'C.UTF-8', MANPATH: join(extracted, 'usr', 'share', 'man'), SYSTEMD_LOG_COLOR: '0' },
+    });
     assert.equal(r.stdout + r.stderr, '');
     assert.equal(r.status, 0);
     // A misspelt key in the drop-in would be reported: the drop-in is read.
     writeFileSync(join(dir, `${UNIT}.d`, 'zz-typo.conf'), '[Service]\nReadWritePath=/x\n');
-    const typo = spawnSync('systemd-analyze', ['verify', join(dir, UNIT)], { encoding: 'utf8', env: { PATH, LC_ALL: 'C.UTF-8', MANPATH: join(extracted, 'usr', 'share', 'man'), SYSTEMD_LOG_COLOR: '0' } });
+    const typo = spawnSync('systemd-analyze', ['verify', join(dir, UNIT)], {
+      encoding: 'utf8',
+      env: { PATH, LC_ALL: 'C.UTF-8', MANPATH: join(extracted, 'usr', 'share', 'man'), SYSTEMD_LOG_COLOR: '0' },
+    });
     assert.match(typo.stdout + typo.stderr, /Unknown key 'ReadWritePath'/);
     rmSync(join(dir, `${UNIT}.d`, 'zz-typo.conf'));
     const sb = parseUnitSandbox([unit, dropin]);
-    for (const d of ['/var/lib/kubelet/plugins_registry', '/var/lib/kubelet/plugins/gpu.nvidia.com', '/var/lib/kubelet/device-plugins']) assert.equal(writableInSandbox(sb, d).writable, true, d);
-    assert.equal(writableInSandbox(sb, '/var/lib/kubelet/plugins/other.example.com').writable, false, 'other drivers\' directories stay read-only');
+    for (const d of [
+      '/var/lib/kubelet/plugins_registry',
+      '/var/lib/kubelet/plugins/gpu.nvidia.com',
+      '/var/lib/kubelet/device-plugins',
+    ])
+      assert.equal(writableInSandbox(sb, d).writable, true, d);
+    assert.equal(
+      writableInSandbox(sb, '/var/lib/kubelet/plugins/other.example.com').writable,
+      false,
+      "other drivers' directories stay read-only",
+    );
     assert.equal(networkInSandbox(sb, '10.0.0.10').reachable, true);
-    assert.equal(networkInSandbox(parseUnitSandbox([unit]), '10.0.0.10').reachable, false, 'the device-plugin mode has no network');
+    assert.equal(
+      networkInSandbox(parseUnitSandbox([unit]), '10.0.0.10').reachable,
+      false,
+      'the device-plugin mode has no network',
+    );
     // Exposure with the drop-in, for the record (the device-plugin mode's is held at 1.5 below).
-    const sec = spawnSync('systemd-analyze', ['security', '--offline=yes', '--threshold=25', '--no-pager', join(dir, UNIT)], { encoding: 'utf8', env: { PATH, LC_ALL: 'C.UTF-8', SYSTEMD_COLORS: '0' } });
+    const sec = spawnSync(
+      'systemd-analyze',
+      ['security', '--offline=yes', '--threshold=25', '--no-pager', join(dir, UNIT)],
+      { encoding: 'utf8', env: { PATH, LC_ALL: 'C.UTF-8', SYSTEMD_COLORS: '0' } },
+    );
     const m = /Overall exposure level for \S+: (\d+\.\d)/.exec(sec.stdout);
     assert.ok(m?.[1], sec.stdout + sec.stderr);
     assert.ok(Number(m[1]) <= 2.5, `exposure in DRA mode ${m[1]}`);
   });
 
   test('systemd-analyze security: exposure at most 1.5', () => {
-    const r = spawnSync('systemd-analyze', ['security', '--offline=yes', '--threshold=15', '--no-pager', join(extracted, UNIT_PATH)], { encoding: 'utf8', env: { PATH, LC_ALL: 'C.UTF-8', SYSTEMD_COLORS: '0' } });
+    const r = spawnSync(
+      'systemd-analyze',
+      ['security', '--offline=yes', '--threshold=15', '--no-pager', join(extracted, UNIT_PATH)],
+      { encoding: 'utf8', env: { PATH, LC_ALL: 'C.UTF-8', SYSTEMD_COLORS: '0' } },
+    );
     const m = /Overall exposure level for \S+: (\d+\.\d)/.exec(r.stdout);
     assert.ok(m?.[1], r.stdout + r.stderr);
     assert.ok(Number(m[1]) <= 1.5, `exposure ${m[1]}`);
@@ -600,13 +766,16 @@ describe('the systemd unit', () => {
 
   test('readiness, restarts, ordering, environment files, directories and GPU access as specified', () => {
     const unit = readFileSync(join(extracted, UNIT_PATH), 'utf8');
-    const values = (key: string): string[] => [...unit.matchAll(new RegExp(`^${key}=(.*)$`, 'gm'))].map((m) => m[1] ?? '');
+    const values = (key: string): string[] =>
+      [...unit.matchAll(new RegExp(`^${key}=(.*)$`, 'gm'))].map((m) => m[1] ?? '');
     assert.deepEqual(values('Type'), ['notify']);
     assert.deepEqual(values('NotifyAccess'), ['main']);
     assert.deepEqual(values('WatchdogSec'), ['30s']);
     assert.deepEqual(values('Restart'), ['always']);
     assert.deepEqual(values('ExecReload'), [`/bin/sh -c 'kill -HUP "$MAINPID"'`]);
-    assert.deepEqual(values('After'), ['kubelet.service nvidia-persistenced.service nvidia-fabricmanager.service gpu-device-plugin-mps.service']);
+    assert.deepEqual(values('After'), [
+      'kubelet.service nvidia-persistenced.service nvidia-fabricmanager.service gpu-device-plugin-mps.service',
+    ]);
     assert.deepEqual(values('Wants'), [MPS_UNIT]);
     assert.deepEqual([...values('Requires'), ...values('BindsTo'), ...values('Requisite')], []);
     assert.deepEqual(values('EnvironmentFile'), [`-${ENV_FILE.deb}`, `-${ENV_FILE.rpm}`]);
@@ -625,24 +794,41 @@ describe('the systemd unit', () => {
   });
 });
 
-describe('the MPS control daemons\' unit', () => {
+describe("the MPS control daemons' unit", () => {
   const unitText = (): string => readFileSync(join(extracted, MPS_UNIT_PATH), 'utf8');
-  const values = (key: string): string[] => [...unitText().matchAll(new RegExp(`^${key}=(.*)$`, 'gm'))].map((m) => m[1] ?? '');
+  const values = (key: string): string[] =>
+    [...unitText().matchAll(new RegExp(`^${key}=(.*)$`, 'gm'))].map((m) => m[1] ?? '');
 
-  test('systemd-analyze verify prints nothing for it beside the plugin\'s unit', () => {
+  test("systemd-analyze verify prints nothing for it beside the plugin's unit", () => {
     const dir = join(work, 'verify-mps');
     mkdirSync(dir);
     const exeAt = join(extracted, BINARY_PATH);
     assert.match(unitText(), /^ExecStart=\/usr\/bin\/gpu-device-plugin mps-control-daemon$/m);
-    writeFileSync(join(dir, MPS_UNIT), unitText().replace(/^ExecStart=\/usr\/bin\/gpu-device-plugin /m, `ExecStart=${exeAt} `));
-    writeFileSync(join(dir, UNIT), readFileSync(join(extracted, UNIT_PATH), 'utf8').replace(/^ExecStart=\/usr\/bin\/gpu-device-plugin$/m, `ExecStart=${exeAt}`));
-    const r = spawnSync('systemd-analyze', ['verify', join(dir, MPS_UNIT), join(dir, UNIT)], { encoding: 'utf8', env: { PATH, LC_ALL: 'C.UTF-8', MANPATH: join(extracted, 'usr', 'share', 'man'), SYSTEMD_LOG_COLOR: '0' } });
+    writeFileSync(
+      join(dir, MPS_UNIT),
+      unitText().replace(/^ExecStart=\/usr\/bin\/gpu-device-plugin /m, `ExecStart=${exeAt} `),
+    );
+    writeFileSync(
+      join(dir, UNIT),
+      readFileSync(join(extracted, UNIT_PATH), 'utf8').replace(
+        /^ExecStart=\/usr\/bin\/gpu-device-plugin$/m,
+        `ExecStart=${exeAt}`,
+      ),
+    );
+    const r = spawnSync('systemd-analyze', ['verify', join(dir, MPS_UNIT), join(dir, UNIT)], {
+      encoding: 'utf8',
+      env: { PATH, LC_ALL: 'C.UTF-8', MANPATH: join(extracted, 'usr', 'share', 'man'), SYSTEMD_LOG_COLOR: '0' },
+    });
     assert.equal(r.stdout + r.stderr, '');
     assert.equal(r.status, 0);
   });
 
   test('systemd-analyze security: exposure at most 4.5 (no mount namespace: the shm tmpfs must reach the host)', () => {
-    const r = spawnSync('systemd-analyze', ['security', '--offline=yes', '--threshold=50', '--no-pager', join(extracted, MPS_UNIT_PATH)], { encoding: 'utf8', env: { PATH, LC_ALL: 'C.UTF-8', SYSTEMD_COLORS: '0' } });
+    const r = spawnSync(
+      'systemd-analyze',
+      ['security', '--offline=yes', '--threshold=50', '--no-pager', join(extracted, MPS_UNIT_PATH)],
+      { encoding: 'utf8', env: { PATH, LC_ALL: 'C.UTF-8', SYSTEMD_COLORS: '0' } },
+    );
     const m = /Overall exposure level for \S+: (\d+\.\d)/.exec(r.stdout);
     assert.ok(m?.[1], r.stdout + r.stderr);
     assert.ok(Number(m[1]) <= 4.5, `exposure ${m[1]}`);
@@ -654,15 +840,34 @@ describe('the MPS control daemons\' unit', () => {
     assert.deepEqual(values('After'), ['nvidia-persistenced.service']);
     assert.deepEqual(values('ReloadPropagatedFrom'), [UNIT]);
     assert.deepEqual(values('ExecReload'), [`/bin/sh -c 'kill -HUP "$MAINPID"'`]);
-    assert.deepEqual(values('KillMode'), ['mixed'], 'SIGTERM to the program only, so it can tell the control daemons to quit');
+    assert.deepEqual(
+      values('KillMode'),
+      ['mixed'],
+      'SIGTERM to the program only, so it can tell the control daemons to quit',
+    );
     assert.deepEqual(values('EnvironmentFile'), [`-${ENV_FILE.deb}`, `-${ENV_FILE.rpm}`]);
     assert.deepEqual(values('RuntimeDirectory'), ['gpu-device-plugin-mps']);
     assert.deepEqual(values('StateDirectory'), ['gpu-device-plugin-mps']);
-    assert.deepEqual(values('CapabilityBoundingSet'), ['CAP_SYS_ADMIN CAP_SETUID CAP_SETGID CAP_CHOWN CAP_FOWNER CAP_KILL']);
+    assert.deepEqual(values('CapabilityBoundingSet'), [
+      'CAP_SYS_ADMIN CAP_SETUID CAP_SETGID CAP_CHOWN CAP_FOWNER CAP_KILL',
+    ]);
     assert.deepEqual(values('DeviceAllow'), ['char-nvidia* rw']);
     assert.deepEqual(values('RestrictNamespaces'), ['mnt']);
-    for (const key of ['ProtectSystem', 'ReadWritePaths', 'ProtectHome', 'PrivateTmp', 'PrivateDevices', 'ProtectKernelTunables', 'ProtectControlGroups', 'MountFlags']) {
-      assert.deepEqual(values(key), [], `${key} would give it a mount namespace whose shm mount never reaches the host`);
+    for (const key of [
+      'ProtectSystem',
+      'ReadWritePaths',
+      'ProtectHome',
+      'PrivateTmp',
+      'PrivateDevices',
+      'ProtectKernelTunables',
+      'ProtectControlGroups',
+      'MountFlags',
+    ]) {
+      assert.deepEqual(
+        values(key),
+        [],
+        `${key} would give it a mount namespace whose shm mount never reaches the host`,
+      );
     }
     // Never restarted by an upgrade, and no [Install]: the plugin's Wants= starts it.
     assert.doesNotMatch(unitText(), /^\[Install\]/m);
@@ -704,14 +909,22 @@ describe('the arm64 packages', () => {
   test('.deb dependencies: the same C and C++ runtime libraries as amd64, libatomic1 included, no nodejs', () => {
     const depends = field('Depends');
     assert.equal(depends, sh('dpkg-deb', ['-f', x64.deb, 'Depends']).trim());
-    for (const lib of ['libc6', 'libstdc++6', 'libgcc-s1', 'libatomic1']) assert.match(depends, new RegExp(`(^|, )${lib.replace(/\+/g, '\\+')} \\(>= `), `Depends: ${depends}`);
+    for (const lib of ['libc6', 'libstdc++6', 'libgcc-s1', 'libatomic1'])
+      assert.match(depends, new RegExp(`(^|, )${lib.replace(/\+/g, '\\+')} \\(>= `), `Depends: ${depends}`);
     assert.match(depends, /libc6 \(>= 2\.34\)/);
     assert.doesNotMatch(depends, /node|nvidia|:arm64|cross/i);
   });
 
   test('.rpm requirements: the aarch64 loader and libraries, systemd for the scriptlets; rpm -K passes', () => {
     const reqs = q('-R');
-    for (const lib of ['ld-linux-aarch64.so.1()(64bit)', 'libc.so.6()(64bit)', 'libstdc++.so.6()(64bit)', 'libgcc_s.so.1()(64bit)', 'libatomic.so.1()(64bit)']) assert.ok(reqs.includes(lib), `${lib} in\n${reqs}`);
+    for (const lib of [
+      'ld-linux-aarch64.so.1()(64bit)',
+      'libc.so.6()(64bit)',
+      'libstdc++.so.6()(64bit)',
+      'libgcc_s.so.1()(64bit)',
+      'libatomic.so.1()(64bit)',
+    ])
+      assert.ok(reqs.includes(lib), `${lib} in\n${reqs}`);
     assert.doesNotMatch(reqs, /x86-64|node|nvidia/i);
     assert.match(reqs, /^systemd$/m);
     assert.match(sh('rpm', ['-K', arm64.rpm]), /digests OK/);
@@ -723,7 +936,12 @@ describe('the arm64 packages', () => {
     const packaged = join(dir, BINARY_PATH);
     assert.equal(sha256(packaged), arm64.exeSha);
     assert.equal(readFileSync(packaged).readUInt16LE(18), 0xb7, 'ELF machine aarch64');
-    const names = (listing: string): string[] => listing.trim().split('\n').map((l) => l.split(/\s+/).slice(5).join(' ')).sort();
+    const names = (listing: string): string[] =>
+      listing
+        .trim()
+        .split('\n')
+        .map((l) => l.split(/\s+/).slice(5).join(' '))
+        .sort();
     assert.deepEqual(names(sh('dpkg-deb', ['-c', arm64.deb])), names(sh('dpkg-deb', ['-c', x64.deb])));
     assert.equal(q('-l'), sh('rpm', ['-qpl', x64.rpm]));
   });

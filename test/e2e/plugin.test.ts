@@ -29,9 +29,15 @@ test('registers with the kubelet: version, endpoint, resource, options, then the
     assert.deepEqual(reg.request.options, { pre_start_required: false, get_preferred_allocation_available: true });
     assert.deepEqual(k.pluginOptions(), { pre_start_required: false, get_preferred_allocation_available: true });
     const devices = await k.waitForDevices((d) => d.length === 8);
-    assert.deepEqual(devices.map((d) => d.ID), node.topology.gpus.map((g) => g.uuid));
+    assert.deepEqual(
+      devices.map((d) => d.ID),
+      node.topology.gpus.map((g) => g.uuid),
+    );
     assert.ok(devices.every((d) => d.health === 'Healthy'));
-    assert.deepEqual(devices.map((d) => d.topology?.nodes.map((n) => n.ID)), node.topology.gpus.map((g) => [g.numaNode]));
+    assert.deepEqual(
+      devices.map((d) => d.topology?.nodes.map((n) => n.ID)),
+      node.topology.gpus.map((g) => [g.numaNode]),
+    );
     assert.ok(existsSync(node.pluginSocket));
     await k.preStart({ devices_ids: [devices[0]!.ID] });
   } finally {
@@ -53,12 +59,15 @@ test('Allocate returns NVIDIA_VISIBLE_DEVICES per container in order; device spe
     assert.deepEqual(res.container_responses[0]!.envs, { NVIDIA_VISIBLE_DEVICES: `${u[3]},${u[1]}` });
     assert.deepEqual(res.container_responses[1]!.envs, { NVIDIA_VISIBLE_DEVICES: u[0] });
     const g3 = node.topology.gpus[3]!;
-    assert.deepEqual(res.container_responses[0]!.devices.map((d) => [d.container_path, d.host_path, d.permissions]), [
-      ['/dev/nvidiactl', `${dev}/dev/nvidiactl`, 'rw'],
-      ['/dev/nvidia-uvm', `${dev}/dev/nvidia-uvm`, 'rw'],
-      [`/dev/nvidia${g3.minor}`, `${dev}/dev/nvidia${g3.minor}`, 'rw'],
-      [`/dev/nvidia${node.topology.gpus[1]!.minor}`, `${dev}/dev/nvidia${node.topology.gpus[1]!.minor}`, 'rw'],
-    ]);
+    assert.deepEqual(
+      res.container_responses[0]!.devices.map((d) => [d.container_path, d.host_path, d.permissions]),
+      [
+        ['/dev/nvidiactl', `${dev}/dev/nvidiactl`, 'rw'],
+        ['/dev/nvidia-uvm', `${dev}/dev/nvidia-uvm`, 'rw'],
+        [`/dev/nvidia${g3.minor}`, `${dev}/dev/nvidia${g3.minor}`, 'rw'],
+        [`/dev/nvidia${node.topology.gpus[1]!.minor}`, `${dev}/dev/nvidia${node.topology.gpus[1]!.minor}`, 'rw'],
+      ],
+    );
   } finally {
     await node.stop();
   }
@@ -70,20 +79,52 @@ test('bad requests fail with INVALID_ARGUMENT naming the offender, and the daemo
     const k = node.kubelet!;
     const u = node.topology.gpus.map((g) => g.uuid);
     const bad: [Promise<unknown>, RegExp][] = [
-      [k.allocate({ container_requests: [{ devices_ids: ['GPU-does-not-exist'] }] }), /unknown device ID "GPU-does-not-exist"/],
+      [
+        k.allocate({ container_requests: [{ devices_ids: ['GPU-does-not-exist'] }] }),
+        /unknown device ID "GPU-does-not-exist"/,
+      ],
       [k.allocate({ container_requests: [{ devices_ids: [u[0]!, u[0]!] }] }), /twice/],
       [k.allocate({ container_requests: [{ devices_ids: [] }] }), /lists no device IDs/],
-      [k.allocate({ container_requests: [{ devices_ids: Array.from({ length: 10000 }, (_, i) => `GPU-${i}`) }] }), /asks for 10000 devices, more than the 8/],
-      [k.preferred({ container_requests: [{ available_deviceIDs: [u[0]!], must_include_deviceIDs: [], allocation_size: 2 }] }), /larger than the 1 available/],
-      [k.preferred({ container_requests: [{ available_deviceIDs: [u[0]!, u[1]!], must_include_deviceIDs: [u[2]!], allocation_size: 2 }] }), /not among the available/],
-      [k.preferred({ container_requests: [{ available_deviceIDs: u, must_include_deviceIDs: [u[0]!, u[1]!], allocation_size: 1 }] }), /smaller than the 2 must-include/],
-      [k.preferred({ container_requests: [{ available_deviceIDs: ['GPU-x'], must_include_deviceIDs: [], allocation_size: 1 }] }), /"GPU-x" is not one this plugin advertises/],
+      [
+        k.allocate({ container_requests: [{ devices_ids: Array.from({ length: 10000 }, (_, i) => `GPU-${i}`) }] }),
+        /asks for 10000 devices, more than the 8/,
+      ],
+      [
+        k.preferred({
+          container_requests: [{ available_deviceIDs: [u[0]!], must_include_deviceIDs: [], allocation_size: 2 }],
+        }),
+        /larger than the 1 available/,
+      ],
+      [
+        k.preferred({
+          container_requests: [
+            { available_deviceIDs: [u[0]!, u[1]!], must_include_deviceIDs: [u[2]!], allocation_size: 2 },
+          ],
+        }),
+        /not among the available/,
+      ],
+      [
+        k.preferred({
+          container_requests: [{ available_deviceIDs: u, must_include_deviceIDs: [u[0]!, u[1]!], allocation_size: 1 }],
+        }),
+        /smaller than the 2 must-include/,
+      ],
+      [
+        k.preferred({
+          container_requests: [{ available_deviceIDs: ['GPU-x'], must_include_deviceIDs: [], allocation_size: 1 }],
+        }),
+        /"GPU-x" is not one this plugin advertises/,
+      ],
     ];
     for (const [p, re] of bad) {
-      await assert.rejects(p, (err: unknown) => grpcCode(err) === grpc.status.INVALID_ARGUMENT && re.test((err as Error).message), String(re));
+      await assert.rejects(
+        p,
+        (err: unknown) => grpcCode(err) === grpc.status.INVALID_ARGUMENT && re.test((err as Error).message),
+        String(re),
+      );
     }
     const ok = await k.allocate({ container_requests: [{ devices_ids: [u[2]!] }] });
-    assert.equal(ok.container_responses[0]!.envs['NVIDIA_VISIBLE_DEVICES'], u[2]);
+    assert.equal(ok.container_responses[0]!.envs.NVIDIA_VISIBLE_DEVICES, u[2]);
     assert.equal(node.plugin.exit, undefined, 'plugin still running');
     assert.equal(node.kubelet!.registrations.length, 1, 'registration kept');
   } finally {
@@ -95,10 +136,12 @@ test('GetPreferredAllocation answers every container with exactly allocation_siz
   const node = await SimNode.start({ topology: 'demo-8' });
   try {
     const u = node.topology.gpus.map((g) => g.uuid);
-    const res = await node.kubelet!.preferred({ container_requests: [
-      { available_deviceIDs: u, must_include_deviceIDs: [u[5]!], allocation_size: 3 },
-      { available_deviceIDs: u.slice(0, 4), must_include_deviceIDs: [], allocation_size: 4 },
-    ] });
+    const res = await node.kubelet!.preferred({
+      container_requests: [
+        { available_deviceIDs: u, must_include_deviceIDs: [u[5]!], allocation_size: 3 },
+        { available_deviceIDs: u.slice(0, 4), must_include_deviceIDs: [], allocation_size: 4 },
+      ],
+    });
     assert.equal(res.container_responses.length, 2);
     const [a, b] = res.container_responses.map((r) => r.deviceIDs);
     assert.equal(a!.length, 3);
@@ -122,10 +165,14 @@ test('no NVML calls are made per RPC: facts are read once at start', async () =>
     const before = await node.nvmlStats();
     for (let i = 0; i < 50; i++) {
       await node.kubelet!.allocate({ container_requests: [{ devices_ids: [u[i % 8]!] }] });
-      await node.kubelet!.preferred({ container_requests: [{ available_deviceIDs: u, must_include_deviceIDs: [], allocation_size: 2 }] });
+      await node.kubelet!.preferred({
+        container_requests: [{ available_deviceIDs: u, must_include_deviceIDs: [], allocation_size: 2 }],
+      });
     }
     const after = await node.nvmlStats();
-    const perRpc = Object.entries(after.calls).filter(([f, n]) => (before.calls[f] ?? 0) !== n && !/^nvmlEventSetWait/.test(f));
+    const perRpc = Object.entries(after.calls).filter(
+      ([f, n]) => (before.calls[f] ?? 0) !== n && !/^nvmlEventSetWait/.test(f),
+    );
     assert.deepEqual(perRpc, [], 'NVML functions called while serving RPCs');
     assert.ok(before.total > 0, 'the stats do count calls');
   } finally {
@@ -163,7 +210,9 @@ test('re-registers after 200 kubelet restarts in a row, with no growth in open f
     assert.equal(k.registrations.length, 206);
     assert.ok(fdAfter <= fdBefore + 10, `fds grew from ${fdBefore} to ${fdAfter}`);
     assert.ok(existsSync(node.pluginSocket));
-    process.stderr.write(`# kubelet restart → re-registered: median ${median(lat).toFixed(2)} ms, worst ${Math.max(...lat).toFixed(2)} ms (of 200; measured, not asserted)\n`);
+    process.stderr.write(
+      `# kubelet restart → re-registered: median ${median(lat).toFixed(2)} ms, worst ${Math.max(...lat).toFixed(2)} ms (of 200; measured, not asserted)\n`,
+    );
   } finally {
     await node.stop();
   }
@@ -174,7 +223,11 @@ test('kubelet absent at start: the plugin waits, logs once, and registers as soo
   try {
     await node.plugin.waitForLine(/cannot register with the kubelet yet/);
     await new Promise((r) => setTimeout(r, 1500));
-    assert.equal(node.plugin.matching(/cannot register with the kubelet yet/).length, 1, 'one line per state change, not per retry');
+    assert.equal(
+      node.plugin.matching(/cannot register with the kubelet yet/).length,
+      1,
+      'one line per state change, not per retry',
+    );
     node.kubelet = await KubeletStandIn.start(node.kubeletDir, { wipe: false });
     await node.kubelet.waitForRegistrations(1, 5000);
     await node.kubelet.waitForDevices((d) => d.length === 8);
@@ -202,9 +255,16 @@ test('a kubelet that refuses the registration is retried with backoff, logged on
     const { registrationService } = await import('../../src/api/proto.ts');
     let calls = 0;
     server.addService(registrationService(), {
-      Register: (_c: unknown, cb: grpc.sendUnaryData<unknown>) => { calls++; cb({ code: grpc.status.UNKNOWN, details: 'resource already registered' }); },
+      Register: (_c: unknown, cb: grpc.sendUnaryData<unknown>) => {
+        calls++;
+        cb({ code: grpc.status.UNKNOWN, details: 'resource already registered' });
+      },
     });
-    await new Promise<void>((res, rej) => server.bindAsync(`unix://${node.kubeletSocket}`, grpc.ServerCredentials.createInsecure(), (e) => (e ? rej(e) : res())));
+    await new Promise<void>((res, rej) =>
+      server.bindAsync(`unix://${node.kubeletSocket}`, grpc.ServerCredentials.createInsecure(), (e) =>
+        e ? rej(e) : res(),
+      ),
+    );
     await node.plugin.waitForLine(/resource already registered/, 5000);
     await new Promise((r) => setTimeout(r, 1500));
     assert.ok(calls >= 2, `retried (${calls} calls)`);
@@ -235,7 +295,7 @@ test('random bytes and half-open connections on our socket do not crash the plug
     }
     const u = node.topology.gpus.map((g) => g.uuid);
     const res = await node.kubelet!.allocate({ container_requests: [{ devices_ids: [u[1]!] }] });
-    assert.equal(res.container_responses[0]!.envs['NVIDIA_VISIBLE_DEVICES'], u[1]);
+    assert.equal(res.container_responses[0]!.envs.NVIDIA_VISIBLE_DEVICES, u[1]);
     assert.equal(node.kubelet!.registrations.length, 1);
     assert.equal(node.plugin.matching(/unexpected error/).length, 0);
   } finally {
@@ -250,10 +310,15 @@ test('thousands of ListAndWatch streams opened and dropped are released', async 
     const m = devicePluginService().ListAndWatch;
     // Each stream on its own connection, as a kubelet does after each restart; the connection closes after.
     const once = async (): Promise<void> => {
-      const client = new grpc.Client(`unix://${node.pluginSocket}`, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 });
+      const client = new grpc.Client(`unix://${node.pluginSocket}`, grpc.credentials.createInsecure(), {
+        'grpc.use_local_subchannel_pool': 1,
+      });
       await new Promise<void>((resolve, reject) => {
         const s = client.makeServerStreamRequest(m.path, m.requestSerialize, m.responseDeserialize, {});
-        s.on('data', () => { s.cancel(); resolve(); });
+        s.on('data', () => {
+          s.cancel();
+          resolve();
+        });
         s.on('error', (e: grpc.ServiceError) => (e.code === grpc.status.CANCELLED ? resolve() : reject(e)));
       });
       client.close();
@@ -290,18 +355,26 @@ test('a rapid-reset flood of streams on one connection is cut off by the server 
   try {
     const { devicePluginService } = await import('../../src/api/proto.ts');
     const m = devicePluginService().ListAndWatch;
-    const client = new grpc.Client(`unix://${node.pluginSocket}`, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 });
-    const outcomes = await Promise.all(Array.from({ length: 500 }, () => new Promise<string>((resolve) => {
-      const s = client.makeServerStreamRequest(m.path, m.requestSerialize, m.responseDeserialize, {});
-      s.on('data', () => s.cancel());
-      s.on('error', (e: grpc.ServiceError) => resolve(e.code === grpc.status.CANCELLED ? 'cancelled' : 'cut'));
-      s.on('end', () => resolve('ended'));
-    })));
+    const client = new grpc.Client(`unix://${node.pluginSocket}`, grpc.credentials.createInsecure(), {
+      'grpc.use_local_subchannel_pool': 1,
+    });
+    const outcomes = await Promise.all(
+      Array.from(
+        { length: 500 },
+        () =>
+          new Promise<string>((resolve) => {
+            const s = client.makeServerStreamRequest(m.path, m.requestSerialize, m.responseDeserialize, {});
+            s.on('data', () => s.cancel());
+            s.on('error', (e: grpc.ServiceError) => resolve(e.code === grpc.status.CANCELLED ? 'cancelled' : 'cut'));
+            s.on('end', () => resolve('ended'));
+          }),
+      ),
+    );
     client.close();
     assert.equal(outcomes.length, 500);
     const u = node.topology.gpus.map((g) => g.uuid);
     const res = await node.kubelet!.allocate({ container_requests: [{ devices_ids: [u[4]!] }] });
-    assert.equal(res.container_responses[0]!.envs['NVIDIA_VISIBLE_DEVICES'], u[4]);
+    assert.equal(res.container_responses[0]!.envs.NVIDIA_VISIBLE_DEVICES, u[4]);
     assert.equal(node.kubelet!.registrations.length, 1);
     assert.equal(node.plugin.exit, undefined);
   } finally {
@@ -366,7 +439,12 @@ test('NVML init failing: exits non-zero naming NVML and its reason', async () =>
 
 test('fail-on-init-error=false: stays up, retries NVML, and registers once the driver appears', async () => {
   const later = join('/tmp', `gdp-late-${process.pid}.json`);
-  const node = await SimNode.start({ topology: 'demo-8', waitRegistered: false, args: ['--fail-on-init-error=false'], env: { FAKE_NVML_CONFIG: later } });
+  const node = await SimNode.start({
+    topology: 'demo-8',
+    waitRegistered: false,
+    args: ['--fail-on-init-error=false'],
+    env: { FAKE_NVML_CONFIG: later },
+  });
   try {
     await node.plugin.waitForLine(/NVML is not available; retrying/);
     assert.equal(node.kubelet!.registrations.length, 0);
@@ -385,9 +463,15 @@ test('old driver without the newer symbols: starts, takes NUMA nodes from sysfs,
   const node = await SimNode.start({ topology: 'demo-8', nvml: 'old' });
   try {
     const devices = await node.kubelet!.waitForDevices((d) => d.length === 8);
-    assert.deepEqual(devices.map((d) => d.topology?.nodes.map((n) => n.ID)), node.topology.gpus.map((g) => [g.numaNode]));
+    assert.deepEqual(
+      devices.map((d) => d.topology?.nodes.map((n) => n.ID)),
+      node.topology.gpus.map((g) => [g.numaNode]),
+    );
     const missing = node.plugin.matching(/NVML lacks a function/);
-    assert.ok(missing.some((l) => /nvmlDeviceGetNumaNodeId/.test(l)), missing.join('\n'));
+    assert.ok(
+      missing.some((l) => /nvmlDeviceGetNumaNodeId/.test(l)),
+      missing.join('\n'),
+    );
     const names = missing.map((l) => /function=(\S+)/.exec(l)?.[1]);
     assert.equal(new Set(names).size, names.length, 'each missing function logged once');
   } finally {
@@ -395,27 +479,42 @@ test('old driver without the newer symbols: starts, takes NUMA nodes from sysfs,
   }
 });
 
-test('--device-id-strategy index still lists UUIDs to the kubelet (as NVIDIA\'s plugin does) and passes indices to the runtime', async () => {
+test("--device-id-strategy index still lists UUIDs to the kubelet (as NVIDIA's plugin does) and passes indices to the runtime", async () => {
   const node = await SimNode.start({ topology: 'demo-8', args: ['--device-id-strategy=index'] });
   try {
     const devices = await node.kubelet!.waitForDevices((d) => d.length === 8);
     const u = node.topology.gpus.map((g) => g.uuid);
-    assert.deepEqual(devices.map((d) => d.ID), u);
+    assert.deepEqual(
+      devices.map((d) => d.ID),
+      u,
+    );
     const res = await node.kubelet!.allocate({ container_requests: [{ devices_ids: [u[6]!, u[2]!] }] });
-    assert.equal(res.container_responses[0]!.envs['NVIDIA_VISIBLE_DEVICES'], '6,2');
-    const pref = await node.kubelet!.preferred({ container_requests: [{ available_deviceIDs: u, must_include_deviceIDs: [u[5]!], allocation_size: 2 }] });
-    assert.ok(pref.container_responses[0]!.deviceIDs.every((id) => u.includes(id)), 'GetPreferredAllocation answers in UUIDs too');
+    assert.equal(res.container_responses[0]!.envs.NVIDIA_VISIBLE_DEVICES, '6,2');
+    const pref = await node.kubelet!.preferred({
+      container_requests: [{ available_deviceIDs: u, must_include_deviceIDs: [u[5]!], allocation_size: 2 }],
+    });
+    assert.ok(
+      pref.container_responses[0]!.deviceIDs.every((id) => u.includes(id)),
+      'GetPreferredAllocation answers in UUIDs too',
+    );
   } finally {
     await node.stop();
   }
 });
 
 test('bad options stop the start with the option, the value and what is allowed (exit 2)', async () => {
-  const node = await SimNode.start({ topology: 'demo-8', waitRegistered: false, args: ['--device-id-strategy=serial'] });
+  const node = await SimNode.start({
+    topology: 'demo-8',
+    waitRegistered: false,
+    args: ['--device-id-strategy=serial'],
+  });
   try {
     const exit = await node.plugin.exited;
     assert.equal(exit.code, 2);
-    assert.match(node.plugin.lines.join('\n'), /--device-id-strategy: "serial" is not allowed; expected one of uuid, index/);
+    assert.match(
+      node.plugin.lines.join('\n'),
+      /--device-id-strategy: "serial" is not allowed; expected one of uuid, index/,
+    );
   } finally {
     await node.stop();
   }
@@ -437,14 +536,33 @@ test('the socket directory deleted and re-created under a systemd-style private 
   const dir = join(root, 'device-plugins');
   mkdirSync(dir);
   let kubelet = await KubeletStandIn.start(dir);
-  const child = spawn('unshare', ['--mount', '--propagation', 'private', 'sh', '-c',
-    'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && mount --bind "$1" "$1" && mount -o remount,bind,rw "$1" && exec "$2" --kubelet-socket "$1/kubelet.sock"',
-    root, dir, executable()], {
-    env: { PATH: '/usr/bin:/bin', LD_LIBRARY_PATH: libs.current, FAKE_NVML_CONFIG: join(TOPOLOGIES, 'demo-8.json'), DP_DISABLE_HEALTHCHECKS: 'all' },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
+  const child = spawn(
+    'unshare',
+    [
+      '--mount',
+      '--propagation',
+      'private',
+      'sh',
+      '-c',
+      'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && mount --bind "$1" "$1" && mount -o remount,bind,rw "$1" && exec "$2" --kubelet-socket "$1/kubelet.sock"',
+      root,
+      dir,
+      executable(),
+    ],
+    {
+      env: {
+        PATH: '/usr/bin:/bin',
+        LD_LIBRARY_PATH: libs.current,
+        FAKE_NVML_CONFIG: join(TOPOLOGIES, 'demo-8.json'),
+        DP_DISABLE_HEALTHCHECKS: 'all',
+      },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    },
+  );
   let log = '';
-  child.stderr.on('data', (c: Buffer) => { log += c.toString(); });
+  child.stderr.on('data', (c: Buffer) => {
+    log += c.toString();
+  });
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   try {
     await kubelet.waitForRegistrations(1, 20000);
@@ -456,7 +574,10 @@ test('the socket directory deleted and re-created under a systemd-style private 
     assert.equal(code, 1, log);
     const lost = log.split('\n').filter((l) => /lost the socket directory/.test(l));
     assert.equal(lost.length, 1, log);
-    assert.match(lost[0]!, /ERROR lost the socket directory: the directory was deleted( and re-created)?, and its mount in this process's mount namespace went with it; exiting so that systemd restarts the service/);
+    assert.match(
+      lost[0]!,
+      /ERROR lost the socket directory: the directory was deleted( and re-created)?, and its mount in this process's mount namespace went with it; exiting so that systemd restarts the service/,
+    );
     assert.doesNotMatch(log, /^E /m, 'grpc prints nothing of its own');
   } finally {
     child.kill('SIGKILL');
@@ -495,10 +616,13 @@ test('stdout and stderr closed under it (journald or the terminal gone): lines a
     node.plugin.signal('SIGHUP');
     await new Promise((res) => setTimeout(res, 1000));
     const r = await k.allocate({ container_requests: [{ devices_ids: [u[0]!] }] });
-    assert.equal(r.container_responses[0]?.envs['NVIDIA_VISIBLE_DEVICES'], u[0]);
+    assert.equal(r.container_responses[0]?.envs.NVIDIA_VISIBLE_DEVICES, u[0]);
     // CPU time over 3 s of quiet: an idle daemon uses next to none; a write error logged as an
     // uncaught error (whose logging fails again) would keep a core busy.
-    const cpu = (): number => { const f = readFileSync(`/proc/${node.plugin.pid}/stat`, 'utf8').split(') ')[1]!.split(' '); return (Number(f[11]) + Number(f[12])) / 100; };
+    const cpu = (): number => {
+      const f = readFileSync(`/proc/${node.plugin.pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+      return (Number(f[11]) + Number(f[12])) / 100;
+    };
     const before = cpu();
     await new Promise((res) => setTimeout(res, 3000));
     const used = cpu() - before;
@@ -520,16 +644,21 @@ test('memory a burst of RPCs took is given back once the daemon is quiet, once; 
     const from = node.plugin.lines.length;
     for (let i = 0; i < 3000; i++) {
       await k.allocate({ container_requests: [{ devices_ids: [u[i % 8]!, u[(i + 3) % 8]!] }] });
-      await k.preferred({ container_requests: [{ available_deviceIDs: u, must_include_deviceIDs: [], allocation_size: 1 + (i % 8) }] });
+      await k.preferred({
+        container_requests: [{ available_deviceIDs: u, must_include_deviceIDs: [], allocation_size: 1 + (i % 8) }],
+      });
     }
     const line = await node.plugin.waitForLine(/gave memory back after a busy spell/, 20000, from);
     assert.match(line, /rss_before_mib=\d+\.\d rss_mib=\d+\.\d ms=\d+\.\d/);
     const after = node.plugin.lines.length;
     // Two more 5 s checks of a quiet daemon: nothing more to give back, so no more collections.
     await new Promise((res) => setTimeout(res, 11000));
-    assert.deepEqual(node.plugin.lines.slice(after).filter((l) => /gave memory back/.test(l)), []);
+    assert.deepEqual(
+      node.plugin.lines.slice(after).filter((l) => /gave memory back/.test(l)),
+      [],
+    );
     const r = await k.allocate({ container_requests: [{ devices_ids: [u[1]!] }] });
-    assert.equal(r.container_responses[0]?.envs['NVIDIA_VISIBLE_DEVICES'], u[1]);
+    assert.equal(r.container_responses[0]?.envs.NVIDIA_VISIBLE_DEVICES, u[1]);
   } finally {
     await node.stop();
   }

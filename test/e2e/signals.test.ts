@@ -56,10 +56,27 @@ test('SIGUSR2 and the other stray signals are ignored with a log line each (real
   const node = await SimNode.start({ topology: 'demo-8' });
   try {
     await node.plugin.waitForLine(/watching GPU health/);
-    for (const sig of ['SIGUSR2', 'SIGALRM', 'SIGVTALRM', 'SIGPROF', 'SIGIO', 'SIGPWR', 'SIGSTKFLT', 'SIGXCPU', 'SIGXFSZ', 'SIGTSTP', 'SIGTTIN', 'SIGTTOU'] as const) {
+    for (const sig of [
+      'SIGUSR2',
+      'SIGALRM',
+      'SIGVTALRM',
+      'SIGPROF',
+      'SIGIO',
+      'SIGPWR',
+      'SIGSTKFLT',
+      'SIGXCPU',
+      'SIGXFSZ',
+      'SIGTSTP',
+      'SIGTTIN',
+      'SIGTTOU',
+    ] as const) {
       const from = node.plugin.lines.length;
       node.plugin.signal(sig);
-      await node.plugin.waitForLine(new RegExp(`WARN ${sig} ignored: the plugin stops on SIGTERM, SIGINT or SIGQUIT and reloads on SIGHUP`), 10000, from);
+      await node.plugin.waitForLine(
+        new RegExp(`WARN ${sig} ignored: the plugin stops on SIGTERM, SIGINT or SIGQUIT and reloads on SIGHUP`),
+        10000,
+        from,
+      );
     }
     // SIGRTMIN (34) to SIGRTMAX (64): Node cannot listen to them; they are set to SIG_IGN.
     for (const sig of [34, 40, 64]) process.kill(node.plugin.pid, sig);

@@ -4,13 +4,24 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { SimNode } from '../support/sim.ts';
 
-async function preferred(topology: string, cases: { size: number; must?: number[]; available?: number[]; want: number[] }[]): Promise<void> {
+async function preferred(
+  topology: string,
+  cases: { size: number; must?: number[]; available?: number[]; want: number[] }[],
+): Promise<void> {
   const node = await SimNode.start({ topology });
   try {
     const u = node.topology.gpus.map((g) => g.uuid);
     for (const c of cases) {
       const available = (c.available ?? u.map((_, i) => i)).map((i) => u[i]!);
-      const res = await node.kubelet!.preferred({ container_requests: [{ available_deviceIDs: available, must_include_deviceIDs: (c.must ?? []).map((i) => u[i]!), allocation_size: c.size }] });
+      const res = await node.kubelet!.preferred({
+        container_requests: [
+          {
+            available_deviceIDs: available,
+            must_include_deviceIDs: (c.must ?? []).map((i) => u[i]!),
+            allocation_size: c.size,
+          },
+        ],
+      });
       const got = res.container_responses[0]!.deviceIDs.map((id) => u.indexOf(id)).sort((a, b) => a - b);
       assert.deepEqual(got, c.want, `${topology} size ${c.size} must ${JSON.stringify(c.must ?? [])}`);
     }

@@ -104,7 +104,11 @@ function runGcc(variant: Variant, args: string[]): Promise<void> {
       }
       const code = (error as NodeJS.ErrnoException).code;
       if (code === 'ENOENT') {
-        reject(new FakeNvmlBuildError(`${gcc} was not found on PATH; the fake NVML's ${variant.name} variant needs it (${variant.install})`));
+        reject(
+          new FakeNvmlBuildError(
+            `${gcc} was not found on PATH; the fake NVML's ${variant.name} variant needs it (${variant.install})`,
+          ),
+        );
         return;
       }
       const output = String(stderr).trim();
@@ -174,7 +178,8 @@ async function buildMpsControl(): Promise<string> {
   if (cFiles.length === 0) throw new FakeNvmlBuildError(`no C sources found in ${mpsSourceDir}`);
   let newest = (await stat(fileURLToPath(import.meta.url))).mtimeMs;
   for (const entry of entries) {
-    if (entry.endsWith('.c') || entry.endsWith('.h')) newest = Math.max(newest, (await stat(path.join(mpsSourceDir, entry))).mtimeMs);
+    if (entry.endsWith('.c') || entry.endsWith('.h'))
+      newest = Math.max(newest, (await stat(path.join(mpsSourceDir, entry))).mtimeMs);
   }
   const dir = path.join(FAKE_NVML_CACHE, 'mps');
   const output = path.join(dir, MPS_CONTROL_NAME);
@@ -204,7 +209,11 @@ export function buildFakeMpsControl(): Promise<string> {
 
 if (import.meta.main) {
   try {
-    const [{ current, old }, arm64, mps] = await Promise.all([buildFakeNvml(), buildFakeNvmlArm64(), buildFakeMpsControl()]);
+    const [{ current, old }, arm64, mps] = await Promise.all([
+      buildFakeNvml(),
+      buildFakeNvmlArm64(),
+      buildFakeMpsControl(),
+    ]);
     console.log(`fake NVML: ${path.join(current, LIBRARY_NAME)}`);
     console.log(`fake NVML (old driver): ${path.join(old, LIBRARY_NAME)}`);
     console.log(`fake NVML (aarch64): ${path.join(arm64, LIBRARY_NAME)}`);

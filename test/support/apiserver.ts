@@ -59,7 +59,15 @@ export const LIMITS = {
 } as const;
 
 export interface Cause {
-  reason: 'FieldValueInvalid' | 'FieldValueTypeInvalid' | 'FieldValueRequired' | 'FieldValueTooLong' | 'FieldValueTooMany' | 'FieldValueDuplicate' | 'FieldValueNotSupported' | 'FieldValueForbidden';
+  reason:
+    | 'FieldValueInvalid'
+    | 'FieldValueTypeInvalid'
+    | 'FieldValueRequired'
+    | 'FieldValueTooLong'
+    | 'FieldValueTooMany'
+    | 'FieldValueDuplicate'
+    | 'FieldValueNotSupported'
+    | 'FieldValueForbidden';
   message: string;
   field: string;
 }
@@ -95,7 +103,9 @@ const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
 // Semantic Versioning 2.0.0, strict (the grammar of semver.org).
 const NUM = '(0|[1-9][0-9]*)';
 const PRE_ID = '(0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)';
-const SEMVER = new RegExp(`^${NUM}\\.${NUM}\\.${NUM}(-${PRE_ID}(\\.${PRE_ID})*)?(\\+[0-9A-Za-z-]+(\\.[0-9A-Za-z-]+)*)?$`);
+const SEMVER = new RegExp(
+  `^${NUM}\\.${NUM}\\.${NUM}(-${PRE_ID}(\\.${PRE_ID})*)?(\\+[0-9A-Za-z-]+(\\.[0-9A-Za-z-]+)*)?$`,
+);
 
 export function isDnsLabel(s: string): boolean {
   return s.length <= 63 && DNS_LABEL.test(s);
@@ -181,7 +191,7 @@ export function canonicalQuantity(q: string): string | undefined {
   while (e > -9 && abs % 10n ** BigInt(e + 9) !== 0n) e -= 3;
   // An exponent-written quantity keeps that notation (1e3 stays 1e3, 1.5e3 reads 1500).
   const exponentForm = /^[eE]/.test(suffix);
-  const unit = exponentForm ? (e === 0 ? '' : `e${e}`) : DECIMAL_SUFFIX.get(e) ?? '';
+  const unit = exponentForm ? (e === 0 ? '' : `e${e}`) : (DECIMAL_SUFFIX.get(e) ?? '');
   return out(`${abs / 10n ** BigInt(e + 9)}${unit}`);
 }
 
@@ -199,7 +209,16 @@ export interface Status {
 }
 
 function status(code: number, reason: string, message: string, details?: Status['details']): Status {
-  return { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, ...(details !== undefined ? { details } : {}), code };
+  return {
+    kind: 'Status',
+    apiVersion: 'v1',
+    metadata: {},
+    status: 'Failure',
+    message,
+    reason,
+    ...(details !== undefined ? { details } : {}),
+    code,
+  };
 }
 
 class HttpError extends Error {
@@ -216,11 +235,24 @@ function qualified(resource: string, group: string): string {
 }
 
 function notFound(resource: string, group: string, name: string): HttpError {
-  return new HttpError(status(404, 'NotFound', `${qualified(resource, group)} "${name}" not found`, { name, group, kind: resource }));
+  return new HttpError(
+    status(404, 'NotFound', `${qualified(resource, group)} "${name}" not found`, { name, group, kind: resource }),
+  );
 }
 
-function conflict(resource: string, group: string, name: string, why = 'the object has been modified; please apply your changes to the latest version and try again'): HttpError {
-  return new HttpError(status(409, 'Conflict', `Operation cannot be fulfilled on ${qualified(resource, group)} "${name}": ${why}`, { name, group, kind: resource }));
+function conflict(
+  resource: string,
+  group: string,
+  name: string,
+  why = 'the object has been modified; please apply your changes to the latest version and try again',
+): HttpError {
+  return new HttpError(
+    status(409, 'Conflict', `Operation cannot be fulfilled on ${qualified(resource, group)} "${name}": ${why}`, {
+      name,
+      group,
+      kind: resource,
+    }),
+  );
 }
 
 function badRequest(message: string): HttpError {
@@ -229,8 +261,10 @@ function badRequest(message: string): HttpError {
 
 function invalid(kind: string, name: string, causes: Cause[]): HttpError {
   const list = causes.map((c) => `${c.field}: ${c.message}`);
-  const joined = list.length === 1 ? list[0] ?? '' : `[${list.join(', ')}]`;
-  return new HttpError(status(422, 'Invalid', `${kind}.${GROUP} "${name}" is invalid: ${joined}`, { name, group: GROUP, kind, causes }));
+  const joined = list.length === 1 ? (list[0] ?? '') : `[${list.join(', ')}]`;
+  return new HttpError(
+    status(422, 'Invalid', `${kind}.${GROUP} "${name}" is invalid: ${joined}`, { name, group: GROUP, kind, causes }),
+  );
 }
 
 // ---- ResourceSlice validation ----
@@ -264,60 +298,82 @@ class Causes {
     this.list.push({ reason: 'FieldValueDuplicate', message: `Duplicate value: ${show(value)}`, field });
   }
   notSupported(field: string, value: Json | undefined, allowed: string[]): void {
-    this.list.push({ reason: 'FieldValueNotSupported', message: `Unsupported value: ${show(value)}: supported values: ${allowed.map((a) => `"${a}"`).join(', ')}`, field });
+    this.list.push({
+      reason: 'FieldValueNotSupported',
+      message: `Unsupported value: ${show(value)}: supported values: ${allowed.map((a) => `"${a}"`).join(', ')}`,
+      field,
+    });
   }
   forbidden(field: string, why: string): void {
     this.list.push({ reason: 'FieldValueForbidden', message: `Forbidden: ${why}`, field });
   }
 }
 
-const DNS_LABEL_MSG = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character";
-const DNS_SUBDOMAIN_MSG = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
+const DNS_LABEL_MSG =
+  "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character";
+const DNS_SUBDOMAIN_MSG =
+  "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
 
 function validateSpec(spec: Json | undefined, c: Causes): void {
   if (!isObject(spec)) {
     c.required('spec');
     return;
   }
-  const driver = spec['driver'];
+  const driver = spec.driver;
   if (typeof driver !== 'string' || driver === '') c.required('spec.driver');
   else if (driver.length > LIMITS.driverNameLength) c.tooLong('spec.driver', LIMITS.driverNameLength);
   else if (!DNS_SUBDOMAIN.test(driver)) c.invalid('spec.driver', driver, DNS_SUBDOMAIN_MSG);
 
-  const pool = spec['pool'];
+  const pool = spec.pool;
   if (!isObject(pool)) c.required('spec.pool');
   else {
-    const name = pool['name'];
+    const name = pool.name;
     if (typeof name !== 'string' || name === '') c.required('spec.pool.name');
     else if (name.length > LIMITS.poolNameLength) c.tooLong('spec.pool.name', LIMITS.poolNameLength);
-    else if (name.split('/').some((p) => !isDnsSubdomain(p))) c.invalid('spec.pool.name', name, `each /-separated part must be a DNS subdomain: ${DNS_SUBDOMAIN_MSG}`);
-    const gen = pool['generation'];
-    if (gen !== undefined && (typeof gen !== 'number' || !Number.isInteger(gen) || gen < 0)) c.invalid('spec.pool.generation', gen, 'must be greater than or equal to zero');
-    const count = pool['resourceSliceCount'];
-    if (typeof count !== 'number' || !Number.isInteger(count) || count <= 0) c.invalid('spec.pool.resourceSliceCount', count, 'must be greater than zero');
+    else if (name.split('/').some((p) => !isDnsSubdomain(p)))
+      c.invalid('spec.pool.name', name, `each /-separated part must be a DNS subdomain: ${DNS_SUBDOMAIN_MSG}`);
+    const gen = pool.generation;
+    if (gen !== undefined && (typeof gen !== 'number' || !Number.isInteger(gen) || gen < 0))
+      c.invalid('spec.pool.generation', gen, 'must be greater than or equal to zero');
+    const count = pool.resourceSliceCount;
+    if (typeof count !== 'number' || !Number.isInteger(count) || count <= 0)
+      c.invalid('spec.pool.resourceSliceCount', count, 'must be greater than zero');
   }
 
   const selectors = (['nodeName', 'nodeSelector', 'allNodes', 'perDeviceNodeSelection'] as const).filter((k) => {
     const v = spec[k];
     return v !== undefined && v !== null && v !== false && v !== '';
   });
-  if (selectors.length === 0) c.required('spec', 'exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required');
-  else if (selectors.length > 1) c.invalid('spec', `{${selectors.map((x) => `\`${x}\``).join(', ')}}`, 'exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required, but multiple fields are set');
-  const nodeName = spec['nodeName'];
-  if (typeof nodeName === 'string' && nodeName !== '' && !isDnsSubdomain(nodeName)) c.invalid('spec.nodeName', nodeName, DNS_SUBDOMAIN_MSG);
-  if (nodeName !== undefined && nodeName !== null && typeof nodeName !== 'string') c.invalid('spec.nodeName', nodeName, 'must be a string');
+  if (selectors.length === 0)
+    c.required('spec', 'exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required');
+  else if (selectors.length > 1)
+    c.invalid(
+      'spec',
+      `{${selectors.map((x) => `\`${x}\``).join(', ')}}`,
+      'exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required, but multiple fields are set',
+    );
+  const nodeName = spec.nodeName;
+  if (typeof nodeName === 'string' && nodeName !== '' && !isDnsSubdomain(nodeName))
+    c.invalid('spec.nodeName', nodeName, DNS_SUBDOMAIN_MSG);
+  if (nodeName !== undefined && nodeName !== null && typeof nodeName !== 'string')
+    c.invalid('spec.nodeName', nodeName, 'must be a string');
 
-  const devices = spec['devices'];
+  const devices = spec.devices;
   if (devices === undefined || devices === null) return;
   if (!Array.isArray(devices)) {
     c.invalid('spec.devices', devices, 'must be a list');
     return;
   }
-  const constrained = devices.some((d) => isObject(d) && ((Array.isArray(d['taints']) && d['taints'].length > 0) || (Array.isArray(d['consumesCounters']) && d['consumesCounters'].length > 0)));
+  const constrained = devices.some(
+    (d) =>
+      isObject(d) &&
+      ((Array.isArray(d.taints) && d.taints.length > 0) ||
+        (Array.isArray(d.consumesCounters) && d.consumesCounters.length > 0)),
+  );
   const max = constrained ? LIMITS.devicesPerSliceWithTaintsOrCounters : LIMITS.devicesPerSlice;
   if (devices.length > max) c.tooMany('spec.devices', devices.length, max);
   const seen = new Set<string>();
-  devices.forEach((d, i) => validateDevice(d, `spec.devices[${i}]`, seen, c));
+  for (const [i, d] of devices.entries()) validateDevice(d, `spec.devices[${i}]`, seen, c);
 }
 
 function validateDevice(d: Json, at: string, seen: Set<string>, c: Causes): void {
@@ -325,20 +381,24 @@ function validateDevice(d: Json, at: string, seen: Set<string>, c: Causes): void
     c.invalid(at, d, 'must be an object');
     return;
   }
-  const name = d['name'];
+  const name = d.name;
   if (typeof name !== 'string' || name === '') c.required(`${at}.name`);
   else if (!isDnsLabel(name)) c.invalid(`${at}.name`, name, DNS_LABEL_MSG);
   else if (seen.has(name)) c.duplicate(`${at}.name`, name);
   else seen.add(name);
 
-  const attrs = d['attributes'] ?? {};
-  const caps = d['capacity'] ?? {};
+  const attrs = d.attributes ?? {};
+  const caps = d.capacity ?? {};
   if (!isObject(attrs)) c.invalid(`${at}.attributes`, attrs, 'must be a map');
   if (!isObject(caps)) c.invalid(`${at}.capacity`, caps, 'must be a map');
   const nAttrs = isObject(attrs) ? Object.keys(attrs).length : 0;
   const nCaps = isObject(caps) ? Object.keys(caps).length : 0;
   if (nAttrs + nCaps > LIMITS.attributesAndCapacitiesPerDevice) {
-    c.invalid(at, nAttrs + nCaps, `the total number of attributes and capacities must not exceed ${LIMITS.attributesAndCapacitiesPerDevice}`);
+    c.invalid(
+      at,
+      nAttrs + nCaps,
+      `the total number of attributes and capacities must not exceed ${LIMITS.attributesAndCapacitiesPerDevice}`,
+    );
   }
   if (isObject(attrs)) {
     for (const [k, v] of Object.entries(attrs)) {
@@ -353,15 +413,15 @@ function validateDevice(d: Json, at: string, seen: Set<string>, c: Causes): void
       const f = `${at}.capacity[${k}]`;
       const bad = qualifiedNameProblem(k);
       if (bad !== undefined) c.typeInvalid(f, k, bad);
-      if (!isObject(v) || v['value'] === undefined || v['value'] === null) c.required(`${f}.value`);
+      if (!isObject(v) || v.value === undefined || v.value === null) c.required(`${f}.value`);
     }
   }
-  const taints = d['taints'];
+  const taints = d.taints;
   if (taints !== undefined && taints !== null) {
     if (!Array.isArray(taints)) c.invalid(`${at}.taints`, taints, 'must be a list');
     else {
       if (taints.length > LIMITS.taintsPerDevice) c.tooMany(`${at}.taints`, taints.length, LIMITS.taintsPerDevice);
-      taints.forEach((t, j) => validateTaint(t, `${at}.taints[${j}]`, c));
+      for (const [j, t] of taints.entries()) validateTaint(t, `${at}.taints[${j}]`, c);
     }
   }
 }
@@ -400,14 +460,27 @@ function validateTaint(t: Json, f: string, c: Causes): void {
     c.invalid(f, t, 'must be an object');
     return;
   }
-  const key = t['key'];
+  const key = t.key;
   if (typeof key !== 'string' || key === '') c.required(`${f}.key`);
-  else if (!isQualifiedLabelName(key)) c.invalid(`${f}.key`, key, "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc'), with an optional DNS subdomain prefix and '/'");
-  const value = t['value'];
-  if (value !== undefined && value !== null && (typeof value !== 'string' || value.length > 63 || !LABEL_VALUE.test(value))) {
-    c.invalid(`${f}.value`, value, "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character, at most 63 characters");
+  else if (!isQualifiedLabelName(key))
+    c.invalid(
+      `${f}.key`,
+      key,
+      "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc'), with an optional DNS subdomain prefix and '/'",
+    );
+  const value = t.value;
+  if (
+    value !== undefined &&
+    value !== null &&
+    (typeof value !== 'string' || value.length > 63 || !LABEL_VALUE.test(value))
+  ) {
+    c.invalid(
+      `${f}.value`,
+      value,
+      "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character, at most 63 characters",
+    );
   }
-  const effect = t['effect'];
+  const effect = t.effect;
   const effects = ['NoSchedule', 'NoExecute', 'None'];
   if (typeof effect !== 'string' || effect === '') c.required(`${f}.effect`);
   else if (!effects.includes(effect)) c.notSupported(`${f}.effect`, effect, effects);
@@ -417,10 +490,48 @@ function validateTaint(t: Json, f: string, c: Causes): void {
 
 const KNOWN: Record<string, readonly string[]> = {
   top: ['apiVersion', 'kind', 'metadata', 'spec'],
-  metadata: ['name', 'generateName', 'namespace', 'uid', 'resourceVersion', 'generation', 'creationTimestamp', 'labels', 'annotations', 'ownerReferences', 'finalizers', 'deletionTimestamp', 'deletionGracePeriodSeconds', 'managedFields', 'selfLink'],
-  spec: ['driver', 'pool', 'nodeName', 'nodeSelector', 'allNodes', 'perDeviceNodeSelection', 'devices', 'sharedCounters'],
+  metadata: [
+    'name',
+    'generateName',
+    'namespace',
+    'uid',
+    'resourceVersion',
+    'generation',
+    'creationTimestamp',
+    'labels',
+    'annotations',
+    'ownerReferences',
+    'finalizers',
+    'deletionTimestamp',
+    'deletionGracePeriodSeconds',
+    'managedFields',
+    'selfLink',
+  ],
+  spec: [
+    'driver',
+    'pool',
+    'nodeName',
+    'nodeSelector',
+    'allNodes',
+    'perDeviceNodeSelection',
+    'devices',
+    'sharedCounters',
+  ],
   pool: ['name', 'generation', 'resourceSliceCount'],
-  device: ['name', 'attributes', 'capacity', 'consumesCounters', 'nodeName', 'nodeSelector', 'allNodes', 'taints', 'bindsToNode', 'bindingConditions', 'bindingFailureConditions', 'allowMultipleAllocations'],
+  device: [
+    'name',
+    'attributes',
+    'capacity',
+    'consumesCounters',
+    'nodeName',
+    'nodeSelector',
+    'allNodes',
+    'taints',
+    'bindsToNode',
+    'bindingConditions',
+    'bindingFailureConditions',
+    'allowMultipleAllocations',
+  ],
   attribute: ['int', 'bool', 'string', 'version'],
   capacity: ['value', 'requestPolicy'],
   taint: ['key', 'value', 'effect', 'timeAdded'],
@@ -445,54 +556,57 @@ function now(): string {
  * (400 BadRequest, before validation). JSON numbers are quantities too.
  */
 function canonValue(o: JsonObject): void {
-  const v = o['value'];
+  const v = o.value;
   if (v === undefined || v === null) return;
   const canon = typeof v === 'string' || typeof v === 'number' ? canonicalQuantity(String(v)) : undefined;
   if (canon === undefined) {
-    throw badRequest(`ResourceSlice in version "v1" cannot be handled as a ResourceSlice: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$' (got ${JSON.stringify(v)})`);
+    throw badRequest(
+      `ResourceSlice in version "v1" cannot be handled as a ResourceSlice: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$' (got ${JSON.stringify(v)})`,
+    );
   }
-  o['value'] = canon;
+  o.value = canon;
 }
 
 /** The slice as the server stores it: unknown fields out, quantities canonical, timeAdded filled. */
 function normalise(body: JsonObject, unknown: string[]): JsonObject {
   const top = keep(body, 'top', '', unknown);
-  if (isObject(top['metadata'])) top['metadata'] = keep(top['metadata'], 'metadata', 'metadata', unknown);
-  if (!isObject(top['spec'])) return top;
-  const spec = keep(top['spec'], 'spec', 'spec', unknown);
-  top['spec'] = spec;
-  if (isObject(spec['pool'])) spec['pool'] = keep(spec['pool'], 'pool', 'spec.pool', unknown);
+  if (isObject(top.metadata)) top.metadata = keep(top.metadata, 'metadata', 'metadata', unknown);
+  if (!isObject(top.spec)) return top;
+  const spec = keep(top.spec, 'spec', 'spec', unknown);
+  top.spec = spec;
+  if (isObject(spec.pool)) spec.pool = keep(spec.pool, 'pool', 'spec.pool', unknown);
   const canonCounters = (list: Json | undefined): void => {
     if (!Array.isArray(list)) return;
     for (const set of list) {
-      if (!isObject(set) || !isObject(set['counters'])) continue;
-      for (const v of Object.values(set['counters'])) if (isObject(v)) canonValue(v);
+      if (!isObject(set) || !isObject(set.counters)) continue;
+      for (const v of Object.values(set.counters)) if (isObject(v)) canonValue(v);
     }
   };
-  canonCounters(spec['sharedCounters']);
-  const devices = spec['devices'];
+  canonCounters(spec.sharedCounters);
+  const devices = spec.devices;
   if (Array.isArray(devices)) {
-    spec['devices'] = devices.map((d, i) => {
+    spec.devices = devices.map((d, i) => {
       if (!isObject(d)) return d;
       const at = `spec.devices[${i}]`;
       const dev = keep(d, 'device', at, unknown);
-      if (isObject(dev['attributes'])) {
-        for (const [k, v] of Object.entries(dev['attributes'])) if (isObject(v)) dev['attributes'][k] = keep(v, 'attribute', `${at}.attributes[${k}]`, unknown);
+      if (isObject(dev.attributes)) {
+        for (const [k, v] of Object.entries(dev.attributes))
+          if (isObject(v)) dev.attributes[k] = keep(v, 'attribute', `${at}.attributes[${k}]`, unknown);
       }
-      if (isObject(dev['capacity'])) {
-        for (const [k, v] of Object.entries(dev['capacity'])) {
+      if (isObject(dev.capacity)) {
+        for (const [k, v] of Object.entries(dev.capacity)) {
           if (!isObject(v)) continue;
           const cap = keep(v, 'capacity', `${at}.capacity[${k}]`, unknown);
           canonValue(cap);
-          dev['capacity'][k] = cap;
+          dev.capacity[k] = cap;
         }
       }
-      canonCounters(dev['consumesCounters']);
-      if (Array.isArray(dev['taints'])) {
-        dev['taints'] = dev['taints'].map((t, j) => {
+      canonCounters(dev.consumesCounters);
+      if (Array.isArray(dev.taints)) {
+        dev.taints = dev.taints.map((t, j) => {
           if (!isObject(t)) return t;
           const taint = keep(t, 'taint', `${at}.taints[${j}]`, unknown);
-          if (taint['timeAdded'] === undefined || taint['timeAdded'] === null) taint['timeAdded'] = now();
+          if (taint.timeAdded === undefined || taint.timeAdded === null) taint.timeAdded = now();
           return taint;
         });
       }
@@ -507,7 +621,7 @@ function clone<T extends Json>(v: T): T {
 }
 
 function meta(o: JsonObject): JsonObject {
-  return isObject(o['metadata']) ? o['metadata'] : {};
+  return isObject(o.metadata) ? o.metadata : {};
 }
 
 function str(v: Json | undefined): string | undefined {
@@ -522,15 +636,18 @@ function parseSelector(s: string, what: string): Requirement[] {
   if (s.trim() === '') return [];
   return s.split(',').map((part) => {
     const m = /^\s*([^=!\s]+)\s*(==|=|!=)\s*([^=!\s]*)\s*$/.exec(part);
-    if (m === null) throw badRequest(`unable to parse requested ${what} selector "${s}": expected key=value, key==value or key!=value`);
+    if (m === null)
+      throw badRequest(
+        `unable to parse requested ${what} selector "${s}": expected key=value, key==value or key!=value`,
+      );
     return { key: m[1] ?? '', op: m[2] === '!=' ? '!=' : '=', value: m[3] ?? '' };
   });
 }
 
 const SLICE_FIELDS: Record<string, (o: JsonObject) => string> = {
-  'metadata.name': (o) => str(meta(o)['name']) ?? '',
-  'spec.nodeName': (o) => str(isObject(o['spec']) ? o['spec']['nodeName'] : undefined) ?? '',
-  'spec.driver': (o) => str(isObject(o['spec']) ? o['spec']['driver'] : undefined) ?? '',
+  'metadata.name': (o) => str(meta(o).name) ?? '',
+  'spec.nodeName': (o) => str(isObject(o.spec) ? o.spec.nodeName : undefined) ?? '',
+  'spec.driver': (o) => str(isObject(o.spec) ? o.spec.driver : undefined) ?? '',
 };
 
 // ---- the server ----
@@ -543,14 +660,27 @@ interface Route {
 }
 
 function route(path: string): Route | undefined {
-  const parts = path.split('/').filter((p) => p !== '').map(decodeURIComponent);
+  const parts = path
+    .split('/')
+    .filter((p) => p !== '')
+    .map(decodeURIComponent);
   const [a, b, c, d, e, f, g] = parts;
   if (a === 'apis' && b === GROUP && c === 'v1') {
-    if (d === 'resourceslices' && parts.length <= 5) return { resource: 'resourceslices', group: GROUP, ...(e !== undefined ? { name: e } : {}) };
-    if (d === 'namespaces' && e !== undefined && f === 'resourceclaims' && g !== undefined && parts.length === 7) return { resource: 'resourceclaims', group: GROUP, namespace: e, name: g };
+    if (d === 'resourceslices' && parts.length <= 5)
+      return { resource: 'resourceslices', group: GROUP, ...(e !== undefined ? { name: e } : {}) };
+    if (d === 'namespaces' && e !== undefined && f === 'resourceclaims' && g !== undefined && parts.length === 7)
+      return { resource: 'resourceclaims', group: GROUP, namespace: e, name: g };
   }
-  if (a === 'apis' && b === 'authorization.k8s.io' && c === 'v1' && d === 'selfsubjectaccessreviews' && parts.length === 4) return { resource: 'selfsubjectaccessreviews', group: 'authorization.k8s.io' };
-  if (a === 'api' && b === 'v1' && c === 'nodes' && d !== undefined && parts.length === 4) return { resource: 'nodes', group: '', name: d };
+  if (
+    a === 'apis' &&
+    b === 'authorization.k8s.io' &&
+    c === 'v1' &&
+    d === 'selfsubjectaccessreviews' &&
+    parts.length === 4
+  )
+    return { resource: 'selfsubjectaccessreviews', group: 'authorization.k8s.io' };
+  if (a === 'api' && b === 'v1' && c === 'nodes' && d !== undefined && parts.length === 4)
+    return { resource: 'nodes', group: '', name: d };
   return undefined;
 }
 
@@ -608,7 +738,12 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
         resolve();
       };
       if (path !== undefined) this.server.listen(path, done);
-      else this.server.listen(this.address !== undefined && 'port' in this.address ? this.address.port : 0, '127.0.0.1', done);
+      else
+        this.server.listen(
+          this.address !== undefined && 'port' in this.address ? this.address.port : 0,
+          '127.0.0.1',
+          done,
+        );
     });
     this.address = path !== undefined ? { path } : { port: (this.server.address() as AddressInfo).port };
     this.emit('up');
@@ -636,17 +771,33 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
 
   /** Seeds a Node (GET /api/v1/nodes/<name>). */
   putNode(name: string, labels: Record<string, string> = {}): JsonObject {
-    const node: JsonObject = { apiVersion: 'v1', kind: 'Node', metadata: { name, uid: randomUUID(), resourceVersion: this.nextRv(), creationTimestamp: now(), labels } };
+    const node: JsonObject = {
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name, uid: randomUUID(), resourceVersion: this.nextRv(), creationTimestamp: now(), labels },
+    };
     this.nodes.set(name, node);
     return clone(node);
   }
 
   /** Seeds a ResourceClaim (spec and status as given; metadata filled). Returns it as stored. */
-  putClaim(claim: { namespace: string; name: string; uid?: string; spec?: JsonObject; status?: JsonObject }): JsonObject {
+  putClaim(claim: {
+    namespace: string;
+    name: string;
+    uid?: string;
+    spec?: JsonObject;
+    status?: JsonObject;
+  }): JsonObject {
     const stored: JsonObject = {
       apiVersion: API_VERSION,
       kind: 'ResourceClaim',
-      metadata: { name: claim.name, namespace: claim.namespace, uid: claim.uid ?? randomUUID(), resourceVersion: this.nextRv(), creationTimestamp: now() },
+      metadata: {
+        name: claim.name,
+        namespace: claim.namespace,
+        uid: claim.uid ?? randomUUID(),
+        resourceVersion: this.nextRv(),
+        creationTimestamp: now(),
+      },
       spec: claim.spec ?? { devices: {} },
       ...(claim.status !== undefined ? { status: claim.status } : {}),
     };
@@ -662,8 +813,8 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
   deleteNodeSlices(nodeName: string, driver?: string): number {
     let n = 0;
     for (const [name, s] of this.slices) {
-      const spec = isObject(s['spec']) ? s['spec'] : {};
-      if (spec['nodeName'] === nodeName && (driver === undefined || spec['driver'] === driver)) {
+      const spec = isObject(s.spec) ? s.spec : {};
+      if (spec.nodeName === nodeName && (driver === undefined || spec.driver === driver)) {
         this.slices.delete(name);
         n++;
       }
@@ -691,7 +842,11 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
       };
       const timer = setTimeout(() => {
         this.off('request', on);
-        reject(new Error(`API server stand-in: fewer than ${n} matching requests within ${timeoutMs} ms (seen: ${this.requests.map((r) => `${r.method} ${r.path} ${r.code}`).join('; ')})`));
+        reject(
+          new Error(
+            `API server stand-in: fewer than ${n} matching requests within ${timeoutMs} ms (seen: ${this.requests.map((r) => `${r.method} ${r.path} ${r.code}`).join('; ')})`,
+          ),
+        );
       }, timeoutMs);
       this.on('request', on);
     });
@@ -708,16 +863,20 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
       const r = route(url.pathname);
       const grant = this.authenticate(req);
       user = grant?.user;
-      if (r === undefined) throw new HttpError(status(404, 'NotFound', 'the server could not find the requested resource', {}));
+      if (r === undefined)
+        throw new HttpError(status(404, 'NotFound', 'the server could not find the requested resource', {}));
       const verb = this.verb(method, r, url);
       this.authorize(grant, verb, r);
       const input = method === 'POST' || method === 'PUT' || method === 'DELETE' ? await readJson(req) : undefined;
       const out = this.serve(verb, r, url, input, grant);
       code = out.code;
       body = out.body;
-      if (out.warnings.length > 0) headers['warning'] = out.warnings.map((w) => `299 - ${JSON.stringify(w)}`).join(', ');
+      if (out.warnings.length > 0) headers.warning = out.warnings.map((w) => `299 - ${JSON.stringify(w)}`).join(', ');
     } catch (err) {
-      const s = err instanceof HttpError ? err.status : status(500, 'InternalError', `Internal error occurred: ${(err as Error).message}`);
+      const s =
+        err instanceof HttpError
+          ? err.status
+          : status(500, 'InternalError', `Internal error occurred: ${(err as Error).message}`);
       code = s.code;
       body = s as unknown as Json;
     }
@@ -739,59 +898,102 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
 
   private verb(method: string, r: Route, url: URL): string {
     if (url.searchParams.get('watch') === 'true' || url.searchParams.get('watch') === '1') {
-      throw new HttpError(status(405, 'MethodNotAllowed', 'watch is not modelled by the API server stand-in (test/support/apiserver.ts)'));
+      throw new HttpError(
+        status(405, 'MethodNotAllowed', 'watch is not modelled by the API server stand-in (test/support/apiserver.ts)'),
+      );
     }
     const collection = r.name === undefined;
     if (r.resource === 'selfsubjectaccessreviews') {
       if (method === 'POST') return 'create';
-      throw new HttpError(status(405, 'MethodNotAllowed', `${method} on ${url.pathname} is not allowed: selfsubjectaccessreviews are only created`));
+      throw new HttpError(
+        status(
+          405,
+          'MethodNotAllowed',
+          `${method} on ${url.pathname} is not allowed: selfsubjectaccessreviews are only created`,
+        ),
+      );
     }
     if (r.resource !== 'resourceslices') {
       if (method === 'GET') return 'get';
-      throw new HttpError(status(405, 'MethodNotAllowed', `${method} on ${url.pathname} is not modelled by the API server stand-in (test/support/apiserver.ts): only get of ${r.resource}`));
+      throw new HttpError(
+        status(
+          405,
+          'MethodNotAllowed',
+          `${method} on ${url.pathname} is not modelled by the API server stand-in (test/support/apiserver.ts): only get of ${r.resource}`,
+        ),
+      );
     }
     switch (method) {
-      case 'GET': return collection ? 'list' : 'get';
-      case 'POST': if (collection) return 'create'; break;
-      case 'PUT': if (!collection) return 'update'; break;
-      case 'DELETE': return collection ? 'deletecollection' : 'delete';
+      case 'GET':
+        return collection ? 'list' : 'get';
+      case 'POST':
+        if (collection) return 'create';
+        break;
+      case 'PUT':
+        if (!collection) return 'update';
+        break;
+      case 'DELETE':
+        return collection ? 'deletecollection' : 'delete';
     }
-    throw new HttpError(status(405, 'MethodNotAllowed', `${method} on ${url.pathname} is not modelled by the API server stand-in (test/support/apiserver.ts)`));
+    throw new HttpError(
+      status(
+        405,
+        'MethodNotAllowed',
+        `${method} on ${url.pathname} is not modelled by the API server stand-in (test/support/apiserver.ts)`,
+      ),
+    );
   }
 
   private authorize(grant: TokenGrant | undefined, verb: string, r: Route): void {
     if (grant === undefined || r.resource === 'selfsubjectaccessreviews') return;
     const user = grant.user;
     if (allows(grant, verb, r.resource)) return;
-    const what = r.name !== undefined ? `${qualified(r.resource, r.group)} "${r.name}"` : qualified(r.resource, r.group);
+    const what =
+      r.name !== undefined ? `${qualified(r.resource, r.group)} "${r.name}"` : qualified(r.resource, r.group);
     const scope = r.namespace !== undefined ? `in the namespace "${r.namespace}"` : 'at the cluster scope';
-    throw new HttpError(status(403, 'Forbidden', `${what} is forbidden: User "${user}" cannot ${verb} resource "${r.resource}" in API group "${r.group}" ${scope}`,
-      { ...(r.name !== undefined ? { name: r.name } : {}), group: r.group, kind: r.resource }));
+    throw new HttpError(
+      status(
+        403,
+        'Forbidden',
+        `${what} is forbidden: User "${user}" cannot ${verb} resource "${r.resource}" in API group "${r.group}" ${scope}`,
+        { ...(r.name !== undefined ? { name: r.name } : {}), group: r.group, kind: r.resource },
+      ),
+    );
   }
 
-  private serve(verb: string, r: Route, url: URL, input: Json | undefined, grant?: TokenGrant): { code: number; body: Json; warnings: string[] } {
+  private serve(
+    verb: string,
+    r: Route,
+    url: URL,
+    input: Json | undefined,
+    grant?: TokenGrant,
+  ): { code: number; body: Json; warnings: string[] } {
     if (r.resource === 'selfsubjectaccessreviews') return { code: 201, body: accessReview(input, grant), warnings: [] };
     if (r.resource === 'nodes' || r.resource === 'resourceclaims') {
-      const key = r.resource === 'nodes' ? r.name ?? '' : `${r.namespace ?? ''}/${r.name ?? ''}`;
+      const key = r.resource === 'nodes' ? (r.name ?? '') : `${r.namespace ?? ''}/${r.name ?? ''}`;
       const o = (r.resource === 'nodes' ? this.nodes : this.claims).get(key);
       if (o === undefined) throw notFound(r.resource, r.group, r.name ?? '');
       return { code: 200, body: clone(o), warnings: [] };
     }
     switch (verb) {
-      case 'list': return { code: 200, body: this.list(url), warnings: [] };
+      case 'list':
+        return { code: 200, body: this.list(url), warnings: [] };
       case 'get': {
         const s = this.slices.get(r.name ?? '');
         if (s === undefined) throw notFound('resourceslices', GROUP, r.name ?? '');
         return { code: 200, body: clone(s), warnings: [] };
       }
-      case 'create': return this.create(url, input);
-      case 'update': return this.update(r.name ?? '', url, input);
-      case 'delete': return this.remove(r.name ?? '', input);
+      case 'create':
+        return this.create(url, input);
+      case 'update':
+        return this.update(r.name ?? '', url, input);
+      case 'delete':
+        return this.remove(r.name ?? '', input);
       case 'deletecollection': {
         // As the kubelet wipes a node's slices: DELETE on the collection with a fieldSelector.
         const list = this.list(url);
-        const items = list['items'] as JsonObject[];
-        for (const i of items) this.slices.delete(str(meta(i)['name']) ?? '');
+        const items = list.items as JsonObject[];
+        for (const i of items) this.slices.delete(str(meta(i).name) ?? '');
         if (items.length > 0) this.nextRv();
         return { code: 200, body: { ...list, metadata: { resourceVersion: String(this.rv) } }, warnings: [] };
       }
@@ -806,30 +1008,43 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
     }
     const labels = parseSelector(url.searchParams.get('labelSelector') ?? '', 'label');
     const items: Json[] = [];
-    for (const s of [...this.slices.values()].sort((a, b) => (str(meta(a)['name']) ?? '').localeCompare(str(meta(b)['name']) ?? ''))) {
+    for (const s of [...this.slices.values()].sort((a, b) =>
+      (str(meta(a).name) ?? '').localeCompare(str(meta(b).name) ?? ''),
+    )) {
       const match = (req: Requirement, v: string): boolean => (req.op === '=' ? v === req.value : v !== req.value);
       if (!fields.every((f) => match(f, SLICE_FIELDS[f.key]?.(s) ?? ''))) continue;
-      const l = meta(s)['labels'];
-      if (!labels.every((q) => match(q, isObject(l) ? str(l[q.key]) ?? '' : ''))) continue;
+      const l = meta(s).labels;
+      if (!labels.every((q) => match(q, isObject(l) ? (str(l[q.key]) ?? '') : ''))) continue;
       const item = clone(s);
-      delete item['apiVersion'];
-      delete item['kind'];
+      delete item.apiVersion;
+      delete item.kind;
       items.push(item);
     }
-    return { kind: 'ResourceSliceList', apiVersion: API_VERSION, metadata: { resourceVersion: String(this.rv) }, items };
+    return {
+      kind: 'ResourceSliceList',
+      apiVersion: API_VERSION,
+      metadata: { resourceVersion: String(this.rv) },
+      items,
+    };
   }
 
   private decodeSlice(input: Json | undefined, url: URL): { obj: JsonObject; warnings: string[] } {
     if (!isObject(input)) throw badRequest('the request body must be a ResourceSlice JSON object');
-    const apiVersion = input['apiVersion'];
-    const kind = input['kind'];
-    if (apiVersion !== undefined && apiVersion !== API_VERSION) throw badRequest(`the API version in the data (${String(apiVersion)}) does not match the expected API version (${API_VERSION})`);
-    if (kind !== undefined && kind !== 'ResourceSlice') throw badRequest(`the kind in the data (${String(kind)}) does not match the expected kind (ResourceSlice)`);
+    const apiVersion = input.apiVersion;
+    const kind = input.kind;
+    if (apiVersion !== undefined && apiVersion !== API_VERSION)
+      throw badRequest(
+        `the API version in the data (${String(apiVersion)}) does not match the expected API version (${API_VERSION})`,
+      );
+    if (kind !== undefined && kind !== 'ResourceSlice')
+      throw badRequest(`the kind in the data (${String(kind)}) does not match the expected kind (ResourceSlice)`);
     const unknown: string[] = [];
     const obj = normalise(clone(input), unknown);
     const mode = url.searchParams.get('fieldValidation') ?? 'Warn';
     if (mode === 'Strict' && unknown.length > 0) {
-      throw badRequest(`ResourceSlice in version "v1" cannot be handled as a ResourceSlice: strict decoding error: ${unknown.map((u) => `unknown field "${u}"`).join(', ')}`);
+      throw badRequest(
+        `ResourceSlice in version "v1" cannot be handled as a ResourceSlice: strict decoding error: ${unknown.map((u) => `unknown field "${u}"`).join(', ')}`,
+      );
     }
     return { obj, warnings: mode === 'Ignore' ? [] : unknown.map((u) => `unknown field "${u}"`) };
   }
@@ -837,14 +1052,14 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
   private validate(obj: JsonObject, name: string, old?: JsonObject): void {
     const c = new Causes();
     if (!isDnsSubdomain(name)) c.invalid('metadata.name', name, DNS_SUBDOMAIN_MSG);
-    validateSpec(obj['spec'], c);
-    if (old !== undefined && isObject(old['spec']) && isObject(obj['spec'])) {
-      const o = old['spec'];
-      const n = obj['spec'];
-      const poolName = (s: JsonObject): Json | undefined => (isObject(s['pool']) ? s['pool']['name'] : undefined);
-      if (n['driver'] !== o['driver']) c.invalid('spec.driver', n['driver'], 'field is immutable');
+    validateSpec(obj.spec, c);
+    if (old !== undefined && isObject(old.spec) && isObject(obj.spec)) {
+      const o = old.spec;
+      const n = obj.spec;
+      const poolName = (s: JsonObject): Json | undefined => (isObject(s.pool) ? s.pool.name : undefined);
+      if (n.driver !== o.driver) c.invalid('spec.driver', n.driver, 'field is immutable');
       if (poolName(n) !== poolName(o)) c.invalid('spec.pool.name', poolName(n), 'field is immutable');
-      if ((n['nodeName'] ?? null) !== (o['nodeName'] ?? null)) c.invalid('spec.nodeName', n['nodeName'], 'field is immutable');
+      if ((n.nodeName ?? null) !== (o.nodeName ?? null)) c.invalid('spec.nodeName', n.nodeName, 'field is immutable');
     }
     if (c.list.length > 0) throw invalid('ResourceSlice', name, c.list);
   }
@@ -852,26 +1067,50 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
   private create(url: URL, input: Json | undefined): { code: number; body: Json; warnings: string[] } {
     const { obj, warnings } = this.decodeSlice(input, url);
     const m = meta(obj);
-    let name = str(m['name']) ?? '';
-    const generate = str(m['generateName']);
+    let name = str(m.name) ?? '';
+    const generate = str(m.generateName);
     if (name === '' && generate !== undefined && generate !== '') {
       do {
-        name = generate + Array.from({ length: 5 }, () => GENERATE_ALPHABET[Math.floor(Math.random() * GENERATE_ALPHABET.length)]).join('');
+        name =
+          generate +
+          Array.from({ length: 5 }, () => GENERATE_ALPHABET[Math.floor(Math.random() * GENERATE_ALPHABET.length)]).join(
+            '',
+          );
       } while (this.slices.has(name));
     }
-    if (name === '') throw invalid('ResourceSlice', '', [{ reason: 'FieldValueRequired', message: 'Required value: name or generateName is required', field: 'metadata.name' }]);
-    if (str(m['resourceVersion']) !== undefined && m['resourceVersion'] !== '') {
+    if (name === '')
+      throw invalid('ResourceSlice', '', [
+        {
+          reason: 'FieldValueRequired',
+          message: 'Required value: name or generateName is required',
+          field: 'metadata.name',
+        },
+      ]);
+    if (str(m.resourceVersion) !== undefined && m.resourceVersion !== '') {
       throw badRequest('resourceVersion should not be set on objects to be created');
     }
     this.validate(obj, name);
     if (this.slices.has(name)) {
-      throw new HttpError(status(409, 'AlreadyExists', `resourceslices.${GROUP} "${name}" already exists`, { name, group: GROUP, kind: 'resourceslices' }));
+      throw new HttpError(
+        status(409, 'AlreadyExists', `resourceslices.${GROUP} "${name}" already exists`, {
+          name,
+          group: GROUP,
+          kind: 'resourceslices',
+        }),
+      );
     }
     const stored: JsonObject = {
       ...obj,
       apiVersion: API_VERSION,
       kind: 'ResourceSlice',
-      metadata: { ...m, name, uid: randomUUID(), resourceVersion: this.nextRv(), generation: 1, creationTimestamp: now() },
+      metadata: {
+        ...m,
+        name,
+        uid: randomUUID(),
+        resourceVersion: this.nextRv(),
+        generation: 1,
+        creationTimestamp: now(),
+      },
     };
     this.slices.set(name, stored);
     return { code: 201, body: clone(stored), warnings };
@@ -880,15 +1119,21 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
   private update(name: string, url: URL, input: Json | undefined): { code: number; body: Json; warnings: string[] } {
     const { obj, warnings } = this.decodeSlice(input, url);
     const m = meta(obj);
-    if (str(m['name']) !== name) throw badRequest(`the name of the object (${String(m['name'] ?? '')}) does not match the name on the URL (${name})`);
+    if (str(m.name) !== name)
+      throw badRequest(`the name of the object (${String(m.name ?? '')}) does not match the name on the URL (${name})`);
     const old = this.slices.get(name);
     if (old === undefined) throw notFound('resourceslices', GROUP, name);
     const oldMeta = meta(old);
-    const rv = str(m['resourceVersion']);
-    if (rv !== undefined && rv !== '' && rv !== oldMeta['resourceVersion']) throw conflict('resourceslices', GROUP, name);
-    const uid = str(m['uid']);
-    if (uid !== undefined && uid !== '' && uid !== oldMeta['uid']) {
-      throw conflict('resourceslices', GROUP, name, `Precondition failed: UID in precondition: ${uid}, UID in object meta: ${String(oldMeta['uid'])}`);
+    const rv = str(m.resourceVersion);
+    if (rv !== undefined && rv !== '' && rv !== oldMeta.resourceVersion) throw conflict('resourceslices', GROUP, name);
+    const uid = str(m.uid);
+    if (uid !== undefined && uid !== '' && uid !== oldMeta.uid) {
+      throw conflict(
+        'resourceslices',
+        GROUP,
+        name,
+        `Precondition failed: UID in precondition: ${uid}, UID in object meta: ${String(oldMeta.uid)}`,
+      );
     }
     this.validate(obj, name, old);
     // An update that changes nothing is not written: the resourceVersion stays (as with etcd).
@@ -897,8 +1142,8 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
       return JSON.stringify({ ...o, apiVersion: API_VERSION, kind: 'ResourceSlice', metadata: rest });
     };
     if (comparable(obj) === comparable(old)) return { code: 200, body: clone(old), warnings };
-    const specChanged = JSON.stringify(obj['spec']) !== JSON.stringify(old['spec']);
-    const gen = typeof oldMeta['generation'] === 'number' ? oldMeta['generation'] : 1;
+    const specChanged = JSON.stringify(obj.spec) !== JSON.stringify(old.spec);
+    const gen = typeof oldMeta.generation === 'number' ? oldMeta.generation : 1;
     const stored: JsonObject = {
       ...obj,
       apiVersion: API_VERSION,
@@ -906,8 +1151,8 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
       metadata: {
         ...m,
         name,
-        uid: oldMeta['uid'] ?? null,
-        creationTimestamp: oldMeta['creationTimestamp'] ?? null,
+        uid: oldMeta.uid ?? null,
+        creationTimestamp: oldMeta.creationTimestamp ?? null,
         generation: specChanged ? gen + 1 : gen,
         resourceVersion: this.nextRv(),
       },
@@ -919,19 +1164,36 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
   private remove(name: string, input: Json | undefined): { code: number; body: Json; warnings: string[] } {
     const old = this.slices.get(name);
     if (old === undefined) throw notFound('resourceslices', GROUP, name);
-    const pre = isObject(input) && isObject(input['preconditions']) ? input['preconditions'] : {};
+    const pre = isObject(input) && isObject(input.preconditions) ? input.preconditions : {};
     const oldMeta = meta(old);
-    const rv = str(pre['resourceVersion']);
-    if (rv !== undefined && rv !== oldMeta['resourceVersion']) {
-      throw conflict('resourceslices', GROUP, name, `Precondition failed: ResourceVersion in precondition: ${rv}, ResourceVersion in object meta: ${String(oldMeta['resourceVersion'])}`);
+    const rv = str(pre.resourceVersion);
+    if (rv !== undefined && rv !== oldMeta.resourceVersion) {
+      throw conflict(
+        'resourceslices',
+        GROUP,
+        name,
+        `Precondition failed: ResourceVersion in precondition: ${rv}, ResourceVersion in object meta: ${String(oldMeta.resourceVersion)}`,
+      );
     }
-    const uid = str(pre['uid']);
-    if (uid !== undefined && uid !== oldMeta['uid']) {
-      throw conflict('resourceslices', GROUP, name, `Precondition failed: UID in precondition: ${uid}, UID in object meta: ${String(oldMeta['uid'])}`);
+    const uid = str(pre.uid);
+    if (uid !== undefined && uid !== oldMeta.uid) {
+      throw conflict(
+        'resourceslices',
+        GROUP,
+        name,
+        `Precondition failed: UID in precondition: ${uid}, UID in object meta: ${String(oldMeta.uid)}`,
+      );
     }
     this.slices.delete(name);
     this.nextRv();
-    const ok: Status = { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Success', details: { name, group: GROUP, kind: 'resourceslices', uid: String(oldMeta['uid']) }, code: 200 };
+    const ok: Status = {
+      kind: 'Status',
+      apiVersion: 'v1',
+      metadata: {},
+      status: 'Success',
+      details: { name, group: GROUP, kind: 'resourceslices', uid: String(oldMeta.uid) },
+      code: 200,
+    };
     return { code: 200, body: ok as unknown as Json, warnings: [] };
   }
 }
@@ -946,18 +1208,27 @@ function allows(grant: TokenGrant, verb: string, resource: string): boolean {
 
 /** A SelfSubjectAccessReview answered from the grant (no grant: authorization is off, all allowed). */
 function accessReview(input: Json | undefined, grant: TokenGrant | undefined): Json {
-  const spec = isObject(input) && isObject(input['spec']) ? input['spec'] : undefined;
-  const attrs = spec !== undefined && isObject(spec['resourceAttributes']) ? spec['resourceAttributes'] : undefined;
-  if (spec === undefined || attrs === undefined) throw invalid('SelfSubjectAccessReview', '', [{ reason: 'FieldValueRequired', message: 'Required value: exactly one of nonResourceAttributes or resourceAttributes must be specified', field: 'spec.resourceAttributes' }]);
-  const verb = str(attrs['verb']) ?? '';
-  const resource = str(attrs['resource']) ?? '';
+  const spec = isObject(input) && isObject(input.spec) ? input.spec : undefined;
+  const attrs = spec !== undefined && isObject(spec.resourceAttributes) ? spec.resourceAttributes : undefined;
+  if (spec === undefined || attrs === undefined)
+    throw invalid('SelfSubjectAccessReview', '', [
+      {
+        reason: 'FieldValueRequired',
+        message: 'Required value: exactly one of nonResourceAttributes or resourceAttributes must be specified',
+        field: 'spec.resourceAttributes',
+      },
+    ]);
+  const verb = str(attrs.verb) ?? '';
+  const resource = str(attrs.resource) ?? '';
   const allowed = grant === undefined || allows(grant, verb, resource);
   return {
     apiVersion: 'authorization.k8s.io/v1',
     kind: 'SelfSubjectAccessReview',
     metadata: { creationTimestamp: null },
     spec,
-    status: allowed ? { allowed: true, reason: grant === undefined ? 'authorization is off' : `RBAC: allowed for ${grant.user}` } : { allowed: false },
+    status: allowed
+      ? { allowed: true, reason: grant === undefined ? 'authorization is off' : `RBAC: allowed for ${grant.user}` }
+      : { allowed: false },
   };
 }
 
@@ -967,7 +1238,8 @@ async function readJson(req: IncomingMessage): Promise<Json | undefined> {
   for await (const chunk of req) {
     const b = chunk as Buffer;
     size += b.length;
-    if (size > MAX_BODY) throw new HttpError(status(413, 'RequestEntityTooLarge', `the request body is larger than ${MAX_BODY} bytes`));
+    if (size > MAX_BODY)
+      throw new HttpError(status(413, 'RequestEntityTooLarge', `the request body is larger than ${MAX_BODY} bytes`));
     chunks.push(b);
   }
   const text = Buffer.concat(chunks).toString('utf8');

@@ -32,7 +32,12 @@ function lexCompare(a: readonly number[], b: readonly number[]): number {
   return a.length - b.length;
 }
 
-export function bruteForceChoose(m: ScoreMatrix, available: readonly number[], mustInclude: readonly number[], size: number): BruteForceAnswer {
+export function bruteForceChoose(
+  m: ScoreMatrix,
+  available: readonly number[],
+  mustInclude: readonly number[],
+  size: number,
+): BruteForceAnswer {
   const gpus = [...available].sort((a, b) => a - b);
   const n = gpus.length;
   if (size < 1 || size > n) throw new Error(`bad size ${size} for ${n} GPUs`);
@@ -107,7 +112,9 @@ export function bruteForceChoose(m: ScoreMatrix, available: readonly number[], m
     groupScore: setScore(positions),
     remainderScore: setScore(gpus.map((_, p) => p).filter((p) => !positions.includes(p))),
   }));
-  rated.sort((a, b) => b.groupScore - a.groupScore || b.remainderScore - a.remainderScore || lexCompare(a.group, b.group));
+  rated.sort(
+    (a, b) => b.groupScore - a.groupScore || b.remainderScore - a.remainderScore || lexCompare(a.group, b.group),
+  );
   const winner = rated[0];
   if (winner === undefined) throw new Error('no valid cut (cannot happen for valid input)');
   return { ...winner, splitScore: best, cuts };

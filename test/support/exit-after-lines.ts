@@ -6,7 +6,8 @@ import { exitProcess, stderrLogger } from '../../src/system/log.ts';
 
 const n = Number(process.argv[2] ?? '0');
 const log = stderrLogger('info');
-for (let i = 0; i < n; i++) log.info('filler line to fill the socket journald is not reading', { i, pad: 'x'.repeat(80) });
+for (let i = 0; i < n; i++)
+  log.info('filler line to fill the socket journald is not reading', { i, pad: 'x'.repeat(80) });
 log.error('lost the socket directory: the last line, which must reach the reader');
 // Tells the test (stdout) that stderr's reader may start reading: journald catching up.
 writeSync(1, 'ending\n');

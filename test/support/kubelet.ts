@@ -46,16 +46,20 @@ interface PluginClient {
   updates: number;
 }
 
-const RESOURCE_NAME = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)\/([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$/;
+const RESOURCE_NAME =
+  /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)\/([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$/;
 
 /** The kubelet's checks on a RegisterRequest; returns the problem or null. */
 export function validateRegisterRequest(r: M.RegisterRequest): string | null {
   if (r.version !== 'v1beta1') return `invalid version ${JSON.stringify(r.version)}; supported: v1beta1`;
   const m = RESOURCE_NAME.exec(r.resource_name);
-  if (m === null || r.resource_name.length > 253) return `invalid resource name ${JSON.stringify(r.resource_name)}: not an extended resource name`;
+  if (m === null || r.resource_name.length > 253)
+    return `invalid resource name ${JSON.stringify(r.resource_name)}: not an extended resource name`;
   const domain = m[1] ?? '';
-  if (domain === 'kubernetes.io' || domain.endsWith('.kubernetes.io')) return `invalid resource name ${r.resource_name}: the kubernetes.io domain is reserved`;
-  if (r.endpoint.length === 0 || r.endpoint.includes('/')) return `invalid endpoint ${JSON.stringify(r.endpoint)}: expected a file name in the socket directory`;
+  if (domain === 'kubernetes.io' || domain.endsWith('.kubernetes.io'))
+    return `invalid resource name ${r.resource_name}: the kubernetes.io domain is reserved`;
+  if (r.endpoint.length === 0 || r.endpoint.includes('/'))
+    return `invalid endpoint ${JSON.stringify(r.endpoint)}: expected a file name in the socket directory`;
   return null;
 }
 
@@ -111,7 +115,9 @@ export class KubeletStandIn extends EventEmitter {
       },
     });
     await new Promise<void>((resolve, reject) => {
-      server.bindAsync(`unix://${this.socketPath}`, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve()));
+      server.bindAsync(`unix://${this.socketPath}`, grpc.ServerCredentials.createInsecure(), (err) =>
+        err ? reject(err) : resolve(),
+      );
     });
     this.server = server;
     this.socketCreatedAt = performance.now();
@@ -143,14 +149,31 @@ export class KubeletStandIn extends EventEmitter {
     try {
       const dialStart = performance.now();
       await new Promise<void>((resolve, reject) => {
-        client.waitForReady(Date.now() + DIAL_TIMEOUT_MS, (err) => (err ? reject(new Error(`dial timed out after ${DIAL_TIMEOUT_MS} ms`)) : resolve()));
+        client.waitForReady(Date.now() + DIAL_TIMEOUT_MS, (err) =>
+          err ? reject(new Error(`dial timed out after ${DIAL_TIMEOUT_MS} ms`)) : resolve(),
+        );
       });
       const dialMs = performance.now() - dialStart;
       const options = await new Promise<M.DevicePluginOptions>((resolve, reject) => {
-        client.makeUnaryRequest(svc.GetDevicePluginOptions.path, svc.GetDevicePluginOptions.requestSerialize, svc.GetDevicePluginOptions.responseDeserialize,
-          {}, new grpc.Metadata(), { deadline: Date.now() + 5000 }, (err, res) => (err || res === undefined ? reject(err ?? new Error('no response')) : resolve(res)));
+        client.makeUnaryRequest(
+          svc.GetDevicePluginOptions.path,
+          svc.GetDevicePluginOptions.requestSerialize,
+          svc.GetDevicePluginOptions.responseDeserialize,
+          {},
+          new grpc.Metadata(),
+          { deadline: Date.now() + 5000 },
+          (err, res) => (err || res === undefined ? reject(err ?? new Error('no response')) : resolve(res)),
+        );
       });
-      const plugin: PluginClient = { resource: req.resource_name, endpoint: req.endpoint, client, stream: undefined, devices: undefined, options, updates: 0 };
+      const plugin: PluginClient = {
+        resource: req.resource_name,
+        endpoint: req.endpoint,
+        client,
+        stream: undefined,
+        devices: undefined,
+        options,
+        updates: 0,
+      };
       this.plugins.set(req.resource_name, plugin);
       this.stoppedEndpoints.delete(req.resource_name);
       const hold = this.holdRegister;
@@ -172,7 +195,12 @@ export class KubeletStandIn extends EventEmitter {
 
   private openStream(p: PluginClient): void {
     const svc = devicePluginService();
-    const stream = p.client.makeServerStreamRequest(svc.ListAndWatch.path, svc.ListAndWatch.requestSerialize, svc.ListAndWatch.responseDeserialize, {});
+    const stream = p.client.makeServerStreamRequest(
+      svc.ListAndWatch.path,
+      svc.ListAndWatch.requestSerialize,
+      svc.ListAndWatch.responseDeserialize,
+      {},
+    );
     p.stream = stream;
     stream.on('data', (msg: M.ListAndWatchResponse) => {
       p.devices = msg.devices;
@@ -189,7 +217,11 @@ export class KubeletStandIn extends EventEmitter {
         this.closePlugin(p);
         this.stoppedEndpoints.add(p.resource);
         const view = this.views.get(p.resource);
-        if (view !== undefined) this.views.set(p.resource, view.map((d) => ({ ...d, health: 'Unhealthy' })));
+        if (view !== undefined)
+          this.views.set(
+            p.resource,
+            view.map((d) => ({ ...d, health: 'Unhealthy' })),
+          );
         this.emit('stream-broken', p.resource);
         this.emit('devices', p.resource, this.views.get(p.resource));
       }
@@ -237,29 +269,62 @@ export class KubeletStandIn extends EventEmitter {
 
   /** Resolves when `registrations.length` reaches n (or rejects after timeoutMs). */
   waitForRegistrations(n: number, timeoutMs = 10000): Promise<Registration> {
-    return this.waitFor(() => (this.registrations.length >= n ? this.registrations[n - 1] : undefined), 'registered', timeoutMs, `registration #${n}`);
+    return this.waitFor(
+      () => (this.registrations.length >= n ? this.registrations[n - 1] : undefined),
+      'registered',
+      timeoutMs,
+      `registration #${n}`,
+    );
   }
 
   /** Resolves with the device list once it satisfies pred. */
-  waitForDevices(pred: (d: M.Device[]) => boolean, resource = 'nvidia.com/gpu', timeoutMs = 10000): Promise<M.Device[]> {
-    return this.waitFor(() => {
-      const d = this.devices(resource);
-      return d !== undefined && pred(d) ? d : undefined;
-    }, 'devices', timeoutMs, 'a matching device list');
+  waitForDevices(
+    pred: (d: M.Device[]) => boolean,
+    resource = 'nvidia.com/gpu',
+    timeoutMs = 10000,
+  ): Promise<M.Device[]> {
+    return this.waitFor(
+      () => {
+        const d = this.devices(resource);
+        return d !== undefined && pred(d) ? d : undefined;
+      },
+      'devices',
+      timeoutMs,
+      'a matching device list',
+    );
   }
 
   private waitFor<T>(probe: () => T | undefined, event: string, timeoutMs: number, what: string): Promise<T> {
-    return waitOnEvent(this, event, probe, timeoutMs, () => `kubelet stand-in: no ${what} within ${timeoutMs} ms (registrations ${this.registrations.length}, rejected ${JSON.stringify(this.rejected.map((r) => r.reason))})`);
+    return waitOnEvent(
+      this,
+      event,
+      probe,
+      timeoutMs,
+      () =>
+        `kubelet stand-in: no ${what} within ${timeoutMs} ms (registrations ${this.registrations.length}, rejected ${JSON.stringify(this.rejected.map((r) => r.reason))})`,
+    );
   }
 
-  private unary<Req, Res>(resource: string, name: 'Allocate' | 'GetPreferredAllocation' | 'PreStartContainer' | 'GetDevicePluginOptions', req: Req): Promise<Res> {
+  private unary<Req, Res>(
+    resource: string,
+    name: 'Allocate' | 'GetPreferredAllocation' | 'PreStartContainer' | 'GetDevicePluginOptions',
+    req: Req,
+  ): Promise<Res> {
     const p = this.plugins.get(resource);
     if (p === undefined) return Promise.reject(new Error(`no plugin registered for ${resource}`));
-    if (this.stoppedEndpoints.has(resource)) return Promise.reject(new Error(`endpoint ${p.endpoint} for ${resource} has been stopped`));
+    if (this.stoppedEndpoints.has(resource))
+      return Promise.reject(new Error(`endpoint ${p.endpoint} for ${resource} has been stopped`));
     const m = devicePluginService()[name] as unknown as grpc.MethodDefinition<Req, Res>;
     return new Promise<Res>((resolve, reject) => {
-      p.client.makeUnaryRequest(m.path, m.requestSerialize, m.responseDeserialize, req, new grpc.Metadata(), { deadline: Date.now() + 10000 },
-        (err, res) => (err || res === undefined ? reject(err ?? new Error('no response')) : resolve(res)));
+      p.client.makeUnaryRequest(
+        m.path,
+        m.requestSerialize,
+        m.responseDeserialize,
+        req,
+        new grpc.Metadata(),
+        { deadline: Date.now() + 10000 },
+        (err, res) => (err || res === undefined ? reject(err ?? new Error('no response')) : resolve(res)),
+      );
     });
   }
 
@@ -308,13 +373,18 @@ export class KubeletStandIn extends EventEmitter {
   async servePodResources(socketPath: string): Promise<void> {
     const server = new grpc.Server();
     server.addService(podResourcesService(), {
-      List: (_call: grpc.ServerUnaryCall<unknown, ListPodResourcesResponse>, cb: grpc.sendUnaryData<ListPodResourcesResponse>) => {
+      List: (
+        _call: grpc.ServerUnaryCall<unknown, ListPodResourcesResponse>,
+        cb: grpc.sendUnaryData<ListPodResourcesResponse>,
+      ) => {
         this.podListCalls++;
         cb(null, { pod_resources: this.pods });
       },
     });
     await new Promise<void>((resolve, reject) => {
-      server.bindAsync(`unix://${socketPath}`, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve()));
+      server.bindAsync(`unix://${socketPath}`, grpc.ServerCredentials.createInsecure(), (err) =>
+        err ? reject(err) : resolve(),
+      );
     });
     this.podServer = server;
   }

@@ -4,7 +4,13 @@ import { join } from 'node:path';
 
 /** GPU-instance profile ids (as nvidia-smi shows them) of the 80 GB boards the MIG fixtures use. */
 export const PROFILE_ID: Readonly<Record<string, number>> = {
-  '1g.10gb': 19, '1g.10gb+me': 20, '1g.20gb': 15, '2g.20gb': 14, '3g.40gb': 9, '4g.40gb': 5, '7g.80gb': 0,
+  '1g.10gb': 19,
+  '1g.10gb+me': 20,
+  '1g.20gb': 15,
+  '2g.20gb': 14,
+  '3g.40gb': 9,
+  '4g.40gb': 5,
+  '7g.80gb': 0,
 };
 
 /**

@@ -27,11 +27,19 @@ export async function scanFixture(fixture: string, mig: boolean): Promise<NodeSc
   const driverRoot = join(sysfs, 'driver');
   mkdirSync(join(driverRoot, 'usr', 'lib64'), { recursive: true });
   symlinkSync(built, join(driverRoot, 'usr', 'lib64', LIBRARY_NAME));
-  const saved = { config: process.env['FAKE_NVML_CONFIG'] };
-  process.env['FAKE_NVML_CONFIG'] = join(TOPOLOGIES, fixture);
+  const saved = { config: process.env.FAKE_NVML_CONFIG };
+  process.env.FAKE_NVML_CONFIG = join(TOPOLOGIES, fixture);
   try {
     const log = createLogger({ level: 'error', journal: false, write: () => {} });
-    const sessions = new NvmlSessions({ koffi: loadKoffi(), driverRoot, sysfsRoot: sysfs, log, mig, facts: true, env: { PROC_ROOT: procRoot } });
+    const sessions = new NvmlSessions({
+      koffi: loadKoffi(),
+      driverRoot,
+      sysfsRoot: sysfs,
+      log,
+      mig,
+      facts: true,
+      env: { PROC_ROOT: procRoot },
+    });
     const reader = sessions.open();
     try {
       return reader.read(null);
@@ -39,8 +47,8 @@ export async function scanFixture(fixture: string, mig: boolean): Promise<NodeSc
       reader.close();
     }
   } finally {
-    if (saved.config === undefined) delete process.env['FAKE_NVML_CONFIG'];
-    else process.env['FAKE_NVML_CONFIG'] = saved.config;
+    if (saved.config === undefined) delete process.env.FAKE_NVML_CONFIG;
+    else process.env.FAKE_NVML_CONFIG = saved.config;
     rmSync(sysfs, { recursive: true, force: true });
   }
 }

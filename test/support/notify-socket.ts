@@ -4,9 +4,22 @@ import koffi from 'koffi';
 import { sockaddrUn } from '../../src/system/notify.ts';
 
 const lib = koffi.load('libc.so.6');
-const socket = lib.func('int socket(int domain, int type, int protocol)') as (d: number, t: number, p: number) => number;
-const bind = lib.func('int bind(int fd, const uint8_t *addr, uint32_t len)') as (fd: number, a: Buffer, l: number) => number;
-const recv = lib.func('long recv(int fd, _Out_ uint8_t *buf, size_t len, int flags)') as (fd: number, b: Buffer, l: number, f: number) => number;
+const socket = lib.func('int socket(int domain, int type, int protocol)') as (
+  d: number,
+  t: number,
+  p: number,
+) => number;
+const bind = lib.func('int bind(int fd, const uint8_t *addr, uint32_t len)') as (
+  fd: number,
+  a: Buffer,
+  l: number,
+) => number;
+const recv = lib.func('long recv(int fd, _Out_ uint8_t *buf, size_t len, int flags)') as (
+  fd: number,
+  b: Buffer,
+  l: number,
+  f: number,
+) => number;
 const close = lib.func('int close(int fd)') as (fd: number) => number;
 const MSG_DONTWAIT = 0x40;
 

@@ -35,47 +35,74 @@ export class NvidiaPluginStandIn {
   private async serve(): Promise<void> {
     const server = new grpc.Server();
     server.addService(devicePluginService(), {
-      GetDevicePluginOptions: (_c: unknown, cb: grpc.sendUnaryData<M.DevicePluginOptions>) => cb(null, { pre_start_required: false, get_preferred_allocation_available: false }),
+      GetDevicePluginOptions: (_c: unknown, cb: grpc.sendUnaryData<M.DevicePluginOptions>) =>
+        cb(null, { pre_start_required: false, get_preferred_allocation_available: false }),
       ListAndWatch: (call: grpc.ServerWritableStream<M.Empty, M.ListAndWatchResponse>) => {
         this.streams.add(call);
         call.on('cancelled', () => this.streams.delete(call));
         call.on('close', () => this.streams.delete(call));
         call.write({ devices: this.uuids.map((ID) => ({ ID, health: 'Healthy' })) });
       },
-      Allocate: (call: grpc.ServerUnaryCall<M.AllocateRequest, M.AllocateResponse>, cb: grpc.sendUnaryData<M.AllocateResponse>) => {
+      Allocate: (
+        call: grpc.ServerUnaryCall<M.AllocateRequest, M.AllocateResponse>,
+        cb: grpc.sendUnaryData<M.AllocateResponse>,
+      ) => {
         const responses: M.ContainerAllocateResponse[] = [];
         for (const c of call.request.container_requests) {
           const unknown = c.devices_ids.find((id) => !this.uuids.includes(id));
           if (unknown !== undefined) {
-            cb({ code: grpc.status.UNKNOWN, details: `invalid allocation request for 'nvidia.com/gpu': unknown device: ${unknown}` });
+            cb({
+              code: grpc.status.UNKNOWN,
+              details: `invalid allocation request for 'nvidia.com/gpu': unknown device: ${unknown}`,
+            });
             return;
           }
           this.allocated.push([...c.devices_ids]);
-          responses.push({ envs: { NVIDIA_VISIBLE_DEVICES: c.devices_ids.join(',') }, mounts: [], devices: [], annotations: {}, cdi_devices: [] });
+          responses.push({
+            envs: { NVIDIA_VISIBLE_DEVICES: c.devices_ids.join(',') },
+            mounts: [],
+            devices: [],
+            annotations: {},
+            cdi_devices: [],
+          });
         }
         cb(null, { container_responses: responses });
       },
-      GetPreferredAllocation: (_c: unknown, cb: grpc.sendUnaryData<M.PreferredAllocationResponse>) => cb({ code: grpc.status.UNIMPLEMENTED, details: 'not available' }),
+      GetPreferredAllocation: (_c: unknown, cb: grpc.sendUnaryData<M.PreferredAllocationResponse>) =>
+        cb({ code: grpc.status.UNIMPLEMENTED, details: 'not available' }),
       PreStartContainer: (_c: unknown, cb: grpc.sendUnaryData<M.PreStartContainerResponse>) => cb(null, {}),
     });
     await new Promise<void>((resolve, reject) => {
-      server.bindAsync(`unix://${this.socketPath}`, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve()));
+      server.bindAsync(`unix://${this.socketPath}`, grpc.ServerCredentials.createInsecure(), (err) =>
+        err ? reject(err) : resolve(),
+      );
     });
     this.server = server;
   }
 
   /** Register with the kubelet at kubeletSocket, as NVIDIA's plugin does. */
   async register(kubeletSocket: string): Promise<void> {
-    const client = new grpc.Client(`unix://${kubeletSocket}`, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 });
+    const client = new grpc.Client(`unix://${kubeletSocket}`, grpc.credentials.createInsecure(), {
+      'grpc.use_local_subchannel_pool': 1,
+    });
     const m = registrationService().Register;
     const req: M.RegisterRequest = {
-      version: 'v1beta1', endpoint: NVIDIA_ENDPOINT, resource_name: 'nvidia.com/gpu',
+      version: 'v1beta1',
+      endpoint: NVIDIA_ENDPOINT,
+      resource_name: 'nvidia.com/gpu',
       options: { pre_start_required: false, get_preferred_allocation_available: false },
     };
     try {
       await new Promise<void>((resolve, reject) => {
-        client.makeUnaryRequest(m.path, m.requestSerialize, m.responseDeserialize, req, new grpc.Metadata(), { deadline: Date.now() + 15000 },
-          (err) => (err ? reject(err) : resolve()));
+        client.makeUnaryRequest(
+          m.path,
+          m.requestSerialize,
+          m.responseDeserialize,
+          req,
+          new grpc.Metadata(),
+          { deadline: Date.now() + 15000 },
+          (err) => (err ? reject(err) : resolve()),
+        );
       });
     } finally {
       client.close();

@@ -25,7 +25,13 @@ import { watch } from 'node:fs';
 import type { FSWatcher } from 'node:fs';
 import { lstat, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { DRA_PLUGIN_TYPE, DRA_SERVICE_NAMES, draHealthService, draPluginService, pluginRegistrationService } from '../../src/api/dra.ts';
+import {
+  DRA_PLUGIN_TYPE,
+  DRA_SERVICE_NAMES,
+  draHealthService,
+  draPluginService,
+  pluginRegistrationService,
+} from '../../src/api/dra.ts';
 import type {
   Claim,
   DeviceHealth,
@@ -93,10 +99,23 @@ function dial(path: string): grpc.Client {
 }
 
 /** One call; waitForReady waits (up to the deadline) for a server still between bind() and listen(). */
-function unary<Req, Res>(client: grpc.Client, m: grpc.MethodDefinition<Req, Res>, req: Req, timeoutMs: number, waitForReady = false): Promise<Res> {
+function unary<Req, Res>(
+  client: grpc.Client,
+  m: grpc.MethodDefinition<Req, Res>,
+  req: Req,
+  timeoutMs: number,
+  waitForReady = false,
+): Promise<Res> {
   return new Promise<Res>((resolve, reject) => {
-    client.makeUnaryRequest(m.path, m.requestSerialize, m.responseDeserialize, req, new grpc.Metadata({ waitForReady }), { deadline: Date.now() + timeoutMs },
-      (err, res) => (err || res === undefined ? reject(err ?? new Error(`${m.path}: no response`)) : resolve(res)));
+    client.makeUnaryRequest(
+      m.path,
+      m.requestSerialize,
+      m.responseDeserialize,
+      req,
+      new grpc.Metadata({ waitForReady }),
+      { deadline: Date.now() + timeoutMs },
+      (err, res) => (err || res === undefined ? reject(err ?? new Error(`${m.path}: no response`)) : resolve(res)),
+    );
   });
 }
 
@@ -137,19 +156,27 @@ export class DraClient {
  * The kubelet's checks on GetInfo's answer (plugin manager, then the DRA handler's ValidatePlugin):
  * the version chosen, or the error text it sends with NotifyRegistrationStatus(false).
  */
-export function validatePluginInfo(info: PluginInfo, socket: string, versions: readonly DraVersion[]): { version: DraVersion; endpoint: string } | { error: string } {
-  if (info.type !== DRA_PLUGIN_TYPE) return { error: `RegisterPlugin error -- no handler registered for plugin type: ${info.type} at socket ${socket}` };
+export function validatePluginInfo(
+  info: PluginInfo,
+  socket: string,
+  versions: readonly DraVersion[],
+): { version: DraVersion; endpoint: string } | { error: string } {
+  if (info.type !== DRA_PLUGIN_TYPE)
+    return { error: `RegisterPlugin error -- no handler registered for plugin type: ${info.type} at socket ${socket}` };
   const endpoint = info.endpoint === '' ? socket : info.endpoint;
   const invalid = (why: string): { error: string } => ({
     error: `RegisterPlugin error -- plugin validation failed with err: invalid supported gRPC versions of DRA driver plugin ${info.name} at endpoint ${endpoint}: ${why}`,
   });
-  if (info.supported_versions.length === 0) return invalid('empty list of supported gRPC services (aka supported versions)');
+  if (info.supported_versions.length === 0)
+    return invalid('empty list of supported gRPC services (aka supported versions)');
   for (const offered of info.supported_versions) {
     const v = versions.find((k) => DRA_SERVICE_NAMES[k] === offered);
     if (v !== undefined) return { version: v, endpoint };
   }
   const goQuote = (l: readonly string[]): string => `[${l.map((x) => JSON.stringify(x)).join(' ')}]`;
-  return invalid(`none of services supported by the plugin (${goQuote(info.supported_versions)}) are supported by the kubelet (${goQuote(versions.map((v) => DRA_SERVICE_NAMES[v]))})`);
+  return invalid(
+    `none of services supported by the plugin (${goQuote(info.supported_versions)}) are supported by the kubelet (${goQuote(versions.map((v) => DRA_SERVICE_NAMES[v]))})`,
+  );
 }
 
 export class PluginWatcherStandIn extends EventEmitter {
@@ -200,7 +227,10 @@ export class PluginWatcherStandIn extends EventEmitter {
   /** The DRA client of a registered driver (the newest registration of that name). */
   client(driver: string): DraClient {
     const r = this.current(driver);
-    if (r === undefined) throw new Error(`plugin watcher stand-in: no driver ${driver} registered (registered: ${[...this.bySocket.values()].map((x) => x.reg.name).join(', ') || 'none'})`);
+    if (r === undefined)
+      throw new Error(
+        `plugin watcher stand-in: no driver ${driver} registered (registered: ${[...this.bySocket.values()].map((x) => x.reg.name).join(', ') || 'none'})`,
+      );
     return r.client;
   }
 
@@ -210,7 +240,8 @@ export class PluginWatcherStandIn extends EventEmitter {
 
   private current(driver: string): Registered | undefined {
     let best: Registered | undefined;
-    for (const r of this.bySocket.values()) if (r.reg.name === driver && (best === undefined || r.reg.at > best.reg.at)) best = r;
+    for (const r of this.bySocket.values())
+      if (r.reg.name === driver && (best === undefined || r.reg.at > best.reg.at)) best = r;
     return best;
   }
 
@@ -218,9 +249,11 @@ export class PluginWatcherStandIn extends EventEmitter {
     if (name.startsWith('.')) return;
     const path = join(this.dir, name);
     const prev = this.pending.get(path) ?? Promise.resolve();
-    const next = prev.then(() => this.reconcile(path)).catch((err: unknown) => {
-      this.emit('watch-error', err);
-    });
+    const next = prev
+      .then(() => this.reconcile(path))
+      .catch((err: unknown) => {
+        this.emit('watch-error', err);
+      });
     this.pending.set(path, next);
   }
 
@@ -249,20 +282,33 @@ export class PluginWatcherStandIn extends EventEmitter {
         info = await unary(reg, svc.GetInfo, {}, this.callTimeoutMs, true);
       } catch (err) {
         if (this.stopped) return;
-        this.rejected.push({ socket, info: undefined, reason: `GetInfo on ${socket} failed: ${(err as Error).message}`, notified: false });
+        this.rejected.push({
+          socket,
+          info: undefined,
+          reason: `GetInfo on ${socket} failed: ${(err as Error).message}`,
+          notified: false,
+        });
         this.emit('rejected', socket);
         return;
       }
       const verdict = validatePluginInfo(info, socket, this.versions);
       let problem = 'error' in verdict ? verdict.error : undefined;
-      if (!('error' in verdict) && [...this.bySocket.values()].some((r) => r.reg.name === info.name && r.reg.endpoint === verdict.endpoint)) {
+      if (
+        !('error' in verdict) &&
+        [...this.bySocket.values()].some((r) => r.reg.name === info.name && r.reg.endpoint === verdict.endpoint)
+      ) {
         problem = `RegisterPlugin error -- plugin registration failed with err: endpoint ${verdict.endpoint} already registered for DRA driver plugin ${info.name}`;
       }
       if (problem !== undefined || 'error' in verdict) {
         const reason = problem ?? 'unreachable';
         let notified = false;
         try {
-          await unary(reg, svc.NotifyRegistrationStatus, { plugin_registered: false, error: reason }, this.callTimeoutMs);
+          await unary(
+            reg,
+            svc.NotifyRegistrationStatus,
+            { plugin_registered: false, error: reason },
+            this.callTimeoutMs,
+          );
           notified = true;
         } catch {
           // the plugin is gone or does not answer; the kubelet only logs this
@@ -273,7 +319,14 @@ export class PluginWatcherStandIn extends EventEmitter {
       }
       const endpoint = verdict.endpoint;
       const client = new DraClient(endpoint, verdict.version);
-      const registration: DriverRegistration = { name: info.name, endpoint, socket, version: verdict.version, info, at: 0 };
+      const registration: DriverRegistration = {
+        name: info.name,
+        endpoint,
+        socket,
+        version: verdict.version,
+        info,
+        at: 0,
+      };
       const entry: Registered = { reg: registration, client, identity, health: undefined };
       this.bySocket.set(socket, entry);
       const timer = this.wipeTimers.get(info.name);
@@ -360,20 +413,35 @@ export class PluginWatcherStandIn extends EventEmitter {
     return this.waitFor(() => this.deregistrations[n - 1], 'deregistered', timeoutMs, `deregistration #${n}`);
   }
 
-  waitForHealthErrors(n: number, timeoutMs = 10_000): Promise<{ driver: string; code: grpc.status | undefined; message: string }> {
+  waitForHealthErrors(
+    n: number,
+    timeoutMs = 10_000,
+  ): Promise<{ driver: string; code: grpc.status | undefined; message: string }> {
     return this.waitFor(() => this.healthErrors[n - 1], 'health-ended', timeoutMs, `health stream failure #${n}`);
   }
 
   /** Resolves with the driver's health list once it satisfies pred. */
   waitForHealth(driver: string, pred: (d: DeviceHealth[]) => boolean, timeoutMs = 10_000): Promise<DeviceHealth[]> {
-    return this.waitFor(() => {
-      const h = this.health.get(driver);
-      return h !== undefined && pred(h.devices) ? h.devices : undefined;
-    }, 'health', timeoutMs, `a matching health list from ${driver}`);
+    return this.waitFor(
+      () => {
+        const h = this.health.get(driver);
+        return h !== undefined && pred(h.devices) ? h.devices : undefined;
+      },
+      'health',
+      timeoutMs,
+      `a matching health list from ${driver}`,
+    );
   }
 
   private waitFor<T>(probe: () => T | undefined, event: string, timeoutMs: number, what: string): Promise<T> {
-    return waitOnEvent(this, event, probe, timeoutMs, () => `plugin watcher stand-in: no ${what} within ${timeoutMs} ms (registered ${this.registrations.length}, rejected ${JSON.stringify(this.rejected.map((r) => r.reason))})`);
+    return waitOnEvent(
+      this,
+      event,
+      probe,
+      timeoutMs,
+      () =>
+        `plugin watcher stand-in: no ${what} within ${timeoutMs} ms (registered ${this.registrations.length}, rejected ${JSON.stringify(this.rejected.map((r) => r.reason))})`,
+    );
   }
 
   async stop(): Promise<void> {

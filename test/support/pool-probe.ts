@@ -4,7 +4,16 @@
 // would stall every file operation. Proof without timing: the fake NVML counts calls, so we can see that the one blocking wait is still
 // the only one made while dozens of pool jobs complete.
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, existsSync, openSync, writeSync, closeSync, constants as fsc, writeFileSync } from 'node:fs';
+import {
+  mkdtempSync,
+  readFileSync,
+  existsSync,
+  openSync,
+  writeSync,
+  closeSync,
+  constants as fsc,
+  writeFileSync,
+} from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
 import { pbkdf2 } from 'node:crypto';
 import { tmpdir } from 'node:os';
@@ -23,12 +32,14 @@ export async function main(): Promise<void> {
   await ensureNativeLibrary();
   const dir = mkdtempSync(join(tmpdir(), 'gdp-watch-'));
   const control = join(dir, 'control');
-  process.env['FAKE_NVML_CONFIG'] = join(TOPOLOGIES, 'demo-8.json');
-  process.env['FAKE_NVML_CONTROL'] = control;
+  process.env.FAKE_NVML_CONFIG = join(TOPOLOGIES, 'demo-8.json');
+  process.env.FAKE_NVML_CONTROL = control;
   const lines: string[] = [];
   const log = createLogger({ level: 'debug', journal: false, write: (l) => lines.push(l) });
   let ready!: () => void;
-  const isReady = new Promise<void>((r) => { ready = r; });
+  const isReady = new Promise<void>((r) => {
+    ready = r;
+  });
   const koffi = loadKoffi();
   const nvml = Nvml.open({ koffi, driverRoot: '/', log, library: join(libs.current, 'libnvidia-ml.so.1') });
   const watcher = EventWatcher.start({
@@ -54,8 +65,8 @@ export async function main(): Promise<void> {
     };
     // Wait until the health thread is inside its (3 s) wait.
     let before = await stats();
-    for (let i = 0; i < 100 && (before['nvmlEventSetWait_v2'] ?? 0) === 0; i++) before = await stats();
-    assert.equal(before['nvmlEventSetWait_v2'], 1, 'the health thread is blocked in its first wait');
+    for (let i = 0; i < 100 && (before.nvmlEventSetWait_v2 ?? 0) === 0; i++) before = await stats();
+    assert.equal(before.nvmlEventSetWait_v2, 1, 'the health thread is blocked in its first wait');
     // Pool jobs: with a one-thread pool they would all wait behind a wait that sat on the pool.
     const file = join(dir, 'data');
     writeFileSync(file, 'x'.repeat(65536));
@@ -65,12 +76,15 @@ export async function main(): Promise<void> {
       ...Array.from({ length: 8 }, () => promisify(pbkdf2)('pw', 'salt', 1000, 32, 'sha256')),
     ]);
     const after = await stats();
-    assert.equal(after['nvmlEventSetWait_v2'], 1, 'all that work finished while the one wait was still blocked');
+    assert.equal(after.nvmlEventSetWait_v2, 1, 'all that work finished while the one wait was still blocked');
   } finally {
     await watcher.stop(5000);
     nvml.shutdown();
   }
-  assert.deepEqual(lines.filter((l) => / (ERROR|WARN) /.test(l)), []);
+  assert.deepEqual(
+    lines.filter((l) => / (ERROR|WARN) /.test(l)),
+    [],
+  );
 }
 
 await main();

@@ -16,6 +16,9 @@ export function parseSamples(text: string): Map<string, number> {
 /** `promtool check metrics` on the text: its complaints, or '' when clean. Throws when promtool is missing. */
 export function promtoolProblems(text: string): string {
   const r = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
-  if (r.error !== undefined) throw new Error(`promtool cannot run (${r.error.message}); build/install-tools.sh installs it (Debian package prometheus)`);
+  if (r.error !== undefined)
+    throw new Error(
+      `promtool cannot run (${r.error.message}); build/install-tools.sh installs it (Debian package prometheus)`,
+    );
   return r.status === 0 ? '' : `${r.stdout}${r.stderr}`.trim() || `promtool exited ${r.status}`;
 }

@@ -6,7 +6,20 @@
 // stays native.
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync, openSync, writeSync, closeSync, constants as fsc } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  writeFileSync,
+  openSync,
+  writeSync,
+  closeSync,
+  constants as fsc,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { executablePath } from '../../build/build.ts';
@@ -111,12 +124,11 @@ export class PluginProcess {
     let buf = '';
     const onData = (chunk: Buffer): void => {
       buf += chunk.toString('utf8');
-      let nl: number;
-      while ((nl = buf.indexOf('\n')) >= 0) {
+      for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
         const line = buf.slice(0, nl);
         buf = buf.slice(nl + 1);
         this.lines.push(line);
-        if (process.env['SIM_ECHO']) process.stderr.write(`  [plugin] ${line}\n`);
+        if (process.env.SIM_ECHO) process.stderr.write(`  [plugin] ${line}\n`);
         this.waiters = this.waiters.filter((w) => {
           if (w.re.test(line)) {
             w.resolve(line);
@@ -154,15 +166,28 @@ export class PluginProcess {
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.waiters = this.waiters.filter((w) => w !== waiter);
-        reject(new Error(`plugin printed no line matching ${re} within ${timeoutMs} ms; its log:\n${this.lines.join('\n')}`));
+        reject(
+          new Error(`plugin printed no line matching ${re} within ${timeoutMs} ms; its log:\n${this.lines.join('\n')}`),
+        );
       }, timeoutMs);
-      const waiter = { re, from, resolve: (l: string) => { clearTimeout(timer); resolve(l); } };
+      const waiter = {
+        re,
+        from,
+        resolve: (l: string) => {
+          clearTimeout(timer);
+          resolve(l);
+        },
+      };
       this.waiters.push(waiter);
       void this.exited.then((e) => {
         if (this.waiters.includes(waiter)) {
           clearTimeout(timer);
           this.waiters = this.waiters.filter((w) => w !== waiter);
-          reject(new Error(`plugin exited (${JSON.stringify(e)}) before printing a line matching ${re}; its log:\n${this.lines.join('\n')}`));
+          reject(
+            new Error(
+              `plugin exited (${JSON.stringify(e)}) before printing a line matching ${re}; its log:\n${this.lines.join('\n')}`,
+            ),
+          );
         }
       });
     });
@@ -326,7 +351,8 @@ export class SimNode {
     const path = join(this.dir, `stats-${Date.now()}-${Math.random()}.json`);
     this.nvml(`stats ${path}`);
     for (let i = 0; i < 200; i++) {
-      if (existsSync(path)) return JSON.parse(readFileSync(path, 'utf8')) as { total: number; calls: Record<string, number> };
+      if (existsSync(path))
+        return JSON.parse(readFileSync(path, 'utf8')) as { total: number; calls: Record<string, number> };
       await new Promise((r) => setTimeout(r, 10));
     }
     throw new Error('the fake NVML wrote no stats within 2 s');

@@ -51,7 +51,12 @@ function gpusWith(links: readonly (readonly NvLinkEnd[])[]): GpuLinkInfo[] {
  * PCIe levels from a hierarchy: same `pair` group → SINGLE, same `quad` group → MULTIPLE, same
  * socket → `sameSocket`, otherwise SYSTEM.
  */
-function hierarchy(numa: readonly number[], pair: (i: number) => number, quad: ((i: number) => number) | null, sameSocket: number): (i: number, j: number) => number {
+function hierarchy(
+  numa: readonly number[],
+  pair: (i: number) => number,
+  quad: ((i: number) => number) | null,
+  sameSocket: number,
+): (i: number, j: number) => number {
   return (i, j) => {
     if (numa[i] !== numa[j]) return PcieLevel.SYSTEM;
     if (pair(i) === pair(j)) return PcieLevel.SINGLE;
@@ -65,10 +70,26 @@ const half = (n: number): number[] => Array.from({ length: n }, (_, i) => (i < n
 /** DGX-1 V100: hybrid cube-mesh NVLink, PCIe pairs (0,1) (2,3) (4,5) (6,7), GPUs 0-3 on NUMA 0. */
 export const dgx1: TopologyFixture = {
   name: 'dgx1-v100',
-  gpus: gpusWith(directLinks(8, [
-    [0, 1, 1], [0, 2, 1], [0, 3, 2], [0, 4, 2], [1, 2, 2], [1, 3, 1], [1, 5, 2], [2, 3, 2],
-    [2, 6, 1], [3, 7, 1], [4, 5, 1], [4, 6, 1], [4, 7, 2], [5, 6, 2], [5, 7, 1], [6, 7, 2],
-  ])),
+  gpus: gpusWith(
+    directLinks(8, [
+      [0, 1, 1],
+      [0, 2, 1],
+      [0, 3, 2],
+      [0, 4, 2],
+      [1, 2, 2],
+      [1, 3, 1],
+      [1, 5, 2],
+      [2, 3, 2],
+      [2, 6, 1],
+      [3, 7, 1],
+      [4, 5, 1],
+      [4, 6, 1],
+      [4, 7, 2],
+      [5, 6, 2],
+      [5, 7, 1],
+      [6, 7, 2],
+    ]),
+  ),
   pcieLevel: hierarchy(half(8), (i) => i >> 1, null, PcieLevel.NODE),
   numa: half(8),
 };
@@ -88,7 +109,12 @@ export const nvswitch8: TopologyFixture = {
 export const nvswitch16: TopologyFixture = {
   name: 'nvswitch-16',
   gpus: gpusWith(Array.from({ length: 16 }, () => switchLinks([5, 4, 4, 5]))),
-  pcieLevel: hierarchy(half(16), (i) => i >> 1, (i) => i >> 2, PcieLevel.NODE),
+  pcieLevel: hierarchy(
+    half(16),
+    (i) => i >> 1,
+    (i) => i >> 2,
+    PcieLevel.NODE,
+  ),
   numa: half(16),
 };
 

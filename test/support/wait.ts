@@ -2,7 +2,13 @@
 // emitter's events, with a timeout whose message says what never came (and the stand-in's state).
 import type { EventEmitter } from 'node:events';
 
-export function waitOnEvent<T>(emitter: EventEmitter, event: string, probe: () => T | undefined, timeoutMs: number, timedOut: () => string): Promise<T> {
+export function waitOnEvent<T>(
+  emitter: EventEmitter,
+  event: string,
+  probe: () => T | undefined,
+  timeoutMs: number,
+  timedOut: () => string,
+): Promise<T> {
   const now = probe();
   if (now !== undefined) return Promise.resolve(now);
   return new Promise<T>((resolve, reject) => {

@@ -9,14 +9,25 @@
 import { execFile, spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  statSync,
+  utimesSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 /** Where root file systems are kept between runs (outside the checkout). */
-export const CACHE_DIR = process.env['GDP_SYSTEM_TEST_CACHE'] || '/var/cache/gpu-device-plugin-tests';
+export const CACHE_DIR = process.env.GDP_SYSTEM_TEST_CACHE || '/var/cache/gpu-device-plugin-tests';
 /** Debian's mirror; the one in the machine's apt sources serves debootstrap too. */
-export const MIRROR = process.env['GDP_DEBIAN_MIRROR'] || 'http://deb.debian.org/debian';
+export const MIRROR = process.env.GDP_DEBIAN_MIRROR || 'http://deb.debian.org/debian';
 const SUITE = 'bookworm';
 const BASE_PACKAGES = ['systemd', 'systemd-sysv', 'dbus'];
 const STAMP_FILE = '.gdp-rootfs-stamp.json';
@@ -30,17 +41,35 @@ export interface ExecResult {
   stderr: string;
 }
 
-function exec(cmd: string, args: readonly string[], opts: { timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<ExecResult> {
+function exec(
+  cmd: string,
+  args: readonly string[],
+  opts: { timeoutMs?: number; env?: NodeJS.ProcessEnv } = {},
+): Promise<ExecResult> {
   return new Promise((resolve) => {
-    execFile(cmd, args, { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024, timeout: opts.timeoutMs ?? 120000, env: opts.env ?? { PATH, LC_ALL: 'C.UTF-8' } },
+    execFile(
+      cmd,
+      args,
+      {
+        encoding: 'utf8',
+        maxBuffer: 64 * 1024 * 1024,
+        timeout: opts.timeoutMs ?? 120000,
+        env: opts.env ?? { PATH, LC_ALL: 'C.UTF-8' },
+      },
       (err, stdout, stderr) => {
-        const code = err === null ? 0 : typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : -1;
+        const code =
+          err === null ? 0 : typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : -1;
         resolve({ code, stdout, stderr: err !== null && code === -1 ? `${stderr}${err.message}` : stderr });
-      });
+      },
+    );
   });
 }
 
-async function must(cmd: string, args: readonly string[], opts: { timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<string> {
+async function must(
+  cmd: string,
+  args: readonly string[],
+  opts: { timeoutMs?: number; env?: NodeJS.ProcessEnv } = {},
+): Promise<string> {
   const r = await exec(cmd, args, opts);
   if (r.code !== 0) throw new Error(`${cmd} ${args.join(' ')} exited ${r.code}:\n${r.stderr}${r.stdout}`);
   return r.stdout;
@@ -48,7 +77,10 @@ async function must(cmd: string, args: readonly string[], opts: { timeoutMs?: nu
 
 /** Package names of a Depends: field (first of alternatives, versions dropped). */
 export function dependencyNames(depends: string): string[] {
-  return depends.split(',').map((d) => (d.split('|')[0] ?? '').trim().split(/[\s(:]/)[0] ?? '').filter((n) => n !== '');
+  return depends
+    .split(',')
+    .map((d) => (d.split('|')[0] ?? '').trim().split(/[\s(:]/)[0] ?? '')
+    .filter((n) => n !== '');
 }
 
 export interface Rootfs {
@@ -79,11 +111,22 @@ export async function cachedRootfs(extra: readonly string[]): Promise<Rootfs> {
   mkdirSync(CACHE_DIR, { recursive: true });
   const tmp = mkdtempSync(join(CACHE_DIR, '.build-'));
   try {
-    const r = await exec('debootstrap', ['--variant=minbase', `--include=${packages.join(',')}`, SUITE, tmp, MIRROR], { timeoutMs: 15 * 60000 });
+    const r = await exec('debootstrap', ['--variant=minbase', `--include=${packages.join(',')}`, SUITE, tmp, MIRROR], {
+      timeoutMs: 15 * 60000,
+    });
     if (r.code !== 0) {
       let log = '';
-      try { log = readFileSync(join(tmp, 'debootstrap', 'debootstrap.log'), 'utf8').split('\n').slice(-30).join('\n'); } catch { /* none */ }
-      throw new Error(`debootstrap of Debian ${SUITE} from ${MIRROR} failed (exit ${r.code}); set GDP_DEBIAN_MIRROR for another mirror:\n${r.stderr.slice(-3000)}\n${log}`);
+      try {
+        log = readFileSync(join(tmp, 'debootstrap', 'debootstrap.log'), 'utf8')
+          .split('\n')
+          .slice(-30)
+          .join('\n');
+      } catch {
+        /* none */
+      }
+      throw new Error(
+        `debootstrap of Debian ${SUITE} from ${MIRROR} failed (exit ${r.code}); set GDP_DEBIAN_MIRROR for another mirror:\n${r.stderr.slice(-3000)}\n${log}`,
+      );
     }
     writeFileSync(join(tmp, STAMP_FILE), `${JSON.stringify(spec, null, 2)}\n`);
     try {
@@ -99,10 +142,15 @@ export async function cachedRootfs(extra: readonly string[]): Promise<Rootfs> {
   }
   for (const old of readdirSync(CACHE_DIR)) {
     // A build interrupted a day ago or more.
-    if (old.startsWith('.build-') && Date.now() - statSync(join(CACHE_DIR, old)).mtimeMs > 24 * 3600 * 1000) rmSync(join(CACHE_DIR, old), { recursive: true, force: true });
+    if (old.startsWith('.build-') && Date.now() - statSync(join(CACHE_DIR, old)).mtimeMs > 24 * 3600 * 1000)
+      rmSync(join(CACHE_DIR, old), { recursive: true, force: true });
     if (!old.startsWith(`${SUITE}-minbase-`) || old === name) continue;
     let lastUse = 0;
-    try { lastUse = statSync(join(CACHE_DIR, old, STAMP_FILE)).mtimeMs; } catch { /* incomplete: remove */ }
+    try {
+      lastUse = statSync(join(CACHE_DIR, old, STAMP_FILE)).mtimeMs;
+    } catch {
+      /* incomplete: remove */
+    }
     if (Date.now() - lastUse > UNUSED_MS) rmSync(join(CACHE_DIR, old), { recursive: true, force: true });
   }
   return { path, built: true, ms: performance.now() - t0 };
@@ -150,7 +198,14 @@ export class Container {
     const root = join(dir, 'root');
     for (const d of [upper, work, root]) mkdirSync(d);
     try {
-      await must('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=${opts.rootfs},upperdir=${upper},workdir=${work}`, root]);
+      await must('mount', [
+        '-t',
+        'overlay',
+        'overlay',
+        '-o',
+        `lowerdir=${opts.rootfs},upperdir=${upper},workdir=${work}`,
+        root,
+      ]);
     } catch (err) {
       rmSync(dir, { recursive: true, force: true });
       throw err;
@@ -164,9 +219,23 @@ export class Container {
     // hierarchy: the host's cgroups are hybrid, and the container's v1 hierarchies would be
     // read-only. bpf() allowed: without it the container's systemd silently skips DeviceAllow= and
     // IPAddressDeny=.
-    const args = ['-D', root, '-M', 'gdp-systemd-test', '-b', '--register=no', '--keep-unit', '--private-network',
-      '--console=passive', '--system-call-filter=bpf', ...(opts.bindRo ?? []).map(([h, c]) => `--bind-ro=${h}:${c}`)];
-    const nspawn = spawn('systemd-nspawn', args, { env: { PATH, SYSTEMD_NSPAWN_UNIFIED_HIERARCHY: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const args = [
+      '-D',
+      root,
+      '-M',
+      'gdp-systemd-test',
+      '-b',
+      '--register=no',
+      '--keep-unit',
+      '--private-network',
+      '--console=passive',
+      '--system-call-filter=bpf',
+      ...(opts.bindRo ?? []).map(([h, c]) => `--bind-ro=${h}:${c}`),
+    ];
+    const nspawn = spawn('systemd-nspawn', args, {
+      env: { PATH, SYSTEMD_NSPAWN_UNIFIED_HIERARCHY: '1' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     const c = new Container(dir, root, nspawn);
     try {
       c.pid1Value = await c.findPid1(60000);
@@ -177,13 +246,20 @@ export class Container {
         r = await c.sh('systemctl is-system-running --wait', { timeoutMs: 120000 });
       }
       if (r.stdout.trim() !== 'running') {
-        const failed = await c.sh('systemctl --failed --no-legend --plain; journalctl -b -p warning -o short --no-pager | tail -40');
-        throw new Error(`the container's systemd is ${JSON.stringify(r.stdout.trim())}, not running:\n${failed.stdout}${failed.stderr}`);
+        const failed = await c.sh(
+          'systemctl --failed --no-legend --plain; journalctl -b -p warning -o short --no-pager | tail -40',
+        );
+        throw new Error(
+          `the container's systemd is ${JSON.stringify(r.stdout.trim())}, not running:\n${failed.stdout}${failed.stderr}`,
+        );
       }
     } catch (err) {
       const log = c.nspawnLog.join('');
       await c.teardown();
-      throw new Error(`cannot boot Debian ${SUITE} with systemd-nspawn: ${(err as Error).message}\nsystemd-nspawn ${args.join(' ')}:\n${log}`, { cause: err });
+      throw new Error(
+        `cannot boot Debian ${SUITE} with systemd-nspawn: ${(err as Error).message}\nsystemd-nspawn ${args.join(' ')}:\n${log}`,
+        { cause: err },
+      );
     }
     return c;
   }
@@ -193,21 +269,29 @@ export class Container {
     const end = performance.now() + timeoutMs;
     while (performance.now() < end) {
       const nspawnPid = this.nspawn.pid;
-      if (nspawnPid === undefined || this.nspawn.exitCode !== null) throw new Error(`systemd-nspawn exited (${String(this.nspawn.exitCode)})`);
+      if (nspawnPid === undefined || this.nspawn.exitCode !== null)
+        throw new Error(`systemd-nspawn exited (${String(this.nspawn.exitCode)})`);
       const queue = [nspawnPid];
       while (queue.length > 0) {
         const pid = queue.shift()!;
         let status = '';
-        try { status = readFileSync(`/proc/${pid}/status`, 'utf8'); } catch { continue; }
+        try {
+          status = readFileSync(`/proc/${pid}/status`, 'utf8');
+        } catch {
+          continue;
+        }
         const nspid = /^NSpid:\s+(.*)$/m.exec(status)?.[1]?.trim().split(/\s+/) ?? [];
         // PID 1 of the new namespace is nspawn's own child until it executes systemd.
-        if (pid !== nspawnPid && nspid.length > 1 && nspid.at(-1) === '1' && /^Name:\s+systemd$/m.test(status)) return pid;
+        if (pid !== nspawnPid && nspid.length > 1 && nspid.at(-1) === '1' && /^Name:\s+systemd$/m.test(status))
+          return pid;
         try {
           for (const task of readdirSync(`/proc/${pid}/task`)) {
             const kids = readFileSync(`/proc/${pid}/task/${task}/children`, 'utf8').trim();
             if (kids !== '') queue.push(...kids.split(/\s+/).map(Number));
           }
-        } catch { /* gone */ }
+        } catch {
+          /* gone */
+        }
       }
       await new Promise((r) => setTimeout(r, 50));
     }
@@ -234,7 +318,11 @@ export class Container {
     }
     for (const pid of [this.nspawn.pid, this.pid1Value]) {
       if (pid === undefined || pid === 0) continue;
-      try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ }
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
     }
     await Promise.race([this.nspawnExit, new Promise((r) => setTimeout(r, 5000))]);
     for (let i = 0; i < 50; i++) {

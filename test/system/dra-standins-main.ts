@@ -20,7 +20,15 @@ import { PluginWatcherStandIn } from '../support/plugin-watcher.ts';
 
 /** What the RBAC of packaging/dra/rbac.yaml grants a node's identity (the verbs the stand-in knows). */
 export const NODE_GRANT: Omit<TokenGrant, 'user'> = {
-  allow: ['get resourceslices', 'list resourceslices', 'create resourceslices', 'update resourceslices', 'delete resourceslices', 'get resourceclaims', 'get nodes'],
+  allow: [
+    'get resourceslices',
+    'list resourceslices',
+    'create resourceslices',
+    'update resourceslices',
+    'delete resourceslices',
+    'get resourceclaims',
+    'get nodes',
+  ],
 };
 
 export interface ApiServerState {
@@ -36,7 +44,15 @@ export interface WatcherState {
   pid: number;
   /** Slices of the node deleted at this start, as a kubelet start does. */
   wipedAtStart: number;
-  registrations: { name: string; endpoint: string; socket: string; version: string; type: string; supportedVersions: string[]; wallMs: number }[];
+  registrations: {
+    name: string;
+    endpoint: string;
+    socket: string;
+    version: string;
+    type: string;
+    supportedVersions: string[];
+    wallMs: number;
+  }[];
   rejected: { socket: string; reason: string }[];
   deregistrations: { name: string; socket: string; wallMs: number }[];
 }
@@ -56,7 +72,10 @@ function readBody(req: IncomingMessage): Promise<string> {
 }
 
 /** Serves POST <path> with a JSON body on a unix socket; a handler's error is a 500 naming it. */
-async function serveControl(socketPath: string, handlers: Record<string, (body: Json) => Promise<Json>>): Promise<void> {
+async function serveControl(
+  socketPath: string,
+  handlers: Record<string, (body: Json) => Promise<Json>>,
+): Promise<void> {
   mkdirSync(dirname(socketPath), { recursive: true });
   rmSync(socketPath, { force: true });
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
@@ -65,7 +84,8 @@ async function serveControl(socketPath: string, handlers: Record<string, (body: 
       let code = 200;
       let out: Json;
       try {
-        if (h === undefined) throw new Error(`no control path ${String(req.url)} (known: ${Object.keys(handlers).join(', ')})`);
+        if (h === undefined)
+          throw new Error(`no control path ${String(req.url)} (known: ${Object.keys(handlers).join(', ')})`);
         const text = await readBody(req);
         out = await h(text === '' ? null : (JSON.parse(text) as Json));
       } catch (err) {
@@ -82,7 +102,13 @@ async function serveControl(socketPath: string, handlers: Record<string, (body: 
   });
 }
 
-async function apiserver(control: string, stateFile: string, node: string, nodeToken: string, adminToken: string): Promise<void> {
+async function apiserver(
+  control: string,
+  stateFile: string,
+  node: string,
+  nodeToken: string,
+  adminToken: string,
+): Promise<void> {
   const api = await ApiServerStandIn.start({
     tokens: {
       [nodeToken]: { user: `gpu-device-plugin:node:${node}`, ...NODE_GRANT },
@@ -94,7 +120,7 @@ async function apiserver(control: string, stateFile: string, node: string, nodeT
     const state: ApiServerState = {
       pid: process.pid,
       url: api.url,
-      slices: [...api.slices.values()].filter((s) => (s['spec'] as JsonObject | undefined)?.['nodeName'] === node),
+      slices: [...api.slices.values()].filter((s) => (s.spec as JsonObject | undefined)?.nodeName === node),
       requests: api.requests.map((r) => ({ method: r.method, path: r.path, user: r.user, code: r.code })),
     };
     writeState(stateFile, state);
@@ -104,7 +130,11 @@ async function apiserver(control: string, stateFile: string, node: string, nodeT
     // { namespace, name, results: [{ request, driver, pool, device }] } → the claim as stored.
     '/claims': async (body) => {
       const b = body as { namespace: string; name: string; results: Json[] };
-      return api.putClaim({ namespace: b.namespace, name: b.name, status: { allocation: { devices: { results: b.results } } } });
+      return api.putClaim({
+        namespace: b.namespace,
+        name: b.name,
+        status: { allocation: { devices: { results: b.results } } },
+      });
     },
   });
   write();
@@ -123,7 +153,14 @@ async function wipeNodeSlices(apiUrl: string, token: string, node: string): Prom
   return body.items?.length ?? 0;
 }
 
-async function watcher(dir: string, control: string, stateFile: string, apiUrl: string, adminToken: string, node: string): Promise<void> {
+async function watcher(
+  dir: string,
+  control: string,
+  stateFile: string,
+  apiUrl: string,
+  adminToken: string,
+  node: string,
+): Promise<void> {
   mkdirSync(dir, { recursive: true, mode: 0o750 });
   const wipedAtStart = await wipeNodeSlices(apiUrl, adminToken, node);
   const w = await PluginWatcherStandIn.start(dir, { health: true });
@@ -134,8 +171,13 @@ async function watcher(dir: string, control: string, stateFile: string, apiUrl: 
       pid: process.pid,
       wipedAtStart,
       registrations: w.registrations.map((r) => ({
-        name: r.name, endpoint: r.endpoint, socket: r.socket, version: r.version, type: r.info.type,
-        supportedVersions: r.info.supported_versions, wallMs: wall.get(`${r.socket}@${r.at}`) ?? 0,
+        name: r.name,
+        endpoint: r.endpoint,
+        socket: r.socket,
+        version: r.version,
+        type: r.info.type,
+        supportedVersions: r.info.supported_versions,
+        wallMs: wall.get(`${r.socket}@${r.at}`) ?? 0,
       })),
       rejected: w.rejected.map((r) => ({ socket: r.socket, reason: r.reason })),
       deregistrations,
@@ -153,7 +195,8 @@ async function watcher(dir: string, control: string, stateFile: string, apiUrl: 
     deregistrations.push({ name, socket: d?.socket ?? '', wallMs: Date.now() });
     write();
   });
-  const claimsOf = (body: Json): { driver: string; claims: Claim[] } => body as unknown as { driver: string; claims: Claim[] };
+  const claimsOf = (body: Json): { driver: string; claims: Claim[] } =>
+    body as unknown as { driver: string; claims: Claim[] };
   await serveControl(control, {
     '/prepare': async (body) => {
       const b = claimsOf(body);
@@ -173,13 +216,16 @@ async function watcher(dir: string, control: string, stateFile: string, apiUrl: 
 
 function ctl(socketPath: string, path: string, body: string): Promise<void> {
   return new Promise((resolve, reject) => {
-    const req = request({ socketPath, path, method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
-      void readBody(res).then((text) => {
-        process.stdout.write(`${text}\n`);
-        if (res.statusCode !== 200) process.exitCode = 1;
-        resolve();
-      }, reject);
-    });
+    const req = request(
+      { socketPath, path, method: 'POST', headers: { 'content-type': 'application/json' } },
+      (res) => {
+        void readBody(res).then((text) => {
+          process.stdout.write(`${text}\n`);
+          if (res.statusCode !== 200) process.exitCode = 1;
+          resolve();
+        }, reject);
+      },
+    );
     req.on('error', reject);
     req.end(body);
   });
@@ -220,6 +266,6 @@ function run(argv: readonly string[]): Promise<void> {
 }
 
 run(process.argv.slice(2)).catch((err: unknown) => {
-  process.stderr.write(`DRA stand-ins: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
+  process.stderr.write(`DRA stand-ins: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
   process.exit(1);
 });

@@ -38,7 +38,11 @@ async function main(dir: string, stateFile: string): Promise<void> {
   const write = (): void => {
     const state: StandInState = {
       pid: process.pid,
-      registrations: kubelet.registrations.map((r) => ({ resource: r.request.resource_name, endpoint: r.request.endpoint, version: r.request.version })),
+      registrations: kubelet.registrations.map((r) => ({
+        resource: r.request.resource_name,
+        endpoint: r.request.endpoint,
+        version: r.request.version,
+      })),
       devices: kubelet.devices()?.map((d) => ({ id: d.ID, health: d.health })) ?? null,
       streamBroken,
       allocations,
@@ -60,10 +64,17 @@ async function main(dir: string, stateFile: string): Promise<void> {
   process.stdout.write(`serving ${kubelet.socketPath}\n`);
   process.on('SIGUSR2', () => {
     const req = JSON.parse(readFileSync(`${stateFile}.allocate`, 'utf8')) as { resource: string; ids: string[] };
-    kubelet.allocate({ container_requests: [{ devices_ids: req.ids }] }, req.resource).then(
-      (response) => { allocations.push({ ...req, response }); },
-      (err: unknown) => { allocations.push({ ...req, error: err instanceof Error ? err.message : String(err) }); },
-    ).finally(write);
+    kubelet
+      .allocate({ container_requests: [{ devices_ids: req.ids }] }, req.resource)
+      .then(
+        (response) => {
+          allocations.push({ ...req, response });
+        },
+        (err: unknown) => {
+          allocations.push({ ...req, error: err instanceof Error ? err.message : String(err) });
+        },
+      )
+      .finally(write);
   });
   process.on('SIGTERM', () => {
     void kubelet.stop().then(() => process.exit(0));
@@ -76,6 +87,6 @@ if (dir === undefined || stateFile === undefined) {
   process.exit(2);
 }
 main(dir, stateFile).catch((err: unknown) => {
-  process.stderr.write(`kubelet stand-in: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
+  process.stderr.write(`kubelet stand-in: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
   process.exit(1);
 });

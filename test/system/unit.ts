@@ -37,7 +37,9 @@ export class LiveUnit {
       if (performance.now() > end) {
         const units = [this.unit, ...this.alsoJournal].map((u) => `-u '${u}'`).join(' ');
         const journal = await this.box().sh(`journalctl ${units} -o short-precise --no-pager | tail -50`);
-        throw new Error(`${what}: not within ${timeoutMs} ms${last instanceof Error ? ` (last error: ${last.message})` : ''}\njournal:\n${journal.stdout}`);
+        throw new Error(
+          `${what}: not within ${timeoutMs} ms${last instanceof Error ? ` (last error: ${last.message})` : ''}\njournal:\n${journal.stdout}`,
+        );
       }
       await new Promise((r) => setTimeout(r, 100));
     }
@@ -59,7 +61,12 @@ export class LiveUnit {
   /** Where the journal ends now: journal(since) reads only what is written after it. */
   readonly journalCursor = async (): Promise<string> => {
     const out = await this.box().run('journalctl -q -n 1 -o cat --show-cursor --no-pager');
-    const cursor = out.split('\n').reverse().find((l) => l.startsWith('-- cursor: '))?.slice('-- cursor: '.length).trim();
+    const cursor = out
+      .split('\n')
+      .reverse()
+      .find((l) => l.startsWith('-- cursor: '))
+      ?.slice('-- cursor: '.length)
+      .trim();
     if (cursor === undefined || cursor === '') throw new Error(`journalctl gave no cursor:\n${out}`);
     return cursor;
   };
@@ -83,23 +90,37 @@ export class LiveUnit {
    * journal by _PID, missing from --after-cursor's answer).
    */
   readonly journal = async (since?: string): Promise<string[]> => {
-    const out = await this.box().run(`journalctl -q -o json --output-fields=MESSAGE,UNIT,_SYSTEMD_UNIT --no-pager UNIT=${this.unit} + _SYSTEMD_UNIT=${this.unit} + SYSLOG_IDENTIFIER=${this.identifier}`);
+    const out = await this.box().run(
+      `journalctl -q -o json --output-fields=MESSAGE,UNIT,_SYSTEMD_UNIT --no-pager UNIT=${this.unit} + _SYSTEMD_UNIT=${this.unit} + SYSLOG_IDENTIFIER=${this.identifier}`,
+    );
     const after = since === undefined ? null : seqnum(since);
     // systemd's own lines name the unit in UNIT= (they come from init.scope); the service's carry it
     // in _SYSTEMD_UNIT=. Another unit's entries with the same identifier (the MPS unit runs the same
     // program and reads the same environment file) are not this unit's; an entry with no unit at all
     // is kept (above).
-    return out.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as { MESSAGE?: unknown; UNIT?: string; _SYSTEMD_UNIT?: string; __CURSOR?: string })
+    return out
+      .split('\n')
+      .filter((l) => l !== '')
+      .map((l) => JSON.parse(l) as { MESSAGE?: unknown; UNIT?: string; _SYSTEMD_UNIT?: string; __CURSOR?: string })
       .filter((e) => after === null || e.__CURSOR === undefined || isAfter(seqnum(e.__CURSOR), after))
-      .filter((e) => (e.UNIT !== undefined ? e.UNIT === this.unit : e._SYSTEMD_UNIT === undefined || e._SYSTEMD_UNIT === this.unit))
-      .map((e) => (typeof e.MESSAGE === 'string' ? e.MESSAGE : Array.isArray(e.MESSAGE) ? Buffer.from(e.MESSAGE as number[]).toString('utf8') : ''));
+      .filter((e) =>
+        e.UNIT !== undefined ? e.UNIT === this.unit : e._SYSTEMD_UNIT === undefined || e._SYSTEMD_UNIT === this.unit,
+      )
+      .map((e) =>
+        typeof e.MESSAGE === 'string'
+          ? e.MESSAGE
+          : Array.isArray(e.MESSAGE)
+            ? Buffer.from(e.MESSAGE as number[]).toString('utf8')
+            : '',
+      );
   };
 
   /** The unit's StatusText once it matches re. */
-  readonly statusIs = (re: RegExp): Promise<string> => this.until(`StatusText matching ${re}`, async () => {
-    const s = (await this.show('StatusText')).StatusText ?? '';
-    return re.test(s) ? s : undefined;
-  });
+  readonly statusIs = (re: RegExp): Promise<string> =>
+    this.until(`StatusText matching ${re}`, async () => {
+      const s = (await this.show('StatusText')).StatusText ?? '';
+      return re.test(s) ? s : undefined;
+    });
 }
 
 /** A test's timing: shown as its diagnostic and kept in `timings` for the summary the suite prints. */

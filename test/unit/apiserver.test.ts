@@ -17,25 +17,41 @@ interface Reply {
 }
 
 /** One HTTP request to the stand-in, on a connection of its own (no keep-alive pool to go stale across down()). */
-function call(s: ApiServerStandIn, method: string, path: string, opts: { token?: string; body?: Json } = {}): Promise<Reply> {
+function call(
+  s: ApiServerStandIn,
+  method: string,
+  path: string,
+  opts: { token?: string; body?: Json } = {},
+): Promise<Reply> {
   const payload = opts.body === undefined ? undefined : Buffer.from(JSON.stringify(opts.body));
   const u = new URL(path, s.url);
   return new Promise((resolve, reject) => {
-    const req = request({
-      ...(s.socketPath !== undefined ? { socketPath: s.socketPath } : { host: u.hostname, port: u.port }),
-      agent: false,
-      method,
-      path: u.pathname + u.search,
-      headers: {
-        accept: 'application/json',
-        ...(payload !== undefined ? { 'content-type': 'application/json', 'content-length': String(payload.length) } : {}),
-        ...(opts.token !== undefined ? { authorization: `Bearer ${opts.token}` } : {}),
+    const req = request(
+      {
+        ...(s.socketPath !== undefined ? { socketPath: s.socketPath } : { host: u.hostname, port: u.port }),
+        agent: false,
+        method,
+        path: u.pathname + u.search,
+        headers: {
+          accept: 'application/json',
+          ...(payload !== undefined
+            ? { 'content-type': 'application/json', 'content-length': String(payload.length) }
+            : {}),
+          ...(opts.token !== undefined ? { authorization: `Bearer ${opts.token}` } : {}),
+        },
       },
-    }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ code: res.statusCode ?? 0, body: JSON.parse(Buffer.concat(chunks).toString('utf8')) as JsonObject, headers: res.headers }));
-    });
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () =>
+          resolve({
+            code: res.statusCode ?? 0,
+            body: JSON.parse(Buffer.concat(chunks).toString('utf8')) as JsonObject,
+            headers: res.headers,
+          }),
+        );
+      },
+    );
     req.on('error', reject);
     req.end(payload);
   });
@@ -48,25 +64,35 @@ function slice(name: string, over: JsonObject = {}, devices: Json[] = [gpu('gpu-
     apiVersion: 'resource.k8s.io/v1',
     kind: 'ResourceSlice',
     metadata: { name },
-    spec: { driver: 'gpu.example.com', nodeName: 'node-a', pool: { name: 'node-a', generation: 1, resourceSliceCount: 1 }, devices, ...over },
+    spec: {
+      driver: 'gpu.example.com',
+      nodeName: 'node-a',
+      pool: { name: 'node-a', generation: 1, resourceSliceCount: 1 },
+      devices,
+      ...over,
+    },
   };
 }
 
 function gpu(name: string, extra: JsonObject = {}): JsonObject {
   return {
     name,
-    attributes: { type: { string: 'gpu' }, driverVersion: { version: '580.65.6' }, 'resource.kubernetes.io/pciBusID': { string: '0000:65:00.0' } },
+    attributes: {
+      type: { string: 'gpu' },
+      driverVersion: { version: '580.65.6' },
+      'resource.kubernetes.io/pciBusID': { string: '0000:65:00.0' },
+    },
     capacity: { memory: { value: '80Gi' } },
     ...extra,
   };
 }
 
 function meta(o: JsonObject): JsonObject {
-  return o['metadata'] as JsonObject;
+  return o.metadata as JsonObject;
 }
 
 function asStatus(r: Reply): Status {
-  assert.equal(r.body['kind'], 'Status', JSON.stringify(r.body));
+  assert.equal(r.body.kind, 'Status', JSON.stringify(r.body));
   return r.body as unknown as Status;
 }
 
@@ -76,31 +102,47 @@ test('ResourceSlices: create fills metadata, get and list read it back, fieldSel
   const created = await call(s, 'POST', SLICES, { body: slice('node-a-gpu') });
   assert.equal(created.code, 201);
   const m = meta(created.body);
-  assert.equal(m['name'], 'node-a-gpu');
-  assert.match(String(m['uid']), /^[0-9a-f-]{36}$/);
-  assert.equal(m['generation'], 1);
-  assert.match(String(m['resourceVersion']), /^\d+$/);
-  assert.match(String(m['creationTimestamp']), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
+  assert.equal(m.name, 'node-a-gpu');
+  assert.match(String(m.uid), /^[0-9a-f-]{36}$/);
+  assert.equal(m.generation, 1);
+  assert.match(String(m.resourceVersion), /^\d+$/);
+  assert.match(String(m.creationTimestamp), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
 
-  const gen = await call(s, 'POST', SLICES, { body: { ...slice(''), metadata: { generateName: 'node-b-gpu.example.com-' }, spec: { ...(slice('x')['spec'] as JsonObject), nodeName: 'node-b', driver: 'other.example.com' } } });
+  const gen = await call(s, 'POST', SLICES, {
+    body: {
+      ...slice(''),
+      metadata: { generateName: 'node-b-gpu.example.com-' },
+      spec: { ...(slice('x').spec as JsonObject), nodeName: 'node-b', driver: 'other.example.com' },
+    },
+  });
   assert.equal(gen.code, 201, JSON.stringify(gen.body));
-  assert.match(String(meta(gen.body)['name']), /^node-b-gpu\.example\.com-[bcdfghjklmnpqrstvwxz2456789]{5}$/);
+  assert.match(String(meta(gen.body).name), /^node-b-gpu\.example\.com-[bcdfghjklmnpqrstvwxz2456789]{5}$/);
 
   const got = await call(s, 'GET', `${SLICES}/node-a-gpu`);
   assert.equal(got.code, 200);
   assert.deepEqual(got.body, created.body);
 
   const all = await call(s, 'GET', SLICES);
-  assert.equal(all.body['kind'], 'ResourceSliceList');
-  assert.equal(all.body['apiVersion'], 'resource.k8s.io/v1');
-  const items = all.body['items'] as JsonObject[];
+  assert.equal(all.body.kind, 'ResourceSliceList');
+  assert.equal(all.body.apiVersion, 'resource.k8s.io/v1');
+  const items = all.body.items as JsonObject[];
   assert.equal(items.length, 2);
-  assert.equal(items[0]?.['kind'], undefined, 'list items carry no kind, as the real server\'s');
+  assert.equal(items[0]?.kind, undefined, "list items carry no kind, as the real server's");
 
-  const mine = await call(s, 'GET', `${SLICES}?fieldSelector=${encodeURIComponent('spec.nodeName=node-a,spec.driver=gpu.example.com')}`);
-  assert.deepEqual((mine.body['items'] as JsonObject[]).map((i) => meta(i)['name']), ['node-a-gpu']);
+  const mine = await call(
+    s,
+    'GET',
+    `${SLICES}?fieldSelector=${encodeURIComponent('spec.nodeName=node-a,spec.driver=gpu.example.com')}`,
+  );
+  assert.deepEqual(
+    (mine.body.items as JsonObject[]).map((i) => meta(i).name),
+    ['node-a-gpu'],
+  );
   const notMine = await call(s, 'GET', `${SLICES}?fieldSelector=${encodeURIComponent('spec.driver!=gpu.example.com')}`);
-  assert.deepEqual((notMine.body['items'] as JsonObject[]).map((i) => (i['spec'] as JsonObject)['driver']), ['other.example.com']);
+  assert.deepEqual(
+    (notMine.body.items as JsonObject[]).map((i) => (i.spec as JsonObject).driver),
+    ['other.example.com'],
+  );
   const badSel = await call(s, 'GET', `${SLICES}?fieldSelector=spec.pool.name%3Dx`);
   assert.equal(badSel.code, 400);
   assert.equal(asStatus(badSel).message, 'field label not supported: spec.pool.name');
@@ -111,9 +153,14 @@ test('ResourceSlices: create fills metadata, get and list read it back, fieldSel
   const gone = await call(s, 'GET', `${SLICES}/node-a-gpu`);
   assert.equal(gone.code, 404);
   assert.deepEqual(gone.body, {
-    kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure',
-    message: 'resourceslices.resource.k8s.io "node-a-gpu" not found', reason: 'NotFound',
-    details: { name: 'node-a-gpu', group: 'resource.k8s.io', kind: 'resourceslices' }, code: 404,
+    kind: 'Status',
+    apiVersion: 'v1',
+    metadata: {},
+    status: 'Failure',
+    message: 'resourceslices.resource.k8s.io "node-a-gpu" not found',
+    reason: 'NotFound',
+    details: { name: 'node-a-gpu', group: 'resource.k8s.io', kind: 'resourceslices' },
+    code: 404,
   });
 });
 
@@ -127,18 +174,27 @@ test('ResourceSlices: a stale resourceVersion is a 409 Conflict, a second create
   assert.equal(asStatus(dup).message, 'resourceslices.resource.k8s.io "a" already exists');
 
   // Two writers read the same version; the first update wins, the second conflicts.
-  const bumped = { ...first, spec: { ...(first['spec'] as JsonObject), pool: { name: 'node-a', generation: 2, resourceSliceCount: 1 } } };
+  const bumped = {
+    ...first,
+    spec: { ...(first.spec as JsonObject), pool: { name: 'node-a', generation: 2, resourceSliceCount: 1 } },
+  };
   const ok = await call(s, 'PUT', `${SLICES}/a`, { body: bumped });
   assert.equal(ok.code, 200);
-  assert.notEqual(meta(ok.body)['resourceVersion'], meta(first)['resourceVersion']);
-  assert.equal(meta(ok.body)['generation'], 2);
-  assert.equal(meta(ok.body)['uid'], meta(first)['uid']);
+  assert.notEqual(meta(ok.body).resourceVersion, meta(first).resourceVersion);
+  assert.equal(meta(ok.body).generation, 2);
+  assert.equal(meta(ok.body).uid, meta(first).uid);
   const stale = await call(s, 'PUT', `${SLICES}/a`, { body: bumped });
   assert.equal(stale.code, 409);
   assert.deepEqual(stale.body, {
-    kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure',
-    message: 'Operation cannot be fulfilled on resourceslices.resource.k8s.io "a": the object has been modified; please apply your changes to the latest version and try again',
-    reason: 'Conflict', details: { name: 'a', group: 'resource.k8s.io', kind: 'resourceslices' }, code: 409,
+    kind: 'Status',
+    apiVersion: 'v1',
+    metadata: {},
+    status: 'Failure',
+    message:
+      'Operation cannot be fulfilled on resourceslices.resource.k8s.io "a": the object has been modified; please apply your changes to the latest version and try again',
+    reason: 'Conflict',
+    details: { name: 'a', group: 'resource.k8s.io', kind: 'resourceslices' },
+    code: 409,
   });
 
   // The same object again: nothing is written, the resourceVersion stays.
@@ -149,8 +205,8 @@ test('ResourceSlices: a stale resourceVersion is a 409 Conflict, a second create
   const unconditional = { ...ok.body, metadata: { name: 'a', labels: { tier: 'gpu' } } };
   const labelled = await call(s, 'PUT', `${SLICES}/a`, { body: unconditional });
   assert.equal(labelled.code, 200);
-  assert.notEqual(meta(labelled.body)['resourceVersion'], meta(ok.body)['resourceVersion']);
-  assert.equal(meta(labelled.body)['generation'], 2);
+  assert.notEqual(meta(labelled.body).resourceVersion, meta(ok.body).resourceVersion);
+  assert.equal(meta(labelled.body).generation, 2);
 
   assert.equal((await call(s, 'PUT', `${SLICES}/missing`, { body: slice('missing') })).code, 404);
   const wrongName = await call(s, 'PUT', `${SLICES}/a`, { body: slice('b') });
@@ -158,37 +214,128 @@ test('ResourceSlices: a stale resourceVersion is a 409 Conflict, a second create
   assert.match(String(asStatus(wrongName).message), /does not match the name on the URL/);
 
   const cur = (await call(s, 'GET', `${SLICES}/a`)).body;
-  const pre = await call(s, 'DELETE', `${SLICES}/a`, { body: { kind: 'DeleteOptions', apiVersion: 'v1', preconditions: { resourceVersion: meta(first)['resourceVersion'] ?? null } } });
+  const pre = await call(s, 'DELETE', `${SLICES}/a`, {
+    body: {
+      kind: 'DeleteOptions',
+      apiVersion: 'v1',
+      preconditions: { resourceVersion: meta(first).resourceVersion ?? null },
+    },
+  });
   assert.equal(pre.code, 409);
   assert.match(String(asStatus(pre).message), /Precondition failed: ResourceVersion in precondition/);
-  assert.equal((await call(s, 'DELETE', `${SLICES}/a`, { body: { preconditions: { resourceVersion: meta(cur)['resourceVersion'] ?? null } } })).code, 200);
+  assert.equal(
+    (
+      await call(s, 'DELETE', `${SLICES}/a`, {
+        body: { preconditions: { resourceVersion: meta(cur).resourceVersion ?? null } },
+      })
+    ).code,
+    200,
+  );
 });
 
 test('ResourceSlices: FACTS §11 validation answers 422 Invalid with the field of each cause', async (t) => {
   const s = await ApiServerStandIn.start();
   t.after(() => s.stop());
-  const many = (n: number, extra: JsonObject = {}): Json[] => Array.from({ length: n }, (_, i) => gpu(`gpu-${i}`, extra));
+  const many = (n: number, extra: JsonObject = {}): Json[] =>
+    Array.from({ length: n }, (_, i) => gpu(`gpu-${i}`, extra));
   const taint = { taints: [{ key: 'gpu.example.com/xid', value: '79', effect: 'NoSchedule' }] };
   const attrs33: JsonObject = Object.fromEntries(Array.from({ length: 32 }, (_, i) => [`a${i}`, { int: i }]));
   const cases: [string, JsonObject, string, RegExp][] = [
     ['device name not a DNS label', slice('x', {}, [gpu('GPU_0')]), 'spec.devices[0].name', /RFC 1123 label/],
-    ['duplicate device names', slice('x', {}, [gpu('gpu-0'), gpu('gpu-0')]), 'spec.devices[1].name', /Duplicate value: "gpu-0"/],
-    ['129 devices', slice('x', {}, many(LIMITS.devicesPerSlice + 1)), 'spec.devices', /Too many: 129: must have at most 128 items/],
-    ['65 devices with taints', slice('x', {}, many(LIMITS.devicesPerSliceWithTaintsOrCounters + 1, taint)), 'spec.devices', /must have at most 64 items/],
-    ['no pool name', slice('x', { pool: { generation: 0, resourceSliceCount: 1 } }), 'spec.pool.name', /Required value/],
-    ['resourceSliceCount 0', slice('x', { pool: { name: 'p', generation: 0, resourceSliceCount: 0 } }), 'spec.pool.resourceSliceCount', /Invalid value: 0: must be greater than zero/],
-    ['negative generation', slice('x', { pool: { name: 'p', generation: -1, resourceSliceCount: 1 } }), 'spec.pool.generation', /Invalid value: -1: must be greater than or equal to zero/],
-    ['nodeName and allNodes', slice('x', { allNodes: true }), 'spec', /Invalid value: "\{`nodeName`, `allNodes`\}": exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required, but multiple fields are set/],
+    [
+      'duplicate device names',
+      slice('x', {}, [gpu('gpu-0'), gpu('gpu-0')]),
+      'spec.devices[1].name',
+      /Duplicate value: "gpu-0"/,
+    ],
+    [
+      '129 devices',
+      slice('x', {}, many(LIMITS.devicesPerSlice + 1)),
+      'spec.devices',
+      /Too many: 129: must have at most 128 items/,
+    ],
+    [
+      '65 devices with taints',
+      slice('x', {}, many(LIMITS.devicesPerSliceWithTaintsOrCounters + 1, taint)),
+      'spec.devices',
+      /must have at most 64 items/,
+    ],
+    [
+      'no pool name',
+      slice('x', { pool: { generation: 0, resourceSliceCount: 1 } }),
+      'spec.pool.name',
+      /Required value/,
+    ],
+    [
+      'resourceSliceCount 0',
+      slice('x', { pool: { name: 'p', generation: 0, resourceSliceCount: 0 } }),
+      'spec.pool.resourceSliceCount',
+      /Invalid value: 0: must be greater than zero/,
+    ],
+    [
+      'negative generation',
+      slice('x', { pool: { name: 'p', generation: -1, resourceSliceCount: 1 } }),
+      'spec.pool.generation',
+      /Invalid value: -1: must be greater than or equal to zero/,
+    ],
+    [
+      'nodeName and allNodes',
+      slice('x', { allNodes: true }),
+      'spec',
+      /Invalid value: "\{`nodeName`, `allNodes`\}": exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required, but multiple fields are set/,
+    ],
     ['no node selection', slice('x', { nodeName: null }), 'spec', /exactly one of/],
     ['no driver', slice('x', { driver: '' }), 'spec.driver', /Required value/],
-    ['driver too long', slice('x', { driver: `${'d'.repeat(60)}.com` }), 'spec.driver', /Too long: may not be more than 63/],
-    ['attribute name not a C identifier', slice('x', {}, [gpu('gpu-0', { attributes: { 'cuda-cc': { string: '9.0' } } })]), 'spec.devices[0].attributes[cuda-cc]', /a valid C identifier must start with alphabetic character/],
-    ['string over 64', slice('x', {}, [gpu('gpu-0', { attributes: { productName: { string: 'x'.repeat(65) } } })]), 'spec.devices[0].attributes[productName].string', /Too long: may not be more than 64 bytes/],
-    ['version not semver', slice('x', {}, [gpu('gpu-0', { attributes: { cc: { version: '9.0' } } })]), 'spec.devices[0].attributes[cc].version', /Invalid value: "9.0": must be a string compatible with semver.org spec 2.0.0/],
-    ['two values', slice('x', {}, [gpu('gpu-0', { attributes: { t: { string: 'a', int: 1 } } })]), 'spec.devices[0].attributes[t]', /exactly one value must be specified/],
-    ['33 attributes and capacities', slice('x', {}, [gpu('gpu-0', { attributes: attrs33 })]), 'spec.devices[0]', /Invalid value: 33: the total number of attributes and capacities must not exceed 32/],
-    ['taint effect', slice('x', {}, [gpu('gpu-0', { taints: [{ key: 'k', effect: 'PreferNoSchedule' }] })]), 'spec.devices[0].taints[0].effect', /Unsupported value: "PreferNoSchedule"/],
-    ['17 taints', slice('x', {}, [gpu('gpu-0', { taints: Array.from({ length: 17 }, (_, i) => ({ key: `k${i}`, effect: 'None' })) })]), 'spec.devices[0].taints', /at most 16/],
+    [
+      'driver too long',
+      slice('x', { driver: `${'d'.repeat(60)}.com` }),
+      'spec.driver',
+      /Too long: may not be more than 63/,
+    ],
+    [
+      'attribute name not a C identifier',
+      slice('x', {}, [gpu('gpu-0', { attributes: { 'cuda-cc': { string: '9.0' } } })]),
+      'spec.devices[0].attributes[cuda-cc]',
+      /a valid C identifier must start with alphabetic character/,
+    ],
+    [
+      'string over 64',
+      slice('x', {}, [gpu('gpu-0', { attributes: { productName: { string: 'x'.repeat(65) } } })]),
+      'spec.devices[0].attributes[productName].string',
+      /Too long: may not be more than 64 bytes/,
+    ],
+    [
+      'version not semver',
+      slice('x', {}, [gpu('gpu-0', { attributes: { cc: { version: '9.0' } } })]),
+      'spec.devices[0].attributes[cc].version',
+      /Invalid value: "9.0": must be a string compatible with semver.org spec 2.0.0/,
+    ],
+    [
+      'two values',
+      slice('x', {}, [gpu('gpu-0', { attributes: { t: { string: 'a', int: 1 } } })]),
+      'spec.devices[0].attributes[t]',
+      /exactly one value must be specified/,
+    ],
+    [
+      '33 attributes and capacities',
+      slice('x', {}, [gpu('gpu-0', { attributes: attrs33 })]),
+      'spec.devices[0]',
+      /Invalid value: 33: the total number of attributes and capacities must not exceed 32/,
+    ],
+    [
+      'taint effect',
+      slice('x', {}, [gpu('gpu-0', { taints: [{ key: 'k', effect: 'PreferNoSchedule' }] })]),
+      'spec.devices[0].taints[0].effect',
+      /Unsupported value: "PreferNoSchedule"/,
+    ],
+    [
+      '17 taints',
+      slice('x', {}, [
+        gpu('gpu-0', { taints: Array.from({ length: 17 }, (_, i) => ({ key: `k${i}`, effect: 'None' })) }),
+      ]),
+      'spec.devices[0].taints',
+      /at most 16/,
+    ],
   ];
   for (const [what, body, field, message] of cases) {
     const r = await call(s, 'POST', SLICES, { body });
@@ -204,42 +351,78 @@ test('ResourceSlices: FACTS §11 validation answers 422 Invalid with the field o
   assert.equal(s.slices.size, 0, 'nothing invalid was stored');
   // At the limits it is accepted.
   assert.equal((await call(s, 'POST', SLICES, { body: slice('full', {}, many(128)) })).code, 201);
-  assert.equal((await call(s, 'POST', SLICES, { body: slice('tainted', { nodeName: 'node-b' }, many(64, taint)) })).code, 201);
+  assert.equal(
+    (await call(s, 'POST', SLICES, { body: slice('tainted', { nodeName: 'node-b' }, many(64, taint)) })).code,
+    201,
+  );
 
   // Driver, pool name and node name are immutable.
   const stored = (await call(s, 'GET', `${SLICES}/full`)).body;
-  for (const [change, field] of [[{ driver: 'new.example.com' }, 'spec.driver'], [{ nodeName: 'node-z' }, 'spec.nodeName'], [{ pool: { name: 'other', generation: 2, resourceSliceCount: 1 } }, 'spec.pool.name']] as const) {
-    const r = await call(s, 'PUT', `${SLICES}/full`, { body: { ...stored, spec: { ...(stored['spec'] as JsonObject), ...change } } });
+  for (const [change, field] of [
+    [{ driver: 'new.example.com' }, 'spec.driver'],
+    [{ nodeName: 'node-z' }, 'spec.nodeName'],
+    [{ pool: { name: 'other', generation: 2, resourceSliceCount: 1 } }, 'spec.pool.name'],
+  ] as const) {
+    const r = await call(s, 'PUT', `${SLICES}/full`, {
+      body: { ...stored, spec: { ...(stored.spec as JsonObject), ...change } },
+    });
     assert.equal(r.code, 422, field);
-    assert.deepEqual(asStatus(r).details?.causes?.map((c) => [c.field, /field is immutable/.test(c.message)]), [[field, true]]);
+    assert.deepEqual(
+      asStatus(r).details?.causes?.map((c) => [c.field, /field is immutable/.test(c.message)]),
+      [[field, true]],
+    );
   }
 });
 
 test('the server stores its own form: canonical quantities, unknown fields dropped with a warning, timeAdded filled', async (t) => {
   const s = await ApiServerStandIn.start();
   t.after(() => s.stop());
-  const body = slice('x', {}, [gpu('gpu-0', { capacity: { memory: { value: '32768Mi' }, sms: { value: 132 } }, flavour: 'extra', taints: [{ key: 'gpu.example.com/xid', value: '79', effect: 'NoSchedule' }] })]);
+  const body = slice('x', {}, [
+    gpu('gpu-0', {
+      capacity: { memory: { value: '32768Mi' }, sms: { value: 132 } },
+      flavour: 'extra',
+      taints: [{ key: 'gpu.example.com/xid', value: '79', effect: 'NoSchedule' }],
+    }),
+  ]);
   const r = await call(s, 'POST', SLICES, { body });
   assert.equal(r.code, 201, JSON.stringify(r.body));
-  const dev = ((r.body['spec'] as JsonObject)['devices'] as JsonObject[])[0] ?? {};
-  assert.deepEqual(dev['capacity'], { memory: { value: '32Gi' }, sms: { value: '132' } });
-  assert.equal(dev['flavour'], undefined);
-  assert.equal(r.headers['warning'], '299 - "unknown field \\"spec.devices[0].flavour\\""');
-  const taints = dev['taints'] as JsonObject[];
-  assert.match(String(taints[0]?.['timeAdded']), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
+  const dev = ((r.body.spec as JsonObject).devices as JsonObject[])[0] ?? {};
+  assert.deepEqual(dev.capacity, { memory: { value: '32Gi' }, sms: { value: '132' } });
+  assert.equal(dev.flavour, undefined);
+  assert.equal(r.headers.warning, '299 - "unknown field \\"spec.devices[0].flavour\\""');
+  const taints = dev.taints as JsonObject[];
+  assert.match(String(taints[0]?.timeAdded), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
   // What was sent is not what is read back: a driver must compare meaning, not JSON.
-  assert.notDeepEqual(r.body['spec'], body['spec']);
+  assert.notDeepEqual(r.body.spec, body.spec);
 
-  const strict = await call(s, 'POST', `${SLICES}?fieldValidation=Strict`, { body: { ...slice('y'), spec: { ...(slice('y')['spec'] as JsonObject), colour: 'red' } } });
+  const strict = await call(s, 'POST', `${SLICES}?fieldValidation=Strict`, {
+    body: { ...slice('y'), spec: { ...(slice('y').spec as JsonObject), colour: 'red' } },
+  });
   assert.equal(strict.code, 400);
   assert.match(String(asStatus(strict).message), /strict decoding error: unknown field "spec.colour"/);
-  const badQ = await call(s, 'POST', SLICES, { body: slice('z', {}, [gpu('gpu-0', { capacity: { memory: { value: '80 GiB' } } })]) });
+  const badQ = await call(s, 'POST', SLICES, {
+    body: slice('z', {}, [gpu('gpu-0', { capacity: { memory: { value: '80 GiB' } } })]),
+  });
   assert.equal(badQ.code, 400);
   assert.match(String(asStatus(badQ).message), /quantities must match the regular expression/);
 
   const table: [string, string | undefined][] = [
-    ['32768Mi', '32Gi'], ['80Gi', '80Gi'], ['1536Mi', '1536Mi'], ['0.5Gi', '512Mi'], ['512', '512'], ['0.5Ki', '512'],
-    ['2000', '2k'], ['1.5G', '1500M'], ['0.5', '500m'], ['1e3', '1e3'], ['1.5e3', '1500'], ['12e6', '12e6'], ['0', '0'], ['-2Ki', '-2Ki'], ['80 GiB', undefined], ['1.5n', undefined],
+    ['32768Mi', '32Gi'],
+    ['80Gi', '80Gi'],
+    ['1536Mi', '1536Mi'],
+    ['0.5Gi', '512Mi'],
+    ['512', '512'],
+    ['0.5Ki', '512'],
+    ['2000', '2k'],
+    ['1.5G', '1500M'],
+    ['0.5', '500m'],
+    ['1e3', '1e3'],
+    ['1.5e3', '1500'],
+    ['12e6', '12e6'],
+    ['0', '0'],
+    ['-2Ki', '-2Ki'],
+    ['80 GiB', undefined],
+    ['1.5n', undefined],
   ];
   for (const [q, want] of table) assert.equal(canonicalQuantity(q), want, q);
 });
@@ -254,44 +437,74 @@ test('bearer tokens: none is 401, a token without the verb is 403 with the real 
   t.after(() => s.stop());
   const none = await call(s, 'GET', SLICES);
   assert.equal(none.code, 401);
-  assert.deepEqual(none.body, { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message: 'Unauthorized', reason: 'Unauthorized', code: 401 });
+  assert.deepEqual(none.body, {
+    kind: 'Status',
+    apiVersion: 'v1',
+    metadata: {},
+    status: 'Failure',
+    message: 'Unauthorized',
+    reason: 'Unauthorized',
+    code: 401,
+  });
   assert.equal((await call(s, 'GET', SLICES, { token: 'nope' })).code, 401);
 
   const denied = await call(s, 'POST', SLICES, { token: 'tok-readonly', body: slice('a') });
   assert.equal(denied.code, 403);
   assert.deepEqual(denied.body, {
-    kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure',
-    message: 'resourceslices.resource.k8s.io is forbidden: User "viewer" cannot create resource "resourceslices" in API group "resource.k8s.io" at the cluster scope',
-    reason: 'Forbidden', details: { group: 'resource.k8s.io', kind: 'resourceslices' }, code: 403,
+    kind: 'Status',
+    apiVersion: 'v1',
+    metadata: {},
+    status: 'Failure',
+    message:
+      'resourceslices.resource.k8s.io is forbidden: User "viewer" cannot create resource "resourceslices" in API group "resource.k8s.io" at the cluster scope',
+    reason: 'Forbidden',
+    details: { group: 'resource.k8s.io', kind: 'resourceslices' },
+    code: 403,
   });
-  const claimDenied = await call(s, 'GET', '/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/c1', { token: 'tok-readonly' });
+  const claimDenied = await call(s, 'GET', '/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/c1', {
+    token: 'tok-readonly',
+  });
   assert.equal(claimDenied.code, 403);
-  assert.equal(asStatus(claimDenied).message, 'resourceclaims.resource.k8s.io "c1" is forbidden: User "viewer" cannot get resource "resourceclaims" in API group "resource.k8s.io" in the namespace "default"');
+  assert.equal(
+    asStatus(claimDenied).message,
+    'resourceclaims.resource.k8s.io "c1" is forbidden: User "viewer" cannot get resource "resourceclaims" in API group "resource.k8s.io" in the namespace "default"',
+  );
   const nodeDenied = await call(s, 'GET', '/api/v1/nodes/node-a', { token: 'tok-readonly' });
-  assert.equal(asStatus(nodeDenied).message, 'nodes "node-a" is forbidden: User "viewer" cannot get resource "nodes" in API group "" at the cluster scope');
+  assert.equal(
+    asStatus(nodeDenied).message,
+    'nodes "node-a" is forbidden: User "viewer" cannot get resource "nodes" in API group "" at the cluster scope',
+  );
 
   assert.equal((await call(s, 'POST', SLICES, { token: 'tok-driver', body: slice('a') })).code, 201);
   assert.equal((await call(s, 'GET', `${SLICES}/a`, { token: 'tok-readonly' })).code, 200);
   assert.equal((await call(s, 'DELETE', `${SLICES}/a`, { token: 'tok-readonly' })).code, 403);
-  assert.deepEqual(s.requests.map((r) => [r.method, r.user ?? null, r.code]).slice(-3), [['POST', 'system:node:node-a', 201], ['GET', 'viewer', 200], ['DELETE', 'viewer', 403]]);
+  assert.deepEqual(s.requests.map((r) => [r.method, r.user ?? null, r.code]).slice(-3), [
+    ['POST', 'system:node:node-a', 201],
+    ['GET', 'viewer', 200],
+    ['DELETE', 'viewer', 403],
+  ]);
 });
 
 test('ResourceClaims and Nodes: get what the test seeded, 404 for the rest; watch and PATCH say they are not modelled', async (t) => {
   const s = await ApiServerStandIn.start();
   t.after(() => s.stop());
-  const status: JsonObject = { allocation: { devices: { results: [{ request: 'gpu', driver: 'gpu.example.com', pool: 'node-a', device: 'gpu-0' }] } } };
+  const status: JsonObject = {
+    allocation: {
+      devices: { results: [{ request: 'gpu', driver: 'gpu.example.com', pool: 'node-a', device: 'gpu-0' }] },
+    },
+  };
   const seeded = s.putClaim({ namespace: 'ml', name: 'train', status });
   s.putNode('node-a', { 'kubernetes.io/hostname': 'node-a' });
   const claim = await call(s, 'GET', '/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/train');
   assert.equal(claim.code, 200);
-  assert.equal(claim.body['kind'], 'ResourceClaim');
-  assert.equal(meta(claim.body)['uid'], meta(seeded)['uid']);
-  assert.deepEqual(claim.body['status'], status);
+  assert.equal(claim.body.kind, 'ResourceClaim');
+  assert.equal(meta(claim.body).uid, meta(seeded).uid);
+  assert.deepEqual(claim.body.status, status);
   const other = await call(s, 'GET', '/apis/resource.k8s.io/v1/namespaces/other/resourceclaims/train');
   assert.equal(other.code, 404);
   assert.equal(asStatus(other).message, 'resourceclaims.resource.k8s.io "train" not found');
   const node = await call(s, 'GET', '/api/v1/nodes/node-a');
-  assert.equal(node.body['kind'], 'Node');
+  assert.equal(node.body.kind, 'Node');
   assert.equal(asStatus(await call(s, 'GET', '/api/v1/nodes/node-z')).message, 'nodes "node-z" not found');
   const unknown = await call(s, 'GET', '/apis/resource.k8s.io/v1beta1/resourceslices');
   assert.equal(unknown.code, 404);
@@ -316,7 +529,7 @@ test('down() refuses connections, up() serves again on the same address with the
   assert.equal(back.code, 200);
 });
 
-test('a unix socket listener works the same, and the kubelet\'s slice clean-up deletes by node and driver', async (t) => {
+test("a unix socket listener works the same, and the kubelet's slice clean-up deletes by node and driver", async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'gdp-api-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const s = await ApiServerStandIn.start({ socketPath: join(dir, 'api.sock') });
@@ -331,11 +544,17 @@ test('a unix socket listener works the same, and the kubelet\'s slice clean-up d
   assert.deepEqual([...s.slices.keys()].sort(), ['b', 'c']);
   assert.equal(s.deleteNodeSlices('node-a'), 1);
   const left = await call(s, 'GET', SLICES);
-  assert.deepEqual((left.body['items'] as JsonObject[]).map((i) => meta(i)['name']), ['c']);
+  assert.deepEqual(
+    (left.body.items as JsonObject[]).map((i) => meta(i).name),
+    ['c'],
+  );
   // The same over HTTP, as the kubelet does it: DELETE on the collection with a fieldSelector.
   assert.equal((await call(s, 'POST', SLICES, { body: slice('d') })).code, 201);
   const wiped = await call(s, 'DELETE', `${SLICES}?fieldSelector=${encodeURIComponent('spec.nodeName=node-b')}`);
   assert.equal(wiped.code, 200);
-  assert.deepEqual((wiped.body['items'] as JsonObject[]).map((i) => meta(i)['name']), ['c']);
+  assert.deepEqual(
+    (wiped.body.items as JsonObject[]).map((i) => meta(i).name),
+    ['c'],
+  );
   assert.deepEqual([...s.slices.keys()], ['d']);
 });

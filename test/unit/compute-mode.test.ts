@@ -26,14 +26,17 @@ before(async () => {
   dir = mkdtempSync(join(tmpdir(), 'gdp-compute-mode-'));
   control = join(dir, 'control');
   const config = join(dir, 'two.json');
-  writeFileSync(config, JSON.stringify({
-    gpus: [
-      { uuid: UUIDS[0], name: 'NVIDIA A100-SXM4-40GB', busId: '00000000:07:00.0' },
-      { uuid: UUIDS[1], name: 'NVIDIA A100-SXM4-40GB', busId: '00000000:0F:00.0', computeMode: 2 },
-    ],
-  }));
-  process.env['FAKE_NVML_CONFIG'] = config;
-  process.env['FAKE_NVML_CONTROL'] = control;
+  writeFileSync(
+    config,
+    JSON.stringify({
+      gpus: [
+        { uuid: UUIDS[0], name: 'NVIDIA A100-SXM4-40GB', busId: '00000000:07:00.0' },
+        { uuid: UUIDS[1], name: 'NVIDIA A100-SXM4-40GB', busId: '00000000:0F:00.0', computeMode: 2 },
+      ],
+    }),
+  );
+  process.env.FAKE_NVML_CONFIG = config;
+  process.env.FAKE_NVML_CONTROL = control;
 });
 after(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -46,7 +49,10 @@ async function stats(): Promise<{ computeModes: Record<string, number>; calls: R
     if (performance.now() > end) throw new Error(`the fake NVML wrote no stats to ${file}`);
     await new Promise((r) => setTimeout(r, 5));
   }
-  return JSON.parse(readFileSync(file, 'utf8')) as { computeModes: Record<string, number>; calls: Record<string, number> };
+  return JSON.parse(readFileSync(file, 'utf8')) as {
+    computeModes: Record<string, number>;
+    calls: Record<string, number>;
+  };
 }
 
 function open(): Nvml {
@@ -54,8 +60,13 @@ function open(): Nvml {
   return Nvml.open({ koffi: loadKoffi(), driverRoot: '/', log, library });
 }
 
-test('computeModeName knows nvml.h\'s four modes and nothing else', () => {
-  assert.deepEqual([0, 1, 2, 3].map(computeModeName), ['default', 'exclusive-thread', 'prohibited', 'exclusive-process']);
+test("computeModeName knows nvml.h's four modes and nothing else", () => {
+  assert.deepEqual([0, 1, 2, 3].map(computeModeName), [
+    'default',
+    'exclusive-thread',
+    'prohibited',
+    'exclusive-process',
+  ]);
   assert.equal(computeModeName(4), undefined);
   assert.equal(computeModeName(-1), undefined);
   assert.deepEqual(Object.values(NVML_COMPUTE_MODE), [0, 1, 2, 3]);
@@ -75,7 +86,7 @@ test('getComputeMode reads the configured modes; setComputeMode changes them in 
     assert.equal(getComputeMode(nvml, h1, { index: 1 }), 'default');
     const seen = await stats();
     assert.deepEqual(seen.computeModes, { [UUIDS[0]]: 3, [UUIDS[1]]: 0 });
-    assert.equal(seen.calls['nvmlDeviceSetComputeMode'], 2);
+    assert.equal(seen.calls.nvmlDeviceSetComputeMode, 2);
 
     setComputeMode(nvml, h0, { index: 0 }, 'default');
     assert.deepEqual((await stats()).computeModes, { [UUIDS[0]]: 0, [UUIDS[1]]: 0 });
@@ -84,7 +95,7 @@ test('getComputeMode reads the configured modes; setComputeMode changes them in 
   }
 });
 
-test('a failed call is an NvmlError naming the call, the GPU, the code and NVML\'s text', async () => {
+test("a failed call is an NvmlError naming the call, the GPU, the code and NVML's text", async () => {
   const nvml = open();
   try {
     const h1 = nvml.handleByIndex(1);
@@ -92,12 +103,18 @@ test('a failed call is an NvmlError naming the call, the GPU, the code and NVML\
     setComputeMode(nvml, h1, gpu, 'prohibited'); // modes outlive the earlier tests' sessions, as on a node
     nvmlCommand(control, 'lost 1');
     await stats();
-    for (const call of [() => getComputeMode(nvml, h1, gpu), () => setComputeMode(nvml, h1, gpu, 'exclusive-process')]) {
+    for (const call of [
+      () => getComputeMode(nvml, h1, gpu),
+      () => setComputeMode(nvml, h1, gpu, 'exclusive-process'),
+    ]) {
       assert.throws(call, (error: unknown) => {
         assert.ok(error instanceof NvmlError);
         assert.equal(error.code, NVML.ERROR_GPU_IS_LOST);
         assert.deepEqual(error.gpu, gpu);
-        assert.match(error.message, /^nvmlDevice(Get|Set)ComputeMode failed for GPU 1 GPU-7c5c1c52-0000-4000-8000-000000000a01: GPU is lost/);
+        assert.match(
+          error.message,
+          /^nvmlDevice(Get|Set)ComputeMode failed for GPU 1 GPU-7c5c1c52-0000-4000-8000-000000000a01: GPU is lost/,
+        );
         assert.match(error.message, /\(NVML code 15\)$/);
         return true;
       });
@@ -110,7 +127,9 @@ test('a failed call is an NvmlError naming the call, the GPU, the code and NVML\
   }
 });
 
-test('setComputeMode as a user other than root: NO_PERMISSION, and the error says root is needed', { skip: process.getuid?.() !== 0 ? 'needs root to run a child as another user' : false }, () => {
+test('setComputeMode as a user other than root: NO_PERMISSION, and the error says root is needed', {
+  skip: process.getuid?.() !== 0 ? 'needs root to run a child as another user' : false,
+}, () => {
   // The fake checks geteuid(), so this runs the typed function in a child running as nobody (65534).
   const script = `
     import { getComputeMode, setComputeMode } from ${JSON.stringify(join(ROOT, 'src', 'nvml', 'compute-mode.ts'))};
@@ -129,7 +148,11 @@ test('setComputeMode as a user other than root: NO_PERMISSION, and the error say
     cwd: ROOT,
     uid: 65534,
     gid: 65534,
-    env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', LIB: library, FAKE_NVML_CONFIG: join(TOPOLOGIES, 'single.json') },
+    env: {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      LIB: library,
+      FAKE_NVML_CONFIG: join(TOPOLOGIES, 'single.json'),
+    },
     encoding: 'utf8',
     timeout: 30_000,
   });
@@ -137,6 +160,9 @@ test('setComputeMode as a user other than root: NO_PERMISSION, and the error say
   const result = JSON.parse(child.stdout) as { name: string; code: number; message: string; after: string };
   assert.equal(result.name, 'NvmlError');
   assert.equal(result.code, NVML.ERROR_NO_PERMISSION);
-  assert.equal(result.message, 'nvmlDeviceSetComputeMode failed for GPU 0: Insufficient Permissions (setting EXCLUSIVE_PROCESS, 3); setting a compute mode needs root (NVML code 4)');
+  assert.equal(
+    result.message,
+    'nvmlDeviceSetComputeMode failed for GPU 0: Insufficient Permissions (setting EXCLUSIVE_PROCESS, 3); setting a compute mode needs root (NVML code 4)',
+  );
   assert.equal(result.after, 'default');
 });

@@ -15,7 +15,7 @@ function gpus(n: number): Gpu[] {
     minor: i + 10,
     busId: `00000000:0${i}:00.0`,
     memoryBytes: 1 << 30,
-    numaNode: i < n / 2 ? 0 : (i === n - 1 ? null : 1),
+    numaNode: i < n / 2 ? 0 : i === n - 1 ? null : 1,
   }));
 }
 
@@ -23,12 +23,18 @@ const noSpecs: AllocateSettings = { passDeviceSpecs: false, devRoot: '/', presen
 
 test('whole-GPU devices are advertised by UUID whatever the strategy; the runtime gets the UUID or the index', () => {
   const g = gpus(3);
-  assert.deepEqual(wholeGpuDevices(g, 'uuid').map((d) => [d.id, d.runtimeName]), g.map((x) => [x.uuid, x.uuid]));
-  assert.deepEqual(wholeGpuDevices(g, 'index').map((d) => [d.id, d.runtimeName]), g.map((x, i) => [x.uuid, String(i)]));
+  assert.deepEqual(
+    wholeGpuDevices(g, 'uuid').map((d) => [d.id, d.runtimeName]),
+    g.map((x) => [x.uuid, x.uuid]),
+  );
+  assert.deepEqual(
+    wholeGpuDevices(g, 'index').map((d) => [d.id, d.runtimeName]),
+    g.map((x, i) => [x.uuid, String(i)]),
+  );
 });
 
 test('device IDs longer than 63 characters or repeated are refused with the GPU named', () => {
-  const long = [{ ...gpus(1)[0]!, uuid: 'GPU-' + 'x'.repeat(60) }];
+  const long = [{ ...gpus(1)[0]!, uuid: `GPU-${'x'.repeat(60)}` }];
   assert.throws(() => wholeGpuDevices(long, 'uuid'), /GPU 0 .*64 characters; the kubelet accepts 1 to 63/);
   const g = gpus(2);
   const twice = [g[0]!, { ...g[1]!, uuid: g[0]!.uuid }];
@@ -39,7 +45,10 @@ test('the device list carries health and NUMA node, and omits topology without a
   const g = gpus(4);
   const devs = wholeGpuDevices(g, 'uuid');
   const list = deviceList(devs, g, new Map(g.map((x, i) => [x.uuid, i === 1 ? 'Unhealthy' : 'Healthy'])));
-  assert.deepEqual(list.map((d) => d.health), ['Healthy', 'Unhealthy', 'Healthy', 'Healthy']);
+  assert.deepEqual(
+    list.map((d) => d.health),
+    ['Healthy', 'Unhealthy', 'Healthy', 'Healthy'],
+  );
   assert.deepEqual(list[0]!.topology, { nodes: [{ ID: 0 }] });
   assert.deepEqual(list[2]!.topology, { nodes: [{ ID: 1 }] });
   assert.equal(list[3]!.topology, null);
@@ -51,8 +60,8 @@ test('Allocate answers one response per container, in order, with NVIDIA_VISIBLE
   const idx = indexDevices(wholeGpuDevices(g, 'uuid'), g);
   const res = allocate([{ devices_ids: [g[2]!.uuid, g[0]!.uuid] }, { devices_ids: [g[3]!.uuid] }], idx, noSpecs);
   assert.equal(res.length, 2);
-  assert.equal(res[0]!.envs['NVIDIA_VISIBLE_DEVICES'], `${g[2]!.uuid},${g[0]!.uuid}`);
-  assert.equal(res[1]!.envs['NVIDIA_VISIBLE_DEVICES'], g[3]!.uuid);
+  assert.equal(res[0]!.envs.NVIDIA_VISIBLE_DEVICES, `${g[2]!.uuid},${g[0]!.uuid}`);
+  assert.equal(res[1]!.envs.NVIDIA_VISIBLE_DEVICES, g[3]!.uuid);
   assert.deepEqual(res[0]!.devices, []);
   assert.deepEqual(res[0]!.mounts, []);
 });
@@ -61,21 +70,28 @@ test('Allocate with the index strategy passes indices', () => {
   const g = gpus(4);
   const idx = indexDevices(wholeGpuDevices(g, 'index'), g);
   const res = allocate([{ devices_ids: [g[3]!.uuid, g[1]!.uuid] }], idx, noSpecs);
-  assert.equal(res[0]!.envs['NVIDIA_VISIBLE_DEVICES'], '3,1');
+  assert.equal(res[0]!.envs.NVIDIA_VISIBLE_DEVICES, '3,1');
 });
 
 test('pass-device-specs adds the control nodes that exist and one node per GPU, under dev-root', () => {
   const g = gpus(4);
   const idx = indexDevices(wholeGpuDevices(g, 'uuid'), g);
   const res = allocate([{ devices_ids: [g[1]!.uuid] }], idx, {
-    passDeviceSpecs: true, devRoot: '/run/nvidia/driver/', presentControlDevices: ['/dev/nvidiactl', '/dev/nvidia-uvm'],
+    passDeviceSpecs: true,
+    devRoot: '/run/nvidia/driver/',
+    presentControlDevices: ['/dev/nvidiactl', '/dev/nvidia-uvm'],
   });
   assert.deepEqual(res[0]!.devices, [
     { container_path: '/dev/nvidiactl', host_path: '/run/nvidia/driver/dev/nvidiactl', permissions: 'rw' },
     { container_path: '/dev/nvidia-uvm', host_path: '/run/nvidia/driver/dev/nvidia-uvm', permissions: 'rw' },
     { container_path: '/dev/nvidia11', host_path: '/run/nvidia/driver/dev/nvidia11', permissions: 'rw' },
   ]);
-  assert.deepEqual(CONTROL_DEVICE_NODES, ['/dev/nvidiactl', '/dev/nvidia-uvm', '/dev/nvidia-uvm-tools', '/dev/nvidia-modeset']);
+  assert.deepEqual(CONTROL_DEVICE_NODES, [
+    '/dev/nvidiactl',
+    '/dev/nvidia-uvm',
+    '/dev/nvidia-uvm-tools',
+    '/dev/nvidia-modeset',
+  ]);
 });
 
 test('Allocate refuses unknown, duplicated, empty and oversized requests, naming the offender', () => {
@@ -93,7 +109,11 @@ test('Allocate refuses unknown, duplicated, empty and oversized requests, naming
     [[{ devices_ids: ['x'.repeat(5000)] }], /unknown device ID "x{77}\.\.\."/],
   ];
   for (const [req, re] of cases) {
-    assert.throws(() => allocate(req, idx, noSpecs), (err: unknown) => err instanceof RequestError && re.test(err.message), String(re));
+    assert.throws(
+      () => allocate(req, idx, noSpecs),
+      (err: unknown) => err instanceof RequestError && re.test(err.message),
+      String(re),
+    );
   }
 });
 
@@ -101,10 +121,14 @@ test('GetPreferredAllocation keeps the contract: exact size, must-include, only 
   const g = gpus(8);
   const idx = indexDevices(wholeGpuDevices(g, 'uuid'), g);
   const u = g.map((x) => x.uuid);
-  const res = preferredAllocation([
-    { available_deviceIDs: [u[5]!, u[3]!, u[7]!, u[1]!], must_include_deviceIDs: [u[7]!], allocation_size: 2 },
-    { available_deviceIDs: u, must_include_deviceIDs: [], allocation_size: 8 },
-  ], idx, lowestFirstChooser);
+  const res = preferredAllocation(
+    [
+      { available_deviceIDs: [u[5]!, u[3]!, u[7]!, u[1]!], must_include_deviceIDs: [u[7]!], allocation_size: 2 },
+      { available_deviceIDs: u, must_include_deviceIDs: [], allocation_size: 8 },
+    ],
+    idx,
+    lowestFirstChooser,
+  );
   assert.equal(res.length, 2);
   assert.equal(res[0]!.length, 2);
   assert.ok(res[0]!.includes(u[7]!));
@@ -116,7 +140,11 @@ test('GetPreferredAllocation refuses impossible questions with a clear message',
   const g = gpus(4);
   const idx = indexDevices(wholeGpuDevices(g, 'uuid'), g);
   const u = g.map((x) => x.uuid);
-  const q = (available: string[], must: string[], size: number) => ({ available_deviceIDs: available, must_include_deviceIDs: must, allocation_size: size });
+  const q = (available: string[], must: string[], size: number) => ({
+    available_deviceIDs: available,
+    must_include_deviceIDs: must,
+    allocation_size: size,
+  });
   const cases: [ReturnType<typeof q>[], RegExp][] = [
     [[q([u[0]!], [], 2)], /allocation_size 2 is larger than the 1 available/],
     [[q([u[0]!, u[1]!], [u[2]!], 1)], /must-include device ID .* is not among the available/],
@@ -129,6 +157,10 @@ test('GetPreferredAllocation refuses impossible questions with a clear message',
     [[], /no container requests/],
   ];
   for (const [req, re] of cases) {
-    assert.throws(() => preferredAllocation(req, idx, lowestFirstChooser), (err: unknown) => err instanceof RequestError && re.test(err.message), String(re));
+    assert.throws(
+      () => preferredAllocation(req, idx, lowestFirstChooser),
+      (err: unknown) => err instanceof RequestError && re.test(err.message),
+      String(re),
+    );
   }
 });

@@ -29,7 +29,17 @@ const INDIRECT_READERS: Record<string, () => string[]> = {
   // env[key] over the directories tried for the native modules: ask the function which it reads.
   'src/system/native.ts': () => {
     const read: string[] = [];
-    extractionCandidates(new Proxy({}, { get: (_t, key) => { if (typeof key === 'string') read.push(key); return undefined; } }));
+    extractionCandidates(
+      new Proxy(
+        {},
+        {
+          get: (_t, key) => {
+            if (typeof key === 'string') read.push(key);
+            return undefined;
+          },
+        },
+      ),
+    );
     return read;
   },
 };
@@ -51,14 +61,21 @@ function variablesReadBySource(): { names: Set<string>; indirect: Set<string> } 
   }
   for (const rel of indirect) {
     const derive = INDIRECT_READERS[rel];
-    assert.ok(derive, `${rel} reads an environment variable through a computed key: add a way to list them to INDIRECT_READERS in this test, and document them in build/docs.ts`);
+    assert.ok(
+      derive,
+      `${rel} reads an environment variable through a computed key: add a way to list them to INDIRECT_READERS in this test, and document them in build/docs.ts`,
+    );
     for (const n of derive()) names.add(n);
   }
   return { names, indirect };
 }
 
 function render(): string {
-  return manPage({ version: '0.1.0', date: new Date(0), environmentFiles: ['/etc/default/gpu-device-plugin', '/etc/sysconfig/gpu-device-plugin'] });
+  return manPage({
+    version: '0.1.0',
+    date: new Date(0),
+    environmentFiles: ['/etc/default/gpu-device-plugin', '/etc/sysconfig/gpu-device-plugin'],
+  });
 }
 
 /** The page's sections by .SH name, with roff's escapes undone so names can be searched as written. */
@@ -72,17 +89,39 @@ function sections(page: string): Map<string, string> {
       out.set(name, '');
       continue;
     }
-    if (name !== '') out.set(name, `${out.get(name)!}${line.replace(/\\-/g, '-').replace(/\\f[BIRP]/g, '').replace(/\\e/g, '\\')}\n`);
+    if (name !== '')
+      out.set(
+        name,
+        `${out.get(name)!}${line
+          .replace(/\\-/g, '-')
+          .replace(/\\f[BIRP]/g, '')
+          .replace(/\\e/g, '\\')}\n`,
+      );
   }
   return out;
 }
 
 test('the source scan finds what it should (so that an empty scan cannot pass the next test)', () => {
   const { names, indirect } = variablesReadBySource();
-  for (const known of ['SYSFS_ROOT', 'PROC_ROOT', 'DP_DISABLE_HEALTHCHECKS', 'NOTIFY_SOCKET', 'WATCHDOG_USEC', 'JOURNAL_STREAM', 'RUNTIME_DIRECTORY', 'KUBELET_SOCKET', 'GDS_ENABLED', 'TMPDIR']) {
+  for (const known of [
+    'SYSFS_ROOT',
+    'PROC_ROOT',
+    'DP_DISABLE_HEALTHCHECKS',
+    'NOTIFY_SOCKET',
+    'WATCHDOG_USEC',
+    'JOURNAL_STREAM',
+    'RUNTIME_DIRECTORY',
+    'KUBELET_SOCKET',
+    'GDS_ENABLED',
+    'TMPDIR',
+  ]) {
     assert.ok(names.has(known), `${known} found in ${[...names].join(' ')}`);
   }
-  assert.deepEqual([...indirect].sort(), Object.keys(INDIRECT_READERS).sort(), 'every computed-key reader has a derivation, and none is stale');
+  assert.deepEqual(
+    [...indirect].sort(),
+    Object.keys(INDIRECT_READERS).sort(),
+    'every computed-key reader has a derivation, and none is stale',
+  );
 });
 
 test('every environment variable the source reads is in the man page: options under OPTIONS, the rest under ENVIRONMENT', () => {
@@ -100,13 +139,26 @@ test('every environment variable the source reads is in the man page: options un
 
 test('the sections an operator looks for are there, in man(7) order', () => {
   const names = [...sections(render()).keys()];
-  assert.deepEqual(names, ['NAME', 'SYNOPSIS', 'DESCRIPTION', 'OPTIONS', 'COMMANDS', 'CONFIGURATION FILE', 'ENVIRONMENT', 'SIGNALS', 'EXIT STATUS', 'FILES', 'SEE ALSO']);
+  assert.deepEqual(names, [
+    'NAME',
+    'SYNOPSIS',
+    'DESCRIPTION',
+    'OPTIONS',
+    'COMMANDS',
+    'CONFIGURATION FILE',
+    'ENVIRONMENT',
+    'SIGNALS',
+    'EXIT STATUS',
+    'FILES',
+    'SEE ALSO',
+  ]);
 });
 
 test('COMMANDS and SYNOPSIS: info and check with their options', () => {
   const s = sections(render());
   for (const text of [s.get('SYNOPSIS')!, s.get('COMMANDS')!]) {
-    for (const w of ['info', 'check', '--json', '--env-file', '--help']) assert.ok(text.includes(w), `${w} in\n${text}`);
+    for (const w of ['info', 'check', '--json', '--env-file', '--help'])
+      assert.ok(text.includes(w), `${w} in\n${text}`);
   }
   assert.match(s.get('COMMANDS')!, /state file in \/run\/gpu-device-plugin\//);
   assert.match(s.get('COMMANDS')!, /ReadWritePaths=/);
@@ -116,7 +168,9 @@ test('CONFIGURATION FILE: every key the reader accepts, what it refuses, and the
   const text = sections(render()).get('CONFIGURATION FILE')!;
   // The keys config.ts accepts at each level, read from its r.keys(...) calls.
   const reader = readFileSync(join(SRC, 'cli', 'config.ts'), 'utf8');
-  const levels = [...reader.matchAll(/r\.keys\([^,]+,[^,]+,\s*\[([^\]]*)\]\)/g)].map((m) => [...m[1]!.matchAll(/'([A-Za-z]+)'/g)].map((k) => k[1]!));
+  const levels = [...reader.matchAll(/r\.keys\([^,]+,[^,]+,\s*\[([^\]]*)\]\)/g)].map((m) =>
+    [...m[1]!.matchAll(/'([A-Za-z]+)'/g)].map((k) => k[1]!),
+  );
   assert.ok(levels.length >= 4, `r.keys calls found: ${JSON.stringify(levels)}`);
   for (const key of levels.flat()) assert.match(text, new RegExp(`\\b${key}\\b`), `key ${key}`);
   for (const o of CONFIG_SCHEMA.options) assert.ok(text.includes(o.path), o.path);
@@ -133,7 +187,13 @@ test('EXIT STATUS, SIGNALS and FILES say what an operator needs', () => {
   assert.match(exit, /RestartPreventExitStatus=2/);
   assert.match(s.get('SIGNALS')!, /SIGHUP[\s\S]*returns success either way/);
   const files = s.get('FILES')!;
-  for (const f of ['/etc/default/gpu-device-plugin', '/etc/sysconfig/gpu-device-plugin', '/usr/lib/systemd/system/gpu-device-plugin.service', '/var/lib/kubelet/device-plugins/', '/usr/share/doc/gpu-device-plugin/']) {
+  for (const f of [
+    '/etc/default/gpu-device-plugin',
+    '/etc/sysconfig/gpu-device-plugin',
+    '/usr/lib/systemd/system/gpu-device-plugin.service',
+    '/var/lib/kubelet/device-plugins/',
+    '/usr/share/doc/gpu-device-plugin/',
+  ]) {
     assert.ok(files.includes(f), f);
   }
   assert.match(s.get('SEE ALSO')!, /journalctl/);
@@ -144,10 +204,16 @@ test('man renders the page without a warning', () => {
   try {
     const file = join(dir, 'gpu-device-plugin.8');
     writeFileSync(file, render());
-    const r = spawnSync('man', ['--warnings', '-E', 'UTF-8', '-l', '-Tutf8', '-Z', file], { encoding: 'utf8', env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', LC_ALL: 'C.UTF-8' } });
+    const r = spawnSync('man', ['--warnings', '-E', 'UTF-8', '-l', '-Tutf8', '-Z', file], {
+      encoding: 'utf8',
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', LC_ALL: 'C.UTF-8' },
+    });
     assert.equal(r.stderr, '');
     assert.equal(r.status, 0);
-    const text = spawnSync('man', ['-E', 'UTF-8', '-l', file], { encoding: 'utf8', env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', LC_ALL: 'C.UTF-8', MANWIDTH: '100' } }).stdout;
+    const text = spawnSync('man', ['-E', 'UTF-8', '-l', file], {
+      encoding: 'utf8',
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', LC_ALL: 'C.UTF-8', MANWIDTH: '100' },
+    }).stdout;
     assert.match(text, /CONFIGURATION FILE/);
     assert.match(text, /DP_DISABLE_HEALTHCHECKS/);
   } finally {

@@ -20,61 +20,145 @@ import type { UnitHealth } from '../../src/core/snapshot.ts';
 const claim: ClaimRef = { namespace: 'ns', name: 'c', uid: 'u-1' };
 const gpu0: DraNodeDevice = { name: 'gpu-0', gpuUuid: 'GPU-a', gpuIndex: 0, minor: 0 };
 const gpu1: DraNodeDevice = { name: 'gpu-3', gpuUuid: 'GPU-b', gpuIndex: 1, minor: 3 };
-const mig: DraNodeDevice = { name: 'gpu-3-mig-1g10gb-19-0', gpuUuid: 'GPU-b', gpuIndex: 1, minor: 3, mig: { uuid: 'MIG-x', index: 2 } };
+const mig: DraNodeDevice = {
+  name: 'gpu-3-mig-1g10gb-19-0',
+  gpuUuid: 'GPU-b',
+  gpuIndex: 1,
+  minor: 3,
+  mig: { uuid: 'MIG-x', index: 2 },
+};
 const devices = [gpu0, gpu1, mig];
-const claimJson = (results: unknown, uid = 'u-1'): unknown => ({ metadata: { uid }, status: { allocation: { devices: { results } } } });
+const claimJson = (results: unknown, uid = 'u-1'): unknown => ({
+  metadata: { uid },
+  status: { allocation: { devices: { results } } },
+});
 
 test('allocatedDevices: ours only, one entry per device with every request; refusals name what was wrong', () => {
-  assert.deepEqual(allocatedDevices(claimJson([
-    { request: 'a', driver: 'gpu.nvidia.com', pool: 'n', device: 'gpu-3' },
-    { request: 'b', driver: 'gpu.nvidia.com', pool: 'n', device: 'gpu-3' },
-    { request: 'nic', driver: 'nic.example.com', pool: 'elsewhere', device: 'eth0' },
-    { request: 'c', driver: 'gpu.nvidia.com', pool: 'n', device: 'gpu-3-mig-1g10gb-19-0' },
-  ]), claim, 'gpu.nvidia.com', 'n', devices), { devices: [{ device: 'gpu-3', pool: 'n', requests: ['a', 'b'] }, { device: 'gpu-3-mig-1g10gb-19-0', pool: 'n', requests: ['c'] }] });
+  assert.deepEqual(
+    allocatedDevices(
+      claimJson([
+        { request: 'a', driver: 'gpu.nvidia.com', pool: 'n', device: 'gpu-3' },
+        { request: 'b', driver: 'gpu.nvidia.com', pool: 'n', device: 'gpu-3' },
+        { request: 'nic', driver: 'nic.example.com', pool: 'elsewhere', device: 'eth0' },
+        { request: 'c', driver: 'gpu.nvidia.com', pool: 'n', device: 'gpu-3-mig-1g10gb-19-0' },
+      ]),
+      claim,
+      'gpu.nvidia.com',
+      'n',
+      devices,
+    ),
+    {
+      devices: [
+        { device: 'gpu-3', pool: 'n', requests: ['a', 'b'] },
+        { device: 'gpu-3-mig-1g10gb-19-0', pool: 'n', requests: ['c'] },
+      ],
+    },
+  );
   assert.deepEqual(allocatedDevices(claimJson([]), claim, 'gpu.nvidia.com', 'n', devices), { devices: [] });
   const err = (json: unknown): string => {
     const v = allocatedDevices(json, claim, 'gpu.nvidia.com', 'n', devices);
     assert.ok('error' in v, JSON.stringify(v));
     return v.error;
   };
-  assert.match(err({ metadata: { uid: 'u-1' }, status: {} }), /ResourceClaim ns\/c \(uid u-1\) is not allocated \(status\.allocation is missing\)/);
+  assert.match(
+    err({ metadata: { uid: 'u-1' }, status: {} }),
+    /ResourceClaim ns\/c \(uid u-1\) is not allocated \(status\.allocation is missing\)/,
+  );
   assert.match(err({ metadata: { uid: 'u-1' } }), /is not allocated/);
   assert.match(err(claimJson([], 'u-2')), /has a claim of that name with uid u-2/);
   assert.match(err({ status: {} }), /with uid \(none\)/);
   assert.match(err('nope'), /not an object/);
   assert.match(err(claimJson('x')), /results is not a list/);
   assert.match(err(claimJson([7])), /results\[0\] is not an object/);
-  assert.match(err(claimJson([{ driver: 'gpu.nvidia.com', pool: 'n', device: 'gpu-0' }])), /results\[0\] lacks request, pool or device/);
-  assert.match(err(claimJson([{ request: 'r', driver: 'gpu.nvidia.com', pool: 'm', device: 'gpu-0' }])), /device gpu-0 of pool m, which is not this node's: driver gpu\.nvidia\.com on this node serves pool n only/);
-  assert.match(err(claimJson([{ request: 'r', driver: 'gpu.nvidia.com', pool: 'n', device: 'gpu-9' }])), /device gpu-9, which node n does not have now \(its devices: gpu-0, gpu-3, gpu-3-mig-1g10gb-19-0\)/);
-  const none = allocatedDevices(claimJson([{ request: 'r', driver: 'gpu.nvidia.com', pool: 'n', device: 'gpu-0' }]), claim, 'gpu.nvidia.com', 'n', []);
+  assert.match(
+    err(claimJson([{ driver: 'gpu.nvidia.com', pool: 'n', device: 'gpu-0' }])),
+    /results\[0\] lacks request, pool or device/,
+  );
+  assert.match(
+    err(claimJson([{ request: 'r', driver: 'gpu.nvidia.com', pool: 'm', device: 'gpu-0' }])),
+    /device gpu-0 of pool m, which is not this node's: driver gpu\.nvidia\.com on this node serves pool n only/,
+  );
+  assert.match(
+    err(claimJson([{ request: 'r', driver: 'gpu.nvidia.com', pool: 'n', device: 'gpu-9' }])),
+    /device gpu-9, which node n does not have now \(its devices: gpu-0, gpu-3, gpu-3-mig-1g10gb-19-0\)/,
+  );
+  const none = allocatedDevices(
+    claimJson([{ request: 'r', driver: 'gpu.nvidia.com', pool: 'n', device: 'gpu-0' }]),
+    claim,
+    'gpu.nvidia.com',
+    'n',
+    [],
+  );
   assert.ok('error' in none && /its devices: none/.test(none.error));
 });
 
-const spec = (path: string, names: [string, string[]][]): CdiSpec => ({ path, kind: 'nvidia.com/gpu', devices: names.map(([name, deviceNodes]) => ({ name, deviceNodes })) });
+const spec = (path: string, names: [string, string[]][]): CdiSpec => ({
+  path,
+  kind: 'nvidia.com/gpu',
+  devices: names.map(([name, deviceNodes]) => ({ name, deviceNodes })),
+});
 
 test('CDI names under each --device-name-strategy: index, uuid, type-index; a MIG device as <gpu>:<mig>', () => {
   assert.deepEqual(cdiNameCandidates(gpu1), ['1', 'GPU-b', 'gpu1']);
   assert.deepEqual(cdiNameCandidates(mig), ['1:2', 'MIG-x', 'mig1:2']);
   const dirs = ['/etc/cdi'];
-  assert.deepEqual(cdiDeviceId(gpu1, [spec('/etc/cdi/a.yaml', [['0', ['/dev/nvidia0']], ['1', ['/dev/nvidia3']], ['all', []]])], dirs), { id: 'nvidia.com/gpu=1' });
-  assert.deepEqual(cdiDeviceId(gpu1, [spec('/etc/cdi/a.yaml', [['GPU-b', ['/dev/nvidia3']]])], dirs), { id: 'nvidia.com/gpu=GPU-b' });
+  assert.deepEqual(
+    cdiDeviceId(
+      gpu1,
+      [
+        spec('/etc/cdi/a.yaml', [
+          ['0', ['/dev/nvidia0']],
+          ['1', ['/dev/nvidia3']],
+          ['all', []],
+        ]),
+      ],
+      dirs,
+    ),
+    { id: 'nvidia.com/gpu=1' },
+  );
+  assert.deepEqual(cdiDeviceId(gpu1, [spec('/etc/cdi/a.yaml', [['GPU-b', ['/dev/nvidia3']]])], dirs), {
+    id: 'nvidia.com/gpu=GPU-b',
+  });
   assert.deepEqual(cdiDeviceId(gpu1, [spec('/etc/cdi/a.yaml', [['gpu1', []]])], dirs), { id: 'nvidia.com/gpu=gpu1' });
-  assert.deepEqual(cdiDeviceId(mig, [spec('/etc/cdi/a.yaml', [['1:2', ['/dev/nvidia3', '/dev/nvidia-caps/nvidia-cap30']]])], dirs), { id: 'nvidia.com/gpu=1:2' });
+  assert.deepEqual(
+    cdiDeviceId(mig, [spec('/etc/cdi/a.yaml', [['1:2', ['/dev/nvidia3', '/dev/nvidia-caps/nvidia-cap30']]])], dirs),
+    { id: 'nvidia.com/gpu=1:2' },
+  );
   assert.deepEqual(cdiDeviceId(mig, [spec('/etc/cdi/a.yaml', [['MIG-x', []]])], dirs), { id: 'nvidia.com/gpu=MIG-x' });
   // Several specs (another vendor's kind is not looked at; the first name that is found wins).
-  const other: CdiSpec = { path: '/etc/cdi/nic.yaml', kind: 'example.com/nic', devices: [{ name: '1', deviceNodes: [] }] };
-  assert.deepEqual(cdiDeviceId(gpu1, [other, spec('/var/run/cdi/b.json', [['GPU-b', []]])], dirs), { id: 'nvidia.com/gpu=GPU-b' });
+  const other: CdiSpec = {
+    path: '/etc/cdi/nic.yaml',
+    kind: 'example.com/nic',
+    devices: [{ name: '1', deviceNodes: [] }],
+  };
+  assert.deepEqual(cdiDeviceId(gpu1, [other, spec('/var/run/cdi/b.json', [['GPU-b', []]])], dirs), {
+    id: 'nvidia.com/gpu=GPU-b',
+  });
 });
 
-test('CDI refusals: no spec of the kind (unreadable files named), no device for it, an index whose device node is another GPU\'s', () => {
+test("CDI refusals: no spec of the kind (unreadable files named), no device for it, an index whose device node is another GPU's", () => {
   const dirs = ['/etc/cdi', '/var/run/cdi'];
   const none = cdiDeviceId(gpu0, [{ path: '/etc/cdi/broken.yaml', error: 'has no kind' }], dirs);
   assert.ok('error' in none);
-  assert.match(none.error, /^no CDI spec of kind nvidia\.com\/gpu in \/etc\/cdi or \/var\/run\/cdi; unreadable spec files: \/etc\/cdi\/broken\.yaml \(has no kind\): .*GPU 0 \(GPU-a\); run `nvidia-ctk cdi generate --output=\/var\/run\/cdi\/nvidia\.yaml` \(or `systemctl restart nvidia-cdi-refresh\.service`/);
-  const missing = cdiDeviceId(mig, [spec('/var/run/cdi/nvidia.yaml', [['0', []], ['1', []]])], dirs);
+  assert.match(
+    none.error,
+    /^no CDI spec of kind nvidia\.com\/gpu in \/etc\/cdi or \/var\/run\/cdi; unreadable spec files: \/etc\/cdi\/broken\.yaml \(has no kind\): .*GPU 0 \(GPU-a\); run `nvidia-ctk cdi generate --output=\/var\/run\/cdi\/nvidia\.yaml` \(or `systemctl restart nvidia-cdi-refresh\.service`/,
+  );
+  const missing = cdiDeviceId(
+    mig,
+    [
+      spec('/var/run/cdi/nvidia.yaml', [
+        ['0', []],
+        ['1', []],
+      ]),
+    ],
+    dirs,
+  );
   assert.ok('error' in missing);
-  assert.match(missing.error, /^the CDI spec \/var\/run\/cdi\/nvidia\.yaml has no device for MIG device 1:2 \(MIG-x\) of GPU GPU-b \(looked for 1:2, MIG-x, mig1:2\): it was generated before/);
+  assert.match(
+    missing.error,
+    /^the CDI spec \/var\/run\/cdi\/nvidia\.yaml has no device for MIG device 1:2 \(MIG-x\) of GPU GPU-b \(looked for 1:2, MIG-x, mig1:2\): it was generated before/,
+  );
   const stale = cdiDeviceId(gpu1, [spec('/var/run/cdi/nvidia.yaml', [['1', ['/dev/nvidia1']]])], dirs);
   assert.ok('error' in stale);
   assert.match(stale.error, /is stale: its device 1 has \/dev\/nvidia1, but GPU 1 \(GPU-b\) is \/dev\/nvidia3/);
@@ -84,32 +168,61 @@ test('checkpoint: round trip; a damaged file is refused naming what is wrong; an
   const c: Checkpoint = {
     bootId: 'b1',
     claims: {
-      'u-1': { state: 'PrepareCompleted', namespace: 'ns', name: 'c', devices: [{ requests: ['r'], pool: 'n', device: 'gpu-0', cdiDeviceIds: ['nvidia.com/gpu=0'] }] },
+      'u-1': {
+        state: 'PrepareCompleted',
+        namespace: 'ns',
+        name: 'c',
+        devices: [{ requests: ['r'], pool: 'n', device: 'gpu-0', cdiDeviceIds: ['nvidia.com/gpu=0'] }],
+      },
       'u-2': { state: 'PrepareStarted', namespace: 'ns', name: 'd', devices: [] },
     },
   };
   assert.deepEqual(parseCheckpoint(serializeCheckpoint(c)), c);
   assert.throws(() => parseCheckpoint('{'), /not JSON/);
   assert.throws(() => parseCheckpoint('[]'), /not a JSON object/);
-  assert.throws(() => parseCheckpoint('{"version":"v0","bootId":"b","claims":{}}'), /version is "v0", expected "gpu-device-plugin\.dra\/v1"/);
+  assert.throws(
+    () => parseCheckpoint('{"version":"v0","bootId":"b","claims":{}}'),
+    /version is "v0", expected "gpu-device-plugin\.dra\/v1"/,
+  );
   const v = '"version":"gpu-device-plugin.dra/v1"';
   assert.throws(() => parseCheckpoint(`{${v},"claims":{}}`), /bootId is not a string/);
   assert.throws(() => parseCheckpoint(`{${v},"bootId":"b","claims":[]}`), /claims is not an object/);
-  assert.throws(() => parseCheckpoint(`{${v},"bootId":"b","claims":{"u":{"state":"Done","namespace":"a","name":"b","devices":[]}}}`), /claim u: state "Done" is neither PrepareStarted nor PrepareCompleted/);
-  assert.throws(() => parseCheckpoint(`{${v},"bootId":"b","claims":{"u":{"state":"PrepareStarted","namespace":"a","name":"b","devices":[{"device":"x"}]}}}`), /claim u: a device lacks requests, pool, device or cdiDeviceIds/);
+  assert.throws(
+    () =>
+      parseCheckpoint(`{${v},"bootId":"b","claims":{"u":{"state":"Done","namespace":"a","name":"b","devices":[]}}}`),
+    /claim u: state "Done" is neither PrepareStarted nor PrepareCompleted/,
+  );
+  assert.throws(
+    () =>
+      parseCheckpoint(
+        `{${v},"bootId":"b","claims":{"u":{"state":"PrepareStarted","namespace":"a","name":"b","devices":[{"device":"x"}]}}}`,
+      ),
+    /claim u: a device lacks requests, pool, device or cdiDeviceIds/,
+  );
   assert.deepEqual(checkpointForBoot(c, 'b1'), { checkpoint: c, voided: 0 });
   assert.deepEqual(checkpointForBoot(c, 'b2'), { checkpoint: { bootId: 'b2', claims: {} }, voided: 2 });
   assert.deepEqual(checkpointForBoot(null, 'b2'), { checkpoint: { bootId: 'b2', claims: {} }, voided: 0 });
 });
 
 test('health list: a GPU by its UUID, a MIG device by its own; all unhealthy while the driver is down; times in seconds', () => {
-  const sick: UnitHealth = { state: { ...freshHealthState(), health: 'Unhealthy' }, reason: 'critical XID 31', since: 1_700_000_500_900 };
+  const sick: UnitHealth = {
+    state: { ...freshHealthState(), health: 'Unhealthy' },
+    reason: 'critical XID 31',
+    since: 1_700_000_500_900,
+  };
   const fresh: UnitHealth = { state: freshHealthState(), reason: null, since: null };
   const snap = {
     driverVersion: '550.54.15',
-    gpuHealth: new Map([['GPU-a', fresh], ['GPU-b', fresh]]),
+    gpuHealth: new Map([
+      ['GPU-a', fresh],
+      ['GPU-b', fresh],
+    ]),
     migHealth: new Map([['MIG-x', sick]]),
-    health: new Map([['GPU-a', 'Healthy' as const], ['GPU-b', 'Healthy' as const], ['MIG-x', 'Unhealthy' as const]]),
+    health: new Map([
+      ['GPU-a', 'Healthy' as const],
+      ['GPU-b', 'Healthy' as const],
+      ['MIG-x', 'Unhealthy' as const],
+    ]),
   };
   const list = deviceHealthList(snap, devices, 1_700_000_000);
   assert.deepEqual(list, [
@@ -117,10 +230,27 @@ test('health list: a GPU by its UUID, a MIG device by its own; all unhealthy whi
     { device: 'gpu-3', health: 'Healthy', lastUpdated: 1_700_000_000, message: '' },
     { device: 'gpu-3-mig-1g10gb-19-0', health: 'Unhealthy', lastUpdated: 1_700_000_500, message: 'critical XID 31' },
   ]);
-  const down = deviceHealthList({ ...snap, driverVersion: null, health: new Map([['GPU-a', 'Unhealthy' as const], ['GPU-b', 'Unhealthy' as const], ['MIG-x', 'Unhealthy' as const]]) }, devices, 1_700_000_000);
-  assert.deepEqual(down.map((d) => [d.health, d.message]), [
-    ['Unhealthy', 'the NVIDIA driver does not answer'], ['Unhealthy', 'the NVIDIA driver does not answer'], ['Unhealthy', 'the NVIDIA driver does not answer (last: critical XID 31)'],
-  ]);
+  const down = deviceHealthList(
+    {
+      ...snap,
+      driverVersion: null,
+      health: new Map([
+        ['GPU-a', 'Unhealthy' as const],
+        ['GPU-b', 'Unhealthy' as const],
+        ['MIG-x', 'Unhealthy' as const],
+      ]),
+    },
+    devices,
+    1_700_000_000,
+  );
+  assert.deepEqual(
+    down.map((d) => [d.health, d.message]),
+    [
+      ['Unhealthy', 'the NVIDIA driver does not answer'],
+      ['Unhealthy', 'the NVIDIA driver does not answer'],
+      ['Unhealthy', 'the NVIDIA driver does not answer (last: critical XID 31)'],
+    ],
+  );
   assert.equal(sameHealth(list, deviceHealthList(snap, devices, 1_700_000_000)), true);
   assert.equal(sameHealth(list, down), false);
   assert.equal(sameHealth(list, list.slice(1)), false);

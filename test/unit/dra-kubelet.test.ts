@@ -35,10 +35,29 @@ const DRIVER = 'gpu.nvidia.com';
 const NODE = 'node-a';
 const MiB = 1024 * 1024;
 const uuid = (i: number): string => `GPU-0000000${i}-aaaa-4000-8000-000000000000`;
-const gpu = (i: number): Gpu => ({ index: i, uuid: uuid(i), name: 'NVIDIA A100-SXM4-80GB', minor: i, busId: `00000000:0${i}:00.0`, memoryBytes: 81920 * MiB, numaNode: 0 });
+const gpu = (i: number): Gpu => ({
+  index: i,
+  uuid: uuid(i),
+  name: 'NVIDIA A100-SXM4-80GB',
+  minor: i,
+  busId: `00000000:0${i}:00.0`,
+  memoryBytes: 81920 * MiB,
+  numaNode: 0,
+});
 const MIG_UUID = 'MIG-22222222-bbbb-4000-8000-000000000000';
 const migDev: MigDevice = {
-  parent: 2, index: 0, uuid: MIG_UUID, gi: 5, ci: 0, profile: '1g.10gb', giProfileId: 19, placementStart: 0, giSlices: 1, ciSlices: 1, memoryBytes: 9728 * MiB, multiprocessors: 14,
+  parent: 2,
+  index: 0,
+  uuid: MIG_UUID,
+  gi: 5,
+  ci: 0,
+  profile: '1g.10gb',
+  giProfileId: 19,
+  placementStart: 0,
+  giSlices: 1,
+  ciSlices: 1,
+  memoryBytes: 9728 * MiB,
+  multiprocessors: 14,
   engines: { copy: 1, decoder: 0, encoder: 0, jpeg: 0, ofa: 0 },
 };
 /** Named by core/dra-devices.ts (i21-slices), as NVIDIA's DRA driver names it. */
@@ -49,7 +68,10 @@ function nodeScan(): NodeScan {
   const gpus = [gpu(0), gpu(1), gpu(2)];
   const mig: MigLayout = { modes: [null, null, { current: true, pending: true }], devices: [migDev] };
   return {
-    driverVersion: '550.54.15', gpus, mig, migCapabilities: new Map([[MIG_UUID, ['/dev/nvidia-caps/nvidia-cap21']]]),
+    driverVersion: '550.54.15',
+    gpus,
+    mig,
+    migCapabilities: new Map([[MIG_UUID, ['/dev/nvidia-caps/nvidia-cap21']]]),
     nvlinks: gpus.map((g) => ({ busId: g.busId, links: [] })),
     pcie: gpus.map((_, i) => gpus.map((_, j) => (i === j ? -1 : 40))),
   };
@@ -67,11 +89,16 @@ function applied(snapshot: NodeSnapshot, previous: NodeSnapshot | null, reason: 
 /** The toolkit's spec as `nvidia-ctk cdi generate` (index strategy) writes it, for the devices given. */
 function cdiSpec(devices: { name: string; node: string }[]): string {
   const lines = ['cdiVersion: 0.5.0', 'kind: nvidia.com/gpu', 'devices:'];
-  for (const d of devices) lines.push(`- name: "${d.name}"`, '  containerEdits:', '    deviceNodes:', `    - path: ${d.node}`);
+  for (const d of devices)
+    lines.push(`- name: "${d.name}"`, '  containerEdits:', '    deviceNodes:', `    - path: ${d.node}`);
   lines.push('- name: all', 'containerEdits:', '  deviceNodes:', '  - path: /dev/nvidiactl');
   return `${lines.join('\n')}\n`;
 }
-const FULL_SPEC = [{ name: '0', node: '/dev/nvidia0' }, { name: '1', node: '/dev/nvidia1' }, { name: '2:0', node: '/dev/nvidia2' }];
+const FULL_SPEC = [
+  { name: '0', node: '/dev/nvidia0' },
+  { name: '1', node: '/dev/nvidia1' },
+  { name: '2:0', node: '/dev/nvidia2' },
+];
 
 interface Setup {
   root: string;
@@ -114,17 +141,34 @@ async function setup(watcherOpts: WatcherOptions = {}): Promise<Setup> {
   const lines: string[] = [];
   let lineWaiters: { re: RegExp; n: number; resolve: () => void }[] = [];
   const count = (re: RegExp): number => lines.filter((l) => re.test(l)).length;
-  const log = createLogger({ level: 'debug', journal: false, write: (l) => {
-    lines.push(l);
-    lineWaiters = lineWaiters.filter((w) => (count(w.re) >= w.n ? (w.resolve(), false) : true));
-  } });
-  const waitForLine = (re: RegExp, n = 1): Promise<void> => (count(re) >= n ? Promise.resolve() : new Promise((resolve) => lineWaiters.push({ re, n, resolve })));
+  const log = createLogger({
+    level: 'debug',
+    journal: false,
+    write: (l) => {
+      lines.push(l);
+      lineWaiters = lineWaiters.filter((w) => {
+        if (!(count(w.re) >= w.n)) return true;
+        w.resolve();
+        return false;
+      });
+    },
+  });
+  const waitForLine = (re: RegExp, n = 1): Promise<void> =>
+    count(re) >= n ? Promise.resolve() : new Promise((resolve) => lineWaiters.push({ re, n, resolve }));
   const snapshot = buildSnapshot(nodeScan(), settings.plan, null, false);
   const plugins_: DraKubeletPlugin[] = [];
   const newPlugin = async (): Promise<DraKubeletPlugin> => {
     const p = new DraKubeletPlugin({
-      driver: DRIVER, nodeName: NODE, registryDir: registry, pluginsDir: plugins, claims,
-      cdiDirs: [cdi], bootIdPath: bootId, checkIntervalMs: 60_000, log, now: () => 1_700_000_000_000,
+      driver: DRIVER,
+      nodeName: NODE,
+      registryDir: registry,
+      pluginsDir: plugins,
+      claims,
+      cdiDirs: [cdi],
+      bootIdPath: bootId,
+      checkIntervalMs: 60_000,
+      log,
+      now: () => 1_700_000_000_000,
     });
     plugins_.push(p);
     await p.apply(applied(snapshot, null, 'start'));
@@ -134,10 +178,27 @@ async function setup(watcherOpts: WatcherOptions = {}): Promise<Setup> {
   const watcher = await PluginWatcherStandIn.start(registry, watcherOpts);
   await watcher.waitForRegistrations(1);
   const t: Setup = {
-    root, registry, plugins, cdi, bootId, api, reads, lines, waitForLine, plugin, watcher, snapshot, newPlugin,
+    root,
+    registry,
+    plugins,
+    cdi,
+    bootId,
+    api,
+    reads,
+    lines,
+    waitForLine,
+    plugin,
+    watcher,
+    snapshot,
+    newPlugin,
     claim(name, results, uid) {
-      const stored = api.putClaim({ namespace: 'team-a', name, ...(uid === undefined ? {} : { uid }), status: { allocation: { devices: { results } } } });
-      return { namespace: 'team-a', name, uid: (stored['metadata'] as { uid: string }).uid };
+      const stored = api.putClaim({
+        namespace: 'team-a',
+        name,
+        ...(uid === undefined ? {} : { uid }),
+        status: { allocation: { devices: { results } } },
+      });
+      return { namespace: 'team-a', name, uid: (stored.metadata as { uid: string }).uid };
     },
     async done() {
       await t.watcher.stop();
@@ -150,8 +211,15 @@ async function setup(watcherOpts: WatcherOptions = {}): Promise<Setup> {
   return t;
 }
 
-const result = (device: string, request = 'gpu', driver = DRIVER, pool = NODE): JsonObject => ({ request, driver, pool, device });
-const checkpointOf = (t: Setup): { bootId: string; claims: Record<string, { state: string; devices: { device: string }[] }> } =>
+const result = (device: string, request = 'gpu', driver = DRIVER, pool = NODE): JsonObject => ({
+  request,
+  driver,
+  pool,
+  device,
+});
+const checkpointOf = (
+  t: Setup,
+): { bootId: string; claims: Record<string, { state: string; devices: { device: string }[] }> } =>
   JSON.parse(readFileSync(join(t.plugins, DRIVER, CHECKPOINT_FILE), 'utf8'));
 
 test('registers through the plugin watcher: GetInfo names the driver, dra.sock and the services; the kubelet picks v1', async () => {
@@ -167,7 +235,10 @@ test('registers through the plugin watcher: GetInfo names the driver, dra.sock a
     assert.equal(reg.version, 'v1');
     assert.equal(t.plugin.registered, true);
     assert.equal(t.plugin.registrations, 1);
-    assert.ok(t.lines.some((l) => / INFO registered with the kubelet .*driver=gpu\.nvidia\.com/.test(l)), t.lines.join('\n'));
+    assert.ok(
+      t.lines.some((l) => / INFO registered with the kubelet .*driver=gpu\.nvidia\.com/.test(l)),
+      t.lines.join('\n'),
+    );
   } finally {
     await t.done();
   }
@@ -179,13 +250,18 @@ test('a kubelet that speaks only v1beta1 gets v1beta1, and prepares through it',
     assert.equal(t.watcher.registered(DRIVER)!.version, 'v1beta1');
     const c = t.claim('one', [result('gpu-1')]);
     const r = await t.watcher.client(DRIVER).prepare([c]);
-    assert.deepEqual(r.claims[c.uid], { devices: [{ request_names: ['gpu'], pool_name: NODE, device_name: 'gpu-1', cdi_device_ids: ['nvidia.com/gpu=1'] }], error: '' });
+    assert.deepEqual(r.claims[c.uid], {
+      devices: [
+        { request_names: ['gpu'], pool_name: NODE, device_name: 'gpu-1', cdi_device_ids: ['nvidia.com/gpu=1'] },
+      ],
+      error: '',
+    });
   } finally {
     await t.done();
   }
 });
 
-test('prepare: one GPU, two GPUs, a MIG device — CDI IDs of the toolkit\'s spec, recorded before the answer; unprepare removes the record', async () => {
+test("prepare: one GPU, two GPUs, a MIG device — CDI IDs of the toolkit's spec, recorded before the answer; unprepare removes the record", async () => {
   const t = await setup();
   try {
     const one = t.claim('one', [result('gpu-0')]);
@@ -193,7 +269,12 @@ test('prepare: one GPU, two GPUs, a MIG device — CDI IDs of the toolkit\'s spe
     const mig = t.claim('mig', [result(MIG_NAME, 'small')]);
     const client = t.watcher.client(DRIVER);
     const r = await client.prepare([one, two, mig]);
-    assert.deepEqual(r.claims[one.uid], { devices: [{ request_names: ['gpu'], pool_name: NODE, device_name: 'gpu-0', cdi_device_ids: ['nvidia.com/gpu=0'] }], error: '' });
+    assert.deepEqual(r.claims[one.uid], {
+      devices: [
+        { request_names: ['gpu'], pool_name: NODE, device_name: 'gpu-0', cdi_device_ids: ['nvidia.com/gpu=0'] },
+      ],
+      error: '',
+    });
     assert.deepEqual(r.claims[two.uid], {
       devices: [
         { request_names: ['a'], pool_name: NODE, device_name: 'gpu-0', cdi_device_ids: ['nvidia.com/gpu=0'] },
@@ -201,16 +282,27 @@ test('prepare: one GPU, two GPUs, a MIG device — CDI IDs of the toolkit\'s spe
       ],
       error: '',
     });
-    assert.deepEqual(r.claims[mig.uid], { devices: [{ request_names: ['small'], pool_name: NODE, device_name: MIG_NAME, cdi_device_ids: ['nvidia.com/gpu=2:0'] }], error: '' });
+    assert.deepEqual(r.claims[mig.uid], {
+      devices: [
+        { request_names: ['small'], pool_name: NODE, device_name: MIG_NAME, cdi_device_ids: ['nvidia.com/gpu=2:0'] },
+      ],
+      error: '',
+    });
     const cp = checkpointOf(t);
     assert.equal(cp.bootId, 'boot-1');
     assert.deepEqual(Object.keys(cp.claims).sort(), [one.uid, two.uid, mig.uid].sort());
     assert.ok(Object.values(cp.claims).every((c) => c.state === 'PrepareCompleted'));
-    assert.deepEqual(cp.claims[two.uid]!.devices.map((d) => d.device), ['gpu-0', 'gpu-1']);
+    assert.deepEqual(
+      cp.claims[two.uid]!.devices.map((d) => d.device),
+      ['gpu-0', 'gpu-1'],
+    );
     const u = await client.unprepare([one, mig]);
     assert.deepEqual(u.claims, { [one.uid]: { error: '' }, [mig.uid]: { error: '' } });
     assert.deepEqual(Object.keys(checkpointOf(t).claims), [two.uid]);
-    assert.deepEqual(t.plugin.preparedClaims().map((c) => [c.name, c.state, c.devices]), [['two', 'PrepareCompleted', ['gpu-0', 'gpu-1']]]);
+    assert.deepEqual(
+      t.plugin.preparedClaims().map((c) => [c.name, c.state, c.devices]),
+      [['two', 'PrepareCompleted', ['gpu-0', 'gpu-1']]],
+    );
   } finally {
     await t.done();
   }
@@ -230,14 +322,17 @@ test('idempotent: a prepared claim is answered again without asking the API serv
     assert.equal(t.reads.count, 1);
     assert.deepEqual((await client.unprepare([c])).claims[c.uid], { error: '' });
     assert.deepEqual((await client.unprepare([c])).claims[c.uid], { error: '' });
-    assert.deepEqual((await client.unprepare([{ namespace: 'x', name: 'never', uid: 'no-such-uid' }])).claims['no-such-uid'], { error: '' });
+    assert.deepEqual(
+      (await client.unprepare([{ namespace: 'x', name: 'never', uid: 'no-such-uid' }])).claims['no-such-uid'],
+      { error: '' },
+    );
     assert.deepEqual(checkpointOf(t).claims, {});
   } finally {
     await t.done();
   }
 });
 
-test('refused per claim: a device of another node, a device this node does not have, a re-created claim (UID mismatch); another driver\'s results are ignored', async () => {
+test("refused per claim: a device of another node, a device this node does not have, a re-created claim (UID mismatch); another driver's results are ignored", async () => {
   const t = await setup();
   try {
     const foreignPool = t.claim('foreign-pool', [result('gpu-0', 'gpu', DRIVER, 'node-b')]);
@@ -247,16 +342,33 @@ test('refused per claim: a device of another node, a device this node does not h
     const mixed = t.claim('mixed', [result('nic-0', 'nic', 'nic.example.com', NODE), result('gpu-1')]);
     const only = t.claim('other-only', [result('nic-0', 'nic', 'nic.example.com', NODE)]);
     const r = await t.watcher.client(DRIVER).prepare([foreignPool, unknown, staleUid, mixed, only]);
-    assert.match(r.claims[foreignPool.uid]!.error, /device gpu-0 of pool node-b, which is not this node's: driver gpu\.nvidia\.com on this node serves pool node-a only/);
+    assert.match(
+      r.claims[foreignPool.uid]!.error,
+      /device gpu-0 of pool node-b, which is not this node's: driver gpu\.nvidia\.com on this node serves pool node-a only/,
+    );
     assert.deepEqual(r.claims[foreignPool.uid]!.devices, []);
-    assert.match(r.claims[unknown.uid]!.error, /allocates device gpu-7, which node node-a does not have now \(its devices: gpu-0, gpu-1, gpu-2-mig-1g10gb-19-0\)/);
-    assert.match(r.claims['the-old-uid']!.error, new RegExp(`uid ${stale.uid}: the claim the kubelet asked for was deleted and re-created`));
-    assert.deepEqual(r.claims[mixed.uid], { devices: [{ request_names: ['gpu'], pool_name: NODE, device_name: 'gpu-1', cdi_device_ids: ['nvidia.com/gpu=1'] }], error: '' });
+    assert.match(
+      r.claims[unknown.uid]!.error,
+      /allocates device gpu-7, which node node-a does not have now \(its devices: gpu-0, gpu-1, gpu-2-mig-1g10gb-19-0\)/,
+    );
+    assert.match(
+      r.claims['the-old-uid']!.error,
+      new RegExp(`uid ${stale.uid}: the claim the kubelet asked for was deleted and re-created`),
+    );
+    assert.deepEqual(r.claims[mixed.uid], {
+      devices: [
+        { request_names: ['gpu'], pool_name: NODE, device_name: 'gpu-1', cdi_device_ids: ['nvidia.com/gpu=1'] },
+      ],
+      error: '',
+    });
     assert.deepEqual(r.claims[only.uid], { devices: [], error: '' });
     const cp = checkpointOf(t);
     assert.deepEqual(Object.keys(cp.claims).sort(), [mixed.uid, only.uid].sort(), 'refused claims are not recorded');
     const missing = await t.watcher.client(DRIVER).prepare([{ namespace: 'team-a', name: 'nope', uid: 'u-1' }]);
-    assert.match(missing.claims['u-1']!.error, /cannot read ResourceClaim team-a\/nope from the API server: GET \/apis\/resource\.k8s\.io\/v1\/namespaces\/team-a\/resourceclaims\/nope: 404 NotFound: resourceclaims\.resource\.k8s\.io "nope" not found/);
+    assert.match(
+      missing.claims['u-1']!.error,
+      /cannot read ResourceClaim team-a\/nope from the API server: GET \/apis\/resource\.k8s\.io\/v1\/namespaces\/team-a\/resourceclaims\/nope: 404 NotFound: resourceclaims\.resource\.k8s\.io "nope" not found/,
+    );
     assert.ok(t.lines.some((l) => / WARN cannot prepare a DRA claim .*gpu-7/.test(l)));
   } finally {
     await t.done();
@@ -271,21 +383,46 @@ test('CDI: no spec → the error says what to run; a spec without the MIG device
     const c = t.claim('one', [result('gpu-0')]);
     const none = await client.prepare([c]);
     assert.deepEqual(none.claims[c.uid]!.devices, []);
-    assert.match(none.claims[c.uid]!.error, /no CDI spec of kind nvidia\.com\/gpu in .*cdi: .*GPU 0 \(GPU-00000000.*nvidia-ctk cdi generate --output=\/var\/run\/cdi\/nvidia\.yaml/);
+    assert.match(
+      none.claims[c.uid]!.error,
+      /no CDI spec of kind nvidia\.com\/gpu in .*cdi: .*GPU 0 \(GPU-00000000.*nvidia-ctk cdi generate --output=\/var\/run\/cdi\/nvidia\.yaml/,
+    );
     // Generated before MIG was enabled on GPU 2: it has GPU 2 whole, no 2:0.
-    writeFileSync(join(t.cdi, 'nvidia.yaml'), cdiSpec([{ name: '0', node: '/dev/nvidia0' }, { name: '1', node: '/dev/nvidia1' }, { name: '2', node: '/dev/nvidia2' }]));
+    writeFileSync(
+      join(t.cdi, 'nvidia.yaml'),
+      cdiSpec([
+        { name: '0', node: '/dev/nvidia0' },
+        { name: '1', node: '/dev/nvidia1' },
+        { name: '2', node: '/dev/nvidia2' },
+      ]),
+    );
     const m = t.claim('mig', [result(MIG_NAME)]);
     const noMig = await client.prepare([m]);
-    assert.match(noMig.claims[m.uid]!.error, /has no device for MIG device 2:0 \(MIG-2222.*looked for 2:0, MIG-2222[^,]*, mig2:0\): it was generated before the GPUs or the MIG layout changed; run `nvidia-ctk cdi generate/);
+    assert.match(
+      noMig.claims[m.uid]!.error,
+      /has no device for MIG device 2:0 \(MIG-2222.*looked for 2:0, MIG-2222[^,]*, mig2:0\): it was generated before the GPUs or the MIG layout changed; run `nvidia-ctk cdi generate/,
+    );
     // Index 1 now names another GPU (the spec predates a GPU leaving): /dev/nvidia5 is not GPU 1's.
-    writeFileSync(join(t.cdi, 'nvidia.yaml'), cdiSpec([{ name: '0', node: '/dev/nvidia0' }, { name: '1', node: '/dev/nvidia5' }]));
+    writeFileSync(
+      join(t.cdi, 'nvidia.yaml'),
+      cdiSpec([
+        { name: '0', node: '/dev/nvidia0' },
+        { name: '1', node: '/dev/nvidia5' },
+      ]),
+    );
     const g = t.claim('g1', [result('gpu-1')]);
     const wrong = await client.prepare([g]);
-    assert.match(wrong.claims[g.uid]!.error, /the CDI spec .*nvidia\.yaml is stale: its device 1 has \/dev\/nvidia5, but GPU 1 .* is \/dev\/nvidia1/);
+    assert.match(
+      wrong.claims[g.uid]!.error,
+      /the CDI spec .*nvidia\.yaml is stale: its device 1 has \/dev\/nvidia5, but GPU 1 .* is \/dev\/nvidia1/,
+    );
     // A spec by UUID (--device-name-strategy=uuid) serves too; the first claim now prepares (it was retried).
     writeFileSync(join(t.cdi, 'nvidia.yaml'), cdiSpec([{ name: uuid(0), node: '/dev/nvidia0' }]));
     const ok = await client.prepare([c]);
-    assert.deepEqual(ok.claims[c.uid]!.devices.map((d) => d.cdi_device_ids), [[`nvidia.com/gpu=${uuid(0)}`]]);
+    assert.deepEqual(
+      ok.claims[c.uid]!.devices.map((d) => d.cdi_device_ids),
+      [[`nvidia.com/gpu=${uuid(0)}`]],
+    );
   } finally {
     await t.done();
   }
@@ -301,7 +438,13 @@ test('the checkpoint outlives the plugin object: prepare → stop → a new plug
     await t.watcher.waitForDeregistrations(1);
     const second = await t.newPlugin();
     await t.watcher.waitForRegistrations(2);
-    assert.deepEqual(second.preparedClaims().map((x) => x.name).sort(), ['one', 'two']);
+    assert.deepEqual(
+      second
+        .preparedClaims()
+        .map((x) => x.name)
+        .sort(),
+      ['one', 'two'],
+    );
     const reads = t.reads.count;
     assert.deepEqual(await t.watcher.client(DRIVER).prepare([c]), { claims: { [c.uid]: first.claims[c.uid] } });
     assert.equal(t.reads.count, reads, 'answered from the checkpoint');
@@ -315,7 +458,12 @@ test('the checkpoint outlives the plugin object: prepare → stop → a new plug
     await t.watcher.waitForRegistrations(3);
     assert.deepEqual(third.preparedClaims(), []);
     assert.deepEqual(checkpointOf(t), { version: 'gpu-device-plugin.dra/v1', bootId: 'boot-2', claims: {} });
-    assert.ok(t.lines.some((l) => / INFO the node rebooted since the DRA checkpoint was written: its prepared claims are void .*voided=1/.test(l)), t.lines.join('\n'));
+    assert.ok(
+      t.lines.some((l) =>
+        / INFO the node rebooted since the DRA checkpoint was written: its prepared claims are void .*voided=1/.test(l),
+      ),
+      t.lines.join('\n'),
+    );
     await t.watcher.client(DRIVER).prepare([d]);
     assert.equal(t.reads.count, reads + 1, 'read from the API server again');
   } finally {
@@ -331,7 +479,14 @@ test('an unreadable checkpoint is moved aside and named in the log; the plugin s
     writeFileSync(path, '{"version":');
     const p = await t.newPlugin();
     assert.deepEqual(p.preparedClaims(), []);
-    assert.ok(t.lines.some((l) => / ERROR the DRA checkpoint cannot be read; moved aside.*movedTo=.*gpu-device-plugin-checkpoint\.json\.unreadable-/.test(l)), t.lines.join('\n'));
+    assert.ok(
+      t.lines.some((l) =>
+        / ERROR the DRA checkpoint cannot be read; moved aside.*movedTo=.*gpu-device-plugin-checkpoint\.json\.unreadable-/.test(
+          l,
+        ),
+      ),
+      t.lines.join('\n'),
+    );
   } finally {
     await t.done();
   }
@@ -354,7 +509,9 @@ test('registration socket deleted → served again and registered again at once;
     assert.equal(events.filter((e) => e === 'registered').length, 5);
     assert.equal(events.filter((e) => e.startsWith('lost: our registration socket was removed')).length, 5);
     times.sort((a, b) => a - b);
-    console.log(`# registration socket deleted → registered again: median ${times[2]!.toFixed(1)} ms, max ${times[4]!.toFixed(1)} ms (n=5)`);
+    console.log(
+      `# registration socket deleted → registered again: median ${times[2]!.toFixed(1)} ms, max ${times[4]!.toFixed(1)} ms (n=5)`,
+    );
     // dra.sock removed: served again, and prepare works through the same registration.
     unlinkSync(join(t.plugins, DRIVER, 'dra.sock'));
     await t.waitForLine(/ INFO dra\.sock was removed; serving it again/);
@@ -401,18 +558,41 @@ test('the health stream: the complete list on open, a new message when a device 
   const t = await setup();
   try {
     const all = await t.watcher.waitForHealth(DRIVER, (d) => d.length === 3);
-    assert.deepEqual(all.map((d) => [d.device?.pool_name, d.device?.device_name, d.health]), [
-      [NODE, 'gpu-0', HealthStatus.HEALTHY], [NODE, 'gpu-1', HealthStatus.HEALTHY], [NODE, MIG_NAME, HealthStatus.HEALTHY],
-    ]);
+    assert.deepEqual(
+      all.map((d) => [d.device?.pool_name, d.device?.device_name, d.health]),
+      [
+        [NODE, 'gpu-0', HealthStatus.HEALTHY],
+        [NODE, 'gpu-1', HealthStatus.HEALTHY],
+        [NODE, MIG_NAME, HealthStatus.HEALTHY],
+      ],
+    );
     assert.equal(all[0]!.last_updated_time, 1_700_000_000);
-    const sick = withHealth(t.snapshot, new Map([[uuid(1), { state: { ...freshHealthState(), health: 'Unhealthy', lastXid: 79 }, reason: 'critical XID 79 (GPU has fallen off the bus)', since: 1_700_000_123_000 }]]));
+    const sick = withHealth(
+      t.snapshot,
+      new Map([
+        [
+          uuid(1),
+          {
+            state: { ...freshHealthState(), health: 'Unhealthy', lastXid: 79 },
+            reason: 'critical XID 79 (GPU has fallen off the bus)',
+            since: 1_700_000_123_000,
+          },
+        ],
+      ]),
+    );
     const messages = t.watcher.health.get(DRIVER)!.messages;
     await t.plugin.apply(applied(sick, t.snapshot, 'health changed'));
     const now = await t.watcher.waitForHealth(DRIVER, (d) => d[1]?.health === HealthStatus.UNHEALTHY);
-    assert.deepEqual({ ...now[1], device: now[1]!.device }, {
-      device: { pool_name: NODE, device_name: 'gpu-1' }, health: HealthStatus.UNHEALTHY, last_updated_time: 1_700_000_123,
-      health_check_timeout_seconds: 0, message: 'critical XID 79 (GPU has fallen off the bus)',
-    });
+    assert.deepEqual(
+      { ...now[1], device: now[1]!.device },
+      {
+        device: { pool_name: NODE, device_name: 'gpu-1' },
+        health: HealthStatus.UNHEALTHY,
+        last_updated_time: 1_700_000_123,
+        health_check_timeout_seconds: 0,
+        message: 'critical XID 79 (GPU has fallen off the bus)',
+      },
+    );
     assert.equal(now[0]!.health, HealthStatus.HEALTHY);
     assert.equal(t.watcher.health.get(DRIVER)!.messages, messages + 1);
     // The same health again: no message.
@@ -421,16 +601,44 @@ test('the health stream: the complete list on open, a new message when a device 
     await t.watcher.client(DRIVER).prepare([c]);
     assert.equal(t.watcher.health.get(DRIVER)!.messages, messages + 1);
     // A long reason is cut to 1024 characters.
-    const long = withHealth(sick, new Map([[uuid(0), { state: { ...freshHealthState(), health: 'Unhealthy' }, reason: 'x'.repeat(3000), since: 1_700_000_200_000 }]]));
+    const long = withHealth(
+      sick,
+      new Map([
+        [
+          uuid(0),
+          { state: { ...freshHealthState(), health: 'Unhealthy' }, reason: 'x'.repeat(3000), since: 1_700_000_200_000 },
+        ],
+      ]),
+    );
     await t.plugin.apply(applied(long, sick, 'health changed'));
     const cut = await t.watcher.waitForHealth(DRIVER, (d) => d[0]?.health === HealthStatus.UNHEALTHY);
     assert.equal(cut[0]!.message.length, 1024);
     // GPU 1 leaves the node: the next list no longer has it.
     const scan = nodeScan();
-    const gone = buildSnapshot({ ...scan, gpus: [scan.gpus[0]!, scan.gpus[2]!], mig: { modes: [null, { current: true, pending: true }], devices: [{ ...migDev, parent: 1 }] }, nvlinks: scan.nvlinks.slice(0, 2), pcie: [[-1, 40], [40, -1]] }, settings.plan, long, false);
+    const gone = buildSnapshot(
+      {
+        ...scan,
+        gpus: [scan.gpus[0]!, scan.gpus[2]!],
+        mig: { modes: [null, { current: true, pending: true }], devices: [{ ...migDev, parent: 1 }] },
+        nvlinks: scan.nvlinks.slice(0, 2),
+        pcie: [
+          [-1, 40],
+          [40, -1],
+        ],
+      },
+      settings.plan,
+      long,
+      false,
+    );
     await t.plugin.apply(applied(gone, long, 're-discovery: a GPU left'));
     const two = await t.watcher.waitForHealth(DRIVER, (d) => d.length === 2);
-    assert.deepEqual(two.map((d) => [d.device?.device_name, d.health]), [['gpu-0', HealthStatus.UNHEALTHY], [MIG_NAME, HealthStatus.HEALTHY]]);
+    assert.deepEqual(
+      two.map((d) => [d.device?.device_name, d.health]),
+      [
+        ['gpu-0', HealthStatus.UNHEALTHY],
+        [MIG_NAME, HealthStatus.HEALTHY],
+      ],
+    );
     // A stream of our own (the stand-in drops its stream when the registration socket goes, which
     // may come first): on stop it ends with status OK, not an error.
     const own = new DraClient(t.watcher.registered(DRIVER)!.endpoint, 'v1');
@@ -458,7 +666,13 @@ test('no registry directory at start (kubelet not there yet): the start goes on,
     rmSync(t.registry, { recursive: true });
     const p = await t.newPlugin();
     assert.equal(p.registered, false);
-    assert.equal(t.lines.filter((l) => / WARN cannot serve the DRA sockets yet; trying again when the directories change .*plugins_registry/.test(l)).length, 1, t.lines.join('\n'));
+    assert.equal(
+      t.lines.filter((l) =>
+        / WARN cannot serve the DRA sockets yet; trying again when the directories change .*plugins_registry/.test(l),
+      ).length,
+      1,
+      t.lines.join('\n'),
+    );
     mkdirSync(t.registry);
     t.watcher = await PluginWatcherStandIn.start(t.registry);
     await t.watcher.waitForRegistrations(1);
@@ -482,8 +696,15 @@ test('a kubelet that refuses the registration: its error is logged at ERROR and 
     await t.waitForLine(/ ERROR the kubelet refused the DRA plugin's registration /);
     assert.equal(t.plugin.registered, false);
     assert.equal(lost.length, 1);
-    assert.match(lost[0]!, /^the kubelet refused the registration: RegisterPlugin error -- plugin validation failed .*none of services supported by the plugin/);
-    assert.ok(t.lines.some((l) => l.includes(' ERROR the kubelet refused') && l.includes('none of services supported by the plugin')));
+    assert.match(
+      lost[0]!,
+      /^the kubelet refused the registration: RegisterPlugin error -- plugin validation failed .*none of services supported by the plugin/,
+    );
+    assert.ok(
+      t.lines.some(
+        (l) => l.includes(' ERROR the kubelet refused') && l.includes('none of services supported by the plugin'),
+      ),
+    );
   } finally {
     await t.done();
   }
@@ -536,16 +757,26 @@ test('the plugin directory wiped: made again, dra.sock served again, the checkpo
   }
 });
 
-test('with the slice publisher listening: the kubelet\'s start deletes the node\'s slices, our registration republishes them', { timeout: 20_000 }, async () => {
+test("with the slice publisher listening: the kubelet's start deletes the node's slices, our registration republishes them", {
+  timeout: 20_000,
+}, async () => {
   const t = await setup();
   const kube = new KubeClient({ server: t.api.url, source: 'test' });
-  const pub = new SlicePublisher({ client: kube, nodeName: NODE, log: createLogger({ level: 'error', journal: false, write: () => {} }), sysfsRoot: t.root });
+  const pub = new SlicePublisher({
+    client: kube,
+    nodeName: NODE,
+    log: createLogger({ level: 'error', journal: false, write: () => {} }),
+    sysfsRoot: t.root,
+  });
   try {
     t.api.putNode(NODE);
     t.plugin.onRegistered(() => pub.republish());
     pub.apply(applied(t.snapshot, null, 'start'));
     await pub.whenSynced();
-    const ours = (): string[] => [...t.api.slices.values()].filter((s) => (s['spec'] as { nodeName?: string }).nodeName === NODE).flatMap((s) => ((s['spec'] as { devices?: { name: string }[] }).devices ?? []).map((d) => d.name));
+    const ours = (): string[] =>
+      [...t.api.slices.values()]
+        .filter((s) => (s.spec as { nodeName?: string }).nodeName === NODE)
+        .flatMap((s) => ((s.spec as { devices?: { name: string }[] }).devices ?? []).map((d) => d.name));
     assert.deepEqual(ours(), ['gpu-0', 'gpu-1', MIG_NAME]);
     const synced = pub.status().synced;
     await t.watcher.stop();

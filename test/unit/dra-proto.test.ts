@@ -54,16 +54,27 @@ const EXPECTED: Partial<Record<ProtoFile, Expected>> = {
     },
     messages: {
       InfoRequest: {},
-      PluginInfo: { type: [1, 'string', ''], name: [2, 'string', ''], endpoint: [3, 'string', ''], supported_versions: [4, 'string', 'repeated'] },
+      PluginInfo: {
+        type: [1, 'string', ''],
+        name: [2, 'string', ''],
+        endpoint: [3, 'string', ''],
+        supported_versions: [4, 'string', 'repeated'],
+      },
       RegistrationStatus: { plugin_registered: [1, 'bool', ''], error: [2, 'string', ''] },
       RegistrationStatusResponse: {},
     },
   },
   'dra-v1.proto': { pkg: 'k8s.io.kubelet.pkg.apis.dra.v1', services: draService, messages: draMessages(true) },
-  'dra-v1beta1.proto': { pkg: 'k8s.io.kubelet.pkg.apis.dra.v1beta1', services: draService, messages: draMessages(false) },
+  'dra-v1beta1.proto': {
+    pkg: 'k8s.io.kubelet.pkg.apis.dra.v1beta1',
+    services: draService,
+    messages: draMessages(false),
+  },
   'dra-health-v1alpha1.proto': {
     pkg: 'v1alpha1',
-    services: { DRAResourceHealth: { NodeWatchResources: ['NodeWatchResourcesRequest', 'NodeWatchResourcesResponse', true] } },
+    services: {
+      DRAResourceHealth: { NodeWatchResources: ['NodeWatchResourcesRequest', 'NodeWatchResourcesResponse', true] },
+    },
     messages: {
       NodeWatchResourcesRequest: {},
       DeviceIdentifier: { pool_name: [1, 'string', ''], device_name: [2, 'string', ''] },
@@ -88,7 +99,7 @@ function load(file: ProtoFile): protobuf.Root {
 function label(f: protobuf.Field): string {
   if (f instanceof protobuf.MapField) return `map<${f.keyType}>`;
   if (f.repeated) return 'repeated';
-  if (f.options?.['proto3_optional'] === true) return 'optional';
+  if (f.options?.proto3_optional === true) return 'optional';
   return '';
 }
 
@@ -97,7 +108,10 @@ for (const [file, want] of Object.entries(EXPECTED) as [ProtoFile, Expected][]) 
     const root = load(file);
     const ns = root.lookup(want.pkg);
     assert.ok(ns instanceof protobuf.Namespace, `package ${want.pkg}`);
-    const types = ns.nestedArray.filter((n) => n instanceof protobuf.Type).map((n) => n.name).sort();
+    const types = ns.nestedArray
+      .filter((n) => n instanceof protobuf.Type)
+      .map((n) => n.name)
+      .sort();
     assert.deepEqual(types, Object.keys(want.messages).sort(), `${file}: the set of messages`);
     for (const [msg, fields] of Object.entries(want.messages)) {
       const t = root.lookupType(`${want.pkg}.${msg}`);
@@ -105,24 +119,42 @@ for (const [file, want] of Object.entries(EXPECTED) as [ProtoFile, Expected][]) 
       assert.deepEqual(got, fields, `${want.pkg}.${msg}`);
     }
     const services = ns.nestedArray.filter((n) => n instanceof protobuf.Service);
-    assert.deepEqual(services.map((s) => s.name).sort(), Object.keys(want.services).sort(), `${file}: the set of services`);
+    assert.deepEqual(
+      services.map((s) => s.name).sort(),
+      Object.keys(want.services).sort(),
+      `${file}: the set of services`,
+    );
     for (const [svc, methods] of Object.entries(want.services)) {
       const s = root.lookupService(`${want.pkg}.${svc}`);
-      const got = Object.fromEntries(s.methodsArray.map((m) => [m.name, [m.requestType, m.responseType, m.responseStream === true]]));
+      const got = Object.fromEntries(
+        s.methodsArray.map((m) => [m.name, [m.requestType, m.responseType, m.responseStream === true]]),
+      );
       assert.deepEqual(got, methods, `${want.pkg}.${svc}`);
     }
   });
 }
 
 test('dra-health-v1alpha1.proto: HealthStatus is UNKNOWN 0, HEALTHY 1, UNHEALTHY 2', () => {
-  assert.deepEqual({ ...load('dra-health-v1alpha1.proto').lookupEnum('v1alpha1.HealthStatus').values }, { UNKNOWN: 0, HEALTHY: 1, UNHEALTHY: 2 });
+  assert.deepEqual(
+    { ...load('dra-health-v1alpha1.proto').lookupEnum('v1alpha1.HealthStatus').values },
+    { UNKNOWN: 0, HEALTHY: 1, UNHEALTHY: 2 },
+  );
 });
 
 test('method paths carry the proto packages (the registration strings are the short service names)', () => {
   assert.equal(pluginRegistrationService().GetInfo.path, '/pluginregistration.Registration/GetInfo');
-  assert.equal(pluginRegistrationService().NotifyRegistrationStatus.path, '/pluginregistration.Registration/NotifyRegistrationStatus');
-  assert.equal(draPluginService('v1').NodePrepareResources.path, '/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources');
-  assert.equal(draPluginService('v1beta1').NodeUnprepareResources.path, `/${DRA_PACKAGES.v1beta1}.DRAPlugin/NodeUnprepareResources`);
+  assert.equal(
+    pluginRegistrationService().NotifyRegistrationStatus.path,
+    '/pluginregistration.Registration/NotifyRegistrationStatus',
+  );
+  assert.equal(
+    draPluginService('v1').NodePrepareResources.path,
+    '/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources',
+  );
+  assert.equal(
+    draPluginService('v1beta1').NodeUnprepareResources.path,
+    `/${DRA_PACKAGES.v1beta1}.DRAPlugin/NodeUnprepareResources`,
+  );
   assert.equal(draHealthService().NodeWatchResources.path, '/v1alpha1.DRAResourceHealth/NodeWatchResources');
   assert.equal(draHealthService().NodeWatchResources.responseStream, true);
 });
@@ -130,10 +162,14 @@ test('method paths carry the proto packages (the registration strings are the sh
 test('the codecs write the kubelet wire: hand-made bytes decode to the expected messages', () => {
   // PluginInfo{type="DRAPlugin"(1), name="x"(2), endpoint="/e"(3), supported_versions=["v1.DRAPlugin"](4)}
   const info = Buffer.concat([
-    Buffer.from([0x0a, 9]), Buffer.from('DRAPlugin'),
-    Buffer.from([0x12, 1]), Buffer.from('x'),
-    Buffer.from([0x1a, 2]), Buffer.from('/e'),
-    Buffer.from([0x22, 12]), Buffer.from('v1.DRAPlugin'),
+    Buffer.from([0x0a, 9]),
+    Buffer.from('DRAPlugin'),
+    Buffer.from([0x12, 1]),
+    Buffer.from('x'),
+    Buffer.from([0x1a, 2]),
+    Buffer.from('/e'),
+    Buffer.from([0x22, 12]),
+    Buffer.from('v1.DRAPlugin'),
   ]);
   const want: PluginInfo = { type: 'DRAPlugin', name: 'x', endpoint: '/e', supported_versions: ['v1.DRAPlugin'] };
   assert.deepEqual(pluginRegistrationService().GetInfo.responseDeserialize(info), want);
@@ -141,7 +177,20 @@ test('the codecs write the kubelet wire: hand-made bytes decode to the expected 
 
   // v1 share_id (5) survives a round trip; v1beta1 has no field 5, so it does not.
   const res: NodePrepareResourcesResponse = {
-    claims: { 'uid-1': { devices: [{ request_names: ['gpu'], pool_name: 'node-a', device_name: 'gpu-0', cdi_device_ids: ['k8s.gpu.example.com/claim=uid-1-gpu-0'], share_id: 's1' }], error: '' } },
+    claims: {
+      'uid-1': {
+        devices: [
+          {
+            request_names: ['gpu'],
+            pool_name: 'node-a',
+            device_name: 'gpu-0',
+            cdi_device_ids: ['k8s.gpu.example.com/claim=uid-1-gpu-0'],
+            share_id: 's1',
+          },
+        ],
+        error: '',
+      },
+    },
   };
   const v1 = draPluginService('v1').NodePrepareResources;
   assert.deepEqual(v1.responseDeserialize(v1.responseSerialize(res)), res);
@@ -150,7 +199,17 @@ test('the codecs write the kubelet wire: hand-made bytes decode to the expected 
   assert.equal(back.claims['uid-1']?.devices[0]?.device_name, 'gpu-0');
   assert.equal(back.claims['uid-1']?.devices[0]?.share_id, undefined);
 
-  const h: NodeWatchResourcesResponse = { devices: [{ device: { pool_name: 'node-a', device_name: 'gpu-1' }, health: 2, last_updated_time: 1_780_000_000, health_check_timeout_seconds: 30, message: 'XID 79' }] };
+  const h: NodeWatchResourcesResponse = {
+    devices: [
+      {
+        device: { pool_name: 'node-a', device_name: 'gpu-1' },
+        health: 2,
+        last_updated_time: 1_780_000_000,
+        health_check_timeout_seconds: 30,
+        message: 'XID 79',
+      },
+    ],
+  };
   const hs = draHealthService().NodeWatchResources;
   assert.deepEqual(hs.responseDeserialize(hs.responseSerialize(h)), h);
 });

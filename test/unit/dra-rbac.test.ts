@@ -28,30 +28,43 @@ function documents(name: string): Obj[] {
 
 /** apiVersion, kind, and a metadata.name that is a valid object name (path segment, ≤ 253). */
 function object(doc: Obj, apiVersion: string, kind: string): { name: string; spec: Obj } {
-  assert.equal(doc['apiVersion'], apiVersion);
-  assert.equal(doc['kind'], kind);
-  const name = (doc['metadata'] as Obj | undefined)?.['name'];
-  assert.ok(typeof name === 'string' && name.length > 0 && name.length <= 253 && !/[/%]/.test(name) && name !== '.' && name !== '..', `${kind} name ${String(name)}`);
-  return { name, spec: (doc['spec'] ?? {}) as Obj };
+  assert.equal(doc.apiVersion, apiVersion);
+  assert.equal(doc.kind, kind);
+  const name = (doc.metadata as Obj | undefined)?.name;
+  assert.ok(
+    typeof name === 'string' &&
+      name.length > 0 &&
+      name.length <= 253 &&
+      !/[/%]/.test(name) &&
+      name !== '.' &&
+      name !== '..',
+    `${kind} name ${String(name)}`,
+  );
+  return { name, spec: (doc.spec ?? {}) as Obj };
 }
 
 const strings = (v: unknown, what: string): string[] => {
-  assert.ok(Array.isArray(v) && v.length > 0 && v.every((x) => typeof x === 'string'), `${what}: a non-empty list of strings`);
+  assert.ok(
+    Array.isArray(v) && v.length > 0 && v.every((x) => typeof x === 'string'),
+    `${what}: a non-empty list of strings`,
+  );
   return v as string[];
 };
 
-test('rbac.yaml: a ClusterRole with exactly what the DRA mode needs, bound to the nodes\' group', () => {
+test("rbac.yaml: a ClusterRole with exactly what the DRA mode needs, bound to the nodes' group", () => {
   const [role, binding, ...rest] = documents('rbac.yaml');
   assert.equal(rest.length, 0);
   const r = object(role!, 'rbac.authorization.k8s.io/v1', 'ClusterRole');
-  const rules = role!['rules'] as Obj[];
+  const rules = role!.rules as Obj[];
   const verbs = new Set(['get', 'list', 'watch', 'create', 'update', 'patch', 'delete', 'deletecollection']);
   const granted = new Map<string, string[]>();
   for (const rule of rules) {
-    const groups = rule['apiGroups'] as string[];
+    const groups = rule.apiGroups as string[];
     assert.ok(Array.isArray(groups) && groups.length > 0);
-    for (const v of strings(rule['verbs'], 'verbs')) assert.ok(verbs.has(v), `verb ${v}`);
-    for (const res of strings(rule['resources'], 'resources')) for (const g of groups) granted.set(`${g}/${res}`, [...(granted.get(`${g}/${res}`) ?? []), ...(rule['verbs'] as string[])]);
+    for (const v of strings(rule.verbs, 'verbs')) assert.ok(verbs.has(v), `verb ${v}`);
+    for (const res of strings(rule.resources, 'resources'))
+      for (const g of groups)
+        granted.set(`${g}/${res}`, [...(granted.get(`${g}/${res}`) ?? []), ...(rule.verbs as string[])]);
   }
   assert.deepEqual(Object.fromEntries(granted), {
     'resource.k8s.io/resourceslices': ['get', 'list', 'watch', 'create', 'update', 'patch', 'delete'],
@@ -60,8 +73,10 @@ test('rbac.yaml: a ClusterRole with exactly what the DRA mode needs, bound to th
   });
   const b = object(binding!, 'rbac.authorization.k8s.io/v1', 'ClusterRoleBinding');
   assert.ok(b.name);
-  assert.deepEqual(binding!['roleRef'], { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: r.name });
-  assert.deepEqual(binding!['subjects'], [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'Group', name: 'gpu-device-plugin:nodes' }]);
+  assert.deepEqual(binding!.roleRef, { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: r.name });
+  assert.deepEqual(binding!.subjects, [
+    { apiGroup: 'rbac.authorization.k8s.io', kind: 'Group', name: 'gpu-device-plugin:nodes' },
+  ]);
 });
 
 /**
@@ -72,53 +87,79 @@ test('rbac.yaml: a ClusterRole with exactly what the DRA mode needs, bound to th
 function cel(expr: string): (vars: Obj) => unknown {
   const stripped = expr.replace(/'[^']*'/g, "''");
   assert.match(stripped, /^[\w.\s()'[\]=&|?:!+,-]*$/, `CEL outside the translatable subset: ${expr}`);
-  assert.doesNotMatch(stripped, /\b(?:size|matches|exists|all|filter|map|in)\b/, `CEL macro outside the subset: ${expr}`);
-  const js = expr.replace(/==/g, '===').replace(/!===/g, '!==').replace(/\bhas\(([^)]+)\)/g, '($1 !== undefined)');
+  assert.doesNotMatch(
+    stripped,
+    /\b(?:size|matches|exists|all|filter|map|in)\b/,
+    `CEL macro outside the subset: ${expr}`,
+  );
+  const js = expr
+    .replace(/==/g, '===')
+    .replace(/!===/g, '!==')
+    .replace(/\bhas\(([^)]+)\)/g, '($1 !== undefined)');
   // eslint-disable-next-line @typescript-eslint/no-implied-eval
-  const f = new Function('request', 'object', 'oldObject', 'variables', `return (${js});`) as (...a: unknown[]) => unknown;
-  return (v) => f(v['request'], v['object'], v['oldObject'], v['variables']);
+  const f = new Function('request', 'object', 'oldObject', 'variables', `return (${js});`) as (
+    ...a: unknown[]
+  ) => unknown;
+  return (v) => f(v.request, v.object, v.oldObject, v.variables);
 }
 
 test('admission-policy.yaml: a ValidatingAdmissionPolicy and binding the API accepts, confining a node to its own ResourceSlices', () => {
   const [policy, binding, ...rest] = documents('admission-policy.yaml');
   assert.equal(rest.length, 0);
   const p = object(policy!, 'admissionregistration.k8s.io/v1', 'ValidatingAdmissionPolicy');
-  assert.ok(['Fail', 'Ignore'].includes(p.spec['failurePolicy'] as string));
-  const rules = (p.spec['matchConstraints'] as Obj)['resourceRules'] as Obj[];
+  assert.ok(['Fail', 'Ignore'].includes(p.spec.failurePolicy as string));
+  const rules = (p.spec.matchConstraints as Obj).resourceRules as Obj[];
   assert.ok(rules.length > 0);
   for (const r of rules) {
-    assert.deepEqual(strings(r['apiGroups'], 'apiGroups'), ['resource.k8s.io']);
-    strings(r['apiVersions'], 'apiVersions');
-    assert.deepEqual(strings(r['operations'], 'operations'), ['CREATE', 'UPDATE', 'DELETE']);
-    assert.deepEqual(strings(r['resources'], 'resources'), ['resourceslices']);
+    assert.deepEqual(strings(r.apiGroups, 'apiGroups'), ['resource.k8s.io']);
+    strings(r.apiVersions, 'apiVersions');
+    assert.deepEqual(strings(r.operations, 'operations'), ['CREATE', 'UPDATE', 'DELETE']);
+    assert.deepEqual(strings(r.resources, 'resources'), ['resourceslices']);
   }
-  const conditions = p.spec['matchConditions'] as Obj[];
-  const variables = p.spec['variables'] as Obj[];
-  const validations = p.spec['validations'] as Obj[];
-  for (const c of conditions) assert.match(c['name'] as string, /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, 'a matchCondition name is a qualified name');
-  for (const v of variables) assert.match(v['name'] as string, /^[A-Za-z_][A-Za-z0-9_]*$/, 'a variable name is a CEL identifier');
+  const conditions = p.spec.matchConditions as Obj[];
+  const variables = p.spec.variables as Obj[];
+  const validations = p.spec.validations as Obj[];
+  for (const c of conditions)
+    assert.match(c.name as string, /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, 'a matchCondition name is a qualified name');
+  for (const v of variables)
+    assert.match(v.name as string, /^[A-Za-z_][A-Za-z0-9_]*$/, 'a variable name is a CEL identifier');
   assert.ok(validations.length > 0);
   for (const v of validations) {
-    assert.ok(typeof v['expression'] === 'string');
-    if (v['reason'] !== undefined) assert.ok(['Unauthorized', 'Forbidden', 'Invalid', 'RequestEntityTooLarge'].includes(v['reason'] as string));
-    for (const used of (`${v['expression'] as string} ${(v['messageExpression'] as string | undefined) ?? ''}`).matchAll(/variables\.(\w+)/g)) {
-      assert.ok(variables.some((x) => x['name'] === used[1]), `variables.${used[1]} is defined`);
+    assert.ok(typeof v.expression === 'string');
+    if (v.reason !== undefined)
+      assert.ok(['Unauthorized', 'Forbidden', 'Invalid', 'RequestEntityTooLarge'].includes(v.reason as string));
+    for (const used of `${v.expression as string} ${(v.messageExpression as string | undefined) ?? ''}`.matchAll(
+      /variables\.(\w+)/g,
+    )) {
+      assert.ok(
+        variables.some((x) => x.name === used[1]),
+        `variables.${used[1]} is defined`,
+      );
     }
   }
   const b = object(binding!, 'admissionregistration.k8s.io/v1', 'ValidatingAdmissionPolicyBinding');
-  assert.equal(b.spec['policyName'], p.name);
-  const actions = strings(b.spec['validationActions'], 'validationActions');
-  assert.ok(actions.every((a) => ['Deny', 'Warn', 'Audit'].includes(a)) && !(actions.includes('Deny') && actions.includes('Warn')));
+  assert.equal(b.spec.policyName, p.name);
+  const actions = strings(b.spec.validationActions, 'validationActions');
+  assert.ok(
+    actions.every((a) => ['Deny', 'Warn', 'Audit'].includes(a)) &&
+      !(actions.includes('Deny') && actions.includes('Warn')),
+  );
   assert.ok(actions.includes('Deny'), 'it denies, not only warns');
 
   // What it does, for the identity the kubeconfig steps make.
   const admit = (username: string, operation: string, slice: Obj): 'not matched' | 'allowed' | 'denied' => {
     const request = { userInfo: { username }, operation };
-    const base: Obj = { request, object: operation === 'DELETE' ? null : slice, oldObject: operation === 'CREATE' ? null : slice };
-    if (!conditions.every((c) => cel(c['expression'] as string)(base) === true)) return 'not matched';
+    const base: Obj = {
+      request,
+      object: operation === 'DELETE' ? null : slice,
+      oldObject: operation === 'CREATE' ? null : slice,
+    };
+    if (!conditions.every((c) => cel(c.expression as string)(base) === true)) return 'not matched';
     const vars: Obj = {};
-    for (const v of variables) vars[v['name'] as string] = cel(v['expression'] as string)({ ...base, variables: vars });
-    return validations.every((v) => cel(v['expression'] as string)({ ...base, variables: vars }) === true) ? 'allowed' : 'denied';
+    for (const v of variables) vars[v.name as string] = cel(v.expression as string)({ ...base, variables: vars });
+    return validations.every((v) => cel(v.expression as string)({ ...base, variables: vars }) === true)
+      ? 'allowed'
+      : 'denied';
   };
   const own = { spec: { driver: 'gpu.nvidia.com', nodeName: 'gpu-7' } };
   const other = { spec: { driver: 'gpu.nvidia.com', nodeName: 'gpu-8' } };
@@ -129,24 +170,29 @@ test('admission-policy.yaml: a ValidatingAdmissionPolicy and binding the API acc
     assert.equal(admit(me, op, other), 'denied', `${op} another node's`);
     assert.equal(admit(me, op, everywhere), 'denied', `${op} a slice for all nodes`);
   }
-  assert.equal(admit('system:serviceaccount:nvidia:dra-driver', 'CREATE', other), 'not matched', 'other identities are not this policy\'s business');
+  assert.equal(
+    admit('system:serviceaccount:nvidia:dra-driver', 'CREATE', other),
+    'not matched',
+    "other identities are not this policy's business",
+  );
   assert.equal(admit('gpu-device-plugin:node:', 'CREATE', own), 'denied', 'an empty node name matches no slice');
   // The identity the credential steps make is the one the policy and the binding name.
   const steps = readFileSync(join(DIR, 'README.md'), 'utf8');
   assert.match(steps, /-subj "\/O=gpu-device-plugin:nodes\/CN=gpu-device-plugin:node:\$NODE"/);
   assert.match(steps, /signerName: kubernetes\.io\/kube-apiserver-client/);
-  for (const f of ['rbac.yaml', 'admission-policy.yaml', 'deviceclass.yaml']) assert.ok(steps.includes(`\`${f}\``), `the steps name ${f}`);
+  for (const f of ['rbac.yaml', 'admission-policy.yaml', 'deviceclass.yaml'])
+    assert.ok(steps.includes(`\`${f}\``), `the steps name ${f}`);
 });
 
-test('deviceclass.yaml: a resource.k8s.io/v1 DeviceClass selecting the default driver\'s GPUs as nvidia.com/gpu', () => {
+test("deviceclass.yaml: a resource.k8s.io/v1 DeviceClass selecting the default driver's GPUs as nvidia.com/gpu", () => {
   const [cls, ...rest] = documents('deviceclass.yaml');
   assert.equal(rest.length, 0);
   const c = object(cls!, 'resource.k8s.io/v1', 'DeviceClass');
   assert.equal(c.name, DEFAULT_DRA_DRIVER_NAME);
-  assert.equal(c.spec['extendedResourceName'], 'nvidia.com/gpu');
-  const selectors = c.spec['selectors'] as Obj[];
+  assert.equal(c.spec.extendedResourceName, 'nvidia.com/gpu');
+  const selectors = c.spec.selectors as Obj[];
   assert.equal(selectors.length, 1);
-  const expr = (selectors[0]!['cel'] as Obj)['expression'] as string;
+  const expr = (selectors[0]!.cel as Obj).expression as string;
   assert.ok(expr.includes(`device.driver == '${DEFAULT_DRA_DRIVER_NAME}'`), expr);
   assert.ok(expr.includes(`device.attributes['${DEFAULT_DRA_DRIVER_NAME}'].type == 'gpu'`), expr);
 });

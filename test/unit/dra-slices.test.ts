@@ -4,7 +4,16 @@
 // stand-in's validation (which refuses what the real server refuses).
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { bytesQuantity, cudaVersionOf, MAX_DEVICES_PER_SLICE, nvlinkDomains, poolContent, semverOf, standardBusId, taintsOf } from '../../src/core/dra-slices.ts';
+import {
+  bytesQuantity,
+  cudaVersionOf,
+  MAX_DEVICES_PER_SLICE,
+  nvlinkDomains,
+  poolContent,
+  semverOf,
+  standardBusId,
+  taintsOf,
+} from '../../src/core/dra-slices.ts';
 import type { PoolContent, SliceDevice } from '../../src/core/dra-slices.ts';
 import { buildSnapshot, withHealth } from '../../src/core/snapshot.ts';
 import type { NodeScan, NodeSnapshot, UnitHealth } from '../../src/core/snapshot.ts';
@@ -35,7 +44,12 @@ async function publish(c: PoolContent, node = 'node-a'): Promise<JsonObject[]> {
   for (const devices of c.slices) {
     const stored = await createSlice(client, {
       metadata: { name: `test-${++sliceNo}` },
-      spec: { driver: 'gpu.nvidia.com', nodeName: node, pool: { name: c.pool, generation: 1, resourceSliceCount: c.slices.length }, devices },
+      spec: {
+        driver: 'gpu.nvidia.com',
+        nodeName: node,
+        pool: { name: c.pool, generation: 1, resourceSliceCount: c.slices.length },
+        devices,
+      },
     });
     out.push(stored as unknown as JsonObject);
   }
@@ -44,7 +58,13 @@ async function publish(c: PoolContent, node = 'node-a'): Promise<JsonObject[]> {
 
 const device = (c: PoolContent, name: string): SliceDevice => {
   const d = c.slices.flat().find((x) => x.name === name);
-  assert.ok(d !== undefined, `no device ${name} in ${c.slices.flat().map((x) => x.name).join(', ')}`);
+  assert.ok(
+    d !== undefined,
+    `no device ${name} in ${c.slices
+      .flat()
+      .map((x) => x.name)
+      .join(', ')}`,
+  );
   return d;
 };
 
@@ -63,13 +83,20 @@ test('versions as strict semver; bus ids in the standard form', () => {
   assert.equal(standardBusId('0000:07:00.0'), '0000:07:00.0');
 });
 
-test('8-GPU fixture: one slice, whole GPUs described as NVIDIA\'s DRA driver does, one NVLink domain; the stand-in accepts it', async () => {
+test("8-GPU fixture: one slice, whole GPUs described as NVIDIA's DRA driver does, one NVLink domain; the stand-in accepts it", async () => {
   const s = await fixtureSnapshot('nvswitch-8.json');
-  const c = poolContent(s, { nodeName: 'node-a', migStrategy: 'none', pcieRoots: new Map([['00000000:07:00.0', 'pci0000:00']]) });
+  const c = poolContent(s, {
+    nodeName: 'node-a',
+    migStrategy: 'none',
+    pcieRoots: new Map([['00000000:07:00.0', 'pci0000:00']]),
+  });
   assert.equal(c.pool, 'node-a');
   assert.equal(c.slices.length, 1);
   assert.deepEqual(c.notes, []);
-  assert.deepEqual(c.slices[0]?.map((d) => d.name), ['gpu-0', 'gpu-1', 'gpu-2', 'gpu-3', 'gpu-4', 'gpu-5', 'gpu-6', 'gpu-7']);
+  assert.deepEqual(
+    c.slices[0]?.map((d) => d.name),
+    ['gpu-0', 'gpu-1', 'gpu-2', 'gpu-3', 'gpu-4', 'gpu-5', 'gpu-6', 'gpu-7'],
+  );
   assert.deepEqual(device(c, 'gpu-0'), {
     name: 'gpu-0',
     attributes: {
@@ -90,9 +117,9 @@ test('8-GPU fixture: one slice, whole GPUs described as NVIDIA\'s DRA driver doe
   assert.equal(device(c, 'gpu-5').attributes['resource.kubernetes.io/pcieRoot'], undefined);
   assert.deepEqual(device(c, 'gpu-5').attributes['resource.kubernetes.io/numaNode'], { int: 1 });
   const stored = await publish(c);
-  const devices = (stored[0]?.['spec'] as JsonObject)['devices'] as JsonObject[];
+  const devices = (stored[0]!.spec as JsonObject).devices as JsonObject[];
   // Written in the canonical form the server stores, so what it returns reads the same.
-  assert.deepEqual((devices[0]?.['capacity'] as JsonObject)['memory'], { value: '80Gi' });
+  assert.deepEqual((devices[0]!.capacity as JsonObject).memory, { value: '80Gi' });
 });
 
 test('MIG fixture (mixed): MIG devices with parentUUID, profile, engines, memory and the memory slices they occupy; the MIG-disabled GPU whole', async () => {
@@ -114,17 +141,27 @@ test('MIG fixture (mixed): MIG devices with parentUUID, profile, engines, memory
       'resource.kubernetes.io/numaNode': { int: 0 },
     },
     capacity: {
-      multiprocessors: { value: '28' }, copyEngines: { value: '2' }, decoders: { value: '1' }, encoders: { value: '0' },
-      jpegEngines: { value: '0' }, ofaEngines: { value: '0' }, memory: { value: '19968Mi' },
-      memorySlice3: { value: '1' }, memorySlice4: { value: '1' },
+      multiprocessors: { value: '28' },
+      copyEngines: { value: '2' },
+      decoders: { value: '1' },
+      encoders: { value: '0' },
+      jpegEngines: { value: '0' },
+      ofaEngines: { value: '0' },
+      memory: { value: '19968Mi' },
+      memorySlice3: { value: '1' },
+      memorySlice4: { value: '1' },
     },
   });
-  assert.deepEqual(Object.keys(device(c, 'gpu-1-mig-3g40gb-9-0').capacity).filter((k) => k.startsWith('memorySlice')), ['memorySlice0', 'memorySlice1', 'memorySlice2']);
-  assert.deepEqual(device(c, 'gpu-2').attributes['type'], { string: 'gpu' });
+  assert.deepEqual(
+    Object.keys(device(c, 'gpu-1-mig-3g40gb-9-0').capacity).filter((k) => k.startsWith('memorySlice')),
+    ['memorySlice0', 'memorySlice1', 'memorySlice2'],
+  );
+  assert.deepEqual(device(c, 'gpu-2').attributes.type, { string: 'gpu' });
   assert.equal(c.slices.flat().length, 9);
-  for (const d of c.slices.flat()) assert.ok(Object.keys(d.attributes).length + Object.keys(d.capacity).length <= 32, d.name);
+  for (const d of c.slices.flat())
+    assert.ok(Object.keys(d.attributes).length + Object.keys(d.capacity).length <= 32, d.name);
   // No NVLink domain: no links on this node, and MIG devices never get one.
-  assert.ok(c.slices.flat().every((d) => d.attributes['nvlinkDomain'] === undefined));
+  assert.ok(c.slices.flat().every((d) => d.attributes.nvlinkDomain === undefined));
   await publish(c, 'node-mig');
 });
 
@@ -134,70 +171,122 @@ test('NVLink domains: one for a fabric or a cube mesh, the linked pair only on a
   assert.deepEqual(nvlinkDomains(await fixtureSnapshot('bridged-pair-4.json')), [null, 1, 1, null]);
   assert.deepEqual(nvlinkDomains(await fixtureSnapshot('pcie-2socket-8.json')), new Array(8).fill(null));
   const bridged = poolContent(await fixtureSnapshot('bridged-pair-4.json'), { nodeName: 'n', migStrategy: 'none' });
-  assert.deepEqual(bridged.slices.flat().map((d) => d.attributes['nvlinkDomain']), [undefined, { int: 1 }, { int: 1 }, undefined]);
+  assert.deepEqual(
+    bridged.slices.flat().map((d) => d.attributes.nvlinkDomain),
+    [undefined, { int: 1 }, { int: 1 }, undefined],
+  );
 });
 
-const unhealthy = (over: Partial<UnitHealth['state']>): UnitHealth => ({ state: { ...freshHealthState(), health: 'Unhealthy', ...over }, reason: 'test', since: 1 });
+const unhealthy = (over: Partial<UnitHealth['state']>): UnitHealth => ({
+  state: { ...freshHealthState(), health: 'Unhealthy', ...over },
+  reason: 'test',
+  since: 1,
+});
 
 test('taints: XID → gpu.nvidia.com/xid=<XID>, lost → gpu-lost, double-bit ECC and a silent driver → unhealthy=<why>; healthy again → none', async () => {
   const s = await fixtureSnapshot('nvswitch-8.json');
   const [g0, g1, g2] = s.gpus.map((g) => g.uuid) as [string, string, string];
-  const sick = withHealth(s, new Map([[g0, unhealthy({ lastXid: 79 })], [g1, unhealthy({ lost: true, permanent: true })], [g2, unhealthy({ permanent: true })]]));
+  const sick = withHealth(
+    s,
+    new Map([
+      [g0, unhealthy({ lastXid: 79 })],
+      [g1, unhealthy({ lost: true, permanent: true })],
+      [g2, unhealthy({ permanent: true })],
+    ]),
+  );
   const c = poolContent(sick, { nodeName: 'node-t', migStrategy: 'none' });
   assert.deepEqual(device(c, 'gpu-0').taints, [{ key: 'gpu.nvidia.com/xid', value: '79', effect: 'NoSchedule' }]);
   assert.deepEqual(device(c, 'gpu-1').taints, [{ key: 'gpu.nvidia.com/gpu-lost', effect: 'NoSchedule' }]);
-  assert.deepEqual(device(c, 'gpu-2').taints, [{ key: 'gpu.nvidia.com/unhealthy', value: 'double-bit-ecc', effect: 'NoSchedule' }]);
+  assert.deepEqual(device(c, 'gpu-2').taints, [
+    { key: 'gpu.nvidia.com/unhealthy', value: 'double-bit-ecc', effect: 'NoSchedule' },
+  ]);
   assert.equal(device(c, 'gpu-3').taints, undefined);
   const stored = await publish(c, 'node-t');
-  const taints = (((stored[0]?.['spec'] as JsonObject)['devices'] as JsonObject[])[0]?.['taints']) as JsonObject[];
-  assert.equal(typeof taints[0]?.['timeAdded'], 'string', 'the server fills timeAdded');
+  const taints = ((stored[0]!.spec as JsonObject).devices as JsonObject[])[0]?.taints as JsonObject[];
+  assert.equal(typeof taints[0]?.timeAdded, 'string', 'the server fills timeAdded');
   // Recovered: the taint goes.
   const well = withHealth(sick, new Map([[g0, { state: freshHealthState(), reason: 'recovered', since: 2 }]]));
   assert.equal(device(poolContent(well, { nodeName: 'node-t', migStrategy: 'none' }), 'gpu-0').taints, undefined);
   // The driver stops answering: every device Unhealthy, said so.
   const down = buildSnapshot(null, { deviceIdStrategy: 'uuid', sharing: NO_SHARING }, s, false);
-  assert.deepEqual(taintsOf(down, g0, 'gpu.nvidia.com'), [{ key: 'gpu.nvidia.com/unhealthy', value: 'driver-not-answering', effect: 'NoSchedule' }]);
+  assert.deepEqual(taintsOf(down, g0, 'gpu.nvidia.com'), [
+    { key: 'gpu.nvidia.com/unhealthy', value: 'driver-not-answering', effect: 'NoSchedule' },
+  ]);
   assert.deepEqual(taintsOf(well, g0, 'gpu.nvidia.com'), []);
   // While the driver is down the devices keep the last driver version they were seen with.
   const downPool = poolContent(down, { nodeName: 'node-t', migStrategy: 'none', lastDriverVersion: '550.54.15' });
-  assert.deepEqual(device(downPool, 'gpu-0').attributes['driverVersion'], { version: '550.54.15' });
+  assert.deepEqual(device(downPool, 'gpu-0').attributes.driverVersion, { version: '550.54.15' });
   assert.equal(device(downPool, 'gpu-0').taints?.length, 1);
 });
 
-test('a MIG device\'s own XID taints that MIG device only; its siblings and the whole GPUs stay untainted', async () => {
+test("a MIG device's own XID taints that MIG device only; its siblings and the whole GPUs stay untainted", async () => {
   const s = await fixtureSnapshot('mig-mixed-4.json', 'mixed');
   const m = s.mig.devices[3];
   assert.ok(m !== undefined);
   const sick = withHealth(s, new Map([[m.uuid, unhealthy({ lastXid: 94 })]]));
   const c = poolContent(sick, { nodeName: 'n', migStrategy: 'mixed' });
-  assert.deepEqual(c.slices.flat().filter((d) => d.taints !== undefined).map((d) => [d.name, d.taints]), [['gpu-0-mig-2g20gb-14-3', [{ key: 'gpu.nvidia.com/xid', value: '94', effect: 'NoSchedule' }]]]);
+  assert.deepEqual(
+    c.slices
+      .flat()
+      .filter((d) => d.taints !== undefined)
+      .map((d) => [d.name, d.taints]),
+    [['gpu-0-mig-2g20gb-14-3', [{ key: 'gpu.nvidia.com/xid', value: '94', effect: 'NoSchedule' }]]],
+  );
 });
 
 /** A node of n whole GPUs (no NVLink), as a scan would give it. */
 function bigNode(n: number): NodeSnapshot {
   const gpus = Array.from({ length: n }, (_, i) => ({
-    index: i, uuid: `GPU-00000000-0000-4000-8000-${String(i).padStart(12, '0')}`, name: 'NVIDIA H100 80GB HBM3', minor: i,
-    busId: `00000000:${(i + 1).toString(16).padStart(2, '0')}:00.0`, memoryBytes: 80 * 2 ** 30, numaNode: null,
+    index: i,
+    uuid: `GPU-00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
+    name: 'NVIDIA H100 80GB HBM3',
+    minor: i,
+    busId: `00000000:${(i + 1).toString(16).padStart(2, '0')}:00.0`,
+    memoryBytes: 80 * 2 ** 30,
+    numaNode: null,
   }));
-  const scan: NodeScan = { driverVersion: '550.54.15', gpus, nvlinks: gpus.map((g) => ({ busId: g.busId, links: [] })), pcie: gpus.map(() => gpus.map(() => -1)) };
+  const scan: NodeScan = {
+    driverVersion: '550.54.15',
+    gpus,
+    nvlinks: gpus.map((g) => ({ busId: g.busId, links: [] })),
+    pcie: gpus.map(() => gpus.map(() => -1)),
+  };
   return buildSnapshot(scan, { deviceIdStrategy: 'uuid', sharing: NO_SHARING }, null, false);
 }
 
 test('limits: at most 64 devices a slice (the limit with taints), so 150 devices make 3 slices of one pool that the server accepts tainted or not; 65 tainted in one slice it refuses', async () => {
   const s = bigNode(150);
   const c = poolContent(s, { nodeName: 'node-big', migStrategy: 'none' });
-  assert.deepEqual(c.slices.map((x) => x.length), [64, 64, 22]);
+  assert.deepEqual(
+    c.slices.map((x) => x.length),
+    [64, 64, 22],
+  );
   assert.equal(MAX_DEVICES_PER_SLICE, 64);
   await publish(c, 'node-big');
   const all = withHealth(s, new Map(s.gpus.map((g) => [g.uuid, unhealthy({ lastXid: 48 })])));
   const tainted = poolContent(all, { nodeName: 'node-big', migStrategy: 'none' });
-  assert.deepEqual(tainted.slices.map((x) => x.length), [64, 64, 22]);
+  assert.deepEqual(
+    tainted.slices.map((x) => x.length),
+    [64, 64, 22],
+  );
   await publish(tainted, 'node-big');
   // Why 64: the real limit the stand-in enforces.
-  await assert.rejects(createSlice(client, {
-    metadata: { name: 'too-many' },
-    spec: { driver: 'gpu.nvidia.com', nodeName: 'node-big', pool: { name: 'x', generation: 1, resourceSliceCount: 1 }, devices: tainted.slices.flat().slice(0, 65) },
-  }), (err: unknown) => err instanceof KubeApiError && err.code === 422 && err.reason === 'Invalid' && err.causes.some((c2) => c2.field === 'spec.devices'));
+  await assert.rejects(
+    createSlice(client, {
+      metadata: { name: 'too-many' },
+      spec: {
+        driver: 'gpu.nvidia.com',
+        nodeName: 'node-big',
+        pool: { name: 'x', generation: 1, resourceSliceCount: 1 },
+        devices: tainted.slices.flat().slice(0, 65),
+      },
+    }),
+    (err: unknown) =>
+      err instanceof KubeApiError &&
+      err.code === 422 &&
+      err.reason === 'Invalid' &&
+      err.causes.some((c2) => c2.field === 'spec.devices'),
+  );
 });
 
 test('an empty node still has its pool: one slice without devices', () => {

@@ -22,10 +22,13 @@ test('the packaged example config is NVIDIA v1 and parses: MIG strategy mixed, t
   assert.ok(ts !== null, 'time-slicing is configured');
   assert.equal(ts.renameByDefault, false);
   assert.equal(ts.failRequestsGreaterThanOne, false);
-  assert.deepEqual(ts.resources.map((r) => [r.name, r.replicas, r.rename, r.devices.kind]), [
-    ['nvidia.com/gpu', 4, null, 'all'],
-    ['nvidia.com/mig-1g.10gb', 2, null, 'all'],
-  ]);
+  assert.deepEqual(
+    ts.resources.map((r) => [r.name, r.replicas, r.rename, r.devices.kind]),
+    [
+      ['nvidia.com/gpu', 4, null, 'all'],
+      ['nvidia.com/mig-1g.10gb', 2, null, 'all'],
+    ],
+  );
 });
 
 test('the environment wins over the example file, as the comments in it say', () => {

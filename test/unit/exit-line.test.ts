@@ -21,7 +21,11 @@ async function run(lines: number): Promise<{ code: number | null; text: string }
   const dir = await mkdtemp(path.join(tmpdir(), 'exit-line-'));
   const sock = path.join(dir, 's');
   const accepted = new Promise<Socket>((resolve) => {
-    const server = createServer((c) => { c.pause(); server.close(); resolve(c); });
+    const server = createServer((c) => {
+      c.pause();
+      server.close();
+      resolve(c);
+    });
     server.listen(sock);
   });
   await new Promise((r) => setTimeout(r, 0));
@@ -34,9 +38,13 @@ async function run(lines: number): Promise<{ code: number | null; text: string }
     const exited = new Promise<number | null>((resolve) => child.on('exit', (c) => resolve(c)));
     let text = '';
     reader.setEncoding('utf8');
-    reader.on('data', (d: string) => { text += d; });
+    reader.on('data', (d: string) => {
+      text += d;
+    });
     const ended = new Promise((resolve) => reader.on('end', resolve));
-    child.stdout.setEncoding('utf8').on('data', (d: string) => { if (d.includes('ending')) reader.resume(); });
+    child.stdout.setEncoding('utf8').on('data', (d: string) => {
+      if (d.includes('ending')) reader.resume();
+    });
     const code = await exited;
     reader.resume();
     await ended;
@@ -51,6 +59,10 @@ test('the last line reaches a reader that read nothing until the process had exi
     const { code, text } = await run(lines);
     assert.equal(code, 1);
     const all = text.trimEnd().split('\n');
-    assert.match(all.at(-1) ?? '', /ERROR lost the socket directory: the last line/, `with ${lines} lines before it (the reader got ${all.length})`);
+    assert.match(
+      all.at(-1) ?? '',
+      /ERROR lost the socket directory: the last line/,
+      `with ${lines} lines before it (the reader got ${all.length})`,
+    );
   }
 });

@@ -40,7 +40,12 @@ function dirs(extra: NodeJS.ProcessEnv = {}): Dirs {
   const base = path.join(tmpDir, `d${++dirCounter}`);
   const pipe = path.join(base, 'pipe');
   const log = path.join(base, 'log');
-  const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, CUDA_MPS_PIPE_DIRECTORY: pipe, CUDA_MPS_LOG_DIRECTORY: log, ...extra };
+  const env: NodeJS.ProcessEnv = {
+    PATH: process.env.PATH,
+    CUDA_MPS_PIPE_DIRECTORY: pipe,
+    CUDA_MPS_LOG_DIRECTORY: log,
+    ...extra,
+  };
   return { pipe, log, env };
 }
 
@@ -229,10 +234,23 @@ test('every command: answers as the real daemon gives them, state kept, one Cmd 
   );
   // One exchange, line by line, as the real control.log shows it.
   const at = texts.indexOf('Cmd:set_default_active_thread_percentage 25');
-  assert.deepEqual(texts.slice(at - 2, at + 3), ['Accepting connection...', 'NEW UI', 'Cmd:set_default_active_thread_percentage 25', '25.0', 'UI closed']);
+  assert.deepEqual(texts.slice(at - 2, at + 3), [
+    'Accepting connection...',
+    'NEW UI',
+    'Cmd:set_default_active_thread_percentage 25',
+    '25.0',
+    'UI closed',
+  ]);
   const pinned = texts.indexOf('Cmd:set_default_device_pinned_mem_limit 0 4096M');
-  assert.deepEqual(texts.slice(pinned, pinned + 2), ['Cmd:set_default_device_pinned_mem_limit 0 4096M', 'UI closed'], 'no answer line');
-  assert.ok(logLines(d).every(([p]) => p === pid), 'every line from the daemon');
+  assert.deepEqual(
+    texts.slice(pinned, pinned + 2),
+    ['Cmd:set_default_device_pinned_mem_limit 0 4096M', 'UI closed'],
+    'no answer line',
+  );
+  assert.ok(
+    logLines(d).every(([p]) => p === pid),
+    'every line from the daemon',
+  );
   assert.equal((await client(d, 'quit')).status, 0);
 });
 
@@ -248,16 +266,25 @@ test('arguments are checked: a refusal names what was wrong and what is right (s
     ['set_default_active_thread_percentage ten', /^Invalid percentage "ten"/],
     ['set_default_active_thread_percentage 50%', /^Invalid percentage "50%"/],
     ['set_default_active_thread_percentage nan', /^Invalid percentage "nan"/],
-    ['set_default_active_thread_percentage', /^usage: set_default_active_thread_percentage <percentage from 0 to 100>$/],
+    [
+      'set_default_active_thread_percentage',
+      /^usage: set_default_active_thread_percentage <percentage from 0 to 100>$/,
+    ],
     ['set_default_active_thread_percentage 10 20', /^usage: set_default_active_thread_percentage/],
-    ['set_default_device_pinned_mem_limit 0 4096', /^Invalid limit "4096": want a positive whole number of MiB or GiB, e\.g\. 4096M or 4G$/],
+    [
+      'set_default_device_pinned_mem_limit 0 4096',
+      /^Invalid limit "4096": want a positive whole number of MiB or GiB, e\.g\. 4096M or 4G$/,
+    ],
     ['set_default_device_pinned_mem_limit 0 0M', /^Invalid limit "0M"/],
     ['set_default_device_pinned_mem_limit 0 1.5G', /^Invalid limit "1\.5G"/],
     ['set_default_device_pinned_mem_limit 0 4096K', /^Invalid limit "4096K"/],
     ['set_default_device_pinned_mem_limit 0 M', /^Invalid limit "M"/],
     ['set_default_device_pinned_mem_limit x 4096M', /^Invalid device "x": want a device index from 0 to 63$/],
     ['set_default_device_pinned_mem_limit 64 4096M', /^Invalid device "64"/],
-    ['set_default_device_pinned_mem_limit 0', /^usage: set_default_device_pinned_mem_limit <device> <limit, e\.g\. 4096M or 4G>$/],
+    [
+      'set_default_device_pinned_mem_limit 0',
+      /^usage: set_default_device_pinned_mem_limit <device> <limit, e\.g\. 4096M or 4G>$/,
+    ],
     ['get_default_device_pinned_mem_limit', /^usage: get_default_device_pinned_mem_limit <device>$/],
     ['get_default_active_thread_percentage 5', /takes no argument/],
     ['get_server_list all', /takes no argument/],
@@ -301,7 +328,10 @@ test('CUDA_VISIBLE_DEVICES of the daemon: its devices, numbered from 0, are the 
   assert.equal((await client(d, 'set_default_device_pinned_mem_limit 1 1024M')).status, 0);
   const refused = await client(d, 'set_default_device_pinned_mem_limit 2 1024M');
   assert.equal(refused.status, 1);
-  assert.equal(refused.stderr, `Invalid device "2": the daemon's devices are 0 to 1 (CUDA_VISIBLE_DEVICES=${visible})\n`);
+  assert.equal(
+    refused.stderr,
+    `Invalid device "2": the daemon's devices are 0 to 1 (CUDA_VISIBLE_DEVICES=${visible})\n`,
+  );
   assert.deepEqual(state(d).pinnedMemLimitMiB, { '1': 1024 });
   assert.equal((await client(d, 'quit')).status, 0);
 });
@@ -336,7 +366,9 @@ test('-f runs the daemon in the foreground: log lines on stdout too, clients ser
   started.add(pid);
   let stdout = '';
   child.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s));
-  const exited = new Promise<[number | null, NodeJS.Signals | null]>((resolve) => child.on('exit', (code, signal) => resolve([code, signal])));
+  const exited = new Promise<[number | null, NodeJS.Signals | null]>((resolve) =>
+    child.on('exit', (code, signal) => resolve([code, signal])),
+  );
   await until('the foreground daemon listens', () => stdout.includes('To connect CUDA applications to this daemon'));
   assert.equal(state(d).foreground, true);
   assert.equal(state(d).pid, pid);
@@ -344,7 +376,11 @@ test('-f runs the daemon in the foreground: log lines on stdout too, clients ser
   assert.equal((await client(d, 'set_default_active_thread_percentage 50')).stdout, '50.0\n');
   await until('the command shows on stdout', () => stdout.includes('UI closed'));
   assert.match(stdout, /^\[\d{4}-\d\d-\d\d [\d:.]+ Control +\d+\] Cmd:set_default_active_thread_percentage 50$/m);
-  assert.equal(stdout, fs.readFileSync(path.join(d.log, 'control.log'), 'utf8'), 'stdout carries the control.log lines');
+  assert.equal(
+    stdout,
+    fs.readFileSync(path.join(d.log, 'control.log'), 'utf8'),
+    'stdout carries the control.log lines',
+  );
 
   child.kill('SIGTERM');
   assert.deepEqual(await exited, [0, null]);

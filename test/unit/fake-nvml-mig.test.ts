@@ -23,38 +23,82 @@ koffi.pointer('FakeMigTest_device', koffi.opaque('FakeMigTest_device_st'));
 koffi.pointer('FakeMigTest_gi', koffi.opaque('FakeMigTest_gi_st'));
 koffi.pointer('FakeMigTest_ci', koffi.opaque('FakeMigTest_ci_st'));
 koffi.pointer('FakeMigTest_set', koffi.opaque('FakeMigTest_set_st'));
-koffi.struct('FakeMigTest_memory', { total: 'unsigned long long', free: 'unsigned long long', used: 'unsigned long long' });
+koffi.struct('FakeMigTest_memory', {
+  total: 'unsigned long long',
+  free: 'unsigned long long',
+  used: 'unsigned long long',
+});
 koffi.struct('FakeMigTest_event', {
-  device: 'FakeMigTest_device', eventType: 'unsigned long long', eventData: 'unsigned long long',
-  gpuInstanceId: 'unsigned int', computeInstanceId: 'unsigned int',
+  device: 'FakeMigTest_device',
+  eventType: 'unsigned long long',
+  eventData: 'unsigned long long',
+  gpuInstanceId: 'unsigned int',
+  computeInstanceId: 'unsigned int',
 });
 koffi.struct('FakeMigTest_attrs', {
-  multiprocessorCount: 'unsigned int', sharedCopyEngineCount: 'unsigned int', sharedDecoderCount: 'unsigned int',
-  sharedEncoderCount: 'unsigned int', sharedJpegCount: 'unsigned int', sharedOfaCount: 'unsigned int',
-  gpuInstanceSliceCount: 'unsigned int', computeInstanceSliceCount: 'unsigned int', memorySizeMB: 'unsigned long long',
+  multiprocessorCount: 'unsigned int',
+  sharedCopyEngineCount: 'unsigned int',
+  sharedDecoderCount: 'unsigned int',
+  sharedEncoderCount: 'unsigned int',
+  sharedJpegCount: 'unsigned int',
+  sharedOfaCount: 'unsigned int',
+  gpuInstanceSliceCount: 'unsigned int',
+  computeInstanceSliceCount: 'unsigned int',
+  memorySizeMB: 'unsigned long long',
 });
 koffi.struct('FakeMigTest_giProfile', {
-  id: 'unsigned int', isP2pSupported: 'unsigned int', sliceCount: 'unsigned int', instanceCount: 'unsigned int',
-  multiprocessorCount: 'unsigned int', copyEngineCount: 'unsigned int', decoderCount: 'unsigned int',
-  encoderCount: 'unsigned int', jpegCount: 'unsigned int', ofaCount: 'unsigned int', memorySizeMB: 'unsigned long long',
+  id: 'unsigned int',
+  isP2pSupported: 'unsigned int',
+  sliceCount: 'unsigned int',
+  instanceCount: 'unsigned int',
+  multiprocessorCount: 'unsigned int',
+  copyEngineCount: 'unsigned int',
+  decoderCount: 'unsigned int',
+  encoderCount: 'unsigned int',
+  jpegCount: 'unsigned int',
+  ofaCount: 'unsigned int',
+  memorySizeMB: 'unsigned long long',
 });
 const GiProfileV2 = koffi.struct('FakeMigTest_giProfileV2', {
-  version: 'unsigned int', id: 'unsigned int', isP2pSupported: 'unsigned int', sliceCount: 'unsigned int',
-  instanceCount: 'unsigned int', multiprocessorCount: 'unsigned int', copyEngineCount: 'unsigned int',
-  decoderCount: 'unsigned int', encoderCount: 'unsigned int', jpegCount: 'unsigned int', ofaCount: 'unsigned int',
-  memorySizeMB: 'unsigned long long', name: koffi.array('char', 96, 'String'),
+  version: 'unsigned int',
+  id: 'unsigned int',
+  isP2pSupported: 'unsigned int',
+  sliceCount: 'unsigned int',
+  instanceCount: 'unsigned int',
+  multiprocessorCount: 'unsigned int',
+  copyEngineCount: 'unsigned int',
+  decoderCount: 'unsigned int',
+  encoderCount: 'unsigned int',
+  jpegCount: 'unsigned int',
+  ofaCount: 'unsigned int',
+  memorySizeMB: 'unsigned long long',
+  name: koffi.array('char', 96, 'String'),
 });
 koffi.struct('FakeMigTest_giInfo', {
-  device: 'FakeMigTest_device', id: 'unsigned int', profileId: 'unsigned int', start: 'unsigned int', size: 'unsigned int',
+  device: 'FakeMigTest_device',
+  id: 'unsigned int',
+  profileId: 'unsigned int',
+  start: 'unsigned int',
+  size: 'unsigned int',
 });
 koffi.struct('FakeMigTest_ciInfo', {
-  device: 'FakeMigTest_device', gpuInstance: 'FakeMigTest_gi', id: 'unsigned int', profileId: 'unsigned int',
-  start: 'unsigned int', size: 'unsigned int',
+  device: 'FakeMigTest_device',
+  gpuInstance: 'FakeMigTest_gi',
+  id: 'unsigned int',
+  profileId: 'unsigned int',
+  start: 'unsigned int',
+  size: 'unsigned int',
 });
 koffi.struct('FakeMigTest_ciProfile', {
-  id: 'unsigned int', sliceCount: 'unsigned int', instanceCount: 'unsigned int', multiprocessorCount: 'unsigned int',
-  sharedCopyEngineCount: 'unsigned int', sharedDecoderCount: 'unsigned int', sharedEncoderCount: 'unsigned int',
-  sharedJpegCount: 'unsigned int', sharedOfaCount: 'unsigned int',
+  id: 'unsigned int',
+  sliceCount: 'unsigned int',
+  instanceCount: 'unsigned int',
+  multiprocessorCount: 'unsigned int',
+  sharedCopyEngineCount: 'unsigned int',
+  sharedDecoderCount: 'unsigned int',
+  sharedEncoderCount: 'unsigned int',
+  sharedJpegCount: 'unsigned int',
+  sharedOfaCount: 'unsigned int',
 });
 
 function bind(lib: LibraryHandle) {
@@ -75,19 +119,29 @@ function bind(lib: LibraryHandle) {
     eventSetFree: fn('int nvmlEventSetFree(FakeMigTest_set s)'),
     migMode: fn('int nvmlDeviceGetMigMode(FakeMigTest_device d, _Out_ unsigned int *c, _Out_ unsigned int *p)'),
     maxMig: fn('int nvmlDeviceGetMaxMigDeviceCount(FakeMigTest_device d, _Out_ unsigned int *n)'),
-    migByIndex: fn('int nvmlDeviceGetMigDeviceHandleByIndex(FakeMigTest_device d, unsigned int i, _Out_ FakeMigTest_device *m)'),
+    migByIndex: fn(
+      'int nvmlDeviceGetMigDeviceHandleByIndex(FakeMigTest_device d, unsigned int i, _Out_ FakeMigTest_device *m)',
+    ),
     isMig: fn('int nvmlDeviceIsMigDeviceHandle(FakeMigTest_device d, _Out_ unsigned int *is)'),
     giId: fn('int nvmlDeviceGetGpuInstanceId(FakeMigTest_device d, _Out_ unsigned int *id)'),
     ciId: fn('int nvmlDeviceGetComputeInstanceId(FakeMigTest_device d, _Out_ unsigned int *id)'),
     parent: fn('int nvmlDeviceGetDeviceHandleFromMigDeviceHandle(FakeMigTest_device m, _Out_ FakeMigTest_device *d)'),
     attrs: fn('int nvmlDeviceGetAttributes_v2(FakeMigTest_device d, _Out_ FakeMigTest_attrs *a)'),
-    giProfile: fn('int nvmlDeviceGetGpuInstanceProfileInfo(FakeMigTest_device d, unsigned int p, _Out_ FakeMigTest_giProfile *i)'),
-    giProfileV: fn('int nvmlDeviceGetGpuInstanceProfileInfoV(FakeMigTest_device d, unsigned int p, _Inout_ FakeMigTest_giProfileV2 *i)'),
+    giProfile: fn(
+      'int nvmlDeviceGetGpuInstanceProfileInfo(FakeMigTest_device d, unsigned int p, _Out_ FakeMigTest_giProfile *i)',
+    ),
+    giProfileV: fn(
+      'int nvmlDeviceGetGpuInstanceProfileInfoV(FakeMigTest_device d, unsigned int p, _Inout_ FakeMigTest_giProfileV2 *i)',
+    ),
     giById: fn('int nvmlDeviceGetGpuInstanceById(FakeMigTest_device d, unsigned int id, _Out_ FakeMigTest_gi *gi)'),
     giInfo: fn('int nvmlGpuInstanceGetInfo(FakeMigTest_gi gi, _Out_ FakeMigTest_giInfo *i)'),
-    ciById: fn('int nvmlGpuInstanceGetComputeInstanceById(FakeMigTest_gi gi, unsigned int id, _Out_ FakeMigTest_ci *ci)'),
+    ciById: fn(
+      'int nvmlGpuInstanceGetComputeInstanceById(FakeMigTest_gi gi, unsigned int id, _Out_ FakeMigTest_ci *ci)',
+    ),
     ciInfo: fn('int nvmlComputeInstanceGetInfo_v2(FakeMigTest_ci ci, _Out_ FakeMigTest_ciInfo *i)'),
-    ciProfile: fn('int nvmlGpuInstanceGetComputeInstanceProfileInfo(FakeMigTest_gi gi, unsigned int p, unsigned int e, _Out_ FakeMigTest_ciProfile *i)'),
+    ciProfile: fn(
+      'int nvmlGpuInstanceGetComputeInstanceProfileInfo(FakeMigTest_gi gi, unsigned int p, unsigned int e, _Out_ FakeMigTest_ciProfile *i)',
+    ),
   };
 }
 type Api = ReturnType<typeof bind>;
@@ -107,7 +161,11 @@ after(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
 function send(fifo: string, text: string): void {
   const fd = fs.openSync(fifo, fs.constants.O_WRONLY | fs.constants.O_NONBLOCK);
-  try { fs.writeSync(fd, `${text}\n`); } finally { fs.closeSync(fd); }
+  try {
+    fs.writeSync(fd, `${text}\n`);
+  } finally {
+    fs.closeSync(fd);
+  }
 }
 
 /** A barrier: commands run in order, so once the stats file exists every earlier one was applied. */
@@ -119,17 +177,18 @@ async function settle(fifo: string): Promise<void> {
 }
 
 async function session(fixture: string | object, body: (fifo: string) => Promise<void> | void): Promise<void> {
-  const file = typeof fixture === 'string' ? path.join(TOPOLOGIES, fixture) : path.join(tmp, `fixture-${++sessions}.json`);
+  const file =
+    typeof fixture === 'string' ? path.join(TOPOLOGIES, fixture) : path.join(tmp, `fixture-${++sessions}.json`);
   if (typeof fixture !== 'string') fs.writeFileSync(file, JSON.stringify(fixture));
   const fifo = path.join(tmp, `control-${++sessions}`);
-  process.env['FAKE_NVML_CONFIG'] = file;
-  process.env['FAKE_NVML_CONTROL'] = fifo;
+  process.env.FAKE_NVML_CONFIG = file;
+  process.env.FAKE_NVML_CONTROL = fifo;
   assert.equal(api.init(), SUCCESS);
   try {
     await body(fifo);
   } finally {
     assert.equal(api.shutdown(), SUCCESS);
-    delete process.env['FAKE_NVML_CONTROL'];
+    delete process.env.FAKE_NVML_CONTROL;
   }
 }
 
@@ -173,7 +232,12 @@ test('MIG mode: current and pending per GPU; a GPU without "mig" is not MIG-capa
       assert.equal(api.migMode(gpu(i), c, p), SUCCESS);
       return [c[0], p[0]];
     });
-    assert.deepEqual(modes, [[1, 1], [1, 1], [0, 0], [1, 1]]);
+    assert.deepEqual(modes, [
+      [1, 1],
+      [1, 1],
+      [0, 0],
+      [1, 1],
+    ]);
   });
   await session('single.json', () => {
     assert.equal(api.migMode(gpu(0), [0], [0]), NOT_SUPPORTED);
@@ -188,7 +252,10 @@ test('MIG handles: UUID, name, memory, GI/CI ids, parent, attributes; whole-GPU 
     const devices = migs(parent);
     assert.equal(devices.length, 5);
     const seen = devices.map((m) => ({
-      uuid: str(api.uuid, m), name: str(api.name, m), gi: num(api.giId, m), ci: num(api.ciId, m),
+      uuid: str(api.uuid, m),
+      name: str(api.name, m),
+      gi: num(api.giId, m),
+      ci: num(api.ciId, m),
     }));
     assert.deepEqual(seen, [
       { uuid: 'MIG-5f3b1c2e-7a41-4c8e-9d6b-0e2f4a130100', name: 'NVIDIA A100-SXM4-80GB MIG 1g.10gb', gi: 1, ci: 0 },
@@ -209,8 +276,15 @@ test('MIG handles: UUID, name, memory, GI/CI ids, parent, attributes; whole-GPU 
     const a = {} as Record<string, number>;
     assert.equal(api.attrs(m, a), SUCCESS);
     assert.deepEqual(a, {
-      multiprocessorCount: 14, sharedCopyEngineCount: 2, sharedDecoderCount: 1, sharedEncoderCount: 0, sharedJpegCount: 0,
-      sharedOfaCount: 0, gpuInstanceSliceCount: 2, computeInstanceSliceCount: 1, memorySizeMB: 19968,
+      multiprocessorCount: 14,
+      sharedCopyEngineCount: 2,
+      sharedDecoderCount: 1,
+      sharedEncoderCount: 0,
+      sharedJpegCount: 0,
+      sharedOfaCount: 0,
+      gpuInstanceSliceCount: 2,
+      computeInstanceSliceCount: 1,
+      memorySizeMB: 19968,
     });
     assert.equal(api.minor(m, [0]), NOT_SUPPORTED);
     assert.equal(api.pci(m, Buffer.alloc(68)), NOT_SUPPORTED);
@@ -235,16 +309,16 @@ test('profile tables: GI profile info by NVML index (REV1 = +me, REV2 = 1g.20gb)
     const h100 = gpu(1);
     const info = {} as Record<string, number>;
     assert.equal(api.giProfile(a100, 0, info), SUCCESS);
-    assert.deepEqual([info['id'], info['sliceCount'], info['instanceCount'], info['memorySizeMB']], [19, 1, 7, 9728]);
+    assert.deepEqual([info.id, info.sliceCount, info.instanceCount, info.memorySizeMB], [19, 1, 7, 9728]);
     assert.equal(api.giProfile(a100, 7, info), SUCCESS);
-    assert.deepEqual([info['id'], info['sliceCount'], info['instanceCount'], info['jpegCount']], [20, 1, 1, 1]);
+    assert.deepEqual([info.id, info.sliceCount, info.instanceCount, info.jpegCount], [20, 1, 1, 1]);
     assert.equal(api.giProfile(h100, 9, info), SUCCESS);
-    assert.deepEqual([info['id'], info['sliceCount'], info['memorySizeMB']], [15, 1, 20096]);
+    assert.deepEqual([info.id, info.sliceCount, info.memorySizeMB], [15, 1, 20096]);
     assert.equal(api.giProfile(a100, 5, info), NOT_SUPPORTED, '8-slice profiles do not exist on A100');
     assert.equal(api.giProfile(a100, 10, info), INVALID_ARGUMENT);
     const v2: Record<string, unknown> = { version: koffi.sizeof(GiProfileV2) | (2 << 24) };
     assert.equal(api.giProfileV(h100, 9, v2), SUCCESS);
-    assert.equal(v2['name'], 'MIG 1g.20gb');
+    assert.equal(v2.name, 'MIG 1g.20gb');
     assert.equal(api.giProfileV(h100, 9, { version: 1 }), INVALID_ARGUMENT);
 
     // The sub-instance 1c.2g.20gb: GI 5 (profile id 14 = 2g), CI 0 of profile 0 (1 slice).
@@ -252,16 +326,16 @@ test('profile tables: GI profile info by NVML index (REV1 = +me, REV2 = 1g.20gb)
     assert.equal(api.giById(a100, 5, gi), SUCCESS);
     const gii = {} as Record<string, unknown>;
     assert.equal(api.giInfo(gi[0], gii), SUCCESS);
-    assert.deepEqual([gii['id'], gii['profileId'], gii['size'], gii['device']], [5, 14, 2, a100]);
+    assert.deepEqual([gii.id, gii.profileId, gii.size, gii.device], [5, 14, 2, a100]);
     const ci: unknown[] = [null];
     assert.equal(api.ciById(gi[0], 0, ci), SUCCESS);
     assert.equal(api.ciById(gi[0], 1, [null]), NOT_FOUND);
     const cii = {} as Record<string, unknown>;
     assert.equal(api.ciInfo(ci[0], cii), SUCCESS);
-    assert.deepEqual([cii['id'], cii['profileId'], cii['size'], cii['gpuInstance']], [0, 0, 1, gi[0]]);
+    assert.deepEqual([cii.id, cii.profileId, cii.size, cii.gpuInstance], [0, 0, 1, gi[0]]);
     const cip = {} as Record<string, number>;
     assert.equal(api.ciProfile(gi[0], 1, 0, cip), SUCCESS);
-    assert.deepEqual([cip['sliceCount'], cip['instanceCount']], [2, 1]);
+    assert.deepEqual([cip.sliceCount, cip.instanceCount], [2, 1]);
     assert.equal(api.ciProfile(gi[0], 2, 0, cip), NOT_SUPPORTED, 'no 3c in a 2g instance');
     assert.equal(api.giById(a100, 9, gi), NOT_FOUND);
   });
@@ -279,9 +353,13 @@ test('XIDs name MIG devices by GI/CI; 0xFFFFFFFF when the event is for the whole
     for (let i = 0; i < 3; i++) {
       const e = {} as Record<string, unknown>;
       assert.equal(api.waitV2(set[0], e, 2000), SUCCESS);
-      got.push([e['device'] === gpu(1), e['eventData'], e['gpuInstanceId'], e['computeInstanceId']]);
+      got.push([e.device === gpu(1), e.eventData, e.gpuInstanceId, e.computeInstanceId]);
     }
-    assert.deepEqual(got, [[true, 94, 3, 0], [true, 79, WHOLE, WHOLE], [true, 31, 2, 0]]);
+    assert.deepEqual(got, [
+      [true, 94, 3, 0],
+      [true, 79, WHOLE, WHOLE],
+      [true, 31, 2, 0],
+    ]);
     assert.equal(api.eventSetFree(set[0]), SUCCESS);
   });
 });
@@ -293,14 +371,23 @@ test('the mig command changes a layout or mode at run time; bad layouts are refu
     send(fifo, 'mig 0 on 3g.40gb 4g.40gb 1g.10gb'); // 8 slices: refused
     send(fifo, 'mig 1 on 2g.20gb:1,1 1c.3g.40gb');
     await settle(fifo);
-    assert.deepEqual(migs(gpu(3)).map((m) => str(api.name, m)), ['NVIDIA A100-SXM4-80GB MIG 7g.80gb']);
-    assert.deepEqual(migs(gpu(2)).map((m) => str(api.name, m)), ['NVIDIA A100-SXM4-80GB MIG 4g.40gb', 'NVIDIA A100-SXM4-80GB MIG 3g.40gb']);
+    assert.deepEqual(
+      migs(gpu(3)).map((m) => str(api.name, m)),
+      ['NVIDIA A100-SXM4-80GB MIG 7g.80gb'],
+    );
+    assert.deepEqual(
+      migs(gpu(2)).map((m) => str(api.name, m)),
+      ['NVIDIA A100-SXM4-80GB MIG 4g.40gb', 'NVIDIA A100-SXM4-80GB MIG 3g.40gb'],
+    );
     assert.equal(migs(gpu(0)).length, 5, 'the refused layout left GPU 0 alone');
-    assert.deepEqual(migs(gpu(1)).map((m) => [str(api.name, m), num(api.giId, m), num(api.ciId, m)]), [
-      ['NVIDIA H100 80GB HBM3 MIG 1c.2g.20gb', 1, 0],
-      ['NVIDIA H100 80GB HBM3 MIG 1c.2g.20gb', 1, 1],
-      ['NVIDIA H100 80GB HBM3 MIG 1c.3g.40gb', 2, 0],
-    ]);
+    assert.deepEqual(
+      migs(gpu(1)).map((m) => [str(api.name, m), num(api.giId, m), num(api.ciId, m)]),
+      [
+        ['NVIDIA H100 80GB HBM3 MIG 1c.2g.20gb', 1, 0],
+        ['NVIDIA H100 80GB HBM3 MIG 1c.2g.20gb', 1, 1],
+        ['NVIDIA H100 80GB HBM3 MIG 1c.3g.40gb', 2, 0],
+      ],
+    );
     send(fifo, 'mig 2 pending 0');
     send(fifo, 'mig 3 off');
     await settle(fifo);
@@ -328,17 +415,36 @@ test('a lost parent makes its MIG devices answer GPU_IS_LOST', async () => {
 test('fixture errors name the key: unknown profile, too many slices, a board without a table', async () => {
   const base = { uuid: 'GPU-00000000-0000-4000-8000-000000000001', busId: '00000000:07:00.0' };
   for (const [gpuEntry, message] of [
-    [{ ...base, name: 'NVIDIA A100-SXM4-40GB', mig: { current: true, instances: ['1g.10gb+me'] } }, /gpus\[0\]\.mig\.instances: instance 0: "1g\.10gb\+me" is not a GPU instance profile/],
-    [{ ...base, name: 'NVIDIA A100-SXM4-40GB', mig: { current: true, instances: ['7g.40gb', '1g.5gb'] } }, /instance 1: the layout needs more than the GPU's 7 slices/],
-    [{ ...base, name: 'Tesla V100-SXM2-32GB', mig: { current: false } }, /gpus\[0\]\.mig: "Tesla V100-SXM2-32GB" has no MIG profile table/],
-    [{ ...base, name: 'NVIDIA A100-SXM4-40GB', mig: { current: false, instances: ['1g.5gb'] } }, /instances need MIG mode enabled/],
+    [
+      { ...base, name: 'NVIDIA A100-SXM4-40GB', mig: { current: true, instances: ['1g.10gb+me'] } },
+      /gpus\[0\]\.mig\.instances: instance 0: "1g\.10gb\+me" is not a GPU instance profile/,
+    ],
+    [
+      { ...base, name: 'NVIDIA A100-SXM4-40GB', mig: { current: true, instances: ['7g.40gb', '1g.5gb'] } },
+      /instance 1: the layout needs more than the GPU's 7 slices/,
+    ],
+    [
+      { ...base, name: 'Tesla V100-SXM2-32GB', mig: { current: false } },
+      /gpus\[0\]\.mig: "Tesla V100-SXM2-32GB" has no MIG profile table/,
+    ],
+    [
+      { ...base, name: 'NVIDIA A100-SXM4-40GB', mig: { current: false, instances: ['1g.5gb'] } },
+      /instances need MIG mode enabled/,
+    ],
   ] as const) {
     const file = path.join(tmp, `bad-${++sessions}.json`);
     fs.writeFileSync(file, JSON.stringify({ gpus: [gpuEntry] }));
     const script = `import koffi from 'koffi'; const l = koffi.load(process.env.LIB); process.stdout.write(String(l.func('int nvmlInit_v2()')()));`;
     const dirs = await buildFakeNvml();
     const child = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
-      cwd: ROOT, encoding: 'utf8', env: { ...process.env, LIB: path.join(dirs.current, LIBRARY_NAME), FAKE_NVML_CONFIG: file, FAKE_NVML_CONTROL: '' },
+      cwd: ROOT,
+      encoding: 'utf8',
+      env: {
+        ...process.env,
+        LIB: path.join(dirs.current, LIBRARY_NAME),
+        FAKE_NVML_CONFIG: file,
+        FAKE_NVML_CONTROL: '',
+      },
     });
     assert.equal(child.stdout, '999');
     assert.match(child.stderr, message);
@@ -346,7 +452,12 @@ test('fixture errors name the key: unknown profile, too many slices, a board wit
 });
 
 test('old driver variant: no MIG entry point at all', () => {
-  for (const name of ['nvmlDeviceGetMigMode', 'nvmlDeviceGetMigDeviceHandleByIndex', 'nvmlDeviceGetAttributes_v2', 'nvmlDeviceGetGpuInstanceProfileInfo']) {
+  for (const name of [
+    'nvmlDeviceGetMigMode',
+    'nvmlDeviceGetMigDeviceHandleByIndex',
+    'nvmlDeviceGetAttributes_v2',
+    'nvmlDeviceGetGpuInstanceProfileInfo',
+  ]) {
     assert.throws(() => oldLib.func(`int ${name}(void *a, unsigned int b, void *c)`), /Cannot find function/, name);
   }
 });
@@ -354,25 +465,32 @@ test('old driver variant: no MIG entry point at all', () => {
 test('a layout set through the FIFO outlives nvmlShutdown/nvmlInit, and follows its GPU through remove and add', async () => {
   const file = path.join(TOPOLOGIES, 'mig-uniform-2.json');
   const fifo = path.join(tmp, `control-persist-${++sessions}`);
-  process.env['FAKE_NVML_CONFIG'] = file;
-  process.env['FAKE_NVML_CONTROL'] = fifo;
+  process.env.FAKE_NVML_CONFIG = file;
+  process.env.FAKE_NVML_CONTROL = fifo;
   assert.equal(api.init(), SUCCESS);
   try {
     send(fifo, 'mig 1 on 7g.80gb');
     await settle(fifo);
     assert.equal(api.shutdown(), SUCCESS);
     assert.equal(api.init(), SUCCESS);
-    assert.deepEqual(migs(gpu(1)).map((m) => str(api.name, m)), ['NVIDIA H100 80GB HBM3 MIG 7g.80gb']);
+    assert.deepEqual(
+      migs(gpu(1)).map((m) => str(api.name, m)),
+      ['NVIDIA H100 80GB HBM3 MIG 7g.80gb'],
+    );
     assert.equal(migs(gpu(0)).length, 2, 'the other GPU keeps its fixture layout');
     send(fifo, 'remove 0');
     await settle(fifo);
-    assert.deepEqual(migs(gpu(0)).map((m) => str(api.name, m)), ['NVIDIA H100 80GB HBM3 MIG 7g.80gb'], 'GPU 1 is index 0 now, its layout with it');
+    assert.deepEqual(
+      migs(gpu(0)).map((m) => str(api.name, m)),
+      ['NVIDIA H100 80GB HBM3 MIG 7g.80gb'],
+      'GPU 1 is index 0 now, its layout with it',
+    );
     send(fifo, 'add all');
     await settle(fifo);
     assert.equal(migs(gpu(0)).length, 2);
     assert.equal(migs(gpu(1)).length, 1);
   } finally {
     assert.equal(api.shutdown(), SUCCESS);
-    delete process.env['FAKE_NVML_CONTROL'];
+    delete process.env.FAKE_NVML_CONTROL;
   }
 });

@@ -100,7 +100,9 @@ function bindBase(lib: LibraryHandle) {
     nvmlVersion: fn('int nvmlSystemGetNVMLVersion(char *version, unsigned int length)'),
     cudaDriverVersion: fn('int nvmlSystemGetCudaDriverVersion(_Out_ int *version)'),
     cudaDriverVersionV2: fn('int nvmlSystemGetCudaDriverVersion_v2(_Out_ int *version)'),
-    computeCapability: fn('int nvmlDeviceGetCudaComputeCapability(FakeNvmlTest_device device, _Out_ int *major, _Out_ int *minor)'),
+    computeCapability: fn(
+      'int nvmlDeviceGetCudaComputeCapability(FakeNvmlTest_device device, _Out_ int *major, _Out_ int *minor)',
+    ),
     count: fn('int nvmlDeviceGetCount_v2(_Out_ unsigned int *count)'),
     handleByIndex: fn('int nvmlDeviceGetHandleByIndex_v2(unsigned int index, _Out_ FakeNvmlTest_device *device)'),
     handleByUuid: fn('int nvmlDeviceGetHandleByUUID(const char *uuid, _Out_ FakeNvmlTest_device *device)'),
@@ -299,7 +301,12 @@ function sendControl(fifo: string, text: string): void {
   }
 }
 
-type Stats = { total: number; calls: Record<string, number>; droppedEvents: number; computeModes: Record<string, number> };
+type Stats = {
+  total: number;
+  calls: Record<string, number>;
+  droppedEvents: number;
+  computeModes: Record<string, number>;
+};
 
 /** Asks for a stats file and waits for it. Commands run in order, so this is also a barrier:
  * when it returns, every command written before it has been applied. */
@@ -443,7 +450,10 @@ test('build: both variants carry the NVML soname and export exactly the NVML sym
     const dynamic = execFileSync('readelf', ['-d', file], { encoding: 'utf8' });
     assert.match(dynamic, /\(SONAME\)\s+Library soname: \[libnvidia-ml\.so\.1\]/);
   }
-  assert.deepEqual(exportedSymbols(path.join(libDirs.current, LIBRARY_NAME)), [...BASE_SYMBOLS, ...NEWER_SYMBOLS].sort());
+  assert.deepEqual(
+    exportedSymbols(path.join(libDirs.current, LIBRARY_NAME)),
+    [...BASE_SYMBOLS, ...NEWER_SYMBOLS].sort(),
+  );
   assert.deepEqual(exportedSymbols(path.join(libDirs.old, LIBRARY_NAME)), [...BASE_SYMBOLS].sort());
   assert.equal(libDirs.current, path.join(repoRoot, '.cache', 'fake-nvml', 'current'));
   assert.equal(libDirs.old, path.join(repoRoot, '.cache', 'fake-nvml', 'old'));
@@ -837,7 +847,10 @@ test('NVLink enumeration gives the fixture links (GPU peers and NVSwitches)', as
           expected,
           `${name}: GPU ${g} links`,
         );
-        assert.ok(links.slice(0, active.length).every((l) => l.active), 'used slots come first');
+        assert.ok(
+          links.slice(0, active.length).every((l) => l.active),
+          'used slots come first',
+        );
       }
     });
   }
@@ -856,8 +869,22 @@ test('NVLink counts per pair on the DGX-1 hybrid cube-mesh', async () => {
       }
     }
     assert.deepEqual(Object.fromEntries([...counts].sort()), {
-      '0-1': 1, '0-2': 1, '0-3': 2, '0-4': 2, '1-2': 2, '1-3': 1, '1-5': 2, '2-3': 2,
-      '2-6': 1, '3-7': 1, '4-5': 1, '4-6': 1, '4-7': 2, '5-6': 2, '5-7': 1, '6-7': 2,
+      '0-1': 1,
+      '0-2': 1,
+      '0-3': 2,
+      '0-4': 2,
+      '1-2': 2,
+      '1-3': 1,
+      '1-5': 2,
+      '2-3': 2,
+      '2-6': 1,
+      '3-7': 1,
+      '4-5': 1,
+      '4-6': 1,
+      '4-7': 2,
+      '5-6': 2,
+      '5-7': 1,
+      '6-7': 2,
     });
   });
 });
@@ -914,7 +941,14 @@ test('supported event types and registration', async () => {
     assert.equal(api.eventSetFree(set), SUCCESS);
   });
   const partial = writeConfig('partial-events.json', {
-    gpus: [{ uuid: 'GPU-bbbbbbbb-0000-0000-0000-000000000001', name: 'NVIDIA L40S', busId: '00000000:17:00.0', events: ['xid'] }],
+    gpus: [
+      {
+        uuid: 'GPU-bbbbbbbb-0000-0000-0000-000000000001',
+        name: 'NVIDIA L40S',
+        busId: '00000000:17:00.0',
+        events: ['xid'],
+      },
+    ],
   });
   await withSession(api, partial, () => {
     const h = handle(api, 0);
@@ -993,7 +1027,10 @@ test('events reach exactly the sets registered for that GPU and type; device NUL
     assert.equal(api.registerEvents(h1, EVENT_XID | EVENT_DBE, setB), SUCCESS);
     assert.equal(api.registerEvents(h1, EVENT_SBE, setB), SUCCESS);
 
-    sendControl(fifo, ['xid 1 13', 'dbe 0', 'sbe 1', 'dbe 1', 'xid 2 48', 'xid all 31', 'xid 0 0x5E'].join('\n') + '\n');
+    sendControl(
+      fifo,
+      `${['xid 1 13', 'dbe 0', 'sbe 1', 'dbe 1', 'xid 2 48', 'xid all 31', 'xid 0 0x5E'].join('\n')}\n`,
+    );
     await readStats(fifo);
 
     const drain = (set: bigint) => {
@@ -1077,14 +1114,27 @@ test('compute mode: DEFAULT or the configured mode; set, read back and shown in 
   const config = writeConfig('compute-modes.json', {
     gpus: [
       { uuid: 'GPU-00000000-0000-0000-0000-00000000cm00', name: 'NVIDIA A100-SXM4-40GB', busId: '00000000:07:00.0' },
-      { uuid: 'GPU-00000000-0000-0000-0000-00000000cm01', name: 'NVIDIA A100-SXM4-40GB', busId: '00000000:0F:00.0', computeMode: 2 },
-      { uuid: 'GPU-00000000-0000-0000-0000-00000000cm02', name: 'NVIDIA A100-SXM4-40GB', busId: '00000000:47:00.0', computeMode: 3 },
+      {
+        uuid: 'GPU-00000000-0000-0000-0000-00000000cm01',
+        name: 'NVIDIA A100-SXM4-40GB',
+        busId: '00000000:0F:00.0',
+        computeMode: 2,
+      },
+      {
+        uuid: 'GPU-00000000-0000-0000-0000-00000000cm02',
+        name: 'NVIDIA A100-SXM4-40GB',
+        busId: '00000000:47:00.0',
+        computeMode: 3,
+      },
     ],
   });
   await withSession(api, config, async ({ fifo, fixture }) => {
     const uuids = fixture.gpus.map((g) => g.uuid);
     const [h0, h1, h2] = [handle(api, 0), handle(api, 1), handle(api, 2)];
-    assert.deepEqual([computeMode(api, h0), computeMode(api, h1), computeMode(api, h2)], [COMPUTEMODE_DEFAULT, COMPUTEMODE_PROHIBITED, COMPUTEMODE_EXCLUSIVE_PROCESS]);
+    assert.deepEqual(
+      [computeMode(api, h0), computeMode(api, h1), computeMode(api, h2)],
+      [COMPUTEMODE_DEFAULT, COMPUTEMODE_PROHIBITED, COMPUTEMODE_EXCLUSIVE_PROCESS],
+    );
 
     assert.equal(api.setComputeMode(h0, COMPUTEMODE_EXCLUSIVE_PROCESS), SUCCESS);
     assert.equal(computeMode(api, h0), COMPUTEMODE_EXCLUSIVE_PROCESS);
@@ -1128,7 +1178,9 @@ test('compute mode: bad handles, NULL, modes outside the enum, EXCLUSIVE_THREAD,
   // A MIG device has no compute mode of its own: like other whole-GPU calls, NOT_SUPPORTED.
   await withSession(api, 'mig-uniform-2.json', () => {
     const lib = koffi.load(path.join(libDirs.current, LIBRARY_NAME));
-    const migHandle = lib.func('int nvmlDeviceGetMigDeviceHandleByIndex(FakeNvmlTest_device device, unsigned int index, _Out_ FakeNvmlTest_device *mig)');
+    const migHandle = lib.func(
+      'int nvmlDeviceGetMigDeviceHandleByIndex(FakeNvmlTest_device device, unsigned int index, _Out_ FakeNvmlTest_device *mig)',
+    );
     const out: unknown[] = [null];
     assert.equal(migHandle(handle(api, 0), 0, out), SUCCESS);
     assert.equal(api.getComputeMode(out[0], [0]), NOT_SUPPORTED);
@@ -1158,11 +1210,17 @@ test('compute mode outlives shutdown/init and the removal of its GPU, as on a re
     await readStats(fifo);
   });
   await withSession(api, 'dgx1-v100.json', () => {
-    assert.equal(computeMode(api, handle(api, 3)), COMPUTEMODE_DEFAULT, 'a reloaded driver starts in the configured mode');
+    assert.equal(
+      computeMode(api, handle(api, 3)),
+      COMPUTEMODE_DEFAULT,
+      'a reloaded driver starts in the configured mode',
+    );
   });
 });
 
-test('compute mode: a caller that is not root gets NO_PERMISSION, as from the real library', { skip: process.getuid?.() !== 0 ? 'needs root to run a child as another user' : false }, () => {
+test('compute mode: a caller that is not root gets NO_PERMISSION, as from the real library', {
+  skip: process.getuid?.() !== 0 ? 'needs root to run a child as another user' : false,
+}, () => {
   // The fake checks geteuid(), so the check is made from a child running as nobody (65534).
   const script = `
     const koffi = require('koffi');
@@ -1210,7 +1268,10 @@ test('stats count every exported call since init (failures included, nvmlErrorSt
     assert.equal(first.total, 1);
     assert.equal(first.calls.nvmlInit_v2, 1);
     assert.equal(first.droppedEvents, 0);
-    assert.deepEqual(Object.keys(first.calls).sort(), [...BASE_SYMBOLS, ...NEWER_SYMBOLS].filter((s) => s !== 'nvmlErrorString').sort());
+    assert.deepEqual(
+      Object.keys(first.calls).sort(),
+      [...BASE_SYMBOLS, ...NEWER_SYMBOLS].filter((s) => s !== 'nvmlErrorString').sort(),
+    );
 
     sendControl(fifo, 'reset-stats\n');
     const zero = await readStats(fifo);
@@ -1233,7 +1294,10 @@ test('stats count every exported call since init (failures included, nvmlErrorSt
     assert.equal(stats.calls.nvmlEventSetWait_v2, 1);
     assert.equal(stats.calls.nvmlErrorString, undefined);
     assert.equal(stats.total, 7);
-    assert.equal(Object.values(stats.calls).reduce((a, b) => a + b, 0), stats.total);
+    assert.equal(
+      Object.values(stats.calls).reduce((a, b) => a + b, 0),
+      stats.total,
+    );
 
     // Nothing is counted between two stats requests without calls.
     assert.equal((await readStats(fifo)).total, 7);
@@ -1270,7 +1334,10 @@ test('remove and add a GPU: the count, indices, handles, links, topology and eve
     // A handle no live GPU fills any more answers GPU_IS_LOST, as NVML does for a GPU removed since.
     const idx = [0];
     assert.equal(api.index(h7before, idx), GPU_IS_LOST);
-    assert.deepEqual(Array.from({ length: 7 }, (_, i) => uuidOf(api, handle(api, i))), uuids.filter((_, i) => i !== 2));
+    assert.deepEqual(
+      Array.from({ length: 7 }, (_, i) => uuidOf(api, handle(api, i))),
+      uuids.filter((_, i) => i !== 2),
+    );
     const h2 = handle(api, 2);
     assert.notEqual(h2, h3before, 'the GPUs after the removed one have new handles');
     const index = [0];
@@ -1299,7 +1366,10 @@ test('remove and add a GPU: the count, indices, handles, links, topology and eve
     sendControl(fifo, `add ${uuids[2]}\n`);
     await readStats(fifo);
     assert.equal(deviceCount(api), 8);
-    assert.deepEqual(Array.from({ length: 8 }, (_, i) => uuidOf(api, handle(api, i))), uuids);
+    assert.deepEqual(
+      Array.from({ length: 8 }, (_, i) => uuidOf(api, handle(api, i))),
+      uuids,
+    );
     assert.equal(handle(api, 3), h3before);
     assert.equal(api.nvlinkState(handle(api, 0), 1, active), SUCCESS);
     assert.equal(active[0], 1);
@@ -1327,7 +1397,11 @@ test('a removed GPU stays removed across shutdown and init; the FIFO is read mea
     await readStats(fifo);
     assert.equal(deviceCount(api), 8);
     assert.equal(api.shutdown(), SUCCESS);
-    assert.throws(() => sendControl(fifo, 'stats /dev/null\n'), (e: NodeJS.ErrnoException) => e.code === 'ENXIO', 'with no change in effect the control thread stops as before');
+    assert.throws(
+      () => sendControl(fifo, 'stats /dev/null\n'),
+      (e: NodeJS.ErrnoException) => e.code === 'ENXIO',
+      'with no change in effect the control thread stops as before',
+    );
   } finally {
     delete process.env.FAKE_NVML_CONTROL;
   }
@@ -1378,7 +1452,7 @@ test('unload and load the driver: DRIVER_NOT_LOADED everywhere, init fails, then
     assert.equal(api.count([0]), UNINITIALIZED);
     assert.equal(api.shutdown(), SUCCESS);
     assert.equal(api.init(), SUCCESS);
-    assert.equal(driverVersion(api), '550.54.15', 'load without a version: the config\'s');
+    assert.equal(driverVersion(api), '550.54.15', "load without a version: the config's");
     assert.equal(api.shutdown(), SUCCESS);
   } finally {
     delete process.env.FAKE_NVML_CONTROL;
@@ -1438,7 +1512,9 @@ test('a storm of 10 000 commands from 4 concurrent writers: bounded queue drops 
     for (let w = 0; w < writers; w++) {
       const mine = received.filter((v) => Math.floor(v / 100_000) === w).map((v) => v % 100_000);
       survivors += mine.length;
-      mine.forEach((v, i) => assert.equal(v, perWriter - mine.length + i, `writer ${w} keeps its newest events in order`));
+      for (const [i, v] of mine.entries()) {
+        assert.equal(v, perWriter - mine.length + i, `writer ${w} keeps its newest events in order`);
+      }
     }
     assert.equal(survivors, 4096);
     assert.equal(api.eventSetFree(set), SUCCESS);
@@ -1618,9 +1694,17 @@ test('loads by soname through LD_LIBRARY_PATH, as the plugin loads the real libr
     [libDirs.current, true],
     [libDirs.old, false],
   ] as const) {
-    const env: NodeJS.ProcessEnv = { ...process.env, LD_LIBRARY_PATH: dir, FAKE_NVML_CONFIG: fixturePath('nvswitch-8.json') };
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      LD_LIBRARY_PATH: dir,
+      FAKE_NVML_CONFIG: fixturePath('nvswitch-8.json'),
+    };
     delete env.FAKE_NVML_CONTROL;
-    const output = execFileSync(process.execPath, ['--input-type=module', '-e', script], { cwd: repoRoot, env, encoding: 'utf8' });
+    const output = execFileSync(process.execPath, ['--input-type=module', '-e', script], {
+      cwd: repoRoot,
+      env,
+      encoding: 'utf8',
+    });
     assert.deepEqual(JSON.parse(output), { init: SUCCESS, count: SUCCESS, devices: 8, waitV2, shutdown: SUCCESS });
   }
 });
@@ -1677,9 +1761,17 @@ test('invalid configs fail init with UNKNOWN and one stderr line naming the key;
     { config: null, init: DRIVER_NOT_LOADED, stderr: [] },
     { config: path.join(tmpDir, 'missing.json'), init: DRIVER_NOT_LOADED, stderr: ['cannot read FAKE_NVML_CONFIG'] },
     { config: writeConfig('bad1.json', '{"gpus": [}'), init: UNKNOWN, stderr: ['malformed JSON at line 1 column 11'] },
-    { config: writeConfig('bad2.json', '{"gpus": []} x'), init: UNKNOWN, stderr: ['unexpected data after the JSON value'] },
+    {
+      config: writeConfig('bad2.json', '{"gpus": []} x'),
+      init: UNKNOWN,
+      stderr: ['unexpected data after the JSON value'],
+    },
     { config: writeConfig('bad3.json', '{"gpus": [], "gpus": []}'), init: UNKNOWN, stderr: ['duplicate key "gpus"'] },
-    { config: writeConfig('bad4.json', '{\n  "gpus": [\n    {"uuid": "GPU-\\q"}]}'), init: UNKNOWN, stderr: ['line 3 column'] },
+    {
+      config: writeConfig('bad4.json', '{\n  "gpus": [\n    {"uuid": "GPU-\\q"}]}'),
+      init: UNKNOWN,
+      stderr: ['line 3 column'],
+    },
     { config: writeConfig('bad5.json', '[]'), init: UNKNOWN, stderr: ['(top level): expected an object'] },
     {
       config: writeConfig('dup-uuid.json', { gpus: [gpu(1), gpu(2, { uuid: gpu(1).uuid })] }),
@@ -1687,7 +1779,9 @@ test('invalid configs fail init with UNKNOWN and one stderr line naming the key;
       stderr: ['gpus[1].uuid: duplicate UUID'],
     },
     {
-      config: writeConfig('dup-bus.json', { gpus: [gpu(1, { busId: '00000000:0a:00.0' }), gpu(2, { busId: '00000000:0A:00.0' })] }),
+      config: writeConfig('dup-bus.json', {
+        gpus: [gpu(1, { busId: '00000000:0a:00.0' }), gpu(2, { busId: '00000000:0A:00.0' })],
+      }),
       init: UNKNOWN,
       stderr: ['gpus[1].busId: duplicate bus id'],
     },
@@ -1707,7 +1801,13 @@ test('invalid configs fail init with UNKNOWN and one stderr line naming the key;
       stderr: ['nvlinks[0]: GPU index out of range'],
     },
     {
-      config: writeConfig('pcie-range.json', { gpus: [gpu(1), gpu(2)], pcie: [[0, 1, 10], [2, 0, 10]] }),
+      config: writeConfig('pcie-range.json', {
+        gpus: [gpu(1), gpu(2)],
+        pcie: [
+          [0, 1, 10],
+          [2, 0, 10],
+        ],
+      }),
       init: UNKNOWN,
       stderr: ['pcie[1]: GPU index out of range'],
     },
@@ -1719,7 +1819,15 @@ test('invalid configs fail init with UNKNOWN and one stderr line naming the key;
     {
       config: writeConfig('switch-range.json', {
         gpus: [gpu(1)],
-        nvswitches: [{ busId: '00000000:C1:00.0', links: [[0, 2], [3, 2]] }],
+        nvswitches: [
+          {
+            busId: '00000000:C1:00.0',
+            links: [
+              [0, 2],
+              [3, 2],
+            ],
+          },
+        ],
       }),
       init: UNKNOWN,
       stderr: ['nvswitches[0].links[1]: GPU index out of range'],
@@ -1824,14 +1932,19 @@ test('invalid configs fail init with UNKNOWN and one stderr line naming the key;
   assert.equal(results.length, cases.length);
   cases.forEach((c, i) => {
     const result = at(results, i);
-    const lines = at(stderrBlocks, i).split('\n').filter((line) => line !== '');
+    const lines = at(stderrBlocks, i)
+      .split('\n')
+      .filter((line) => line !== '');
     const label = `case ${i} (${c.config === null ? 'no config' : path.basename(c.config)})`;
     assert.equal(result.init, c.init, label);
     assert.equal(lines.length, c.stderr.length, `${label}: stderr was ${JSON.stringify(lines)}`);
     c.stderr.forEach((expected, k) => {
       const line = at(lines, k);
       assert.ok(line.startsWith('fake-nvml: '), line);
-      assert.ok(line.includes(expected), `${label}: ${JSON.stringify(line)} should include ${JSON.stringify(expected)}`);
+      assert.ok(
+        line.includes(expected),
+        `${label}: ${JSON.stringify(line)} should include ${JSON.stringify(expected)}`,
+      );
     });
     if (c.commands) {
       assert.equal(result.done, true, 'commands after the bad ones still ran');

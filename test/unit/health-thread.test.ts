@@ -25,8 +25,8 @@ before(async () => {
   [libs] = await Promise.all([buildFakeNvml(), ensureNativeLibrary()]);
   dir = mkdtempSync(join(tmpdir(), 'gdp-health-thread-'));
   control = join(dir, 'control');
-  process.env['FAKE_NVML_CONFIG'] = join(TOPOLOGIES, 'demo-8.json');
-  process.env['FAKE_NVML_CONTROL'] = control;
+  process.env.FAKE_NVML_CONFIG = join(TOPOLOGIES, 'demo-8.json');
+  process.env.FAKE_NVML_CONTROL = control;
 });
 after(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -62,14 +62,26 @@ async function watch(variant: 'current' | 'old', extra: Partial<EventWatcherOpti
   const log = createLogger({ level: 'debug', journal: false, write: (l) => lines.push(l) });
   const koffi = loadKoffi();
   const nvml = Nvml.open({ koffi, driverRoot: '/', log, library: join(libs[variant], LIBRARY_NAME) });
-  const run: Run = { nvml, watcher: undefined as unknown as EventWatcher, lines, batches: [], probes: [], gone: [], ready: null };
+  const run: Run = {
+    nvml,
+    watcher: undefined as unknown as EventWatcher,
+    lines,
+    batches: [],
+    probes: [],
+    gone: [],
+    ready: null,
+  };
   run.watcher = EventWatcher.start({
-    nvml, koffi, log,
+    nvml,
+    koffi,
+    log,
     gpus: Array.from({ length: gpus }, (_, i) => ({ nvmlIndex: i, uuid: `gpu-${i}` })),
     probeIntervalMs: 3_600_000,
     waitTimeoutMs: 200,
     // The watcher names GPUs by UUID (gpu-<index> here); positions keep the assertions short.
-    onReady: (watched, unsupported) => { run.ready = { watched: watched.map((g) => g.nvmlIndex), unsupported: unsupported.map((g) => g.nvmlIndex) }; },
+    onReady: (watched, unsupported) => {
+      run.ready = { watched: watched.map((g) => g.nvmlIndex), unsupported: unsupported.map((g) => g.nvmlIndex) };
+    },
     onEvents: (events) => run.batches.push(events),
     onProbe: (results) => run.probes.push(Array.from({ length: gpus }, (_, i) => results.get(`gpu-${i}`) ?? 'error')),
     onDriverGone: (message) => run.gone.push(message),
@@ -85,27 +97,63 @@ async function end(run: Run): Promise<void> {
 }
 
 const total = (run: Run, match: (e: EventBatchEntry) => boolean): number =>
-  run.batches.flat().filter(match).reduce((n, e) => n + e.count, 0);
+  run.batches
+    .flat()
+    .filter(match)
+    .reduce((n, e) => n + e.count, 0);
 
 test('identical events travel folded with counts; v2 XIDs carry their MIG ids; a NULL device is null', async () => {
   const run = await watch('current');
   try {
     assert.deepEqual(run.ready, { watched: [0, 1, 2, 3, 4, 5, 6, 7], unsupported: [] });
     assert.deepEqual(run.probes[0], ['ok', 'ok', 'ok', 'ok', 'ok', 'ok', 'ok', 'ok']);
-    send([...Array.from({ length: 1000 }, () => 'xid 2 79'), 'xid 5 94 1 0', 'xid all 48', 'dbe 6', 'sbe 1'].join('\n'));
-    const isXid79 = (e: EventBatchEntry): boolean => e.event.kind === 'xid' && e.event.gpu === 'gpu-2' && e.event.xid === 79;
-    await until('every event reported', () => total(run, isXid79) === 1000 && total(run, (e) => e.event.kind === 'ecc-single') === 1);
+    send(
+      [...Array.from({ length: 1000 }, () => 'xid 2 79'), 'xid 5 94 1 0', 'xid all 48', 'dbe 6', 'sbe 1'].join('\n'),
+    );
+    const isXid79 = (e: EventBatchEntry): boolean =>
+      e.event.kind === 'xid' && e.event.gpu === 'gpu-2' && e.event.xid === 79;
+    await until(
+      'every event reported',
+      () => total(run, isXid79) === 1000 && total(run, (e) => e.event.kind === 'ecc-single') === 1,
+    );
     const xid79 = run.batches.flat().filter(isXid79);
     assert.ok(xid79.length < 1000, `1000 identical XIDs were folded (${xid79.length} entries)`);
     assert.ok(xid79.every((e) => e.event.kind === 'xid' && e.event.gi === 0xffffffff && e.event.ci === 0xffffffff));
-    assert.deepEqual(run.batches.flat().filter((e) => e.event.kind === 'xid' && e.event.xid === 94).map((e) => e.event), [{ kind: 'xid', gpu: 'gpu-5', xid: 94, gi: 1, ci: 0 }]);
-    assert.deepEqual(run.batches.flat().filter((e) => e.event.kind === 'xid' && e.event.xid === 48).map((e) => e.event.gpu), [null]);
-    assert.deepEqual(run.batches.flat().filter((e) => e.event.kind !== 'xid').map((e) => [e.event, e.count]), [[{ kind: 'ecc-double', gpu: 'gpu-6' }, 1], [{ kind: 'ecc-single', gpu: 'gpu-1' }, 1]]);
-    assert.ok(run.batches.every((b) => b.length > 0), 'no empty batch');
+    assert.deepEqual(
+      run.batches
+        .flat()
+        .filter((e) => e.event.kind === 'xid' && e.event.xid === 94)
+        .map((e) => e.event),
+      [{ kind: 'xid', gpu: 'gpu-5', xid: 94, gi: 1, ci: 0 }],
+    );
+    assert.deepEqual(
+      run.batches
+        .flat()
+        .filter((e) => e.event.kind === 'xid' && e.event.xid === 48)
+        .map((e) => e.event.gpu),
+      [null],
+    );
+    assert.deepEqual(
+      run.batches
+        .flat()
+        .filter((e) => e.event.kind !== 'xid')
+        .map((e) => [e.event, e.count]),
+      [
+        [{ kind: 'ecc-double', gpu: 'gpu-6' }, 1],
+        [{ kind: 'ecc-single', gpu: 'gpu-1' }, 1],
+      ],
+    );
+    assert.ok(
+      run.batches.every((b) => b.length > 0),
+      'no empty batch',
+    );
   } finally {
     await end(run);
   }
-  assert.deepEqual(run.lines.filter((l) => / (ERROR|WARN) /.test(l)), []);
+  assert.deepEqual(
+    run.lines.filter((l) => / (ERROR|WARN) /.test(l)),
+    [],
+  );
 });
 
 test('the first wait (an old driver) gives XIDs without MIG ids, and its absence of the second is logged', async () => {
@@ -114,13 +162,17 @@ test('the first wait (an old driver) gives XIDs without MIG ids, and its absence
     send('xid 3 79 1 0');
     await until('the XID reported', () => run.batches.length > 0);
     assert.deepEqual(run.batches.flat(), [{ event: { kind: 'xid', gpu: 'gpu-3', xid: 79 }, count: 1 }]);
-    assert.equal(run.lines.filter((l) => /NVML lacks a function;.*function=nvmlEventSetWait_v2/.test(l)).length, 1, run.lines.join('\n'));
+    assert.equal(
+      run.lines.filter((l) => /NVML lacks a function;.*function=nvmlEventSetWait_v2/.test(l)).length,
+      1,
+      run.lines.join('\n'),
+    );
   } finally {
     await end(run);
   }
 });
 
-test('a GPU that cannot be watched is named with NVML\'s code and text, and probed as an error', async () => {
+test("a GPU that cannot be watched is named with NVML's code and text, and probed as an error", async () => {
   const run = await watch('current', {}, 9);
   try {
     assert.deepEqual(run.ready, { watched: [0, 1, 2, 3, 4, 5, 6, 7], unsupported: [] });
@@ -138,7 +190,10 @@ test('probes report a lost GPU, and it answering again', async () => {
   try {
     send('lost 4');
     await until('GPU 4 probed lost', () => run.probes.at(-1)?.[4] === 'lost');
-    assert.deepEqual(run.probes.at(-1)?.filter((r) => r !== 'ok'), ['lost']);
+    assert.deepEqual(
+      run.probes.at(-1)?.filter((r) => r !== 'ok'),
+      ['lost'],
+    );
     send('back 4');
     await until('GPU 4 probed ok again', () => run.probes.at(-1)?.[4] === 'ok');
   } finally {
@@ -146,7 +201,7 @@ test('probes report a lost GPU, and it answering again', async () => {
   }
 });
 
-test('the driver gone: reported once, naming the wait and NVML\'s code, and the thread ends by itself', async () => {
+test("the driver gone: reported once, naming the wait and NVML's code, and the thread ends by itself", async () => {
   const run = await watch('current');
   try {
     send('unload');
@@ -155,7 +210,10 @@ test('the driver gone: reported once, naming the wait and NVML\'s code, and the 
     // Ended by itself: the stop below only collects it; nothing more is reported meanwhile.
     await run.watcher.stop(5000);
     assert.equal(run.gone.length, 1);
-    assert.deepEqual(run.lines.filter((l) => /still inside an NVML call/.test(l)), []);
+    assert.deepEqual(
+      run.lines.filter((l) => /still inside an NVML call/.test(l)),
+      [],
+    );
   } finally {
     send('load');
     await applied();
@@ -170,5 +228,9 @@ test('stop() while the thread is blocked in a long wait returns, and drops what 
   await stopping;
   await run.watcher.stop(10000);
   run.nvml.shutdown();
-  assert.deepEqual(run.lines.filter((l) => /still inside an NVML call/.test(l)), [], 'stopped within its wait timeout');
+  assert.deepEqual(
+    run.lines.filter((l) => /still inside an NVML call/.test(l)),
+    [],
+    'stopped within its wait timeout',
+  );
 });

@@ -35,7 +35,8 @@ const SAMPLE = [1, 13, 31, 32, 43, 45, 48, 63, 68, 74, 79, 94, 95, 109, 119, 999
 test('unset/unset: the six application XIDs are ignored, everything else is critical', () => {
   assert.deepEqual([...DEFAULT_IGNORED_XIDS], [13, 31, 43, 45, 68, 109]);
   for (const xid of DEFAULT_IGNORED_XIDS) assert.equal(isCritical(defaults, xid), false, `XID ${xid}`);
-  for (const xid of [8, 32, 48, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140, 0, 99999]) assert.equal(isCritical(defaults, xid), true, `XID ${xid}`);
+  for (const xid of [8, 32, 48, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140, 0, 99999])
+    assert.equal(isCritical(defaults, xid), true, `XID ${xid}`);
   assert.equal(watchesDoubleBitEcc(defaults), true);
   assert.equal(watchesLostGpus(defaults), true);
   assert.deepEqual(parseHealthSettings('', ''), defaults);
@@ -100,23 +101,46 @@ test('enable lists tolerate spaces and empty items', () => {
 
 test('bad values are refused with the variable, the item and what would be right', () => {
   assert.throws(() => parseHealthSettings('13,abc', undefined), {
-    message: 'DP_DISABLE_HEALTHCHECKS: "abc" is not an XID; expected "all", "xids", or a comma list of XID numbers like 13,31',
+    message:
+      'DP_DISABLE_HEALTHCHECKS: "abc" is not an XID; expected "all", "xids", or a comma list of XID numbers like 13,31',
   });
   assert.throws(() => parseHealthSettings(undefined, '48,x79'), {
-    message: 'DP_ENABLE_HEALTHCHECKS: "x79" is not an XID; expected "all", "xids", or a comma list of XID numbers like 48,79',
+    message:
+      'DP_ENABLE_HEALTHCHECKS: "x79" is not an XID; expected "all", "xids", or a comma list of XID numbers like 48,79',
   });
   for (const bad of ['-1', '1.5', '0x10', '1e3', '+13', '1 3', '99999999999999999999', 'none']) {
-    assert.throws(() => parseHealthSettings(bad, undefined), { message: new RegExp(`^DP_DISABLE_HEALTHCHECKS: ${JSON.stringify(bad).replace(/[.+]/g, '\\$&')} is not an XID`) }, bad);
+    assert.throws(
+      () => parseHealthSettings(bad, undefined),
+      {
+        message: new RegExp(`^DP_DISABLE_HEALTHCHECKS: ${JSON.stringify(bad).replace(/[.+]/g, '\\$&')} is not an XID`),
+      },
+      bad,
+    );
   }
   assert.deepEqual([...parseHealthSettings(undefined, '013').enabledXids], [13]);
 });
 
 test('the settings describe themselves in one line', () => {
-  assert.equal(describeHealthSettings(defaults), 'every XID is critical except 13,31,43,45,68,109; double-bit ECC watched; lost GPUs watched');
-  assert.equal(describeHealthSettings(parseHealthSettings('74', '31')), 'every XID is critical except 13,43,45,68,74,109; double-bit ECC watched; lost GPUs watched');
-  assert.equal(describeHealthSettings(parseHealthSettings('all', undefined)), 'no XID is critical (health checks disabled); double-bit ECC ignored; lost GPUs ignored');
-  assert.equal(describeHealthSettings(parseHealthSettings('all', '79,74')), 'only XIDs 74,79 are critical; double-bit ECC ignored; lost GPUs watched');
-  assert.equal(describeHealthSettings(parseHealthSettings(undefined, 'all')), 'every XID is critical; double-bit ECC watched; lost GPUs watched');
+  assert.equal(
+    describeHealthSettings(defaults),
+    'every XID is critical except 13,31,43,45,68,109; double-bit ECC watched; lost GPUs watched',
+  );
+  assert.equal(
+    describeHealthSettings(parseHealthSettings('74', '31')),
+    'every XID is critical except 13,43,45,68,74,109; double-bit ECC watched; lost GPUs watched',
+  );
+  assert.equal(
+    describeHealthSettings(parseHealthSettings('all', undefined)),
+    'no XID is critical (health checks disabled); double-bit ECC ignored; lost GPUs ignored',
+  );
+  assert.equal(
+    describeHealthSettings(parseHealthSettings('all', '79,74')),
+    'only XIDs 74,79 are critical; double-bit ECC ignored; lost GPUs watched',
+  );
+  assert.equal(
+    describeHealthSettings(parseHealthSettings(undefined, 'all')),
+    'every XID is critical; double-bit ECC watched; lost GPUs watched',
+  );
 });
 
 // ---- XID meanings ----
@@ -133,7 +157,8 @@ test('common XIDs have their catalog meaning; unknown ones point to the catalog'
   assert.equal(xidMeaning(95), 'Uncontained ECC error');
   assert.equal(xidMeaning(109), 'Context switch timeout');
   assert.equal(xidMeaning(119), 'GSP RPC timeout');
-  for (const xid of [32, 38, 45, 61, 62, 64, 68, 69, 92, 120, 121, 140]) assert.notEqual(xidMeaning(xid), UNKNOWN_XID_MEANING, `XID ${xid}`);
+  for (const xid of [32, 38, 45, 61, 62, 64, 68, 69, 92, 120, 121, 140])
+    assert.notEqual(xidMeaning(xid), UNKNOWN_XID_MEANING, `XID ${xid}`);
   assert.equal(xidMeaning(4242), "unknown XID (see NVIDIA's XID catalog)");
   assert.equal(xidMeaning(Number.NaN), UNKNOWN_XID_MEANING);
 });
@@ -156,7 +181,15 @@ test('a critical XID marks the GPU unhealthy once, naming the XID and its meanin
   for (const xid of [79, 48, 63]) {
     const t = tracker(3);
     const changes = t.apply({ kind: 'xid', gpu: 1, xid }, 5);
-    assert.deepEqual(changes, [{ gpu: 1, health: 'Unhealthy', reason: `critical XID ${xid} (${xidMeaning(xid)})`, xid, meaning: xidMeaning(xid) }]);
+    assert.deepEqual(changes, [
+      {
+        gpu: 1,
+        health: 'Unhealthy',
+        reason: `critical XID ${xid} (${xidMeaning(xid)})`,
+        xid,
+        meaning: xidMeaning(xid),
+      },
+    ]);
     assert.deepEqual(t.health(), ['Healthy', 'Unhealthy', 'Healthy']);
     const snapshot = t.health();
     assert.deepEqual(t.apply({ kind: 'xid', gpu: 1, xid: 74 }, 6), [], 'already unhealthy: no second transition');
@@ -184,7 +217,9 @@ test('double-bit ECC marks unhealthy; single-bit ECC is only counted', () => {
   assert.equal(t.singleBitCount(0), 0);
   assert.equal(t.singleBitCount(7), 0);
   assert.deepEqual(t.health(), ['Healthy', 'Healthy']);
-  assert.deepEqual(t.apply({ kind: 'ecc-double', gpu: 1 }, 10), [{ gpu: 1, health: 'Unhealthy', reason: 'double-bit ECC error (uncorrectable memory error)' }]);
+  assert.deepEqual(t.apply({ kind: 'ecc-double', gpu: 1 }, 10), [
+    { gpu: 1, health: 'Unhealthy', reason: 'double-bit ECC error (uncorrectable memory error)' },
+  ]);
   assert.deepEqual(t.apply({ kind: 'ecc-double', gpu: 1 }, 11), []);
   assert.deepEqual(t.health(), ['Healthy', 'Unhealthy']);
   // counted even when every check is off
@@ -196,19 +231,28 @@ test('double-bit ECC marks unhealthy; single-bit ECC is only counted', () => {
 test('an event with no device concerns every GPU', () => {
   const t = tracker(3);
   const changes = t.apply({ kind: 'xid', gpu: null, xid: 79 }, 1);
-  assert.deepEqual(changes.map((c) => c.gpu), [0, 1, 2]);
+  assert.deepEqual(
+    changes.map((c) => c.gpu),
+    [0, 1, 2],
+  );
   assert.ok(changes.every((c) => c.health === 'Unhealthy' && c.xid === 79 && c.reason.includes('every GPU')));
   assert.deepEqual(t.health(), ['Unhealthy', 'Unhealthy', 'Unhealthy']);
 
   const e = tracker(2);
-  assert.deepEqual(e.apply({ kind: 'ecc-double', gpu: null }, 1).map((c) => c.gpu), [0, 1]);
+  assert.deepEqual(
+    e.apply({ kind: 'ecc-double', gpu: null }, 1).map((c) => c.gpu),
+    [0, 1],
+  );
   const s = tracker(2);
   s.apply({ kind: 'ecc-single', gpu: null }, 1);
   assert.deepEqual([s.singleBitCount(0), s.singleBitCount(1)], [1, 1]);
   // a partly unhealthy node: only the healthy GPUs change
   const p = tracker(3);
   p.apply({ kind: 'xid', gpu: 1, xid: 74 }, 1);
-  assert.deepEqual(p.apply({ kind: 'xid', gpu: null, xid: 74 }, 2).map((c) => c.gpu), [0, 2]);
+  assert.deepEqual(
+    p.apply({ kind: 'xid', gpu: null, xid: 74 }, 2).map((c) => c.gpu),
+    [0, 2],
+  );
 });
 
 test('GPU positions out of range are ignored without throwing', () => {
@@ -283,13 +327,15 @@ test('with recovery on, a GPU recovers once the quiet period has passed with an 
   assert.deepEqual(t.tick(1000 + QUIET - 1), []);
   const unhealthy = t.health();
   const changes = t.tick(1000 + QUIET);
-  assert.deepEqual(changes, [{
-    gpu: 1,
-    health: 'Healthy',
-    reason: `recovered from XID 74 (NVLink error): probes answered ok and no critical XID for ${QUIET} ms`,
-    xid: 74,
-    meaning: 'NVLink error',
-  }]);
+  assert.deepEqual(changes, [
+    {
+      gpu: 1,
+      health: 'Healthy',
+      reason: `recovered from XID 74 (NVLink error): probes answered ok and no critical XID for ${QUIET} ms`,
+      xid: 74,
+      meaning: 'NVLink error',
+    },
+  ]);
   assert.notEqual(t.health(), unhealthy);
   assert.deepEqual(t.health(), ['Healthy', 'Healthy']);
   assert.equal(t.nextDueMs(), null);
@@ -302,7 +348,10 @@ test('an ok probe that arrives after the quiet period recovers the GPU at once',
   const t = tracker(1, defaults, on);
   t.apply({ kind: 'xid', gpu: 0, xid: 119 }, 0);
   const changes = t.apply({ kind: 'probe', gpu: 0, result: 'ok' }, 2 * QUIET);
-  assert.deepEqual(changes.map((c: HealthChange) => [c.gpu, c.health, c.xid]), [[0, 'Healthy', 119]]);
+  assert.deepEqual(
+    changes.map((c: HealthChange) => [c.gpu, c.health, c.xid]),
+    [[0, 'Healthy', 119]],
+  );
   // the probe counts from the very start of the quiet period (same millisecond)
   const same = tracker(1, defaults, on);
   same.apply({ kind: 'xid', gpu: 0, xid: 119 }, 500);
@@ -328,7 +377,10 @@ test('a new critical XID during the quiet period delays recovery; an ignored one
   assert.equal(t.nextDueMs(), 30_000 + QUIET);
   assert.deepEqual(t.tick(QUIET), []);
   const changes = t.tick(30_000 + QUIET);
-  assert.deepEqual(changes.map((c) => [c.health, c.xid]), [['Healthy', 119]]);
+  assert.deepEqual(
+    changes.map((c) => [c.health, c.xid]),
+    [['Healthy', 119]],
+  );
 });
 
 test('a probe that is not ok resets the quiet period for good', () => {
@@ -344,7 +396,10 @@ test('a probe that is not ok resets the quiet period for good', () => {
 });
 
 test('double-bit ECC and the non-recoverable XIDs never recover', () => {
-  assert.deepEqual([...NON_RECOVERABLE_XIDS].sort((a, b) => a - b), [48, 64, 79, 95, 140]);
+  assert.deepEqual(
+    [...NON_RECOVERABLE_XIDS].sort((a, b) => a - b),
+    [48, 64, 79, 95, 140],
+  );
   const t = tracker(1, defaults, on);
   t.apply({ kind: 'ecc-double', gpu: 0 }, 0);
   t.apply({ kind: 'probe', gpu: 0, result: 'ok' }, 1);
@@ -373,9 +428,15 @@ test('nextDueMs is the earliest pending recovery across GPUs', () => {
   assert.equal(t.nextDueMs(), 5000 + QUIET);
   t.apply({ kind: 'probe', gpu: 2, result: 'ok' }, 6000);
   assert.equal(t.nextDueMs(), 1000 + QUIET);
-  assert.deepEqual(t.tick(1000 + QUIET).map((c) => c.gpu), [2]);
+  assert.deepEqual(
+    t.tick(1000 + QUIET).map((c) => c.gpu),
+    [2],
+  );
   assert.equal(t.nextDueMs(), 5000 + QUIET);
-  assert.deepEqual(t.tick(5000 + QUIET).map((c) => c.gpu), [0]);
+  assert.deepEqual(
+    t.tick(5000 + QUIET).map((c) => c.gpu),
+    [0],
+  );
   assert.equal(t.nextDueMs(), null);
 });
 
@@ -385,14 +446,23 @@ test('an overdue recovery is reported before the event that follows it', () => {
   t.apply({ kind: 'probe', gpu: 0, result: 'ok' }, 1000);
   // nobody called tick() at QUIET; the next XID comes later
   const changes = t.apply({ kind: 'xid', gpu: 0, xid: 119 }, QUIET + 5000);
-  assert.deepEqual(changes.map((c) => [c.health, c.xid]), [['Healthy', 74], ['Unhealthy', 119]]);
+  assert.deepEqual(
+    changes.map((c) => [c.health, c.xid]),
+    [
+      ['Healthy', 74],
+      ['Unhealthy', 119],
+    ],
+  );
   assert.deepEqual(t.health(), ['Unhealthy']);
 });
 
 test('a zero quiet period recovers at the first ok probe after the XID', () => {
   const t = tracker(1, defaults, { enabled: true, quietMs: 0 });
   t.apply({ kind: 'xid', gpu: 0, xid: 74 }, 100);
-  assert.deepEqual(t.apply({ kind: 'probe', gpu: 0, result: 'ok' }, 100).map((c) => c.health), ['Healthy']);
+  assert.deepEqual(
+    t.apply({ kind: 'probe', gpu: 0, result: 'ok' }, 100).map((c) => c.health),
+    ['Healthy'],
+  );
 });
 
 test('bad tracker configuration is refused at construction', () => {

@@ -43,7 +43,10 @@ test('flock on the directory: a second lock is refused naming this process, rele
     if (busy.state === 'busy') {
       assert.ok(busy.error instanceof AlreadyRunningError);
       assert.equal(busy.error.pid, process.pid);
-      assert.match(busy.error.message, new RegExp(`^another gpu-device-plugin \\(PID ${process.pid}\\) already serves the socket directory ${dir}; `));
+      assert.match(
+        busy.error.message,
+        new RegExp(`^another gpu-device-plugin \\(PID ${process.pid}\\) already serves the socket directory ${dir}; `),
+      );
     }
     // Deleted and re-created (kubeadm reset): the new directory is free until the holder locks it.
     rmSync(dir, { recursive: true });
@@ -51,7 +54,10 @@ test('flock on the directory: a second lock is refused naming this process, rele
     const relocked = await first.tryLock();
     assert.equal(relocked.state, 'held');
     // The old directory's inode stays open under the lock, so its number cannot be reused meanwhile.
-    assert.ok(held.state === 'held' && relocked.state === 'held' && relocked.identity !== held.identity, 'the new inode is locked');
+    assert.ok(
+      held.state === 'held' && relocked.state === 'held' && relocked.identity !== held.identity,
+      'the new inode is locked',
+    );
     assert.equal((await second.tryLock()).state, 'busy');
     first.release();
     assert.equal((await second.tryLock()).state, 'held');
@@ -63,7 +69,9 @@ test('flock on the directory: a second lock is refused naming this process, rele
   }
 });
 
-test('follow(): the holder locks a re-created directory when it appears, and hears when another plugin got it first', { timeout: 10000 }, async () => {
+test('follow(): the holder locks a re-created directory when it appears, and hears when another plugin got it first', {
+  timeout: 10000,
+}, async () => {
   const root = mkdtempSync(join(tmpdir(), 'gdp-lock-follow-'));
   const dir = join(root, 'device-plugins');
   mkdirSync(dir);
@@ -77,9 +85,12 @@ test('follow(): the holder locks a re-created directory when it appears, and hea
     mkdirSync(dir);
     const st = statSync(dir, { bigint: true });
     let busy: AlreadyRunningError | undefined;
-    first.follow((err) => { busy = err; }, 5);
+    first.follow((err) => {
+      busy = err;
+    }, 5);
     // Watched from /proc/locks, without taking the lock: the new inode becomes this process's.
-    while (lockHolder(readFileSync('/proc/locks', 'utf8'), st.dev, st.ino) !== process.pid) await new Promise((r) => setImmediate(r));
+    while (lockHolder(readFileSync('/proc/locks', 'utf8'), st.dev, st.ino) !== process.pid)
+      await new Promise((r) => setImmediate(r));
     assert.equal((await other.tryLock()).state, 'busy');
     assert.equal(busy, undefined, 'the holder re-locked its own directory');
     first.release();

@@ -16,15 +16,34 @@ import { createLogger } from '../../src/system/log.ts';
 
 const MiB = 1024 * 1024;
 const uuid = (i: number): string => `GPU-0000000${i}-aaaa-4000-8000-000000000000`;
-const gpu = (i: number, index = i): Gpu => ({ index, uuid: uuid(i), name: 'NVIDIA A100-SXM4-80GB', minor: i, busId: `00000000:0${i}:00.0`, memoryBytes: 81920 * MiB, numaNode: 0 });
+const gpu = (i: number, index = i): Gpu => ({
+  index,
+  uuid: uuid(i),
+  name: 'NVIDIA A100-SXM4-80GB',
+  minor: i,
+  busId: `00000000:0${i}:00.0`,
+  memoryBytes: 81920 * MiB,
+  numaNode: 0,
+});
 const migDev = (parent: number, gi: number, uuidTail: string): MigDevice => ({
-  parent, index: gi - 1, uuid: `MIG-${uuidTail}`, gi, ci: 0, profile: '1g.10gb', giSlices: 1, ciSlices: 1, memoryBytes: 9728 * MiB, multiprocessors: 14, engines: { copy: 1, decoder: 0, encoder: 0, jpeg: 0, ofa: 0 },
+  parent,
+  index: gi - 1,
+  uuid: `MIG-${uuidTail}`,
+  gi,
+  ci: 0,
+  profile: '1g.10gb',
+  giSlices: 1,
+  ciSlices: 1,
+  memoryBytes: 9728 * MiB,
+  multiprocessors: 14,
+  engines: { copy: 1, decoder: 0, encoder: 0, jpeg: 0, ofa: 0 },
 });
 
 function scan(ids: readonly number[], mig?: MigLayout): NodeScan {
   const gpus = ids.map((id, k) => gpu(id, k));
   return {
-    driverVersion: '550.54.15', gpus,
+    driverVersion: '550.54.15',
+    gpus,
     nvlinks: gpus.map((g) => ({ busId: g.busId, links: [] })),
     pcie: gpus.map((_, i) => gpus.map((_, j) => (i === j ? -1 : 40))),
     ...(mig === undefined ? {} : { mig }),
@@ -33,8 +52,18 @@ function scan(ids: readonly number[], mig?: MigLayout): NodeScan {
 
 const settings = (replicas = 1, migStrategy: 'none' | 'mixed' = 'none'): NodeSettings => ({
   plan: {
-    deviceIdStrategy: 'uuid', migStrategy,
-    sharing: replicas === 1 ? NO_SHARING : { timeSlicing: { renameByDefault: false, failRequestsGreaterThanOne: false, resources: [{ name: 'nvidia.com/gpu', rename: null, replicas, devices: { kind: 'all' } }] } },
+    deviceIdStrategy: 'uuid',
+    migStrategy,
+    sharing:
+      replicas === 1
+        ? NO_SHARING
+        : {
+            timeSlicing: {
+              renameByDefault: false,
+              failRequestsGreaterThanOne: false,
+              resources: [{ name: 'nvidia.com/gpu', rename: null, replicas, devices: { kind: 'all' } }],
+            },
+          },
   },
   serve: { allocate: { passDeviceSpecs: false, devRoot: '/', presentControlDevices: [] }, sharedPolicy: 'distributed' },
 });
@@ -52,7 +81,11 @@ class Recorder implements NodeConsumer {
     this.refuseNext = null;
     if (err !== null) throw err;
     this.applied.push(a);
-    this.waiters = this.waiters.filter((w) => (w.pred(a) ? (w.resolve(a), false) : true));
+    this.waiters = this.waiters.filter((w) => {
+      if (!w.pred(a)) return true;
+      w.resolve(a);
+      return false;
+    });
   }
 
   stop(): void {
@@ -73,15 +106,21 @@ class Recorder implements NodeConsumer {
   }
 }
 
-function setup(opts: { recovery?: boolean; mig?: boolean; rescan?: (node: LiveNode, reason: string) => Promise<void> } = {}) {
+function setup(
+  opts: { recovery?: boolean; mig?: boolean; rescan?: (node: LiveNode, reason: string) => Promise<void> } = {},
+) {
   const lines: string[] = [];
   const log = createLogger({ level: 'debug', journal: false, write: (l) => lines.push(l) });
   const rec = new Recorder();
   let now = 1000;
   const node = new LiveNode({
-    log, config: settings(1, opts.mig === true ? 'mixed' : 'none'), health: parseHealthSettings(undefined, undefined),
-    recovery: { enabled: opts.recovery === true, quietMs: 5000 }, consumers: [rec],
-    now: () => now, wallNow: () => 1_700_000_000_000 + now,
+    log,
+    config: settings(1, opts.mig === true ? 'mixed' : 'none'),
+    health: parseHealthSettings(undefined, undefined),
+    recovery: { enabled: opts.recovery === true, quietMs: 5000 },
+    consumers: [rec],
+    now: () => now,
+    wallNow: () => 1_700_000_000_000 + now,
   });
   const rescans: string[] = [];
   if (opts.rescan !== undefined) {
@@ -91,20 +130,35 @@ function setup(opts: { recovery?: boolean; mig?: boolean; rescan?: (node: LiveNo
       return fn(node, reason);
     });
   }
-  const health = (s: NodeSnapshot = rec.last): string => s.gpus.map((g) => (s.health.get(g.uuid) === 'Healthy' ? 'H' : 'U')).join('');
-  return { node, rec, lines, rescans, health, advance: (ms: number) => { now += ms; } };
+  const health = (s: NodeSnapshot = rec.last): string =>
+    s.gpus.map((g) => (s.health.get(g.uuid) === 'Healthy' ? 'H' : 'U')).join('');
+  return {
+    node,
+    rec,
+    lines,
+    rescans,
+    health,
+    advance: (ms: number) => {
+      now += ms;
+    },
+  };
 }
 
-const xid = (gpuUuid: string | null, code: number, gi?: number, ci?: number): EventBatchEntry[] =>
-  [{ event: { kind: 'xid', gpu: gpuUuid, xid: code, ...(gi === undefined ? {} : { gi, ci: ci ?? 0 }) }, count: 1 }];
-const probes = (results: Record<string, ProbeResult>): ReadonlyMap<string, ProbeResult> => new Map(Object.entries(results));
+const xid = (gpuUuid: string | null, code: number, gi?: number, ci?: number): EventBatchEntry[] => [
+  { event: { kind: 'xid', gpu: gpuUuid, xid: code, ...(gi === undefined ? {} : { gi, ci: ci ?? 0 }) }, count: 1 },
+];
+const probes = (results: Record<string, ProbeResult>): ReadonlyMap<string, ProbeResult> =>
+  new Map(Object.entries(results));
 const healthChanged = (a: AppliedSnapshot): boolean => a.reason === 'health changed';
 
 test('a scan goes to every consumer with its diff; an XID marks its GPU by UUID, with the reason and since when', async () => {
   const t = setup();
   await t.node.scanned(scan([0, 1, 2]), 'start');
   assert.equal(t.rec.applied.length, 1);
-  assert.deepEqual(t.rec.applied[0]!.change.added.map((r) => r.name), ['nvidia.com/gpu']);
+  assert.deepEqual(
+    t.rec.applied[0]!.change.added.map((r) => r.name),
+    ['nvidia.com/gpu'],
+  );
   assert.equal(t.rec.applied[0]!.reason, 'start');
   t.node.onEvents(xid(uuid(1), 79));
   const a = await t.rec.next(healthChanged);
@@ -112,7 +166,10 @@ test('a scan goes to every consumer with its diff; an XID marks its GPU by UUID,
   const h = a.snapshot.gpuHealth.get(uuid(1))!;
   assert.match(h.reason ?? '', /critical XID 79/);
   assert.equal(h.since, 1_700_000_001_000);
-  assert.deepEqual(a.change.updated.map((u) => u.healthChanged), [[uuid(1)]]);
+  assert.deepEqual(
+    a.change.updated.map((u) => u.healthChanged),
+    [[uuid(1)]],
+  );
   assert.equal(t.lines.filter((l) => / WARN GPU unhealthy gpu=1 uuid=GPU-00000001/.test(l)).length, 1);
   // The GPUs move (GPU 0 leaves, so GPU 1 is now NVML index 0): the event for GPU 1's UUID still lands on it.
   await t.node.scanned(scan([1, 2]), 're-discovery');
@@ -130,7 +187,10 @@ test('an ignored XID changes nothing and is visible at debug; single-bit ECC cou
   await t.node.scanned(scan([0, 1]), 're-discovery');
   assert.equal(t.health(), 'HH');
   assert.equal(t.rec.applied.filter(healthChanged).length, 0);
-  assert.equal(t.lines.filter((l) => / DEBUG XID ignored by the health settings gpu=0 uuid=GPU-00000000.* xid=13/.test(l)).length, 1);
+  assert.equal(
+    t.lines.filter((l) => / DEBUG XID ignored by the health settings gpu=0 uuid=GPU-00000000.* xid=13/.test(l)).length,
+    1,
+  );
   assert.equal(t.rec.last.gpuHealth.get(uuid(1))?.state.singleBit, 3);
 });
 
@@ -143,10 +203,21 @@ test('an event for a GPU the snapshot does not hold marks nothing, asks for a re
   const a = await t.rec.next((x) => healthChanged(x) && x.snapshot.gpus.length === 3);
   assert.equal(t.health(a.snapshot), 'HHU');
   assert.equal(t.rescans.length, 1);
-  assert.equal(t.lines.filter((l) => /INFO event names a device the node snapshot does not hold; nothing is marked, looking at the node again uuid=GPU-00000002/.test(l)).length, 1);
+  assert.equal(
+    t.lines.filter((l) =>
+      /INFO event names a device the node snapshot does not hold; nothing is marked, looking at the node again uuid=GPU-00000002/.test(
+        l,
+      ),
+    ).length,
+    1,
+  );
   // One that a rescan cannot place either is logged once and then ignored without rescanning again.
   t.node.onEvents(xid(uuid(7), 79));
-  await waitFor(() => t.lines.some((l) => /event still names no device of this node after looking again; ignored uuid=GPU-00000007/.test(l)));
+  await waitFor(() =>
+    t.lines.some((l) =>
+      /event still names no device of this node after looking again; ignored uuid=GPU-00000007/.test(l),
+    ),
+  );
   t.node.onEvents(xid(uuid(7), 79));
   await t.node.scanned(scan(present), 're-discovery');
   assert.equal(t.rescans.length, 2, 'no third rescan for an event already known to name nothing');
@@ -164,7 +235,10 @@ test('an XID naming an unknown GI/CI marks nothing, and after the MIG re-scan ma
   assert.equal(a.snapshot.migHealth.get('MIG-b')?.state.health, 'Unhealthy');
   assert.equal(a.snapshot.migHealth.get('MIG-a')?.state.health, 'Healthy');
   assert.equal(a.snapshot.gpuHealth.get(uuid(1))?.state.health, 'Healthy', 'not the whole GPU');
-  assert.match(t.lines.find((l) => /event names a device the node snapshot does not hold/.test(l)) ?? '', /gpu=1 .*xid=94 gi=2 ci=0 why="GPU instance 2, compute instance 0 is no MIG device known on this GPU"/);
+  assert.match(
+    t.lines.find((l) => /event names a device the node snapshot does not hold/.test(l)) ?? '',
+    /gpu=1 .*xid=94 gi=2 ci=0 why="GPU instance 2, compute instance 0 is no MIG device known on this GPU"/,
+  );
 });
 
 test('GPU_IS_LOST is believed once a rescan still lists the GPU; a GPU that has left is gone, not lost', async () => {
@@ -178,7 +252,11 @@ test('GPU_IS_LOST is believed once a rescan still lists the GPU; a GPU that has 
   present = [0, 1];
   t.node.onProbe(probes({ [uuid(2)]: 'lost' }));
   await t.rec.next((x) => x.snapshot.gpus.length === 2);
-  await waitFor(() => t.lines.some((l) => /GPU answered GPU_IS_LOST but has left the node: it is gone, not lost uuid=GPU-00000002/.test(l)));
+  await waitFor(() =>
+    t.lines.some((l) =>
+      /GPU answered GPU_IS_LOST but has left the node: it is gone, not lost uuid=GPU-00000002/.test(l),
+    ),
+  );
   present = [0, 1, 2];
   await t.node.scanned(scan(present), 'reload');
   assert.equal(t.health(), 'HUH', 'GPU 2 comes back with the health it left with');
@@ -211,7 +289,19 @@ test('a config reload is a transaction: in force while applied, kept when a cons
   await assert.rejects(t.node.reconfigure(settings(3), 'config reloaded'), /cannot serve that/);
   assert.equal(t.node.config, before, 'the running configuration is kept');
   // A sharing entry that cannot be planned is refused before anything is applied.
-  const bad: NodeSettings = { ...settings(), plan: { ...settings().plan, sharing: { timeSlicing: { renameByDefault: false, failRequestsGreaterThanOne: false, resources: [{ name: 'nvidia.com/other', rename: null, replicas: 2, devices: { kind: 'all' } }] } } } };
+  const bad: NodeSettings = {
+    ...settings(),
+    plan: {
+      ...settings().plan,
+      sharing: {
+        timeSlicing: {
+          renameByDefault: false,
+          failRequestsGreaterThanOne: false,
+          resources: [{ name: 'nvidia.com/other', rename: null, replicas: 2, devices: { kind: 'all' } }],
+        },
+      },
+    },
+  };
   const count = t.rec.applied.length;
   await assert.rejects(t.node.reconfigure(bad, 'config reloaded'), /nvidia\.com\/other/);
   assert.equal(t.rec.applied.length, count);
@@ -233,10 +323,15 @@ test('a MIG re-layout: MIG health carried by MIG UUID, a re-created instance sta
   assert.deepEqual(t.rec.applied.at(-1)!.change.migAdded, ['MIG-c']);
   // The tracker follows the new layout: an XID on GI 2 now marks MIG-c.
   t.node.onEvents(xid(uuid(0), 94, 2, 0));
-  assert.equal((await t.rec.next((a) => healthChanged(a) && a.snapshot.migHealth.get('MIG-c')?.state.health === 'Unhealthy')).snapshot.migHealth.get('MIG-a')?.state.health, 'Unhealthy');
+  assert.equal(
+    (
+      await t.rec.next((a) => healthChanged(a) && a.snapshot.migHealth.get('MIG-c')?.state.health === 'Unhealthy')
+    ).snapshot.migHealth.get('MIG-a')?.state.health,
+    'Unhealthy',
+  );
 });
 
-test('recovery on mocked timers: healthy again after the quiet period, through the live node\'s own timer', async (ctx) => {
+test("recovery on mocked timers: healthy again after the quiet period, through the live node's own timer", async (ctx) => {
   ctx.mock.timers.enable({ apis: ['setTimeout'] });
   const t = setup({ recovery: true });
   await t.node.scanned(scan([0]), 'start');
@@ -264,11 +359,27 @@ async function waitFor(pred: () => boolean): Promise<void> {
 
 test('a config reload asking more MPS clients than a GPU serves is refused, the running configuration kept', async () => {
   const t = setup();
-  const pascal = { cudaDriverVersion: 12040, gpus: new Map([0, 1].map((i) => [uuid(i), { compute: { major: 6, minor: 0 }, migCapable: false }])) };
+  const pascal = {
+    cudaDriverVersion: 12040,
+    gpus: new Map([0, 1].map((i) => [uuid(i), { compute: { major: 6, minor: 0 }, migCapable: false }])),
+  };
   await t.node.scanned({ ...scan([0, 1]), facts: pascal }, 'start');
   const before = t.node.config;
   const count = t.rec.applied.length;
-  const mps = (replicas: number): NodeSettings => ({ ...settings(), plan: { ...settings().plan, sharing: { timeSlicing: null, mps: { renameByDefault: false, failRequestsGreaterThanOne: true, resources: [{ name: 'nvidia.com/gpu', rename: null, replicas, devices: { kind: 'all' } }] } } } });
+  const mps = (replicas: number): NodeSettings => ({
+    ...settings(),
+    plan: {
+      ...settings().plan,
+      sharing: {
+        timeSlicing: null,
+        mps: {
+          renameByDefault: false,
+          failRequestsGreaterThanOne: true,
+          resources: [{ name: 'nvidia.com/gpu', rename: null, replicas, devices: { kind: 'all' } }],
+        },
+      },
+    },
+  });
   await assert.rejects(t.node.reconfigure(mps(20), 'config reloaded'), /16/);
   assert.equal(t.rec.applied.length, count, 'nothing applied');
   assert.equal(t.node.config, before, 'the running configuration is kept');

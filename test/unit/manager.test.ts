@@ -20,15 +20,37 @@ import { createLogger } from '../../src/system/log.ts';
 import { KubeletStandIn } from '../support/kubelet.ts';
 
 const uuid = (i: number): string => `GPU-0000000${i}-cccc-4000-8000-000000000000`;
-const gpu = (i: number, index = i): Gpu => ({ index, uuid: uuid(i), name: 'Fake GPU', minor: i, busId: `00000000:0${i}:00.0`, memoryBytes: 1 << 30, numaNode: 0 });
+const gpu = (i: number, index = i): Gpu => ({
+  index,
+  uuid: uuid(i),
+  name: 'Fake GPU',
+  minor: i,
+  busId: `00000000:0${i}:00.0`,
+  memoryBytes: 1 << 30,
+  numaNode: 0,
+});
 function scan(ids: readonly number[]): NodeScan {
   const gpus = ids.map((id, k) => gpu(id, k));
-  return { driverVersion: '550.54.15', gpus, nvlinks: gpus.map((g) => ({ busId: g.busId, links: [] })), pcie: gpus.map(() => gpus.map(() => -1)) };
+  return {
+    driverVersion: '550.54.15',
+    gpus,
+    nvlinks: gpus.map((g) => ({ busId: g.busId, links: [] })),
+    pcie: gpus.map(() => gpus.map(() => -1)),
+  };
 }
 const settings = (replicas = 1): NodeSettings => ({
   plan: {
     deviceIdStrategy: 'uuid',
-    sharing: replicas === 1 ? NO_SHARING : { timeSlicing: { renameByDefault: true, failRequestsGreaterThanOne: false, resources: [{ name: 'nvidia.com/gpu', rename: null, replicas, devices: { kind: 'all' } }] } },
+    sharing:
+      replicas === 1
+        ? NO_SHARING
+        : {
+            timeSlicing: {
+              renameByDefault: true,
+              failRequestsGreaterThanOne: false,
+              resources: [{ name: 'nvidia.com/gpu', rename: null, replicas, devices: { kind: 'all' } }],
+            },
+          },
   },
   serve: { allocate: { passDeviceSpecs: false, devRoot: '/', presentControlDevices: [] }, sharedPolicy: 'distributed' },
 });
@@ -53,11 +75,22 @@ class FakeServers {
 }
 
 /** Calls a handler's Allocate as the gRPC server would; resolves with the answer or the error. */
-function allocate(h: DevicePluginHandlers, ids: string[]): Promise<{ err: grpc.ServiceError | null; envs?: Record<string, string> }> {
+function allocate(
+  h: DevicePluginHandlers,
+  ids: string[],
+): Promise<{ err: grpc.ServiceError | null; envs?: Record<string, string> }> {
   return new Promise((resolve) => {
     const call = { request: { container_requests: [{ devices_ids: ids }] } };
-    const impl = h.implementation() as Record<string, (call: unknown, cb: (err: grpc.ServiceError | null, res?: { container_responses: { envs: Record<string, string> }[] }) => void) => void>;
-    impl['Allocate']!(call, (err, res) => resolve({ err, ...(res === undefined ? {} : { envs: res.container_responses[0]!.envs }) }));
+    const impl = h.implementation() as Record<
+      string,
+      (
+        call: unknown,
+        cb: (err: grpc.ServiceError | null, res?: { container_responses: { envs: Record<string, string> }[] }) => void,
+      ) => void
+    >;
+    impl.Allocate!(call, (err, res) =>
+      resolve({ err, ...(res === undefined ? {} : { envs: res.container_responses[0]!.envs }) }),
+    );
   });
 }
 
@@ -66,7 +99,13 @@ async function until(pred: () => boolean): Promise<void> {
   assert.ok(pred(), 'the condition came true');
 }
 
-function apply(m: ResourceManager, prev: NodeSnapshot | null, next: NodeSnapshot, s: NodeSettings, reregister: string | null = null): Promise<void> {
+function apply(
+  m: ResourceManager,
+  prev: NodeSnapshot | null,
+  next: NodeSnapshot,
+  s: NodeSettings,
+  reregister: string | null = null,
+): Promise<void> {
   return m.apply({ snapshot: next, change: diff(prev, next), reason: 'test', reregister, settings: s });
 }
 
@@ -76,10 +115,14 @@ test('resources follow the snapshots: served before registering, lists updated i
   const servers = new FakeServers();
   const hooked: string[] = [];
   const m = new ResourceManager({
-    kubeletSocket: join(dir, 'kubelet.sock'), socketCheckIntervalMs: 60000,
+    kubeletSocket: join(dir, 'kubelet.sock'),
+    socketCheckIntervalMs: 60000,
     log: createLogger({ level: 'debug', journal: false, write: (l) => lines.push(l) }),
     serverFactory: servers.factory,
-    beforeServe: async (name) => { hooked.push(name); servers.order.push(`before ${name}`); },
+    beforeServe: async (name) => {
+      hooked.push(name);
+      servers.order.push(`before ${name}`);
+    },
     onDirectoryGone: () => assert.fail('the directory is there'),
   });
   try {
@@ -88,12 +131,24 @@ test('resources follow the snapshots: served before registering, lists updated i
     assert.deepEqual(m.resources, ['nvidia.com/gpu']);
     const sock = join(dir, 'gpu-device-plugin-gpu.sock');
     await until(() => lines.some((l) => / DEBUG serving resource=nvidia\.com\/gpu /.test(l)));
-    assert.deepEqual(servers.order.slice(0, 2), ['before nvidia.com/gpu', 'serve gpu-device-plugin-gpu.sock'], 'the hook runs before the resource serves');
+    assert.deepEqual(
+      servers.order.slice(0, 2),
+      ['before nvidia.com/gpu', 'serve gpu-device-plugin-gpu.sock'],
+      'the hook runs before the resource serves',
+    );
     const h = servers.served.get(sock)!.handlers;
-    assert.deepEqual(h.current.devices.map((d) => d.id), [uuid(0), uuid(1), uuid(2)]);
+    assert.deepEqual(
+      h.current.devices.map((d) => d.id),
+      [uuid(0), uuid(1), uuid(2)],
+    );
 
     // A health change: the same server, the new health.
-    const b = withHealth(a, new Map([[uuid(1), { state: { ...freshHealthState(), health: 'Unhealthy' }, reason: 'critical XID 79', since: 1 }]]));
+    const b = withHealth(
+      a,
+      new Map([
+        [uuid(1), { state: { ...freshHealthState(), health: 'Unhealthy' }, reason: 'critical XID 79', since: 1 }],
+      ]),
+    );
     await apply(m, a, b, settings());
     assert.equal(h.current.health.get(uuid(1)), 'Unhealthy');
     assert.equal(servers.served.size, 1, 'no new server for a health change');
@@ -103,10 +158,13 @@ test('resources follow the snapshots: served before registering, lists updated i
     await apply(m, b, c, settings());
     const refused = await allocate(h, [uuid(1)]);
     assert.equal(refused.err?.code, grpc.status.INVALID_ARGUMENT);
-    assert.match(refused.err?.details ?? '', new RegExp(`device ID "${uuid(1)}" is no longer on this node: its GPU left the node \\(${uuid(1)}\\)`));
+    assert.match(
+      refused.err?.details ?? '',
+      new RegExp(`device ID "${uuid(1)}" is no longer on this node: its GPU left the node \\(${uuid(1)}\\)`),
+    );
     const ok = await allocate(h, [uuid(2)]);
     assert.equal(ok.err, null);
-    assert.equal(ok.envs?.['NVIDIA_VISIBLE_DEVICES'], uuid(2));
+    assert.equal(ok.envs?.NVIDIA_VISIBLE_DEVICES, uuid(2));
 
     // Time-slicing with renaming: nvidia.com/gpu is withdrawn (stopped, socket removed), nvidia.com/gpu.shared added.
     const d = buildSnapshot(scan([0, 2]), settings(2).plan, c, false);
@@ -128,7 +186,8 @@ test('registration: listeners hear each one; a config reload that changes a devi
   const kubelet = await KubeletStandIn.start(dir);
   const heard: boolean[] = [];
   const m = new ResourceManager({
-    kubeletSocket: kubelet.socketPath, socketCheckIntervalMs: 60000,
+    kubeletSocket: kubelet.socketPath,
+    socketCheckIntervalMs: 60000,
     log: createLogger({ level: 'warn', journal: false, write: () => undefined }),
     onDirectoryGone: () => assert.fail('the directory is there'),
   });

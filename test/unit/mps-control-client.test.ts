@@ -15,8 +15,13 @@ test('commands reach a running daemon, and a missing daemon is a clear error', a
   const dir = await mkdtemp(path.join(tmpdir(), 'mps-client-'));
   const dirs = { pipeDir: path.join(dir, 'pipe'), logDir: path.join(dir, 'log') };
   try {
-    await assert.rejects(mpsCommand(program, dirs, 'get_default_active_thread_percentage'),
-      (e: unknown) => e instanceof MpsControlError && /Cannot find MPS control daemon process/.test(e.message) && e.message.includes(dirs.pipeDir));
+    await assert.rejects(
+      mpsCommand(program, dirs, 'get_default_active_thread_percentage'),
+      (e: unknown) =>
+        e instanceof MpsControlError &&
+        /Cannot find MPS control daemon process/.test(e.message) &&
+        e.message.includes(dirs.pipeDir),
+    );
     const started = spawnSync(program, ['-d'], { env: mpsEnvironment(dirs, ['0', '1']) });
     assert.equal(started.status, 0, String(started.stderr));
     assert.equal(await mpsCommand(program, dirs, 'set_default_active_thread_percentage 25'), '25.0');
@@ -25,7 +30,10 @@ test('commands reach a running daemon, and a missing daemon is a clear error', a
     assert.equal(await mpsCommand(program, dirs, 'get_default_device_pinned_mem_limit 1'), '4096M');
     await assert.rejects(mpsCommand(program, dirs, 'set_default_active_thread_percentage 250'), /status 1: .*/);
     await mpsCommand(program, dirs, 'quit');
-    await assert.rejects(mpsCommand(program, dirs, 'get_default_active_thread_percentage'), /Cannot find MPS control daemon process/);
+    await assert.rejects(
+      mpsCommand(program, dirs, 'get_default_active_thread_percentage'),
+      /Cannot find MPS control daemon process/,
+    );
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
@@ -36,13 +44,22 @@ test('the program is found under the driver root before PATH, and a missing one 
   const root = await mkdtemp(path.join(tmpdir(), 'mps-root-'));
   try {
     const none = await findMpsControl(root, '/nonexistent-bin');
-    assert.ok('looked' in none && none.looked.includes(path.join(root, 'usr/bin', MPS_CONTROL_NAME)) && none.looked.includes(path.join('/nonexistent-bin', MPS_CONTROL_NAME)));
+    assert.ok(
+      'looked' in none &&
+        none.looked.includes(path.join(root, 'usr/bin', MPS_CONTROL_NAME)) &&
+        none.looked.includes(path.join('/nonexistent-bin', MPS_CONTROL_NAME)),
+    );
     const onPath = await findMpsControl(root, path.dirname(program));
     assert.deepEqual(onPath, { path: program });
     await mkdir(path.join(root, 'usr/bin'), { recursive: true });
     await symlink(program, path.join(root, 'usr/bin', MPS_CONTROL_NAME));
-    assert.deepEqual(await findMpsControl(root, path.dirname(program)), { path: path.join(root, 'usr/bin', MPS_CONTROL_NAME) });
-    await assert.rejects(mpsCommand(path.join(root, 'missing'), { pipeDir: root, logDir: root }, 'get_server_list'), /cannot run .*missing/);
+    assert.deepEqual(await findMpsControl(root, path.dirname(program)), {
+      path: path.join(root, 'usr/bin', MPS_CONTROL_NAME),
+    });
+    await assert.rejects(
+      mpsCommand(path.join(root, 'missing'), { pipeDir: root, logDir: root }, 'get_server_list'),
+      /cannot run .*missing/,
+    );
   } finally {
     await rm(root, { recursive: true, force: true });
   }

@@ -11,7 +11,9 @@ const ROOT = '/run/nvidia/mps';
 
 function plan(resource: string, replicas: number, uuids: string[]): MpsDaemonPlan {
   return {
-    resource, replicas, activeThreadPercentage: Math.floor(100 / replicas),
+    resource,
+    replicas,
+    activeThreadPercentage: Math.floor(100 / replicas),
     gpus: uuids.map((uuid, k) => ({ uuid, index: k, mpsDevice: k, pinnedMemLimitMiB: Math.floor(40960 / replicas) })),
   };
 }
@@ -23,7 +25,9 @@ class FakeChild implements ControlChild {
   killed = false;
   constructor(pid: number) {
     this.pid = pid;
-    this.exited = new Promise((r) => { this.end = r; });
+    this.exited = new Promise((r) => {
+      this.end = r;
+    });
   }
   kill(): void {
     this.killed = true;
@@ -38,12 +42,28 @@ class FakeHost implements MpsHost {
   failStarts = 0;
   mounted = false;
   private pid = 100;
-  async setComputeMode(gpu: { uuid: string }, mode: string): Promise<void> { this.actions.push(`mode ${gpu.uuid} ${mode}`); }
-  async makeDirs(dir: string): Promise<void> { this.actions.push(`mkdir ${dir}`); }
-  async writeFile(path: string, text: string): Promise<void> { this.files.set(path, text); }
-  async remove(path: string): Promise<void> { this.files.delete(path); this.actions.push(`rm ${path}`); }
-  async mountShm(dir: string): Promise<{ mounted: boolean; size: string }> { this.mounted = true; this.actions.push(`mount ${dir}`); return { mounted: true, size: '100k' }; }
-  async unmountShm(dir: string): Promise<void> { this.mounted = false; this.actions.push(`umount ${dir}`); }
+  async setComputeMode(gpu: { uuid: string }, mode: string): Promise<void> {
+    this.actions.push(`mode ${gpu.uuid} ${mode}`);
+  }
+  async makeDirs(dir: string): Promise<void> {
+    this.actions.push(`mkdir ${dir}`);
+  }
+  async writeFile(path: string, text: string): Promise<void> {
+    this.files.set(path, text);
+  }
+  async remove(path: string): Promise<void> {
+    this.files.delete(path);
+    this.actions.push(`rm ${path}`);
+  }
+  async mountShm(dir: string): Promise<{ mounted: boolean; size: string }> {
+    this.mounted = true;
+    this.actions.push(`mount ${dir}`);
+    return { mounted: true, size: '100k' };
+  }
+  async unmountShm(dir: string): Promise<void> {
+    this.mounted = false;
+    this.actions.push(`umount ${dir}`);
+  }
   async startControl(p: MpsDaemonPlan): Promise<ControlChild> {
     if (this.failStarts > 0) {
       this.failStarts--;
@@ -69,7 +89,12 @@ function setup(): { host: FakeHost; sup: MpsSupervisor; lines: string[]; status:
   const lines: string[] = [];
   const status: { line: string; ready: boolean }[] = [];
   const log = createLogger({ level: 'debug', journal: false, write: (l) => lines.push(l) });
-  const sup = new MpsSupervisor({ root: ROOT, host, log, status: (line, ready = false) => status.push({ line, ready }) });
+  const sup = new MpsSupervisor({
+    root: ROOT,
+    host,
+    log,
+    status: (line, ready = false) => status.push({ line, ready }),
+  });
   return { host, sup, lines, status };
 }
 
@@ -80,17 +105,25 @@ async function drain(): Promise<void> {
 
 test('limitCommands: a pinned-memory limit per GPU by MPS device number, then the thread percentage', () => {
   assert.deepEqual(limitCommands(plan('nvidia.com/gpu', 4, ['GPU-a', 'GPU-b'])), [
-    'set_default_device_pinned_mem_limit 0 10240M', 'set_default_device_pinned_mem_limit 1 10240M', 'set_default_active_thread_percentage 25',
+    'set_default_device_pinned_mem_limit 0 10240M',
+    'set_default_device_pinned_mem_limit 1 10240M',
+    'set_default_active_thread_percentage 25',
   ]);
 });
 
 test('comparePlans: same GPUs with other replicas re-apply limits; other GPUs or resources need a restart', () => {
   const a = [plan('nvidia.com/gpu', 2, ['GPU-a'])];
-  assert.deepEqual(comparePlans(a, [plan('nvidia.com/gpu', 2, ['GPU-a'])]), { kind: 'same-gpus', limitsChanged: false });
+  assert.deepEqual(comparePlans(a, [plan('nvidia.com/gpu', 2, ['GPU-a'])]), {
+    kind: 'same-gpus',
+    limitsChanged: false,
+  });
   assert.deepEqual(comparePlans(a, [plan('nvidia.com/gpu', 4, ['GPU-a'])]), { kind: 'same-gpus', limitsChanged: true });
   const gpus = comparePlans(a, [plan('nvidia.com/gpu', 2, ['GPU-a', 'GPU-b'])]);
   assert.equal(gpus.kind, 'restart-needed');
-  assert.match(gpus.kind === 'restart-needed' ? gpus.why : '', /nvidia\.com\/gpu changes GPUs from \[GPU-a\] to \[GPU-a,GPU-b\]/);
+  assert.match(
+    gpus.kind === 'restart-needed' ? gpus.why : '',
+    /nvidia\.com\/gpu changes GPUs from \[GPU-a\] to \[GPU-a,GPU-b\]/,
+  );
   assert.equal(comparePlans(a, [...a, plan('nvidia.com/other', 2, ['GPU-b'])]).kind, 'restart-needed');
   assert.equal(comparePlans(a, []).kind, 'restart-needed');
 });
@@ -99,9 +132,14 @@ test('start: compute mode, dirs, daemon, limits, .started per resource, .ready a
   const { host, sup, status } = setup();
   await sup.start([plan('nvidia.com/gpu', 2, ['GPU-a', 'GPU-b'])]);
   assert.deepEqual(host.actions, [
-    `mkdir ${ROOT}`, `mkdir ${ROOT}/shm`, `mount ${ROOT}/shm`,
-    'mode GPU-a exclusive-process', 'mode GPU-b exclusive-process',
-    `mkdir ${ROOT}/nvidia.com/gpu/pipe`, `mkdir ${ROOT}/nvidia.com/gpu/log`, 'start nvidia.com/gpu 101',
+    `mkdir ${ROOT}`,
+    `mkdir ${ROOT}/shm`,
+    `mount ${ROOT}/shm`,
+    'mode GPU-a exclusive-process',
+    'mode GPU-b exclusive-process',
+    `mkdir ${ROOT}/nvidia.com/gpu/pipe`,
+    `mkdir ${ROOT}/nvidia.com/gpu/log`,
+    'start nvidia.com/gpu 101',
     `cmd ${ROOT}/nvidia.com/gpu/pipe set_default_device_pinned_mem_limit 0 20480M`,
     `cmd ${ROOT}/nvidia.com/gpu/pipe set_default_device_pinned_mem_limit 1 20480M`,
     `cmd ${ROOT}/nvidia.com/gpu/pipe set_default_active_thread_percentage 50`,
@@ -113,8 +151,13 @@ test('start: compute mode, dirs, daemon, limits, .started per resource, .ready a
   host.actions.length = 0;
   await sup.stop();
   assert.deepEqual(host.actions, [
-    `cmd ${ROOT}/nvidia.com/gpu/pipe quit`, 'mode GPU-a default', 'mode GPU-b default',
-    `rm ${ROOT}/nvidia.com/gpu/.started`, `rm ${ROOT}/nvidia.com/gpu/log`, `rm ${ROOT}/.ready`, `umount ${ROOT}/shm`,
+    `cmd ${ROOT}/nvidia.com/gpu/pipe quit`,
+    'mode GPU-a default',
+    'mode GPU-b default',
+    `rm ${ROOT}/nvidia.com/gpu/.started`,
+    `rm ${ROOT}/nvidia.com/gpu/log`,
+    `rm ${ROOT}/.ready`,
+    `umount ${ROOT}/shm`,
   ]);
   assert.equal(host.files.size, 0);
 });
@@ -142,7 +185,10 @@ test('a control daemon that dies: one ERROR line, .started and .ready removed, S
   assert.match(errors[0] ?? '', /MPS control daemon was killed by SIGKILL; every client's CUDA context went with it/);
   assert.equal(host.files.has(`${ROOT}/nvidia.com/gpu/.started`), false);
   assert.equal(host.files.has(`${ROOT}/.ready`), false);
-  assert.match(status.at(-1)?.line ?? '', /0 of 1 MPS control daemons up; nvidia\.com\/gpu down \(its control daemon was killed by SIGKILL\)/);
+  assert.match(
+    status.at(-1)?.line ?? '',
+    /0 of 1 MPS control daemons up; nvidia\.com\/gpu down \(its control daemon was killed by SIGKILL\)/,
+  );
   assert.equal(status.at(-1)?.ready, false);
 
   assert.equal(host.children.length, 1);
@@ -168,7 +214,10 @@ test('a start that fails is retried, and READY=1 still goes out after the first 
   await sup.start([plan('nvidia.com/gpu', 2, ['GPU-a'])]);
   assert.equal(status.length, 1);
   assert.equal(status[0]?.ready, true);
-  assert.match(status[0]?.line ?? '', /0 of 1 MPS control daemons up; nvidia\.com\/gpu down \(nvidia-cuda-mps-control for nvidia\.com\/gpu did not answer\)/);
+  assert.match(
+    status[0]?.line ?? '',
+    /0 of 1 MPS control daemons up; nvidia\.com\/gpu down \(nvidia-cuda-mps-control for nvidia\.com\/gpu did not answer\)/,
+  );
   t.mock.timers.tick(FIRST_RESTART_MS);
   await drain();
   assert.equal(host.children.length, 1);
@@ -193,7 +242,10 @@ test('reload: a new replica count re-applies the limits; a changed GPU set is on
   await sup.reload([plan('nvidia.com/gpu', 4, ['GPU-a', 'GPU-b'])]);
   assert.deepEqual(host.actions, []);
   assert.equal(lines.length, before + 1);
-  assert.match(lines.at(-1) ?? '', /changes GPUs from \[GPU-a\] to \[GPU-a,GPU-b\].*systemctl restart gpu-device-plugin-mps/);
+  assert.match(
+    lines.at(-1) ?? '',
+    /changes GPUs from \[GPU-a\] to \[GPU-a,GPU-b\].*systemctl restart gpu-device-plugin-mps/,
+  );
   assert.equal(sup.plans[0]?.gpus.length, 1, 'keeps running as is');
   await sup.stop();
 });
@@ -210,7 +262,7 @@ test('stop: a daemon that does not take quit gets SIGTERM', async () => {
   assert.ok(host.actions.includes('mode GPU-a default'));
 });
 
-test('shmSize: half of MemTotal in KiB (NVIDIA\'s), 65536k when /proc/meminfo cannot be read or lacks it', async () => {
+test("shmSize: half of MemTotal in KiB (NVIDIA's), 65536k when /proc/meminfo cannot be read or lacks it", async () => {
   const { shmSize } = await import('../../src/mps/daemon-host.ts');
   assert.equal(shmSize('MemTotal:       32791044 kB\nMemFree:         1 kB\n'), '16395522k');
   assert.equal(shmSize(null), '65536k');
@@ -219,7 +271,8 @@ test('shmSize: half of MemTotal in KiB (NVIDIA\'s), 65536k when /proc/meminfo ca
 
 test('isMountPoint: the mount point field of mountinfo, with its octal escapes', async () => {
   const { isMountPoint } = await import('../../src/mps/daemon-host.ts');
-  const info = '42 26 0:39 / /run/nvidia/mps/shm rw,nosuid - tmpfs tmpfs rw\n43 26 0:40 / /tmp/a\\040b/shm rw - tmpfs tmpfs rw\n';
+  const info =
+    '42 26 0:39 / /run/nvidia/mps/shm rw,nosuid - tmpfs tmpfs rw\n43 26 0:40 / /tmp/a\\040b/shm rw - tmpfs tmpfs rw\n';
   assert.equal(isMountPoint(info, '/run/nvidia/mps/shm'), true);
   assert.equal(isMountPoint(info, '/run/nvidia/mps'), false);
   assert.equal(isMountPoint(info, '/tmp/a b/shm'), true);
@@ -237,7 +290,10 @@ test('stop: a daemon that takes quit but does not exit (clients still running) g
   await drain();
   assert.equal(host.children[0]?.killed, true);
   await stopping;
-  assert.match(lines.find((l) => / WARN /.test(l)) ?? '', /still running 600 ms after quit \(its clients have not finished\); sending it SIGTERM/);
+  assert.match(
+    lines.find((l) => / WARN /.test(l)) ?? '',
+    /still running 600 ms after quit \(its clients have not finished\); sending it SIGTERM/,
+  );
   assert.ok(host.actions.includes('mode GPU-a default'));
 });
 
@@ -256,7 +312,10 @@ test('a control daemon that exits while its limits are set is a failed start: re
   };
   await sup.start([plan('nvidia.com/gpu', 2, ['GPU-a'])]);
   assert.equal(host.files.has(`${ROOT}/nvidia.com/gpu/.started`), false);
-  assert.match(status[0]?.line ?? '', /0 of 1 MPS control daemons up; nvidia\.com\/gpu down \(its control daemon exited while its limits were being set\)/);
+  assert.match(
+    status[0]?.line ?? '',
+    /0 of 1 MPS control daemons up; nvidia\.com\/gpu down \(its control daemon exited while its limits were being set\)/,
+  );
   assert.equal(lines.filter((l) => l.split(' ')[1] === 'ERROR').length, 1, 'one line for one failure');
   t.mock.timers.tick(FIRST_RESTART_MS);
   await drain();

@@ -8,7 +8,15 @@ import assert from 'node:assert/strict';
 import type { Gpu } from '../../src/core/devices.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
 import type { PlannedResource } from '../../src/core/sharing.ts';
-import { buildSnapshot, diff, healthCounts, MPS_DAEMON_NOT_ASKED, resourceDeviceList, withHealth, withMpsDaemons } from '../../src/core/snapshot.ts';
+import {
+  buildSnapshot,
+  diff,
+  healthCounts,
+  MPS_DAEMON_NOT_ASKED,
+  resourceDeviceList,
+  withHealth,
+  withMpsDaemons,
+} from '../../src/core/snapshot.ts';
 import type { NodeScan, NodeSnapshot, PlanSettings } from '../../src/core/snapshot.ts';
 import type { AppliedSnapshot, NodeSettings } from '../../src/manager/consumer.ts';
 import { LiveNode } from '../../src/manager/live-node.ts';
@@ -26,14 +34,33 @@ import { SinceTracker } from '../../src/observe/state-file.ts';
 
 const MiB = 1024 * 1024;
 const uuid = (i: number): string => `GPU-0000000${i}-aaaa-4000-8000-000000000000`;
-const gpu = (i: number): Gpu => ({ index: i, uuid: uuid(i), name: 'NVIDIA A100-SXM4-80GB', minor: i, busId: `00000000:0${i}:00.0`, memoryBytes: 81920 * MiB, numaNode: 0 });
+const gpu = (i: number): Gpu => ({
+  index: i,
+  uuid: uuid(i),
+  name: 'NVIDIA A100-SXM4-80GB',
+  minor: i,
+  busId: `00000000:0${i}:00.0`,
+  memoryBytes: 81920 * MiB,
+  numaNode: 0,
+});
 function scan(n: number): NodeScan {
   const gpus = Array.from({ length: n }, (_, i) => gpu(i));
-  return { driverVersion: '550.54.15', gpus, nvlinks: gpus.map((g) => ({ busId: g.busId, links: [] })), pcie: gpus.map((_, i) => gpus.map((_, j) => (i === j ? -1 : 40))) };
+  return {
+    driverVersion: '550.54.15',
+    gpus,
+    nvlinks: gpus.map((g) => ({ busId: g.busId, links: [] })),
+    pcie: gpus.map((_, i) => gpus.map((_, j) => (i === j ? -1 : 40))),
+  };
 }
 const plan = (replicas: number): PlanSettings => ({
   deviceIdStrategy: 'uuid',
-  sharing: { timeSlicing: { renameByDefault: false, failRequestsGreaterThanOne: true, resources: [{ name: 'nvidia.com/gpu', rename: null, replicas, devices: { kind: 'all' } }] } },
+  sharing: {
+    timeSlicing: {
+      renameByDefault: false,
+      failRequestsGreaterThanOne: true,
+      resources: [{ name: 'nvidia.com/gpu', rename: null, replicas, devices: { kind: 'all' } }],
+    },
+  },
 });
 
 /**
@@ -50,14 +77,31 @@ function mpsSnapshot(n: number, replicas: number, names: readonly string[] = ['n
 interface S extends NodeSettings {
   readonly root: string | null;
 }
-const settingsWith = (root: string | null): S => ({ root, plan: { deviceIdStrategy: 'uuid', sharing: NO_SHARING }, serve: { allocate: { passDeviceSpecs: false, devRoot: '/', presentControlDevices: [] }, sharedPolicy: 'distributed' } });
+const settingsWith = (root: string | null): S => ({
+  root,
+  plan: { deviceIdStrategy: 'uuid', sharing: NO_SHARING },
+  serve: { allocate: { passDeviceSpecs: false, devRoot: '/', presentControlDevices: [] }, sharedPolicy: 'distributed' },
+});
 
 /** A fake client: every question waits until the test answers it. */
 class FakeClient {
-  readonly asked: { dirs: MpsDaemonDirs; command: string; timeoutMs: number; answer: () => void; fail: (reason: string) => void }[] = [];
-  ask = (dirs: MpsDaemonDirs, command: string, timeoutMs: number): Promise<string> => new Promise((resolve, reject) => {
-    this.asked.push({ dirs, command, timeoutMs, answer: () => resolve('100.0'), fail: (reason) => reject(new MpsControlError(command, dirs.pipeDir, reason)) });
-  });
+  readonly asked: {
+    dirs: MpsDaemonDirs;
+    command: string;
+    timeoutMs: number;
+    answer: () => void;
+    fail: (reason: string) => void;
+  }[] = [];
+  ask = (dirs: MpsDaemonDirs, command: string, timeoutMs: number): Promise<string> =>
+    new Promise((resolve, reject) => {
+      this.asked.push({
+        dirs,
+        command,
+        timeoutMs,
+        answer: () => resolve('100.0'),
+        fail: (reason) => reject(new MpsControlError(command, dirs.pipeDir, reason)),
+      });
+    });
   last(): FakeClient['asked'][number] {
     const q = this.asked.at(-1);
     assert.ok(q !== undefined, 'no question asked');
@@ -72,9 +116,20 @@ function watchSetup() {
   const log = createLogger({ level: 'debug', journal: false, write: (l) => lines.push(l) });
   const client = new FakeClient();
   const reports: { resource: string; report: MpsDaemonReport }[] = [];
-  const watch = new MpsDaemonWatch<S>({ log, rootOf: (c) => c.root, ask: client.ask, report: (resource, report) => reports.push({ resource, report }) });
+  const watch = new MpsDaemonWatch<S>({
+    log,
+    rootOf: (c) => c.root,
+    ask: client.ask,
+    report: (resource, report) => reports.push({ resource, report }),
+  });
   const apply = (snapshot: NodeSnapshot, root: string | null): void => {
-    watch.apply({ snapshot, change: diff(null, snapshot), reason: 'test', reregister: null, settings: settingsWith(root) });
+    watch.apply({
+      snapshot,
+      change: diff(null, snapshot),
+      reason: 'test',
+      reregister: null,
+      settings: settingsWith(root),
+    });
   };
   return { watch, client, reports, lines, apply };
 }
@@ -83,16 +138,29 @@ test('the watch asks each daemon once at a time, every interval after the last a
   ctx.mock.timers.enable({ apis: ['setTimeout'] });
   const t = watchSetup();
   t.apply(mpsSnapshot(2, 4), '/run/nvidia/mps');
-  assert.deepEqual(t.watch.watching(), [{ resource: 'nvidia.com/gpu', pipeDir: '/run/nvidia/mps/nvidia.com/gpu/pipe' }]);
+  assert.deepEqual(t.watch.watching(), [
+    { resource: 'nvidia.com/gpu', pipeDir: '/run/nvidia/mps/nvidia.com/gpu/pipe' },
+  ]);
   ctx.mock.timers.tick(0);
   assert.equal(t.client.asked.length, 1);
-  assert.deepEqual({ ...t.client.last(), answer: 0, fail: 0 }, { dirs: { pipeDir: '/run/nvidia/mps/nvidia.com/gpu/pipe', logDir: '/run/nvidia/mps/nvidia.com/gpu/log' }, command: HEALTH_COMMAND, timeoutMs: ASK_TIMEOUT_MS, answer: 0, fail: 0 });
+  assert.deepEqual(
+    { ...t.client.last(), answer: 0, fail: 0 },
+    {
+      dirs: { pipeDir: '/run/nvidia/mps/nvidia.com/gpu/pipe', logDir: '/run/nvidia/mps/nvidia.com/gpu/log' },
+      command: HEALTH_COMMAND,
+      timeoutMs: ASK_TIMEOUT_MS,
+      answer: 0,
+      fail: 0,
+    },
+  );
   // A daemon that does not answer: no second question while the first is out, however long it takes.
   ctx.mock.timers.tick(60_000);
   assert.equal(t.client.asked.length, 1, 'one question in flight per daemon');
   t.client.last().fail('Cannot find MPS control daemon process');
   await settle();
-  assert.deepEqual(t.reports, [{ resource: 'nvidia.com/gpu', report: { answering: false, reason: 'Cannot find MPS control daemon process' } }]);
+  assert.deepEqual(t.reports, [
+    { resource: 'nvidia.com/gpu', report: { answering: false, reason: 'Cannot find MPS control daemon process' } },
+  ]);
   ctx.mock.timers.tick(ASK_INTERVAL_MS - 1);
   assert.equal(t.client.asked.length, 1);
   ctx.mock.timers.tick(1);
@@ -112,7 +180,10 @@ test('the watch asks each daemon once at a time, every interval after the last a
   ctx.mock.timers.tick(ASK_INTERVAL_MS);
   t.client.last().fail(`no answer within ${ASK_TIMEOUT_MS} ms`);
   await settle();
-  assert.deepEqual(t.reports.at(-1), { resource: 'nvidia.com/gpu', report: { answering: false, reason: `no answer within ${ASK_TIMEOUT_MS} ms` } });
+  assert.deepEqual(t.reports.at(-1), {
+    resource: 'nvidia.com/gpu',
+    report: { answering: false, reason: `no answer within ${ASK_TIMEOUT_MS} ms` },
+  });
   assert.equal(t.client.asked.length, 5);
   t.watch.stop();
   ctx.mock.timers.tick(10 * ASK_INTERVAL_MS);
@@ -124,7 +195,10 @@ test('the watch follows the snapshots: a resource removed is no longer asked (it
   const t = watchSetup();
   t.apply(mpsSnapshot(1, 2, ['nvidia.com/gpu', 'nvidia.com/gpu.mps']), '/a');
   ctx.mock.timers.tick(0);
-  assert.deepEqual(t.client.asked.map((q) => q.dirs.pipeDir).sort(), ['/a/nvidia.com/gpu.mps/pipe', '/a/nvidia.com/gpu/pipe']);
+  assert.deepEqual(t.client.asked.map((q) => q.dirs.pipeDir).sort(), [
+    '/a/nvidia.com/gpu.mps/pipe',
+    '/a/nvidia.com/gpu/pipe',
+  ]);
   const old = t.client.asked.find((q) => q.dirs.pipeDir === '/a/nvidia.com/gpu.mps/pipe')!;
   const kept = t.client.asked.find((q) => q.dirs.pipeDir === '/a/nvidia.com/gpu/pipe')!;
   // The config reload drops gpu.mps while its question is out.
@@ -133,9 +207,15 @@ test('the watch follows the snapshots: a resource removed is no longer asked (it
   kept.answer();
   await settle();
   assert.deepEqual(t.reports, [{ resource: 'nvidia.com/gpu', report: { answering: true, reason: null } }]);
-  assert.ok(t.lines.some((l) => /MPS control daemon no longer watched resource=nvidia.com\/gpu.mps/.test(l)), t.lines.join('\n'));
+  assert.ok(
+    t.lines.some((l) => /MPS control daemon no longer watched resource=nvidia.com\/gpu.mps/.test(l)),
+    t.lines.join('\n'),
+  );
   ctx.mock.timers.tick(ASK_INTERVAL_MS);
-  assert.deepEqual(t.client.asked.slice(2).map((q) => q.dirs.pipeDir), ['/a/nvidia.com/gpu/pipe']);
+  assert.deepEqual(
+    t.client.asked.slice(2).map((q) => q.dirs.pipeDir),
+    ['/a/nvidia.com/gpu/pipe'],
+  );
   // A new root: the daemon under /b is watched from scratch, the one under /a no longer.
   t.apply(mpsSnapshot(1, 2, ['nvidia.com/gpu']), '/b');
   ctx.mock.timers.tick(0);
@@ -144,7 +224,10 @@ test('the watch follows the snapshots: a resource removed is no longer asked (it
   t.client.asked[2]!.fail('Cannot find MPS control daemon process');
   t.client.last().fail('Cannot find MPS control daemon process');
   await settle();
-  assert.deepEqual(t.reports.at(-1), { resource: 'nvidia.com/gpu', report: { answering: false, reason: 'Cannot find MPS control daemon process' } });
+  assert.deepEqual(t.reports.at(-1), {
+    resource: 'nvidia.com/gpu',
+    report: { answering: false, reason: 'Cannot find MPS control daemon process' },
+  });
   assert.equal(t.reports.length, 2, 'the late answer of the daemon under /a is not reported');
   // No MPS resource any more (or no root): nothing is watched.
   t.apply(buildSnapshot(scan(1), plan(2), null, false), '/b');
@@ -152,62 +235,154 @@ test('the watch follows the snapshots: a resource removed is no longer asked (it
   t.watch.stop();
 });
 
-test('an MPS resource is advertised Unhealthy until its daemon answers, with its GPU\'s own health after, and the diff says so', () => {
+test("an MPS resource is advertised Unhealthy until its daemon answers, with its GPU's own health after, and the diff says so", () => {
   const s0 = mpsSnapshot(2, 2);
   const r = s0.resources[0] as PlannedResource;
-  assert.deepEqual(resourceDeviceList(s0, r).map((d) => d.health), ['Unhealthy', 'Unhealthy', 'Unhealthy', 'Unhealthy']);
+  assert.deepEqual(
+    resourceDeviceList(s0, r).map((d) => d.health),
+    ['Unhealthy', 'Unhealthy', 'Unhealthy', 'Unhealthy'],
+  );
   assert.deepEqual(healthCounts(s0).resources, [{ name: 'nvidia.com/gpu', devices: 4, healthy: 0 }]);
-  assert.equal(s0.health.get(uuid(0)), 'Healthy', 'the GPU\'s own health is untouched');
+  assert.equal(s0.health.get(uuid(0)), 'Healthy', "the GPU's own health is untouched");
   const s1 = withMpsDaemons(s0, new Map([['nvidia.com/gpu', { answering: true, reason: null, since: 5 }]]));
-  assert.deepEqual(resourceDeviceList(s1, r).map((d) => d.health), ['Healthy', 'Healthy', 'Healthy', 'Healthy']);
+  assert.deepEqual(
+    resourceDeviceList(s1, r).map((d) => d.health),
+    ['Healthy', 'Healthy', 'Healthy', 'Healthy'],
+  );
   const up = diff(s0, s1);
-  assert.deepEqual(up.updated.map((u) => [u.name, u.healthChanged.length]), [['nvidia.com/gpu', 4]]);
+  assert.deepEqual(
+    up.updated.map((u) => [u.name, u.healthChanged.length]),
+    [['nvidia.com/gpu', 4]],
+  );
   // The GPU's own health still counts once the daemon answers.
-  const sick = withHealth(s1, new Map([[uuid(1), { ...s1.gpuHealth.get(uuid(1))!, state: { ...s1.gpuHealth.get(uuid(1))!.state, health: 'Unhealthy' }, reason: 'XID 79', since: 6 }]]));
-  assert.deepEqual(resourceDeviceList(sick, r).map((d) => d.health), ['Healthy', 'Healthy', 'Unhealthy', 'Unhealthy']);
-  const down = withMpsDaemons(sick, new Map([['nvidia.com/gpu', { answering: false, reason: 'Cannot find MPS control daemon process', since: 7 }]]));
-  assert.deepEqual(diff(sick, down).updated.map((u) => u.healthChanged.length), [2]);
+  const sick = withHealth(
+    s1,
+    new Map([
+      [
+        uuid(1),
+        {
+          ...s1.gpuHealth.get(uuid(1))!,
+          state: { ...s1.gpuHealth.get(uuid(1))!.state, health: 'Unhealthy' },
+          reason: 'XID 79',
+          since: 6,
+        },
+      ],
+    ]),
+  );
+  assert.deepEqual(
+    resourceDeviceList(sick, r).map((d) => d.health),
+    ['Healthy', 'Healthy', 'Unhealthy', 'Unhealthy'],
+  );
+  const down = withMpsDaemons(
+    sick,
+    new Map([['nvidia.com/gpu', { answering: false, reason: 'Cannot find MPS control daemon process', since: 7 }]]),
+  );
+  assert.deepEqual(
+    diff(sick, down).updated.map((u) => u.healthChanged.length),
+    [2],
+  );
   // A report for a resource that is not MPS in the snapshot changes nothing.
-  assert.equal(withMpsDaemons(down, new Map([['nvidia.com/other', { answering: true, reason: null, since: 8 }]])), down);
+  assert.equal(
+    withMpsDaemons(down, new Map([['nvidia.com/other', { answering: true, reason: null, since: 8 }]])),
+    down,
+  );
   // The next snapshot carries the daemon's state by resource name; a resource no longer MPS drops it.
   const rebuilt = buildSnapshot(scan(2), plan(2), down, false);
   assert.equal(rebuilt.mpsDaemons?.size, 0, 'the plan made no MPS resource: no daemon state');
 });
 
-test('info: the published state has each MPS resource with its daemon\'s state and limits, and `info` shows them', () => {
+test("info: the published state has each MPS resource with its daemon's state and limits, and `info` shows them", () => {
   const s0 = mpsSnapshot(2, 4);
-  const ctx = (now: string) => ({ pid: 42, version: '0.1.0', startedAt: '2026-01-01T00:00:00.000Z', now, options: {}, registrations: [{ name: 'nvidia.com/gpu', registered: true }], since: new SinceTracker() });
+  const ctx = (now: string) => ({
+    pid: 42,
+    version: '0.1.0',
+    startedAt: '2026-01-01T00:00:00.000Z',
+    now,
+    options: {},
+    registrations: [{ name: 'nvidia.com/gpu', registered: true }],
+    since: new SinceTracker(),
+  });
   const waiting = daemonStateFromSnapshot(s0, ctx('t1'));
-  assert.deepEqual(waiting.mps, [{
-    resource: 'nvidia.com/gpu', answering: false, reason: 'not asked yet', replicas: 4, activeThreadPercentage: 25,
-    gpus: [{ index: 0, uuid: uuid(0), pinnedMemLimitMiB: 20480 }, { index: 1, uuid: uuid(1), pinnedMemLimitMiB: 20480 }],
-  }]);
-  assert.deepEqual(waiting.resources.map((r) => [r.devices, r.healthy]), [[8, 0]]);
+  assert.deepEqual(waiting.mps, [
+    {
+      resource: 'nvidia.com/gpu',
+      answering: false,
+      reason: 'not asked yet',
+      replicas: 4,
+      activeThreadPercentage: 25,
+      gpus: [
+        { index: 0, uuid: uuid(0), pinnedMemLimitMiB: 20480 },
+        { index: 1, uuid: uuid(1), pinnedMemLimitMiB: 20480 },
+      ],
+    },
+  ]);
+  assert.deepEqual(
+    waiting.resources.map((r) => [r.devices, r.healthy]),
+    [[8, 0]],
+  );
   const at = Date.UTC(2026, 0, 1, 12);
-  const gone = withMpsDaemons(s0, new Map([['nvidia.com/gpu', { answering: false, reason: 'Cannot find MPS control daemon process', since: at }]]));
+  const gone = withMpsDaemons(
+    s0,
+    new Map([['nvidia.com/gpu', { answering: false, reason: 'Cannot find MPS control daemon process', since: at }]]),
+  );
   const state = daemonStateFromSnapshot(gone, ctx('t2'));
   const back = parseStateDocument(stateDocument(state));
   assert.ok('state' in back);
   const text = formatDaemon({ read: { kind: 'running', path: '/run/x/state.json', state: back.state } });
-  assert.match(text, /^nvidia\.com\/gpu +not answering: Cannot find MPS control daemon process +2026-01-01T12:00:00\.000Z +4 +25% +GPU 0: 20480 MiB, GPU 1: 20480 MiB$/m);
-  const up = daemonStateFromSnapshot(withMpsDaemons(s0, new Map([['nvidia.com/gpu', { answering: true, reason: null, since: at }]])), ctx('t3'));
+  assert.match(
+    text,
+    /^nvidia\.com\/gpu +not answering: Cannot find MPS control daemon process +2026-01-01T12:00:00\.000Z +4 +25% +GPU 0: 20480 MiB, GPU 1: 20480 MiB$/m,
+  );
+  const up = daemonStateFromSnapshot(
+    withMpsDaemons(s0, new Map([['nvidia.com/gpu', { answering: true, reason: null, since: at }]])),
+    ctx('t3'),
+  );
   assert.deepEqual([up.mps?.[0]?.answering, up.mps?.[0]?.reason, up.resources[0]?.healthy], [true, undefined, 8]);
-  assert.match(formatDaemon({ read: { kind: 'running', path: '/p', state: up } }), /^nvidia\.com\/gpu +answering +2026-01-01T12:00:00\.000Z +4 +25%/m);
-  assert.equal(daemonStateFromSnapshot(buildSnapshot(scan(2), plan(4), null, false), ctx('t4')).mps, undefined, 'no MPS resource: no mps part');
+  assert.match(
+    formatDaemon({ read: { kind: 'running', path: '/p', state: up } }),
+    /^nvidia\.com\/gpu +answering +2026-01-01T12:00:00\.000Z +4 +25%/m,
+  );
+  assert.equal(
+    daemonStateFromSnapshot(buildSnapshot(scan(2), plan(4), null, false), ctx('t4')).mps,
+    undefined,
+    'no MPS resource: no mps part',
+  );
 });
 
 test('STATUS says which MPS daemon does not answer and why, and stops saying it once it answers', () => {
   const sent: string[] = [];
-  const status = new NodeStatus({ status: (line) => { sent.push(line); }, waitFor: () => undefined }, { allRegisteredNow: () => true });
+  const status = new NodeStatus(
+    {
+      status: (line) => {
+        sent.push(line);
+      },
+      waitFor: () => undefined,
+    },
+    { allRegisteredNow: () => true },
+  );
   const s0 = mpsSnapshot(2, 2);
   status.apply({ snapshot: s0 });
   status.registered(true);
-  assert.equal(sent.at(-1), 'STATUS=registered; 2 of 2 GPUs healthy; MPS daemon for nvidia.com/gpu not answering: not asked yet');
-  const gone = withMpsDaemons(s0, new Map([['nvidia.com/gpu', { answering: false, reason: 'Cannot find MPS control daemon process', since: 1 }]]));
+  assert.equal(
+    sent.at(-1),
+    'STATUS=registered; 2 of 2 GPUs healthy; MPS daemon for nvidia.com/gpu not answering: not asked yet',
+  );
+  const gone = withMpsDaemons(
+    s0,
+    new Map([['nvidia.com/gpu', { answering: false, reason: 'Cannot find MPS control daemon process', since: 1 }]]),
+  );
   status.apply({ snapshot: gone });
-  assert.equal(sent.at(-1), 'STATUS=registered; 2 of 2 GPUs healthy; MPS daemon for nvidia.com/gpu not answering: Cannot find MPS control daemon process');
-  assert.equal(mpsStatus(gone), '; MPS daemon for nvidia.com/gpu not answering: Cannot find MPS control daemon process');
-  status.apply({ snapshot: withMpsDaemons(s0, new Map([['nvidia.com/gpu', { answering: true, reason: null, since: 2 }]])) });
+  assert.equal(
+    sent.at(-1),
+    'STATUS=registered; 2 of 2 GPUs healthy; MPS daemon for nvidia.com/gpu not answering: Cannot find MPS control daemon process',
+  );
+  assert.equal(
+    mpsStatus(gone),
+    '; MPS daemon for nvidia.com/gpu not answering: Cannot find MPS control daemon process',
+  );
+  status.apply({
+    snapshot: withMpsDaemons(s0, new Map([['nvidia.com/gpu', { answering: true, reason: null, since: 2 }]])),
+  });
   assert.equal(sent.at(-1), 'STATUS=registered; 2 of 2 GPUs healthy');
 });
 
@@ -218,7 +393,11 @@ class ListRecorder {
   private waiters: { pred: (a: AppliedSnapshot) => boolean; resolve: (a: AppliedSnapshot) => void }[] = [];
   apply(a: AppliedSnapshot): void {
     this.applied.push(a);
-    this.waiters = this.waiters.filter((w) => (w.pred(a) ? (w.resolve(a), false) : true));
+    this.waiters = this.waiters.filter((w) => {
+      if (!w.pred(a)) return true;
+      w.resolve(a);
+      return false;
+    });
   }
   next(pred: (a: AppliedSnapshot) => boolean): Promise<AppliedSnapshot> {
     const last = this.applied.at(-1);
@@ -229,11 +408,25 @@ class ListRecorder {
 
 const mpsSettings = (replicas: number, root: string | null = '/run/nvidia/mps'): S => ({
   ...settingsWith(root),
-  plan: { deviceIdStrategy: 'uuid', sharing: { timeSlicing: null, mps: { renameByDefault: false, failRequestsGreaterThanOne: true, resources: [{ name: 'nvidia.com/gpu', rename: null, replicas, devices: { kind: 'all' } }] } } },
+  plan: {
+    deviceIdStrategy: 'uuid',
+    sharing: {
+      timeSlicing: null,
+      mps: {
+        renameByDefault: false,
+        failRequestsGreaterThanOne: true,
+        resources: [{ name: 'nvidia.com/gpu', rename: null, replicas, devices: { kind: 'all' } }],
+      },
+    },
+  },
 });
 const listHealth = (a: AppliedSnapshot, name = 'nvidia.com/gpu'): string => {
   const r = a.snapshot.resources.find((x) => x.name === name);
-  return r === undefined ? '-' : resourceDeviceList(a.snapshot, r).map((d) => (d.health === 'Healthy' ? 'H' : 'U')).join('');
+  return r === undefined
+    ? '-'
+    : resourceDeviceList(a.snapshot, r)
+        .map((d) => (d.health === 'Healthy' ? 'H' : 'U'))
+        .join('');
 };
 
 test('live node + watch: replicas Unhealthy from start until the daemon answers, Unhealthy when it stops, Healthy again; a reload follows', async (ctx) => {
@@ -244,9 +437,31 @@ test('live node + watch: replicas Unhealthy from start until the daemon answers,
   const rec = new ListRecorder();
   const sent: string[] = [];
   let node: LiveNode<S> | undefined;
-  const watch = new MpsDaemonWatch<S>({ log, rootOf: (c) => c.root, ask: client.ask, report: (r, rep) => { void node?.onMpsDaemon(r, rep); } });
-  const status = new NodeStatus({ status: (line) => { sent.push(line); }, waitFor: () => undefined }, { allRegisteredNow: () => true });
-  node = new LiveNode<S>({ log, config: mpsSettings(2), health: parseHealthSettings(undefined, undefined), recovery: { enabled: false, quietMs: 0 }, consumers: [status, watch, rec], wallNow: () => 1_700_000_000_000 });
+  const watch = new MpsDaemonWatch<S>({
+    log,
+    rootOf: (c) => c.root,
+    ask: client.ask,
+    report: (r, rep) => {
+      void node?.onMpsDaemon(r, rep);
+    },
+  });
+  const status = new NodeStatus(
+    {
+      status: (line) => {
+        sent.push(line);
+      },
+      waitFor: () => undefined,
+    },
+    { allRegisteredNow: () => true },
+  );
+  node = new LiveNode<S>({
+    log,
+    config: mpsSettings(2),
+    health: parseHealthSettings(undefined, undefined),
+    recovery: { enabled: false, quietMs: 0 },
+    consumers: [status, watch, rec],
+    wallNow: () => 1_700_000_000_000,
+  });
   await node.scanned(scan(2), 'start');
   assert.equal(rec.applied.length, 1);
   assert.equal(rec.applied[0]!.snapshot.resources[0]?.mps, true, 'the plan marks the resource MPS');
@@ -257,13 +472,24 @@ test('live node + watch: replicas Unhealthy from start until the daemon answers,
   assert.equal(listHealth(waiting), 'UUUU');
   assert.deepEqual(waiting.change.updated, [], 'nothing the kubelet sees changed');
   status.registered(true);
-  assert.match(sent.at(-1) ?? '', /^STATUS=registered; 2 of 2 GPUs healthy; MPS daemon for nvidia\.com\/gpu not answering: Cannot find MPS control daemon process$/);
+  assert.match(
+    sent.at(-1) ?? '',
+    /^STATUS=registered; 2 of 2 GPUs healthy; MPS daemon for nvidia\.com\/gpu not answering: Cannot find MPS control daemon process$/,
+  );
   ctx.mock.timers.tick(ASK_INTERVAL_MS);
   client.last().answer();
   const up = await rec.next((a) => a.reason === 'MPS daemon answers');
   assert.equal(listHealth(up), 'HHHH');
-  assert.deepEqual(up.change.updated.map((u) => [u.name, u.healthChanged.length]), [['nvidia.com/gpu', 4]], 'the diff reports the resource updated, so ListAndWatch sends the list');
-  assert.deepEqual(up.snapshot.mpsDaemons?.get('nvidia.com/gpu'), { answering: true, reason: null, since: 1_700_000_000_000 });
+  assert.deepEqual(
+    up.change.updated.map((u) => [u.name, u.healthChanged.length]),
+    [['nvidia.com/gpu', 4]],
+    'the diff reports the resource updated, so ListAndWatch sends the list',
+  );
+  assert.deepEqual(up.snapshot.mpsDaemons?.get('nvidia.com/gpu'), {
+    answering: true,
+    reason: null,
+    since: 1_700_000_000_000,
+  });
   assert.equal(sent.at(-1), 'STATUS=registered; 2 of 2 GPUs healthy');
   ctx.mock.timers.tick(ASK_INTERVAL_MS);
   client.last().fail(`no answer within ${ASK_TIMEOUT_MS} ms`);
@@ -277,7 +503,11 @@ test('live node + watch: replicas Unhealthy from start until the daemon answers,
   ctx.mock.timers.tick(ASK_INTERVAL_MS);
   client.last().answer();
   assert.equal(listHealth(await rec.next((a) => a.reason === 'MPS daemon answers' && a !== up)), 'HHHHHH');
-  assert.equal(lines.filter((l) => / WARN MPS control daemon does not answer;.* resource=nvidia\.com\/gpu/.test(l)).length, 2, lines.join('\n'));
+  assert.equal(
+    lines.filter((l) => / WARN MPS control daemon does not answer;.* resource=nvidia\.com\/gpu/.test(l)).length,
+    2,
+    lines.join('\n'),
+  );
   assert.equal(lines.filter((l) => / INFO MPS control daemon answers/.test(l)).length, 2);
   assert.equal(lines.filter((l) => /device counts/.test(l)).length, 0, 'one line per transition, its own');
   // MPS off by reload: nothing is watched any more.

@@ -16,7 +16,10 @@ test('defaults match NVIDIA plugin defaults', () => {
 
 test('command line beats environment beats default, and origins say which', () => {
   const { options, origins } = parseOptions(['--device-id-strategy=index', '--pass-device-specs'], {
-    DEVICE_ID_STRATEGY: 'uuid', KUBELET_SOCKET: '/k/kubelet.sock', FAIL_ON_INIT_ERROR: 'false', NVIDIA_DRIVER_ROOT: '/run/nvidia/driver',
+    DEVICE_ID_STRATEGY: 'uuid',
+    KUBELET_SOCKET: '/k/kubelet.sock',
+    FAIL_ON_INIT_ERROR: 'false',
+    NVIDIA_DRIVER_ROOT: '/run/nvidia/driver',
   });
   assert.equal(options.deviceIdStrategy, 'index');
   assert.equal(origins.deviceIdStrategy, 'command line');
@@ -28,7 +31,10 @@ test('command line beats environment beats default, and origins say which', () =
 });
 
 test('values can follow as separate arguments, and booleans take explicit values', () => {
-  const { options } = parseOptions(['--kubelet-socket', '/x/kubelet.sock', '--fail-on-init-error', 'false', '--pass-device-specs=true'], {});
+  const { options } = parseOptions(
+    ['--kubelet-socket', '/x/kubelet.sock', '--fail-on-init-error', 'false', '--pass-device-specs=true'],
+    {},
+  );
   assert.equal(options.kubeletSocket, '/x/kubelet.sock');
   assert.equal(options.failOnInitError, false);
   assert.equal(options.passDeviceSpecs, true);
@@ -47,7 +53,11 @@ test('bad input is refused naming the option, the value and what is allowed', ()
     [['--socket-check-interval=0'], {}, /from 0.1 to 3600/],
   ];
   for (const [argv, env, re] of cases) {
-    assert.throws(() => parseOptions(argv, env), (e: unknown) => e instanceof OptionError && re.test(e.message), String(re));
+    assert.throws(
+      () => parseOptions(argv, env),
+      (e: unknown) => e instanceof OptionError && re.test(e.message),
+      String(re),
+    );
   }
 });
 
@@ -60,19 +70,58 @@ test('help lists every option with its env var and default', () => {
 });
 
 test('durations: plain decimal seconds or Go-style units, the same from flags, environment and config file; anything else refused saying what is right', () => {
-  const accepted: [string, number][] = [['5', 5], ['0.5', 0.5], ['5s', 5], ['500ms', 0.5], ['5m', 300], ['1h', 3600], ['1m30s', 90], ['0.1s', 0.1]];
+  const accepted: [string, number][] = [
+    ['5', 5],
+    ['0.5', 0.5],
+    ['5s', 5],
+    ['500ms', 0.5],
+    ['5m', 300],
+    ['1h', 3600],
+    ['1m30s', 90],
+    ['0.1s', 0.1],
+  ];
   for (const [raw, want] of accepted) {
     assert.equal(parseOptions([`--health-probe-interval=${raw}`], {}).options.healthProbeInterval, want, raw);
     assert.equal(parseOptions([], { HEALTH_PROBE_INTERVAL: raw }).options.healthProbeInterval, want, raw);
-    const file = parseOptions(['--config-file=/c.yaml'], {}, { readFile: () => `flags:\n  healthProbeInterval: "${raw}"\n` });
+    const file = parseOptions(
+      ['--config-file=/c.yaml'],
+      {},
+      { readFile: () => `flags:\n  healthProbeInterval: "${raw}"\n` },
+    );
     assert.equal(file.options.healthProbeInterval, want, raw);
   }
   for (const raw of ['0x10', '1e3', '5 ', ' 5', '-1', '.5', '5.', '5sec', '5d', '+5', 'Infinity', 'NaN', '１']) {
-    const grammar = /is not a duration; expected a decimal number of seconds \(5, 0\.5\) or a duration with units ms, s, m, h .*from 0\.05 to 3600 seconds/;
-    assert.throws(() => parseOptions([`--health-probe-interval=${raw}`], {}), (e: unknown) => e instanceof OptionError && e.message.startsWith(`--health-probe-interval: ${JSON.stringify(raw)} is not`) && grammar.test(e.message), raw);
-    assert.throws(() => parseOptions([], { HEALTH_PROBE_INTERVAL: raw }), (e: unknown) => e instanceof OptionError && e.message.startsWith('environment variable HEALTH_PROBE_INTERVAL:') && grammar.test(e.message), raw);
-    assert.throws(() => parseOptions(['--config-file=/c.yaml'], {}, { readFile: () => `flags:\n  healthProbeInterval: ${JSON.stringify(raw)}\n` }),
-      (e: unknown) => e instanceof ConfigError && e.message.startsWith('config file /c.yaml: flags.healthProbeInterval:') && grammar.test(e.message), raw);
+    const grammar =
+      /is not a duration; expected a decimal number of seconds \(5, 0\.5\) or a duration with units ms, s, m, h .*from 0\.05 to 3600 seconds/;
+    assert.throws(
+      () => parseOptions([`--health-probe-interval=${raw}`], {}),
+      (e: unknown) =>
+        e instanceof OptionError &&
+        e.message.startsWith(`--health-probe-interval: ${JSON.stringify(raw)} is not`) &&
+        grammar.test(e.message),
+      raw,
+    );
+    assert.throws(
+      () => parseOptions([], { HEALTH_PROBE_INTERVAL: raw }),
+      (e: unknown) =>
+        e instanceof OptionError &&
+        e.message.startsWith('environment variable HEALTH_PROBE_INTERVAL:') &&
+        grammar.test(e.message),
+      raw,
+    );
+    assert.throws(
+      () =>
+        parseOptions(
+          ['--config-file=/c.yaml'],
+          {},
+          { readFile: () => `flags:\n  healthProbeInterval: ${JSON.stringify(raw)}\n` },
+        ),
+      (e: unknown) =>
+        e instanceof ConfigError &&
+        e.message.startsWith('config file /c.yaml: flags.healthProbeInterval:') &&
+        grammar.test(e.message),
+      raw,
+    );
   }
 });
 
@@ -84,15 +133,39 @@ test('every duration option has a range, enforced from every source and shown in
     if (s.kind.type !== 'seconds') continue;
     const { min, max } = s.kind;
     assert.ok(Number.isFinite(min) && Number.isFinite(max) && min < max, s.flag);
-    assert.match(help, new RegExp(`--${s.flag} \\(duration from ${min.toString().replace('.', '\\.')} to ${max} seconds`));
+    assert.match(
+      help,
+      new RegExp(`--${s.flag} \\(duration from ${min.toString().replace('.', '\\.')} to ${max} seconds`),
+    );
     const over = String(max + 1);
-    const range = new RegExp(`"${over}" is out of range; expected from ${min.toString().replace('.', '\\.')} to ${max} seconds`);
-    assert.throws(() => parseOptions([`--${s.flag}=${over}`], {}), (e: unknown) => e instanceof OptionError && range.test(e.message), s.flag);
-    assert.throws(() => parseOptions([], { [s.env]: over }), (e: unknown) => e instanceof OptionError && range.test(e.message), s.env);
-    assert.throws(() => parseOptions(['--config-file=/c.yaml'], {}, { readFile: () => `flags:\n  ${s.config!.replace('flags.', '')}: ${over}\n` }),
-      (e: unknown) => e instanceof ConfigError && range.test(e.message), s.config);
+    const range = new RegExp(
+      `"${over}" is out of range; expected from ${min.toString().replace('.', '\\.')} to ${max} seconds`,
+    );
+    assert.throws(
+      () => parseOptions([`--${s.flag}=${over}`], {}),
+      (e: unknown) => e instanceof OptionError && range.test(e.message),
+      s.flag,
+    );
+    assert.throws(
+      () => parseOptions([], { [s.env]: over }),
+      (e: unknown) => e instanceof OptionError && range.test(e.message),
+      s.env,
+    );
+    assert.throws(
+      () =>
+        parseOptions(
+          ['--config-file=/c.yaml'],
+          {},
+          { readFile: () => `flags:\n  ${s.config!.replace('flags.', '')}: ${over}\n` },
+        ),
+      (e: unknown) => e instanceof ConfigError && range.test(e.message),
+      s.config,
+    );
     assert.equal(parseOptions([`--${s.flag}=${max}`], {}).options[s.key], max);
     assert.equal(parseOptions([`--${s.flag}=${min}`], {}).options[s.key], min);
   }
-  assert.throws(() => parseOptions(['--health-probe-interval=2h'], {}), /"2h" \(7200 seconds\) is out of range; expected from 0\.05 to 3600 seconds/);
+  assert.throws(
+    () => parseOptions(['--health-probe-interval=2h'], {}),
+    /"2h" \(7200 seconds\) is out of range; expected from 0\.05 to 3600 seconds/,
+  );
 });

@@ -33,28 +33,52 @@ interface TinyDriver {
 }
 
 function bind(server: grpc.Server, path: string): Promise<void> {
-  return new Promise((resolve, reject) => server.bindAsync(`unix://${path}`, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve())));
+  return new Promise((resolve, reject) =>
+    server.bindAsync(`unix://${path}`, grpc.ServerCredentials.createInsecure(), (err) =>
+      err ? reject(err) : resolve(),
+    ),
+  );
 }
 
 /**
  * A DRA driver: Registration on regSocket, DRAPlugin (the given versions) on its endpoint and, with
  * serve.health, the health stream, which sends that list when it opens.
  */
-async function tinyDriver(regSocket: string, info: PluginInfo, serve: { versions: DraVersion[]; health?: NodeWatchResourcesResponse }): Promise<TinyDriver> {
+async function tinyDriver(
+  regSocket: string,
+  info: PluginInfo,
+  serve: { versions: DraVersion[]; health?: NodeWatchResourcesResponse },
+): Promise<TinyDriver> {
   const d: TinyDriver = { statuses: [], prepared: [], unprepared: [], sendHealth: () => {}, stop: () => {} };
   const streams = new Set<grpc.ServerWritableStream<unknown, NodeWatchResourcesResponse>>();
   const plugin = new grpc.Server();
   for (const v of serve.versions) {
     plugin.addService(draPluginService(v), {
-      NodePrepareResources: (call: grpc.ServerUnaryCall<NodePrepareResourcesRequest, NodePrepareResourcesResponse>, cb: grpc.sendUnaryData<NodePrepareResourcesResponse>) => {
+      NodePrepareResources: (
+        call: grpc.ServerUnaryCall<NodePrepareResourcesRequest, NodePrepareResourcesResponse>,
+        cb: grpc.sendUnaryData<NodePrepareResourcesResponse>,
+      ) => {
         d.prepared.push(call.request);
         const claims: NodePrepareResourcesResponse['claims'] = {};
         for (const c of call.request.claims) {
-          claims[c.uid] = { devices: [{ request_names: ['gpu'], pool_name: 'node-a', device_name: 'gpu-0', cdi_device_ids: [`k8s.gpu.example.com/claim=${c.uid}-gpu-0`] }], error: '' };
+          claims[c.uid] = {
+            devices: [
+              {
+                request_names: ['gpu'],
+                pool_name: 'node-a',
+                device_name: 'gpu-0',
+                cdi_device_ids: [`k8s.gpu.example.com/claim=${c.uid}-gpu-0`],
+              },
+            ],
+            error: '',
+          };
         }
         cb(null, { claims });
       },
-      NodeUnprepareResources: (call: grpc.ServerUnaryCall<NodeUnprepareResourcesRequest, NodeUnprepareResourcesResponse>, cb: grpc.sendUnaryData<NodeUnprepareResourcesResponse>) => {
+      NodeUnprepareResources: (
+        call: grpc.ServerUnaryCall<NodeUnprepareResourcesRequest, NodeUnprepareResourcesResponse>,
+        cb: grpc.sendUnaryData<NodeUnprepareResourcesResponse>,
+      ) => {
         d.unprepared.push(call.request);
         cb(null, { claims: Object.fromEntries(call.request.claims.map((c) => [c.uid, { error: '' }])) });
       },
@@ -74,7 +98,10 @@ async function tinyDriver(regSocket: string, info: PluginInfo, serve: { versions
   const reg = new grpc.Server();
   reg.addService(pluginRegistrationService(), {
     GetInfo: (_call: grpc.ServerUnaryCall<unknown, PluginInfo>, cb: grpc.sendUnaryData<PluginInfo>) => cb(null, info),
-    NotifyRegistrationStatus: (call: grpc.ServerUnaryCall<RegistrationStatus, object>, cb: grpc.sendUnaryData<object>) => {
+    NotifyRegistrationStatus: (
+      call: grpc.ServerUnaryCall<RegistrationStatus, object>,
+      cb: grpc.sendUnaryData<object>,
+    ) => {
       d.statuses.push(call.request);
       cb(null, {});
     },
@@ -112,7 +139,9 @@ test('a DRA driver is registered, told so, and served NodePrepareResources / Nod
   t.after(d.done);
   const w = await PluginWatcherStandIn.start(d.registry);
   t.after(() => w.stop());
-  const drv = await tinyDriver(join(d.registry, 'gpu.example.com-reg.sock'), info(join(d.plugins, 'dra.sock')), { versions: ['v1'] });
+  const drv = await tinyDriver(join(d.registry, 'gpu.example.com-reg.sock'), info(join(d.plugins, 'dra.sock')), {
+    versions: ['v1'],
+  });
   t.after(drv.stop);
 
   const reg = await w.waitForRegistrations(1);
@@ -130,18 +159,22 @@ test('a DRA driver is registered, told so, and served NodePrepareResources / Nod
   assert.deepEqual(drv.unprepared, [{ claims: [claim] }]);
 });
 
-test('the first service in the driver\'s list that the kubelet speaks is used (v1beta1 here)', async (t) => {
+test("the first service in the driver's list that the kubelet speaks is used (v1beta1 here)", async (t) => {
   const d = dirs();
   t.after(d.done);
   const w = await PluginWatcherStandIn.start(d.registry);
   t.after(() => w.stop());
-  const drv = await tinyDriver(join(d.registry, 'x-reg.sock'), info(join(d.plugins, 'dra.sock'), { supported_versions: ['v9.DRAPlugin', 'v1beta1.DRAPlugin', 'v1.DRAPlugin'] }), { versions: ['v1beta1'] });
+  const drv = await tinyDriver(
+    join(d.registry, 'x-reg.sock'),
+    info(join(d.plugins, 'dra.sock'), { supported_versions: ['v9.DRAPlugin', 'v1beta1.DRAPlugin', 'v1.DRAPlugin'] }),
+    { versions: ['v1beta1'] },
+  );
   t.after(drv.stop);
   const reg = await w.waitForRegistrations(1);
   assert.equal(reg.version, 'v1beta1');
   // The plugin serves only v1beta1: the call succeeds only if it went to the v1beta1 method path.
   const res = await w.client('gpu.example.com').prepare([{ namespace: 'ns', uid: 'u2', name: 'c2' }]);
-  assert.equal(res.claims['u2']?.devices[0]?.device_name, 'gpu-0');
+  assert.equal(res.claims.u2?.devices[0]?.device_name, 'gpu-0');
 });
 
 test('a kubelet that speaks only v1 refuses a v1beta1-only driver and tells it why', async (t) => {
@@ -149,11 +182,18 @@ test('a kubelet that speaks only v1 refuses a v1beta1-only driver and tells it w
   t.after(d.done);
   const w = await PluginWatcherStandIn.start(d.registry, { versions: ['v1'] });
   t.after(() => w.stop());
-  const drv = await tinyDriver(join(d.registry, 'x-reg.sock'), info(join(d.plugins, 'dra.sock'), { supported_versions: ['v1beta1.DRAPlugin'] }), { versions: ['v1beta1'] });
+  const drv = await tinyDriver(
+    join(d.registry, 'x-reg.sock'),
+    info(join(d.plugins, 'dra.sock'), { supported_versions: ['v1beta1.DRAPlugin'] }),
+    { versions: ['v1beta1'] },
+  );
   t.after(drv.stop);
   const r = await w.waitForRejections(1);
   assert.equal(r.notified, true);
-  assert.equal(r.reason, `RegisterPlugin error -- plugin validation failed with err: invalid supported gRPC versions of DRA driver plugin gpu.example.com at endpoint ${join(d.plugins, 'dra.sock')}: none of services supported by the plugin (["v1beta1.DRAPlugin"]) are supported by the kubelet (["v1.DRAPlugin"])`);
+  assert.equal(
+    r.reason,
+    `RegisterPlugin error -- plugin validation failed with err: invalid supported gRPC versions of DRA driver plugin gpu.example.com at endpoint ${join(d.plugins, 'dra.sock')}: none of services supported by the plugin (["v1beta1.DRAPlugin"]) are supported by the kubelet (["v1.DRAPlugin"])`,
+  );
   assert.equal(drv.statuses.length, 1);
   assert.equal(drv.statuses[0]?.plugin_registered, false);
   assert.equal(drv.statuses[0]?.error, r.reason);
@@ -166,16 +206,30 @@ test('GetInfo answers the kubelet refuses: another plugin type, an empty version
   t.after(d.done);
   const w = await PluginWatcherStandIn.start(d.registry, { health: false });
   t.after(() => w.stop());
-  const wrongType = await tinyDriver(join(d.registry, 'dp-reg.sock'), info(join(d.plugins, 'dp.sock'), { type: 'DevicePlugin' }), { versions: ['v1'] });
+  const wrongType = await tinyDriver(
+    join(d.registry, 'dp-reg.sock'),
+    info(join(d.plugins, 'dp.sock'), { type: 'DevicePlugin' }),
+    { versions: ['v1'] },
+  );
   t.after(wrongType.stop);
   const r1 = await w.waitForRejections(1);
-  assert.equal(r1.reason, `RegisterPlugin error -- no handler registered for plugin type: DevicePlugin at socket ${join(d.registry, 'dp-reg.sock')}`);
+  assert.equal(
+    r1.reason,
+    `RegisterPlugin error -- no handler registered for plugin type: DevicePlugin at socket ${join(d.registry, 'dp-reg.sock')}`,
+  );
   assert.deepEqual(wrongType.statuses, [{ plugin_registered: false, error: r1.reason }]);
 
-  const noVersions = await tinyDriver(join(d.registry, 'nv-reg.sock'), info(join(d.plugins, 'nv.sock'), { supported_versions: [] }), { versions: ['v1'] });
+  const noVersions = await tinyDriver(
+    join(d.registry, 'nv-reg.sock'),
+    info(join(d.plugins, 'nv.sock'), { supported_versions: [] }),
+    { versions: ['v1'] },
+  );
   t.after(noVersions.stop);
   const r2 = await w.waitForRejections(2);
-  assert.match(r2.reason, /^RegisterPlugin error -- plugin validation failed with err: .*: empty list of supported gRPC services \(aka supported versions\)$/);
+  assert.match(
+    r2.reason,
+    /^RegisterPlugin error -- plugin validation failed with err: .*: empty list of supported gRPC services \(aka supported versions\)$/,
+  );
   assert.deepEqual(noVersions.statuses, [{ plugin_registered: false, error: r2.reason }]);
 
   // A second registration socket naming an endpoint the driver already registered cannot take it over.
@@ -185,7 +239,8 @@ test('GetInfo answers the kubelet refuses: another plugin type, an empty version
   await w.waitForRegistrations(1);
   const hijack = new grpc.Server();
   hijack.addService(pluginRegistrationService(), {
-    GetInfo: (_c: grpc.ServerUnaryCall<unknown, PluginInfo>, cb: grpc.sendUnaryData<PluginInfo>) => cb(null, info(endpoint)),
+    GetInfo: (_c: grpc.ServerUnaryCall<unknown, PluginInfo>, cb: grpc.sendUnaryData<PluginInfo>) =>
+      cb(null, info(endpoint)),
     NotifyRegistrationStatus: (c: grpc.ServerUnaryCall<RegistrationStatus, object>, cb: grpc.sendUnaryData<object>) => {
       hijackStatuses.push(c.request);
       cb(null, {});
@@ -195,7 +250,10 @@ test('GetInfo answers the kubelet refuses: another plugin type, an empty version
   await bind(hijack, join(d.registry, 'b-reg.sock'));
   t.after(() => hijack.forceShutdown());
   const r3 = await w.waitForRejections(3);
-  assert.equal(r3.reason, `RegisterPlugin error -- plugin registration failed with err: endpoint ${endpoint} already registered for DRA driver plugin gpu.example.com`);
+  assert.equal(
+    r3.reason,
+    `RegisterPlugin error -- plugin registration failed with err: endpoint ${endpoint} already registered for DRA driver plugin gpu.example.com`,
+  );
   assert.deepEqual(hijackStatuses, [{ plugin_registered: false, error: r3.reason }]);
   assert.equal(w.registrations.length, 1);
 
@@ -219,9 +277,17 @@ test('an empty PluginInfo.endpoint means the DRA service is on the registration 
     },
   });
   server.addService(draPluginService('v1'), {
-    NodePrepareResources: (c: grpc.ServerUnaryCall<NodePrepareResourcesRequest, NodePrepareResourcesResponse>, cb: grpc.sendUnaryData<NodePrepareResourcesResponse>) =>
-      cb(null, { claims: Object.fromEntries(c.request.claims.map((x) => [x.uid, { devices: [], error: 'not today' }])) }),
-    NodeUnprepareResources: (_c: grpc.ServerUnaryCall<NodeUnprepareResourcesRequest, NodeUnprepareResourcesResponse>, cb: grpc.sendUnaryData<NodeUnprepareResourcesResponse>) => cb(null, { claims: {} }),
+    NodePrepareResources: (
+      c: grpc.ServerUnaryCall<NodePrepareResourcesRequest, NodePrepareResourcesResponse>,
+      cb: grpc.sendUnaryData<NodePrepareResourcesResponse>,
+    ) =>
+      cb(null, {
+        claims: Object.fromEntries(c.request.claims.map((x) => [x.uid, { devices: [], error: 'not today' }])),
+      }),
+    NodeUnprepareResources: (
+      _c: grpc.ServerUnaryCall<NodeUnprepareResourcesRequest, NodeUnprepareResourcesResponse>,
+      cb: grpc.sendUnaryData<NodeUnprepareResourcesResponse>,
+    ) => cb(null, { claims: {} }),
   });
   await bind(server, regSocket);
   t.after(() => server.forceShutdown());
@@ -256,7 +322,7 @@ test('a socket already there at start is registered; its removal deregisters; a 
   assert.equal(again.socket, regSocket);
   assert.deepEqual(second.statuses, [{ plugin_registered: true, error: '' }]);
   const res = await w.client('gpu.example.com').prepare([{ namespace: 'n', uid: 'u3', name: 'c3' }]);
-  assert.ok(res.claims['u3'] !== undefined);
+  assert.ok(res.claims.u3 !== undefined);
   assert.equal(second.prepared.length, 1);
 });
 
@@ -266,16 +332,29 @@ test('any socket counts (not only *.sock); dot-files and plain files are ignored
   const w = await PluginWatcherStandIn.start(d.registry, { health: false });
   t.after(() => w.stop());
   writeFileSync(join(d.registry, 'notes.sock'), 'not a socket');
-  const hidden = await tinyDriver(join(d.registry, '.hidden-reg.sock'), info(join(d.plugins, 'hidden.sock'), { name: 'hidden.example.com' }), { versions: ['v1'] });
+  const hidden = await tinyDriver(
+    join(d.registry, '.hidden-reg.sock'),
+    info(join(d.plugins, 'hidden.sock'), { name: 'hidden.example.com' }),
+    { versions: ['v1'] },
+  );
   t.after(hidden.stop);
-  const odd = await tinyDriver(join(d.registry, 'odd-name.socket'), info(join(d.plugins, 'dra.sock')), { versions: ['v1'] });
+  const odd = await tinyDriver(join(d.registry, 'odd-name.socket'), info(join(d.plugins, 'dra.sock')), {
+    versions: ['v1'],
+  });
   t.after(odd.stop);
   await w.waitForRegistrations(1);
   // A last socket after the others: once it is registered, the watcher has seen every event before it.
-  const last = await tinyDriver(join(d.registry, 'last.sock'), info(join(d.plugins, 'last.sock'), { name: 'last.example.com' }), { versions: ['v1'] });
+  const last = await tinyDriver(
+    join(d.registry, 'last.sock'),
+    info(join(d.plugins, 'last.sock'), { name: 'last.example.com' }),
+    { versions: ['v1'] },
+  );
   t.after(last.stop);
   await w.waitForRegistrations(2);
-  assert.deepEqual(w.registrations.map((r) => r.name), ['gpu.example.com', 'last.example.com']);
+  assert.deepEqual(
+    w.registrations.map((r) => r.name),
+    ['gpu.example.com', 'last.example.com'],
+  );
   assert.deepEqual(hidden.statuses, []);
   assert.deepEqual(w.rejected, []);
 });
@@ -285,10 +364,14 @@ test('two plugins of one driver (a rolling update): calls go to the newest, and 
   t.after(d.done);
   const w = await PluginWatcherStandIn.start(d.registry, { health: false });
   t.after(() => w.stop());
-  const old = await tinyDriver(join(d.registry, 'old-reg.sock'), info(join(d.plugins, 'old.sock')), { versions: ['v1'] });
+  const old = await tinyDriver(join(d.registry, 'old-reg.sock'), info(join(d.plugins, 'old.sock')), {
+    versions: ['v1'],
+  });
   t.after(old.stop);
   await w.waitForRegistrations(1);
-  const next = await tinyDriver(join(d.registry, 'new-reg.sock'), info(join(d.plugins, 'new.sock')), { versions: ['v1'] });
+  const next = await tinyDriver(join(d.registry, 'new-reg.sock'), info(join(d.plugins, 'new.sock')), {
+    versions: ['v1'],
+  });
   t.after(next.stop);
   await w.waitForRegistrations(2);
   await w.client('gpu.example.com').prepare([{ namespace: 'n', uid: 'u1', name: 'c1' }]);
@@ -318,22 +401,50 @@ test('a driver serving v1alpha1.DRAResourceHealth has its health stream read, ea
   t.after(d.done);
   const w = await PluginWatcherStandIn.start(d.registry);
   t.after(() => w.stop());
-  const healthy: NodeWatchResourcesResponse = { devices: [
-    { device: { pool_name: 'node-a', device_name: 'gpu-0' }, health: 1, last_updated_time: 1_780_000_000, health_check_timeout_seconds: 30, message: '' },
-    { device: { pool_name: 'node-a', device_name: 'gpu-1' }, health: 1, last_updated_time: 1_780_000_000, health_check_timeout_seconds: 30, message: '' },
-  ] };
-  const drv = await tinyDriver(join(d.registry, 'g-reg.sock'), info(join(d.plugins, 'dra.sock'), { supported_versions: ['v1.DRAPlugin', 'v1alpha1.DRAResourceHealth'] }), { versions: ['v1'], health: healthy });
+  const healthy: NodeWatchResourcesResponse = {
+    devices: [
+      {
+        device: { pool_name: 'node-a', device_name: 'gpu-0' },
+        health: 1,
+        last_updated_time: 1_780_000_000,
+        health_check_timeout_seconds: 30,
+        message: '',
+      },
+      {
+        device: { pool_name: 'node-a', device_name: 'gpu-1' },
+        health: 1,
+        last_updated_time: 1_780_000_000,
+        health_check_timeout_seconds: 30,
+        message: '',
+      },
+    ],
+  };
+  const drv = await tinyDriver(
+    join(d.registry, 'g-reg.sock'),
+    info(join(d.plugins, 'dra.sock'), { supported_versions: ['v1.DRAPlugin', 'v1alpha1.DRAResourceHealth'] }),
+    { versions: ['v1'], health: healthy },
+  );
   t.after(drv.stop);
   await w.waitForRegistrations(1);
   assert.deepEqual(await w.waitForHealth('gpu.example.com', (devs) => devs.length === 2), healthy.devices);
   // Each message is the complete list: the next one replaces it.
-  const sick: NodeWatchResourcesResponse = { devices: [{ device: { pool_name: 'node-a', device_name: 'gpu-1' }, health: 2, last_updated_time: 1_780_000_060, health_check_timeout_seconds: 30, message: 'XID 79' }] };
+  const sick: NodeWatchResourcesResponse = {
+    devices: [
+      {
+        device: { pool_name: 'node-a', device_name: 'gpu-1' },
+        health: 2,
+        last_updated_time: 1_780_000_060,
+        health_check_timeout_seconds: 30,
+        message: 'XID 79',
+      },
+    ],
+  };
   drv.sendHealth(sick);
   assert.deepEqual(await w.waitForHealth('gpu.example.com', (devs) => devs.length === 1), sick.devices);
   assert.equal(w.health.get('gpu.example.com')?.messages, 2);
 });
 
-test('ResourceSlices: the kubelet wipes its node\'s slices at start, and a driver\'s once it stays away, unless it comes back', async (t) => {
+test("ResourceSlices: the kubelet wipes its node's slices at start, and a driver's once it stays away, unless it comes back", async (t) => {
   const calls: [string, string | undefined][] = [];
   const janitor: SliceJanitor = {
     deleteNodeSlices(node, driver) {
@@ -345,7 +456,9 @@ test('ResourceSlices: the kubelet wipes its node\'s slices at start, and a drive
   t.after(d.done);
   const regSocket = join(d.registry, 'g-reg.sock');
   // A long delay: a driver that comes back in time keeps its slices.
-  const w = await PluginWatcherStandIn.start(d.registry, { slices: { janitor, nodeName: 'node-a', wipeDelayMs: 60_000 } });
+  const w = await PluginWatcherStandIn.start(d.registry, {
+    slices: { janitor, nodeName: 'node-a', wipeDelayMs: 60_000 },
+  });
   t.after(() => w.stop());
   assert.deepEqual(calls, [['node-a', undefined]]);
   const a = await tinyDriver(regSocket, info(join(d.plugins, 'dra.sock')), { versions: ['v1'] });
@@ -371,21 +484,35 @@ test('ResourceSlices: the kubelet wipes its node\'s slices at start, and a drive
   const wiped = new Promise((resolve) => w2.once('wiped', resolve));
   await rm(join(d2.registry, 'g-reg.sock'), { force: true });
   assert.equal(await wiped, 'gpu.example.com');
-  assert.deepEqual(calls.slice(1), [['node-b', undefined], ['node-b', 'gpu.example.com']]);
-  assert.deepEqual(w2.wipes, [{ driver: undefined, deleted: 1 }, { driver: 'gpu.example.com', deleted: 1 }]);
+  assert.deepEqual(calls.slice(1), [
+    ['node-b', undefined],
+    ['node-b', 'gpu.example.com'],
+  ]);
+  assert.deepEqual(w2.wipes, [
+    { driver: undefined, deleted: 1 },
+    { driver: 'gpu.example.com', deleted: 1 },
+  ]);
 });
 
-test('with the API server stand-in as the kubelet\'s client: its node\'s slices go at start, a driver\'s once it leaves', async (t) => {
+test("with the API server stand-in as the kubelet's client: its node's slices go at start, a driver's once it leaves", async (t) => {
   const api = await ApiServerStandIn.start();
   t.after(() => api.stop());
   const put = (name: string, node: string, driver: string): void => {
-    api.slices.set(name, { apiVersion: 'resource.k8s.io/v1', kind: 'ResourceSlice', metadata: { name }, spec: { driver, nodeName: node, pool: { name: node, generation: 1, resourceSliceCount: 1 } } });
+    api.slices.set(name, {
+      apiVersion: 'resource.k8s.io/v1',
+      kind: 'ResourceSlice',
+      metadata: { name },
+      spec: { driver, nodeName: node, pool: { name: node, generation: 1, resourceSliceCount: 1 } },
+    });
   };
   put('a-gpu', 'node-a', 'gpu.example.com');
   put('b-gpu', 'node-b', 'gpu.example.com');
   const d = dirs();
   t.after(d.done);
-  const w = await PluginWatcherStandIn.start(d.registry, { health: false, slices: { janitor: api, nodeName: 'node-a', wipeDelayMs: 0 } });
+  const w = await PluginWatcherStandIn.start(d.registry, {
+    health: false,
+    slices: { janitor: api, nodeName: 'node-a', wipeDelayMs: 0 },
+  });
   t.after(() => w.stop());
   assert.deepEqual([...api.slices.keys()], ['b-gpu']);
 

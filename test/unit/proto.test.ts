@@ -35,18 +35,33 @@ test('a root made from the built descriptor is the parsed .proto, for every file
 test('codecs from the descriptor and from the .proto text write and read the same bytes', () => {
   const a = viaDescriptor('deviceplugin.proto');
   const b = parsed('deviceplugin.proto');
-  const reg: M.RegisterRequest = { version: 'v1beta1', endpoint: 'gpu-device-plugin-gpu.sock', resource_name: 'nvidia.com/gpu', options: { pre_start_required: false, get_preferred_allocation_available: true } };
-  const alloc: M.AllocateResponse = {
-    container_responses: [{
-      envs: { NVIDIA_VISIBLE_DEVICES: 'GPU-1,GPU-2' },
-      mounts: [{ container_path: '/var/run/nvidia-container-devices/GPU-1', host_path: '/dev/null', read_only: true }],
-      devices: [{ container_path: '/dev/nvidia0', host_path: '/dev/nvidia0', permissions: 'rw' }],
-      annotations: { 'cdi.k8s.io/x': 'k8s.device-plugin.nvidia.com/gpu=GPU-1' },
-      cdi_devices: [{ name: 'k8s.device-plugin.nvidia.com/gpu=GPU-1' }],
-    }],
+  const reg: M.RegisterRequest = {
+    version: 'v1beta1',
+    endpoint: 'gpu-device-plugin-gpu.sock',
+    resource_name: 'nvidia.com/gpu',
+    options: { pre_start_required: false, get_preferred_allocation_available: true },
   };
-  const law: M.ListAndWatchResponse = { devices: [{ ID: 'GPU-1', health: 'Healthy', topology: { nodes: [{ ID: 1 }] } }] };
-  for (const [name, msg] of [['RegisterRequest', reg], ['AllocateResponse', alloc], ['ListAndWatchResponse', law]] as const) {
+  const alloc: M.AllocateResponse = {
+    container_responses: [
+      {
+        envs: { NVIDIA_VISIBLE_DEVICES: 'GPU-1,GPU-2' },
+        mounts: [
+          { container_path: '/var/run/nvidia-container-devices/GPU-1', host_path: '/dev/null', read_only: true },
+        ],
+        devices: [{ container_path: '/dev/nvidia0', host_path: '/dev/nvidia0', permissions: 'rw' }],
+        annotations: { 'cdi.k8s.io/x': 'k8s.device-plugin.nvidia.com/gpu=GPU-1' },
+        cdi_devices: [{ name: 'k8s.device-plugin.nvidia.com/gpu=GPU-1' }],
+      },
+    ],
+  };
+  const law: M.ListAndWatchResponse = {
+    devices: [{ ID: 'GPU-1', health: 'Healthy', topology: { nodes: [{ ID: 1 }] } }],
+  };
+  for (const [name, msg] of [
+    ['RegisterRequest', reg],
+    ['AllocateResponse', alloc],
+    ['ListAndWatchResponse', law],
+  ] as const) {
     const bytes = codec(a, name).encode(msg);
     assert.ok(bytes.length > 0, name);
     assert.deepEqual(bytes, codec(b, name).encode(msg), name);

@@ -21,7 +21,10 @@ test('a failing kubelet is retried with growing backoff and logged once per dist
   const r = new Registrar({
     log,
     ensureServing: async () => undefined,
-    register: async () => { callsAt.push(Date.now()); throw new Error('connect ENOENT kubelet.sock'); },
+    register: async () => {
+      callsAt.push(Date.now());
+      throw new Error('connect ENOENT kubelet.sock');
+    },
     initialBackoffMs: 5,
     maxBackoffMs: 40,
   });
@@ -60,7 +63,9 @@ test('a kick during backoff tries at once; a kick during an attempt queues exact
     register: async () => {
       calls++;
       if (fail) throw new Error('down');
-      await new Promise<void>((res) => { release = res; });
+      await new Promise<void>((res) => {
+        release = res;
+      });
     },
     initialBackoffMs: 10000,
   });
@@ -96,7 +101,9 @@ test('a kick while registered reports the registration lost, once, before trying
   const r = new Registrar({
     log,
     ensureServing: async () => undefined,
-    register: async () => { if (fail) throw new Error('listen EROFS'); },
+    register: async () => {
+      if (fail) throw new Error('listen EROFS');
+    },
     onRegistered: () => events.push('registered'),
     onUnregistered: (reason) => events.push(`lost: ${reason}`),
     initialBackoffMs: 5,
@@ -131,7 +138,9 @@ test('after a loss, failures stay at debug and the new registration is the one l
   const r = new Registrar({
     log,
     ensureServing: async () => undefined,
-    register: async () => { if (fail) throw new Error('no kubelet socket at /x/kubelet.sock (is the kubelet running?)'); },
+    register: async () => {
+      if (fail) throw new Error('no kubelet socket at /x/kubelet.sock (is the kubelet running?)');
+    },
     onUnregistered: (reason) => events.push(`lost: ${reason}`),
     initialBackoffMs: 50,
     maxBackoffMs: 5000,
@@ -158,7 +167,12 @@ test('after a loss, failures stay at debug and the new registration is the one l
   r.kick('kubelet socket created');
   await settle();
   assert.equal(r.current, 'registered');
-  assert.deepEqual(above().slice(before).map((l) => l.replace(/^\S+ /, '').trimEnd()), ['INFO registered with the kubelet reason="kubelet socket created" attempts=3']);
+  assert.deepEqual(
+    above()
+      .slice(before)
+      .map((l) => l.replace(/^\S+ /, '').trimEnd()),
+    ['INFO registered with the kubelet reason="kubelet socket created" attempts=3'],
+  );
 
   // A kubelet away for longer than quietMs: one WARN, then the INFO when it is back.
   const mark = above().length;
@@ -172,35 +186,59 @@ test('after a loss, failures stay at debug and the new registration is the one l
   fail = false;
   r.kick('kubelet socket created');
   await settle();
-  const later = above().slice(mark).map((l) => l.replace(/^\S+ /, '').trimEnd());
+  const later = above()
+    .slice(mark)
+    .map((l) => l.replace(/^\S+ /, '').trimEnd());
   assert.equal(later.length, 2, later.join('\n'));
-  assert.match(later[0]!, /^WARN still not registered with the kubelet; retrying reason="kubelet socket removed" error="no kubelet socket at \/x\/kubelet.sock \(is the kubelet running\?\)" waited_ms=30000$/);
+  assert.match(
+    later[0]!,
+    /^WARN still not registered with the kubelet; retrying reason="kubelet socket removed" error="no kubelet socket at \/x\/kubelet.sock \(is the kubelet running\?\)" waited_ms=30000$/,
+  );
   assert.match(later[1]!, /^INFO registered with the kubelet reason="kubelet socket created"/);
   r.stop();
 });
 
-test('Register failures are said once, by what went wrong, without grpc-js\'s own text', () => {
+test("Register failures are said once, by what went wrong, without grpc-js's own text", () => {
   const sock = '/var/lib/kubelet/device-plugins/kubelet.sock';
   const raw = `No connection established. Last error: Error: connect ENOENT ${sock}. Resolution note: `;
-  assert.equal(registerProblem(sock, grpc.status.UNAVAILABLE, raw, 10000), `no kubelet socket at ${sock} (is the kubelet running?)`);
-  assert.match(registerProblem(sock, grpc.status.UNAVAILABLE, `connect ECONNREFUSED ${sock}`, 10000), /ECONNREFUSED; the kubelet is stopping or starting/);
-  assert.equal(registerProblem(sock, grpc.status.CANCELLED, 'Call cancelled', 10000), `the kubelet at ${sock} went away during the Register call`);
-  assert.equal(registerProblem(sock, grpc.status.UNKNOWN, 'resource already registered', 10000),
-    `the kubelet at ${sock} refused the registration: resource already registered (gRPC UNKNOWN)`);
-  assert.match(registerProblem(sock, grpc.status.DEADLINE_EXCEEDED, 'Deadline exceeded after 10.001s', 10000), /did not answer the Register call within 10000 ms$/);
+  assert.equal(
+    registerProblem(sock, grpc.status.UNAVAILABLE, raw, 10000),
+    `no kubelet socket at ${sock} (is the kubelet running?)`,
+  );
+  assert.match(
+    registerProblem(sock, grpc.status.UNAVAILABLE, `connect ECONNREFUSED ${sock}`, 10000),
+    /ECONNREFUSED; the kubelet is stopping or starting/,
+  );
+  assert.equal(
+    registerProblem(sock, grpc.status.CANCELLED, 'Call cancelled', 10000),
+    `the kubelet at ${sock} went away during the Register call`,
+  );
+  assert.equal(
+    registerProblem(sock, grpc.status.UNKNOWN, 'resource already registered', 10000),
+    `the kubelet at ${sock} refused the registration: resource already registered (gRPC UNKNOWN)`,
+  );
+  assert.match(
+    registerProblem(sock, grpc.status.DEADLINE_EXCEEDED, 'Deadline exceeded after 10.001s', 10000),
+    /did not answer the Register call within 10000 ms$/,
+  );
   for (const code of [grpc.status.UNAVAILABLE, grpc.status.CANCELLED, grpc.status.DEADLINE_EXCEEDED]) {
     const text = registerProblem(sock, code, raw, 10000);
     assert.equal(text.split(sock).length - 1, 1, `the socket named once: ${text}`);
     assert.doesNotMatch(text, /No connection established|Resolution note|Call cancelled/);
   }
-  assert.equal(listenProblem('No address added out of total 1 resolved errors: [listen EROFS: read-only file system /d/x.sock]'), 'read-only file system (EROFS)');
+  assert.equal(
+    listenProblem('No address added out of total 1 resolved errors: [listen EROFS: read-only file system /d/x.sock]'),
+    'read-only file system (EROFS)',
+  );
   assert.equal(listenProblem('something else'), 'something else');
 });
 
 test('log lines carry level, message and key=value context, quoted when needed', () => {
   const now = new Date('2026-01-02T03:04:05.000Z');
-  assert.equal(formatLine('info', 'registered', { reason: 'kubelet socket created', attempts: 2 }, false, now),
-    '2026-01-02T03:04:05.000Z INFO registered reason="kubelet socket created" attempts=2');
+  assert.equal(
+    formatLine('info', 'registered', { reason: 'kubelet socket created', attempts: 2 }, false, now),
+    '2026-01-02T03:04:05.000Z INFO registered reason="kubelet socket created" attempts=2',
+  );
   assert.equal(formatLine('warn', 'x', { list: ['a', 'b'], none: null }, true, now), '<4>WARN x list=a,b none=-');
   assert.equal(formatLine('error', 'multi\nline', {}, false, now), '2026-01-02T03:04:05.000Z ERROR multi\\nline');
 });

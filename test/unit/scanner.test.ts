@@ -15,7 +15,15 @@ import { Scanner } from '../../src/nvml/scanner.ts';
 import { createLogger } from '../../src/system/log.ts';
 
 const uuid = (i: number): string => `GPU-0000000${i}-bbbb-4000-8000-000000000000`;
-const gpu = (i: number, index = i): Gpu => ({ index, uuid: uuid(i), name: 'Fake GPU', minor: i, busId: `00000000:0${i}:00.0`, memoryBytes: 1 << 30, numaNode: 0 });
+const gpu = (i: number, index = i): Gpu => ({
+  index,
+  uuid: uuid(i),
+  name: 'Fake GPU',
+  minor: i,
+  busId: `00000000:0${i}:00.0`,
+  memoryBytes: 1 << 30,
+  numaNode: 0,
+});
 const gone = (): NvmlError => new NvmlError('nvmlDeviceGetCount_v2', NVML.ERROR_DRIVER_NOT_LOADED, 'Driver Not Loaded');
 
 /** The node the fake sessions read: which GPUs are there, and whether the driver answers. */
@@ -55,7 +63,12 @@ class FakeReader implements NodeReader {
   read(): NodeScan {
     this.check();
     const gpus = this.node.ids.map((id, k) => gpu(id, k));
-    return { driverVersion: '550.54.15', gpus, nvlinks: gpus.map((g) => ({ busId: g.busId, links: [] })), pcie: gpus.map(() => gpus.map(() => -1)) };
+    return {
+      driverVersion: '550.54.15',
+      gpus,
+      nvlinks: gpus.map((g) => ({ busId: g.busId, links: [] })),
+      pcie: gpus.map(() => gpus.map(() => -1)),
+    };
   }
 
   identity(): NodeIdentity {
@@ -66,7 +79,11 @@ class FakeReader implements NodeReader {
   watch(gpus: readonly Gpu[], _probeIntervalMs: number, handlers: HealthWatchHandlers): HealthWatch {
     const w = { gpus: gpus.map((g) => g.uuid), handlers, stopped: false };
     this.node.watches.push(w);
-    return { stop: async () => { w.stopped = true; } };
+    return {
+      stop: async () => {
+        w.stopped = true;
+      },
+    };
   }
 
   close(): void {
@@ -81,7 +98,10 @@ class FakeReader implements NodeReader {
 
 const mocked = new WeakSet<TestContext>();
 
-function setup(ctx: TestContext, opts: { intervalMs?: number; health?: boolean; refuse?: (scan: NodeScan) => string | null } = {}) {
+function setup(
+  ctx: TestContext,
+  opts: { intervalMs?: number; health?: boolean; refuse?: (scan: NodeScan) => string | null } = {},
+) {
   if (!mocked.has(ctx)) ctx.mock.timers.enable({ apis: ['setTimeout', 'setInterval'] });
   mocked.add(ctx);
   const node = new FakeNode();
@@ -91,13 +111,14 @@ function setup(ctx: TestContext, opts: { intervalMs?: number; health?: boolean; 
   const probes: ReadonlyMap<string, ProbeResult>[] = [];
   const startFailures: unknown[] = [];
   const scanner = new Scanner({
-    sessions: node, log: createLogger({ level: 'debug', journal: false, write: (l) => lines.push(l) }),
+    sessions: node,
+    log: createLogger({ level: 'debug', journal: false, write: (l) => lines.push(l) }),
     rediscoverIntervalMs: opts.intervalMs ?? 0,
     health: opts.health === true ? { probeIntervalMs: 1000 } : null,
     onScan: async (scan, reason) => {
       scans.push({ scan, reason });
       for (const w of waiters.splice(0)) w();
-      const refused = scan === null ? null : opts.refuse?.(scan) ?? null;
+      const refused = scan === null ? null : (opts.refuse?.(scan) ?? null);
       if (refused !== null) throw new Error(refused);
     },
     onStartFailed: (err) => {
@@ -111,19 +132,34 @@ function setup(ctx: TestContext, opts: { intervalMs?: number; health?: boolean; 
   const scanned = async (n: number): Promise<void> => {
     while (scans.length < n) await new Promise<void>((r) => waiters.push(r));
   };
-  const gpusOf = (i: number): string => scans[i]?.scan === null ? 'driver down' : (scans[i]?.scan?.gpus ?? []).map((g) => g.uuid.slice(0, 12)).join(',');
+  const gpusOf = (i: number): string =>
+    scans[i]?.scan === null ? 'driver down' : (scans[i]?.scan?.gpus ?? []).map((g) => g.uuid.slice(0, 12)).join(',');
   /** Resolves once the scanner has reported a failed start (waits on the scanner, not on time). */
   const startFailed = async (): Promise<unknown> => {
     while (startFailures.length === 0) await new Promise<void>((r) => waiters.push(r));
     return startFailures[0];
   };
-  return { node, lines, scans, scanned, scanner, probes, gpusOf, startFailures, startFailed, tick: (ms: number) => ctx.mock.timers.tick(ms) };
+  return {
+    node,
+    lines,
+    scans,
+    scanned,
+    scanner,
+    probes,
+    gpusOf,
+    startFailures,
+    startFailed,
+    tick: (ms: number) => ctx.mock.timers.tick(ms),
+  };
 }
 
 test('re-discovery: the identity timer scans only when the GPUs changed', async (ctx) => {
   const t = setup(ctx, { intervalMs: 5000 });
   await t.scanner.start(false);
-  assert.deepEqual(t.scans.map((s) => s.reason), ['start']);
+  assert.deepEqual(
+    t.scans.map((s) => s.reason),
+    ['start'],
+  );
   t.tick(5000);
   t.tick(5000);
   assert.equal(t.scanner.identityCheckCount, 2);
@@ -195,7 +231,10 @@ test('NVML missing at start: fatal with failOnInitError, else the driver is repo
   const u = setup(ctx);
   u.node.driver = false;
   await u.scanner.start(false);
-  assert.deepEqual(u.scans.map((s) => [s.scan, s.reason]), [[null, 'start']]);
+  assert.deepEqual(
+    u.scans.map((s) => [s.scan, s.reason]),
+    [[null, 'start']],
+  );
   await turn();
   u.node.driver = true;
   u.tick(1000);
@@ -205,7 +244,10 @@ test('NVML missing at start: fatal with failOnInitError, else the driver is repo
 });
 
 test('started without the driver, the first scan that reaches it and is refused (a config that does not fit) is a failed start, reported once; a refused scan after that is not', async (ctx) => {
-  const u = setup(ctx, { refuse: (scan) => (scan.gpus.length > 0 ? 'sharing.timeSlicing.resources[0].devices: GPU 7 is not on this node' : null) });
+  const u = setup(ctx, {
+    refuse: (scan) =>
+      scan.gpus.length > 0 ? 'sharing.timeSlicing.resources[0].devices: GPU 7 is not on this node' : null,
+  });
   u.node.driver = false;
   await u.scanner.start(false);
   assert.deepEqual(u.startFailures, [], 'the driver-down report itself is no failure');
@@ -252,10 +294,25 @@ test('the health thread waits for the first registration (or its hold timer), fo
   await t.scanner.start(false);
   assert.equal(t.node.watches.length, 0, 'held back until registered');
   t.scanner.releaseWorker();
-  assert.deepEqual(t.node.watches.map((w) => w.gpus), [[uuid(0), uuid(1)]]);
+  assert.deepEqual(
+    t.node.watches.map((w) => w.gpus),
+    [[uuid(0), uuid(1)]],
+  );
   const w = t.node.watches[0]!;
-  w.handlers.onProbe(new Map([[uuid(0), 'ok'], [uuid(1), 'lost']]));
-  assert.deepEqual([...t.probes[0]!.entries()], [[uuid(0), 'ok'], [uuid(1), 'lost']], 'probes reach the caller by UUID');
+  w.handlers.onProbe(
+    new Map([
+      [uuid(0), 'ok'],
+      [uuid(1), 'lost'],
+    ]),
+  );
+  assert.deepEqual(
+    [...t.probes[0]!.entries()],
+    [
+      [uuid(0), 'ok'],
+      [uuid(1), 'lost'],
+    ],
+    'probes reach the caller by UUID',
+  );
   await t.scanned(2);
   assert.equal(t.scans[1]?.reason, 'a GPU is lost');
   // The list changed: the thread is stopped and started on the new one.

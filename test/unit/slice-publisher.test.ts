@@ -28,12 +28,25 @@ const SLICE = sliceName(NODE, 'gpu.nvidia.com', 0);
 function settings(migStrategy: MigStrategy = 'none'): NodeSettings {
   return {
     plan: { deviceIdStrategy: 'uuid', sharing: NO_SHARING, migStrategy },
-    serve: { allocate: { passDeviceSpecs: false, devRoot: '/', presentControlDevices: [] }, sharedPolicy: 'distributed' },
+    serve: {
+      allocate: { passDeviceSpecs: false, devRoot: '/', presentControlDevices: [] },
+      sharedPolicy: 'distributed',
+    },
   };
 }
 
-function applied(snapshot: NodeSnapshot, previous: NodeSnapshot | null, migStrategy: MigStrategy = 'none'): AppliedSnapshot {
-  return { snapshot, change: diff(previous, snapshot), reason: 'test', reregister: null, settings: settings(migStrategy) };
+function applied(
+  snapshot: NodeSnapshot,
+  previous: NodeSnapshot | null,
+  migStrategy: MigStrategy = 'none',
+): AppliedSnapshot {
+  return {
+    snapshot,
+    change: diff(previous, snapshot),
+    reason: 'test',
+    reregister: null,
+    settings: settings(migStrategy),
+  };
 }
 
 interface Rig {
@@ -53,8 +66,18 @@ async function start(opts: ApiServerOptions = {}, tokenFile?: string, down = fal
   const lines: string[] = [];
   const log = createLogger({ level: 'info', journal: false, write: (l) => lines.push(l) });
   const sysfs = mkdtempSync(join(tmpdir(), 'gdp-pub-sysfs-'));
-  const client = new KubeClient({ server: api.url, source: 'test kubeconfig', ...(tokenFile !== undefined ? { tokenFile } : {}) });
-  const pub = new SlicePublisher({ client, nodeName: NODE, log, backoff: { initialMs: 5, maxMs: 40 }, sysfsRoot: sysfs });
+  const client = new KubeClient({
+    server: api.url,
+    source: 'test kubeconfig',
+    ...(tokenFile !== undefined ? { tokenFile } : {}),
+  });
+  const pub = new SlicePublisher({
+    client,
+    nodeName: NODE,
+    log,
+    backoff: { initialMs: 5, maxMs: 40 },
+    sysfsRoot: sysfs,
+  });
   rig = { api, pub, lines, sysfs, client };
   return rig;
 }
@@ -75,11 +98,12 @@ const stored = (api: ApiServerStandIn, name = SLICE): JsonObject => {
   assert.ok(s !== undefined, `no slice ${name}; slices: ${[...api.slices.keys()].join(', ')}`);
   return s;
 };
-const spec = (s: JsonObject): JsonObject => s['spec'] as JsonObject;
-const meta = (s: JsonObject): JsonObject => s['metadata'] as JsonObject;
-const pool = (s: JsonObject): JsonObject => spec(s)['pool'] as JsonObject;
-const devices = (s: JsonObject): JsonObject[] => spec(s)['devices'] as JsonObject[];
-const writes = (api: ApiServerStandIn): string[] => api.requests.filter((r) => r.method !== 'GET').map((r) => `${r.method} ${r.code}`);
+const spec = (s: JsonObject): JsonObject => s.spec as JsonObject;
+const meta = (s: JsonObject): JsonObject => s.metadata as JsonObject;
+const pool = (s: JsonObject): JsonObject => spec(s).pool as JsonObject;
+const devices = (s: JsonObject): JsonObject[] => spec(s).devices as JsonObject[];
+const writes = (api: ApiServerStandIn): string[] =>
+  api.requests.filter((r) => r.method !== 'GET').map((r) => `${r.method} ${r.code}`);
 const count = (lines: string[], re: RegExp): number => lines.filter((l) => re.test(l)).length;
 
 test('8-GPU fixture: one slice owned by the Node, pool named after it, generation 1; applying the same node again writes nothing', async () => {
@@ -88,22 +112,38 @@ test('8-GPU fixture: one slice owned by the Node, pool named after it, generatio
   // GPU 0's PCIe root from sysfs, as the kernel lays it out.
   mkdirSync(join(sysfs, 'devices', 'pci0000:00', '0000:00:01.0', '0000:07:00.0'), { recursive: true });
   mkdirSync(join(sysfs, 'bus', 'pci', 'devices'), { recursive: true });
-  symlinkSync(join(sysfs, 'devices', 'pci0000:00', '0000:00:01.0', '0000:07:00.0'), join(sysfs, 'bus', 'pci', 'devices', '0000:07:00.0'));
+  symlinkSync(
+    join(sysfs, 'devices', 'pci0000:00', '0000:00:01.0', '0000:07:00.0'),
+    join(sysfs, 'bus', 'pci', 'devices', '0000:07:00.0'),
+  );
   assert.equal(pub.apply(applied(s, null)), undefined, 'apply never waits on the API server');
   await pub.whenSynced();
   const slice = stored(api);
   const node = api.requests.find((r) => r.path === `/api/v1/nodes/${NODE}`);
   assert.ok(node !== undefined);
-  assert.deepEqual((meta(slice)['ownerReferences'] as JsonObject[]).map((o) => [o['kind'], o['name'], typeof o['uid']]), [['Node', NODE, 'string']]);
+  assert.deepEqual(
+    (meta(slice).ownerReferences as JsonObject[]).map((o) => [o.kind, o.name, typeof o.uid]),
+    [['Node', NODE, 'string']],
+  );
   assert.deepEqual(pool(slice), { name: NODE, generation: 1, resourceSliceCount: 1 });
-  assert.equal(spec(slice)['nodeName'], NODE);
-  assert.equal(spec(slice)['driver'], 'gpu.nvidia.com');
-  assert.deepEqual(devices(slice).map((d) => d['name']), ['gpu-0', 'gpu-1', 'gpu-2', 'gpu-3', 'gpu-4', 'gpu-5', 'gpu-6', 'gpu-7']);
-  assert.deepEqual((devices(slice)[0]?.['attributes'] as JsonObject)['resource.kubernetes.io/pcieRoot'], { string: 'pci0000:00' });
+  assert.equal(spec(slice).nodeName, NODE);
+  assert.equal(spec(slice).driver, 'gpu.nvidia.com');
+  assert.deepEqual(
+    devices(slice).map((d) => d.name),
+    ['gpu-0', 'gpu-1', 'gpu-2', 'gpu-3', 'gpu-4', 'gpu-5', 'gpu-6', 'gpu-7'],
+  );
+  assert.deepEqual((devices(slice)[0]!.attributes as JsonObject)['resource.kubernetes.io/pcieRoot'], {
+    string: 'pci0000:00',
+  });
   assert.deepEqual(writes(api), ['POST 201']);
   // The same node again, and a health-only snapshot that changes nothing: no write.
   pub.apply(applied(s, s));
-  pub.apply(applied(withHealth(s, new Map([[s.gpus[3]?.uuid as string, { state: freshHealthState(), reason: null, since: null }]])), s));
+  pub.apply(
+    applied(
+      withHealth(s, new Map([[s.gpus[3]?.uuid as string, { state: freshHealthState(), reason: null, since: null }]])),
+      s,
+    ),
+  );
   await pub.whenSynced();
   await once(pub.events, 'synced');
   assert.deepEqual(writes(api), ['POST 201']);
@@ -115,10 +155,20 @@ test('MIG fixture (mixed): the MIG devices and the MIG-disabled GPU, accepted by
   const s = await fixtureSnapshot('mig-mixed-4.json', 'mixed');
   pub.apply(applied(s, null, 'mixed'));
   await pub.whenSynced();
-  assert.deepEqual(devices(stored(api)).map((d) => d['name']), [
-    'gpu-0-mig-1g10gb-19-0', 'gpu-0-mig-1g10gb-19-1', 'gpu-0-mig-1g10gb-me-20-2', 'gpu-0-mig-2g20gb-14-3',
-    'gpu-1-mig-3g40gb-9-0', 'gpu-1-mig-1g20gb-15-3', 'gpu-1-mig-1g10gb-19-4', 'gpu-1-mig-1g10gb-19-5', 'gpu-2',
-  ]);
+  assert.deepEqual(
+    devices(stored(api)).map((d) => d.name),
+    [
+      'gpu-0-mig-1g10gb-19-0',
+      'gpu-0-mig-1g10gb-19-1',
+      'gpu-0-mig-1g10gb-me-20-2',
+      'gpu-0-mig-2g20gb-14-3',
+      'gpu-1-mig-3g40gb-9-0',
+      'gpu-1-mig-1g20gb-15-3',
+      'gpu-1-mig-1g10gb-19-4',
+      'gpu-1-mig-1g10gb-19-5',
+      'gpu-2',
+    ],
+  );
   assert.equal(count(lines, /DRA: device not published/), 2);
 });
 
@@ -129,15 +179,23 @@ test('a GPU removed: the same slice (name, uid) updated in place with a higher p
   const s1 = buildSnapshot(scan, set, null, false);
   pub.apply(applied(s1, null));
   await pub.whenSynced();
-  const uid = meta(stored(api))['uid'];
-  const less: NodeScan = { ...scan, gpus: scan.gpus.filter((_, i) => i !== 5), nvlinks: scan.nvlinks.filter((_, i) => i !== 5), pcie: scan.pcie.filter((_, i) => i !== 5).map((r) => r.filter((_, j) => j !== 5)) };
+  const uid = meta(stored(api)).uid;
+  const less: NodeScan = {
+    ...scan,
+    gpus: scan.gpus.filter((_, i) => i !== 5),
+    nvlinks: scan.nvlinks.filter((_, i) => i !== 5),
+    pcie: scan.pcie.filter((_, i) => i !== 5).map((r) => r.filter((_, j) => j !== 5)),
+  };
   const s2 = buildSnapshot(less, set, s1, false);
   pub.apply(applied(s2, s1));
   await pub.whenSynced();
   const slice = stored(api);
-  assert.equal(meta(slice)['uid'], uid);
-  assert.equal(pool(slice)['generation'], 2);
-  assert.deepEqual(devices(slice).map((d) => d['name']), ['gpu-0', 'gpu-1', 'gpu-2', 'gpu-3', 'gpu-4', 'gpu-6', 'gpu-7']);
+  assert.equal(meta(slice).uid, uid);
+  assert.equal(pool(slice).generation, 2);
+  assert.deepEqual(
+    devices(slice).map((d) => d.name),
+    ['gpu-0', 'gpu-1', 'gpu-2', 'gpu-3', 'gpu-4', 'gpu-6', 'gpu-7'],
+  );
   assert.deepEqual(writes(api), ['POST 201', 'PUT 200']);
   assert.equal(pub.status().generation, 2);
 });
@@ -148,12 +206,27 @@ test('an XID taints the device; the server fills timeAdded and we do not rewrite
   const g2 = s.gpus[2]?.uuid as string;
   pub.apply(applied(s, null));
   await pub.whenSynced();
-  const sick = withHealth(s, new Map([[g2, { state: { ...freshHealthState(), health: 'Unhealthy', lastXid: 79, quietStartMs: 5 }, reason: 'XID 79', since: 5 }]]));
+  const sick = withHealth(
+    s,
+    new Map([
+      [
+        g2,
+        {
+          state: { ...freshHealthState(), health: 'Unhealthy', lastXid: 79, quietStartMs: 5 },
+          reason: 'XID 79',
+          since: 5,
+        },
+      ],
+    ]),
+  );
   pub.apply(applied(sick, s));
   await pub.whenSynced();
-  const taints = devices(stored(api))[2]?.['taints'] as JsonObject[];
-  assert.deepEqual(taints.map((t) => [t['key'], t['value'], t['effect'], typeof t['timeAdded']]), [['gpu.nvidia.com/xid', '79', 'NoSchedule', 'string']]);
-  assert.equal(pool(stored(api))['generation'], 2);
+  const taints = devices(stored(api))[2]?.taints as JsonObject[];
+  assert.deepEqual(
+    taints.map((t) => [t.key, t.value, t.effect, typeof t.timeAdded]),
+    [['gpu.nvidia.com/xid', '79', 'NoSchedule', 'string']],
+  );
+  assert.equal(pool(stored(api)).generation, 2);
   // The server's copy differs from ours (timeAdded): another snapshot of the same node writes nothing.
   pub.apply(applied(sick, sick));
   await once(pub.events, 'synced');
@@ -161,8 +234,8 @@ test('an XID taints the device; the server fills timeAdded and we do not rewrite
   const well = withHealth(sick, new Map([[g2, { state: freshHealthState(), reason: 'recovered', since: 9 }]]));
   pub.apply(applied(well, sick));
   await pub.whenSynced();
-  assert.equal(devices(stored(api))[2]?.['taints'], undefined);
-  assert.equal(pool(stored(api))['generation'], 3);
+  assert.equal(devices(stored(api))[2]?.taints, undefined);
+  assert.equal(pool(stored(api)).generation, 3);
 });
 
 test('the API server down at start: apply returns at once, retries with backoff, one WARN; when it is back the node is published and one INFO says so', async () => {
@@ -180,13 +253,21 @@ test('the API server down at start: apply returns at once, retries with backoff,
   assert.equal(count(lines, /WARN/), 1);
   // It goes away again after a publish: one more WARN, one more INFO, and the change lands.
   await api.down();
-  const sick = withHealth(s, new Map([[s.gpus[0]?.uuid as string, { state: { ...freshHealthState(), health: 'Unhealthy', lost: true }, reason: 'lost', since: 1 }]]));
+  const sick = withHealth(
+    s,
+    new Map([
+      [
+        s.gpus[0]?.uuid as string,
+        { state: { ...freshHealthState(), health: 'Unhealthy', lost: true }, reason: 'lost', since: 1 },
+      ],
+    ]),
+  );
   pub.apply(applied(sick, s));
   const failed = pub.status().failures;
   while (pub.status().failures < failed + 3) await once(pub.events, 'failed');
   await api.up();
   await pub.whenSynced();
-  assert.deepEqual(devices(stored(api))[0]?.['taints'] !== undefined, true);
+  assert.deepEqual(devices(stored(api))[0]?.taints !== undefined, true);
   assert.equal(count(lines, /WARN.*the API server does not answer/), 2);
   assert.equal(count(lines, /INFO.*the API server answers again/), 2);
 });
@@ -205,15 +286,30 @@ test('409 Conflict (another writer between our read and our update): read again 
     const cur = stored(api);
     api.slices.set(SLICE, { ...cur, metadata: { ...meta(cur), resourceVersion: '999999' } });
   });
-  const sick = withHealth(s, new Map([[s.gpus[1]?.uuid as string, { state: { ...freshHealthState(), health: 'Unhealthy', lastXid: 48, permanent: true }, reason: 'XID 48', since: 1 }]]));
+  const sick = withHealth(
+    s,
+    new Map([
+      [
+        s.gpus[1]?.uuid as string,
+        {
+          state: { ...freshHealthState(), health: 'Unhealthy', lastXid: 48, permanent: true },
+          reason: 'XID 48',
+          since: 1,
+        },
+      ],
+    ]),
+  );
   pub.apply(applied(sick, s));
   await pub.whenSynced();
   assert.deepEqual(writes(api), ['POST 201', 'PUT 409', 'PUT 200']);
-  assert.deepEqual((devices(stored(api))[1]?.['taints'] as JsonObject[]).map((t) => t['value']), ['48']);
+  assert.deepEqual(
+    (devices(stored(api))[1]!.taints as JsonObject[]).map((t) => t.value),
+    ['48'],
+  );
   assert.equal(pub.status().failures, 0);
 });
 
-test('the kubelet wipes the node\'s slices at its start: republish() writes them again with a higher generation', async () => {
+test("the kubelet wipes the node's slices at its start: republish() writes them again with a higher generation", async () => {
   const { api, pub, lines } = await start();
   const s = await fixtureSnapshot('nvswitch-8.json');
   pub.apply(applied(s, null));
@@ -230,20 +326,39 @@ test('the kubelet wipes the node\'s slices at its start: republish() writes them
 test('slices of ours under other names: one reused in place (same uid), the surplus deleted', async () => {
   const { api, pub } = await start();
   const seed = (name: string, gen: number): string => {
-    const body = { metadata: { name }, spec: { driver: 'gpu.nvidia.com', nodeName: NODE, pool: { name: NODE, generation: gen, resourceSliceCount: 2 }, devices: [] } };
-    api.slices.set(name, { ...body, metadata: { name, uid: `uid-${name}`, resourceVersion: '5' } } as unknown as JsonObject);
+    const body = {
+      metadata: { name },
+      spec: {
+        driver: 'gpu.nvidia.com',
+        nodeName: NODE,
+        pool: { name: NODE, generation: gen, resourceSliceCount: 2 },
+        devices: [],
+      },
+    };
+    api.slices.set(name, {
+      ...body,
+      metadata: { name, uid: `uid-${name}`, resourceVersion: '5' },
+    } as unknown as JsonObject);
     return name;
   };
   seed(`${NODE}-gpu.nvidia.com-x7k2p`, 4);
   seed(`${NODE}-gpu.nvidia.com-q9z4t`, 4);
   // Another driver's slice on this node is none of ours.
-  api.slices.set('other', { metadata: { name: 'other', uid: 'o', resourceVersion: '5' }, spec: { driver: 'nic.example.com', nodeName: NODE, pool: { name: NODE, generation: 1, resourceSliceCount: 1 }, devices: [] } });
+  api.slices.set('other', {
+    metadata: { name: 'other', uid: 'o', resourceVersion: '5' },
+    spec: {
+      driver: 'nic.example.com',
+      nodeName: NODE,
+      pool: { name: NODE, generation: 1, resourceSliceCount: 1 },
+      devices: [],
+    },
+  });
   const s = await fixtureSnapshot('nvswitch-8.json');
   pub.apply(applied(s, null));
   await pub.whenSynced();
   assert.deepEqual([...api.slices.keys()].sort(), [`${NODE}-gpu.nvidia.com-q9z4t`, 'other']);
   const kept = stored(api, `${NODE}-gpu.nvidia.com-q9z4t`);
-  assert.equal(meta(kept)['uid'], `uid-${NODE}-gpu.nvidia.com-q9z4t`);
+  assert.equal(meta(kept).uid, `uid-${NODE}-gpu.nvidia.com-q9z4t`);
   assert.deepEqual(pool(kept), { name: NODE, generation: 5, resourceSliceCount: 1 });
   assert.deepEqual(writes(api), ['PUT 200', 'DELETE 200']);
 });
@@ -257,17 +372,31 @@ test('credentials that may not write: the access check names what is missing; th
   const tokenFile = join(dir, 'token');
   writeFileSync(tokenFile, 'viewer');
   const { api, pub, lines } = await start({ tokens }, tokenFile);
-  const viewer = new KubeClient({ server: api.url, token: 'viewer', source: '/etc/gpu-device-plugin/kubeconfig (context node)' });
+  const viewer = new KubeClient({
+    server: api.url,
+    token: 'viewer',
+    source: '/etc/gpu-device-plugin/kubeconfig (context node)',
+  });
   const node = new KubeClient({ server: api.url, token: 'node', source: 'k' });
   const problem = await accessProblem(viewer);
-  assert.equal(problem, `the credentials in /etc/gpu-device-plugin/kubeconfig (context node) may not create resourceslices.resource.k8s.io, update resourceslices.resource.k8s.io, delete resourceslices.resource.k8s.io, get resourceclaims.resource.k8s.io on ${api.url}; DRA mode needs them (apply the RBAC shipped with the package for this node's user)`);
+  assert.equal(
+    problem,
+    `the credentials in /etc/gpu-device-plugin/kubeconfig (context node) may not create resourceslices.resource.k8s.io, update resourceslices.resource.k8s.io, delete resourceslices.resource.k8s.io, get resourceclaims.resource.k8s.io on ${api.url}; DRA mode needs them (apply the RBAC shipped with the package for this node's user)`,
+  );
   assert.equal(await accessProblem(node), null);
   viewer.close();
   node.close();
   const s = await fixtureSnapshot('nvswitch-8.json');
   pub.apply(applied(s, null));
   while (pub.status().failures < 3) await once(pub.events, 'failed');
-  assert.equal(count(lines, /ERROR DRA: the API server refuses our credentials.*403 Forbidden: .*cannot create resource .*resourceslices/), 1, lines.join(''));
+  assert.equal(
+    count(
+      lines,
+      /ERROR DRA: the API server refuses our credentials.*403 Forbidden: .*cannot create resource .*resourceslices/,
+    ),
+    1,
+    lines.join(''),
+  );
   assert.equal(count(lines, /ERROR/), 1);
   assert.equal(api.slices.size, 0);
   // The RBAC is fixed (here: the token file now holds a token that may write): the next retry publishes.
@@ -282,11 +411,23 @@ test('a node the API server does not know: one ERROR naming it and what to check
   const { api, pub, lines } = await start();
   const s = await fixtureSnapshot('nvswitch-8.json');
   const otherClient = new KubeClient({ server: api.url, source: 't' });
-  const other = new SlicePublisher({ client: otherClient, nodeName: 'node-z', log: createLogger({ level: 'info', journal: false, write: (l) => lines.push(l) }), backoff: { initialMs: 5, maxMs: 20 } });
+  const other = new SlicePublisher({
+    client: otherClient,
+    nodeName: 'node-z',
+    log: createLogger({ level: 'info', journal: false, write: (l) => lines.push(l) }),
+    backoff: { initialMs: 5, maxMs: 20 },
+  });
   try {
     other.apply(applied(s, null));
     while (other.status().failures < 3) await once(other.events, 'failed');
-    assert.equal(count(lines, /ERROR DRA: ResourceSlices cannot be published for a node the API server does not know .*has no Node named .*node-z.*is the node name right/), 1, lines.join(''));
+    assert.equal(
+      count(
+        lines,
+        /ERROR DRA: ResourceSlices cannot be published for a node the API server does not know .*has no Node named .*node-z.*is the node name right/,
+      ),
+      1,
+      lines.join(''),
+    );
     api.putNode('node-z');
     await other.whenSynced();
     assert.equal(devices(stored(api, sliceName('node-z', 'gpu.nvidia.com', 0))).length, 8);
@@ -306,11 +447,16 @@ test('pcieRoot from a sysfs path: the pci<domain>:<bus> of the root complex', ()
 
 test('a stop while a request hangs: halt() and closing the client end it at once, with no warning and no retry', async () => {
   const { createServer } = await import('node:http');
-  const hang = createServer(() => { /* never answers */ });
+  const hang = createServer(() => {
+    /* never answers */
+  });
   await new Promise<void>((r) => hang.listen(0, '127.0.0.1', r));
   const lines: string[] = [];
   const log = createLogger({ level: 'info', journal: false, write: (l) => lines.push(l) });
-  const client = new KubeClient({ server: `http://127.0.0.1:${(hang.address() as { port: number }).port}`, source: 'test kubeconfig' });
+  const client = new KubeClient({
+    server: `http://127.0.0.1:${(hang.address() as { port: number }).port}`,
+    source: 'test kubeconfig',
+  });
   const pub = new SlicePublisher({ client, nodeName: NODE, log, backoff: { initialMs: 5, maxMs: 40 } });
   try {
     const requested = once(hang, 'request');
@@ -319,7 +465,11 @@ test('a stop while a request hangs: halt() and closing the client end it at once
     pub.halt();
     client.close();
     await pub.stop();
-    assert.deepEqual(lines.filter((l) => / (WARN|ERROR) /.test(l)), [], 'nothing reported for a request the stop ended');
+    assert.deepEqual(
+      lines.filter((l) => / (WARN|ERROR) /.test(l)),
+      [],
+      'nothing reported for a request the stop ended',
+    );
   } finally {
     client.close();
     hang.closeAllConnections();

@@ -10,7 +10,15 @@ import type { NodeScan, NodeSnapshot, PlanSettings, UnitHealth } from '../../src
 const uuid = (i: number): string => `GPU-0000000${i}-1111-2222-3333-444444444444`;
 
 function gpu(i: number, index = i): Gpu {
-  return { index, uuid: uuid(i), name: 'Test GPU', minor: i, busId: `00000000:0${i}:00.0`, memoryBytes: 1 << 30, numaNode: i < 2 ? 0 : 1 };
+  return {
+    index,
+    uuid: uuid(i),
+    name: 'Test GPU',
+    minor: i,
+    busId: `00000000:0${i}:00.0`,
+    memoryBytes: 1 << 30,
+    numaNode: i < 2 ? 0 : 1,
+  };
 }
 
 /** A scan of the GPUs with these identities (the k-th present GPU has NVML index k). */
@@ -27,12 +35,26 @@ function scan(ids: readonly number[], driverVersion = '550.54.15'): NodeScan {
 const plain: PlanSettings = { deviceIdStrategy: 'uuid', sharing: NO_SHARING };
 const sliced = (replicas: number): PlanSettings => ({
   deviceIdStrategy: 'uuid',
-  sharing: { timeSlicing: { renameByDefault: false, failRequestsGreaterThanOne: false, resources: [{ name: 'nvidia.com/gpu', rename: null, replicas, devices: { kind: 'all' } }] } },
+  sharing: {
+    timeSlicing: {
+      renameByDefault: false,
+      failRequestsGreaterThanOne: false,
+      resources: [{ name: 'nvidia.com/gpu', rename: null, replicas, devices: { kind: 'all' } }],
+    },
+  },
 });
 
-const unhealthy = (why: Partial<GpuHealthState> = {}): GpuHealthState => ({ ...freshHealthState(), health: 'Unhealthy', ...why });
+const unhealthy = (why: Partial<GpuHealthState> = {}): GpuHealthState => ({
+  ...freshHealthState(),
+  health: 'Unhealthy',
+  ...why,
+});
 
-const unit = (state: GpuHealthState): UnitHealth => ({ state, reason: state.health === 'Healthy' ? null : 'test', since: state.health === 'Healthy' ? null : 1 });
+const unit = (state: GpuHealthState): UnitHealth => ({
+  state,
+  reason: state.health === 'Healthy' ? null : 'test',
+  since: state.health === 'Healthy' ? null : 1,
+});
 
 function markUnhealthy(s: NodeSnapshot, pos: number, why: Partial<GpuHealthState> = {}): NodeSnapshot {
   return withHealth(s, new Map([[s.gpus[pos]!.uuid, unit(unhealthy(why))]]));
@@ -47,9 +69,15 @@ test('a first snapshot plans the resources, every GPU healthy, and its diff adds
   const s = buildSnapshot(scan([0, 1, 2]), plain, null, false);
   assert.equal(s.driverVersion, '550.54.15');
   assert.deepEqual(healthOf(s), ['Healthy', 'Healthy', 'Healthy']);
-  assert.deepEqual(s.resources.map((r) => r.name), ['nvidia.com/gpu']);
+  assert.deepEqual(
+    s.resources.map((r) => r.name),
+    ['nvidia.com/gpu'],
+  );
   const d = diff(null, s);
-  assert.deepEqual(d.added.map((r) => [r.name, r.devices.map((x) => x.ID)]), [['nvidia.com/gpu', [uuid(0), uuid(1), uuid(2)]]]);
+  assert.deepEqual(
+    d.added.map((r) => [r.name, r.devices.map((x) => x.ID)]),
+    [['nvidia.com/gpu', [uuid(0), uuid(1), uuid(2)]]],
+  );
   assert.equal(d.updated.length + d.removed.length, 0);
   assert.ok(d.gpuSetChanged && d.driverChanged);
 });
@@ -65,10 +93,20 @@ test('the same node scanned again gives an empty diff', () => {
 test('a GPU that leaves vanishes from the list at once; its health is remembered by UUID', () => {
   const a = markUnhealthy(buildSnapshot(scan([0, 1, 2]), plain, null, false), 1, { lost: true });
   const b = buildSnapshot(scan([0, 2]), plain, a, false);
-  assert.deepEqual(b.gpus.map((g) => [g.uuid, g.index]), [[uuid(0), 0], [uuid(2), 1]], 'NVML indices shift; UUIDs stay');
+  assert.deepEqual(
+    b.gpus.map((g) => [g.uuid, g.index]),
+    [
+      [uuid(0), 0],
+      [uuid(2), 1],
+    ],
+    'NVML indices shift; UUIDs stay',
+  );
   assert.deepEqual(Object.keys(b.departed), [uuid(1)]);
   const d = diff(a, b);
-  assert.deepEqual(d.updated.map((r) => [r.name, r.devices.map((x) => x.ID), r.vanished]), [['nvidia.com/gpu', [uuid(0), uuid(2)], [uuid(1)]]]);
+  assert.deepEqual(
+    d.updated.map((r) => [r.name, r.devices.map((x) => x.ID), r.vanished]),
+    [['nvidia.com/gpu', [uuid(0), uuid(2)], [uuid(1)]]],
+  );
   assert.deepEqual(d.gpusRemoved, [uuid(1)]);
   assert.deepEqual(d.gpusChanged, [uuid(2)], 'GPU 2 is now NVML index 1');
   assert.ok(d.gpuSetChanged);
@@ -88,10 +126,18 @@ test('a GPU that comes back keeps the state it left in, unless recovery is on', 
   assert.equal(d.updated[0]?.devices.find((x) => x.ID === uuid(1))?.health, 'Unhealthy');
 
   const recovered = buildSnapshot(scan([0, 1, 2]), plain, gone, true);
-  assert.deepEqual(healthOf(recovered), ['Healthy', 'Healthy', 'Healthy'], 'with recovery on, a GPU that is back on the bus starts fresh');
+  assert.deepEqual(
+    healthOf(recovered),
+    ['Healthy', 'Healthy', 'Healthy'],
+    'with recovery on, a GPU that is back on the bus starts fresh',
+  );
 
   const healthyLeft = buildSnapshot(scan([0, 2]), plain, buildSnapshot(scan([0, 1, 2]), plain, null, false), false);
-  assert.deepEqual(healthOf(buildSnapshot(scan([0, 1, 2]), plain, healthyLeft, false)), ['Healthy', 'Healthy', 'Healthy'], 'a GPU removed healthy comes back healthy');
+  assert.deepEqual(
+    healthOf(buildSnapshot(scan([0, 1, 2]), plain, healthyLeft, false)),
+    ['Healthy', 'Healthy', 'Healthy'],
+    'a GPU removed healthy comes back healthy',
+  );
 });
 
 test('a GPU still present keeps its health state through a rescan, even when its index changes', () => {
@@ -112,7 +158,10 @@ test('while the driver is down the GPUs stay, all unhealthy; when it is back the
   assert.deepEqual(d1.updated[0]?.healthChanged, [uuid(1)]);
   assert.deepEqual(d1.updated[0]?.vanished, [], 'withdrawn from allocation, not from the list');
   // A health change reported while the driver is down does not make anything healthy.
-  assert.deepEqual(healthOf(withHealth(down, new Map(down.gpus.map((g) => [g.uuid, unit(freshHealthState())])))), ['Unhealthy', 'Unhealthy']);
+  assert.deepEqual(healthOf(withHealth(down, new Map(down.gpus.map((g) => [g.uuid, unit(freshHealthState())])))), [
+    'Unhealthy',
+    'Unhealthy',
+  ]);
 
   const up = buildSnapshot(scan([0, 1], '560.28.03'), plain, down, false);
   assert.equal(up.driverVersion, '560.28.03');
@@ -125,28 +174,52 @@ test('while the driver is down the GPUs stay, all unhealthy; when it is back the
 test('a driver that is down at the very first scan gives an empty node', () => {
   const s = buildSnapshot(null, plain, null, false);
   assert.deepEqual(s.gpus, []);
-  assert.deepEqual(s.resources.map((r) => r.devices.length), [0]);
+  assert.deepEqual(
+    s.resources.map((r) => r.devices.length),
+    [0],
+  );
 });
 
 test('changed settings add, update and remove resources with their device lists', () => {
   const a = buildSnapshot(scan([0, 1]), plain, null, false);
   const renamed: PlanSettings = {
     deviceIdStrategy: 'uuid',
-    sharing: { timeSlicing: { renameByDefault: true, failRequestsGreaterThanOne: false, resources: [{ name: 'nvidia.com/gpu', rename: null, replicas: 2, devices: { kind: 'all' } }] } },
+    sharing: {
+      timeSlicing: {
+        renameByDefault: true,
+        failRequestsGreaterThanOne: false,
+        resources: [{ name: 'nvidia.com/gpu', rename: null, replicas: 2, devices: { kind: 'all' } }],
+      },
+    },
   };
   const b = buildSnapshot(scan([0, 1]), renamed, a, false);
   const d = diff(a, b);
-  assert.deepEqual(d.added.map((r) => [r.name, r.devices.map((x) => x.ID)]), [['nvidia.com/gpu.shared', [`${uuid(0)}::0`, `${uuid(0)}::1`, `${uuid(1)}::0`, `${uuid(1)}::1`]]]);
-  assert.deepEqual(d.removed.map((r) => [r.name, r.vanished]), [['nvidia.com/gpu', [uuid(0), uuid(1)]]]);
+  assert.deepEqual(
+    d.added.map((r) => [r.name, r.devices.map((x) => x.ID)]),
+    [['nvidia.com/gpu.shared', [`${uuid(0)}::0`, `${uuid(0)}::1`, `${uuid(1)}::0`, `${uuid(1)}::1`]]],
+  );
+  assert.deepEqual(
+    d.removed.map((r) => [r.name, r.vanished]),
+    [['nvidia.com/gpu', [uuid(0), uuid(1)]]],
+  );
   assert.ok(!d.gpuSetChanged);
 
   const c = buildSnapshot(scan([0, 1]), sliced(3), b, false);
   const d2 = diff(b, c);
-  assert.deepEqual(d2.added.map((r) => r.name), ['nvidia.com/gpu']);
-  assert.deepEqual(d2.removed.map((r) => r.name), ['nvidia.com/gpu.shared']);
+  assert.deepEqual(
+    d2.added.map((r) => r.name),
+    ['nvidia.com/gpu'],
+  );
+  assert.deepEqual(
+    d2.removed.map((r) => r.name),
+    ['nvidia.com/gpu.shared'],
+  );
   const e = buildSnapshot(scan([0, 1]), sliced(2), c, false);
   const d3 = diff(c, e);
-  assert.deepEqual(d3.updated.map((r) => [r.name, r.vanished]), [['nvidia.com/gpu', [`${uuid(0)}::2`, `${uuid(1)}::2`]]]);
+  assert.deepEqual(
+    d3.updated.map((r) => [r.name, r.vanished]),
+    [['nvidia.com/gpu', [`${uuid(0)}::2`, `${uuid(1)}::2`]]],
+  );
 });
 
 test('with the index strategy a GPU leaving vanishes by its UUID; the others keep their IDs and the runtime names follow the indices', () => {
@@ -154,21 +227,53 @@ test('with the index strategy a GPU leaving vanishes by its UUID; the others kee
   const a = buildSnapshot(scan([0, 1, 2]), settings, null, false);
   const b = buildSnapshot(scan([0, 2]), settings, a, false);
   const d = diff(a, b);
-  assert.deepEqual(d.updated.map((r) => [r.devices.map((x) => x.ID), r.vanished]), [[[uuid(0), uuid(2)], [uuid(1)]]]);
-  assert.deepEqual(b.resources[0]?.devices.map((x) => x.runtimeName), b.gpus.map((g) => String(g.index)));
+  assert.deepEqual(
+    d.updated.map((r) => [r.devices.map((x) => x.ID), r.vanished]),
+    [[[uuid(0), uuid(2)], [uuid(1)]]],
+  );
+  assert.deepEqual(
+    b.resources[0]?.devices.map((x) => x.runtimeName),
+    b.gpus.map((g) => String(g.index)),
+  );
 });
 
 test('a config that no longer fits the GPUs keeps the previous resources for the GPUs still there', () => {
   const listed: PlanSettings = {
     deviceIdStrategy: 'uuid',
-    sharing: { timeSlicing: { renameByDefault: false, failRequestsGreaterThanOne: false, resources: [{ name: 'nvidia.com/gpu', rename: null, replicas: 2, devices: { kind: 'list', refs: [{ uuid: uuid(1) }] } }] } },
+    sharing: {
+      timeSlicing: {
+        renameByDefault: false,
+        failRequestsGreaterThanOne: false,
+        resources: [
+          { name: 'nvidia.com/gpu', rename: null, replicas: 2, devices: { kind: 'list', refs: [{ uuid: uuid(1) }] } },
+        ],
+      },
+    },
   };
   const a = buildSnapshot(scan([0, 1, 2]), listed, null, false);
   assert.equal(a.planProblem, null);
   const b = buildSnapshot(scan([0, 2]), listed, a, false);
-  assert.match(b.planProblem ?? '', /sharing\.timeSlicing\.resources\[0\]\.devices\[0\]: GPU GPU-00000001.* is not on this node/);
-  assert.deepEqual(b.resources.map((r) => [r.name, r.devices.map((x) => [x.id, x.gpu])]), [['nvidia.com/gpu', [[uuid(0), 0], [uuid(2), 1]]]]);
-  assert.throws(() => buildSnapshot(scan([0, 2]), listed, null, false), /is not on this node/, 'at start there is nothing to fall back on');
+  assert.match(
+    b.planProblem ?? '',
+    /sharing\.timeSlicing\.resources\[0\]\.devices\[0\]: GPU GPU-00000001.* is not on this node/,
+  );
+  assert.deepEqual(
+    b.resources.map((r) => [r.name, r.devices.map((x) => [x.id, x.gpu])]),
+    [
+      [
+        'nvidia.com/gpu',
+        [
+          [uuid(0), 0],
+          [uuid(2), 1],
+        ],
+      ],
+    ],
+  );
+  assert.throws(
+    () => buildSnapshot(scan([0, 2]), listed, null, false),
+    /is not on this node/,
+    'at start there is nothing to fall back on',
+  );
   const back = buildSnapshot(scan([0, 1, 2]), listed, b, false);
   assert.equal(back.planProblem, null);
   assert.equal(back.resources[0]?.devices.length, 4);
@@ -176,24 +281,44 @@ test('a config that no longer fits the GPUs keeps the previous resources for the
 
 test('carryPlan remaps devices to the new positions by UUID and drops empty resources', () => {
   const a = buildSnapshot(scan([0, 1]), plain, null, false);
-  assert.deepEqual(carryPlan(a.resources, [gpu(1, 0)]).map((r) => r.devices.map((d) => [d.id, d.uuid, d.gpu])), [[[uuid(1), uuid(1), 0]]]);
+  assert.deepEqual(
+    carryPlan(a.resources, [gpu(1, 0)]).map((r) => r.devices.map((d) => [d.id, d.uuid, d.gpu])),
+    [[[uuid(1), uuid(1), 0]]],
+  );
   assert.deepEqual(carryPlan(a.resources, []), []);
 });
 
 test('health states from a tracker go into the snapshot, and a tracker can start from a snapshot', () => {
   const a = buildSnapshot(scan([0, 1]), plain, null, false);
   const byUuid = new Map([...a.gpuHealth].map(([u, h]) => [u, h.state]));
-  const t = new HealthTracker<string>([...byUuid.keys()], parseHealthSettings(undefined, undefined), { enabled: false, quietMs: 0 }, byUuid);
+  const t = new HealthTracker<string>(
+    [...byUuid.keys()],
+    parseHealthSettings(undefined, undefined),
+    { enabled: false, quietMs: 0 },
+    byUuid,
+  );
   const changes = t.apply({ kind: 'xid', gpu: uuid(1), xid: 79 }, 10);
-  assert.deepEqual(changes.map((c) => c.gpu), [uuid(1)], 'a transition names its unit by UUID');
+  assert.deepEqual(
+    changes.map((c) => c.gpu),
+    [uuid(1)],
+    'a transition names its unit by UUID',
+  );
   const b = withHealth(a, new Map([[uuid(1), unit(t.stateOf(uuid(1))!)]]));
   assert.deepEqual(healthOf(b), ['Healthy', 'Unhealthy']);
   const d = diff(a, b);
   assert.deepEqual(d.updated[0]?.healthChanged, [uuid(1)]);
   assert.ok(!d.gpuSetChanged);
-  const again = new HealthTracker<string>([uuid(0), uuid(1)], parseHealthSettings(undefined, undefined), { enabled: true, quietMs: 0 }, new Map([...b.gpuHealth].map(([u, h]) => [u, h.state])));
+  const again = new HealthTracker<string>(
+    [uuid(0), uuid(1)],
+    parseHealthSettings(undefined, undefined),
+    { enabled: true, quietMs: 0 },
+    new Map([...b.gpuHealth].map(([u, h]) => [u, h.state])),
+  );
   assert.deepEqual(again.health(), ['Healthy', 'Unhealthy'], 'XID 79 never recovers, also in a rebuilt tracker');
-  assert.throws(() => withHealth(a, new Map([[uuid(7), unit(freshHealthState())]])), /GPU-00000007.* neither a GPU nor a MIG device of this snapshot/);
+  assert.throws(
+    () => withHealth(a, new Map([[uuid(7), unit(freshHealthState())]])),
+    /GPU-00000007.* neither a GPU nor a MIG device of this snapshot/,
+  );
 });
 
 test('node identities compare by UUIDs in order and MIG modes', () => {

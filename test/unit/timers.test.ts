@@ -17,7 +17,9 @@ test('TimerOwner: a timer set again under its name replaces the first; dispose c
   assert.deepEqual(fired, ['b', 'b', 'b', 'a2', 'b']);
   assert.equal(t.has('a'), false, 'a one-shot timer forgets itself');
   let woke = false;
-  const sleeping = t.sleep('nap', 10_000).then(() => { woke = true; });
+  const sleeping = t.sleep('nap', 10_000).then(() => {
+    woke = true;
+  });
   t.dispose();
   await sleeping;
   assert.ok(woke, 'dispose wakes a sleeper');
@@ -31,10 +33,15 @@ test('TimerOwner: a timer set again under its name replaces the first; dispose c
 test('CoalescingQueue: one run at a time; requests during a run fold into one more, merged; each caller waits for a run that started after it asked', async () => {
   const runs: string[][] = [];
   let release: (() => void) | undefined;
-  const q = new CoalescingQueue<string[]>(async (reasons) => {
-    runs.push(reasons);
-    await new Promise<void>((r) => { release = r; });
-  }, (a, b) => [...a, ...b]);
+  const q = new CoalescingQueue<string[]>(
+    async (reasons) => {
+      runs.push(reasons);
+      await new Promise<void>((r) => {
+        release = r;
+      });
+    },
+    (a, b) => [...a, ...b],
+  );
   const first = q.request(['start']);
   assert.ok(q.busy);
   const second = q.request(['x']);
@@ -46,7 +53,12 @@ test('CoalescingQueue: one run at a time; requests during a run fold into one mo
   release!();
   await second;
   assert.equal(q.busy, false);
-  const failing = new CoalescingQueue<number>(async (n) => { if (n === 1) throw new Error('run 1 failed'); }, (a) => a);
+  const failing = new CoalescingQueue<number>(
+    async (n) => {
+      if (n === 1) throw new Error('run 1 failed');
+    },
+    (a) => a,
+  );
   await assert.rejects(failing.request(1), /run 1 failed/);
   await failing.request(2);
   await failing.close();

@@ -1,10 +1,25 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { GpuLinkInfo, NvLinkEnd, ScoreMatrix } from '../../src/core/topology/index.ts';
-import { buildScoreMatrix, normalizeBusId, PcieLevel, pciePoints, PreferredPolicy } from '../../src/core/topology/index.ts';
+import {
+  buildScoreMatrix,
+  normalizeBusId,
+  PcieLevel,
+  pciePoints,
+  PreferredPolicy,
+} from '../../src/core/topology/index.ts';
 import { bruteForceChoose } from '../support/brute-force-policy.ts';
 import {
-  bridgedPair, dgx1, fixtureMatrix, gpuBusId, nvswitch16, nvswitch8, pcie16, pcie8, switchBusId, switchLinks,
+  bridgedPair,
+  dgx1,
+  fixtureMatrix,
+  gpuBusId,
+  nvswitch16,
+  nvswitch8,
+  pcie16,
+  pcie8,
+  switchBusId,
+  switchLinks,
 } from '../support/topology-fixtures.ts';
 
 // ---------------------------------------------------------------------------------------------
@@ -48,10 +63,13 @@ function randomTopology(rand: () => number, n: number): RandomTopology {
   const sockets = 1 + Math.floor(rand() * 2);
   const numa = Array.from({ length: n }, () => Math.floor(rand() * sockets));
   const levels = new Map<string, number>();
-  const palette = rand() < 0.3 ? [PcieLevel.NODE] : [PcieLevel.INTERNAL, PcieLevel.SINGLE, PcieLevel.MULTIPLE, PcieLevel.HOSTBRIDGE, PcieLevel.NODE, -1];
+  const palette =
+    rand() < 0.3
+      ? [PcieLevel.NODE]
+      : [PcieLevel.INTERNAL, PcieLevel.SINGLE, PcieLevel.MULTIPLE, PcieLevel.HOSTBRIDGE, PcieLevel.NODE, -1];
   for (let i = 0; i < n; i++) {
     for (let j = i + 1; j < n; j++) {
-      levels.set(`${i},${j}`, numa[i] === numa[j] ? pick(rand, palette) : (rand() < 0.95 ? PcieLevel.SYSTEM : 77));
+      levels.set(`${i},${j}`, numa[i] === numa[j] ? pick(rand, palette) : rand() < 0.95 ? PcieLevel.SYSTEM : 77);
     }
   }
   const links: NvLinkEnd[][] = Array.from({ length: n }, () => []);
@@ -96,7 +114,10 @@ function hierarchicalTopology(rand: () => number, n: number): RandomTopology {
   const switchSize = pairSize * pick(rand, [1, 2, 2, 3]);
   const socketSize = switchSize * pick(rand, [1, 2, 2, 4]);
   const sameSocket = pick(rand, [PcieLevel.NODE, PcieLevel.HOSTBRIDGE]);
-  const position = shuffled(rand, Array.from({ length: n }, (_, i) => i));
+  const position = shuffled(
+    rand,
+    Array.from({ length: n }, (_, i) => i),
+  );
   const pos = (i: number): number => position[i] as number;
   const level = (i: number, j: number): number => {
     const a = pos(i);
@@ -114,7 +135,8 @@ function hierarchicalTopology(rand: () => number, n: number): RandomTopology {
   if (rand() < 0.3 && pairSize === 2) {
     for (let i = 0; i < n; i++) {
       for (let j = 0; j < n; j++) {
-        if (i !== j && Math.floor(pos(i) / 2) === Math.floor(pos(j) / 2)) links[i]?.push({ remoteBusId: gpuBusId(j), remote: 'gpu' });
+        if (i !== j && Math.floor(pos(i) / 2) === Math.floor(pos(j) / 2))
+          links[i]?.push({ remoteBusId: gpuBusId(j), remote: 'gpu' });
       }
     }
   }
@@ -131,7 +153,13 @@ function groupScore(m: ScoreMatrix, g: readonly number[]): number {
 }
 
 /** Checks the fast answer against the brute force; returns a failure message or null. */
-function compare(m: ScoreMatrix, policy: PreferredPolicy, available: number[], must: number[], size: number): string | null {
+function compare(
+  m: ScoreMatrix,
+  policy: PreferredPolicy,
+  available: number[],
+  must: number[],
+  size: number,
+): string | null {
   const fast = policy.choose(available, must, size);
   const what = `available [${available}] must [${must}] size ${size}`;
   if (fast.length !== size) return `${what}: answer [${fast}] has ${fast.length} GPUs`;
@@ -146,7 +174,7 @@ function compare(m: ScoreMatrix, policy: PreferredPolicy, available: number[], m
 }
 
 test('property: the fast policy gives exactly the brute-force answer on random machines', () => {
-  const base = Number(process.env['TOPOLOGY_SEED'] ?? 20240611);
+  const base = Number(process.env.TOPOLOGY_SEED ?? 20240611);
   let cases = 0;
   for (let t = 0; t < 220; t++) {
     const seed = base + t;
@@ -166,9 +194,13 @@ test('property: the fast policy gives exactly the brute-force answer on random m
           const must = shuffled(rand, available).slice(0, mc);
           const failure = compare(m, policy, available, must, size);
           cases++;
-          if (failure !== null) assert.fail(`seed ${seed} (TOPOLOGY_SEED=${base}, machine ${t}, ${n} GPUs): ${failure}`);
+          if (failure !== null)
+            assert.fail(`seed ${seed} (TOPOLOGY_SEED=${base}, machine ${t}, ${n} GPUs): ${failure}`);
           // Asking again (cache hit) gives the same answer.
-          assert.deepEqual(policy.choose(available, must, size), policy.choose([...available].reverse(), [...must].reverse(), size));
+          assert.deepEqual(
+            policy.choose(available, must, size),
+            policy.choose([...available].reverse(), [...must].reverse(), size),
+          );
         }
       }
     }
@@ -177,7 +209,7 @@ test('property: the fast policy gives exactly the brute-force answer on random m
 });
 
 test('property: machines with symmetric hierarchies (up to 16 GPUs, at most 10 available) match the brute force', () => {
-  const base = Number(process.env['TOPOLOGY_SEED'] ?? 20240611) + 100000;
+  const base = Number(process.env.TOPOLOGY_SEED ?? 20240611) + 100000;
   let cases = 0;
   for (let t = 0; t < 150; t++) {
     const seed = base + t;
@@ -187,13 +219,17 @@ test('property: machines with symmetric hierarchies (up to 16 GPUs, at most 10 a
     const m = buildScoreMatrix(topo.gpus, topo.level);
     const policy = new PreferredPolicy(m, { warmUp: t % 2 === 0 });
     for (let round = 0; round < 2; round++) {
-      const available = shuffled(rand, Array.from({ length: n }, (_, i) => i)).slice(0, Math.min(n, 4 + Math.floor(rand() * 7)));
+      const available = shuffled(
+        rand,
+        Array.from({ length: n }, (_, i) => i),
+      ).slice(0, Math.min(n, 4 + Math.floor(rand() * 7)));
       for (let size = 1; size <= available.length; size++) {
         for (const mc of [0, Math.floor(rand() * (Math.min(size, 2) + 1))]) {
           const must = shuffled(rand, available).slice(0, mc);
           const failure = compare(m, policy, available, must, size);
           cases++;
-          if (failure !== null) assert.fail(`seed ${seed} (TOPOLOGY_SEED=${base - 100000}, machine ${t}, ${n} GPUs): ${failure}`);
+          if (failure !== null)
+            assert.fail(`seed ${seed} (TOPOLOGY_SEED=${base - 100000}, machine ${t}, ${n} GPUs): ${failure}`);
         }
       }
     }
@@ -209,7 +245,10 @@ test('property: machines of more than 16 GPUs with at most 10 available are solv
     const topo = randomTopology(rand, n);
     const m = buildScoreMatrix(topo.gpus, topo.level);
     const policy = new PreferredPolicy(m);
-    const available = shuffled(rand, Array.from({ length: n }, (_, i) => i)).slice(0, 3 + Math.floor(rand() * 8));
+    const available = shuffled(
+      rand,
+      Array.from({ length: n }, (_, i) => i),
+    ).slice(0, 3 + Math.floor(rand() * 8));
     for (let size = 1; size <= available.length; size++) {
       const must = shuffled(rand, available).slice(0, Math.floor(rand() * Math.min(size, 2) + 0.5));
       const failure = compare(m, policy, available, must, size);
@@ -295,13 +334,16 @@ test('score matrix: NVSwitch fabrics count the smaller link count; NVIDIA would 
 
 test('score matrix: direct links counted from either end; unknown far ends and strangers ignored', () => {
   const gpus: GpuLinkInfo[] = [
-    { busId: '0000:10:00.0', links: [
-      { remoteBusId: gpuBusId(1), remote: 'gpu' },
-      { remoteBusId: gpuBusId(1), remote: 'gpu' },
-      { remoteBusId: '0000:99:00.0', remote: 'gpu' },
-      { remoteBusId: gpuBusId(2), remote: 'unknown' },
-      { remoteBusId: gpuBusId(0), remote: 'gpu' },
-    ] },
+    {
+      busId: '0000:10:00.0',
+      links: [
+        { remoteBusId: gpuBusId(1), remote: 'gpu' },
+        { remoteBusId: gpuBusId(1), remote: 'gpu' },
+        { remoteBusId: '0000:99:00.0', remote: 'gpu' },
+        { remoteBusId: gpuBusId(2), remote: 'unknown' },
+        { remoteBusId: gpuBusId(0), remote: 'gpu' },
+      ],
+    },
     { busId: gpuBusId(1), links: [{ remoteBusId: '0000:10:00.0', remote: 'gpu' }] },
     { busId: gpuBusId(2), links: [] },
   ];
@@ -311,7 +353,10 @@ test('score matrix: direct links counted from either end; unknown far ends and s
   assert.equal(m.score(0, 1), 230);
   assert.equal(m.score(0, 2), 0);
   assert.equal(m.pcieLevel(0, 2), 99);
-  assert.throws(() => buildScoreMatrix([gpus[0] as GpuLinkInfo, { busId: '00000000:10:00.0', links: [] }], () => 0), /same PCI bus id/);
+  assert.throws(
+    () => buildScoreMatrix([gpus[0] as GpuLinkInfo, { busId: '00000000:10:00.0', links: [] }], () => 0),
+    /same PCI bus id/,
+  );
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -362,7 +407,10 @@ test('DGX-1 size 3 of 8 (3 + 3 + 2) and partial availability', () => {
   assert.deepEqual(choose(p, [0, 1, 4, 5, 6, 7], [], 2), [6, 7]);
   // ... in fours (4 + leftover 2): {4,5,6,7} 1080 + {0,1} 150 beats every other cut.
   assert.deepEqual(choose(p, [0, 1, 4, 5, 6, 7], [], 4), [4, 5, 6, 7]);
-  assert.deepEqual(choose(p, [7, 6, 5, 4, 1, 0], [0], 4), bruteForceChoose(fixtureMatrix(dgx1), [0, 1, 4, 5, 6, 7], [0], 4).group);
+  assert.deepEqual(
+    choose(p, [7, 6, 5, 4, 1, 0], [0], 4),
+    bruteForceChoose(fixtureMatrix(dgx1), [0, 1, 4, 5, 6, 7], [0], 4).group,
+  );
 });
 
 test('NVSwitch 8 and 16: every pair has the same NVLink; PCIe then decides', () => {
@@ -424,7 +472,15 @@ test('size 1 takes the least connected GPU; must-include wins; size n takes ever
   assert.deepEqual(choose(d, all(8), [], 1), [0]); // every DGX-1 GPU has the same links
   assert.deepEqual(choose(d, [0, 1, 2, 3, 5], [], 1), [5]); // alone on its socket
   const n16 = new PreferredPolicy(fixtureMatrix(nvswitch16));
-  assert.deepEqual(choose(n16, all(16).filter((g) => g !== 6), [], 1), [7]); // its pair-mate is gone
+  assert.deepEqual(
+    choose(
+      n16,
+      all(16).filter((g) => g !== 6),
+      [],
+      1,
+    ),
+    [7],
+  ); // its pair-mate is gone
 });
 
 test('invalid questions throw clear errors', () => {
@@ -438,7 +494,12 @@ test('invalid questions throw clear errors', () => {
   assert.throws(() => p.choose([0, 1], [2], 1), /not available/);
   assert.throws(() => p.choose([0, 1, 2], [0, 0], 2), /listed twice/);
   assert.throws(() => p.choose([0, 1, 2], [0, 1], 1), /do not fit/);
-  const big = new PreferredPolicy(buildScoreMatrix(Array.from({ length: 18 }, (_, i) => ({ busId: gpuBusId(i), links: [] })), () => PcieLevel.NODE));
+  const big = new PreferredPolicy(
+    buildScoreMatrix(
+      Array.from({ length: 18 }, (_, i) => ({ busId: gpuBusId(i), links: [] })),
+      () => PcieLevel.NODE,
+    ),
+  );
   assert.throws(() => big.choose([0, 17, 17], [], 2), /listed twice/);
   assert.throws(() => big.choose([0, 17], [3], 1), /not available/);
   assert.throws(() => big.choose([0, 18], [], 1), /not in 0\.\.17/);
@@ -451,7 +512,7 @@ test('memo tables survive many resets and changes of size (epoch wrap-around)', 
   const want = [3, 5, 6].map((k) => fresh.choose(all(16), [9], k));
   for (let i = 0; i < 70000; i++) p.clearCaches();
   for (let round = 0; round < 3; round++) {
-    [3, 5, 6].forEach((k, i) => assert.deepEqual(p.choose(all(16), [9], k), want[i]));
+    for (const [i, k] of [3, 5, 6].entries()) assert.deepEqual(p.choose(all(16), [9], k), want[i]);
     p.clearCaches();
   }
 });
@@ -460,7 +521,12 @@ test('warming up a policy that has already answered (the manager warms it once r
   const m = fixtureMatrix(nvswitch16);
   const cold = new PreferredPolicy(m, { warmUp: false });
   const warm = new PreferredPolicy(m);
-  const asks: [number[], number[], number][] = [[all(16), [], 4], [all(16), [9], 3], [all(16).slice(2), [5], 6], [[1, 4, 7, 10, 13], [], 2]];
+  const asks: [number[], number[], number][] = [
+    [all(16), [], 4],
+    [all(16), [9], 3],
+    [all(16).slice(2), [5], 6],
+    [[1, 4, 7, 10, 13], [], 2],
+  ];
   const before = asks.map(([a, must, k]) => cold.choose(a, must, k));
   cold.warmUp();
   asks.forEach(([a, must, k], i) => {

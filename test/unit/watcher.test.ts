@@ -25,21 +25,26 @@ test('mountinfo: mount points are the fifth field, octal escapes decoded', () =>
 const START = { identity: '39:100', mounted: true, writable: true };
 const yes = async (): Promise<boolean> => true;
 const no = async (): Promise<boolean> => false;
-const never = async (): Promise<boolean> => { throw new Error('not needed'); };
+const never = async (): Promise<boolean> => {
+  throw new Error('not needed');
+};
 
 test('a kubelet restart (files deleted, directory kept) is no problem', async () => {
   assert.equal(await viewProblem(START, { identity: '39:100', nlink: 2 }, yes, yes), null);
 });
 
 test('the private mount gone: deleted (nothing there now) or deleted and re-created, even with the same inode number', async () => {
-  assert.match(await viewProblem(START, null, no, never) ?? '', /deleted, and its mount .* went with it/);
-  assert.match(await viewProblem(START, { identity: '39:222', nlink: 2 }, no, yes) ?? '', /deleted and re-created, and its mount/);
-  assert.match(await viewProblem(START, { identity: '39:100', nlink: 2 }, no, yes) ?? '', /deleted and re-created/);
+  assert.match((await viewProblem(START, null, no, never)) ?? '', /deleted, and its mount .* went with it/);
+  assert.match(
+    (await viewProblem(START, { identity: '39:222', nlink: 2 }, no, yes)) ?? '',
+    /deleted and re-created, and its mount/,
+  );
+  assert.match((await viewProblem(START, { identity: '39:100', nlink: 2 }, no, yes)) ?? '', /deleted and re-created/);
 });
 
 test('link count 0, or a directory that turned read-only (EROFS), is a problem too', async () => {
-  assert.match(await viewProblem(START, { identity: '39:100', nlink: 0 }, never, never) ?? '', /link count 0/);
-  assert.match(await viewProblem(START, { identity: '39:100', nlink: 2 }, yes, no) ?? '', /read-only/);
+  assert.match((await viewProblem(START, { identity: '39:100', nlink: 0 }, never, never)) ?? '', /link count 0/);
+  assert.match((await viewProblem(START, { identity: '39:100', nlink: 2 }, yes, no)) ?? '', /read-only/);
 });
 
 test('without a mount of its own (not under systemd), a deleted or re-created directory is just waited for', async () => {
@@ -49,29 +54,55 @@ test('without a mount of its own (not under systemd), a deleted or re-created di
 });
 
 test('a directory that was never writable does not count as lost', async () => {
-  assert.equal(await viewProblem({ identity: '39:100', mounted: false, writable: false }, { identity: '39:100', nlink: 2 }, never, no), null);
+  assert.equal(
+    await viewProblem(
+      { identity: '39:100', mounted: false, writable: false },
+      { identity: '39:100', nlink: 2 },
+      never,
+      no,
+    ),
+    null,
+  );
 });
 
 // The directory watcher itself, in-process on a real directory (inotify through fs.watch), with the
 // periodic check an hour apart: everything below is seen by the watches.
-function recorder(): { events: string[]; next: (pred: (e: string) => boolean) => Promise<string>; push: (e: string) => void } {
+function recorder(): {
+  events: string[];
+  next: (pred: (e: string) => boolean) => Promise<string>;
+  push: (e: string) => void;
+} {
   const events: string[] = [];
   let waiters: { pred: (e: string) => boolean; resolve: (e: string) => void }[] = [];
   return {
     events,
     push: (e) => {
       events.push(e);
-      waiters = waiters.filter((w) => (w.pred(e) ? (w.resolve(e), false) : true));
+      waiters = waiters.filter((w) => {
+        if (!w.pred(e)) return true;
+        w.resolve(e);
+        return false;
+      });
     },
     // A liveness bound only (it also keeps the event loop up: the watches do not).
-    next: (pred) => new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`not seen within 10 s; seen: ${JSON.stringify(events)}`)), 10000);
-      waiters.push({ pred, resolve: (e) => { clearTimeout(timer); resolve(e); } });
-    }),
+    next: (pred) =>
+      new Promise((resolve, reject) => {
+        const timer = setTimeout(
+          () => reject(new Error(`not seen within 10 s; seen: ${JSON.stringify(events)}`)),
+          10000,
+        );
+        waiters.push({
+          pred,
+          resolve: (e) => {
+            clearTimeout(timer);
+            resolve(e);
+          },
+        });
+      }),
   };
 }
 
-test('SocketDirWatcher: the kubelet socket going and coming, another plugin\'s socket going, and a re-created directory are all seen by the watch', async () => {
+test("SocketDirWatcher: the kubelet socket going and coming, another plugin's socket going, and a re-created directory are all seen by the watch", async () => {
   const root = mkdtempSync(join(tmpdir(), 'gdp-watch-'));
   const dir = join(root, 'device-plugins');
   mkdirSync(dir);
@@ -115,7 +146,11 @@ test('SocketDirWatcher: the kubelet socket going and coming, another plugin\'s s
       await seen;
       rmSync(kubeletSocket);
     }
-    assert.deepEqual([...new Set(r.events.filter((e) => e.startsWith('other gone')))], ['other gone: nvidia-gpu.sock'], 'only .sock files of others count');
+    assert.deepEqual(
+      [...new Set(r.events.filter((e) => e.startsWith('other gone')))],
+      ['other gone: nvidia-gpu.sock'],
+      'only .sock files of others count',
+    );
   } finally {
     w.stop();
     rmSync(root, { recursive: true, force: true });

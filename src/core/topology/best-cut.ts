@@ -187,7 +187,10 @@ export class BestCut {
         if (nd < leftover) nd++;
         else if (dv >= dmin[nd - 1]!) continue;
         let p = nd - 1;
-        while (p > 0 && dmin[p - 1]! > dv) { dmin[p] = dmin[p - 1]!; p--; }
+        while (p > 0 && dmin[p - 1]! > dv) {
+          dmin[p] = dmin[p - 1]!;
+          p--;
+        }
         dmin[p] = dv;
       }
     }
@@ -257,7 +260,18 @@ export class BestCut {
       const x = partners[base + q]!;
       const cbit = 1 << cls[x]!;
       if ((blocked & cbit) !== 0) continue;
-      if (this.extendGroup(d, q + 1, left - 1, g | (1 << x), cg + partnerSum[base + x]!, blocked, pl + prefix[pbase + q + 1]! - prefix[pbase + q]!)) return true;
+      if (
+        this.extendGroup(
+          d,
+          q + 1,
+          left - 1,
+          g | (1 << x),
+          cg + partnerSum[base + x]!,
+          blocked,
+          pl + prefix[pbase + q + 1]! - prefix[pbase + q]!,
+        )
+      )
+        return true;
       blocked |= cbit;
     }
     return false;

@@ -5,7 +5,12 @@
 import type { ScoreMatrix } from './scores.ts';
 
 /** The greedy choice of `size` GPUs among `avail` (ascending) holding `must` (ascending); ascending. */
-export function greedyChoose(m: ScoreMatrix, avail: readonly number[], must: readonly number[], size: number): number[] {
+export function greedyChoose(
+  m: ScoreMatrix,
+  avail: readonly number[],
+  must: readonly number[],
+  size: number,
+): number[] {
   if (size === avail.length) return [...avail];
   const chosen = new Set<number>(must);
   if (size === 1 && chosen.size === 0) return [leastConnected(m, avail)];
@@ -15,7 +20,10 @@ export function greedyChoose(m: ScoreMatrix, avail: readonly number[], must: rea
     for (let a = 0; a < avail.length; a++) {
       for (let b = a + 1; b < avail.length; b++) {
         const sc = m.score(avail[a]!, avail[b]!);
-        if (sc > bestScore) { bestScore = sc; bestPair = [avail[a]!, avail[b]!]; }
+        if (sc > bestScore) {
+          bestScore = sc;
+          bestPair = [avail[a]!, avail[b]!];
+        }
       }
     }
     chosen.add(bestPair[0]);
@@ -28,7 +36,10 @@ export function greedyChoose(m: ScoreMatrix, avail: readonly number[], must: rea
       if (chosen.has(x)) continue;
       let gain = 0;
       for (const g of chosen) gain += m.score(x, g);
-      if (gain > bestGain) { bestGain = gain; best = x; }
+      if (gain > bestGain) {
+        bestGain = gain;
+        best = x;
+      }
     }
     chosen.add(best);
   }
@@ -42,7 +53,10 @@ function leastConnected(m: ScoreMatrix, avail: readonly number[]): number {
   for (const i of avail) {
     let sum = 0;
     for (const j of avail) if (j !== i) sum += m.score(i, j);
-    if (sum < bestSum) { bestSum = sum; best = i; }
+    if (sum < bestSum) {
+      bestSum = sum;
+      best = i;
+    }
   }
   return best;
 }

@@ -18,7 +18,10 @@ export function heuristicCut(w: Int32Array, A: number, M: number, k: number): nu
       let gain = -1;
       for (let x = S & ~g; x !== 0; x &= x - 1) {
         const bit = x & -x;
-        if (w[g | bit]! > gain) { gain = w[g | bit]!; pick = bit; }
+        if (w[g | bit]! > gain) {
+          gain = w[g | bit]!;
+          pick = bit;
+        }
       }
       g |= pick;
     }

@@ -9,13 +9,15 @@ function pairScores(L: number, score: (i: number, j: number) => number): Int32Ar
     for (let j = 0; j < L; j++) {
       if (i === j) continue;
       const v = score(i, j);
-      if (!Number.isInteger(v) || v < 0 || v > 1e6) throw new Error(`pair score ${v} of GPUs ${i}, ${j} is not an integer in 0..1000000`);
+      if (!Number.isInteger(v) || v < 0 || v > 1e6)
+        throw new Error(`pair score ${v} of GPUs ${i}, ${j} is not an integer in 0..1000000`);
       s[i * L + j] = v;
     }
   }
   for (let i = 0; i < L; i++) {
     for (let j = i + 1; j < L; j++) {
-      if (s[i * L + j] !== s[j * L + i]) throw new Error(`pair scores of GPUs ${i}, ${j} differ by direction (${s[i * L + j]} and ${s[j * L + i]})`);
+      if (s[i * L + j] !== s[j * L + i])
+        throw new Error(`pair scores of GPUs ${i}, ${j} differ by direction (${s[i * L + j]} and ${s[j * L + i]})`);
     }
   }
   return s;
@@ -75,7 +77,10 @@ export class LocalMachine {
     let sum = 0;
     for (let t = 0; t < L - 1 && need > 0; t++) {
       const j = this.order[row + t]!;
-      if (((S >>> j) & 1) !== 0) { sum += this.s[row + j]!; need--; }
+      if (((S >>> j) & 1) !== 0) {
+        sum += this.s[row + j]!;
+        need--;
+      }
     }
     return sum;
   }

@@ -99,10 +99,14 @@ export class PreferredPolicy {
    */
   choose(available: readonly number[], mustInclude: readonly number[], size: number): number[] {
     if (!Number.isInteger(size) || size < 1) throw new Error(`allocation size must be a positive integer, got ${size}`);
-    if (size > available.length) throw new Error(`allocation size ${size} is larger than the ${available.length} available GPUs`);
-    if (mustInclude.length > size) throw new Error(`${mustInclude.length} must-include GPUs do not fit in allocation size ${size}`);
+    if (size > available.length)
+      throw new Error(`allocation size ${size} is larger than the ${available.length} available GPUs`);
+    if (mustInclude.length > size)
+      throw new Error(`${mustInclude.length} must-include GPUs do not fit in allocation size ${size}`);
     const solver = this.solver;
-    return solver !== undefined ? this.chooseByMask(solver, available, mustInclude, size) : this.chooseByPosition(available, mustInclude, size);
+    return solver !== undefined
+      ? this.chooseByMask(solver, available, mustInclude, size)
+      : this.chooseByPosition(available, mustInclude, size);
   }
 
   /** Throws unless x is a GPU index of this machine. */
@@ -112,7 +116,12 @@ export class PreferredPolicy {
   }
 
   /** A machine of at most 16 GPUs: masks over its GPU indices, one solver. */
-  private chooseByMask(solver: ExactSolver, available: readonly number[], mustInclude: readonly number[], size: number): number[] {
+  private chooseByMask(
+    solver: ExactSolver,
+    available: readonly number[],
+    mustInclude: readonly number[],
+    size: number,
+  ): number[] {
     let A = 0;
     for (const x of available) {
       this.check(x, 'available');

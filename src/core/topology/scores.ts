@@ -44,13 +44,20 @@ export const NVLINK_POINTS = 100;
  */
 export function pciePoints(level: number): number {
   switch (level) {
-    case PcieLevel.INTERNAL: return 60;
-    case PcieLevel.SINGLE: return 50;
-    case PcieLevel.MULTIPLE: return 40;
-    case PcieLevel.HOSTBRIDGE: return 30;
-    case PcieLevel.NODE: return 20;
-    case PcieLevel.SYSTEM: return 10;
-    default: return 0;
+    case PcieLevel.INTERNAL:
+      return 60;
+    case PcieLevel.SINGLE:
+      return 50;
+    case PcieLevel.MULTIPLE:
+      return 40;
+    case PcieLevel.HOSTBRIDGE:
+      return 30;
+    case PcieLevel.NODE:
+      return 20;
+    case PcieLevel.SYSTEM:
+      return 10;
+    default:
+      return 0;
   }
 }
 
@@ -102,9 +109,15 @@ class DenseScoreMatrix implements ScoreMatrix {
     return i * n + j;
   }
 
-  score(i: number, j: number): number { return this.scores[this.at(i, j)] ?? 0; }
-  nvlinks(i: number, j: number): number { return this.links[this.at(i, j)] ?? 0; }
-  pcieLevel(i: number, j: number): number { return this.levels[this.at(i, j)] ?? -1; }
+  score(i: number, j: number): number {
+    return this.scores[this.at(i, j)] ?? 0;
+  }
+  nvlinks(i: number, j: number): number {
+    return this.links[this.at(i, j)] ?? 0;
+  }
+  pcieLevel(i: number, j: number): number {
+    return this.levels[this.at(i, j)] ?? -1;
+  }
 
   groupScore(indices: readonly number[]): number {
     let total = 0;
@@ -134,7 +147,8 @@ function readLinks(gpus: readonly GpuLinkInfo[]): LinkFacts {
   const indexOf = new Map<string, number>();
   gpus.forEach((g, i) => {
     const id = normalizeBusId(g.busId);
-    if (indexOf.has(id)) throw new Error(`two GPUs have the same PCI bus id ${id} (indices ${indexOf.get(id)} and ${i})`);
+    if (indexOf.has(id))
+      throw new Error(`two GPUs have the same PCI bus id ${id} (indices ${indexOf.get(id)} and ${i})`);
     indexOf.set(id, i);
   });
   const seen = new Int32Array(n * n);
@@ -142,7 +156,7 @@ function readLinks(gpus: readonly GpuLinkInfo[]): LinkFacts {
   const find = (x: string): string => {
     let root = x;
     for (let p = parent.get(root); p !== undefined && p !== root; p = parent.get(root)) root = p;
-    for (let cur = x; cur !== root;) {
+    for (let cur = x; cur !== root; ) {
       const next = parent.get(cur) ?? root;
       parent.set(cur, root);
       cur = next;
@@ -178,7 +192,10 @@ function readLinks(gpus: readonly GpuLinkInfo[]): LinkFacts {
  * must give the NVML topology level of GPUs i and j (anything unknown scores 0 points).
  * Throws if two GPUs share a bus id.
  */
-export function buildScoreMatrix(gpus: readonly GpuLinkInfo[], pcieLevel: (i: number, j: number) => number): ScoreMatrix {
+export function buildScoreMatrix(
+  gpus: readonly GpuLinkInfo[],
+  pcieLevel: (i: number, j: number) => number,
+): ScoreMatrix {
   const n = gpus.length;
   const { seen, fabric, switchLinks } = readLinks(gpus);
   const scores = new Int32Array(n * n);

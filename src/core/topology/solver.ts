@@ -95,7 +95,10 @@ export class ExactSolver {
     for (let x = A; x !== 0; x &= x - 1) {
       const bit = x & -x;
       const rem = this.w[A ^ bit]!;
-      if (rem > bestRem) { bestRem = rem; best = bit; }
+      if (rem > bestRem) {
+        bestRem = rem;
+        best = bit;
+      }
     }
     return best;
   }
@@ -128,7 +131,7 @@ export class ExactSolver {
    */
   private bestGroupOfOptimalCut(A: number, k: number): number {
     let bestW = -1;
-    for (let S = this.sym.canon(A); popcount(S) >= k;) {
+    for (let S = this.sym.canon(A); popcount(S) >= k; ) {
       if (popcount(S) === k) {
         // The last full group (best(S) takes it whole).
         if (this.w[S]! > bestW) bestW = this.w[S]!;
@@ -148,9 +151,12 @@ export class ExactSolver {
   private offer(g: number, val: number): void {
     const wg = this.w[g]!;
     const rem = this.w[this.scanA ^ g]!;
-    if (val > this.bestVal
-      || (val === this.bestVal && (wg > this.bestW
-        || (wg === this.bestW && (rem > this.bestRem || (rem === this.bestRem && lexLess(g, this.bestG))))))) {
+    if (
+      val > this.bestVal ||
+      (val === this.bestVal &&
+        (wg > this.bestW ||
+          (wg === this.bestW && (rem > this.bestRem || (rem === this.bestRem && lexLess(g, this.bestG))))))
+    ) {
       this.bestVal = val;
       this.bestW = wg;
       this.bestRem = rem;

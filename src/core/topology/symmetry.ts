@@ -54,7 +54,7 @@ function findBlocks(L: number, s: Int32Array): number[][][] {
     units.push(unit);
   }
   const out: number[][][] = [];
-  for (let merged = true; merged;) {
+  for (let merged = true; merged; ) {
     merged = false;
     const used = new Array<boolean>(units.length).fill(false);
     const next: number[][] = [];
@@ -100,7 +100,10 @@ function twinClasses(L: number, s: Int32Array): { cls: Int32Array; twinMasks: nu
       if (cls[j] !== -1) continue;
       let twin = true;
       for (let x = 0; x < L && twin; x++) if (x !== i && x !== j && s[i * L + x] !== s[j * L + x]) twin = false;
-      if (twin) { cls[j] = classes; members |= 1 << j; }
+      if (twin) {
+        cls[j] = classes;
+        members |= 1 << j;
+      }
     }
     classes++;
     if (popcount(members) > 1) twinMasks.push(members);
@@ -110,8 +113,13 @@ function twinClasses(L: number, s: Int32Array): { cls: Int32Array; twinMasks: nu
 
 /** The block tables of `Symmetry`, from findBlocks' blocks (see the fields there). */
 function blockTables(blocks: readonly (readonly (readonly number[])[])[]): {
-  blockStart: Int32Array; blockChildren: Int32Array; blockMask: Int32Array;
-  gatherLo: Int32Array; gatherHi: Int32Array; scatter: Int32Array; scatterStart: Int32Array;
+  blockStart: Int32Array;
+  blockChildren: Int32Array;
+  blockMask: Int32Array;
+  gatherLo: Int32Array;
+  gatherHi: Int32Array;
+  scatter: Int32Array;
+  scatterStart: Int32Array;
 } {
   const parts: (readonly number[])[] = [];
   const starts: number[] = [0];
@@ -156,8 +164,13 @@ function blockTables(blocks: readonly (readonly (readonly number[])[])[]): {
     }
   });
   return {
-    blockStart: Int32Array.from(starts), blockChildren: Int32Array.from(children), blockMask: Int32Array.from(masks),
-    gatherLo, gatherHi, scatter, scatterStart: Int32Array.from(scatterStart),
+    blockStart: Int32Array.from(starts),
+    blockChildren: Int32Array.from(children),
+    blockMask: Int32Array.from(masks),
+    gatherLo,
+    gatherHi,
+    scatter,
+    scatterStart: Int32Array.from(scatterStart),
   };
 }
 
@@ -235,7 +248,10 @@ export class Symmetry {
         const v = this.gatherLo[part * 256 + lo]! | this.gatherHi[part * 256 + hi]!;
         // Insertion into descending order.
         let t = n++;
-        while (t > 0 && pat[t - 1]! < v) { pat[t] = pat[t - 1]!; t--; }
+        while (t > 0 && pat[t - 1]! < v) {
+          pat[t] = pat[t - 1]!;
+          t--;
+        }
         pat[t] = v;
       }
       let out = S & ~this.blockMask[b]!;

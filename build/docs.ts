@@ -7,8 +7,8 @@ import {
   OPTION_SPECS,
   UNSUPPORTED_OPTIONS,
   describeRange,
-} from '../src/cli/options.ts';
-import type { OptionKey, OptionSpec } from '../src/cli/options.ts';
+} from '../src/config/options.ts';
+import type { OptionKey, OptionSpec } from '../src/config/options.ts';
 
 export const UNIT_NAME = 'gpu-device-plugin.service';
 export const KUBELET_DEVICE_PLUGIN_DIR = '/var/lib/kubelet/device-plugins';

@@ -4,9 +4,9 @@
 // node (snapshots, health, the configuration in force: src/manager) → scanner (NVML, src/nvml) → signals. SIGHUP re-reads the
 // config file and looks at the node again, through the same snapshot path; SIGTERM/SIGINT stop in 2 s.
 import { dirname } from 'node:path';
-import { badOptions, cannotStart, refuseSecondInstance, startError } from './cli/exit-codes.ts';
-import { describeOptions, parseOptions } from './cli/options.ts';
-import type { ParsedOptions } from './cli/options.ts';
+import { badOptions, cannotStart, refuseSecondInstance, startError } from './config/exit-codes.ts';
+import { describeOptions, parseOptions } from './config/options.ts';
+import type { ParsedOptions } from './config/options.ts';
 import { parseHealthSettings, watchesAnything } from './core/health.ts';
 import type { HealthSettings } from './core/health.ts';
 import { routeGrpcLogs } from './kubelet/registration.ts';

@@ -14,7 +14,7 @@ import type { UnitRead } from './host-view.ts';
 import type { NodeReport } from './inspect.ts';
 import { resolveKubeconfig } from '../k8s/kubeconfig.ts';
 import type { KubeconfigRef } from '../k8s/kubeconfig.ts';
-import type { Options } from './options.ts';
+import type { Options } from '../config/options.ts';
 import { networkInSandbox, readableInSandbox, writableInSandbox } from './sandbox.ts';
 
 /** The CDI kind the NVIDIA Container Toolkit's generated spec has (nvidia-ctk cdi generate, nvidia-cdi-refresh). */

@@ -4,7 +4,7 @@
 import { connect } from 'node:net';
 import { readFile, readdir, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import { loadYaml } from './config.ts';
+import { loadYaml } from '../config/config.ts';
 import { SHIPPED_UNIT, UNIT_NAME, parseUnitSandbox } from './sandbox.ts';
 import type { UnitSandbox } from './sandbox.ts';
 

@@ -115,7 +115,7 @@ export function planMpsDaemons(resources: readonly PlannedResource[], gpus: read
   return out;
 }
 
-/** The options MPS depends on (cli/options.ts): the MIG strategy and the root. */
+/** The options MPS depends on (config/options.ts): the MIG strategy and the root. */
 export interface MpsOptions {
   readonly migStrategy: 'none' | 'single' | 'mixed';
   /** --mps-root; '' when not set. */

@@ -21,7 +21,7 @@ export function cdiSpecDirs(env: NodeJS.ProcessEnv): readonly string[] {
   return dirs.length > 0 ? dirs : CDI_SPEC_DIRS;
 }
 
-// Loaded on first use (see cli/config.ts for why: the bundle runs it lazily).
+// Loaded on first use (see config/config.ts for why: the bundle runs it lazily).
 let yaml: typeof Yaml | undefined;
 function loadYaml(): typeof Yaml {
   yaml ??=

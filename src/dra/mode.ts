@@ -14,8 +14,8 @@
 //     view, the daemon exits 1 for systemd to restart it.
 import { mkdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { OptionError } from '../cli/config.ts';
-import type { Options } from '../cli/options.ts';
+import { OptionError } from '../config/config.ts';
+import type { Options } from '../config/options.ts';
 import { KubeClient, KubeUnreachableError } from '../k8s/client.ts';
 import { KubeconfigError, loadKubeconfig } from '../k8s/kubeconfig.ts';
 import { getResourceClaim } from '../k8s/resources.ts';

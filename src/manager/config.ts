@@ -1,11 +1,11 @@
 // The configuration in force and SIGHUP's reload of it. The options and the sharing section are
 // turned into what the live node plans and serves by (NodeSettings); a reload reads the config file
-// again, keeps restart-only options at their running values (cli/reload.ts), and hands the result to
+// again, keeps restart-only options at their running values (config/reload.ts), and hands the result to
 // the live node, whose reconfigure() is the transaction: a config that does not fit is refused and
 // the running one kept.
-import type { Options, ParsedOptions } from '../cli/options.ts';
-import { planSettings } from '../cli/plan-settings.ts';
-import { planReload } from '../cli/reload.ts';
+import type { Options, ParsedOptions } from '../config/options.ts';
+import { planSettings } from '../config/plan-settings.ts';
+import { planReload } from '../config/reload.ts';
 import type { Sharing } from '../core/sharing.ts';
 import { presentControlDevices } from '../system/control-devices.ts';
 import { errorText } from '../system/log.ts';

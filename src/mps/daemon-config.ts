@@ -10,9 +10,9 @@ import type { MpsDaemonPlan } from '../core/mps.ts';
 import { NO_MIG } from '../core/mig.ts';
 import type { Sharing } from '../core/sharing.ts';
 import type { NodeScan } from '../core/snapshot.ts';
-import { parseOptions } from '../cli/options.ts';
-import type { Options } from '../cli/options.ts';
-import { planSettings } from '../cli/plan-settings.ts';
+import { parseOptions } from '../config/options.ts';
+import type { Options } from '../config/options.ts';
+import { planSettings } from '../config/plan-settings.ts';
 
 export interface MpsSettings {
   readonly options: Options;

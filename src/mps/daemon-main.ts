@@ -2,7 +2,7 @@
 // (gpu-device-plugin-mps.service). Options → NVML (the GPUs, for the plan) → the control program →
 // the supervisor (daemon.ts) with the real host (daemon-host.ts) → signals. SIGHUP re-reads the
 // config; SIGTERM/SIGINT stop (quit, compute modes back, files removed, shm unmounted).
-import { badOptions, cannotStart, startError } from '../cli/exit-codes.ts';
+import { badOptions, cannotStart, startError } from '../config/exit-codes.ts';
 import { DEFAULT_MPS_ROOT } from '../core/mps.ts';
 import { NvmlSessions } from '../nvml/node-reader.ts';
 import { Nvml } from '../nvml/nvml.ts';

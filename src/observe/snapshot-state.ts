@@ -3,8 +3,8 @@
 // published state (core/daemon-state.ts) and writes it to the state file `info` reads
 // (state-file.ts): what the kubelet was told of each device and why, since when. When the
 // snapshot's shape changes, only this file follows it.
-import type { Options } from '../cli/options.ts';
-import { OPTION_SPECS, showOption } from '../cli/options.ts';
+import type { Options } from '../config/options.ts';
+import { OPTION_SPECS, showOption } from '../config/options.ts';
 import type { ClaimState, DaemonState, DeviceState, MpsResourceState, ResourceState } from '../core/daemon-state.ts';
 import { planMpsDaemons } from '../core/mps.ts';
 import { xidMeaning } from '../core/health.ts';

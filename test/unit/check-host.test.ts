@@ -15,7 +15,7 @@ import { NO_SHARING } from '../../src/core/sharing.ts';
 import type { Sharing } from '../../src/core/sharing.ts';
 import { buildSnapshot } from '../../src/core/snapshot.ts';
 import type { PlanSettings } from '../../src/core/snapshot.ts';
-import { parseEnvironmentFile } from '../../src/cli/env-file.ts';
+import { parseEnvironmentFile } from '../../src/config/env-file.ts';
 import { SHIPPED_UNIT, parseUnitSandbox, writableInSandbox } from '../../src/cli/sandbox.ts';
 import { daemonStateFromSnapshot } from '../../src/observe/snapshot-state.ts';
 import { formatClaims, formatDaemon } from '../../src/cli/inspect.ts';

@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { ConfigError } from '../../src/cli/config.ts';
+import { ConfigError } from '../../src/config/config.ts';
 import {
   OPTION_SPECS,
   OptionError,
@@ -11,8 +11,8 @@ import {
   helpText,
   parseOptions,
   resolveOptions,
-} from '../../src/cli/options.ts';
-import type { ParsedOptions } from '../../src/cli/options.ts';
+} from '../../src/config/options.ts';
+import type { ParsedOptions } from '../../src/config/options.ts';
 
 const FIXTURES = join(import.meta.dirname, '..', 'fixtures', 'config');
 

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync, chmodSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { OptionError, checkKubeletApi, parseOptions } from '../../src/cli/options.ts';
+import { OptionError, checkKubeletApi, parseOptions } from '../../src/config/options.ts';
 import { kubeconfigSummary } from '../../src/cli/check-dra.ts';
 import { resolveKubeconfig } from '../../src/k8s/kubeconfig.ts';
 import { stringify } from 'yaml';

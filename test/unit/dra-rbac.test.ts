@@ -7,8 +7,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { loadYaml } from '../../src/cli/config.ts';
-import { DEFAULT_DRA_DRIVER_NAME, OPTION_SPECS } from '../../src/cli/options.ts';
+import { loadYaml } from '../../src/config/config.ts';
+import { DEFAULT_DRA_DRIVER_NAME, OPTION_SPECS } from '../../src/config/options.ts';
 import { parseUnitSandbox } from '../../src/cli/sandbox.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');

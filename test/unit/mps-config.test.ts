@@ -3,10 +3,10 @@
 // what to change — the ones that need no GPU when the options are read, the others against the node.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ConfigError } from '../../src/cli/config.ts';
-import { OptionError, RESTART_ONLY_OPTIONS, parseOptions } from '../../src/cli/options.ts';
-import type { ParsedOptions } from '../../src/cli/options.ts';
-import { planSettings } from '../../src/cli/plan-settings.ts';
+import { ConfigError } from '../../src/config/config.ts';
+import { OptionError, RESTART_ONLY_OPTIONS, parseOptions } from '../../src/config/options.ts';
+import type { ParsedOptions } from '../../src/config/options.ts';
+import { planSettings } from '../../src/config/plan-settings.ts';
 import { fitAtStart, planForNode } from '../../src/core/config-fit.ts';
 import type { Gpu } from '../../src/core/devices.ts';
 import { NO_MIG } from '../../src/core/mig.ts';

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { OPTION_SPECS, OptionError, helpText, parseOptions } from '../../src/cli/options.ts';
-import { ConfigError } from '../../src/cli/config.ts';
+import { OPTION_SPECS, OptionError, helpText, parseOptions } from '../../src/config/options.ts';
+import { ConfigError } from '../../src/config/config.ts';
 
 test('defaults match NVIDIA plugin defaults', () => {
   const { options, origins } = parseOptions([], {});

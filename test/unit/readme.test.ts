@@ -1,12 +1,12 @@
 // README.md is the operator's manual the packages install: the two commands a fresh machine starts
-// with stay on its first screen, and its options table says what src/cli/options.ts does (flag,
+// with stay on its first screen, and its options table says what src/config/options.ts does (flag,
 // aliases, variable, config key, default, range), with one row per option and none for options
 // that do not exist. The developer material lives in CONTRIBUTING.md.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { OPTION_SPECS } from '../../src/cli/options.ts';
+import { OPTION_SPECS } from '../../src/config/options.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 const README = readFileSync(join(ROOT, 'README.md'), 'utf8');
@@ -64,7 +64,7 @@ function optionRows(): Row[] {
   return rows;
 }
 
-test('the options table has exactly the options of src/cli/options.ts, with their names, variables, keys, defaults and ranges', () => {
+test('the options table has exactly the options of src/config/options.ts, with their names, variables, keys, defaults and ranges', () => {
   const rows = optionRows();
   assert.deepEqual(
     rows.map((r) => r.flags[0]),

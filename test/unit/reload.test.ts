@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { parseOptions } from '../../src/cli/options.ts';
-import { planReload } from '../../src/cli/reload.ts';
+import { parseOptions } from '../../src/config/options.ts';
+import { planReload } from '../../src/config/reload.ts';
 
 test('a reload applies reloadable options, keeps restart-only ones at their running value, and names both', () => {
   const running = parseOptions(['--device-list-strategy=envvar', '--log-level=info', '--rediscover-interval=60'], {});

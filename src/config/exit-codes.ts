@@ -12,7 +12,7 @@ import type { Logger } from '../system/log.ts';
 import { notifyBeforeExit } from '../system/service-status.ts';
 import { MigStrategyError } from '../core/mig.ts';
 import { SharingError } from '../core/sharing.ts';
-import { ConfigError, OptionError } from './config.ts';
+import { ConfigError, OptionError } from './errors.ts';
 
 export const EXIT_OK = 0;
 export const EXIT_FAILURE = 1;
@@ -26,7 +26,10 @@ export function exitCodeFor(err: unknown): number {
   return EXIT_FAILURE;
 }
 
-/** A start failure as the operator should read it: a config file's section that does not fit the node names the file. */
+/**
+ * A start failure as the operator should read it: a config file's section that does not fit the node names
+ * the file.
+ */
 export function startError(err: unknown, configFile: string | null): unknown {
   return err instanceof SharingError && configFile !== null
     ? new ConfigError(`config file ${configFile}: ${err.message}`)

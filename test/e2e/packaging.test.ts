@@ -54,7 +54,7 @@ import {
   rpmFileName,
   sourceDateEpoch,
 } from '../../build/package.ts';
-import { OPTION_SPECS } from '../../src/config/options.ts';
+import { OPTION_SPECS } from '../../src/config/option-table.ts';
 import { networkInSandbox, parseUnitSandbox, writableInSandbox } from '../../src/cli/sandbox.ts';
 
 const execFileAsync = promisify(execFile);

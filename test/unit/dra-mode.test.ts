@@ -7,8 +7,10 @@ import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync, chmodSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { OptionError, checkKubeletApi, parseOptions } from '../../src/config/options.ts';
-import { kubeconfigSummary } from '../../src/cli/check-dra.ts';
+import { OptionError } from '../../src/config/errors.ts';
+import { checkKubeletApi } from '../../src/config/kubelet-api.ts';
+import { parseOptions } from '../../src/config/parse-options.ts';
+import { kubeconfigSummary, LINK_DROPIN, toolkitCdiCheck } from '../../src/cli/check-dra.ts';
 import { resolveKubeconfig } from '../../src/k8s/kubeconfig.ts';
 import { stringify } from 'yaml';
 import {
@@ -22,7 +24,6 @@ import {
 } from '../../src/cli/sandbox.ts';
 import { checkExitCode, formatChecks, runChecks } from '../../src/cli/check.ts';
 import type { CheckLine } from '../../src/cli/check.ts';
-import { LINK_DROPIN, toolkitCdiCheck } from '../../src/cli/check-dra.ts';
 import type { NodeReport } from '../../src/cli/inspect.ts';
 import { stderrLogger } from '../../src/system/log.ts';
 

@@ -12,7 +12,7 @@ import type { PlannedResource } from '../core/sharing.ts';
 import { findMpsControl, MpsControlError, mpsCommand } from '../mps/control-client.ts';
 import { ASK_TIMEOUT_MS, HEALTH_COMMAND } from '../mps/health-watch.ts';
 import { errorText } from '../system/log.ts';
-import type { CheckLine } from './check.ts';
+import type { CheckLine } from './check-report.ts';
 import type { NodeReport } from './inspect.ts';
 
 /** The unit that runs the control daemons (issue 20's second unit). */

@@ -1,8 +1,10 @@
 // `info` and `check`: what the plugin sees of the node, without a cluster. Both read the environment
-// files the unit reads (check.ts serviceEnvironment); `info` shows the running daemon's published
+// files the unit reads (service-environment.ts); `info` shows the running daemon's published
 // state (what the kubelet was told) and looks at NVML itself only for what the daemon does not say.
 import { errorText, stderrLogger } from '../system/log.ts';
-import { checkExitCode, checksJson, formatChecks, runChecks, serviceEnvironment, splitCheckArgs } from './check.ts';
+import { runChecks } from './check.ts';
+import { checkExitCode, checksJson, formatChecks } from './check-report.ts';
+import { serviceEnvironment, splitCheckArgs } from './service-environment.ts';
 import { findImexChannels } from '../system/imex.ts';
 import { listPodResources } from '../kubelet/pod-resources.ts';
 import { daemonJson, formatDaemon, formatImex, formatInfo, infoJson, inspectNode } from './inspect.ts';

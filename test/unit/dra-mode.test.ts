@@ -12,6 +12,8 @@ import { checkKubeletApi } from '../../src/config/kubelet-api.ts';
 import { parseOptions } from '../../src/config/parse-options.ts';
 import { kubeconfigSummary, LINK_DROPIN, toolkitCdiCheck } from '../../src/cli/check-dra.ts';
 import { resolveKubeconfig } from '../../src/k8s/kubeconfig.ts';
+import { cdiDeviceId } from '../../src/core/dra-claims.ts';
+import { cdiSpecDirs, readCdiSpecs } from '../../src/dra/cdi.ts';
 import { stringify } from 'yaml';
 import {
   SHIPPED_UNIT,
@@ -22,8 +24,9 @@ import {
   readableInSandbox,
   writableInSandbox,
 } from '../../src/cli/sandbox.ts';
-import { checkExitCode, formatChecks, runChecks } from '../../src/cli/check.ts';
-import type { CheckLine } from '../../src/cli/check.ts';
+import { runChecks } from '../../src/cli/check.ts';
+import { checkExitCode, formatChecks } from '../../src/cli/check-report.ts';
+import type { CheckLine } from '../../src/cli/check-report.ts';
 import type { NodeReport } from '../../src/cli/inspect.ts';
 import { stderrLogger } from '../../src/system/log.ts';
 
@@ -313,6 +316,61 @@ test("the toolkit's CDI spec: missing, stale, complete (by UUID or index), unkno
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+/** What the daemon's prepare would do with each whole GPU of `report`: read the specs, look the GPU up. */
+async function daemonVerdicts(dirs: readonly string[], report: NodeReport): Promise<('id' | 'error')[]> {
+  const specs = await readCdiSpecs(dirs);
+  return report.gpus.map((g) => {
+    const device = { name: `gpu-${g.minor}`, gpuUuid: g.uuid, gpuIndex: g.index, minor: g.minor };
+    return 'id' in cdiDeviceId(device, specs, dirs) ? 'id' : 'error';
+  });
+}
+
+test("check's CDI line says what the daemon's prepare would do with the toolkit's spec", async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gdp-cdi-'));
+  try {
+    const env = { CDI_SPEC_DIRS: dir };
+    const report = gpuReport(['GPU-a', 'GPU-b']);
+    const spec = join(dir, 'nvidia.yaml');
+    // nvidia-ctk cdi generate --device-name-strategy=type-index: the daemon prepares gpu0 and gpu1.
+    writeFileSync(spec, 'cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n  - name: gpu0\n  - name: gpu1\n');
+    assert.deepEqual(await daemonVerdicts([dir], report), ['id', 'id']);
+    const typeIndex = await toolkitCdiCheck(env, report);
+    assert.equal(typeIndex.status, 'PASS', typeIndex.detail);
+    // Named by index, but GPU 1's entry holds GPU 0's device node: the daemon refuses it as stale.
+    writeFileSync(
+      spec,
+      [
+        'cdiVersion: 0.5.0',
+        'kind: nvidia.com/gpu',
+        'devices:',
+        '  - name: "0"',
+        '    containerEdits: { deviceNodes: [{ path: /dev/nvidia0 }] }',
+        '  - name: "1"',
+        '    containerEdits: { deviceNodes: [{ path: /dev/nvidia0 }] }',
+        '',
+      ].join('\n'),
+    );
+    assert.deepEqual(await daemonVerdicts([dir], report), ['id', 'error']);
+    const stale = await toolkitCdiCheck(env, report);
+    assert.equal(stale.status, 'FAIL', stale.detail);
+    assert.match(stale.detail, /device 1 has \/dev\/nvidia0, but GPU 1 \(GPU-b\) is \/dev\/nvidia1/);
+    assert.match(stale.fix ?? '', /nvidia-ctk cdi generate/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('check reads the CDI spec directories the daemon reads: an empty $CDI_SPEC_DIRS list means the defaults', async () => {
+  const dirs = cdiSpecDirs({ CDI_SPEC_DIRS: ':' });
+  assert.deepEqual(dirs, ['/etc/cdi', '/var/run/cdi']);
+  // Whatever this host has there, the line names where it looked (or the spec it found there).
+  const line = await toolkitCdiCheck({ CDI_SPEC_DIRS: ':' }, gpuReport(['GPU-a']));
+  assert.ok(
+    dirs.some((d) => line.detail.includes(`${d}/`) || line.detail.includes(` ${d} `)),
+    line.detail,
+  );
 });
 
 /** A node in a directory: a unit (with drop-ins), an environment file, a kubeconfig, the kubelet's directories. */

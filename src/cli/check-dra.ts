@@ -1,9 +1,10 @@
-// `check`'s lines for the kubelet API mode (issue 21): in DRA mode what DRA needs on this node (the
+// `check`'s lines for the kubelet API mode: in DRA mode what DRA needs on this node (the
 // kubeconfig, the API server reachable from the unit's sandbox, the kubelet's plugin directories
 // writable, the NVIDIA Container Toolkit's CDI spec naming the GPUs), and in either mode one line
 // saying what the other mode would need. check.ts runs them; the judging of the sandbox is
-// sandbox.ts's; the kubeconfig is resolved by the daemon's own loader (src/k8s/kubeconfig.ts), so
-// check refuses what the daemon would refuse.
+// sandbox.ts's; the kubeconfig is resolved by the daemon's own loader (src/k8s/kubeconfig.ts) and the
+// CDI spec read and judged by the daemon's own code (src/dra/cdi.ts, core/dra-claims.ts), so check
+// refuses what the daemon would refuse.
 import { connect } from 'node:net';
 import { readFile, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
@@ -17,7 +18,8 @@ import type { NodeReport } from './inspect.ts';
 import { resolveKubeconfig } from '../k8s/kubeconfig.ts';
 import type { KubeconfigRef } from '../k8s/kubeconfig.ts';
 import type { Options } from '../config/options.ts';
-import { networkInSandbox, readableInSandbox, writableInSandbox } from './sandbox.ts';
+import { readableInSandbox, writableInSandbox } from './sandbox.ts';
+import { networkInSandbox } from './sandbox-network.ts';
 
 /** Where the packages install the DRA drop-in, and where a node switched to DRA links it. */
 export const DRA_DROPIN_SOURCE = '/usr/share/gpu-device-plugin/dra.conf';
@@ -130,6 +132,23 @@ export async function draChecks(
   return lines;
 }
 
+/** The files a kubeconfig names that the service could not read: hidden by the sandbox, or not there. */
+async function unreadableFiles(summary: KubeconfigSummary, unit: UnitRead): Promise<string[]> {
+  const missing: string[] = [];
+  for (const f of summary.files) {
+    const v = readableInSandbox(unit.sandbox, f.path);
+    if (!v.writable || v.private === true) missing.push(`${f.what} ${f.path}: ${v.writable ? v.how : v.why}`);
+    else if (
+      !(await stat(f.path).then(
+        (s) => s.isFile(),
+        () => false,
+      ))
+    )
+      missing.push(`${f.what} ${f.path} does not exist`);
+  }
+  return missing;
+}
+
 /** The kubeconfig: readable by the service, parseable, a server and credentials, the files it names there. */
 async function kubeconfigCheck(
   path: string | null,
@@ -175,18 +194,7 @@ async function kubeconfigCheck(
   const summary = kubeconfigSummary(ref);
   if ('problem' in summary)
     return { summary: null, lines: [{ status: 'FAIL', name, detail: `${path}: ${summary.problem}`, fix }] };
-  const missing: string[] = [];
-  for (const f of summary.files) {
-    const v = readableInSandbox(unit.sandbox, f.path);
-    if (!v.writable || v.private === true) missing.push(`${f.what} ${f.path}: ${v.writable ? v.how : v.why}`);
-    else if (
-      !(await stat(f.path).then(
-        (s) => s.isFile(),
-        () => false,
-      ))
-    )
-      missing.push(`${f.what} ${f.path} does not exist`);
-  }
+  const missing = await unreadableFiles(summary, unit);
   if (missing.length > 0)
     return {
       summary,

@@ -55,7 +55,8 @@ import {
   sourceDateEpoch,
 } from '../../build/package.ts';
 import { OPTION_SPECS } from '../../src/config/option-table.ts';
-import { networkInSandbox, parseUnitSandbox, writableInSandbox } from '../../src/cli/sandbox.ts';
+import { parseUnitSandbox, writableInSandbox } from '../../src/cli/sandbox.ts';
+import { networkInSandbox } from '../../src/cli/sandbox-network.ts';
 
 const execFileAsync = promisify(execFile);
 const VERSION = projectVersion();

@@ -15,15 +15,8 @@ import { resolveKubeconfig } from '../../src/k8s/kubeconfig.ts';
 import { cdiDeviceId } from '../../src/core/dra-claims.ts';
 import { cdiSpecDirs, readCdiSpecs } from '../../src/dra/cdi.ts';
 import { stringify } from 'yaml';
-import {
-  SHIPPED_UNIT,
-  ipEntryCovers,
-  networkInSandbox,
-  parseIp,
-  parseUnitSandbox,
-  readableInSandbox,
-  writableInSandbox,
-} from '../../src/cli/sandbox.ts';
+import { SHIPPED_UNIT, parseUnitSandbox, readableInSandbox, writableInSandbox } from '../../src/cli/sandbox.ts';
+import { ipEntryCovers, networkInSandbox, parseIp } from '../../src/cli/sandbox-network.ts';
 import { runChecks } from '../../src/cli/check.ts';
 import { checkExitCode, formatChecks } from '../../src/cli/check-report.ts';
 import type { CheckLine } from '../../src/cli/check-report.ts';

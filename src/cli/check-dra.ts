@@ -27,7 +27,9 @@ export const DRA_DROPIN_LINK = '/etc/systemd/system/gpu-device-plugin.service.d/
 export const LINK_DROPIN = `mkdir -p ${dirname(DRA_DROPIN_LINK)} && ln -s ${DRA_DROPIN_SOURCE} ${DRA_DROPIN_LINK} && systemctl daemon-reload`;
 export const DRA_DOCS = '/usr/share/doc/gpu-device-plugin/dra/README.md';
 
-/** writableForService of check-writable.ts: a directory the service writes into, judged by the sandbox, then on disk. */
+/**
+ * writableForService of check-writable.ts: a directory the service writes into, judged by the sandbox, then on disk.
+ */
 export type WritableCheck = (
   name: string,
   dir: string,
@@ -188,7 +190,8 @@ async function kubeconfigCheck(
   try {
     ref = resolveKubeconfig(text, path);
   } catch (err) {
-    // The daemon's loader's words (they name the file and the key at fault): what the daemon would refuse to start with.
+    // The daemon's loader's words (they name the file and the key at fault): what the daemon would
+    // refuse to start with.
     return { summary: null, lines: [{ status: 'FAIL', name, detail: errorText(err).split('\n')[0] ?? '', fix }] };
   }
   const summary = kubeconfigSummary(ref);
@@ -268,7 +271,10 @@ async function apiServerChecks(
   return lines;
 }
 
-/** The driver's own directory (dra.sock, the checkpoint): writable in the sandbox; the drop-in's ExecStartPre= creates it. */
+/**
+ * The driver's own directory (dra.sock, the checkpoint): writable in the sandbox; the drop-in's
+ * ExecStartPre= creates it.
+ */
 async function driverDirectoryCheck(
   dir: string,
   unit: UnitRead,

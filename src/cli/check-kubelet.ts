@@ -44,7 +44,9 @@ export async function kubeletCheck(socket: string): Promise<CheckLine> {
   }
 }
 
-/** Another device plugin in the kubelet's directory registering nvidia.com/gpu (NVIDIA's: nvidia-gpu.sock and friends). */
+/**
+ * Another device plugin in the kubelet's directory registering nvidia.com/gpu (NVIDIA's: nvidia-gpu.sock and friends).
+ */
 export async function socketDirectoryNeighbours(dir: string, kubeletSocket: string): Promise<CheckLine[]> {
   const others = (await otherSockets(dir, kubeletSocket)).filter((s) => /^nvidia-.*\.sock$/.test(s.name));
   return others.map(

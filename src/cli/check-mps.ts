@@ -28,7 +28,9 @@ function pathDirs(dir: string): string[] {
   return out;
 }
 
-/** The first directory on the way to `dir` that others cannot read and search (mode without o+rx), or what is missing. */
+/**
+ * The first directory on the way to `dir` that others cannot read and search (mode without o+rx), or what is missing.
+ */
 async function reachable(dir: string): Promise<{ ok: true } | { ok: false; dir: string; why: string; fix: string }> {
   for (const d of pathDirs(dir)) {
     let mode: number;

@@ -16,7 +16,9 @@ import type { CheckLine } from './check-report.ts';
 import { migResources } from './inspect.ts';
 import type { InspectResult, NodeReport } from './inspect.ts';
 
-/** The options as the daemon would parse them; when it would refuse them, the defaults, so the checks below still run. */
+/**
+ * The options as the daemon would parse them; when it would refuse them, the defaults, so the checks below still run.
+ */
 export function parseForCheck(
   rest: readonly string[],
   env: Readonly<Record<string, string | undefined>>,

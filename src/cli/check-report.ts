@@ -59,7 +59,9 @@ export function formatChecks(report: CheckReport): string {
   return `${out.join('\n')}\n`;
 }
 
-/** `check --json`: every check (name, status, detail, fix), the effective options with their origins, and the exit code. */
+/**
+ * `check --json`: every check (name, status, detail, fix), the effective options with their origins, and the exit code.
+ */
 export function checksJson(report: CheckReport): string {
   return `${JSON.stringify(
     {

@@ -48,7 +48,10 @@ export async function writableForService(
   return { status: 'PASS', name, detail: `${dir} is writable for the service (${v.how})` };
 }
 
-/** The directories the service writes into: the kubelet's socket directory, the labels and metrics files' (when configured), the state file's. */
+/**
+ * The directories the service writes into: the kubelet's socket directory, the labels and metrics files' (when
+ * configured), the state file's.
+ */
 export async function writabilityChecks(
   o: Options,
   unit: UnitRead,

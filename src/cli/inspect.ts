@@ -37,7 +37,10 @@ export interface NodeReport {
   mig: MigLayout | null;
   /** Each GPU's compute mode (by position), or why NVML could not say; absent: not read (older callers). */
   computeModes?: (ComputeMode | { error: string })[];
-  /** Compute capabilities and MIG capability, as the daemon reads them (the MPS client limit needs them); absent when not read. */
+  /**
+   * Compute capabilities and MIG capability, as the daemon reads them (the MPS client limit needs them); absent when
+   * not read.
+   */
   facts?: NodeFacts;
 }
 

@@ -1,4 +1,4 @@
-// The pure parts behind `check` and `info` (issue 19): the config's fit to the node (one function for
+// The pure parts behind `check` and `info`: the config's fit to the node (one function for
 // the daemon and check), systemd's environment-file syntax, the unit's sandbox, and the daemon's state.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';

@@ -1,4 +1,4 @@
-// The per-node kubelet API mode (issue 21): the options and their refusals, the kubeconfig summary,
+// The per-node kubelet API mode: the options and their refusals, the kubeconfig summary,
 // the sandbox's network rules, and `check`'s lines in DRA mode and about the other mode, run
 // in-process against a unit, drop-ins, an environment file, a kubeconfig and CDI specs in a
 // temporary directory (NVML absent: the checks that need it say so).
@@ -125,7 +125,7 @@ test("the mode's refusals, each naming what was wrong and what would be right", 
     { DEVICE_LIST_STRATEGY: 'envvar', PASS_DEVICE_SPECS: 'true' },
     /DEVICE_LIST_STRATEGY \(environment\), PASS_DEVICE_SPECS \(environment\) are set/,
   );
-  // MPS (issue 20's sharing.mps) is refused like time-slicing.
+  // MPS (sharing.mps) is refused like time-slicing.
   const dra = parseOptions(['--kubelet-api=dra', '--kubeconfig=/etc/k'], {}, host('n'));
   const mps = {
     ...dra,

@@ -7,7 +7,7 @@ import { errorText } from '../system/log.ts';
 import type { CheckLine } from './check-report.ts';
 import { otherSockets } from './host-view.ts';
 
-export async function kubeletAnswers(socket: string, timeoutMs: number): Promise<string | null> {
+async function kubeletAnswers(socket: string, timeoutMs: number): Promise<string | null> {
   const client = new grpc.Client(`unix://${socket}`, grpc.credentials.createInsecure(), {
     'grpc.use_local_subchannel_pool': 1,
   });

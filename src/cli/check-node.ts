@@ -134,7 +134,7 @@ export async function imexCheck(o: Options): Promise<{ lines: CheckLine[]; chann
 }
 
 /** The daemon's first snapshot's plan (core/config-fit.ts) on the node as the scanner would read it. */
-export function configFit(
+function configFit(
   r: NodeReport,
   parsed: ParsedOptions,
   env: Readonly<Record<string, string | undefined>>,
@@ -170,7 +170,7 @@ export function configFit(
 }
 
 /** Whether the node fits --mig-strategy, and (with device specs) whether mig-minors can be read. */
-export function migChecks(
+function migChecks(
   r: NodeReport,
   parsed: ParsedOptions,
   env: Readonly<Record<string, string | undefined>>,

@@ -24,7 +24,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
 /** `info --help` and `check --help`: what the subcommand does and which options it reads. */
-export function subcommandHelp(name: 'info' | 'check'): string {
+function subcommandHelp(name: 'info' | 'check'): string {
   const lines =
     name === 'info'
       ? [

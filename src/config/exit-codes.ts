@@ -14,13 +14,12 @@ import { MigStrategyError } from '../core/mig.ts';
 import { SharingError } from '../core/sharing.ts';
 import { ConfigError, OptionError } from './errors.ts';
 
-export const EXIT_OK = 0;
-export const EXIT_FAILURE = 1;
-export const EXIT_CONFIG = 2;
-export const EXIT_ALREADY_RUNNING = 3;
+const EXIT_FAILURE = 1;
+const EXIT_CONFIG = 2;
+const EXIT_ALREADY_RUNNING = 3;
 
 /** The exit code of a start that failed with err. */
-export function exitCodeFor(err: unknown): number {
+function exitCodeFor(err: unknown): number {
   if (err instanceof OptionError || err instanceof SharingError || err instanceof MigStrategyError) return EXIT_CONFIG;
   if (err instanceof AlreadyRunningError) return EXIT_ALREADY_RUNNING;
   return EXIT_FAILURE;

@@ -1,13 +1,10 @@
 // Operator documentation generated from OPTION_SPECS, the table the program parses its options
 // with, so that the packaged environment file and man page list exactly the options the executable
 // has: the environment file (/etc/default or /etc/sysconfig) and gpu-device-plugin(8).
-import {
-  CONFIG_SCHEMA,
-  DURATION_GRAMMAR,
-  OPTION_SPECS,
-  UNSUPPORTED_OPTIONS,
-  describeRange,
-} from '../src/config/options.ts';
+import { CONFIG_SCHEMA } from '../src/config/parse-options.ts';
+import { DURATION_GRAMMAR, describeRange } from '../src/config/duration.ts';
+import { OPTION_SPECS } from '../src/config/option-table.ts';
+import { UNSUPPORTED_OPTIONS } from '../src/config/unsupported-options.ts';
 import type { OptionKey, OptionSpec } from '../src/config/options.ts';
 
 export const UNIT_NAME = 'gpu-device-plugin.service';

@@ -11,5 +11,5 @@ else if (sub === 'info' || sub === 'check')
   void import('./cli/subcommands.ts').then((m) => m.runSubcommand(sub, argv.slice(1)));
 else if (argv.includes('--version')) process.stdout.write(versionText());
 else if (argv.includes('--help') || argv.includes('-h'))
-  void import('./config/options.ts').then((m) => process.stdout.write(m.helpText(VERSION)));
+  void import('./config/describe-options.ts').then((m) => process.stdout.write(m.helpText(VERSION)));
 else void import('./main.ts').then((m) => m.main(argv));

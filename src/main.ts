@@ -5,7 +5,8 @@
 // config file and looks at the node again, through the same snapshot path; SIGTERM/SIGINT stop in 2 s.
 import { dirname } from 'node:path';
 import { badOptions, cannotStart, refuseSecondInstance, startError } from './config/exit-codes.ts';
-import { describeOptions, parseOptions } from './config/options.ts';
+import { describeOptions } from './config/describe-options.ts';
+import { parseOptions } from './config/parse-options.ts';
 import type { ParsedOptions } from './config/options.ts';
 import { parseHealthSettings, watchesAnything } from './core/health.ts';
 import type { HealthSettings } from './core/health.ts';

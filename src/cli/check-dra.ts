@@ -1,31 +1,35 @@
-// `check`'s lines for the kubelet API mode (issue 21): in DRA mode what DRA needs on this node (the
+// `check`'s lines for the kubelet API mode: in DRA mode what DRA needs on this node (the
 // kubeconfig, the API server reachable from the unit's sandbox, the kubelet's plugin directories
 // writable, the NVIDIA Container Toolkit's CDI spec naming the GPUs), and in either mode one line
 // saying what the other mode would need. check.ts runs them; the judging of the sandbox is
-// sandbox.ts's; the kubeconfig is resolved by the daemon's own loader (src/k8s/kubeconfig.ts), so
-// check refuses what the daemon would refuse.
+// sandbox.ts's; the kubeconfig is resolved by the daemon's own loader (src/k8s/kubeconfig.ts) and the
+// CDI spec read and judged by the daemon's own code (src/dra/cdi.ts, core/dra-claims.ts), so check
+// refuses what the daemon would refuse.
 import { connect } from 'node:net';
 import { readFile, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { errorText } from '../system/log.ts';
-import type { CheckLine } from './check.ts';
-import { readCdiSpecs } from './host-view.ts';
+import type { CheckLine } from './check-report.ts';
 import type { UnitRead } from './host-view.ts';
+import { CDI_KIND, cdiDeviceId, cdiNameCandidates } from '../core/dra-claims.ts';
+import type { DraNodeDevice } from '../core/dra-claims.ts';
+import { cdiSpecDirs, readCdiSpecs } from '../dra/cdi.ts';
 import type { NodeReport } from './inspect.ts';
 import { resolveKubeconfig } from '../k8s/kubeconfig.ts';
 import type { KubeconfigRef } from '../k8s/kubeconfig.ts';
 import type { Options } from '../config/options.ts';
-import { networkInSandbox, readableInSandbox, writableInSandbox } from './sandbox.ts';
+import { readableInSandbox, writableInSandbox } from './sandbox.ts';
+import { networkInSandbox } from './sandbox-network.ts';
 
-/** The CDI kind the NVIDIA Container Toolkit's generated spec has (nvidia-ctk cdi generate, nvidia-cdi-refresh). */
-export const TOOLKIT_CDI_KIND = 'nvidia.com/gpu';
 /** Where the packages install the DRA drop-in, and where a node switched to DRA links it. */
-export const DRA_DROPIN_SOURCE = '/usr/share/gpu-device-plugin/dra.conf';
-export const DRA_DROPIN_LINK = '/etc/systemd/system/gpu-device-plugin.service.d/dra.conf';
+const DRA_DROPIN_SOURCE = '/usr/share/gpu-device-plugin/dra.conf';
+const DRA_DROPIN_LINK = '/etc/systemd/system/gpu-device-plugin.service.d/dra.conf';
 export const LINK_DROPIN = `mkdir -p ${dirname(DRA_DROPIN_LINK)} && ln -s ${DRA_DROPIN_SOURCE} ${DRA_DROPIN_LINK} && systemctl daemon-reload`;
 export const DRA_DOCS = '/usr/share/doc/gpu-device-plugin/dra/README.md';
 
-/** writableForService of check.ts: a directory the service writes into, judged by the sandbox, then on disk. */
+/**
+ * writableForService of check-writable.ts: a directory the service writes into, judged by the sandbox, then on disk.
+ */
 export type WritableCheck = (
   name: string,
   dir: string,
@@ -130,6 +134,23 @@ export async function draChecks(
   return lines;
 }
 
+/** The files a kubeconfig names that the service could not read: hidden by the sandbox, or not there. */
+async function unreadableFiles(summary: KubeconfigSummary, unit: UnitRead): Promise<string[]> {
+  const missing: string[] = [];
+  for (const f of summary.files) {
+    const v = readableInSandbox(unit.sandbox, f.path);
+    if (!v.writable || v.private === true) missing.push(`${f.what} ${f.path}: ${v.writable ? v.how : v.why}`);
+    else if (
+      !(await stat(f.path).then(
+        (s) => s.isFile(),
+        () => false,
+      ))
+    )
+      missing.push(`${f.what} ${f.path} does not exist`);
+  }
+  return missing;
+}
+
 /** The kubeconfig: readable by the service, parseable, a server and credentials, the files it names there. */
 async function kubeconfigCheck(
   path: string | null,
@@ -169,24 +190,14 @@ async function kubeconfigCheck(
   try {
     ref = resolveKubeconfig(text, path);
   } catch (err) {
-    // The daemon's loader's words (they name the file and the key at fault): what the daemon would refuse to start with.
+    // The daemon's loader's words (they name the file and the key at fault): what the daemon would
+    // refuse to start with.
     return { summary: null, lines: [{ status: 'FAIL', name, detail: errorText(err).split('\n')[0] ?? '', fix }] };
   }
   const summary = kubeconfigSummary(ref);
   if ('problem' in summary)
     return { summary: null, lines: [{ status: 'FAIL', name, detail: `${path}: ${summary.problem}`, fix }] };
-  const missing: string[] = [];
-  for (const f of summary.files) {
-    const v = readableInSandbox(unit.sandbox, f.path);
-    if (!v.writable || v.private === true) missing.push(`${f.what} ${f.path}: ${v.writable ? v.how : v.why}`);
-    else if (
-      !(await stat(f.path).then(
-        (s) => s.isFile(),
-        () => false,
-      ))
-    )
-      missing.push(`${f.what} ${f.path} does not exist`);
-  }
+  const missing = await unreadableFiles(summary, unit);
   if (missing.length > 0)
     return {
       summary,
@@ -260,7 +271,10 @@ async function apiServerChecks(
   return lines;
 }
 
-/** The driver's own directory (dra.sock, the checkpoint): writable in the sandbox; the drop-in's ExecStartPre= creates it. */
+/**
+ * The driver's own directory (dra.sock, the checkpoint): writable in the sandbox; the drop-in's
+ * ExecStartPre= creates it.
+ */
 async function driverDirectoryCheck(
   dir: string,
   unit: UnitRead,
@@ -290,15 +304,24 @@ async function driverDirectoryCheck(
   );
 }
 
-/** The NVIDIA Container Toolkit's CDI spec (kind nvidia.com/gpu): present, and naming every GPU (by UUID or index). */
+/** A whole GPU as the daemon's prepare looks it up in the toolkit's spec. */
+function wholeGpu(g: NodeReport['gpus'][number]): DraNodeDevice {
+  return { name: `gpu-${g.minor}`, gpuUuid: g.uuid, gpuIndex: g.index, minor: g.minor };
+}
+
+/**
+ * The NVIDIA Container Toolkit's CDI spec (kind nvidia.com/gpu), read and judged as the daemon's prepare
+ * does (src/dra/cdi.ts, core/dra-claims.ts cdiDeviceId): present, naming every GPU (by index, UUID or
+ * gpu<index>), and a GPU named by index holding that GPU's device node.
+ */
 export async function toolkitCdiCheck(
   env: Readonly<Record<string, string | undefined>>,
   report: NodeReport | null,
 ): Promise<CheckLine> {
   const name = 'cdi spec';
-  const dirs = (env.CDI_SPEC_DIRS || '/etc/cdi:/var/run/cdi').split(':').filter((d) => d !== '');
+  const dirs = cdiSpecDirs(env);
   const specs = await readCdiSpecs(dirs);
-  const ours = specs.flatMap((s) => ('kind' in s && s.kind === TOOLKIT_CDI_KIND ? [s] : []));
+  const ours = specs.flatMap((s) => ('kind' in s && s.kind === CDI_KIND ? [s] : []));
   const generate =
     "`nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml` (or enable the toolkit's nvidia-cdi-refresh, which keeps it current)";
   if (ours.length === 0) {
@@ -306,7 +329,7 @@ export async function toolkitCdiCheck(
     return {
       status: 'FAIL',
       name,
-      detail: `DRA hands containers their GPUs as CDI devices ${TOOLKIT_CDI_KIND}=<name>, but no CDI spec in ${dirs.join(' or ')} has kind ${TOOLKIT_CDI_KIND}${broken.length > 0 ? `; unreadable: ${broken.join('; ')}` : ''}: prepared claims would fail`,
+      detail: `DRA hands containers their GPUs as CDI devices ${CDI_KIND}=<name>, but no CDI spec in ${dirs.join(' or ')} has kind ${CDI_KIND}${broken.length > 0 ? `; unreadable: ${broken.join('; ')}` : ''}: prepared claims would fail`,
       fix: `generate it: ${generate}`,
     };
   }
@@ -315,22 +338,27 @@ export async function toolkitCdiCheck(
     return {
       status: 'SKIP',
       name,
-      detail: `${paths} has kind ${TOOLKIT_CDI_KIND}; whether it names the node's GPUs was not checked: NVML is not available`,
+      detail: `${paths} has kind ${CDI_KIND}; whether it names the node's GPUs was not checked: NVML is not available`,
     };
-  const names = new Set(ours.flatMap((s) => s.devices));
-  const missing = report.gpus.filter((g) => !names.has(g.uuid) && !names.has(String(g.index)));
+  const names = new Set(ours.flatMap((s) => s.devices.map((d) => d.name)));
+  const missing = report.gpus.filter((g) => !cdiNameCandidates(wholeGpu(g)).some((n) => names.has(n)));
   if (missing.length > 0) {
     return {
       status: 'FAIL',
       name,
-      detail: `${paths} (${TOOLKIT_CDI_KIND}) names neither the UUID nor the index of ${missing.map((g) => `GPU ${g.index} (${g.uuid})`).join(', ')}: it is stale, and claims given ${missing.length === 1 ? 'that GPU' : 'those GPUs'} would fail`,
+      detail: `${paths} (${CDI_KIND}) names neither the UUID nor the index of ${missing.map((g) => `GPU ${g.index} (${g.uuid})`).join(', ')}: it is stale, and claims given ${missing.length === 1 ? 'that GPU' : 'those GPUs'} would fail`,
       fix: `regenerate it: ${generate}`,
     };
   }
+  const verdicts = report.gpus.map((g) => cdiDeviceId(wholeGpu(g), specs, dirs));
+  const refused = verdicts.flatMap((v) => ('error' in v ? [v.error] : []));
+  if (refused.length > 0)
+    return { status: 'FAIL', name, detail: refused.join('; '), fix: `regenerate it: ${generate}` };
+  const typeIndex = verdicts.some((v) => 'id' in v && /=gpu\d+$/.test(v.id));
   return {
     status: 'PASS',
     name,
-    detail: `${paths} names all ${report.gpus.length} GPUs as ${TOOLKIT_CDI_KIND}=<index or UUID>`,
+    detail: `${paths} names all ${report.gpus.length} GPUs as ${CDI_KIND}=<${typeIndex ? 'index, UUID or gpu<index>' : 'index or UUID'}>`,
   };
 }
 

@@ -1,4 +1,4 @@
-// `check`'s MPS lines (issue 20, FACTS §10), for a configuration with MPS resources: the MPS root
+// `check`'s MPS lines, for a configuration with MPS resources: the MPS root
 // exists and every directory on the way to each pipe is world-readable and searchable (0755: a
 // non-root pod must reach the pipe), nvidia-cuda-mps-control is found (under the driver root, then
 // PATH, as the plugin and the control daemon unit look for it), each resource's control daemon
@@ -12,10 +12,10 @@ import type { PlannedResource } from '../core/sharing.ts';
 import { findMpsControl, MpsControlError, mpsCommand } from '../mps/control-client.ts';
 import { ASK_TIMEOUT_MS, HEALTH_COMMAND } from '../mps/health-watch.ts';
 import { errorText } from '../system/log.ts';
-import type { CheckLine } from './check.ts';
+import type { CheckLine } from './check-report.ts';
 import type { NodeReport } from './inspect.ts';
 
-/** The unit that runs the control daemons (issue 20's second unit). */
+/** The unit that runs the control daemons (the package's second unit). */
 export const MPS_UNIT = 'gpu-device-plugin-mps';
 
 /** The directories from / down to `dir`, outermost first. */
@@ -28,7 +28,9 @@ function pathDirs(dir: string): string[] {
   return out;
 }
 
-/** The first directory on the way to `dir` that others cannot read and search (mode without o+rx), or what is missing. */
+/**
+ * The first directory on the way to `dir` that others cannot read and search (mode without o+rx), or what is missing.
+ */
 async function reachable(dir: string): Promise<{ ok: true } | { ok: false; dir: string; why: string; fix: string }> {
   for (const d of pathDirs(dir)) {
     let mode: number;
@@ -77,11 +79,108 @@ export interface MpsCheckInput {
   readonly env?: NodeJS.ProcessEnv;
 }
 
+/** The MPS root, then each resource's pipe directory, reachable by anyone. */
+async function rootLine(root: string, mps: readonly PlannedResource[]): Promise<CheckLine> {
+  const rootSeen = await reachable(root);
+  if (!rootSeen.ok)
+    return { status: 'FAIL', name: 'mps root', detail: `${rootSeen.dir} ${rootSeen.why}`, fix: rootSeen.fix };
+  const problems: string[] = [];
+  const fixes: string[] = [];
+  for (const r of mps) {
+    const seen = await reachable(mpsPaths(root, r.name).pipeDir);
+    if (!seen.ok) {
+      problems.push(`${seen.dir} ${seen.why}`);
+      fixes.push(seen.fix);
+    }
+  }
+  return problems.length === 0
+    ? {
+        status: 'PASS',
+        name: 'mps root',
+        detail: `${root} and the pipe directories of ${mps.map((r) => r.name).join(', ')} are reachable by every user (0755 all the way)`,
+      }
+    : { status: 'FAIL', name: 'mps root', detail: problems.join('; '), fix: [...new Set(fixes)].join('; ') };
+}
+
+/** nvidia-cuda-mps-control found, and each resource's control daemon answering the health question. */
+async function controlLines(input: MpsCheckInput, root: string, mps: readonly PlannedResource[]): Promise<CheckLine[]> {
+  const found = await findMpsControl(input.driverRoot, input.path);
+  if ('looked' in found) {
+    return [
+      {
+        status: 'FAIL',
+        name: 'mps control',
+        detail: `nvidia-cuda-mps-control not found (looked at ${found.looked.join(', ')})`,
+        fix: "install the NVIDIA driver's utilities (nvidia-cuda-mps-control ships with them), or point --driver-root at the driver's root",
+      },
+      { status: 'SKIP', name: 'mps daemons', detail: 'not asked: nvidia-cuda-mps-control is not found' },
+    ];
+  }
+  const silent: string[] = [];
+  for (const r of mps) {
+    const p = mpsPaths(root, r.name);
+    try {
+      await mpsCommand(found.path, { pipeDir: p.pipeDir, logDir: p.logDir }, HEALTH_COMMAND, {
+        timeoutMs: ASK_TIMEOUT_MS,
+        ...(input.env === undefined ? {} : { env: input.env }),
+      });
+    } catch (err) {
+      silent.push(`${r.name} (${p.pipeDir}): ${err instanceof MpsControlError ? err.reason : errorText(err)}`);
+    }
+  }
+  return [
+    { status: 'PASS', name: 'mps control', detail: `found ${found.path}` },
+    silent.length === 0
+      ? {
+          status: 'PASS',
+          name: 'mps daemons',
+          detail: `the control daemon of ${mps.map((r) => r.name).join(', ')} answers ${HEALTH_COMMAND}`,
+        }
+      : {
+          status: 'FAIL',
+          name: 'mps daemons',
+          detail: `not answering: ${silent.join('; ')}; their replicas are advertised Unhealthy`,
+          fix: `start the control daemons: systemctl start ${MPS_UNIT}; see \`journalctl -u ${MPS_UNIT}\` and control.log under ${root}/<resource>/log`,
+        },
+  ];
+}
+
+/** Each GPU an MPS daemon serves in EXCLUSIVE_PROCESS compute mode. */
+function computeModeLine(report: NodeReport | null, mps: readonly PlannedResource[]): CheckLine {
+  if (report === null || report.computeModes === undefined)
+    return { status: 'SKIP', name: 'compute mode', detail: 'not checked: NVML is not available' };
+  const modes = report.computeModes;
+  const wrong: string[] = [];
+  const daemons = planMpsDaemons(mps, report.gpus);
+  for (const d of daemons) {
+    for (const g of d.gpus) {
+      const pos = report.gpus.findIndex((x) => x.uuid === g.uuid);
+      const mode = modes[pos];
+      if (mode === 'exclusive-process') continue;
+      wrong.push(
+        `GPU ${g.index} (${d.resource}) is ${mode === undefined ? 'unknown' : typeof mode === 'string' ? mode.toUpperCase().replace('-', '_') : `unreadable: ${mode.error}`}`,
+      );
+    }
+  }
+  const count = daemons.reduce((n, d) => n + d.gpus.length, 0);
+  return wrong.length === 0
+    ? {
+        status: 'PASS',
+        name: 'compute mode',
+        detail: `all ${count} GPU${count === 1 ? '' : 's'} MPS serves are in EXCLUSIVE_PROCESS mode`,
+      }
+    : {
+        status: 'FAIL',
+        name: 'compute mode',
+        detail: `${wrong.join('; ')}; MPS needs EXCLUSIVE_PROCESS`,
+        fix: `restart ${MPS_UNIT}, which sets EXCLUSIVE_PROCESS before it starts the daemons (systemctl restart ${MPS_UNIT}; this ends the MPS clients' CUDA contexts)`,
+      };
+}
+
 /** The MPS lines; none when the configuration has no MPS resource. */
 export async function mpsChecks(input: MpsCheckInput): Promise<CheckLine[]> {
   const mps = (input.resources ?? []).filter((r) => r.mps === true);
   if (mps.length === 0) return [];
-  const out: CheckLine[] = [];
   const root = input.root;
   if (root === null || root === '') {
     return [
@@ -94,99 +193,5 @@ export async function mpsChecks(input: MpsCheckInput): Promise<CheckLine[]> {
       },
     ];
   }
-  // The root, then each resource's pipe directory, reachable by anyone.
-  const rootSeen = await reachable(root);
-  if (!rootSeen.ok)
-    out.push({ status: 'FAIL', name: 'mps root', detail: `${rootSeen.dir} ${rootSeen.why}`, fix: rootSeen.fix });
-  else {
-    const problems: string[] = [];
-    const fixes: string[] = [];
-    for (const r of mps) {
-      const seen = await reachable(mpsPaths(root, r.name).pipeDir);
-      if (!seen.ok) {
-        problems.push(`${seen.dir} ${seen.why}`);
-        fixes.push(seen.fix);
-      }
-    }
-    out.push(
-      problems.length === 0
-        ? {
-            status: 'PASS',
-            name: 'mps root',
-            detail: `${root} and the pipe directories of ${mps.map((r) => r.name).join(', ')} are reachable by every user (0755 all the way)`,
-          }
-        : { status: 'FAIL', name: 'mps root', detail: problems.join('; '), fix: [...new Set(fixes)].join('; ') },
-    );
-  }
-  const found = await findMpsControl(input.driverRoot, input.path);
-  if ('looked' in found) {
-    out.push({
-      status: 'FAIL',
-      name: 'mps control',
-      detail: `nvidia-cuda-mps-control not found (looked at ${found.looked.join(', ')})`,
-      fix: "install the NVIDIA driver's utilities (nvidia-cuda-mps-control ships with them), or point --driver-root at the driver's root",
-    });
-    out.push({ status: 'SKIP', name: 'mps daemons', detail: 'not asked: nvidia-cuda-mps-control is not found' });
-  } else {
-    out.push({ status: 'PASS', name: 'mps control', detail: `found ${found.path}` });
-    const silent: string[] = [];
-    for (const r of mps) {
-      const p = mpsPaths(root, r.name);
-      try {
-        await mpsCommand(found.path, { pipeDir: p.pipeDir, logDir: p.logDir }, HEALTH_COMMAND, {
-          timeoutMs: ASK_TIMEOUT_MS,
-          ...(input.env === undefined ? {} : { env: input.env }),
-        });
-      } catch (err) {
-        silent.push(`${r.name} (${p.pipeDir}): ${err instanceof MpsControlError ? err.reason : errorText(err)}`);
-      }
-    }
-    out.push(
-      silent.length === 0
-        ? {
-            status: 'PASS',
-            name: 'mps daemons',
-            detail: `the control daemon of ${mps.map((r) => r.name).join(', ')} answers ${HEALTH_COMMAND}`,
-          }
-        : {
-            status: 'FAIL',
-            name: 'mps daemons',
-            detail: `not answering: ${silent.join('; ')}; their replicas are advertised Unhealthy`,
-            fix: `start the control daemons: systemctl start ${MPS_UNIT}; see \`journalctl -u ${MPS_UNIT}\` and control.log under ${root}/<resource>/log`,
-          },
-    );
-  }
-  const report = input.report;
-  if (report === null || report.computeModes === undefined) {
-    out.push({ status: 'SKIP', name: 'compute mode', detail: 'not checked: NVML is not available' });
-    return out;
-  }
-  const wrong: string[] = [];
-  const daemons = planMpsDaemons(mps, report.gpus);
-  for (const d of daemons) {
-    for (const g of d.gpus) {
-      const pos = report.gpus.findIndex((x) => x.uuid === g.uuid);
-      const mode = report.computeModes[pos];
-      if (mode === 'exclusive-process') continue;
-      wrong.push(
-        `GPU ${g.index} (${d.resource}) is ${mode === undefined ? 'unknown' : typeof mode === 'string' ? mode.toUpperCase().replace('-', '_') : `unreadable: ${mode.error}`}`,
-      );
-    }
-  }
-  const count = daemons.reduce((n, d) => n + d.gpus.length, 0);
-  out.push(
-    wrong.length === 0
-      ? {
-          status: 'PASS',
-          name: 'compute mode',
-          detail: `all ${count} GPU${count === 1 ? '' : 's'} MPS serves are in EXCLUSIVE_PROCESS mode`,
-        }
-      : {
-          status: 'FAIL',
-          name: 'compute mode',
-          detail: `${wrong.join('; ')}; MPS needs EXCLUSIVE_PROCESS`,
-          fix: `restart ${MPS_UNIT}, which sets EXCLUSIVE_PROCESS before it starts the daemons (systemctl restart ${MPS_UNIT}; this ends the MPS clients' CUDA contexts)`,
-        },
-  );
-  return out;
+  return [await rootLine(root, mps), ...(await controlLines(input, root, mps)), computeModeLine(input.report, mps)];
 }

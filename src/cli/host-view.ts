@@ -1,10 +1,9 @@
-// What `check` reads of the host besides NVML and the kubelet: the installed unit and its drop-ins,
-// CDI specs, and the other sockets in the kubelet's device-plugin directory. Reading only; the
-// judging is in sandbox.ts and check.ts.
+// What `check` reads of the host besides NVML and the kubelet: the installed unit and its drop-ins, and
+// the other sockets in the kubelet's device-plugin directory (CDI specs are read by src/dra/cdi.ts, as
+// the daemon reads them). Reading only; the judging is in sandbox.ts and the check-*.ts files.
 import { connect } from 'node:net';
 import { readFile, readdir, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import { loadYaml } from '../config/config.ts';
 import { SHIPPED_UNIT, UNIT_NAME, parseUnitSandbox } from './sandbox.ts';
 import type { UnitSandbox } from './sandbox.ts';
 
@@ -69,40 +68,6 @@ export async function readInstalledUnit(root: string): Promise<UnitRead> {
     };
   }
   return { sandbox: parseUnitSandbox(texts), files, source: files.join(', ') };
-}
-
-/** A CDI spec file as far as `check` cares: its kind and device names, or why it could not be read. */
-export type CdiSpecRead =
-  | { readonly path: string; readonly kind: string; readonly devices: readonly string[] }
-  | { readonly path: string; readonly error: string };
-
-/** Every *.json, *.yaml and *.yml file in the CDI spec directories (absent directories are skipped). */
-export async function readCdiSpecs(dirs: readonly string[]): Promise<CdiSpecRead[]> {
-  const out: CdiSpecRead[] = [];
-  for (const dir of dirs) {
-    const names = await readdir(dir).catch(() => [] as string[]);
-    for (const n of names.sort()) {
-      if (!/\.(json|ya?ml)$/.test(n)) continue;
-      const path = join(dir, n);
-      try {
-        const doc = loadYaml().parse(await readFile(path, 'utf8')) as unknown;
-        if (typeof doc !== 'object' || doc === null) throw new Error('not a mapping');
-        const spec = doc as { kind?: unknown; devices?: unknown };
-        if (typeof spec.kind !== 'string') throw new Error('has no kind');
-        const devices = Array.isArray(spec.devices)
-          ? spec.devices.flatMap((d: unknown) =>
-              typeof d === 'object' && d !== null && typeof (d as { name?: unknown }).name === 'string'
-                ? [(d as { name: string }).name]
-                : [],
-            )
-          : [];
-        out.push({ path, kind: spec.kind, devices });
-      } catch (err) {
-        out.push({ path, error: (err as Error).message.split('\n')[0] ?? 'cannot be read' });
-      }
-    }
-  }
-  return out;
 }
 
 /** Sockets in `dir` other than the kubelet's and ours, with whether something answers on them. */

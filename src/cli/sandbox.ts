@@ -70,25 +70,26 @@ function cleanPath(p: string): string {
   return posix.normalize(p.replace(/^[-+]+/, ''));
 }
 
-/**
- * The sandbox of a unit given as its file's text followed by its drop-ins' texts, in the order
- * systemd applies them. An empty assignment of a list setting (ReadWritePaths=) resets it, as in systemd.
- */
-export function parseUnitSandbox(texts: readonly string[]): UnitSandbox {
-  let protectSystem: ProtectSystem = 'no';
-  let protectHome: ProtectHome = 'no';
-  let privateTmp = false;
-  let rw: string[] = [];
-  let ro: string[] = [];
-  let hidden: string[] = [];
-  let dirs: string[] = [];
-  let envFiles: { path: string; optional: boolean }[] = [];
-  let environment: { key: string; value: string }[] = [];
-  let privateNetwork = false;
-  let families: Set<string> | null = null;
-  let deniedFamilies = new Set<string>();
-  let ipAllow: string[] = [];
-  let ipDeny: string[] = [];
+/** The settings being read, each as systemd holds it after the lines so far. */
+interface SandboxState {
+  protectSystem: ProtectSystem;
+  protectHome: ProtectHome;
+  privateTmp: boolean;
+  readWritePaths: string[];
+  readOnlyPaths: string[];
+  inaccessiblePaths: string[];
+  serviceDirectories: string[];
+  environmentFiles: { path: string; optional: boolean }[];
+  environment: { key: string; value: string }[];
+  privateNetwork: boolean;
+  addressFamilies: Set<string> | null;
+  deniedAddressFamilies: Set<string>;
+  ipAddressAllow: string[];
+  ipAddressDeny: string[];
+}
+
+/** The [Service] section's assignments of the texts in order, continuation lines joined, comments skipped. */
+function* serviceAssignments(texts: readonly string[]): Generator<{ key: string; value: string }> {
   for (const text of texts) {
     let section = '';
     // Continuation lines (a trailing backslash) are joined first.
@@ -103,108 +104,137 @@ export function parseUnitSandbox(texts: readonly string[]): UnitSandbox {
       if (section !== 'Service') continue;
       const eq = line.indexOf('=');
       if (eq < 0) continue;
-      const key = line.slice(0, eq).trim();
-      const value = line.slice(eq + 1).trim();
-      switch (key) {
-        case 'ProtectSystem':
-          protectSystem = value === 'strict' || value === 'full' ? value : TRUE.has(value) ? 'yes' : 'no';
-          break;
-        case 'ProtectHome':
-          protectHome = value === 'read-only' || value === 'tmpfs' ? value : TRUE.has(value) ? 'yes' : 'no';
-          break;
-        case 'PrivateTmp':
-          privateTmp = TRUE.has(value);
-          break;
-        case 'ReadWritePaths':
-          rw = value === '' ? [] : [...rw, ...words(value).map(cleanPath)];
-          break;
-        case 'ReadOnlyPaths':
-          ro = value === '' ? [] : [...ro, ...words(value).map(cleanPath)];
-          break;
-        case 'InaccessiblePaths':
-          hidden = value === '' ? [] : [...hidden, ...words(value).map(cleanPath)];
-          break;
-        case 'RuntimeDirectory':
-        case 'StateDirectory':
-        case 'CacheDirectory':
-        case 'LogsDirectory': {
-          const base = {
-            RuntimeDirectory: '/run',
-            StateDirectory: '/var/lib',
-            CacheDirectory: '/var/cache',
-            LogsDirectory: '/var/log',
-          }[key];
-          dirs =
-            value === ''
-              ? dirs.filter((d) => !d.startsWith(`${base}/`))
-              : [...dirs, ...words(value).map((w) => posix.join(base, w.split(':')[0] ?? w))];
-          break;
-        }
-        case 'EnvironmentFile':
-          if (value === '') envFiles = [];
-          else envFiles.push({ path: value.replace(/^-/, ''), optional: value.startsWith('-') });
-          break;
-        case 'Environment':
-          if (value === '') environment = [];
-          else {
-            for (const w of words(value)) {
-              const at = w.indexOf('=');
-              if (at > 0) environment.push({ key: w.slice(0, at), value: w.slice(at + 1) });
-            }
-          }
-          break;
-        case 'PrivateNetwork':
-          privateNetwork = TRUE.has(value);
-          break;
-        case 'RestrictAddressFamilies': {
-          // systemd: "" resets; "none" allows nothing; a "~" list removes from an allow list in force, else denies; lists combine.
-          if (value === '') {
-            families = null;
-            deniedFamilies = new Set();
-            break;
-          }
-          if (value === 'none') {
-            families = new Set();
-            break;
-          }
-          const inverted = value.startsWith('~');
-          const named = words(inverted ? value.slice(1) : value);
-          if (inverted) {
-            if (families !== null) for (const f of named) families.delete(f);
-            else for (const f of named) deniedFamilies.add(f);
-          } else {
-            families = new Set([...(families ?? []), ...named]);
-            deniedFamilies = new Set();
-          }
-          break;
-        }
-        case 'IPAddressAllow':
-          ipAllow = value === '' ? [] : [...ipAllow, ...words(value)];
-          break;
-        case 'IPAddressDeny':
-          ipDeny = value === '' ? [] : [...ipDeny, ...words(value)];
-          break;
-        default:
-          break;
-      }
+      yield { key: line.slice(0, eq).trim(), value: line.slice(eq + 1).trim() };
     }
   }
-  return {
-    protectSystem,
-    protectHome,
-    privateTmp,
-    readWritePaths: rw,
-    readOnlyPaths: ro,
-    inaccessiblePaths: hidden,
-    serviceDirectories: dirs,
-    environmentFiles: envFiles,
-    environment,
-    privateNetwork,
-    addressFamilies: families,
-    deniedAddressFamilies: deniedFamilies,
-    ipAddressAllow: ipAllow,
-    ipAddressDeny: ipDeny,
+}
+
+const SERVICE_DIRECTORY_BASES: Readonly<Record<string, string>> = {
+  RuntimeDirectory: '/run',
+  StateDirectory: '/var/lib',
+  CacheDirectory: '/var/cache',
+  LogsDirectory: '/var/log',
+};
+
+/** ProtectSystem=, ProtectHome=, PrivateTmp=, the path lists and the service directories; false for other keys. */
+function applyPathSetting(st: SandboxState, key: string, value: string): boolean {
+  const list = (was: string[]): string[] => (value === '' ? [] : [...was, ...words(value).map(cleanPath)]);
+  switch (key) {
+    case 'ProtectSystem':
+      st.protectSystem = value === 'strict' || value === 'full' ? value : TRUE.has(value) ? 'yes' : 'no';
+      return true;
+    case 'ProtectHome':
+      st.protectHome = value === 'read-only' || value === 'tmpfs' ? value : TRUE.has(value) ? 'yes' : 'no';
+      return true;
+    case 'PrivateTmp':
+      st.privateTmp = TRUE.has(value);
+      return true;
+    case 'ReadWritePaths':
+      st.readWritePaths = list(st.readWritePaths);
+      return true;
+    case 'ReadOnlyPaths':
+      st.readOnlyPaths = list(st.readOnlyPaths);
+      return true;
+    case 'InaccessiblePaths':
+      st.inaccessiblePaths = list(st.inaccessiblePaths);
+      return true;
+  }
+  const base = SERVICE_DIRECTORY_BASES[key];
+  if (base === undefined) return false;
+  st.serviceDirectories =
+    value === ''
+      ? st.serviceDirectories.filter((d) => !d.startsWith(`${base}/`))
+      : [...st.serviceDirectories, ...words(value).map((w) => posix.join(base, w.split(':')[0] ?? w))];
+  return true;
+}
+
+/** EnvironmentFile= and Environment=; false for other keys. */
+function applyEnvironmentSetting(st: SandboxState, key: string, value: string): boolean {
+  if (key === 'EnvironmentFile') {
+    if (value === '') st.environmentFiles = [];
+    else st.environmentFiles.push({ path: value.replace(/^-/, ''), optional: value.startsWith('-') });
+    return true;
+  }
+  if (key !== 'Environment') return false;
+  if (value === '') st.environment = [];
+  else {
+    for (const w of words(value)) {
+      const at = w.indexOf('=');
+      if (at > 0) st.environment.push({ key: w.slice(0, at), value: w.slice(at + 1) });
+    }
+  }
+  return true;
+}
+
+/** RestrictAddressFamilies=, as systemd combines its lines. */
+function applyAddressFamilies(st: SandboxState, value: string): void {
+  // systemd: "" resets; "none" allows nothing; a "~" list removes from an allow list in force, else
+  // denies; lists combine.
+  if (value === '') {
+    st.addressFamilies = null;
+    st.deniedAddressFamilies = new Set();
+    return;
+  }
+  if (value === 'none') {
+    st.addressFamilies = new Set();
+    return;
+  }
+  const inverted = value.startsWith('~');
+  const named = words(inverted ? value.slice(1) : value);
+  if (inverted) {
+    if (st.addressFamilies !== null) for (const f of named) st.addressFamilies.delete(f);
+    else for (const f of named) st.deniedAddressFamilies.add(f);
+  } else {
+    st.addressFamilies = new Set([...(st.addressFamilies ?? []), ...named]);
+    st.deniedAddressFamilies = new Set();
+  }
+}
+
+/** PrivateNetwork=, RestrictAddressFamilies=, IPAddressAllow= and IPAddressDeny=; false for other keys. */
+function applyNetworkSetting(st: SandboxState, key: string, value: string): boolean {
+  switch (key) {
+    case 'PrivateNetwork':
+      st.privateNetwork = TRUE.has(value);
+      return true;
+    case 'RestrictAddressFamilies':
+      applyAddressFamilies(st, value);
+      return true;
+    case 'IPAddressAllow':
+      st.ipAddressAllow = value === '' ? [] : [...st.ipAddressAllow, ...words(value)];
+      return true;
+    case 'IPAddressDeny':
+      st.ipAddressDeny = value === '' ? [] : [...st.ipAddressDeny, ...words(value)];
+      return true;
+  }
+  return false;
+}
+
+/**
+ * The sandbox of a unit given as its file's text followed by its drop-ins' texts, in the order
+ * systemd applies them. An empty assignment of a list setting (ReadWritePaths=) resets it, as in systemd.
+ */
+export function parseUnitSandbox(texts: readonly string[]): UnitSandbox {
+  const st: SandboxState = {
+    protectSystem: 'no',
+    protectHome: 'no',
+    privateTmp: false,
+    readWritePaths: [],
+    readOnlyPaths: [],
+    inaccessiblePaths: [],
+    serviceDirectories: [],
+    environmentFiles: [],
+    environment: [],
+    privateNetwork: false,
+    addressFamilies: null,
+    deniedAddressFamilies: new Set(),
+    ipAddressAllow: [],
+    ipAddressDeny: [],
   };
+  for (const { key, value } of serviceAssignments(texts)) {
+    if (!applyPathSetting(st, key, value) && !applyEnvironmentSetting(st, key, value))
+      applyNetworkSetting(st, key, value);
+  }
+  return st;
 }
 
 export type WriteVerdict =
@@ -293,102 +323,4 @@ export function readableInSandbox(sb: UnitSandbox, path: string): WriteVerdict {
   return v.why.startsWith('read-only')
     ? { writable: true, how: v.why.replace(/^read-only for the service: /, 'readable (read-only): ') }
     : v;
-}
-
-/** An IP address as a number and its family, or null when `text` is not an IPv4 or IPv6 literal. */
-export function parseIp(text: string): { family: 4 | 6; value: bigint } | null {
-  const t = text.replace(/^\[|\]$/g, '');
-  const v4 = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/.exec(t);
-  if (v4 !== null) {
-    const parts = v4.slice(1).map(Number);
-    if (parts.some((n) => n > 255)) return null;
-    return { family: 4, value: parts.reduce((acc, n) => (acc << 8n) | BigInt(n), 0n) };
-  }
-  if (!t.includes(':') || !/^[0-9a-fA-F:.]+$/.test(t)) return null;
-  const halves = t.split('::');
-  if (halves.length > 2) return null;
-  const groups = (h: string): string[] => (h === '' ? [] : h.split(':'));
-  const head = groups(halves[0] ?? '');
-  const tail = halves.length === 2 ? groups(halves[1] ?? '') : [];
-  // An IPv4 tail (::ffff:10.0.0.1) is two groups.
-  const last = tail.length > 0 ? tail : head;
-  const lastGroup = last[last.length - 1];
-  if (lastGroup?.includes('.')) {
-    const four = parseIp(lastGroup);
-    if (four === null || four.family !== 4) return null;
-    last.splice(last.length - 1, 1, (four.value >> 16n).toString(16), (four.value & 0xffffn).toString(16));
-  }
-  const missing = 8 - head.length - tail.length;
-  if (halves.length === 1 ? missing !== 0 : missing < 1) return null;
-  const all = [...head, ...Array<string>(halves.length === 2 ? missing : 0).fill('0'), ...tail];
-  if (all.some((g) => !/^[0-9a-fA-F]{1,4}$/.test(g))) return null;
-  return { family: 6, value: all.reduce((acc, g) => (acc << 16n) | BigInt(parseInt(g, 16)), 0n) };
-}
-
-/** Whether an IPAddressAllow=/IPAddressDeny= entry (a prefix, an address, or systemd's keywords) covers `ip`. */
-export function ipEntryCovers(entry: string, ip: { family: 4 | 6; value: bigint }): boolean {
-  const keyword: Record<string, readonly string[]> = {
-    any: ['0.0.0.0/0', '::/0'],
-    localhost: ['127.0.0.0/8', '::1/128'],
-    'link-local': ['169.254.0.0/16', 'fe80::/64'],
-    multicast: ['224.0.0.0/4', 'ff00::/8'],
-  };
-  const prefixes = keyword[entry] ?? [entry];
-  return prefixes.some((p) => {
-    const [addr = '', len] = p.split('/');
-    const net = parseIp(addr);
-    if (net === null || net.family !== ip.family) return false;
-    const bits = ip.family === 4 ? 32 : 128;
-    const n = len === undefined ? bits : Number(len);
-    if (!Number.isInteger(n) || n < 0 || n > bits) return false;
-    const shift = BigInt(bits - n);
-    return net.value >> shift === ip.value >> shift;
-  });
-}
-
-export type NetworkVerdict =
-  | { readonly reachable: true; readonly how: string }
-  | { readonly reachable: false; readonly why: string }
-  /** Allowed only to some addresses, and the host is a name whose addresses were not looked up. */
-  | { readonly reachable: 'unknown'; readonly why: string };
-
-/**
- * Whether the service may open a TCP connection to `host` (an IP literal or a name) under this
- * sandbox: PrivateNetwork=, RestrictAddressFamilies= and IPAddressAllow=/IPAddressDeny= (an address
- * an allow entry covers is allowed; else one a deny entry covers is denied; else allowed, as systemd).
- */
-export function networkInSandbox(sb: UnitSandbox, host: string): NetworkVerdict {
-  if (sb.privateNetwork)
-    return { reachable: false, why: 'PrivateNetwork=yes gives the service only its own loopback interface' };
-  const ip = parseIp(host);
-  const familyOk = (f: string): boolean =>
-    sb.addressFamilies === null ? !sb.deniedAddressFamilies.has(f) : sb.addressFamilies.has(f);
-  const wanted = ip === null ? ['AF_INET', 'AF_INET6'] : [ip.family === 4 ? 'AF_INET' : 'AF_INET6'];
-  const families = wanted.filter(familyOk);
-  if (families.length === 0) {
-    const rule =
-      sb.addressFamilies === null
-        ? `RestrictAddressFamilies=~${[...sb.deniedAddressFamilies].join(' ')}`
-        : `RestrictAddressFamilies=${[...sb.addressFamilies].join(' ') || 'none'}`;
-    return { reachable: false, why: `${rule} does not let the service create ${wanted.join(' or ')} sockets` };
-  }
-  const how = `PrivateNetwork=no, ${families.join('/')} allowed`;
-  if (sb.ipAddressDeny.length === 0) return { reachable: true, how };
-  if (ip !== null) {
-    const allow = sb.ipAddressAllow.find((e) => ipEntryCovers(e, ip));
-    if (allow !== undefined) return { reachable: true, how: `${how}, IPAddressAllow=${allow}` };
-    const deny = sb.ipAddressDeny.find((e) => ipEntryCovers(e, ip));
-    if (deny !== undefined)
-      return {
-        reachable: false,
-        why: `IPAddressDeny=${deny} covers ${host}${sb.ipAddressAllow.length > 0 ? ` and no IPAddressAllow= entry (${sb.ipAddressAllow.join(' ')}) does` : ''}`,
-      };
-    return { reachable: true, how };
-  }
-  if (sb.ipAddressDeny.includes('any') && sb.ipAddressAllow.length === 0)
-    return { reachable: false, why: 'IPAddressDeny=any and no IPAddressAllow=' };
-  return {
-    reachable: 'unknown',
-    why: `IPAddressDeny=${sb.ipAddressDeny.join(' ')} with IPAddressAllow=${sb.ipAddressAllow.join(' ') || '(none)'}: whether ${host}'s addresses are allowed depends on what it resolves to, which was not looked up`,
-  };
 }

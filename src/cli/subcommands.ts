@@ -1,13 +1,20 @@
 // `info` and `check`: what the plugin sees of the node, without a cluster. Both read the environment
-// files the unit reads (check.ts serviceEnvironment); `info` shows the running daemon's published
+// files the unit reads (service-environment.ts); `info` shows the running daemon's published
 // state (what the kubelet was told) and looks at NVML itself only for what the daemon does not say.
 import { errorText, stderrLogger } from '../system/log.ts';
-import { checkExitCode, checksJson, formatChecks, runChecks, serviceEnvironment, splitCheckArgs } from './check.ts';
+import { runChecks } from './check.ts';
+import { checkExitCode, checksJson, formatChecks } from './check-report.ts';
+import { serviceEnvironment, splitCheckArgs } from './service-environment.ts';
 import { findImexChannels } from '../system/imex.ts';
 import { listPodResources } from '../kubelet/pod-resources.ts';
-import { daemonJson, formatDaemon, formatImex, formatInfo, infoJson, inspectNode } from './inspect.ts';
-import type { DaemonView, PodView } from './inspect.ts';
-import { OPTION_SPECS, parseOptions, showOption } from '../config/options.ts';
+import { daemonJson, formatDaemon } from './daemon-view.ts';
+import type { DaemonView } from './daemon-view.ts';
+import { formatImex, formatInfo, infoJson } from './info-format.ts';
+import type { PodView } from './info-format.ts';
+import { inspectNode } from './inspect.ts';
+import { OPTION_SPECS } from '../config/option-table.ts';
+import { parseOptions } from '../config/parse-options.ts';
+import { showOption } from '../config/describe-options.ts';
 import { defaultStateFile, readDaemonState } from '../observe/state-file.ts';
 import type { Options } from '../config/options.ts';
 import { checkpointForBoot, parseCheckpoint } from '../core/dra-claims.ts';
@@ -17,7 +24,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
 /** `info --help` and `check --help`: what the subcommand does and which options it reads. */
-export function subcommandHelp(name: 'info' | 'check'): string {
+function subcommandHelp(name: 'info' | 'check'): string {
   const lines =
     name === 'info'
       ? [

@@ -12,21 +12,23 @@ import type { Logger } from '../system/log.ts';
 import { notifyBeforeExit } from '../system/service-status.ts';
 import { MigStrategyError } from '../core/mig.ts';
 import { SharingError } from '../core/sharing.ts';
-import { ConfigError, OptionError } from './config.ts';
+import { ConfigError, OptionError } from './errors.ts';
 
-export const EXIT_OK = 0;
-export const EXIT_FAILURE = 1;
-export const EXIT_CONFIG = 2;
-export const EXIT_ALREADY_RUNNING = 3;
+const EXIT_FAILURE = 1;
+const EXIT_CONFIG = 2;
+const EXIT_ALREADY_RUNNING = 3;
 
 /** The exit code of a start that failed with err. */
-export function exitCodeFor(err: unknown): number {
+function exitCodeFor(err: unknown): number {
   if (err instanceof OptionError || err instanceof SharingError || err instanceof MigStrategyError) return EXIT_CONFIG;
   if (err instanceof AlreadyRunningError) return EXIT_ALREADY_RUNNING;
   return EXIT_FAILURE;
 }
 
-/** A start failure as the operator should read it: a config file's section that does not fit the node names the file. */
+/**
+ * A start failure as the operator should read it: a config file's section that does not fit the node names
+ * the file.
+ */
 export function startError(err: unknown, configFile: string | null): unknown {
   return err instanceof SharingError && configFile !== null
     ? new ConfigError(`config file ${configFile}: ${err.message}`)

@@ -1,8 +1,39 @@
 // SIGHUP's config reload, decided: which options changed, which of those only take effect at a
 // restart (their running values are kept), and whether the sharing section changed.
 import type { Sharing } from '../core/sharing.ts';
-import { OPTION_SPECS, RESTART_ONLY_OPTIONS, showOption } from './options.ts';
+import { showOption } from './describe-options.ts';
+import { OPTION_SPECS } from './option-table.ts';
 import type { OptionKey, Options, ParsedOptions } from './options.ts';
+
+/** Options that a config reload cannot change in a running plugin (they need a restart). */
+export const RESTART_ONLY_OPTIONS: readonly OptionKey[] = [
+  'kubeletSocket',
+  'driverRoot',
+  'failOnInitError',
+  'configFile',
+  'logLevel',
+  'socketCheckInterval',
+  'healthProbeInterval',
+  'healthRecovery',
+  'healthRecoveryQuietPeriod',
+  'migStrategy',
+  // Channels are looked for once, at start.
+  'imexChannelIds',
+  'imexRequired',
+  'nfdFeaturesFile',
+  'nfdRemoveOnStop',
+  'metricsFile',
+  'metricsInterval',
+  // The control daemons (a unit of their own) were started under it; containers must get their pipes.
+  'mpsRoot',
+  // The mode and where it talks: a switch is a restart.
+  'kubeletApi',
+  'kubeconfig',
+  'nodeName',
+  'draDriverName',
+  'kubeletPluginsRegistry',
+  'kubeletPluginsDir',
+];
 
 export interface ReloadPlan {
   /** The options to run with: the new ones, restart-only ones at their running values. */
@@ -15,7 +46,7 @@ export interface ReloadPlan {
   readonly sharingChanged: boolean;
 }
 
-export const flagOf = (key: OptionKey): string => `--${OPTION_SPECS.find((s) => s.key === key)?.flag ?? key}`;
+const flagOf = (key: OptionKey): string => `--${OPTION_SPECS.find((s) => s.key === key)?.flag ?? key}`;
 
 export function planReload(running: Options, runningSharing: Sharing, next: ParsedOptions): ReloadPlan {
   const restartOnly = RESTART_ONLY_OPTIONS.filter((k) => showOption(next.options[k]) !== showOption(running[k]));

@@ -14,7 +14,7 @@
 //     view, the daemon exits 1 for systemd to restart it.
 import { mkdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { OptionError } from '../config/config.ts';
+import { OptionError } from '../config/errors.ts';
 import type { Options } from '../config/options.ts';
 import { KubeClient, KubeUnreachableError } from '../k8s/client.ts';
 import { KubeconfigError, loadKubeconfig } from '../k8s/kubeconfig.ts';

@@ -10,7 +10,7 @@ import type { MpsDaemonPlan } from '../core/mps.ts';
 import { NO_MIG } from '../core/mig.ts';
 import type { Sharing } from '../core/sharing.ts';
 import type { NodeScan } from '../core/snapshot.ts';
-import { parseOptions } from '../config/options.ts';
+import { parseOptions } from '../config/parse-options.ts';
 import type { Options } from '../config/options.ts';
 import { planSettings } from '../config/plan-settings.ts';
 

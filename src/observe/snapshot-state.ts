@@ -4,7 +4,8 @@
 // (state-file.ts): what the kubelet was told of each device and why, since when. When the
 // snapshot's shape changes, only this file follows it.
 import type { Options } from '../config/options.ts';
-import { OPTION_SPECS, showOption } from '../config/options.ts';
+import { OPTION_SPECS } from '../config/option-table.ts';
+import { showOption } from '../config/describe-options.ts';
 import type { ClaimState, DaemonState, DeviceState, MpsResourceState, ResourceState } from '../core/daemon-state.ts';
 import { planMpsDaemons } from '../core/mps.ts';
 import { xidMeaning } from '../core/health.ts';

@@ -1,4 +1,4 @@
-// `check` is the daemon's own validation (issue 19): run from the built executable against the fake
+// `check` is the daemon's own validation: run from the built executable against the fake
 // NVML, with the unit's environment files and sandbox, the CDI specs and the socket directory it reads.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -140,7 +140,8 @@ test("check reads the unit's environment files as systemd does and names the fil
     assert.match(r.stdout, new RegExp(`--health-probe-interval=7 {2}\\(environment file ${deb}\\)`));
     assert.match(r.stdout, /--mig-strategy=none {2}\(default\)/, 'an export line is ignored, as systemd ignores it');
 
-    // --env-file names the files instead (repeatable; a later one wins), and a missing one fails as a configuration error.
+    // --env-file names the files instead (repeatable; a later one wins), and a missing one fails as a
+    // configuration error.
     const a = join(dir, 'a.env');
     const b = join(dir, 'b.env');
     writeFileSync(a, 'DEVICE_ID_STRATEGY=uuid\nPASS_DEVICE_SPECS=true\n');
@@ -150,7 +151,8 @@ test("check reads the unit's environment files as systemd does and names the fil
     assert.match(r2.stdout, new RegExp(`--pass-device-specs=true {2}\\(environment file ${a}\\)`));
     assert.match(line(r2.stdout, 'environment files'), new RegExp(`^PASS  environment files +read ${a}, ${b}$`));
     // Node itself stops a single executable given --env-file with a missing file (exit 9) before the program
-    // runs, so a file that may be missing is named with --environment-file, the same option under a name Node leaves alone.
+    // runs, so a file that may be missing is named with --environment-file, the same option under a name Node leaves
+    // alone.
     const r3 = await run(['check', '--environment-file', join(dir, 'missing.env')], dir);
     assert.equal(r3.status, 2);
     assert.match(line(r3.stdout, 'environment files'), /^FAIL {2}environment files +\S+missing\.env does not exist/);

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildFakeNvml } from '../fake-nvml/build.ts';
 import { PluginProcess, SimNode, TOPOLOGIES, executable, loadTopology, writeSysfs } from '../support/sim.ts';
-import { OPTION_SPECS } from '../../src/config/options.ts';
+import { OPTION_SPECS } from '../../src/config/option-table.ts';
 import { KubeletStandIn } from '../support/kubelet.ts';
 
 async function run(

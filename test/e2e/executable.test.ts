@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { createHash } from 'node:crypto';
 import { buildExecutables } from '../../build/build.ts';
 import { NATIVE_LIBRARY_NAME, buildNativeLibrary } from '../../build/native.ts';
-import { OPTION_SPECS } from '../../src/config/options.ts';
+import { OPTION_SPECS } from '../../src/config/option-table.ts';
 import { assetSourcePath } from '../../src/system/assets.ts';
 import { BUILT_EXECUTABLE, BUILT_EXECUTABLES, SimNode, executable } from '../support/sim.ts';
 

@@ -54,8 +54,9 @@ import {
   rpmFileName,
   sourceDateEpoch,
 } from '../../build/package.ts';
-import { OPTION_SPECS } from '../../src/config/options.ts';
-import { networkInSandbox, parseUnitSandbox, writableInSandbox } from '../../src/cli/sandbox.ts';
+import { OPTION_SPECS } from '../../src/config/option-table.ts';
+import { parseUnitSandbox, writableInSandbox } from '../../src/cli/sandbox.ts';
+import { networkInSandbox } from '../../src/cli/sandbox-network.ts';
 
 const execFileAsync = promisify(execFile);
 const VERSION = projectVersion();

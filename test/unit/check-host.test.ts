@@ -1,4 +1,4 @@
-// The pure parts behind `check` and `info` (issue 19): the config's fit to the node (one function for
+// The pure parts behind `check` and `info`: the config's fit to the node (one function for
 // the daemon and check), systemd's environment-file syntax, the unit's sandbox, and the daemon's state.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -18,7 +18,7 @@ import type { PlanSettings } from '../../src/core/snapshot.ts';
 import { parseEnvironmentFile } from '../../src/config/env-file.ts';
 import { SHIPPED_UNIT, parseUnitSandbox, writableInSandbox } from '../../src/cli/sandbox.ts';
 import { daemonStateFromSnapshot } from '../../src/observe/snapshot-state.ts';
-import { formatClaims, formatDaemon } from '../../src/cli/inspect.ts';
+import { formatClaims, formatDaemon } from '../../src/cli/daemon-view.ts';
 import { SinceTracker } from '../../src/observe/state-file.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');

@@ -3,15 +3,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { ConfigError } from '../../src/config/config.ts';
-import {
-  OPTION_SPECS,
-  OptionError,
-  UNSUPPORTED_OPTIONS,
-  helpText,
-  parseOptions,
-  resolveOptions,
-} from '../../src/config/options.ts';
+import { ConfigError, OptionError } from '../../src/config/errors.ts';
+import { OPTION_SPECS } from '../../src/config/option-table.ts';
+import { UNSUPPORTED_OPTIONS } from '../../src/config/unsupported-options.ts';
+import { helpText } from '../../src/config/describe-options.ts';
+import { parseOptions } from '../../src/config/parse-options.ts';
 import type { ParsedOptions } from '../../src/config/options.ts';
 
 const FIXTURES = join(import.meta.dirname, '..', 'fixtures', 'config');
@@ -62,7 +58,6 @@ test("NVIDIA's config file, YAML and JSON, gives the same options, origins and t
     assert.deepEqual([...p.foreignConfigKeys].sort(), ['flags.gfd', 'flags.useNodeFeatureAPI']);
   }
   assert.deepEqual(yaml.options, { ...json.options, configFile: yaml.options.configFile });
-  assert.equal(resolveOptions, parseOptions);
 });
 
 test('precedence: command line, then environment, then config file, then default; origins say which', () => {

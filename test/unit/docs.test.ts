@@ -8,7 +8,9 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { manPage } from '../../build/docs.ts';
-import { CONFIG_SCHEMA, OPTION_SPECS, UNSUPPORTED_OPTIONS } from '../../src/config/options.ts';
+import { CONFIG_SCHEMA } from '../../src/config/parse-options.ts';
+import { OPTION_SPECS } from '../../src/config/option-table.ts';
+import { UNSUPPORTED_OPTIONS } from '../../src/config/unsupported-options.ts';
 import { extractionCandidates } from '../../src/system/native.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');
@@ -24,8 +26,10 @@ function sources(dir: string): string[] {
 
 /** Where the source reads a variable through a computed key; each such place needs its own derivation below. */
 const INDIRECT_READERS: Record<string, () => string[]> = {
-  // env[spec.env], env[fileSpec.env], env[e]: the option table's variables and NVIDIA's refused ones.
-  'src/config/options.ts': () => [...OPTION_SPECS.map((s) => s.env), ...UNSUPPORTED_OPTIONS.flatMap((u) => u.envs)],
+  // env[spec.env], env[fileSpec.env]: the option table's variables.
+  'src/config/parse-options.ts': () => OPTION_SPECS.map((s) => s.env),
+  // env[e]: NVIDIA's refused options' variables.
+  'src/config/unsupported-options.ts': () => UNSUPPORTED_OPTIONS.flatMap((u) => u.envs),
   // env[key] over the directories tried for the native modules: ask the function which it reads.
   'src/system/native.ts': () => {
     const read: string[] = [];
@@ -166,8 +170,9 @@ test('COMMANDS and SYNOPSIS: info and check with their options', () => {
 
 test('CONFIGURATION FILE: every key the reader accepts, what it refuses, and the example', () => {
   const text = sections(render()).get('CONFIGURATION FILE')!;
-  // The keys config.ts accepts at each level, read from its r.keys(...) calls.
-  const reader = readFileSync(join(SRC, 'config', 'config.ts'), 'utf8');
+  // The keys the config file's reader accepts at each level, read from the r.keys(...) calls of config.ts (the
+  // file's structure) and config-sharing.ts (the sharing section).
+  const reader = ['config.ts', 'config-sharing.ts'].map((f) => readFileSync(join(SRC, 'config', f), 'utf8')).join('\n');
   const levels = [...reader.matchAll(/r\.keys\([^,]+,[^,]+,\s*\[([^\]]*)\]\)/g)].map((m) =>
     [...m[1]!.matchAll(/'([A-Za-z]+)'/g)].map((k) => k[1]!),
   );

@@ -1,4 +1,4 @@
-// The per-node kubelet API mode (issue 21): the options and their refusals, the kubeconfig summary,
+// The per-node kubelet API mode: the options and their refusals, the kubeconfig summary,
 // the sandbox's network rules, and `check`'s lines in DRA mode and about the other mode, run
 // in-process against a unit, drop-ins, an environment file, a kubeconfig and CDI specs in a
 // temporary directory (NVML absent: the checks that need it say so).
@@ -7,22 +7,19 @@ import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync, chmodSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { OptionError, checkKubeletApi, parseOptions } from '../../src/config/options.ts';
-import { kubeconfigSummary } from '../../src/cli/check-dra.ts';
+import { OptionError } from '../../src/config/errors.ts';
+import { checkKubeletApi } from '../../src/config/kubelet-api.ts';
+import { parseOptions } from '../../src/config/parse-options.ts';
+import { kubeconfigSummary, LINK_DROPIN, toolkitCdiCheck } from '../../src/cli/check-dra.ts';
 import { resolveKubeconfig } from '../../src/k8s/kubeconfig.ts';
+import { cdiDeviceId } from '../../src/core/dra-claims.ts';
+import { cdiSpecDirs, readCdiSpecs } from '../../src/dra/cdi.ts';
 import { stringify } from 'yaml';
-import {
-  SHIPPED_UNIT,
-  ipEntryCovers,
-  networkInSandbox,
-  parseIp,
-  parseUnitSandbox,
-  readableInSandbox,
-  writableInSandbox,
-} from '../../src/cli/sandbox.ts';
-import { checkExitCode, formatChecks, runChecks } from '../../src/cli/check.ts';
-import type { CheckLine } from '../../src/cli/check.ts';
-import { LINK_DROPIN, toolkitCdiCheck } from '../../src/cli/check-dra.ts';
+import { SHIPPED_UNIT, parseUnitSandbox, readableInSandbox, writableInSandbox } from '../../src/cli/sandbox.ts';
+import { ipEntryCovers, networkInSandbox, parseIp } from '../../src/cli/sandbox-network.ts';
+import { runChecks } from '../../src/cli/check.ts';
+import { checkExitCode, formatChecks } from '../../src/cli/check-report.ts';
+import type { CheckLine } from '../../src/cli/check-report.ts';
 import type { NodeReport } from '../../src/cli/inspect.ts';
 import { stderrLogger } from '../../src/system/log.ts';
 
@@ -128,7 +125,7 @@ test("the mode's refusals, each naming what was wrong and what would be right", 
     { DEVICE_LIST_STRATEGY: 'envvar', PASS_DEVICE_SPECS: 'true' },
     /DEVICE_LIST_STRATEGY \(environment\), PASS_DEVICE_SPECS \(environment\) are set/,
   );
-  // MPS (issue 20's sharing.mps) is refused like time-slicing.
+  // MPS (sharing.mps) is refused like time-slicing.
   const dra = parseOptions(['--kubelet-api=dra', '--kubeconfig=/etc/k'], {}, host('n'));
   const mps = {
     ...dra,
@@ -312,6 +309,61 @@ test("the toolkit's CDI spec: missing, stale, complete (by UUID or index), unkno
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+/** What the daemon's prepare would do with each whole GPU of `report`: read the specs, look the GPU up. */
+async function daemonVerdicts(dirs: readonly string[], report: NodeReport): Promise<('id' | 'error')[]> {
+  const specs = await readCdiSpecs(dirs);
+  return report.gpus.map((g) => {
+    const device = { name: `gpu-${g.minor}`, gpuUuid: g.uuid, gpuIndex: g.index, minor: g.minor };
+    return 'id' in cdiDeviceId(device, specs, dirs) ? 'id' : 'error';
+  });
+}
+
+test("check's CDI line says what the daemon's prepare would do with the toolkit's spec", async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gdp-cdi-'));
+  try {
+    const env = { CDI_SPEC_DIRS: dir };
+    const report = gpuReport(['GPU-a', 'GPU-b']);
+    const spec = join(dir, 'nvidia.yaml');
+    // nvidia-ctk cdi generate --device-name-strategy=type-index: the daemon prepares gpu0 and gpu1.
+    writeFileSync(spec, 'cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n  - name: gpu0\n  - name: gpu1\n');
+    assert.deepEqual(await daemonVerdicts([dir], report), ['id', 'id']);
+    const typeIndex = await toolkitCdiCheck(env, report);
+    assert.equal(typeIndex.status, 'PASS', typeIndex.detail);
+    // Named by index, but GPU 1's entry holds GPU 0's device node: the daemon refuses it as stale.
+    writeFileSync(
+      spec,
+      [
+        'cdiVersion: 0.5.0',
+        'kind: nvidia.com/gpu',
+        'devices:',
+        '  - name: "0"',
+        '    containerEdits: { deviceNodes: [{ path: /dev/nvidia0 }] }',
+        '  - name: "1"',
+        '    containerEdits: { deviceNodes: [{ path: /dev/nvidia0 }] }',
+        '',
+      ].join('\n'),
+    );
+    assert.deepEqual(await daemonVerdicts([dir], report), ['id', 'error']);
+    const stale = await toolkitCdiCheck(env, report);
+    assert.equal(stale.status, 'FAIL', stale.detail);
+    assert.match(stale.detail, /device 1 has \/dev\/nvidia0, but GPU 1 \(GPU-b\) is \/dev\/nvidia1/);
+    assert.match(stale.fix ?? '', /nvidia-ctk cdi generate/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('check reads the CDI spec directories the daemon reads: an empty $CDI_SPEC_DIRS list means the defaults', async () => {
+  const dirs = cdiSpecDirs({ CDI_SPEC_DIRS: ':' });
+  assert.deepEqual(dirs, ['/etc/cdi', '/var/run/cdi']);
+  // Whatever this host has there, the line names where it looked (or the spec it found there).
+  const line = await toolkitCdiCheck({ CDI_SPEC_DIRS: ':' }, gpuReport(['GPU-a']));
+  assert.ok(
+    dirs.some((d) => line.detail.includes(`${d}/`) || line.detail.includes(` ${d} `)),
+    line.detail,
+  );
 });
 
 /** A node in a directory: a unit (with drop-ins), an environment file, a kubeconfig, the kubelet's directories. */

@@ -8,7 +8,8 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadYaml } from '../../src/config/config.ts';
-import { DEFAULT_DRA_DRIVER_NAME, OPTION_SPECS } from '../../src/config/options.ts';
+import { DEFAULT_DRA_DRIVER_NAME } from '../../src/config/options.ts';
+import { OPTION_SPECS } from '../../src/config/option-table.ts';
 import { parseUnitSandbox } from '../../src/cli/sandbox.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');

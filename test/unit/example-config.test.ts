@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { parseOptions } from '../../src/config/options.ts';
+import { parseOptions } from '../../src/config/parse-options.ts';
 import { EXAMPLE_CONFIG } from '../../build/package.ts';
 
 test('the packaged example config is NVIDIA v1 and parses: MIG strategy mixed, time-slicing of GPUs and of a MIG profile', () => {

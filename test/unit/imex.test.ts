@@ -10,7 +10,8 @@ import type { AllocateSettings } from '../../src/core/allocate.ts';
 import { wholeGpuDevices } from '../../src/core/devices.ts';
 import type { Gpu } from '../../src/core/devices.ts';
 import { chooseImexChannels, imexChannelPath } from '../../src/core/imex.ts';
-import { OptionError, parseOptions } from '../../src/config/options.ts';
+import { OptionError } from '../../src/config/errors.ts';
+import { parseOptions } from '../../src/config/parse-options.ts';
 import { findImexChannels } from '../../src/system/imex.ts';
 
 const gpus: Gpu[] = [0, 1].map((i) => ({

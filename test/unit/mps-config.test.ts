@@ -3,8 +3,9 @@
 // what to change — the ones that need no GPU when the options are read, the others against the node.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ConfigError } from '../../src/config/config.ts';
-import { OptionError, RESTART_ONLY_OPTIONS, parseOptions } from '../../src/config/options.ts';
+import { ConfigError, OptionError } from '../../src/config/errors.ts';
+import { RESTART_ONLY_OPTIONS } from '../../src/config/reload.ts';
+import { parseOptions } from '../../src/config/parse-options.ts';
 import type { ParsedOptions } from '../../src/config/options.ts';
 import { planSettings } from '../../src/config/plan-settings.ts';
 import { fitAtStart, planForNode } from '../../src/core/config-fit.ts';

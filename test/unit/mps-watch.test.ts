@@ -28,7 +28,7 @@ import type { MpsDaemonReport } from '../../src/mps/health-watch.ts';
 import { createLogger } from '../../src/system/log.ts';
 import { mpsStatus, NodeStatus } from '../../src/system/service-status.ts';
 import { parseStateDocument, stateDocument } from '../../src/core/daemon-state.ts';
-import { formatDaemon } from '../../src/cli/inspect.ts';
+import { formatDaemon } from '../../src/cli/daemon-view.ts';
 import { daemonStateFromSnapshot } from '../../src/observe/snapshot-state.ts';
 import { SinceTracker } from '../../src/observe/state-file.ts';
 

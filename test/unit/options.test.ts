@@ -1,7 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { OPTION_SPECS, OptionError, helpText, parseOptions } from '../../src/config/options.ts';
-import { ConfigError } from '../../src/config/config.ts';
+import { OPTION_SPECS } from '../../src/config/option-table.ts';
+import { OptionError, ConfigError } from '../../src/config/errors.ts';
+import { helpText } from '../../src/config/describe-options.ts';
+import { parseOptions } from '../../src/config/parse-options.ts';
 
 test('defaults match NVIDIA plugin defaults', () => {
   const { options, origins } = parseOptions([], {});

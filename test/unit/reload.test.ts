@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { parseOptions } from '../../src/config/options.ts';
+import { parseOptions } from '../../src/config/parse-options.ts';
 import { planReload } from '../../src/config/reload.ts';
 
 test('a reload applies reloadable options, keeps restart-only ones at their running value, and names both', () => {

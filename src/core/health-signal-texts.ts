@@ -71,7 +71,7 @@ function recoveryText(v: Verdict, index: number): Text {
     GPU_RESET: `the driver asks for a GPU reset: end the GPU's work, then nvidia-smi -r -i ${index}`,
     NODE_REBOOT: 'the driver asks for a node reboot: drain the node, then reboot it',
     DRAIN_P2P: 'the driver asks to stop peer-to-peer work on this GPU: drain it; the driver re-checks by itself',
-    DRAIN_AND_RESET: `the driver asks for no new work, a drain and a reset: drain the GPU, then nvidia-smi -r -i ${index}`,
+    DRAIN_AND_RESET: `the driver asks for no new work and a reset: drain the GPU, then nvidia-smi -r -i ${index}`,
     RECOVER_IMEX_DOMAIN: "the driver asks to recover the GPU's IMEX domain: restart the domain's IMEX daemons",
   };
   const reason = what[name] ?? `the driver asks for recovery action ${action}, unknown here: ${drainReset(index)}`;
@@ -125,13 +125,13 @@ function text(signal: SignalName, v: Verdict, index: number): Text {
     case 'nvlink':
       return {
         value: `${v.detail} down`,
-        reason: `NVLink ${v.detail} down (active when the GPU was first seen): ${drainReset(index)}; if it stays down, repair`,
+        reason: `NVLink ${v.detail} down (active when first seen): ${drainReset(index)}; if it stays down, repair`,
         taint: v.detail.replaceAll(',', '.'),
       };
     case 'pcie-width':
       return {
         value: v.detail,
-        reason: `the PCIe link runs at ${v.detail} lanes: reseat the GPU or check its slot and riser at the next maintenance`,
+        reason: `the PCIe link runs at ${v.detail} lanes: check the GPU's slot and riser, reseat it when drained`,
         taint: v.detail.replaceAll(' ', '-'),
       };
     case 'pcie-replay':

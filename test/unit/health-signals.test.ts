@@ -61,7 +61,7 @@ test('recovery actions: 1-4 and unknown ones critical, 5 a warning, each named, 
     [1, 'GPU_RESET', 'critical', /nvidia-smi -r -i 3/],
     [2, 'NODE_REBOOT', 'critical', /reboot/],
     [3, 'DRAIN_P2P', 'critical', /peer-to-peer/],
-    [4, 'DRAIN_AND_RESET', 'critical', /drain the GPU, then nvidia-smi -r -i 3/],
+    [4, 'DRAIN_AND_RESET', 'critical', /no new work.*nvidia-smi -r -i 3/],
     [5, 'RECOVER_IMEX_DOMAIN', 'warn', /IMEX/],
     [9, 'ACTION_9', 'critical', /action 9.*nvidia-smi -r -i 3/],
   ];
@@ -341,7 +341,7 @@ test('the environment: signal names beside XIDs; "all" names every signal, "xids
   });
 });
 
-test("the config file's health section: defaults, overrides, and refusals naming the key, the value and what is allowed", () => {
+test("the config file's health section: defaults, overrides, refusals naming key, value and what is allowed", () => {
   assert.deepEqual(parseHealthSection(undefined), DEFAULT_SIGNAL_POLICY);
   assert.deepEqual(parseHealthSection(null), DEFAULT_SIGNAL_POLICY);
   const p = parseHealthSection({ signals: { clocks: 'off', 'row-remap': 'warn' }, pcieReplaysPerMinute: 20 });

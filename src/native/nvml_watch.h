@@ -1,5 +1,5 @@
 /*
- * nvml_watch.h: what the three files of the GPU health thread share (see README.md in this folder):
+ * nvml_watch.h: what the files of the GPU health thread share (see README.md in this folder):
  * NVML's return codes, event types and structures as far as they are used, the record written into
  * the pipe (struct gdp_record and its constants), the watch itself (struct gdp_watch), and the
  * functions one file calls in another.
@@ -8,7 +8,8 @@
  *   watch_loop.c   the thread: probes, event waits folded into batches, records into the pipe
  *   signals.c      the health signals beyond XIDs: one GPU's states read into a signals record
  *
- * The record layout and every constant below are mirrored in src/nvml/watcher.ts.
+ * The record layout and every constant below are mirrored in src/nvml/watcher.ts (the signals record
+ * and its bits in src/nvml/signals-record.ts).
  */
 #ifndef GDP_NVML_WATCH_H
 #define GDP_NVML_WATCH_H

@@ -12,7 +12,10 @@ import {
   SIGNAL_NAMES,
 } from './health-signal-types.ts';
 
-/** The DRA taint's name of each signal, under the driver's domain (nvlink's says what is wrong). */
+/**
+ * The DRA taint's name of each signal, under the driver's domain (nvlink's says what is wrong). Taint
+ * values name the state, not a counter, so that a growing count does not rewrite the taint.
+ */
 export const TAINT_NAMES: Readonly<Record<SignalName, string>> = {
   'recovery-action': 'recovery-action',
   'row-remap': 'row-remap',
@@ -120,7 +123,7 @@ function text(signal: SignalName, v: Verdict, index: number): Text {
       return {
         value: v.detail,
         reason: `${v.detail} uncorrectable ECC errors since the last reset: ${drainReset(index)}`,
-        taint: v.detail,
+        taint: 'volatile',
       };
     case 'nvlink':
       return {
@@ -138,7 +141,7 @@ function text(signal: SignalName, v: Verdict, index: number): Text {
       return {
         value: `${v.detail}/min`,
         reason: `${v.detail} PCIe replays a minute: check the slot, riser and cabling; reseat or repair if it persists`,
-        taint: `${v.detail}-per-min`,
+        taint: 'above-limit',
       };
     case 'clocks': {
       const names = clockNames(Number(v.detail));
@@ -204,8 +207,8 @@ export interface SignalTransition {
 
 /**
  * What changed between two evaluations of one GPU (before undefined: first seen): a signal that
- * became bad, changed value or class while bad, cleared, or was found unavailable (said once).
- * 'off' and 'unknown' states say nothing.
+ * became bad, changed while bad (its class or its taint: another action, other links; not a counter
+ * that moved on), cleared, or was found unavailable (said once). 'off' and 'unknown' states say nothing.
  */
 export function signalTransitions(before: GpuSignals | undefined, after: GpuSignals): SignalTransition[] {
   const out: SignalTransition[] = [];
@@ -214,7 +217,7 @@ export function signalTransitions(before: GpuSignals | undefined, after: GpuSign
     const a = after.states[signal];
     if (a.status === 'unavailable' && b?.status !== 'unavailable') out.push({ signal, kind: 'unavailable', state: a });
     else if (a.bad && !b?.bad) out.push({ signal, kind: 'bad', state: a });
-    else if (a.bad && b?.bad && (a.value !== b.value || a.class !== b.class))
+    else if (a.bad && b?.bad && (a.taint?.value !== b.taint?.value || a.class !== b.class))
       out.push({ signal, kind: 'changed', state: a, before: b });
     else if (!a.bad && b?.bad) out.push({ signal, kind: 'cleared', state: a, before: b });
   }

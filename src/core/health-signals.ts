@@ -20,7 +20,8 @@
 // * PCIe replays: the counter's growth since the last reading at or before one minute ago (or the
 //   first reading, while there is less than a minute of history), scaled to a minute when that
 //   reading is older; a counter that went back (a reset) starts the history afresh.
-import { signalText } from './health-signal-texts.ts';
+import { signalText, signalTransitions } from './health-signal-texts.ts';
+import type { SignalTransition } from './health-signal-texts.ts';
 import type {
   GpuSignalMemory,
   GpuSignals,
@@ -228,4 +229,33 @@ export function signalPolicyWithEnvironment(
 /** Whether the policy watches any signal (the health thread reads none otherwise). */
 export function watchesAnySignal(policy: SignalPolicy): boolean {
   return SIGNAL_NAMES.some((s) => policy.signals[s] !== 'off');
+}
+
+/**
+ * Every GPU's signals by UUID (what the node model keeps, so that the NVLink expectation and the
+ * replay history outlive a restart of the health thread). Pure: readings and the policy come in.
+ */
+export class SignalBook {
+  readonly #gpus = new Map<string, GpuSignals>();
+
+  /** Evaluates a GPU's reading; returns what changed (one log line each). */
+  apply(gpu: { uuid: string; index: number }, reading: SignalReading, policy: SignalPolicy): SignalTransition[] {
+    const before = this.#gpus.get(gpu.uuid);
+    const after = evaluateGpuSignals(before, reading, policy, gpu.index);
+    this.#gpus.set(gpu.uuid, after);
+    return signalTransitions(before, after);
+  }
+
+  get(uuid: string): GpuSignals | undefined {
+    return this.#gpus.get(uuid);
+  }
+
+  /** A GPU gone from the node: what was known of it goes too. */
+  forget(uuid: string): void {
+    this.#gpus.delete(uuid);
+  }
+
+  uuids(): string[] {
+    return [...this.#gpus.keys()];
+  }
 }

@@ -7,6 +7,7 @@ import { parseHealthSection } from '../../src/config/health-signals.ts';
 import { parseHealthSettings } from '../../src/core/health.ts';
 import {
   DEFAULT_SIGNAL_POLICY,
+  SignalBook,
   SIGNAL_NAMES,
   badSignals,
   describeSignalTransition,
@@ -111,6 +112,7 @@ test('retired pages: pending and the 63-page limit critical (the limit never cle
 test('volatile uncorrectable ECC errors above 0 are critical and clear when the counter restarts', () => {
   const [bad, cleared] = run([reading({ 'ecc-uncorrectable': 3 }), reading({ 'ecc-uncorrectable': 0 }, 1000)]);
   assert.equal(bad!.states['ecc-uncorrectable'].value, '3');
+  assert.equal(bad!.states['ecc-uncorrectable'].taint?.value, 'volatile');
   assert.equal(bad!.states['ecc-uncorrectable'].class, 'critical');
   assert.equal(cleared!.states['ecc-uncorrectable'].bad, false);
 });
@@ -178,7 +180,7 @@ test('PCIe replays: more than the limit within the last minute, counted over the
     [false, false, true, false, false],
   );
   assert.equal(fast[2]!.value, '10/min');
-  assert.equal(fast[2]!.taint?.value, '10-per-min');
+  assert.equal(fast[2]!.taint?.value, 'above-limit');
   assert.equal(fast[2]!.class, 'warn');
   // A probe interval above a minute: the growth scaled to a minute.
   assert.equal(
@@ -289,6 +291,9 @@ test('transitions: bad, changed, cleared, and unavailable said once', () => {
     changed.map((t) => [t.signal, t.kind, t.before?.value, t.state.value]),
     [['recovery-action', 'changed', 'GPU_RESET', 'NODE_REBOOT']],
   );
+  // A counter moving on while bad is no transition (its taint stays); its class changing is.
+  const [e1, e2] = run([reading({ 'ecc-uncorrectable': 1 }), reading({ 'ecc-uncorrectable': 9 }, 1000)]);
+  assert.deepEqual(signalTransitions(e1, e2!), []);
   const cleared = signalTransitions(c, d!);
   assert.deepEqual(
     cleared.map((t) => [t.signal, t.kind]),
@@ -377,4 +382,20 @@ test("the config file's health section: defaults, overrides, refusals naming key
       }),
     { name: 'RangeError', message: /^config file \/etc\/x.yaml: health.signals.x: unknown signal/ },
   );
+});
+
+test('a signal book keeps each GPU by UUID: transitions per reading, the NVLink expectation kept, forget', () => {
+  const book = new SignalBook();
+  const gpu = { uuid: 'GPU-a', index: 0 };
+  assert.deepEqual(book.apply(gpu, reading({ nvlink: [0, 1] }), DEFAULT_SIGNAL_POLICY), []);
+  const down = book.apply(gpu, reading({ nvlink: [1] }, 1000), DEFAULT_SIGNAL_POLICY);
+  assert.deepEqual(
+    down.map((t) => [t.signal, t.kind, t.state.taint?.value]),
+    [['nvlink', 'bad', '0']],
+  );
+  assert.equal(book.get('GPU-a')?.states.nvlink.bad, true);
+  assert.deepEqual(book.uuids(), ['GPU-a']);
+  book.forget('GPU-a');
+  assert.equal(book.get('GPU-a'), undefined);
+  assert.deepEqual(book.apply(gpu, reading({ nvlink: [1] }, 2000), DEFAULT_SIGNAL_POLICY), [], 'first seen again');
 });

@@ -19,8 +19,8 @@ const execFileAsync = promisify(execFile);
 const root = join(import.meta.dirname, '..');
 
 /** The library's C files, in the order they are compiled and linked (part of the output's bytes). */
-export const NATIVE_SOURCES: readonly string[] = ['nvml_watch.c', 'nvml_access.c', 'watch_loop.c'].map((file) =>
-  join(root, 'src', 'native', file),
+export const NATIVE_SOURCES: readonly string[] = ['nvml_watch.c', 'nvml_access.c', 'watch_loop.c', 'signals.c'].map(
+  (file) => join(root, 'src', 'native', file),
 );
 /** The header they share: not compiled itself, but a change to it rebuilds the library. */
 const NATIVE_HEADER = join(root, 'src', 'native', 'nvml_watch.h');

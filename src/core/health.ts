@@ -15,6 +15,9 @@
 //   (default-ignored XIDs, the disable list) concern XID events only.
 // * DP_ENABLE_HEALTHCHECKS=all (or "xids") makes every XID critical, the default-ignored ones and
 //   any in the disable list included, and so also turns double-bit ECC and lost checks back on.
+// * The health signals' names (health-signals.ts) are items too: disable turns that signal off,
+//   enable turns it on at its class whatever else says. "all" names every signal as well as every
+//   XID; "xids" only XIDs.
 // * Item words are case-insensitive ("ALL" = "all"); XIDs are decimal digits only; empty items are
 //   skipped; anything else is refused with an error naming the variable and the item.
 // * Recovery is opt-in. Only a GPU made unhealthy by recoverable XIDs recovers. Never recoverable:
@@ -30,6 +33,8 @@
 // * Single-bit ECC errors are counted whatever the settings and never change health.
 
 import type { Health } from './devices.ts';
+import { isSignalName, SIGNAL_NAMES } from './health-signal-types.ts';
+import type { SignalName } from './health-signal-types.ts';
 import { xidMeaning } from './xid-meanings.ts';
 
 /** XIDs caused by applications, not by the GPU, which NVIDIA's plugin ignores by default. */
@@ -55,15 +60,22 @@ export interface HealthSettings {
   readonly enabledXids: ReadonlySet<number>;
   /** DP_ENABLE_HEALTHCHECKS was "all" or "xids": every XID is critical. */
   readonly allEnabled: boolean;
+  /** Health signals (health-signals.ts) DP_DISABLE_HEALTHCHECKS names; "all" names every one. */
+  readonly disabledSignals: ReadonlySet<SignalName>;
+  /** Health signals DP_ENABLE_HEALTHCHECKS names (watched whatever disables them); "all" names every one. */
+  readonly enabledSignals: ReadonlySet<SignalName>;
 }
 
 interface ParsedList {
   all: boolean;
   xids: number[];
+  /** The item "all": every check, the health signals too. */
+  everything: boolean;
+  signals: SignalName[];
 }
 
 function parseXidList(variable: string, value: string | undefined, expected: string): ParsedList {
-  const parsed: ParsedList = { all: false, xids: [] };
+  const parsed: ParsedList = { all: false, xids: [], everything: false, signals: [] };
   if (value === undefined) return parsed;
   for (const raw of value.split(',')) {
     const item = raw.trim();
@@ -71,6 +83,11 @@ function parseXidList(variable: string, value: string | undefined, expected: str
     const word = item.toLowerCase();
     if (word === 'all' || word === 'xids') {
       parsed.all = true;
+      parsed.everything ||= word === 'all';
+      continue;
+    }
+    if (isSignalName(word)) {
+      parsed.signals.push(word);
       continue;
     }
     const xid = Number(item);
@@ -98,6 +115,8 @@ export function parseHealthSettings(disable: string | undefined, enable: string 
     ignoredXids: new Set([...DEFAULT_IGNORED_XIDS, ...off.xids]),
     enabledXids: new Set(on.xids),
     allEnabled: on.all,
+    disabledSignals: new Set(off.everything ? SIGNAL_NAMES : off.signals),
+    enabledSignals: new Set(on.everything ? SIGNAL_NAMES : on.signals),
   };
 }
 

@@ -41,7 +41,8 @@ int gdp_nvml_bind(struct gdp_watch *w, const char *library, int wait_version)
 /*
  * Runs on the thread before its loop: looks up every GPU's handle (a GPU without one gets
  * GDP_REC_WARN_HANDLE and is reported by the probe) and, unless the watch only probes, creates the
- * event set and registers each GPU's supported XID and ECC events in it, writing a record per GPU.
+ * event set and registers each GPU's supported XID and ECC events in it (and the events that ask for
+ * an immediate read of the signals asked for), writing a record per GPU.
  * Returns 0 with *set (NULL when nothing is waited for) and *watched (GPUs registered), or -1 when
  * set-up failed (GDP_REC_FAILED already written; the thread ends).
  */
@@ -68,7 +69,8 @@ int gdp_nvml_open_events(struct gdp_watch *w, void **set, unsigned int *watched)
             gdp_put1(w, GDP_REC_FAILED, -1, GDP_FN_SET_CREATE, (uint32_t)rc);
             return -1;
         }
-        const unsigned long long wanted = EVENT_XID | EVENT_DOUBLE_BIT_ECC | EVENT_SINGLE_BIT_ECC;
+        const unsigned long long wanted =
+            EVENT_XID | EVENT_DOUBLE_BIT_ECC | EVENT_SINGLE_BIT_ECC | gdp_signals_events(w);
         for (unsigned int i = 0; i < w->count; i++) {
             if (w->handles[i] == NULL)
                 continue;

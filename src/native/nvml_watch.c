@@ -29,6 +29,8 @@ static void release(struct gdp_watch *w)
     free(w->batch);
     free(w->slots);
     free(w->probe);
+    free(w->signals_due);
+    free(w->signals_out);
     free(w);
 }
 
@@ -36,13 +38,15 @@ static void release(struct gdp_watch *w)
  * Starts watching the GPUs with these NVML indices (positions in records are positions in this
  * list), through the NVML library already loaded as `library` (the name or path it was loaded by).
  * wait_version: 2 (nvmlEventSetWait_v2), 1 (nvmlEventSetWait) or 0 (no events: probes only).
+ * signals: the health signals to read with every probe and when their events arrive (GDP_SIG_*;
+ * 0: none, and no signals record is written).
  * Returns 0 with *out and *fd (the read end of the record pipe, close-on-exec, the caller's to
  * close), or an errno value (ENOENT: the library is not loaded; ENOSYS: it lacks a function the
  * probe or the chosen wait needs).
  */
 EXPORT int gdp_watch_start(const char *library, const uint32_t *indices, uint32_t count,
                            uint32_t probe_interval_ms, uint32_t wait_timeout_ms, int32_t wait_version,
-                           struct gdp_watch **out, int32_t *fd)
+                           uint32_t signals, struct gdp_watch **out, int32_t *fd)
 {
     struct gdp_watch *w = calloc(1, sizeof *w);
     int pipefd[2] = { -1, -1 };
@@ -63,12 +67,15 @@ EXPORT int gdp_watch_start(const char *library, const uint32_t *indices, uint32_
     w->probe_interval_ms = probe_interval_ms;
     w->wait_timeout_ms = wait_timeout_ms > 0 ? wait_timeout_ms : 1;
     w->wait_version = wait_version;
+    w->signals = signals & 0xFFu;
     w->indices = calloc(count ? count : 1, sizeof *w->indices);
     w->handles = calloc(count ? count : 1, sizeof *w->handles);
     w->probe = calloc(count ? count : 1, sizeof *w->probe);
     w->batch = calloc(DRAIN_MAX + 1, sizeof *w->batch);
     w->slots = malloc(FOLD_SLOTS * sizeof *w->slots);
-    if (!w->indices || !w->handles || !w->probe || !w->batch || !w->slots) {
+    w->signals_due = calloc(count ? count : 1, sizeof *w->signals_due);
+    w->signals_out = calloc(count + 1, sizeof *w->signals_out);
+    if (!w->indices || !w->handles || !w->probe || !w->batch || !w->slots || !w->signals_due || !w->signals_out) {
         err = ENOMEM;
         goto fail;
     }
@@ -78,6 +85,7 @@ EXPORT int gdp_watch_start(const char *library, const uint32_t *indices, uint32_
     err = gdp_nvml_bind(w, library, wait_version);
     if (err != 0)
         goto fail;
+    gdp_signals_bind(w);
 
     if (pipe2(pipefd, O_CLOEXEC) != 0) {
         err = errno;

@@ -4,8 +4,10 @@
  * One pthread per watch. It borrows the process's NVML session (the library the main thread
  * loaded and initialised; NVML is thread-safe) and, until asked to stop:
  *   - probes every GPU when due (nvmlDeviceGetMemoryInfo: GPU_IS_LOST when it fell off the bus),
+ *     and reads the health signals asked for (signals.c) of every GPU,
  *   - blocks in nvmlEventSetWait(_v2) for at most wait_timeout_ms, then drains what is already
- *     queued (at most DRAIN_MAX events) and folds identical events into one entry with a count,
+ *     queued (at most DRAIN_MAX events) and folds identical events into one entry with a count;
+ *     an event that asks for a read of a GPU's signals has them read after its batch,
  *   - writes what it saw as fixed-size records (struct gdp_record) into a pipe, whose read end
  *     the main thread reads through its event loop.
  * Blocking NVML calls therefore never run on the event loop nor on libuv's shared thread pool.
@@ -42,11 +44,11 @@ static int driver_gone(int code)
            code == NVML_ERROR_LIB_RM_VERSION_MISMATCH;
 }
 
-/* Writes every byte (the reader may take a while: the pipe gives back-pressure). */
-static void put(struct gdp_watch *w, const struct gdp_record *r, size_t n)
+/* Writes n records, every byte (the reader may take a while: the pipe gives back-pressure). */
+void gdp_put(struct gdp_watch *w, const void *records, size_t n)
 {
-    const char *p = (const char *)r;
-    size_t left = n * sizeof *r;
+    const char *p = (const char *)records;
+    size_t left = n * sizeof(struct gdp_record);
     while (left > 0) {
         ssize_t k = write(w->fd, p, left);
         if (k < 0) {
@@ -68,7 +70,7 @@ void gdp_put1(struct gdp_watch *w, uint32_t type, int32_t gpu, uint32_t func, ui
     r.gpu = gpu;
     r.func = func;
     r.code = code;
-    put(w, &r, 1);
+    gdp_put(w, &r, 1);
 }
 
 /* Sleeps up to ms, waking early when asked to stop. */
@@ -111,14 +113,31 @@ static uint32_t fold_hash(const struct gdp_record *r)
     return (uint32_t)(h ^ (h >> 29));
 }
 
+/* Marks the GPU an event names (every GPU for none) for an immediate read of its signals. */
+static void signals_due(struct gdp_watch *w, int32_t gpu)
+{
+    if (gpu >= 0)
+        w->signals_due[gpu] = 1;
+    else if (gpu == -1)
+        memset(w->signals_due, 1, w->count);
+}
+
 /* Adds one event to the batch: identical ones (kind, GPU, and for XIDs the number, GI and CI) share
- * an entry and a count. */
+ * an entry and a count. The events that only prompt a read of the signals (their data is 0) mark
+ * their GPU instead; XID 154 does both. */
 static void fold(struct gdp_watch *w, const nvml_event_data_t *d)
 {
     struct gdp_record r;
     memset(&r, 0, sizeof r);
     r.type = GDP_REC_EVENT;
     r.gpu = position(w, d->device);
+    if (d->eventType == EVENT_RECOVERY_ACTION || d->eventType == EVENT_DRAM_RETIREMENT ||
+        d->eventType == EVENT_DRAM_RETIREMENT_FAILURE) {
+        signals_due(w, r.gpu);
+        return;
+    }
+    if (d->eventType == EVENT_XID && d->eventData == XID_RECOVERY_ACTION && (w->signals & GDP_SIG_RECOVERY))
+        signals_due(w, r.gpu);
     r.kind = d->eventType == EVENT_XID ? (uint32_t)EVENT_XID
              : d->eventType == EVENT_DOUBLE_BIT_ECC ? (uint32_t)EVENT_DOUBLE_BIT_ECC
                                                      : (uint32_t)EVENT_SINGLE_BIT_ECC;
@@ -154,7 +173,7 @@ static void flush_batch(struct gdp_watch *w)
         return;
     memset(&w->batch[w->batch_len], 0, sizeof w->batch[0]);
     w->batch[w->batch_len].type = GDP_REC_EVENTS_END;
-    put(w, w->batch, w->batch_len + 1);
+    gdp_put(w, w->batch, w->batch_len + 1);
     w->batch_len = 0;
     memset(w->slots, 0xff, FOLD_SLOTS * sizeof w->slots[0]);
 }
@@ -184,12 +203,12 @@ static int probe_all(struct gdp_watch *w, int32_t *at)
     }
     /* Each GPU's record is written even when the driver went (the reader logs the failures),
      * but the round ends only when it is complete. */
-    put(w, w->probe, w->count);
+    gdp_put(w, w->probe, w->count);
     if (!gone) {
         struct gdp_record end;
         memset(&end, 0, sizeof end);
         end.type = GDP_REC_PROBE_END;
-        put(w, &end, 1);
+        gdp_put(w, &end, 1);
     }
     return gone;
 }
@@ -211,6 +230,7 @@ static void watch(struct gdp_watch *w, void *set, unsigned int watched)
                 gone_func = GDP_FN_MEMORY_INFO;
                 break;
             }
+            gdp_signals_read(w, 1);
             next_probe = now + w->probe_interval_ms;
         }
         uint64_t t = now_ms();
@@ -235,6 +255,7 @@ static void watch(struct gdp_watch *w, void *set, unsigned int watched)
             rc = w->wait(set, &data, 0);
         }
         flush_batch(w);
+        gdp_signals_read(w, 0);
         if (driver_gone(rc)) {
             gone = rc;
             gone_func = w->wait_version == 2 ? GDP_FN_WAIT_V2 : GDP_FN_WAIT;

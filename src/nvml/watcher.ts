@@ -7,10 +7,12 @@ import { Socket } from 'node:net';
 import type { Logger } from '../system/log.ts';
 import { loadWatchLibrary } from '../system/native.ts';
 import type { Koffi } from '../system/native.ts';
+import type { SignalName, SignalReading } from '../core/health-signals.ts';
 import { NvmlError } from './errors.ts';
 import type { EventBatchEntry, ProbeResult, ProbeRound, WatchedEvent, WatchedGpu } from './events.ts';
 import { EVENT_TYPES, UNMANAGED_DEVICE } from './events.ts';
 import type { Nvml } from './nvml.ts';
+import { decodeSignalsRecord, SIGNALS_END_RECORD, SIGNALS_RECORD, signalsMask } from './signals-record.ts';
 
 export interface EventWatcherOptions {
   /** The NVML session the thread borrows; it must stay open until stop() has resolved. */
@@ -29,6 +31,12 @@ export interface EventWatcherOptions {
   onProbe(results: ProbeRound): void;
   /** NVML said the driver is gone; the thread has stopped watching. */
   onDriverGone?(message: string): void;
+  /** The health signals the thread reads with every probe and when their events arrive (default none). */
+  signals?: readonly SignalName[];
+  /** Readings of the signals: every GPU's after a probe, or those of the GPUs an event named; by UUID. */
+  onSignals?(readings: ReadonlyMap<string, SignalReading>): void;
+  /** The time a reading is stamped with, in ms (default performance.now(): only differences matter). */
+  now?(): number;
 }
 
 // struct gdp_record (40 bytes) and its constants, as in src/native/nvml_watch.h.
@@ -73,7 +81,7 @@ function watchApi(koffi: Koffi): WatchApi {
     koffi.opaque('gdp_watch');
     api = {
       start: lib.func(
-        'int gdp_watch_start(const char *library, const uint32_t *indices, uint32_t count, uint32_t probe_interval_ms, uint32_t wait_timeout_ms, int32_t wait_version, _Out_ gdp_watch **out, _Out_ int32_t *fd)',
+        'int gdp_watch_start(const char *library, const uint32_t *indices, uint32_t count, uint32_t probe_interval_ms, uint32_t wait_timeout_ms, int32_t wait_version, uint32_t signals, _Out_ gdp_watch **out, _Out_ int32_t *fd)',
       ) as NativeFn,
       stop: lib.func('void gdp_watch_stop(gdp_watch *w)') as NativeFn,
       join: lib.func('int gdp_watch_join(gdp_watch *w)') as NativeFn,
@@ -119,6 +127,7 @@ function startThread(opts: EventWatcherOptions): { a: WatchApi; handle: unknown;
     opts.probeIntervalMs,
     opts.waitTimeoutMs,
     waitVersion,
+    signalsMask(opts.signals ?? []),
     out,
     fd,
   ) as number;
@@ -152,6 +161,7 @@ class RecordFolder {
   private readonly unsupported: WatchedGpu[] = [];
   private probe = new Map<string, ProbeResult>();
   private batch: EventBatchEntry[] = [];
+  private signals = new Map<string, SignalReading>();
 
   constructor(opts: EventWatcherOptions, isStopping: () => boolean) {
     this.opts = opts;
@@ -208,6 +218,18 @@ class RecordFolder {
         const events = this.batch;
         this.batch = [];
         opts.onEvents(events);
+        break;
+      }
+      case SIGNALS_RECORD: {
+        const { position, reading } = decodeSignalsRecord(b, at, opts.now?.() ?? performance.now());
+        const gpu = opts.gpus[position];
+        if (gpu !== undefined) this.signals.set(gpu.uuid, reading);
+        break;
+      }
+      case SIGNALS_END_RECORD: {
+        const readings = this.signals;
+        this.signals = new Map();
+        opts.onSignals?.(readings);
         break;
       }
       case REC.driverGone:

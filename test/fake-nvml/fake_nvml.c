@@ -42,6 +42,9 @@
  *                        stats <path>          write call counters, and each GPU's compute mode
  *                                              by UUID, as JSON (tmp file + rename)
  *                        reset-stats           zero the call counters and droppedEvents
+ *                        health <index|all> [quiet] <key>=<value>... | reset | clear
+ *                                              set or clear a GPU's health states beyond XIDs
+ *                                              and fire their events (fake_health.h)
  *                      Commands run in order, so a `stats` file appearing proves every
  *                      earlier command was applied. Empty lines and lines starting with
  *                      '#' are ignored; a malformed line gets one stderr line.
@@ -73,6 +76,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,6 +146,9 @@ typedef enum nvmlNvLinkDeviceType_enum {
 #define nvmlEventTypeSingleBitEccError 0x0000000000000001ULL
 #define nvmlEventTypeDoubleBitEccError 0x0000000000000002ULL
 #define nvmlEventTypeXidCriticalError 0x0000000000000008ULL
+#define nvmlEventTypeDramRetirementEvent 0x0000000000000400ULL
+#define nvmlEventTypeDramRetirementFailure 0x0000000000000800ULL
+#define nvmlEventTypeGpuRecoveryAction 0x0000000000008000ULL
 #define FAKE_ALL_EVENTS (nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError | nvmlEventTypeXidCriticalError)
 
 typedef struct fake_device *nvmlDevice_t;
@@ -246,7 +253,18 @@ EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *dat
     X(nvmlEventSetWait)                     \
     X(nvmlEventSetFree)                     \
     X(nvmlDeviceGetComputeMode)             \
-    X(nvmlDeviceSetComputeMode)
+    X(nvmlDeviceSetComputeMode)             \
+    FAKE_FUNCS_HEALTH(X)
+
+/* Health calls beyond XIDs (fake_health.h) every driver variant has. */
+#define FAKE_FUNCS_HEALTH(X)                        \
+    X(nvmlDeviceGetFieldValues)                     \
+    X(nvmlDeviceGetRetiredPagesPendingStatus)       \
+    X(nvmlDeviceGetTotalEccErrors)                  \
+    X(nvmlDeviceGetCurrPcieLinkWidth)               \
+    X(nvmlDeviceGetMaxPcieLinkWidth)                \
+    X(nvmlDeviceGetPcieReplayCounter)               \
+    X(nvmlDeviceGetCurrentClocksThrottleReasons)
 
 #ifdef FAKE_OLD_DRIVER
 #define FAKE_FUNCS_NEWER(X)
@@ -256,6 +274,9 @@ EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *dat
     X(nvmlDeviceGetNvLinkRemotePciInfo_v2)  \
     X(nvmlDeviceGetNvLinkRemoteDeviceType)  \
     X(nvmlEventSetWait_v2)                  \
+    X(nvmlDeviceGetRemappedRows)            \
+    X(nvmlDeviceGetRetiredPages_v2)         \
+    X(nvmlDeviceGetCurrentClocksEventReasons) \
     FAKE_FUNCS_MIG(X)
 #endif
 
@@ -421,6 +442,13 @@ static nvmlReturn_t mig_load_gpu(const json_value *g, unsigned int index);
 static void mig_commit_stage(void);
 static void mig_command(const char *original, char *args);
 
+/* Health states beyond XIDs (fake_health.h, included at the end of this file). */
+static nvmlReturn_t health_load_gpu(const json_value *g, unsigned int index);
+static void health_commit_stage(void);
+static void health_command(const char *original, char *args);
+static int health_link_down(const struct fake_device *d, unsigned int link);
+static nvmlReturn_t health_nvlink_answer(const struct fake_device *d);
+
 /* ------------------------------------------------------------------------------------ */
 /* Small helpers                                                                         */
 /* ------------------------------------------------------------------------------------ */
@@ -549,7 +577,9 @@ static struct fake_event_set *set_from_handle(nvmlEventSet_t handle)
  *     memoryMiB     integer, default 16384; memoryUsedMiB integer, default 0
  *     numaNode      integer, or -1 / null / absent for none (nvmlDeviceGetNumaNodeId:
  *                   NOT_SUPPORTED; topology default NODE)
- *     events        subset of ["xid", "dbe", "sbe"], default all three; [] = none
+ *     events        subset of ["xid", "dbe", "sbe", "retirement", "retirement-failure",
+ *                   "recovery-action"], default the first three; [] = none
+ *     health        the health states beyond XIDs (fake_health.h)
  *     computeMode   0 DEFAULT (default), 2 PROHIBITED or 3 EXCLUSIVE_PROCESS: the mode the
  *                   driver starts the GPU in (1, EXCLUSIVE_THREAD, is gone from real drivers)
  *     pciDeviceId, pciSubSystemId   integer or "0x..." string; defaults by board name
@@ -750,7 +780,8 @@ static unsigned int default_pci_device_id(const char *name)
 static nvmlReturn_t load_gpu(const json_value *g, unsigned int index)
 {
     static const char *const allowed[] = { "uuid", "name", "minor", "busId", "memoryMiB", "memoryUsedMiB", "numaNode",
-                                           "events", "pciDeviceId", "pciSubSystemId", "mig", "computeMode", NULL };
+                                           "events", "pciDeviceId", "pciSubSystemId", "mig", "computeMode",
+                                           "health", NULL };
     struct fake_device *d = &g_stage.gpus[index];
     char key[96];
     const json_value *v;
@@ -834,8 +865,15 @@ static nvmlReturn_t load_gpu(const json_value *g, unsigned int index)
                 d->supported_events |= nvmlEventTypeDoubleBitEccError;
             else if (e->type == JSON_STRING && strcmp(e->string, "sbe") == 0)
                 d->supported_events |= nvmlEventTypeSingleBitEccError;
+            else if (e->type == JSON_STRING && strcmp(e->string, "retirement") == 0)
+                d->supported_events |= nvmlEventTypeDramRetirementEvent;
+            else if (e->type == JSON_STRING && strcmp(e->string, "retirement-failure") == 0)
+                d->supported_events |= nvmlEventTypeDramRetirementFailure;
+            else if (e->type == JSON_STRING && strcmp(e->string, "recovery-action") == 0)
+                d->supported_events |= nvmlEventTypeGpuRecoveryAction;
             else
-                return config_error(key, "expected \"xid\", \"dbe\" or \"sbe\"");
+                return config_error(key, "expected \"xid\", \"dbe\", \"sbe\", \"retirement\", \"retirement-failure\" "
+                                         "or \"recovery-action\"");
         }
     }
 
@@ -857,7 +895,9 @@ static nvmlReturn_t load_gpu(const json_value *g, unsigned int index)
     d->pci.pciSubSystemId = 0x147F10DEu;
     if ((v = json_object_get(g, "pciSubSystemId")) && (r = get_pci_id(v, key, &d->pci.pciSubSystemId)) != NVML_SUCCESS)
         return r;
-    return mig_load_gpu(g, index);
+    if ((r = mig_load_gpu(g, index)) != NVML_SUCCESS)
+        return r;
+    return health_load_gpu(g, index);
 }
 
 /* Reads an array of integer tuples: the value at key must be an array of arrays of
@@ -1722,6 +1762,13 @@ static void handle_command(char *line)
         pthread_mutex_unlock(&g_mu);
         return;
     }
+    if (strncmp(p, "health", 6) == 0 && (p[6] == ' ' || p[6] == '\t')) {
+        pthread_mutex_lock(&g_mu);
+        if (g_live)
+            health_command(original, p + 7);
+        pthread_mutex_unlock(&g_mu);
+        return;
+    }
     for (tok = strtok_r(p, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
         if (ntok == CONTROL_MAX_TOKENS) {
             control_complain(original, "too many arguments");
@@ -1944,6 +1991,7 @@ static nvmlReturn_t do_init(enum fake_function_id fn)
     memcpy(g_switch_pci, g_stage.switches, sizeof g_switch_pci);
     memset(g_level, 0, sizeof g_level);
     mig_commit_stage();
+    health_commit_stage();
     g_sets = NULL;
     g_gpu_count = 0;
     publish_devices_locked(); /* the configured GPUs minus those removed through the FIFO */
@@ -2278,12 +2326,17 @@ static nvmlReturn_t enter_link(nvmlDevice_t device, unsigned int link, int argum
 EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, nvmlEnableState_t *isActive)
 {
     const struct fake_link *l;
+    const struct fake_device *d;
     nvmlReturn_t r;
 
     COUNT_CALL(nvmlDeviceGetNvLinkState);
     if ((r = enter_link(device, link, isActive != NULL, &l)) != NVML_SUCCESS)
         return r;
-    *isActive = l->kind == LINK_UNUSED ? NVML_FEATURE_DISABLED : NVML_FEATURE_ENABLED;
+    d = device_from_handle(device);
+    if ((r = health_nvlink_answer(d)) != NVML_SUCCESS)
+        return leave(r);
+    /* A link set down through the FIFO (fake_health.h) reads inactive, as a link that trained down. */
+    *isActive = l->kind == LINK_UNUSED || health_link_down(d, link) ? NVML_FEATURE_DISABLED : NVML_FEATURE_ENABLED;
     return leave(NVML_SUCCESS);
 }
 
@@ -2502,3 +2555,9 @@ EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
 /* ------------------------------------------------------------------------------------ */
 
 #include "fake_mig.h"
+
+/* ------------------------------------------------------------------------------------ */
+/* Health states beyond XIDs                                                             */
+/* ------------------------------------------------------------------------------------ */
+
+#include "fake_health.h"

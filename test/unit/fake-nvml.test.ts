@@ -381,6 +381,14 @@ function emptyEvent(): EventData {
 const BASE_SYMBOLS = [
   'nvmlDeviceGetComputeMode',
   'nvmlDeviceGetCount_v2',
+  // Health beyond XIDs (test/fake-nvml/fake_health.h)
+  'nvmlDeviceGetCurrPcieLinkWidth',
+  'nvmlDeviceGetCurrentClocksThrottleReasons',
+  'nvmlDeviceGetFieldValues',
+  'nvmlDeviceGetMaxPcieLinkWidth',
+  'nvmlDeviceGetPcieReplayCounter',
+  'nvmlDeviceGetRetiredPagesPendingStatus',
+  'nvmlDeviceGetTotalEccErrors',
   'nvmlDeviceGetCudaComputeCapability',
   'nvmlDeviceGetHandleByIndex_v2',
   'nvmlDeviceGetHandleByUUID',
@@ -414,6 +422,9 @@ const NEWER_SYMBOLS = [
   'nvmlDeviceGetNvLinkRemoteDeviceType',
   'nvmlDeviceGetNvLinkRemotePciInfo_v2',
   'nvmlEventSetWait_v2',
+  'nvmlDeviceGetCurrentClocksEventReasons',
+  'nvmlDeviceGetRemappedRows',
+  'nvmlDeviceGetRetiredPages_v2',
   // MIG (test/fake-nvml/fake_mig.h)
   'nvmlComputeInstanceGetInfo_v2',
   'nvmlDeviceGetAttributes_v2',

@@ -383,6 +383,7 @@ const BASE_SYMBOLS = [
   'nvmlDeviceGetCount_v2',
   'nvmlDeviceGetCudaComputeCapability',
   'nvmlDeviceGetHandleByIndex_v2',
+  'nvmlDeviceGetHandleByPciBusId_v2',
   'nvmlDeviceGetHandleByUUID',
   'nvmlDeviceGetIndex',
   'nvmlDeviceGetMemoryInfo',

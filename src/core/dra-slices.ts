@@ -19,11 +19,11 @@
 //   (`0000:07:00.0`, the parent's for a MIG device), resource.kubernetes.io/pcieRoot (`pci0000:00`)
 //   when the caller read it (it lives in sysfs, not in the snapshot), resource.kubernetes.io/numaNode
 //   when the snapshot knows it (omitted otherwise, never a made-up -1).
-// * nvlinkDomain (int, whole GPUs only): GPUs joined by active NVLinks — directly or through the same
-//   NVSwitch fabric, as the topology policy counts them (core/topology/scores.ts) — share a domain,
-//   numbered by the smallest minor number among them (stable while those GPUs stay). A GPU without
-//   NVLinks has no domain, so a claim with `matchAttribute: gpu.nvidia.com/nvlinkDomain` only ever
-//   gets GPUs that can talk over NVLink. MIG devices have none (MIG has no GPU-to-GPU peer access).
+// * nvlinkDomain (int, whole GPUs only): GPUs that share a value can all talk to each other over
+//   NVLink — every pair directly linked or on one NVSwitch fabric (core/nvlink-domains.ts has the rule:
+//   the largest such groups first, numbered by their smallest minor number). A GPU in no such group
+//   (no NVLinks, or left over) has no domain, so a claim with `matchAttribute: gpu.nvidia.com/nvlinkDomain`
+//   only ever gets GPUs that can talk over NVLink. MIG devices have none (no GPU-to-GPU peer access).
 //
 // TAINTS. A device advertised Unhealthy gets one taint, effect NoSchedule (new claims avoid it;
 // pods already using it are not evicted, as with the device-plugin API):
@@ -39,12 +39,15 @@
 // device has taints; always 64, so that a taint appearing never changes how devices are cut); at
 // most 32 attributes and capacities per device (the most we write is 26). resourceSliceCount is
 // the number of slices; the pool generation is the publisher's.
-import { normalizeBusId, buildScoreMatrix } from './topology/index.ts';
+import { normalizeBusId } from './topology/index.ts';
 import { draDevices } from './dra-devices.ts';
+import { nvlinkDomains } from './nvlink-domains.ts';
 import type { DraDevice } from './dra-devices.ts';
 import type { Gpu } from './devices.ts';
 import type { MigStrategy } from './mig.ts';
 import type { NodeSnapshot } from './snapshot.ts';
+
+export { nvlinkDomains } from './nvlink-domains.ts';
 
 export const DEFAULT_DRA_DRIVER = 'gpu.nvidia.com';
 export const STANDARD_DOMAIN = 'resource.kubernetes.io';
@@ -123,43 +126,6 @@ export function standardBusId(busId: string): string {
   if (m === null) return n;
   const domain = (m[1] ?? '').replace(/^0{4}/, '');
   return `${domain}:${m[2] ?? ''}`;
-}
-
-/**
- * Each GPU's NVLink domain by position (null: no NVLink): connected components of "has an NVLink
- * to", numbered by the smallest minor in each.
- */
-export function nvlinkDomains(node: Pick<NodeSnapshot, 'gpus' | 'nvlinks'>): (number | null)[] {
-  const n = node.gpus.length;
-  if (node.nvlinks.length !== n) return new Array<number | null>(n).fill(null);
-  let matrix: ReturnType<typeof buildScoreMatrix>;
-  try {
-    matrix = buildScoreMatrix(node.nvlinks, () => -1);
-  } catch {
-    return new Array<number | null>(n).fill(null);
-  }
-  const parent = Array.from({ length: n }, (_, i) => i);
-  const find = (i: number): number => {
-    let r = i;
-    while (parent[r] !== r) r = parent[r] ?? r;
-    return r;
-  };
-  const linked = new Array<boolean>(n).fill(false);
-  for (let i = 0; i < n; i++) {
-    for (let j = i + 1; j < n; j++) {
-      if (matrix.nvlinks(i, j) <= 0) continue;
-      linked[i] = true;
-      linked[j] = true;
-      parent[find(i)] = find(j);
-    }
-  }
-  const smallest = new Map<number, number>();
-  node.gpus.forEach((g, i) => {
-    if (!linked[i]) return;
-    const r = find(i);
-    smallest.set(r, Math.min(smallest.get(r) ?? Infinity, g.minor));
-  });
-  return node.gpus.map((_, i) => (linked[i] ? (smallest.get(find(i)) ?? null) : null));
 }
 
 type Attrs = Record<string, DeviceAttribute>;

@@ -381,8 +381,10 @@ export type EventTargets = { readonly units: readonly string[] } | { readonly un
 /**
  * The units an event on GPU `uuid` concerns. An event naming a MIG device (GI/CI) concerns that
  * device only; one for the whole GPU (0xFFFFFFFF, or absent) the GPU and every MIG device on it.
- * A GI/CI this layout does not know concerns nothing known (NVIDIA's plugin ignores it): the caller
- * looks at the MIG layout again and asks once more.
+ * On a GPU whose MIG mode was not read (--mig-strategy=none: it is served whole, MIG mode or not),
+ * an event naming a MIG device concerns the GPU itself, as NVIDIA's plugin has it. Otherwise a
+ * GI/CI this layout does not know concerns nothing known: the caller looks at the MIG layout again
+ * and asks once more.
  */
 export function eventUnits(
   gpus: readonly Gpu[],
@@ -391,8 +393,9 @@ export function eventUnits(
   gi: number | undefined,
   ci: number | undefined,
 ): EventTargets {
-  if (gi === undefined || gi === WHOLE_GPU_INSTANCE) return { units: unitsOfGpu(gpus, layout, uuid) };
   const pos = gpus.findIndex((g) => g.uuid === uuid);
+  if (gi === undefined || gi === WHOLE_GPU_INSTANCE || layout.modes[pos] == null)
+    return { units: unitsOfGpu(gpus, layout, uuid) };
   const hits = layout.devices
     .filter((m) => m.parent === pos && m.gi === gi && (ci === undefined || ci === WHOLE_GPU_INSTANCE || m.ci === ci))
     .map((m) => m.uuid);

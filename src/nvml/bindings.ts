@@ -79,6 +79,9 @@ export const LAZY_SYMBOLS = {
     'int nvmlEventSetWait_v2(nvmlEventSet_t set, _Out_ nvmlEventData_t *data, unsigned int timeoutms)',
   nvmlEventSetWait: 'int nvmlEventSetWait(nvmlEventSet_t set, _Out_ nvmlEventData_t *data, unsigned int timeoutms)',
   ...MIG_SYMBOLS,
+  // Whether a GPU that cannot be read now is still at its PCI address (src/nvml/unreadable.ts).
+  nvmlDeviceGetHandleByPciBusId_v2:
+    'int nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, _Out_ nvmlDevice_t *device)',
   // Node labels (src/nvml/node-facts.ts).
   nvmlSystemGetCudaDriverVersion_v2: 'int nvmlSystemGetCudaDriverVersion_v2(_Out_ int *cudaDriverVersion)',
   nvmlDeviceGetCudaComputeCapability:

@@ -1,9 +1,8 @@
-// A GPU's compute mode through NVML (FACTS §10). MPS sharing (issue 20) puts each GPU it serves in
-// EXCLUSIVE_PROCESS before it starts nvidia-cuda-mps-control, and back in DEFAULT when it stops.
-// Nothing in the daemon calls these functions yet: they are the groundwork for the session that
-// builds MPS sharing, tested against the fake NVML (test/unit/compute-mode.test.ts). Both entry
-// points are as old as NVML itself, but they are bound lazily like every symbol outside the basic
-// set, so a plugin that never shares through MPS never binds them.
+// A GPU's compute mode through NVML. MPS sharing (src/mps/) puts each GPU it serves in
+// EXCLUSIVE_PROCESS before it starts nvidia-cuda-mps-control, and back in DEFAULT when it stops;
+// `info` and `check` (src/cli/) read each GPU's mode. Both entry points are as old as NVML itself, but they
+// are bound lazily like every symbol outside the basic set, so a plugin that never shares through
+// MPS nor runs `info` or `check` never binds them.
 import { NVML, NvmlError } from './errors.ts';
 import type { GpuRef } from './errors.ts';
 import type { DeviceHandle, Nvml } from './nvml.ts';

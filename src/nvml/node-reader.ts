@@ -16,6 +16,7 @@ import { discoverMig, nvmlHasMig, readMigCapabilities } from './mig.ts';
 import { readNodeFacts } from './node-facts.ts';
 import { Nvml } from './nvml.ts';
 import type { DeviceHandle } from './nvml.ts';
+import { placeUnreadable } from './unreadable.ts';
 import { EventWatcher } from './watcher.ts';
 
 /** The health thread on a session: what it reports, and how it is stopped. */
@@ -76,6 +77,8 @@ export class NvmlSessions implements NodeSessions {
   private readonly o: NvmlSessionOptions;
   /** A driver without MIG functions was reported (once per process). */
   migMissingLogged = false;
+  /** The GPUs the last scan kept as last seen because NVML counted them but could not read them. */
+  unreadable: ReadonlySet<string> = new Set();
 
   constructor(o: NvmlSessionOptions) {
     this.o = o;
@@ -155,20 +158,26 @@ class NvmlReader implements NodeReader {
     const gpus = [...found.gpus];
     const nvlinks = [...links.gpus];
     let pcie = links.pcie.map((row) => [...row]);
-    for (const u of found.unreadable ?? []) {
-      const known = last?.gpus.find((g) => g.index === u.index);
-      if (known === undefined || gpus.some((g) => g.uuid === known.uuid)) {
-        log.error('GPU cannot be read and is not advertised', { gpu: u.index, error: u.error.message });
-        continue;
-      }
+    const unreadable = found.unreadable ?? [];
+    const { placed, unplaced } = placeUnreadable(
+      last?.gpus ?? [],
+      found.gpus,
+      unreadable.map((u) => u.index),
+      this.sessions.unreadable,
+      (g) => this.atAddress(g.busId),
+    );
+    const errorAt = (index: number): string | undefined => unreadable.find((u) => u.index === index)?.error.message;
+    for (const index of unplaced)
+      log.error('GPU cannot be read and is not advertised', { gpu: index, error: errorAt(index) });
+    for (const known of placed) {
       // A GPU fallen off the bus is still counted by NVML: keep what we knew of it, so that it is
       // advertised Unhealthy (the probe says lost) rather than vanishing and returning.
       log.warn('GPU cannot be read; it stays listed as last seen, Unhealthy once its probe says it is lost', {
-        gpu: u.index,
+        gpu: known.index,
         uuid: known.uuid,
-        error: u.error.message,
+        error: errorAt(known.index),
       });
-      const at = gpus.findIndex((g) => g.index > u.index);
+      const at = gpus.findIndex((g) => g.index > known.index);
       const pos = at < 0 ? gpus.length : at;
       gpus.splice(pos, 0, known);
       nvlinks.splice(pos, 0, { busId: known.busId, links: [] });
@@ -179,7 +188,18 @@ class NvmlReader implements NodeReader {
       });
       pcie.splice(pos, 0, new Array<number>(gpus.length).fill(-1));
     }
+    this.sessions.unreadable = new Set(placed.map((g) => g.uuid));
     return { driverVersion, gpus, nvlinks, pcie, ...facts, ...this.readMig(found, gpus, last) };
+  }
+
+  /** Whether NVML has a GPU at this PCI address, lost or not (null: it cannot say). Throws when the driver is gone. */
+  private atAddress(busId: string): boolean | null {
+    const nvml = this.nvml;
+    if (!nvml.has('nvmlDeviceGetHandleByPciBusId_v2')) return null;
+    const code = nvml.callCode('nvmlDeviceGetHandleByPciBusId_v2', busId, [null]);
+    if (meansDriverGone(code)) nvml.check('nvmlDeviceGetHandleByPciBusId_v2', code, {});
+    if (code === NVML.SUCCESS || code === NVML.ERROR_GPU_IS_LOST) return true;
+    return code === NVML.ERROR_NOT_FOUND ? false : null;
   }
 
   /** The MIG layout by position in `gpus` (the scan's list), and the MIG devices' capability nodes. */

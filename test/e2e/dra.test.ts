@@ -306,9 +306,14 @@ describe('DRA mode through the executable', { concurrency: false }, () => {
       assert.equal(g0?.attributes?.uuid?.string, 'GPU-96a13516-8351-38da-1b3b-bd53058e4ee4');
       assert.equal(g0?.capacity?.memory?.value, '32Gi');
       assert.equal(g0?.taints, undefined);
-      // Every GPU of the DGX-1 layout is NVLinked: one domain, on every device.
-      assert.equal(new Set(devices.map((d) => d.attributes?.nvlinkDomain?.int)).size, 1);
-      assert.equal(typeof g0?.attributes?.nvlinkDomain?.int, 'number');
+      // The DGX-1 layout: the two fully linked quads are one domain each (GPUs 0 and 5 are linked
+      // only through others), on every device.
+      const domainOf = (n: string): number | undefined =>
+        devices.find((d) => d.name === n)?.attributes?.nvlinkDomain?.int;
+      assert.deepEqual(
+        [0, 1, 2, 3, 4, 5, 6, 7].map((i) => domainOf(`gpu-${i}`)),
+        [0, 0, 0, 0, 4, 4, 4, 4],
+      );
       const slices = slicesOf(node.api);
       assert.equal(slices.length, 1);
       assert.equal((slices[0]!.metadata as JsonObject).name, `${NODE}-${DRIVER}-0`);

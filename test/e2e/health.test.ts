@@ -16,11 +16,6 @@ async function watched(opts: Parameters<typeof SimNode.start>[0]): Promise<SimNo
 }
 
 /**
- * Waits until the plugin has handled every event sent so far, by sending one more that it reports:
- * a critical XID on GPU `gpu` (events travel in order, and the live node applies them in order), so
- * that GPU is Unhealthy afterwards. A wait on something the plugin did, not on the clock.
- */
-/**
  * Waits until the plugin has probed every GPU `rounds` more times (the fake counts its calls; the
  * count starts over when NVML is opened afresh, so no re-open may happen meanwhile).
  */
@@ -30,6 +25,11 @@ async function probeRounds(node: SimNode, rounds: number): Promise<void> {
   while ((await probes()) < target);
 }
 
+/**
+ * Waits until the plugin has handled every event sent so far, by sending one more that it reports:
+ * a critical XID on GPU `gpu` (events travel in order, and the live node applies them in order), so
+ * that GPU is Unhealthy afterwards. A wait on something the plugin did, not on the clock.
+ */
 async function handled(node: SimNode, gpu: number): Promise<void> {
   node.nvml(`xid ${gpu} 48`);
   await node.kubelet!.waitForDevices((d) => d[gpu]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
@@ -169,6 +169,38 @@ test('a GPU that falls off the bus without any event is found by the probe, and 
     await probeRounds(node, 5);
     await handled(node, 7);
     assert.equal(healthString(node), 'HHHHUHHU', 'a lost GPU never recovers, even with recovery on');
+  } finally {
+    await node.stop();
+  }
+});
+
+test('a GPU lost while another leaves the bus: the lost one stays listed Unhealthy, the one that left goes', async () => {
+  const node = await watched({ topology: 'demo-8', args: ['--health-probe-interval=0.1'] });
+  try {
+    const k = node.kubelet!;
+    const u = node.topology.gpus.map((g) => g.uuid);
+    await k.waitForDevices((d) => d.length === 8);
+    // GPU 3 falls off the bus (XID 79, then GPU_IS_LOST); GPU 2 leaves: GPU 3 is NVML's index 2 now.
+    node.nvml('xid 3 79');
+    node.nvml('lost 3');
+    await k.waitForDevices((d) => d[3]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
+    const from = node.plugin.lines.length;
+    node.nvml('remove 2');
+    const after = await k.waitForDevices((d) => d.length === 7, 'nvidia.com/gpu', 20000);
+    assert.deepEqual(
+      after.map((d) => d.ID),
+      u.filter((_, i) => i !== 2),
+      'the GPU that left goes; the lost one stays listed',
+    );
+    assert.equal(healthString(node), 'HHUHHHH', 'the lost GPU stays Unhealthy; the others are Healthy');
+    assert.match(await node.plugin.waitForLine(/GPU left the node/), new RegExp(`uuid=${u[2]}`));
+    // Health still lands on the right GPUs once watched on the new list: an XID on NVML's index 5
+    // (GPU 6 of the start) marks GPU 6.
+    await node.plugin.waitForLine(/watching GPU health/, 10000, from);
+    node.nvml('xid 5 48');
+    const marked = await k.waitForDevices((d) => d.find((x) => x.ID === u[6])?.health === 'Unhealthy');
+    assert.equal(healthString(node), 'HHUHHUH');
+    assert.equal(marked.find((x) => x.ID === u[3])?.health, 'Unhealthy');
   } finally {
     await node.stop();
   }

@@ -351,6 +351,24 @@ test('health: an XID naming a GI/CI the node does not have marks nothing, is log
   }
 });
 
+test('health: with --mig-strategy=none a GPU left in MIG mode is served whole and takes an XID naming one of its MIG instances', async () => {
+  const node = await SimNode.start({ topology: 'mig-mixed-4', args: ['--mig-strategy=none'] });
+  try {
+    await node.plugin.waitForLine(/watching GPU health/, 10000);
+    const k = node.kubelet!;
+    await k.waitForDevices((d) => d.length === 4);
+    node.nvml('xid 0 95 3 0');
+    const devices = await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
+    assert.deepEqual(
+      devices.map((d) => d.health),
+      ['Unhealthy', 'Healthy', 'Healthy', 'Healthy'],
+    );
+    assert.match(await node.plugin.waitForLine(/GPU unhealthy gpu=0 /), /xid=95/);
+  } finally {
+    await node.stop();
+  }
+});
+
 test('health: a lost GPU marks its MIG devices unhealthy', async () => {
   const node = await SimNode.start({
     topology: 'mig-uniform-2',

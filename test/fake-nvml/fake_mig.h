@@ -823,7 +823,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mi
     COUNT_CALL(nvmlDeviceGetDeviceHandleFromMigDeviceHandle);
     if ((r = enter_mig_device(mig, device != NULL, &d, &gpu)) != NVML_SUCCESS)
         return r;
-    *device = &g_devs[gpu];
+    *device = handle_of(gpu);
     return leave(NVML_SUCCESS);
 }
 
@@ -969,7 +969,7 @@ EXPORT nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t handle, nvmlGpuInst
         return r;
     if (!(gi = gi_from_handle(handle, &gpu)) || !info)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
-    info->device = &g_devs[gpu];
+    info->device = handle_of(gpu);
     info->id = gi->id;
     info->profileId = gi->profile->id;
     info->placement.start = gi->start;
@@ -1015,7 +1015,7 @@ EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t handle, 
         if (MIG(gpu).migs[s].gi_slot == d->gi_slot)
             start += MIG(gpu).migs[s].ci_slices;
     }
-    info->device = &g_devs[gpu];
+    info->device = handle_of(gpu);
     info->gpuInstance = &g_gi_handles[CONF(gpu)][d->gi_slot];
     info->id = d->ci_id;
     info->profileId = (unsigned int)ci_profile_index(d->ci_slices);

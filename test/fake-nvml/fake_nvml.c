@@ -31,9 +31,10 @@
  *                                              nvmlShutdown/nvmlInit, until an unload
  *                        remove <index>        the GPU leaves the bus: the device count drops and
  *                                              the GPUs after it move down one index (their
- *                                              handles change); links to it go inactive
+ *                                              handles stay theirs; the removed GPU's answers
+ *                                              GPU_IS_LOST); links to it go inactive
  *                        add <uuid|all>        a removed GPU comes back at its configured place
- *                                              (indices and handles of the GPUs after it move up)
+ *                                              (the indices of the GPUs after it move up)
  *                        unload                the driver goes: every call answers
  *                                              DRIVER_NOT_LOADED, nvmlInit fails with it
  *                        load [<version>]      the driver is back, reporting this version (default
@@ -81,6 +82,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
@@ -196,6 +198,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int 
 EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount);
 EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device);
 EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device);
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device);
 EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index);
 EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length);
 EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length);
@@ -238,6 +241,7 @@ EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *dat
     X(nvmlDeviceGetCount_v2)                \
     X(nvmlDeviceGetHandleByIndex_v2)        \
     X(nvmlDeviceGetHandleByUUID)            \
+    X(nvmlDeviceGetHandleByPciBusId_v2)     \
     X(nvmlDeviceGetIndex)                   \
     X(nvmlDeviceGetUUID)                    \
     X(nvmlDeviceGetName)                    \
@@ -401,7 +405,7 @@ static char g_nvml_version[FAKE_VERSION_SIZE];
 static int g_cuda_driver_version;
 static unsigned int g_gpu_count;
 static unsigned int g_link_count;
-static struct fake_device g_devs[FAKE_MAX_GPUS]; /* handles point here, so they stay stable */
+static struct fake_device g_devs[FAKE_MAX_GPUS]; /* the live GPUs, by index */
 static nvmlPciInfo_t g_switch_pci[FAKE_MAX_SWITCHES];
 static unsigned char g_level[FAKE_MAX_GPUS][FAKE_MAX_GPUS];
 static struct fake_event_set *g_sets;
@@ -441,6 +445,8 @@ static int mig_answer(nvmlDevice_t handle, int what, char *buf, unsigned int len
 static nvmlReturn_t mig_load_gpu(const json_value *g, unsigned int index);
 static void mig_commit_stage(void);
 static void mig_command(const char *original, char *args);
+static int conf_of(unsigned int live);
+static int live_of(unsigned int conf);
 
 /* Health states beyond XIDs (fake_health.h, included at the end of this file). */
 static nvmlReturn_t health_load_gpu(const json_value *g, unsigned int index);
@@ -492,36 +498,43 @@ static nvmlReturn_t leave(nvmlReturn_t result)
     return result;
 }
 
-/* A handle is valid only if it is the address of one of the configured GPUs; nothing
- * is read through a handle before this check, so foreign pointers are safe. */
-/* A handle to a slot past the live GPUs: a GPU that was there and was removed since (the fake's
- * handles are slots, so only the slots the remaining GPUs no longer fill can be told apart). */
-static unsigned int g_slots_used; /* the most GPUs live at once before a removal */
+/* GPU handles: one per configured GPU, so that a handle names the same GPU for as long as the
+ * session lasts, as NVML's do, whatever is removed or added meanwhile (indices move; handles do
+ * not). Nothing is read through a handle before it is found in this array, so foreign pointers are
+ * safe. */
+static struct fake_gpu_handle {
+    unsigned int unused;
+} g_gpu_handles[FAKE_MAX_GPUS];
 
+/* The configured index a GPU handle names, or -1 for any other pointer. */
+static int handle_conf(nvmlDevice_t handle)
+{
+    uintptr_t p = (uintptr_t)handle, base = (uintptr_t)&g_gpu_handles[0];
+
+    if (p < base || (p - base) % sizeof g_gpu_handles[0] != 0 || (p - base) / sizeof g_gpu_handles[0] >= g_conf_count)
+        return -1;
+    return (int)((p - base) / sizeof g_gpu_handles[0]);
+}
+
+/* The handle of a live GPU (by its index now). Called with g_mu held. */
+static nvmlDevice_t handle_of(unsigned int live)
+{
+    return (nvmlDevice_t)&g_gpu_handles[conf_of(live)];
+}
+
+/* A handle of a configured GPU that was removed since: NVML answers GPU_IS_LOST on it. */
 static int is_stale_handle(nvmlDevice_t handle)
 {
-    uintptr_t p = (uintptr_t)handle;
-    uintptr_t base = (uintptr_t)&g_devs[0];
+    int c = handle_conf(handle);
 
-    if (p < base || (p - base) % sizeof(struct fake_device) != 0)
-        return 0;
-    return (p - base) / sizeof(struct fake_device) >= g_gpu_count && (p - base) / sizeof(struct fake_device) < g_slots_used;
+    return c >= 0 && live_of((unsigned int)c) < 0;
 }
 
 static struct fake_device *device_from_handle(nvmlDevice_t handle)
 {
-    uintptr_t p = (uintptr_t)handle;
-    uintptr_t base = (uintptr_t)&g_devs[0];
-    uintptr_t offset;
+    int c = handle_conf(handle), live = c < 0 ? -1 : live_of((unsigned int)c);
 
-    if (p < base)
-        return NULL;
-    offset = p - base;
-    if (offset % sizeof(struct fake_device) != 0)
-        return NULL;
-    if (offset / sizeof(struct fake_device) >= g_gpu_count)
-        return NULL;
-    return &g_devs[offset / sizeof(struct fake_device)];
+    return live < 0 ? NULL : &g_devs[live];
 }
 
 /* Common prologue of per-device calls: initialised, valid handle, valid arguments,
@@ -1294,7 +1307,7 @@ static nvmlReturn_t event_wait(nvmlEventSet_t handle, nvmlEventData_t *data, uns
 
         s->head = (s->head + 1) % FAKE_QUEUE_CAPACITY;
         s->count--;
-        data->device = e.device < 0 ? NULL : &g_devs[e.device];
+        data->device = e.device < 0 ? NULL : handle_of((unsigned int)e.device);
         data->eventType = e.type;
         data->eventData = e.data;
         if (v2) {
@@ -1488,8 +1501,6 @@ static void publish_devices_locked(void)
     struct fake_event_set *set;
 
     memcpy(old, g_devs, sizeof old[0] * old_count);
-    if (old_count > g_slots_used)
-        g_slots_used = old_count;
     for (i = 0; i < g_conf_count; i++)
         conf_to_new[i] = removed_index_locked(g_conf[i].uuid) < 0 ? (int)count++ : -1;
     memset(g_devs, 0, sizeof g_devs);
@@ -2117,7 +2128,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     if (g_devs[index].lost)
         return leave(NVML_ERROR_GPU_IS_LOST);
-    *device = &g_devs[index];
+    *device = handle_of(index);
     return leave(NVML_SUCCESS);
 }
 
@@ -2135,7 +2146,30 @@ EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *de
         if (strcmp(g_devs[i].uuid, uuid) == 0) {
             if (g_devs[i].lost)
                 return leave(NVML_ERROR_GPU_IS_LOST);
-            *device = &g_devs[i];
+            *device = handle_of(i);
+            return leave(NVML_SUCCESS);
+        }
+    }
+    return leave(NVML_ERROR_NOT_FOUND);
+}
+
+/* By PCI bus id (the nvmlPciInfo_t.busId form, any case): a GPU fallen off the bus is still at its
+ * address and answers GPU_IS_LOST; one that left the bus is NOT_FOUND. */
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device)
+{
+    nvmlReturn_t r;
+    unsigned int i;
+
+    COUNT_CALL(nvmlDeviceGetHandleByPciBusId_v2);
+    if ((r = enter()) != NVML_SUCCESS)
+        return r;
+    if (!pciBusId || !device)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    for (i = 0; i < g_gpu_count; i++) {
+        if (strcasecmp(g_devs[i].pci.busId, pciBusId) == 0) {
+            if (g_devs[i].lost)
+                return leave(NVML_ERROR_GPU_IS_LOST);
+            *device = handle_of(i);
             return leave(NVML_SUCCESS);
         }
     }

@@ -165,15 +165,111 @@ test('MIG fixture (mixed): MIG devices with parentUUID, profile, engines, memory
   await publish(c, 'node-mig');
 });
 
-test('NVLink domains: one for a fabric or a cube mesh, the linked pair only on a bridged node, none without NVLink', async () => {
+test('NVLink domains: one for a fabric, the two full quads of a cube mesh, the linked pair only on a bridged node, none without NVLink', async () => {
   assert.deepEqual(nvlinkDomains(await fixtureSnapshot('nvswitch-8.json')), [0, 0, 0, 0, 0, 0, 0, 0]);
-  assert.deepEqual(nvlinkDomains(await fixtureSnapshot('dgx1-v100.json')), [0, 0, 0, 0, 0, 0, 0, 0]);
+  assert.deepEqual(nvlinkDomains(await fixtureSnapshot('nvswitch-16.json')), new Array(16).fill(0));
+  // DGX-1: GPU 0 reaches GPU 5 only through GPU 1 or 4; one value would let a claim take both.
+  const dgx1 = await fixtureSnapshot('dgx1-v100.json');
+  const domains = nvlinkDomains(dgx1);
+  assert.deepEqual(domains, [0, 0, 0, 0, 4, 4, 4, 4]);
+  for (let i = 0; i < 8; i++)
+    for (let j = i + 1; j < 8; j++)
+      if (domains[i] === domains[j]) assert.ok(directLinks(dgx1, i, j) > 0, `GPUs ${i} and ${j} share a domain`);
   assert.deepEqual(nvlinkDomains(await fixtureSnapshot('bridged-pair-4.json')), [null, 1, 1, null]);
   assert.deepEqual(nvlinkDomains(await fixtureSnapshot('pcie-2socket-8.json')), new Array(8).fill(null));
   const bridged = poolContent(await fixtureSnapshot('bridged-pair-4.json'), { nodeName: 'n', migStrategy: 'none' });
   assert.deepEqual(
     bridged.slices.flat().map((d) => d.attributes.nvlinkDomain),
     [undefined, { int: 1 }, { int: 1 }, undefined],
+  );
+});
+
+/** Direct NVLinks between GPUs i and j, as GPU i reports them. */
+function directLinks(s: Pick<NodeSnapshot, 'nvlinks'>, i: number, j: number): number {
+  const far = s.nvlinks[j]?.busId.toLowerCase();
+  return (s.nvlinks[i]?.links ?? []).filter((l) => l.remote === 'gpu' && l.remoteBusId.toLowerCase() === far).length;
+}
+
+/** A node of n GPUs with the given direct NVLinks (one link per pair listed, `count` for more). */
+function linkedNode(
+  n: number,
+  pairs: readonly (readonly [number, number, number?])[],
+): Pick<NodeSnapshot, 'gpus' | 'nvlinks'> {
+  const busId = (i: number): string => `00000000:${(i + 1).toString(16).padStart(2, '0')}:00.0`;
+  const links = Array.from({ length: n }, () => [] as { remoteBusId: string; remote: 'gpu' }[]);
+  for (const [a, b, count = 1] of pairs)
+    for (let k = 0; k < count; k++) {
+      links[a]?.push({ remoteBusId: busId(b), remote: 'gpu' });
+      links[b]?.push({ remoteBusId: busId(a), remote: 'gpu' });
+    }
+  return {
+    gpus: Array.from({ length: n }, (_, i) => ({ minor: i, busId: busId(i) }) as NodeSnapshot['gpus'][number]),
+    nvlinks: links.map((l, i) => ({ busId: busId(i), links: l })),
+  };
+}
+
+test('NVLink domains: the largest fully linked groups first, then the most links, then the smallest minors; a GPU left over has none', () => {
+  const quad = (o: number): [number, number][] => [
+    [o, o + 1],
+    [o, o + 2],
+    [o, o + 3],
+    [o + 1, o + 2],
+    [o + 1, o + 3],
+    [o + 2, o + 3],
+  ];
+  // GPU 8 is linked to one GPU of each quad: in no group where every pair is linked once the quads are taken.
+  assert.deepEqual(nvlinkDomains(linkedNode(9, [...quad(0), ...quad(4), [8, 1], [8, 5]])), [
+    0,
+    0,
+    0,
+    0,
+    4,
+    4,
+    4,
+    4,
+    null,
+  ]);
+  // A chain 0-1-2-3: pairs, never the chain; the pair with more links wins a tie of size.
+  assert.deepEqual(
+    nvlinkDomains(
+      linkedNode(4, [
+        [0, 1],
+        [1, 2],
+        [2, 3],
+      ]),
+    ),
+    [0, 0, 2, 2],
+  );
+  assert.deepEqual(
+    nvlinkDomains(
+      linkedNode(3, [
+        [0, 1],
+        [1, 2, 4],
+      ]),
+    ),
+    [null, 1, 1],
+  );
+  // Equal size and links: the smaller minors.
+  assert.deepEqual(
+    nvlinkDomains(
+      linkedNode(3, [
+        [0, 1],
+        [1, 2],
+      ]),
+    ),
+    [0, 0, null],
+  );
+  // A triangle beats the pair it overlaps.
+  assert.deepEqual(
+    nvlinkDomains(
+      linkedNode(4, [
+        [0, 1, 6],
+        [1, 2],
+        [2, 3],
+        [1, 3],
+      ]),
+    ),
+    [null, 1, 1, 1],
   );
 });
 

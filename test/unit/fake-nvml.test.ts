@@ -391,6 +391,7 @@ const BASE_SYMBOLS = [
   'nvmlDeviceGetTotalEccErrors',
   'nvmlDeviceGetCudaComputeCapability',
   'nvmlDeviceGetHandleByIndex_v2',
+  'nvmlDeviceGetHandleByPciBusId_v2',
   'nvmlDeviceGetHandleByUUID',
   'nvmlDeviceGetIndex',
   'nvmlDeviceGetMemoryInfo',
@@ -1331,9 +1332,10 @@ function driverVersion(nvml: OldApi): string {
   return cString(buffer);
 }
 
-test('remove and add a GPU: the count, indices, handles, links, topology and events follow; the UUID stays', async () => {
+test('remove and add a GPU: the count, indices, links, topology and events follow; the UUID and handle stay', async () => {
   await withSession(api, 'dgx1-v100.json', async ({ fifo, fixture }) => {
     const uuids = fixture.gpus.map((g) => g.uuid);
+    const h2before = handle(api, 2);
     const h3before = handle(api, 3);
     const h7before = handle(api, 7);
     const set = createSet(api);
@@ -1342,15 +1344,18 @@ test('remove and add a GPU: the count, indices, handles, links, topology and eve
     sendControl(fifo, 'remove 2\n');
     await readStats(fifo);
     assert.equal(deviceCount(api), 7);
-    // A handle no live GPU fills any more answers GPU_IS_LOST, as NVML does for a GPU removed since.
+    // The removed GPU's handle answers GPU_IS_LOST, as NVML does for a GPU removed since; the others
+    // keep their handles under their new indices.
     const idx = [0];
-    assert.equal(api.index(h7before, idx), GPU_IS_LOST);
+    assert.equal(api.index(h2before, idx), GPU_IS_LOST);
+    assert.equal(api.index(h7before, idx), SUCCESS);
+    assert.equal(idx[0], 6);
     assert.deepEqual(
       Array.from({ length: 7 }, (_, i) => uuidOf(api, handle(api, i))),
       uuids.filter((_, i) => i !== 2),
     );
     const h2 = handle(api, 2);
-    assert.notEqual(h2, h3before, 'the GPUs after the removed one have new handles');
+    assert.equal(h2, h3before, 'a GPU keeps its handle when its index moves');
     const index = [0];
     assert.equal(api.index(h2, index), SUCCESS);
     assert.equal(index[0], 2);

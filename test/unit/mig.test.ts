@@ -13,6 +13,7 @@ import { buildSnapshot } from '../../src/core/snapshot.ts';
 import {
   MigStrategyError,
   eventUnits,
+  NO_MIG,
   migCapabilityNodes,
   migMemoryGb,
   migProfileName,
@@ -568,6 +569,10 @@ test('health units: an XID naming a MIG device marks that device; whole GPU (0xF
     'a GPU without MIG devices',
   );
   assert.deepEqual(eventUnits(GPUS, MIXED, GPUS[2]!.uuid, 0xffffffff, 0), at(2), 'a GPU without MIG devices, whole');
+  // --mig-strategy=none reads no MIG layout: every GPU is served whole, and an XID naming one of its
+  // MIG instances is the GPU's own.
+  assert.deepEqual(eventUnits(GPUS, NO_MIG, u0, 3, 0), { units: [u0] }, 'served whole: the GPU takes it');
+  assert.deepEqual(eventUnits(GPUS, NO_MIG, u1, 3, 0xffffffff), { units: [u1] });
 });
 
 function monitor() {

@@ -21,7 +21,7 @@ import { KubeconfigError, loadKubeconfig } from '../k8s/kubeconfig.ts';
 import { getResourceClaim } from '../k8s/resources.ts';
 import { SocketDirView } from '../kubelet/watcher.ts';
 import type { ClaimState } from '../core/daemon-state.ts';
-import type { NodeConsumer, Registrations } from '../manager/consumer.ts';
+import type { NodeConsumer, Registrations } from '../node/consumer.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 import { cdiSpecDirs } from './cdi.ts';

@@ -33,7 +33,7 @@ import { KubeApiError, KubeUnreachableError } from '../k8s/client.ts';
 import type { KubeClient } from '../k8s/client.ts';
 import { checkAccess, createSlice, deleteSlice, getNode, listNodeSlices, updateSlice } from '../k8s/resources.ts';
 import type { ResourceSlice } from '../k8s/resources.ts';
-import type { AppliedSnapshot, NodeConsumer, NodeSettings } from '../manager/consumer.ts';
+import type { AppliedSnapshot, NodeConsumer, NodeSettings } from '../node/consumer.ts';
 import type { Logger } from '../system/log.ts';
 import { errorText } from '../system/log.ts';
 import { CoalescingQueue, TimerOwner } from '../system/timers.ts';

@@ -15,7 +15,7 @@
 // short-lived process, cheap next to what a GPU node runs.
 import { mpsPaths } from '../core/mps.ts';
 import type { NodeSnapshot } from '../core/snapshot.ts';
-import type { AppliedSnapshot, NodeConsumer, NodeSettings } from '../manager/consumer.ts';
+import type { AppliedSnapshot, NodeConsumer, NodeSettings } from '../node/consumer.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 import { TimerOwner } from '../system/timers.ts';

@@ -6,7 +6,7 @@
 // also goes out READY_WITHOUT_KUBELET_MS after start, with a STATUS saying what the plugin waits for.
 import { healthCounts, silentMpsDaemons } from '../core/snapshot.ts';
 import type { HealthCounts, NodeSnapshot } from '../core/snapshot.ts';
-import { errorText } from './log.ts';
+import { errorText, exitProcess } from './log.ts';
 import type { Logger } from './log.ts';
 import { loadKoffi } from './native.ts';
 import type { Koffi } from './native.ts';
@@ -64,6 +64,19 @@ export class ServiceStatus {
   stopping(): void {
     this.notifier.notify('STOPPING=1\nSTATUS=stopping');
     if (this.watchdog !== undefined) clearInterval(this.watchdog);
+  }
+
+  /**
+   * This process no longer sees the directory it serves its sockets in: one line, a STATUS, and exit 1
+   * so that systemd restarts the service with a fresh view of it.
+   */
+  lostDirectory(log: Logger, dir: string, why: string): never {
+    log.error(
+      `lost the socket directory: ${why}; exiting so that systemd restarts the service with a fresh view of it`,
+      { dir },
+    );
+    this.status(`STATUS=lost the socket directory ${dir}; exiting to be restarted`);
+    return exitProcess(1);
   }
 
   /** The start failed: STATUS says why (`cannot start: …`, `configuration error: …`). */

@@ -16,7 +16,7 @@ import { freshHealthState } from '../../src/core/health.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
 import { KubeClient } from '../../src/k8s/client.ts';
 import { accessProblem, pcieRootOfPath, SlicePublisher, sliceName } from '../../src/dra/slice-publisher.ts';
-import type { AppliedSnapshot, NodeSettings } from '../../src/manager/consumer.ts';
+import type { AppliedSnapshot, NodeSettings } from '../../src/node/consumer.ts';
 import { createLogger } from '../../src/system/log.ts';
 import { ApiServerStandIn } from '../support/apiserver.ts';
 import type { ApiServerOptions, JsonObject } from '../support/apiserver.ts';
@@ -28,10 +28,6 @@ const SLICE = sliceName(NODE, 'gpu.nvidia.com', 0);
 function settings(migStrategy: MigStrategy = 'none'): NodeSettings {
   return {
     plan: { deviceIdStrategy: 'uuid', sharing: NO_SHARING, migStrategy },
-    serve: {
-      allocate: { passDeviceSpecs: false, devRoot: '/', presentControlDevices: [] },
-      sharedPolicy: 'distributed',
-    },
   };
 }
 

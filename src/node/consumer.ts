@@ -4,7 +4,8 @@
 // state publisher are consumers; in DRA mode the DRA kubelet plugin and the slice publisher take the
 // device-plugin mode's place (src/dra/mode.ts). See README.md. `Registrations` is what the STATUS
 // line, the state file and the metrics hear of the kubelet's registrations, whichever API serves.
-import type { NodeSnapshot, PlanSettings, SnapshotDiff } from '../core/snapshot.ts';
+import type { NodeSnapshot, PlanSettings } from '../core/snapshot.ts';
+import type { SnapshotDiff } from '../core/snapshot-diff.ts';
 
 /** The configuration in force, as every mode reads it: the sharing, MIG strategy and device naming (plan). */
 export interface NodeSettings {

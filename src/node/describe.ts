@@ -4,8 +4,10 @@
 // Log keys: `gpu` a GPU's index, `uuid` its UUID, `mig` a MIG device's UUID.
 import type { MigDevice } from '../core/mig.ts';
 import { pendingModeChanges } from '../core/mig.ts';
-import { healthCounts, isEmptyDiff } from '../core/snapshot.ts';
-import type { NodeSnapshot, SnapshotDiff } from '../core/snapshot.ts';
+import { healthCounts } from '../core/snapshot.ts';
+import { isEmptyDiff } from '../core/snapshot-diff.ts';
+import type { NodeSnapshot } from '../core/snapshot.ts';
+import type { SnapshotDiff } from '../core/snapshot-diff.ts';
 import type { Logger } from '../system/log.ts';
 
 /** The log of a change: what an operator needs to see of the node, once. */

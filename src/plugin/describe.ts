@@ -2,7 +2,8 @@
 // resources added, device lists changed, MIG devices the plan leaves out, a plan that stops or starts
 // fitting the GPUs. The node's own lines (GPUs, MIG devices, the driver) are node/describe.ts's.
 import { describePlan } from '../core/sharing.ts';
-import type { NodeSnapshot, SnapshotDiff } from '../core/snapshot.ts';
+import type { NodeSnapshot } from '../core/snapshot.ts';
+import type { SnapshotDiff } from '../core/snapshot-diff.ts';
 import type { Logger } from '../system/log.ts';
 
 export function describeResources(

@@ -12,17 +12,26 @@ import { loadKoffi } from './native.ts';
 import type { Koffi } from './native.ts';
 import { createNotifier } from './notify.ts';
 import type { Notifier } from './notify.ts';
+import { TimerOwner } from './timers.ts';
 
 const READY_WITHOUT_KUBELET_MS = 10000;
 
+/** How a daemon talks to systemd beyond the defaults (the plugin's). */
+export interface ServiceStatusOptions {
+  /** The first STATUS line (default: starting, opening NVML). */
+  readonly starting?: string;
+  /** READY=1 goes out this long after start even if nothing said ready (default 10 s); null: only when told. */
+  readonly readyWithinMs?: number | null;
+}
+
 export class ServiceStatus {
   private readonly notifier: Notifier;
-  private readonly watchdog: NodeJS.Timeout | undefined;
-  private readonly readyTimer: NodeJS.Timeout;
+  /** 'watchdog' (WATCHDOG=1 every half period) and 'ready' (READY=1 that could not wait longer). */
+  private readonly timers = new TimerOwner();
   private readySent = false;
   private waitingFor = 'NVML';
 
-  constructor(koffi: Koffi, log: Logger) {
+  constructor(koffi: Koffi, log: Logger, opts: ServiceStatusOptions = {}) {
     let notifier: Notifier;
     try {
       notifier = createNotifier(koffi);
@@ -33,15 +42,14 @@ export class ServiceStatus {
       notifier = createNotifier(koffi, {});
     }
     this.notifier = notifier;
-    if (notifier.watchdogMs !== null) {
-      this.watchdog = setInterval(() => notifier.notify('WATCHDOG=1'), Math.max(notifier.watchdogMs / 2, 50));
-      this.watchdog.unref();
-    }
-    notifier.notify('STATUS=starting: opening NVML');
-    this.readyTimer = setTimeout(() => {
-      if (!this.readySent) this.ready(`STATUS=waiting for ${this.waitingFor}; retrying`);
-    }, READY_WITHOUT_KUBELET_MS);
-    this.readyTimer.unref();
+    if (notifier.watchdogMs !== null)
+      this.timers.every('watchdog', Math.max(notifier.watchdogMs / 2, 50), () => notifier.notify('WATCHDOG=1'));
+    notifier.notify(`STATUS=${opts.starting ?? 'starting: opening NVML'}`);
+    const readyWithin = opts.readyWithinMs === undefined ? READY_WITHOUT_KUBELET_MS : opts.readyWithinMs;
+    if (readyWithin !== null)
+      this.timers.after('ready', readyWithin, () => {
+        if (!this.readySent) this.ready(`STATUS=waiting for ${this.waitingFor}; retrying`);
+      });
   }
 
   /** What the plugin waits for, said in the STATUS of a READY=1 that could not wait longer. */
@@ -56,14 +64,15 @@ export class ServiceStatus {
   }
 
   private ready(statusLine: string): void {
-    clearTimeout(this.readyTimer);
+    this.timers.clear('ready');
     this.notifier.notify(this.readySent ? statusLine : `READY=1\n${statusLine}`);
     this.readySent = true;
   }
 
-  stopping(): void {
-    this.notifier.notify('STOPPING=1\nSTATUS=stopping');
-    if (this.watchdog !== undefined) clearInterval(this.watchdog);
+  /** STOPPING=1 with what is stopping; the watchdog stops. */
+  stopping(status = 'stopping'): void {
+    this.notifier.notify(`STOPPING=1\nSTATUS=${status}`);
+    this.timers.clear('watchdog');
   }
 
   /**
@@ -85,7 +94,7 @@ export class ServiceStatus {
   }
 
   close(): void {
-    clearTimeout(this.readyTimer);
+    this.timers.dispose();
     this.notifier.close();
   }
 }

@@ -10,13 +10,12 @@ import { NO_SHARING } from '../../src/core/sharing.ts';
 import type { PlannedResource } from '../../src/core/sharing.ts';
 import {
   buildSnapshot,
-  diff,
   healthCounts,
   MPS_DAEMON_NOT_ASKED,
-  resourceDeviceList,
   withHealth,
   withMpsDaemons,
 } from '../../src/core/snapshot.ts';
+import { diff, resourceDeviceList } from '../../src/core/snapshot-diff.ts';
 import type { NodeScan, NodeSnapshot, PlanSettings } from '../../src/core/snapshot.ts';
 import type { AppliedSnapshot, NodeSettings } from '../../src/node/consumer.ts';
 import { LiveNode } from '../../src/node/live-node.ts';

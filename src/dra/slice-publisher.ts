@@ -1,4 +1,4 @@
-// The DRA ResourceSlice publisher: a consumer of the live node model (manager/consumer.ts) that keeps
+// The DRA ResourceSlice publisher: a consumer of the live node model (node/consumer.ts) that keeps
 // this node's ResourceSlices on the API server equal to the latest snapshot, as core/dra-slices.ts
 // describes it.
 //

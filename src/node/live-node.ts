@@ -96,11 +96,6 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
     return this.applied;
   }
 
-  /** Events counted so far. */
-  get eventCount(): number {
-    return this.health.eventCount;
-  }
-
   /** Who looks at the node again when a report names something the snapshot does not hold (the scanner). */
   onRescanWanted(fn: (reason: string) => Promise<void>): void {
     this.rescanFn = fn;

@@ -101,13 +101,6 @@ export class ResourceManager implements NodeConsumer<ServedSettings> {
     return [...this.runtimes.keys()];
   }
 
-  /** Registrations made so far, over every resource served now. */
-  get registrations(): number {
-    let n = 0;
-    for (const rt of this.runtimes.values()) n += rt.registrations;
-    return n;
-  }
-
   allRegistered(): boolean {
     return this.runtimes.size > 0 && [...this.runtimes.values()].every((rt) => rt.registered);
   }

@@ -250,10 +250,6 @@ export class ResourceRuntime {
     return this.registeredNowFlag;
   }
 
-  get registrations(): number {
-    return this.registrar.registrationCount;
-  }
-
   start(): void {
     this.watcher.start();
     // The first Register only once the directory watch is open: a socket deleted right after the

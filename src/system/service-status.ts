@@ -109,7 +109,7 @@ export function statusLine(counts: HealthCounts | null, registeredNow: boolean, 
   return `STATUS=${words ?? (registeredNow ? 'registered' : 'waiting for the kubelet')}; ${counts?.gpus.healthy ?? 0} of ${counts?.gpus.total ?? 0} GPUs healthy${mig}`;
 }
 
-/** What the STATUS line asks of the registrations (manager/consumer.ts's Registrations has it). */
+/** What the STATUS line asks of the registrations (node/consumer.ts's Registrations has it). */
 export interface StatusRegistrations {
   allRegisteredNow(): boolean;
   /** The line's first words instead of "registered" / "waiting for the kubelet". */

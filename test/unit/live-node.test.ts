@@ -1,4 +1,4 @@
-// The live node in-process (src/manager/live-node.ts): scans, health events and probes by UUID, an
+// The live node in-process (src/node/live-node.ts): scans, health events and probes by UUID, an
 // event for a device the snapshot does not hold, a GPU_IS_LOST answer confirmed or not by a rescan,
 // a config reload as a transaction, the driver going and coming back, a MIG re-layout, and recovery
 // on node:test's mocked timers — with recording consumers instead of servers.

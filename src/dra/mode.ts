@@ -2,7 +2,7 @@
 // device-plugin mode: scanner, live node, observer, STATUS, state file). It replaces the device-plugin
 // resource manager with two consumers of the node model, the DRA kubelet plugin (plugin.ts) and the
 // ResourceSlice publisher (slice-publisher.ts), sharing one API client, and tells the shared consumers
-// about the kubelet's registrations through manager/consumer.ts's Registrations:
+// about the kubelet's registrations through node/consumer.ts's Registrations:
 //   * the kubeconfig is read at start: one that cannot be used stops the start (exit 2, naming why);
 //   * the credentials are checked (SelfSubjectAccessReviews): ones that may not do what DRA needs stop
 //     the start (exit 2), naming the permissions and the RBAC shipped with the package; an API server
@@ -21,7 +21,7 @@ import { KubeconfigError, loadKubeconfig } from '../k8s/kubeconfig.ts';
 import { getResourceClaim } from '../k8s/resources.ts';
 import { SocketDirView } from '../kubelet/watcher.ts';
 import type { ClaimState } from '../core/daemon-state.ts';
-import type { NodeConsumer, Registrations } from '../manager/consumer.ts';
+import type { NodeConsumer, Registrations } from '../node/consumer.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 import { cdiSpecDirs } from './cdi.ts';

@@ -47,7 +47,7 @@ import { allocatedDevices, cdiDeviceId, deviceHealthList, sameHealth } from '../
 import type { DraDeviceHealth, DraNodeDevice, PreparedDevice } from '../core/dra-claims.ts';
 import { draDevices } from '../core/dra-devices.ts';
 import type { NodeSnapshot } from '../core/snapshot.ts';
-import type { AppliedSnapshot, NodeConsumer } from '../manager/consumer.ts';
+import type { AppliedSnapshot, NodeConsumer } from '../node/consumer.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 import { CDI_SPEC_DIRS, readCdiSpecs } from './cdi.ts';

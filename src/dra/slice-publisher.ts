@@ -1,4 +1,4 @@
-// The DRA ResourceSlice publisher: a consumer of the live node model (manager/consumer.ts) that keeps
+// The DRA ResourceSlice publisher: a consumer of the live node model (node/consumer.ts) that keeps
 // this node's ResourceSlices on the API server equal to the latest snapshot, as core/dra-slices.ts
 // describes it.
 //
@@ -33,7 +33,7 @@ import { KubeApiError, KubeUnreachableError } from '../k8s/client.ts';
 import type { KubeClient } from '../k8s/client.ts';
 import { checkAccess, createSlice, deleteSlice, getNode, listNodeSlices, updateSlice } from '../k8s/resources.ts';
 import type { ResourceSlice } from '../k8s/resources.ts';
-import type { AppliedSnapshot, NodeConsumer, NodeSettings } from '../manager/consumer.ts';
+import type { AppliedSnapshot, NodeConsumer, NodeSettings } from '../node/consumer.ts';
 import type { Logger } from '../system/log.ts';
 import { errorText } from '../system/log.ts';
 import { CoalescingQueue, TimerOwner } from '../system/timers.ts';

@@ -6,11 +6,14 @@ import { badOptions, cannotStart, startError } from '../config/exit-codes.ts';
 import { DEFAULT_MPS_ROOT } from '../core/mps.ts';
 import { NvmlSessions } from '../nvml/node-reader.ts';
 import { Nvml } from '../nvml/nvml.ts';
+import type { MpsDaemonPlan } from '../core/mps.ts';
 import { carryOnAfterUnexpected, errorText, stderrLogger } from '../system/log.ts';
+import type { Logger } from '../system/log.ts';
 import { loadKoffi } from '../system/native.ts';
-import { createNotifier } from '../system/notify.ts';
-import type { Notifier } from '../system/notify.ts';
+import type { Koffi } from '../system/native.ts';
+import { ServiceStatus } from '../system/service-status.ts';
 import { Signals, ignoreRealtimeSignals } from '../system/signals.ts';
+import type { Daemon } from '../system/signals.ts';
 import { versionText } from '../system/version.ts';
 import { findMpsControl, MPS_CONTROL_PROGRAM } from './control-client.ts';
 import { mpsDaemonPlans, readMpsSettings } from './daemon-config.ts';
@@ -64,122 +67,130 @@ export async function mpsControlDaemon(argv: readonly string[]): Promise<void> {
     configFile: opts.configFile,
     driverRoot: opts.driverRoot,
   });
-  let notifier: Notifier | undefined;
-  const status = (line: string, ready = false): void => {
-    notifier?.notify(ready ? `READY=1\n${line}` : line);
-  };
+  let service: ServiceStatus | undefined;
   try {
     const koffi = loadKoffi();
     ignoreRealtimeSignals(koffi);
-    try {
-      notifier = createNotifier(koffi);
-    } catch (err) {
-      log.warn('cannot talk to systemd (NOTIFY_SOCKET); readiness is not reported', { error: errorText(err) });
-    }
-    if (notifier?.watchdogMs != null)
-      setInterval(() => notifier?.notify('WATCHDOG=1'), Math.max(notifier.watchdogMs / 2, 50)).unref();
-    if (settings.sharing.mps === undefined || settings.sharing.mps === null) {
-      // Nothing to run, known before NVML is opened: on a node without MPS whose driver is not (yet)
-      // loaded, the unit the plugin Wants= must still end inactive (exit 0) rather than fail and be
-      // restarted every RestartSec for as long as the node runs.
-      log.info('no MPS resources configured (sharing.mps in the config file): no control daemon to run', {
-        root: settings.mpsRoot,
-      });
-      status('STATUS=no MPS resources configured', true);
-      notifier?.close();
-      process.exitCode = 0;
-      return;
-    }
-    const nvml = Nvml.open({ koffi, driverRoot: opts.driverRoot, log });
-    const sysfsRoot = process.env.SYSFS_ROOT || '/sys';
-    // The node read as the plugin's scanner reads it (MIG layout with --mig-strategy single/mixed, the
-    // compute capabilities for the MPS client limit), so the plan refuses what the plugin refuses.
-    const scan = (s: MpsSettings): ReturnType<typeof mpsDaemonPlans> =>
-      mpsDaemonPlans(
-        s,
-        new NvmlSessions({
-          koffi,
-          driverRoot: s.options.driverRoot,
-          sysfsRoot,
-          log,
-          mig: s.options.migStrategy !== 'none',
-          facts: true,
-        })
-          .on(nvml)
-          .read(null),
-      );
-    const plan = (s: MpsSettings): ReturnType<typeof mpsDaemonPlans> => {
-      try {
-        return scan(s);
-      } catch (err) {
-        throw startError(err, s.options.configFile);
-      }
-    };
-    const plans = plan(settings);
-    let program = MPS_CONTROL_PROGRAM;
-    if (plans.length > 0) {
-      const found = await findMpsControl(opts.driverRoot);
-      if (!('path' in found))
-        throw new Error(
-          `${MPS_CONTROL_PROGRAM} not found (looked at ${found.looked.join(', ')}); install the driver's CUDA MPS tools or set --driver-root`,
-        );
-      program = found.path;
-    }
-    const supervisor = new MpsSupervisor({
-      root: settings.mpsRoot,
-      log,
-      status,
-      host: new RealMpsHost({ root: settings.mpsRoot, nvml, program, log }),
-    });
-    await supervisor.start(plans);
-    if (plans.length === 0) {
-      // Nothing to run: READY=1 has gone out with the STATUS saying so, and the process ends (exit 0),
-      // so on a node without MPS the unit the plugin Wants= is inactive and costs nothing. A config
-      // that adds MPS takes `systemctl restart gpu-device-plugin-mps` (or the plugin's next start).
-      nvml.close();
-      notifier?.close();
-      process.exitCode = 0;
-      return;
-    }
-    signals.started({
-      stop: async () => {
-        notifier?.notify('STOPPING=1\nSTATUS=stopping the MPS control daemons');
-        try {
-          await supervisor.stop();
-        } finally {
-          nvml.close();
-          notifier?.close();
-        }
-      },
-      reload: async () => {
-        let next: MpsSettings;
-        try {
-          next = readMpsSettings(argv, process.env);
-        } catch (err) {
-          log.error('SIGHUP: the config cannot be read; the MPS control daemons keep running as they are', {
-            error: errorText(err),
-          });
-          return;
-        }
-        if (next.mpsRoot !== settings.mpsRoot) {
-          log.warn(
-            `SIGHUP: the MPS root changes from ${settings.mpsRoot} to ${next.mpsRoot}; restart the unit to apply it (systemctl restart gpu-device-plugin-mps — it ends every MPS client); running as before`,
-          );
-          return;
-        }
-        let plans: ReturnType<typeof mpsDaemonPlans>;
-        try {
-          plans = plan(next);
-        } catch (err) {
-          log.error('SIGHUP: the new config does not fit this node; the MPS control daemons keep running as they are', {
-            error: errorText(err),
-          });
-          return;
-        }
-        await supervisor.reload(plans);
-      },
-    });
+    // READY=1 only once the daemons are up (or there are none): the supervisor says it.
+    service = new ServiceStatus(koffi, log, { starting: 'starting the MPS control daemons', readyWithinMs: null });
+    const daemon = await startDaemons(argv, settings, koffi, log, service);
+    if (daemon !== null) signals.started(daemon);
   } catch (err) {
-    cannotStart(err, log, { failed: (e, what) => notifier?.notify(`STATUS=${what}: ${errorText(e)}\nERRNO=5`) }); // as the plugin says it (service-status.ts)
+    cannotStart(err, log, service);
   }
+}
+
+/** The plans of some settings, from the node read as the plugin's scanner reads it; a misfit names the config file. */
+function planner(koffi: Koffi, nvml: Nvml, log: Logger): (s: MpsSettings) => MpsDaemonPlan[] {
+  const sysfsRoot = process.env.SYSFS_ROOT || '/sys';
+  // The MIG layout with --mig-strategy single/mixed and the compute capabilities for the MPS client
+  // limit, so the plan refuses what the plugin refuses.
+  return (s) => {
+    try {
+      const sessions = new NvmlSessions({
+        koffi,
+        driverRoot: s.options.driverRoot,
+        sysfsRoot,
+        log,
+        mig: s.options.migStrategy !== 'none',
+        facts: true,
+      });
+      return mpsDaemonPlans(s, sessions.on(nvml).read(null));
+    } catch (err) {
+      throw startError(err, s.options.configFile);
+    }
+  };
+}
+
+/**
+ * The daemons of the config, started; null when there are none to run: READY=1 has gone out with a
+ * STATUS saying so, and the process ends (exit 0), so on a node without MPS the unit the plugin
+ * Wants= is inactive and costs nothing. A config that adds MPS takes `systemctl restart
+ * gpu-device-plugin-mps` (or the plugin's next start).
+ */
+async function startDaemons(
+  argv: readonly string[],
+  settings: MpsSettings,
+  koffi: Koffi,
+  log: Logger,
+  service: ServiceStatus,
+): Promise<Daemon | null> {
+  if (settings.sharing.mps === undefined || settings.sharing.mps === null) {
+    // Known before NVML is opened: on a node without MPS whose driver is not (yet) loaded, the unit
+    // must still end inactive (exit 0) rather than fail and be restarted every RestartSec.
+    log.info('no MPS resources configured (sharing.mps in the config file): no control daemon to run', {
+      root: settings.mpsRoot,
+    });
+    service.status('STATUS=no MPS resources configured', true);
+    service.close();
+    process.exitCode = 0;
+    return null;
+  }
+  const nvml = Nvml.open({ koffi, driverRoot: settings.options.driverRoot, log });
+  const plan = planner(koffi, nvml, log);
+  const plans = plan(settings);
+  const program = plans.length > 0 ? await controlProgram(settings.options.driverRoot) : MPS_CONTROL_PROGRAM;
+  const host = new RealMpsHost({ root: settings.mpsRoot, nvml, program, log });
+  const supervisor = new MpsSupervisor({ root: settings.mpsRoot, log, status: (l, r) => service.status(l, r), host });
+  await supervisor.start(plans);
+  if (plans.length === 0) {
+    nvml.close();
+    service.close();
+    process.exitCode = 0;
+    return null;
+  }
+  const stop = async (): Promise<void> => {
+    service.stopping('stopping the MPS control daemons');
+    try {
+      await supervisor.stop();
+    } finally {
+      nvml.close();
+      service.close();
+    }
+  };
+  return { stop, reload: () => reloadDaemons(argv, settings, plan, supervisor, log) };
+}
+
+/** The control program under the driver root, then on PATH; throws naming where it looked. */
+async function controlProgram(driverRoot: string): Promise<string> {
+  const found = await findMpsControl(driverRoot);
+  if ('path' in found) return found.path;
+  throw new Error(
+    `${MPS_CONTROL_PROGRAM} not found (looked at ${found.looked.join(', ')}); install the driver's CUDA MPS tools or set --driver-root`,
+  );
+}
+
+/** SIGHUP: the config again; only the default limits of the same daemons are applied, anything else is logged and kept. */
+async function reloadDaemons(
+  argv: readonly string[],
+  running: MpsSettings,
+  plan: (s: MpsSettings) => MpsDaemonPlan[],
+  supervisor: MpsSupervisor,
+  log: Logger,
+): Promise<void> {
+  let next: MpsSettings;
+  try {
+    next = readMpsSettings(argv, process.env);
+  } catch (err) {
+    log.error('SIGHUP: the config cannot be read; the MPS control daemons keep running as they are', {
+      error: errorText(err),
+    });
+    return;
+  }
+  if (next.mpsRoot !== running.mpsRoot) {
+    log.warn(
+      `SIGHUP: the MPS root changes from ${running.mpsRoot} to ${next.mpsRoot}; restart the unit to apply it (systemctl restart gpu-device-plugin-mps — it ends every MPS client); running as before`,
+    );
+    return;
+  }
+  let plans: MpsDaemonPlan[];
+  try {
+    plans = plan(next);
+  } catch (err) {
+    log.error('SIGHUP: the new config does not fit this node; the MPS control daemons keep running as they are', {
+      error: errorText(err),
+    });
+    return;
+  }
+  await supervisor.reload(plans);
 }

@@ -1,6 +1,6 @@
 // The MPS daemon watch: for as long as the plugin runs, each MPS resource's control daemon is asked
-// `get_default_active_thread_percentage` through the control client (FACTS §10: NVIDIA asks once,
-// before serving, and never again). It is a consumer of the live node (manager/consumer.ts): every
+// `get_default_active_thread_percentage` through the control client (NVIDIA asks once,
+// before serving, and never again). It is a consumer of the live node (node/consumer.ts): every
 // applied snapshot says which MPS resources exist and, through the configuration in force, where
 // their daemons live, so a config reload (a resource added or removed, a new root) is followed the
 // same way as the start. It reports transitions only — answering ⇄ not answering, with the client's
@@ -15,7 +15,7 @@
 // short-lived process, cheap next to what a GPU node runs.
 import { mpsPaths } from '../core/mps.ts';
 import type { NodeSnapshot } from '../core/snapshot.ts';
-import type { AppliedSnapshot, NodeConsumer, NodeSettings } from '../manager/consumer.ts';
+import type { AppliedSnapshot, NodeConsumer, NodeSettings } from '../node/consumer.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 import { TimerOwner } from '../system/timers.ts';

@@ -3,7 +3,7 @@
 // layout through the node snapshot later):
 //   metrics.resource(name)   → the recorder for that resource's handlers and registrar
 //   apply(applied)           → every applied node snapshot (it is a consumer of the live node,
-//                              manager/consumer.ts): the labels file follows it (labelInput: the
+//                              node/consumer.ts): the labels file follows it (labelInput: the
 //                              snapshot, its node facts and the configuration in force), metrics now
 //   xids(batch)              → NVML events as the watcher reports them (XID counter)
 //   registered()             → first registration of every resource (time to register at start)
@@ -14,6 +14,7 @@ import { NodeMetrics } from '../core/metrics.ts';
 import type { MetricsSnapshot } from '../core/metrics.ts';
 import { healthCounts } from '../core/snapshot.ts';
 import type { NodeSnapshot, PlanSettings } from '../core/snapshot.ts';
+import type { Options } from '../config/options.ts';
 import type { Logger } from '../system/log.ts';
 import { LabelsOutput, MetricsOutput, readMachineType } from './outputs.ts';
 
@@ -25,6 +26,20 @@ export interface ObserverSettings {
   sysfsRoot: string;
   version: string;
   log: Logger;
+}
+
+/** The observer's settings from the options. */
+export function observerSettings(
+  o: Pick<Options, 'nfdFeaturesFile' | 'nfdRemoveOnStop' | 'metricsFile' | 'metricsInterval'>,
+  rest: Pick<ObserverSettings, 'sysfsRoot' | 'version' | 'log'>,
+): ObserverSettings {
+  return {
+    nfdFeaturesFile: o.nfdFeaturesFile,
+    nfdRemoveOnStop: o.nfdRemoveOnStop,
+    metricsFile: o.metricsFile,
+    metricsIntervalSeconds: o.metricsInterval,
+    ...rest,
+  };
 }
 
 /** The node as the metrics describe it, read at each write. */

@@ -1,4 +1,4 @@
-// The state publisher: a consumer of the live node (src/manager/consumer.ts) that turns each applied
+// The state publisher: a consumer of the live node (src/node/consumer.ts) that turns each applied
 // snapshot (core/snapshot.ts), the configuration in force and the manager's registrations into the
 // published state (core/daemon-state.ts) and writes it to the state file `info` reads
 // (state-file.ts): what the kubelet was told of each device and why, since when. When the

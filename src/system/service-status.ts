@@ -6,23 +6,32 @@
 // also goes out READY_WITHOUT_KUBELET_MS after start, with a STATUS saying what the plugin waits for.
 import { healthCounts, silentMpsDaemons } from '../core/snapshot.ts';
 import type { HealthCounts, NodeSnapshot } from '../core/snapshot.ts';
-import { errorText } from './log.ts';
+import { errorText, exitProcess } from './log.ts';
 import type { Logger } from './log.ts';
 import { loadKoffi } from './native.ts';
 import type { Koffi } from './native.ts';
 import { createNotifier } from './notify.ts';
 import type { Notifier } from './notify.ts';
+import { TimerOwner } from './timers.ts';
 
 const READY_WITHOUT_KUBELET_MS = 10000;
 
+/** How a daemon talks to systemd beyond the defaults (the plugin's). */
+export interface ServiceStatusOptions {
+  /** The first STATUS line (default: starting, opening NVML). */
+  readonly starting?: string;
+  /** READY=1 goes out this long after start even if nothing said ready (default 10 s); null: only when told. */
+  readonly readyWithinMs?: number | null;
+}
+
 export class ServiceStatus {
   private readonly notifier: Notifier;
-  private readonly watchdog: NodeJS.Timeout | undefined;
-  private readonly readyTimer: NodeJS.Timeout;
+  /** 'watchdog' (WATCHDOG=1 every half period) and 'ready' (READY=1 that could not wait longer). */
+  private readonly timers = new TimerOwner();
   private readySent = false;
   private waitingFor = 'NVML';
 
-  constructor(koffi: Koffi, log: Logger) {
+  constructor(koffi: Koffi, log: Logger, opts: ServiceStatusOptions = {}) {
     let notifier: Notifier;
     try {
       notifier = createNotifier(koffi);
@@ -33,15 +42,14 @@ export class ServiceStatus {
       notifier = createNotifier(koffi, {});
     }
     this.notifier = notifier;
-    if (notifier.watchdogMs !== null) {
-      this.watchdog = setInterval(() => notifier.notify('WATCHDOG=1'), Math.max(notifier.watchdogMs / 2, 50));
-      this.watchdog.unref();
-    }
-    notifier.notify('STATUS=starting: opening NVML');
-    this.readyTimer = setTimeout(() => {
-      if (!this.readySent) this.ready(`STATUS=waiting for ${this.waitingFor}; retrying`);
-    }, READY_WITHOUT_KUBELET_MS);
-    this.readyTimer.unref();
+    if (notifier.watchdogMs !== null)
+      this.timers.every('watchdog', Math.max(notifier.watchdogMs / 2, 50), () => notifier.notify('WATCHDOG=1'));
+    notifier.notify(`STATUS=${opts.starting ?? 'starting: opening NVML'}`);
+    const readyWithin = opts.readyWithinMs === undefined ? READY_WITHOUT_KUBELET_MS : opts.readyWithinMs;
+    if (readyWithin !== null)
+      this.timers.after('ready', readyWithin, () => {
+        if (!this.readySent) this.ready(`STATUS=waiting for ${this.waitingFor}; retrying`);
+      });
   }
 
   /** What the plugin waits for, said in the STATUS of a READY=1 that could not wait longer. */
@@ -56,14 +64,28 @@ export class ServiceStatus {
   }
 
   private ready(statusLine: string): void {
-    clearTimeout(this.readyTimer);
+    this.timers.clear('ready');
     this.notifier.notify(this.readySent ? statusLine : `READY=1\n${statusLine}`);
     this.readySent = true;
   }
 
-  stopping(): void {
-    this.notifier.notify('STOPPING=1\nSTATUS=stopping');
-    if (this.watchdog !== undefined) clearInterval(this.watchdog);
+  /** STOPPING=1 with what is stopping; the watchdog stops. */
+  stopping(status = 'stopping'): void {
+    this.notifier.notify(`STOPPING=1\nSTATUS=${status}`);
+    this.timers.clear('watchdog');
+  }
+
+  /**
+   * This process no longer sees the directory it serves its sockets in: one line, a STATUS, and exit 1
+   * so that systemd restarts the service with a fresh view of it.
+   */
+  lostDirectory(log: Logger, dir: string, why: string): never {
+    log.error(
+      `lost the socket directory: ${why}; exiting so that systemd restarts the service with a fresh view of it`,
+      { dir },
+    );
+    this.status(`STATUS=lost the socket directory ${dir}; exiting to be restarted`);
+    return exitProcess(1);
   }
 
   /** The start failed: STATUS says why (`cannot start: …`, `configuration error: …`). */
@@ -72,7 +94,7 @@ export class ServiceStatus {
   }
 
   close(): void {
-    clearTimeout(this.readyTimer);
+    this.timers.dispose();
     this.notifier.close();
   }
 }
@@ -87,7 +109,7 @@ export function statusLine(counts: HealthCounts | null, registeredNow: boolean, 
   return `STATUS=${words ?? (registeredNow ? 'registered' : 'waiting for the kubelet')}; ${counts?.gpus.healthy ?? 0} of ${counts?.gpus.total ?? 0} GPUs healthy${mig}`;
 }
 
-/** What the STATUS line asks of the registrations (manager/consumer.ts's Registrations has it). */
+/** What the STATUS line asks of the registrations (node/consumer.ts's Registrations has it). */
 export interface StatusRegistrations {
   allRegisteredNow(): boolean;
   /** The line's first words instead of "registered" / "waiting for the kubelet". */

@@ -305,6 +305,9 @@ describe('DRA mode through the executable', { concurrency: false }, () => {
       const g0 = devices.find((d) => d.name === 'gpu-0');
       assert.equal(g0?.attributes?.uuid?.string, 'GPU-96a13516-8351-38da-1b3b-bd53058e4ee4');
       assert.equal(g0?.capacity?.memory?.value, '32Gi');
+      // The node facts are read in DRA mode with no node labels and no config file.
+      assert.match(String(g0?.attributes?.cudaComputeCapability?.version), /^\d+\.\d+\.0$/);
+      assert.match(String(g0?.attributes?.cudaDriverVersion?.version), /^\d+\.\d+\.\d+$/);
       assert.equal(g0?.taints, undefined);
       // The DGX-1 layout: the two fully linked quads are one domain each (GPUs 0 and 5 are linked
       // only through others), on every device.

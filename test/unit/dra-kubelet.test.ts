@@ -17,11 +17,12 @@ import type { Gpu } from '../../src/core/devices.ts';
 import { freshHealthState } from '../../src/core/health.ts';
 import type { MigDevice, MigLayout } from '../../src/core/mig.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
-import { buildSnapshot, diff, withHealth } from '../../src/core/snapshot.ts';
+import { buildSnapshot, withHealth } from '../../src/core/snapshot.ts';
+import { diff } from '../../src/core/snapshot-diff.ts';
 import type { NodeScan, NodeSnapshot } from '../../src/core/snapshot.ts';
 import { CHECKPOINT_FILE, DraKubeletPlugin, SUPPORTED_VERSIONS } from '../../src/dra/plugin.ts';
 import type { ClaimReader } from '../../src/dra/plugin.ts';
-import type { AppliedSnapshot, NodeSettings } from '../../src/manager/consumer.ts';
+import type { AppliedSnapshot, NodeSettings } from '../../src/node/consumer.ts';
 import { createLogger } from '../../src/system/log.ts';
 import { SlicePublisher } from '../../src/dra/slice-publisher.ts';
 import { KubeClient } from '../../src/k8s/client.ts';
@@ -79,7 +80,6 @@ function nodeScan(): NodeScan {
 
 const settings: NodeSettings = {
   plan: { deviceIdStrategy: 'uuid', migStrategy: 'mixed', sharing: NO_SHARING },
-  serve: { allocate: { passDeviceSpecs: false, devRoot: '/', presentControlDevices: [] }, sharedPolicy: 'distributed' },
 };
 
 function applied(snapshot: NodeSnapshot, previous: NodeSnapshot | null, reason: string): AppliedSnapshot {

@@ -1,4 +1,4 @@
-// The live node in-process (src/manager/live-node.ts): scans, health events and probes by UUID, an
+// The live node in-process (src/node/live-node.ts): scans, health events and probes by UUID, an
 // event for a device the snapshot does not hold, a GPU_IS_LOST answer confirmed or not by a rescan,
 // a config reload as a transaction, the driver going and coming back, a MIG re-layout, and recovery
 // on node:test's mocked timers — with recording consumers instead of servers.
@@ -10,8 +10,8 @@ import type { EventBatchEntry, ProbeResult } from '../../src/core/health.ts';
 import type { MigDevice, MigLayout } from '../../src/core/mig.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
 import type { NodeScan, NodeSnapshot } from '../../src/core/snapshot.ts';
-import type { AppliedSnapshot, NodeConsumer, NodeSettings } from '../../src/manager/consumer.ts';
-import { LiveNode } from '../../src/manager/live-node.ts';
+import type { AppliedSnapshot, NodeConsumer, NodeSettings } from '../../src/node/consumer.ts';
+import { LiveNode } from '../../src/node/live-node.ts';
 import { createLogger } from '../../src/system/log.ts';
 
 const MiB = 1024 * 1024;
@@ -65,7 +65,6 @@ const settings = (replicas = 1, migStrategy: 'none' | 'mixed' = 'none'): NodeSet
             },
           },
   },
-  serve: { allocate: { passDeviceSpecs: false, devRoot: '/', presentControlDevices: [] }, sharedPolicy: 'distributed' },
 });
 
 /** A consumer that records what it was given, and can be told to refuse the next one. */
@@ -107,7 +106,13 @@ class Recorder implements NodeConsumer {
 }
 
 function setup(
-  opts: { recovery?: boolean; mig?: boolean; rescan?: (node: LiveNode, reason: string) => Promise<void> } = {},
+  opts: {
+    recovery?: boolean;
+    mig?: boolean;
+    rescan?: (node: LiveNode, reason: string) => Promise<void>;
+    /** Consumers after the recorder. */
+    after?: readonly NodeConsumer[];
+  } = {},
 ) {
   const lines: string[] = [];
   const log = createLogger({ level: 'debug', journal: false, write: (l) => lines.push(l) });
@@ -118,7 +123,7 @@ function setup(
     config: settings(1, opts.mig === true ? 'mixed' : 'none'),
     health: parseHealthSettings(undefined, undefined),
     recovery: { enabled: opts.recovery === true, quietMs: 5000 },
-    consumers: [rec],
+    consumers: [rec, ...(opts.after ?? [])],
     now: () => now,
     wallNow: () => 1_700_000_000_000 + now,
   });
@@ -306,6 +311,32 @@ test('a config reload is a transaction: in force while applied, kept when a cons
   await assert.rejects(t.node.reconfigure(bad, 'config reloaded'), /nvidia\.com\/other/);
   assert.equal(t.rec.applied.length, count);
   assert.equal(t.node.config, before);
+});
+
+test('a refused reload leaves the snapshot, health tracking and every consumer as they were', async () => {
+  const second = new Recorder();
+  const t = setup({ after: [second] });
+  await t.node.scanned(scan([0, 1]), 'start');
+  const before = { snapshot: t.node.snapshot, config: t.node.config, applied: t.node.appliedCount };
+  second.refuseNext = new Error('cannot serve that');
+  await assert.rejects(t.node.reconfigure(settings(2), 'config reloaded'), /cannot serve that/);
+  assert.equal(t.node.snapshot, before.snapshot, "the refused plan is not the node's snapshot");
+  assert.equal(t.node.config, before.config);
+  assert.equal(t.node.appliedCount, before.applied);
+  assert.equal(t.rec.last, before.snapshot, 'the consumer that took it has the snapshot before it again');
+  assert.equal(t.rec.applied.at(-1)!.settings, before.config);
+  assert.equal(second.last, before.snapshot);
+  // The next change is judged against the snapshot in force: nothing of the refused plan shows.
+  await t.node.scanned(scan([0, 1]), 're-discovery');
+  assert.deepEqual(second.applied.at(-1)!.change.updated, []);
+  // A refused scan that drops a GPU: health tracking still follows the GPU, so its XID marks it.
+  second.refuseNext = new Error('cannot serve that');
+  await assert.rejects(t.node.scanned(scan([0]), 're-discovery'), /cannot serve that/);
+  assert.equal(t.rec.last.gpus.length, 2);
+  t.node.onEvents(xid(uuid(1), 48));
+  const marked = await second.next(healthChanged);
+  assert.equal(t.health(marked.snapshot), 'HU');
+  assert.ok(!t.lines.some((l) => /does not hold/.test(l)), t.lines.join('\n'));
 });
 
 test('a MIG re-layout: MIG health carried by MIG UUID, a re-created instance starts fresh', async () => {

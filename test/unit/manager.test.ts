@@ -1,7 +1,7 @@
-// The resource manager in-process (src/manager/manager.ts): resources added, updated and removed as
+// The resource manager in-process (src/plugin/manager.ts): resources added, updated and removed as
 // snapshots come, a vanished ID refused by name — on a fake server factory (no gRPC, no kubelet) —
-// the before-serve hook, and re-registration on a config reload against the kubelet stand-in (real
-// gRPC, in this process).
+// each resource serving its own socket, and re-registration on a config reload against the kubelet
+// stand-in (real gRPC, in this process).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -11,10 +11,11 @@ import * as grpc from '@grpc/grpc-js';
 import type { Gpu } from '../../src/core/devices.ts';
 import { freshHealthState } from '../../src/core/health.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
-import { buildSnapshot, diff, withHealth } from '../../src/core/snapshot.ts';
+import { buildSnapshot, withHealth } from '../../src/core/snapshot.ts';
+import { diff } from '../../src/core/snapshot-diff.ts';
 import type { NodeScan, NodeSnapshot } from '../../src/core/snapshot.ts';
-import type { NodeSettings } from '../../src/manager/consumer.ts';
-import { ResourceManager } from '../../src/manager/manager.ts';
+import { ResourceManager } from '../../src/plugin/manager.ts';
+import type { ServedSettings } from '../../src/plugin/manager.ts';
 import type { DevicePluginHandlers } from '../../src/plugin/service.ts';
 import { createLogger } from '../../src/system/log.ts';
 import { KubeletStandIn } from '../support/kubelet.ts';
@@ -38,7 +39,7 @@ function scan(ids: readonly number[]): NodeScan {
     pcie: gpus.map(() => gpus.map(() => -1)),
   };
 }
-const settings = (replicas = 1): NodeSettings => ({
+const settings = (replicas = 1): ServedSettings => ({
   plan: {
     deviceIdStrategy: 'uuid',
     sharing:
@@ -103,7 +104,7 @@ function apply(
   m: ResourceManager,
   prev: NodeSnapshot | null,
   next: NodeSnapshot,
-  s: NodeSettings,
+  s: ServedSettings,
   reregister: string | null = null,
 ): Promise<void> {
   return m.apply({ snapshot: next, change: diff(prev, next), reason: 'test', reregister, settings: s });
@@ -113,16 +114,11 @@ test('resources follow the snapshots: served before registering, lists updated i
   const dir = mkdtempSync(join(tmpdir(), 'gdp-manager-'));
   const lines: string[] = [];
   const servers = new FakeServers();
-  const hooked: string[] = [];
   const m = new ResourceManager({
     kubeletSocket: join(dir, 'kubelet.sock'),
     socketCheckIntervalMs: 60000,
     log: createLogger({ level: 'debug', journal: false, write: (l) => lines.push(l) }),
     serverFactory: servers.factory,
-    beforeServe: async (name) => {
-      hooked.push(name);
-      servers.order.push(`before ${name}`);
-    },
     onDirectoryGone: () => assert.fail('the directory is there'),
   });
   try {
@@ -131,11 +127,7 @@ test('resources follow the snapshots: served before registering, lists updated i
     assert.deepEqual(m.resources, ['nvidia.com/gpu']);
     const sock = join(dir, 'gpu-device-plugin-gpu.sock');
     await until(() => lines.some((l) => / DEBUG serving resource=nvidia\.com\/gpu /.test(l)));
-    assert.deepEqual(
-      servers.order.slice(0, 2),
-      ['before nvidia.com/gpu', 'serve gpu-device-plugin-gpu.sock'],
-      'the hook runs before the resource serves',
-    );
+    assert.deepEqual(servers.order, ['serve gpu-device-plugin-gpu.sock'], 'the resource serves its own socket');
     const h = servers.served.get(sock)!.handlers;
     assert.deepEqual(
       h.current.devices.map((d) => d.id),
@@ -173,7 +165,10 @@ test('resources follow the snapshots: served before registering, lists updated i
     assert.deepEqual(servers.served.get(sock)!.stops, [true], 'stopped, its socket removed');
     assert.equal(existsSync(sock), false);
     await until(() => servers.served.has(join(dir, 'gpu-device-plugin-gpu.shared.sock')));
-    assert.deepEqual(hooked, ['nvidia.com/gpu', 'nvidia.com/gpu.shared']);
+    assert.deepEqual(
+      servers.order.filter((o) => o.startsWith('serve ')),
+      ['serve gpu-device-plugin-gpu.sock', 'serve gpu-device-plugin-gpu.shared.sock'],
+    );
     assert.ok(lines.some((l) => /INFO resource no longer advertised resource=nvidia\.com\/gpu\n/.test(l)));
   } finally {
     await m.stop();

@@ -8,7 +8,8 @@ import type { Gpu } from '../../src/core/devices.ts';
 import { freshHealthState } from '../../src/core/health.ts';
 import type { MigDevice, MigLayout } from '../../src/core/mig.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
-import { buildSnapshot, diff, healthCounts, isEmptyDiff, withHealth } from '../../src/core/snapshot.ts';
+import { buildSnapshot, healthCounts, withHealth } from '../../src/core/snapshot.ts';
+import { diff, isEmptyDiff } from '../../src/core/snapshot-diff.ts';
 import type { NodeScan, NodeSnapshot, PlanSettings } from '../../src/core/snapshot.ts';
 
 /** Advertised health: the GPUs, then the MIG devices, in layout order. */

@@ -28,7 +28,7 @@ import { lowestFirstChooser, preferredAllocation } from '../../src/core/preferre
 import { RequestError } from '../../src/core/request-error.ts';
 import { NO_SHARING, SharingError } from '../../src/core/sharing.ts';
 import type { Sharing } from '../../src/core/sharing.ts';
-import { NodeHealth } from '../../src/manager/node-health.ts';
+import { NodeHealth } from '../../src/node/node-health.ts';
 import { createLogger } from '../../src/system/log.ts';
 import { migMinorsText } from '../support/mig.ts';
 

@@ -10,16 +10,15 @@ import { NO_SHARING } from '../../src/core/sharing.ts';
 import type { PlannedResource } from '../../src/core/sharing.ts';
 import {
   buildSnapshot,
-  diff,
   healthCounts,
   MPS_DAEMON_NOT_ASKED,
-  resourceDeviceList,
   withHealth,
   withMpsDaemons,
 } from '../../src/core/snapshot.ts';
+import { diff, resourceDeviceList } from '../../src/core/snapshot-diff.ts';
 import type { NodeScan, NodeSnapshot, PlanSettings } from '../../src/core/snapshot.ts';
-import type { AppliedSnapshot, NodeSettings } from '../../src/manager/consumer.ts';
-import { LiveNode } from '../../src/manager/live-node.ts';
+import type { AppliedSnapshot, NodeSettings } from '../../src/node/consumer.ts';
+import { LiveNode } from '../../src/node/live-node.ts';
 import { parseHealthSettings } from '../../src/core/health.ts';
 import { MpsControlError } from '../../src/mps/control-client.ts';
 import type { MpsDaemonDirs } from '../../src/mps/control-client.ts';
@@ -80,7 +79,6 @@ interface S extends NodeSettings {
 const settingsWith = (root: string | null): S => ({
   root,
   plan: { deviceIdStrategy: 'uuid', sharing: NO_SHARING },
-  serve: { allocate: { passDeviceSpecs: false, devRoot: '/', presentControlDevices: [] }, sharedPolicy: 'distributed' },
 });
 
 /** A fake client: every question waits until the test answers it. */

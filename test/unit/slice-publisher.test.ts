@@ -9,14 +9,15 @@ import { once } from 'node:events';
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { buildSnapshot, diff, withHealth } from '../../src/core/snapshot.ts';
+import { buildSnapshot, withHealth } from '../../src/core/snapshot.ts';
+import { diff } from '../../src/core/snapshot-diff.ts';
 import type { NodeScan, NodeSnapshot } from '../../src/core/snapshot.ts';
 import type { MigStrategy } from '../../src/core/mig.ts';
 import { freshHealthState } from '../../src/core/health.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
 import { KubeClient } from '../../src/k8s/client.ts';
 import { accessProblem, pcieRootOfPath, SlicePublisher, sliceName } from '../../src/dra/slice-publisher.ts';
-import type { AppliedSnapshot, NodeSettings } from '../../src/manager/consumer.ts';
+import type { AppliedSnapshot, NodeSettings } from '../../src/node/consumer.ts';
 import { createLogger } from '../../src/system/log.ts';
 import { ApiServerStandIn } from '../support/apiserver.ts';
 import type { ApiServerOptions, JsonObject } from '../support/apiserver.ts';
@@ -28,10 +29,6 @@ const SLICE = sliceName(NODE, 'gpu.nvidia.com', 0);
 function settings(migStrategy: MigStrategy = 'none'): NodeSettings {
   return {
     plan: { deviceIdStrategy: 'uuid', sharing: NO_SHARING, migStrategy },
-    serve: {
-      allocate: { passDeviceSpecs: false, devRoot: '/', presentControlDevices: [] },
-      sharedPolicy: 'distributed',
-    },
   };
 }
 

@@ -4,7 +4,8 @@ import type { Gpu } from '../../src/core/devices.ts';
 import { HealthTracker, freshHealthState, parseHealthSettings } from '../../src/core/health.ts';
 import type { GpuHealthState } from '../../src/core/health.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
-import { buildSnapshot, carryPlan, diff, isEmptyDiff, sameIdentity, withHealth } from '../../src/core/snapshot.ts';
+import { buildSnapshot, carryPlan, sameIdentity, withHealth } from '../../src/core/snapshot.ts';
+import { diff, isEmptyDiff } from '../../src/core/snapshot-diff.ts';
 import type { NodeScan, NodeSnapshot, PlanSettings, UnitHealth } from '../../src/core/snapshot.ts';
 
 const uuid = (i: number): string => `GPU-0000000${i}-1111-2222-3333-444444444444`;

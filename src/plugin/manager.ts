@@ -14,21 +14,28 @@ import { lowestFirstChooser } from '../core/preferred.ts';
 import type { GpuChooser } from '../core/preferred.ts';
 import type { PlannedResource, SharedAllocationPolicy } from '../core/sharing.ts';
 import { resourceHealth } from '../core/snapshot.ts';
-import type { NodeSnapshot, SnapshotDiff } from '../core/snapshot.ts';
+import type { NodeSnapshot } from '../core/snapshot.ts';
+import type { SnapshotDiff } from '../core/snapshot-diff.ts';
 import { PreferredPolicy, buildScoreMatrix } from '../core/topology/index.ts';
-import type { PluginState } from '../plugin/service.ts';
 import { SocketDirView } from '../kubelet/watcher.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 import type { RegistrationRecorder, RpcRecorder } from '../core/metrics.ts';
-import type { AppliedSnapshot, NodeConsumer } from './consumer.ts';
+import type { AppliedSnapshot, NodeConsumer, NodeSettings } from '../node/consumer.ts';
+import { TimerOwner } from '../system/timers.ts';
 import { ResourceRuntime } from './resource.ts';
 import type { ServerFactory } from './resource.ts';
+import type { PluginState } from './service.ts';
 
 /** How answers are given, from the options (not from the node). */
 export interface ServeSettings {
   readonly allocate: Omit<AllocateSettings, 'failRequestsGreaterThanOne' | 'resourceName' | 'newUuid' | 'mps'>;
   readonly sharedPolicy: SharedAllocationPolicy;
+}
+
+/** The configuration in force as the resource manager reads it: the node's, and how answers are given. */
+export interface ServedSettings extends NodeSettings {
+  readonly serve: ServeSettings;
 }
 
 export interface ManagerContext {
@@ -37,8 +44,6 @@ export interface ManagerContext {
   readonly log: Logger;
   /** Starts a resource's server (default: the gRPC PluginServer on its unix socket). */
   readonly serverFactory?: ServerFactory;
-  /** Awaited before a resource serves, so before it registers (MPS readiness will sit here). */
-  beforeServe?(resource: string): Promise<void>;
   /** This process no longer sees the socket directory (see kubelet/watcher.ts SocketDirView). */
   onDirectoryGone(dir: string, why: string): void;
   /** The recorder of a resource's RPCs and registrations (metrics); none by default. */
@@ -50,15 +55,15 @@ const MAX_VANISHED = 4096;
 /** How long after a registration a new topology policy is warmed up (see warmUpLater). */
 const WARM_UP_DELAY_MS = 100;
 
-export class ResourceManager implements NodeConsumer {
+export class ResourceManager implements NodeConsumer<ServedSettings> {
   readonly name = 'device plugin resources';
   private readonly ctx: ManagerContext;
   private readonly runtimes = new Map<string, ResourceRuntime>();
   private readonly vanished = new Map<string, Map<string, string>>();
   private chooser: GpuChooser = lowestFirstChooser;
-  /** A topology policy not warmed up yet, and the timer that will. */
+  /** A topology policy not warmed up yet; the 'warm up' timer will. */
   private cold: PreferredPolicy | null = null;
-  private warmUpTimer: NodeJS.Timeout | undefined;
+  private readonly timers = new TimerOwner();
   private registeredOnce = false;
   private snapshot: NodeSnapshot | null = null;
   /** Each planned device list's index, kept while the list and the GPUs are the same objects (a health change keeps both). */
@@ -96,13 +101,6 @@ export class ResourceManager implements NodeConsumer {
     return [...this.runtimes.keys()];
   }
 
-  /** Registrations made so far, over every resource served now. */
-  get registrations(): number {
-    let n = 0;
-    for (const rt of this.runtimes.values()) n += rt.registrations;
-    return n;
-  }
-
   allRegistered(): boolean {
     return this.runtimes.size > 0 && [...this.runtimes.values()].every((rt) => rt.registered);
   }
@@ -121,7 +119,12 @@ export class ResourceManager implements NodeConsumer {
    * Serves the snapshot. `change` is diff(previous snapshot, snapshot); `reregister` asks resources
    * whose device set changed to register again (with this reason).
    */
-  async apply({ snapshot: next, change, settings: { serve: settings }, reregister }: AppliedSnapshot): Promise<void> {
+  async apply({
+    snapshot: next,
+    change,
+    settings: { serve: settings },
+    reregister,
+  }: AppliedSnapshot<ServedSettings>): Promise<void> {
     if (this.stopped) return;
     if (change.gpuSetChanged || this.snapshot === null) this.chooser = this.buildChooser(next);
     this.snapshot = next;
@@ -150,9 +153,6 @@ export class ResourceManager implements NodeConsumer {
           socketCheckIntervalMs: this.ctx.socketCheckIntervalMs,
           log: this.ctx.log,
           ...(this.ctx.serverFactory === undefined ? {} : { serverFactory: this.ctx.serverFactory }),
-          ...(this.ctx.beforeServe === undefined
-            ? {}
-            : { beforeServe: (name: string) => this.ctx.beforeServe?.(name) ?? Promise.resolve() }),
           onRegistered: () => {
             this.registeredOnce = true;
             this.warmUpLater();
@@ -169,13 +169,6 @@ export class ResourceManager implements NodeConsumer {
         started.start();
       }
     }
-  }
-
-  /** New answer settings (a config reload that changed only how answers are given). */
-  async reconfigure(settings: ServeSettings): Promise<void> {
-    const s = this.snapshot;
-    if (s === null) return;
-    for (const r of s.resources) this.runtimes.get(r.name)?.update(this.stateFor(s, r, settings));
   }
 
   private buildChooser(s: NodeSnapshot): GpuChooser {
@@ -203,14 +196,12 @@ export class ResourceManager implements NodeConsumer {
    * registration at start. A request that comes first gets the same answer, a little later.
    */
   private warmUpLater(): void {
-    if (this.cold === null || !this.registeredOnce || this.warmUpTimer !== undefined || this.stopped) return;
-    this.warmUpTimer = setTimeout(() => {
-      this.warmUpTimer = undefined;
+    if (this.cold === null || !this.registeredOnce || this.timers.has('warm up')) return;
+    this.timers.after('warm up', WARM_UP_DELAY_MS, () => {
       const policy = this.cold;
       this.cold = null;
       policy?.warmUp();
-    }, WARM_UP_DELAY_MS);
-    this.warmUpTimer.unref();
+    });
   }
 
   /** IDs that left each resource, and why, so a request naming one is told. */
@@ -262,8 +253,7 @@ export class ResourceManager implements NodeConsumer {
 
   async stop(): Promise<void> {
     this.stopped = true;
-    if (this.warmUpTimer !== undefined) clearTimeout(this.warmUpTimer);
-    this.warmUpTimer = undefined;
+    this.timers.dispose();
     this.dirView.stop();
     const all = [...this.runtimes.values()];
     this.runtimes.clear();

@@ -1,16 +1,15 @@
 // What the live node hands every consumer of the node model: each applied snapshot, with its diff
-// against the one before, why it was made, and the configuration in force. The device-plugin
-// resource manager (manager.ts), the observer (observe/), the systemd STATUS (system/service-status.ts)
-// and a state publisher are consumers; in DRA mode the DRA kubelet plugin and the slice publisher take
-// the resource manager's place (src/dra/mode.ts). See README.md. `Registrations` is what the STATUS
+// against the one before, why it was made, and the configuration in force. The device-plugin mode
+// (src/plugin/mode.ts), the observer (observe/), the systemd STATUS (system/service-status.ts) and a
+// state publisher are consumers; in DRA mode the DRA kubelet plugin and the slice publisher take the
+// device-plugin mode's place (src/dra/mode.ts). See README.md. `Registrations` is what the STATUS
 // line, the state file and the metrics hear of the kubelet's registrations, whichever API serves.
-import type { NodeSnapshot, PlanSettings, SnapshotDiff } from '../core/snapshot.ts';
-import type { ServeSettings } from './manager.ts';
+import type { NodeSnapshot, PlanSettings } from '../core/snapshot.ts';
+import type { SnapshotDiff } from '../core/snapshot-diff.ts';
 
-/** The configuration in force: what decides the resources (plan) and how answers are given (serve). */
+/** The configuration in force, as every mode reads it: the sharing, MIG strategy and device naming (plan). */
 export interface NodeSettings {
   readonly plan: PlanSettings;
-  readonly serve: ServeSettings;
 }
 
 /** One applied snapshot, as every consumer gets it (C: the live node's configuration type). */

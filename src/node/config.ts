@@ -1,13 +1,15 @@
 // The configuration in force and SIGHUP's reload of it. The options and the sharing section are
-// turned into what the live node plans and serves by (NodeSettings); a reload reads the config file
+// turned into what every mode reads (NodeSettings); a reload reads the config file
 // again, keeps restart-only options at their running values (config/reload.ts), and hands the result to
 // the live node, whose reconfigure() is the transaction: a config that does not fit is refused and
 // the running one kept.
+import { parseOptions } from '../config/parse-options.ts';
 import type { Options, ParsedOptions } from '../config/options.ts';
+import { parseHealthSettings } from '../core/health.ts';
+import type { HealthSettings } from '../core/health.ts';
 import { planSettings } from '../config/plan-settings.ts';
 import { planReload } from '../config/reload.ts';
 import type { Sharing } from '../core/sharing.ts';
-import { presentControlDevices } from '../system/control-devices.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 import type { NodeSettings } from './consumer.ts';
@@ -19,29 +21,9 @@ export interface RunningConfig extends NodeSettings {
   readonly sharing: Sharing;
 }
 
-/** The running configuration of some options; IMEX channels are looked for once, at start. */
-export async function runningConfig(
-  o: Options,
-  sharing: Sharing,
-  imexChannels: readonly number[],
-): Promise<RunningConfig> {
-  return {
-    options: o,
-    sharing,
-    plan: planSettings(o, sharing),
-    serve: {
-      allocate: {
-        imexChannels,
-        passDeviceSpecs: o.passDeviceSpecs,
-        devRoot: o.devRoot,
-        presentControlDevices: o.passDeviceSpecs ? await presentControlDevices(o.devRoot) : [],
-        deviceListStrategies: o.deviceListStrategy,
-        cdiAnnotationPrefix: o.cdiAnnotationPrefix,
-        mpsRoot: o.mpsRoot,
-      },
-      sharedPolicy: o.sharedDevicesAllocationPolicy,
-    },
-  };
+/** The running configuration of some options. */
+export function runningConfig(o: Options, sharing: Sharing): RunningConfig {
+  return { options: o, sharing, plan: planSettings(o, sharing) };
 }
 
 /**
@@ -52,7 +34,6 @@ export async function runningConfig(
 export async function reloadConfig(
   node: LiveNode<RunningConfig>,
   read: () => ParsedOptions,
-  imexChannels: readonly number[],
   log: Logger,
 ): Promise<boolean> {
   const running = node.config;
@@ -75,10 +56,7 @@ export async function reloadConfig(
     }
     // The new settings are in force while their snapshot is applied, so the labels written from it
     // are the new ones; a refused plan puts the running ones back (LiveNode.reconfigure).
-    const resources = await node.reconfigure(
-      await runningConfig(r.options, r.sharing, imexChannels),
-      'config reloaded',
-    );
+    const resources = await node.reconfigure(runningConfig(r.options, r.sharing), 'config reloaded');
     log.info('config reloaded', { file, changed: [...r.changed, ...(r.sharingChanged ? ['sharing'] : [])], resources });
     return true;
   } catch (err) {
@@ -88,4 +66,22 @@ export async function reloadConfig(
     });
     return false;
   }
+}
+
+/**
+ * Whether scans read the node facts (compute capability, CUDA driver version): DRA's ResourceSlices
+ * always carry them; otherwise the node labels need them, and with a config file so may MPS (its
+ * client limit), since SIGHUP may turn it on.
+ */
+export function readsNodeFacts(o: Pick<Options, 'kubeletApi' | 'configFile'>, writesLabels: boolean): boolean {
+  return o.kubeletApi === 'dra' || writesLabels || o.configFile !== null;
+}
+
+/** The daemon's options and its health settings (DP_DISABLE_HEALTHCHECKS, DP_ENABLE_HEALTHCHECKS); throws what they refuse. */
+export function readDaemonOptions(
+  argv: readonly string[],
+  env: NodeJS.ProcessEnv,
+): { readonly parsed: ParsedOptions; readonly health: HealthSettings } {
+  const parsed = parseOptions(argv, env);
+  return { parsed, health: parseHealthSettings(env.DP_DISABLE_HEALTHCHECKS, env.DP_ENABLE_HEALTHCHECKS) };
 }

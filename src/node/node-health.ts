@@ -57,7 +57,6 @@ export class NodeHealth {
   /** Reason and since of each unit, as the snapshot carries them, kept up to date on transitions. */
   private meta = new Map<string, { reason: string | null; since: number | null }>();
   private unmanagedLogged = false;
-  private events = 0;
 
   constructor(o: NodeHealthOptions) {
     this.o = o;
@@ -65,11 +64,6 @@ export class NodeHealth {
     this.now = o.now ?? (() => performance.now());
     this.wallNow = o.wallNow ?? (() => Date.now());
     this.tracker = new HealthTracker<string>([], o.settings, o.recovery);
-  }
-
-  /** Events counted so far (repeats included). */
-  get eventCount(): number {
-    return this.events;
   }
 
   /** When tick() could next change something (in `now`'s clock), or null. */
@@ -110,7 +104,6 @@ export class NodeHealth {
     const unplaced: UnplacedEvent[] = [];
     for (const entry of batch) {
       const { event: ev, count } = entry;
-      this.events += count;
       if (ev.gpu === UNMANAGED_DEVICE) {
         if (!this.unmanagedLogged) {
           this.log.warn('NVML event for a device this plugin does not manage; ignored (further ones are not logged)', {

@@ -10,7 +10,8 @@ import { MigStrategyError } from '../core/mig.ts';
 import { describeHealthSettings, watchesAnything } from '../core/health.ts';
 import type { EventBatchEntry, HealthSettings, ProbeRound, RecoverySettings } from '../core/health.ts';
 import { describePlan } from '../core/sharing.ts';
-import { buildSnapshot, diff, scanOf, withHealth, withMpsDaemons } from '../core/snapshot.ts';
+import { buildSnapshot, scanOf, withHealth, withMpsDaemons } from '../core/snapshot.ts';
+import { diff } from '../core/snapshot-diff.ts';
 import type { MpsDaemonState, NodeScan, NodeSnapshot, UnitHealth } from '../core/snapshot.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
@@ -29,8 +30,6 @@ export interface LiveNodeDeps<C extends NodeSettings> {
   readonly recovery: RecoverySettings;
   /** Given every applied snapshot, in this order. */
   readonly consumers: readonly NodeConsumer<C>[];
-  /** Whether the planned device-plugin resources are served (and logged); false in DRA mode. Default true. */
-  readonly servesResources?: boolean;
   /** Monotonic milliseconds for health quiet periods (default performance.now). */
   readonly now?: () => number;
   /** Wall-clock milliseconds for "since when" (default Date.now). */
@@ -95,11 +94,6 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
   /** Snapshots applied so far. */
   get appliedCount(): number {
     return this.applied;
-  }
-
-  /** Events counted so far. */
-  get eventCount(): number {
-    return this.health.eventCount;
   }
 
   /** Who looks at the node again when a report names something the snapshot does not hold (the scanner). */
@@ -193,25 +187,19 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
   reconfigure(config: C, reason: string): Promise<string> {
     return this.enqueue(async () => {
       const prev = this.withTrackedHealth();
-      if (prev !== null) {
-        try {
-          planForNode(prev.gpus, prev.mig, config.plan, prev.facts?.gpus);
-        } catch (err) {
-          // Whether the node fits the MIG strategy is not the new file's fault.
-          if (!(err instanceof MigStrategyError)) throw err;
-        }
+      if (prev === null) {
+        this.config_ = config;
+        return '';
       }
-      const running = this.config_;
-      this.config_ = config;
-      if (prev === null) return '';
       try {
-        const next = buildSnapshot(scanOf(prev), config.plan, prev, this.deps.recovery.enabled);
-        await this.apply(prev, next, reason, reason);
-        return describePlan(next.resources);
+        planForNode(prev.gpus, prev.mig, config.plan, prev.facts?.gpus);
       } catch (err) {
-        this.config_ = running;
-        throw err;
+        // Whether the node fits the MIG strategy is not the new file's fault.
+        if (!(err instanceof MigStrategyError)) throw err;
       }
+      const next = buildSnapshot(scanOf(prev), config.plan, prev, this.deps.recovery.enabled);
+      await this.apply(prev, next, reason, reason, config);
+      return describePlan(next.resources);
     });
   }
 
@@ -335,21 +323,57 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
     await this.applyHealth(out.updates);
   }
 
+  /**
+   * One change, as a transaction: every consumer takes the new snapshot (with the configuration in
+   * force, `config`), in order; only then is it the node's snapshot and does health tracking follow
+   * it. A consumer that throws fails the change: the consumers that had taken it are given the
+   * previous snapshot back, and the node, its health tracking and its configuration stay as they were.
+   */
   private async apply(
     prev: NodeSnapshot | null,
     next: NodeSnapshot,
     reason: string,
     reregister: string | null,
+    config: C = this.config_,
   ): Promise<void> {
     const change = diff(prev, next);
-    describeChange(this.log, prev, next, change, reason, this.deps.servesResources ?? true);
+    describeChange(this.log, prev, next, change, reason);
+    const took: NodeConsumer<C>[] = [];
+    try {
+      for (const c of this.deps.consumers) {
+        took.push(c);
+        await c.apply({ snapshot: next, change, reason, reregister, settings: config });
+      }
+    } catch (err) {
+      if (this.current !== null) await this.giveBack(took, next, this.current, reason);
+      throw err;
+    }
     if (change.gpuSetChanged || change.migChanged) this.unplaceable.clear();
     this.current = next;
+    this.config_ = config;
     this.health.follow(next);
     this.applied++;
     this.scheduleRecovery();
-    for (const c of this.deps.consumers)
-      await c.apply({ snapshot: next, change, reason, reregister, settings: this.config_ });
+  }
+
+  /** A change a consumer refused: the consumers that took it get the node's snapshot again. */
+  private async giveBack(
+    took: readonly NodeConsumer<C>[],
+    next: NodeSnapshot,
+    prev: NodeSnapshot,
+    why: string,
+  ): Promise<void> {
+    const change = diff(next, prev);
+    for (const c of took) {
+      try {
+        await c.apply({ snapshot: prev, change, reason: `${why} refused`, reregister: null, settings: this.config_ });
+      } catch (err) {
+        this.log.error('cannot give a consumer the snapshot before a refused change back', {
+          consumer: c.name,
+          error: errorText(err),
+        });
+      }
+    }
   }
 
   /** Stops the recovery timer and every consumer. */

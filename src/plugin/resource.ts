@@ -1,17 +1,19 @@
 // One advertised resource at run time: its socket, gRPC server, registration loop and socket
-// directory watcher (the check that this process still sees the directory is the manager's, one for all). Made when a snapshot diff adds the resource, updated in place when its list
-// changes, stopped (socket removed) when a diff removes it.
+// directory watcher (the check that this process still sees the directory is the manager's, one for
+// all). Made when a snapshot diff adds the resource, updated in place when its list changes, stopped
+// (socket removed) when a diff removes it.
 import { basename, dirname, join } from 'node:path';
 import { API_VERSION } from '../api/messages.ts';
 import { KubeletConnection } from '../kubelet/registration.ts';
 import { Registrar } from '../kubelet/registrar.ts';
 import { fileIdentity } from '../kubelet/socket-identity.ts';
 import { SocketDirWatcher } from '../kubelet/watcher.ts';
-import { PluginServer } from '../plugin/server.ts';
-import { DevicePluginHandlers, PLUGIN_OPTIONS } from '../plugin/service.ts';
-import type { PluginState } from '../plugin/service.ts';
+import { PluginServer } from './server.ts';
+import { DevicePluginHandlers, PLUGIN_OPTIONS } from './service.ts';
+import type { PluginState } from './service.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
+import { CoalescingQueue, TimerOwner } from '../system/timers.ts';
 import type { RegistrationRecorder, RpcRecorder } from '../core/metrics.ts';
 
 /** Socket file of a resource: gpu-device-plugin-<name without the vendor domain>.sock */
@@ -44,8 +46,6 @@ export interface ResourceContext {
   readonly kubeletSocket: string;
   /** Starts the server (default: the gRPC PluginServer). */
   readonly serverFactory?: ServerFactory;
-  /** Awaited before a resource serves (and so before it registers): where a readiness check sits (MPS, say). */
-  beforeServe?(resource: string): Promise<void>;
   readonly socketCheckIntervalMs: number;
   readonly log: Logger;
   /** After every successful registration of this resource. */
@@ -71,7 +71,8 @@ export class ResourceRuntime {
   private attemptedKubelet: string | null = null;
   private registeredFlag = false;
   private stopped = false;
-  private otherTimer: NodeJS.Timeout | undefined;
+  /** The 'other plugin' timer (see otherPluginGone). */
+  private readonly timers = new TimerOwner();
   private registeredNowFlag = false;
   /** The connection to the kubelet for the attempt under way, connecting while we make sure we serve. */
   private pending: { readonly kubelet: string | null; readonly connection: KubeletConnection } | undefined;
@@ -82,7 +83,10 @@ export class ResourceRuntime {
    */
   private lastRegister: { readonly optionsCalls: number; reachedReplaced: boolean } | undefined;
   /** Serving is made sure of one at a time (the watcher and the registration loop both ask). */
-  private serving: Promise<void> = Promise.resolve();
+  private readonly serving = new CoalescingQueue<void>(
+    () => this.ensureServingNow(),
+    () => undefined,
+  );
 
   constructor(name: string, state: PluginState, ctx: ResourceContext) {
     this.name = name;
@@ -217,11 +221,10 @@ export class ResourceRuntime {
    * and its successor gets a registration anyway).
    */
   private otherPluginGone(file: string): void {
-    if (file.startsWith(SOCKET_PREFIX) || this.registrar.current !== 'registered' || this.otherTimer !== undefined)
+    if (file.startsWith(SOCKET_PREFIX) || this.registrar.current !== 'registered' || this.timers.has('other plugin'))
       return;
     const kubelet = this.attemptedKubelet;
-    this.otherTimer = setTimeout(() => {
-      this.otherTimer = undefined;
+    this.timers.after('other plugin', OTHER_PLUGIN_SETTLE_MS, () => {
       void fileIdentity(this.ctx.kubeletSocket)
         .catch(() => null)
         .then((now) => {
@@ -234,8 +237,7 @@ export class ResourceRuntime {
             return;
           this.registrar.kick(`another plugin's socket went (${file})`);
         });
-    }, OTHER_PLUGIN_SETTLE_MS);
-    this.otherTimer.unref();
+    });
   }
 
   /** Registered at least once. */
@@ -246,10 +248,6 @@ export class ResourceRuntime {
   /** Registered now: since the last registration, nothing asked for another. */
   get registeredNow(): boolean {
     return this.registeredNowFlag;
-  }
-
-  get registrations(): number {
-    return this.registrar.registrationCount;
   }
 
   start(): void {
@@ -288,9 +286,7 @@ export class ResourceRuntime {
 
   /** Makes sure our socket is there and served; one at a time. */
   private ensureServing(): Promise<void> {
-    const next = this.serving.catch(() => undefined).then(() => this.ensureServingNow());
-    this.serving = next;
-    return next;
+    return this.serving.request(undefined);
   }
 
   private async ensureServingNow(): Promise<void> {
@@ -306,7 +302,6 @@ export class ResourceRuntime {
       this.server = undefined;
       this.served = null;
     }
-    await this.ctx.beforeServe?.(this.name);
     const server = await (this.ctx.serverFactory ?? grpcServerFactory)(this.socketPath, this.handlers);
     if (this.stopped) {
       await server.stop(true);
@@ -325,11 +320,11 @@ export class ResourceRuntime {
   /** Stops registering and serving; removes our socket file if it is still ours. */
   async stop(): Promise<void> {
     this.stopped = true;
-    if (this.otherTimer !== undefined) clearTimeout(this.otherTimer);
+    this.timers.dispose();
     this.watcher.stop();
     this.registrar.stop();
     this.dropPending();
-    await this.serving.catch(() => undefined);
+    await this.serving.close();
     this.handlers.endStreams();
     const server = this.server;
     this.server = undefined;

@@ -52,7 +52,7 @@ import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 import { CDI_SPEC_DIRS, readCdiSpecs } from './cdi.ts';
 import { BOOT_ID_FILE, CheckpointStore, readBootId } from './checkpoint.ts';
-import { UnixGrpcServer } from './socket-server.ts';
+import { UnixSocketServer } from '../kubelet/socket-server.ts';
 
 /** Reads a ResourceClaim from the API server (i21-slices' REST client implements it): the object's JSON. */
 export interface ClaimReader {
@@ -109,6 +109,8 @@ export interface DraKubeletPluginOptions {
   readonly log: Logger;
 }
 
+const SERVE = { missingDirHint: 'is the kubelet installed and started?' };
+
 export const CHECKPOINT_FILE = 'gpu-device-plugin-checkpoint.json';
 
 /** The services announced in GetInfo, in the order the kubelet picks from. */
@@ -154,8 +156,8 @@ export class DraKubeletPlugin implements NodeConsumer {
   private readonly pluginDir: string;
   private readonly now: () => number;
   private store: CheckpointStore | undefined;
-  private regServer: UnixGrpcServer | undefined;
-  private draServer: UnixGrpcServer | undefined;
+  private regServer: UnixSocketServer | undefined;
+  private draServer: UnixSocketServer | undefined;
   private snapshot: NodeSnapshot | null = null;
   private nodeDevices: readonly DraNodeDevice[] = [];
   private health: DraDeviceHealth[] = [];
@@ -318,7 +320,7 @@ export class DraKubeletPlugin implements NodeConsumer {
         await this.draServer?.stop();
         this.draServer = undefined;
         if (this.stopped) return;
-        this.draServer = await UnixGrpcServer.start(this.endpoint, this.draServices());
+        this.draServer = await UnixSocketServer.start(this.endpoint, this.draServices(), SERVE);
         if (had) this.log.info('dra.sock was removed; serving it again', { socket: this.endpoint });
       }
       if (this.regServer === undefined || !(await this.regServer.stillOurs())) {
@@ -330,9 +332,11 @@ export class DraKubeletPlugin implements NodeConsumer {
             'our registration socket was removed (the kubelet wiped its plugin directory, or someone removed it)',
           );
         if (this.stopped) return;
-        this.regServer = await UnixGrpcServer.start(this.registrationSocket, [
-          { definition: pluginRegistrationService(), implementation: this.registrationImpl() },
-        ]);
+        this.regServer = await UnixSocketServer.start(
+          this.registrationSocket,
+          [{ definition: pluginRegistrationService(), implementation: this.registrationImpl() }],
+          SERVE,
+        );
         this.log.debug('serving the plugin registration', { socket: this.registrationSocket });
       }
       if (this.lastProblem !== undefined)

@@ -178,8 +178,9 @@ export class Registrar {
       this.lastProblem = problem;
     }
     this.state = 'waiting';
-    // A kick that arrived meanwhile runs next and clears this timer.
-    this.timers.after(RETRY, this.backoffMs, () => void this.attempts.request({ reason, retry: true }));
+    // A kick that arrived meanwhile runs next and clears this timer. It holds the process up: with
+    // nothing served yet, the retry is the daemon's only work.
+    this.timers.after(RETRY, this.backoffMs, () => void this.attempts.request({ reason, retry: true }), true);
     this.backoffMs = Math.min(this.backoffMs * 2, this.deps.maxBackoffMs ?? 5000);
   }
 }

@@ -1,8 +1,8 @@
 // DRA on the kubelet side, the pure part: what a ResourceClaim's JSON allocates to this driver on
-// this node (and whether another claim already holds a device of it), the CDI device name the NVIDIA Container Toolkit's spec has for a GPU or MIG
-// device, the checkpoint of prepared claims (its JSON and the boot-ID rule), and the health list the
-// DRAResourceHealth stream sends. Plain data in and out; reading the claim, the spec files, the boot ID
-// and writing the checkpoint are the adapter's (src/dra/).
+// this node (and how the allocation shares each device), the CDI device name the NVIDIA Container
+// Toolkit's spec has for a GPU or MIG device, the checkpoint of prepared claims (its JSON and the
+// boot-ID rule), and the health list the DRAResourceHealth stream sends. Plain data in and out;
+// reading the claim, the spec files, the boot ID and writing the checkpoint are src/dra/'s.
 import type { NodeSnapshot } from './snapshot.ts';
 
 /**

@@ -1,8 +1,8 @@
-// DRA on the kubelet side, the pure part (issue 21): what a ResourceClaim's JSON allocates to this
-// driver on this node, the CDI device name the NVIDIA Container Toolkit's spec has for a GPU or MIG
-// device, the checkpoint of prepared claims (its JSON and the boot-ID rule), and the health list the
-// DRAResourceHealth stream sends. Plain data in and out; reading the claim, the spec files, the boot ID
-// and writing the checkpoint are the adapter's (src/dra/).
+// DRA on the kubelet side, the pure part: what a ResourceClaim's JSON allocates to this driver on
+// this node (and how the allocation shares each device), the CDI device name the NVIDIA Container
+// Toolkit's spec has for a GPU or MIG device, the checkpoint of prepared claims (its JSON and the
+// boot-ID rule), and the health list the DRAResourceHealth stream sends. Plain data in and out;
+// reading the claim, the spec files, the boot ID and writing the checkpoint are src/dra/'s.
 import type { NodeSnapshot } from './snapshot.ts';
 
 /**
@@ -30,11 +30,19 @@ export interface ClaimRef {
   readonly uid: string;
 }
 
+/**
+ * How a device may be shared with other claims, by its allocation result: `adminAccess` (an admin's
+ * claim, e.g. monitoring, which may use a device in use) or `shareID` (one share of a device that
+ * allows multiple allocations). Absent: the claim has the device to itself.
+ */
+export type DeviceSharing = 'adminAccess' | 'shareID';
+
 /** One device of the claim's allocation that this driver prepares, with the requests it serves. */
 export interface AllocatedDevice {
   readonly device: string;
   readonly pool: string;
   readonly requests: readonly string[];
+  readonly shared?: DeviceSharing;
 }
 
 export type ClaimVerdict = { readonly devices: readonly AllocatedDevice[] } | { readonly error: string };
@@ -78,7 +86,7 @@ export function allocatedDevices(
   if (results !== undefined && !Array.isArray(results))
     return { error: `${what}: status.allocation.devices.results is not a list` };
   const known = new Map(devices.map((d) => [d.name, d]));
-  const byDevice = new Map<string, { pool: string; requests: string[] }>();
+  const byDevice = new Map<string, { pool: string; requests: string[]; shared: DeviceSharing | undefined }>();
   for (const [i, r] of (results ?? []).entries()) {
     if (!isObject(r)) return { error: `${what}: status.allocation.devices.results[${i}] is not an object` };
     if (r.driver !== driver) continue;
@@ -97,11 +105,30 @@ export function allocatedDevices(
         error: `${what}: results[${i}] allocates device ${device}, which node ${pool} does not have now (its devices: ${have.length === 0 ? 'none' : have.join(', ')})`,
       };
     }
+    const shared = resultSharing(r);
     const e = byDevice.get(device);
-    if (e === undefined) byDevice.set(device, { pool: p, requests: [request] });
-    else if (!e.requests.includes(request)) e.requests.push(request);
+    if (e === undefined) byDevice.set(device, { pool: p, requests: [request], shared });
+    else {
+      if (!e.requests.includes(request)) e.requests.push(request);
+      // Named by several results: shared only if every one of them says so, the same way.
+      if (e.shared !== shared) e.shared = undefined;
+    }
   }
-  return { devices: [...byDevice].map(([device, e]) => ({ device, pool: e.pool, requests: e.requests })) };
+  return {
+    devices: [...byDevice].map(([device, e]) => ({
+      device,
+      pool: e.pool,
+      requests: e.requests,
+      ...(e.shared === undefined ? {} : { shared: e.shared }),
+    })),
+  };
+}
+
+/** How one allocation result shares its device (see DeviceSharing). */
+function resultSharing(r: Record<string, unknown>): DeviceSharing | undefined {
+  if (r.adminAccess === true) return 'adminAccess';
+  if (typeof r.shareID === 'string' && r.shareID !== '') return 'shareID';
+  return undefined;
 }
 
 // ---- CDI ----
@@ -109,7 +136,7 @@ export function allocatedDevices(
 /** The CDI kind of the NVIDIA Container Toolkit's GPU spec. */
 export const CDI_KIND = 'nvidia.com/gpu';
 
-/** The command that writes the toolkit's spec where the runtime looks (FACTS §3). */
+/** The command that writes the toolkit's spec where the runtime looks. */
 export const CDI_GENERATE_HINT =
   'run `nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml` (or `systemctl restart nvidia-cdi-refresh.service` with NVIDIA Container Toolkit 1.18 or later)';
 
@@ -136,13 +163,53 @@ export function cdiNameCandidates(d: DraNodeDevice): string[] {
 
 export type CdiVerdict = { readonly id: string } | { readonly error: string };
 
+type ReadSpec = Extract<CdiSpec, { kind: string }>;
+
+/** A whole GPU's name in the toolkit's index strategies (`0`, `gpu0`): what an NVML index change can move. */
+const INDEX_NAME = /^(gpu)?\d+$/;
+
 /**
- * The CDI device ID (`nvidia.com/gpu=<name>`) of a device, from the toolkit's specs. A whole GPU
- * named by index must also carry /dev/nvidia<minor> if the spec lists device nodes (an index that now
- * means another GPU is a stale spec). Missing and stale specs are errors saying what to run.
+ * The index-named entry whose device node is this GPU's: after a GPU left the bus NVML numbers the
+ * others anew, while a spec generated before still names each GPU by its index then, with its
+ * /dev/nvidia<minor>. The device node, not today's index, says which entry is this GPU.
+ */
+function entryByDeviceNode(d: DraNodeDevice, specs: readonly ReadSpec[]): string | undefined {
+  const node = `/dev/nvidia${d.minor}`;
+  for (const spec of specs) {
+    const e = spec.devices.find((x) => INDEX_NAME.test(x.name) && x.deviceNodes.includes(node));
+    if (e !== undefined) return e.name;
+  }
+  return undefined;
+}
+
+/**
+ * The entry named `name` in the specs, if it is this device: a whole GPU named by index must carry
+ * /dev/nvidia<minor> when the spec lists device nodes (`stale`: it names another GPU).
+ */
+function entryNamed(
+  d: DraNodeDevice,
+  name: string,
+  specs: readonly ReadSpec[],
+): { found: true } | { stale: string } | undefined {
+  for (const spec of specs) {
+    const entry = spec.devices.find((e) => e.name === name);
+    if (entry === undefined) continue;
+    const node = `/dev/nvidia${d.minor}`;
+    if (d.mig !== undefined || name === d.gpuUuid || entry.deviceNodes.length === 0 || entry.deviceNodes.includes(node))
+      return { found: true };
+    return { stale: `the CDI spec ${spec.path} is stale: its device ${name} has ${entry.deviceNodes.join(', ')}` };
+  }
+  return undefined;
+}
+
+/**
+ * The CDI device ID (`nvidia.com/gpu=<name>`) of a device, from the toolkit's specs: the first of its
+ * candidate names found; for a whole GPU whose index-named entry is another GPU's, the index-named
+ * entry with its device node (an index that moved), else a stale spec. Missing and stale specs are
+ * errors saying what to run.
  */
 export function cdiDeviceId(d: DraNodeDevice, specs: readonly CdiSpec[], dirs: readonly string[]): CdiVerdict {
-  const ours = specs.filter((s): s is Extract<CdiSpec, { kind: string }> => 'kind' in s && s.kind === CDI_KIND);
+  const ours = specs.filter((s): s is ReadSpec => 'kind' in s && s.kind === CDI_KIND);
   const unreadable = specs.filter((s): s is Extract<CdiSpec, { error: string }> => 'error' in s);
   const unreadableNote =
     unreadable.length === 0
@@ -158,23 +225,16 @@ export function cdiDeviceId(d: DraNodeDevice, specs: readonly CdiSpec[], dirs: r
     };
   }
   const candidates = cdiNameCandidates(d);
+  let stale: string | undefined;
   for (const name of candidates) {
-    for (const spec of ours) {
-      const entry = spec.devices.find((e) => e.name === name);
-      if (entry === undefined) continue;
-      if (
-        d.mig === undefined &&
-        name !== d.gpuUuid &&
-        entry.deviceNodes.length > 0 &&
-        !entry.deviceNodes.includes(`/dev/nvidia${d.minor}`)
-      ) {
-        return {
-          error: `the CDI spec ${spec.path} is stale: its device ${name} has ${entry.deviceNodes.join(', ')}, but ${what} is /dev/nvidia${d.minor}; ${CDI_GENERATE_HINT}`,
-        };
-      }
-      return { id: `${CDI_KIND}=${name}` };
-    }
+    const e = entryNamed(d, name, ours);
+    if (e === undefined) continue;
+    if ('found' in e) return { id: `${CDI_KIND}=${name}` };
+    stale ??= e.stale;
   }
+  const moved = d.mig === undefined ? entryByDeviceNode(d, ours) : undefined;
+  if (moved !== undefined) return { id: `${CDI_KIND}=${moved}` };
+  if (stale !== undefined) return { error: `${stale}, but ${what} is /dev/nvidia${d.minor}; ${CDI_GENERATE_HINT}` };
   return {
     error: `the CDI spec${ours.length > 1 ? 's' : ''} ${ours.map((s) => s.path).join(', ')} ${ours.length > 1 ? 'have' : 'has'} no device for ${what} (looked for ${candidates.join(', ')}): ${ours.length > 1 ? 'they were' : 'it was'} generated before the GPUs or the MIG layout changed; ${CDI_GENERATE_HINT}${unreadableNote}`,
   };
@@ -190,6 +250,8 @@ export interface PreparedDevice {
   readonly pool: string;
   readonly device: string;
   readonly cdiDeviceIds: readonly string[];
+  /** How the allocation shares the device (absent: this claim has it to itself). */
+  readonly shared?: DeviceSharing;
 }
 
 export interface ClaimRecord {
@@ -218,6 +280,24 @@ function stringList(v: unknown): v is string[] {
   return Array.isArray(v) && v.every((x) => typeof x === 'string');
 }
 
+/** One prepared device of a checkpoint's claim record; throws naming what is wrong. */
+function parseDevice(uid: string, d: unknown): PreparedDevice {
+  if (
+    !isObject(d) ||
+    !stringList(d.requests) ||
+    typeof d.pool !== 'string' ||
+    typeof d.device !== 'string' ||
+    !stringList(d.cdiDeviceIds)
+  ) {
+    throw new Error(`claim ${uid}: a device lacks requests, pool, device or cdiDeviceIds`);
+  }
+  const { requests, pool, device, cdiDeviceIds, shared } = d;
+  if (shared === undefined) return { requests, pool, device, cdiDeviceIds };
+  if (shared !== 'adminAccess' && shared !== 'shareID')
+    throw new Error(`claim ${uid}: device ${device}: shared is neither adminAccess nor shareID`);
+  return { requests, pool, device, cdiDeviceIds, shared };
+}
+
 /** Parses a checkpoint file's text; throws naming what is wrong. */
 export function parseCheckpoint(text: string): Checkpoint {
   let doc: unknown;
@@ -242,19 +322,7 @@ export function parseCheckpoint(text: string): Checkpoint {
     if (typeof namespace !== 'string' || typeof name !== 'string')
       throw new Error(`claim ${uid}: namespace and name must be strings`);
     if (!Array.isArray(devices)) throw new Error(`claim ${uid}: devices is not a list`);
-    const out: PreparedDevice[] = [];
-    for (const d of devices) {
-      if (
-        !isObject(d) ||
-        !stringList(d.requests) ||
-        typeof d.pool !== 'string' ||
-        typeof d.device !== 'string' ||
-        !stringList(d.cdiDeviceIds)
-      ) {
-        throw new Error(`claim ${uid}: a device lacks requests, pool, device or cdiDeviceIds`);
-      }
-      out.push({ requests: d.requests, pool: d.pool, device: d.device, cdiDeviceIds: d.cdiDeviceIds });
-    }
+    const out = devices.map((d: unknown) => parseDevice(uid, d));
     claims[uid] = { state, namespace, name, devices: out, ...(typeof preparedAt === 'string' ? { preparedAt } : {}) };
   }
   return { bootId, claims };

@@ -10,6 +10,12 @@ import type { Logger } from '../system/log.ts';
 
 export const BOOT_ID_FILE = '/proc/sys/kernel/random/boot_id';
 
+/**
+ * The file's name in <pluginsDir>/<driver>/: not NVIDIA's DRA driver's checkpoint.json beside it, so
+ * a node moved between the two drivers keeps each one's file.
+ */
+export const CHECKPOINT_FILE = 'gpu-device-plugin-checkpoint.json';
+
 export async function readBootId(path: string = BOOT_ID_FILE): Promise<string> {
   try {
     const id = (await readFile(path, 'utf8')).trim();
@@ -82,6 +88,20 @@ export class CheckpointStore {
   /** Records (or replaces) a claim and writes the file; resolves once it is on disk (on failure nothing changed). */
   put(uid: string, record: ClaimRecord): Promise<void> {
     return this.mutate((c) => ({ bootId: c.bootId, claims: { ...c.claims, [uid]: record } })).then(() => undefined);
+  }
+
+  /**
+   * Records a claim unless `refusal` (given the checkpoint as it is then) says why not: looked at and
+   * written as one change, so two claims prepared at once cannot both pass. Resolves with the refusal,
+   * or null once the record is on disk.
+   */
+  async putUnless(uid: string, record: ClaimRecord, refusal: (c: Checkpoint) => string | null): Promise<string | null> {
+    let refused: string | null = null;
+    await this.mutate((c) => {
+      refused = refusal(c);
+      return refused === null ? { bootId: c.bootId, claims: { ...c.claims, [uid]: record } } : null;
+    });
+    return refused;
   }
 
   /** Forgets a claim and writes the file; resolves with whether it was there (nothing written if not). */

@@ -4,9 +4,12 @@
 // Logs once per change of state, not once per retry: before the first registration a problem is a
 // WARN at once; after a loss (a routine kubelet restart) failures stay at debug and the one line is
 // the INFO of the new registration, unless it takes longer than `quietMs` (then one WARN).
+// One attempt at a time (CoalescingQueue): kicks during an attempt fold into one more; the backoff
+// and the quiet period are named timers (TimerOwner).
 import type { RegistrationRecorder } from '../core/metrics.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
+import { CoalescingQueue, TimerOwner } from '../system/timers.ts';
 
 export interface RegistrarDeps {
   /** Makes sure our socket exists and is served (recreating it if needed). */
@@ -33,23 +36,34 @@ export interface RegistrarDeps {
 
 export type RegistrarState = 'idle' | 'registering' | 'registered' | 'waiting' | 'stopped';
 
+/** Why an attempt runs: a kick (the backoff starts over) or the backoff's retry timer. */
+interface AttemptRequest {
+  readonly reason: string;
+  readonly retry: boolean;
+}
+
+/** Timer names. */
+const RETRY = 'retry';
+/** Since a registration was lost: the WARN that it takes long is due when this fires. */
+const OVERDUE = 'overdue';
+
 export class Registrar {
   private readonly deps: RegistrarDeps;
   private state: RegistrarState = 'idle';
-  private timer: NodeJS.Timeout | undefined;
-  private again = false;
-  private reason = 'start';
+  private readonly timers = new TimerOwner();
+  private readonly attempts = new CoalescingQueue<AttemptRequest>(
+    (req) => this.attempt(req),
+    (pending, next) => ({ reason: next.reason, retry: pending.retry && next.retry }),
+  );
   private backoffMs: number;
-  private attempts = 0;
+  private tries = 0;
   private lastProblem: string | undefined;
   private registrations = 0;
-  /** Since a registration was lost: the WARN that it takes long is due when this timer fires. */
-  private overdue: NodeJS.Timeout | undefined;
   private lostReason: string | undefined;
 
   constructor(deps: RegistrarDeps) {
     this.deps = deps;
-    this.backoffMs = deps.initialBackoffMs ?? 50;
+    this.backoffMs = this.initialBackoff();
   }
 
   get current(): RegistrarState {
@@ -60,21 +74,19 @@ export class Registrar {
     return this.registrations;
   }
 
+  private initialBackoff(): number {
+    return this.deps.initialBackoffMs ?? 50;
+  }
+
   /** Register as soon as possible (cancels a pending backoff; queues behind an attempt in flight). */
   kick(reason: string): void {
     if (this.state === 'stopped') return;
-    this.reason = reason;
-    if (this.state === 'registered') this.markLost(reason);
-    if (this.state === 'registering') {
-      this.again = true;
-      return;
+    if (this.state === 'registered') {
+      this.markLost(reason);
+      this.state = 'idle';
     }
-    if (this.timer !== undefined) {
-      clearTimeout(this.timer);
-      this.timer = undefined;
-    }
-    this.backoffMs = this.deps.initialBackoffMs ?? 50;
-    void this.attempt();
+    this.timers.clear(RETRY);
+    void this.attempts.request({ reason, retry: false });
   }
 
   /**
@@ -92,10 +104,8 @@ export class Registrar {
     this.lastProblem = undefined;
     this.deps.log.debug('the registration with the kubelet no longer stands', { reason });
     this.deps.onUnregistered?.(reason);
-    if (this.overdue !== undefined) clearTimeout(this.overdue);
     const quietMs = this.deps.quietMs ?? 30000;
-    this.overdue = setTimeout(() => {
-      this.overdue = undefined;
+    this.timers.after(OVERDUE, quietMs, () => {
       if (this.state === 'registered' || this.state === 'stopped') return;
       this.deps.log.warn('still not registered with the kubelet; retrying', {
         reason: this.lostReason,
@@ -103,70 +113,74 @@ export class Registrar {
         waited_ms: quietMs,
       });
       this.lostReason = undefined;
-    }, quietMs);
-    this.overdue.unref?.();
+    });
   }
 
   stop(): void {
     this.state = 'stopped';
-    if (this.timer !== undefined) clearTimeout(this.timer);
-    this.timer = undefined;
-    if (this.overdue !== undefined) clearTimeout(this.overdue);
-    this.overdue = undefined;
+    this.timers.dispose();
+    void this.attempts.close();
   }
 
   private stopped(): boolean {
     return this.state === 'stopped';
   }
 
-  private async attempt(): Promise<void> {
+  /**
+   * One attempt. A kick that arrived during the one before, which registered, leads to an attempt
+   * only if that registration no longer stands (then it is lost now).
+   */
+  private async attempt(req: AttemptRequest): Promise<void> {
+    if (this.stopped()) return;
+    this.timers.clear(RETRY);
+    if (this.state === 'registered') {
+      const current = this.deps.upToDate === undefined ? false : await this.deps.upToDate().catch(() => false);
+      if (current || this.stopped()) return;
+      this.markLost(req.reason);
+    }
+    if (!req.retry) this.backoffMs = this.initialBackoff();
     this.state = 'registering';
-    this.again = false;
-    this.attempts++;
-    const reason = this.reason;
+    this.tries++;
     try {
       await this.deps.ensureServing();
       await this.deps.register();
-      if (this.stopped()) return;
-      this.registrations++;
-      this.deps.recorder?.registered();
-      if (this.overdue !== undefined) clearTimeout(this.overdue);
-      this.overdue = undefined;
-      this.lostReason = undefined;
-      this.deps.log.info('registered with the kubelet', { reason, attempts: this.attempts });
-      this.deps.onRegistered?.(this.attempts, reason);
-      this.attempts = 0;
-      this.lastProblem = undefined;
-      this.backoffMs = this.deps.initialBackoffMs ?? 50;
-      this.state = 'registered';
-      if (this.again) {
-        this.again = false;
-        const current = this.deps.upToDate === undefined ? false : await this.deps.upToDate().catch(() => false);
-        if (!current && !this.stopped()) this.kick(this.reason);
-      }
     } catch (err) {
-      if (this.stopped()) return;
-      const problem = errorText(err);
-      if (problem !== this.lastProblem) {
-        // After a loss the kubelet is most likely restarting: quiet until `quietMs` have passed.
-        const level = this.overdue !== undefined ? 'debug' : 'warn';
-        this.deps.log[level]('cannot register with the kubelet yet; retrying', {
-          reason,
-          error: problem,
-          retry_ms: this.backoffMs,
-        });
-        this.lastProblem = problem;
-      }
-      this.state = 'waiting';
-      if (this.again) {
-        this.kick(this.reason);
-        return;
-      }
-      this.timer = setTimeout(() => {
-        this.timer = undefined;
-        void this.attempt();
-      }, this.backoffMs);
-      this.backoffMs = Math.min(this.backoffMs * 2, this.deps.maxBackoffMs ?? 5000);
+      this.failed(req.reason, err);
+      return;
     }
+    if (!this.stopped()) this.succeeded(req.reason);
+  }
+
+  private succeeded(reason: string): void {
+    this.registrations++;
+    this.deps.recorder?.registered();
+    this.timers.clear(OVERDUE);
+    this.lostReason = undefined;
+    this.deps.log.info('registered with the kubelet', { reason, attempts: this.tries });
+    this.deps.onRegistered?.(this.tries, reason);
+    this.tries = 0;
+    this.lastProblem = undefined;
+    this.backoffMs = this.initialBackoff();
+    this.state = 'registered';
+  }
+
+  private failed(reason: string, err: unknown): void {
+    if (this.stopped()) return;
+    const problem = errorText(err);
+    if (problem !== this.lastProblem) {
+      // After a loss the kubelet is most likely restarting: quiet until `quietMs` have passed.
+      const level = this.timers.has(OVERDUE) ? 'debug' : 'warn';
+      this.deps.log[level]('cannot register with the kubelet yet; retrying', {
+        reason,
+        error: problem,
+        retry_ms: this.backoffMs,
+      });
+      this.lastProblem = problem;
+    }
+    this.state = 'waiting';
+    // A kick that arrived meanwhile runs next and clears this timer. It holds the process up: with
+    // nothing served yet, the retry is the daemon's only work.
+    this.timers.after(RETRY, this.backoffMs, () => void this.attempts.request({ reason, retry: true }), true);
+    this.backoffMs = Math.min(this.backoffMs * 2, this.deps.maxBackoffMs ?? 5000);
   }
 }

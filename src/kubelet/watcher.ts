@@ -1,17 +1,20 @@
-// Watches the kubelet's socket directory. When our socket is removed or replaced, or the kubelet's
-// socket is (re)created, it asks for re-registration at once (inotify through fs.watch). A watch on
-// the directory's parent moves that watch to a re-created directory (an inotify watch stays on the
-// directory it was opened on). A slow timer checks the same things, because inotify can miss events.
-// SocketDirView, one per process (the resource manager owns it, however many resources share the
-// directory), checks every second that this process still sees the directory it started with (see
-// viewProblem below): a systemd service's private mount of it does not survive its deletion.
-import { constants as fsConstants, watch } from 'node:fs';
+// Watches the kubelet's device-plugin socket directory (SocketDirWatcher, one per resource). When our
+// socket is removed or replaced, or the kubelet's socket is (re)created, it asks for re-registration
+// at once (inotify, through dir-watch.ts, which follows a re-created directory). A slow timer checks
+// the same things, because inotify can miss events.
+// SocketDirView, one per process and directory (the resource manager owns one however many resources
+// share the directory; DRA mode one per directory it serves in), checks every second that this
+// process still sees the directory it started with (see viewProblem below): a systemd service's
+// private mount of it does not survive its deletion.
+import { constants as fsConstants } from 'node:fs';
 import { access, readFile, realpath, stat } from 'node:fs/promises';
-import type { FSWatcher } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { errorText } from '../system/log.ts';
-import { fileIdentity } from './socket-identity.ts';
 import type { Logger } from '../system/log.ts';
+import { CoalescingQueue, TimerOwner } from '../system/timers.ts';
+import { DirectoryWatch } from './dir-watch.ts';
+import type { DirEvent } from './dir-watch.ts';
+import { fileIdentity } from './socket-identity.ts';
 
 export interface WatcherDeps {
   kubeletSocket: string;
@@ -98,10 +101,14 @@ export async function viewProblem(
 export class SocketDirView {
   private readonly deps: DirViewDeps;
   private readonly dir: string;
-  private timer: NodeJS.Timeout | undefined;
+  private readonly timers = new TimerOwner();
+  /** One look at a time; a request meanwhile is answered by the next look. */
+  private readonly checks = new CoalescingQueue<void>(
+    () => this.check(),
+    () => undefined,
+  );
   private stopped = false;
   private view: DirView | undefined;
-  private checking = false;
   private gone = false;
   /** The directory with symlinks resolved (as the mount table names it), once seen. */
   private realDir: string | undefined;
@@ -112,24 +119,24 @@ export class SocketDirView {
   }
 
   get started(): boolean {
-    return this.timer !== undefined;
+    return this.timers.has('check');
   }
 
   start(): void {
-    if (this.timer !== undefined || this.stopped) return;
-    void this.check();
-    this.timer = setInterval(() => void this.check(), this.deps.intervalMs ?? 1000);
-    this.timer.unref();
+    if (this.started || this.stopped) return;
+    void this.checks.request();
+    this.timers.every('check', this.deps.intervalMs ?? 1000, () => void this.checks.request());
   }
 
   stop(): void {
     this.stopped = true;
-    if (this.timer !== undefined) clearInterval(this.timer);
+    this.timers.dispose();
+    void this.checks.close();
   }
 
   /** Looks now rather than at the next tick (a caller about to report a missing directory asks first). */
   checkNow(): Promise<void> {
-    return this.check();
+    return this.checks.request();
   }
 
   private async mounted(): Promise<boolean> {
@@ -146,22 +153,29 @@ export class SocketDirView {
     }
   }
 
+  private async seenNow(): Promise<{ identity: string; nlink: number } | null> {
+    try {
+      const st = await stat(this.dir);
+      return { identity: `${st.dev}:${st.ino}`, nlink: st.nlink };
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      return null;
+    }
+  }
+
+  private async record(identity: string): Promise<void> {
+    this.view = { identity, mounted: await this.mounted(), writable: await this.writable() };
+  }
+
   /** Records the directory as first seen, then reports (once) when this process lost it. */
   private async check(): Promise<void> {
-    if (this.stopped || this.gone || this.checking) return;
-    this.checking = true;
+    if (this.stopped || this.gone) return;
     try {
-      let st: { dev: number; ino: number; nlink: number } | null = null;
-      try {
-        st = await stat(this.dir);
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-      }
-      const now = st === null ? null : { identity: `${st.dev}:${st.ino}`, nlink: st.nlink };
+      const now = await this.seenNow();
       if (this.view === undefined) {
         if (now === null) return;
         this.realDir = await realpath(this.dir).catch(() => undefined);
-        this.view = { identity: now.identity, mounted: await this.mounted(), writable: await this.writable() };
+        await this.record(now.identity);
         return;
       }
       const why = await viewProblem(
@@ -175,184 +189,52 @@ export class SocketDirView {
         this.deps.onDirectoryGone(this.dir, why);
       } else if (now !== null && now.identity !== this.view.identity) {
         // Re-created where this process still sees it properly (no private mount of it): use it.
-        this.view = { identity: now.identity, mounted: await this.mounted(), writable: await this.writable() };
+        await this.record(now.identity);
       }
     } catch (err) {
       this.deps.log.debug('socket directory view check failed', { dir: this.dir, error: errorText(err) });
-    } finally {
-      this.checking = false;
     }
   }
-}
-
-function closeQuietly(w: FSWatcher): void {
-  w.removeAllListeners();
-  w.on('error', () => undefined);
-  w.close();
 }
 
 export class SocketDirWatcher {
   private readonly deps: WatcherDeps;
   private readonly dir: string;
-  /** The watch on the socket directory, and the directory it is on (device:inode). */
-  private watcher: FSWatcher | undefined;
-  private watchedDir: string | undefined;
-  /** The watch on the directory's parent, which sees the directory itself deleted and re-created. */
-  private parentWatcher: FSWatcher | undefined;
-  private opening = false;
-  private timer: NodeJS.Timeout | undefined;
+  private readonly watch: DirectoryWatch;
+  private readonly timers = new TimerOwner();
   private stopped = false;
-  private watchProblem: string | undefined;
 
   constructor(deps: WatcherDeps) {
     this.deps = deps;
     this.dir = dirname(deps.kubeletSocket);
+    this.watch = new DirectoryWatch({ dir: this.dir, onEvent: (e) => this.dirEvent(e), log: deps.log });
   }
 
   /** Resolves once the first attempt to watch the directory is over (watching or not). */
   opened: Promise<void> = Promise.resolve();
 
   start(): void {
-    this.watchParent();
-    this.opened = this.openWatch();
-    this.timer = setInterval(() => void this.check('periodic check'), this.deps.checkIntervalMs);
-    this.timer.unref();
+    this.opened = this.watch.start();
+    this.timers.every('check', this.deps.checkIntervalMs, () => void this.check('periodic check'));
   }
 
   stop(): void {
     this.stopped = true;
-    if (this.timer !== undefined) clearInterval(this.timer);
-    this.closeWatch();
-    if (this.parentWatcher !== undefined) {
-      closeQuietly(this.parentWatcher);
-      this.parentWatcher = undefined;
-    }
+    this.timers.dispose();
+    this.watch.stop();
   }
 
-  private closeWatch(): void {
-    if (this.watcher !== undefined) {
-      closeQuietly(this.watcher);
-      this.watcher = undefined;
-      this.watchedDir = undefined;
+  private dirEvent(e: DirEvent): void {
+    if (e.kind === 'deleted') return;
+    if (e.kind === 'recreated') {
+      void this.check('socket directory re-created');
+      return;
     }
-  }
-
-  /**
-   * Watches the parent directory for the socket directory's own name: an inotify watch stays on the
-   * directory it was opened on, so once that is deleted and re-created (a process without systemd's
-   * private mount carries on) it hears nothing more; this one says when to watch the new directory.
-   */
-  private watchParent(): void {
-    if (this.stopped || this.parentWatcher !== undefined) return;
-    const name = basename(this.dir);
-    try {
-      const parent = dirname(this.dir);
-      const w = watch(parent, { persistent: false }, (_event, filename) => {
-        const entry = filename?.toString();
-        if (entry === undefined || entry === name) void this.followDirectory();
-        else if (entry === basename(parent)) {
-          // The parent itself deleted (its watch is dead): the periodic check watches it again.
-          closeQuietly(w);
-          if (this.parentWatcher === w) this.parentWatcher = undefined;
-          void this.followDirectory();
-        }
-      });
-      w.on('error', () => {
-        closeQuietly(w);
-        if (this.parentWatcher === w) this.parentWatcher = undefined;
-      });
-      this.parentWatcher = w;
-    } catch (err) {
-      // Without it a re-created directory is found by the periodic check; the directory's own
-      // watch (reported below) is what matters.
-      this.deps.log.debug("cannot watch the socket directory's parent", {
-        dir: dirname(this.dir),
-        error: errorText(err),
-      });
-    }
-  }
-
-  /** Device and inode of the socket directory; null when it does not exist. */
-  private async dirIdentity(): Promise<string | null> {
-    try {
-      const st = await stat(this.dir);
-      return `${st.dev}:${st.ino}`;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ENOTDIR')
-        return null;
-      throw err;
-    }
-  }
-
-  /** The socket directory itself was deleted or created: move the watch to the one there now. */
-  private async followDirectory(): Promise<void> {
-    if (this.stopped) return;
-    try {
-      const now = await this.dirIdentity();
-      if (now !== null && now === this.watchedDir) return;
-      this.closeWatch();
-      if (now === null) return;
-      const quiet = this.watchProblem !== undefined; // then openWatch says it watches again
-      await this.openWatch();
-      if (this.watcher !== undefined) {
-        if (!quiet) this.deps.log.info('the socket directory was re-created; watching the new one', { dir: this.dir });
-        await this.check('socket directory re-created');
-      }
-    } catch (err) {
-      this.deps.log.debug('cannot look at the socket directory', { dir: this.dir, error: errorText(err) });
-    }
-  }
-
-  private async openWatch(): Promise<void> {
-    if (this.stopped || this.watcher !== undefined || this.opening) return;
-    this.opening = true;
-    const kubeletName = basename(this.deps.kubeletSocket);
-    const pluginName = basename(this.deps.pluginSocket);
-    const dirName = basename(this.dir);
-    try {
-      // Read before the watch is opened: if the directory is replaced in between, the identity is
-      // the old one and the parent's watch moves the watch again (read after, a watch on the old
-      // directory could pass for one on the new).
-      const identity = await this.dirIdentity();
-      if (this.stopped || this.watcher !== undefined) return;
-      if (identity === null) throw Object.assign(new Error(`${this.dir} does not exist`), { code: 'ENOENT' });
-      const w = watch(this.dir, { persistent: false }, (_event, filename) => {
-        const name = filename?.toString();
-        if (name === kubeletName) void this.kubeletEvent();
-        else if (name === pluginName) void this.check('plugin socket changed');
-        else if (name === dirName) {
-          // The watched directory itself was deleted (inotify's IN_DELETE_SELF): this watch is dead.
-          // Not judged by device:inode, which a directory re-created at once may reuse.
-          if (this.watcher === w) this.closeWatch();
-          void this.followDirectory();
-        } else if (name === undefined || name === null) void this.check('directory changed');
-        else if (name.endsWith('.sock')) void this.otherEvent(name);
-      });
-      w.on('error', (err) => {
-        this.deps.log.warn('lost the watch on the socket directory; the periodic check will restore it', {
-          dir: this.dir,
-          error: errorText(err),
-        });
-        this.closeWatch();
-      });
-      this.watcher = w;
-      this.watchedDir = identity;
-      if (this.watchProblem !== undefined) this.deps.log.info('watching the socket directory again', { dir: this.dir });
-      this.watchProblem = undefined;
-    } catch (err) {
-      const problem = errorText(err);
-      if (problem !== this.watchProblem) {
-        // A missing directory is the registration's to report (it cannot serve there either), once.
-        const level = (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'debug' : 'warn';
-        this.deps.log[level]('cannot watch the socket directory; relying on the periodic check', {
-          dir: this.dir,
-          error: problem,
-        });
-        this.watchProblem = problem;
-      }
-    } finally {
-      this.opening = false;
-    }
+    const name = e.name;
+    if (name === basename(this.deps.kubeletSocket)) void this.kubeletEvent();
+    else if (name === basename(this.deps.pluginSocket)) void this.check('plugin socket changed');
+    else if (name === undefined) void this.check('directory changed');
+    else if (name.endsWith('.sock')) void this.otherEvent(name);
   }
 
   /** Another plugin's socket appeared or went: said when it went. */
@@ -377,9 +259,7 @@ export class SocketDirWatcher {
 
   async check(reason: string): Promise<void> {
     if (this.stopped) return;
-    this.watchParent();
-    if (this.watcher === undefined) await this.openWatch();
-    else await this.followDirectory();
+    await this.watch.refresh();
     try {
       const served = this.deps.servedIdentity();
       const ours = await fileIdentity(this.deps.pluginSocket);

@@ -42,7 +42,7 @@ export interface ManagerContext {
   readonly kubeletSocket: string;
   readonly socketCheckIntervalMs: number;
   readonly log: Logger;
-  /** Starts a resource's server (default: the gRPC PluginServer on its unix socket). */
+  /** Starts a resource's server (default: the DevicePlugin service on its unix socket, server.ts). */
   readonly serverFactory?: ServerFactory;
   /** This process no longer sees the socket directory (see kubelet/watcher.ts SocketDirView). */
   onDirectoryGone(dir: string, why: string): void;

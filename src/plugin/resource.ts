@@ -8,7 +8,7 @@ import { KubeletConnection } from '../kubelet/registration.ts';
 import { Registrar } from '../kubelet/registrar.ts';
 import { fileIdentity } from '../kubelet/socket-identity.ts';
 import { SocketDirWatcher } from '../kubelet/watcher.ts';
-import { PluginServer } from './server.ts';
+import { serveDevicePlugin } from './server.ts';
 import { DevicePluginHandlers, PLUGIN_OPTIONS } from './service.ts';
 import type { PluginState } from './service.ts';
 import { errorText } from '../system/log.ts';
@@ -31,7 +31,7 @@ const SOCKET_PREFIX = 'gpu-device-plugin-';
  */
 const OTHER_PLUGIN_SETTLE_MS = 1000;
 
-/** A served socket: what a server factory returns (the gRPC PluginServer by default). */
+/** A served socket: what a server factory returns (the gRPC server of plugin/server.ts by default). */
 export interface ServedSocket {
   /** Stops serving; removeSocket: also unlink the socket file (only when it is still ours). */
   stop(removeSocket: boolean): Promise<void>;
@@ -40,11 +40,11 @@ export interface ServedSocket {
 /** Starts serving a resource's handlers on a unix socket. */
 export type ServerFactory = (socketPath: string, handlers: DevicePluginHandlers) => Promise<ServedSocket>;
 
-export const grpcServerFactory: ServerFactory = (socketPath, handlers) => PluginServer.start(socketPath, handlers);
+export const grpcServerFactory: ServerFactory = (socketPath, handlers) => serveDevicePlugin(socketPath, handlers);
 
 export interface ResourceContext {
   readonly kubeletSocket: string;
-  /** Starts the server (default: the gRPC PluginServer). */
+  /** Starts the server (default: plugin/server.ts's gRPC server). */
   readonly serverFactory?: ServerFactory;
   readonly socketCheckIntervalMs: number;
   readonly log: Logger;

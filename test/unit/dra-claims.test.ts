@@ -164,6 +164,29 @@ test("CDI refusals: no spec of the kind (unreadable files named), no device for 
   assert.match(stale.error, /is stale: its device 1 has \/dev\/nvidia1, but GPU 1 \(GPU-b\) is \/dev\/nvidia3/);
 });
 
+test('CDI after a GPU left the bus: an index-named spec of before the removal still names a present GPU by its device node', () => {
+  const dirs = ['/var/run/cdi'];
+  // Generated with GPUs 0, 1, 2 (/dev/nvidia0..2); GPU 0 left, so the GPU at /dev/nvidia1 is NVML index 0 now.
+  const before = spec('/var/run/cdi/nvidia.yaml', [
+    ['0', ['/dev/nvidia0']],
+    ['1', ['/dev/nvidia1']],
+    ['2', ['/dev/nvidia2']],
+    ['all', ['/dev/nvidia0', '/dev/nvidia1', '/dev/nvidia2']],
+  ]);
+  const moved: DraNodeDevice = { name: 'gpu-1', gpuUuid: 'GPU-m', gpuIndex: 0, minor: 1 };
+  assert.deepEqual(cdiDeviceId(moved, [before], dirs), { id: 'nvidia.com/gpu=1' });
+  const typeIndex = spec('/var/run/cdi/nvidia.yaml', [
+    ['gpu0', ['/dev/nvidia0']],
+    ['gpu1', ['/dev/nvidia1']],
+  ]);
+  assert.deepEqual(cdiDeviceId(moved, [typeIndex], dirs), { id: 'nvidia.com/gpu=gpu1' });
+  // No entry carries the GPU's device node: still stale, naming the entry at its index now.
+  const other = spec('/var/run/cdi/nvidia.yaml', [['0', ['/dev/nvidia0']]]);
+  const stale = cdiDeviceId(moved, [other], dirs);
+  assert.ok('error' in stale);
+  assert.match(stale.error, /is stale: its device 0 has \/dev\/nvidia0, but GPU 0 \(GPU-m\) is \/dev\/nvidia1/);
+});
+
 test('checkpoint: round trip; a damaged file is refused naming what is wrong; another boot voids every record', () => {
   const c: Checkpoint = {
     bootId: 'b1',

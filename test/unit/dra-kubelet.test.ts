@@ -1,4 +1,4 @@
-// The DRA kubelet plugin (src/dra/plugin.ts) in-process, driven over real gRPC by the kubelet's
+// The DRA kubelet plugin (src/dra/mode.ts's DraKubeletPlugin) in-process, driven over real gRPC by the kubelet's
 // plugin-watcher stand-in (test/support/plugin-watcher.ts), with claims from the API server stand-in
 // and CDI specs, checkpoint and boot ID in a temporary directory: registration (GetInfo, the version
 // chosen), prepare/unprepare of one GPU, two GPUs and a MIG device, idempotence, refusals (a foreign
@@ -20,8 +20,10 @@ import { NO_SHARING } from '../../src/core/sharing.ts';
 import { buildSnapshot, withHealth } from '../../src/core/snapshot.ts';
 import { diff } from '../../src/core/snapshot-diff.ts';
 import type { NodeScan, NodeSnapshot } from '../../src/core/snapshot.ts';
-import { CHECKPOINT_FILE, DraKubeletPlugin, SUPPORTED_VERSIONS } from '../../src/dra/plugin.ts';
-import type { ClaimReader } from '../../src/dra/plugin.ts';
+import { CHECKPOINT_FILE } from '../../src/dra/checkpoint.ts';
+import type { ClaimReader } from '../../src/dra/claims.ts';
+import { DraKubeletPlugin } from '../../src/dra/mode.ts';
+import { SUPPORTED_VERSIONS } from '../../src/dra/registration.ts';
 import type { AppliedSnapshot, NodeSettings } from '../../src/node/consumer.ts';
 import { createLogger } from '../../src/system/log.ts';
 import { SlicePublisher } from '../../src/dra/slice-publisher.ts';
@@ -264,7 +266,8 @@ test('a kubelet that speaks only v1beta1 gets v1beta1, and prepares through it',
 test("prepare: one GPU, two GPUs, a MIG device — CDI IDs of the toolkit's spec, recorded before the answer; unprepare removes the record", async () => {
   const t = await setup();
   try {
-    const one = t.claim('one', [result('gpu-0')]);
+    // `one` shares gpu-0 with `two` as an admin's claim (admin access): one device, two claims.
+    const one = t.claim('one', [{ ...result('gpu-0'), adminAccess: true }]);
     const two = t.claim('two', [result('gpu-0', 'a'), result('gpu-1', 'b'), result('gpu-1', 'c')]);
     const mig = t.claim('mig', [result(MIG_NAME, 'small')]);
     const client = t.watcher.client(DRIVER);
@@ -423,6 +426,82 @@ test('CDI: no spec → the error says what to run; a spec without the MIG device
       ok.claims[c.uid]!.devices.map((d) => d.cdi_device_ids),
       [[`nvidia.com/gpu=${uuid(0)}`]],
     );
+  } finally {
+    await t.done();
+  }
+});
+
+test('a GPU left the bus: a claim for a GPU still present is prepared with the index-named spec of before (its device node matches)', async () => {
+  const t = await setup();
+  try {
+    // GPU 0 leaves: NVML numbers the others anew (the GPU at /dev/nvidia1 is index 0, the MIG parent index 1).
+    const scan = nodeScan();
+    const gone = buildSnapshot(
+      {
+        ...scan,
+        gpus: [
+          { ...scan.gpus[1]!, index: 0 },
+          { ...scan.gpus[2]!, index: 1 },
+        ],
+        mig: { modes: [null, { current: true, pending: true }], devices: [{ ...migDev, parent: 1 }] },
+        nvlinks: scan.nvlinks.slice(1),
+        pcie: [
+          [-1, 40],
+          [40, -1],
+        ],
+      },
+      settings.plan,
+      t.snapshot,
+      false,
+    );
+    await t.plugin.apply(applied(gone, t.snapshot, 're-discovery: a GPU left'));
+    const c = t.claim('present', [result('gpu-1')]);
+    const r = await t.watcher.client(DRIVER).prepare([c]);
+    assert.deepEqual(r.claims[c.uid], {
+      devices: [
+        { request_names: ['gpu'], pool_name: NODE, device_name: 'gpu-1', cdi_device_ids: ['nvidia.com/gpu=1'] },
+      ],
+      error: '',
+    });
+  } finally {
+    await t.done();
+  }
+});
+
+test('a device the checkpoint holds for another claim is refused, naming the device and the holder, unless the allocation says it may be shared', async () => {
+  const t = await setup();
+  try {
+    const client = t.watcher.client(DRIVER);
+    const first = t.claim('first', [result('gpu-0')]);
+    assert.equal((await client.prepare([first])).claims[first.uid]!.error, '');
+    const second = t.claim('second', [result('gpu-0'), result(MIG_NAME, 'other')]);
+    const refused = await client.prepare([second]);
+    assert.deepEqual(refused.claims[second.uid]!.devices, []);
+    assert.match(
+      refused.claims[second.uid]!.error,
+      new RegExp(`device gpu-0 is already prepared for claim team-a/first \\(uid ${first.uid}\\)`),
+    );
+    assert.deepEqual(Object.keys(checkpointOf(t).claims), [first.uid], 'a refused claim is not recorded');
+    // Admin access (a monitoring claim) may use a device in use, and a claim in use is not refused
+    // because of an admin-access holder.
+    const admin = t.claim('admin', [{ ...result('gpu-0'), adminAccess: true }]);
+    assert.equal((await client.prepare([admin])).claims[admin.uid]!.error, '');
+    // A shareable device's results carry a shareID: each share may be prepared.
+    const shareA = t.claim('share-a', [{ ...result('gpu-1'), shareID: 'aaaaaaaa-0000-4000-8000-000000000001' }]);
+    const shareB = t.claim('share-b', [{ ...result('gpu-1'), shareID: 'aaaaaaaa-0000-4000-8000-000000000002' }]);
+    const shared = await client.prepare([shareA, shareB]);
+    assert.equal(shared.claims[shareA.uid]!.error, '');
+    assert.equal(shared.claims[shareB.uid]!.error, '');
+    // An exclusive claim of a device prepared as shared elsewhere is refused too.
+    const exclusive = t.claim('exclusive', [result('gpu-1')]);
+    assert.match(
+      (await client.prepare([exclusive])).claims[exclusive.uid]!.error,
+      /device gpu-1 is already prepared for claim team-a\/share-/,
+    );
+    // Once the holder is unprepared, the second claim prepares.
+    await client.unprepare([first]);
+    const later = await client.prepare([second]);
+    assert.equal(later.claims[second.uid]!.error, '');
   } finally {
     await t.done();
   }

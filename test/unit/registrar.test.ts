@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import * as grpc from '@grpc/grpc-js';
 import { Registrar } from '../../src/kubelet/registrar.ts';
 import { registerProblem } from '../../src/kubelet/registration.ts';
-import { listenProblem } from '../../src/plugin/server.ts';
+import { listenProblem } from '../../src/kubelet/socket-server.ts';
 import { createLogger, formatLine } from '../../src/system/log.ts';
 
 function memoryLog(): { lines: string[]; log: ReturnType<typeof createLogger> } {

@@ -1,0 +1,326 @@
+// Claims, the DRAPlugin service (v1 and v1beta1) served on dra.sock.
+//
+// NodePrepareResources, per claim, one call per claim UID at a time: a claim already prepared (in the
+// checkpoint, this boot) gets the same answer without asking the API server; otherwise the claim is
+// read through the injected ClaimReader, its allocation checked against this node's devices now
+// (core/dra-claims.ts), refused if another claim holds one of its devices (unless the allocation
+// shares it), recorded PrepareStarted, its devices mapped to the CDI IDs of the NVIDIA Container
+// Toolkit's spec, recorded PrepareCompleted, and only then answered. A refusal is per claim, in the
+// answer's map, and the kubelet asks again; only a failure outside any claim is a gRPC error.
+// NodeUnprepareResources forgets the claim (an unknown one is a success).
+import * as grpc from '@grpc/grpc-js';
+import { draPluginService } from '../api/dra.ts';
+import type {
+  Claim,
+  DraDevice,
+  NodePrepareResourceResponse,
+  NodePrepareResourcesRequest,
+  NodePrepareResourcesResponse,
+  NodeUnprepareResourceResponse,
+  NodeUnprepareResourcesRequest,
+  NodeUnprepareResourcesResponse,
+} from '../api/dra.ts';
+import { allocatedDevices, cdiDeviceId } from '../core/dra-claims.ts';
+import type {
+  AllocatedDevice,
+  Checkpoint,
+  ClaimRecord,
+  DeviceSharing,
+  DraNodeDevice,
+  PreparedDevice,
+} from '../core/dra-claims.ts';
+import type { ServiceBinding } from '../kubelet/socket-server.ts';
+import { errorText } from '../system/log.ts';
+import type { Logger } from '../system/log.ts';
+import { CDI_SPEC_DIRS, readCdiSpecs } from './cdi.ts';
+import { BOOT_ID_FILE, CheckpointStore, readBootId } from './checkpoint.ts';
+
+/** Reads a ResourceClaim from the API server (k8s/resources.ts implements it): the object's JSON. */
+export interface ClaimReader {
+  getResourceClaim(namespace: string, name: string): Promise<unknown>;
+}
+
+export interface DraClaimsOptions {
+  readonly driver: string;
+  /** This node's name: the pool every device of ours is in. */
+  readonly nodeName: string;
+  readonly claims: ClaimReader;
+  /** The devices this node offers now, as its ResourceSlice names them. */
+  readonly devices: () => readonly DraNodeDevice[];
+  /** Where CDI specs are looked for (default /etc/cdi, /var/run/cdi). */
+  readonly cdiDirs?: readonly string[];
+  readonly checkpointPath: string;
+  /** Default /proc/sys/kernel/random/boot_id. */
+  readonly bootIdPath?: string;
+  /** Wall clock, ms since the epoch (when a prepare completed). */
+  readonly now: () => number;
+  readonly log: Logger;
+}
+
+/** A claim the checkpoint holds, for `info`. */
+export interface PreparedClaim {
+  uid: string;
+  namespace: string;
+  name: string;
+  state: string;
+  devices: string[];
+  since?: string;
+}
+
+const NOT_STARTED = 'the DRA plugin has not started yet (no node snapshot applied); the kubelet will try again';
+
+const refuse = (error: string): NodePrepareResourceResponse => ({ devices: [], error });
+const claimName = (c: Claim): string => `${c.namespace}/${c.name}`;
+
+function wire(d: PreparedDevice): DraDevice {
+  return {
+    request_names: [...d.requests],
+    pool_name: d.pool,
+    device_name: d.device,
+    cdi_device_ids: [...d.cdiDeviceIds],
+  };
+}
+
+function preparedDevice(d: AllocatedDevice, cdiDeviceIds: readonly string[]): PreparedDevice {
+  const { requests, pool, device, shared } = d;
+  return { requests, pool, device, cdiDeviceIds, ...(shared === undefined ? {} : { shared }) };
+}
+
+/** Whether two uses of one device may stand together: either is an admin's, or both are shares. */
+function compatible(a: DeviceSharing | undefined, b: DeviceSharing | undefined): boolean {
+  return a === 'adminAccess' || b === 'adminAccess' || (a === 'shareID' && b === 'shareID');
+}
+
+/**
+ * Why claim `uid` may not have `devices`: the first one another claim of the checkpoint holds (being
+ * prepared or prepared) in a way the two uses cannot stand together. Null when none is.
+ */
+export function deviceHeldElsewhere(c: Checkpoint, uid: string, devices: readonly AllocatedDevice[]): string | null {
+  for (const d of devices) {
+    for (const [other, record] of Object.entries(c.claims)) {
+      const held = record.devices.find((x) => x.device === d.device && x.pool === d.pool);
+      if (other === uid || held === undefined || compatible(d.shared, held.shared)) continue;
+      const how = record.state === 'PrepareCompleted' ? 'already prepared' : 'being prepared';
+      return `device ${d.device} is ${how} for claim ${record.namespace}/${record.name} (uid ${other}): a device serves one claim at a time unless its allocation shares it (adminAccess, or a shareID of a device that allows multiple allocations); the kubelet asks again, which succeeds once that claim is unprepared`;
+    }
+  }
+  return null;
+}
+
+export class DraClaims {
+  private readonly opts: DraClaimsOptions;
+  private store: CheckpointStore | undefined;
+  /** Per claim UID, the end of the calls for it so far: the next one runs after them. */
+  private readonly perClaim = new Map<string, Promise<unknown>>();
+  private readonly listeners: (() => void)[] = [];
+
+  constructor(opts: DraClaimsOptions) {
+    this.opts = opts;
+  }
+
+  /** Reads the checkpoint (records of another boot are void); listeners hear its claims. */
+  async open(): Promise<void> {
+    const bootId = await readBootId(this.opts.bootIdPath ?? BOOT_ID_FILE);
+    const path = this.opts.checkpointPath;
+    this.store = await CheckpointStore.open(path, bootId, this.opts.log);
+    if (this.store.size > 0)
+      this.opts.log.info('prepared DRA claims from the checkpoint', { claims: this.store.size, checkpoint: path });
+    this.changed();
+  }
+
+  /** After the checkpoint's claims changed (a prepare or unprepare written), and once it was read at start. */
+  onClaimsChanged(fn: () => void): void {
+    this.listeners.push(fn);
+  }
+
+  private changed(): void {
+    for (const fn of this.listeners) fn();
+  }
+
+  /** The claims the checkpoint holds (for `info`). */
+  preparedClaims(): PreparedClaim[] {
+    const s = this.store;
+    if (s === undefined) return [];
+    return s.uids().flatMap((uid) => {
+      const r = s.get(uid);
+      if (r === undefined) return [];
+      const { namespace, name, state, preparedAt } = r;
+      const devices = r.devices.map((d) => d.device);
+      return [{ uid, namespace, name, state, devices, ...(preparedAt === undefined ? {} : { since: preparedAt }) }];
+    });
+  }
+
+  /** Writes the checkpoint again when it holds claims (its directory was wiped: they are still prepared). */
+  async persist(): Promise<void> {
+    if (this.store !== undefined && this.store.size > 0) await this.store.persist();
+  }
+
+  /** Resolves once every call under way has finished. */
+  async drain(): Promise<void> {
+    await Promise.all([...this.perClaim.values()]);
+  }
+
+  /** The DRAPlugin service of both versions, for dra.sock. */
+  bindings(): ServiceBinding[] {
+    const implementation: grpc.UntypedServiceImplementation = {
+      NodePrepareResources: (
+        call: grpc.ServerUnaryCall<NodePrepareResourcesRequest, NodePrepareResourcesResponse>,
+        cb: grpc.sendUnaryData<NodePrepareResourcesResponse>,
+      ) => {
+        this.prepare(call.request.claims ?? []).then(
+          (r) => cb(null, r),
+          (err: unknown) => cb({ code: grpc.status.INTERNAL, details: `NodePrepareResources: ${errorText(err)}` }),
+        );
+      },
+      NodeUnprepareResources: (
+        call: grpc.ServerUnaryCall<NodeUnprepareResourcesRequest, NodeUnprepareResourcesResponse>,
+        cb: grpc.sendUnaryData<NodeUnprepareResourcesResponse>,
+      ) => {
+        this.unprepare(call.request.claims ?? []).then(
+          (r) => cb(null, r),
+          (err: unknown) => cb({ code: grpc.status.INTERNAL, details: `NodeUnprepareResources: ${errorText(err)}` }),
+        );
+      },
+    };
+    return [
+      { definition: draPluginService('v1'), implementation },
+      { definition: draPluginService('v1beta1'), implementation },
+    ];
+  }
+
+  /** Runs `fn` after every earlier call for the same claim UID has finished. */
+  private serialised<T>(uid: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.perClaim.get(uid) ?? Promise.resolve();
+    const next = prev.then(fn, fn);
+    const tail = next.catch(() => undefined);
+    this.perClaim.set(uid, tail);
+    void tail.then(() => {
+      if (this.perClaim.get(uid) === tail) this.perClaim.delete(uid);
+    });
+    return next;
+  }
+
+  async prepare(claims: readonly Claim[]): Promise<NodePrepareResourcesResponse> {
+    const out: Record<string, NodePrepareResourceResponse> = {};
+    await Promise.all(
+      claims.map(async (c) => {
+        const r = await this.serialised(c.uid, () => this.prepareOne(c)).catch((err: unknown) =>
+          refuse(`claim ${claimName(c)} (uid ${c.uid}): ${errorText(err)}`),
+        );
+        out[c.uid] = r;
+        if (r.error !== '')
+          this.opts.log.warn('cannot prepare a DRA claim', { claim: claimName(c), uid: c.uid, error: r.error });
+      }),
+    );
+    return { claims: out };
+  }
+
+  private async prepareOne(c: Claim): Promise<NodePrepareResourceResponse> {
+    if (c.uid === '' || c.name === '' || c.namespace === '')
+      return refuse(
+        `the claim ${JSON.stringify(c)} lacks a uid, name or namespace: the kubelet names each claim by all three`,
+      );
+    const store = this.store;
+    if (store === undefined) return refuse(NOT_STARTED);
+    const done = store.get(c.uid);
+    if (done?.state === 'PrepareCompleted') return { devices: done.devices.map(wire), error: '' };
+    const allocated = await this.allocation(c);
+    if ('error' in allocated) return refuse(allocated.error);
+    const started = await this.recordStarted(store, c, allocated.devices);
+    if (started !== null) return refuse(started);
+    const prepared = await this.withCdiIds(c, allocated.devices);
+    if ('error' in prepared) return refuse(prepared.error);
+    const record = { namespace: c.namespace, name: c.name };
+    const preparedAt = new Date(this.opts.now()).toISOString();
+    try {
+      await store.put(c.uid, { ...record, state: 'PrepareCompleted', devices: prepared, preparedAt });
+    } catch (err) {
+      return refuse(`cannot record claim ${claimName(c)} in the checkpoint: ${errorText(err)}`);
+    }
+    this.changed();
+    this.opts.log.info('prepared a DRA claim', {
+      claim: claimName(c),
+      uid: c.uid,
+      devices: prepared.map((d) => d.device),
+      cdi: prepared.flatMap((d) => d.cdiDeviceIds),
+    });
+    return { devices: prepared.map(wire), error: '' };
+  }
+
+  /** The claim's devices of this driver on this node, read from the API server now. */
+  private async allocation(c: Claim): Promise<{ devices: readonly AllocatedDevice[] } | { error: string }> {
+    let json: unknown;
+    try {
+      json = await this.opts.claims.getResourceClaim(c.namespace, c.name);
+    } catch (err) {
+      return { error: `cannot read ResourceClaim ${claimName(c)} from the API server: ${errorText(err)}` };
+    }
+    return allocatedDevices(json, c, this.opts.driver, this.opts.nodeName, this.opts.devices());
+  }
+
+  /** Records the claim PrepareStarted, unless another claim holds one of its devices: then why not. */
+  private async recordStarted(
+    store: CheckpointStore,
+    c: Claim,
+    devices: readonly AllocatedDevice[],
+  ): Promise<string | null> {
+    const record: ClaimRecord = {
+      namespace: c.namespace,
+      name: c.name,
+      state: 'PrepareStarted',
+      devices: devices.map((d) => preparedDevice(d, [])),
+    };
+    try {
+      const held = await store.putUnless(c.uid, record, (cp) => deviceHeldElsewhere(cp, c.uid, devices));
+      return held === null ? null : `claim ${claimName(c)}: ${held}`;
+    } catch (err) {
+      return `cannot record claim ${claimName(c)} in the checkpoint: ${errorText(err)}`;
+    }
+  }
+
+  /** The devices with their CDI IDs in the toolkit's spec, or every device's problem. */
+  private async withCdiIds(
+    c: Claim,
+    devices: readonly AllocatedDevice[],
+  ): Promise<PreparedDevice[] | { error: string }> {
+    const dirs = this.opts.cdiDirs ?? CDI_SPEC_DIRS;
+    const specs = devices.length === 0 ? [] : await readCdiSpecs(dirs);
+    const node = this.opts.devices();
+    const prepared: PreparedDevice[] = [];
+    const problems: string[] = [];
+    for (const d of devices) {
+      const dev = node.find((x) => x.name === d.device);
+      if (dev === undefined) continue; // allocatedDevices checked it is there
+      const cdi = cdiDeviceId(dev, specs, dirs);
+      if ('error' in cdi) problems.push(`device ${d.device}: ${cdi.error}`);
+      else prepared.push(preparedDevice(d, [cdi.id]));
+    }
+    return problems.length > 0 ? { error: `claim ${claimName(c)}: ${problems.join('; ')}` } : prepared;
+  }
+
+  async unprepare(claims: readonly Claim[]): Promise<NodeUnprepareResourcesResponse> {
+    const out: Record<string, NodeUnprepareResourceResponse> = {};
+    await Promise.all(
+      claims.map(async (c) => {
+        out[c.uid] = await this.serialised(c.uid, () => this.unprepareOne(c));
+      }),
+    );
+    return { claims: out };
+  }
+
+  private async unprepareOne(c: Claim): Promise<NodeUnprepareResourceResponse> {
+    const store = this.store;
+    if (store === undefined) return { error: NOT_STARTED };
+    try {
+      if (await store.remove(c.uid)) {
+        this.opts.log.info('unprepared a DRA claim', { claim: claimName(c), uid: c.uid });
+        this.changed();
+      }
+      return { error: '' };
+    } catch (err) {
+      return {
+        error: `cannot remove claim ${claimName(c)} (uid ${c.uid}) from the checkpoint: ${errorText(err)}`,
+      };
+    }
+  }
+}

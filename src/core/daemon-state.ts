@@ -58,6 +58,28 @@ export interface ClaimState {
   readonly since?: string;
 }
 
+/** One health signal of one GPU as the daemon last evaluated it (core/health-signals.ts's SignalState). */
+export interface SignalStateView {
+  /** The signal's config name (`recovery-action`, `row-remap`, …). */
+  readonly signal: string;
+  readonly status: 'ok' | 'bad' | 'unavailable' | 'unknown' | 'off';
+  /** What it is when bad. */
+  readonly class: 'critical' | 'warn';
+  /** The value as an operator reads it. */
+  readonly value: string;
+  /** What the operator does while it is bad. */
+  readonly action?: string;
+  /** When it took this status (ISO 8601), as far as this daemon knows. */
+  readonly since?: string;
+}
+
+/** The health signals beyond XIDs of one GPU. */
+export interface GpuSignalsState {
+  readonly index: number;
+  readonly uuid: string;
+  readonly signals: readonly SignalStateView[];
+}
+
 export interface DaemonState {
   readonly pid: number;
   readonly version: string;
@@ -76,6 +98,8 @@ export interface DaemonState {
   readonly mps?: readonly MpsResourceState[];
   /** The claims prepared on this node (DRA mode only). */
   readonly claims?: readonly ClaimState[];
+  /** Each GPU's health signals beyond XIDs (absent: none watched). */
+  readonly signals?: readonly GpuSignalsState[];
 }
 
 export function stateDocument(s: DaemonState): string {

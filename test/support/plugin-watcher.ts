@@ -41,7 +41,7 @@ import type {
   NodeWatchResourcesResponse,
   PluginInfo,
 } from '../../src/api/dra.ts';
-import { waitOnEvent } from './wait.ts';
+import { onEvent, waitFor } from './wait.ts';
 
 /** What the kubelet does to ResourceSlices (the API server stand-in implements it). */
 export interface SliceJanitor {
@@ -434,14 +434,12 @@ export class PluginWatcherStandIn extends EventEmitter {
   }
 
   private waitFor<T>(probe: () => T | undefined, event: string, timeoutMs: number, what: string): Promise<T> {
-    return waitOnEvent(
-      this,
-      event,
-      probe,
-      timeoutMs,
-      () =>
-        `plugin watcher stand-in: no ${what} within ${timeoutMs} ms (registered ${this.registrations.length}, rejected ${JSON.stringify(this.rejected.map((r) => r.reason))})`,
-    );
+    return waitFor(probe, {
+      on: onEvent(this, event),
+      deadlineMs: timeoutMs,
+      what: () =>
+        `plugin watcher stand-in: no ${what} (registered ${this.registrations.length}, rejected ${JSON.stringify(this.rejected.map((r) => r.reason))})`,
+    });
   }
 
   async stop(): Promise<void> {

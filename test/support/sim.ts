@@ -27,6 +27,7 @@ import { AARCH64_SYSROOT } from '../../build/runtime.ts';
 import type { Arch } from '../../build/runtime.ts';
 import { buildFakeNvml, buildFakeNvmlArm64 } from '../fake-nvml/build.ts';
 import { KubeletStandIn } from './kubelet.ts';
+import { onFileChange, waitUntil } from './wait.ts';
 
 export const ROOT = join(import.meta.dirname, '..', '..');
 export const TOPOLOGIES = join(ROOT, 'test', 'fixtures', 'topologies');
@@ -244,6 +245,28 @@ export interface SimOptions {
   beforePlugin?: (node: SimNode) => Promise<void>;
 }
 
+/** What the fake NVML writes for its `stats` command. */
+export interface FakeNvmlStats {
+  total: number;
+  calls: Record<string, number>;
+  droppedEvents: number;
+  computeModes: Record<string, number>;
+}
+
+let statsFiles = 0;
+
+/**
+ * The fake NVML's stats, asked for with `send` (one command to its control FIFO) and written into
+ * `dir`. Commands run in order and the file appears whole (renamed into place), so this is also a
+ * barrier: once it resolves, every command sent before has been applied.
+ */
+export async function fakeNvmlStats(send: (command: string) => void, dir: string): Promise<FakeNvmlStats> {
+  const path = join(dir, `stats-${process.pid}-${++statsFiles}.json`);
+  send(`stats ${path}`);
+  await waitUntil(() => existsSync(path), { on: onFileChange(dir), what: `the fake NVML's stats in ${path}` });
+  return JSON.parse(readFileSync(path, 'utf8')) as FakeNvmlStats;
+}
+
 /** Writes one command to a fake NVML's control FIFO (see SimNode.nvml). */
 export function nvmlCommand(control: string, command: string): void {
   // Nobody reads the FIFO for a moment while the plugin re-opens NVML (ENXIO): try again briefly.
@@ -347,15 +370,8 @@ export class SimNode {
   }
 
   /** NVML call counts, as the fake library reports them. */
-  async nvmlStats(): Promise<{ total: number; calls: Record<string, number> }> {
-    const path = join(this.dir, `stats-${Date.now()}-${Math.random()}.json`);
-    this.nvml(`stats ${path}`);
-    for (let i = 0; i < 200; i++) {
-      if (existsSync(path))
-        return JSON.parse(readFileSync(path, 'utf8')) as { total: number; calls: Record<string, number> };
-      await new Promise((r) => setTimeout(r, 10));
-    }
-    throw new Error('the fake NVML wrote no stats within 2 s');
+  nvmlStats(): Promise<FakeNvmlStats> {
+    return fakeNvmlStats((command) => this.nvml(command), this.dir);
   }
 
   async stop(): Promise<void> {

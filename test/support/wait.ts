@@ -1,29 +1,148 @@
-// Waiting on what a stand-in saw, never on the clock: a value probed now and again on each of an
-// emitter's events, with a timeout whose message says what never came (and the stand-in's state).
+// The one way a test waits: on something the code under test did. A probe reads the state the test
+// waits for; it is read at once and again each time one of the triggers says something happened (an
+// event emitted, a line logged, a file written, a process ended). The deadline only fails a wait that
+// never came true; no wait resolves because time passed, and nothing is re-read on a clock.
+//
+//   const devices = await waitFor(() => kubelet.devices('nvidia.com/gpu'), {
+//     on: onEvent(kubelet, 'devices'),
+//     what: 'a device list',
+//   });
 import type { EventEmitter } from 'node:events';
+import { type FSWatcher, watch } from 'node:fs';
+import koffi from 'koffi';
+import { CoalescingQueue } from '../../src/system/timers.ts';
 
-export function waitOnEvent<T>(
-  emitter: EventEmitter,
-  event: string,
-  probe: () => T | undefined,
-  timeoutMs: number,
-  timedOut: () => string,
-): Promise<T> {
-  const now = probe();
-  if (now !== undefined) return Promise.resolve(now);
-  return new Promise<T>((resolve, reject) => {
-    const onEvent = (): void => {
-      const v = probe();
-      if (v !== undefined) {
-        clearTimeout(timer);
-        emitter.off(event, onEvent);
-        resolve(v);
-      }
+/**
+ * Something that happens: calls `again` each time the state a probe reads may have changed, from
+ * when it is subscribed until the returned function unsubscribes it.
+ */
+export type Trigger = (again: () => void) => () => void;
+
+export interface WaitOptions {
+  /** What never came, for the error at the deadline (a function: read then, so it can show the state). */
+  what: string | (() => string | Promise<string>);
+  /** When to read the probe again. */
+  on: Trigger | readonly Trigger[];
+  /** The liveness bound, in ms (default 30 s): past it the wait fails. It never makes a wait succeed. */
+  deadlineMs?: number;
+}
+
+/** The real timer functions, taken before any test mocks them: a deadline is wall-clock time even then. */
+const { setTimeout: startDeadline, clearTimeout: clearDeadline } = globalThis;
+
+/**
+ * Resolves with the first value other than undefined the probe returns, read now and after each
+ * trigger (reads never overlap: triggers during a read fold into one more read). A probe that throws
+ * counts as "not yet"; its last error is shown if the deadline passes.
+ */
+export function waitFor<T>(
+  probe: () => T | undefined | Promise<T | undefined>,
+  opts: WaitOptions,
+): Promise<NonNullable<T>> {
+  const deadlineMs = opts.deadlineMs ?? 30_000;
+  return new Promise<NonNullable<T>>((resolve, reject) => {
+    let done = false;
+    let lastError: unknown;
+    const unsubscribe: (() => void)[] = [];
+    const finish = (): void => {
+      done = true;
+      clearDeadline(deadline);
+      for (const u of unsubscribe) u();
+      void reads.close();
     };
-    const timer = setTimeout(() => {
-      emitter.off(event, onEvent);
-      reject(new Error(timedOut()));
-    }, timeoutMs);
-    emitter.on(event, onEvent);
+    const reads = new CoalescingQueue<null>(
+      async () => {
+        if (done) return;
+        let v: T | undefined;
+        try {
+          v = await probe();
+        } catch (err) {
+          lastError = err;
+          return;
+        }
+        if (v === undefined || v === null || done) return;
+        finish();
+        resolve(v as NonNullable<T>);
+      },
+      () => null,
+    );
+    const again = (): void => {
+      if (!done) void reads.request(null);
+    };
+    const deadline = startDeadline(async () => {
+      if (done) return;
+      finish();
+      let what: string;
+      try {
+        what = typeof opts.what === 'string' ? opts.what : await opts.what();
+      } catch (err) {
+        what = `(describing the wait failed: ${(err as Error).message})`;
+      }
+      const last = lastError instanceof Error ? ` (last error: ${lastError.message})` : '';
+      reject(new Error(`not within ${deadlineMs} ms: ${what}${last}`));
+    }, deadlineMs);
+    for (const t of Array.isArray(opts.on) ? opts.on : [opts.on as Trigger]) unsubscribe.push(t(again));
+    again();
   });
+}
+
+/** Like waitFor, for a condition: resolves once pred() is true. */
+export async function waitUntil(pred: () => boolean | Promise<boolean>, opts: WaitOptions): Promise<void> {
+  await waitFor(async () => ((await pred()) ? true : undefined), opts);
+}
+
+/** Each of these events of an emitter. */
+export function onEvent(emitter: EventEmitter, ...events: string[]): Trigger {
+  return (again) => {
+    for (const e of events) emitter.on(e, again);
+    return () => {
+      for (const e of events) emitter.off(e, again);
+    };
+  };
+}
+
+/** Anything created, written, renamed or removed in a directory (inotify; the directory must exist). */
+export function onFileChange(dir: string): Trigger {
+  return (again) => {
+    const w: FSWatcher = watch(dir, { persistent: false }, again);
+    w.on('error', again);
+    return () => w.close();
+  };
+}
+
+const libc = koffi.load('libc.so.6');
+const syscall = libc.func('long syscall(long number, int pid, unsigned int flags)') as (
+  n: number,
+  pid: number,
+  flags: number,
+) => number;
+koffi.struct('gdp_wait_pollfd', { fd: 'int', events: 'short', revents: 'short' });
+const poll = libc.func('int poll(_Inout_ gdp_wait_pollfd *fds, unsigned long nfds, int timeout)');
+const closeFd = libc.func('int close(int fd)') as (fd: number) => number;
+const SYS_PIDFD_OPEN = 434;
+const POLLIN = 1;
+
+/**
+ * The end of a process that need not be this one's child (a daemon that forked away): a pidfd waited
+ * on in koffi's worker thread, readable once the process has ended. One that is already gone fires at
+ * once. The wait in the worker is bounded by `boundMs`, so an unsubscribed trigger frees its thread.
+ */
+export function onProcessExit(pid: number, boundMs = 60_000): Trigger {
+  return (again) => {
+    const fd = syscall(SYS_PIDFD_OPEN, pid, 0);
+    if (fd < 0) {
+      // No such process (ESRCH): it has ended already.
+      queueMicrotask(again);
+      return () => undefined;
+    }
+    const fds = { fd, events: POLLIN, revents: 0 };
+    let closed = false;
+    (poll as unknown as { async: (...a: unknown[]) => void }).async(fds, 1, boundMs, () => {
+      closeFd(fd);
+      if (!closed) again();
+    });
+    return () => {
+      closed = true;
+    };
+  };
 }

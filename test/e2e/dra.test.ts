@@ -19,6 +19,7 @@ import { ApiServerStandIn } from '../support/apiserver.ts';
 import type { JsonObject, TokenGrant } from '../support/apiserver.ts';
 import { NotifySocket } from '../support/notify-socket.ts';
 import { PluginWatcherStandIn } from '../support/plugin-watcher.ts';
+import { onEvent, waitFor } from '../support/wait.ts';
 import { PluginProcess, SimNode, executable, monotonicMs } from '../support/sim.ts';
 
 const NODE = 'gpu-node-1';
@@ -232,22 +233,10 @@ function waitForSlices(
   what: string,
   timeoutMs = 15_000,
 ): Promise<SliceDevice[]> {
-  return new Promise((resolve, reject) => {
-    const probe = (): boolean => {
-      const d = devicesOf(api);
-      if (slicesOf(api).length > 0 && pred(d)) {
-        clearTimeout(timer);
-        api.off('request', probe);
-        resolve(d);
-        return true;
-      }
-      return false;
-    };
-    const timer = setTimeout(() => {
-      api.off('request', probe);
-      reject(new Error(`no slices ${what} within ${timeoutMs} ms; stored: ${JSON.stringify(slicesOf(api))}`));
-    }, timeoutMs);
-    if (!probe()) api.on('request', probe);
+  return waitFor(() => (slicesOf(api).length > 0 && pred(devicesOf(api)) ? devicesOf(api) : undefined), {
+    on: onEvent(api, 'request'),
+    deadlineMs: timeoutMs,
+    what: () => `slices ${what}; stored: ${JSON.stringify(slicesOf(api))}`,
   });
 }
 

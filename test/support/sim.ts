@@ -5,6 +5,7 @@
 // executable, run by qemu (binfmt_misc) against the cross-built fake NVML; the kubelet stand-in
 // stays native.
 import { spawn } from 'node:child_process';
+import { EventEmitter } from 'node:events';
 import type { ChildProcess } from 'node:child_process';
 import {
   copyFileSync,
@@ -27,7 +28,7 @@ import { AARCH64_SYSROOT } from '../../build/runtime.ts';
 import type { Arch } from '../../build/runtime.ts';
 import { buildFakeNvml, buildFakeNvmlArm64 } from '../fake-nvml/build.ts';
 import { KubeletStandIn } from './kubelet.ts';
-import { onFileChange, waitUntil } from './wait.ts';
+import { onEvent, onFileChange, waitFor, waitUntil } from './wait.ts';
 
 export const ROOT = join(import.meta.dirname, '..', '..');
 export const TOPOLOGIES = join(ROOT, 'test', 'fixtures', 'topologies');
@@ -110,16 +111,17 @@ export function monotonicMs(): number {
 }
 
 /** A running plugin process, with its log lines. */
-export class PluginProcess {
+export class PluginProcess extends EventEmitter {
   readonly child: ChildProcess;
   readonly lines: string[] = [];
   /** monotonicMs() just before the process was spawned. */
   readonly spawnedAt: number;
   readonly exited: Promise<PluginExit>;
-  private waiters: { re: RegExp; from: number; resolve: (line: string) => void }[] = [];
   exit: PluginExit | undefined;
 
+  /** Emits 'line' for each line it prints and 'exit' when it has exited. */
   constructor(cmd: string, args: readonly string[], env: NodeJS.ProcessEnv) {
+    super();
     this.spawnedAt = monotonicMs();
     this.child = spawn(cmd, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
     let buf = '';
@@ -130,13 +132,7 @@ export class PluginProcess {
         buf = buf.slice(nl + 1);
         this.lines.push(line);
         if (process.env.SIM_ECHO) process.stderr.write(`  [plugin] ${line}\n`);
-        this.waiters = this.waiters.filter((w) => {
-          if (w.re.test(line)) {
-            w.resolve(line);
-            return false;
-          }
-          return true;
-        });
+        this.emit('line', line);
       }
     };
     this.child.stdout?.on('data', onData);
@@ -145,6 +141,7 @@ export class PluginProcess {
       this.child.on('exit', (code, signal) => {
         this.exit = { code, signal };
         resolve(this.exit);
+        this.emit('exit', this.exit);
       });
     });
   }
@@ -162,36 +159,23 @@ export class PluginProcess {
 
   /** Resolves with the first line matching re at or after line index `from` (default: any line so far). */
   waitForLine(re: RegExp, timeoutMs = 10000, from = 0): Promise<string> {
-    const seen = this.lines.slice(from).find((l) => re.test(l));
-    if (seen !== undefined) return Promise.resolve(seen);
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.waiters = this.waiters.filter((w) => w !== waiter);
-        reject(
-          new Error(`plugin printed no line matching ${re} within ${timeoutMs} ms; its log:\n${this.lines.join('\n')}`),
-        );
-      }, timeoutMs);
-      const waiter = {
-        re,
-        from,
-        resolve: (l: string) => {
-          clearTimeout(timer);
-          resolve(l);
-        },
-      };
-      this.waiters.push(waiter);
-      void this.exited.then((e) => {
-        if (this.waiters.includes(waiter)) {
-          clearTimeout(timer);
-          this.waiters = this.waiters.filter((w) => w !== waiter);
-          reject(
-            new Error(
-              `plugin exited (${JSON.stringify(e)}) before printing a line matching ${re}; its log:\n${this.lines.join('\n')}`,
-            ),
-          );
-        }
-      });
-    });
+    let next = from;
+    const log = (): string => `its log:\n${this.lines.join('\n')}`;
+    return waitFor(
+      () => {
+        for (; next < this.lines.length; next++) if (re.test(this.lines[next]!)) return this.lines[next];
+        return undefined;
+      },
+      {
+        on: onEvent(this, 'line', 'exit'),
+        deadlineMs: timeoutMs,
+        what: () => `plugin printed no line matching ${re}; ${log()}`,
+        hopeless: () =>
+          this.exit === undefined
+            ? undefined
+            : `plugin exited (${JSON.stringify(this.exit)}) before printing a line matching ${re}; ${log()}`,
+      },
+    );
   }
 
   /** Open file descriptors of the process (from /proc). */

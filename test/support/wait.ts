@@ -25,6 +25,11 @@ export interface WaitOptions {
   on: Trigger | readonly Trigger[];
   /** The liveness bound, in ms (default 30 s): past it the wait fails. It never makes a wait succeed. */
   deadlineMs?: number;
+  /**
+   * Why the wait can no longer come true (the process that would do it has exited), or undefined:
+   * read after each probe that found nothing; a reason fails the wait at once.
+   */
+  hopeless?: () => string | undefined;
 }
 
 /** The real timer functions, taken before any test mocks them: a deadline is wall-clock time even then. */
@@ -60,9 +65,17 @@ export function waitFor<T>(
           lastError = err;
           return;
         }
-        if (v === undefined || v === null || done) return;
-        finish();
-        resolve(v as NonNullable<T>);
+        if (done) return;
+        if (v !== undefined && v !== null) {
+          finish();
+          resolve(v as NonNullable<T>);
+          return;
+        }
+        const reason = opts.hopeless?.();
+        if (reason !== undefined) {
+          finish();
+          reject(new Error(reason));
+        }
       },
       () => null,
     );
@@ -79,7 +92,7 @@ export function waitFor<T>(
         what = `(describing the wait failed: ${(err as Error).message})`;
       }
       const last = lastError instanceof Error ? ` (last error: ${lastError.message})` : '';
-      reject(new Error(`not within ${deadlineMs} ms: ${what}${last}`));
+      reject(new Error(`not within ${deadlineMs} ms${last}: ${what}`));
     }, deadlineMs);
     for (const t of Array.isArray(opts.on) ? opts.on : [opts.on as Trigger]) unsubscribe.push(t(again));
     again();

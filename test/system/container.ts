@@ -39,6 +39,19 @@ const STAMP_FILE = '.gdp-rootfs-stamp.json';
 const UNUSED_MS = 7 * 24 * 3600 * 1000;
 const PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
+/** Connects to systemd's private bus (argv[1]), authenticates as root, and prints a dot for each message it gets. */
+const BUS_LISTENER = `
+const bus = require('node:net').createConnection(process.argv[1]);
+let open = false;
+bus.on('connect', () => bus.write('\\0AUTH EXTERNAL 30\\r\\n'));
+bus.on('data', (c) => {
+  if (open) process.stdout.write('.');
+  else if (c.toString('latin1').startsWith('OK ')) { open = true; bus.write('BEGIN\\r\\n'); }
+});
+bus.on('close', () => process.exit(0));
+bus.on('error', () => process.exit(1));
+`;
+
 export interface ExecResult {
   code: number;
   stdout: string;
@@ -275,8 +288,9 @@ export class Container {
   }
 
   /**
-   * Something happened in the container: a journal entry was written (journalctl -f in it) or a file in
-   * its /run changed (inotify through /proc/<pid>/root). What a test waits on leaves one or the other.
+   * Something happened in the container: a journal entry was written (journalctl -f in it), a file in
+   * its /run changed (inotify through /proc/<pid>/root), or a unit's properties changed (its systemd's
+   * D-Bus signals). What a test waits on leaves one of these.
    */
   onActivity(): Trigger {
     return onEvent(this.activity, 'activity');
@@ -294,6 +308,25 @@ export class Container {
     const run = watch(`/proc/${this.pid1Value}/root/run`, { persistent: false }, poke);
     run.on('error', poke);
     this.watchers.push(run);
+    // A direct connection to systemd's private bus, from a process in the container's PID namespace
+    // (systemd drops peers it cannot see): systemd sends every unit's PropertiesChanged to such peers
+    // unconditionally, so a change that no journal entry tells of (StatusText) arrives as bytes.
+    const bus = spawn(
+      'nsenter',
+      [
+        '-t',
+        String(this.pid1Value),
+        '-p',
+        '--',
+        process.execPath,
+        '-e',
+        BUS_LISTENER,
+        `/proc/${this.pid1Value}/root/run/systemd/private`,
+      ],
+      { env: { PATH }, stdio: ['ignore', 'pipe', 'ignore'] },
+    );
+    bus.stdout.on('data', poke);
+    this.watchers.push({ close: () => bus.kill('SIGKILL') });
   }
 
   /** The descendant of nspawn that is PID 1 in its own PID namespace. */

@@ -9,7 +9,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { buildFakeMpsControl, MPS_CONTROL_NAME } from '../fake-nvml/build.ts';
-import { onEvent, onProcessExit, waitUntil } from '../support/wait.ts';
+import { onProcessExit } from '../support/process-exit.ts';
+import { onEvent, waitUntil } from '../support/wait.ts';
 
 let program = '';
 let tmpDir = '';

@@ -11,6 +11,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { DRA_DROPIN, ENV_FILE, PACKAGE } from '../../build/package.ts';
+import { byIndex, cdiSpec, tokenKubeconfig } from '../support/dra-fixtures.ts';
 import type { Container } from './container.ts';
 import type { ApiServerState, WatcherState } from './dra-standins-main.ts';
 import { OPT, type PackagedNode, UNIT, bootWithPackage } from './packaged-node.ts';
@@ -35,43 +36,6 @@ const STANDINS = `${OPT}/node ${OPT}/dra-standins.cjs`;
 const STATUS_OK = new RegExp(
   `^registered with the kubelet \\(DRA, driver ${DRIVER.replace(/\./g, '\\.')}\\); ${GPUS} devices published; ${GPUS} of ${GPUS} GPUs healthy$`,
 );
-
-/** The toolkit's spec as `nvidia-ctk cdi generate` writes it to /etc/cdi/nvidia.yaml (index names, and "all"). */
-function cdiSpec(count: number): string {
-  const lines = ['cdiVersion: 0.5.0', 'kind: nvidia.com/gpu', 'devices:'];
-  for (let i = 0; i < count; i++)
-    lines.push(`- name: "${i}"`, '  containerEdits:', '    deviceNodes:', `    - path: /dev/nvidia${i}`);
-  lines.push(
-    '- name: all',
-    '  containerEdits:',
-    '    deviceNodes:',
-    ...Array.from({ length: count }, (_, i) => `    - path: /dev/nvidia${i}`),
-  );
-  lines.push('containerEdits:', '  deviceNodes:', '  - path: /dev/nvidiactl', '  - path: /dev/nvidia-uvm');
-  return `${lines.join('\n')}\n`;
-}
-
-/** A kubeconfig with a bearer token (README: a ServiceAccount token works as well as a client certificate). */
-function kubeconfig(server: string): string {
-  return `${[
-    'apiVersion: v1',
-    'kind: Config',
-    'current-context: node',
-    'clusters:',
-    '- name: cluster',
-    '  cluster:',
-    `    server: ${server}`,
-    'users:',
-    '- name: node',
-    '  user:',
-    `    token: ${NODE_TOKEN}`,
-    'contexts:',
-    '- name: node',
-    '  context:',
-    '    cluster: cluster',
-    '    user: node',
-  ].join('\n')}\n`;
-}
 
 let node: PackagedNode | undefined;
 const timings: string[] = [];
@@ -169,7 +133,7 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
       name: 'dra',
       bundles: { 'dra-standins': 'dra-standins-main.ts' },
       // Where `nvidia-ctk cdi generate` writes the spec by default.
-      files: { '/etc/cdi/nvidia.yaml': cdiSpec(GPUS) },
+      files: { '/etc/cdi/nvidia.yaml': cdiSpec(byIndex(Array.from({ length: GPUS }, (_, i) => String(i)))) },
       install: false,
       timings,
     });
@@ -203,7 +167,7 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
     await box().run(
       [
         `install -d -m 0755 /etc/gpu-device-plugin`,
-        `printf '%s' '${kubeconfig(apiUrl)}' > ${KUBECONFIG}`,
+        `printf '%s' '${tokenKubeconfig(apiUrl, NODE_TOKEN)}' > ${KUBECONFIG}`,
         `chmod 0600 ${KUBECONFIG}`,
         `printf 'KUBELET_API=dra\\nKUBECONFIG=${KUBECONFIG}\\nNODE_NAME=${NODE}\\n' >> ${ENV_FILE.deb}`,
         `mkdir -p /etc/systemd/system/${UNIT}.d`,

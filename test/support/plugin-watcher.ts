@@ -1,4 +1,4 @@
-// A stand-in for the kubelet's plugin watcher and DRA plugin manager (issue 21), over real gRPC with
+// A stand-in for the kubelet's plugin watcher and DRA plugin manager, over real gRPC with
 // the kubelet's own protos (src/api/dra.ts). Modelled on the kubelet's pluginmanager and
 // cm/dra/plugin code (kubernetes/kubernetes, read for facts): it watches a plugins_registry directory
 // for unix sockets whose names do not start with '.' (and walks what is there at start), dials each

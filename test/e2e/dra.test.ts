@@ -1,4 +1,4 @@
-// DRA mode end to end (issue 21): the built executable (x64) with the fake NVML, the kubelet's plugin
+// DRA mode end to end: the built executable (x64) with the fake NVML, the kubelet's plugin
 // watcher stand-in (real gRPC: registration, DRAPlugin, the health stream) and the API server
 // stand-in (real JSON over HTTP, a bearer token with the RBAC's permissions), as a node runs it:
 // registration, the ResourceSlices it publishes, claims prepared and unprepared (CDI specs written as
@@ -17,8 +17,10 @@ import type { Claim, DeviceHealth } from '../../src/api/dra.ts';
 import { HealthStatus } from '../../src/api/dra.ts';
 import { ApiServerStandIn } from '../support/apiserver.ts';
 import type { JsonObject, TokenGrant } from '../support/apiserver.ts';
+import { byIndex, cdiSpec, tokenKubeconfig } from '../support/dra-fixtures.ts';
 import { NotifySocket } from '../support/notify-socket.ts';
 import { PluginWatcherStandIn } from '../support/plugin-watcher.ts';
+import { onEvent, waitFor } from '../support/wait.ts';
 import { PluginProcess, SimNode, executable, monotonicMs } from '../support/sim.ts';
 
 const NODE = 'gpu-node-1';
@@ -36,37 +38,6 @@ const RBAC: TokenGrant = {
   ],
 };
 const READ_ONLY: TokenGrant = { user: 'viewer', allow: ['list resourceslices', 'get nodes'] };
-
-/** The toolkit's spec as `nvidia-ctk cdi generate` writes it (index names, and MIG `<gpu>:<mig>`). */
-function cdiSpec(names: readonly string[]): string {
-  const lines = ['cdiVersion: 0.5.0', 'kind: nvidia.com/gpu', 'devices:'];
-  for (const n of names)
-    lines.push(`- name: "${n}"`, '  containerEdits:', '    deviceNodes:', `    - path: /dev/nvidia${n.split(':')[0]}`);
-  lines.push('- name: all', '  containerEdits:', '    deviceNodes:', '    - path: /dev/nvidia0');
-  lines.push('containerEdits:', '  deviceNodes:', '  - path: /dev/nvidiactl');
-  return `${lines.join('\n')}\n`;
-}
-
-function kubeconfig(server: string, token: string): string {
-  return `${[
-    'apiVersion: v1',
-    'kind: Config',
-    'current-context: node',
-    'clusters:',
-    '- name: c',
-    '  cluster:',
-    `    server: ${server}`,
-    'users:',
-    '- name: u',
-    '  user:',
-    `    token: ${token}`,
-    'contexts:',
-    '- name: node',
-    '  context:',
-    '    cluster: c',
-    '    user: u',
-  ].join('\n')}\n`;
-}
 
 interface DraNode {
   sim: SimNode;
@@ -115,8 +86,11 @@ async function startDraNode(o: DraNodeOptions = {}): Promise<DraNode> {
         paths.cdi = join(n.dir, 'cdi');
         paths.kubeconfigPath = join(n.dir, 'kubeconfig');
         for (const d of [paths.registry, paths.plugins, paths.cdi]) mkdirSync(d, { recursive: true });
-        writeFileSync(paths.kubeconfigPath, kubeconfig(api.url, o.token ?? TOKEN), { mode: 0o600 });
-        writeFileSync(join(paths.cdi, 'nvidia.yaml'), cdiSpec(o.cdiNames ?? ['0', '1', '2', '3', '4', '5', '6', '7']));
+        writeFileSync(paths.kubeconfigPath, tokenKubeconfig(api.url, o.token ?? TOKEN), { mode: 0o600 });
+        writeFileSync(
+          join(paths.cdi, 'nvidia.yaml'),
+          cdiSpec(byIndex(o.cdiNames ?? ['0', '1', '2', '3', '4', '5', '6', '7'])),
+        );
         watcher = await PluginWatcherStandIn.start(paths.registry, {
           slices: { janitor: api, nodeName: NODE, wipeDelayMs: 60_000 },
         });
@@ -232,22 +206,10 @@ function waitForSlices(
   what: string,
   timeoutMs = 15_000,
 ): Promise<SliceDevice[]> {
-  return new Promise((resolve, reject) => {
-    const probe = (): boolean => {
-      const d = devicesOf(api);
-      if (slicesOf(api).length > 0 && pred(d)) {
-        clearTimeout(timer);
-        api.off('request', probe);
-        resolve(d);
-        return true;
-      }
-      return false;
-    };
-    const timer = setTimeout(() => {
-      api.off('request', probe);
-      reject(new Error(`no slices ${what} within ${timeoutMs} ms; stored: ${JSON.stringify(slicesOf(api))}`));
-    }, timeoutMs);
-    if (!probe()) api.on('request', probe);
+  return waitFor(() => (slicesOf(api).length > 0 && pred(devicesOf(api)) ? devicesOf(api) : undefined), {
+    on: onEvent(api, 'request'),
+    deadlineMs: timeoutMs,
+    what: () => `slices ${what}; stored: ${JSON.stringify(slicesOf(api))}`,
   });
 }
 

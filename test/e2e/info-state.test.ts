@@ -1,14 +1,15 @@
-// `info` shows what the running daemon reports (issue 19): the daemon publishes its state on every
+// `info` shows what the running daemon reports: the daemon publishes its state on every
 // applied snapshot and registration change, and `info` reads it instead of probing NVML; with no
 // daemon (a stale file) it falls back to NVML and says so.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, watch, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildFakeNvml } from '../fake-nvml/build.ts';
 import { SimNode, TOPOLOGIES, executable, loadTopology, writeSysfs } from '../support/sim.ts';
+import { onFileChange, waitFor } from '../support/wait.ts';
 
 interface Run {
   status: number | null;
@@ -61,33 +62,16 @@ function stateWhere(node: SimNode, pred: (s: StateDoc) => boolean, timeoutMs = 1
       return undefined;
     }
   };
-  // The watch first, then the read: a rename between a first read and the watch would go unseen.
-  return new Promise((resolve, reject) => {
-    const done = (s: StateDoc): void => {
-      clearTimeout(timer);
-      w.close();
-      resolve(s);
-    };
-    const w = watch(node.dir, () => {
-      const s = read();
-      if (s !== undefined) done(s);
-    });
-    const timer = setTimeout(() => {
-      w.close();
-      reject(
-        new Error(
-          `state file ${node.stateFile} never matched; it holds: ${(() => {
-            try {
-              return readFileSync(node.stateFile, 'utf8');
-            } catch (e) {
-              return String(e);
-            }
-          })()}`,
-        ),
-      );
-    }, timeoutMs);
-    const now = read();
-    if (now !== undefined) done(now);
+  return waitFor(read, {
+    on: onFileChange(node.dir),
+    deadlineMs: timeoutMs,
+    what: () => {
+      try {
+        return `state file ${node.stateFile} matching; it holds: ${readFileSync(node.stateFile, 'utf8')}`;
+      } catch (e) {
+        return `state file ${node.stateFile} matching; it holds: ${String(e)}`;
+      }
+    },
   });
 }
 

@@ -8,6 +8,7 @@ import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { migUuid, writeMigMinors } from '../support/mig.ts';
 import { SimNode, loadTopology } from '../support/sim.ts';
+import { onFileChange, waitUntil } from '../support/wait.ts';
 
 const MIXED = loadTopology('mig-mixed-4');
 const UNIFORM = loadTopology('mig-uniform-2');
@@ -266,15 +267,6 @@ test('--pass-device-specs without a readable mig-minors stops the start naming t
     await node.stop();
   }
 });
-
-/** Waits (liveness bound only) until a condition holds. */
-async function until(cond: () => boolean, what: string, timeoutMs = 10000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error(`not within ${timeoutMs} ms: ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
 
 const healthOf = (node: SimNode, resource: string): string =>
   (node.kubelet!.devices(resource) ?? []).map((d) => (d.health === 'Healthy' ? 'H' : 'U')).join('');
@@ -539,10 +531,10 @@ test('re-layout under open streams: the next snapshot adds and removes mig-* res
       assert.equal(k.registrations.at(-1)!.request.resource_name, 'nvidia.com/mig-7g.80gb');
       await node.plugin.waitForLine(/resource no longer advertised resource=nvidia\.com\/mig-1g\.20gb/);
       await node.plugin.waitForLine(/resource no longer advertised resource=nvidia\.com\/mig-3g\.40gb/);
-      await until(
-        () => !existsSync(join(node.kubeletDir, 'gpu-device-plugin-mig-3g.40gb.sock')),
-        "the vanished resource's socket is removed",
-      );
+      await waitUntil(() => !existsSync(join(node.kubeletDir, 'gpu-device-plugin-mig-3g.40gb.sock')), {
+        on: onFileChange(node.kubeletDir),
+        what: "the vanished resource's socket is removed",
+      });
       assert.ok(existsSync(join(node.kubeletDir, 'gpu-device-plugin-mig-7g.80gb.sock')));
       // Other GPUs' resources saw no new list at all.
       assert.deepEqual(Object.fromEntries(untouched.map((r) => [r, k.updates(r)])), before);
@@ -594,10 +586,10 @@ test('single: a node that stops being uniform after start is reported and withdr
     );
     assert.match(line, /MIG devices differ in profile: 3g\.40gb on GPU 0, 1; 2g\.20gb on GPU 1/);
     await node.plugin.waitForLine(/resource no longer advertised resource=nvidia\.com\/gpu/);
-    await until(
-      () => !existsSync(node.pluginSocket),
-      'the socket of nvidia.com/gpu is removed: nothing half-advertised',
-    );
+    await waitUntil(() => !existsSync(node.pluginSocket), {
+      on: onFileChange(node.kubeletDir),
+      what: 'the socket of nvidia.com/gpu is removed: nothing half-advertised',
+    });
     const registrations = k.registrations.length;
     node.nvml('mig 1 on 3g.40gb 3g.40gb');
     await node.nvmlStats();

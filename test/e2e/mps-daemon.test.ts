@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildFakeMpsControl, buildFakeNvml } from '../fake-nvml/build.ts';
 import { NotifySocket } from '../support/notify-socket.ts';
-import { executable, nvmlCommand, PluginProcess, SimNode, TOPOLOGIES } from '../support/sim.ts';
+import { executable, fakeNvmlStats, nvmlCommand, PluginProcess, SimNode, TOPOLOGIES } from '../support/sim.ts';
 
 const TOPOLOGY = join(TOPOLOGIES, 'demo-8.json');
 const GPUS = (JSON.parse(readFileSync(TOPOLOGY, 'utf8')) as { gpus: { uuid: string }[] }).gpus.map((g) => g.uuid);
@@ -118,14 +118,7 @@ function start(configText: string | null, extraArgs: string[] = [], withRoot = t
 
 /** The fake NVML's compute modes by UUID, once it has applied everything sent before. */
 async function computeModes(r: Run): Promise<Record<string, number>> {
-  const file = join(r.dir, `stats-${Math.random()}.json`);
-  nvmlCommand(r.control, `stats ${file}`);
-  const end = performance.now() + 10_000;
-  while (!existsSync(file)) {
-    if (performance.now() > end) throw new Error('the fake NVML wrote no stats');
-    await new Promise((res) => setTimeout(res, 10));
-  }
-  return (JSON.parse(readFileSync(file, 'utf8')) as { computeModes: Record<string, number> }).computeModes;
+  return (await fakeNvmlStats((command) => nvmlCommand(r.control, command), r.dir)).computeModes;
 }
 
 interface FakeState {

@@ -9,9 +9,10 @@ import assert from 'node:assert/strict';
 import { execFile, spawnSync } from 'node:child_process';
 import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { buildFakeMpsControl, buildFakeNvml, MPS_CONTROL_NAME } from '../fake-nvml/build.ts';
 import { NotifySocket } from '../support/notify-socket.ts';
+import { onFileChange, waitUntil } from '../support/wait.ts';
 import { SimNode, TOPOLOGIES, executable, loadTopology, writeSysfs } from '../support/sim.ts';
 import { mpsPaths } from '../../src/core/mps.ts';
 import { mpsCommand, mpsEnvironment } from '../../src/mps/control-client.ts';
@@ -19,18 +20,18 @@ import { mpsCommand, mpsEnvironment } from '../../src/mps/control-client.ts';
 /** The plugin's metrics file once its mps_daemon_up sample has this value (the file is written after each snapshot). */
 async function daemonUp(prom: string, value: 0 | 1, timeoutMs = 10000): Promise<void> {
   const want = `gpu_device_plugin_mps_daemon_up{resource="nvidia.com/gpu"} ${value}`;
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    let text = '';
+  const text = (): string => {
     try {
-      text = readFileSync(prom, 'utf8');
+      return readFileSync(prom, 'utf8');
     } catch {
-      // not written yet
+      return '';
     }
-    if (text.split('\n').includes(want)) return;
-    if (Date.now() > end) throw new Error(`the metrics file has no "${want}" within ${timeoutMs} ms:\n${text}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
+  };
+  await waitUntil(() => text().split('\n').includes(want), {
+    on: onFileChange(dirname(prom)),
+    deadlineMs: timeoutMs,
+    what: () => `"${want}" in the metrics file:\n${text()}`,
+  });
 }
 
 /** `gpu-device-plugin info` against a running simulated node (it shows the daemon's published state). */

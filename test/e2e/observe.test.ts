@@ -5,20 +5,23 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { SimNode } from '../support/sim.ts';
 import { parseSamples, promtoolProblems } from '../support/prom.ts';
+import { onEvent, onFileChange, waitFor } from '../support/wait.ts';
 
-/** Polls until fn returns a value other than undefined (generous liveness timeout, not a speed bound). */
-async function eventually<T>(what: string, fn: () => T | undefined, timeoutMs = 15000): Promise<T> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = fn();
-    if (v !== undefined) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
+/**
+ * Resolves with fn's first value other than undefined, read again on each line the plugin logs and
+ * each change in the directory of `file` (where it writes its labels or metrics).
+ */
+const written = <T>(
+  node: SimNode,
+  file: string,
+  what: string | (() => string),
+  fn: () => T | undefined,
+  deadlineMs = 15000,
+): Promise<NonNullable<T>> =>
+  waitFor(fn, { on: [onEvent(node.plugin, 'line'), onFileChange(dirname(file))], what, deadlineMs });
 
 const readIf = (path: string): string | undefined => (existsSync(path) ? readFileSync(path, 'utf8') : undefined);
 
@@ -78,7 +81,7 @@ test('labels file: exact content, rewritten on reload only when it changes, kept
   const args = ['--config-file', config, '--nfd-features-file', labels];
   let node = await SimNode.start({ topology, machine: 'DGX-1 with V100-32', args });
   try {
-    assert.equal(await eventually('the labels file', () => readIf(labels)), PLAIN);
+    assert.equal(await written(node, labels, 'the labels file', () => readIf(labels)), PLAIN);
     const first = statSync(labels);
 
     // A reload that changes nothing leaves the file alone (same inode, same mtime).
@@ -93,8 +96,11 @@ test('labels file: exact content, rewritten on reload only when it changes, kept
     from = node.plugin.lines.length;
     node.plugin.signal('SIGHUP');
     await node.plugin.waitForLine(/config reloaded.*changed/, 10000, from);
-    assert.equal(await eventually('the shared labels', () => (readIf(labels) === SHARED ? SHARED : undefined)), SHARED);
-    await eventually('two writes logged', () =>
+    assert.equal(
+      await written(node, labels, 'the shared labels', () => (readIf(labels) === SHARED ? SHARED : undefined)),
+      SHARED,
+    );
+    await written(node, labels, 'two writes logged', () =>
       node.plugin.matching(/node labels written/).length === 2 ? true : undefined,
     );
 
@@ -132,7 +138,7 @@ test('labels file: a reader polling during reloads only ever sees one complete v
     args: ['--config-file', config, '--nfd-features-file', labels],
   });
   try {
-    await eventually('the labels file', () => readIf(labels));
+    await written(node, labels, 'the labels file', () => readIf(labels));
     const seen = new Map<string, number>();
     let reading = true;
     const reader = (async () => {
@@ -148,7 +154,7 @@ test('labels file: a reader polling during reloads only ever sees one complete v
       const from = node.plugin.lines.length;
       node.plugin.signal('SIGHUP');
       await node.plugin.waitForLine(/config reloaded/, 10000, from);
-      await eventually(`version ${i}`, () => (readIf(labels) === want ? true : undefined));
+      await written(node, labels, `version ${i}`, () => (readIf(labels) === want ? true : undefined));
     }
     reading = false;
     await reader;
@@ -157,7 +163,7 @@ test('labels file: a reader polling during reloads only ever sees one complete v
       [],
       'a partial or missing file was read',
     );
-    await eventually('eleven writes logged', () =>
+    await written(node, labels, 'eleven writes logged', () =>
       node.plugin.matching(/node labels written/).length === 11 ? true : undefined,
     );
     assert.ok((seen.get(PLAIN) ?? 0) > 0 && (seen.get(SHARED) ?? 0) > 0);
@@ -178,11 +184,12 @@ test('metrics file: parsed back; RPCs, XIDs and re-registrations move the counte
     return text === undefined ? undefined : parseSamples(text).get(`${P}${name}`);
   };
   const until = (name: string, want: number): Promise<number> =>
-    eventually(`${name} = ${want}`, () => (sample(name) === want ? want : undefined)).catch((err: unknown) => {
-      throw new Error(
-        `${(err as Error).message} (now ${sample(name)}); plugin log:\n${node.plugin.lines.slice(-30).join('\n')}`,
-      );
-    });
+    written(
+      node,
+      prom,
+      () => `${name} = ${want} (now ${sample(name)}); plugin log:\n${node.plugin.lines.slice(-30).join('\n')}`,
+      () => (sample(name) === want ? want : undefined),
+    );
   try {
     const u = node.topology.gpus.map((g) => g.uuid);
     await until(`registrations_total{${R}}`, 1);
@@ -254,13 +261,19 @@ test('labels follow re-discovery: a GPU leaves and comes back, the driver goes (
       .find((l) => l.startsWith(`nvidia.com/${name}=`))
       ?.split('=')[1];
   const untilLabel = (name: string, want: string): Promise<string> =>
-    eventually(`${name}=${want} (now ${label(name)})`, () => (label(name) === want ? want : undefined), 30000);
+    written(
+      node,
+      labels,
+      () => `${name}=${want} (now ${label(name)})`,
+      () => (label(name) === want ? want : undefined),
+      30000,
+    );
   try {
-    assert.equal(await eventually('the labels file', () => readIf(labels)), PLAIN);
+    assert.equal(await written(node, labels, 'the labels file', () => readIf(labels)), PLAIN);
     const u = node.topology.gpus.map((g) => g.uuid);
     node.nvml('remove 3');
     await untilLabel('gpu.count', '7');
-    await eventually('7 devices in the metrics', () =>
+    await written(node, labels, '7 devices in the metrics', () =>
       parseSamples(readIf(prom) ?? '').get('gpu_device_plugin_devices_advertised{resource="nvidia.com/gpu"}') === 7
         ? true
         : undefined,
@@ -298,8 +311,10 @@ test('MIG labels: mixed labels every advertised profile and follows a re-layout;
         .map((l) => l.split('=') as [string, string]),
     );
   const until = (name: string, want: string | undefined): Promise<Map<string, string>> =>
-    eventually(
-      `${name}=${want} (now ${read().get(name)})`,
+    written(
+      node,
+      labels,
+      () => `${name}=${want} (now ${read().get(name)})`,
       () => {
         const l = read();
         return l.get(name) === want ? l : undefined;

@@ -20,7 +20,7 @@ import { devicePluginService, registrationService } from '../../src/api/proto.ts
 import { podResourcesService } from '../../src/api/podresources.ts';
 import type { ListPodResourcesResponse, PodResources } from '../../src/api/podresources.ts';
 import type * as M from '../../src/api/messages.ts';
-import { waitOnEvent } from './wait.ts';
+import { onEvent, waitFor } from './wait.ts';
 
 export const CHECKPOINT_FILE = 'kubelet_internal_checkpoint';
 
@@ -295,14 +295,12 @@ export class KubeletStandIn extends EventEmitter {
   }
 
   private waitFor<T>(probe: () => T | undefined, event: string, timeoutMs: number, what: string): Promise<T> {
-    return waitOnEvent(
-      this,
-      event,
-      probe,
-      timeoutMs,
-      () =>
-        `kubelet stand-in: no ${what} within ${timeoutMs} ms (registrations ${this.registrations.length}, rejected ${JSON.stringify(this.rejected.map((r) => r.reason))})`,
-    );
+    return waitFor(probe, {
+      on: onEvent(this, event),
+      deadlineMs: timeoutMs,
+      what: () =>
+        `kubelet stand-in: no ${what} (registrations ${this.registrations.length}, rejected ${JSON.stringify(this.rejected.map((r) => r.reason))})`,
+    });
   }
 
   private unary<Req, Res>(

@@ -1,7 +1,9 @@
 // A systemd stand-in for sd_notify: a unix datagram socket (via libc through koffi, since Node has
 // none) collecting what the plugin sends to $NOTIFY_SOCKET.
+import { EventEmitter } from 'node:events';
 import koffi from 'koffi';
 import { sockaddrUn } from '../../src/system/notify.ts';
+import { onEvent, waitFor } from './wait.ts';
 
 const lib = koffi.load('libc.so.6');
 const socket = lib.func('int socket(int domain, int type, int protocol)') as (
@@ -23,13 +25,15 @@ const recv = lib.func('long recv(int fd, _Out_ uint8_t *buf, size_t len, int fla
 const close = lib.func('int close(int fd)') as (fd: number) => number;
 const MSG_DONTWAIT = 0x40;
 
-export class NotifySocket {
+/** Emits 'message' for each datagram received. */
+export class NotifySocket extends EventEmitter {
   readonly path: string;
   readonly messages: string[] = [];
   private readonly fd: number;
   private readonly timer: NodeJS.Timeout;
 
   constructor(path: string) {
+    super();
     this.path = path;
     this.fd = socket(1, 2, 0);
     if (this.fd < 0) throw new Error('socket() failed');
@@ -41,19 +45,18 @@ export class NotifySocket {
         const n = recv(this.fd, buf, buf.length, MSG_DONTWAIT);
         if (n <= 0) break;
         this.messages.push(buf.toString('utf8', 0, n));
+        this.emit('message');
       }
     }, 5);
   }
 
   /** The first message matching re, from message index `from` on. */
-  async waitFor(re: RegExp, timeoutMs = 5000, from = 0): Promise<string> {
-    const end = performance.now() + timeoutMs;
-    while (performance.now() < end) {
-      const m = this.messages.slice(from).find((x) => re.test(x));
-      if (m !== undefined) return m;
-      await new Promise((r) => setTimeout(r, 10));
-    }
-    throw new Error(`no sd_notify message matching ${re}; got ${JSON.stringify(this.messages)}`);
+  waitFor(re: RegExp, timeoutMs = 5000, from = 0): Promise<string> {
+    return waitFor(() => this.messages.slice(from).find((x) => re.test(x)), {
+      on: onEvent(this, 'message'),
+      deadlineMs: timeoutMs,
+      what: () => `no sd_notify message matching ${re}; got ${JSON.stringify(this.messages)}`,
+    });
   }
 
   close(): void {

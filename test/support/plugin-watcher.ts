@@ -1,4 +1,4 @@
-// A stand-in for the kubelet's plugin watcher and DRA plugin manager (issue 21), over real gRPC with
+// A stand-in for the kubelet's plugin watcher and DRA plugin manager, over real gRPC with
 // the kubelet's own protos (src/api/dra.ts). Modelled on the kubelet's pluginmanager and
 // cm/dra/plugin code (kubernetes/kubernetes, read for facts): it watches a plugins_registry directory
 // for unix sockets whose names do not start with '.' (and walks what is there at start), dials each
@@ -41,7 +41,7 @@ import type {
   NodeWatchResourcesResponse,
   PluginInfo,
 } from '../../src/api/dra.ts';
-import { waitOnEvent } from './wait.ts';
+import { onEvent, waitFor } from './wait.ts';
 
 /** What the kubelet does to ResourceSlices (the API server stand-in implements it). */
 export interface SliceJanitor {
@@ -434,14 +434,12 @@ export class PluginWatcherStandIn extends EventEmitter {
   }
 
   private waitFor<T>(probe: () => T | undefined, event: string, timeoutMs: number, what: string): Promise<T> {
-    return waitOnEvent(
-      this,
-      event,
-      probe,
-      timeoutMs,
-      () =>
-        `plugin watcher stand-in: no ${what} within ${timeoutMs} ms (registered ${this.registrations.length}, rejected ${JSON.stringify(this.rejected.map((r) => r.reason))})`,
-    );
+    return waitFor(probe, {
+      on: onEvent(this, event),
+      deadlineMs: timeoutMs,
+      what: () =>
+        `plugin watcher stand-in: no ${what} (registered ${this.registrations.length}, rejected ${JSON.stringify(this.rejected.map((r) => r.reason))})`,
+    });
   }
 
   async stop(): Promise<void> {

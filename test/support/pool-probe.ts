@@ -4,16 +4,7 @@
 // would stall every file operation. Proof without timing: the fake NVML counts calls, so we can see that the one blocking wait is still
 // the only one made while dozens of pool jobs complete.
 import assert from 'node:assert/strict';
-import {
-  mkdtempSync,
-  readFileSync,
-  existsSync,
-  openSync,
-  writeSync,
-  closeSync,
-  constants as fsc,
-  writeFileSync,
-} from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
 import { pbkdf2 } from 'node:crypto';
 import { tmpdir } from 'node:os';
@@ -25,7 +16,7 @@ import { Nvml } from '../../src/nvml/nvml.ts';
 import { EventWatcher } from '../../src/nvml/watcher.ts';
 import { createLogger } from '../../src/system/log.ts';
 import { loadKoffi } from '../../src/system/native.ts';
-import { TOPOLOGIES } from './sim.ts';
+import { TOPOLOGIES, fakeNvmlStats, nvmlCommand } from './sim.ts';
 
 export async function main(): Promise<void> {
   const libs = await buildFakeNvml();
@@ -55,14 +46,8 @@ export async function main(): Promise<void> {
   });
   try {
     await isReady;
-    const stats = async (): Promise<Record<string, number>> => {
-      const path = join(dir, `stats-${Math.random()}.json`);
-      const fd = openSync(control, fsc.O_WRONLY | fsc.O_NONBLOCK);
-      writeSync(fd, `stats ${path}\n`);
-      closeSync(fd);
-      for (let i = 0; i < 400 && !existsSync(path); i++) await new Promise((r) => setTimeout(r, 5));
-      return (JSON.parse(readFileSync(path, 'utf8')) as { calls: Record<string, number> }).calls;
-    };
+    const stats = async (): Promise<Record<string, number>> =>
+      (await fakeNvmlStats((command) => nvmlCommand(control, command), dir)).calls;
     // Wait until the health thread is inside its (3 s) wait.
     let before = await stats();
     for (let i = 0; i < 100 && (before.nvmlEventSetWait_v2 ?? 0) === 0; i++) before = await stats();

@@ -5,6 +5,7 @@
 // executable, run by qemu (binfmt_misc) against the cross-built fake NVML; the kubelet stand-in
 // stays native.
 import { spawn } from 'node:child_process';
+import { EventEmitter } from 'node:events';
 import type { ChildProcess } from 'node:child_process';
 import {
   copyFileSync,
@@ -27,6 +28,7 @@ import { AARCH64_SYSROOT } from '../../build/runtime.ts';
 import type { Arch } from '../../build/runtime.ts';
 import { buildFakeNvml, buildFakeNvmlArm64 } from '../fake-nvml/build.ts';
 import { KubeletStandIn } from './kubelet.ts';
+import { onEvent, onFileChange, waitFor, waitUntil } from './wait.ts';
 
 export const ROOT = join(import.meta.dirname, '..', '..');
 export const TOPOLOGIES = join(ROOT, 'test', 'fixtures', 'topologies');
@@ -109,16 +111,17 @@ export function monotonicMs(): number {
 }
 
 /** A running plugin process, with its log lines. */
-export class PluginProcess {
+export class PluginProcess extends EventEmitter {
   readonly child: ChildProcess;
   readonly lines: string[] = [];
   /** monotonicMs() just before the process was spawned. */
   readonly spawnedAt: number;
   readonly exited: Promise<PluginExit>;
-  private waiters: { re: RegExp; from: number; resolve: (line: string) => void }[] = [];
   exit: PluginExit | undefined;
 
+  /** Emits 'line' for each line it prints and 'exit' when it has exited. */
   constructor(cmd: string, args: readonly string[], env: NodeJS.ProcessEnv) {
+    super();
     this.spawnedAt = monotonicMs();
     this.child = spawn(cmd, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
     let buf = '';
@@ -129,13 +132,7 @@ export class PluginProcess {
         buf = buf.slice(nl + 1);
         this.lines.push(line);
         if (process.env.SIM_ECHO) process.stderr.write(`  [plugin] ${line}\n`);
-        this.waiters = this.waiters.filter((w) => {
-          if (w.re.test(line)) {
-            w.resolve(line);
-            return false;
-          }
-          return true;
-        });
+        this.emit('line', line);
       }
     };
     this.child.stdout?.on('data', onData);
@@ -144,6 +141,7 @@ export class PluginProcess {
       this.child.on('exit', (code, signal) => {
         this.exit = { code, signal };
         resolve(this.exit);
+        this.emit('exit', this.exit);
       });
     });
   }
@@ -161,36 +159,23 @@ export class PluginProcess {
 
   /** Resolves with the first line matching re at or after line index `from` (default: any line so far). */
   waitForLine(re: RegExp, timeoutMs = 10000, from = 0): Promise<string> {
-    const seen = this.lines.slice(from).find((l) => re.test(l));
-    if (seen !== undefined) return Promise.resolve(seen);
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.waiters = this.waiters.filter((w) => w !== waiter);
-        reject(
-          new Error(`plugin printed no line matching ${re} within ${timeoutMs} ms; its log:\n${this.lines.join('\n')}`),
-        );
-      }, timeoutMs);
-      const waiter = {
-        re,
-        from,
-        resolve: (l: string) => {
-          clearTimeout(timer);
-          resolve(l);
-        },
-      };
-      this.waiters.push(waiter);
-      void this.exited.then((e) => {
-        if (this.waiters.includes(waiter)) {
-          clearTimeout(timer);
-          this.waiters = this.waiters.filter((w) => w !== waiter);
-          reject(
-            new Error(
-              `plugin exited (${JSON.stringify(e)}) before printing a line matching ${re}; its log:\n${this.lines.join('\n')}`,
-            ),
-          );
-        }
-      });
-    });
+    let next = from;
+    const log = (): string => `its log:\n${this.lines.join('\n')}`;
+    return waitFor(
+      () => {
+        for (; next < this.lines.length; next++) if (re.test(this.lines[next]!)) return this.lines[next];
+        return undefined;
+      },
+      {
+        on: onEvent(this, 'line', 'exit'),
+        deadlineMs: timeoutMs,
+        what: () => `plugin printed no line matching ${re}; ${log()}`,
+        hopeless: () =>
+          this.exit === undefined
+            ? undefined
+            : `plugin exited (${JSON.stringify(this.exit)}) before printing a line matching ${re}; ${log()}`,
+      },
+    );
   }
 
   /** Open file descriptors of the process (from /proc). */
@@ -242,6 +227,28 @@ export interface SimOptions {
    * give `kubelet: false` with it.
    */
   beforePlugin?: (node: SimNode) => Promise<void>;
+}
+
+/** What the fake NVML writes for its `stats` command. */
+export interface FakeNvmlStats {
+  total: number;
+  calls: Record<string, number>;
+  droppedEvents: number;
+  computeModes: Record<string, number>;
+}
+
+let statsFiles = 0;
+
+/**
+ * The fake NVML's stats, asked for with `send` (one command to its control FIFO) and written into
+ * `dir`. Commands run in order and the file appears whole (renamed into place), so this is also a
+ * barrier: once it resolves, every command sent before has been applied.
+ */
+export async function fakeNvmlStats(send: (command: string) => void, dir: string): Promise<FakeNvmlStats> {
+  const path = join(dir, `stats-${process.pid}-${++statsFiles}.json`);
+  send(`stats ${path}`);
+  await waitUntil(() => existsSync(path), { on: onFileChange(dir), what: `the fake NVML's stats in ${path}` });
+  return JSON.parse(readFileSync(path, 'utf8')) as FakeNvmlStats;
 }
 
 /** Writes one command to a fake NVML's control FIFO (see SimNode.nvml). */
@@ -347,15 +354,8 @@ export class SimNode {
   }
 
   /** NVML call counts, as the fake library reports them. */
-  async nvmlStats(): Promise<{ total: number; calls: Record<string, number> }> {
-    const path = join(this.dir, `stats-${Date.now()}-${Math.random()}.json`);
-    this.nvml(`stats ${path}`);
-    for (let i = 0; i < 200; i++) {
-      if (existsSync(path))
-        return JSON.parse(readFileSync(path, 'utf8')) as { total: number; calls: Record<string, number> };
-      await new Promise((r) => setTimeout(r, 10));
-    }
-    throw new Error('the fake NVML wrote no stats within 2 s');
+  nvmlStats(): Promise<FakeNvmlStats> {
+    return fakeNvmlStats((command) => this.nvml(command), this.dir);
   }
 
   async stop(): Promise<void> {

@@ -1,7 +1,12 @@
 // Machine topologies for tests and benchmarks, as the link facts NVML would give (GpuLinkInfo with
-// active links only) plus an NVML PCIe topology level for every pair.
+// active links only) plus an NVML PCIe topology level for every pair. A machine the fake NVML also
+// simulates is read from its file in test/fixtures/topologies, so the unit and e2e tests share it.
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { GpuLinkInfo, NvLinkEnd, ScoreMatrix } from '../../src/core/topology/index.ts';
 import { buildScoreMatrix, PcieLevel } from '../../src/core/topology/index.ts';
+
+const TOPOLOGY_FILES = join(import.meta.dirname, '..', 'fixtures', 'topologies');
 
 export interface TopologyFixture {
   readonly name: string;
@@ -67,40 +72,51 @@ function hierarchy(
 
 const half = (n: number): number[] => Array.from({ length: n }, (_, i) => (i < n / 2 ? 0 : 1));
 
+/**
+ * A machine of test/fixtures/topologies (the fake NVML's files, which the e2e tests run on) as link facts:
+ * its NVLinks between GPUs and to NVSwitches, its NUMA nodes, and its PCIe levels (a pair not listed
+ * is NODE on one NUMA node, SYSTEM across, as the fake NVML answers). GPU i has gpuBusId(i), switch s
+ * switchBusId(s).
+ */
+function fromFakeNvml(name: string, file: string): TopologyFixture {
+  const t = JSON.parse(readFileSync(join(TOPOLOGY_FILES, file), 'utf8')) as {
+    gpus: { numaNode?: number | null }[];
+    nvlinks?: [number, number, number][];
+    nvswitches?: { links: [number, number][] }[];
+    pcie?: [number, number, number][];
+  };
+  const links = directLinks(t.gpus.length, t.nvlinks ?? []);
+  (t.nvswitches ?? []).forEach((sw, s) => {
+    for (const [g, count] of sw.links)
+      for (let c = 0; c < count; c++) links[g]?.push({ remoteBusId: switchBusId(s), remote: 'switch' });
+  });
+  const numa = t.gpus.map((g) => g.numaNode ?? -1);
+  const pcie = new Map<string, number>();
+  for (const [a, b, level] of t.pcie ?? []) {
+    pcie.set(`${a},${b}`, level);
+    pcie.set(`${b},${a}`, level);
+  }
+  return {
+    name,
+    gpus: gpusWith(links),
+    pcieLevel: (i, j) =>
+      pcie.get(`${i},${j}`) ??
+      (numa[i] === numa[j] || numa[i] === -1 || numa[j] === -1 ? PcieLevel.NODE : PcieLevel.SYSTEM),
+    numa,
+  };
+}
+
 /** DGX-1 V100: hybrid cube-mesh NVLink, PCIe pairs (0,1) (2,3) (4,5) (6,7), GPUs 0-3 on NUMA 0. */
-export const dgx1: TopologyFixture = {
-  name: 'dgx1-v100',
-  gpus: gpusWith(
-    directLinks(8, [
-      [0, 1, 1],
-      [0, 2, 1],
-      [0, 3, 2],
-      [0, 4, 2],
-      [1, 2, 2],
-      [1, 3, 1],
-      [1, 5, 2],
-      [2, 3, 2],
-      [2, 6, 1],
-      [3, 7, 1],
-      [4, 5, 1],
-      [4, 6, 1],
-      [4, 7, 2],
-      [5, 6, 2],
-      [5, 7, 1],
-      [6, 7, 2],
-    ]),
-  ),
-  pcieLevel: hierarchy(half(8), (i) => i >> 1, null, PcieLevel.NODE),
-  numa: half(8),
-};
+export const dgx1 = fromFakeNvml('dgx1-v100', 'dgx1-v100.json');
 
 /** HGX A100-like: 8 GPUs, each with 2 links to each of 6 NVSwitches (12 links); PCIe pairs, NUMA halves. */
-export const nvswitch8: TopologyFixture = {
-  name: 'nvswitch-8',
-  gpus: gpusWith(Array.from({ length: 8 }, () => switchLinks([2, 2, 2, 2, 2, 2]))),
-  pcieLevel: hierarchy(half(8), (i) => i >> 1, null, PcieLevel.NODE),
-  numa: half(8),
-};
+export const nvswitch8 = fromFakeNvml('nvswitch-8', 'nvswitch-8.json');
+
+/** 8 GPUs, no NVLink: pairs (0,1) (2,3) (4,5) (6,7) SINGLE, MULTIPLE within a socket, SYSTEM across. */
+export const pcie8 = fromFakeNvml('pcie-8-two-sockets', 'pcie-2socket-8.json');
+
+/** 4 GPUs: 1 and 2 bridged with 4 NVLinks, every pair HOSTBRIDGE. */
+export const bridgedPair = fromFakeNvml('bridged-pair', 'bridged-pair-4.json');
 
 /**
  * 16 GPUs, each with 18 links to 4 NVSwitches (5, 4, 4, 5); PCIe: pairs under one switch (SINGLE),
@@ -118,28 +134,12 @@ export const nvswitch16: TopologyFixture = {
   numa: half(16),
 };
 
-/** 8 GPUs, no NVLink: pairs (0,1) (2,3) (4,5) (6,7) SINGLE, MULTIPLE within a socket, SYSTEM across. */
-export const pcie8: TopologyFixture = {
-  name: 'pcie-8-two-sockets',
-  gpus: gpusWith(Array.from({ length: 8 }, () => [])),
-  pcieLevel: hierarchy(half(8), (i) => i >> 1, null, PcieLevel.MULTIPLE),
-  numa: half(8),
-};
-
 /** 16 GPUs, no NVLink: pairs SINGLE, MULTIPLE within a socket of 8, SYSTEM across. */
 export const pcie16: TopologyFixture = {
   name: 'pcie-16-two-sockets',
   gpus: gpusWith(Array.from({ length: 16 }, () => [])),
   pcieLevel: hierarchy(half(16), (i) => i >> 1, null, PcieLevel.MULTIPLE),
   numa: half(16),
-};
-
-/** 4 GPUs: 1 and 2 bridged with 4 NVLinks, every pair HOSTBRIDGE. */
-export const bridgedPair: TopologyFixture = {
-  name: 'bridged-pair',
-  gpus: gpusWith(directLinks(4, [[1, 2, 4]])),
-  pcieLevel: () => PcieLevel.HOSTBRIDGE,
-  numa: [0, 0, 0, 0],
 };
 
 export const allFixtures: readonly TopologyFixture[] = [dgx1, nvswitch8, nvswitch16, pcie8, pcie16, bridgedPair];

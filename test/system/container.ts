@@ -1,6 +1,6 @@
 // A Debian 12 container with a real systemd as PID 1, for testing the package as a node would run
-// it (test/system/systemd.test.ts). What it took to boot one on a host whose PID 1 is not systemd is
-// in /work/shared/FACTS.md §9; the short of it is in boot() below.
+// it (the real-systemd tests boot it through packaged-node.ts). What it takes to boot one on a host
+// whose PID 1 is not systemd is in boot() below.
 //
 // The root file system comes from Debian's debootstrap (--variant=minbase plus systemd, dbus and the
 // packages asked for), built once per machine into CACHE_DIR and reused: its directory is named by a
@@ -9,6 +9,7 @@
 import { execFile, spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
+import { EventEmitter } from 'node:events';
 import {
   existsSync,
   mkdirSync,
@@ -19,10 +20,13 @@ import {
   rmSync,
   statSync,
   utimesSync,
+  watch,
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { onEvent } from '../support/wait.ts';
+import type { Trigger } from '../support/wait.ts';
 
 /** Where root file systems are kept between runs (outside the checkout). */
 export const CACHE_DIR = process.env.GDP_SYSTEM_TEST_CACHE || '/var/cache/gpu-device-plugin-tests';
@@ -34,6 +38,19 @@ const STAMP_FILE = '.gdp-rootfs-stamp.json';
 /** A root with another stamp is deleted once unused this long (a checkout with another package list may still use it). */
 const UNUSED_MS = 7 * 24 * 3600 * 1000;
 const PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+/** Connects to systemd's private bus (argv[1]), authenticates as root, and prints a dot for each message it gets. */
+const BUS_LISTENER = `
+const bus = require('node:net').createConnection(process.argv[1]);
+let open = false;
+bus.on('connect', () => bus.write('\\0AUTH EXTERNAL 30\\r\\n'));
+bus.on('data', (c) => {
+  if (open) process.stdout.write('.');
+  else if (c.toString('latin1').startsWith('OK ')) { open = true; bus.write('BEGIN\\r\\n'); }
+});
+bus.on('close', () => process.exit(0));
+bus.on('error', () => process.exit(1));
+`;
 
 export interface ExecResult {
   code: number;
@@ -162,6 +179,8 @@ export interface BootOptions {
   bindRo?: readonly (readonly [string, string])[];
   /** Files written into the container's root before it boots: path inside → content. */
   files?: Readonly<Record<string, string | Buffer>>;
+  /** The machine name (its hostname): unique per boot, so that two runs on one machine never meet. */
+  machine: string;
 }
 
 export class Container {
@@ -172,6 +191,9 @@ export class Container {
   private readonly nspawnLog: string[] = [];
   private readonly nspawnExit: Promise<number | null>;
   private pid1Value = 0;
+  /** Emits 'activity' on each journal entry and each change in /run (where stand-ins keep their state). */
+  private readonly activity = new EventEmitter();
+  private readonly watchers: { close(): void }[] = [];
 
   private constructor(dir: string, root: string, nspawn: ChildProcess) {
     this.dir = dir;
@@ -223,7 +245,7 @@ export class Container {
       '-D',
       root,
       '-M',
-      'gdp-systemd-test',
+      opts.machine,
       '-b',
       '--register=no',
       '--keep-unit',
@@ -253,6 +275,7 @@ export class Container {
           `the container's systemd is ${JSON.stringify(r.stdout.trim())}, not running:\n${failed.stdout}${failed.stderr}`,
         );
       }
+      c.watchActivity();
     } catch (err) {
       const log = c.nspawnLog.join('');
       await c.teardown();
@@ -262,6 +285,48 @@ export class Container {
       );
     }
     return c;
+  }
+
+  /**
+   * Something happened in the container: a journal entry was written (journalctl -f in it), a file in
+   * its /run changed (inotify through /proc/<pid>/root), or a unit's properties changed (its systemd's
+   * D-Bus signals). What a test waits on leaves one of these.
+   */
+  onActivity(): Trigger {
+    return onEvent(this.activity, 'activity');
+  }
+
+  private watchActivity(): void {
+    const poke = (): boolean => this.activity.emit('activity');
+    const journal = spawn(
+      'nsenter',
+      ['-t', String(this.pid1Value), '-a', '--', 'journalctl', '-f', '-n', '0', '-q', '-o', 'cat', '--no-pager'],
+      { env: { PATH, LC_ALL: 'C.UTF-8' }, stdio: ['ignore', 'pipe', 'ignore'] },
+    );
+    journal.stdout.on('data', poke);
+    this.watchers.push({ close: () => journal.kill('SIGKILL') });
+    const run = watch(`/proc/${this.pid1Value}/root/run`, { persistent: false }, poke);
+    run.on('error', poke);
+    this.watchers.push(run);
+    // A direct connection to systemd's private bus, from a process in the container's PID namespace
+    // (systemd drops peers it cannot see): systemd sends every unit's PropertiesChanged to such peers
+    // unconditionally, so a change that no journal entry tells of (StatusText) arrives as bytes.
+    const bus = spawn(
+      'nsenter',
+      [
+        '-t',
+        String(this.pid1Value),
+        '-p',
+        '--',
+        process.execPath,
+        '-e',
+        BUS_LISTENER,
+        `/proc/${this.pid1Value}/root/run/systemd/private`,
+      ],
+      { env: { PATH }, stdio: ['ignore', 'pipe', 'ignore'] },
+    );
+    bus.stdout.on('data', poke);
+    this.watchers.push({ close: () => bus.kill('SIGKILL') });
   }
 
   /** The descendant of nspawn that is PID 1 in its own PID namespace. */
@@ -312,6 +377,7 @@ export class Container {
 
   /** Powers the container off, kills nspawn and PID 1 if they linger, unmounts and removes the overlay. */
   async teardown(): Promise<void> {
+    for (const w of this.watchers.splice(0)) w.close();
     if (this.pid1Value !== 0 && this.nspawn.exitCode === null) {
       await this.sh('systemctl poweroff --no-block', { timeoutMs: 10000 });
       await Promise.race([this.nspawnExit, new Promise((r) => setTimeout(r, 15000))]);

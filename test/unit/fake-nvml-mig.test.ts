@@ -10,7 +10,7 @@ import path from 'node:path';
 import koffi from 'koffi';
 import type { LibraryHandle } from 'koffi';
 import { buildFakeNvml, LIBRARY_NAME } from '../fake-nvml/build.ts';
-import { ROOT, TOPOLOGIES } from '../support/sim.ts';
+import { ROOT, TOPOLOGIES, fakeNvmlStats } from '../support/sim.ts';
 
 const SUCCESS = 0;
 const INVALID_ARGUMENT = 2;
@@ -170,10 +170,7 @@ function send(fifo: string, text: string): void {
 
 /** A barrier: commands run in order, so once the stats file exists every earlier one was applied. */
 async function settle(fifo: string): Promise<void> {
-  const file = path.join(tmp, `stats-${++sessions}.json`);
-  send(fifo, `stats ${file}`);
-  for (let i = 0; i < 1000 && !fs.existsSync(file); i++) await new Promise((r) => setTimeout(r, 5));
-  assert.ok(fs.existsSync(file), 'the fake NVML applied the commands');
+  await fakeNvmlStats((command) => send(fifo, command), tmp);
 }
 
 async function session(fixture: string | object, body: (fifo: string) => Promise<void> | void): Promise<void> {

@@ -11,6 +11,8 @@ import { fileURLToPath } from 'node:url';
 import koffi from 'koffi';
 import type { LibraryHandle } from 'koffi';
 import { buildFakeNvml, LIBRARY_NAME } from '../fake-nvml/build.ts';
+import { fakeNvmlStats } from '../support/sim.ts';
+import type { FakeNvmlStats } from '../support/sim.ts';
 
 type NativeFn = ReturnType<LibraryHandle['func']>;
 
@@ -261,7 +263,6 @@ let api: Api;
 let oldApi: OldApi;
 let oldLib: LibraryHandle;
 let sessionCounter = 0;
-let statsCounter = 0;
 
 before(async () => {
   libDirs = await buildFakeNvml();
@@ -301,24 +302,12 @@ function sendControl(fifo: string, text: string): void {
   }
 }
 
-type Stats = {
-  total: number;
-  calls: Record<string, number>;
-  droppedEvents: number;
-  computeModes: Record<string, number>;
-};
+type Stats = FakeNvmlStats;
 
 /** Asks for a stats file and waits for it. Commands run in order, so this is also a barrier:
  * when it returns, every command written before it has been applied. */
 async function readStats(fifo: string): Promise<Stats> {
-  const file = path.join(tmpDir, `stats-${++statsCounter}.json`);
-  sendControl(fifo, `stats ${file}\n`);
-  const deadline = Date.now() + 10_000;
-  while (!fs.existsSync(file)) {
-    if (Date.now() > deadline) throw new Error(`stats file ${file} was not written`);
-    await sleep(2);
-  }
-  return JSON.parse(fs.readFileSync(file, 'utf8')) as Stats;
+  return fakeNvmlStats((command) => sendControl(fifo, `${command}\n`), tmpDir);
 }
 
 type Session = { fifo: string; fixture: Fixture };
@@ -1113,7 +1102,7 @@ test('a lost GPU answers GPU_IS_LOST to every per-device call until it is back',
 });
 
 // ---------------------------------------------------------------------------------------------
-// Compute mode (FACTS §10: MPS sets EXCLUSIVE_PROCESS and puts DEFAULT back)
+// Compute mode (MPS sets EXCLUSIVE_PROCESS and puts DEFAULT back)
 // ---------------------------------------------------------------------------------------------
 
 function computeMode(nvml: OldApi, h: bigint): number {

@@ -4,7 +4,8 @@
 // reported once and ends the thread, and that stop() returns while it is blocked in a wait.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { EventEmitter } from 'node:events';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ensureNativeLibrary } from '../../build/native.ts';
@@ -15,7 +16,8 @@ import { EventWatcher } from '../../src/nvml/watcher.ts';
 import type { EventWatcherOptions } from '../../src/nvml/watcher.ts';
 import { createLogger } from '../../src/system/log.ts';
 import { loadKoffi } from '../../src/system/native.ts';
-import { TOPOLOGIES, nvmlCommand } from '../support/sim.ts';
+import { TOPOLOGIES, fakeNvmlStats, nvmlCommand } from '../support/sim.ts';
+import { onEvent, waitUntil } from '../support/wait.ts';
 
 let dir: string;
 let control: string;
@@ -34,18 +36,12 @@ const send = (command: string): void => nvmlCommand(control, command);
 
 /** Resolves once the fake NVML has applied every command sent before (its stats file appears). */
 async function applied(): Promise<void> {
-  const path = join(dir, `stats-${Math.random()}.json`);
-  send(`stats ${path}`);
-  await until('the fake NVML applied the commands', () => existsSync(path));
+  await fakeNvmlStats(send, dir);
 }
 
-async function until(what: string, ok: () => boolean, ms = 10000): Promise<void> {
-  const end = performance.now() + ms;
-  while (!ok()) {
-    if (performance.now() > end) throw new Error(`not within ${ms} ms: ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
+/** Waits until ok() holds, looking again whenever the health thread reported something. */
+const until = (run: Run, what: string, ok: () => boolean): Promise<void> =>
+  waitUntil(ok, { on: onEvent(run.reported, 'report'), what });
 
 interface Run {
   nvml: Nvml;
@@ -55,6 +51,8 @@ interface Run {
   probes: ProbeResult[][];
   gone: string[];
   ready: { watched: number[]; unsupported: number[] } | null;
+  /** Emits 'report' after each callback of the health thread. */
+  reported: EventEmitter;
 }
 
 async function watch(variant: 'current' | 'old', extra: Partial<EventWatcherOptions> = {}, gpus = 8): Promise<Run> {
@@ -70,7 +68,9 @@ async function watch(variant: 'current' | 'old', extra: Partial<EventWatcherOpti
     probes: [],
     gone: [],
     ready: null,
+    reported: new EventEmitter(),
   };
+  const report = (): boolean => run.reported.emit('report');
   run.watcher = EventWatcher.start({
     nvml,
     koffi,
@@ -81,13 +81,15 @@ async function watch(variant: 'current' | 'old', extra: Partial<EventWatcherOpti
     // The watcher names GPUs by UUID (gpu-<index> here); positions keep the assertions short.
     onReady: (watched, unsupported) => {
       run.ready = { watched: watched.map((g) => g.nvmlIndex), unsupported: unsupported.map((g) => g.nvmlIndex) };
+      report();
     },
-    onEvents: (events) => run.batches.push(events),
-    onProbe: (results) => run.probes.push(Array.from({ length: gpus }, (_, i) => results.get(`gpu-${i}`) ?? 'error')),
-    onDriverGone: (message) => run.gone.push(message),
+    onEvents: (events) => run.batches.push(events) && report(),
+    onProbe: (results) =>
+      run.probes.push(Array.from({ length: gpus }, (_, i) => results.get(`gpu-${i}`) ?? 'error')) && report(),
+    onDriverGone: (message) => run.gone.push(message) && report(),
     ...extra,
   });
-  await until('the health thread is ready', () => run.ready !== null && run.probes.length > 0);
+  await until(run, 'the health thread is ready', () => run.ready !== null && run.probes.length > 0);
   return run;
 }
 
@@ -113,6 +115,7 @@ test('identical events travel folded with counts; v2 XIDs carry their MIG ids; a
     const isXid79 = (e: EventBatchEntry): boolean =>
       e.event.kind === 'xid' && e.event.gpu === 'gpu-2' && e.event.xid === 79;
     await until(
+      run,
       'every event reported',
       () => total(run, isXid79) === 1000 && total(run, (e) => e.event.kind === 'ecc-single') === 1,
     );
@@ -160,7 +163,7 @@ test('the first wait (an old driver) gives XIDs without MIG ids, and its absence
   const run = await watch('old');
   try {
     send('xid 3 79 1 0');
-    await until('the XID reported', () => run.batches.length > 0);
+    await until(run, 'the XID reported', () => run.batches.length > 0);
     assert.deepEqual(run.batches.flat(), [{ event: { kind: 'xid', gpu: 'gpu-3', xid: 79 }, count: 1 }]);
     assert.equal(
       run.lines.filter((l) => /NVML lacks a function;.*function=nvmlEventSetWait_v2/.test(l)).length,
@@ -189,13 +192,13 @@ test('probes report a lost GPU, and it answering again', async () => {
   const run = await watch('current', { probeIntervalMs: 50 });
   try {
     send('lost 4');
-    await until('GPU 4 probed lost', () => run.probes.at(-1)?.[4] === 'lost');
+    await until(run, 'GPU 4 probed lost', () => run.probes.at(-1)?.[4] === 'lost');
     assert.deepEqual(
       run.probes.at(-1)?.filter((r) => r !== 'ok'),
       ['lost'],
     );
     send('back 4');
-    await until('GPU 4 probed ok again', () => run.probes.at(-1)?.[4] === 'ok');
+    await until(run, 'GPU 4 probed ok again', () => run.probes.at(-1)?.[4] === 'ok');
   } finally {
     await end(run);
   }
@@ -205,7 +208,7 @@ test("the driver gone: reported once, naming the wait and NVML's code, and the t
   const run = await watch('current');
   try {
     send('unload');
-    await until('the driver gone reported', () => run.gone.length > 0);
+    await until(run, 'the driver gone reported', () => run.gone.length > 0);
     assert.match(run.gone[0] ?? '', /^nvmlEventSetWait_v2 failed: .+ \(NVML code 9\)$/);
     // Ended by itself: the stop below only collects it; nothing more is reported meanwhile.
     await run.watcher.stop(5000);

@@ -2,6 +2,7 @@
 // event for a device the snapshot does not hold, a GPU_IS_LOST answer confirmed or not by a rescan,
 // a config reload as a transaction, the driver going and coming back, a MIG re-layout, and recovery
 // on node:test's mocked timers — with recording consumers instead of servers.
+import { EventEmitter } from 'node:events';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Gpu } from '../../src/core/devices.ts';
@@ -13,6 +14,7 @@ import type { NodeScan, NodeSnapshot } from '../../src/core/snapshot.ts';
 import type { AppliedSnapshot, NodeConsumer, NodeSettings } from '../../src/node/consumer.ts';
 import { LiveNode } from '../../src/node/live-node.ts';
 import { createLogger } from '../../src/system/log.ts';
+import { onEvent, waitUntil } from '../support/wait.ts';
 
 const MiB = 1024 * 1024;
 const uuid = (i: number): string => `GPU-0000000${i}-aaaa-4000-8000-000000000000`;
@@ -115,7 +117,8 @@ function setup(
   } = {},
 ) {
   const lines: string[] = [];
-  const log = createLogger({ level: 'debug', journal: false, write: (l) => lines.push(l) });
+  const logged = new EventEmitter();
+  const log = createLogger({ level: 'debug', journal: false, write: (l) => lines.push(l) && logged.emit('line') });
   const rec = new Recorder();
   let now = 1000;
   const node = new LiveNode({
@@ -141,6 +144,7 @@ function setup(
     node,
     rec,
     lines,
+    logged,
     rescans,
     health,
     advance: (ms: number) => {
@@ -218,11 +222,7 @@ test('an event for a GPU the snapshot does not hold marks nothing, asks for a re
   );
   // One that a rescan cannot place either is logged once and then ignored without rescanning again.
   t.node.onEvents(xid(uuid(7), 79));
-  await waitFor(() =>
-    t.lines.some((l) =>
-      /event still names no device of this node after looking again; ignored uuid=GPU-00000007/.test(l),
-    ),
-  );
+  await logs(t, /event still names no device of this node after looking again; ignored uuid=GPU-00000007/);
   t.node.onEvents(xid(uuid(7), 79));
   await t.node.scanned(scan(present), 're-discovery');
   assert.equal(t.rescans.length, 2, 'no third rescan for an event already known to name nothing');
@@ -257,11 +257,7 @@ test('GPU_IS_LOST is believed once a rescan still lists the GPU; a GPU that has 
   present = [0, 1];
   t.node.onProbe(probes({ [uuid(2)]: 'lost' }));
   await t.rec.next((x) => x.snapshot.gpus.length === 2);
-  await waitFor(() =>
-    t.lines.some((l) =>
-      /GPU answered GPU_IS_LOST but has left the node: it is gone, not lost uuid=GPU-00000002/.test(l),
-    ),
-  );
+  await logs(t, /GPU answered GPU_IS_LOST but has left the node: it is gone, not lost uuid=GPU-00000002/);
   present = [0, 1, 2];
   await t.node.scanned(scan(present), 'reload');
   assert.equal(t.health(), 'HUH', 'GPU 2 comes back with the health it left with');
@@ -383,10 +379,9 @@ async function settleQueue(node: LiveNode): Promise<void> {
   await node.reconfigure(node.config, 'settle');
 }
 
-async function waitFor(pred: () => boolean): Promise<void> {
-  for (let i = 0; i < 1000 && !pred(); i++) await new Promise<void>((r) => setImmediate(r));
-  assert.ok(pred(), 'the condition came true');
-}
+/** Waits until the node has logged a line matching re. */
+const logs = (t: { lines: string[]; logged: EventEmitter }, re: RegExp): Promise<void> =>
+  waitUntil(() => t.lines.some((l) => re.test(l)), { on: onEvent(t.logged, 'line'), what: `a line matching ${re}` });
 
 test('a config reload asking more MPS clients than a GPU serves is refused, the running configuration kept', async () => {
   const t = setup();

@@ -4,6 +4,7 @@
 // stand-in (real gRPC, in this process).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { EventEmitter } from 'node:events';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -19,6 +20,7 @@ import type { ServedSettings } from '../../src/plugin/manager.ts';
 import type { DevicePluginHandlers } from '../../src/plugin/service.ts';
 import { createLogger } from '../../src/system/log.ts';
 import { KubeletStandIn } from '../support/kubelet.ts';
+import { onEvent, waitUntil } from '../support/wait.ts';
 
 const uuid = (i: number): string => `GPU-0000000${i}-cccc-4000-8000-000000000000`;
 const gpu = (i: number, index = i): Gpu => ({
@@ -57,7 +59,7 @@ const settings = (replicas = 1): ServedSettings => ({
 });
 
 /** A server factory that serves nothing: it makes the socket file and remembers the handlers. */
-class FakeServers {
+class FakeServers extends EventEmitter {
   readonly served = new Map<string, { handlers: DevicePluginHandlers; stops: boolean[] }>();
   readonly order: string[] = [];
 
@@ -66,6 +68,7 @@ class FakeServers {
     const entry = { handlers, stops: [] as boolean[] };
     this.served.set(socketPath, entry);
     this.order.push(`serve ${socketPath.slice(socketPath.lastIndexOf('/') + 1)}`);
+    this.emit('serve');
     return {
       stop: async (removeSocket: boolean) => {
         entry.stops.push(removeSocket);
@@ -95,11 +98,6 @@ function allocate(
   });
 }
 
-async function until(pred: () => boolean): Promise<void> {
-  for (let i = 0; i < 2000 && !pred(); i++) await new Promise<void>((r) => setImmediate(r));
-  assert.ok(pred(), 'the condition came true');
-}
-
 function apply(
   m: ResourceManager,
   prev: NodeSnapshot | null,
@@ -113,11 +111,12 @@ function apply(
 test('resources follow the snapshots: served before registering, lists updated in place, a vanished ID refused naming why, a removed resource stopped', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'gdp-manager-'));
   const lines: string[] = [];
+  const logged = new EventEmitter();
   const servers = new FakeServers();
   const m = new ResourceManager({
     kubeletSocket: join(dir, 'kubelet.sock'),
     socketCheckIntervalMs: 60000,
-    log: createLogger({ level: 'debug', journal: false, write: (l) => lines.push(l) }),
+    log: createLogger({ level: 'debug', journal: false, write: (l) => lines.push(l) && logged.emit('line') }),
     serverFactory: servers.factory,
     onDirectoryGone: () => assert.fail('the directory is there'),
   });
@@ -126,7 +125,10 @@ test('resources follow the snapshots: served before registering, lists updated i
     await apply(m, null, a, settings());
     assert.deepEqual(m.resources, ['nvidia.com/gpu']);
     const sock = join(dir, 'gpu-device-plugin-gpu.sock');
-    await until(() => lines.some((l) => / DEBUG serving resource=nvidia\.com\/gpu /.test(l)));
+    await waitUntil(() => lines.some((l) => / DEBUG serving resource=nvidia\.com\/gpu /.test(l)), {
+      on: onEvent(logged, 'line'),
+      what: 'the manager logged that it serves nvidia.com/gpu',
+    });
     assert.deepEqual(servers.order, ['serve gpu-device-plugin-gpu.sock'], 'the resource serves its own socket');
     const h = servers.served.get(sock)!.handlers;
     assert.deepEqual(
@@ -164,7 +166,10 @@ test('resources follow the snapshots: served before registering, lists updated i
     assert.deepEqual(m.resources, ['nvidia.com/gpu.shared']);
     assert.deepEqual(servers.served.get(sock)!.stops, [true], 'stopped, its socket removed');
     assert.equal(existsSync(sock), false);
-    await until(() => servers.served.has(join(dir, 'gpu-device-plugin-gpu.shared.sock')));
+    await waitUntil(() => servers.served.has(join(dir, 'gpu-device-plugin-gpu.shared.sock')), {
+      on: onEvent(servers, 'serve'),
+      what: 'the shared resource served',
+    });
     assert.deepEqual(
       servers.order.filter((o) => o.startsWith('serve ')),
       ['serve gpu-device-plugin-gpu.sock', 'serve gpu-device-plugin-gpu.shared.sock'],
@@ -180,18 +185,22 @@ test('registration: listeners hear each one; a config reload that changes a devi
   const dir = mkdtempSync(join(tmpdir(), 'gdp-manager-'));
   const kubelet = await KubeletStandIn.start(dir);
   const heard: boolean[] = [];
+  const hearing = new EventEmitter();
   const m = new ResourceManager({
     kubeletSocket: kubelet.socketPath,
     socketCheckIntervalMs: 60000,
     log: createLogger({ level: 'warn', journal: false, write: () => undefined }),
     onDirectoryGone: () => assert.fail('the directory is there'),
   });
-  m.onRegistered((all) => heard.push(all));
+  m.onRegistered((all) => heard.push(all) && hearing.emit('registered'));
   try {
     const a = buildSnapshot(scan([0, 1]), settings().plan, null, false);
     await apply(m, null, a, settings());
     await kubelet.waitForRegistrations(1);
-    await until(() => heard.length === 1);
+    await waitUntil(() => heard.length === 1, {
+      on: onEvent(hearing, 'registered'),
+      what: 'a listener heard the registration',
+    });
     assert.deepEqual(heard, [true]);
     assert.ok(m.allRegisteredNow());
     // A re-discovery that removes a GPU travels on the open stream: no new registration.

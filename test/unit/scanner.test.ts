@@ -2,6 +2,7 @@
 // interface (node-reader.ts NodeSessions/NodeReader — not koffi, not the C fake) and node:test's
 // mocked timers: the identity timer, the driver gone and the re-open backoff, the empty-node
 // backoff, and the health thread held until the first registration or its hold timer.
+import { EventEmitter } from 'node:events';
 import { test } from 'node:test';
 import type { TestContext } from 'node:test';
 import assert from 'node:assert/strict';
@@ -13,6 +14,7 @@ import { WORKER_HOLD_MS } from '../../src/nvml/health-supervisor.ts';
 import type { HealthWatch, HealthWatchHandlers, NodeReader, NodeSessions } from '../../src/nvml/node-reader.ts';
 import { Scanner } from '../../src/nvml/scanner.ts';
 import { createLogger } from '../../src/system/log.ts';
+import { onEvent, waitUntil } from '../support/wait.ts';
 
 const uuid = (i: number): string => `GPU-0000000${i}-bbbb-4000-8000-000000000000`;
 const gpu = (i: number, index = i): Gpu => ({
@@ -27,7 +29,7 @@ const gpu = (i: number, index = i): Gpu => ({
 const gone = (): NvmlError => new NvmlError('nvmlDeviceGetCount_v2', NVML.ERROR_DRIVER_NOT_LOADED, 'Driver Not Loaded');
 
 /** The node the fake sessions read: which GPUs are there, and whether the driver answers. */
-class FakeNode implements NodeSessions {
+class FakeNode extends EventEmitter implements NodeSessions {
   ids: number[] = [0, 1];
   driver = true;
   opens = 0;
@@ -36,6 +38,7 @@ class FakeNode implements NodeSessions {
 
   open(): NodeReader {
     this.opens++;
+    this.emit('open');
     if (!this.driver) throw new Error('NVML cannot be loaded: libnvidia-ml.so.1: cannot open shared object file');
     return new FakeReader(this);
   }
@@ -190,12 +193,12 @@ test('the driver gone: reported once as a null scan, NVML re-opened with capped 
   t.tick(999);
   assert.equal(t.node.opens, opens);
   t.tick(1);
-  await waitFor(() => t.node.opens === opens + 1);
+  await opened(t.node, opens + 1);
   await turn();
   t.tick(1999);
   assert.equal(t.node.opens, opens + 1);
   t.tick(1);
-  await waitFor(() => t.node.opens === opens + 2);
+  await opened(t.node, opens + 2);
   await turn();
   t.node.driver = true;
   t.tick(4000);
@@ -333,7 +336,6 @@ test('the health thread waits for the first registration (or its hold timer), fo
 /** One turn of the event loop (setImmediate is not mocked): promise chains the scanner started have run. */
 const turn = (): Promise<void> => new Promise<void>((r) => setImmediate(r));
 
-async function waitFor(pred: () => boolean): Promise<void> {
-  for (let i = 0; i < 1000 && !pred(); i++) await new Promise<void>((r) => setImmediate(r));
-  assert.ok(pred(), 'the condition came true');
-}
+/** Waits until the scanner has opened NVML `n` times in all. */
+const opened = (node: FakeNode, n: number): Promise<void> =>
+  waitUntil(() => node.opens === n, { on: onEvent(node, 'open'), what: `NVML opened ${n} times (now ${node.opens})` });

@@ -375,7 +375,13 @@ export function listTree(dir: string): string[] {
     .sort();
 }
 
-if (import.meta.main) {
+/** A path as the operator will read it: relative to the working directory when inside it. */
+function shown(path: string): string {
+  const rel = relative(process.cwd(), path);
+  return rel.startsWith('..') ? path : rel;
+}
+
+async function main(): Promise<void> {
   const { values, positionals } = parseArgs({
     allowPositionals: true,
     options: {
@@ -386,13 +392,7 @@ if (import.meta.main) {
       'key-id': { type: 'string' },
     },
   });
-  let signing: SigningKey;
-  try {
-    signing = signingKeyFrom(values);
-  } catch (err) {
-    process.stderr.write(`npm run repo: ${(err as Error).message}\n`);
-    process.exit(2);
-  }
+  const signing = signingKeyFrom(values);
   let packages = positionals;
   if (packages.length === 0) {
     const version = values.version ?? projectVersion();
@@ -401,10 +401,7 @@ if (import.meta.main) {
       join(ROOT, 'dist', rpmFileName(version, arch)),
     ]);
     const missing = packages.filter((p) => !existsSync(p));
-    if (missing.length > 0)
-      throw new Error(
-        `missing ${missing.map((p) => relative(process.cwd(), p)).join(', ')}: run npm run package first`,
-      );
+    if (missing.length > 0) throw new Error(`missing ${missing.map(shown).join(', ')}: run npm run package first`);
   }
   const t0 = performance.now();
   const keyId = values['key-id'] ?? (process.env.GDP_REPO_KEY_ID || undefined);
@@ -412,8 +409,14 @@ if (import.meta.main) {
   for (const ch of channels) {
     process.stdout.write(`${ch.name}:\n`);
     for (const d of [ch.deb, ch.rpm])
-      if (existsSync(d))
-        for (const f of listTree(d)) process.stdout.write(`  ${relative(process.cwd(), join(d, f))}\n`);
+      if (existsSync(d)) for (const f of listTree(d)) process.stdout.write(`  ${shown(join(d, f))}\n`);
   }
   process.stdout.write(`in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`);
+}
+
+if (import.meta.main) {
+  await main().catch((err: unknown) => {
+    process.stderr.write(`npm run repo: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(2);
+  });
 }

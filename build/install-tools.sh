@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system tools that the build and the tests need, from Debian's packages: gcc (the
 # fake NVML), strip (the executable), unshare and mount (the mount-namespace test), and what
-# `npm run package` and test/e2e/packaging.test.ts use, and debootstrap and systemd-nspawn
-# for the real-systemd test (test/system/). Only what is missing is installed, so a
+# `npm run package` and test/e2e/packaging.test.ts use, what `npm run repo` and its tests use, and
+# debootstrap and systemd-nspawn for the real-systemd test (test/system/). Only what is missing is installed, so a
 # second run does nothing.
 #
 #   gcc                                       gcc
@@ -24,6 +24,10 @@
 #   nsenter (enters the booted container)     util-linux
 #   promtool (lints the metrics file)         prometheus  (19 MB download, 96 MB installed)
 #   /usr/bin/time (npm run bench: peak RSS)   time
+#   npm run repo: the apt indexes             apt-utils (apt-ftparchive)
+#                 the yum/dnf repodata        createrepo-c (createrepo_c)
+#                 signatures                  gpg, gpgconf, gpg-agent, rpm (rpmsign, rpmkeys)
+#   its test: dnf reads the yum repository    dnf
 #
 # Afterwards (every run, whether or not something was installed) the kernel is made to run aarch64
 # programs through qemu: binfmt_misc is mounted where PID 1 did not (containers without systemd)
@@ -54,6 +58,14 @@ declare -A package_of=(
   [systemd-nspawn]=systemd-container
   [nsenter]=util-linux
   [promtool]=prometheus
+  [apt-ftparchive]=apt-utils
+  [createrepo_c]=createrepo-c
+  [gpg]=gpg
+  [gpgconf]=gpgconf
+  [gpg-agent]=gpg-agent
+  [rpmsign]=rpm
+  [rpmkeys]=rpm
+  [dnf]=dnf
 )
 
 # Files that tell whether a package without a command of its own is installed.

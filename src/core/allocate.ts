@@ -213,6 +213,64 @@ function respond(
   return { envs, mounts, devices, annotations, cdi_devices: cdi };
 }
 
+/** What one container request names: its units (each GPU or MIG device once), their runtime names, its replicas. */
+interface ContainerRequest {
+  readonly units: Unit[];
+  readonly names: string[];
+  readonly replicas: number;
+  /** The first whole (not replicated) device it names. */
+  readonly whole: AdvertisedDevice | undefined;
+}
+
+/**
+ * Looks up container request `ci`'s device IDs, each known and taken by one container only (`taken`: ID → the
+ * container request that holds it, filled in as it goes). Throws RequestError naming the first thing wrong.
+ */
+function readContainerRequest(
+  ids: readonly string[],
+  ci: number,
+  index: DeviceIndex,
+  taken: Map<string, number>,
+): ContainerRequest {
+  const advertised = index.byId.size;
+  if (ids.length === 0) throw new RequestError(`container request ${ci} lists no device IDs; expected at least one`);
+  if (ids.length > advertised) {
+    throw new RequestError(
+      `container request ${ci} asks for ${ids.length} devices, more than the ${advertised} this plugin advertises`,
+    );
+  }
+  const units: Unit[] = [];
+  const names: string[] = [];
+  const seenUnits = new Set<string>();
+  let replicas = 0;
+  let whole: AdvertisedDevice | undefined;
+  for (const id of ids) {
+    const dev = index.byId.get(id);
+    if (dev === undefined)
+      throw new RequestError(
+        `container request ${ci} names unknown device ID ${showId(id)}; this plugin advertises ${advertised} devices`,
+      );
+    const earlier = taken.get(id);
+    if (earlier !== undefined) {
+      throw new RequestError(
+        earlier === ci
+          ? `container request ${ci} lists device ID ${showId(id)} twice`
+          : `device ID ${showId(id)} is requested by container requests ${earlier} and ${ci}; a device goes to one container`,
+      );
+    }
+    taken.set(id, ci);
+    if (dev.replica !== undefined) replicas++;
+    else whole ??= dev;
+    const key = dev.mig === undefined ? `gpu:${dev.gpu}` : `mig:${dev.mig}`;
+    if (!seenUnits.has(key)) {
+      seenUnits.add(key);
+      units.push({ gpu: dev.gpu, mig: dev.mig });
+      names.push(dev.runtimeName);
+    }
+  }
+  return { units, names, replicas, whole };
+}
+
 /**
  * Checks one Allocate request (every container) and builds the responses, one per container in order.
  * Throws RequestError naming the first thing wrong.
@@ -233,41 +291,7 @@ export function allocate(
   const taken = new Map<string, number>();
   return containers.map((c, ci) => {
     const ids = c.devices_ids;
-    if (ids.length === 0) throw new RequestError(`container request ${ci} lists no device IDs; expected at least one`);
-    if (ids.length > advertised) {
-      throw new RequestError(
-        `container request ${ci} asks for ${ids.length} devices, more than the ${advertised} this plugin advertises`,
-      );
-    }
-    const units: Unit[] = [];
-    const names: string[] = [];
-    const seenUnits = new Set<string>();
-    let replicas = 0;
-    let whole: AdvertisedDevice | undefined;
-    for (const id of ids) {
-      const dev = index.byId.get(id);
-      if (dev === undefined)
-        throw new RequestError(
-          `container request ${ci} names unknown device ID ${showId(id)}; this plugin advertises ${advertised} devices`,
-        );
-      const earlier = taken.get(id);
-      if (earlier !== undefined) {
-        throw new RequestError(
-          earlier === ci
-            ? `container request ${ci} lists device ID ${showId(id)} twice`
-            : `device ID ${showId(id)} is requested by container requests ${earlier} and ${ci}; a device goes to one container`,
-        );
-      }
-      taken.set(id, ci);
-      if (dev.replica !== undefined) replicas++;
-      else whole ??= dev;
-      const key = dev.mig === undefined ? `gpu:${dev.gpu}` : `mig:${dev.mig}`;
-      if (!seenUnits.has(key)) {
-        seenUnits.add(key);
-        units.push({ gpu: dev.gpu, mig: dev.mig });
-        names.push(dev.runtimeName);
-      }
-    }
+    const { units, names, replicas, whole } = readContainerRequest(ids, ci, index, taken);
     const resource = settings.resourceName === undefined ? '' : ` of ${settings.resourceName}`;
     const mps = settings.mps === true && replicas > 0;
     if (settings.failRequestsGreaterThanOne === true && replicas > 0 && ids.length > 1) {

@@ -187,57 +187,49 @@ export interface PlanScope {
   readonly skipResource?: (name: string) => boolean;
 }
 
-/**
- * The resources to advertise for these GPUs: whole GPUs under nvidia.com/gpu, and the replicas of
- * each shared resource (time-slicing or MPS) under its (possibly renamed) name. nvidia.com/gpu comes
- * first when it has devices; a resource with no devices is not advertised. Throws SharingError naming
- * the config key for selections that do not fit the node.
- */
-export function planResources(
+/** Checks a GPU's device ID (length, not advertised already) and records it in `seen`. */
+function claimId(id: string, gpu: Gpu, seen: Set<string>): void {
+  checkId(id, gpu);
+  if (seen.has(id))
+    throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) repeats device ID ${id}; every GPU needs its own`);
+  seen.add(id);
+}
+
+/** GPU `pos` whole: advertised by UUID whatever the strategy; the runtime gets the strategy's name (devices.ts). */
+function wholeDevice(
+  gpus: readonly Gpu[],
+  pos: number,
+  strategy: DeviceIdStrategy,
+  seen: Set<string>,
+): AdvertisedDevice {
+  const gpu = gpus[pos] as Gpu;
+  claimId(gpu.uuid, gpu, seen);
+  return { id: gpu.uuid, uuid: gpu.uuid, gpu: pos, runtimeName: gpuDeviceId(gpu, strategy) };
+}
+
+type ActiveSharing = NonNullable<ReturnType<typeof activeSharing>>;
+
+/** The replicas of the sharing entries by advertised name, and which entry (its position) shares each GPU. */
+interface Replicas {
+  readonly byName: ReadonlyMap<string, AdvertisedDevice[]>;
+  readonly sharedBy: ReadonlyMap<number, number>;
+}
+
+/** Replicates the GPUs each sharing entry selects (among those advertised whole); entries `skip` names are left out. */
+function planReplicas(
+  active: ActiveSharing,
   gpus: readonly Gpu[],
   strategy: DeviceIdStrategy,
-  sharing: Sharing,
-  scope: PlanScope = {},
-): PlannedResource[] {
-  if (sharing.timeSlicing !== null && sharing.mps !== undefined && sharing.mps !== null) {
-    throw new SharingError(
-      'sharing.mps',
-      'MPS and time-slicing exclude each other; keep sharing.mps or sharing.timeSlicing, not both',
-    );
-  }
-  const active = activeSharing(sharing);
-  const isWhole = (pos: number): boolean => scope.wholeGpus?.has(pos) ?? true;
-  const seen = new Set<string>();
-  const whole = (pos: number): AdvertisedDevice => {
-    const gpu = gpus[pos] as Gpu;
-    // Advertised by UUID whatever the strategy; the runtime gets the strategy's name (devices.ts).
-    const id = gpu.uuid;
-    checkId(id, gpu);
-    if (seen.has(id))
-      throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) repeats device ID ${id}; every GPU needs its own`);
-    seen.add(id);
-    return { id, uuid: gpu.uuid, gpu: pos, runtimeName: gpuDeviceId(gpu, strategy) };
-  };
-  if (active === null) {
-    return [
-      {
-        name: GPU_RESOURCE,
-        devices: gpus
-          .map((_, i) => i)
-          .filter(isWhole)
-          .map((i) => whole(i)),
-        shared: false,
-        failRequestsGreaterThanOne: false,
-      },
-    ];
-  }
+  isWhole: (pos: number) => boolean,
+  skip: ((name: string) => boolean) | undefined,
+  seen: Set<string>,
+): Replicas {
   const ts = active.config;
-  const mps = active.strategy === 'mps' ? { mps: true as const } : {};
   const sharedBy = new Map<number, number>();
   const byName = new Map<string, AdvertisedDevice[]>();
   ts.resources.forEach((r, k) => {
     const path = `${active.key}.resources[${k}]`;
-    if (scope.skipResource?.(r.name) === true) return;
+    if (skip?.(r.name) === true) return;
     if (r.name !== GPU_RESOURCE)
       throw new SharingError(
         `${path}.name`,
@@ -260,43 +252,77 @@ export function planResources(
       const runtimeName = gpuDeviceId(gpu, strategy);
       for (let n = 0; n < r.replicas; n++) {
         const id = replicaId(gpu.uuid, n);
-        checkId(id, gpu);
-        if (seen.has(id))
-          throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) repeats device ID ${id}; every GPU needs its own`);
-        seen.add(id);
+        claimId(id, gpu, seen);
         list.push({ id, uuid: gpu.uuid, gpu: pos, runtimeName, replica: n });
       }
     }
   });
-  const plain: AdvertisedDevice[] = [];
-  gpus.forEach((_, pos) => {
-    if (!sharedBy.has(pos) && isWhole(pos)) plain.push(whole(pos));
-  });
-  const out: PlannedResource[] = [];
-  const gpuList = [...plain, ...(byName.get(GPU_RESOURCE) ?? [])];
+  return { byName, sharedBy };
+}
+
+/**
+ * The shared plan's resources: nvidia.com/gpu (the GPUs not shared, and the replicas of entries that keep its name)
+ * first when it has devices, then every renamed resource with devices; each resource's devices by GPU, then replica.
+ */
+function sharedResources(
+  plain: readonly AdvertisedDevice[],
+  byName: ReadonlyMap<string, readonly AdvertisedDevice[]>,
+  active: ActiveSharing,
+): PlannedResource[] {
+  const failRequestsGreaterThanOne = active.config.failRequestsGreaterThanOne;
+  const mps = active.strategy === 'mps' ? { mps: true as const } : {};
   const ordered = (ds: readonly AdvertisedDevice[]): AdvertisedDevice[] =>
     [...ds].sort((a, b) => a.gpu - b.gpu || (a.replica ?? -1) - (b.replica ?? -1));
+  const out: PlannedResource[] = [];
+  const gpuList = [...plain, ...(byName.get(GPU_RESOURCE) ?? [])];
   if (gpuList.length > 0) {
     const shared = gpuList.some((d) => d.replica !== undefined);
     out.push({
       name: GPU_RESOURCE,
       devices: ordered(gpuList),
       shared,
-      failRequestsGreaterThanOne: shared && ts.failRequestsGreaterThanOne,
+      failRequestsGreaterThanOne: shared && failRequestsGreaterThanOne,
       ...(shared ? mps : {}),
     });
   }
   for (const [name, ds] of byName) {
     if (name === GPU_RESOURCE || ds.length === 0) continue;
-    out.push({
-      name,
-      devices: ordered(ds),
-      shared: true,
-      failRequestsGreaterThanOne: ts.failRequestsGreaterThanOne,
-      ...mps,
-    });
+    out.push({ name, devices: ordered(ds), shared: true, failRequestsGreaterThanOne, ...mps });
   }
   return out;
+}
+
+/**
+ * The resources to advertise for these GPUs: whole GPUs under nvidia.com/gpu, and the replicas of
+ * each shared resource (time-slicing or MPS) under its (possibly renamed) name. nvidia.com/gpu comes
+ * first when it has devices; a resource with no devices is not advertised. Throws SharingError naming
+ * the config key for selections that do not fit the node.
+ */
+export function planResources(
+  gpus: readonly Gpu[],
+  strategy: DeviceIdStrategy,
+  sharing: Sharing,
+  scope: PlanScope = {},
+): PlannedResource[] {
+  if (sharing.timeSlicing !== null && sharing.mps !== undefined && sharing.mps !== null) {
+    throw new SharingError(
+      'sharing.mps',
+      'MPS and time-slicing exclude each other; keep sharing.mps or sharing.timeSlicing, not both',
+    );
+  }
+  const active = activeSharing(sharing);
+  const isWhole = (pos: number): boolean => scope.wholeGpus?.has(pos) ?? true;
+  const seen = new Set<string>();
+  const positions = gpus.map((_, i) => i);
+  if (active === null) {
+    const devices = positions.filter(isWhole).map((i) => wholeDevice(gpus, i, strategy, seen));
+    return [{ name: GPU_RESOURCE, devices, shared: false, failRequestsGreaterThanOne: false }];
+  }
+  const { byName, sharedBy } = planReplicas(active, gpus, strategy, isWhole, scope.skipResource, seen);
+  const plain = positions
+    .filter((pos) => !sharedBy.has(pos) && isWhole(pos))
+    .map((pos) => wholeDevice(gpus, pos, strategy, seen));
+  return sharedResources(plain, byName, active);
 }
 
 /** One line describing a plan, for the log: `nvidia.com/gpu.shared=32 (8 GPUs x 4)`. */

@@ -1,8 +1,8 @@
 // Allocate: check the kubelet's choice and describe what each container needs from the NVIDIA
-// container runtime (FACTS §3), for each device-list strategy. Replicas (time-slicing) name their
-// GPU: the suffix is stripped and each GPU is listed once. MIG devices (FACTS §4a) are listed by
+// container runtime, for each device-list strategy. Replicas (time-slicing) name their
+// GPU: the suffix is stripped and each GPU is listed once. MIG devices are listed by
 // their own name (MIG UUID or `<gpu>:<mig>`); their device specs are the parent's node and the two
-// capability nodes of the MIG device. MPS replicas (FACTS §10) also get their resource's control
+// capability nodes of the MIG device. MPS replicas also get their resource's control
 // daemon: the pipe directory's variable and two mounts, whatever the strategy. Pure: the set of control device nodes
 // present and the source of random UUIDs are inputs.
 import type { AdvertisedDevice, Gpu } from './devices.ts';

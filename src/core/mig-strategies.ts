@@ -148,7 +148,7 @@ function planMigGroups(
 }
 
 /**
- * The resources to advertise under a MIG strategy (FACTS §4a):
+ * The resources to advertise under a MIG strategy:
  * - none: MIG ignored; every GPU whole (as planResources).
  * - single: no MIG-enabled GPU → as none; otherwise the node must be uniform (MigStrategyError
  *   naming the GPUs and what differs) and every MIG device is advertised as nvidia.com/gpu.

@@ -1,5 +1,5 @@
 // Time-slicing and MPS: a GPU advertised as several devices (replicas) so that several containers
-// share it, in NVIDIA's format (FACTS §3, §10): replica IDs `<id>::<n>`, n from 0 to replicas-1,
+// share it, in NVIDIA's format: replica IDs `<id>::<n>`, n from 0 to replicas-1,
 // under the resource named by the config (renamed to `<resource>.shared` with renameByDefault). GPUs
 // a sharing resource does not select stay whole under nvidia.com/gpu. MPS replicas are planned
 // exactly as time-slicing ones and marked `mps` (their containers reach the resource's MPS control
@@ -47,7 +47,7 @@ export interface TimeSlicing {
 export interface Sharing {
   readonly timeSlicing: TimeSlicing | null;
   /**
-   * MPS (FACTS §10): the same shape as time-slicing, its replicas served by one MPS control daemon per
+   * MPS: the same shape as time-slicing, its replicas served by one MPS control daemon per
    * resource (core/mps.ts). Absent or null: no MPS. Excludes time-slicing.
    */
   readonly mps?: TimeSlicing | null;

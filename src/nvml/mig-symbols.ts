@@ -1,4 +1,4 @@
-// koffi declarations of NVML's MIG entry points (FACTS §4a). All are bound lazily (they join
+// koffi declarations of NVML's MIG entry points. All are bound lazily (they join
 // LAZY_SYMBOLS in bindings.ts): a driver without them loses MIG, nothing else. Structures are passed
 // as caller Buffers and decoded in mig.ts with their real layouts; GPU- and compute-instance
 // handles travel as addresses.

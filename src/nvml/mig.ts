@@ -1,4 +1,4 @@
-// MIG discovery through NVML (FACTS §4a): each GPU's MIG mode (current and pending), and each MIG
+// MIG discovery through NVML: each GPU's MIG mode (current and pending), and each MIG
 // device with its UUID, parent, GPU- and compute-instance ids, attributes and NVIDIA's profile name.
 // Every MIG symbol is bound lazily: a driver without them loses MIG, with one log line. Also the
 // driver's /proc/driver/nvidia-caps/mig-minors, for the MIG devices' capability nodes.

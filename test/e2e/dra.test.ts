@@ -1,4 +1,4 @@
-// DRA mode end to end (issue 21): the built executable (x64) with the fake NVML, the kubelet's plugin
+// DRA mode end to end: the built executable (x64) with the fake NVML, the kubelet's plugin
 // watcher stand-in (real gRPC: registration, DRAPlugin, the health stream) and the API server
 // stand-in (real JSON over HTTP, a bearer token with the RBAC's permissions), as a node runs it:
 // registration, the ResourceSlices it publishes, claims prepared and unprepared (CDI specs written as

@@ -1,4 +1,4 @@
-// `info` shows what the running daemon reports (issue 19): the daemon publishes its state on every
+// `info` shows what the running daemon reports: the daemon publishes its state on every
 // applied snapshot and registration change, and `info` reads it instead of probing NVML; with no
 // daemon (a stale file) it falls back to NVML and says so.
 import { test } from 'node:test';

@@ -3,7 +3,7 @@
  * included once, at the end of fake_nvml.c, and is part of that translation unit (it uses its
  * state, lock and helpers). Kept in a file of its own so that MIG stays in one place.
  *
- * What it models (FACTS §4a), for boards whose name contains "A100-SXM4-40GB", "A100-SXM4-80GB",
+ * What it models, for boards whose name contains "A100-SXM4-40GB", "A100-SXM4-80GB",
  * "H100 80GB HBM3" or "H200" (profile tables below, as `nvidia-smi mig -lgip` shows them):
  *   - MIG mode, current and pending, of a GPU whose fixture entry has a "mig" object; a GPU
  *     without one answers NOT_SUPPORTED to every MIG call (not MIG-capable);

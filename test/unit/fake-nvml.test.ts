@@ -1113,7 +1113,7 @@ test('a lost GPU answers GPU_IS_LOST to every per-device call until it is back',
 });
 
 // ---------------------------------------------------------------------------------------------
-// Compute mode (FACTS §10: MPS sets EXCLUSIVE_PROCESS and puts DEFAULT back)
+// Compute mode (MPS sets EXCLUSIVE_PROCESS and puts DEFAULT back)
 // ---------------------------------------------------------------------------------------------
 
 function computeMode(nvml: OldApi, h: bigint): number {

@@ -255,7 +255,8 @@ function readContainerRequest(
       throw new RequestError(
         earlier === ci
           ? `container request ${ci} lists device ID ${showId(id)} twice`
-          : `device ID ${showId(id)} is requested by container requests ${earlier} and ${ci}; a device goes to one container`,
+          : `device ID ${showId(id)} is requested by container requests ${earlier} and ${ci}; ` +
+              `a device goes to one container`,
       );
     }
     taken.set(id, ci);
@@ -285,7 +286,8 @@ export function allocate(
     throw new RequestError('Allocate request has no container requests; expected one per container');
   if (containers.length > Math.max(advertised, 1)) {
     throw new RequestError(
-      `Allocate request has ${containers.length} container requests, more than the ${advertised} devices this plugin advertises`,
+      `Allocate request has ${containers.length} container requests, ` +
+        `more than the ${advertised} devices this plugin advertises`,
     );
   }
   const taken = new Map<string, number>();
@@ -297,16 +299,19 @@ export function allocate(
     if (settings.failRequestsGreaterThanOne === true && replicas > 0 && ids.length > 1) {
       // MPS: NVIDIA's words ("maximum request size for shared resources is 1; found N").
       const why = mps
-        ? `maximum request size for shared resources is 1; found ${ids.length}: an MPS replica is one client's share of a GPU, and several give a container no more of it; request 1`
+        ? `maximum request size for shared resources is 1; found ${ids.length}: ` +
+          `an MPS replica is one client's share of a GPU, and several give a container no more of it; request 1`
         : 'time-slicing gives no more GPU time to a container that holds several; request 1';
       throw new RequestError(
-        `container request ${ci} asks for ${ids.length} shared GPU replicas${resource}; failRequestsGreaterThanOne allows 1 per container (${why})`,
+        `container request ${ci} asks for ${ids.length} shared GPU replicas${resource}; ` +
+          `failRequestsGreaterThanOne allows 1 per container (${why})`,
       );
     }
     if (mps && whole !== undefined) {
       // The container's CUDA would go through the MPS daemon, which does not serve a whole GPU.
       throw new RequestError(
-        `container request ${ci} asks for whole GPU ${showId(whole.id)} and MPS replicas${resource} together; a container's GPUs all go through MPS or none do: request replicas only, or whole GPUs only`,
+        `container request ${ci} asks for whole GPU ${showId(whole.id)} and MPS replicas${resource} together; ` +
+          `a container's GPUs all go through MPS or none do: request replicas only, or whole GPUs only`,
       );
     }
     const answer = respond(names, units, index, settings);

@@ -46,7 +46,10 @@ export type StartFit =
   | {
       readonly ok: false;
       readonly problem: string;
-      /** What to change: a config key path (sharing.timeSlicing…), or an option (--mig-strategy, --pass-device-specs), or null for the node itself. */
+      /**
+       * What to change: a config key path (sharing.timeSlicing…), or an option
+       * (--mig-strategy, --pass-device-specs), or null for the node itself.
+       */
       readonly key: string | null;
     };
 

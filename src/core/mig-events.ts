@@ -39,6 +39,8 @@ export function eventUnits(
     .map((m) => m.uuid);
   if (hits.length > 0) return { units: hits };
   return {
-    unknown: `GPU instance ${gi}${ci === undefined || ci === WHOLE_GPU_INSTANCE ? '' : `, compute instance ${ci}`} is no MIG device known on this GPU`,
+    unknown:
+      `GPU instance ${gi}${ci === undefined || ci === WHOLE_GPU_INSTANCE ? '' : `, compute instance ${ci}`} ` +
+      `is no MIG device known on this GPU`,
   };
 }

@@ -36,7 +36,8 @@ export function singleStrategyProblem(gpus: readonly Gpu[], layout: MigLayout): 
   const off = gpus.map((_, i) => i).filter((i) => !enabled(layout, i));
   if (off.length > 0)
     problems.push(
-      `GPU ${gpuList(gpus, off)} ${off.length === 1 ? 'has' : 'have'} MIG disabled while GPU ${gpuList(gpus, on)} ${on.length === 1 ? 'has' : 'have'} it enabled`,
+      `GPU ${gpuList(gpus, off)} ${off.length === 1 ? 'has' : 'have'} MIG disabled while ` +
+        `GPU ${gpuList(gpus, on)} ${on.length === 1 ? 'has' : 'have'} it enabled`,
     );
   const empty = on.filter((i) => !layout.devices.some((d) => d.parent === i));
   if (empty.length > 0)
@@ -58,13 +59,17 @@ export function singleStrategyProblem(gpus: readonly Gpu[], layout: MigLayout): 
     problems.push(`MIG devices differ in profile: ${parts.join('; ')}`);
   }
   if (problems.length === 0) return null;
-  return `--mig-strategy=single needs every GPU in MIG mode with MIG devices of one profile: ${problems.join('; ')} (use --mig-strategy=mixed, or re-partition the GPUs alike)`;
+  return (
+    `--mig-strategy=single needs every GPU in MIG mode with MIG devices of one profile: ` +
+    `${problems.join('; ')} (use --mig-strategy=mixed, or re-partition the GPUs alike)`
+  );
 }
 
 function checkId(id: string, what: string): void {
   if (id.length === 0 || id.length > MAX_DEVICE_ID_LENGTH) {
     throw new Error(
-      `${what} has device ID ${JSON.stringify(id)} of ${id.length} characters; the kubelet accepts 1 to ${MAX_DEVICE_ID_LENGTH}`,
+      `${what} has device ID ${JSON.stringify(id)} of ${id.length} characters; ` +
+        `the kubelet accepts 1 to ${MAX_DEVICE_ID_LENGTH}`,
     );
   }
 }
@@ -202,7 +207,8 @@ export function planMigResources(
   }
   for (const [profile, n] of skipped)
     notes.push(
-      `${n} MIG device${n === 1 ? '' : 's'} of profile ${profile} not advertised: the mixed strategy advertises full compute instances only`,
+      `${n} MIG device${n === 1 ? '' : 's'} of profile ${profile} not advertised: ` +
+        `the mixed strategy advertises full compute instances only`,
     );
   for (let i = 0; i < gpus.length; i++) {
     if (enabled(layout, i) && !devs.some(({ d }) => d.parent === i)) {
@@ -226,7 +232,8 @@ export function pendingModeChanges(gpus: readonly Gpu[], layout: MigLayout): str
     if (m !== null && m !== undefined && m.current !== m.pending) {
       const g = gpus[i];
       out.push(
-        `GPU ${g?.index} (${g?.uuid}): MIG mode is ${m.current ? 'enabled' : 'disabled'} now and ${m.pending ? 'enabled' : 'disabled'} after the next GPU reset; nothing changes until then`,
+        `GPU ${g?.index} (${g?.uuid}): MIG mode is ${m.current ? 'enabled' : 'disabled'} now and ` +
+          `${m.pending ? 'enabled' : 'disabled'} after the next GPU reset; nothing changes until then`,
       );
     }
   });

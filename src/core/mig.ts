@@ -122,7 +122,10 @@ export function isMigResource(name: string): boolean {
   return name.startsWith(`${RESOURCE_DOMAIN}/mig-`);
 }
 
-/** The name the container runtime gets for a MIG device: its UUID, or `<parent index>:<MIG index>` (the kubelet always gets the UUID). */
+/**
+ * The name the container runtime gets for a MIG device: its UUID, or
+ * `<parent index>:<MIG index>` (the kubelet always gets the UUID).
+ */
 export function migDeviceId(d: MigDevice, gpus: readonly Gpu[], strategy: DeviceIdStrategy): string {
   if (strategy === 'uuid') return d.uuid;
   const parent = gpus[d.parent];
@@ -166,7 +169,8 @@ export function migCapabilityNodes(
     const ci = minors.get(ciKey);
     if (gi === undefined || ci === undefined) {
       throw new Error(
-        `mig-minors has no ${gi === undefined ? giKey : ciKey} for MIG device ${d.uuid} (GPU ${parent.index}, GI ${d.gi}, CI ${d.ci})`,
+        `mig-minors has no ${gi === undefined ? giKey : ciKey} for MIG device ${d.uuid} ` +
+          `(GPU ${parent.index}, GI ${d.gi}, CI ${d.ci})`,
       );
     }
     out.set(d.uuid, [`${MIG_CAPS_DIR}/nvidia-cap${gi}`, `${MIG_CAPS_DIR}/nvidia-cap${ci}`]);

@@ -122,7 +122,10 @@ export interface MpsOptions {
   readonly mpsRoot: string;
 }
 
-/** Why MPS cannot be used with these options (checked before NVML is opened), naming what to change; null when it can or is not configured. */
+/**
+ * Why MPS cannot be used with these options (checked before NVML is
+ * opened), naming what to change; null when it can or is not configured.
+ */
 export function mpsOptionsProblem(
   sharing: Sharing,
   o: MpsOptions,

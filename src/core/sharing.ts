@@ -111,7 +111,9 @@ export function qualifyResourceName(raw: string): { name: string } | { problem: 
     };
   if (!/^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/.test(local)) {
     return {
-      problem: `${JSON.stringify(raw)} is not a resource name; expected lower-case letters, digits, '-' and '.' after ${RESOURCE_DOMAIN}/ (e.g. gpu.shared)`,
+      problem:
+        `${JSON.stringify(raw)} is not a resource name; ` +
+        `expected lower-case letters, digits, '-' and '.' after ${RESOURCE_DOMAIN}/ (e.g. gpu.shared)`,
     };
   }
   return { name: full };
@@ -142,7 +144,8 @@ export interface PlannedResource {
 function checkId(id: string, gpu: Gpu): void {
   if (id.length === 0 || id.length > MAX_DEVICE_ID_LENGTH) {
     throw new Error(
-      `GPU ${gpu.index} (bus ${gpu.busId}) has device ID ${JSON.stringify(id)} of ${id.length} characters; the kubelet accepts 1 to ${MAX_DEVICE_ID_LENGTH}`,
+      `GPU ${gpu.index} (bus ${gpu.busId}) has device ID ${JSON.stringify(id)} of ${id.length} characters; ` +
+        `the kubelet accepts 1 to ${MAX_DEVICE_ID_LENGTH}`,
     );
   }
 }
@@ -244,7 +247,8 @@ function planReplicas(
       if (earlier !== undefined) {
         throw new SharingError(
           `${path}.devices`,
-          `GPU ${gpus[pos]?.index} is already shared by ${active.key}.resources[${earlier}]; a GPU is shared by one entry`,
+          `GPU ${gpus[pos]?.index} is already shared by ${active.key}.resources[${earlier}]; ` +
+            `a GPU is shared by one entry`,
         );
       }
       sharedBy.set(pos, k);

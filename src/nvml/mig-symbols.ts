@@ -31,7 +31,10 @@ export const REQUIRED_MIG_SYMBOLS = [
   'nvmlDeviceGetAttributes_v2',
 ] as const;
 
-/** For media-extension and similar attributes in profile names (`1g.10gb+me`), and the GI profile id and placement of DRA device names. */
+/**
+ * For media-extension and similar attributes in profile names
+ * (`1g.10gb+me`), and the GI profile id and placement of DRA device names.
+ */
 export const PROFILE_MIG_SYMBOLS = [
   'nvmlDeviceGetGpuInstanceById',
   'nvmlGpuInstanceGetInfo',

@@ -249,7 +249,9 @@ export function readMigCapabilities(
     text = readFileSync(file, 'utf8');
   } catch (err) {
     return {
-      problem: `cannot read ${file} (${errorText(err)}), which --pass-device-specs needs for the MIG devices' capability nodes; is the NVIDIA driver loaded with MIG support?`,
+      problem:
+        `cannot read ${file} (${errorText(err)}), which --pass-device-specs needs ` +
+        `for the MIG devices' capability nodes; is the NVIDIA driver loaded with MIG support?`,
     };
   }
   try {

@@ -44,7 +44,9 @@ export const PACKAGE_SETTINGS: Partial<Record<OptionKey, { value: string; why: s
   },
 };
 
-/** What the value looks like, for help texts: `path`, `true|false`, `uuid|index`, `duration, from 1 to 3600 seconds`. */
+/**
+ * What the value looks like, for help texts: `path`, `true|false`, `uuid|index`, `duration, from 1 to 3600 seconds`.
+ */
 export function valueHint(spec: OptionSpec): string {
   switch (spec.kind.type) {
     case 'string':

@@ -4,7 +4,7 @@
 import { fitAtStart } from '../core/config-fit.ts';
 import { parseHealthSettings } from '../core/health.ts';
 import { NO_MIG } from '../core/mig.ts';
-import type { MigPlan } from '../core/mig.ts';
+import type { MigPlan } from '../core/mig-strategies.ts';
 import { describePlan } from '../core/sharing.ts';
 import { parseOptions } from '../config/parse-options.ts';
 import type { Options, ParsedOptions } from '../config/options.ts';

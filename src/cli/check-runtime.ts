@@ -5,7 +5,7 @@ import { access, constants as fsc } from 'node:fs/promises';
 import { CDI_KIND, CONTROL_DEVICE_NODES, hostPath } from '../core/allocate.ts';
 import type { CdiSpec } from '../core/dra-claims.ts';
 import { CDI_IMEX_KIND } from '../core/imex.ts';
-import type { MigPlan } from '../core/mig.ts';
+import type { MigPlan } from '../core/mig-strategies.ts';
 import type { Options, ParsedOptions } from '../config/options.ts';
 import { cdiSpecDirs, readCdiSpecs } from '../dra/cdi.ts';
 import type { CheckLine } from './check-report.ts';

@@ -2,7 +2,7 @@
 // scores, and their MIG modes and devices, read once through the same adapters the daemon uses.
 import type { Gpu, Health } from '../core/devices.ts';
 import type { NodeFacts } from '../core/snapshot.ts';
-import { MigStrategyError, planMigResources } from '../core/mig.ts';
+import { MigStrategyError, planMigResources } from '../core/mig-strategies.ts';
 import type { MigDevice, MigLayout, MigStrategy } from '../core/mig.ts';
 import { NO_SHARING } from '../core/sharing.ts';
 import { buildScoreMatrix } from '../core/topology/index.ts';

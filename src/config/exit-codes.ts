@@ -10,7 +10,7 @@ import { AlreadyRunningError } from '../system/instance-lock.ts';
 import { errorText, exitProcess } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 import { notifyBeforeExit } from '../system/service-status.ts';
-import { MigStrategyError } from '../core/mig.ts';
+import { MigStrategyError } from '../core/mig-strategies.ts';
 import { SharingError } from '../core/sharing.ts';
 import { ConfigError, OptionError } from './errors.ts';
 

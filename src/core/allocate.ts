@@ -1,8 +1,8 @@
 // Allocate: check the kubelet's choice and describe what each container needs from the NVIDIA
-// container runtime (FACTS §3), for each device-list strategy. Replicas (time-slicing) name their
-// GPU: the suffix is stripped and each GPU is listed once. MIG devices (FACTS §4a) are listed by
+// container runtime, for each device-list strategy. Replicas (time-slicing) name their
+// GPU: the suffix is stripped and each GPU is listed once. MIG devices are listed by
 // their own name (MIG UUID or `<gpu>:<mig>`); their device specs are the parent's node and the two
-// capability nodes of the MIG device. MPS replicas (FACTS §10) also get their resource's control
+// capability nodes of the MIG device. MPS replicas also get their resource's control
 // daemon: the pipe directory's variable and two mounts, whatever the strategy. Pure: the set of control device nodes
 // present and the source of random UUIDs are inputs.
 import type { AdvertisedDevice, Gpu } from './devices.ts';
@@ -213,6 +213,65 @@ function respond(
   return { envs, mounts, devices, annotations, cdi_devices: cdi };
 }
 
+/** What one container request names: its units (each GPU or MIG device once), their runtime names, its replicas. */
+interface ContainerRequest {
+  readonly units: Unit[];
+  readonly names: string[];
+  readonly replicas: number;
+  /** The first whole (not replicated) device it names. */
+  readonly whole: AdvertisedDevice | undefined;
+}
+
+/**
+ * Looks up container request `ci`'s device IDs, each known and taken by one container only (`taken`: ID → the
+ * container request that holds it, filled in as it goes). Throws RequestError naming the first thing wrong.
+ */
+function readContainerRequest(
+  ids: readonly string[],
+  ci: number,
+  index: DeviceIndex,
+  taken: Map<string, number>,
+): ContainerRequest {
+  const advertised = index.byId.size;
+  if (ids.length === 0) throw new RequestError(`container request ${ci} lists no device IDs; expected at least one`);
+  if (ids.length > advertised) {
+    throw new RequestError(
+      `container request ${ci} asks for ${ids.length} devices, more than the ${advertised} this plugin advertises`,
+    );
+  }
+  const units: Unit[] = [];
+  const names: string[] = [];
+  const seenUnits = new Set<string>();
+  let replicas = 0;
+  let whole: AdvertisedDevice | undefined;
+  for (const id of ids) {
+    const dev = index.byId.get(id);
+    if (dev === undefined)
+      throw new RequestError(
+        `container request ${ci} names unknown device ID ${showId(id)}; this plugin advertises ${advertised} devices`,
+      );
+    const earlier = taken.get(id);
+    if (earlier !== undefined) {
+      throw new RequestError(
+        earlier === ci
+          ? `container request ${ci} lists device ID ${showId(id)} twice`
+          : `device ID ${showId(id)} is requested by container requests ${earlier} and ${ci}; ` +
+              `a device goes to one container`,
+      );
+    }
+    taken.set(id, ci);
+    if (dev.replica !== undefined) replicas++;
+    else whole ??= dev;
+    const key = dev.mig === undefined ? `gpu:${dev.gpu}` : `mig:${dev.mig}`;
+    if (!seenUnits.has(key)) {
+      seenUnits.add(key);
+      units.push({ gpu: dev.gpu, mig: dev.mig });
+      names.push(dev.runtimeName);
+    }
+  }
+  return { units, names, replicas, whole };
+}
+
 /**
  * Checks one Allocate request (every container) and builds the responses, one per container in order.
  * Throws RequestError naming the first thing wrong.
@@ -227,62 +286,32 @@ export function allocate(
     throw new RequestError('Allocate request has no container requests; expected one per container');
   if (containers.length > Math.max(advertised, 1)) {
     throw new RequestError(
-      `Allocate request has ${containers.length} container requests, more than the ${advertised} devices this plugin advertises`,
+      `Allocate request has ${containers.length} container requests, ` +
+        `more than the ${advertised} devices this plugin advertises`,
     );
   }
   const taken = new Map<string, number>();
   return containers.map((c, ci) => {
     const ids = c.devices_ids;
-    if (ids.length === 0) throw new RequestError(`container request ${ci} lists no device IDs; expected at least one`);
-    if (ids.length > advertised) {
-      throw new RequestError(
-        `container request ${ci} asks for ${ids.length} devices, more than the ${advertised} this plugin advertises`,
-      );
-    }
-    const units: Unit[] = [];
-    const names: string[] = [];
-    const seenUnits = new Set<string>();
-    let replicas = 0;
-    let whole: AdvertisedDevice | undefined;
-    for (const id of ids) {
-      const dev = index.byId.get(id);
-      if (dev === undefined)
-        throw new RequestError(
-          `container request ${ci} names unknown device ID ${showId(id)}; this plugin advertises ${advertised} devices`,
-        );
-      const earlier = taken.get(id);
-      if (earlier !== undefined) {
-        throw new RequestError(
-          earlier === ci
-            ? `container request ${ci} lists device ID ${showId(id)} twice`
-            : `device ID ${showId(id)} is requested by container requests ${earlier} and ${ci}; a device goes to one container`,
-        );
-      }
-      taken.set(id, ci);
-      if (dev.replica !== undefined) replicas++;
-      else whole ??= dev;
-      const key = dev.mig === undefined ? `gpu:${dev.gpu}` : `mig:${dev.mig}`;
-      if (!seenUnits.has(key)) {
-        seenUnits.add(key);
-        units.push({ gpu: dev.gpu, mig: dev.mig });
-        names.push(dev.runtimeName);
-      }
-    }
+    const { units, names, replicas, whole } = readContainerRequest(ids, ci, index, taken);
     const resource = settings.resourceName === undefined ? '' : ` of ${settings.resourceName}`;
     const mps = settings.mps === true && replicas > 0;
     if (settings.failRequestsGreaterThanOne === true && replicas > 0 && ids.length > 1) {
       // MPS: NVIDIA's words ("maximum request size for shared resources is 1; found N").
       const why = mps
-        ? `maximum request size for shared resources is 1; found ${ids.length}: an MPS replica is one client's share of a GPU, and several give a container no more of it; request 1`
+        ? `maximum request size for shared resources is 1; found ${ids.length}: ` +
+          `an MPS replica is one client's share of a GPU, and several give a container no more of it; request 1`
         : 'time-slicing gives no more GPU time to a container that holds several; request 1';
       throw new RequestError(
-        `container request ${ci} asks for ${ids.length} shared GPU replicas${resource}; failRequestsGreaterThanOne allows 1 per container (${why})`,
+        `container request ${ci} asks for ${ids.length} shared GPU replicas${resource}; ` +
+          `failRequestsGreaterThanOne allows 1 per container (${why})`,
       );
     }
     if (mps && whole !== undefined) {
       // The container's CUDA would go through the MPS daemon, which does not serve a whole GPU.
       throw new RequestError(
-        `container request ${ci} asks for whole GPU ${showId(whole.id)} and MPS replicas${resource} together; a container's GPUs all go through MPS or none do: request replicas only, or whole GPUs only`,
+        `container request ${ci} asks for whole GPU ${showId(whole.id)} and MPS replicas${resource} together; ` +
+          `a container's GPUs all go through MPS or none do: request replicas only, or whole GPUs only`,
       );
     }
     const answer = respond(names, units, index, settings);

@@ -3,8 +3,9 @@
 // planForNode and migCapabilitiesProblem, so a config that `check` passes is one the daemon starts
 // with, and one the daemon refuses fails `check` with the same message. Pure: plain data in and out.
 import type { Gpu } from './devices.ts';
-import { MigStrategyError, planMigResources } from './mig.ts';
-import type { MigLayout, MigPlan } from './mig.ts';
+import { MigStrategyError, planMigResources } from './mig-strategies.ts';
+import type { MigLayout } from './mig.ts';
+import type { MigPlan } from './mig-strategies.ts';
 import { mpsPlanProblem } from './mps.ts';
 import type { ComputeByUuid } from './mps.ts';
 import { SharingError } from './sharing.ts';
@@ -45,7 +46,10 @@ export type StartFit =
   | {
       readonly ok: false;
       readonly problem: string;
-      /** What to change: a config key path (sharing.timeSlicing…), or an option (--mig-strategy, --pass-device-specs), or null for the node itself. */
+      /**
+       * What to change: a config key path (sharing.timeSlicing…), or an option
+       * (--mig-strategy, --pass-device-specs), or null for the node itself.
+       */
       readonly key: string | null;
     };
 

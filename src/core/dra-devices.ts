@@ -1,5 +1,5 @@
 // DRA devices: which devices of a node are published to the API server for Dynamic Resource
-// Allocation, and their names — the names NVIDIA's DRA driver gives them (FACTS §11), so that
+// Allocation, and their names — the names NVIDIA's DRA driver gives them, so that
 // DeviceClasses, claims and CEL selectors written for NVIDIA's driver keep working on our nodes.
 // Pure: plain data in, plain data out.
 //

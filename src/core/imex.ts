@@ -1,4 +1,4 @@
-// IMEX channels (GB200/GB300 NVL72 multi-node NVLink; NVIDIA's --imex-channel-ids, FACTS §3): which
+// IMEX channels (GB200/GB300 NVL72 multi-node NVLink; NVIDIA's --imex-channel-ids): which
 // configured channels a container gets, and what Allocate adds for them. Pure: which channel device
 // nodes exist is an input.
 

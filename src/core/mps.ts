@@ -1,4 +1,4 @@
-// MPS sharing (FACTS §10): where each resource's control daemon lives under the MPS root, what a
+// MPS sharing: where each resource's control daemon lives under the MPS root, what a
 // container of that resource gets, how many clients a GPU serves, and the daemons' plan — which
 // GPUs each serves and the default limits it sets (pinned memory per GPU, active-thread percentage).
 // The plugin, the control daemon unit (`mps-control-daemon`) and `check` all derive their paths and
@@ -122,7 +122,10 @@ export interface MpsOptions {
   readonly mpsRoot: string;
 }
 
-/** Why MPS cannot be used with these options (checked before NVML is opened), naming what to change; null when it can or is not configured. */
+/**
+ * Why MPS cannot be used with these options (checked before NVML is
+ * opened), naming what to change; null when it can or is not configured.
+ */
 export function mpsOptionsProblem(
   sharing: Sharing,
   o: MpsOptions,

@@ -1,5 +1,5 @@
 // Time-slicing and MPS: a GPU advertised as several devices (replicas) so that several containers
-// share it, in NVIDIA's format (FACTS §3, §10): replica IDs `<id>::<n>`, n from 0 to replicas-1,
+// share it, in NVIDIA's format: replica IDs `<id>::<n>`, n from 0 to replicas-1,
 // under the resource named by the config (renamed to `<resource>.shared` with renameByDefault). GPUs
 // a sharing resource does not select stay whole under nvidia.com/gpu. MPS replicas are planned
 // exactly as time-slicing ones and marked `mps` (their containers reach the resource's MPS control
@@ -47,7 +47,7 @@ export interface TimeSlicing {
 export interface Sharing {
   readonly timeSlicing: TimeSlicing | null;
   /**
-   * MPS (FACTS §10): the same shape as time-slicing, its replicas served by one MPS control daemon per
+   * MPS: the same shape as time-slicing, its replicas served by one MPS control daemon per
    * resource (core/mps.ts). Absent or null: no MPS. Excludes time-slicing.
    */
   readonly mps?: TimeSlicing | null;
@@ -111,7 +111,9 @@ export function qualifyResourceName(raw: string): { name: string } | { problem: 
     };
   if (!/^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/.test(local)) {
     return {
-      problem: `${JSON.stringify(raw)} is not a resource name; expected lower-case letters, digits, '-' and '.' after ${RESOURCE_DOMAIN}/ (e.g. gpu.shared)`,
+      problem:
+        `${JSON.stringify(raw)} is not a resource name; ` +
+        `expected lower-case letters, digits, '-' and '.' after ${RESOURCE_DOMAIN}/ (e.g. gpu.shared)`,
     };
   }
   return { name: full };
@@ -142,7 +144,8 @@ export interface PlannedResource {
 function checkId(id: string, gpu: Gpu): void {
   if (id.length === 0 || id.length > MAX_DEVICE_ID_LENGTH) {
     throw new Error(
-      `GPU ${gpu.index} (bus ${gpu.busId}) has device ID ${JSON.stringify(id)} of ${id.length} characters; the kubelet accepts 1 to ${MAX_DEVICE_ID_LENGTH}`,
+      `GPU ${gpu.index} (bus ${gpu.busId}) has device ID ${JSON.stringify(id)} of ${id.length} characters; ` +
+        `the kubelet accepts 1 to ${MAX_DEVICE_ID_LENGTH}`,
     );
   }
 }
@@ -187,6 +190,112 @@ export interface PlanScope {
   readonly skipResource?: (name: string) => boolean;
 }
 
+/** Checks a GPU's device ID (length, not advertised already) and records it in `seen`. */
+function claimId(id: string, gpu: Gpu, seen: Set<string>): void {
+  checkId(id, gpu);
+  if (seen.has(id))
+    throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) repeats device ID ${id}; every GPU needs its own`);
+  seen.add(id);
+}
+
+/** GPU `pos` whole: advertised by UUID whatever the strategy; the runtime gets the strategy's name (devices.ts). */
+function wholeDevice(
+  gpus: readonly Gpu[],
+  pos: number,
+  strategy: DeviceIdStrategy,
+  seen: Set<string>,
+): AdvertisedDevice {
+  const gpu = gpus[pos] as Gpu;
+  claimId(gpu.uuid, gpu, seen);
+  return { id: gpu.uuid, uuid: gpu.uuid, gpu: pos, runtimeName: gpuDeviceId(gpu, strategy) };
+}
+
+type ActiveSharing = NonNullable<ReturnType<typeof activeSharing>>;
+
+/** The replicas of the sharing entries by advertised name, and which entry (its position) shares each GPU. */
+interface Replicas {
+  readonly byName: ReadonlyMap<string, AdvertisedDevice[]>;
+  readonly sharedBy: ReadonlyMap<number, number>;
+}
+
+/** Replicates the GPUs each sharing entry selects (among those advertised whole); entries `skip` names are left out. */
+function planReplicas(
+  active: ActiveSharing,
+  gpus: readonly Gpu[],
+  strategy: DeviceIdStrategy,
+  isWhole: (pos: number) => boolean,
+  skip: ((name: string) => boolean) | undefined,
+  seen: Set<string>,
+): Replicas {
+  const ts = active.config;
+  const sharedBy = new Map<number, number>();
+  const byName = new Map<string, AdvertisedDevice[]>();
+  ts.resources.forEach((r, k) => {
+    const path = `${active.key}.resources[${k}]`;
+    if (skip?.(r.name) === true) return;
+    if (r.name !== GPU_RESOURCE)
+      throw new SharingError(
+        `${path}.name`,
+        `${JSON.stringify(r.name)} is not a resource of this plugin; expected ${GPU_RESOURCE}`,
+      );
+    const chosen = select(r.devices, gpus, `${path}.devices`).filter(isWhole);
+    const target = advertisedName(r, ts.renameByDefault);
+    const list = byName.get(target) ?? [];
+    byName.set(target, list);
+    for (const pos of chosen) {
+      const earlier = sharedBy.get(pos);
+      if (earlier !== undefined) {
+        throw new SharingError(
+          `${path}.devices`,
+          `GPU ${gpus[pos]?.index} is already shared by ${active.key}.resources[${earlier}]; ` +
+            `a GPU is shared by one entry`,
+        );
+      }
+      sharedBy.set(pos, k);
+      const gpu = gpus[pos] as Gpu;
+      const runtimeName = gpuDeviceId(gpu, strategy);
+      for (let n = 0; n < r.replicas; n++) {
+        const id = replicaId(gpu.uuid, n);
+        claimId(id, gpu, seen);
+        list.push({ id, uuid: gpu.uuid, gpu: pos, runtimeName, replica: n });
+      }
+    }
+  });
+  return { byName, sharedBy };
+}
+
+/**
+ * The shared plan's resources: nvidia.com/gpu (the GPUs not shared, and the replicas of entries that keep its name)
+ * first when it has devices, then every renamed resource with devices; each resource's devices by GPU, then replica.
+ */
+function sharedResources(
+  plain: readonly AdvertisedDevice[],
+  byName: ReadonlyMap<string, readonly AdvertisedDevice[]>,
+  active: ActiveSharing,
+): PlannedResource[] {
+  const failRequestsGreaterThanOne = active.config.failRequestsGreaterThanOne;
+  const mps = active.strategy === 'mps' ? { mps: true as const } : {};
+  const ordered = (ds: readonly AdvertisedDevice[]): AdvertisedDevice[] =>
+    [...ds].sort((a, b) => a.gpu - b.gpu || (a.replica ?? -1) - (b.replica ?? -1));
+  const out: PlannedResource[] = [];
+  const gpuList = [...plain, ...(byName.get(GPU_RESOURCE) ?? [])];
+  if (gpuList.length > 0) {
+    const shared = gpuList.some((d) => d.replica !== undefined);
+    out.push({
+      name: GPU_RESOURCE,
+      devices: ordered(gpuList),
+      shared,
+      failRequestsGreaterThanOne: shared && failRequestsGreaterThanOne,
+      ...(shared ? mps : {}),
+    });
+  }
+  for (const [name, ds] of byName) {
+    if (name === GPU_RESOURCE || ds.length === 0) continue;
+    out.push({ name, devices: ordered(ds), shared: true, failRequestsGreaterThanOne, ...mps });
+  }
+  return out;
+}
+
 /**
  * The resources to advertise for these GPUs: whole GPUs under nvidia.com/gpu, and the replicas of
  * each shared resource (time-slicing or MPS) under its (possibly renamed) name. nvidia.com/gpu comes
@@ -208,95 +317,16 @@ export function planResources(
   const active = activeSharing(sharing);
   const isWhole = (pos: number): boolean => scope.wholeGpus?.has(pos) ?? true;
   const seen = new Set<string>();
-  const whole = (pos: number): AdvertisedDevice => {
-    const gpu = gpus[pos] as Gpu;
-    // Advertised by UUID whatever the strategy; the runtime gets the strategy's name (devices.ts).
-    const id = gpu.uuid;
-    checkId(id, gpu);
-    if (seen.has(id))
-      throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) repeats device ID ${id}; every GPU needs its own`);
-    seen.add(id);
-    return { id, uuid: gpu.uuid, gpu: pos, runtimeName: gpuDeviceId(gpu, strategy) };
-  };
+  const positions = gpus.map((_, i) => i);
   if (active === null) {
-    return [
-      {
-        name: GPU_RESOURCE,
-        devices: gpus
-          .map((_, i) => i)
-          .filter(isWhole)
-          .map((i) => whole(i)),
-        shared: false,
-        failRequestsGreaterThanOne: false,
-      },
-    ];
+    const devices = positions.filter(isWhole).map((i) => wholeDevice(gpus, i, strategy, seen));
+    return [{ name: GPU_RESOURCE, devices, shared: false, failRequestsGreaterThanOne: false }];
   }
-  const ts = active.config;
-  const mps = active.strategy === 'mps' ? { mps: true as const } : {};
-  const sharedBy = new Map<number, number>();
-  const byName = new Map<string, AdvertisedDevice[]>();
-  ts.resources.forEach((r, k) => {
-    const path = `${active.key}.resources[${k}]`;
-    if (scope.skipResource?.(r.name) === true) return;
-    if (r.name !== GPU_RESOURCE)
-      throw new SharingError(
-        `${path}.name`,
-        `${JSON.stringify(r.name)} is not a resource of this plugin; expected ${GPU_RESOURCE}`,
-      );
-    const chosen = select(r.devices, gpus, `${path}.devices`).filter(isWhole);
-    const target = advertisedName(r, ts.renameByDefault);
-    const list = byName.get(target) ?? [];
-    byName.set(target, list);
-    for (const pos of chosen) {
-      const earlier = sharedBy.get(pos);
-      if (earlier !== undefined) {
-        throw new SharingError(
-          `${path}.devices`,
-          `GPU ${gpus[pos]?.index} is already shared by ${active.key}.resources[${earlier}]; a GPU is shared by one entry`,
-        );
-      }
-      sharedBy.set(pos, k);
-      const gpu = gpus[pos] as Gpu;
-      const runtimeName = gpuDeviceId(gpu, strategy);
-      for (let n = 0; n < r.replicas; n++) {
-        const id = replicaId(gpu.uuid, n);
-        checkId(id, gpu);
-        if (seen.has(id))
-          throw new Error(`GPU ${gpu.index} (bus ${gpu.busId}) repeats device ID ${id}; every GPU needs its own`);
-        seen.add(id);
-        list.push({ id, uuid: gpu.uuid, gpu: pos, runtimeName, replica: n });
-      }
-    }
-  });
-  const plain: AdvertisedDevice[] = [];
-  gpus.forEach((_, pos) => {
-    if (!sharedBy.has(pos) && isWhole(pos)) plain.push(whole(pos));
-  });
-  const out: PlannedResource[] = [];
-  const gpuList = [...plain, ...(byName.get(GPU_RESOURCE) ?? [])];
-  const ordered = (ds: readonly AdvertisedDevice[]): AdvertisedDevice[] =>
-    [...ds].sort((a, b) => a.gpu - b.gpu || (a.replica ?? -1) - (b.replica ?? -1));
-  if (gpuList.length > 0) {
-    const shared = gpuList.some((d) => d.replica !== undefined);
-    out.push({
-      name: GPU_RESOURCE,
-      devices: ordered(gpuList),
-      shared,
-      failRequestsGreaterThanOne: shared && ts.failRequestsGreaterThanOne,
-      ...(shared ? mps : {}),
-    });
-  }
-  for (const [name, ds] of byName) {
-    if (name === GPU_RESOURCE || ds.length === 0) continue;
-    out.push({
-      name,
-      devices: ordered(ds),
-      shared: true,
-      failRequestsGreaterThanOne: ts.failRequestsGreaterThanOne,
-      ...mps,
-    });
-  }
-  return out;
+  const { byName, sharedBy } = planReplicas(active, gpus, strategy, isWhole, scope.skipResource, seen);
+  const plain = positions
+    .filter((pos) => !sharedBy.has(pos) && isWhole(pos))
+    .map((pos) => wholeDevice(gpus, pos, strategy, seen));
+  return sharedResources(plain, byName, active);
 }
 
 /** One line describing a plan, for the log: `nvidia.com/gpu.shared=32 (8 GPUs x 4)`. */

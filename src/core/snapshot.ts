@@ -27,7 +27,8 @@
 // A resource that stays MPS keeps its daemon's state across snapshots; one that stops being MPS loses it.
 import type { AdvertisedDevice, DeviceIdStrategy, Gpu, GpuHealth } from './devices.ts';
 import { migCapabilitiesProblem, planForNode } from './config-fit.ts';
-import { MigStrategyError, NO_MIG } from './mig.ts';
+import { NO_MIG } from './mig.ts';
+import { MigStrategyError } from './mig-strategies.ts';
 import type { MigLayout, MigStrategy } from './mig.ts';
 import type { PlannedResource, Sharing } from './sharing.ts';
 import { MPS_DAEMON_NOT_ASKED, advertisedHealth, freshUnitHealth } from './snapshot-health.ts';

@@ -107,7 +107,10 @@ async function readPem(src: PemSource | undefined, what: string, file: string): 
   }
 }
 
-/** Resolves a kubeconfig's text (file: its path, for relative paths and messages); reads nothing else. Throws KubeconfigError naming the key at fault. */
+/**
+ * Resolves a kubeconfig's text (file: its path, for relative paths and
+ * messages); reads nothing else. Throws KubeconfigError naming the key at fault.
+ */
 export function resolveKubeconfig(content: string, file: string, context?: string): KubeconfigRef {
   let doc: unknown;
   try {

@@ -3,7 +3,9 @@
 // registered through?) and by whoever serves a plugin socket (is it still ours to remove?).
 import { lstat } from 'node:fs/promises';
 
-/** Identity of a file: inode plus change time, so a recycled inode number is not mistaken for ours; null when absent. */
+/**
+ * Identity of a file: inode plus change time, so a recycled inode number is not mistaken for ours; null when absent.
+ */
 export async function fileIdentity(path: string): Promise<string | null> {
   try {
     const st = await lstat(path, { bigint: true });

@@ -1,5 +1,5 @@
 // The MPS control client: one command written to the stdin of `nvidia-cuda-mps-control` run without
-// arguments, in the environment that names the control daemon's pipe and log directories (FACTS §10).
+// arguments, in the environment that names the control daemon's pipe and log directories.
 // Used by the control daemon unit (to set the default limits) and by the plugin (to ask whether a
 // daemon answers). The program runs as a child process: nothing here blocks the event loop, and a
 // daemon that hangs is answered by a timeout that kills the client.

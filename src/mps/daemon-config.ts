@@ -30,7 +30,10 @@ export function readMpsSettings(
   return { options: parsed.options, mpsRoot: parsed.options.mpsRoot, sharing: parsed.sharing };
 }
 
-/** What the plan needs of a scan: the GPUs, their MIG layout (read with --mig-strategy single/mixed) and facts (compute capability). */
+/**
+ * What the plan needs of a scan: the GPUs, their MIG layout (read
+ * with --mig-strategy single/mixed) and facts (compute capability).
+ */
 export type MpsScan = Pick<NodeScan, 'gpus' | 'mig' | 'facts'>;
 
 /**

@@ -160,7 +160,9 @@ async function controlProgram(driverRoot: string): Promise<string> {
   );
 }
 
-/** SIGHUP: the config again; only the default limits of the same daemons are applied, anything else is logged and kept. */
+/**
+ * SIGHUP: the config again; only the default limits of the same daemons are applied, anything else is logged and kept.
+ */
 async function reloadDaemons(
   argv: readonly string[],
   running: MpsSettings,

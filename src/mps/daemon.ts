@@ -65,7 +65,7 @@ export const STABLE_MS = 60000;
  */
 export const QUIT_MS = 600;
 
-/** The commands that set a plan's default limits (FACTS §10), in order. */
+/** The commands that set a plan's default limits, in order. */
 export function limitCommands(plan: MpsDaemonPlan): string[] {
   return [
     ...plan.gpus.map((g) => `set_default_device_pinned_mem_limit ${g.mpsDevice} ${g.pinnedMemLimitMiB}M`),

@@ -3,7 +3,7 @@
 // What a mode makes of the node (the device-plugin resources, DRA's devices) is that mode's to log.
 // Log keys: `gpu` a GPU's index, `uuid` its UUID, `mig` a MIG device's UUID.
 import type { MigDevice } from '../core/mig.ts';
-import { pendingModeChanges } from '../core/mig.ts';
+import { pendingModeChanges } from '../core/mig-strategies.ts';
 import { healthCounts } from '../core/snapshot.ts';
 import { isEmptyDiff } from '../core/snapshot-diff.ts';
 import type { NodeSnapshot } from '../core/snapshot.ts';

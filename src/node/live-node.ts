@@ -6,7 +6,7 @@
 // timer). A report it cannot place — an event naming a GPU or MIG device the snapshot does not hold,
 // a GPU_IS_LOST answer — is answered with a rescan, and looked at again once that scan is applied.
 import { planForNode } from '../core/config-fit.ts';
-import { MigStrategyError } from '../core/mig.ts';
+import { MigStrategyError } from '../core/mig-strategies.ts';
 import { describeHealthSettings, watchesAnything } from '../core/health.ts';
 import type { EventBatchEntry, HealthSettings, ProbeRound, RecoverySettings } from '../core/health.ts';
 import { describePlan } from '../core/sharing.ts';

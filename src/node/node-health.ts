@@ -16,7 +16,7 @@ import type {
   RecoverySettings,
   WatchedEvent,
 } from '../core/health.ts';
-import { eventUnits, unitsOfGpu } from '../core/mig.ts';
+import { eventUnits, unitsOfGpu } from '../core/mig-events.ts';
 import type { NodeSnapshot, UnitHealth } from '../core/snapshot.ts';
 import type { Logger } from '../system/log.ts';
 

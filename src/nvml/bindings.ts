@@ -1,4 +1,4 @@
-// koffi declarations of the NVML entry points the plugin calls, with the real ABI (FACTS §4).
+// koffi declarations of the NVML entry points the plugin calls, with the real ABI (NVIDIA's nvml.h).
 // The basic set every driver has is bound when the library is opened; every other symbol is bound
 // on first use, so a driver without it loses that one feature instead of failing to start.
 import type { Koffi } from '../system/native.ts';

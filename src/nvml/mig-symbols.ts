@@ -1,4 +1,4 @@
-// koffi declarations of NVML's MIG entry points (FACTS §4a). All are bound lazily (they join
+// koffi declarations of NVML's MIG entry points. All are bound lazily (they join
 // LAZY_SYMBOLS in bindings.ts): a driver without them loses MIG, nothing else. Structures are passed
 // as caller Buffers and decoded in mig.ts with their real layouts; GPU- and compute-instance
 // handles travel as addresses.
@@ -31,7 +31,10 @@ export const REQUIRED_MIG_SYMBOLS = [
   'nvmlDeviceGetAttributes_v2',
 ] as const;
 
-/** For media-extension and similar attributes in profile names (`1g.10gb+me`), and the GI profile id and placement of DRA device names. */
+/**
+ * For media-extension and similar attributes in profile names
+ * (`1g.10gb+me`), and the GI profile id and placement of DRA device names.
+ */
 export const PROFILE_MIG_SYMBOLS = [
   'nvmlDeviceGetGpuInstanceById',
   'nvmlGpuInstanceGetInfo',

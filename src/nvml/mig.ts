@@ -1,4 +1,4 @@
-// MIG discovery through NVML (FACTS §4a): each GPU's MIG mode (current and pending), and each MIG
+// MIG discovery through NVML: each GPU's MIG mode (current and pending), and each MIG
 // device with its UUID, parent, GPU- and compute-instance ids, attributes and NVIDIA's profile name.
 // Every MIG symbol is bound lazily: a driver without them loses MIG, with one log line. Also the
 // driver's /proc/driver/nvidia-caps/mig-minors, for the MIG devices' capability nodes.
@@ -102,6 +102,98 @@ function readMode(nvml: Nvml, h: DeviceHandle, gpu: Gpu, log: Logger): MigMode |
 }
 
 /**
+ * MIG device `index` of GPU `gpu` (at position `parent`, handle `h`) through its handle `m`; throws NvmlError when a
+ * call fails. `profileTable` gives the parent's profile-index table, looked up once it is needed.
+ */
+function readMigDevice(
+  nvml: Nvml,
+  gpu: Gpu,
+  at: { readonly parent: number; readonly h: DeviceHandle; readonly index: number; readonly m: DeviceHandle },
+  profileTable: () => Map<number, number> | null,
+): MigDevice {
+  const { parent, h, index, m } = at;
+  const uuid = nvml.uuid(m, { index: gpu.index, uuid: gpu.uuid });
+  const ids = { gi: [0], ci: [0] };
+  for (const [fnName, arr] of [
+    ['nvmlDeviceGetGpuInstanceId', ids.gi],
+    ['nvmlDeviceGetComputeInstanceId', ids.ci],
+  ] as const) {
+    nvml.check(fnName, nvml.callCode(fnName, m, arr), { index: gpu.index, uuid });
+  }
+  const attrs = attributes(nvml, m);
+  if (typeof attrs === 'number')
+    throw new NvmlError('nvmlDeviceGetAttributes_v2', attrs, nvml.errorText(attrs), { index: gpu.index, uuid });
+  const gi = ids.gi[0] ?? 0;
+  const table = profileTable();
+  const info = giInfo(nvml, h, gi);
+  return {
+    parent,
+    index,
+    uuid,
+    gi,
+    ci: ids.ci[0] ?? 0,
+    profile: migProfileName({
+      giSlices: attrs.gpuInstanceSliceCount,
+      ciSlices: attrs.computeInstanceSliceCount,
+      memoryMiB: attrs.memorySizeMB,
+      parentMemoryBytes: gpu.memoryBytes,
+      profileIndex: info === null || table === null ? null : (table.get(info.profileId) ?? null),
+    }),
+    ...(info === null ? {} : { giProfileId: info.profileId, placementStart: info.placementStart }),
+    giSlices: attrs.gpuInstanceSliceCount,
+    ciSlices: attrs.computeInstanceSliceCount,
+    memoryBytes: attrs.memorySizeMB * 1024 * 1024,
+    multiprocessors: attrs.multiprocessorCount,
+    engines: attrs.engines,
+  };
+}
+
+/**
+ * The MIG devices of one MIG-enabled GPU (position `parent`, handle `h`). A device that cannot be read is logged and
+ * left out; when the devices cannot even be counted, none are kept.
+ */
+function gpuMigDevices(nvml: Nvml, gpu: Gpu, parent: number, h: DeviceHandle, log: Logger): MigDevice[] {
+  const max = [0];
+  const mc = nvml.callCode('nvmlDeviceGetMaxMigDeviceCount', h, max);
+  if (mc !== NVML.SUCCESS) {
+    log.warn('cannot count MIG devices; none are advertised for this GPU', {
+      gpu: gpu.index,
+      uuid: gpu.uuid,
+      error: new NvmlError('nvmlDeviceGetMaxMigDeviceCount', mc, nvml.errorText(mc)).message,
+    });
+    return [];
+  }
+  const devices: MigDevice[] = [];
+  let table: Map<number, number> | null | undefined;
+  const profileTable = (): Map<number, number> | null => {
+    table ??= profileIndexTable(nvml, h);
+    return table;
+  };
+  for (let index = 0; index < (max[0] ?? 0); index++) {
+    const out: unknown[] = [null];
+    const code = nvml.callCode('nvmlDeviceGetMigDeviceHandleByIndex', h, index, out);
+    if (code === NVML.ERROR_NOT_FOUND || code === NVML.ERROR_INVALID_ARGUMENT) continue;
+    try {
+      if (code !== NVML.SUCCESS)
+        throw new NvmlError('nvmlDeviceGetMigDeviceHandleByIndex', code, nvml.errorText(code), {
+          index: gpu.index,
+          uuid: gpu.uuid,
+        });
+      devices.push(readMigDevice(nvml, gpu, { parent, h, index, m: out[0] as DeviceHandle }, profileTable));
+    } catch (err) {
+      if (!(err instanceof NvmlError)) throw err;
+      log.error('MIG device cannot be read and is not advertised', {
+        gpu: gpu.index,
+        uuid: gpu.uuid,
+        mig_index: index,
+        error: err.message,
+      });
+    }
+  }
+  return devices;
+}
+
+/**
  * The MIG layout of these GPUs (positions as in `gpus`/`handles`), or null when this NVML has no
  * MIG functions (then one line is logged and MIG is off). A MIG device that cannot be read is
  * logged and left out; the others are kept.
@@ -131,68 +223,7 @@ export function discoverMig(
     const mode = readMode(nvml, h, gpu, log);
     modes.push(mode);
     if (mode === null || !mode.current) return;
-    const max = [0];
-    const mc = nvml.callCode('nvmlDeviceGetMaxMigDeviceCount', h, max);
-    if (mc !== NVML.SUCCESS) {
-      log.warn('cannot count MIG devices; none are advertised for this GPU', {
-        gpu: gpu.index,
-        uuid: gpu.uuid,
-        error: new NvmlError('nvmlDeviceGetMaxMigDeviceCount', mc, nvml.errorText(mc)).message,
-      });
-      return;
-    }
-    let table: Map<number, number> | null | undefined;
-    for (let index = 0; index < (max[0] ?? 0); index++) {
-      const out: unknown[] = [null];
-      const code = nvml.callCode('nvmlDeviceGetMigDeviceHandleByIndex', h, index, out);
-      if (code === NVML.ERROR_NOT_FOUND || code === NVML.ERROR_INVALID_ARGUMENT) continue;
-      const where = { gpu: gpu.index, uuid: gpu.uuid, mig_index: index };
-      try {
-        if (code !== NVML.SUCCESS)
-          throw new NvmlError('nvmlDeviceGetMigDeviceHandleByIndex', code, nvml.errorText(code), {
-            index: gpu.index,
-            uuid: gpu.uuid,
-          });
-        const m = out[0] as DeviceHandle;
-        const uuid = nvml.uuid(m, { index: gpu.index, uuid: gpu.uuid });
-        const ids = { gi: [0], ci: [0] };
-        for (const [fnName, arr] of [
-          ['nvmlDeviceGetGpuInstanceId', ids.gi],
-          ['nvmlDeviceGetComputeInstanceId', ids.ci],
-        ] as const) {
-          nvml.check(fnName, nvml.callCode(fnName, m, arr), { index: gpu.index, uuid });
-        }
-        const attrs = attributes(nvml, m);
-        if (typeof attrs === 'number')
-          throw new NvmlError('nvmlDeviceGetAttributes_v2', attrs, nvml.errorText(attrs), { index: gpu.index, uuid });
-        const gi = ids.gi[0] ?? 0;
-        table ??= profileIndexTable(nvml, h);
-        const info = giInfo(nvml, h, gi);
-        devices.push({
-          parent,
-          index,
-          uuid,
-          gi,
-          ci: ids.ci[0] ?? 0,
-          profile: migProfileName({
-            giSlices: attrs.gpuInstanceSliceCount,
-            ciSlices: attrs.computeInstanceSliceCount,
-            memoryMiB: attrs.memorySizeMB,
-            parentMemoryBytes: gpu.memoryBytes,
-            profileIndex: info === null || table === null ? null : (table.get(info.profileId) ?? null),
-          }),
-          ...(info === null ? {} : { giProfileId: info.profileId, placementStart: info.placementStart }),
-          giSlices: attrs.gpuInstanceSliceCount,
-          ciSlices: attrs.computeInstanceSliceCount,
-          memoryBytes: attrs.memorySizeMB * 1024 * 1024,
-          multiprocessors: attrs.multiprocessorCount,
-          engines: attrs.engines,
-        });
-      } catch (err) {
-        if (!(err instanceof NvmlError)) throw err;
-        log.error('MIG device cannot be read and is not advertised', { ...where, error: err.message });
-      }
-    }
+    devices.push(...gpuMigDevices(nvml, gpu, parent, h, log));
   });
   return { modes, devices };
 }
@@ -218,7 +249,9 @@ export function readMigCapabilities(
     text = readFileSync(file, 'utf8');
   } catch (err) {
     return {
-      problem: `cannot read ${file} (${errorText(err)}), which --pass-device-specs needs for the MIG devices' capability nodes; is the NVIDIA driver loaded with MIG support?`,
+      problem:
+        `cannot read ${file} (${errorText(err)}), which --pass-device-specs needs ` +
+        `for the MIG devices' capability nodes; is the NVIDIA driver loaded with MIG support?`,
     };
   }
   try {

@@ -13,7 +13,10 @@ export const MAX_BACKOFF_MS = 30000;
 export interface SessionKeeperOptions {
   sessions: NodeSessions;
   log: Logger;
-  /** The driver stopped answering (once per outage; reason 'start' when NVML never opened): every GPU is reported unhealthy until it does. */
+  /**
+   * The driver stopped answering (once per outage; reason 'start' when
+   * NVML never opened): every GPU is reported unhealthy until it does.
+   */
   onDown(problem: string, reason: string): Promise<void>;
 }
 

@@ -253,8 +253,8 @@ export class ResourceRuntime {
   start(): void {
     this.watcher.start();
     // The first Register only once the directory watch is open: a socket deleted right after the
-    // registration is then seen at once, not at the next periodic check (a loaded CI machine
-    // registered before the watch's first stat came back, and saw the deletion 5 s late).
+    // registration is then seen at once, not at the next periodic check (on a loaded machine the
+    // registration could otherwise come before the watch's first stat, and the deletion be seen 5 s late).
     void this.watcher.opened.then(() => this.registrar.kick('start'));
   }
 

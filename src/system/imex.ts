@@ -1,4 +1,4 @@
-// Which IMEX channel device nodes exist under the dev root (FACTS §3). What follows from that — which
+// Which IMEX channel device nodes exist under the dev root. What follows from that — which
 // channels are passed, which are skipped, whether the start must stop — is core/imex.ts's decision;
 // this file only looks at the file system and logs the outcome.
 import { chooseImexChannels, imexChannelPath } from '../core/imex.ts';

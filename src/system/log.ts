@@ -117,7 +117,9 @@ export function errorText(err: unknown): string {
   return String(err);
 }
 
-/** An error or rejection nobody caught is logged and the daemon carries on (it must not lose its registration over one). */
+/**
+ * An error or rejection nobody caught is logged and the daemon carries on (it must not lose its registration over one).
+ */
 export function carryOnAfterUnexpected(log: Logger): void {
   process.on('uncaughtException', (err) =>
     log.error('unexpected error; carrying on', { error: errorText(err), stack: err.stack?.split('\n')[1]?.trim() }),

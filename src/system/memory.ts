@@ -28,7 +28,10 @@ export interface CompactionPolicy {
 // more interval (10–15 s after the burst instead of 5–10).
 export const DEFAULT_POLICY: CompactionPolicy = { growthBytes: 4 * 1024 * 1024, quietBusyFraction: 0.03 };
 
-/** Whether to compact now: the resident set grew past the threshold since `baselineBytes`, and the last interval was quiet. */
+/**
+ * Whether to compact now: the resident set grew past the threshold
+ * since `baselineBytes`, and the last interval was quiet.
+ */
 export function shouldCompact(
   check: MemoryCheck,
   baselineBytes: number,

@@ -154,7 +154,10 @@ export class NodeStatus {
     this.service.status(this.line());
   }
 
-  /** Every applied snapshot: what is awaited now is the kubelet, or the driver while none has answered and no GPU was seen. */
+  /**
+   * Every applied snapshot: what is awaited now is the kubelet,
+   * or the driver while none has answered and no GPU was seen.
+   */
   apply(applied: { readonly snapshot: NodeSnapshot }): void {
     this.counts = healthCounts(applied.snapshot);
     this.mps = mpsStatus(applied.snapshot);

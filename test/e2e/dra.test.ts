@@ -150,7 +150,10 @@ function launchOf(p: PluginProcess): { args: string[]; env: NodeJS.ProcessEnv } 
   return { args: p.child.spawnargs.slice(1), env: environOf(p.pid) };
 }
 
-/** Stops the plugin (SIGTERM: a clean stop, exit 0), runs `between`, and starts it again with the same arguments and environment. */
+/**
+ * Stops the plugin (SIGTERM: a clean stop, exit 0), runs `between`,
+ * and starts it again with the same arguments and environment.
+ */
 async function restartPlugin(node: DraNode, between?: () => void): Promise<void> {
   const old = node.sim.plugin;
   const { args, env } = launchOf(old);

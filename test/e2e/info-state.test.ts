@@ -106,7 +106,8 @@ test("after XID 79 the kubelet sees GPU 2 Unhealthy, and so does info (the daemo
     // The GPU table's HEALTH is the daemon's too (NVML's probe of GPU 2 still answers).
     assert.match(r.stdout, new RegExp(`^2 +${u[2]} .* Unhealthy$`, 'm'));
     assert.match(r.stdout, new RegExp(`^3 +${u[3]} .* Healthy$`, 'm'));
-    // The daemon was started with --kubelet-socket; info, run without it, says the daemon's value differs from what it would be now.
+    // The daemon was started with --kubelet-socket; info, run without
+    // it, says the daemon's value differs from what it would be now.
     assert.match(
       r.stdout,
       new RegExp(

@@ -78,7 +78,8 @@ test('single on a uniform node: every MIG device as nvidia.com/gpu, by UUID or <
         migUuid(g(UNIFORM, 1), '3g.40gb', 2),
       ],
     ],
-    // The kubelet gets MIG UUIDs whatever the strategy (as from NVIDIA's plugin); index names only what the runtime receives.
+    // The kubelet gets MIG UUIDs whatever the strategy (as from
+    // NVIDIA's plugin); index names only what the runtime receives.
     [
       'index',
       [

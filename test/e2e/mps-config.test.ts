@@ -1,8 +1,9 @@
 // End-to-end: MPS sharing's configuration through the built executable on a simulated node (fake NVML
 // + kubelet stand-in, real gRPC): NVIDIA's documented MPS config accepted and served, each of NVIDIA's
 // refusals stopping the daemon with exit 2 and the same words from `check`, and Allocate's variable
-// and mounts for every device-list strategy. No MPS control daemon runs here: until the plugin watches
-// one (i20-watch), MPS replicas are as healthy as their GPU, so nothing below waits on a daemon.
+// and mounts for every device-list strategy. No MPS control daemon runs here: the plugin's
+// daemon watch keeps the replicas Unhealthy (test/e2e/mps-health.test.ts tests that watch), and nothing below
+// needs them healthy.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';

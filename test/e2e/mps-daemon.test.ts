@@ -275,7 +275,10 @@ test('mps-control-daemon: sharing.mps with sharing.timeSlicing, or without --mps
   }
 });
 
-/** The `cannot start` line's error and the STATUS of a refused start (plugin or control daemon unit), without the config file's path. */
+/**
+ * The `cannot start` line's error and the STATUS of a refused start
+ * (plugin or control daemon unit), without the config file's path.
+ */
 function refusal(lines: readonly string[], status: string, cfg: string): { log: string; status: string } {
   const said = lines.find((l) => / cannot start error=/.test(l)) ?? `(no "cannot start" line in:\n${lines.join('\n')})`;
   return { log: said.slice(said.indexOf('error=')).replace(cfg, '<config>'), status: status.replace(cfg, '<config>') };

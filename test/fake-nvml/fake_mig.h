@@ -3,7 +3,7 @@
  * included once, at the end of fake_nvml.c, and is part of that translation unit (it uses its
  * state, lock and helpers). Kept in a file of its own so that MIG stays in one place.
  *
- * What it models (FACTS §4a), for boards whose name contains "A100-SXM4-40GB", "A100-SXM4-80GB",
+ * What it models, for boards whose name contains "A100-SXM4-40GB", "A100-SXM4-80GB",
  * "H100 80GB HBM3" or "H200" (profile tables below, as `nvidia-smi mig -lgip` shows them):
  *   - MIG mode, current and pending, of a GPU whose fixture entry has a "mig" object; a GPU
  *     without one answers NOT_SUPPORTED to every MIG call (not MIG-capable);
@@ -35,9 +35,9 @@
  * parent's UUID with "GPU-" replaced by "MIG-" and its last six hex digits replaced by the GPU
  * instance's profile id, the GI id and the CI id, two hex digits each (GPU-...-bd53058e4ee4, a
  * 1g.10gb (profile id 19) as GI 3 CI 0 → MIG-...-bd5305130300), so tests can name them and an
- * instance re-created with another profile gets another UUID. A re-layout rewrites the GPU's MIG devices in place: old MIG handles then name
- * whatever is at their slot, or answer INVALID_ARGUMENT/NOT_FOUND, as stale handles of the real
- * driver may.
+ * instance re-created with another profile gets another UUID. A re-layout rewrites the GPU's MIG
+ * devices in place: old MIG handles then name whatever is at their slot, or answer
+ * INVALID_ARGUMENT/NOT_FOUND, as stale handles of the real driver may.
  */
 
 /* ---- ABI ---------------------------------------------------------------------------------- */

@@ -2254,7 +2254,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *m
     return leave(NVML_SUCCESS);
 }
 
-/* Compute mode (FACTS §10: MPS needs EXCLUSIVE_PROCESS). A MIG device answers NOT_SUPPORTED. */
+/* Compute mode (MPS needs EXCLUSIVE_PROCESS). A MIG device answers NOT_SUPPORTED. */
 EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mode)
 {
     struct fake_device *d;

@@ -1,5 +1,5 @@
 // The API server stand-in (test/support/apiserver.ts): ResourceSlice CRUD with resourceVersion
-// conflicts, the validation rules of FACTS.md §11, the stored form (canonical quantities, unknown
+// conflicts, the API server's validation rules, the stored form (canonical quantities, unknown
 // fields dropped), bearer-token authorization (401/403), ResourceClaims and Nodes, and down/up.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -233,7 +233,7 @@ test('ResourceSlices: a stale resourceVersion is a 409 Conflict, a second create
   );
 });
 
-test('ResourceSlices: FACTS §11 validation answers 422 Invalid with the field of each cause', async (t) => {
+test("ResourceSlices: the API server's validation answers 422 Invalid with the field of each cause", async (t) => {
   const s = await ApiServerStandIn.start();
   t.after(() => s.stop());
   const many = (n: number, extra: JsonObject = {}): Json[] =>

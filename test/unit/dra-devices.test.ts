@@ -1,5 +1,5 @@
 // core/dra-devices.ts: which devices a node publishes through DRA and their names (NVIDIA's DRA
-// driver's, FACTS §11), on snapshots read from the fixtures by the real scan over the fake NVML.
+// driver's), on snapshots read from the fixtures by the real scan over the fake NVML.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { DNS_LABEL, draDevices, gpuDeviceName, migDeviceName, profileNamePart } from '../../src/core/dra-devices.ts';

@@ -64,7 +64,7 @@ const migDev: MigDevice = {
   multiprocessors: 14,
   engines: { copy: 1, decoder: 0, encoder: 0, jpeg: 0, ofa: 0 },
 };
-/** Named by core/dra-devices.ts (i21-slices), as NVIDIA's DRA driver names it. */
+/** Named by core/dra-devices.ts, as NVIDIA's DRA driver names it. */
 const MIG_NAME = 'gpu-2-mig-1g10gb-19-0';
 
 /** Three GPUs, the third in MIG mode with one 1g.10gb device. */
@@ -121,7 +121,7 @@ async function setup(watcherOpts: WatcherOptions = {}): Promise<Setup> {
   writeFileSync(join(cdi, 'nvidia.yaml'), cdiSpec(FULL_SPEC));
   const api = await ApiServerStandIn.start();
   const reads = { count: 0 };
-  // The claim reader the daemon gets: src/k8s's client (i21-slices), counting its reads.
+  // The claim reader the daemon gets: src/k8s's client, counting its reads.
   const kube = new KubeClient({ server: api.url, source: 'test' });
   const claims: ClaimReader = {
     getResourceClaim(namespace, name) {

@@ -1,4 +1,4 @@
-// The DRA documents the packages ship (packaging/dra/, issue 21): valid YAML whose objects have the
+// The DRA documents the packages ship (packaging/dra/): valid YAML whose objects have the
 // fields the API server requires, names that agree with each other (ClusterRole and binding, policy
 // and binding, the identity in the kubeconfig steps and in the policy), the policy's CEL doing what
 // it says for the node's own and another node's slices, and the drop-in opening exactly the

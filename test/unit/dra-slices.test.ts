@@ -1,4 +1,4 @@
-// core/dra-slices.ts: the node's pool as NVIDIA's DRA driver describes devices (FACTS §11), the
+// core/dra-slices.ts: the node's pool as NVIDIA's DRA driver describes devices, the
 // standard attributes, the NVLink domain, taints from health, and the cut into slices — on snapshots
 // read from the fixtures by the real scan over the fake NVML, and checked against the API server
 // stand-in's validation (which refuses what the real server refuses).

@@ -1,4 +1,4 @@
-// MIG, the pure core (src/core/mig.ts) and the parts of allocate/preferred/health it feeds: NVIDIA's
+// MIG, the pure core (src/core/mig*.ts) and the parts of allocate/preferred/health it feeds: NVIDIA's
 // profile names, the strategies on uniform, mixed and empty layouts, Allocate for MIG devices, the
 // preferred choice, and which devices a health event concerns (with the monitor that applies it).
 import { test } from 'node:test';
@@ -10,18 +10,20 @@ import type { Gpu, Health } from '../../src/core/devices.ts';
 import { parseHealthSettings } from '../../src/core/health.ts';
 import type { ProbeResult } from '../../src/core/health.ts';
 import { buildSnapshot } from '../../src/core/snapshot.ts';
+import { eventUnits } from '../../src/core/mig-events.ts';
 import {
   MigStrategyError,
-  eventUnits,
+  pendingModeChanges,
+  planMigResources,
+  singleStrategyProblem,
+} from '../../src/core/mig-strategies.ts';
+import {
   NO_MIG,
   migCapabilityNodes,
   migMemoryGb,
   migProfileName,
   migResourceName,
   parseMigMinors,
-  pendingModeChanges,
-  planMigResources,
-  singleStrategyProblem,
 } from '../../src/core/mig.ts';
 import type { MigDevice, MigLayout } from '../../src/core/mig.ts';
 import { lowestFirstChooser, preferredAllocation } from '../../src/core/preferred.ts';

@@ -1,4 +1,4 @@
-// MPS sharing's container side and labels (issue 20, items 4–5): Allocate's variable and mounts for
+// MPS sharing's container side and labels: Allocate's variable and mounts for
 // every device-list strategy, failRequestsGreaterThanOne with NVIDIA's words, and GFD's
 // mps.capable / sharing-strategy / -SHARED labels.
 import { test } from 'node:test';

@@ -1,4 +1,4 @@
-// MPS sharing's configuration and plan (issue 20, items 1–3): `sharing.mps` in NVIDIA's config v1,
+// MPS sharing's configuration and plan: `sharing.mps` in NVIDIA's config v1,
 // --mps-root, the resources planned with `mps: true`, and each of NVIDIA's refusals with the key and
 // what to change — the ones that need no GPU when the options are read, the others against the node.
 import { test } from 'node:test';

@@ -152,7 +152,8 @@ test('after a loss, failures stay at debug and the new registration is the one l
   const above = (): string[] => lines.filter((l) => / (INFO|WARN|ERROR) /.test(l));
   const before = above().length;
 
-  // A routine restart: the kubelet goes (nothing to register with), our socket is deleted (a kick that fails), it comes back.
+  // A routine restart: the kubelet goes (nothing to register with),
+  // our socket is deleted (a kick that fails), it comes back.
   r.lost('kubelet socket removed');
   assert.equal(r.current, 'idle', 'no attempt while there is no kubelet');
   r.lost('kubelet socket removed (periodic check)');

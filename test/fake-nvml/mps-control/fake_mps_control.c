@@ -3,7 +3,7 @@
  * its client) on machines without a GPU, built by test/fake-nvml/build.ts as
  * .cache/fake-nvml/mps/nvidia-cuda-mps-control. It has the real program's command line and
  * environment, its `control` socket in the pipe directory, its control.log lines and its messages
- * when no daemon runs or one already does (FACTS §10); it starts no MPS server, since there is no
+ * when no daemon runs or one already does; it starts no MPS server, since there is no
  * CUDA client to serve.
  *
  *   nvidia-cuda-mps-control -d   forks the control daemon and returns 0 once it listens (1, with

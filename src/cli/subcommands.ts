@@ -12,6 +12,8 @@ import type { DaemonView } from './daemon-view.ts';
 import { formatImex, formatInfo, infoJson } from './info-format.ts';
 import type { PodView } from './info-format.ts';
 import { inspectNode } from './inspect.ts';
+import { formatSignals, readSignalRound, signalPolicyFor } from './signals-view.ts';
+import type { SignalsShown } from './signals-view.ts';
 import { OPTION_SPECS } from '../config/option-table.ts';
 import { parseOptions } from '../config/parse-options.ts';
 import { showOption } from '../config/describe-options.ts';
@@ -31,7 +33,9 @@ function subcommandHelp(name: 'info' | 'check'): string {
           '',
           'Shows what the plugin sees of this node, without a cluster: the GPUs (UUID, name, memory, PCI bus,',
           'NUMA node, health), the topology matrix as nvidia-smi topo -m shows it with the pair scores, MIG',
-          "devices, IMEX channels, and which pod holds each GPU (asked from the kubelet's PodResources socket).",
+          "devices, IMEX channels, which pod holds each GPU (asked from the kubelet's PodResources socket), and",
+          "each GPU's health signals beyond XIDs with value, class and since when (the daemon's; when none runs,",
+          'one probe round read just now).',
           '',
           '  --json   the same as JSON, for scripts',
           '',
@@ -158,10 +162,14 @@ async function info(argv: readonly string[], json: boolean, log: ReturnType<type
     required: opts.imexRequired,
     choice: await findImexChannels(opts.imexChannelIds, opts.imexRequired, opts.devRoot),
   };
+  const signals: SignalsShown =
+    running !== undefined
+      ? { from: 'daemon', publishedAt: running.publishedAt, gpus: running.signals }
+      : { from: 'probe', round: await readSignalRound(opts.driverRoot, r.report.gpus, signalPolicyFor(svc.env), log) };
   const configured = Object.fromEntries(OPTION_SPECS.map((spec) => [spec.flag, showOption(opts[spec.key])]));
   process.stdout.write(
     json
-      ? infoJson(r.report, pods, imex, strategy, daemon)
-      : `${formatDaemon(daemon, configured)}\n${formatInfo(r.report, pods, strategy, running)}\n${formatImex(imex)}`,
+      ? infoJson(r.report, pods, imex, strategy, daemon, signals)
+      : `${formatDaemon(daemon, configured)}\n${formatInfo(r.report, pods, strategy, running)}\n${formatSignals(signals)}\n${formatImex(imex)}`,
   );
 }

@@ -186,16 +186,22 @@ function signalRows(gpus: readonly GpuSignalsState[]): string[][] {
 }
 
 const HEAD = ['GPU', 'SIGNAL', 'STATUS', 'CLASS', 'VALUE', 'SINCE', 'ACTION'];
+const DAEMON_HEAD = (publishedAt: string): string =>
+  `Health signals beyond XIDs (the daemon's, state of ${publishedAt}; ` +
+  'critical: the GPU is Unhealthy while bad, warn: reported only):';
+const PROBE_HEAD =
+  'Health signals beyond XIDs (one probe round just now, no daemon runs: NVLink is judged against the links ' +
+  'up now, PCIe replays need a minute of probes; critical: the daemon would make the GPU Unhealthy while bad):';
 
 /** The health signals part of `info`. */
 export function formatSignals(shown: SignalsShown): string {
   if (shown.from === 'daemon') {
     if (shown.gpus === undefined || shown.gpus.length === 0)
       return 'Health signals: the daemon watches none (or this version of it publishes none).\n';
-    return `Health signals beyond XIDs (the daemon's, state of ${shown.publishedAt}; critical: the GPU is Unhealthy while bad, warn: reported only):\n${table([HEAD, ...signalRows(shown.gpus)])}\n`;
+    return `${DAEMON_HEAD(shown.publishedAt)}\n${table([HEAD, ...signalRows(shown.gpus)])}\n`;
   }
   const r = shown.round;
   if (!r.ok) return `Health signals: not read: ${r.error}\n`;
   if (r.gpus.length === 0) return 'Health signals: no GPU to read.\n';
-  return `Health signals beyond XIDs (one probe round just now, no daemon runs: NVLink is judged against the links up now, PCIe replays need a minute of probes; critical: the daemon would make the GPU Unhealthy while bad):\n${table([HEAD, ...signalRows(r.gpus)])}\n`;
+  return `${PROBE_HEAD}\n${table([HEAD, ...signalRows(r.gpus)])}\n`;
 }

@@ -167,9 +167,12 @@ async function info(argv: readonly string[], json: boolean, log: ReturnType<type
       ? { from: 'daemon', publishedAt: running.publishedAt, gpus: running.signals }
       : { from: 'probe', round: await readSignalRound(opts.driverRoot, r.report.gpus, signalPolicyFor(svc.env), log) };
   const configured = Object.fromEntries(OPTION_SPECS.map((spec) => [spec.flag, showOption(opts[spec.key])]));
+  const text = [
+    formatDaemon(daemon, configured),
+    formatInfo(r.report, pods, strategy, running),
+    formatSignals(signals),
+  ];
   process.stdout.write(
-    json
-      ? infoJson(r.report, pods, imex, strategy, daemon, signals)
-      : `${formatDaemon(daemon, configured)}\n${formatInfo(r.report, pods, strategy, running)}\n${formatSignals(signals)}\n${formatImex(imex)}`,
+    json ? infoJson(r.report, pods, imex, strategy, daemon, signals) : [...text, formatImex(imex)].join('\n'),
   );
 }

@@ -17,6 +17,8 @@ import type { CheckLine, CheckReport } from './check-report.ts';
 import { strategyChecks } from './check-runtime.ts';
 import { writabilityChecks, writableForService } from './check-writable.ts';
 import { inspectNode } from './inspect.ts';
+import { signalsCheck } from './check-signals.ts';
+import { readSignalRound, signalPolicyFor } from './signals-view.ts';
 import { environmentChecks, optionOrigins, serviceEnvironment, splitCheckArgs } from './service-environment.ts';
 
 export interface CheckDeps {
@@ -55,6 +57,13 @@ export async function runChecks(
   const node = inspectNode(o.driverRoot, env.SYSFS_ROOT || '/sys', log);
   const gpus = nodeChecks(node, parsed, config.ok, env);
   lines.push(...gpus.lines);
+  lines.push(
+    signalsCheck(
+      node.ok
+        ? await readSignalRound(o.driverRoot, node.report.gpus, signalPolicyFor(env), log)
+        : { skipped: 'NVML is not available' },
+    ),
+  );
   const imex = await imexCheck(o);
   lines.push(...imex.lines);
   lines.push(...(await strategyChecks(parsed, node.ok ? node.report : null, gpus.plan, imex.channels, env)));

@@ -10,6 +10,8 @@ import type { MigStrategy } from '../core/mig.ts';
 import { daemonJson } from './daemon-view.ts';
 import type { DaemonView } from './daemon-view.ts';
 import { migResources } from './inspect.ts';
+import { gpuSignalsJson } from './signals-view.ts';
+import type { SignalsShown } from './signals-view.ts';
 import type { NodeReport, PairInfo } from './inspect.ts';
 import { table } from './table.ts';
 
@@ -213,19 +215,25 @@ export function infoJson(
   imex?: ImexReport,
   strategy: MigStrategy = 'mixed',
   daemon?: DaemonView,
+  signals?: SignalsShown,
 ): string {
   const mig = migResources(r, strategy);
   const held = pods?.ok === true ? deviceHolders(r.gpus, pods.pods, migIds(r)) : undefined;
   const running = daemon?.read.kind === 'running' ? daemon.read.state : undefined;
-  const gpus = r.gpus.map((g) => ({
-    ...g,
-    health: shownHealth(g, running),
-    healthFrom: running === undefined ? 'nvml probe' : 'daemon',
-  }));
+  const gpus = r.gpus.map((g) => {
+    const s = gpuSignalsJson(signals, g.uuid);
+    return {
+      ...g,
+      health: shownHealth(g, running),
+      healthFrom: running === undefined ? 'nvml probe' : 'daemon',
+      ...(s === undefined ? {} : { signals: s, signalsFrom: signals?.from === 'daemon' ? 'daemon' : 'probe round' }),
+    };
+  });
   return `${JSON.stringify(
     {
       ...(daemon?.read.kind === 'unreadable' ? { error: `daemon state: ${daemon.read.error}` } : {}),
       ...(daemon === undefined ? {} : { daemon: daemonJson(daemon) }),
+      ...(signals?.from === 'probe' && !signals.round.ok ? { signalsError: signals.round.error } : {}),
       library: r.library,
       driverVersion: r.driverVersion,
       gpus: held === undefined ? gpus : gpus.map((g, i) => ({ ...g, heldBy: held.perGpu[i] ?? [] })),

@@ -12,6 +12,8 @@ import type { DaemonView } from './daemon-view.ts';
 import { formatImex, formatInfo, infoJson } from './info-format.ts';
 import type { PodView } from './info-format.ts';
 import { inspectNode } from './inspect.ts';
+import { formatSignals, readSignalRound, signalPolicyFor } from './signals-view.ts';
+import type { SignalsShown } from './signals-view.ts';
 import { OPTION_SPECS } from '../config/option-table.ts';
 import { parseOptions } from '../config/parse-options.ts';
 import { showOption } from '../config/describe-options.ts';
@@ -31,7 +33,9 @@ function subcommandHelp(name: 'info' | 'check'): string {
           '',
           'Shows what the plugin sees of this node, without a cluster: the GPUs (UUID, name, memory, PCI bus,',
           'NUMA node, health), the topology matrix as nvidia-smi topo -m shows it with the pair scores, MIG',
-          "devices, IMEX channels, and which pod holds each GPU (asked from the kubelet's PodResources socket).",
+          "devices, IMEX channels, which pod holds each GPU (asked from the kubelet's PodResources socket), and",
+          "each GPU's health signals beyond XIDs with value, class and since when (the daemon's; when none runs,",
+          'one probe round read just now).',
           '',
           '  --json   the same as JSON, for scripts',
           '',
@@ -46,9 +50,9 @@ function subcommandHelp(name: 'info' | 'check'): string {
           'file, NVML, the GPUs, the socket directory, the kubelet, and the labels and metrics directories when',
           'they are configured. With --kubelet-api=dra instead of the socket directory and the kubelet: the',
           "kubeconfig, the API server (reachable from the unit's sandbox, and over TCP), the kubelet's plugin",
-          "directories and the NVIDIA Container Toolkit's CDI spec. One line per check, PASS or FAIL with the",
-          "fix, an INFO line on what the other mode would need, then every option's value and where it came",
-          'from. Registers nothing.',
+          "directories and the NVIDIA Container Toolkit's CDI spec. In either mode, the health signals each GPU's",
+          'driver supports. One line per check, PASS or FAIL with the fix, an INFO line on what the other mode',
+          "would need, then every option's value and where it came from. Registers nothing.",
           '',
           "It takes the daemon's options (see gpu-device-plugin --help), so the same command line, environment",
           'and config file can be checked before they are used. Exit status: 0 every check passed, 1 one failed.',
@@ -158,10 +162,17 @@ async function info(argv: readonly string[], json: boolean, log: ReturnType<type
     required: opts.imexRequired,
     choice: await findImexChannels(opts.imexChannelIds, opts.imexRequired, opts.devRoot),
   };
+  const signals: SignalsShown =
+    running !== undefined
+      ? { from: 'daemon', publishedAt: running.publishedAt, gpus: running.signals }
+      : { from: 'probe', round: await readSignalRound(opts.driverRoot, r.report.gpus, signalPolicyFor(svc.env), log) };
   const configured = Object.fromEntries(OPTION_SPECS.map((spec) => [spec.flag, showOption(opts[spec.key])]));
+  const text = [
+    formatDaemon(daemon, configured),
+    formatInfo(r.report, pods, strategy, running),
+    formatSignals(signals),
+  ];
   process.stdout.write(
-    json
-      ? infoJson(r.report, pods, imex, strategy, daemon)
-      : `${formatDaemon(daemon, configured)}\n${formatInfo(r.report, pods, strategy, running)}\n${formatImex(imex)}`,
+    json ? infoJson(r.report, pods, imex, strategy, daemon, signals) : [...text, formatImex(imex)].join('\n'),
   );
 }

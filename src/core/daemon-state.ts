@@ -108,6 +108,42 @@ export function stateDocument(s: DaemonState): string {
 
 const isString = (v: unknown): v is string => typeof v === 'string';
 
+const SIGNAL_STATUSES: readonly string[] = ['ok', 'bad', 'unavailable', 'unknown', 'off'];
+const SIGNAL_CLASSES: readonly string[] = ['critical', 'warn'];
+
+/** What is wrong with one signal's view, or null. */
+function signalViewProblem(v: unknown): string | null {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) return 'not an object';
+  const s = v as Record<string, unknown>;
+  if (!isString(s.signal) || s.signal === '') return 'no signal name';
+  if (!isString(s.status) || !SIGNAL_STATUSES.includes(s.status))
+    return `${s.signal}: status ${JSON.stringify(s.status)}, expected ${SIGNAL_STATUSES.join('|')}`;
+  if (!isString(s.class) || !SIGNAL_CLASSES.includes(s.class))
+    return `${s.signal}: class ${JSON.stringify(s.class)}, expected ${SIGNAL_CLASSES.join('|')}`;
+  if (!isString(s.value)) return `${s.signal}: value is not a string`;
+  if (s.action !== undefined && !isString(s.action)) return `${s.signal}: action is not a string`;
+  if (s.since !== undefined && !isString(s.since)) return `${s.signal}: since is not a string`;
+  return null;
+}
+
+/** What is wrong with the `signals` field (absent is fine), or null. */
+function signalsProblem(signals: unknown): string | null {
+  if (signals === undefined) return null;
+  const what = 'signals is not a list of GPUs with index, uuid and signals';
+  if (!Array.isArray(signals)) return what;
+  for (const [i, g] of (signals as unknown[]).entries()) {
+    if (typeof g !== 'object' || g === null || Array.isArray(g)) return `${what} (entry ${i})`;
+    const gpu = g as Record<string, unknown>;
+    if (typeof gpu.index !== 'number' || !isString(gpu.uuid) || !Array.isArray(gpu.signals))
+      return `${what} (entry ${i})`;
+    for (const s of gpu.signals as unknown[]) {
+      const p = signalViewProblem(s);
+      if (p !== null) return `signals of GPU ${gpu.index}: ${p}`;
+    }
+  }
+  return null;
+}
+
 /** The state in a file's text, or what is wrong with it. */
 export function parseStateDocument(text: string): { state: DaemonState } | { problem: string } {
   let doc: unknown;
@@ -149,6 +185,8 @@ export function parseStateDocument(text: string): { state: DaemonState } | { pro
   ) {
     return { problem: 'claims is not a list of claims with uid, name and devices' };
   }
+  const signals = signalsProblem(d.signals);
+  if (signals !== null) return { problem: signals };
   const { format: _format, ...rest } = d;
   return { state: rest as unknown as DaemonState };
 }

@@ -7,7 +7,8 @@
 // a process of its own), XID on a MIG device and MIG re-layout, an XID storm, preferred-allocation
 // latency per topology and size, the topology policy alone, the live node (GPU removed / driver back
 // → new ListAndWatch list, NVML calls per idle minute with re-discovery), the labels and metrics
-// files, sizes on disk.
+// files, the health signals (one probe round's main-thread time and NVML calls on 8 and 16 GPUs,
+// Allocate with probes every second against probes off), sizes on disk.
 import { readdirSync, statSync, writeFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
@@ -15,6 +16,7 @@ import { BUILT_EXECUTABLE, ROOT, SimNode } from '../support/sim.ts';
 import { goalTable, nodeTax } from './goals.bench.ts';
 import type { Goal } from './goals.bench.ts';
 import { migRelayoutLatency, migXidLatency } from './mig.bench.ts';
+import { allocateWithProbes } from './signals-allocate.bench.ts';
 import { log, r2, sleep, stats } from './stats.ts';
 
 async function storm(seconds: number): Promise<Record<string, unknown>> {
@@ -257,6 +259,12 @@ await section('live node: GPU removed/back, driver unloaded/back, NVML calls per
 }));
 await section('labels and metrics files: CPU per write, NVML calls, memory', async () => ({
   observe: childJson('observe.bench.ts'),
+}));
+await section('health signals: one probe round on 8 and 16 GPUs (main-thread time, NVML calls)', async () => ({
+  signals_probe_round: childJson('signals-round.bench.ts'),
+}));
+await section('health signals: Allocate with probes every 1 s against probes off', async () => ({
+  signals_allocate: await allocateWithProbes(),
 }));
 report.sizes = sizes();
 report.bench_seconds = Math.round((performance.now() - started) / 1000);

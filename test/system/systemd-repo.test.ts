@@ -36,6 +36,10 @@ const NEXT = VERSION.replace(/\.(\d+)$/, (_, p: string) => `.${Number(p) + 1}`);
 const KUBELET = ['1.37.0-1.1', '1.37.1-1.1'] as const;
 const OK_STATUS = new RegExp(`^registered; ${GPUS} of ${GPUS} GPUs healthy$`);
 
+/** The apt source of a repository served on the container's loopback, its key named by signed-by. */
+const aptSource = (key: string, channel: string): string =>
+  `deb [signed-by=/etc/apt/keyrings/${key}.asc] http://127.0.0.1:${PORT}/${channel}/deb ${SUITE} main\n`;
+
 /** A static file server for the repository tree (what any web server or object store does). */
 const SERVER = `
 const http = require('node:http');
@@ -165,9 +169,9 @@ describe('the node-maintenance upgrade from the signed apt repository, under a r
             '/etc/apt/sources.list': '',
             // As README.md tells: the repository's key under /etc/apt/keyrings, named by signed-by.
             '/etc/apt/keyrings/gpu-device-plugin.asc': readFileSync(join(srv, channel, 'deb', DEB_KEY)),
-            '/etc/apt/sources.list.d/gpu-device-plugin.list': `deb [signed-by=/etc/apt/keyrings/gpu-device-plugin.asc] http://127.0.0.1:${PORT}/${channel}/deb ${SUITE} main\n`,
+            '/etc/apt/sources.list.d/gpu-device-plugin.list': aptSource('gpu-device-plugin', channel),
             '/etc/apt/keyrings/kubelet-standin.asc': readFileSync(join(srv, 'kubernetes', 'deb', DEB_KEY)),
-            '/etc/apt/sources.list.d/kubelet-standin.list': `deb [signed-by=/etc/apt/keyrings/kubelet-standin.asc] http://127.0.0.1:${PORT}/kubernetes/deb ${SUITE} main\n`,
+            '/etc/apt/sources.list.d/kubelet-standin.list': aptSource('kubelet-standin', 'kubernetes'),
             [`${LIB}/serve.cjs`]: SERVER,
             [`${LIB}/record-status.sh`]: RECORDER,
           },

@@ -2,6 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { SimNode } from '../support/sim.ts';
+import { onFileChange, waitUntil } from '../support/wait.ts';
 import { DEFAULT_IGNORED_XIDS } from '../../src/core/health.ts';
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -16,13 +17,22 @@ async function watched(opts: Parameters<typeof SimNode.start>[0]): Promise<SimNo
 }
 
 /**
+ * Waits until the fake NVML's call counts satisfy ok. Each read asks the fake for a stats file in the
+ * node's folder, and that file's arrival is what reads again: the counts are followed as fast as the
+ * fake answers, until they satisfy ok or the deadline fails the wait.
+ */
+async function untilCalls(node: SimNode, what: string, ok: (calls: Record<string, number>) => boolean): Promise<void> {
+  await waitUntil(async () => ok((await node.nvmlStats()).calls), { on: onFileChange(node.dir), what });
+}
+
+/**
  * Waits until the plugin has probed every GPU `rounds` more times (the fake counts its calls; the
  * count starts over when NVML is opened afresh, so no re-open may happen meanwhile).
  */
 async function probeRounds(node: SimNode, rounds: number): Promise<void> {
-  const probes = async (): Promise<number> => (await node.nvmlStats()).calls.nvmlDeviceGetMemoryInfo ?? 0;
-  const target = (await probes()) + rounds * node.topology.gpus.length;
-  while ((await probes()) < target);
+  const probes = (calls: Record<string, number>): number => calls.nvmlDeviceGetMemoryInfo ?? 0;
+  const target = probes((await node.nvmlStats()).calls) + rounds * node.topology.gpus.length;
+  await untilCalls(node, `${rounds} more probe rounds`, (calls) => probes(calls) >= target);
 }
 
 /**
@@ -308,7 +318,12 @@ test('a GPU that supports no events is logged once and still watched by the prob
 test('SIGTERM while the watcher is blocked in its NVML wait exits 0 promptly', async () => {
   const node = await watched({ topology: 'demo-8', args: ['--health-probe-interval=3600'] });
   try {
-    await sleep(300);
+    // Blocked in its NVML wait: the fake has counted the health thread's call (at its entry).
+    await untilCalls(
+      node,
+      "the health thread's NVML event wait",
+      (calls) => (calls.nvmlEventSetWait_v2 ?? 0) + (calls.nvmlEventSetWait ?? 0) > 0,
+    );
     const t0 = performance.now();
     node.plugin.signal('SIGTERM');
     assert.deepEqual(await node.plugin.exited, { code: 0, signal: null });

@@ -1,4 +1,4 @@
-// A stand-in for the Kubernetes API server, for issue 21's DRA driver tests: a small HTTP server (on
+// A stand-in for the Kubernetes API server, for the DRA driver's tests: a small HTTP server (on
 // 127.0.0.1 or a unix socket) serving the paths a DRA kubelet plugin uses, with real Kubernetes JSON.
 //
 // Modelled:
@@ -10,7 +10,7 @@
 //   selectors, as the kubelet wipes a node's slices; answers the list it deleted). One cluster-wide
 //   resourceVersion counter; uid, creationTimestamp and generation (bumped when the spec changes)
 //   filled by the server.
-// - The validation rules FACTS.md §11 names (resource/v1 types.go, pkg/apis/resource/validation, with
+// - The validation rules of resource/v1 (types.go, pkg/apis/resource/validation, with
 //   its messages and field paths) → 422 Invalid with details.causes[].field; driver, pool name and
 //   nodeName immutable on update.
 // - What the server stores is not what was sent: quantities in canonical form (32768Mi → 32Gi), unknown
@@ -44,7 +44,7 @@ export const GROUP = 'resource.k8s.io';
 export const API_VERSION = `${GROUP}/v1`;
 const MAX_BODY = 3 * 1024 * 1024;
 
-/** Limits from resource/v1 types.go (FACTS.md §11). */
+/** Limits from resource/v1 types.go. */
 export const LIMITS = {
   devicesPerSlice: 128,
   devicesPerSliceWithTaintsOrCounters: 64,

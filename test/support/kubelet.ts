@@ -10,8 +10,8 @@
 // plugin's client is not closed): the old plugin's ListAndWatch updates still land on the resource,
 // and when its stream ends the kubelet marks the resource's devices Unhealthy and stops the
 // resource's endpoint (the new one), which then refuses Allocate until a plugin registers again.
-// (A Register from the same endpoint closes that endpoint's old client, as before.) servePodResources() also serves the PodResources API (v1 List) on its
-// own socket, answering with the pods the test sets in `pods`.
+// (A Register from the same endpoint closes that endpoint's old client.) servePodResources() also
+// serves the PodResources API (v1 List) on its own socket, answering with the pods the test sets in `pods`.
 import * as grpc from '@grpc/grpc-js';
 import { EventEmitter } from 'node:events';
 import { readdir, rm } from 'node:fs/promises';
@@ -235,7 +235,10 @@ export class KubeletStandIn extends EventEmitter {
     p.client.close();
   }
 
-  /** The kubelet's end of a resource's ListAndWatch stream breaks (its socket stays): the plugin must register again. */
+  /**
+   * The kubelet's end of a resource's ListAndWatch stream breaks (its socket stays): the plugin must
+   * register again.
+   */
   cutStream(resource = 'nvidia.com/gpu'): void {
     const p = this.plugins.get(resource);
     if (p === undefined) throw new Error(`no plugin registered for ${resource}`);

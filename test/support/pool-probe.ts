@@ -1,8 +1,8 @@
 // The NVML event wait blocks its thread for seconds. It must run on a thread of its own, not on
 // libuv's shared pool: file I/O (which uses that pool) has to go on while the wait is blocked.
 // Run by test/e2e/watcher-threads.test.ts with UV_THREADPOOL_SIZE=1, so that a wait on the pool
-// would stall every file operation. Proof without timing: the fake NVML counts calls, so we can see that the one blocking wait is still
-// the only one made while dozens of pool jobs complete.
+// would stall every file operation. Proof without timing: the fake NVML counts calls, so we can see
+// that the one blocking wait is still the only one made while dozens of pool jobs complete.
 import assert from 'node:assert/strict';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';

@@ -35,7 +35,10 @@ export const MIRROR = process.env.GDP_DEBIAN_MIRROR || 'http://deb.debian.org/de
 const SUITE = 'bookworm';
 const BASE_PACKAGES = ['systemd', 'systemd-sysv', 'dbus'];
 const STAMP_FILE = '.gdp-rootfs-stamp.json';
-/** A root with another stamp is deleted once unused this long (a checkout with another package list may still use it). */
+/**
+ * A root with another stamp is deleted once unused this long (a checkout with another package list may
+ * still use it).
+ */
 const UNUSED_MS = 7 * 24 * 3600 * 1000;
 const PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 

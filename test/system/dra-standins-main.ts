@@ -144,7 +144,7 @@ async function apiserver(
   });
 }
 
-/** The kubelet's start: every ResourceSlice of its node deleted (FACTS.md §11), over the API. */
+/** The kubelet's start: every ResourceSlice of its node deleted, over the API. */
 async function wipeNodeSlices(apiUrl: string, token: string, node: string): Promise<number> {
   const url = `${apiUrl}/apis/resource.k8s.io/v1/resourceslices?fieldSelector=${encodeURIComponent(`spec.nodeName=${node}`)}`;
   const res = await fetch(url, { method: 'DELETE', headers: { authorization: `Bearer ${token}` } });

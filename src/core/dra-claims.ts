@@ -3,6 +3,7 @@
 // Toolkit's spec has for a GPU or MIG device, the checkpoint of prepared claims (its JSON and the
 // boot-ID rule), and the health list the DRAResourceHealth stream sends. Plain data in and out;
 // reading the claim, the spec files, the boot ID and writing the checkpoint are src/dra/'s.
+import { badSignals } from './health-signals.ts';
 import type { NodeSnapshot } from './snapshot.ts';
 
 /**
@@ -359,7 +360,8 @@ function clip(s: string): string {
  * UUID; every device Unhealthy while the driver does not answer.
  */
 export function deviceHealthList(
-  snapshot: Pick<NodeSnapshot, 'health' | 'gpuHealth' | 'migHealth' | 'driverVersion'>,
+  snapshot: Pick<NodeSnapshot, 'health' | 'gpuHealth' | 'migHealth' | 'driverVersion'> &
+    Partial<Pick<NodeSnapshot, 'signals'>>,
   devices: readonly DraNodeDevice[],
   nowSec: number,
 ): DraDeviceHealth[] {
@@ -369,6 +371,12 @@ export function deviceHealthList(
     const health: DeviceHealthState = snapshot.health.get(unit) ?? 'Unhealthy';
     const since = h?.since ?? null;
     let message = h?.reason ?? '';
+    // A critical health signal of its GPU: its reason, with what the operator does.
+    const signalled = badSignals(snapshot.signals?.get(d.gpuUuid), 'critical').map(
+      (st) => `${st.signal}: ${st.reason}`,
+    );
+    if (signalled.length > 0)
+      message = [...(h?.state.health === 'Unhealthy' && message !== '' ? [message] : []), ...signalled].join('; ');
     if (snapshot.driverVersion === null)
       message = `the NVIDIA driver does not answer${message === '' ? '' : ` (last: ${message})`}`;
     else if (!snapshot.health.has(unit)) message = 'the health model has no entry for this device';

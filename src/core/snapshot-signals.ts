@@ -5,6 +5,7 @@ import type { Gpu } from './devices.ts';
 import { badSignals } from './health-signals.ts';
 import type { GpuSignals } from './health-signals.ts';
 import type { MigLayout } from './mig.ts';
+import type { GpuLinkInfo, NvLinkEnd } from './topology/index.ts';
 
 /** Each GPU's signals by GPU UUID. */
 export type NodeSignals = ReadonlyMap<string, GpuSignals>;
@@ -44,4 +45,37 @@ export function gpuOfUnit(gpus: readonly Gpu[], mig: MigLayout, unit: string): s
   if (gpus.some((g) => g.uuid === unit)) return unit;
   const d = mig.devices.find((m) => m.uuid === unit);
   return d === undefined ? undefined : gpus[d.parent]?.uuid;
+}
+
+/**
+ * The NVLinks in service: each GPU's links less those its nvlink signal says are down, and for each
+ * of them one link of the GPU at the far end back to it (both ends count a link; the larger count
+ * wins). What GetPreferredAllocation and the DRA nvlinkDomain attribute are built from.
+ */
+export function liveNvlinks(s: {
+  readonly gpus: readonly Gpu[];
+  readonly nvlinks: readonly GpuLinkInfo[];
+  readonly signals: NodeSignals;
+}): readonly GpuLinkInfo[] {
+  const down = s.gpus.map((g) => {
+    const st = s.signals.get(g.uuid)?.states.nvlink;
+    const reading = s.signals.get(g.uuid)?.reading?.values.nvlink;
+    const expected = s.signals.get(g.uuid)?.memory.expectedLinks ?? [];
+    if (st?.bad !== true || reading === undefined || typeof reading === 'string') return new Set<number>();
+    return new Set(expected.filter((l) => !reading.includes(l)));
+  });
+  if (down.every((d) => d.size === 0)) return s.nvlinks;
+  const out = s.nvlinks.map((g, i) => ({
+    busId: g.busId,
+    links: g.links.filter((l) => l.link === undefined || !down[i]?.has(l.link)) as NvLinkEnd[],
+  }));
+  s.nvlinks.forEach((g, i) => {
+    for (const l of g.links) {
+      if (l.link === undefined || !down[i]?.has(l.link) || l.remote !== 'gpu') continue;
+      const far = out.find((o) => o.busId.toLowerCase() === l.remoteBusId.toLowerCase());
+      const back = far?.links.findIndex((e) => e.remoteBusId.toLowerCase() === g.busId.toLowerCase()) ?? -1;
+      if (far !== undefined && back >= 0) far.links.splice(back, 1);
+    }
+  });
+  return out;
 }

@@ -91,11 +91,6 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
     return this.config_;
   }
 
-  /** Health signal transitions logged so far (what STATUS counts). */
-  get signalTransitions(): number {
-    return this.signals.transitions;
-  }
-
   /** Snapshots applied so far. */
   get appliedCount(): number {
     return this.applied;
@@ -144,9 +139,10 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
     this.healthJob(async () => {
       const prev = this.current;
       if (prev === null) return;
-      const updates = this.signals.read(prev, readings, this.config_.signalPolicy ?? DEFAULT_SIGNAL_POLICY);
-      const next = withSignals(prev, updates);
+      const read = this.signals.read(prev, readings, this.config_.signalPolicy ?? DEFAULT_SIGNAL_POLICY);
+      const next = withSignals(prev, read.updates);
       if (next !== prev) await this.apply(prev, next, 'health signals read', null);
+      if (read.linksBack) this.askRescan('an NVLink is up again');
       await this.applyHealth(this.health.tick());
     });
   }

@@ -13,32 +13,34 @@ import type { Logger } from '../system/log.ts';
 export class NodeSignalKeeper {
   private readonly log: Logger;
   private readonly book = new SignalBook();
-  private transitions_ = 0;
 
   constructor(log: Logger) {
     this.log = log;
   }
 
-  /** Transitions logged so far (a signal gone bad, changed, cleared, found unavailable). */
-  get transitions(): number {
-    return this.transitions_;
-  }
-
-  /** Evaluates readings of GPUs of `s`; returns each read GPU's signals, by UUID. */
-  read(s: NodeSnapshot, readings: ReadonlyMap<string, SignalReading>, policy: SignalPolicy): NodeSignals {
+  /**
+   * Evaluates readings of GPUs of `s`: each read GPU's signals, by UUID, and whether an NVLink came
+   * back up (a link down when the node was last scanned is only in its topology after a new scan).
+   */
+  read(
+    s: NodeSnapshot,
+    readings: ReadonlyMap<string, SignalReading>,
+    policy: SignalPolicy,
+  ): { updates: NodeSignals; linksBack: boolean } {
     const out = new Map<string, GpuSignals>();
+    let linksBack = false;
     for (const [uuid, reading] of readings) {
       const gpu = s.gpus.find((g) => g.uuid === uuid);
       if (gpu === undefined) continue;
       for (const t of this.book.apply(gpu, reading, policy)) {
         const line = describeSignalTransition(t, gpu);
         this.log[line.level](line.message, line.fields);
-        this.transitions_++;
+        linksBack ||= t.signal === 'nvlink' && (t.kind === 'cleared' || t.kind === 'changed');
       }
       const g = this.book.get(uuid);
       if (g !== undefined) out.set(uuid, { ...g, reading });
     }
-    return out;
+    return { updates: out, linksBack };
   }
 
   /** The GPUs of the snapshot in force: what is kept of GPUs gone from the node goes. */

@@ -1,5 +1,5 @@
 // DRA ResourceSlices of a node, the pure part: the devices of dra-devices.ts described as NVIDIA's
-// DRA driver describes them (FACTS §11), with the standard cross-driver attributes, what only we
+// DRA driver describes them, with the standard cross-driver attributes, what only we
 // know (the NVLink domain), health as device taints (KEP-5055), cut into slices of one pool that the
 // API server's validation accepts. The slice publisher (dra/slice-publisher.ts) writes them.
 //

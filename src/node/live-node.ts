@@ -114,7 +114,8 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
   scanned(scan: NodeScan | null, reason: string): Promise<void> {
     return this.enqueue(async () => {
       const prev = this.withTrackedHealth();
-      const next = buildSnapshot(scan, this.config_.plan, prev, this.deps.recovery.enabled);
+      const built = buildSnapshot(scan, this.config_.plan, prev, this.deps.recovery.enabled);
+      const next = withSignals(built, this.signals.afterScan(prev, built));
       await this.apply(prev, next, reason, null);
       // Reports held for a rescan nobody was asked for (no scanner wired): this scan answers them.
       if (this.rescanFn === null && (this.held.length > 0 || this.suspects.size > 0)) await this.afterRescan();

@@ -43,6 +43,23 @@ export class NodeSignalKeeper {
     return { updates: out, linksBack };
   }
 
+  /**
+   * A scan's snapshot: when the node's GPUs are others than before (one left or came), every GPU
+   * learns its NVLink expectation again (a peer that left took its links with it, one that came
+   * brings new ones); returns the signals that changed for it.
+   */
+  afterScan(prev: NodeSnapshot | null, next: NodeSnapshot): NodeSignals {
+    const out = new Map<string, GpuSignals>();
+    const ids = (s: NodeSnapshot) => s.gpus.map((g) => g.uuid).join(' ');
+    if (prev === null || ids(prev) === ids(next)) return out;
+    for (const g of next.gpus) {
+      const after = this.book.relearnLinks(g.uuid);
+      const reading = next.signals.get(g.uuid)?.reading;
+      if (after !== undefined) out.set(g.uuid, reading === undefined ? after : { ...after, reading });
+    }
+    return out;
+  }
+
   /** The GPUs of the snapshot in force: what is kept of GPUs gone from the node goes. */
   follow(s: NodeSnapshot): void {
     const present = new Set(s.gpus.map((g) => g.uuid));

@@ -124,7 +124,11 @@ const FAMILIES: readonly (readonly [string, string, (g: GpuSignalMetrics) => Row
       );
     },
   ],
-  ['gpu_pcie_replay_counter', "The GPU's PCIe replay counter.", (g) => one(known(g.values['pcie-replay']))],
+  [
+    'gpu_pcie_replays',
+    "The GPU's PCIe replay counter (replays since the last driver load or GPU reset).",
+    (g) => one(known(g.values['pcie-replay'])),
+  ],
   [
     'gpu_clocks_event_reasons',
     'Clocks-event reason bits (nvmlClocksEventReason*: 0x8 HW slowdown, 0x40 HW thermal, 0x80 HW power brake).',

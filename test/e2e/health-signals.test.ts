@@ -102,7 +102,7 @@ describe('health signals through the device-plugin API', () => {
       ];
       for (const [signal, gpu, set, clear, how] of cases) {
         const bad = await until(node, `health ${gpu} ${set}`, (d) => d[gpu]?.health === 'Unhealthy');
-        assert.equal(letters(k.devices() ?? []), 'HHHHHHHH'.slice(0, gpu) + 'U' + 'HHHHHHHH'.slice(gpu + 1));
+        assert.equal(letters(k.devices() ?? []), `${'H'.repeat(gpu)}U${'H'.repeat(7 - gpu)}`);
         const line = await node.plugin.waitForLine(new RegExp(`GPU health signal bad gpu=${gpu} .*signal=${signal}`));
         assert.match(line, new RegExp(`uuid=${node.topology.gpus[gpu]!.uuid}`));
         assert.match(line, /action=/);

@@ -52,7 +52,7 @@ const migDev = (parent: number, gi: number): MigDevice => ({
 /** Three GPUs; 0 and 1 joined by links 0 and 1 (both ends), GPU 2 alone. */
 function scan(mig?: MigLayout): NodeScan {
   const gpus = [0, 1, 2].map(gpu);
-  const link = (from: number, to: number, n: number) => ({
+  const link = (to: number, n: number) => ({
     remoteBusId: gpus[to]!.busId,
     remote: 'gpu' as const,
     link: n,
@@ -61,8 +61,8 @@ function scan(mig?: MigLayout): NodeScan {
     driverVersion: '550.54.15',
     gpus,
     nvlinks: [
-      { busId: gpus[0]!.busId, links: [link(0, 1, 0), link(0, 1, 1)] },
-      { busId: gpus[1]!.busId, links: [link(1, 0, 0), link(1, 0, 1)] },
+      { busId: gpus[0]!.busId, links: [link(1, 0), link(1, 1)] },
+      { busId: gpus[1]!.busId, links: [link(0, 0), link(0, 1)] },
       { busId: gpus[2]!.busId, links: [] },
     ],
     pcie: gpus.map((_, i) => gpus.map((_, j) => (i === j ? -1 : 40))),

@@ -1,9 +1,8 @@
-// DRA on the kubelet side, the pure part: what a ResourceClaim's JSON allocates to this driver on
-// this node (and how the allocation shares each device), the CDI device name the NVIDIA Container
-// Toolkit's spec has for a GPU or MIG device, the checkpoint of prepared claims (its JSON and the
-// boot-ID rule), and the health list the DRAResourceHealth stream sends. Plain data in and out;
-// reading the claim, the spec files, the boot ID and writing the checkpoint are src/dra/'s.
-import { badSignals } from './health-signals.ts';
+// DRA on the kubelet side, the pure part: what a ResourceClaim's JSON allocates to this driver on this node (and how
+// the allocation shares each device), the CDI device name the Container Toolkit's spec has for a GPU or MIG device,
+// the checkpoint of prepared claims (its JSON and the boot-ID rule), and the health list the DRAResourceHealth stream
+// sends. Plain data in and out; reading the claim, the spec files, the boot ID and the checkpoint are src/dra/'s.
+import { withSignalReasons } from './snapshot-signals.ts';
 import type { NodeSnapshot } from './snapshot.ts';
 
 /**
@@ -357,7 +356,7 @@ function clip(s: string): string {
 
 /**
  * The health of every device, from the snapshot: a MIG device's own (by MIG UUID), a GPU's by its
- * UUID; every device Unhealthy while the driver does not answer.
+ * UUID, with its GPU's critical health signals; every device Unhealthy while the driver does not answer.
  */
 export function deviceHealthList(
   snapshot: Pick<NodeSnapshot, 'health' | 'gpuHealth' | 'migHealth' | 'driverVersion'> &
@@ -369,14 +368,8 @@ export function deviceHealthList(
     const unit = d.mig?.uuid ?? d.gpuUuid;
     const h = d.mig === undefined ? snapshot.gpuHealth.get(unit) : snapshot.migHealth.get(unit);
     const health: DeviceHealthState = snapshot.health.get(unit) ?? 'Unhealthy';
-    const since = h?.since ?? null;
-    let message = h?.reason ?? '';
-    // A critical health signal of its GPU: its reason, with what the operator does.
-    const signalled = badSignals(snapshot.signals?.get(d.gpuUuid), 'critical').map(
-      (st) => `${st.signal}: ${st.reason}`,
-    );
-    if (signalled.length > 0)
-      message = [...(h?.state.health === 'Unhealthy' && message !== '' ? [message] : []), ...signalled].join('; ');
+    const [since, own] = [h?.since ?? null, h?.reason ?? ''];
+    let message = withSignalReasons(h?.state.health === 'Unhealthy' ? own : '', snapshot.signals, d.gpuUuid) || own;
     if (snapshot.driverVersion === null)
       message = `the NVIDIA driver does not answer${message === '' ? '' : ` (last: ${message})`}`;
     else if (!snapshot.health.has(unit)) message = 'the health model has no entry for this device';

@@ -79,3 +79,12 @@ export function liveNvlinks(s: {
   });
   return out;
 }
+
+/**
+ * A unit's health message with the reasons of its GPU's critical bad signals after it (each with
+ * what the operator does); `message` alone when none is bad, '' when neither says anything.
+ */
+export function withSignalReasons(message: string, signals: NodeSignals | undefined, gpu: string): string {
+  const reasons = badSignals(signals?.get(gpu), 'critical').map((st) => `${st.signal}: ${st.reason}`);
+  return [...(message === '' ? [] : [message]), ...reasons].join('; ');
+}

@@ -119,16 +119,19 @@ describe('health signals through the device-plugin API', () => {
       // same probe or after it) shows the warnings were read too.
       node.nvml('health 6 pcie-width=8');
       node.nvml('health 6 clocks=0x40');
+      node.nvml('health 6 pcie-replays=100');
       await node.plugin.waitForLine(/WARN GPU health signal bad gpu=6 .*signal=pcie-width/);
       await node.plugin.waitForLine(/WARN GPU health signal bad gpu=6 .*signal=clocks/);
+      await node.plugin.waitForLine(/WARN GPU health signal bad gpu=6 .*signal=pcie-replay/);
       await until(node, 'health 7 ecc-volatile=1', (d) => d[7]?.health === 'Unhealthy');
       assert.equal(letters(k.devices() ?? []), 'HHHHHUHU', 'warnings on GPU 6 leave it Healthy');
       // The state file (what `info` shows) carries each GPU's signals: wait for the plugin to write it.
-      const g6 = await stateOfGpu(node, 6, (s) => s.filter((x) => x.status === 'bad').length === 2);
+      const g6 = await stateOfGpu(node, 6, (s) => s.filter((x) => x.status === 'bad').length === 3);
       assert.deepEqual(
         g6?.filter((s) => s.status === 'bad').map((s) => [s.signal, s.class]),
         [
           ['pcie-width', 'warn'],
+          ['pcie-replay', 'warn'],
           ['clocks', 'warn'],
         ],
       );

@@ -14,11 +14,13 @@ import { closeSync, constants as fsConstants, fstatSync, openSync, readSync } fr
 import type { Stats } from 'node:fs';
 import { createRequire } from 'node:module';
 import type * as Yaml from 'yaml';
+import type { SignalPolicy } from '../core/health-signals.ts';
 import { NO_SHARING } from '../core/sharing.ts';
 import type { Sharing } from '../core/sharing.ts';
 import { Reader, childKeys, isMap, join, showValue } from './config-reader.ts';
 import type { ConfigShape, Json } from './config-reader.ts';
 import { patternResources, sharingSection } from './config-sharing.ts';
+import { parseHealthSection } from './health-signals.ts';
 import { ConfigError } from './errors.ts';
 
 /**
@@ -72,6 +74,8 @@ export interface ConfigFileValues<K extends string = string> {
   readonly sharing: Sharing;
   /** Key paths present but read by another program (see ConfigSchema.foreign). */
   readonly foreign: readonly string[];
+  /** The `health` section (this project's own, not NVIDIA's), when the file has one. */
+  readonly health?: SignalPolicy;
 }
 
 /** The one YAML (or JSON) document of a config file as plain data; null for an empty file. */
@@ -149,14 +153,19 @@ function parseConfigText<K extends string>(text: string, file: string, schema: C
   if (top === null) return { file, values: new Map<K, ConfigValue>(), sharing: NO_SHARING, foreign: [] };
   if (!isMap(top))
     r.fail('(top level)', `${showValue(top)} is not allowed; expected a mapping with version, flags and sharing`);
-  r.keys(top, '', ['version', 'flags', 'sharing', 'resources', 'imex']);
+  r.keys(top, '', ['version', 'flags', 'sharing', 'resources', 'imex', 'health']);
   const version = top.version;
   if (version !== undefined && version !== null && version !== 'v1') {
     r.fail('version', `${showValue(version)} is not allowed; expected v1`);
   }
   const { values, foreign } = optionKeys(r, top, schema);
   patternResources(r, top.resources);
-  return { file, values, sharing: sharingSection(r, top.sharing), foreign };
+  const sharing = sharingSection(r, top.sharing);
+  const health =
+    top.health === undefined || top.health === null
+      ? {}
+      : { health: parseHealthSection(top.health, (path, message) => r.fail(path, message)) };
+  return { file, values, sharing, foreign, ...health };
 }
 
 /** The largest config file read: NVIDIA's files are a few hundred bytes; 1 MiB is far beyond any real one. */

@@ -4,6 +4,7 @@
 import type { DeviceListStrategy } from '../core/allocate.ts';
 import type { DeviceIdStrategy } from '../core/devices.ts';
 import type { MigStrategy } from '../core/mig.ts';
+import type { SignalPolicy } from '../core/health-signals.ts';
 import type { SharedAllocationPolicy, Sharing } from '../core/sharing.ts';
 import type { LogLevel } from '../system/log.ts';
 
@@ -116,6 +117,8 @@ export interface ParsedOptions {
   sharing: Sharing;
   /** Config file keys present but meant for another program (GPU feature discovery). */
   foreignConfigKeys: readonly string[];
+  /** The config file's `health` section (health-signals.ts); absent: the defaults. */
+  signalPolicy?: SignalPolicy;
 }
 
 /** An option of NVIDIA's plugin that this plugin does not have. */

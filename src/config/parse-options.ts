@@ -216,6 +216,7 @@ export function parseOptions(
     origins,
     sharing,
     foreignConfigKeys: file?.foreign ?? [],
+    ...(file?.health === undefined ? {} : { signalPolicy: file.health }),
   };
   checkKubeletApi(parsed);
   return parsed;

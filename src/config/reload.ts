@@ -1,5 +1,6 @@
 // SIGHUP's config reload, decided: which options changed, which of those only take effect at a
 // restart (their running values are kept), and whether the sharing section changed.
+import type { SignalPolicy } from '../core/health-signals.ts';
 import type { Sharing } from '../core/sharing.ts';
 import { showOption } from './describe-options.ts';
 import { OPTION_SPECS } from './option-table.ts';
@@ -44,11 +45,18 @@ export interface ReloadPlan {
   /** Flags of the options that changed in the file but only take effect at a restart. */
   readonly restartOnly: readonly string[];
   readonly sharingChanged: boolean;
+  /** The `health` section changed (the health signals' policy). */
+  readonly healthChanged: boolean;
 }
 
 const flagOf = (key: OptionKey): string => `--${OPTION_SPECS.find((s) => s.key === key)?.flag ?? key}`;
 
-export function planReload(running: Options, runningSharing: Sharing, next: ParsedOptions): ReloadPlan {
+export function planReload(
+  running: Options,
+  runningSharing: Sharing,
+  next: ParsedOptions,
+  runningHealth?: SignalPolicy,
+): ReloadPlan {
   const restartOnly = RESTART_ONLY_OPTIONS.filter((k) => showOption(next.options[k]) !== showOption(running[k]));
   const merged: Options = { ...next.options };
   for (const k of RESTART_ONLY_OPTIONS) (merged as unknown as Record<string, unknown>)[k] = running[k];
@@ -61,5 +69,6 @@ export function planReload(running: Options, runningSharing: Sharing, next: Pars
     changed: changed.map(flagOf),
     restartOnly: restartOnly.map(flagOf),
     sharingChanged: JSON.stringify(next.sharing) !== JSON.stringify(runningSharing),
+    healthChanged: JSON.stringify(next.signalPolicy) !== JSON.stringify(runningHealth),
   };
 }

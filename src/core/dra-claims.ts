@@ -1,8 +1,8 @@
-// DRA on the kubelet side, the pure part: what a ResourceClaim's JSON allocates to this driver on
-// this node (and how the allocation shares each device), the CDI device name the NVIDIA Container
-// Toolkit's spec has for a GPU or MIG device, the checkpoint of prepared claims (its JSON and the
-// boot-ID rule), and the health list the DRAResourceHealth stream sends. Plain data in and out;
-// reading the claim, the spec files, the boot ID and writing the checkpoint are src/dra/'s.
+// DRA on the kubelet side, the pure part: what a ResourceClaim's JSON allocates to this driver on this node (and how
+// the allocation shares each device), the CDI device name the Container Toolkit's spec has for a GPU or MIG device,
+// the checkpoint of prepared claims (its JSON and the boot-ID rule), and the health list the DRAResourceHealth stream
+// sends. Plain data in and out; reading the claim, the spec files, the boot ID and the checkpoint are src/dra/'s.
+import { withSignalReasons } from './snapshot-signals.ts';
 import type { NodeSnapshot } from './snapshot.ts';
 
 /**
@@ -356,10 +356,11 @@ function clip(s: string): string {
 
 /**
  * The health of every device, from the snapshot: a MIG device's own (by MIG UUID), a GPU's by its
- * UUID; every device Unhealthy while the driver does not answer.
+ * UUID, with its GPU's critical health signals; every device Unhealthy while the driver does not answer.
  */
 export function deviceHealthList(
-  snapshot: Pick<NodeSnapshot, 'health' | 'gpuHealth' | 'migHealth' | 'driverVersion'>,
+  snapshot: Pick<NodeSnapshot, 'health' | 'gpuHealth' | 'migHealth' | 'driverVersion'> &
+    Partial<Pick<NodeSnapshot, 'signals'>>,
   devices: readonly DraNodeDevice[],
   nowSec: number,
 ): DraDeviceHealth[] {
@@ -367,8 +368,8 @@ export function deviceHealthList(
     const unit = d.mig?.uuid ?? d.gpuUuid;
     const h = d.mig === undefined ? snapshot.gpuHealth.get(unit) : snapshot.migHealth.get(unit);
     const health: DeviceHealthState = snapshot.health.get(unit) ?? 'Unhealthy';
-    const since = h?.since ?? null;
-    let message = h?.reason ?? '';
+    const [since, own] = [h?.since ?? null, h?.reason ?? ''];
+    let message = withSignalReasons(h?.state.health === 'Unhealthy' ? own : '', snapshot.signals, d.gpuUuid) || own;
     if (snapshot.driverVersion === null)
       message = `the NVIDIA driver does not answer${message === '' ? '' : ` (last: ${message})`}`;
     else if (!snapshot.health.has(unit)) message = 'the health model has no entry for this device';

@@ -34,6 +34,10 @@
 // driver reload changes only the taints. When the device is healthy again (recovery, a driver
 // back), the taint goes with the next publish —
 // NVIDIA's driver keeps its taints until it restarts. The API server fills timeAdded; we never send it.
+// Each bad health signal of the GPU (health-signals.ts) adds its own taint to the GPU and every MIG
+// device on it: gpu.nvidia.com/recovery-action = GPU_RESET, …/row-remap = pending | failed, …, effect
+// NoSchedule for a critical signal and None for a warning (shown, never keeping a claim away); it goes
+// when the signal clears.
 //
 // SLICES. One pool named after the node; devices in order, at most 64 per slice (the limit when any
 // device has taints; always 64, so that a taint appearing never changes how devices are cut); at
@@ -45,6 +49,8 @@ import { nvlinkDomains } from './nvlink-domains.ts';
 import type { DraDevice } from './dra-devices.ts';
 import type { Gpu } from './devices.ts';
 import type { MigStrategy } from './mig.ts';
+import { signalTaints } from './health-signals.ts';
+import { liveNvlinks } from './snapshot-signals.ts';
 import type { NodeSnapshot } from './snapshot.ts';
 
 export { nvlinkDomains } from './nvlink-domains.ts';
@@ -151,12 +157,21 @@ function commonAttributes(s: NodeSnapshot, gpu: Gpu, settings: PoolSettings): At
   return a;
 }
 
-/** The taint of a unit (GPU UUID or MIG UUID) advertised Unhealthy, or none. */
-export function taintsOf(s: NodeSnapshot, unit: string, domain: string): DeviceTaint[] {
+/**
+ * The taints of a unit (GPU UUID or MIG UUID; `gpu`: its GPU's UUID): one for its own health when it
+ * is Unhealthy, then one per bad health signal of its GPU.
+ */
+export function taintsOf(s: NodeSnapshot, unit: string, domain: string, gpu: string = unit): DeviceTaint[] {
+  return [...healthTaints(s, unit, domain), ...signalTaints(s.signals.get(gpu), domain)];
+}
+
+function healthTaints(s: NodeSnapshot, unit: string, domain: string): DeviceTaint[] {
   if (s.health.get(unit) !== 'Unhealthy') return [];
   if (s.driverVersion === null)
     return [{ key: `${domain}/unhealthy`, value: 'driver-not-answering', effect: 'NoSchedule' }];
   const h = (s.migHealth.get(unit) ?? s.gpuHealth.get(unit))?.state;
+  // Unhealthy by its signals only: their taints say why.
+  if (h?.health === 'Healthy') return [];
   if (h?.lost === true) return [{ key: `${domain}/gpu-lost`, effect: 'NoSchedule' }];
   if (h !== undefined && h.lastXid !== null)
     return [{ key: `${domain}/xid`, value: String(h.lastXid), effect: 'NoSchedule' }];
@@ -204,7 +219,7 @@ function describe(
   };
   const start = m.placementStart ?? 0;
   for (let i = start; i < start + m.giSlices; i++) capacity[`memorySlice${i}`] = { value: '1' };
-  const taints = taintsOf(s, m.uuid, driver);
+  const taints = taintsOf(s, m.uuid, driver, gpu.uuid);
   return { name: d.name, attributes, capacity, ...(taints.length > 0 ? { taints } : {}) };
 }
 
@@ -216,7 +231,7 @@ function describe(
 export function poolContent(s: NodeSnapshot, settings: PoolSettings, driver: string = DEFAULT_DRA_DRIVER): PoolContent {
   const list = draDevices(s, settings.migStrategy);
   const notes = [...list.notes];
-  const domains = nvlinkDomains(s);
+  const domains = nvlinkDomains({ gpus: s.gpus, nvlinks: liveNvlinks(s) });
   const devices: SliceDevice[] = [];
   for (const d of list.devices) {
     const dev = describe(s, d, domains, settings, driver);

@@ -140,6 +140,8 @@ export interface GpuSignalMemory {
 export interface GpuSignals {
   readonly states: Readonly<Record<SignalName, SignalState>>;
   readonly memory: GpuSignalMemory;
+  /** The reading last evaluated, with its raw values (what the metrics show); absent before the first. */
+  readonly reading?: SignalReading;
 }
 
 /** What a signal evaluates to, before the policy and texts: bad or not, the inherent class, the details. */

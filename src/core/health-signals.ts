@@ -250,6 +250,20 @@ export class SignalBook {
     return this.#gpus.get(uuid);
   }
 
+  /**
+   * The GPUs around this one changed (one left or came): its NVLink expectation is learned again from
+   * its next reading (a peer that left took its links with it); returns its signals after that.
+   */
+  relearnLinks(uuid: string): GpuSignals | undefined {
+    const g = this.#gpus.get(uuid);
+    if (g === undefined) return undefined;
+    const before = g.states.nvlink;
+    const nvlink = before.status === 'off' ? before : quiet('nvlink', 'unknown', before.class);
+    const after = { states: { ...g.states, nvlink }, memory: { ...g.memory, expectedLinks: null } };
+    this.#gpus.set(uuid, after);
+    return after;
+  }
+
   /** A GPU gone from the node: what was known of it goes too. */
   forget(uuid: string): void {
     this.#gpus.delete(uuid);

@@ -266,6 +266,7 @@ export class HealthTracker<K = number> {
   readonly #gpus: GpuState[];
   #published: readonly Health[];
   #nextDue: number | null = null;
+  #held: (unit: K) => boolean = () => false;
 
   /**
    * `initial`, when given, is each unit's state to start from (by position, or by unit for a map;
@@ -351,6 +352,7 @@ export class HealthTracker<K = number> {
   /** Recoveries that fell due by nowMs. */
   tick(nowMs: number): HealthChange<K>[] {
     const changes: HealthChange<K>[] = [];
+    this.#recomputeNextDue();
     this.#settle(nowMs, changes);
     this.#publish(changes);
     return changes;
@@ -370,6 +372,16 @@ export class HealthTracker<K = number> {
   /** When tick() could next change something, or null when no recovery is pending. */
   nextDueMs(): number | null {
     return this.#nextDue;
+  }
+
+  /**
+   * Holds recovery back for the units `held` names (their driver still asks for a recovery action,
+   * or a critical health signal is bad); asked again at every settle. Call tick() when its answer
+   * may have changed.
+   */
+  holdRecovery(held: (unit: K) => boolean): void {
+    this.#held = held;
+    this.#recomputeNextDue();
   }
 
   #forTargets(gpu: K | null, fn: (index: number, state: GpuState) => void): void {
@@ -435,15 +447,22 @@ export class HealthTracker<K = number> {
     });
   }
 
-  #recoverable(g: GpuState): boolean {
-    return this.#recovery.enabled && g.health === 'Unhealthy' && !g.lost && !g.permanent && g.okSinceQuietStart;
+  #recoverable(g: GpuState, index: number): boolean {
+    return (
+      this.#recovery.enabled &&
+      g.health === 'Unhealthy' &&
+      !g.lost &&
+      !g.permanent &&
+      g.okSinceQuietStart &&
+      !this.#held(this.#key(index))
+    );
   }
 
   #recomputeNextDue(): void {
     if (!this.#recovery.enabled) return;
     let next: number | null = null;
-    for (const g of this.#gpus) {
-      if (!this.#recoverable(g)) continue;
+    for (const [index, g] of this.#gpus.entries()) {
+      if (!this.#recoverable(g, index)) continue;
       const due = g.quietStartMs + this.#recovery.quietMs;
       if (next === null || due < next) next = due;
     }
@@ -454,7 +473,7 @@ export class HealthTracker<K = number> {
     if (this.#nextDue === null || nowMs < this.#nextDue) return;
     const quietMs = this.#recovery.quietMs;
     this.#gpus.forEach((g, index) => {
-      if (!this.#recoverable(g) || nowMs < g.quietStartMs + quietMs) return;
+      if (!this.#recoverable(g, index) || nowMs < g.quietStartMs + quietMs) return;
       g.health = 'Healthy';
       g.okSinceQuietStart = false;
       const change: HealthChange<K> = {

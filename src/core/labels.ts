@@ -1,4 +1,4 @@
-// Node labels as GPU Feature Discovery (GFD) publishes them (FACTS §7): same names, same value
+// Node labels as GPU Feature Discovery (GFD) publishes them: same names, same value
 // formats, so node selectors written for GFD keep working on a node that runs this plugin instead.
 // Written to Node Feature Discovery's local feature file as `name=value` lines, sorted by name so
 // that the same node state always gives the same bytes. Pure: plain data in, plain data out.
@@ -45,6 +45,11 @@ export interface LabelInput {
    * `nvidia.com/mig-<profile>.count`, `.product`, `.replicas`, `.memory` and the same attributes.
    */
   readonly migDevices: readonly LabelMigDevice[];
+  /**
+   * Some GPU's driver asks for a node reboot (the health signals' recovery action NODE_REBOOT): our
+   * own label `nvidia.com/gpu.node-reboot-required=true` while it does, for a maintenance job to select.
+   */
+  readonly nodeRebootRequired?: boolean;
 }
 
 export type Label = readonly [name: string, value: string];
@@ -159,6 +164,7 @@ export function nodeLabels(input: LabelInput): Label[] {
   }
 
   set('mig.capable', String(input.gpus.some((g) => g.migCapable)));
+  if (input.nodeRebootRequired === true) set('gpu.node-reboot-required', 'true');
   if (input.migStrategy !== 'none') set('mig.strategy', input.migStrategy);
   // GFD: false unless MPS is configured; then false when a GPU has MIG enabled (MPS is not for MIG devices).
   const mps = activeSharing(input.sharing)?.strategy === 'mps';

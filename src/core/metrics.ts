@@ -1,10 +1,13 @@
-// Metrics for Prometheus node_exporter's textfile collector (FACTS §7): the counters the handlers
+// Metrics for Prometheus node_exporter's textfile collector: the counters the handlers
 // and the registrar bump through small recorder interfaces, and the text exposition format made
 // from them plus a snapshot of the node's state. Counting costs one array increment and one
 // histogram bucket per RPC and allocates nothing; the text is built only when the file is written.
 // Pure: the clock is passed in, nothing here does I/O.
 
 /** RPC methods, by the number the handlers record them under. */
+import { renderSignalMetrics } from './metrics-signals.ts';
+import type { GpuSignalMetrics } from './metrics-signals.ts';
+
 export const RPC_METHODS = [
   'GetDevicePluginOptions',
   'ListAndWatch',
@@ -144,6 +147,8 @@ export interface MetricsSnapshot {
   readonly resources: readonly { readonly name: string; readonly devices: number; readonly healthy: number }[];
   /** Each MPS resource's control daemon: whether it answers (absent or empty: no MPS resource). */
   readonly mpsDaemons?: readonly { readonly resource: string; readonly up: boolean }[];
+  /** Each read GPU's health signals (absent or empty: none read). */
+  readonly signals?: readonly GpuSignalMetrics[];
   readonly residentBytes: number;
 }
 
@@ -320,6 +325,7 @@ export function renderMetrics(m: NodeMetrics, s: MetricsSnapshot): string {
     );
     sample('start_to_registered_seconds', [], m.startToRegisteredSeconds);
   }
+  renderSignalMetrics(s.signals ?? [], family, sample);
   family('resident_memory_bytes', 'gauge', 'Resident set size of the plugin process, in bytes.');
   sample('resident_memory_bytes', [], s.residentBytes);
   return `${out.join('\n')}\n`;

@@ -7,6 +7,7 @@ import type { DeviceListEntry } from './devices.ts';
 import type { PlannedResource } from './sharing.ts';
 import { resourceHealth } from './snapshot-health.ts';
 import type { NodeSnapshot } from './snapshot.ts';
+import { liveNvlinks } from './snapshot-signals.ts';
 
 /** The device list of a resource as the kubelet sees it. */
 export function resourceDeviceList(snapshot: NodeSnapshot, resource: PlannedResource): DeviceListEntry[] {
@@ -37,6 +38,8 @@ export interface SnapshotDiff {
   readonly gpusChanged: readonly string[];
   /** The GPUs (UUIDs in order) or their facts differ: topology and health watching start over. */
   readonly gpuSetChanged: boolean;
+  /** The NVLinks in service differ (gpuSetChanged, or a link a health signal saw go down or come back). */
+  readonly topologyChanged?: boolean;
   /** The driver version differs (also when the driver stopped or started answering). */
   readonly driverChanged: boolean;
   /** The MIG layout or a MIG mode differs: MIG health watching starts over on the new devices. */
@@ -150,6 +153,7 @@ export function diff(previous: NodeSnapshot | null, next: NodeSnapshot): Snapsho
     gpusRemoved: [...oldGpus.keys()].filter((u) => !newUuids.has(u)),
     gpusChanged,
     gpuSetChanged,
+    topologyChanged: gpuSetChanged || (previous !== null && !sameJson(liveNvlinks(previous), liveNvlinks(next))),
     driverChanged: previous === null || previous.driverVersion !== next.driverVersion,
     migChanged: previous === null || !sameJson(previous.mig, next.mig),
     migAdded: [...newMig].filter((u) => !oldMig.has(u)),

@@ -68,15 +68,20 @@ export function resourceHealth(
   return out;
 }
 
-/** What is advertised: every unit's own health, or Unhealthy for all while the driver is down. */
+/**
+ * What is advertised: every unit's own health, Unhealthy where a critical health signal of its GPU
+ * is bad (`signalled`, snapshot-signals.ts), or Unhealthy for all while the driver is down.
+ */
 export function advertisedHealth(
   gpuHealth: ReadonlyMap<string, UnitHealth>,
   migHealth: ReadonlyMap<string, UnitHealth>,
   driverUp: boolean,
+  signalled: ReadonlySet<string> = new Set(),
 ): GpuHealth {
   const out = new Map<string, Health>();
-  for (const [uuid, h] of gpuHealth) out.set(uuid, driverUp ? h.state.health : 'Unhealthy');
-  for (const [uuid, h] of migHealth) out.set(uuid, driverUp ? h.state.health : 'Unhealthy');
+  const of = (uuid: string, h: UnitHealth): Health => (driverUp && !signalled.has(uuid) ? h.state.health : 'Unhealthy');
+  for (const [uuid, h] of gpuHealth) out.set(uuid, of(uuid, h));
+  for (const [uuid, h] of migHealth) out.set(uuid, of(uuid, h));
   return out;
 }
 

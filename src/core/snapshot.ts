@@ -33,6 +33,8 @@ import type { MigLayout, MigStrategy } from './mig.ts';
 import type { PlannedResource, Sharing } from './sharing.ts';
 import { MPS_DAEMON_NOT_ASKED, advertisedHealth, freshUnitHealth } from './snapshot-health.ts';
 import type { MpsDaemonState, UnitHealth } from './snapshot-health.ts';
+import { carrySignals, NO_SIGNALS, signalledUnits } from './snapshot-signals.ts';
+import type { NodeSignals } from './snapshot-signals.ts';
 import type { GpuLinkInfo } from './topology/index.ts';
 
 export {
@@ -43,6 +45,7 @@ export {
   silentMpsDaemons,
 } from './snapshot-health.ts';
 export type { HealthCounts, MpsDaemonState, UnitHealth } from './snapshot-health.ts';
+export type { NodeSignals } from './snapshot-signals.ts';
 
 /** What the node labels and the MPS client limit need beyond discovery (nvml/node-facts.ts reads it), by GPU UUID. */
 export interface NodeFacts {
@@ -116,6 +119,11 @@ export interface NodeSnapshot {
    * MPS resource of `resources`.
    */
   readonly mpsDaemons: ReadonlyMap<string, MpsDaemonState>;
+  /**
+   * Each GPU's health signals beyond XIDs (core/health-signals.ts), by GPU UUID: GPUs never read yet
+   * have none. A critical bad signal makes the GPU and every MIG device on it Unhealthy in `health`.
+   */
+  readonly signals: NodeSignals;
 }
 
 /** The daemons' states of `resources`: carried over by name for resources still MPS, new ones not asked yet. */
@@ -196,13 +204,14 @@ export function buildSnapshot(
   const migCapabilities = capabilitiesOf(scan.migCapabilities);
   const facts = scan.facts ?? null;
   const { resources, planProblem, notes } = plan(scan.gpus, mig, settings, previous, migCapabilities, facts);
+  const signals = carrySignals(scan.gpus, previous?.signals);
   return {
     driverVersion: scan.driverVersion,
     gpus: scan.gpus,
     nvlinks: scan.nvlinks,
     pcie: scan.pcie,
     gpuHealth,
-    health: advertisedHealth(gpuHealth, migHealth, true),
+    health: advertisedHealth(gpuHealth, migHealth, true, signalledUnits(scan.gpus, mig, signals)),
     departed,
     resources,
     planProblem,
@@ -212,6 +221,7 @@ export function buildSnapshot(
     migNotes: notes,
     facts,
     mpsDaemons: carryMpsDaemons(resources, previous),
+    signals,
   };
 }
 
@@ -266,6 +276,7 @@ function driverDown(settings: PlanSettings, previous: NodeSnapshot | null): Node
     migNotes: notes,
     facts: previous?.facts ?? null,
     mpsDaemons: carryMpsDaemons(resources, previous),
+    signals: previous?.signals ?? NO_SIGNALS,
   };
 }
 
@@ -341,8 +352,28 @@ export function withHealth(snapshot: NodeSnapshot, updates: ReadonlyMap<string, 
     ...snapshot,
     gpuHealth,
     migHealth,
-    health: advertisedHealth(gpuHealth, migHealth, snapshot.driverVersion !== null),
+    health: advertised({ ...snapshot, gpuHealth, migHealth }),
   };
+}
+
+/** What a snapshot advertises from its units' health, its driver state and its GPUs' signals. */
+function advertised(s: Pick<NodeSnapshot, 'gpuHealth' | 'migHealth' | 'driverVersion' | 'gpus' | 'mig' | 'signals'>) {
+  return advertisedHealth(s.gpuHealth, s.migHealth, s.driverVersion !== null, signalledUnits(s.gpus, s.mig, s.signals));
+}
+
+/**
+ * The same node with new health signals for some GPUs (by GPU UUID; one the snapshot does not hold
+ * is left out), and what is advertised after them.
+ */
+export function withSignals(snapshot: NodeSnapshot, updates: NodeSignals): NodeSnapshot {
+  const signals = new Map(snapshot.signals);
+  let changed = false;
+  for (const [uuid, g] of updates) {
+    if (!snapshot.gpuHealth.has(uuid)) continue;
+    signals.set(uuid, g);
+    changed = true;
+  }
+  return changed ? { ...snapshot, signals, health: advertised({ ...snapshot, signals }) } : snapshot;
 }
 
 // The same object is the same JSON.

@@ -7,6 +7,8 @@ import { parseOptions } from '../config/parse-options.ts';
 import type { Options, ParsedOptions } from '../config/options.ts';
 import { parseHealthSettings } from '../core/health.ts';
 import type { HealthSettings } from '../core/health.ts';
+import { DEFAULT_SIGNAL_POLICY, signalPolicyWithEnvironment } from '../core/health-signals.ts';
+import type { SignalPolicy } from '../core/health-signals.ts';
 import { planSettings } from '../config/plan-settings.ts';
 import { planReload } from '../config/reload.ts';
 import type { Sharing } from '../core/sharing.ts';
@@ -19,11 +21,32 @@ import type { LiveNode } from './live-node.ts';
 export interface RunningConfig extends NodeSettings {
   readonly options: Options;
   readonly sharing: Sharing;
+  /** The config file's `health` section as read (before the environment). */
+  readonly healthSection?: SignalPolicy;
+  /** DP_DISABLE_HEALTHCHECKS / DP_ENABLE_HEALTHCHECKS, read at start. */
+  readonly health?: HealthSettings;
+  readonly signalPolicy: SignalPolicy;
 }
 
-/** The running configuration of some options. */
-export function runningConfig(o: Options, sharing: Sharing): RunningConfig {
-  return { options: o, sharing, plan: planSettings(o, sharing) };
+/**
+ * The running configuration of some options: the health signals' policy is the file's `health`
+ * section (the defaults without one) with the environment's signal names over it.
+ */
+export function runningConfig(
+  o: Options,
+  sharing: Sharing,
+  healthSection?: SignalPolicy,
+  health?: HealthSettings,
+): RunningConfig {
+  const section = healthSection ?? DEFAULT_SIGNAL_POLICY;
+  return {
+    options: o,
+    sharing,
+    plan: planSettings(o, sharing),
+    ...(healthSection === undefined ? {} : { healthSection }),
+    ...(health === undefined ? {} : { health }),
+    signalPolicy: health === undefined ? section : signalPolicyWithEnvironment(section, health),
+  };
 }
 
 /**
@@ -45,19 +68,22 @@ export async function reloadConfig(
     return false;
   }
   try {
-    const r = planReload(running.options, running.sharing, read());
+    const next = read();
+    const r = planReload(running.options, running.sharing, next, running.healthSection);
     if (r.restartOnly.length > 0)
       log.warn('config reload: some changed options take effect only at restart; their running values are kept', {
         options: r.restartOnly,
       });
-    if (r.changed.length === 0 && !r.sharingChanged) {
+    if (r.changed.length === 0 && !r.sharingChanged && !r.healthChanged) {
       log.info('config reloaded; nothing to change', { file });
       return false;
     }
     // The new settings are in force while their snapshot is applied, so the labels written from it
     // are the new ones; a refused plan puts the running ones back (LiveNode.reconfigure).
-    const resources = await node.reconfigure(runningConfig(r.options, r.sharing), 'config reloaded');
-    log.info('config reloaded', { file, changed: [...r.changed, ...(r.sharingChanged ? ['sharing'] : [])], resources });
+    const config = runningConfig(r.options, r.sharing, next.signalPolicy, running.health);
+    const resources = await node.reconfigure(config, 'config reloaded');
+    const sections = [...(r.sharingChanged ? ['sharing'] : []), ...(r.healthChanged ? ['health'] : [])];
+    log.info('config reloaded', { file, changed: [...r.changed, ...sections], resources });
     return true;
   } catch (err) {
     log.warn('config reload refused; the running configuration is kept', {

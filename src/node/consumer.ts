@@ -4,12 +4,15 @@
 // state publisher are consumers; in DRA mode the DRA kubelet plugin and the slice publisher take the
 // device-plugin mode's place (src/dra/mode.ts). See README.md. `Registrations` is what the STATUS
 // line, the state file and the metrics hear of the kubelet's registrations, whichever API serves.
+import type { SignalPolicy } from '../core/health-signals.ts';
 import type { NodeSnapshot, PlanSettings } from '../core/snapshot.ts';
 import type { SnapshotDiff } from '../core/snapshot-diff.ts';
 
 /** The configuration in force, as every mode reads it: the sharing, MIG strategy and device naming (plan). */
 export interface NodeSettings {
   readonly plan: PlanSettings;
+  /** The health signals' policy (config file `health` section and environment); default every signal at its default class. */
+  readonly signalPolicy?: SignalPolicy;
 }
 
 /** One applied snapshot, as every consumer gets it (C: the live node's configuration type). */

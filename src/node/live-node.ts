@@ -7,19 +7,22 @@
 // a GPU_IS_LOST answer — is answered with a rescan, and looked at again once that scan is applied.
 import { planForNode } from '../core/config-fit.ts';
 import { MigStrategyError } from '../core/mig-strategies.ts';
-import { describeHealthSettings, watchesAnything } from '../core/health.ts';
 import type { EventBatchEntry, HealthSettings, ProbeRound, RecoverySettings } from '../core/health.ts';
+import { DEFAULT_SIGNAL_POLICY } from '../core/health-signals.ts';
+import type { SignalReading } from '../core/health-signals.ts';
 import { describePlan } from '../core/sharing.ts';
-import { buildSnapshot, scanOf, withHealth, withMpsDaemons } from '../core/snapshot.ts';
+import { buildSnapshot, scanOf, withHealth, withSignals } from '../core/snapshot.ts';
 import { diff } from '../core/snapshot-diff.ts';
-import type { MpsDaemonState, NodeScan, NodeSnapshot, UnitHealth } from '../core/snapshot.ts';
+import type { NodeScan, NodeSnapshot, UnitHealth } from '../core/snapshot.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 import { TimerOwner } from '../system/timers.ts';
 import type { NodeConsumer, NodeSettings } from './consumer.ts';
 import { describeChange } from './describe.ts';
+import { mpsDaemonReport } from './mps-daemon-report.ts';
 import { NodeHealth } from './node-health.ts';
 import type { UnplacedEvent } from './node-health.ts';
+import { logHealthSettings, NodeSignalKeeper, onlyPromptsARead } from './node-signals.ts';
 
 export interface LiveNodeDeps<C extends NodeSettings> {
   readonly log: Logger;
@@ -48,6 +51,7 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
   private readonly deps: LiveNodeDeps<C>;
   private readonly log: Logger;
   private readonly health: NodeHealth;
+  private readonly signals: NodeSignalKeeper;
   private readonly timers = new TimerOwner();
   private config_: C;
   private current: NodeSnapshot | null = null;
@@ -74,12 +78,8 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
       ...(deps.now ? { now: deps.now } : {}),
       ...(deps.wallNow ? { wallNow: deps.wallNow } : {}),
     });
-    this.log.info('health checks', {
-      settings: describeHealthSettings(deps.health),
-      recovery: deps.recovery.enabled ? `${deps.recovery.quietMs / 1000}s` : 'off',
-    });
-    if (!watchesAnything(deps.health))
-      this.log.info('health checks are off (DP_DISABLE_HEALTHCHECKS); GPUs are not watched');
+    this.signals = new NodeSignalKeeper(deps.log);
+    logHealthSettings(deps.log, deps.health, deps.recovery, deps.config.signalPolicy ?? DEFAULT_SIGNAL_POLICY);
   }
 
   get snapshot(): NodeSnapshot | null {
@@ -114,31 +114,56 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
   scanned(scan: NodeScan | null, reason: string): Promise<void> {
     return this.enqueue(async () => {
       const prev = this.withTrackedHealth();
-      const next = buildSnapshot(scan, this.config_.plan, prev, this.deps.recovery.enabled);
+      const built = buildSnapshot(scan, this.config_.plan, prev, this.deps.recovery.enabled);
+      const next = withSignals(built, this.signals.afterScan(prev, built));
       await this.apply(prev, next, reason, null);
       // Reports held for a rescan nobody was asked for (no scanner wired): this scan answers them.
       if (this.rescanFn === null && (this.held.length > 0 || this.suspects.size > 0)) await this.afterRescan();
     });
   }
 
-  /** NVML events, their GPUs by UUID (nvml/watcher.ts). */
+  /** NVML events, their GPUs by UUID (nvml/watcher.ts); XID 154 only prompts a read of the signals. */
   onEvents(batch: readonly EventBatchEntry[]): void {
-    void this.enqueue(async () => {
-      const out = this.health.onEvents(batch);
+    const policy = this.config_.signalPolicy ?? DEFAULT_SIGNAL_POLICY;
+    this.healthJob(async () => {
+      const out = this.health.onEvents(batch.filter((e) => !onlyPromptsARead(e, policy)));
       this.hold(out.unplaced);
       await this.applyHealth(out.updates);
-    }).catch((err: unknown) => this.log.error('cannot apply a health change', { error: errorText(err) }));
+    });
+  }
+
+  /**
+   * Readings of the health signals (a probe round's, or those an event asked for), by GPU UUID: each
+   * is a new snapshot; a GPU whose recovery waited for them may recover.
+   */
+  onSignals(readings: ReadonlyMap<string, SignalReading>): void {
+    this.healthJob(async () => {
+      const prev = this.current;
+      if (prev === null) return;
+      const read = this.signals.read(prev, readings, this.config_.signalPolicy ?? DEFAULT_SIGNAL_POLICY);
+      const next = withSignals(prev, read.updates);
+      if (next !== prev) await this.apply(prev, next, 'health signals read', null);
+      if (read.linksBack) this.askRescan('an NVLink is up again');
+      await this.applyHealth(this.health.tick());
+    });
   }
 
   /** One probe round, by GPU UUID. */
   onProbe(round: ProbeRound): void {
-    void this.enqueue(async () => {
+    this.healthJob(async () => {
       const out = this.health.onProbe(round);
       const fresh = out.suspectLost.filter((u) => !this.suspects.has(u));
       for (const u of fresh) this.suspects.add(u);
       if (fresh.length > 0) this.askRescan(`GPU ${fresh.join(', ')} answers GPU_IS_LOST: is it still on the bus?`);
       await this.applyHealth(out.updates);
-    }).catch((err: unknown) => this.log.error('cannot apply a health change', { error: errorText(err) }));
+    });
+  }
+
+  /** A health report's job, queued; a failure is logged (the report's sender cannot act on it). */
+  private healthJob(job: () => Promise<void>): void {
+    void this.enqueue(job).catch((err: unknown) =>
+      this.log.error('cannot apply a health change', { error: errorText(err) }),
+    );
   }
 
   /**
@@ -153,28 +178,8 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
   ): Promise<void> {
     return this.enqueue(async () => {
       const prev = this.current;
-      const was = prev?.mpsDaemons?.get(resource);
-      if (prev === null || was === undefined) return;
-      if (was.answering === report.answering && was.since !== null) return;
-      const wallNow = this.deps.wallNow ?? Date.now;
-      const state: MpsDaemonState = {
-        answering: report.answering,
-        reason: report.answering ? null : (report.reason ?? 'no answer'),
-        since: wallNow(),
-      };
-      if (state.answering)
-        this.log.info('MPS control daemon answers; its replicas are served as healthy as their GPUs', { resource });
-      else
-        this.log.warn('MPS control daemon does not answer; its replicas are advertised Unhealthy', {
-          resource,
-          reason: state.reason,
-        });
-      await this.apply(
-        prev,
-        withMpsDaemons(prev, new Map([[resource, state]])),
-        report.answering ? 'MPS daemon answers' : 'MPS daemon does not answer',
-        null,
-      );
+      const r = mpsDaemonReport(prev, resource, report, (this.deps.wallNow ?? Date.now)(), this.log);
+      if (r !== null) await this.apply(prev, r.next, r.reason, null);
     });
   }
 
@@ -230,11 +235,9 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
       return;
     }
     const now = this.deps.now ?? (() => performance.now());
-    this.timers.after('recovery', Math.max(0, due - now()) + 1, () => {
-      void this.enqueue(() => this.applyHealth(this.health.tick())).catch((err: unknown) =>
-        this.log.error('cannot apply a health change', { error: errorText(err) }),
-      );
-    });
+    this.timers.after('recovery', Math.max(0, due - now()) + 1, () =>
+      this.healthJob(() => this.applyHealth(this.health.tick())),
+    );
   }
 
   /** Events the snapshot cannot place: held for one rescan, unless a rescan already could not place them. */
@@ -286,9 +289,7 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
       .catch((err: unknown) => this.log.warn('rescan failed', { reason, error: errorText(err) }))
       .finally(() => {
         this.rescanning = false;
-        void this.enqueue(() => this.afterRescan()).catch((err: unknown) =>
-          this.log.error('cannot apply a health change', { error: errorText(err) }),
-        );
+        this.healthJob(() => this.afterRescan());
       });
   }
 
@@ -352,6 +353,7 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
     this.current = next;
     this.config_ = config;
     this.health.follow(next);
+    this.signals.follow(next);
     this.applied++;
     this.scheduleRecovery();
   }

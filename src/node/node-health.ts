@@ -18,6 +18,7 @@ import type {
 } from '../core/health.ts';
 import { eventUnits, unitsOfGpu } from '../core/mig-events.ts';
 import type { NodeSnapshot, UnitHealth } from '../core/snapshot.ts';
+import { gpuOfUnit, hasCriticalSignal } from '../core/snapshot-signals.ts';
 import type { Logger } from '../system/log.ts';
 
 /** An event the snapshot in force cannot place, and why. */
@@ -66,6 +67,18 @@ export class NodeHealth {
     this.tracker = new HealthTracker<string>([], o.settings, o.recovery);
   }
 
+  /**
+   * Whether a unit's recovery waits for its GPU's health signals: its driver reports a recovery
+   * action other than NONE, or a critical signal is bad.
+   */
+  private recoveryHeld(unit: string): boolean {
+    const s = this.snapshot;
+    if (s === null || s.signals.size === 0) return false;
+    const gpu = gpuOfUnit(s.gpus, s.mig, unit);
+    if (gpu === undefined) return false;
+    return s.signals.get(gpu)?.states['recovery-action'].bad === true || hasCriticalSignal(s.signals, gpu);
+  }
+
   /** When tick() could next change something (in `now`'s clock), or null. */
   nextDueMs(): number | null {
     return this.tracker.nextDueMs();
@@ -87,6 +100,7 @@ export class NodeHealth {
       this.o.recovery,
       new Map([...all].map(([u, h]) => [u, h.state])),
     );
+    this.tracker.holdRecovery((u) => this.recoveryHeld(u));
     this.meta = new Map([...all].map(([u, h]) => [u, { reason: h.reason, since: h.since }]));
   }
 

@@ -5,6 +5,7 @@ import { startError } from '../config/exit-codes.ts';
 import { parseOptions } from '../config/parse-options.ts';
 import type { Options } from '../config/options.ts';
 import { watchesAnything } from '../core/health.ts';
+import { DEFAULT_SIGNAL_POLICY, SIGNAL_NAMES, watchesAnySignal } from '../core/health-signals.ts';
 import type { EventBatchEntry, HealthSettings } from '../core/health.ts';
 import { NvmlSessions } from '../nvml/node-reader.ts';
 import { Scanner } from '../nvml/scanner.ts';
@@ -33,6 +34,10 @@ export interface NodeScannerDeps {
 /** The scanner of this node, feeding the live node. */
 export function nodeScanner<C extends NodeSettings>(node: LiveNode<C>, d: NodeScannerDeps): Scanner {
   const o = d.options;
+  const policy = () => node.config.signalPolicy ?? DEFAULT_SIGNAL_POLICY;
+  // The thread runs when any XID check or any signal is watched; it reads the signals the policy in force watches.
+  const watched = watchesAnything(d.health) || watchesAnySignal(policy());
+  const signals = () => SIGNAL_NAMES.filter((s) => policy().signals[s] !== 'off');
   const scanner = new Scanner({
     sessions: new NvmlSessions({
       koffi: d.koffi,
@@ -44,7 +49,7 @@ export function nodeScanner<C extends NodeSettings>(node: LiveNode<C>, d: NodeSc
     }),
     log: d.log,
     rediscoverIntervalMs: o.rediscoverInterval * 1000,
-    health: watchesAnything(d.health) ? { probeIntervalMs: o.healthProbeInterval * 1000 } : null,
+    health: watched ? { probeIntervalMs: o.healthProbeInterval * 1000, signals } : null,
     onScan: (scan, reason) =>
       node.scanned(scan, reason).catch((err: unknown) => {
         throw startError(err, o.configFile);
@@ -55,6 +60,7 @@ export function nodeScanner<C extends NodeSettings>(node: LiveNode<C>, d: NodeSc
       node.onEvents(events);
     },
     onProbe: (results) => node.onProbe(results),
+    onSignals: (readings) => node.onSignals(readings),
   });
   node.onRescanWanted((reason) => scanner.rescan(reason));
   return scanner;

@@ -74,7 +74,7 @@ export type RemoteKind = 'gpu' | 'switch' | 'unknown';
 
 export interface GpuLinks {
   busId: string;
-  links: { remoteBusId: string; remote: RemoteKind }[];
+  links: { remoteBusId: string; remote: RemoteKind; link?: number }[];
 }
 
 export interface NodeLinks {
@@ -136,7 +136,7 @@ export function readLinks(nvml: Nvml, found: DiscoveredGpus, log: Logger): NodeL
       const pc = nvml.callCode('nvmlDeviceGetNvLinkRemotePciInfo_v2', h, link, pci);
       if (pc !== NVML.SUCCESS) continue;
       const remoteBusId = pci.busId.toLowerCase();
-      entry.links.push({ remoteBusId, remote: remoteKind(nvml, h, link, remoteBusId, busIds) });
+      entry.links.push({ remoteBusId, remote: remoteKind(nvml, h, link, remoteBusId, busIds), link });
     }
   });
   const n = found.gpus.length;

@@ -8,6 +8,7 @@
 // re-discovery check when a probe starts failing (a handle that stopped answering: a GPU removed).
 import type { Gpu } from '../core/devices.ts';
 import type { EventBatchEntry, ProbeRound } from '../core/health.ts';
+import type { SignalName, SignalReading } from '../core/health-signals.ts';
 import type { Logger } from '../system/log.ts';
 import { TimerOwner } from '../system/timers.ts';
 import type { WatchedGpu } from './events.ts';
@@ -23,6 +24,9 @@ export interface HealthSupervisorOptions {
   probeIntervalMs: number;
   onEvents(events: EventBatchEntry[]): void;
   onProbe(results: ProbeRound): void;
+  /** The health signals the thread reads, asked at each start of it (a reload may change them). */
+  signals?(): readonly SignalName[];
+  onSignals?(readings: ReadonlyMap<string, SignalReading>): void;
   onWatching?(watched: readonly WatchedGpu[], unsupported: readonly WatchedGpu[]): void;
   /** Asks for a full scan; reopen: open NVML afresh first. */
   rescan(reason: string, reopen: boolean): void;
@@ -91,6 +95,8 @@ export class HealthSupervisor {
         this.probed(results);
       },
       onDriverGone: (message) => this.o.rescan(`health watcher: ${message}`, false),
+      signals: this.o.signals?.() ?? [],
+      onSignals: (readings) => this.o.onSignals?.(readings),
     });
   }
 

@@ -5,6 +5,7 @@
 // libnvidia-ml, with the raw ABI calls of the identity read as typed functions here.
 import type { Gpu } from '../core/devices.ts';
 import type { EventBatchEntry, ProbeRound } from '../core/health.ts';
+import type { SignalName, SignalReading } from '../core/health-signals.ts';
 import type { MigDevice, MigLayout, MigMode } from '../core/mig.ts';
 import type { NodeIdentity, NodeScan } from '../core/snapshot.ts';
 import type { Logger } from '../system/log.ts';
@@ -26,6 +27,9 @@ export interface HealthWatchHandlers {
   onProbe(results: ProbeRound): void;
   /** NVML said the driver is gone; the thread has stopped watching. */
   onDriverGone(message: string): void;
+  /** The health signals the thread reads (none when absent) and their readings, by GPU UUID. */
+  readonly signals?: readonly SignalName[];
+  onSignals?(readings: ReadonlyMap<string, SignalReading>): void;
 }
 
 export interface HealthWatch {
@@ -312,6 +316,8 @@ class NvmlReader implements NodeReader {
       onEvents: (e) => handlers.onEvents(e),
       onProbe: (r) => handlers.onProbe(r),
       onDriverGone: (m) => handlers.onDriverGone(m),
+      signals: handlers.signals ?? [],
+      onSignals: (r) => handlers.onSignals?.(r),
     });
   }
 

@@ -11,6 +11,7 @@
 // when NVML answers that the driver is gone: then the driver is reported down (scan null) until a
 // session opens again, and the health thread restarts with it.
 import type { EventBatchEntry, ProbeRound } from '../core/health.ts';
+import type { SignalName, SignalReading } from '../core/health-signals.ts';
 import type { NodeScan } from '../core/snapshot.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
@@ -28,8 +29,11 @@ export interface ScannerOptions {
   log: Logger;
   /** Milliseconds between cheap identity checks; 0: no timer. */
   rediscoverIntervalMs: number;
-  /** Health watching (the health thread); null: GPUs are not watched. */
-  health: { probeIntervalMs: number } | null;
+  /**
+   * Health watching (the health thread); null: GPUs are not watched. `signals`: the health signals
+   * it reads, asked at each start of the thread.
+   */
+  health: { probeIntervalMs: number; signals?: () => readonly SignalName[] } | null;
   /** A scan (null: the driver does not answer). The next scan waits for the promise. */
   onScan(scan: NodeScan | null, reason: string): Promise<void>;
   /**
@@ -39,6 +43,8 @@ export interface ScannerOptions {
   onStartFailed(err: unknown): void;
   onEvents(events: EventBatchEntry[]): void;
   onProbe(results: ProbeRound): void;
+  /** Readings of the health signals, by GPU UUID. */
+  onSignals?(readings: ReadonlyMap<string, SignalReading>): void;
   /** The health thread watches these GPUs now (the unsupported ones by the probe only). */
   onWatching?(watched: readonly WatchedGpu[], unsupported: readonly WatchedGpu[]): void;
 }
@@ -88,6 +94,8 @@ export class Scanner {
             probeIntervalMs: opts.health.probeIntervalMs,
             onEvents: (e) => opts.onEvents(e),
             onProbe: (r) => opts.onProbe(r),
+            ...(opts.health.signals === undefined ? {} : { signals: opts.health.signals }),
+            onSignals: (r) => opts.onSignals?.(r),
             ...(opts.onWatching === undefined ? {} : { onWatching: opts.onWatching }),
             rescan: (reason, reopen) => void this.request({ reason, reopen }),
             checkIdentity: () => this.rediscovery.check(),

@@ -8,6 +8,7 @@
 //   xids(batch)              → NVML events as the watcher reports them (XID counter)
 //   registered()             → first registration of every resource (time to register at start)
 //   stop()                   → clean stop (the labels file stays unless --nfd-remove-on-stop)
+import { needsNodeReboot } from '../core/health-signals.ts';
 import { hostname } from 'node:os';
 import type { LabelInput } from '../core/labels.ts';
 import { NodeMetrics } from '../core/metrics.ts';
@@ -77,6 +78,7 @@ export function labelInput(s: NodeSnapshot, plan: PlanSettings): Omit<LabelInput
     sharing: plan.sharing,
     migStrategy: plan.migStrategy ?? 'none',
     migDevices: s.mig.devices,
+    nodeRebootRequired: s.gpus.some((g) => needsNodeReboot(s.signals?.get(g.uuid))),
   };
 }
 
@@ -90,6 +92,19 @@ export function metricsView(s: NodeSnapshot | null): NodeView {
       resource,
       up: d.answering,
     })),
+    signals: (s?.gpus ?? []).flatMap((g) => {
+      const sig = s?.signals?.get(g.uuid);
+      if (sig?.reading === undefined) return [];
+      return [
+        {
+          index: g.index,
+          uuid: g.uuid,
+          values: sig.reading.values,
+          states: sig.states,
+          expectedLinks: sig.memory.expectedLinks,
+        },
+      ];
+    }),
   };
 }
 

@@ -6,7 +6,16 @@
 import type { Options } from '../config/options.ts';
 import { OPTION_SPECS } from '../config/option-table.ts';
 import { showOption } from '../config/describe-options.ts';
-import type { ClaimState, DaemonState, DeviceState, MpsResourceState, ResourceState } from '../core/daemon-state.ts';
+import type {
+  ClaimState,
+  DaemonState,
+  DeviceState,
+  GpuSignalsState,
+  MpsResourceState,
+  ResourceState,
+  SignalStateView,
+} from '../core/daemon-state.ts';
+import { SIGNAL_NAMES } from '../core/health-signals.ts';
 import { planMpsDaemons } from '../core/mps.ts';
 import { xidMeaning } from '../core/health.ts';
 import type { GpuHealthState } from '../core/health.ts';
@@ -91,6 +100,7 @@ export function daemonStateFromSnapshot(s: NodeSnapshot | null, ctx: StateContex
     healthy: counts.get(r.name)?.healthy ?? 0,
   }));
   const mps = s === null ? [] : mpsState(s);
+  const signals = s === null ? [] : signalsState(s, ctx);
   return {
     pid: ctx.pid,
     version: ctx.version,
@@ -102,8 +112,32 @@ export function daemonStateFromSnapshot(s: NodeSnapshot | null, ctx: StateContex
     planProblem: s?.planProblem ?? null,
     options: ctx.options,
     ...(mps.length === 0 ? {} : { mps }),
+    ...(signals.length === 0 ? {} : { signals }),
     ...(ctx.claims === undefined ? {} : { claims: ctx.claims }),
   };
+}
+
+/** Each read GPU's health signals, each with its status since when (as far as this daemon saw it change). */
+function signalsState(s: NodeSnapshot, ctx: StateContext): GpuSignalsState[] {
+  const out: GpuSignalsState[] = [];
+  for (const gpu of s.gpus) {
+    const g = s.signals?.get(gpu.uuid);
+    if (g === undefined) continue;
+    const signals: SignalStateView[] = SIGNAL_NAMES.map((name) => {
+      const st = g.states[name];
+      const key = `signal ${gpu.uuid} ${name}`;
+      return {
+        signal: name,
+        status: st.status,
+        class: st.class,
+        value: st.value,
+        ...(st.bad ? { action: st.reason } : {}),
+        since: ctx.since.since(key, `${st.status} ${st.taint?.value ?? ''}`, ctx.now),
+      };
+    });
+    out.push({ index: gpu.index, uuid: gpu.uuid, signals });
+  }
+  return out;
 }
 
 /** Each MPS resource: its daemon's state (snapshot.mpsDaemons) and the limits planned for it (core/mps.ts). */

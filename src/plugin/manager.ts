@@ -17,6 +17,7 @@ import { resourceHealth } from '../core/snapshot.ts';
 import type { NodeSnapshot } from '../core/snapshot.ts';
 import type { SnapshotDiff } from '../core/snapshot-diff.ts';
 import { PreferredPolicy, buildScoreMatrix } from '../core/topology/index.ts';
+import { liveNvlinks } from '../core/snapshot-signals.ts';
 import { SocketDirView } from '../kubelet/watcher.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
@@ -126,7 +127,8 @@ export class ResourceManager implements NodeConsumer<ServedSettings> {
     reregister,
   }: AppliedSnapshot<ServedSettings>): Promise<void> {
     if (this.stopped) return;
-    if (change.gpuSetChanged || this.snapshot === null) this.chooser = this.buildChooser(next);
+    if (change.gpuSetChanged || change.topologyChanged || this.snapshot === null)
+      this.chooser = this.buildChooser(next);
     this.snapshot = next;
     this.remember(next, change);
     const planned = new Map(next.resources.map((r) => [r.name, r]));
@@ -174,7 +176,7 @@ export class ResourceManager implements NodeConsumer<ServedSettings> {
   private buildChooser(s: NodeSnapshot): GpuChooser {
     if (s.gpus.length === 0) return lowestFirstChooser;
     try {
-      const scores = buildScoreMatrix(s.nvlinks, (i, j) => s.pcie[i]?.[j] ?? -1);
+      const scores = buildScoreMatrix(liveNvlinks(s), (i, j) => s.pcie[i]?.[j] ?? -1);
       let nvlinkPairs = 0;
       for (let i = 0; i < scores.size; i++)
         for (let j = i + 1; j < scores.size; j++) if (scores.nvlinks(i, j) > 0) nvlinkPairs++;

@@ -4,8 +4,9 @@
 // (or its driver) up much later — during maintenance apt upgrades this package while the kubelet is
 // stopped — and a start that waited would block apt/dnf and hit systemd's start timeout. So READY=1
 // also goes out READY_WITHOUT_KUBELET_MS after start, with a STATUS saying what the plugin waits for.
+import { badSignals, signalTransitions } from '../core/health-signals.ts';
 import { healthCounts, silentMpsDaemons } from '../core/snapshot.ts';
-import type { HealthCounts, NodeSnapshot } from '../core/snapshot.ts';
+import type { HealthCounts, NodeSignals, NodeSnapshot } from '../core/snapshot.ts';
 import { errorText, exitProcess } from './log.ts';
 import type { Logger } from './log.ts';
 import { loadKoffi } from './native.ts';
@@ -117,6 +118,17 @@ export interface StatusRegistrations {
 }
 
 /** What STATUS adds for MPS daemons that do not answer (their replicas are Unhealthy): '' when all answer. */
+/**
+ * The health signals' part of the STATUS line: the signals bad now and the transitions seen since
+ * start (a signal gone bad, changed or cleared); empty while there have been none.
+ */
+export function signalStatus(signals: NodeSignals, transitions: number): string {
+  if (transitions === 0) return '';
+  let bad = 0;
+  for (const g of signals.values()) bad += badSignals(g).length;
+  return `; health signals: ${bad} bad, ${transitions} transition${transitions === 1 ? '' : 's'}`;
+}
+
 export function mpsStatus(snapshot: Pick<NodeSnapshot, 'mpsDaemons'>): string {
   return silentMpsDaemons(snapshot)
     .map(({ resource, state }) => `; MPS daemon for ${resource} not answering: ${state.reason ?? 'no answer'}`)
@@ -134,6 +146,9 @@ export class NodeStatus {
   private readonly registrations: StatusRegistrations;
   private counts: HealthCounts | null = null;
   private mps = '';
+  private signals = '';
+  private signalTransitions = 0;
+  private lastSignals: NodeSignals = new Map();
   private registeredOnce = false;
   /** No driver has answered yet, and no GPU has been seen. */
   private noDriver = false;
@@ -146,7 +161,7 @@ export class NodeStatus {
   line(): string {
     if (this.noDriver) return `STATUS=waiting for ${NO_DRIVER}; retrying`;
     const now = this.registeredOnce && this.registrations.allRegisteredNow();
-    return statusLine(this.counts, now, this.registrations.statusWords?.(now)) + this.mps;
+    return statusLine(this.counts, now, this.registrations.statusWords?.(now)) + this.mps + this.signals;
   }
 
   /** Says the line again (what statusWords() says changed: a publication, say). */
@@ -161,6 +176,15 @@ export class NodeStatus {
   apply(applied: { readonly snapshot: NodeSnapshot }): void {
     this.counts = healthCounts(applied.snapshot);
     this.mps = mpsStatus(applied.snapshot);
+    const signals = applied.snapshot.signals ?? this.lastSignals;
+    if (signals !== this.lastSignals) {
+      for (const [uuid, g] of signals)
+        this.signalTransitions += signalTransitions(this.lastSignals.get(uuid), g).filter(
+          (t) => t.kind !== 'unavailable',
+        ).length;
+      this.lastSignals = signals;
+      this.signals = signalStatus(signals, this.signalTransitions);
+    }
     this.noDriver = applied.snapshot.driverVersion === null && applied.snapshot.gpus.length === 0;
     this.service.waitFor(this.noDriver ? NO_DRIVER : 'the kubelet');
     this.service.status(this.line());

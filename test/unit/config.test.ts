@@ -235,7 +235,10 @@ test('every bad value in the file is refused with its key path, the value and wh
     `sharing:\n  timeSlicing:\n${extra}    resources:\n    - ${resource}\n`;
   const cases: [string, string][] = [
     ['version: v2\n', 'version: "v2" is not allowed; expected v1'],
-    ['flag:\n  migStrategy: none\n', 'flag: unknown key; expected one of version, flags, sharing, resources, imex'],
+    [
+      'flag:\n  migStrategy: none\n',
+      'flag: unknown key; expected one of version, flags, sharing, resources, imex, health',
+    ],
     [
       'flags:\n  plugin:\n    passDeviceSpec: true\n',
       'flags.plugin.passDeviceSpec: unknown key; expected one of kubeletSocket, deviceIDStrategy, deviceListStrategy, passDeviceSpecs, cdiAnnotationPrefix, sharedDevicesAllocationPolicy, nvidiaCTKPath, containerDriverRoot, cdiFeatureFlags',

@@ -17,6 +17,8 @@
 export interface NvLinkEnd {
   readonly remoteBusId: string;
   readonly remote: 'gpu' | 'switch' | 'unknown';
+  /** The link's number on this GPU, when known (a link the health signals see go down leaves). */
+  readonly link?: number;
 }
 
 /** A GPU's PCI bus id and its active NVLinks only. */

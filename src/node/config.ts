@@ -56,8 +56,8 @@ export async function reloadConfig(
     }
     // The new settings are in force while their snapshot is applied, so the labels written from it
     // are the new ones; a refused plan puts the running ones back (LiveNode.reconfigure).
-    const resources = await node.reconfigure(runningConfig(r.options, r.sharing), 'config reloaded');
-    log.info('config reloaded', { file, changed: [...r.changed, ...(r.sharingChanged ? ['sharing'] : [])], resources });
+    await node.reconfigure(runningConfig(r.options, r.sharing), 'config reloaded');
+    log.info('config reloaded', { file, changed: [...r.changed, ...(r.sharingChanged ? ['sharing'] : [])] });
     return true;
   } catch (err) {
     log.warn('config reload refused; the running configuration is kept', {

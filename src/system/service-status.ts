@@ -114,6 +114,8 @@ export interface StatusRegistrations {
   allRegisteredNow(): boolean;
   /** The line's first words instead of "registered" / "waiting for the kubelet". */
   statusWords?(registeredNow: boolean): string;
+  /** The MPS daemons of what is advertised (node/consumer.ts's Registrations); absent: none. */
+  advertised?(): Pick<NodeSnapshot, 'mpsDaemons'>;
 }
 
 /** What STATUS adds for MPS daemons that do not answer (their replicas are Unhealthy): '' when all answer. */
@@ -157,7 +159,7 @@ export class NodeStatus {
   /** Every applied snapshot: what is awaited now is the kubelet, or the driver while none has answered and no GPU was seen. */
   apply(applied: { readonly snapshot: NodeSnapshot }): void {
     this.counts = healthCounts(applied.snapshot);
-    this.mps = mpsStatus(applied.snapshot);
+    this.mps = mpsStatus(this.registrations.advertised?.() ?? { mpsDaemons: new Map() });
     this.noDriver = applied.snapshot.driverVersion === null && applied.snapshot.gpus.length === 0;
     this.service.waitFor(this.noDriver ? NO_DRIVER : 'the kubelet');
     this.service.status(this.line());

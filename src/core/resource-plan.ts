@@ -2,7 +2,7 @@
 // the device-plugin mode's step, never the node model's. Pure: plain data in, plain data out.
 //
 // Rules:
-// * A start (nothing planned yet for GPUs) whose settings do not fit the GPUs fails: planResources
+// * A start (nothing planned yet for GPUs) whose settings do not fit the GPUs fails: planSnapshot
 //   throws what the plan throws.
 // * A config that no longer fits the GPUs later (a time-slicing list naming a GPU that left) does not
 //   stop the node: the previous resources are kept for the GPUs still there, and planProblem says why.
@@ -70,7 +70,7 @@ export function carryPlan(
  * start). Throws what planForNode throws (or the MIG capability problem) only when nothing was ever
  * planned for GPUs (no previous plan, or only ones without GPUs): then it is a start that fails.
  */
-export function planResources(
+export function planSnapshot(
   snapshot: NodeSnapshot,
   settings: PlanSettings,
   previous: PlannedNode | null,

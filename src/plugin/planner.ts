@@ -7,7 +7,7 @@
 // that refuses a plan refuses the snapshot. A later scan that the configuration no longer fits keeps
 // the previous resources (planProblem says why). What the shared consumers show per resource (STATUS,
 // the state file, the metrics) they read from advertised(), never from the snapshot.
-import { advertisedView, checkReload, planResources } from '../core/resource-plan.ts';
+import { advertisedView, checkReload, planSnapshot } from '../core/resource-plan.ts';
 import type { AdvertisedView, PlannedNode, ResourcePlan } from '../core/resource-plan.ts';
 import { diffResources } from '../core/resource-diff.ts';
 import type { ResourceDiff } from '../core/resource-diff.ts';
@@ -86,7 +86,7 @@ export class ResourcePlanner<C extends NodeSettings = NodeSettings> implements N
   private planFor(applied: AppliedSnapshot<C>, was: InForce<C> | null): ResourcePlan {
     const settings = applied.settings.plan;
     if (was !== null && was.settings !== applied.settings) checkReload(applied.snapshot, settings);
-    return planResources(applied.snapshot, settings, was?.node ?? null);
+    return planSnapshot(applied.snapshot, settings, was?.node ?? null);
   }
 
   async stop(): Promise<void> {

@@ -1,10 +1,10 @@
 // A node snapshot and the device-plugin plan made for it, in one object, for unit tests of what the
 // daemon derives from a scan: the node model's step (core/snapshot.ts buildSnapshot) and the
-// device-plugin mode's (core/resource-plan.ts planResources) in turn, as the live node and the
+// device-plugin mode's (core/resource-plan.ts planSnapshot) in turn, as the live node and the
 // planner (src/plugin/planner.ts) take them.
 import { diffResources, isEmptyResourceDiff } from '../../src/core/resource-diff.ts';
 import type { ResourceDiff } from '../../src/core/resource-diff.ts';
-import { planResources, resourceCounts } from '../../src/core/resource-plan.ts';
+import { planSnapshot, resourceCounts } from '../../src/core/resource-plan.ts';
 import type { PlannedNode, ResourceCount, ResourcePlan } from '../../src/core/resource-plan.ts';
 import { buildSnapshot, healthCounts } from '../../src/core/snapshot.ts';
 import type { HealthCounts, NodeScan, NodeSnapshot, PlanSettings } from '../../src/core/snapshot.ts';
@@ -27,7 +27,7 @@ export function planned(
   recoveryEnabled: boolean,
 ): Planned {
   const snapshot = buildSnapshot(scan, previous?.node.snapshot ?? null, recoveryEnabled);
-  return plannedNode(snapshot, planResources(snapshot, settings, previous?.node ?? null));
+  return plannedNode(snapshot, planSnapshot(snapshot, settings, previous?.node ?? null));
 }
 
 /** A changed snapshot (a health change: core/snapshot.ts withHealth) under the plan `from` had. */

@@ -13,7 +13,7 @@ import { NO_MIG } from '../../src/core/mig.ts';
 import type { MigLayout } from '../../src/core/mig.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
 import type { Sharing } from '../../src/core/sharing.ts';
-import { advertisedView, planResources } from '../../src/core/resource-plan.ts';
+import { advertisedView, planSnapshot } from '../../src/core/resource-plan.ts';
 import { buildSnapshot } from '../../src/core/snapshot.ts';
 import type { PlanSettings } from '../../src/core/snapshot.ts';
 import { parseEnvironmentFile } from '../../src/config/env-file.ts';
@@ -70,7 +70,7 @@ const settings = (sharing: Sharing, extra: Partial<PlanSettings> = {}): PlanSett
 /** What the daemon's start does with the same input: the first plan of the first snapshot throws, or not. */
 function daemonStart(gpus: readonly Gpu[], mig: MigLayout, s: PlanSettings): string | null {
   try {
-    planResources(buildSnapshot({ driverVersion: '550', gpus, nvlinks: [], pcie: [], mig }, null, false), s, null);
+    planSnapshot(buildSnapshot({ driverVersion: '550', gpus, nvlinks: [], pcie: [], mig }, null, false), s, null);
     return null;
   } catch (err) {
     return (err as Error).message;
@@ -257,7 +257,7 @@ test("the daemon's state: what the kubelet was told per device with the reason a
     ],
     'nothing happened to them: as they are since the daemon started',
   );
-  const plan = planResources(s0, settings(NO_SHARING), null);
+  const plan = planSnapshot(s0, settings(NO_SHARING), null);
   const b = daemonStateFromSnapshot(s1, { ...ctx('t2', true), advertised: advertisedView({ snapshot: s1, plan }) });
   assert.deepEqual(
     b.devices.map((d) => [d.index, d.health, d.since, d.reason]),

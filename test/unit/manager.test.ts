@@ -14,7 +14,7 @@ import { NO_SHARING } from '../../src/core/sharing.ts';
 import { buildSnapshot, withHealth } from '../../src/core/snapshot.ts';
 import { diff } from '../../src/core/snapshot-diff.ts';
 import { diffResources } from '../../src/core/resource-diff.ts';
-import { planResources } from '../../src/core/resource-plan.ts';
+import { planSnapshot } from '../../src/core/resource-plan.ts';
 import type { PlannedNode } from '../../src/core/resource-plan.ts';
 import type { NodeScan, NodeSnapshot } from '../../src/core/snapshot.ts';
 import { ResourceManager } from '../../src/plugin/manager.ts';
@@ -114,7 +114,7 @@ function apply(
   reregister: string | null = null,
 ): Promise<void> {
   const before = prev === null ? null : (planned.get(prev) ?? null);
-  const node: PlannedNode = { snapshot: next, plan: planResources(next, s.plan, before) };
+  const node: PlannedNode = { snapshot: next, plan: planSnapshot(next, s.plan, before) };
   planned.set(next, node);
   return m.apply({
     snapshot: next,

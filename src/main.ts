@@ -45,6 +45,7 @@ async function run(s: Start, service: ServiceStatus, koffi: Koffi): Promise<Daem
   const observer = new Observer(observerSettings(opts, { sysfsRoot: s.sysfsRoot, version: VERSION, log }));
   const mode = await serving(s, service, observer, () => node);
   const reg = mode.registrations;
+  observer.advertisedBy(reg);
   const status = new NodeStatus(service, reg);
   // What `info` shows: the state as the kubelet was told it, in a root-only file of the runtime directory.
   const file = new StateFile(defaultStateFile(process.env), log);

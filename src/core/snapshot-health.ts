@@ -1,7 +1,7 @@
 // The health view of a node snapshot (snapshot.ts): each unit's health (a GPU's or a MIG device's,
 // by UUID, with why and since when), what is advertised (Unhealthy for all while the driver is down),
 // the MPS daemons' states and what they do to their replicas' health, and the healthy-of-total counts
-// that STATUS, the log and the metrics show. Pure.
+// of GPUs and MIG devices that STATUS, the log and the metrics show (per resource: resource-plan.ts). Pure.
 //
 // MPS (core/mps.ts): each MPS resource's control daemon has a state, by resource name (answering or
 // not, why, since when). Its replicas are advertised Unhealthy while the daemon does not answer — from
@@ -85,36 +85,20 @@ export function advertisedHealth(
   return out;
 }
 
-/** Healthy of total: what STATUS, the log and the metrics say of a snapshot. */
+/** Healthy of total: what STATUS, the log and the metrics say of a snapshot's GPUs and MIG devices. */
 export interface HealthCounts {
   readonly gpus: { readonly healthy: number; readonly total: number };
   readonly mig: { readonly healthy: number; readonly total: number };
-  /** Per advertised resource with devices; a MIG device counts with its own health, not its parent's. */
-  readonly resources: readonly { readonly name: string; readonly devices: number; readonly healthy: number }[];
 }
 
-export function healthCounts(
-  snapshot: MpsDaemonStates & {
-    readonly gpus: readonly Gpu[];
-    readonly mig: MigLayout;
-    readonly health: GpuHealth;
-    readonly resources: readonly PlannedResource[];
-  },
-): HealthCounts {
-  const h = snapshot.health;
-  const of = (uuid: string, in_: GpuHealth = h): Health => in_.get(uuid) ?? 'Unhealthy';
+export function healthCounts(snapshot: {
+  readonly gpus: readonly Gpu[];
+  readonly mig: MigLayout;
+  readonly health: GpuHealth;
+}): HealthCounts {
+  const of = (uuid: string): Health => snapshot.health.get(uuid) ?? 'Unhealthy';
   return {
     gpus: { healthy: countHealthyGpus(snapshot.gpus.map((g) => of(g.uuid))), total: snapshot.gpus.length },
     mig: { healthy: countHealthyGpus(snapshot.mig.devices.map((d) => of(d.uuid))), total: snapshot.mig.devices.length },
-    resources: snapshot.resources
-      .filter((r) => r.devices.length > 0)
-      .map((r) => {
-        const rh = resourceHealth(snapshot, r);
-        return {
-          name: r.name,
-          devices: r.devices.length,
-          healthy: r.devices.filter((d) => of(deviceUnit(d), rh) === 'Healthy').length,
-        };
-      }),
   };
 }

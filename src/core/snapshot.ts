@@ -1,7 +1,8 @@
 // The live node model: a snapshot of the node (driver, GPUs by UUID with their facts and health, the
-// MIG layout, the MPS daemons' states, the resources planned from them). Re-discovery, config reload
-// and health changes all produce a new snapshot; what changed is snapshot-diff.ts's, the health view
-// snapshot-health.ts's. Pure: plain data in, plain data out.
+// MIG layout, the MPS daemons' states), whichever API serves it. Re-discovery, config reload and
+// health changes all produce a new snapshot; what changed is snapshot-diff.ts's, the health view
+// snapshot-health.ts's. What the device-plugin mode advertises of it is planned from it
+// (resource-plan.ts), never held in it. Pure: plain data in, plain data out.
 //
 // Rules:
 // * A GPU is identified by its UUID; its NVML index and handle may change across scans.
@@ -13,25 +14,20 @@
 //   and every device is advertised Unhealthy: nothing can use them, but the registration and the
 //   node's capacity stay, and when the driver answers again they take their own state back (a
 //   driver reload is not a GPU fault).
-// * A config that no longer fits the GPUs (a time-slicing list naming a GPU that left) does not stop
-//   the node: the previous resources are kept for the GPUs still there, and planProblem says why.
 //
 // MIG (core/mig.ts): the MIG layout is part of the snapshot, by GPU position. A re-layout is a new
-// snapshot like any other: its diff adds and removes mig-* resources and changes lists, and leaves
-// every other GPU's resources alone. MIG devices have health of their own, carried over by MIG UUID
-// (a re-created instance has a new UUID and starts fresh). A node that stops fitting
-// --mig-strategy=single after start is reported and withdrawn (no resources), never half-advertised.
+// snapshot like any other. MIG devices have health of their own, carried over by MIG UUID (a
+// re-created instance has a new UUID and starts fresh).
 //
 // Health is kept by identity, never by position: `gpuHealth` by GPU UUID, `migHealth` by MIG UUID,
-// each with the reason and since when; an advertised device names its GPU (and MIG device) by UUID.
-// A resource that stays MPS keeps its daemon's state across snapshots; one that stops being MPS loses it.
-import type { AdvertisedDevice, DeviceIdStrategy, Gpu, GpuHealth } from './devices.ts';
-import { migCapabilitiesProblem, planForNode } from './config-fit.ts';
+// each with the reason and since when.
+// MPS daemons' states are kept by resource name as the MPS daemon watch reports them, until it stops
+// watching one (withMpsDaemons); which resources are MPS is the device-plugin plan's.
+import type { DeviceIdStrategy, Gpu, GpuHealth } from './devices.ts';
 import { NO_MIG } from './mig.ts';
-import { MigStrategyError } from './mig-strategies.ts';
 import type { MigLayout, MigStrategy } from './mig.ts';
-import type { PlannedResource, Sharing } from './sharing.ts';
-import { MPS_DAEMON_NOT_ASKED, advertisedHealth, freshUnitHealth } from './snapshot-health.ts';
+import type { Sharing } from './sharing.ts';
+import { advertisedHealth, freshUnitHealth } from './snapshot-health.ts';
 import type { MpsDaemonState, UnitHealth } from './snapshot-health.ts';
 import { carrySignals, NO_SIGNALS, signalledUnits } from './snapshot-signals.ts';
 import type { NodeSignals } from './snapshot-signals.ts';
@@ -76,7 +72,7 @@ export interface NodeScan {
   readonly migCapabilities?: ReadonlyMap<string, readonly string[]> | { readonly problem: string };
 }
 
-/** The options that decide what is advertised. */
+/** The options that decide what is advertised (the device-plugin plan, core/resource-plan.ts; DRA's MIG strategy). */
 export interface PlanSettings {
   readonly deviceIdStrategy: DeviceIdStrategy;
   readonly sharing: Sharing;
@@ -101,22 +97,17 @@ export interface NodeSnapshot {
   readonly health: GpuHealth;
   /** GPUs seen earlier and gone now, by UUID, with the health they left with. */
   readonly departed: Readonly<Record<string, UnitHealth>>;
-  readonly resources: readonly PlannedResource[];
-  /** Why the settings could not be planned against these GPUs (the previous resources were kept), or null. */
-  readonly planProblem: string | null;
   /** The MIG layout (NO_MIG when MIG is not used). */
   readonly mig: MigLayout;
   /** Health of each MIG device, by MIG UUID (one entry per device in mig.devices). */
   readonly migHealth: ReadonlyMap<string, UnitHealth>;
   /** Capability nodes of each MIG device by MIG UUID (for Allocate), or why there are none. */
   readonly migCapabilities: ReadonlyMap<string, readonly string[]> | { readonly problem: string };
-  /** What the MIG plan left out, one line each (skipped GPUs, sub-instances). */
-  readonly migNotes: readonly string[];
   /** The last facts read (kept while the driver is down), or null when none were read. */
   readonly facts: NodeFacts | null;
   /**
-   * The control daemon of each MPS resource (PlannedResource.mps), by resource name: one entry per
-   * MPS resource of `resources`.
+   * The control daemon of each watched MPS resource (PlannedResource.mps), by resource name, as last
+   * reported; a resource not here has not been asked yet.
    */
   readonly mpsDaemons: ReadonlyMap<string, MpsDaemonState>;
   /**
@@ -126,29 +117,23 @@ export interface NodeSnapshot {
   readonly signals: NodeSignals;
 }
 
-/** The daemons' states of `resources`: carried over by name for resources still MPS, new ones not asked yet. */
-function carryMpsDaemons(
-  resources: readonly PlannedResource[],
-  previous: NodeSnapshot | null,
-): ReadonlyMap<string, MpsDaemonState> {
-  const out = new Map<string, MpsDaemonState>();
-  for (const r of resources)
-    if (r.mps === true) out.set(r.name, previous?.mpsDaemons.get(r.name) ?? MPS_DAEMON_NOT_ASKED);
-  return out;
-}
-
 /**
- * The same node with new states for some MPS daemons (by resource name). A resource that is not an
- * MPS resource of this snapshot (the config changed meanwhile) is left out: returns the snapshot as is.
+ * The same node with new states for some MPS daemons (by resource name); null: the daemon is no longer
+ * watched, its state is forgotten (watched again, it starts not asked). Returns the snapshot as is
+ * when nothing changes.
  */
-export function withMpsDaemons(snapshot: NodeSnapshot, updates: ReadonlyMap<string, MpsDaemonState>): NodeSnapshot {
-  const known = snapshot.mpsDaemons;
-  const next = new Map(known);
+export function withMpsDaemons(
+  snapshot: NodeSnapshot,
+  updates: ReadonlyMap<string, MpsDaemonState | null>,
+): NodeSnapshot {
+  const next = new Map(snapshot.mpsDaemons);
   let changed = false;
   for (const [name, st] of updates) {
-    if (!known.has(name)) continue;
-    next.set(name, st);
-    changed = true;
+    if (st === null) changed = next.delete(name) || changed;
+    else {
+      next.set(name, st);
+      changed = true;
+    }
   }
   return changed ? { ...snapshot, mpsDaemons: next } : snapshot;
 }
@@ -163,47 +148,20 @@ function carryMigHealth(mig: MigLayout, previous: NodeSnapshot | null): Map<stri
 }
 
 /**
- * The previous plan, kept for the GPUs of `gpus` (by UUID); devices of GPUs that left are dropped,
- * and so are MIG devices no longer in `mig` (by MIG UUID).
- */
-export function carryPlan(
-  previous: readonly PlannedResource[],
-  gpus: readonly Gpu[],
-  mig: MigLayout = NO_MIG,
-): PlannedResource[] {
-  const pos = new Map(gpus.map((g, i) => [g.uuid, i]));
-  const migs = new Set(mig.devices.map((d) => d.uuid));
-  const out: PlannedResource[] = [];
-  for (const r of previous) {
-    const devices: AdvertisedDevice[] = [];
-    for (const d of r.devices) {
-      const at = pos.get(d.uuid);
-      if (at === undefined || (d.mig !== undefined && !migs.has(d.mig))) continue;
-      devices.push({ ...d, gpu: at });
-    }
-    if (devices.length > 0) out.push({ ...r, devices });
-  }
-  return out;
-}
-
-/**
- * The snapshot after a scan (`scan` null: the driver does not answer). Health carries over from
- * `previous` by UUID (see the rules above). Throws what planResources throws only when nothing was
- * ever planned for GPUs (no previous snapshot, or only ones without GPUs): then it is a start that fails.
+ * The snapshot after a scan (`scan` null: the driver does not answer). Health and the MPS daemons'
+ * states carry over from `previous` by UUID and by name (see the rules above).
  */
 export function buildSnapshot(
   scan: NodeScan | null,
-  settings: PlanSettings,
   previous: NodeSnapshot | null,
   recoveryEnabled: boolean,
 ): NodeSnapshot {
-  if (scan === null) return driverDown(settings, previous);
+  if (scan === null) return driverDown(previous);
   const { gpuHealth, departed } = carryGpuHealth(scan.gpus, previous, recoveryEnabled);
   const mig = scan.mig ?? NO_MIG;
   const migHealth = carryMigHealth(mig, previous);
   const migCapabilities = capabilitiesOf(scan.migCapabilities);
   const facts = scan.facts ?? null;
-  const { resources, planProblem, notes } = plan(scan.gpus, mig, settings, previous, migCapabilities, facts);
   const signals = carrySignals(scan.gpus, previous?.signals);
   return {
     driverVersion: scan.driverVersion,
@@ -213,14 +171,11 @@ export function buildSnapshot(
     gpuHealth,
     health: advertisedHealth(gpuHealth, migHealth, true, signalledUnits(scan.gpus, mig, signals)),
     departed,
-    resources,
-    planProblem,
     mig,
     migHealth,
     migCapabilities,
-    migNotes: notes,
     facts,
-    mpsDaemons: carryMpsDaemons(resources, previous),
+    mpsDaemons: previous?.mpsDaemons ?? new Map(),
     signals,
   };
 }
@@ -249,90 +204,24 @@ function carryGpuHealth(
 }
 
 /** The driver does not answer: the GPUs last seen stay, every device Unhealthy. */
-function driverDown(settings: PlanSettings, previous: NodeSnapshot | null): NodeSnapshot {
-  const gpus = previous?.gpus ?? [];
+function driverDown(previous: NodeSnapshot | null): NodeSnapshot {
   const gpuHealth = previous?.gpuHealth ?? new Map<string, UnitHealth>();
-  const mig = previous?.mig ?? NO_MIG;
   const migHealth = previous?.migHealth ?? new Map<string, UnitHealth>();
-  // No driver at start: no GPUs to check the config against yet, nothing to advertise; the first
-  // scan with GPUs plans (and refuses a config that does not fit them, as a start would).
-  const { resources, planProblem, notes } =
-    previous === null
-      ? planWithoutGpus(settings)
-      : plan(gpus, mig, settings, previous, previous.migCapabilities, previous.facts);
   return {
     driverVersion: null,
-    gpus,
+    gpus: previous?.gpus ?? [],
     nvlinks: previous?.nvlinks ?? [],
     pcie: previous?.pcie ?? [],
     gpuHealth,
     health: advertisedHealth(gpuHealth, migHealth, false),
     departed: previous?.departed ?? {},
-    resources,
-    planProblem,
-    mig,
+    mig: previous?.mig ?? NO_MIG,
     migHealth,
     migCapabilities: previous?.migCapabilities ?? new Map(),
-    migNotes: notes,
     facts: previous?.facts ?? null,
-    mpsDaemons: carryMpsDaemons(resources, previous),
+    mpsDaemons: previous?.mpsDaemons ?? new Map(),
     signals: previous?.signals ?? NO_SIGNALS,
   };
-}
-
-/** The scan a snapshot was made from (null while the driver is down): what a re-plan (config reload) starts from. */
-export function scanOf(s: NodeSnapshot): NodeScan | null {
-  if (s.driverVersion === null) return null;
-  return {
-    driverVersion: s.driverVersion,
-    gpus: s.gpus,
-    nvlinks: s.nvlinks,
-    pcie: s.pcie,
-    mig: s.mig,
-    migCapabilities: s.migCapabilities,
-    ...(s.facts === null ? {} : { facts: s.facts }),
-  };
-}
-
-interface Plan {
-  resources: PlannedResource[];
-  planProblem: string | null;
-  notes: string[];
-}
-
-/** The plan of a start without the driver: what no GPU makes (nvidia.com/gpu, empty), or nothing when the config names GPUs. */
-function planWithoutGpus(settings: PlanSettings): Plan {
-  try {
-    return { ...planForNode([], NO_MIG, settings), planProblem: null };
-  } catch {
-    return { resources: [], planProblem: null, notes: [] };
-  }
-}
-
-function plan(
-  gpus: readonly Gpu[],
-  mig: MigLayout,
-  settings: PlanSettings,
-  previous: NodeSnapshot | null,
-  caps: NodeSnapshot['migCapabilities'],
-  facts: NodeFacts | null,
-): Plan {
-  let planned: { resources: PlannedResource[]; notes: string[] };
-  try {
-    planned = planForNode(gpus, mig, settings, facts?.gpus);
-  } catch (err) {
-    if (previous === null || previous.gpus.length === 0) throw err;
-    const problem = err instanceof Error ? err.message : String(err);
-    // A node that stopped fitting --mig-strategy=single is withdrawn, not half-advertised.
-    if (err instanceof MigStrategyError) return { resources: [], planProblem: problem, notes: [] };
-    return { resources: carryPlan(previous.resources, gpus, mig), planProblem: problem, notes: [] };
-  }
-  const problem = migCapabilitiesProblem(planned, settings, caps);
-  if (problem !== null) {
-    if (previous === null) throw new Error(problem);
-    return { ...planned, planProblem: problem };
-  }
-  return { ...planned, planProblem: null };
 }
 
 /**

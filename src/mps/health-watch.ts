@@ -1,10 +1,11 @@
 // The MPS daemon watch: for as long as the plugin runs, each MPS resource's control daemon is asked
 // `get_default_active_thread_percentage` through the control client (NVIDIA asks once,
-// before serving, and never again). It is a consumer of the live node (node/consumer.ts): every
-// applied snapshot says which MPS resources exist and, through the configuration in force, where
-// their daemons live, so a config reload (a resource added or removed, a new root) is followed the
-// same way as the start. It reports transitions only — answering ⇄ not answering, with the client's
-// reason — and the live node turns each into a snapshot (no side channel to the served resources).
+// before serving, and never again). It hears every device-plugin plan (src/plugin/planner.ts): each
+// says which MPS resources exist and, through the configuration in force, where their daemons live,
+// so a config reload (a resource added or removed, a new root) is followed the same way as the start.
+// It reports transitions only — answering ⇄ not answering, with the client's reason, and a resource
+// no longer watched (null) — and the live node turns each into a snapshot (no side channel to the
+// served resources).
 //
 // Timing (the defaults): one question in flight per daemon; the next is asked ASK_INTERVAL_MS after
 // the previous one settled, and a question not answered within ASK_TIMEOUT_MS counts as "not
@@ -14,8 +15,8 @@
 // only asked once the last one has settled. One client run a second per resource is a fork and a
 // short-lived process, cheap next to what a GPU node runs.
 import { mpsPaths } from '../core/mps.ts';
-import type { NodeSnapshot } from '../core/snapshot.ts';
-import type { AppliedSnapshot, NodeConsumer, NodeSettings } from '../node/consumer.ts';
+import type { PlannedResource } from '../core/sharing.ts';
+import type { NodeSettings } from '../node/consumer.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 import { TimerOwner } from '../system/timers.ts';
@@ -45,8 +46,8 @@ export interface MpsDaemonWatchOptions<C extends NodeSettings> {
   readonly rootOf: (settings: C) => string | null;
   /** How a daemon is asked (default: the control client found under the driver root, then on PATH: see controlClientAsk). */
   readonly ask: MpsAsk;
-  /** A daemon started or stopped answering (the live node's onMpsDaemon). */
-  readonly report: (resource: string, report: MpsDaemonReport) => void;
+  /** A daemon started or stopped answering, or (null) is no longer watched (the live node's onMpsDaemon). */
+  readonly report: (resource: string, report: MpsDaemonReport | null) => void;
   readonly intervalMs?: number;
   readonly timeoutMs?: number;
 }
@@ -74,14 +75,20 @@ interface Watched {
   last: boolean | null;
 }
 
-/** The daemons a snapshot's MPS resources have under a root. */
+/** What the watch hears of each plan: the resources planned and the configuration in force. */
+export interface MpsPlan<C> {
+  readonly plan: { readonly resources: readonly PlannedResource[] };
+  readonly settings: C;
+}
+
+/** The daemons a plan's MPS resources have under a root. */
 function daemonsOf(
-  snapshot: NodeSnapshot,
+  resources: readonly PlannedResource[],
   root: string | null,
 ): Map<string, { resource: string; dirs: MpsDaemonDirs }> {
   const out = new Map<string, { resource: string; dirs: MpsDaemonDirs }>();
   if (root === null) return out;
-  for (const r of snapshot.resources) {
+  for (const r of resources) {
     if (r.mps !== true) continue;
     const p = mpsPaths(root, r.name);
     out.set(`${r.name}|${p.pipeDir}`, { resource: r.name, dirs: { pipeDir: p.pipeDir, logDir: p.logDir } });
@@ -89,7 +96,7 @@ function daemonsOf(
   return out;
 }
 
-export class MpsDaemonWatch<C extends NodeSettings = NodeSettings> implements NodeConsumer<C> {
+export class MpsDaemonWatch<C extends NodeSettings = NodeSettings> {
   readonly name = 'MPS daemon watch';
   private readonly opts: MpsDaemonWatchOptions<C>;
   private readonly timers = new TimerOwner();
@@ -115,15 +122,18 @@ export class MpsDaemonWatch<C extends NodeSettings = NodeSettings> implements No
     return [...this.watched.values()].map((w) => ({ resource: w.resource, pipeDir: w.dirs.pipeDir }));
   }
 
-  /** Every applied snapshot: watch the daemons of its MPS resources, stop watching the others. */
-  apply(applied: AppliedSnapshot<C>): void {
+  /** Every plan: watch the daemons of its MPS resources, stop watching the others. */
+  apply(applied: MpsPlan<C>): void {
     if (this.stopped) return;
-    const wanted = daemonsOf(applied.snapshot, this.opts.rootOf(applied.settings));
+    const wanted = daemonsOf(applied.plan.resources, this.opts.rootOf(applied.settings));
+    const stillMps = new Set([...wanted.values()].map((d) => d.resource));
     for (const [key, w] of [...this.watched]) {
       if (wanted.has(key)) continue;
       this.watched.delete(key);
       this.timers.clear(key);
       this.opts.log.info('MPS control daemon no longer watched', { resource: w.resource, pipe: w.dirs.pipeDir });
+      // A resource no longer MPS forgets its daemon's state: MPS again, it starts not asked.
+      if (!stillMps.has(w.resource)) this.tell(w.resource, null);
     }
     for (const [key, d] of wanted) {
       if (this.watched.has(key)) continue;
@@ -159,14 +169,18 @@ export class MpsDaemonWatch<C extends NodeSettings = NodeSettings> implements No
       if (this.stopped || this.watched.get(w.key) !== w) return;
       if (w.last !== r.answering) {
         w.last = r.answering;
-        try {
-          this.opts.report(w.resource, r);
-        } catch (err) {
-          this.opts.log.error('cannot report an MPS daemon state', { resource: w.resource, error: errorText(err) });
-        }
+        this.tell(w.resource, r);
       }
       this.timers.after(w.key, this.intervalMs, () => this.ask(w));
     });
+  }
+
+  private tell(resource: string, report: MpsDaemonReport | null): void {
+    try {
+      this.opts.report(resource, report);
+    } catch (err) {
+      this.opts.log.error('cannot report an MPS daemon state', { resource, error: errorText(err) });
+    }
   }
 
   stop(): void {

@@ -81,9 +81,9 @@ export async function reloadConfig(
     // The new settings are in force while their snapshot is applied, so the labels written from it
     // are the new ones; a refused plan puts the running ones back (LiveNode.reconfigure).
     const config = runningConfig(r.options, r.sharing, next.signalPolicy, running.health);
-    const resources = await node.reconfigure(config, 'config reloaded');
+    await node.reconfigure(config, 'config reloaded');
     const sections = [...(r.sharingChanged ? ['sharing'] : []), ...(r.healthChanged ? ['health'] : [])];
-    log.info('config reloaded', { file, changed: [...r.changed, ...sections], resources });
+    log.info('config reloaded', { file, changed: [...r.changed, ...sections] });
     return true;
   } catch (err) {
     log.warn('config reload refused; the running configuration is kept', {

@@ -3,8 +3,10 @@
 // (src/plugin/mode.ts), the observer (observe/), the systemd STATUS (system/service-status.ts) and a
 // state publisher are consumers; in DRA mode the DRA kubelet plugin and the slice publisher take the
 // device-plugin mode's place (src/dra/mode.ts). See README.md. `Registrations` is what the STATUS
-// line, the state file and the metrics hear of the kubelet's registrations, whichever API serves.
+// line, the state file and the metrics hear of the kubelet's registrations, whichever API serves, and
+// what that mode advertises per resource.
 import type { SignalPolicy } from '../core/health-signals.ts';
+import type { AdvertisedView } from '../core/resource-plan.ts';
 import type { NodeSnapshot, PlanSettings } from '../core/snapshot.ts';
 import type { SnapshotDiff } from '../core/snapshot-diff.ts';
 
@@ -58,4 +60,9 @@ export interface Registrations {
    * registered and what is published, in the serving API's words.
    */
   statusWords?(registeredNow: boolean): string;
+  /**
+   * What is advertised per resource now (the device-plugin mode's plan: counts, the plan's problem,
+   * the MPS daemons); absent: no device-plugin resources (DRA mode).
+   */
+  advertised?(): AdvertisedView;
 }

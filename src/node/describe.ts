@@ -101,11 +101,8 @@ function describeNext(log: Logger, prev: NodeSnapshot, next: NodeSnapshot, chang
       ),
       reason,
     });
-  // The counts are of GPUs and MIG devices: an MPS daemon's transition (the same health map) has its own line.
-  if (
-    (change.updated.some((u) => u.healthChanged.length > 0) && prev.health !== next.health) ||
-    change.gpusAdded.length + change.gpusRemoved.length > 0
-  ) {
+  // The counts are of GPUs and MIG devices: an MPS daemon's transition (the same health) has its own line.
+  if (change.healthChanged.length + change.gpusAdded.length + change.gpusRemoved.length > 0) {
     const c = healthCounts(next);
     const mig = c.mig.total === 0 ? {} : { healthy_mig: c.mig.healthy, total_mig: c.mig.total };
     log.info('device counts', { healthy: c.gpus.healthy, total: c.gpus.total, ...mig });

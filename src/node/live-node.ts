@@ -5,13 +5,10 @@
 // the node's health (node-health.ts: the pure tracker keyed by GPU and MIG UUID, and the recovery
 // timer). A report it cannot place — an event naming a GPU or MIG device the snapshot does not hold,
 // a GPU_IS_LOST answer — is answered with a rescan, and looked at again once that scan is applied.
-import { planForNode } from '../core/config-fit.ts';
-import { MigStrategyError } from '../core/mig-strategies.ts';
 import type { EventBatchEntry, HealthSettings, ProbeRound, RecoverySettings } from '../core/health.ts';
 import { DEFAULT_SIGNAL_POLICY } from '../core/health-signals.ts';
 import type { SignalReading } from '../core/health-signals.ts';
-import { describePlan } from '../core/sharing.ts';
-import { buildSnapshot, scanOf, withHealth, withSignals } from '../core/snapshot.ts';
+import { buildSnapshot, withHealth, withSignals } from '../core/snapshot.ts';
 import { diff } from '../core/snapshot-diff.ts';
 import type { NodeScan, NodeSnapshot, UnitHealth } from '../core/snapshot.ts';
 import { errorText } from '../system/log.ts';
@@ -110,11 +107,11 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
     return run;
   }
 
-  /** What a scan read (null: the driver does not answer). The first one throws if the config does not fit the node. */
+  /** What a scan read (null: the driver does not answer). The first one throws if a consumer refuses it. */
   scanned(scan: NodeScan | null, reason: string): Promise<void> {
     return this.enqueue(async () => {
       const prev = this.withTrackedHealth();
-      const built = buildSnapshot(scan, this.config_.plan, prev, this.deps.recovery.enabled);
+      const built = buildSnapshot(scan, prev, this.deps.recovery.enabled);
       const next = withSignals(built, this.signals.afterScan(prev, built));
       await this.apply(prev, next, reason, null);
       // Reports held for a rescan nobody was asked for (no scanner wired): this scan answers them.
@@ -169,12 +166,13 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
   /**
    * What the MPS daemon watch (mps/health-watch.ts) heard from a resource's control daemon: it
    * answers, or it does not (and why). A change of answering makes a new snapshot (its devices go
-   * Unhealthy, or back to their GPU's health) and one log line; a report for a resource that is not
-   * an MPS resource of the snapshot in force (the config changed meanwhile) is dropped.
+   * Unhealthy, or back to their GPU's health) and one log line. null: the watch no longer watches
+   * that daemon (the resource is no longer MPS); its state is dropped, so one watched again starts
+   * not asked.
    */
   onMpsDaemon(
     resource: string,
-    report: { readonly answering: boolean; readonly reason: string | null },
+    report: { readonly answering: boolean; readonly reason: string | null } | null,
   ): Promise<void> {
     return this.enqueue(async () => {
       const prev = this.current;
@@ -184,27 +182,19 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
   }
 
   /**
-   * A config reload, as a transaction: the new configuration is in force while its snapshot is
-   * applied (consumers see it); one that cannot be planned against the GPUs now present, or whose
-   * snapshot a consumer refuses, is refused and the running one kept. Resources whose device set
-   * changed register again. Returns the plan, for the log.
+   * A config reload, as a transaction: the new configuration is in force while the node's snapshot
+   * is applied with it (consumers see it); one that a consumer refuses (the device-plugin mode: it
+   * cannot be planned against the GPUs now present) is refused and the running one kept. Resources
+   * whose device set changed register again.
    */
-  reconfigure(config: C, reason: string): Promise<string> {
+  reconfigure(config: C, reason: string): Promise<void> {
     return this.enqueue(async () => {
       const prev = this.withTrackedHealth();
       if (prev === null) {
         this.config_ = config;
-        return '';
+        return;
       }
-      try {
-        planForNode(prev.gpus, prev.mig, config.plan, prev.facts?.gpus);
-      } catch (err) {
-        // Whether the node fits the MIG strategy is not the new file's fault.
-        if (!(err instanceof MigStrategyError)) throw err;
-      }
-      const next = buildSnapshot(scanOf(prev), config.plan, prev, this.deps.recovery.enabled);
-      await this.apply(prev, next, reason, reason, config);
-      return describePlan(next.resources);
+      await this.apply(prev, prev, reason, reason, config);
     });
   }
 

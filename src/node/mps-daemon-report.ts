@@ -1,8 +1,8 @@
 // What an MPS control daemon's report (mps/health-watch.ts) does to the node: a change of answering
 // is a new snapshot (its replicas go Unhealthy, or back to their GPU's health) and one log line; a
-// report that changes nothing, or names a resource that is not an MPS resource of the snapshot in
-// force (the config changed meanwhile), makes none.
-import { withMpsDaemons } from '../core/snapshot.ts';
+// daemon no longer watched (null: its resource stopped being MPS) is forgotten, so that watched again
+// it starts not asked; a report that changes nothing makes no snapshot.
+import { MPS_DAEMON_NOT_ASKED, withMpsDaemons } from '../core/snapshot.ts';
 import type { MpsDaemonState, NodeSnapshot } from '../core/snapshot.ts';
 import type { Logger } from '../system/log.ts';
 
@@ -10,12 +10,16 @@ import type { Logger } from '../system/log.ts';
 export function mpsDaemonReport(
   prev: NodeSnapshot | null,
   resource: string,
-  report: { readonly answering: boolean; readonly reason: string | null },
+  report: { readonly answering: boolean; readonly reason: string | null } | null,
   since: number,
   log: Logger,
 ): { next: NodeSnapshot; reason: string } | null {
-  const was = prev?.mpsDaemons?.get(resource);
-  if (prev === null || was === undefined) return null;
+  if (prev === null) return null;
+  if (report === null) {
+    if (!prev.mpsDaemons.has(resource)) return null;
+    return { next: withMpsDaemons(prev, new Map([[resource, null]])), reason: 'MPS daemon not watched' };
+  }
+  const was = prev.mpsDaemons.get(resource) ?? MPS_DAEMON_NOT_ASKED;
   if (was.answering === report.answering && was.since !== null) return null;
   const state: MpsDaemonState = {
     answering: report.answering,

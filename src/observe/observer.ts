@@ -13,7 +13,8 @@ import { hostname } from 'node:os';
 import type { LabelInput } from '../core/labels.ts';
 import { NodeMetrics } from '../core/metrics.ts';
 import type { MetricsSnapshot } from '../core/metrics.ts';
-import { healthCounts } from '../core/snapshot.ts';
+import { NOTHING_ADVERTISED } from '../core/resource-plan.ts';
+import type { AdvertisedView } from '../core/resource-plan.ts';
 import type { NodeSnapshot, PlanSettings } from '../core/snapshot.ts';
 import type { Options } from '../config/options.ts';
 import type { Logger } from '../system/log.ts';
@@ -82,16 +83,13 @@ export function labelInput(s: NodeSnapshot, plan: PlanSettings): Omit<LabelInput
   };
 }
 
-/** The node as the metrics describe it. */
-export function metricsView(s: NodeSnapshot | null): NodeView {
+/** The node as the metrics describe it, with what is advertised per resource (none in DRA mode). */
+export function metricsView(s: NodeSnapshot | null, advertised: AdvertisedView = NOTHING_ADVERTISED): NodeView {
   return {
     driverVersion: s?.driverVersion ?? 'not answering',
     gpus: (s?.gpus ?? []).map((g) => ({ index: g.index, uuid: g.uuid, healthy: s?.health.get(g.uuid) === 'Healthy' })),
-    resources: s === null ? [] : healthCounts(s).resources,
-    mpsDaemons: [...(s?.mpsDaemons ?? new Map<string, { readonly answering: boolean }>())].map(([resource, d]) => ({
-      resource,
-      up: d.answering,
-    })),
+    resources: s === null ? [] : advertised.resources,
+    mpsDaemons: [...advertised.mpsDaemons].map(([resource, d]) => ({ resource, up: d.answering })),
     signals: (s?.gpus ?? []).flatMap((g) => {
       const sig = s?.signals?.get(g.uuid);
       if (sig?.reading === undefined) return [];
@@ -116,6 +114,7 @@ export class Observer {
   private readonly s: ObserverSettings;
   private firstRegistration = true;
   private last: NodeSnapshot | null = null;
+  private advertised: () => AdvertisedView = () => NOTHING_ADVERTISED;
 
   constructor(s: ObserverSettings) {
     this.s = s;
@@ -131,6 +130,11 @@ export class Observer {
     return this.labels !== undefined;
   }
 
+  /** What the serving mode advertises per resource, read at each write (node/consumer.ts's Registrations). */
+  advertisedBy(from: { advertised?(): AdvertisedView }): void {
+    this.advertised = () => from.advertised?.() ?? NOTHING_ADVERTISED;
+  }
+
   /** Starts the metrics file (if configured), describing the last snapshot applied at each write. */
   start(): void {
     if (this.s.metricsFile === null) return;
@@ -140,7 +144,7 @@ export class Observer {
       metrics: this.metrics,
       log: this.s.log,
       snapshot: () => ({
-        ...metricsView(this.last),
+        ...metricsView(this.last, this.advertised()),
         version: this.s.version,
         node: hostname(),
         residentBytes: process.memoryUsage.rss(),

@@ -1,6 +1,6 @@
 // The state publisher: a consumer of the live node (src/node/consumer.ts) that turns each applied
-// snapshot (core/snapshot.ts), the configuration in force and the manager's registrations into the
-// published state (core/daemon-state.ts) and writes it to the state file `info` reads
+// snapshot (core/snapshot.ts), the configuration in force and the serving mode's registrations (and
+// what it advertises per resource) into the published state (core/daemon-state.ts) and writes it to the state file `info` reads
 // (state-file.ts): what the kubelet was told of each device and why, since when. When the
 // snapshot's shape changes, only this file follows it.
 import type { Options } from '../config/options.ts';
@@ -16,10 +16,10 @@ import type {
   SignalStateView,
 } from '../core/daemon-state.ts';
 import { SIGNAL_NAMES } from '../core/health-signals.ts';
-import { planMpsDaemons } from '../core/mps.ts';
 import { xidMeaning } from '../core/health.ts';
 import type { GpuHealthState } from '../core/health.ts';
-import { healthCounts } from '../core/snapshot.ts';
+import { NOTHING_ADVERTISED } from '../core/resource-plan.ts';
+import type { AdvertisedView } from '../core/resource-plan.ts';
 import type { NodeSnapshot, PlanSettings, UnitHealth } from '../core/snapshot.ts';
 import { SinceTracker } from './state-file.ts';
 import type { StateFile } from './state-file.ts';
@@ -32,6 +32,8 @@ export interface StateContext {
   readonly now: string;
   readonly options: Readonly<Record<string, string>>;
   readonly registrations: readonly { readonly name: string; readonly registered: boolean }[];
+  /** What is advertised per resource (the device-plugin plan); default nothing. */
+  readonly advertised?: AdvertisedView;
   /** For the resources' registrations (a device's health carries its own "since"). */
   readonly since: SinceTracker;
   /** Claims prepared on this node (DRA mode); absent otherwise. */
@@ -91,7 +93,8 @@ export function daemonStateFromSnapshot(s: NodeSnapshot | null, ctx: StateContex
       });
     }
   }
-  const counts = new Map((s === null ? [] : healthCounts(s).resources).map((r) => [r.name, r]));
+  const advertised = ctx.advertised ?? NOTHING_ADVERTISED;
+  const counts = new Map((s === null ? [] : advertised.resources).map((r) => [r.name, r]));
   const resources: ResourceState[] = ctx.registrations.map((r) => ({
     name: r.name,
     registered: r.registered,
@@ -99,7 +102,7 @@ export function daemonStateFromSnapshot(s: NodeSnapshot | null, ctx: StateContex
     devices: counts.get(r.name)?.devices ?? 0,
     healthy: counts.get(r.name)?.healthy ?? 0,
   }));
-  const mps = s === null ? [] : mpsState(s);
+  const mps = s === null ? [] : mpsState(advertised);
   const signals = s === null ? [] : signalsState(s, ctx);
   return {
     pid: ctx.pid,
@@ -109,7 +112,7 @@ export function daemonStateFromSnapshot(s: NodeSnapshot | null, ctx: StateContex
     driverVersion: s?.driverVersion ?? null,
     devices,
     resources,
-    planProblem: s?.planProblem ?? null,
+    planProblem: s === null ? null : advertised.planProblem,
     options: ctx.options,
     ...(mps.length === 0 ? {} : { mps }),
     ...(signals.length === 0 ? {} : { signals }),
@@ -140,15 +143,14 @@ function signalsState(s: NodeSnapshot, ctx: StateContext): GpuSignalsState[] {
   return out;
 }
 
-/** Each MPS resource: its daemon's state (snapshot.mpsDaemons) and the limits planned for it (core/mps.ts). */
-function mpsState(s: NodeSnapshot): MpsResourceState[] {
-  return planMpsDaemons(s.resources, s.gpus).map((p) => {
-    const d = s.mpsDaemons?.get(p.resource);
+/** Each MPS resource: its daemon's state and the limits planned for it (core/mps.ts). */
+function mpsState(advertised: AdvertisedView): MpsResourceState[] {
+  return advertised.mps.map(({ plan: p, state: d }) => {
     return {
       resource: p.resource,
-      answering: d?.answering === true,
-      ...(d?.answering === true ? {} : { reason: d?.reason ?? 'not asked yet' }),
-      ...(d === undefined || d.since === null ? {} : { since: new Date(d.since).toISOString() }),
+      answering: d.answering,
+      ...(d.answering ? {} : { reason: d.reason ?? 'not asked yet' }),
+      ...(d.since === null ? {} : { since: new Date(d.since).toISOString() }),
       replicas: p.replicas,
       activeThreadPercentage: p.activeThreadPercentage,
       gpus: p.gpus.map((g) => ({ index: g.index, uuid: g.uuid, pinnedMemLimitMiB: g.pinnedMemLimitMiB })),
@@ -172,6 +174,7 @@ export class StatePublisher {
   private readonly file: StateFile;
   private readonly registrations: {
     registrationStates(): readonly { readonly name: string; readonly registered: boolean }[];
+    advertised?(): AdvertisedView;
   };
   private readonly claims: (() => readonly ClaimState[]) | undefined;
   private readonly version: string;
@@ -218,6 +221,7 @@ export class StatePublisher {
         now: new Date().toISOString(),
         options: this.options,
         registrations: this.registrations.registrationStates(),
+        ...(this.registrations.advertised === undefined ? {} : { advertised: this.registrations.advertised() }),
         since: this.since,
         ...(this.claims === undefined ? {} : { claims: this.claims() }),
       }),

@@ -1,20 +1,23 @@
 // The device-plugin mode's log of an applied change: what is advertised, once — the plan at start,
 // resources added, device lists changed, MIG devices the plan leaves out, a plan that stops or starts
 // fitting the GPUs. The node's own lines (GPUs, MIG devices, the driver) are node/describe.ts's.
+import type { ResourceDiff } from '../core/resource-diff.ts';
+import type { PlannedNode, ResourcePlan } from '../core/resource-plan.ts';
 import { describePlan } from '../core/sharing.ts';
 import type { NodeSnapshot } from '../core/snapshot.ts';
-import type { SnapshotDiff } from '../core/snapshot-diff.ts';
 import type { Logger } from '../system/log.ts';
 
 export function describeResources(
   log: Logger,
-  prev: NodeSnapshot | null,
-  next: NodeSnapshot,
-  change: SnapshotDiff,
+  prevNode: PlannedNode | null,
+  nextNode: PlannedNode,
+  change: ResourceDiff,
   reason: string,
 ): void {
+  const prev = prevNode?.plan ?? null;
+  const next = nextNode.plan;
   if (prev === null) {
-    if (next.driverVersion !== null && next.gpus.length > 0)
+    if (nextNode.snapshot.driverVersion !== null && nextNode.snapshot.gpus.length > 0)
       log.info('advertising', { resources: describePlan(next.resources) });
   } else {
     for (const r of change.added)
@@ -31,11 +34,11 @@ export function describeResources(
       });
     }
   }
-  describePlanFit(log, prev, next);
+  describePlanFit(log, prev, next, nextNode.snapshot);
 }
 
 /** MIG devices the plan leaves out, and a plan that stops or starts fitting the node. */
-function describePlanFit(log: Logger, prev: NodeSnapshot | null, next: NodeSnapshot): void {
+function describePlanFit(log: Logger, prev: ResourcePlan | null, next: ResourcePlan, s: NodeSnapshot): void {
   const notesBefore = new Set(prev?.migNotes ?? []);
   for (const note of next.migNotes) if (!notesBefore.has(note)) log.warn('MIG', { note });
   if (next.planProblem !== null && next.planProblem !== prev?.planProblem) {
@@ -51,15 +54,15 @@ function describePlanFit(log: Logger, prev: NodeSnapshot | null, next: NodeSnaps
     log.info('the config fits the GPUs again', { resources: describePlan(next.resources) });
   }
   if (
-    next.driverVersion !== null &&
-    next.gpus.length > 0 &&
+    s.driverVersion !== null &&
+    s.gpus.length > 0 &&
     next.resources.length === 0 &&
     next.planProblem === null &&
     (prev === null || prev.resources.length > 0)
   ) {
     log.warn('nothing to advertise: no GPU or MIG device fits the MIG strategy', {
-      gpus: next.gpus.length,
-      mig_devices: next.mig.devices.length,
+      gpus: s.gpus.length,
+      mig_devices: s.mig.devices.length,
     });
   }
 }

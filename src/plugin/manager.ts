@@ -1,4 +1,4 @@
-// The resource manager: makes the served resources match a node snapshot. A resource with devices
+// The resource manager: makes the served resources match a planned node (planner.ts). A resource with devices
 // gets a server and a registration (ResourceRuntime); one that is no longer planned is stopped and
 // its socket removed; every other one gets the new state, so its open ListAndWatch streams see the
 // new list at once. It re-registers only when asked to for a changed device set (a config reload,
@@ -12,6 +12,7 @@ import type { AllocateSettings, DeviceIndex } from '../core/allocate.ts';
 import type { AdvertisedDevice, Gpu } from '../core/devices.ts';
 import { lowestFirstChooser } from '../core/preferred.ts';
 import type { GpuChooser } from '../core/preferred.ts';
+import type { ResourceDiff } from '../core/resource-diff.ts';
 import type { PlannedResource, SharedAllocationPolicy } from '../core/sharing.ts';
 import { resourceHealth } from '../core/snapshot.ts';
 import type { NodeSnapshot } from '../core/snapshot.ts';
@@ -22,10 +23,11 @@ import { SocketDirView } from '../kubelet/watcher.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 import type { RegistrationRecorder, RpcRecorder } from '../core/metrics.ts';
-import type { AppliedSnapshot, NodeConsumer, NodeSettings } from '../node/consumer.ts';
+import type { NodeSettings } from '../node/consumer.ts';
 import { TimerOwner } from '../system/timers.ts';
 import { ResourceRuntime } from './resource.ts';
 import type { ServerFactory } from './resource.ts';
+import type { AppliedPlan, PlanListener } from './planner.ts';
 import type { PluginState } from './service.ts';
 
 /** How answers are given, from the options (not from the node). */
@@ -56,7 +58,7 @@ const MAX_VANISHED = 4096;
 /** How long after a registration a new topology policy is warmed up (see warmUpLater). */
 const WARM_UP_DELAY_MS = 100;
 
-export class ResourceManager implements NodeConsumer<ServedSettings> {
+export class ResourceManager implements PlanListener<ServedSettings> {
   readonly name = 'device plugin resources';
   private readonly ctx: ManagerContext;
   private readonly runtimes = new Map<string, ResourceRuntime>();
@@ -117,21 +119,23 @@ export class ResourceManager implements NodeConsumer<ServedSettings> {
   }
 
   /**
-   * Serves the snapshot. `change` is diff(previous snapshot, snapshot); `reregister` asks resources
-   * whose device set changed to register again (with this reason).
+   * Serves the plan. `change` is diff(previous snapshot, snapshot), `resourceChange` what changed of
+   * the resources; `reregister` asks resources whose device set changed to register again (with this reason).
    */
   async apply({
     snapshot: next,
+    plan,
     change,
+    resourceChange,
     settings: { serve: settings },
     reregister,
-  }: AppliedSnapshot<ServedSettings>): Promise<void> {
+  }: AppliedPlan<ServedSettings>): Promise<void> {
     if (this.stopped) return;
     if (change.gpuSetChanged || change.topologyChanged || this.snapshot === null)
       this.chooser = this.buildChooser(next);
     this.snapshot = next;
-    this.remember(next, change);
-    const planned = new Map(next.resources.map((r) => [r.name, r]));
+    this.remember(change, resourceChange, plan.planProblem);
+    const planned = new Map(plan.resources.map((r) => [r.name, r]));
     for (const [name, rt] of [...this.runtimes]) {
       if (planned.has(name)) continue;
       this.ctx.log.info('resource no longer advertised', { resource: name });
@@ -141,9 +145,9 @@ export class ResourceManager implements NodeConsumer<ServedSettings> {
     }
     if (this.stopped) return;
     const setChanged = new Set(
-      [...change.updated].filter((u) => u.appeared.length + u.vanished.length > 0).map((u) => u.name),
+      [...resourceChange.updated].filter((u) => u.appeared.length + u.vanished.length > 0).map((u) => u.name),
     );
-    for (const r of next.resources) {
+    for (const r of plan.resources) {
       const state = this.stateFor(next, r, settings);
       const rt = this.runtimes.get(r.name);
       if (rt !== undefined) {
@@ -207,16 +211,16 @@ export class ResourceManager implements NodeConsumer<ServedSettings> {
   }
 
   /** IDs that left each resource, and why, so a request naming one is told. */
-  private remember(next: NodeSnapshot, change: SnapshotDiff): void {
+  private remember(change: SnapshotDiff, resources: ResourceDiff, planProblem: string | null): void {
     const removedGpus = new Set(change.gpusRemoved);
-    for (const u of [...change.updated, ...change.removed]) {
+    for (const u of [...resources.updated, ...resources.removed]) {
       if (u.vanished.length === 0 && u.appeared.length === 0) continue;
       const m = this.vanished.get(u.name) ?? new Map<string, string>();
       for (const id of u.appeared) m.delete(id);
       const why =
         removedGpus.size > 0
           ? `its GPU left the node (${[...removedGpus].join(', ')})`
-          : (next.planProblem ?? 'the configuration no longer advertises it');
+          : (planProblem ?? 'the configuration no longer advertises it');
       for (const id of u.vanished) {
         m.delete(id);
         m.set(id, why);

@@ -1,22 +1,22 @@
 // The device-plugin mode's part of the composition (--kubelet-api=device-plugin; main.ts composes the
 // rest, shared with DRA mode: scanner, live node, observer, STATUS, state file), as src/dra/mode.ts is
-// DRA's. Two consumers of the node model: the resources (the resource manager, with how answers are
-// given worked out from the options in force and its own log of what is advertised) and the MPS daemon
-// watch (src/mps), whose reports go back to the live node. The manager is the registrations the
-// shared consumers hear.
+// DRA's. One consumer of the node model, the planner (planner.ts: the resources planned from each
+// snapshot, and its log of what is advertised), with two listeners of its plans: the resources (the
+// resource manager, with how answers are given worked out from the options in force) and the MPS
+// daemon watch (src/mps), whose reports go back to the live node. The manager is the registrations
+// the shared consumers hear, the planner what they show per resource (advertised()).
 import { dirname } from 'node:path';
 import type { Options } from '../config/options.ts';
-import type { NodeSnapshot } from '../core/snapshot.ts';
 import { MpsDaemonWatch, controlClientAsk } from '../mps/health-watch.ts';
 import type { RunningConfig } from '../node/config.ts';
-import type { AppliedSnapshot, NodeConsumer, Registrations } from '../node/consumer.ts';
+import type { NodeConsumer, Registrations } from '../node/consumer.ts';
 import type { LiveNode } from '../node/live-node.ts';
 import { presentControlDevices } from '../system/control-devices.ts';
 import { errorText } from '../system/log.ts';
-import type { Logger } from '../system/log.ts';
-import { describeResources } from './describe.ts';
 import { ResourceManager } from './manager.ts';
 import type { ManagerContext, ServeSettings } from './manager.ts';
+import { ResourcePlanner } from './planner.ts';
+import type { AppliedPlan, PlanListener } from './planner.ts';
 
 /** How answers are given, from the options; IMEX channels were looked for once, at start. */
 export async function serveSettings(o: Options, imexChannels: readonly number[]): Promise<ServeSettings> {
@@ -34,27 +34,22 @@ export async function serveSettings(o: Options, imexChannels: readonly number[])
   };
 }
 
-/** The resource manager as a consumer of the running configuration: it works out the serve settings and logs the plan. */
-export class DevicePluginResources implements NodeConsumer<RunningConfig> {
+/** The resource manager as a listener of the plans under the running configuration: it works out the serve settings. */
+export class DevicePluginResources implements PlanListener<RunningConfig> {
   readonly name = 'device plugin resources';
   private readonly manager: ResourceManager;
   private readonly imexChannels: readonly number[];
-  private readonly log: Logger;
-  private last: NodeSnapshot | null = null;
   private serve: { readonly options: Options; readonly settings: ServeSettings } | null = null;
 
-  constructor(manager: ResourceManager, imexChannels: readonly number[], log: Logger) {
+  constructor(manager: ResourceManager, imexChannels: readonly number[]) {
     this.manager = manager;
     this.imexChannels = imexChannels;
-    this.log = log;
   }
 
-  async apply(applied: AppliedSnapshot<RunningConfig>): Promise<void> {
+  async apply(applied: AppliedPlan<RunningConfig>): Promise<void> {
     const options = applied.settings.options;
     if (this.serve?.options !== options)
       this.serve = { options, settings: await serveSettings(options, this.imexChannels) };
-    describeResources(this.log, this.last, applied.snapshot, applied.change, applied.reason);
-    this.last = applied.snapshot;
     await this.manager.apply({ ...applied, settings: { ...applied.settings, serve: this.serve.settings } });
   }
 
@@ -75,9 +70,10 @@ export function devicePluginLockDirectory(o: Pick<Options, 'kubeletSocket'>): { 
   return { dir: dirname(o.kubeletSocket) };
 }
 
-/** The device-plugin mode, composed: its consumers and its registrations (the resource manager). */
+/** The device-plugin mode, composed: its consumers and its registrations (the resource manager, and the planner's view). */
 export interface DevicePluginMode {
   readonly manager: ResourceManager;
+  readonly planner: ResourcePlanner<RunningConfig>;
   readonly consumers: readonly NodeConsumer<RunningConfig>[];
   readonly registrations: Registrations;
   stop(): void;
@@ -104,10 +100,16 @@ export function startDevicePluginMode(d: DevicePluginModeDeps): DevicePluginMode
         .catch((err: unknown) => log.error('cannot apply an MPS daemon state', { resource, error: errorText(err) }));
     },
   });
-  return {
-    manager,
-    consumers: [new DevicePluginResources(manager, d.imexChannels, log), mpsWatch],
-    registrations: manager,
-    stop: () => undefined,
+  const planner = new ResourcePlanner<RunningConfig>(
+    [new DevicePluginResources(manager, d.imexChannels), mpsWatch],
+    log,
+  );
+  const registrations: Registrations = {
+    allRegisteredNow: () => manager.allRegisteredNow(),
+    registrationStates: () => manager.registrationStates(),
+    onRegistered: (fn) => manager.onRegistered(fn),
+    onRegistrationLost: (fn) => manager.onRegistrationLost(fn),
+    advertised: () => planner.advertised(),
   };
+  return { manager, planner, consumers: [planner], registrations, stop: () => undefined };
 }

@@ -115,6 +115,8 @@ export interface StatusRegistrations {
   allRegisteredNow(): boolean;
   /** The line's first words instead of "registered" / "waiting for the kubelet". */
   statusWords?(registeredNow: boolean): string;
+  /** The MPS daemons of what is advertised (node/consumer.ts's Registrations); absent: none. */
+  advertised?(): Pick<NodeSnapshot, 'mpsDaemons'>;
 }
 
 /** What STATUS adds for MPS daemons that do not answer (their replicas are Unhealthy): '' when all answer. */
@@ -175,7 +177,7 @@ export class NodeStatus {
    */
   apply(applied: { readonly snapshot: NodeSnapshot }): void {
     this.counts = healthCounts(applied.snapshot);
-    this.mps = mpsStatus(applied.snapshot);
+    this.mps = mpsStatus(this.registrations.advertised?.() ?? { mpsDaemons: new Map() });
     const signals = applied.snapshot.signals ?? this.lastSignals;
     if (signals !== this.lastSignals) {
       for (const [uuid, g] of signals)

@@ -396,6 +396,23 @@ describe('DRA mode through the executable', { concurrency: false }, () => {
     }
   });
 
+  test('MIG (single) on MIG devices of different profiles starts and publishes them as mixed does', async () => {
+    const node = await startDraNode({ topology: 'mig-mixed-4', args: ['--mig-strategy=single'] });
+    try {
+      const devices = await waitForSlices(node.api, (d) => d.some((x) => x.name.includes('-mig-')), 'with MIG devices');
+      const migs = devices.filter((d) => d.name.includes('-mig-')).map((d) => d.name);
+      assert.ok(migs.includes('gpu-0-mig-1g10gb-19-0'), migs.join(' '));
+      assert.ok(
+        migs.some((n) => n.startsWith('gpu-1-mig-3g40gb-')),
+        migs.join(' '),
+      );
+      assert.ok(devices.some((d) => d.name === 'gpu-2'));
+      assert.equal(node.sim.plugin.exit, undefined);
+    } finally {
+      await node.stop();
+    }
+  });
+
   test('a kubelet restart: registered again and the slices it wiped published again', async (t: TestContext) => {
     const node = await startDraNode();
     try {

@@ -8,9 +8,8 @@ import { join } from 'node:path';
 import { buildFakeNvml, LIBRARY_NAME } from '../fake-nvml/build.ts';
 import { NvmlSessions } from '../../src/nvml/node-reader.ts';
 import { buildSnapshot } from '../../src/core/snapshot.ts';
-import type { NodeScan, NodeSnapshot, PlanSettings } from '../../src/core/snapshot.ts';
+import type { NodeScan, NodeSnapshot } from '../../src/core/snapshot.ts';
 import type { MigStrategy } from '../../src/core/mig.ts';
-import { NO_SHARING } from '../../src/core/sharing.ts';
 import { createLogger } from '../../src/system/log.ts';
 import { loadKoffi } from '../../src/system/native.ts';
 import { TOPOLOGIES } from './sim.ts';
@@ -53,9 +52,8 @@ export async function scanFixture(fixture: string, mig: boolean): Promise<NodeSc
   }
 }
 
-/** The first snapshot of a fixture under a MIG strategy (no sharing, UUIDs). */
+/** The first snapshot of a fixture, its MIG devices read when a MIG strategy is used. */
 export async function fixtureSnapshot(fixture: string, migStrategy: MigStrategy = 'none'): Promise<NodeSnapshot> {
   const scan = await scanFixture(fixture, migStrategy !== 'none');
-  const settings: PlanSettings = { deviceIdStrategy: 'uuid', sharing: NO_SHARING, migStrategy };
-  return buildSnapshot(scan, settings, null, false);
+  return buildSnapshot(scan, null, false);
 }

@@ -13,6 +13,7 @@ import { NO_MIG } from '../../src/core/mig.ts';
 import type { MigLayout } from '../../src/core/mig.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
 import type { Sharing } from '../../src/core/sharing.ts';
+import { advertisedView, planSnapshot } from '../../src/core/resource-plan.ts';
 import { buildSnapshot } from '../../src/core/snapshot.ts';
 import type { PlanSettings } from '../../src/core/snapshot.ts';
 import { parseEnvironmentFile } from '../../src/config/env-file.ts';
@@ -66,10 +67,10 @@ const settings = (sharing: Sharing, extra: Partial<PlanSettings> = {}): PlanSett
   ...extra,
 });
 
-/** What the daemon's start does with the same input: the first snapshot throws, or not. */
+/** What the daemon's start does with the same input: the first plan of the first snapshot throws, or not. */
 function daemonStart(gpus: readonly Gpu[], mig: MigLayout, s: PlanSettings): string | null {
   try {
-    buildSnapshot({ driverVersion: '550', gpus, nvlinks: [], pcie: [], mig }, s, null, false);
+    planSnapshot(buildSnapshot({ driverVersion: '550', gpus, nvlinks: [], pcie: [], mig }, null, false), s, null);
     return null;
   } catch (err) {
     return (err as Error).message;
@@ -223,12 +224,7 @@ test("writability as the unit's sandbox decides it: strict, ReadWritePaths, serv
 });
 
 test("the daemon's state: what the kubelet was told per device with the reason and since when, registrations, and a document info reads back", () => {
-  const s0 = buildSnapshot(
-    { driverVersion: '550.54.15', gpus: GPUS.slice(0, 2), nvlinks: [], pcie: [] },
-    settings(NO_SHARING),
-    null,
-    false,
-  );
+  const s0 = buildSnapshot({ driverVersion: '550.54.15', gpus: GPUS.slice(0, 2), nvlinks: [], pcie: [] }, null, false);
   const started = '2026-11-25T09:00:00.000Z';
   const xidAt = '2026-11-25T10:00:00.000Z';
   const second = GPUS[1]!.uuid;
@@ -261,7 +257,8 @@ test("the daemon's state: what the kubelet was told per device with the reason a
     ],
     'nothing happened to them: as they are since the daemon started',
   );
-  const b = daemonStateFromSnapshot(s1, ctx('t2', true));
+  const plan = planSnapshot(s0, settings(NO_SHARING), null);
+  const b = daemonStateFromSnapshot(s1, { ...ctx('t2', true), advertised: advertisedView({ snapshot: s1, plan }) });
   assert.deepEqual(
     b.devices.map((d) => [d.index, d.health, d.since, d.reason]),
     [
@@ -270,7 +267,7 @@ test("the daemon's state: what the kubelet was told per device with the reason a
     ],
   );
   assert.deepEqual(b.resources, [{ name: 'nvidia.com/gpu', registered: true, since: 't2', devices: 2, healthy: 1 }]);
-  const down = daemonStateFromSnapshot(buildSnapshot(null, settings(NO_SHARING), s1, false), ctx('t3', true));
+  const down = daemonStateFromSnapshot(buildSnapshot(null, s1, false), ctx('t3', true));
   assert.equal(down.driverVersion, null);
   assert.ok(down.devices.every((d) => d.health === 'Unhealthy' && d.reason === 'the NVIDIA driver does not answer'));
 
@@ -298,12 +295,7 @@ test("the daemon's state: what the kubelet was told per device with the reason a
 });
 
 test("DRA mode's prepared claims: carried in the daemon's state, read back, refused when malformed, and shown by info", () => {
-  const s0 = buildSnapshot(
-    { driverVersion: '550.54.15', gpus: GPUS.slice(0, 2), nvlinks: [], pcie: [] },
-    settings(NO_SHARING),
-    null,
-    false,
-  );
+  const s0 = buildSnapshot({ driverVersion: '550.54.15', gpus: GPUS.slice(0, 2), nvlinks: [], pcie: [] }, null, false);
   const claims = [
     {
       namespace: 'team-a',

@@ -143,7 +143,7 @@ async function setup(watcherOpts: WatcherOptions = {}): Promise<Setup> {
   });
   const waitForLine = (re: RegExp, n = 1): Promise<void> =>
     waitUntil(() => count(re) >= n, { on: onEvent(logged, 'line'), what: `${n} log lines matching ${re}` });
-  const snapshot = buildSnapshot(nodeScan(), settings.plan, null, false);
+  const snapshot = buildSnapshot(nodeScan(), null, false);
   const plugins_: DraKubeletPlugin[] = [];
   const newPlugin = async (): Promise<DraKubeletPlugin> => {
     const p = new DraKubeletPlugin({
@@ -436,7 +436,6 @@ test('a GPU left the bus: a claim for a GPU still present is prepared with the i
           [40, -1],
         ],
       },
-      settings.plan,
       t.snapshot,
       false,
     );
@@ -691,7 +690,6 @@ test('the health stream: the complete list on open, a new message when a device 
           [40, -1],
         ],
       },
-      settings.plan,
       long,
       false,
     );

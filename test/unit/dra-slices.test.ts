@@ -18,7 +18,6 @@ import type { PoolContent, SliceDevice } from '../../src/core/dra-slices.ts';
 import { buildSnapshot, withHealth } from '../../src/core/snapshot.ts';
 import type { NodeScan, NodeSnapshot, UnitHealth } from '../../src/core/snapshot.ts';
 import { freshHealthState } from '../../src/core/health.ts';
-import { NO_SHARING } from '../../src/core/sharing.ts';
 import { KubeApiError, KubeClient } from '../../src/k8s/client.ts';
 import { createSlice } from '../../src/k8s/resources.ts';
 import { ApiServerStandIn } from '../support/apiserver.ts';
@@ -304,7 +303,7 @@ test('taints: XID → gpu.nvidia.com/xid=<XID>, lost → gpu-lost, double-bit EC
   const well = withHealth(sick, new Map([[g0, { state: freshHealthState(), reason: 'recovered', since: 2 }]]));
   assert.equal(device(poolContent(well, { nodeName: 'node-t', migStrategy: 'none' }), 'gpu-0').taints, undefined);
   // The driver stops answering: every device Unhealthy, said so.
-  const down = buildSnapshot(null, { deviceIdStrategy: 'uuid', sharing: NO_SHARING }, s, false);
+  const down = buildSnapshot(null, s, false);
   assert.deepEqual(taintsOf(down, g0, 'gpu.nvidia.com'), [
     { key: 'gpu.nvidia.com/unhealthy', value: 'driver-not-answering', effect: 'NoSchedule' },
   ]);
@@ -347,7 +346,7 @@ function bigNode(n: number): NodeSnapshot {
     nvlinks: gpus.map((g) => ({ busId: g.busId, links: [] })),
     pcie: gpus.map(() => gpus.map(() => -1)),
   };
-  return buildSnapshot(scan, { deviceIdStrategy: 'uuid', sharing: NO_SHARING }, null, false);
+  return buildSnapshot(scan, null, false);
 }
 
 test('limits: at most 64 devices a slice (the limit with taints), so 150 devices make 3 slices of one pool that the server accepts tainted or not; 65 tainted in one slice it refuses', async () => {

@@ -11,8 +11,11 @@ import type { EventBatchEntry, ProbeResult } from '../../src/core/health.ts';
 import type { MigDevice, MigLayout } from '../../src/core/mig.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
 import type { NodeScan, NodeSnapshot } from '../../src/core/snapshot.ts';
-import type { AppliedSnapshot, NodeConsumer, NodeSettings } from '../../src/node/consumer.ts';
+import { describePlan } from '../../src/core/sharing.ts';
+import type { NodeSettings } from '../../src/node/consumer.ts';
 import { LiveNode } from '../../src/node/live-node.ts';
+import { ResourcePlanner } from '../../src/plugin/planner.ts';
+import type { AppliedPlan, PlanListener } from '../../src/plugin/planner.ts';
 import { createLogger } from '../../src/system/log.ts';
 import { onEvent, waitFor, waitUntil } from '../support/wait.ts';
 
@@ -69,16 +72,16 @@ const settings = (replicas = 1, migStrategy: 'none' | 'mixed' = 'none'): NodeSet
   },
 });
 
-/** A consumer that records what it was given, and can be told to refuse the next one. */
-class Recorder implements NodeConsumer {
+/** A listener of the device-plugin plans (a consumer of the node behind the planner) that records what it was given, and can be told to refuse the next one. */
+class Recorder implements PlanListener {
   readonly name = 'recorder';
-  readonly applied: AppliedSnapshot[] = [];
+  readonly applied: AppliedPlan[] = [];
   refuseNext: Error | null = null;
   stopped = false;
   /** Emits 'applied' after each snapshot it is given. */
   private readonly events = new EventEmitter();
 
-  apply(a: AppliedSnapshot): void {
+  apply(a: AppliedPlan): void {
     const err = this.refuseNext;
     this.refuseNext = null;
     if (err !== null) throw err;
@@ -97,7 +100,7 @@ class Recorder implements NodeConsumer {
   }
 
   /** The next applied snapshot that satisfies pred (or the last one, if it already does). */
-  next(pred: (a: AppliedSnapshot) => boolean): Promise<AppliedSnapshot> {
+  next(pred: (a: AppliedPlan) => boolean): Promise<AppliedPlan> {
     const from = Math.max(this.applied.length - 1, 0);
     return waitFor(() => this.applied.slice(from).find(pred), {
       on: onEvent(this.events, 'applied'),
@@ -112,7 +115,7 @@ function setup(
     mig?: boolean;
     rescan?: (node: LiveNode, reason: string) => Promise<void>;
     /** Consumers after the recorder. */
-    after?: readonly NodeConsumer[];
+    after?: readonly PlanListener[];
   } = {},
 ) {
   const lines: string[] = [];
@@ -125,7 +128,7 @@ function setup(
     config: settings(1, opts.mig === true ? 'mixed' : 'none'),
     health: parseHealthSettings(undefined, undefined),
     recovery: { enabled: opts.recovery === true, quietMs: 5000 },
-    consumers: [rec, ...(opts.after ?? [])],
+    consumers: [new ResourcePlanner([rec, ...(opts.after ?? [])], log)],
     now: () => now,
     wallNow: () => 1_700_000_000_000 + now,
   });
@@ -157,14 +160,14 @@ const xid = (gpuUuid: string | null, code: number, gi?: number, ci?: number): Ev
 ];
 const probes = (results: Record<string, ProbeResult>): ReadonlyMap<string, ProbeResult> =>
   new Map(Object.entries(results));
-const healthChanged = (a: AppliedSnapshot): boolean => a.reason === 'health changed';
+const healthChanged = (a: AppliedPlan): boolean => a.reason === 'health changed';
 
 test('a scan goes to every consumer with its diff; an XID marks its GPU by UUID, with the reason and since when', async () => {
   const t = setup();
   await t.node.scanned(scan([0, 1, 2]), 'start');
   assert.equal(t.rec.applied.length, 1);
   assert.deepEqual(
-    t.rec.applied[0]!.change.added.map((r) => r.name),
+    t.rec.applied[0]!.resourceChange.added.map((r) => r.name),
     ['nvidia.com/gpu'],
   );
   assert.equal(t.rec.applied[0]!.reason, 'start');
@@ -175,7 +178,7 @@ test('a scan goes to every consumer with its diff; an XID marks its GPU by UUID,
   assert.match(h.reason ?? '', /critical XID 79/);
   assert.equal(h.since, 1_700_000_001_000);
   assert.deepEqual(
-    a.change.updated.map((u) => u.healthChanged),
+    a.resourceChange.updated.map((u) => u.healthChanged),
     [[uuid(1)]],
   );
   assert.equal(t.lines.filter((l) => / WARN GPU unhealthy gpu=1 uuid=GPU-00000001/.test(l)).length, 1);
@@ -278,12 +281,12 @@ test('the driver going and coming back: every device Unhealthy meanwhile, then e
 test('a config reload is a transaction: in force while applied, kept when a consumer refuses it', async () => {
   const t = setup();
   await t.node.scanned(scan([0, 1]), 'start');
-  const plan = await t.node.reconfigure(settings(2), 'config reloaded');
-  assert.equal(plan, 'nvidia.com/gpu=4 (replicas of 2 GPUs)');
+  await t.node.reconfigure(settings(2), 'config reloaded');
+  assert.equal(describePlan(t.rec.applied.at(-1)!.plan.resources), 'nvidia.com/gpu=4 (replicas of 2 GPUs)');
   const a = t.rec.applied.at(-1)!;
   assert.equal(a.reregister, 'config reloaded');
   assert.equal(a.settings, t.node.config);
-  assert.equal(a.snapshot.resources[0]?.devices.length, 4);
+  assert.equal(a.plan.resources[0]?.devices.length, 4);
   const before = t.node.config;
   t.rec.refuseNext = new Error('cannot serve that');
   await assert.rejects(t.node.reconfigure(settings(3), 'config reloaded'), /cannot serve that/);
@@ -323,7 +326,7 @@ test('a refused reload leaves the snapshot, health tracking and every consumer a
   assert.equal(second.last, before.snapshot);
   // The next change is judged against the snapshot in force: nothing of the refused plan shows.
   await t.node.scanned(scan([0, 1]), 're-discovery');
-  assert.deepEqual(second.applied.at(-1)!.change.updated, []);
+  assert.deepEqual(second.applied.at(-1)!.resourceChange.updated, []);
   // A refused scan that drops a GPU: health tracking still follows the GPU, so its XID marks it.
   second.refuseNext = new Error('cannot serve that');
   await assert.rejects(t.node.scanned(scan([0]), 're-discovery'), /cannot serve that/);
@@ -408,5 +411,6 @@ test('a config reload asking more MPS clients than a GPU serves is refused, the 
   await assert.rejects(t.node.reconfigure(mps(20), 'config reloaded'), /16/);
   assert.equal(t.rec.applied.length, count, 'nothing applied');
   assert.equal(t.node.config, before, 'the running configuration is kept');
-  assert.equal(await t.node.reconfigure(mps(16), 'config reloaded'), 'nvidia.com/gpu=32 (MPS replicas of 2 GPUs)');
+  await t.node.reconfigure(mps(16), 'config reloaded');
+  assert.equal(describePlan(t.rec.applied.at(-1)!.plan.resources), 'nvidia.com/gpu=32 (MPS replicas of 2 GPUs)');
 });

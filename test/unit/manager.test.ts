@@ -14,6 +14,9 @@ import { freshHealthState } from '../../src/core/health.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
 import { buildSnapshot, withHealth } from '../../src/core/snapshot.ts';
 import { diff } from '../../src/core/snapshot-diff.ts';
+import { diffResources } from '../../src/core/resource-diff.ts';
+import { planSnapshot } from '../../src/core/resource-plan.ts';
+import type { PlannedNode } from '../../src/core/resource-plan.ts';
 import type { NodeScan, NodeSnapshot } from '../../src/core/snapshot.ts';
 import { ResourceManager } from '../../src/plugin/manager.ts';
 import type { ServedSettings } from '../../src/plugin/manager.ts';
@@ -98,6 +101,9 @@ function allocate(
   });
 }
 
+/** Each snapshot applied with the plan made for it (the device-plugin planner's step). */
+const planned = new WeakMap<NodeSnapshot, PlannedNode>();
+
 function apply(
   m: ResourceManager,
   prev: NodeSnapshot | null,
@@ -105,7 +111,18 @@ function apply(
   s: ServedSettings,
   reregister: string | null = null,
 ): Promise<void> {
-  return m.apply({ snapshot: next, change: diff(prev, next), reason: 'test', reregister, settings: s });
+  const before = prev === null ? null : (planned.get(prev) ?? null);
+  const node: PlannedNode = { snapshot: next, plan: planSnapshot(next, s.plan, before) };
+  planned.set(next, node);
+  return m.apply({
+    snapshot: next,
+    plan: node.plan,
+    change: diff(prev, next),
+    resourceChange: diffResources(before, node),
+    reason: 'test',
+    reregister,
+    settings: s,
+  });
 }
 
 test('resources follow the snapshots: served before registering, lists updated in place, a vanished ID refused naming why, a removed resource stopped', async () => {
@@ -121,7 +138,7 @@ test('resources follow the snapshots: served before registering, lists updated i
     onDirectoryGone: () => assert.fail('the directory is there'),
   });
   try {
-    const a = buildSnapshot(scan([0, 1, 2]), settings().plan, null, false);
+    const a = buildSnapshot(scan([0, 1, 2]), null, false);
     await apply(m, null, a, settings());
     assert.deepEqual(m.resources, ['nvidia.com/gpu']);
     const sock = join(dir, 'gpu-device-plugin-gpu.sock');
@@ -148,7 +165,7 @@ test('resources follow the snapshots: served before registering, lists updated i
     assert.equal(servers.served.size, 1, 'no new server for a health change');
 
     // GPU 1 leaves: its ID is refused by name, the others are served under their new positions.
-    const c = buildSnapshot(scan([0, 2]), settings().plan, b, false);
+    const c = buildSnapshot(scan([0, 2]), b, false);
     await apply(m, b, c, settings());
     const refused = await allocate(h, [uuid(1)]);
     assert.equal(refused.err?.code, grpc.status.INVALID_ARGUMENT);
@@ -161,7 +178,7 @@ test('resources follow the snapshots: served before registering, lists updated i
     assert.equal(ok.envs?.NVIDIA_VISIBLE_DEVICES, uuid(2));
 
     // Time-slicing with renaming: nvidia.com/gpu is withdrawn (stopped, socket removed), nvidia.com/gpu.shared added.
-    const d = buildSnapshot(scan([0, 2]), settings(2).plan, c, false);
+    const d = buildSnapshot(scan([0, 2]), c, false);
     await apply(m, c, d, settings(2), 'config reloaded');
     assert.deepEqual(m.resources, ['nvidia.com/gpu.shared']);
     assert.deepEqual(servers.served.get(sock)!.stops, [true], 'stopped, its socket removed');
@@ -194,7 +211,7 @@ test('registration: listeners hear each one; a config reload that changes a devi
   });
   m.onRegistered((all) => heard.push(all) && hearing.emit('registered'));
   try {
-    const a = buildSnapshot(scan([0, 1]), settings().plan, null, false);
+    const a = buildSnapshot(scan([0, 1]), null, false);
     await apply(m, null, a, settings());
     await kubelet.waitForRegistrations(1);
     await waitUntil(() => heard.length === 1, {
@@ -204,12 +221,12 @@ test('registration: listeners hear each one; a config reload that changes a devi
     assert.deepEqual(heard, [true]);
     assert.ok(m.allRegisteredNow());
     // A re-discovery that removes a GPU travels on the open stream: no new registration.
-    const b = buildSnapshot(scan([0]), settings().plan, a, false);
+    const b = buildSnapshot(scan([0]), a, false);
     await apply(m, a, b, settings());
     await kubelet.waitForDevices((d) => d.length === 1);
     assert.equal(kubelet.registrations.length, 1);
     // A config reload whose device set changed asks for a new registration.
-    const c = buildSnapshot(scan([0, 1]), settings().plan, b, false);
+    const c = buildSnapshot(scan([0, 1]), b, false);
     await apply(m, b, c, settings(), 'config reloaded');
     await kubelet.waitForRegistrations(2);
     assert.equal(kubelet.registrations[1]!.request.resource_name, 'nvidia.com/gpu');

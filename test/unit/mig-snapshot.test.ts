@@ -8,8 +8,8 @@ import type { Gpu } from '../../src/core/devices.ts';
 import { freshHealthState } from '../../src/core/health.ts';
 import type { MigDevice, MigLayout } from '../../src/core/mig.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
-import { buildSnapshot, healthCounts, withHealth } from '../../src/core/snapshot.ts';
-import { diff, isEmptyDiff } from '../../src/core/snapshot-diff.ts';
+import { withHealth } from '../../src/core/snapshot.ts';
+import { changes, counts, noChange, planned, withPlan } from '../support/planned-node.ts';
 import type { NodeScan, NodeSnapshot, PlanSettings } from '../../src/core/snapshot.ts';
 
 /** Advertised health: the GPUs, then the MIG devices, in layout order. */
@@ -78,7 +78,7 @@ const B: MigLayout = {
 };
 
 test("a re-layout is a new snapshot: mig-* resources added and removed, other GPUs' resources unchanged", () => {
-  const a = buildSnapshot(scan(A), mixed, null, false);
+  const a = planned(scan(A), mixed, null, false);
   assert.deepEqual(
     a.resources.map((r) => [r.name, r.devices.length]),
     [
@@ -88,8 +88,8 @@ test("a re-layout is a new snapshot: mig-* resources added and removed, other GP
     ],
   );
   assert.equal(a.gpuHealth.size + a.migHealth.size, 3 + 4);
-  const b = buildSnapshot(scan(B), mixed, a, false);
-  const d = diff(a, b);
+  const b = planned(scan(B), mixed, a, false);
+  const d = changes(a, b);
   assert.deepEqual(
     d.added.map((r) => r.name),
     ['nvidia.com/mig-7g.80gb'],
@@ -107,36 +107,39 @@ test("a re-layout is a new snapshot: mig-* resources added and removed, other GP
   assert.equal(d.migChanged, true);
   assert.deepEqual(d.migAdded, ['MIG-1-7g.80gb-1']);
   assert.deepEqual(d.migRemoved, ['MIG-1-3g.40gb-1', 'MIG-1-1g.10gb-2']);
-  assert.equal(isEmptyDiff(diff(b, buildSnapshot(scan(B), mixed, b, false))), true);
+  assert.equal(noChange(changes(b, planned(scan(B), mixed, b, false))), true);
 });
 
 test('MIG devices keep their health by MIG UUID; new instances start fresh; GPU health is separate', () => {
-  const a = buildSnapshot(scan(A), mixed, null, false);
+  const a = planned(scan(A), mixed, null, false);
   // MIG-0-1g.10gb-2, and MIG-1-3g.40gb-1, which the re-layout removes
-  const a2 = withHealth(
+  const a2 = withPlan(
+    withHealth(
+      a.node.snapshot,
+      new Map([
+        [A.devices[1]!.uuid, sickUnit],
+        [A.devices[2]!.uuid, sickUnit],
+      ]),
+    ),
     a,
-    new Map([
-      [A.devices[1]!.uuid, sickUnit],
-      [A.devices[2]!.uuid, sickUnit],
-    ]),
   );
   assert.deepEqual(healthOf(a2), ['Healthy', 'Healthy', 'Healthy', 'Healthy', 'Unhealthy', 'Unhealthy', 'Healthy']);
   assert.throws(
     () => withHealth(a, new Map([['MIG-nowhere', sickUnit]])),
     /MIG-nowhere, which is neither a GPU nor a MIG device of this snapshot/,
   );
-  const b = buildSnapshot(scan(B), mixed, a2, false);
+  const b = planned(scan(B), mixed, a2, false);
   assert.deepEqual(healthOf(b), ['Healthy', 'Healthy', 'Healthy', 'Healthy', 'Unhealthy', 'Healthy']);
   assert.deepEqual(b.migHealth.get(A.devices[1]!.uuid), sickUnit, 'kept by MIG UUID with its reason and since when');
   const r = b.resources.find((x) => x.name === 'nvidia.com/mig-1g.10gb')!;
   assert.deepEqual(
-    diff(a2, b)
+    changes(a2, b)
       .updated.find((u) => u.name === r.name)
       ?.devices.map((x) => x.health),
     ['Healthy', 'Unhealthy'],
   );
   // While the driver is down, every unit is advertised unhealthy and the layout is kept.
-  const down = buildSnapshot(null, mixed, b, false);
+  const down = planned(null, mixed, b, false);
   assert.equal(down.mig, b.mig);
   assert.ok([...down.health.values()].every((h) => h === 'Unhealthy'));
   assert.equal(down.health.size, 6);
@@ -148,26 +151,26 @@ test('single: a node that stops being uniform is withdrawn with the reason, and 
     modes: [on, on, on],
     devices: [mig(0, 0, 1, '3g.40gb', 3), mig(1, 0, 1, '3g.40gb', 3), mig(2, 0, 1, '3g.40gb', 3)],
   };
-  const a = buildSnapshot(scan(uniform), single, null, false);
+  const a = planned(scan(uniform), single, null, false);
   assert.deepEqual(
     a.resources.map((r) => [r.name, r.devices.length]),
     [['nvidia.com/gpu', 3]],
   );
   const broken: MigLayout = { ...uniform, devices: [...uniform.devices.slice(0, 2), mig(2, 0, 1, '2g.20gb', 2)] };
-  const b = buildSnapshot(scan(broken), single, a, false);
+  const b = planned(scan(broken), single, a, false);
   assert.deepEqual(b.resources, []);
   assert.match(b.planProblem ?? '', /^--mig-strategy=single needs .*3g\.40gb on GPU 0, 1; 2g\.20gb on GPU 2/);
   assert.deepEqual(
-    diff(a, b).removed.map((r) => r.name),
+    changes(a, b).removed.map((r) => r.name),
     ['nvidia.com/gpu'],
   );
-  const c = buildSnapshot(scan(uniform), single, b, false);
+  const c = planned(scan(uniform), single, b, false);
   assert.equal(c.planProblem, null);
   assert.deepEqual(
-    diff(b, c).added.map((r) => r.name),
+    changes(b, c).added.map((r) => r.name),
     ['nvidia.com/gpu'],
   );
-  assert.throws(() => buildSnapshot(scan(broken), single, null, false), /mig-strategy=single/);
+  assert.throws(() => planned(scan(broken), single, null, false), /mig-strategy=single/);
 });
 
 test('capability nodes: by MIG UUID for Allocate; without them device specs stop a start and are reported after', () => {
@@ -177,7 +180,7 @@ test('capability nodes: by MIG UUID for Allocate; without them device specs stop
       [`/dev/nvidia-caps/nvidia-cap${10 + 2 * k}`, `/dev/nvidia-caps/nvidia-cap${11 + 2 * k}`],
     ]),
   );
-  const a = buildSnapshot(scan(A, caps), { ...mixed, needMigCapabilities: true }, null, false);
+  const a = planned(scan(A, caps), { ...mixed, needMigCapabilities: true }, null, false);
   assert.ok(!('problem' in a.migCapabilities));
   if (!('problem' in a.migCapabilities))
     assert.deepEqual(a.migCapabilities.get(A.devices[2]!.uuid), [
@@ -186,20 +189,20 @@ test('capability nodes: by MIG UUID for Allocate; without them device specs stop
     ]);
   const missing = { problem: 'cannot read /proc/driver/nvidia-caps/mig-minors (ENOENT)' };
   assert.throws(
-    () => buildSnapshot(scan(A, missing), { ...mixed, needMigCapabilities: true }, null, false),
+    () => planned(scan(A, missing), { ...mixed, needMigCapabilities: true }, null, false),
     /mig-minors \(ENOENT\); --pass-device-specs cannot give MIG devices their capability nodes/,
   );
-  const later = buildSnapshot(scan(A, missing), { ...mixed, needMigCapabilities: true }, a, false);
+  const later = planned(scan(A, missing), { ...mixed, needMigCapabilities: true }, a, false);
   assert.match(later.planProblem ?? '', /cannot give MIG devices their capability nodes/);
   assert.equal(later.resources.length, 3, 'still advertised; Allocate of a MIG device says what is missing');
   // Without device specs nothing is needed.
-  assert.equal(buildSnapshot(scan(A, missing), mixed, null, false).planProblem, null);
+  assert.equal(planned(scan(A, missing), mixed, null, false).planProblem, null);
 });
 
 test("health counts: a MIG device counts with its own health, not its parent GPU's", () => {
-  const a = buildSnapshot(scan(A), mixed, null, false);
+  const a = planned(scan(A), mixed, null, false);
   // MIG-0-1g.10gb-2; GPU 0 itself stays healthy
-  const c = healthCounts(withHealth(a, new Map([[A.devices[1]!.uuid, sickUnit]])));
+  const c = counts(withPlan(withHealth(a.node.snapshot, new Map([[A.devices[1]!.uuid, sickUnit]])), a));
   assert.deepEqual(c.gpus, { healthy: 3, total: 3 });
   assert.deepEqual(c.mig, { healthy: 3, total: 4 });
   assert.deepEqual(c.resources, [

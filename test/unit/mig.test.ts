@@ -595,12 +595,7 @@ function monitor() {
     pcie: GPUS.map(() => GPUS.map(() => -1)),
     mig: MIXED,
   };
-  const snapshot = buildSnapshot(
-    scan,
-    { deviceIdStrategy: 'uuid', sharing: NO_SHARING, migStrategy: 'mixed' },
-    null,
-    false,
-  );
+  const snapshot = buildSnapshot(scan, null, false);
   h.follow(snapshot);
   const units = [...GPUS.map((g) => g.uuid), ...MIXED.devices.map((d) => d.uuid)];
   const probe = (r: ProbeResult[]) => new Map(GPUS.map((g, i) => [g.uuid, r[i] ?? 'error']));

@@ -8,16 +8,15 @@ import assert from 'node:assert/strict';
 import type { Gpu } from '../../src/core/devices.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
 import type { PlannedResource } from '../../src/core/sharing.ts';
-import {
-  buildSnapshot,
-  healthCounts,
-  MPS_DAEMON_NOT_ASKED,
-  withHealth,
-  withMpsDaemons,
-} from '../../src/core/snapshot.ts';
-import { diff, resourceDeviceList } from '../../src/core/snapshot-diff.ts';
-import type { NodeScan, NodeSnapshot, PlanSettings } from '../../src/core/snapshot.ts';
-import type { AppliedSnapshot, NodeSettings } from '../../src/node/consumer.ts';
+import { diffResources, resourceDeviceList } from '../../src/core/resource-diff.ts';
+import { advertisedView, mpsDaemonsOf } from '../../src/core/resource-plan.ts';
+import { MPS_DAEMON_NOT_ASKED, withHealth, withMpsDaemons } from '../../src/core/snapshot.ts';
+import type { MpsDaemonState, NodeScan, PlanSettings, UnitHealth } from '../../src/core/snapshot.ts';
+import type { NodeSettings } from '../../src/node/consumer.ts';
+import { ResourcePlanner } from '../../src/plugin/planner.ts';
+import type { AppliedPlan } from '../../src/plugin/planner.ts';
+import { changes, counts, planned, plannedNode, withPlan } from '../support/planned-node.ts';
+import type { Planned } from '../support/planned-node.ts';
 import { LiveNode } from '../../src/node/live-node.ts';
 import { parseHealthSettings } from '../../src/core/health.ts';
 import { MpsControlError } from '../../src/mps/control-client.ts';
@@ -63,15 +62,23 @@ const plan = (replicas: number): PlanSettings => ({
 });
 
 /**
- * A snapshot whose time-sliced resources are made MPS by hand (the plan that sets PlannedResource.mps
- * from sharing.mps is built elsewhere): its daemons' states are carried by the next buildSnapshot.
+ * A snapshot planned with its time-sliced resources made MPS by hand (the plan that sets
+ * PlannedResource.mps from sharing.mps is built elsewhere); its daemons not asked yet.
  */
-function mpsSnapshot(n: number, replicas: number, names: readonly string[] = ['nvidia.com/gpu']): NodeSnapshot {
-  const s = buildSnapshot(scan(n), plan(replicas), null, false);
-  const base = s.resources[0] as PlannedResource;
+function mpsSnapshot(n: number, replicas: number, names: readonly string[] = ['nvidia.com/gpu']): Planned {
+  const p = planned(scan(n), plan(replicas), null, false);
+  const base = p.resources[0] as PlannedResource;
   const resources = names.map((name): PlannedResource => ({ ...base, name, mps: true }));
-  return { ...s, resources, mpsDaemons: new Map(names.map((nm) => [nm, MPS_DAEMON_NOT_ASKED])) };
+  const snapshot = { ...p.node.snapshot, mpsDaemons: new Map(names.map((nm) => [nm, MPS_DAEMON_NOT_ASKED])) };
+  return plannedNode(snapshot, { ...p.node.plan, resources });
 }
+
+/** The same planned node with new MPS daemon states (what the live node makes of the watch's reports). */
+const withDaemons = (p: Planned, updates: ReadonlyMap<string, MpsDaemonState | null>): Planned =>
+  withPlan(withMpsDaemons(p.node.snapshot, updates), p);
+/** The same planned node with new health for some units. */
+const withUnits = (p: Planned, updates: ReadonlyMap<string, UnitHealth>): Planned =>
+  withPlan(withHealth(p.node.snapshot, updates), p);
 
 interface S extends NodeSettings {
   readonly root: string | null;
@@ -114,22 +121,18 @@ function watchSetup() {
   const log = createLogger({ level: 'debug', journal: false, write: (l) => lines.push(l) });
   const client = new FakeClient();
   const reports: { resource: string; report: MpsDaemonReport }[] = [];
+  /** Resources whose daemon is no longer watched (the report null), in order. */
+  const forgotten: string[] = [];
   const watch = new MpsDaemonWatch<S>({
     log,
     rootOf: (c) => c.root,
     ask: client.ask,
-    report: (resource, report) => reports.push({ resource, report }),
+    report: (resource, report) => (report === null ? forgotten.push(resource) : reports.push({ resource, report })),
   });
-  const apply = (snapshot: NodeSnapshot, root: string | null): void => {
-    watch.apply({
-      snapshot,
-      change: diff(null, snapshot),
-      reason: 'test',
-      reregister: null,
-      settings: settingsWith(root),
-    });
+  const apply = (p: Planned, root: string | null): void => {
+    watch.apply({ plan: p.node.plan, settings: settingsWith(root) });
   };
-  return { watch, client, reports, lines, apply };
+  return { watch, client, reports, forgotten, lines, apply };
 }
 
 test('the watch asks each daemon once at a time, every interval after the last answer, and reports transitions with the reason', async (ctx) => {
@@ -227,9 +230,11 @@ test('the watch follows the snapshots: a resource removed is no longer asked (it
     report: { answering: false, reason: 'Cannot find MPS control daemon process' },
   });
   assert.equal(t.reports.length, 2, 'the late answer of the daemon under /a is not reported');
+  assert.deepEqual(t.forgotten, ['nvidia.com/gpu.mps'], 'a new root is no reason to forget the state');
   // No MPS resource any more (or no root): nothing is watched.
-  t.apply(buildSnapshot(scan(1), plan(2), null, false), '/b');
+  t.apply(planned(scan(1), plan(2), null, false), '/b');
   assert.deepEqual(t.watch.watching(), []);
+  assert.deepEqual(t.forgotten, ['nvidia.com/gpu.mps', 'nvidia.com/gpu']);
   t.watch.stop();
 });
 
@@ -240,20 +245,20 @@ test("an MPS resource is advertised Unhealthy until its daemon answers, with its
     resourceDeviceList(s0, r).map((d) => d.health),
     ['Unhealthy', 'Unhealthy', 'Unhealthy', 'Unhealthy'],
   );
-  assert.deepEqual(healthCounts(s0).resources, [{ name: 'nvidia.com/gpu', devices: 4, healthy: 0 }]);
+  assert.deepEqual(counts(s0).resources, [{ name: 'nvidia.com/gpu', devices: 4, healthy: 0 }]);
   assert.equal(s0.health.get(uuid(0)), 'Healthy', "the GPU's own health is untouched");
-  const s1 = withMpsDaemons(s0, new Map([['nvidia.com/gpu', { answering: true, reason: null, since: 5 }]]));
+  const s1 = withDaemons(s0, new Map([['nvidia.com/gpu', { answering: true, reason: null, since: 5 }]]));
   assert.deepEqual(
     resourceDeviceList(s1, r).map((d) => d.health),
     ['Healthy', 'Healthy', 'Healthy', 'Healthy'],
   );
-  const up = diff(s0, s1);
+  const up = changes(s0, s1);
   assert.deepEqual(
     up.updated.map((u) => [u.name, u.healthChanged.length]),
     [['nvidia.com/gpu', 4]],
   );
   // The GPU's own health still counts once the daemon answers.
-  const sick = withHealth(
+  const sick = withUnits(
     s1,
     new Map([
       [
@@ -271,22 +276,27 @@ test("an MPS resource is advertised Unhealthy until its daemon answers, with its
     resourceDeviceList(sick, r).map((d) => d.health),
     ['Healthy', 'Healthy', 'Unhealthy', 'Unhealthy'],
   );
-  const down = withMpsDaemons(
+  const down = withDaemons(
     sick,
     new Map([['nvidia.com/gpu', { answering: false, reason: 'Cannot find MPS control daemon process', since: 7 }]]),
   );
   assert.deepEqual(
-    diff(sick, down).updated.map((u) => u.healthChanged.length),
+    changes(sick, down).updated.map((u) => u.healthChanged.length),
     [2],
   );
-  // A report for a resource that is not MPS in the snapshot changes nothing.
-  assert.equal(
-    withMpsDaemons(down, new Map([['nvidia.com/other', { answering: true, reason: null, since: 8 }]])),
-    down,
-  );
+  // A report for a resource that is not MPS in the plan changes nothing advertised.
+  const other = withDaemons(down, new Map([['nvidia.com/other', { answering: true, reason: null, since: 8 }]]));
+  assert.deepEqual(diffResources(down.node, other.node).updated, []);
+  assert.deepEqual(mpsDaemonsOf(other.node), mpsDaemonsOf(down.node));
   // The next snapshot carries the daemon's state by resource name; a resource no longer MPS drops it.
-  const rebuilt = buildSnapshot(scan(2), plan(2), down, false);
-  assert.equal(rebuilt.mpsDaemons?.size, 0, 'the plan made no MPS resource: no daemon state');
+  const rebuilt = planned(scan(2), plan(2), down, false);
+  assert.equal(
+    rebuilt.node.snapshot.mpsDaemons.get('nvidia.com/gpu'),
+    down.node.snapshot.mpsDaemons.get('nvidia.com/gpu'),
+  );
+  assert.equal(mpsDaemonsOf(rebuilt.node).size, 0, 'the plan made no MPS resource: no daemon state');
+  // A daemon no longer watched is forgotten: MPS again, it is not asked yet.
+  assert.equal(withMpsDaemons(down.node.snapshot, new Map([['nvidia.com/gpu', null]])).mpsDaemons.size, 0);
 });
 
 test("info: the published state has each MPS resource with its daemon's state and limits, and `info` shows them", () => {
@@ -300,7 +310,9 @@ test("info: the published state has each MPS resource with its daemon's state an
     registrations: [{ name: 'nvidia.com/gpu', registered: true }],
     since: new SinceTracker(),
   });
-  const waiting = daemonStateFromSnapshot(s0, ctx('t1'));
+  const stateOf = (p: Planned, now: string) =>
+    daemonStateFromSnapshot(p.node.snapshot, { ...ctx(now), advertised: advertisedView(p.node) });
+  const waiting = stateOf(s0, 't1');
   assert.deepEqual(waiting.mps, [
     {
       resource: 'nvidia.com/gpu',
@@ -319,11 +331,11 @@ test("info: the published state has each MPS resource with its daemon's state an
     [[8, 0]],
   );
   const at = Date.UTC(2026, 0, 1, 12);
-  const gone = withMpsDaemons(
+  const gone = withDaemons(
     s0,
     new Map([['nvidia.com/gpu', { answering: false, reason: 'Cannot find MPS control daemon process', since: at }]]),
   );
-  const state = daemonStateFromSnapshot(gone, ctx('t2'));
+  const state = stateOf(gone, 't2');
   const back = parseStateDocument(stateDocument(state));
   assert.ok('state' in back);
   const text = formatDaemon({ read: { kind: 'running', path: '/run/x/state.json', state: back.state } });
@@ -331,20 +343,16 @@ test("info: the published state has each MPS resource with its daemon's state an
     text,
     /^nvidia\.com\/gpu +not answering: Cannot find MPS control daemon process +2026-01-01T12:00:00\.000Z +4 +25% +GPU 0: 20480 MiB, GPU 1: 20480 MiB$/m,
   );
-  const up = daemonStateFromSnapshot(
-    withMpsDaemons(s0, new Map([['nvidia.com/gpu', { answering: true, reason: null, since: at }]])),
-    ctx('t3'),
+  const up = stateOf(
+    withDaemons(s0, new Map([['nvidia.com/gpu', { answering: true, reason: null, since: at }]])),
+    't3',
   );
   assert.deepEqual([up.mps?.[0]?.answering, up.mps?.[0]?.reason, up.resources[0]?.healthy], [true, undefined, 8]);
   assert.match(
     formatDaemon({ read: { kind: 'running', path: '/p', state: up } }),
     /^nvidia\.com\/gpu +answering +2026-01-01T12:00:00\.000Z +4 +25%/m,
   );
-  assert.equal(
-    daemonStateFromSnapshot(buildSnapshot(scan(2), plan(4), null, false), ctx('t4')).mps,
-    undefined,
-    'no MPS resource: no mps part',
-  );
+  assert.equal(stateOf(planned(scan(2), plan(4), null, false), 't4').mps, undefined, 'no MPS resource: no mps part');
 });
 
 test('STATUS says which MPS daemon does not answer and why, and stops saying it once it answers', () => {
@@ -356,40 +364,41 @@ test('STATUS says which MPS daemon does not answer and why, and stops saying it 
       },
       waitFor: () => undefined,
     },
-    { allRegisteredNow: () => true },
+    { allRegisteredNow: () => true, advertised: () => advertisedView(shown.node) },
   );
   const s0 = mpsSnapshot(2, 2);
+  let shown = s0;
   status.apply({ snapshot: s0 });
   status.registered(true);
   assert.equal(
     sent.at(-1),
     'STATUS=registered; 2 of 2 GPUs healthy; MPS daemon for nvidia.com/gpu not answering: not asked yet',
   );
-  const gone = withMpsDaemons(
+  const gone = withDaemons(
     s0,
     new Map([['nvidia.com/gpu', { answering: false, reason: 'Cannot find MPS control daemon process', since: 1 }]]),
   );
+  shown = gone;
   status.apply({ snapshot: gone });
   assert.equal(
     sent.at(-1),
     'STATUS=registered; 2 of 2 GPUs healthy; MPS daemon for nvidia.com/gpu not answering: Cannot find MPS control daemon process',
   );
   assert.equal(
-    mpsStatus(gone),
+    mpsStatus(advertisedView(gone.node)),
     '; MPS daemon for nvidia.com/gpu not answering: Cannot find MPS control daemon process',
   );
-  status.apply({
-    snapshot: withMpsDaemons(s0, new Map([['nvidia.com/gpu', { answering: true, reason: null, since: 2 }]])),
-  });
+  shown = withDaemons(s0, new Map([['nvidia.com/gpu', { answering: true, reason: null, since: 2 }]]));
+  status.apply({ snapshot: shown });
   assert.equal(sent.at(-1), 'STATUS=registered; 2 of 2 GPUs healthy');
 });
 
-/** A consumer that records the lists the kubelet would be sent, by resource. */
+/** A listener of the plans that records the lists the kubelet would be sent, by resource. */
 class ListRecorder {
   readonly name = 'lists';
-  readonly applied: AppliedSnapshot[] = [];
-  private waiters: { pred: (a: AppliedSnapshot) => boolean; resolve: (a: AppliedSnapshot) => void }[] = [];
-  apply(a: AppliedSnapshot): void {
+  readonly applied: AppliedPlan<S>[] = [];
+  private waiters: { pred: (a: AppliedPlan<S>) => boolean; resolve: (a: AppliedPlan<S>) => void }[] = [];
+  apply(a: AppliedPlan<S>): void {
     this.applied.push(a);
     this.waiters = this.waiters.filter((w) => {
       if (!w.pred(a)) return true;
@@ -397,7 +406,7 @@ class ListRecorder {
       return false;
     });
   }
-  next(pred: (a: AppliedSnapshot) => boolean): Promise<AppliedSnapshot> {
+  next(pred: (a: AppliedPlan<S>) => boolean): Promise<AppliedPlan<S>> {
     const last = this.applied.at(-1);
     if (last !== undefined && pred(last)) return Promise.resolve(last);
     return new Promise((resolve) => this.waiters.push({ pred, resolve }));
@@ -418,8 +427,8 @@ const mpsSettings = (replicas: number, root: string | null = '/run/nvidia/mps'):
     },
   },
 });
-const listHealth = (a: AppliedSnapshot, name = 'nvidia.com/gpu'): string => {
-  const r = a.snapshot.resources.find((x) => x.name === name);
+const listHealth = (a: AppliedPlan<S>, name = 'nvidia.com/gpu'): string => {
+  const r = a.plan.resources.find((x) => x.name === name);
   return r === undefined
     ? '-'
     : resourceDeviceList(a.snapshot, r)
@@ -450,25 +459,29 @@ test('live node + watch: replicas Unhealthy from start until the daemon answers,
       },
       waitFor: () => undefined,
     },
-    { allRegisteredNow: () => true },
+    { allRegisteredNow: () => true, advertised: () => planner.advertised() },
   );
+  const planner = new ResourcePlanner<S>([watch, rec], log);
   node = new LiveNode<S>({
     log,
     config: mpsSettings(2),
     health: parseHealthSettings(undefined, undefined),
     recovery: { enabled: false, quietMs: 0 },
-    consumers: [status, watch, rec],
+    consumers: [planner, status],
     wallNow: () => 1_700_000_000_000,
   });
   await node.scanned(scan(2), 'start');
   assert.equal(rec.applied.length, 1);
-  assert.equal(rec.applied[0]!.snapshot.resources[0]?.mps, true, 'the plan marks the resource MPS');
+  assert.equal(rec.applied[0]!.plan.resources[0]?.mps, true, 'the plan marks the resource MPS');
   assert.equal(listHealth(rec.applied[0]!), 'UUUU', 'registered with every replica Unhealthy until the daemon answers');
   ctx.mock.timers.tick(0);
   client.last().fail('Cannot find MPS control daemon process');
+  // The STATUS line follows the planner: its change is done once the live node's queue has run it.
+  const settleQueue = () => (node as LiveNode<S>).reconfigure((node as LiveNode<S>).config, 'settle');
   const waiting = await rec.next((a) => a.reason === 'MPS daemon does not answer');
+  await settleQueue();
   assert.equal(listHealth(waiting), 'UUUU');
-  assert.deepEqual(waiting.change.updated, [], 'nothing the kubelet sees changed');
+  assert.deepEqual(waiting.resourceChange.updated, [], 'nothing the kubelet sees changed');
   status.registered(true);
   assert.match(
     sent.at(-1) ?? '',
@@ -477,9 +490,10 @@ test('live node + watch: replicas Unhealthy from start until the daemon answers,
   ctx.mock.timers.tick(ASK_INTERVAL_MS);
   client.last().answer();
   const up = await rec.next((a) => a.reason === 'MPS daemon answers');
+  await settleQueue();
   assert.equal(listHealth(up), 'HHHH');
   assert.deepEqual(
-    up.change.updated.map((u) => [u.name, u.healthChanged.length]),
+    up.resourceChange.updated.map((u) => [u.name, u.healthChanged.length]),
     [['nvidia.com/gpu', 4]],
     'the diff reports the resource updated, so ListAndWatch sends the list',
   );
@@ -492,6 +506,7 @@ test('live node + watch: replicas Unhealthy from start until the daemon answers,
   ctx.mock.timers.tick(ASK_INTERVAL_MS);
   client.last().fail(`no answer within ${ASK_TIMEOUT_MS} ms`);
   const down = await rec.next((a) => a.reason === 'MPS daemon does not answer' && a !== waiting);
+  await settleQueue();
   assert.equal(listHealth(down), 'UUUU');
   assert.equal(down.snapshot.gpuHealth.get(uuid(0))?.state.health, 'Healthy', 'the GPU itself stays healthy');
   assert.match(sent.at(-1) ?? '', /MPS daemon for nvidia\.com\/gpu not answering: no answer within 2000 ms$/);
@@ -511,6 +526,8 @@ test('live node + watch: replicas Unhealthy from start until the daemon answers,
   // MPS off by reload: nothing is watched any more.
   await node.reconfigure({ ...settingsWith('/run/nvidia/mps') }, 'config reloaded');
   assert.deepEqual(watch.watching(), []);
-  assert.equal(rec.applied.at(-1)?.snapshot.mpsDaemons?.size, 0);
+  assert.equal(mpsDaemonsOf(planner.planned!).size, 0);
+  const forgotten = await rec.next((a) => a.reason === 'MPS daemon not watched');
+  assert.equal(forgotten.snapshot.mpsDaemons?.size, 0);
   await node.stop();
 });

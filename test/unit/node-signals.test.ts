@@ -14,6 +14,7 @@ import type { GpuSignals, SignalReading } from '../../src/core/health-signals.ts
 import { nodeLabels } from '../../src/core/labels.ts';
 import { NodeMetrics, renderMetrics } from '../../src/core/metrics.ts';
 import type { MigDevice, MigLayout } from '../../src/core/mig.ts';
+import { planSnapshot } from '../../src/core/resource-plan.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
 import { buildSnapshot, withSignals } from '../../src/core/snapshot.ts';
 import type { NodeScan, NodeSnapshot } from '../../src/core/snapshot.ts';
@@ -138,8 +139,8 @@ function setup(o: { recovery?: boolean; replicas?: number; mig?: boolean } = {})
     },
     /** Every advertised device's health in list order, as letters. */
     list: (s: NodeSnapshot = rec.last): string =>
-      s.resources
-        .flatMap((r) => r.devices)
+      planSnapshot(s, node.config.plan, null)
+        .resources.flatMap((r) => r.devices)
         .map((d) => (s.health.get(d.mig ?? d.uuid) === 'Healthy' ? 'H' : 'U'))
         .join(''),
   };
@@ -221,7 +222,7 @@ test('XID 154 only prompts a read of the recovery action: it is no XID fault', a
 });
 
 function snapshotWith(signals: Record<number, SignalReading>): NodeSnapshot {
-  const s = buildSnapshot(scan(), settings().plan, null, false);
+  const s = buildSnapshot(scan(), null, false);
   const updates = new Map<string, GpuSignals>();
   for (const [i, r] of Object.entries(signals)) {
     // The first reading sets the NVLink expectation (links 0 and 1 up).

@@ -2,7 +2,6 @@
 // soon as the resource manager says a registration is lost.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { NO_SHARING } from '../../src/core/sharing.ts';
 import { buildSnapshot } from '../../src/core/snapshot.ts';
 import { NodeStatus, statusLine } from '../../src/system/service-status.ts';
 
@@ -50,7 +49,6 @@ test('NodeStatus: READY with the first full registration, "waiting" again the mo
         [-1, -1],
       ],
     },
-    { deviceIdStrategy: 'uuid', sharing: NO_SHARING },
     null,
     false,
   );
@@ -102,7 +100,6 @@ test('NodeStatus with the serving side\'s own words (DRA mode): they replace "re
         [-1, -1],
       ],
     },
-    { deviceIdStrategy: 'uuid', sharing: NO_SHARING },
     null,
     false,
   );

@@ -172,8 +172,7 @@ test('MIG fixture (mixed): the MIG devices and the MIG-disabled GPU, accepted by
 test('a GPU removed: the same slice (name, uid) updated in place with a higher pool generation, never deleted and created', async () => {
   const { api, pub } = await start();
   const scan = await scanFixture('nvswitch-8.json', false);
-  const set = settings().plan;
-  const s1 = buildSnapshot(scan, set, null, false);
+  const s1 = buildSnapshot(scan, null, false);
   pub.apply(applied(s1, null));
   await pub.whenSynced();
   const uid = meta(stored(api)).uid;
@@ -183,7 +182,7 @@ test('a GPU removed: the same slice (name, uid) updated in place with a higher p
     nvlinks: scan.nvlinks.filter((_, i) => i !== 5),
     pcie: scan.pcie.filter((_, i) => i !== 5).map((r) => r.filter((_, j) => j !== 5)),
   };
-  const s2 = buildSnapshot(less, set, s1, false);
+  const s2 = buildSnapshot(less, s1, false);
   pub.apply(applied(s2, s1));
   await pub.whenSynced();
   const slice = stored(api);

@@ -4,8 +4,10 @@ import type { Gpu } from '../../src/core/devices.ts';
 import { HealthTracker, freshHealthState, parseHealthSettings } from '../../src/core/health.ts';
 import type { GpuHealthState } from '../../src/core/health.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
-import { buildSnapshot, carryPlan, sameIdentity, withHealth } from '../../src/core/snapshot.ts';
-import { diff, isEmptyDiff } from '../../src/core/snapshot-diff.ts';
+import { carryPlan } from '../../src/core/resource-plan.ts';
+import { sameIdentity, withHealth } from '../../src/core/snapshot.ts';
+import { changes, noChange, planned, withPlan } from '../support/planned-node.ts';
+import type { Planned } from '../support/planned-node.ts';
 import type { NodeScan, NodeSnapshot, PlanSettings, UnitHealth } from '../../src/core/snapshot.ts';
 
 const uuid = (i: number): string => `GPU-0000000${i}-1111-2222-3333-444444444444`;
@@ -57,8 +59,8 @@ const unit = (state: GpuHealthState): UnitHealth => ({
   since: state.health === 'Healthy' ? null : 1,
 });
 
-function markUnhealthy(s: NodeSnapshot, pos: number, why: Partial<GpuHealthState> = {}): NodeSnapshot {
-  return withHealth(s, new Map([[s.gpus[pos]!.uuid, unit(unhealthy(why))]]));
+function markUnhealthy(s: Planned, pos: number, why: Partial<GpuHealthState> = {}): Planned {
+  return withPlan(withHealth(s.node.snapshot, new Map([[s.gpus[pos]!.uuid, unit(unhealthy(why))]])), s);
 }
 
 /** Advertised health of each GPU, in the snapshot's GPU order. */
@@ -67,14 +69,14 @@ const healthOf = (s: NodeSnapshot): string[] => s.gpus.map((g) => s.health.get(g
 const stateOf = (s: NodeSnapshot, id: number): GpuHealthState | undefined => s.gpuHealth.get(uuid(id))?.state;
 
 test('a first snapshot plans the resources, every GPU healthy, and its diff adds them', () => {
-  const s = buildSnapshot(scan([0, 1, 2]), plain, null, false);
+  const s = planned(scan([0, 1, 2]), plain, null, false);
   assert.equal(s.driverVersion, '550.54.15');
   assert.deepEqual(healthOf(s), ['Healthy', 'Healthy', 'Healthy']);
   assert.deepEqual(
     s.resources.map((r) => r.name),
     ['nvidia.com/gpu'],
   );
-  const d = diff(null, s);
+  const d = changes(null, s);
   assert.deepEqual(
     d.added.map((r) => [r.name, r.devices.map((x) => x.ID)]),
     [['nvidia.com/gpu', [uuid(0), uuid(1), uuid(2)]]],
@@ -84,16 +86,16 @@ test('a first snapshot plans the resources, every GPU healthy, and its diff adds
 });
 
 test('the same node scanned again gives an empty diff', () => {
-  const a = buildSnapshot(scan([0, 1, 2]), plain, null, false);
-  const b = buildSnapshot(scan([0, 1, 2]), plain, a, false);
-  const d = diff(a, b);
-  assert.ok(isEmptyDiff(d), JSON.stringify(d));
+  const a = planned(scan([0, 1, 2]), plain, null, false);
+  const b = planned(scan([0, 1, 2]), plain, a, false);
+  const d = changes(a, b);
+  assert.ok(noChange(d), JSON.stringify(d));
   assert.deepEqual(d.unchanged, ['nvidia.com/gpu']);
 });
 
 test('a GPU that leaves vanishes from the list at once; its health is remembered by UUID', () => {
-  const a = markUnhealthy(buildSnapshot(scan([0, 1, 2]), plain, null, false), 1, { lost: true });
-  const b = buildSnapshot(scan([0, 2]), plain, a, false);
+  const a = markUnhealthy(planned(scan([0, 1, 2]), plain, null, false), 1, { lost: true });
+  const b = planned(scan([0, 2]), plain, a, false);
   assert.deepEqual(
     b.gpus.map((g) => [g.uuid, g.index]),
     [
@@ -103,7 +105,7 @@ test('a GPU that leaves vanishes from the list at once; its health is remembered
     'NVML indices shift; UUIDs stay',
   );
   assert.deepEqual(Object.keys(b.departed), [uuid(1)]);
-  const d = diff(a, b);
+  const d = changes(a, b);
   assert.deepEqual(
     d.updated.map((r) => [r.name, r.devices.map((x) => x.ID), r.vanished]),
     [['nvidia.com/gpu', [uuid(0), uuid(2)], [uuid(1)]]],
@@ -115,46 +117,46 @@ test('a GPU that leaves vanishes from the list at once; its health is remembered
 });
 
 test('a GPU that comes back keeps the state it left in, unless recovery is on', () => {
-  const a = markUnhealthy(buildSnapshot(scan([0, 1, 2]), plain, null, false), 1, { lost: true });
-  const gone = buildSnapshot(scan([0, 2]), plain, a, false);
-  const back = buildSnapshot(scan([0, 1, 2]), plain, gone, false);
+  const a = markUnhealthy(planned(scan([0, 1, 2]), plain, null, false), 1, { lost: true });
+  const gone = planned(scan([0, 2]), plain, a, false);
+  const back = planned(scan([0, 1, 2]), plain, gone, false);
   assert.deepEqual(healthOf(back), ['Healthy', 'Unhealthy', 'Healthy'], 'lost stays unhealthy without recovery');
   assert.equal(stateOf(back, 1)?.lost, true);
   assert.equal(back.gpuHealth.get(uuid(1))?.reason, 'test', 'the reason and since when come back with it');
   assert.deepEqual(back.departed, {});
-  const d = diff(gone, back);
+  const d = changes(gone, back);
   assert.deepEqual(d.updated[0]?.appeared, [uuid(1)]);
   assert.equal(d.updated[0]?.devices.find((x) => x.ID === uuid(1))?.health, 'Unhealthy');
 
-  const recovered = buildSnapshot(scan([0, 1, 2]), plain, gone, true);
+  const recovered = planned(scan([0, 1, 2]), plain, gone, true);
   assert.deepEqual(
     healthOf(recovered),
     ['Healthy', 'Healthy', 'Healthy'],
     'with recovery on, a GPU that is back on the bus starts fresh',
   );
 
-  const healthyLeft = buildSnapshot(scan([0, 2]), plain, buildSnapshot(scan([0, 1, 2]), plain, null, false), false);
+  const healthyLeft = planned(scan([0, 2]), plain, planned(scan([0, 1, 2]), plain, null, false), false);
   assert.deepEqual(
-    healthOf(buildSnapshot(scan([0, 1, 2]), plain, healthyLeft, false)),
+    healthOf(planned(scan([0, 1, 2]), plain, healthyLeft, false)),
     ['Healthy', 'Healthy', 'Healthy'],
     'a GPU removed healthy comes back healthy',
   );
 });
 
 test('a GPU still present keeps its health state through a rescan, even when its index changes', () => {
-  const a = markUnhealthy(buildSnapshot(scan([0, 1, 2]), plain, null, false), 2, { permanent: true, lastXid: 48 });
-  const b = buildSnapshot(scan([1, 2]), plain, a, true);
+  const a = markUnhealthy(planned(scan([0, 1, 2]), plain, null, false), 2, { permanent: true, lastXid: 48 });
+  const b = planned(scan([1, 2]), plain, a, true);
   assert.deepEqual(healthOf(b), ['Healthy', 'Unhealthy']);
   assert.equal(stateOf(b, 2)?.lastXid, 48);
 });
 
 test('while the driver is down the GPUs stay, all unhealthy; when it is back they take their own state back', () => {
-  const a = markUnhealthy(buildSnapshot(scan([0, 1]), plain, null, false), 0, { lastXid: 74 });
-  const down = buildSnapshot(null, plain, a, false);
+  const a = markUnhealthy(planned(scan([0, 1]), plain, null, false), 0, { lastXid: 74 });
+  const down = planned(null, plain, a, false);
   assert.equal(down.driverVersion, null);
   assert.deepEqual(down.gpus, a.gpus);
   assert.deepEqual(healthOf(down), ['Unhealthy', 'Unhealthy']);
-  const d1 = diff(a, down);
+  const d1 = changes(a, down);
   assert.ok(d1.driverChanged && !d1.gpuSetChanged);
   assert.deepEqual(d1.updated[0]?.healthChanged, [uuid(1)]);
   assert.deepEqual(d1.updated[0]?.vanished, [], 'withdrawn from allocation, not from the list');
@@ -164,16 +166,16 @@ test('while the driver is down the GPUs stay, all unhealthy; when it is back the
     'Unhealthy',
   ]);
 
-  const up = buildSnapshot(scan([0, 1], '560.28.03'), plain, down, false);
+  const up = planned(scan([0, 1], '560.28.03'), plain, down, false);
   assert.equal(up.driverVersion, '560.28.03');
   assert.deepEqual(healthOf(up), ['Unhealthy', 'Healthy'], 'a driver reload is not a GPU fault, nor a cure');
-  const d2 = diff(down, up);
+  const d2 = changes(down, up);
   assert.ok(d2.driverChanged);
   assert.deepEqual(d2.updated[0]?.healthChanged, [uuid(1)]);
 });
 
 test('a driver that is down at the very first scan gives an empty node', () => {
-  const s = buildSnapshot(null, plain, null, false);
+  const s = planned(null, plain, null, false);
   assert.deepEqual(s.gpus, []);
   assert.deepEqual(
     s.resources.map((r) => r.devices.length),
@@ -182,7 +184,7 @@ test('a driver that is down at the very first scan gives an empty node', () => {
 });
 
 test('changed settings add, update and remove resources with their device lists', () => {
-  const a = buildSnapshot(scan([0, 1]), plain, null, false);
+  const a = planned(scan([0, 1]), plain, null, false);
   const renamed: PlanSettings = {
     deviceIdStrategy: 'uuid',
     sharing: {
@@ -193,8 +195,8 @@ test('changed settings add, update and remove resources with their device lists'
       },
     },
   };
-  const b = buildSnapshot(scan([0, 1]), renamed, a, false);
-  const d = diff(a, b);
+  const b = planned(scan([0, 1]), renamed, a, false);
+  const d = changes(a, b);
   assert.deepEqual(
     d.added.map((r) => [r.name, r.devices.map((x) => x.ID)]),
     [['nvidia.com/gpu.shared', [`${uuid(0)}::0`, `${uuid(0)}::1`, `${uuid(1)}::0`, `${uuid(1)}::1`]]],
@@ -205,8 +207,8 @@ test('changed settings add, update and remove resources with their device lists'
   );
   assert.ok(!d.gpuSetChanged);
 
-  const c = buildSnapshot(scan([0, 1]), sliced(3), b, false);
-  const d2 = diff(b, c);
+  const c = planned(scan([0, 1]), sliced(3), b, false);
+  const d2 = changes(b, c);
   assert.deepEqual(
     d2.added.map((r) => r.name),
     ['nvidia.com/gpu'],
@@ -215,8 +217,8 @@ test('changed settings add, update and remove resources with their device lists'
     d2.removed.map((r) => r.name),
     ['nvidia.com/gpu.shared'],
   );
-  const e = buildSnapshot(scan([0, 1]), sliced(2), c, false);
-  const d3 = diff(c, e);
+  const e = planned(scan([0, 1]), sliced(2), c, false);
+  const d3 = changes(c, e);
   assert.deepEqual(
     d3.updated.map((r) => [r.name, r.vanished]),
     [['nvidia.com/gpu', [`${uuid(0)}::2`, `${uuid(1)}::2`]]],
@@ -225,9 +227,9 @@ test('changed settings add, update and remove resources with their device lists'
 
 test('with the index strategy a GPU leaving vanishes by its UUID; the others keep their IDs and the runtime names follow the indices', () => {
   const settings: PlanSettings = { deviceIdStrategy: 'index', sharing: NO_SHARING };
-  const a = buildSnapshot(scan([0, 1, 2]), settings, null, false);
-  const b = buildSnapshot(scan([0, 2]), settings, a, false);
-  const d = diff(a, b);
+  const a = planned(scan([0, 1, 2]), settings, null, false);
+  const b = planned(scan([0, 2]), settings, a, false);
+  const d = changes(a, b);
   assert.deepEqual(
     d.updated.map((r) => [r.devices.map((x) => x.ID), r.vanished]),
     [[[uuid(0), uuid(2)], [uuid(1)]]],
@@ -251,9 +253,9 @@ test('a config that no longer fits the GPUs keeps the previous resources for the
       },
     },
   };
-  const a = buildSnapshot(scan([0, 1, 2]), listed, null, false);
+  const a = planned(scan([0, 1, 2]), listed, null, false);
   assert.equal(a.planProblem, null);
-  const b = buildSnapshot(scan([0, 2]), listed, a, false);
+  const b = planned(scan([0, 2]), listed, a, false);
   assert.match(
     b.planProblem ?? '',
     /sharing\.timeSlicing\.resources\[0\]\.devices\[0\]: GPU GPU-00000001.* is not on this node/,
@@ -271,17 +273,17 @@ test('a config that no longer fits the GPUs keeps the previous resources for the
     ],
   );
   assert.throws(
-    () => buildSnapshot(scan([0, 2]), listed, null, false),
+    () => planned(scan([0, 2]), listed, null, false),
     /is not on this node/,
     'at start there is nothing to fall back on',
   );
-  const back = buildSnapshot(scan([0, 1, 2]), listed, b, false);
+  const back = planned(scan([0, 1, 2]), listed, b, false);
   assert.equal(back.planProblem, null);
   assert.equal(back.resources[0]?.devices.length, 4);
 });
 
 test('carryPlan remaps devices to the new positions by UUID and drops empty resources', () => {
-  const a = buildSnapshot(scan([0, 1]), plain, null, false);
+  const a = planned(scan([0, 1]), plain, null, false);
   assert.deepEqual(
     carryPlan(a.resources, [gpu(1, 0)]).map((r) => r.devices.map((d) => [d.id, d.uuid, d.gpu])),
     [[[uuid(1), uuid(1), 0]]],
@@ -290,7 +292,7 @@ test('carryPlan remaps devices to the new positions by UUID and drops empty reso
 });
 
 test('health states from a tracker go into the snapshot, and a tracker can start from a snapshot', () => {
-  const a = buildSnapshot(scan([0, 1]), plain, null, false);
+  const a = planned(scan([0, 1]), plain, null, false);
   const byUuid = new Map([...a.gpuHealth].map(([u, h]) => [u, h.state]));
   const t = new HealthTracker<string>(
     [...byUuid.keys()],
@@ -298,15 +300,15 @@ test('health states from a tracker go into the snapshot, and a tracker can start
     { enabled: false, quietMs: 0 },
     byUuid,
   );
-  const changes = t.apply({ kind: 'xid', gpu: uuid(1), xid: 79 }, 10);
+  const transitions = t.apply({ kind: 'xid', gpu: uuid(1), xid: 79 }, 10);
   assert.deepEqual(
-    changes.map((c) => c.gpu),
+    transitions.map((c) => c.gpu),
     [uuid(1)],
     'a transition names its unit by UUID',
   );
-  const b = withHealth(a, new Map([[uuid(1), unit(t.stateOf(uuid(1))!)]]));
+  const b = withPlan(withHealth(a.node.snapshot, new Map([[uuid(1), unit(t.stateOf(uuid(1))!)]])), a);
   assert.deepEqual(healthOf(b), ['Healthy', 'Unhealthy']);
-  const d = diff(a, b);
+  const d = changes(a, b);
   assert.deepEqual(d.updated[0]?.healthChanged, [uuid(1)]);
   assert.ok(!d.gpuSetChanged);
   const again = new HealthTracker<string>(

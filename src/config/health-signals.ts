@@ -31,8 +31,10 @@ function readSignals(value: unknown, path: string, fail: HealthConfigFail): Reco
   const signals: Record<SignalName, SignalSetting> = { ...DEFAULT_SIGNAL_POLICY.signals };
   if (value === undefined || value === null) return signals;
   if (!isObject(value)) fail(path, `${shown(value)} is not a map; expected {<signal>: critical | warn | off}`);
-  for (const [name, setting] of Object.entries(value)) {
+  for (const [name, written] of Object.entries(value)) {
     if (!isSignalName(name)) fail(`${path}.${name}`, `unknown signal; expected one of ${SIGNAL_NAMES.join(', ')}`);
+    // The config file is read as YAML 1.1 (as NVIDIA's plugin reads it), where an unquoted off is false.
+    const setting = written === false ? 'off' : written;
     if (typeof setting !== 'string' || !(SETTINGS as readonly string[]).includes(setting))
       fail(`${path}.${name}`, `${shown(setting)} is not allowed; expected ${SETTINGS.join(', ')}`);
     signals[name] = setting as SignalSetting;

@@ -3,7 +3,9 @@
 // expectation; transitions; the policy with the environment; and the config file's `health` section.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readConfigFile } from '../../src/config/config.ts';
 import { parseHealthSection } from '../../src/config/health-signals.ts';
+import { CONFIG_SCHEMA } from '../../src/config/parse-options.ts';
 import { parseHealthSettings } from '../../src/core/health.ts';
 import {
   DEFAULT_SIGNAL_POLICY,
@@ -398,4 +400,15 @@ test('a signal book keeps each GPU by UUID: transitions per reading, the NVLink 
   book.forget('GPU-a');
   assert.equal(book.get('GPU-a'), undefined);
   assert.deepEqual(book.apply(gpu, reading({ nvlink: [1] }, 2000), DEFAULT_SIGNAL_POLICY), [], 'first seen again');
+});
+
+test('health.signals.<name>: off unquoted in the config file (YAML 1.1 reads it as false) turns the signal off', () => {
+  const text = 'version: v1\nhealth:\n  signals:\n    clocks: off\n    nvlink: warn\n';
+  const values = readConfigFile('/etc/gpu-device-plugin/config.yaml', CONFIG_SCHEMA, () => text);
+  assert.equal(values.health?.signals.clocks, 'off');
+  assert.equal(values.health?.signals.nvlink, 'warn');
+  assert.throws(
+    () => readConfigFile('/c.yaml', CONFIG_SCHEMA, () => 'version: v1\nhealth:\n  signals:\n    clocks: on\n'),
+    /health\.signals\.clocks: true is not allowed; expected critical, warn, off/,
+  );
 });

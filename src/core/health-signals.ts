@@ -119,7 +119,9 @@ function judge(
       return retiredVerdict(v['retired-pages'] as RetiredPages);
     case 'ecc-uncorrectable': {
       const n = v['ecc-uncorrectable'] as number;
-      return n > 0 ? { bad: true, mild: false, kind: 'errors', clearsItself: true, detail: String(n) } : OK;
+      return n > 0
+        ? { bad: true, mild: false, kind: 'errors', clearsItself: true, detail: String(n) }
+        : { ...OK, detail: '0' };
     }
     case 'nvlink':
       return nvlinkVerdict(v.nvlink as readonly number[], memory.expectedLinks ?? []);

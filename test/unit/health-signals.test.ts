@@ -117,6 +117,7 @@ test('volatile uncorrectable ECC errors above 0 are critical and clear when the 
   assert.equal(bad!.states['ecc-uncorrectable'].taint?.value, 'volatile');
   assert.equal(bad!.states['ecc-uncorrectable'].class, 'critical');
   assert.equal(cleared!.states['ecc-uncorrectable'].bad, false);
+  assert.equal(cleared!.states['ecc-uncorrectable'].value, '0', 'an operator reads the count, also when it is 0');
 });
 
 test('NVLink: links active when first seen are expected; one down is critical, named in the taint; back clears', () => {

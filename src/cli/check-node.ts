@@ -36,7 +36,9 @@ export function parseForCheck(
       status: 'FAIL',
       name: 'config',
       detail: errorText(err),
-      fix: 'correct the option named above (see --help); the daemon refuses to start (exit 2); the checks below use the defaults',
+      fix:
+        'correct the option named above (see --help); the daemon ' +
+        'refuses to start (exit 2); the checks below use the defaults',
       config: true,
     };
     return { parsed: parseOptions([], {}), ok: false, line };
@@ -59,13 +61,17 @@ export function nodeChecks(
           status: 'FAIL',
           name: 'nvml',
           detail: node.error,
-          fix: `install the NVIDIA driver, or point --driver-root (NVIDIA_DRIVER_ROOT) at where it is installed${o.failOnInitError ? '' : ' (with --fail-on-init-error=false the daemon starts without devices)'}`,
+          fix:
+            `install the NVIDIA driver, or point --driver-root (NVIDIA_DRIVER_ROOT) at where it is installed` +
+            `${o.failOnInitError ? '' : ' (with --fail-on-init-error=false the daemon starts without devices)'}`,
         },
         { status: 'SKIP', name: 'gpus', detail: 'not checked: NVML is not available' },
         {
           status: 'SKIP',
           name: 'config fit',
-          detail: `not checked against the GPUs: NVML is not available${configOk ? '' : '; the config is refused anyway (above)'}`,
+          detail:
+            `not checked against the GPUs: NVML is not ` +
+            `available${configOk ? '' : '; the config is refused anyway (above)'}`,
         },
       ],
     };
@@ -126,8 +132,14 @@ export async function imexCheck(o: Options): Promise<{ lines: CheckLine[]; chann
       {
         status: imex.fatal !== null ? 'FAIL' : 'WARN',
         name: 'imex',
-        detail: `${imex.missing.join('; ')}: ${imex.fatal !== null ? 'the plugin will not start (--imex-required)' : 'skipped, containers get no IMEX channel'}`,
-        fix: 'start the IMEX daemon (nvidia-imex) so it creates the channel, check --dev-root, or drop --imex-channel-ids',
+        detail:
+          `${imex.missing.join('; ')}: ` +
+          (imex.fatal !== null
+            ? 'the plugin will not start (--imex-required)'
+            : 'skipped, containers get no IMEX channel'),
+        fix:
+          'start the IMEX daemon (nvidia-imex) so it creates the ' +
+          'channel, check --dev-root, or drop --imex-channel-ids',
       },
     ],
   };
@@ -198,7 +210,9 @@ function migChecks(
   const summary =
     enabled === 0
       ? `${flag}: no GPU is in MIG mode, so every GPU is advertised whole`
-      : `${flag}: ${enabled} GPU${enabled === 1 ? '' : 's'} in MIG mode; ${[...resources].map(([n, c]) => `${n}=${c}`).join(', ') || 'no MIG device advertised'}${view.notes.length > 0 ? `; ${view.notes.join('; ')}` : ''}`;
+      : `${flag}: ${enabled} GPU${enabled === 1 ? '' : 's'} in MIG mode; ` +
+        `${[...resources].map(([n, c]) => `${n}=${c}`).join(', ') || 'no MIG device advertised'}` +
+        `${view.notes.length > 0 ? `; ${view.notes.join('; ')}` : ''}`;
   const out: CheckLine[] = [{ status: 'PASS', name: 'mig', detail: summary }];
   if (o.passDeviceSpecs && view.devices.some((d) => d.resource !== null)) {
     const caps = readMigCapabilities(r.gpus, r.mig, env);

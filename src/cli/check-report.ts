@@ -54,7 +54,8 @@ export function formatChecks(report: CheckReport): string {
     '',
     failed === 0
       ? `All checks passed${tail === '' ? '' : ` (${tail})`}.`
-      : `${failed} of ${lines.filter((l) => l.status !== 'INFO').length} checks failed${tail === '' ? '' : `; ${tail}`}.`,
+      : `${failed} of ${lines.filter((l) => l.status !== 'INFO').length} ` +
+          `checks failed${tail === '' ? '' : `; ${tail}`}.`,
   );
   return `${out.join('\n')}\n`;
 }

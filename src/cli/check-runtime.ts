@@ -26,7 +26,9 @@ function cdiSpecCheck(
   plan: MigPlan | null,
 ): CheckLine {
   const ours = specs.flatMap((s) => ('kind' in s && s.kind === CDI_KIND ? [s] : []));
-  const generate = `\`nvidia-ctk cdi generate --vendor k8s.device-plugin.nvidia.com --class gpu --device-name-strategy ${o.deviceIdStrategy} --output /var/run/cdi/k8s.device-plugin.nvidia.com-gpu.yaml\``;
+  const generate =
+    `\`nvidia-ctk cdi generate --vendor k8s.device-plugin.nvidia.com --class gpu ` +
+    `--device-name-strategy ${o.deviceIdStrategy} --output /var/run/cdi/k8s.device-plugin.nvidia.com-gpu.yaml\``;
   const name = `cdi spec`;
   const broken = specs.flatMap((s) => ('error' in s ? [`${s.path}: ${s.error}`] : []));
   if (ours.length === 0) {
@@ -34,7 +36,11 @@ function cdiSpecCheck(
     return {
       status: 'FAIL',
       name,
-      detail: `--device-list-strategy=${cdi.join(',')} asks the runtime for ${CDI_KIND}=<id>, but no CDI spec in ${dirs.join(' or ')} has kind ${CDI_KIND}${other.length > 0 ? `; found ${other.join(', ')}, which the runtime does not match to these names` : ''}${broken.length > 0 ? `; unreadable: ${broken.join('; ')}` : ''}`,
+      detail:
+        `--device-list-strategy=${cdi.join(',')} asks the runtime for ${CDI_KIND}=<id>, but no CDI spec in ` +
+        `${dirs.join(' or ')} has kind ${CDI_KIND}` +
+        `${other.length > 0 ? `; found ${other.join(', ')}, which the runtime does not match to these names` : ''}` +
+        `${broken.length > 0 ? `; unreadable: ${broken.join('; ')}` : ''}`,
       fix: `generate one: ${generate}`,
     };
   }
@@ -43,7 +49,9 @@ function cdiSpecCheck(
     return {
       status: 'SKIP',
       name,
-      detail: `${paths} has kind ${CDI_KIND}; whether it names the node's devices was not checked: ${r === null ? 'NVML is not available' : 'the config does not fit the node'}`,
+      detail:
+        `${paths} has kind ${CDI_KIND}; whether it names the node's devices was not ` +
+        `checked: ${r === null ? 'NVML is not available' : 'the config does not fit the node'}`,
     };
   }
   const have = new Set(namesOfKind(ours, CDI_KIND));
@@ -53,7 +61,10 @@ function cdiSpecCheck(
     return {
       status: 'FAIL',
       name,
-      detail: `${paths} (${CDI_KIND}) does not name ${missing.length} of the ${want.length} devices the daemon passes (--device-id-strategy=${o.deviceIdStrategy}): ${missing.slice(0, 4).join(', ')}${missing.length > 4 ? ', …' : ''}; containers given them fail to start`,
+      detail:
+        `${paths} (${CDI_KIND}) does not name ${missing.length} of the ${want.length} devices ` +
+        `the daemon passes (--device-id-strategy=${o.deviceIdStrategy}): ${missing.slice(0, 4).join(', ')}` +
+        `${missing.length > 4 ? ', …' : ''}; containers given them fail to start`,
       fix: `regenerate it: ${generate}`,
     };
   }
@@ -77,8 +88,12 @@ function imexSpecCheck(specs: readonly CdiSpec[], imexChannels: readonly number[
     : {
         status: 'FAIL',
         name: 'cdi imex spec',
-        detail: `containers are given ${missing.map((id) => `${CDI_IMEX_KIND}=${id}`).join(', ')}, which no CDI spec names`,
-        fix: 'generate the IMEX channel spec with `nvidia-ctk cdi generate --vendor k8s.device-plugin.nvidia.com --class imex-channel` (or one naming channel<N> as device <N>)',
+        detail:
+          `containers are given ${missing.map((id) => `${CDI_IMEX_KIND}=${id}`).join(', ')}, ` +
+          `which no CDI spec names`,
+        fix:
+          'generate the IMEX channel spec with `nvidia-ctk cdi generate --vendor ' +
+          'k8s.device-plugin.nvidia.com --class imex-channel` (or one naming channel<N> as device <N>)',
       };
 }
 
@@ -105,8 +120,12 @@ async function deviceNodesCheck(o: Options, r: NodeReport | null): Promise<Check
     return {
       status: 'FAIL',
       name,
-      detail: `--pass-device-specs passes ${want.length} nodes under --dev-root=${o.devRoot}; missing: ${missing.join(', ')}`,
-      fix: "check --dev-root (NVIDIA_DEV_ROOT); the driver's udev rules or nvidia-persistenced create the nodes (nvidia-modprobe -c <minor>)",
+      detail:
+        `--pass-device-specs passes ${want.length} nodes under ` +
+        `--dev-root=${o.devRoot}; missing: ${missing.join(', ')}`,
+      fix:
+        "check --dev-root (NVIDIA_DEV_ROOT); the driver's udev rules or " +
+        'nvidia-persistenced create the nodes (nvidia-modprobe -c <minor>)',
     };
   return {
     status: 'PASS',

@@ -38,7 +38,9 @@ export async function writableForService(
     return {
       status: 'SKIP',
       name,
-      detail: `${dir} exists and the unit's sandbox allows writing (${v.how}); whether root may write there was not checked: not running as root`,
+      detail:
+        `${dir} exists and the unit's sandbox allows writing (${v.how}); ` +
+        `whether root may write there was not checked: not running as root`,
     };
   try {
     await access(dir, fsc.W_OK);
@@ -101,7 +103,8 @@ export async function writabilityChecks(
           stateDir,
           unit,
           isRoot,
-          `the service publishes its state to ${stateFile} for \`info\`; under the unit RuntimeDirectory= creates its directory at start`,
+          `the service publishes its state to ${stateFile} for \`info\`; ` +
+            `under the unit RuntimeDirectory= creates its directory at start`,
         ),
   );
   return lines;

@@ -49,7 +49,9 @@ export async function runChecks(
     lines.push({
       status: 'WARN',
       name: 'privileges',
-      detail: `running as uid ${process.geteuid?.() ?? '?'}, not root as the service does: what only root may see or do is SKIP below`,
+      detail:
+        `running as uid ${process.geteuid?.() ?? '?'}, not root as ` +
+        `the service does: what only root may see or do is SKIP below`,
       fix: 'run `sudo gpu-device-plugin check`',
     });
   }

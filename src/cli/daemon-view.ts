@@ -68,7 +68,10 @@ function formatNotRunning(d: DaemonView, r: Exclude<StateRead, { kind: 'running'
       : 'error' in cp
         ? `DRA claims: the checkpoint ${cp.path} cannot be read: ${cp.error}\n`
         : formatClaims(cp.claims, `in the checkpoint ${cp.path} (prepared before the daemon stopped)`);
-  return `Daemon: not running (${why}). HEALTH below is whether NVML answered a probe just now, not what the kubelet was told.\n${claims === '' ? '' : `\n${claims}`}`;
+  return (
+    `Daemon: not running (${why}). HEALTH below is whether NVML answered a probe ` +
+    `just now, not what the kubelet was told.\n${claims === '' ? '' : `\n${claims}`}`
+  );
 }
 
 /** The running daemon's resources and devices as it told the kubelet. */
@@ -132,7 +135,8 @@ export function formatDaemon(d: DaemonView, configured?: Readonly<Record<string,
   if (r.kind !== 'running') return formatNotRunning(d, r);
   const s = r.state;
   const out = [
-    `Daemon: pid ${s.pid}, version ${s.version}, running since ${s.startedAt}; state of ${s.publishedAt} (${r.path}); driver ${s.driverVersion ?? 'not answering'}.`,
+    `Daemon: pid ${s.pid}, version ${s.version}, running since ${s.startedAt}; state ` +
+      `of ${s.publishedAt} (${r.path}); driver ${s.driverVersion ?? 'not answering'}.`,
     'HEALTH below is what the daemon tells the kubelet.',
     '',
     ...formatResources(s),
@@ -148,7 +152,9 @@ export function formatDaemon(d: DaemonView, configured?: Readonly<Record<string,
   if (differ.length > 0) {
     out.push(
       '',
-      `Options in force that differ from what the environment files and config file say now (a reload or restart applies them): ${differ.map(([flag, v]) => `--${flag}=${v} (now ${configured?.[flag]})`).join(', ')}`,
+      `Options in force that differ from what the environment files and ` +
+        `config file say now (a reload or restart applies ` +
+        `them): ${differ.map(([flag, v]) => `--${flag}=${v} (now ${configured?.[flag]})`).join(', ')}`,
     );
   }
   return `${out.join('\n')}\n`;

@@ -64,7 +64,9 @@ export async function readInstalledUnit(root: string): Promise<UnitRead> {
     return {
       sandbox: parseUnitSandbox([SHIPPED_UNIT, ...texts]),
       files,
-      source: `the unit shipped with this version (${UNIT_NAME} is not installed)${files.length > 0 ? ` and ${files.join(', ')}` : ''}`,
+      source:
+        `the unit shipped with this version (${UNIT_NAME} is not ` +
+        `installed)${files.length > 0 ? ` and ${files.join(', ')}` : ''}`,
     };
   }
   return { sandbox: parseUnitSandbox(texts), files, source: files.join(', ') };

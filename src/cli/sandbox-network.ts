@@ -89,7 +89,9 @@ export function networkInSandbox(sb: UnitSandbox, host: string): NetworkVerdict 
     if (deny !== undefined)
       return {
         reachable: false,
-        why: `IPAddressDeny=${deny} covers ${host}${sb.ipAddressAllow.length > 0 ? ` and no IPAddressAllow= entry (${sb.ipAddressAllow.join(' ')}) does` : ''}`,
+        why:
+          `IPAddressDeny=${deny} covers ${host}` +
+          (sb.ipAddressAllow.length > 0 ? ` and no IPAddressAllow= entry (${sb.ipAddressAllow.join(' ')}) does` : ''),
       };
     return { reachable: true, how };
   }
@@ -97,6 +99,9 @@ export function networkInSandbox(sb: UnitSandbox, host: string): NetworkVerdict 
     return { reachable: false, why: 'IPAddressDeny=any and no IPAddressAllow=' };
   return {
     reachable: 'unknown',
-    why: `IPAddressDeny=${sb.ipAddressDeny.join(' ')} with IPAddressAllow=${sb.ipAddressAllow.join(' ') || '(none)'}: whether ${host}'s addresses are allowed depends on what it resolves to, which was not looked up`,
+    why:
+      `IPAddressDeny=${sb.ipAddressDeny.join(' ')} with ` +
+      `IPAddressAllow=${sb.ipAddressAllow.join(' ') || '(none)'}: whether ${host}'s ` +
+      `addresses are allowed depends on what it resolves to, which was not looked up`,
   };
 }

@@ -274,7 +274,9 @@ export function writableInSandbox(sb: UnitSandbox, dir: string): WriteVerdict {
       rules.push({
         path: d,
         kind: sb.protectHome === 'read-only' ? 'ro' : 'hidden',
-        how: `ProtectHome=${sb.protectHome} ${sb.protectHome === 'read-only' ? 'makes it read-only' : 'hides it from the service'}`,
+        how:
+          `ProtectHome=${sb.protectHome} ` +
+          `${sb.protectHome === 'read-only' ? 'makes it read-only' : 'hides it from the service'}`,
       });
     }
   }

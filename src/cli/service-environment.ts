@@ -107,7 +107,8 @@ export function environmentChecks(
       name: 'environment files',
       detail:
         names.length === 0
-          ? `none of the unit's files exist (${envPaths.map((p) => p.path).join(', ') || 'none named'}); the service runs with the defaults`
+          ? `none of the unit's files exist (${envPaths.map((p) => p.path).join(', ') || 'none named'}); ` +
+            `the service runs with the defaults`
           : `read ${names.join(', ')}`,
     });
   }

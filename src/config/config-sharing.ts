@@ -39,17 +39,20 @@ function deviceSelection(r: Reader, v: unknown, path: string, mps: boolean): Dev
       if (MIG_REF.test(item) && mps)
         r.fail(
           at,
-          `${showValue(item)} is a MIG device; sharing using MPS is not supported for MIG devices: name GPUs by index or GPU UUID`,
+          `${showValue(item)} is a MIG device; sharing using MPS is ` +
+            `not supported for MIG devices: name GPUs by index or GPU UUID`,
         );
       if (MIG_REF.test(item))
         r.fail(
           at,
-          `${showValue(item)} is a MIG device; MIG devices are not selected one by one (a MIG resource is time-sliced whole: leave devices out), and GPUs are named by index or GPU UUID`,
+          `${showValue(item)} is a MIG device; MIG devices are not selected one by one (a MIG ` +
+            `resource is time-sliced whole: leave devices out), and GPUs are named by index or GPU UUID`,
         );
     }
     return r.fail(
       at,
-      `${showValue(item)} is not allowed; expected a GPU index (0, 1, ...) or a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)`,
+      `${showValue(item)} is not allowed; expected a GPU index (0, 1, ` +
+        `...) or a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)`,
     );
   });
   return { kind: 'list', refs };
@@ -110,7 +113,8 @@ function replicated(r: Reader, v: unknown, path: string, mps: boolean): TimeSlic
     if (name !== GPU_RESOURCE && !MIG_RESOURCE.test(name)) {
       r.fail(
         `${at}.name`,
-        `${showValue(m.name)} is not allowed; expected ${GPU_RESOURCE} (or gpu), or a MIG resource of the mixed strategy such as nvidia.com/mig-1g.10gb`,
+        `${showValue(m.name)} is not allowed; expected ${GPU_RESOURCE} (or gpu), ` +
+          `or a MIG resource of the mixed strategy such as nvidia.com/mig-1g.10gb`,
       );
     }
     const rename =
@@ -152,7 +156,8 @@ export function patternResources(r: Reader, v: unknown): void {
     if (list === undefined || list === null || (Array.isArray(list) && list.length === 0)) continue;
     r.fail(
       `resources.${k}`,
-      "renaming resources by pattern is not supported (NVIDIA's plugin ignores this section too); remove it, or rename shared GPUs with sharing.timeSlicing.resources[].rename",
+      "renaming resources by pattern is not supported (NVIDIA's plugin ignores this section " +
+        'too); remove it, or rename shared GPUs with sharing.timeSlicing.resources[].rename',
     );
   }
 }

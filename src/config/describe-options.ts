@@ -36,7 +36,8 @@ function optionLines(): string[] {
     const k = s.kind;
     const values =
       k.type === 'enum'
-        ? ` (${k.values.filter((v) => k.unsupported?.[v] === undefined).join('|')}${k.multiple === true ? ', comma separated' : ''})`
+        ? ` (${k.values.filter((v) => k.unsupported?.[v] === undefined).join('|')}` +
+          `${k.multiple === true ? ', comma separated' : ''})`
         : k.type === 'bool'
           ? ' (true|false)'
           : k.type === 'ids'
@@ -48,7 +49,8 @@ function optionLines(): string[] {
     lines.push(`  ${names}${values}`);
     lines.push(`      ${s.help}`);
     lines.push(
-      `      env ${s.env}; default ${s.default === '' ? 'empty' : (s.default ?? 'see above')}${s.config === undefined ? '' : `; config file ${s.config}`}`,
+      `      env ${s.env}; default ${s.default === '' ? 'empty' : (s.default ?? 'see above')}` +
+        `${s.config === undefined ? '' : `; config file ${s.config}`}`,
     );
   }
   return lines;
@@ -93,7 +95,8 @@ export function helpText(version: string): string {
     '',
     "Environment only (NVIDIA's names and meanings):",
     '  DP_DISABLE_HEALTHCHECKS  "all" (or "xids") turns health checks off; otherwise extra XIDs to ignore, e.g. 74,79',
-    '  DP_ENABLE_HEALTHCHECKS   XIDs to treat as critical even when ignored, e.g. 31; wins over DP_DISABLE_HEALTHCHECKS',
+    '  DP_ENABLE_HEALTHCHECKS   XIDs to treat as critical even ' +
+      'when ignored, e.g. 31; wins over DP_DISABLE_HEALTHCHECKS',
     '  SYSFS_ROOT               root of sysfs, for NUMA nodes the driver does not report (default /sys)',
   );
   return `${lines.join('\n')}\n`;

@@ -42,14 +42,17 @@ export function checkKubeletApi(parsed: ParsedOptions): void {
         : `flags.kubeletApi: dra (${origin})`;
   if (o.kubeconfig === null) {
     throw new OptionError(
-      `${mode} needs --kubeconfig (KUBECONFIG): a kubeconfig with this node's credentials for the API server, which the service has no other way to reach; /usr/share/doc/gpu-device-plugin/dra/README.md says how to make one; or keep this node on --kubelet-api=device-plugin`,
+      `${mode} needs --kubeconfig (KUBECONFIG): a kubeconfig with this node's credentials for the API server, ` +
+        `which the service has no other way to reach; /usr/share/doc/gpu-device-plugin/dra/README.md says how to ` +
+        `make one; or keep this node on --kubelet-api=device-plugin`,
     );
   }
   if (parsed.origins.nodeName === 'default') {
     const why = dnsSubdomainProblem(o.nodeName, 253);
     if (why !== null)
       throw new OptionError(
-        `${mode}: the host name ${JSON.stringify(o.nodeName)} is not a valid node name (${why}); set --node-name (NODE_NAME) to the name the kubelet registered this node under (kubectl get nodes)`,
+        `${mode}: the host name ${JSON.stringify(o.nodeName)} is not a valid node name (${why}); set ` +
+          `--node-name (NODE_NAME) to the name the kubelet registered this node under (kubectl get nodes)`,
       );
   }
   const sharing = parsed.sharing;
@@ -61,13 +64,19 @@ export function checkKubeletApi(parsed: ParsedOptions): void {
         : null;
   if (shared !== null) {
     throw new OptionError(
-      `${mode} does not serve shared GPUs: ${shared} in ${o.configFile ?? 'the config file'} gives replicas of nvidia.com/gpu, which this release offers only through the device-plugin API; remove the sharing section (DRA claims may share one GPU among the containers of a pod through one claim) or keep this node on --kubelet-api=device-plugin`,
+      `${mode} does not serve shared GPUs: ${shared} in ${o.configFile ?? 'the config file'} ` +
+        `gives replicas of nvidia.com/gpu, which this release offers only through the ` +
+        `device-plugin API; remove the sharing section (DRA claims may share one GPU among the ` +
+        `containers of a pod through one claim) or keep this node on --kubelet-api=device-plugin`,
     );
   }
   const set = DEVICE_PLUGIN_ONLY_OPTIONS.filter((k) => parsed.origins[k] !== 'default');
   if (set.length > 0) {
     throw new OptionError(
-      `${mode}: ${set.map((k) => whereSet(parsed, k)).join(', ')} ${set.length === 1 ? 'is' : 'are'} set, but only the device-plugin API uses ${set.length === 1 ? 'it' : 'them'}: in DRA mode containers get their GPUs as the CDI devices of the NVIDIA Container Toolkit's spec, always; remove ${set.length === 1 ? 'that setting' : 'those settings'}, or keep --kubelet-api=device-plugin`,
+      `${mode}: ${set.map((k) => whereSet(parsed, k)).join(', ')} ${set.length === 1 ? 'is' : 'are'} ` +
+        `set, but only the device-plugin API uses ${set.length === 1 ? 'it' : 'them'}: in DRA mode ` +
+        `containers get their GPUs as the CDI devices of the NVIDIA Container Toolkit's spec, always; ` +
+        `remove ${set.length === 1 ? 'that setting' : 'those settings'}, or keep --kubelet-api=device-plugin`,
     );
   }
 }

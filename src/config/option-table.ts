@@ -84,7 +84,9 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     config: 'flags.migStrategy',
     default: 'none',
     kind: { type: 'enum', values: MIG_STRATEGIES },
-    help: 'how MIG devices are exposed: none (GPUs whole), single (MIG devices as nvidia.com/gpu), mixed (nvidia.com/mig-<profile>)',
+    help:
+      'how MIG devices are exposed: none (GPUs whole), single (MIG ' +
+      'devices as nvidia.com/gpu), mixed (nvidia.com/mig-<profile>)',
   },
   {
     key: 'sharedDevicesAllocationPolicy',
@@ -93,7 +95,9 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     config: 'flags.plugin.sharedDevicesAllocationPolicy',
     default: 'distributed',
     kind: { type: 'enum', values: SHARED_ALLOCATION_POLICIES },
-    help: 'how time-sliced replicas are preferred: distributed spreads them over the GPUs, packed fills one GPU before the next',
+    help:
+      'how time-sliced replicas are preferred: distributed spreads ' +
+      'them over the GPUs, packed fills one GPU before the next',
   },
   {
     key: 'failOnInitError',
@@ -110,7 +114,9 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     env: 'CONFIG_FILE',
     default: null,
     kind: { type: 'string', path: true },
-    help: "config file in NVIDIA's v1 format (YAML or JSON): flags, and sharing.timeSlicing or sharing.mps; none by default; SIGHUP re-reads it",
+    help:
+      "config file in NVIDIA's v1 format (YAML or JSON): flags, and " +
+      'sharing.timeSlicing or sharing.mps; none by default; SIGHUP re-reads it',
   },
   {
     key: 'logLevel',
@@ -146,7 +152,9 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     config: 'flags.healthRecovery',
     default: 'false',
     kind: { type: 'bool' },
-    help: "let a GPU made unhealthy by an XID recover after the quiet period (NVIDIA's plugin never does; lost GPUs never recover)",
+    help:
+      'let a GPU made unhealthy by an XID recover after the quiet ' +
+      "period (NVIDIA's plugin never does; lost GPUs never recover)",
   },
   {
     key: 'healthRecoveryQuietPeriod',
@@ -164,7 +172,9 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     config: 'imex.channelIDs',
     default: '',
     kind: { type: 'ids', allowed: IMEX_ALLOWED_CHANNEL_IDS },
-    help: 'IMEX channels given to every container (multi-node NVLink): none, or 0; a channel whose /dev/nvidia-caps-imex-channels/channel<N> is missing is skipped with a warning',
+    help:
+      'IMEX channels given to every container (multi-node NVLink): none, or 0; a channel ' +
+      'whose /dev/nvidia-caps-imex-channels/channel<N> is missing is skipped with a warning',
   },
   {
     key: 'imexRequired',
@@ -182,7 +192,9 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     config: 'flags.nfdFeaturesFile',
     default: null,
     kind: { type: 'string', path: true },
-    help: "write GPU Feature Discovery's node labels to this Node Feature Discovery local feature file, usually /etc/kubernetes/node-feature-discovery/features.d/gpu-device-plugin (default: off)",
+    help:
+      "write GPU Feature Discovery's node labels to this Node Feature Discovery local feature file, " +
+      'usually /etc/kubernetes/node-feature-discovery/features.d/gpu-device-plugin (default: off)',
   },
   {
     key: 'nfdRemoveOnStop',
@@ -191,7 +203,9 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     config: 'flags.nfdRemoveOnStop',
     default: 'false',
     kind: { type: 'bool' },
-    help: 'remove the feature file on a clean stop; by default it stays, so that a restart does not make the labels flap',
+    help:
+      'remove the feature file on a clean stop; by default it ' +
+      'stays, so that a restart does not make the labels flap',
   },
   {
     key: 'metricsFile',
@@ -200,7 +214,9 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     config: 'flags.metricsFile',
     default: null,
     kind: { type: 'string', path: true },
-    help: "write Prometheus metrics to this file for node_exporter's textfile collector, usually /var/lib/prometheus/node-exporter/gpu-device-plugin.prom (default: off)",
+    help:
+      "write Prometheus metrics to this file for node_exporter's textfile collector, " +
+      'usually /var/lib/prometheus/node-exporter/gpu-device-plugin.prom (default: off)',
   },
   {
     key: 'metricsInterval',
@@ -227,7 +243,9 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     config: 'flags.rediscoverInterval',
     default: '60',
     kind: { type: 'seconds', min: 0, max: 86400, zeroMeansOff: true },
-    help: 'seconds between cheap checks whether GPUs were added, removed or changed MIG mode (a full scan when they were); 0 turns the timer off (SIGHUP still re-discovers)',
+    help:
+      'seconds between cheap checks whether GPUs were added, removed or changed MIG mode ' +
+      '(a full scan when they were); 0 turns the timer off (SIGHUP still re-discovers)',
   },
   // Empty by default as in NVIDIA's plugin, so that its flags and files carry over unchanged; the
   // package's env file sets MPS_ROOT=/run/nvidia/mps (core/mps.ts DEFAULT_MPS_ROOT, as NVIDIA's chart).
@@ -238,7 +256,9 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     config: 'flags.mpsRoot',
     default: '',
     kind: { type: 'string', path: true, empty: true },
-    help: "host directory of the MPS control daemons' pipes, logs and shm (sharing.mps needs it; the package's env file sets /run/nvidia/mps); empty: not set",
+    help:
+      "host directory of the MPS control daemons' pipes, logs and shm (sharing.mps " +
+      "needs it; the package's env file sets /run/nvidia/mps); empty: not set",
   },
   // ---- DRA. NVIDIA's device plugin has no such options: the names follow its DRA driver's
   // where it has one (KUBECONFIG, NODE_NAME), the rest the style above; the config keys sit in flags.
@@ -249,7 +269,10 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     config: 'flags.kubeletApi',
     default: 'device-plugin',
     kind: { type: 'enum', values: KUBELET_APIS },
-    help: "which kubelet API serves this node's GPUs: device-plugin (nvidia.com/gpu through the device-plugin API) or dra (Dynamic Resource Allocation: ResourceSlices and the kubelet's DRA plugin API; needs --kubeconfig, the DRA sandbox drop-in and RBAC, see README). One per node; switching is a restart",
+    help:
+      "which kubelet API serves this node's GPUs: device-plugin (nvidia.com/gpu through the device-plugin " +
+      "API) or dra (Dynamic Resource Allocation: ResourceSlices and the kubelet's DRA plugin API; needs " +
+      '--kubeconfig, the DRA sandbox drop-in and RBAC, see README). One per node; switching is a restart',
   },
   {
     key: 'kubeconfig',
@@ -258,7 +281,9 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     config: 'flags.kubeconfig',
     default: null,
     kind: { type: 'string', path: true },
-    help: "kubeconfig file with this node's own credentials for the API server (--kubelet-api=dra only, where it is required; none by default; one file, not a list), usually /etc/gpu-device-plugin/kubeconfig",
+    help:
+      "kubeconfig file with this node's own credentials for the API server (--kubelet-api=dra only, where " +
+      'it is required; none by default; one file, not a list), usually /etc/gpu-device-plugin/kubeconfig',
   },
   {
     key: 'nodeName',
@@ -270,7 +295,9 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
       type: 'string',
       name: { max: 253, what: 'a node name (a DNS subdomain: lower-case letters, digits, "-" and ".")' },
     },
-    help: "this node's name in the cluster, as the kubelet registered it (--kubelet-api=dra; default the host name in lower case, as the kubelet's)",
+    help:
+      "this node's name in the cluster, as the kubelet registered it " +
+      "(--kubelet-api=dra; default the host name in lower case, as the kubelet's)",
   },
   {
     key: 'draDriverName',
@@ -279,7 +306,9 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     config: 'flags.draDriverName',
     default: DEFAULT_DRA_DRIVER_NAME,
     kind: { type: 'string', name: { max: 63, what: 'a driver name (a DNS subdomain of at most 63 characters)' } },
-    help: "the DRA driver name DeviceClasses select (--kubelet-api=dra); the default is NVIDIA's DRA driver's, so its DeviceClasses and claims keep working",
+    help:
+      'the DRA driver name DeviceClasses select (--kubelet-api=dra); the default ' +
+      "is NVIDIA's DRA driver's, so its DeviceClasses and claims keep working",
   },
   {
     key: 'kubeletPluginsRegistry',
@@ -288,7 +317,9 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     config: 'flags.kubeletPluginsRegistry',
     default: '/var/lib/kubelet/plugins_registry',
     kind: { type: 'string', path: true },
-    help: "the kubelet's plugin watcher directory, where the registration socket <driver>-reg.sock goes (--kubelet-api=dra)",
+    help:
+      "the kubelet's plugin watcher directory, where the " +
+      'registration socket <driver>-reg.sock goes (--kubelet-api=dra)',
   },
   {
     key: 'kubeletPluginsDir',

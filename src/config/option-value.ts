@@ -39,7 +39,8 @@ function convertEnum(k: KindOf<'enum'>, raw: string, where: string): string | re
       const shown =
         k.multiple === true && v !== raw ? `${JSON.stringify(v)} (in ${JSON.stringify(raw)})` : JSON.stringify(v);
       throw new OptionError(
-        `${where}: ${shown} is not allowed; expected ${k.multiple === true ? 'one or more of' : 'one of'} ${k.values.join(', ')}`,
+        `${where}: ${shown} is not allowed; ` +
+          `expected ${k.multiple === true ? 'one or more of' : 'one of'} ${k.values.join(', ')}`,
       );
     }
     return v;
@@ -48,7 +49,8 @@ function convertEnum(k: KindOf<'enum'>, raw: string, where: string): string | re
   const parts = raw.split(',').map((p) => p.trim());
   if (parts.some((p) => p === ''))
     throw new OptionError(
-      `${where}: ${JSON.stringify(raw)} has an empty entry; expected one or more of ${k.values.join(', ')}, comma separated`,
+      `${where}: ${JSON.stringify(raw)} has an empty entry; expected ` +
+        `one or more of ${k.values.join(', ')}, comma separated`,
     );
   return [...new Set(parts.map(one))];
 }
@@ -62,7 +64,8 @@ function convertSeconds(k: KindOf<'seconds'>, raw: string, where: string): numbe
   }
   if (n < k.min || n > k.max)
     throw new OptionError(
-      `${where}: ${JSON.stringify(raw)}${String(n) === raw ? '' : ` (${n} seconds)`} is out of range; expected ${describeRange(k)}`,
+      `${where}: ${JSON.stringify(raw)}${String(n) === raw ? '' : ` (${n} seconds)`} ` +
+        `is out of range; expected ${describeRange(k)}`,
     );
   return n;
 }
@@ -70,7 +73,9 @@ function convertSeconds(k: KindOf<'seconds'>, raw: string, where: string): numbe
 function convertIds(k: KindOf<'ids'>, raw: string, where: string): readonly number[] {
   if (raw.trim() === '') return [];
   const ids = raw.split(',').map((p) => p.trim());
-  const allowed = `only ${k.allowed.map((a) => `[${a}]`).join(', ')} or none (empty) ${k.allowed.length === 1 ? 'is' : 'are'} supported, as in NVIDIA's plugin`;
+  const allowed =
+    `only ${k.allowed.map((a) => `[${a}]`).join(', ')} or none ` +
+    `(empty) ${k.allowed.length === 1 ? 'is' : 'are'} supported, as in NVIDIA's plugin`;
   for (const id of ids) {
     if (!/^\d+$/.test(id) || !k.allowed.includes(Number(id)))
       throw new OptionError(`${where}: ${JSON.stringify(raw)} is not allowed; ${allowed}`);
@@ -102,7 +107,10 @@ export function dnsSubdomainProblem(name: string, max: number): string | null {
     if (label === '') return 'an empty part between dots (or a leading or trailing dot)';
     if (label.length > 63) return `the part ${JSON.stringify(label)} is longer than 63 characters`;
     if (!/^[a-z0-9]([a-z0-9-]*[a-z0-9])?$/.test(label))
-      return `the part ${JSON.stringify(label)} has characters other than lower-case letters, digits and "-" inside, or does not start and end with a letter or digit`;
+      return (
+        `the part ${JSON.stringify(label)} has characters other than lower-case ` +
+        `letters, digits and "-" inside, or does not start and end with a letter or digit`
+      );
   }
   return null;
 }

@@ -85,7 +85,10 @@ function readFlags(argv: readonly string[], index: FlagIndex): Map<OptionKey, Va
     const arg = argv[i] ?? '';
     if (arg === 'info' || arg === 'check') {
       throw new OptionError(
-        `the subcommand ${arg} goes first, before its options: gpu-device-plugin ${arg} ${argv.filter((_, j) => j !== i).join(' ')}`.trimEnd(),
+        (
+          `the subcommand ${arg} goes first, before its options: ` +
+          `gpu-device-plugin ${arg} ${argv.filter((_, j) => j !== i).join(' ')}`
+        ).trimEnd(),
       );
     }
     if (!arg.startsWith('--'))

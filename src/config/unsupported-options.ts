@@ -6,7 +6,8 @@ import { FALSE_WORDS } from './option-value.ts';
 import type { UnsupportedOption } from './options.ts';
 
 const NO_CDI_SPECS =
-  'this plugin does not write CDI specs; generate them with `nvidia-ctk cdi generate` (vendor k8s.device-plugin.nvidia.com, class gpu)';
+  'this plugin does not write CDI specs; generate them with `nvidia-ctk ' +
+  'cdi generate` (vendor k8s.device-plugin.nvidia.com, class gpu)';
 
 export const UNSUPPORTED_OPTIONS: readonly UnsupportedOption[] = [
   {

@@ -60,7 +60,8 @@ export function wholeGpuDevices(gpus: readonly Gpu[], strategy: DeviceIdStrategy
     const id = gpu.uuid;
     if (id.length === 0 || id.length > MAX_DEVICE_ID_LENGTH) {
       throw new Error(
-        `GPU ${gpu.index} (bus ${gpu.busId}) has device ID ${JSON.stringify(id)} of ${id.length} characters; the kubelet accepts 1 to ${MAX_DEVICE_ID_LENGTH}`,
+        `GPU ${gpu.index} (bus ${gpu.busId}) has device ID ${JSON.stringify(id)} ` +
+          `of ${id.length} characters; the kubelet accepts 1 to ${MAX_DEVICE_ID_LENGTH}`,
       );
     }
     if (seen.has(id))

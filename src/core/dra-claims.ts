@@ -73,7 +73,9 @@ export function allocatedDevices(
   const uid = isObject(meta) ? meta.uid : undefined;
   if (uid !== claim.uid) {
     return {
-      error: `${what}: the API server has a claim of that name with uid ${typeof uid === 'string' ? uid : '(none)'}: the claim the kubelet asked for was deleted and re-created; the kubelet should ask for the current one`,
+      error:
+        `${what}: the API server has a claim of that name with uid ${typeof uid === 'string' ? uid : '(none)'}: ` +
+        `the claim the kubelet asked for was deleted and re-created; the kubelet should ask for the current one`,
     };
   }
   const status = claimJson.status;
@@ -81,7 +83,9 @@ export function allocatedDevices(
   const results = isObject(allocation) && isObject(allocation.devices) ? allocation.devices.results : undefined;
   if (!isObject(allocation))
     return {
-      error: `${what} is not allocated (status.allocation is missing): the scheduler allocates a claim before the kubelet prepares it`,
+      error:
+        `${what} is not allocated (status.allocation is missing): the ` +
+        `scheduler allocates a claim before the kubelet prepares it`,
     };
   if (results !== undefined && !Array.isArray(results))
     return { error: `${what}: status.allocation.devices.results is not a list` };
@@ -96,13 +100,17 @@ export function allocatedDevices(
     }
     if (p !== pool) {
       return {
-        error: `${what}: results[${i}] allocates device ${device} of pool ${p}, which is not this node's: driver ${driver} on this node serves pool ${pool} only`,
+        error:
+          `${what}: results[${i}] allocates device ${device} of pool ${p}, which is ` +
+          `not this node's: driver ${driver} on this node serves pool ${pool} only`,
       };
     }
     if (!known.has(device)) {
       const have = [...known.keys()];
       return {
-        error: `${what}: results[${i}] allocates device ${device}, which node ${pool} does not have now (its devices: ${have.length === 0 ? 'none' : have.join(', ')})`,
+        error:
+          `${what}: results[${i}] allocates device ${device}, which node ${pool} does ` +
+          `not have now (its devices: ${have.length === 0 ? 'none' : have.join(', ')})`,
       };
     }
     const shared = resultSharing(r);
@@ -138,7 +146,8 @@ export const CDI_KIND = 'nvidia.com/gpu';
 
 /** The command that writes the toolkit's spec where the runtime looks. */
 export const CDI_GENERATE_HINT =
-  'run `nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml` (or `systemctl restart nvidia-cdi-refresh.service` with NVIDIA Container Toolkit 1.18 or later)';
+  'run `nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml` (or `systemctl ' +
+  'restart nvidia-cdi-refresh.service` with NVIDIA Container Toolkit 1.18 or later)';
 
 /** A CDI spec file as the adapter read it: its kind and, per device, its name and device node paths. */
 export type CdiSpec =
@@ -221,7 +230,9 @@ export function cdiDeviceId(d: DraNodeDevice, specs: readonly CdiSpec[], dirs: r
       : `MIG device ${d.gpuIndex}:${d.mig.index} (${d.mig.uuid}) of GPU ${d.gpuUuid}`;
   if (ours.length === 0) {
     return {
-      error: `no CDI spec of kind ${CDI_KIND} in ${dirs.join(' or ')}${unreadableNote}: the container runtime could not give the container ${what}; ${CDI_GENERATE_HINT}`,
+      error:
+        `no CDI spec of kind ${CDI_KIND} in ${dirs.join(' or ')}${unreadableNote}: the ` +
+        `container runtime could not give the container ${what}; ${CDI_GENERATE_HINT}`,
     };
   }
   const candidates = cdiNameCandidates(d);
@@ -236,7 +247,11 @@ export function cdiDeviceId(d: DraNodeDevice, specs: readonly CdiSpec[], dirs: r
   if (moved !== undefined) return { id: `${CDI_KIND}=${moved}` };
   if (stale !== undefined) return { error: `${stale}, but ${what} is /dev/nvidia${d.minor}; ${CDI_GENERATE_HINT}` };
   return {
-    error: `the CDI spec${ours.length > 1 ? 's' : ''} ${ours.map((s) => s.path).join(', ')} ${ours.length > 1 ? 'have' : 'has'} no device for ${what} (looked for ${candidates.join(', ')}): ${ours.length > 1 ? 'they were' : 'it was'} generated before the GPUs or the MIG layout changed; ${CDI_GENERATE_HINT}${unreadableNote}`,
+    error:
+      `the CDI spec${ours.length > 1 ? 's' : ''} ${ours.map((s) => s.path).join(', ')}` +
+      ` ${ours.length > 1 ? 'have' : 'has'} no device for ${what} (looked for ` +
+      `${candidates.join(', ')}): ${ours.length > 1 ? 'they were' : 'it was'} generated ` +
+      `before the GPUs or the MIG layout changed; ${CDI_GENERATE_HINT}${unreadableNote}`,
   };
 }
 

@@ -90,7 +90,8 @@ export function draDevices(
   const add = (d: DraDevice, what: string): void => {
     if (d.name.length > DNS_LABEL_MAX || !DNS_LABEL.test(d.name)) {
       notes.push(
-        `${what} is not published: its DRA device name ${JSON.stringify(d.name)} is not a DNS label of at most ${DNS_LABEL_MAX} characters`,
+        `${what} is not published: its DRA device name ${JSON.stringify(d.name)} ` +
+          `is not a DNS label of at most ${DNS_LABEL_MAX} characters`,
       );
       return;
     }
@@ -125,7 +126,8 @@ export function draDevices(
       const name = migDeviceName(gpu, m);
       if (name === null) {
         notes.push(
-          `${mWhat} is not published: NVML gave no GPU-instance profile id or placement for it, which its DRA name is made of`,
+          `${mWhat} is not published: NVML gave no GPU-instance ` +
+            `profile id or placement for it, which its DRA name is made of`,
         );
         continue;
       }

@@ -42,7 +42,8 @@ export function chooseImexChannels(
   }
   const fatal =
     required && missing.length > 0
-      ? `${missing.join('; ')}, and --imex-required is set; is the IMEX daemon (nvidia-imex) running and channel ${ids.join(',')} created? (or drop --imex-required to start without it)`
+      ? `${missing.join('; ')}, and --imex-required is set; is the IMEX daemon (nvidia-imex) ` +
+        `running and channel ${ids.join(',')} created? (or drop --imex-required to start without it)`
       : null;
   return { channels, missing, fatal };
 }

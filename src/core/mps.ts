@@ -141,13 +141,16 @@ export function mpsOptionsProblem(
     return {
       key: '--mig-strategy',
       message:
-        'using --mig-strategy=mixed is not supported with MPS (sharing using MPS is not supported for MIG devices); use --mig-strategy=none, or share with sharing.timeSlicing',
+        'using --mig-strategy=mixed is not supported with MPS (sharing using MPS is not ' +
+        'supported for MIG devices); use --mig-strategy=none, or share with sharing.timeSlicing',
     };
   }
   if (o.mpsRoot === '') {
     return {
       key: '--mps-root',
-      message: `using MPS requires --mps-root (MPS_ROOT, flags.mpsRoot): the host directory of the MPS control daemons' pipes and shm; set it, e.g. --mps-root=${DEFAULT_MPS_ROOT} (the package's env file does)`,
+      message:
+        `using MPS requires --mps-root (MPS_ROOT, flags.mpsRoot): the host directory of the MPS control ` +
+        `daemons' pipes and shm; set it, e.g. --mps-root=${DEFAULT_MPS_ROOT} (the package's env file does)`,
     };
   }
   return null;
@@ -185,7 +188,8 @@ export function mpsPlanProblem(
     if (migDevice !== undefined) {
       return new SharingError(
         active.key,
-        `sharing using MPS is not supported for MIG devices (${r.name} would hold MIG device ${migDevice.mig}); use --mig-strategy=none with MIG disabled, or share with sharing.timeSlicing`,
+        `sharing using MPS is not supported for MIG devices (${r.name} would hold MIG device ` +
+          `${migDevice.mig}); use --mig-strategy=none with MIG disabled, or share with sharing.timeSlicing`,
       );
     }
     if (r.mps !== true) continue;
@@ -197,7 +201,8 @@ export function mpsPlanProblem(
       if (mig.modes[pos]?.current === true) {
         return new SharingError(
           `${entryOf(r.name, n)}.devices`,
-          `GPU ${gpu.index} (${gpu.uuid}) has MIG enabled; sharing using MPS is not supported for MIG devices; disable MIG on it (nvidia-smi -i ${gpu.index} -mig 0) or leave it out of devices`,
+          `GPU ${gpu.index} (${gpu.uuid}) has MIG enabled; sharing using MPS is not supported for MIG ` +
+            `devices; disable MIG on it (nvidia-smi -i ${gpu.index} -mig 0) or leave it out of devices`,
         );
       }
       if (compute === undefined) continue;
@@ -210,7 +215,9 @@ export function mpsPlanProblem(
             : `compute capability ${cc.major}.${cc.minor} serves at most`;
         return new SharingError(
           `${entryOf(r.name, n)}.replicas`,
-          `${n} replicas of GPU ${gpu.index} (${gpu.uuid}) are more MPS clients than it takes: ${what} ${max} (${MPS_CLIENTS_FROM_VOLTA} from Volta, compute capability 7.0, ${MPS_CLIENTS_BEFORE_VOLTA} before); ask for at most ${max}`,
+          `${n} replicas of GPU ${gpu.index} (${gpu.uuid}) are more MPS clients than ` +
+            `it takes: ${what} ${max} (${MPS_CLIENTS_FROM_VOLTA} from Volta, compute ` +
+            `capability 7.0, ${MPS_CLIENTS_BEFORE_VOLTA} before); ask for at most ${max}`,
         );
       }
     }

@@ -179,7 +179,8 @@ export function preferredAllocation(
     throw new RequestError('GetPreferredAllocation request has no container requests; expected one per container');
   if (containers.length > Math.max(index.byId.size, 1)) {
     throw new RequestError(
-      `GetPreferredAllocation request has ${containers.length} container requests, more than the ${index.byId.size} devices this plugin advertises`,
+      `GetPreferredAllocation request has ${containers.length} container ` +
+        `requests, more than the ${index.byId.size} devices this plugin advertises`,
     );
   }
   return containers.map((c, ci) => {
@@ -187,12 +188,14 @@ export function preferredAllocation(
     const avail = c.available_deviceIDs;
     if (!Number.isInteger(size) || size < 1) {
       throw new RequestError(
-        `container request ${ci}: allocation_size ${size} is not allowed; expected 1 to ${avail.length} (the available devices)`,
+        `container request ${ci}: allocation_size ${size} is not ` +
+          `allowed; expected 1 to ${avail.length} (the available devices)`,
       );
     }
     if (avail.length > index.byId.size) {
       throw new RequestError(
-        `container request ${ci}: ${avail.length} available device IDs, more than the ${index.byId.size} this plugin advertises`,
+        `container request ${ci}: ${avail.length} available device ` +
+          `IDs, more than the ${index.byId.size} this plugin advertises`,
       );
     }
     const availGpus = positions(avail, 'available', ci, index);

@@ -139,14 +139,18 @@ export function resolveKubeconfig(content: string, file: string, context?: strin
     url = new URL(server);
   } catch {
     throw new KubeconfigError(
-      `${file}: cluster ${JSON.stringify(clusterName)} has server ${JSON.stringify(server)}, which is not a URL (expected https://host:port)`,
+      `${file}: cluster ${JSON.stringify(clusterName)} has ` +
+        `server ${JSON.stringify(server)}, which is not a URL (expected https://host:port)`,
     );
   }
   if (url.protocol !== 'https:' && url.protocol !== 'http:')
     throw new KubeconfigError(`${file}: server ${server} is neither https:// nor http://`);
   if (user.exec !== undefined || user['auth-provider'] !== undefined) {
     throw new KubeconfigError(
-      `${file}: user ${JSON.stringify(userName)} uses ${user.exec !== undefined ? 'an exec' : 'an auth-provider'} credential plugin, which this service does not run; give it a node-scoped client certificate (client-certificate/client-key) or a token (token or tokenFile) instead`,
+      `${file}: user ${JSON.stringify(userName)} ` +
+        `uses ${user.exec !== undefined ? 'an exec' : 'an auth-provider'} credential ` +
+        `plugin, which this service does not run; give it a node-scoped client certificate ` +
+        `(client-certificate/client-key) or a token (token or tokenFile) instead`,
     );
   }
   const base = dirname(file);
@@ -155,7 +159,8 @@ export function resolveKubeconfig(content: string, file: string, context?: strin
   const key = pemSource(user, 'client-key-data', 'client-key', base);
   if ((cert === undefined) !== (key === undefined))
     throw new KubeconfigError(
-      `${file}: user ${JSON.stringify(userName)} has a client ${cert === undefined ? 'key' : 'certificate'} without its ${cert === undefined ? 'certificate' : 'key'}`,
+      `${file}: user ${JSON.stringify(userName)} has a client ${cert === undefined ? 'key' : 'certificate'} ` +
+        `without its ${cert === undefined ? 'certificate' : 'key'}`,
     );
   const tokenFile = text(user, 'tokenFile');
   const token = text(user, 'token');
@@ -200,7 +205,8 @@ export async function loadKubeconfig(file: string, context?: string): Promise<Ku
     content = await readFile(file, 'utf8');
   } catch (err) {
     throw new KubeconfigError(
-      `cannot read the kubeconfig ${file} (${(err as Error).message}); --kubeconfig names the file this service reaches the API server with`,
+      `cannot read the kubeconfig ${file} (${(err as Error).message}); ` +
+        `--kubeconfig names the file this service reaches the API server with`,
     );
   }
   return parseKubeconfig(content, file, context);

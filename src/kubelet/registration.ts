@@ -31,7 +31,10 @@ export function registerProblem(kubeletSocket: string, code: grpc.status, detail
       const errno = errnoIn(details);
       if (errno === 'ENOENT') return `no kubelet socket at ${kubeletSocket} (is the kubelet running?)`;
       if (errno === 'ECONNREFUSED')
-        return `nothing answers on the kubelet socket ${kubeletSocket} (ECONNREFUSED; the kubelet is stopping or starting)`;
+        return (
+          `nothing answers on the kubelet socket ${kubeletSocket} ` +
+          `(ECONNREFUSED; the kubelet is stopping or starting)`
+        );
       if (errno !== undefined) return `cannot connect to the kubelet socket ${kubeletSocket} (${errno})`;
       return `the kubelet at ${kubeletSocket} is unavailable`;
     }

@@ -125,7 +125,9 @@ export function mpsCommand(
       if (code === 0) finish({ answer: out.trim() });
       else
         finish({
-          reason: `${program} ${signal !== null ? `was killed by ${signal}` : `exited with status ${code}`}${err.trim() ? `: ${err.trim()}` : out.trim() ? `: ${out.trim()}` : ''}`,
+          reason:
+            `${program} ${signal !== null ? `was killed by ${signal}` : `exited with status ${code}`}` +
+            `${err.trim() ? `: ${err.trim()}` : out.trim() ? `: ${out.trim()}` : ''}`,
         });
     });
     child.stdin.on('error', () => {

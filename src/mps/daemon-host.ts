@@ -51,7 +51,9 @@ function run(program: string, args: readonly string[]): Promise<void> {
       else
         reject(
           new Error(
-            `${program} ${args.join(' ')} ${signal !== null ? `was killed by ${signal}` : `exited with status ${code}`}${err.trim() ? `: ${err.trim()}` : ''}`,
+            `${program} ${args.join(' ')} ` +
+              `${signal !== null ? `was killed by ${signal}` : `exited with status ${code}`}` +
+              `${err.trim() ? `: ${err.trim()}` : ''}`,
           ),
         );
     });
@@ -219,6 +221,8 @@ export async function startControlDaemon(
   }
   const exit = await exited;
   throw new Error(
-    `${o.program} -f for ${plan.resource} ${exit.signal !== null ? `was killed by ${exit.signal}` : `exited with status ${exit.code}`} before answering${tail.trim() ? `: ${tail.trim().split('\n').slice(-3).join(' / ')}` : ''}`,
+    `${o.program} -f for ${plan.resource} ` +
+      `${exit.signal !== null ? `was killed by ${exit.signal}` : `exited with status ${exit.code}`}` +
+      ` before answering${tail.trim() ? `: ${tail.trim().split('\n').slice(-3).join(' / ')}` : ''}`,
   );
 }

@@ -156,7 +156,8 @@ async function controlProgram(driverRoot: string): Promise<string> {
   const found = await findMpsControl(driverRoot);
   if ('path' in found) return found.path;
   throw new Error(
-    `${MPS_CONTROL_PROGRAM} not found (looked at ${found.looked.join(', ')}); install the driver's CUDA MPS tools or set --driver-root`,
+    `${MPS_CONTROL_PROGRAM} not found (looked at ${found.looked.join(', ')}); ` +
+      `install the driver's CUDA MPS tools or set --driver-root`,
   );
 }
 
@@ -181,7 +182,8 @@ async function reloadDaemons(
   }
   if (next.mpsRoot !== running.mpsRoot) {
     log.warn(
-      `SIGHUP: the MPS root changes from ${running.mpsRoot} to ${next.mpsRoot}; restart the unit to apply it (systemctl restart gpu-device-plugin-mps — it ends every MPS client); running as before`,
+      `SIGHUP: the MPS root changes from ${running.mpsRoot} to ${next.mpsRoot}; restart the unit to ` +
+        `apply it (systemctl restart gpu-device-plugin-mps — it ends every MPS client); running as before`,
     );
     return;
   }

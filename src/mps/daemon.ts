@@ -258,8 +258,10 @@ export class MpsSupervisor {
     }
     const line =
       down.length === 0
-        ? `STATUS=${up.length} MPS control daemon${up.length === 1 ? '' : 's'} up: ${up.map((r) => r.plan.resource).join(', ')}`
-        : `STATUS=${up.length} of ${this.resources.length} MPS control daemons up; ${down.map((r) => `${r.plan.resource} down (${r.problem || 'starting'})`).join('; ')}`;
+        ? `STATUS=${up.length} MPS control daemon${up.length === 1 ? '' : 's'} ` +
+          `up: ${up.map((r) => r.plan.resource).join(', ')}`
+        : `STATUS=${up.length} of ${this.resources.length} MPS control daemons ` +
+          `up; ${down.map((r) => `${r.plan.resource} down (${r.problem || 'starting'})`).join('; ')}`;
     const first = !this.readySent && this.resources.every((r) => r.attempted);
     if (first) this.readySent = true;
     this.opts.status(line, first);
@@ -275,7 +277,9 @@ export class MpsSupervisor {
     const change = comparePlans(this.plans, next);
     if (change.kind === 'restart-needed') {
       this.log.warn(
-        `SIGHUP: the MPS configuration changed in a way the running control daemons cannot take (${change.why}); restart the unit to apply it (systemctl restart gpu-device-plugin-mps — it ends every MPS client); running as before`,
+        `SIGHUP: the MPS configuration changed in a way the running control daemons ` +
+          `cannot take (${change.why}); restart the unit to apply it (systemctl ` +
+          `restart gpu-device-plugin-mps — it ends every MPS client); running as before`,
       );
       return;
     }
@@ -287,11 +291,13 @@ export class MpsSupervisor {
       if (r.state !== 'up') continue;
       for (const c of limitCommands(p)) await this.host.command(r.paths, c);
       applied.push(
-        `${p.resource}: ${p.replicas} replicas, ${p.activeThreadPercentage}%, ${p.gpus.map((g) => `${g.mpsDevice}:${g.pinnedMemLimitMiB}M`).join(' ')}`,
+        `${p.resource}: ${p.replicas} replicas, ${p.activeThreadPercentage}%, ` +
+          `${p.gpus.map((g) => `${g.mpsDevice}:${g.pinnedMemLimitMiB}M`).join(' ')}`,
       );
     }
     this.log.info(
-      `SIGHUP: default limits applied again${change.limitsChanged ? ' (changed)' : ' (unchanged)'}; clients that connect from now on get them`,
+      `SIGHUP: default limits applied again${change.limitsChanged ? ' (changed)' : ' (unchanged)'}; ` +
+        `clients that connect from now on get them`,
       { applied },
     );
   }

@@ -43,7 +43,8 @@ export function getComputeMode(nvml: Nvml, h: DeviceHandle, gpu: GpuRef): Comput
     throw new NvmlError(
       'nvmlDeviceGetComputeMode',
       NVML.ERROR_UNKNOWN,
-      `the driver answered compute mode ${value}, which nvml.h does not define (0 DEFAULT, 1 EXCLUSIVE_THREAD, 2 PROHIBITED, 3 EXCLUSIVE_PROCESS)`,
+      `the driver answered compute mode ${value}, which nvml.h does not define ` +
+        `(0 DEFAULT, 1 EXCLUSIVE_THREAD, 2 PROHIBITED, 3 EXCLUSIVE_PROCESS)`,
       gpu,
     );
   }

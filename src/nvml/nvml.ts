@@ -100,7 +100,8 @@ export class Nvml {
     }
     if (lib === undefined) {
       throw new NvmlLoadError(
-        `cannot load NVML (${NVML_SONAME}): ${tried.join('; ')}; is the NVIDIA driver installed, and is --driver-root (NVIDIA_DRIVER_ROOT, now ${JSON.stringify(opts.driverRoot)}) where it lives?`,
+        `cannot load NVML (${NVML_SONAME}): ${tried.join('; ')}; is the NVIDIA driver installed, and ` +
+          `is --driver-root (NVIDIA_DRIVER_ROOT, now ${JSON.stringify(opts.driverRoot)}) where it lives?`,
       );
     }
     const basic = {} as Record<BasicSymbol, NativeFn>;
@@ -109,7 +110,8 @@ export class Nvml {
       if (fn === undefined) {
         lib.unload();
         throw new NvmlLoadError(
-          `${path} lacks ${name}, which every supported NVIDIA driver has; is it really NVIDIA's NVML? Reinstall the driver`,
+          `${path} lacks ${name}, which every supported NVIDIA driver ` +
+            `has; is it really NVIDIA's NVML? Reinstall the driver`,
         );
       }
       basic[name] = fn;

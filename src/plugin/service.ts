@@ -66,7 +66,9 @@ const REQUEST_TYPE: Readonly<Record<string, string>> = {
 /** The marker a request decoder returns instead of throwing: the handler refuses it, naming why. */
 export function undecodable(method: string, err: unknown): Undecodable {
   return {
-    [UNDECODABLE]: `${method} request is not a valid ${REQUEST_TYPE[method] ?? 'request'} (protobuf decoding failed: ${errorText(err)})`,
+    [UNDECODABLE]:
+      `${method} request is not a valid ${REQUEST_TYPE[method] ?? 'request'} ` +
+      `(protobuf decoding failed: ${errorText(err)})`,
   };
 }
 

@@ -87,7 +87,10 @@ export class AtomicFile {
 function hint(err: unknown, path: string): string {
   const code = (err as NodeJS.ErrnoException).code;
   if (code === 'EROFS' || code === 'EACCES' || code === 'EPERM') {
-    return `; under systemd the service may write only where its sandbox allows: add ReadWritePaths=${dirname(path)} with \`systemctl edit gpu-device-plugin\` (see the README, "Node labels and metrics")`;
+    return (
+      `; under systemd the service may write only where its sandbox allows: add ReadWritePaths=${dirname(path)} ` +
+      `with \`systemctl edit gpu-device-plugin\` (see the README, "Node labels and metrics")`
+    );
   }
   if (code === 'ENOENT')
     return `; the directory ${dirname(path)} does not exist (is the reader — NFD or node_exporter — installed?)`;

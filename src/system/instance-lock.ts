@@ -32,7 +32,8 @@ export class AlreadyRunningError extends Error {
   constructor(dir: string, pid: number | null, hint = 'give this one a --kubelet-socket in another directory') {
     const who = pid === null ? 'another gpu-device-plugin process' : `another gpu-device-plugin (PID ${pid})`;
     super(
-      `${who} already serves the socket directory ${dir}; stop it first (the service: systemctl stop gpu-device-plugin), or ${hint}`,
+      `${who} already serves the socket directory ${dir}; stop it ` +
+        `first (the service: systemctl stop gpu-device-plugin), or ${hint}`,
     );
     this.pid = pid;
   }

@@ -87,7 +87,8 @@ function extract(dir: string, name: NativeAsset): string {
   const got = fileSha256(file);
   if (got !== want) {
     throw new TamperedError(
-      `embedded ${name} has sha256 ${got}, expected ${want}: the executable was tampered with or corrupted; reinstall the package`,
+      `embedded ${name} has sha256 ${got}, expected ${want}: the ` +
+        `executable was tampered with or corrupted; reinstall the package`,
     );
   }
   return file;
@@ -113,7 +114,9 @@ function extractAndLoad(): Loaded {
     }
   }
   throw new NativeModuleError(
-    `could not load the embedded native modules (koffi.node, nvml-watch.so) from any directory (${failures.join('; ')}); set RuntimeDirectory= in the unit or GPU_DEVICE_PLUGIN_NATIVE_DIR to a directory on an exec-allowed filesystem`,
+    `could not load the embedded native modules (koffi.node, nvml-watch.so) from ` +
+      `any directory (${failures.join('; ')}); set RuntimeDirectory= in the unit ` +
+      `or GPU_DEVICE_PLUGIN_NATIVE_DIR to a directory on an exec-allowed filesystem`,
   );
 }
 
@@ -138,7 +141,8 @@ export function loadWatchLibrary(): KoffiLibrary {
       l.watch = l.koffi.load(path);
     } catch (err) {
       throw new NativeModuleError(
-        `cannot load ${path} (${err instanceof Error ? err.message : String(err)}); runs from source need it built: node build/native.ts`,
+        `cannot load ${path} (${err instanceof Error ? err.message : String(err)}); ` +
+          `runs from source need it built: node build/native.ts`,
       );
     }
   }

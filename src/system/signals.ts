@@ -56,7 +56,8 @@ export class Signals {
     for (const [sig, why] of Object.entries(IGNORED_SIGNALS)) {
       process.on(sig as NodeJS.Signals, () =>
         log.warn(
-          `${sig} ignored: the plugin stops on SIGTERM, SIGINT or SIGQUIT and reloads on SIGHUP${why === '' ? '' : `; ${why}`}`,
+          `${sig} ignored: the plugin stops on SIGTERM, SIGINT or ` +
+            `SIGQUIT and reloads on SIGHUP${why === '' ? '' : `; ${why}`}`,
         ),
       );
     }

@@ -1,4 +1,4 @@
-// Issue 13's figures for npm run bench (also alone: node test/bench/goals.bench.ts, after npm run
+// The figures for npm run bench (also alone: node test/bench/goals.bench.ts, after npm run
 // build), on the built executable and the demo-8 node, each beside its goal. The kubelet stand-in
 // runs in a process of its own (test/bench/kubelet-driver.ts) and times what it sees there; this
 // process only starts things, reads /proc and waits. Medians and p99 over many runs, every figure
@@ -13,8 +13,9 @@
 //                         quiet for one 5 s check, src/system/memory.ts; that includes start-up):
 //                         medians over 5 of the started nodes and the two below that idle first
 //   after RPCs            the same RSS settled after 10 000 RPCs (the 5 000 + 5 000 timed calls) and
-//                         after 90 000 more, beside that node's own idle RSS (Allocate and GetPreferredAllocation alternating,
-//                         pre-encoded, 4 in flight); flat = within 2 MiB of each other; also 1 s after
+//                         after 90 000 more, beside that node's own idle RSS (Allocate and
+//                         GetPreferredAllocation alternating, pre-encoded, 4 in flight); flat = within
+//                         2 MiB of each other; also 1 s after
 //                         (at_1s), before the plugin has given anything back
 //   Allocate, preferred   one call at a time through the stand-in's connection, alternating
 //   re-registration       stand-in serves kubelet.sock again → Register received, 200 restarts
@@ -23,8 +24,9 @@
 //   hostile               10 000 requests on a fresh node, 4 in flight, five kinds in turn: random
 //                         bytes as an Allocate body and as a GetPreferredAllocation body, an Allocate
 //                         with one 1 MiB ID, Allocate and GetPreferredAllocation with 10 000 IDs; RSS
-//                         settled after (and 1 s after), the codes answered, and whether it still serves and is registered
-//                         (its per-kind times include queueing behind the other 3 in flight)
+//                         settled after (and 1 s after), the codes answered, and whether it still
+//                         serves and is registered (its per-kind times include queueing behind the
+//                         other 3 in flight)
 //   plugin CPU per call   utime + stime from /proc/PID/stat over a phase, divided by its calls: a
 //                         figure that depends less on how loaded the machine is than latency
 import { readFileSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
@@ -325,7 +327,9 @@ export async function nodeTax(opts: { starts?: number } = {}): Promise<{ figures
       if (!alive || !registered || 'error' in serving) {
         const lines = node.plugin.lines.slice(-20).join('\n  ');
         process.stderr.write(
-          `\n!!!!!!!!\nbench: THE HOSTILE REQUESTS BROKE THE PLUGIN: alive=${alive} (exit ${JSON.stringify(node.plugin.exit ?? null)}), still registered=${registered}, serving=${JSON.stringify(serving)}\n  ${lines}\n!!!!!!!!\n\n`,
+          `\n!!!!!!!!\nbench: THE HOSTILE REQUESTS BROKE THE PLUGIN: alive=${alive} ` +
+            `(exit ${JSON.stringify(node.plugin.exit ?? null)}), still registered=${registered}, ` +
+            `serving=${JSON.stringify(serving)}\n  ${lines}\n!!!!!!!!\n\n`,
         );
       }
     } finally {

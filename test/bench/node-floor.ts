@@ -35,7 +35,8 @@ export function floorRuntime(): { path: string; version: string } {
   const [sea, version] = probe.stdout.trim().split(' ');
   if (probe.status !== 0 || sea !== 'false' || version === undefined) {
     throw new Error(
-      `the floor runtime ${path} did not run as plain Node: status ${probe.status}, ${JSON.stringify(probe.stdout + probe.stderr)}`,
+      `the floor runtime ${path} did not run as plain Node: ` +
+        `status ${probe.status}, ${JSON.stringify(probe.stdout + probe.stderr)}`,
     );
   }
   return { path, version };

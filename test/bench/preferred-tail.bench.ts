@@ -1,6 +1,7 @@
 // Where GetPreferredAllocation's tail comes from, comparing builds of the executable (A/B):
 //
-//   node_modules/.bin/node test/bench/preferred-tail.bench.ts --exe A=/tmp/a/gpu-device-plugin --exe B=/tmp/b/gpu-device-plugin \
+//   node_modules/.bin/node test/bench/preferred-tail.bench.ts \
+//     --exe A=/tmp/a/gpu-device-plugin --exe B=/tmp/b/gpu-device-plugin \
 //     [--rounds 8] [--topology nvswitch-16] [--reps 200] [--settle-ms 0] [--memory]
 //
 // Each build runs from a fresh copy. Each round starts one node per build (the order rotates from
@@ -40,7 +41,10 @@ interface Round {
   allCpu: number[];
   floorCpu: number[];
   cpuMsPerQuestion: number;
-  /** CPU time of all the plugin's threads, and of its main thread, from spawn to just after its registration was seen, ms. */
+  /**
+   * CPU time of all the plugin's threads, and of its main thread, from spawn to just after its registration was
+   * seen, ms.
+   */
   startCpu: number;
   startMainCpu: number;
 }
@@ -289,7 +293,9 @@ for (let round = 0; round < rounds; round++) {
     const r = await oneNode(b.path, values.topology, reps, settleMs);
     results.get(b.name)!.push(r);
     log(
-      `round ${round + 1}/${rounds} ${b.name}: preferred p50 ${r2(q(r.all, 0.5))} p99 ${r2(q(r.all, 0.99))}, floor p50 ${r2(q(r.floor, 0.5))}; main-thread CPU preferred p50 ${r2(q(r.allCpu, 0.5))} p99 ${r2(q(r.allCpu, 0.99))}, floor p50 ${r2(q(r.floorCpu, 0.5))} p99 ${r2(q(r.floorCpu, 0.99))}`,
+      `round ${round + 1}/${rounds} ${b.name}: preferred p50 ${r2(q(r.all, 0.5))} p99 ${r2(q(r.all, 0.99))}, ` +
+        `floor p50 ${r2(q(r.floor, 0.5))}; main-thread CPU preferred p50 ${r2(q(r.allCpu, 0.5))} ` +
+        `p99 ${r2(q(r.allCpu, 0.99))}, floor p50 ${r2(q(r.floorCpu, 0.5))} p99 ${r2(q(r.floorCpu, 0.99))}`,
     );
   }
 }

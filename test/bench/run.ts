@@ -273,7 +273,8 @@ writeFileSync(join(ROOT, 'dist', 'bench.json'), `${text}\n`);
 process.stdout.write(`${text}\n`);
 if (goals !== undefined) {
   process.stderr.write(
-    `\nissue 13 goals (npm run bench, ${report.machine}, ${report.node}; details in dist/bench.json):\n${goalTable(goals)}\n`,
+    `\nissue 13 goals (npm run bench, ${report.machine}, ${report.node}; ` +
+      `details in dist/bench.json):\n${goalTable(goals)}\n`,
   );
 }
 if (failed.length > 0) {

@@ -15,14 +15,16 @@ try {
   const k = node.kubelet!;
   const reg = k.registrations[0]!;
   say(
-    `✔ Registered with the kubelet after ${(reg.at - t0).toFixed(0)} ms: resource ${reg.request.resource_name}, endpoint ${reg.request.endpoint}, API ${reg.request.version}`,
+    `✔ Registered with the kubelet after ${(reg.at - t0).toFixed(0)} ms: ` +
+      `resource ${reg.request.resource_name}, endpoint ${reg.request.endpoint}, API ${reg.request.version}`,
   );
   const devices = await k.waitForDevices((d) => d.length > 0);
   say(`✔ ListAndWatch sent ${devices.length} devices:`);
   for (const d of devices) {
     const g = node.topology.gpus.find((x) => x.uuid === d.ID);
     say(
-      `    ${d.ID}  ${d.health.padEnd(9)}  NUMA ${d.topology?.nodes.map((n) => n.ID).join(',') ?? '-'}  ${g?.name ?? ''}`,
+      `    ${d.ID}  ${d.health.padEnd(9)}  ` +
+        `NUMA ${d.topology?.nodes.map((n) => n.ID).join(',') ?? '-'}  ${g?.name ?? ''}`,
     );
   }
   const ids = devices.map((d) => d.ID);

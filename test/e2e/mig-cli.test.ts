@@ -105,14 +105,23 @@ test('check: validity for the strategy, and mig-minors when device specs are on'
   const mixed = await run(['check', '--mig-strategy=mixed']);
   assert.match(
     mixed.stdout,
-    /^PASS +mig +--mig-strategy=mixed: 3 GPUs in MIG mode; nvidia\.com\/mig-1g\.10gb=4, nvidia\.com\/mig-1g\.10gb\.me=1, nvidia\.com\/mig-2g\.20gb=1, nvidia\.com\/mig-3g\.40gb=1, nvidia\.com\/mig-1g\.20gb=1; 1 MIG device of profile 1c\.2g\.20gb not advertised/m,
+    new RegExp(
+      String.raw`^PASS +mig +--mig-strategy=mixed: 3 GPUs in MIG mode; nvidia\.com\/mig-1g\.10gb=4, ` +
+        String.raw`nvidia\.com\/mig-1g\.10gb\.me=1, nvidia\.com\/mig-2g\.20gb=1, nvidia\.com\/mig-3g\.40gb=1, ` +
+        String.raw`nvidia\.com\/mig-1g\.20gb=1; 1 MIG device of profile 1c\.2g\.20gb not advertised`,
+      'm',
+    ),
   );
   const single = await run(['check', '--mig-strategy=single']);
   // The daemon refuses to start on this node with single: a configuration error (exit 2), in the daemon's words.
   assert.equal(single.status, 2);
   assert.match(
     single.stdout,
-    /^FAIL +config fit +the daemon refuses to start: --mig-strategy=single needs every GPU in MIG mode .*GPU 3 has MIG enabled but no MIG devices.* — fix: change --mig-strategy, or the GPUs/m,
+    new RegExp(
+      '^FAIL +config fit +the daemon refuses to start: --mig-strategy=single needs every GPU in MIG ' +
+        'mode .*GPU 3 has MIG enabled but no MIG devices.* — fix: change --mig-strategy, or the GPUs',
+      'm',
+    ),
   );
   const noMinors = await run(['check', '--mig-strategy=mixed', '--pass-device-specs'], {
     env: { PROC_ROOT: '/nonexistent-proc' },
@@ -120,7 +129,11 @@ test('check: validity for the strategy, and mig-minors when device specs are on'
   assert.match(noMinors.stdout, /^FAIL +mig-minors +cannot read \/nonexistent-proc\/driver\/nvidia-caps\/mig-minors/m);
   assert.match(
     noMinors.stdout,
-    /^FAIL +config fit +the daemon refuses to start: cannot read \/nonexistent-proc\/.*--pass-device-specs cannot give MIG devices their capability nodes/m,
+    new RegExp(
+      '^FAIL +config fit +the daemon refuses to start: cannot read ' +
+        String.raw`\/nonexistent-proc\/.*--pass-device-specs cannot give MIG devices their capability nodes`,
+      'm',
+    ),
   );
   assert.equal(noMinors.status, 1, 'the node, not the configuration');
   const proc = mkdtempSync(join(tmpdir(), 'gdp-mig-proc-'));
@@ -131,7 +144,11 @@ test('check: validity for the strategy, and mig-minors when device specs are on'
   // The daemon starts there (every GPU whole), so this is a warning, not a failure.
   assert.match(
     old.stdout,
-    /^WARN +mig +--mig-strategy=mixed, but this driver has no MIG functions: every GPU is advertised whole — fix: upgrade the NVIDIA driver/m,
+    new RegExp(
+      '^WARN +mig +--mig-strategy=mixed, but this driver has no MIG functions: ' +
+        'every GPU is advertised whole — fix: upgrade the NVIDIA driver',
+      'm',
+    ),
   );
   const none = await run(['check']);
   assert.doesNotMatch(none.stdout, /^(PASS|FAIL) +mig/m);

@@ -81,7 +81,8 @@ test("from NVIDIA's plugin to this one and back: same resource, same IDs, alloca
     assert.equal(r3.container_responses[0]!.envs.NVIDIA_VISIBLE_DEVICES, `${uuids[0]},${uuids[1]}`);
     assert.deepEqual(back.allocated, [[uuids[0], uuids[1]]]);
     process.stderr.write(
-      `# NVIDIA's plugin gone → ours registered again after ${window.toFixed(0)} ms (Allocate refused by the kubelet meanwhile; measured, not asserted)\n`,
+      `# NVIDIA's plugin gone → ours registered again after ${window.toFixed(0)} ` +
+        `ms (Allocate refused by the kubelet meanwhile; measured, not asserted)\n`,
     );
   } finally {
     await nvidia?.stop();

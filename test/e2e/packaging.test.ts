@@ -536,47 +536,55 @@ describe('the .deb', () => {
     assert.match(v.stdout, new RegExp(`^gpu-device-plugin ${VERSION.replace(/\./g, '\\.')} `));
   });
 
-  test('the environment file lists every option with its default, range and one line of help, commented out but for the driver wait and the MPS root the service needs', () => {
-    const text = readFileSync(join(extracted, ENV_FILE.deb), 'utf8');
-    assert.equal(text, environmentFile(ENV_FILE.deb));
-    const lines = text.split('\n');
-    for (const spec of OPTION_SPECS) {
-      const set = PACKAGE_SETTINGS[spec.key];
-      const at = lines.indexOf(set === undefined ? `#${spec.env}=${spec.default ?? ''}` : `${spec.env}=${set.value}`);
-      assert.ok(at > 0, `${spec.env} listed`);
-      assert.ok(
-        lines.slice(Math.max(0, at - 3), at).some((l) => l.startsWith(`# --${spec.flag} `) && l.includes(spec.help)),
-        `${spec.env} has its help`,
-      );
-      const k = spec.kind;
-      if (k.type === 'seconds')
+  test(
+    'the environment file lists every option with its default, range and one line of ' +
+      'help, commented out but for the driver wait and the MPS root the service needs',
+    () => {
+      const text = readFileSync(join(extracted, ENV_FILE.deb), 'utf8');
+      assert.equal(text, environmentFile(ENV_FILE.deb));
+      const lines = text.split('\n');
+      for (const spec of OPTION_SPECS) {
+        const set = PACKAGE_SETTINGS[spec.key];
+        const at = lines.indexOf(set === undefined ? `#${spec.env}=${spec.default ?? ''}` : `${spec.env}=${set.value}`);
+        assert.ok(at > 0, `${spec.env} listed`);
         assert.ok(
-          lines
-            .slice(Math.max(0, at - 3), at)
-            .some((l) => l.startsWith(`# --${spec.flag} (duration, from ${k.min} to ${k.max} seconds`)),
-          `${spec.env} has its range`,
+          lines.slice(Math.max(0, at - 3), at).some((l) => l.startsWith(`# --${spec.flag} `) && l.includes(spec.help)),
+          `${spec.env} has its help`,
         );
-    }
-    // Only what the service needs is set (the driver wait, and the root of the MPS unit's daemons):
-    // every other assignment is commented out.
-    assert.deepEqual(
-      lines.filter((l) => l !== '' && !l.startsWith('#')),
-      ['FAIL_ON_INIT_ERROR=false', 'MPS_ROOT=/run/nvidia/mps'],
-    );
-  });
+        const k = spec.kind;
+        if (k.type === 'seconds')
+          assert.ok(
+            lines
+              .slice(Math.max(0, at - 3), at)
+              .some((l) => l.startsWith(`# --${spec.flag} (duration, from ${k.min} to ${k.max} seconds`)),
+            `${spec.env} has its range`,
+          );
+      }
+      // Only what the service needs is set (the driver wait, and the root of the MPS unit's daemons):
+      // every other assignment is commented out.
+      assert.deepEqual(
+        lines.filter((l) => l !== '' && !l.startsWith('#')),
+        ['FAIL_ON_INIT_ERROR=false', 'MPS_ROOT=/run/nvidia/mps'],
+      );
+    },
+  );
 
-  test('the operator documentation: README.md (gzipped, as Debian policy asks above 4 KiB) and the example config in /usr/share/doc', () => {
-    assert.equal(
-      execFileSync('gzip', ['-dc', join(extracted, README.deb)], { encoding: 'utf8' }),
-      readFileSync(README.source, 'utf8'),
-    );
-    assert.ok(statSync(README.source).size > 4096, 'README.md is over 4 KiB, so it is compressed');
-    assert.ok(!existsSync(join(extracted, README.rpm)), 'README.md only once, compressed');
-    const example = join(extracted, EXAMPLE_CONFIG.installed);
-    assert.equal(readFileSync(example, 'utf8'), readFileSync(EXAMPLE_CONFIG.source, 'utf8'));
-    assert.ok(statSync(example).size <= 4096, 'the example stays uncompressed, ready to copy');
-    assert.match(readFileSync(example, 'utf8'), /^version: v1$/m);
-  });
+  test(
+    'the operator documentation: README.md (gzipped, as Debian ' +
+      'policy asks above 4 KiB) and the example config in /usr/share/doc',
+    () => {
+      assert.equal(
+        execFileSync('gzip', ['-dc', join(extracted, README.deb)], { encoding: 'utf8' }),
+        readFileSync(README.source, 'utf8'),
+      );
+      assert.ok(statSync(README.source).size > 4096, 'README.md is over 4 KiB, so it is compressed');
+      assert.ok(!existsSync(join(extracted, README.rpm)), 'README.md only once, compressed');
+      const example = join(extracted, EXAMPLE_CONFIG.installed);
+      assert.equal(readFileSync(example, 'utf8'), readFileSync(EXAMPLE_CONFIG.source, 'utf8'));
+      assert.ok(statSync(example).size <= 4096, 'the example stays uncompressed, ready to copy');
+      assert.match(readFileSync(example, 'utf8'), /^version: v1$/m);
+    },
+  );
 
   test('the man page documents every option and its variable', () => {
     const page = execFileSync('gzip', ['-dc', join(extracted, MAN_PATH)], { encoding: 'utf8' });
@@ -598,9 +606,12 @@ describe('the .deb', () => {
     assert.equal(r.stderr, '');
   });
 
-  test("dpkg: install, upgrade keeping the operator's edits, remove keeping them, reinstall, purge removing them", () => {
-    dpkgLifecycle(x64);
-  });
+  test(
+    "dpkg: install, upgrade keeping the operator's edits, " + 'remove keeping them, reinstall, purge removing them',
+    () => {
+      dpkgLifecycle(x64);
+    },
+  );
 
   test('lintian --pedantic prints nothing', () => lintianSilent(lintian));
 });
@@ -666,7 +677,10 @@ describe('the .rpm', () => {
     const s = q('--scripts');
     assert.match(
       s,
-      /postinstall scriptlet[\s\S]*systemctl --no-reload preset gpu-device-plugin\.service[\s\S]*systemctl start gpu-device-plugin\.service/,
+      new RegExp(
+        String.raw`postinstall scriptlet[\s\S]*systemctl --no-reload preset ` +
+          String.raw`gpu-device-plugin\.service[\s\S]*systemctl start gpu-device-plugin\.service`,
+      ),
     );
     assert.match(s, /preuninstall scriptlet[\s\S]*systemctl --no-reload disable --now gpu-device-plugin\.service/);
     assert.match(s, /postuninstall scriptlet[\s\S]*systemctl try-restart gpu-device-plugin\.service/);
@@ -700,58 +714,62 @@ describe('the systemd unit', () => {
     assert.equal(r.status, 0);
   });
 
-  test("with the DRA drop-in linked in, systemd-analyze verify prints nothing and the DRA mode's sandbox is what check expects", () => {
-    const dir = join(work, 'verify-dra');
-    mkdirSync(join(dir, `${UNIT}.d`), { recursive: true });
-    const unit = readFileSync(join(extracted, UNIT_PATH), 'utf8');
-    writeFileSync(
-      join(dir, UNIT),
-      unit.replace(/^ExecStart=\/usr\/bin\/gpu-device-plugin$/m, `ExecStart=${join(extracted, BINARY_PATH)}`),
-    );
-    const dropin = readFileSync(join(extracted, DRA_DROPIN.installed), 'utf8');
-    writeFileSync(join(dir, `${UNIT}.d`, 'dra.conf'), dropin);
-    const r = spawnSync('systemd-analyze', ['verify', join(dir, UNIT)], {
-      encoding: 'utf8',
-      env: { PATH, LC_ALL: 'C.UTF-8', MANPATH: join(extracted, 'usr', 'share', 'man'), SYSTEMD_LOG_COLOR: '0' },
-    });
-    assert.equal(r.stdout + r.stderr, '');
-    assert.equal(r.status, 0);
-    // A misspelt key in the drop-in would be reported: the drop-in is read.
-    writeFileSync(join(dir, `${UNIT}.d`, 'zz-typo.conf'), '[Service]\nReadWritePath=/x\n');
-    const typo = spawnSync('systemd-analyze', ['verify', join(dir, UNIT)], {
-      encoding: 'utf8',
-      env: { PATH, LC_ALL: 'C.UTF-8', MANPATH: join(extracted, 'usr', 'share', 'man'), SYSTEMD_LOG_COLOR: '0' },
-    });
-    assert.match(typo.stdout + typo.stderr, /Unknown key 'ReadWritePath'/);
-    rmSync(join(dir, `${UNIT}.d`, 'zz-typo.conf'));
-    const sb = parseUnitSandbox([unit, dropin]);
-    for (const d of [
-      '/var/lib/kubelet/plugins_registry',
-      '/var/lib/kubelet/plugins/gpu.nvidia.com',
-      '/var/lib/kubelet/device-plugins',
-    ])
-      assert.equal(writableInSandbox(sb, d).writable, true, d);
-    assert.equal(
-      writableInSandbox(sb, '/var/lib/kubelet/plugins/other.example.com').writable,
-      false,
-      "other drivers' directories stay read-only",
-    );
-    assert.equal(networkInSandbox(sb, '10.0.0.10').reachable, true);
-    assert.equal(
-      networkInSandbox(parseUnitSandbox([unit]), '10.0.0.10').reachable,
-      false,
-      'the device-plugin mode has no network',
-    );
-    // Exposure with the drop-in, for the record (the device-plugin mode's is held at 1.5 below).
-    const sec = spawnSync(
-      'systemd-analyze',
-      ['security', '--offline=yes', '--threshold=25', '--no-pager', join(dir, UNIT)],
-      { encoding: 'utf8', env: { PATH, LC_ALL: 'C.UTF-8', SYSTEMD_COLORS: '0' } },
-    );
-    const m = /Overall exposure level for \S+: (\d+\.\d)/.exec(sec.stdout);
-    assert.ok(m?.[1], sec.stdout + sec.stderr);
-    assert.ok(Number(m[1]) <= 2.5, `exposure in DRA mode ${m[1]}`);
-  });
+  test(
+    'with the DRA drop-in linked in, systemd-analyze verify prints ' +
+      "nothing and the DRA mode's sandbox is what check expects",
+    () => {
+      const dir = join(work, 'verify-dra');
+      mkdirSync(join(dir, `${UNIT}.d`), { recursive: true });
+      const unit = readFileSync(join(extracted, UNIT_PATH), 'utf8');
+      writeFileSync(
+        join(dir, UNIT),
+        unit.replace(/^ExecStart=\/usr\/bin\/gpu-device-plugin$/m, `ExecStart=${join(extracted, BINARY_PATH)}`),
+      );
+      const dropin = readFileSync(join(extracted, DRA_DROPIN.installed), 'utf8');
+      writeFileSync(join(dir, `${UNIT}.d`, 'dra.conf'), dropin);
+      const r = spawnSync('systemd-analyze', ['verify', join(dir, UNIT)], {
+        encoding: 'utf8',
+        env: { PATH, LC_ALL: 'C.UTF-8', MANPATH: join(extracted, 'usr', 'share', 'man'), SYSTEMD_LOG_COLOR: '0' },
+      });
+      assert.equal(r.stdout + r.stderr, '');
+      assert.equal(r.status, 0);
+      // A misspelt key in the drop-in would be reported: the drop-in is read.
+      writeFileSync(join(dir, `${UNIT}.d`, 'zz-typo.conf'), '[Service]\nReadWritePath=/x\n');
+      const typo = spawnSync('systemd-analyze', ['verify', join(dir, UNIT)], {
+        encoding: 'utf8',
+        env: { PATH, LC_ALL: 'C.UTF-8', MANPATH: join(extracted, 'usr', 'share', 'man'), SYSTEMD_LOG_COLOR: '0' },
+      });
+      assert.match(typo.stdout + typo.stderr, /Unknown key 'ReadWritePath'/);
+      rmSync(join(dir, `${UNIT}.d`, 'zz-typo.conf'));
+      const sb = parseUnitSandbox([unit, dropin]);
+      for (const d of [
+        '/var/lib/kubelet/plugins_registry',
+        '/var/lib/kubelet/plugins/gpu.nvidia.com',
+        '/var/lib/kubelet/device-plugins',
+      ])
+        assert.equal(writableInSandbox(sb, d).writable, true, d);
+      assert.equal(
+        writableInSandbox(sb, '/var/lib/kubelet/plugins/other.example.com').writable,
+        false,
+        "other drivers' directories stay read-only",
+      );
+      assert.equal(networkInSandbox(sb, '10.0.0.10').reachable, true);
+      assert.equal(
+        networkInSandbox(parseUnitSandbox([unit]), '10.0.0.10').reachable,
+        false,
+        'the device-plugin mode has no network',
+      );
+      // Exposure with the drop-in, for the record (the device-plugin mode's is held at 1.5 below).
+      const sec = spawnSync(
+        'systemd-analyze',
+        ['security', '--offline=yes', '--threshold=25', '--no-pager', join(dir, UNIT)],
+        { encoding: 'utf8', env: { PATH, LC_ALL: 'C.UTF-8', SYSTEMD_COLORS: '0' } },
+      );
+      const m = /Overall exposure level for \S+: (\d+\.\d)/.exec(sec.stdout);
+      assert.ok(m?.[1], sec.stdout + sec.stderr);
+      assert.ok(Number(m[1]) <= 2.5, `exposure in DRA mode ${m[1]}`);
+    },
+  );
 
   test('systemd-analyze security: exposure at most 1.5', () => {
     const r = spawnSync(
@@ -835,45 +853,49 @@ describe("the MPS control daemons' unit", () => {
     assert.ok(Number(m[1]) <= 4.5, `exposure ${m[1]}`);
   });
 
-  test('notify, ordered before the plugin, reloaded with it, its own directories, the capabilities MPS needs and nothing mounting a namespace', () => {
-    assert.deepEqual(values('Type'), ['notify']);
-    assert.deepEqual(values('Before'), [UNIT]);
-    assert.deepEqual(values('After'), ['nvidia-persistenced.service']);
-    assert.deepEqual(values('ReloadPropagatedFrom'), [UNIT]);
-    assert.deepEqual(values('ExecReload'), [`/bin/sh -c 'kill -HUP "$MAINPID"'`]);
-    assert.deepEqual(
-      values('KillMode'),
-      ['mixed'],
-      'SIGTERM to the program only, so it can tell the control daemons to quit',
-    );
-    assert.deepEqual(values('EnvironmentFile'), [`-${ENV_FILE.deb}`, `-${ENV_FILE.rpm}`]);
-    assert.deepEqual(values('RuntimeDirectory'), ['gpu-device-plugin-mps']);
-    assert.deepEqual(values('StateDirectory'), ['gpu-device-plugin-mps']);
-    assert.deepEqual(values('CapabilityBoundingSet'), [
-      'CAP_SYS_ADMIN CAP_SETUID CAP_SETGID CAP_CHOWN CAP_FOWNER CAP_KILL',
-    ]);
-    assert.deepEqual(values('DeviceAllow'), ['char-nvidia* rw']);
-    assert.deepEqual(values('RestrictNamespaces'), ['mnt']);
-    for (const key of [
-      'ProtectSystem',
-      'ReadWritePaths',
-      'ProtectHome',
-      'PrivateTmp',
-      'PrivateDevices',
-      'ProtectKernelTunables',
-      'ProtectControlGroups',
-      'MountFlags',
-    ]) {
+  test(
+    'notify, ordered before the plugin, reloaded with it, its own ' +
+      'directories, the capabilities MPS needs and nothing mounting a namespace',
+    () => {
+      assert.deepEqual(values('Type'), ['notify']);
+      assert.deepEqual(values('Before'), [UNIT]);
+      assert.deepEqual(values('After'), ['nvidia-persistenced.service']);
+      assert.deepEqual(values('ReloadPropagatedFrom'), [UNIT]);
+      assert.deepEqual(values('ExecReload'), [`/bin/sh -c 'kill -HUP "$MAINPID"'`]);
       assert.deepEqual(
-        values(key),
-        [],
-        `${key} would give it a mount namespace whose shm mount never reaches the host`,
+        values('KillMode'),
+        ['mixed'],
+        'SIGTERM to the program only, so it can tell the control daemons to quit',
       );
-    }
-    // Never restarted by an upgrade, and no [Install]: the plugin's Wants= starts it.
-    assert.doesNotMatch(unitText(), /^\[Install\]/m);
-    assert.match(unitText(), /NEVER RESTARTED BY A PACKAGE UPGRADE/);
-  });
+      assert.deepEqual(values('EnvironmentFile'), [`-${ENV_FILE.deb}`, `-${ENV_FILE.rpm}`]);
+      assert.deepEqual(values('RuntimeDirectory'), ['gpu-device-plugin-mps']);
+      assert.deepEqual(values('StateDirectory'), ['gpu-device-plugin-mps']);
+      assert.deepEqual(values('CapabilityBoundingSet'), [
+        'CAP_SYS_ADMIN CAP_SETUID CAP_SETGID CAP_CHOWN CAP_FOWNER CAP_KILL',
+      ]);
+      assert.deepEqual(values('DeviceAllow'), ['char-nvidia* rw']);
+      assert.deepEqual(values('RestrictNamespaces'), ['mnt']);
+      for (const key of [
+        'ProtectSystem',
+        'ReadWritePaths',
+        'ProtectHome',
+        'PrivateTmp',
+        'PrivateDevices',
+        'ProtectKernelTunables',
+        'ProtectControlGroups',
+        'MountFlags',
+      ]) {
+        assert.deepEqual(
+          values(key),
+          [],
+          `${key} would give it a mount namespace whose shm mount never reaches the host`,
+        );
+      }
+      // Never restarted by an upgrade, and no [Install]: the plugin's Wants= starts it.
+      assert.doesNotMatch(unitText(), /^\[Install\]/m);
+      assert.match(unitText(), /NEVER RESTARTED BY A PACKAGE UPGRADE/);
+    },
+  );
 });
 
 describe('release properties', () => {
@@ -887,10 +909,13 @@ describe('release properties', () => {
     assert.equal(sha256(again), sha256(deb));
   });
 
-  test('two builds of the .rpm are byte-identical (compared uncompressed: single-threaded xz adds nothing variable)', () => {
-    assert.notEqual(oldRpmAgain, oldRpm);
-    assert.equal(sha256(oldRpmAgain), sha256(oldRpm));
-  });
+  test(
+    'two builds of the .rpm are byte-identical (compared ' + 'uncompressed: single-threaded xz adds nothing variable)',
+    () => {
+      assert.notEqual(oldRpmAgain, oldRpm);
+      assert.equal(sha256(oldRpmAgain), sha256(oldRpm));
+    },
+  );
 });
 
 describe('the arm64 packages', () => {

@@ -30,15 +30,18 @@ async function preferred(
   }
 }
 
-test('DGX-1 (hybrid cube-mesh): two NVLinks under one PCIe switch first; fours by socket; must-include honoured', async () => {
-  await preferred('dgx1-v100', [
-    { size: 2, want: [2, 3] },
-    { size: 2, must: [0], want: [0, 4] },
-    { size: 4, want: [0, 1, 2, 3] },
-    { size: 2, available: [0, 1, 4, 5, 6, 7], want: [6, 7] },
-    { size: 8, want: [0, 1, 2, 3, 4, 5, 6, 7] },
-  ]);
-});
+test(
+  'DGX-1 (hybrid cube-mesh): two NVLinks under one PCIe ' + 'switch first; fours by socket; must-include honoured',
+  async () => {
+    await preferred('dgx1-v100', [
+      { size: 2, want: [2, 3] },
+      { size: 2, must: [0], want: [0, 4] },
+      { size: 4, want: [0, 1, 2, 3] },
+      { size: 2, available: [0, 1, 4, 5, 6, 7], want: [6, 7] },
+      { size: 8, want: [0, 1, 2, 3, 4, 5, 6, 7] },
+    ]);
+  },
+);
 
 test('NVSwitch (16 GPUs): the switch fabric counts as NVLink; PCIe and NUMA decide among equals', async () => {
   await preferred('nvswitch-16', [

@@ -96,142 +96,154 @@ function asStatus(r: Reply): Status {
   return r.body as unknown as Status;
 }
 
-test('ResourceSlices: create fills metadata, get and list read it back, fieldSelector filters, delete removes', async (t) => {
-  const s = await ApiServerStandIn.start();
-  t.after(() => s.stop());
-  const created = await call(s, 'POST', SLICES, { body: slice('node-a-gpu') });
-  assert.equal(created.code, 201);
-  const m = meta(created.body);
-  assert.equal(m.name, 'node-a-gpu');
-  assert.match(String(m.uid), /^[0-9a-f-]{36}$/);
-  assert.equal(m.generation, 1);
-  assert.match(String(m.resourceVersion), /^\d+$/);
-  assert.match(String(m.creationTimestamp), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
+test(
+  'ResourceSlices: create fills metadata, get and list ' + 'read it back, fieldSelector filters, delete removes',
+  async (t) => {
+    const s = await ApiServerStandIn.start();
+    t.after(() => s.stop());
+    const created = await call(s, 'POST', SLICES, { body: slice('node-a-gpu') });
+    assert.equal(created.code, 201);
+    const m = meta(created.body);
+    assert.equal(m.name, 'node-a-gpu');
+    assert.match(String(m.uid), /^[0-9a-f-]{36}$/);
+    assert.equal(m.generation, 1);
+    assert.match(String(m.resourceVersion), /^\d+$/);
+    assert.match(String(m.creationTimestamp), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
 
-  const gen = await call(s, 'POST', SLICES, {
-    body: {
-      ...slice(''),
-      metadata: { generateName: 'node-b-gpu.example.com-' },
-      spec: { ...(slice('x').spec as JsonObject), nodeName: 'node-b', driver: 'other.example.com' },
-    },
-  });
-  assert.equal(gen.code, 201, JSON.stringify(gen.body));
-  assert.match(String(meta(gen.body).name), /^node-b-gpu\.example\.com-[bcdfghjklmnpqrstvwxz2456789]{5}$/);
+    const gen = await call(s, 'POST', SLICES, {
+      body: {
+        ...slice(''),
+        metadata: { generateName: 'node-b-gpu.example.com-' },
+        spec: { ...(slice('x').spec as JsonObject), nodeName: 'node-b', driver: 'other.example.com' },
+      },
+    });
+    assert.equal(gen.code, 201, JSON.stringify(gen.body));
+    assert.match(String(meta(gen.body).name), /^node-b-gpu\.example\.com-[bcdfghjklmnpqrstvwxz2456789]{5}$/);
 
-  const got = await call(s, 'GET', `${SLICES}/node-a-gpu`);
-  assert.equal(got.code, 200);
-  assert.deepEqual(got.body, created.body);
+    const got = await call(s, 'GET', `${SLICES}/node-a-gpu`);
+    assert.equal(got.code, 200);
+    assert.deepEqual(got.body, created.body);
 
-  const all = await call(s, 'GET', SLICES);
-  assert.equal(all.body.kind, 'ResourceSliceList');
-  assert.equal(all.body.apiVersion, 'resource.k8s.io/v1');
-  const items = all.body.items as JsonObject[];
-  assert.equal(items.length, 2);
-  assert.equal(items[0]?.kind, undefined, "list items carry no kind, as the real server's");
+    const all = await call(s, 'GET', SLICES);
+    assert.equal(all.body.kind, 'ResourceSliceList');
+    assert.equal(all.body.apiVersion, 'resource.k8s.io/v1');
+    const items = all.body.items as JsonObject[];
+    assert.equal(items.length, 2);
+    assert.equal(items[0]?.kind, undefined, "list items carry no kind, as the real server's");
 
-  const mine = await call(
-    s,
-    'GET',
-    `${SLICES}?fieldSelector=${encodeURIComponent('spec.nodeName=node-a,spec.driver=gpu.example.com')}`,
-  );
-  assert.deepEqual(
-    (mine.body.items as JsonObject[]).map((i) => meta(i).name),
-    ['node-a-gpu'],
-  );
-  const notMine = await call(s, 'GET', `${SLICES}?fieldSelector=${encodeURIComponent('spec.driver!=gpu.example.com')}`);
-  assert.deepEqual(
-    (notMine.body.items as JsonObject[]).map((i) => (i.spec as JsonObject).driver),
-    ['other.example.com'],
-  );
-  const badSel = await call(s, 'GET', `${SLICES}?fieldSelector=spec.pool.name%3Dx`);
-  assert.equal(badSel.code, 400);
-  assert.equal(asStatus(badSel).message, 'field label not supported: spec.pool.name');
+    const mine = await call(
+      s,
+      'GET',
+      `${SLICES}?fieldSelector=${encodeURIComponent('spec.nodeName=node-a,spec.driver=gpu.example.com')}`,
+    );
+    assert.deepEqual(
+      (mine.body.items as JsonObject[]).map((i) => meta(i).name),
+      ['node-a-gpu'],
+    );
+    const notMine = await call(
+      s,
+      'GET',
+      `${SLICES}?fieldSelector=${encodeURIComponent('spec.driver!=gpu.example.com')}`,
+    );
+    assert.deepEqual(
+      (notMine.body.items as JsonObject[]).map((i) => (i.spec as JsonObject).driver),
+      ['other.example.com'],
+    );
+    const badSel = await call(s, 'GET', `${SLICES}?fieldSelector=spec.pool.name%3Dx`);
+    assert.equal(badSel.code, 400);
+    assert.equal(asStatus(badSel).message, 'field label not supported: spec.pool.name');
 
-  const del = await call(s, 'DELETE', `${SLICES}/node-a-gpu`);
-  assert.equal(del.code, 200);
-  assert.equal(asStatus(del).status, 'Success');
-  const gone = await call(s, 'GET', `${SLICES}/node-a-gpu`);
-  assert.equal(gone.code, 404);
-  assert.deepEqual(gone.body, {
-    kind: 'Status',
-    apiVersion: 'v1',
-    metadata: {},
-    status: 'Failure',
-    message: 'resourceslices.resource.k8s.io "node-a-gpu" not found',
-    reason: 'NotFound',
-    details: { name: 'node-a-gpu', group: 'resource.k8s.io', kind: 'resourceslices' },
-    code: 404,
-  });
-});
-
-test('ResourceSlices: a stale resourceVersion is a 409 Conflict, a second create 409 AlreadyExists; the generation follows the spec', async (t) => {
-  const s = await ApiServerStandIn.start();
-  t.after(() => s.stop());
-  const first = (await call(s, 'POST', SLICES, { body: slice('a') })).body;
-  const dup = await call(s, 'POST', SLICES, { body: slice('a') });
-  assert.equal(dup.code, 409);
-  assert.equal(asStatus(dup).reason, 'AlreadyExists');
-  assert.equal(asStatus(dup).message, 'resourceslices.resource.k8s.io "a" already exists');
-
-  // Two writers read the same version; the first update wins, the second conflicts.
-  const bumped = {
-    ...first,
-    spec: { ...(first.spec as JsonObject), pool: { name: 'node-a', generation: 2, resourceSliceCount: 1 } },
-  };
-  const ok = await call(s, 'PUT', `${SLICES}/a`, { body: bumped });
-  assert.equal(ok.code, 200);
-  assert.notEqual(meta(ok.body).resourceVersion, meta(first).resourceVersion);
-  assert.equal(meta(ok.body).generation, 2);
-  assert.equal(meta(ok.body).uid, meta(first).uid);
-  const stale = await call(s, 'PUT', `${SLICES}/a`, { body: bumped });
-  assert.equal(stale.code, 409);
-  assert.deepEqual(stale.body, {
-    kind: 'Status',
-    apiVersion: 'v1',
-    metadata: {},
-    status: 'Failure',
-    message:
-      'Operation cannot be fulfilled on resourceslices.resource.k8s.io "a": the object has been modified; please apply your changes to the latest version and try again',
-    reason: 'Conflict',
-    details: { name: 'a', group: 'resource.k8s.io', kind: 'resourceslices' },
-    code: 409,
-  });
-
-  // The same object again: nothing is written, the resourceVersion stays.
-  const same = await call(s, 'PUT', `${SLICES}/a`, { body: ok.body });
-  assert.equal(same.code, 200);
-  assert.deepEqual(same.body, ok.body);
-  // Without a resourceVersion the update is unconditional; a label change bumps the version, not the generation.
-  const unconditional = { ...ok.body, metadata: { name: 'a', labels: { tier: 'gpu' } } };
-  const labelled = await call(s, 'PUT', `${SLICES}/a`, { body: unconditional });
-  assert.equal(labelled.code, 200);
-  assert.notEqual(meta(labelled.body).resourceVersion, meta(ok.body).resourceVersion);
-  assert.equal(meta(labelled.body).generation, 2);
-
-  assert.equal((await call(s, 'PUT', `${SLICES}/missing`, { body: slice('missing') })).code, 404);
-  const wrongName = await call(s, 'PUT', `${SLICES}/a`, { body: slice('b') });
-  assert.equal(wrongName.code, 400);
-  assert.match(String(asStatus(wrongName).message), /does not match the name on the URL/);
-
-  const cur = (await call(s, 'GET', `${SLICES}/a`)).body;
-  const pre = await call(s, 'DELETE', `${SLICES}/a`, {
-    body: {
-      kind: 'DeleteOptions',
+    const del = await call(s, 'DELETE', `${SLICES}/node-a-gpu`);
+    assert.equal(del.code, 200);
+    assert.equal(asStatus(del).status, 'Success');
+    const gone = await call(s, 'GET', `${SLICES}/node-a-gpu`);
+    assert.equal(gone.code, 404);
+    assert.deepEqual(gone.body, {
+      kind: 'Status',
       apiVersion: 'v1',
-      preconditions: { resourceVersion: meta(first).resourceVersion ?? null },
-    },
-  });
-  assert.equal(pre.code, 409);
-  assert.match(String(asStatus(pre).message), /Precondition failed: ResourceVersion in precondition/);
-  assert.equal(
-    (
-      await call(s, 'DELETE', `${SLICES}/a`, {
-        body: { preconditions: { resourceVersion: meta(cur).resourceVersion ?? null } },
-      })
-    ).code,
-    200,
-  );
-});
+      metadata: {},
+      status: 'Failure',
+      message: 'resourceslices.resource.k8s.io "node-a-gpu" not found',
+      reason: 'NotFound',
+      details: { name: 'node-a-gpu', group: 'resource.k8s.io', kind: 'resourceslices' },
+      code: 404,
+    });
+  },
+);
+
+test(
+  'ResourceSlices: a stale resourceVersion is a 409 Conflict, a ' +
+    'second create 409 AlreadyExists; the generation follows the spec',
+  async (t) => {
+    const s = await ApiServerStandIn.start();
+    t.after(() => s.stop());
+    const first = (await call(s, 'POST', SLICES, { body: slice('a') })).body;
+    const dup = await call(s, 'POST', SLICES, { body: slice('a') });
+    assert.equal(dup.code, 409);
+    assert.equal(asStatus(dup).reason, 'AlreadyExists');
+    assert.equal(asStatus(dup).message, 'resourceslices.resource.k8s.io "a" already exists');
+
+    // Two writers read the same version; the first update wins, the second conflicts.
+    const bumped = {
+      ...first,
+      spec: { ...(first.spec as JsonObject), pool: { name: 'node-a', generation: 2, resourceSliceCount: 1 } },
+    };
+    const ok = await call(s, 'PUT', `${SLICES}/a`, { body: bumped });
+    assert.equal(ok.code, 200);
+    assert.notEqual(meta(ok.body).resourceVersion, meta(first).resourceVersion);
+    assert.equal(meta(ok.body).generation, 2);
+    assert.equal(meta(ok.body).uid, meta(first).uid);
+    const stale = await call(s, 'PUT', `${SLICES}/a`, { body: bumped });
+    assert.equal(stale.code, 409);
+    assert.deepEqual(stale.body, {
+      kind: 'Status',
+      apiVersion: 'v1',
+      metadata: {},
+      status: 'Failure',
+      message:
+        'Operation cannot be fulfilled on resourceslices.resource.k8s.io "a": the object ' +
+        'has been modified; please apply your changes to the latest version and try again',
+      reason: 'Conflict',
+      details: { name: 'a', group: 'resource.k8s.io', kind: 'resourceslices' },
+      code: 409,
+    });
+
+    // The same object again: nothing is written, the resourceVersion stays.
+    const same = await call(s, 'PUT', `${SLICES}/a`, { body: ok.body });
+    assert.equal(same.code, 200);
+    assert.deepEqual(same.body, ok.body);
+    // Without a resourceVersion the update is unconditional; a label change bumps the version, not the generation.
+    const unconditional = { ...ok.body, metadata: { name: 'a', labels: { tier: 'gpu' } } };
+    const labelled = await call(s, 'PUT', `${SLICES}/a`, { body: unconditional });
+    assert.equal(labelled.code, 200);
+    assert.notEqual(meta(labelled.body).resourceVersion, meta(ok.body).resourceVersion);
+    assert.equal(meta(labelled.body).generation, 2);
+
+    assert.equal((await call(s, 'PUT', `${SLICES}/missing`, { body: slice('missing') })).code, 404);
+    const wrongName = await call(s, 'PUT', `${SLICES}/a`, { body: slice('b') });
+    assert.equal(wrongName.code, 400);
+    assert.match(String(asStatus(wrongName).message), /does not match the name on the URL/);
+
+    const cur = (await call(s, 'GET', `${SLICES}/a`)).body;
+    const pre = await call(s, 'DELETE', `${SLICES}/a`, {
+      body: {
+        kind: 'DeleteOptions',
+        apiVersion: 'v1',
+        preconditions: { resourceVersion: meta(first).resourceVersion ?? null },
+      },
+    });
+    assert.equal(pre.code, 409);
+    assert.match(String(asStatus(pre).message), /Precondition failed: ResourceVersion in precondition/);
+    assert.equal(
+      (
+        await call(s, 'DELETE', `${SLICES}/a`, {
+          body: { preconditions: { resourceVersion: meta(cur).resourceVersion ?? null } },
+        })
+      ).code,
+      200,
+    );
+  },
+);
 
 test("ResourceSlices: the API server's validation answers 422 Invalid with the field of each cause", async (t) => {
   const s = await ApiServerStandIn.start();
@@ -282,7 +294,10 @@ test("ResourceSlices: the API server's validation answers 422 Invalid with the f
       'nodeName and allNodes',
       slice('x', { allNodes: true }),
       'spec',
-      /Invalid value: "\{`nodeName`, `allNodes`\}": exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required, but multiple fields are set/,
+      new RegExp(
+        'Invalid value: "\\{`nodeName`, `allNodes`\\}": exactly one of `nodeName`, `nodeSelector`, ' +
+          '`allNodes`, `perDeviceNodeSelection` is required, but multiple fields are set',
+      ),
     ],
     ['no node selection', slice('x', { nodeName: null }), 'spec', /exactly one of/],
     ['no driver', slice('x', { driver: '' }), 'spec.driver', /Required value/],
@@ -374,147 +389,159 @@ test("ResourceSlices: the API server's validation answers 422 Invalid with the f
   }
 });
 
-test('the server stores its own form: canonical quantities, unknown fields dropped with a warning, timeAdded filled', async (t) => {
-  const s = await ApiServerStandIn.start();
-  t.after(() => s.stop());
-  const body = slice('x', {}, [
-    gpu('gpu-0', {
-      capacity: { memory: { value: '32768Mi' }, sms: { value: 132 } },
-      flavour: 'extra',
-      taints: [{ key: 'gpu.example.com/xid', value: '79', effect: 'NoSchedule' }],
-    }),
-  ]);
-  const r = await call(s, 'POST', SLICES, { body });
-  assert.equal(r.code, 201, JSON.stringify(r.body));
-  const dev = ((r.body.spec as JsonObject).devices as JsonObject[])[0] ?? {};
-  assert.deepEqual(dev.capacity, { memory: { value: '32Gi' }, sms: { value: '132' } });
-  assert.equal(dev.flavour, undefined);
-  assert.equal(r.headers.warning, '299 - "unknown field \\"spec.devices[0].flavour\\""');
-  const taints = dev.taints as JsonObject[];
-  assert.match(String(taints[0]?.timeAdded), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
-  // What was sent is not what is read back: a driver must compare meaning, not JSON.
-  assert.notDeepEqual(r.body.spec, body.spec);
+test(
+  'the server stores its own form: canonical quantities, ' + 'unknown fields dropped with a warning, timeAdded filled',
+  async (t) => {
+    const s = await ApiServerStandIn.start();
+    t.after(() => s.stop());
+    const body = slice('x', {}, [
+      gpu('gpu-0', {
+        capacity: { memory: { value: '32768Mi' }, sms: { value: 132 } },
+        flavour: 'extra',
+        taints: [{ key: 'gpu.example.com/xid', value: '79', effect: 'NoSchedule' }],
+      }),
+    ]);
+    const r = await call(s, 'POST', SLICES, { body });
+    assert.equal(r.code, 201, JSON.stringify(r.body));
+    const dev = ((r.body.spec as JsonObject).devices as JsonObject[])[0] ?? {};
+    assert.deepEqual(dev.capacity, { memory: { value: '32Gi' }, sms: { value: '132' } });
+    assert.equal(dev.flavour, undefined);
+    assert.equal(r.headers.warning, '299 - "unknown field \\"spec.devices[0].flavour\\""');
+    const taints = dev.taints as JsonObject[];
+    assert.match(String(taints[0]?.timeAdded), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
+    // What was sent is not what is read back: a driver must compare meaning, not JSON.
+    assert.notDeepEqual(r.body.spec, body.spec);
 
-  const strict = await call(s, 'POST', `${SLICES}?fieldValidation=Strict`, {
-    body: { ...slice('y'), spec: { ...(slice('y').spec as JsonObject), colour: 'red' } },
-  });
-  assert.equal(strict.code, 400);
-  assert.match(String(asStatus(strict).message), /strict decoding error: unknown field "spec.colour"/);
-  const badQ = await call(s, 'POST', SLICES, {
-    body: slice('z', {}, [gpu('gpu-0', { capacity: { memory: { value: '80 GiB' } } })]),
-  });
-  assert.equal(badQ.code, 400);
-  assert.match(String(asStatus(badQ).message), /quantities must match the regular expression/);
+    const strict = await call(s, 'POST', `${SLICES}?fieldValidation=Strict`, {
+      body: { ...slice('y'), spec: { ...(slice('y').spec as JsonObject), colour: 'red' } },
+    });
+    assert.equal(strict.code, 400);
+    assert.match(String(asStatus(strict).message), /strict decoding error: unknown field "spec.colour"/);
+    const badQ = await call(s, 'POST', SLICES, {
+      body: slice('z', {}, [gpu('gpu-0', { capacity: { memory: { value: '80 GiB' } } })]),
+    });
+    assert.equal(badQ.code, 400);
+    assert.match(String(asStatus(badQ).message), /quantities must match the regular expression/);
 
-  const table: [string, string | undefined][] = [
-    ['32768Mi', '32Gi'],
-    ['80Gi', '80Gi'],
-    ['1536Mi', '1536Mi'],
-    ['0.5Gi', '512Mi'],
-    ['512', '512'],
-    ['0.5Ki', '512'],
-    ['2000', '2k'],
-    ['1.5G', '1500M'],
-    ['0.5', '500m'],
-    ['1e3', '1e3'],
-    ['1.5e3', '1500'],
-    ['12e6', '12e6'],
-    ['0', '0'],
-    ['-2Ki', '-2Ki'],
-    ['80 GiB', undefined],
-    ['1.5n', undefined],
-  ];
-  for (const [q, want] of table) assert.equal(canonicalQuantity(q), want, q);
-});
+    const table: [string, string | undefined][] = [
+      ['32768Mi', '32Gi'],
+      ['80Gi', '80Gi'],
+      ['1536Mi', '1536Mi'],
+      ['0.5Gi', '512Mi'],
+      ['512', '512'],
+      ['0.5Ki', '512'],
+      ['2000', '2k'],
+      ['1.5G', '1500M'],
+      ['0.5', '500m'],
+      ['1e3', '1e3'],
+      ['1.5e3', '1500'],
+      ['12e6', '12e6'],
+      ['0', '0'],
+      ['-2Ki', '-2Ki'],
+      ['80 GiB', undefined],
+      ['1.5n', undefined],
+    ];
+    for (const [q, want] of table) assert.equal(canonicalQuantity(q), want, q);
+  },
+);
 
-test('bearer tokens: none is 401, a token without the verb is 403 with the real message, an allowed one passes', async (t) => {
-  const s = await ApiServerStandIn.start({
-    tokens: {
-      'tok-driver': { user: 'system:node:node-a', allow: ['* resourceslices', 'get resourceclaims', 'get nodes'] },
-      'tok-readonly': { user: 'viewer', allow: ['get resourceslices', 'list resourceslices'] },
-    },
-  });
-  t.after(() => s.stop());
-  const none = await call(s, 'GET', SLICES);
-  assert.equal(none.code, 401);
-  assert.deepEqual(none.body, {
-    kind: 'Status',
-    apiVersion: 'v1',
-    metadata: {},
-    status: 'Failure',
-    message: 'Unauthorized',
-    reason: 'Unauthorized',
-    code: 401,
-  });
-  assert.equal((await call(s, 'GET', SLICES, { token: 'nope' })).code, 401);
+test(
+  'bearer tokens: none is 401, a token without the verb ' + 'is 403 with the real message, an allowed one passes',
+  async (t) => {
+    const s = await ApiServerStandIn.start({
+      tokens: {
+        'tok-driver': { user: 'system:node:node-a', allow: ['* resourceslices', 'get resourceclaims', 'get nodes'] },
+        'tok-readonly': { user: 'viewer', allow: ['get resourceslices', 'list resourceslices'] },
+      },
+    });
+    t.after(() => s.stop());
+    const none = await call(s, 'GET', SLICES);
+    assert.equal(none.code, 401);
+    assert.deepEqual(none.body, {
+      kind: 'Status',
+      apiVersion: 'v1',
+      metadata: {},
+      status: 'Failure',
+      message: 'Unauthorized',
+      reason: 'Unauthorized',
+      code: 401,
+    });
+    assert.equal((await call(s, 'GET', SLICES, { token: 'nope' })).code, 401);
 
-  const denied = await call(s, 'POST', SLICES, { token: 'tok-readonly', body: slice('a') });
-  assert.equal(denied.code, 403);
-  assert.deepEqual(denied.body, {
-    kind: 'Status',
-    apiVersion: 'v1',
-    metadata: {},
-    status: 'Failure',
-    message:
-      'resourceslices.resource.k8s.io is forbidden: User "viewer" cannot create resource "resourceslices" in API group "resource.k8s.io" at the cluster scope',
-    reason: 'Forbidden',
-    details: { group: 'resource.k8s.io', kind: 'resourceslices' },
-    code: 403,
-  });
-  const claimDenied = await call(s, 'GET', '/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/c1', {
-    token: 'tok-readonly',
-  });
-  assert.equal(claimDenied.code, 403);
-  assert.equal(
-    asStatus(claimDenied).message,
-    'resourceclaims.resource.k8s.io "c1" is forbidden: User "viewer" cannot get resource "resourceclaims" in API group "resource.k8s.io" in the namespace "default"',
-  );
-  const nodeDenied = await call(s, 'GET', '/api/v1/nodes/node-a', { token: 'tok-readonly' });
-  assert.equal(
-    asStatus(nodeDenied).message,
-    'nodes "node-a" is forbidden: User "viewer" cannot get resource "nodes" in API group "" at the cluster scope',
-  );
+    const denied = await call(s, 'POST', SLICES, { token: 'tok-readonly', body: slice('a') });
+    assert.equal(denied.code, 403);
+    assert.deepEqual(denied.body, {
+      kind: 'Status',
+      apiVersion: 'v1',
+      metadata: {},
+      status: 'Failure',
+      message:
+        'resourceslices.resource.k8s.io is forbidden: User "viewer" cannot create ' +
+        'resource "resourceslices" in API group "resource.k8s.io" at the cluster scope',
+      reason: 'Forbidden',
+      details: { group: 'resource.k8s.io', kind: 'resourceslices' },
+      code: 403,
+    });
+    const claimDenied = await call(s, 'GET', '/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/c1', {
+      token: 'tok-readonly',
+    });
+    assert.equal(claimDenied.code, 403);
+    assert.equal(
+      asStatus(claimDenied).message,
+      'resourceclaims.resource.k8s.io "c1" is forbidden: User "viewer" cannot get ' +
+        'resource "resourceclaims" in API group "resource.k8s.io" in the namespace "default"',
+    );
+    const nodeDenied = await call(s, 'GET', '/api/v1/nodes/node-a', { token: 'tok-readonly' });
+    assert.equal(
+      asStatus(nodeDenied).message,
+      'nodes "node-a" is forbidden: User "viewer" cannot get resource "nodes" in API group "" at the cluster scope',
+    );
 
-  assert.equal((await call(s, 'POST', SLICES, { token: 'tok-driver', body: slice('a') })).code, 201);
-  assert.equal((await call(s, 'GET', `${SLICES}/a`, { token: 'tok-readonly' })).code, 200);
-  assert.equal((await call(s, 'DELETE', `${SLICES}/a`, { token: 'tok-readonly' })).code, 403);
-  assert.deepEqual(s.requests.map((r) => [r.method, r.user ?? null, r.code]).slice(-3), [
-    ['POST', 'system:node:node-a', 201],
-    ['GET', 'viewer', 200],
-    ['DELETE', 'viewer', 403],
-  ]);
-});
+    assert.equal((await call(s, 'POST', SLICES, { token: 'tok-driver', body: slice('a') })).code, 201);
+    assert.equal((await call(s, 'GET', `${SLICES}/a`, { token: 'tok-readonly' })).code, 200);
+    assert.equal((await call(s, 'DELETE', `${SLICES}/a`, { token: 'tok-readonly' })).code, 403);
+    assert.deepEqual(s.requests.map((r) => [r.method, r.user ?? null, r.code]).slice(-3), [
+      ['POST', 'system:node:node-a', 201],
+      ['GET', 'viewer', 200],
+      ['DELETE', 'viewer', 403],
+    ]);
+  },
+);
 
-test('ResourceClaims and Nodes: get what the test seeded, 404 for the rest; watch and PATCH say they are not modelled', async (t) => {
-  const s = await ApiServerStandIn.start();
-  t.after(() => s.stop());
-  const status: JsonObject = {
-    allocation: {
-      devices: { results: [{ request: 'gpu', driver: 'gpu.example.com', pool: 'node-a', device: 'gpu-0' }] },
-    },
-  };
-  const seeded = s.putClaim({ namespace: 'ml', name: 'train', status });
-  s.putNode('node-a', { 'kubernetes.io/hostname': 'node-a' });
-  const claim = await call(s, 'GET', '/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/train');
-  assert.equal(claim.code, 200);
-  assert.equal(claim.body.kind, 'ResourceClaim');
-  assert.equal(meta(claim.body).uid, meta(seeded).uid);
-  assert.deepEqual(claim.body.status, status);
-  const other = await call(s, 'GET', '/apis/resource.k8s.io/v1/namespaces/other/resourceclaims/train');
-  assert.equal(other.code, 404);
-  assert.equal(asStatus(other).message, 'resourceclaims.resource.k8s.io "train" not found');
-  const node = await call(s, 'GET', '/api/v1/nodes/node-a');
-  assert.equal(node.body.kind, 'Node');
-  assert.equal(asStatus(await call(s, 'GET', '/api/v1/nodes/node-z')).message, 'nodes "node-z" not found');
-  const unknown = await call(s, 'GET', '/apis/resource.k8s.io/v1beta1/resourceslices');
-  assert.equal(unknown.code, 404);
-  assert.equal(asStatus(unknown).message, 'the server could not find the requested resource');
-  const watch = await call(s, 'GET', `${SLICES}?watch=true`);
-  assert.equal(watch.code, 405);
-  assert.match(String(asStatus(watch).message), /watch is not modelled/);
-  assert.equal((await call(s, 'PATCH', `${SLICES}/x`, { body: {} })).code, 405);
-  assert.equal((await call(s, 'PUT', '/api/v1/nodes/node-a', { body: node.body })).code, 405);
-});
+test(
+  'ResourceClaims and Nodes: get what the test seeded, 404 ' +
+    'for the rest; watch and PATCH say they are not modelled',
+  async (t) => {
+    const s = await ApiServerStandIn.start();
+    t.after(() => s.stop());
+    const status: JsonObject = {
+      allocation: {
+        devices: { results: [{ request: 'gpu', driver: 'gpu.example.com', pool: 'node-a', device: 'gpu-0' }] },
+      },
+    };
+    const seeded = s.putClaim({ namespace: 'ml', name: 'train', status });
+    s.putNode('node-a', { 'kubernetes.io/hostname': 'node-a' });
+    const claim = await call(s, 'GET', '/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/train');
+    assert.equal(claim.code, 200);
+    assert.equal(claim.body.kind, 'ResourceClaim');
+    assert.equal(meta(claim.body).uid, meta(seeded).uid);
+    assert.deepEqual(claim.body.status, status);
+    const other = await call(s, 'GET', '/apis/resource.k8s.io/v1/namespaces/other/resourceclaims/train');
+    assert.equal(other.code, 404);
+    assert.equal(asStatus(other).message, 'resourceclaims.resource.k8s.io "train" not found');
+    const node = await call(s, 'GET', '/api/v1/nodes/node-a');
+    assert.equal(node.body.kind, 'Node');
+    assert.equal(asStatus(await call(s, 'GET', '/api/v1/nodes/node-z')).message, 'nodes "node-z" not found');
+    const unknown = await call(s, 'GET', '/apis/resource.k8s.io/v1beta1/resourceslices');
+    assert.equal(unknown.code, 404);
+    assert.equal(asStatus(unknown).message, 'the server could not find the requested resource');
+    const watch = await call(s, 'GET', `${SLICES}?watch=true`);
+    assert.equal(watch.code, 405);
+    assert.match(String(asStatus(watch).message), /watch is not modelled/);
+    assert.equal((await call(s, 'PATCH', `${SLICES}/x`, { body: {} })).code, 405);
+    assert.equal((await call(s, 'PUT', '/api/v1/nodes/node-a', { body: node.body })).code, 405);
+  },
+);
 
 test('down() refuses connections, up() serves again on the same address with the same state', async (t) => {
   const s = await ApiServerStandIn.start();
@@ -529,32 +556,35 @@ test('down() refuses connections, up() serves again on the same address with the
   assert.equal(back.code, 200);
 });
 
-test("a unix socket listener works the same, and the kubelet's slice clean-up deletes by node and driver", async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'gdp-api-'));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
-  const s = await ApiServerStandIn.start({ socketPath: join(dir, 'api.sock') });
-  t.after(() => s.stop());
-  assert.equal((await call(s, 'POST', SLICES, { body: slice('a') })).code, 201);
-  assert.equal((await call(s, 'POST', SLICES, { body: slice('b', { driver: 'nic.example.com' }) })).code, 201);
-  assert.equal((await call(s, 'POST', SLICES, { body: slice('c', { nodeName: 'node-b' }) })).code, 201);
-  await s.down();
-  await assert.rejects(call(s, 'GET', SLICES));
-  await s.up();
-  assert.equal(s.deleteNodeSlices('node-a', 'gpu.example.com'), 1);
-  assert.deepEqual([...s.slices.keys()].sort(), ['b', 'c']);
-  assert.equal(s.deleteNodeSlices('node-a'), 1);
-  const left = await call(s, 'GET', SLICES);
-  assert.deepEqual(
-    (left.body.items as JsonObject[]).map((i) => meta(i).name),
-    ['c'],
-  );
-  // The same over HTTP, as the kubelet does it: DELETE on the collection with a fieldSelector.
-  assert.equal((await call(s, 'POST', SLICES, { body: slice('d') })).code, 201);
-  const wiped = await call(s, 'DELETE', `${SLICES}?fieldSelector=${encodeURIComponent('spec.nodeName=node-b')}`);
-  assert.equal(wiped.code, 200);
-  assert.deepEqual(
-    (wiped.body.items as JsonObject[]).map((i) => meta(i).name),
-    ['c'],
-  );
-  assert.deepEqual([...s.slices.keys()], ['d']);
-});
+test(
+  'a unix socket listener works the same, and the ' + "kubelet's slice clean-up deletes by node and driver",
+  async (t) => {
+    const dir = mkdtempSync(join(tmpdir(), 'gdp-api-'));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
+    const s = await ApiServerStandIn.start({ socketPath: join(dir, 'api.sock') });
+    t.after(() => s.stop());
+    assert.equal((await call(s, 'POST', SLICES, { body: slice('a') })).code, 201);
+    assert.equal((await call(s, 'POST', SLICES, { body: slice('b', { driver: 'nic.example.com' }) })).code, 201);
+    assert.equal((await call(s, 'POST', SLICES, { body: slice('c', { nodeName: 'node-b' }) })).code, 201);
+    await s.down();
+    await assert.rejects(call(s, 'GET', SLICES));
+    await s.up();
+    assert.equal(s.deleteNodeSlices('node-a', 'gpu.example.com'), 1);
+    assert.deepEqual([...s.slices.keys()].sort(), ['b', 'c']);
+    assert.equal(s.deleteNodeSlices('node-a'), 1);
+    const left = await call(s, 'GET', SLICES);
+    assert.deepEqual(
+      (left.body.items as JsonObject[]).map((i) => meta(i).name),
+      ['c'],
+    );
+    // The same over HTTP, as the kubelet does it: DELETE on the collection with a fieldSelector.
+    assert.equal((await call(s, 'POST', SLICES, { body: slice('d') })).code, 201);
+    const wiped = await call(s, 'DELETE', `${SLICES}?fieldSelector=${encodeURIComponent('spec.nodeName=node-b')}`);
+    assert.equal(wiped.code, 200);
+    assert.deepEqual(
+      (wiped.body.items as JsonObject[]).map((i) => meta(i).name),
+      ['c'],
+    );
+    assert.deepEqual([...s.slices.keys()], ['d']);
+  },
+);

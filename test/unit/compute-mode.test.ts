@@ -131,7 +131,8 @@ test('setComputeMode as a user other than root: NO_PERMISSION, and the error say
     const h = nvml.handleByIndex(0);
     let error;
     try { setComputeMode(nvml, h, { index: 0 }, 'exclusive-process'); } catch (e) { error = e; }
-    process.stdout.write(JSON.stringify({ name: error?.name, code: error?.code, message: error?.message, after: getComputeMode(nvml, h, { index: 0 }) }));
+    const after = getComputeMode(nvml, h, { index: 0 });
+    process.stdout.write(JSON.stringify({ name: error?.name, code: error?.code, message: error?.message, after }));
     nvml.close();
   `;
   const child = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
@@ -152,7 +153,8 @@ test('setComputeMode as a user other than root: NO_PERMISSION, and the error say
   assert.equal(result.code, NVML.ERROR_NO_PERMISSION);
   assert.equal(
     result.message,
-    'nvmlDeviceSetComputeMode failed for GPU 0: Insufficient Permissions (setting EXCLUSIVE_PROCESS, 3); setting a compute mode needs root (NVML code 4)',
+    'nvmlDeviceSetComputeMode failed for GPU 0: Insufficient Permissions (setting ' +
+      'EXCLUSIVE_PROCESS, 3); setting a compute mode needs root (NVML code 4)',
   );
   assert.equal(result.after, 'default');
 });

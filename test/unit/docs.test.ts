@@ -67,7 +67,8 @@ function variablesReadBySource(): { names: Set<string>; indirect: Set<string> } 
     const derive = INDIRECT_READERS[rel];
     assert.ok(
       derive,
-      `${rel} reads an environment variable through a computed key: add a way to list them to INDIRECT_READERS in this test, and document them in build/docs.ts`,
+      `${rel} reads an environment variable through a computed key: add a way to ` +
+        `list them to INDIRECT_READERS in this test, and document them in build/docs.ts`,
     );
     for (const n of derive()) names.add(n);
   }
@@ -128,18 +129,22 @@ test('the source scan finds what it should (so that an empty scan cannot pass th
   );
 });
 
-test('every environment variable the source reads is in the man page: options under OPTIONS, the rest under ENVIRONMENT', () => {
-  const s = sections(render());
-  const options = s.get('OPTIONS') ?? '';
-  const environment = s.get('ENVIRONMENT') ?? '';
-  const optionEnvs = new Set(OPTION_SPECS.map((o) => o.env));
-  const missing: string[] = [];
-  for (const name of variablesReadBySource().names) {
-    const where = optionEnvs.has(name) ? options : environment;
-    if (!new RegExp(`(^|[^A-Z0-9_])${name}([^A-Z0-9_]|$)`, 'm').test(where)) missing.push(name);
-  }
-  assert.deepEqual(missing, [], 'variables read by src/ but not documented in build/docs.ts');
-});
+test(
+  'every environment variable the source reads is in the man ' +
+    'page: options under OPTIONS, the rest under ENVIRONMENT',
+  () => {
+    const s = sections(render());
+    const options = s.get('OPTIONS') ?? '';
+    const environment = s.get('ENVIRONMENT') ?? '';
+    const optionEnvs = new Set(OPTION_SPECS.map((o) => o.env));
+    const missing: string[] = [];
+    for (const name of variablesReadBySource().names) {
+      const where = optionEnvs.has(name) ? options : environment;
+      if (!new RegExp(`(^|[^A-Z0-9_])${name}([^A-Z0-9_]|$)`, 'm').test(where)) missing.push(name);
+    }
+    assert.deepEqual(missing, [], 'variables read by src/ but not documented in build/docs.ts');
+  },
+);
 
 test('the sections an operator looks for are there, in man(7) order', () => {
   const names = [...sections(render()).keys()];

@@ -136,56 +136,72 @@ test('CDI names under each --device-name-strategy: index, uuid, type-index; a MI
   });
 });
 
-test("CDI refusals: no spec of the kind (unreadable files named), no device for it, an index whose device node is another GPU's", () => {
-  const dirs = ['/etc/cdi', '/var/run/cdi'];
-  const none = cdiDeviceId(gpu0, [{ path: '/etc/cdi/broken.yaml', error: 'has no kind' }], dirs);
-  assert.ok('error' in none);
-  assert.match(
-    none.error,
-    /^no CDI spec of kind nvidia\.com\/gpu in \/etc\/cdi or \/var\/run\/cdi; unreadable spec files: \/etc\/cdi\/broken\.yaml \(has no kind\): .*GPU 0 \(GPU-a\); run `nvidia-ctk cdi generate --output=\/var\/run\/cdi\/nvidia\.yaml` \(or `systemctl restart nvidia-cdi-refresh\.service`/,
-  );
-  const missing = cdiDeviceId(
-    mig,
-    [
-      spec('/var/run/cdi/nvidia.yaml', [
-        ['0', []],
-        ['1', []],
-      ]),
-    ],
-    dirs,
-  );
-  assert.ok('error' in missing);
-  assert.match(
-    missing.error,
-    /^the CDI spec \/var\/run\/cdi\/nvidia\.yaml has no device for MIG device 1:2 \(MIG-x\) of GPU GPU-b \(looked for 1:2, MIG-x, mig1:2\): it was generated before/,
-  );
-  const stale = cdiDeviceId(gpu1, [spec('/var/run/cdi/nvidia.yaml', [['1', ['/dev/nvidia1']]])], dirs);
-  assert.ok('error' in stale);
-  assert.match(stale.error, /is stale: its device 1 has \/dev\/nvidia1, but GPU 1 \(GPU-b\) is \/dev\/nvidia3/);
-});
+test(
+  'CDI refusals: no spec of the kind (unreadable files named), ' +
+    "no device for it, an index whose device node is another GPU's",
+  () => {
+    const dirs = ['/etc/cdi', '/var/run/cdi'];
+    const none = cdiDeviceId(gpu0, [{ path: '/etc/cdi/broken.yaml', error: 'has no kind' }], dirs);
+    assert.ok('error' in none);
+    assert.match(
+      none.error,
+      new RegExp(
+        String.raw`^no CDI spec of kind nvidia\.com\/gpu in \/etc\/cdi or \/var\/run\/cdi; ` +
+          String.raw`unreadable spec files: \/etc\/cdi\/broken\.yaml \(has no kind\): .*GPU ` +
+          '0 \\(GPU-a\\); run `nvidia-ctk cdi generate --output=\\/var\\/run\\/cdi\\/nvidia\\.yaml` ' +
+          '\\(or `systemctl restart nvidia-cdi-refresh\\.service`',
+      ),
+    );
+    const missing = cdiDeviceId(
+      mig,
+      [
+        spec('/var/run/cdi/nvidia.yaml', [
+          ['0', []],
+          ['1', []],
+        ]),
+      ],
+      dirs,
+    );
+    assert.ok('error' in missing);
+    assert.match(
+      missing.error,
+      new RegExp(
+        String.raw`^the CDI spec \/var\/run\/cdi\/nvidia\.yaml has no device for MIG device 1:2 ` +
+          String.raw`\(MIG-x\) of GPU GPU-b \(looked for 1:2, MIG-x, mig1:2\): it was generated before`,
+      ),
+    );
+    const stale = cdiDeviceId(gpu1, [spec('/var/run/cdi/nvidia.yaml', [['1', ['/dev/nvidia1']]])], dirs);
+    assert.ok('error' in stale);
+    assert.match(stale.error, /is stale: its device 1 has \/dev\/nvidia1, but GPU 1 \(GPU-b\) is \/dev\/nvidia3/);
+  },
+);
 
-test('CDI after a GPU left the bus: an index-named spec of before the removal still names a present GPU by its device node', () => {
-  const dirs = ['/var/run/cdi'];
-  // Generated with GPUs 0, 1, 2 (/dev/nvidia0..2); GPU 0 left, so the GPU at /dev/nvidia1 is NVML index 0 now.
-  const before = spec('/var/run/cdi/nvidia.yaml', [
-    ['0', ['/dev/nvidia0']],
-    ['1', ['/dev/nvidia1']],
-    ['2', ['/dev/nvidia2']],
-    ['all', ['/dev/nvidia0', '/dev/nvidia1', '/dev/nvidia2']],
-  ]);
-  const moved: DraNodeDevice = { name: 'gpu-1', gpuUuid: 'GPU-m', gpuIndex: 0, minor: 1 };
-  assert.deepEqual(cdiDeviceId(moved, [before], dirs), { id: 'nvidia.com/gpu=1' });
-  const typeIndex = spec('/var/run/cdi/nvidia.yaml', [
-    ['gpu0', ['/dev/nvidia0']],
-    ['gpu1', ['/dev/nvidia1']],
-  ]);
-  assert.deepEqual(cdiDeviceId(moved, [typeIndex], dirs), { id: 'nvidia.com/gpu=gpu1' });
-  // No entry carries the GPU's device node: still stale, naming the entry at its index now.
-  const other = spec('/var/run/cdi/nvidia.yaml', [['0', ['/dev/nvidia0']]]);
-  const stale = cdiDeviceId(moved, [other], dirs);
-  assert.ok('error' in stale);
-  assert.match(stale.error, /is stale: its device 0 has \/dev\/nvidia0, but GPU 0 \(GPU-m\) is \/dev\/nvidia1/);
-});
+test(
+  'CDI after a GPU left the bus: an index-named spec of before ' +
+    'the removal still names a present GPU by its device node',
+  () => {
+    const dirs = ['/var/run/cdi'];
+    // Generated with GPUs 0, 1, 2 (/dev/nvidia0..2); GPU 0 left, so the GPU at /dev/nvidia1 is NVML index 0 now.
+    const before = spec('/var/run/cdi/nvidia.yaml', [
+      ['0', ['/dev/nvidia0']],
+      ['1', ['/dev/nvidia1']],
+      ['2', ['/dev/nvidia2']],
+      ['all', ['/dev/nvidia0', '/dev/nvidia1', '/dev/nvidia2']],
+    ]);
+    const moved: DraNodeDevice = { name: 'gpu-1', gpuUuid: 'GPU-m', gpuIndex: 0, minor: 1 };
+    assert.deepEqual(cdiDeviceId(moved, [before], dirs), { id: 'nvidia.com/gpu=1' });
+    const typeIndex = spec('/var/run/cdi/nvidia.yaml', [
+      ['gpu0', ['/dev/nvidia0']],
+      ['gpu1', ['/dev/nvidia1']],
+    ]);
+    assert.deepEqual(cdiDeviceId(moved, [typeIndex], dirs), { id: 'nvidia.com/gpu=gpu1' });
+    // No entry carries the GPU's device node: still stale, naming the entry at its index now.
+    const other = spec('/var/run/cdi/nvidia.yaml', [['0', ['/dev/nvidia0']]]);
+    const stale = cdiDeviceId(moved, [other], dirs);
+    assert.ok('error' in stale);
+    assert.match(stale.error, /is stale: its device 0 has \/dev\/nvidia0, but GPU 0 \(GPU-m\) is \/dev\/nvidia1/);
+  },
+);
 
 test('checkpoint: round trip; a damaged file is refused naming what is wrong; another boot voids every record', () => {
   const c: Checkpoint = {
@@ -218,7 +234,8 @@ test('checkpoint: round trip; a damaged file is refused naming what is wrong; an
   assert.throws(
     () =>
       parseCheckpoint(
-        `{${v},"bootId":"b","claims":{"u":{"state":"PrepareStarted","namespace":"a","name":"b","devices":[{"device":"x"}]}}}`,
+        `{${v},"bootId":"b","claims":{"u":{"state":"PrepareStarted",` +
+          `"namespace":"a","name":"b","devices":[{"device":"x"}]}}}`,
       ),
     /claim u: a device lacks requests, pool, device or cdiDeviceIds/,
   );
@@ -227,54 +244,58 @@ test('checkpoint: round trip; a damaged file is refused naming what is wrong; an
   assert.deepEqual(checkpointForBoot(null, 'b2'), { checkpoint: { bootId: 'b2', claims: {} }, voided: 0 });
 });
 
-test('health list: a GPU by its UUID, a MIG device by its own; all unhealthy while the driver is down; times in seconds', () => {
-  const sick: UnitHealth = {
-    state: { ...freshHealthState(), health: 'Unhealthy' },
-    reason: 'critical XID 31',
-    since: 1_700_000_500_900,
-  };
-  const fresh: UnitHealth = { state: freshHealthState(), reason: null, since: null };
-  const snap = {
-    driverVersion: '550.54.15',
-    gpuHealth: new Map([
-      ['GPU-a', fresh],
-      ['GPU-b', fresh],
-    ]),
-    migHealth: new Map([['MIG-x', sick]]),
-    health: new Map([
-      ['GPU-a', 'Healthy' as const],
-      ['GPU-b', 'Healthy' as const],
-      ['MIG-x', 'Unhealthy' as const],
-    ]),
-  };
-  const list = deviceHealthList(snap, devices, 1_700_000_000);
-  assert.deepEqual(list, [
-    { device: 'gpu-0', health: 'Healthy', lastUpdated: 1_700_000_000, message: '' },
-    { device: 'gpu-3', health: 'Healthy', lastUpdated: 1_700_000_000, message: '' },
-    { device: 'gpu-3-mig-1g10gb-19-0', health: 'Unhealthy', lastUpdated: 1_700_000_500, message: 'critical XID 31' },
-  ]);
-  const down = deviceHealthList(
-    {
-      ...snap,
-      driverVersion: null,
+test(
+  'health list: a GPU by its UUID, a MIG device by its own; ' +
+    'all unhealthy while the driver is down; times in seconds',
+  () => {
+    const sick: UnitHealth = {
+      state: { ...freshHealthState(), health: 'Unhealthy' },
+      reason: 'critical XID 31',
+      since: 1_700_000_500_900,
+    };
+    const fresh: UnitHealth = { state: freshHealthState(), reason: null, since: null };
+    const snap = {
+      driverVersion: '550.54.15',
+      gpuHealth: new Map([
+        ['GPU-a', fresh],
+        ['GPU-b', fresh],
+      ]),
+      migHealth: new Map([['MIG-x', sick]]),
       health: new Map([
-        ['GPU-a', 'Unhealthy' as const],
-        ['GPU-b', 'Unhealthy' as const],
+        ['GPU-a', 'Healthy' as const],
+        ['GPU-b', 'Healthy' as const],
         ['MIG-x', 'Unhealthy' as const],
       ]),
-    },
-    devices,
-    1_700_000_000,
-  );
-  assert.deepEqual(
-    down.map((d) => [d.health, d.message]),
-    [
-      ['Unhealthy', 'the NVIDIA driver does not answer'],
-      ['Unhealthy', 'the NVIDIA driver does not answer'],
-      ['Unhealthy', 'the NVIDIA driver does not answer (last: critical XID 31)'],
-    ],
-  );
-  assert.equal(sameHealth(list, deviceHealthList(snap, devices, 1_700_000_000)), true);
-  assert.equal(sameHealth(list, down), false);
-  assert.equal(sameHealth(list, list.slice(1)), false);
-});
+    };
+    const list = deviceHealthList(snap, devices, 1_700_000_000);
+    assert.deepEqual(list, [
+      { device: 'gpu-0', health: 'Healthy', lastUpdated: 1_700_000_000, message: '' },
+      { device: 'gpu-3', health: 'Healthy', lastUpdated: 1_700_000_000, message: '' },
+      { device: 'gpu-3-mig-1g10gb-19-0', health: 'Unhealthy', lastUpdated: 1_700_000_500, message: 'critical XID 31' },
+    ]);
+    const down = deviceHealthList(
+      {
+        ...snap,
+        driverVersion: null,
+        health: new Map([
+          ['GPU-a', 'Unhealthy' as const],
+          ['GPU-b', 'Unhealthy' as const],
+          ['MIG-x', 'Unhealthy' as const],
+        ]),
+      },
+      devices,
+      1_700_000_000,
+    );
+    assert.deepEqual(
+      down.map((d) => [d.health, d.message]),
+      [
+        ['Unhealthy', 'the NVIDIA driver does not answer'],
+        ['Unhealthy', 'the NVIDIA driver does not answer'],
+        ['Unhealthy', 'the NVIDIA driver does not answer (last: critical XID 31)'],
+      ],
+    );
+    assert.equal(sameHealth(list, deviceHealthList(snap, devices, 1_700_000_000)), true);
+    assert.equal(sameHealth(list, down), false);
+    assert.equal(sameHealth(list, list.slice(1)), false);
+  },
+);

@@ -90,7 +90,10 @@ test("the mode's refusals, each naming what was wrong and what would be right", 
   refused(
     ['--dra-driver-name=GPU.nvidia.com'],
     {},
-    /--dra-driver-name: "GPU.nvidia.com" is not a driver name \(a DNS subdomain of at most 63 characters\): the part "GPU"/,
+    new RegExp(
+      '--dra-driver-name: "GPU.nvidia.com" is not a driver name ' +
+        String.raw`\(a DNS subdomain of at most 63 characters\): the part "GPU"`,
+    ),
   );
   refused([`--dra-driver-name=${'a'.repeat(30)}.${'b'.repeat(30)}.com`], {}, /65 characters, at most 63 allowed/);
   refused(
@@ -151,124 +154,136 @@ test("the mode's refusals, each naming what was wrong and what would be right", 
   assert.equal(ok.options.kubeletApi, 'dra');
 });
 
-test("the kubeconfig summary (through the daemon's own loader, src/k8s): context, server, CA and credentials, relative files resolved; each gap named", () => {
-  const kc = (
-    user: object,
-    cluster: object = { server: 'https://10.0.0.10:6443', 'certificate-authority': 'pki/ca.crt' },
-    extra: object = {},
-  ) => ({
-    apiVersion: 'v1',
-    kind: 'Config',
-    'current-context': 'node',
-    contexts: [{ name: 'node', context: { cluster: 'c', user: 'u' } }],
-    clusters: [{ name: 'c', cluster }],
-    users: [{ name: 'u', user }],
-    ...extra,
-  });
-  const summary = (doc: unknown, file: string): ReturnType<typeof kubeconfigSummary> =>
-    kubeconfigSummary(resolveKubeconfig(typeof doc === 'string' ? doc : stringify(doc), file));
-  const s = summary(
-    kc({ 'client-certificate': '/etc/gdp/client.crt', 'client-key': 'client.key' }),
-    '/etc/gdp/kubeconfig',
-  );
-  assert.ok(!('problem' in s));
-  assert.deepEqual(
-    [s.host, s.port, s.ca, s.credentials],
-    ['10.0.0.10', 6443, 'CA /etc/gdp/pki/ca.crt', 'client certificate (files)'],
-  );
-  assert.deepEqual(
-    s.files.map((f) => f.path),
-    ['/etc/gdp/pki/ca.crt', '/etc/gdp/client.crt', '/etc/gdp/client.key'],
-  );
-  const v6 = summary(kc({ token: 't' }, { server: 'https://[fd00::1]' }), '/k');
-  assert.ok(
-    !('problem' in v6) &&
-      v6.host === 'fd00::1' &&
-      v6.port === 443 &&
-      v6.credentials === 'bearer token' &&
-      v6.ca === "the system's CA roots",
-  );
-  const plain = summary(kc({ token: 't' }, { server: 'http://127.0.0.1:8080' }), '/k');
-  assert.ok(
-    !('problem' in plain) && plain.port === 8080 && /^plain HTTP, no TLS/.test(plain.ca),
-    JSON.stringify(plain),
-  );
-  assert.deepEqual(summary(kc({}), '/k'), {
-    problem:
-      'user "u" has no credentials the plugin can use (client-certificate[-data] with client-key[-data], token or tokenFile)',
-  });
-  // What the daemon refuses, check refuses with the daemon's words.
-  const refused: [unknown, RegExp][] = [
-    ['x', /\/k is not a kubeconfig: expected a map/],
-    [
-      { ...kc({ token: 't' }), 'current-context': undefined, contexts: [{ name: 'a', context: {} }] },
-      /\/k has no current-context; set one/,
-    ],
-    [{ ...kc({ token: 't' }), 'current-context': 'other' }, /no context named "other" \(contexts: node\)/],
-    [kc({ token: 't' }, {}), /cluster "c" has no server/],
-    [kc({ token: 't' }, { server: 'ftp://x' }), /server ftp:\/\/x is neither https:\/\/ nor http:\/\//],
-    [kc({ 'client-certificate-data': 'Zm9v' }), /user "u" has a client certificate without its key/],
-    [kc({ exec: { command: 'aws' } }), /user "u" uses an exec credential plugin, which this service does not run/],
-    [{ ...kc({ token: 't' }), users: [] }, /no user named "u"/],
-  ];
-  for (const [doc, re] of refused) assert.throws(() => summary(doc, '/k'), re);
-});
+test(
+  "the kubeconfig summary (through the daemon's own loader, src/k8s): " +
+    'context, server, CA and credentials, relative files resolved; each gap named',
+  () => {
+    const kc = (
+      user: object,
+      cluster: object = { server: 'https://10.0.0.10:6443', 'certificate-authority': 'pki/ca.crt' },
+      extra: object = {},
+    ) => ({
+      apiVersion: 'v1',
+      kind: 'Config',
+      'current-context': 'node',
+      contexts: [{ name: 'node', context: { cluster: 'c', user: 'u' } }],
+      clusters: [{ name: 'c', cluster }],
+      users: [{ name: 'u', user }],
+      ...extra,
+    });
+    const summary = (doc: unknown, file: string): ReturnType<typeof kubeconfigSummary> =>
+      kubeconfigSummary(resolveKubeconfig(typeof doc === 'string' ? doc : stringify(doc), file));
+    const s = summary(
+      kc({ 'client-certificate': '/etc/gdp/client.crt', 'client-key': 'client.key' }),
+      '/etc/gdp/kubeconfig',
+    );
+    assert.ok(!('problem' in s));
+    assert.deepEqual(
+      [s.host, s.port, s.ca, s.credentials],
+      ['10.0.0.10', 6443, 'CA /etc/gdp/pki/ca.crt', 'client certificate (files)'],
+    );
+    assert.deepEqual(
+      s.files.map((f) => f.path),
+      ['/etc/gdp/pki/ca.crt', '/etc/gdp/client.crt', '/etc/gdp/client.key'],
+    );
+    const v6 = summary(kc({ token: 't' }, { server: 'https://[fd00::1]' }), '/k');
+    assert.ok(
+      !('problem' in v6) &&
+        v6.host === 'fd00::1' &&
+        v6.port === 443 &&
+        v6.credentials === 'bearer token' &&
+        v6.ca === "the system's CA roots",
+    );
+    const plain = summary(kc({ token: 't' }, { server: 'http://127.0.0.1:8080' }), '/k');
+    assert.ok(
+      !('problem' in plain) && plain.port === 8080 && /^plain HTTP, no TLS/.test(plain.ca),
+      JSON.stringify(plain),
+    );
+    assert.deepEqual(summary(kc({}), '/k'), {
+      problem:
+        'user "u" has no credentials the plugin can use ' +
+        '(client-certificate[-data] with client-key[-data], token or tokenFile)',
+    });
+    // What the daemon refuses, check refuses with the daemon's words.
+    const refused: [unknown, RegExp][] = [
+      ['x', /\/k is not a kubeconfig: expected a map/],
+      [
+        { ...kc({ token: 't' }), 'current-context': undefined, contexts: [{ name: 'a', context: {} }] },
+        /\/k has no current-context; set one/,
+      ],
+      [{ ...kc({ token: 't' }), 'current-context': 'other' }, /no context named "other" \(contexts: node\)/],
+      [kc({ token: 't' }, {}), /cluster "c" has no server/],
+      [kc({ token: 't' }, { server: 'ftp://x' }), /server ftp:\/\/x is neither https:\/\/ nor http:\/\//],
+      [kc({ 'client-certificate-data': 'Zm9v' }), /user "u" has a client certificate without its key/],
+      [kc({ exec: { command: 'aws' } }), /user "u" uses an exec credential plugin, which this service does not run/],
+      [{ ...kc({ token: 't' }), users: [] }, /no user named "u"/],
+    ];
+    for (const [doc, re] of refused) assert.throws(() => summary(doc, '/k'), re);
+  },
+);
 
-test("the sandbox's network: the unit alone reaches nothing; with the DRA drop-in any address; IPAddressAllow/Deny and families as systemd applies them", () => {
-  const plain = parseUnitSandbox([UNIT_TEXT]);
-  assert.deepEqual(parseUnitSandbox([SHIPPED_UNIT]), plain, "the shipped lines are the unit's");
-  assert.deepEqual(networkInSandbox(plain, '10.0.0.10'), {
-    reachable: false,
-    why: 'PrivateNetwork=yes gives the service only its own loopback interface',
-  });
-  const dra = parseUnitSandbox([UNIT_TEXT, DROPIN_TEXT]);
-  assert.equal(dra.privateNetwork, false);
-  assert.deepEqual([...(dra.addressFamilies ?? [])], ['AF_UNIX', 'AF_INET', 'AF_INET6', 'AF_NETLINK']);
-  assert.deepEqual(dra.ipAddressDeny, []);
-  assert.equal(networkInSandbox(dra, 'api.example.com').reachable, true);
-  assert.equal(networkInSandbox(dra, 'fd00::1').reachable, true);
-  // The operator's own tightening after the drop-in.
-  const tight = parseUnitSandbox([
-    UNIT_TEXT,
-    DROPIN_TEXT,
-    '[Service]\nIPAddressDeny=any\nIPAddressAllow=10.0.0.0/24 localhost\n',
-  ]);
-  assert.equal(networkInSandbox(tight, '10.0.0.10').reachable, true);
-  assert.match(
-    JSON.stringify(networkInSandbox(tight, '10.0.1.10')),
-    /IPAddressDeny=any covers 10\.0\.1\.10 and no IPAddressAllow= entry/,
-  );
-  assert.equal(networkInSandbox(tight, 'api.example.com').reachable, 'unknown');
-  assert.equal(networkInSandbox(tight, '::1').reachable, true);
-  const noInet = parseUnitSandbox([UNIT_TEXT, DROPIN_TEXT, '[Service]\nRestrictAddressFamilies=~AF_INET AF_INET6\n']);
-  assert.match(JSON.stringify(networkInSandbox(noInet, '10.0.0.1')), /does not let the service create AF_INET sockets/);
-  const denyList = parseUnitSandbox(['[Service]\nRestrictAddressFamilies=~AF_INET6\n']);
-  assert.equal(networkInSandbox(denyList, '10.0.0.1').reachable, true);
-  assert.equal(networkInSandbox(denyList, 'fd00::1').reachable, false);
-  assert.equal(
-    networkInSandbox(parseUnitSandbox(['[Service]\nIPAddressDeny=any\n']), 'api.example.com').reachable,
-    false,
-  );
-  // Addresses and prefixes.
-  assert.deepEqual(parseIp('10.1.2.3'), { family: 4, value: 0x0a010203n });
-  assert.equal(parseIp('::ffff:10.1.2.3')?.value, 0xffff0a010203n);
-  assert.equal(parseIp('fe80::1')?.value, (0xfe80n << 112n) | 1n);
-  for (const bad of ['10.1.2', '256.0.0.1', '1::2::3', 'api.example.com', '1:2:3:4:5:6:7:8:9'])
-    assert.equal(parseIp(bad), null, bad);
-  assert.ok(ipEntryCovers('fe80::/64', parseIp('fe80::abcd')!));
-  assert.ok(!ipEntryCovers('10.0.0.0/8', parseIp('11.0.0.1')!));
-  assert.ok(ipEntryCovers('any', parseIp('2001:db8::1')!));
-  assert.ok(!ipEntryCovers('10.0.0.0/8', parseIp('::1')!), 'families do not mix');
-  // The DRA directories: writable with the drop-in only, and only the default driver's.
-  assert.equal(writableInSandbox(plain, '/var/lib/kubelet/plugins_registry').writable, false);
-  assert.equal(writableInSandbox(dra, '/var/lib/kubelet/plugins_registry').writable, true);
-  assert.equal(writableInSandbox(dra, '/var/lib/kubelet/plugins/gpu.nvidia.com').writable, true);
-  assert.equal(writableInSandbox(dra, '/var/lib/kubelet/plugins/other.example.com').writable, false);
-  // Reading: read-only is fine, hidden and private are not.
-  assert.equal(readableInSandbox(plain, '/etc/gpu-device-plugin/kubeconfig').writable, true);
-  assert.equal(readableInSandbox(plain, '/root/.kube/config').writable, false);
-  assert.equal((readableInSandbox(plain, '/tmp/kubeconfig') as { private?: true }).private, true);
-});
+test(
+  "the sandbox's network: the unit alone reaches nothing; with the DRA drop-in " +
+    'any address; IPAddressAllow/Deny and families as systemd applies them',
+  () => {
+    const plain = parseUnitSandbox([UNIT_TEXT]);
+    assert.deepEqual(parseUnitSandbox([SHIPPED_UNIT]), plain, "the shipped lines are the unit's");
+    assert.deepEqual(networkInSandbox(plain, '10.0.0.10'), {
+      reachable: false,
+      why: 'PrivateNetwork=yes gives the service only its own loopback interface',
+    });
+    const dra = parseUnitSandbox([UNIT_TEXT, DROPIN_TEXT]);
+    assert.equal(dra.privateNetwork, false);
+    assert.deepEqual([...(dra.addressFamilies ?? [])], ['AF_UNIX', 'AF_INET', 'AF_INET6', 'AF_NETLINK']);
+    assert.deepEqual(dra.ipAddressDeny, []);
+    assert.equal(networkInSandbox(dra, 'api.example.com').reachable, true);
+    assert.equal(networkInSandbox(dra, 'fd00::1').reachable, true);
+    // The operator's own tightening after the drop-in.
+    const tight = parseUnitSandbox([
+      UNIT_TEXT,
+      DROPIN_TEXT,
+      '[Service]\nIPAddressDeny=any\nIPAddressAllow=10.0.0.0/24 localhost\n',
+    ]);
+    assert.equal(networkInSandbox(tight, '10.0.0.10').reachable, true);
+    assert.match(
+      JSON.stringify(networkInSandbox(tight, '10.0.1.10')),
+      /IPAddressDeny=any covers 10\.0\.1\.10 and no IPAddressAllow= entry/,
+    );
+    assert.equal(networkInSandbox(tight, 'api.example.com').reachable, 'unknown');
+    assert.equal(networkInSandbox(tight, '::1').reachable, true);
+    const noInet = parseUnitSandbox([UNIT_TEXT, DROPIN_TEXT, '[Service]\nRestrictAddressFamilies=~AF_INET AF_INET6\n']);
+    assert.match(
+      JSON.stringify(networkInSandbox(noInet, '10.0.0.1')),
+      /does not let the service create AF_INET sockets/,
+    );
+    const denyList = parseUnitSandbox(['[Service]\nRestrictAddressFamilies=~AF_INET6\n']);
+    assert.equal(networkInSandbox(denyList, '10.0.0.1').reachable, true);
+    assert.equal(networkInSandbox(denyList, 'fd00::1').reachable, false);
+    assert.equal(
+      networkInSandbox(parseUnitSandbox(['[Service]\nIPAddressDeny=any\n']), 'api.example.com').reachable,
+      false,
+    );
+    // Addresses and prefixes.
+    assert.deepEqual(parseIp('10.1.2.3'), { family: 4, value: 0x0a010203n });
+    assert.equal(parseIp('::ffff:10.1.2.3')?.value, 0xffff0a010203n);
+    assert.equal(parseIp('fe80::1')?.value, (0xfe80n << 112n) | 1n);
+    for (const bad of ['10.1.2', '256.0.0.1', '1::2::3', 'api.example.com', '1:2:3:4:5:6:7:8:9'])
+      assert.equal(parseIp(bad), null, bad);
+    assert.ok(ipEntryCovers('fe80::/64', parseIp('fe80::abcd')!));
+    assert.ok(!ipEntryCovers('10.0.0.0/8', parseIp('11.0.0.1')!));
+    assert.ok(ipEntryCovers('any', parseIp('2001:db8::1')!));
+    assert.ok(!ipEntryCovers('10.0.0.0/8', parseIp('::1')!), 'families do not mix');
+    // The DRA directories: writable with the drop-in only, and only the default driver's.
+    assert.equal(writableInSandbox(plain, '/var/lib/kubelet/plugins_registry').writable, false);
+    assert.equal(writableInSandbox(dra, '/var/lib/kubelet/plugins_registry').writable, true);
+    assert.equal(writableInSandbox(dra, '/var/lib/kubelet/plugins/gpu.nvidia.com').writable, true);
+    assert.equal(writableInSandbox(dra, '/var/lib/kubelet/plugins/other.example.com').writable, false);
+    // Reading: read-only is fine, hidden and private are not.
+    assert.equal(readableInSandbox(plain, '/etc/gpu-device-plugin/kubeconfig').writable, true);
+    assert.equal(readableInSandbox(plain, '/root/.kube/config').writable, false);
+    assert.equal((readableInSandbox(plain, '/tmp/kubeconfig') as { private?: true }).private, true);
+  },
+);
 
 function gpuReport(uuids: string[]): NodeReport {
   return {
@@ -355,16 +370,19 @@ test("check's CDI line says what the daemon's prepare would do with the toolkit'
   }
 });
 
-test('check reads the CDI spec directories the daemon reads: an empty $CDI_SPEC_DIRS list means the defaults', async () => {
-  const dirs = cdiSpecDirs({ CDI_SPEC_DIRS: ':' });
-  assert.deepEqual(dirs, ['/etc/cdi', '/var/run/cdi']);
-  // Whatever this host has there, the line names where it looked (or the spec it found there).
-  const line = await toolkitCdiCheck({ CDI_SPEC_DIRS: ':' }, gpuReport(['GPU-a']));
-  assert.ok(
-    dirs.some((d) => line.detail.includes(`${d}/`) || line.detail.includes(` ${d} `)),
-    line.detail,
-  );
-});
+test(
+  'check reads the CDI spec directories the daemon ' + 'reads: an empty $CDI_SPEC_DIRS list means the defaults',
+  async () => {
+    const dirs = cdiSpecDirs({ CDI_SPEC_DIRS: ':' });
+    assert.deepEqual(dirs, ['/etc/cdi', '/var/run/cdi']);
+    // Whatever this host has there, the line names where it looked (or the spec it found there).
+    const line = await toolkitCdiCheck({ CDI_SPEC_DIRS: ':' }, gpuReport(['GPU-a']));
+    assert.ok(
+      dirs.some((d) => line.detail.includes(`${d}/`) || line.detail.includes(` ${d} `)),
+      line.detail,
+    );
+  },
+);
 
 /** A node in a directory: a unit (with drop-ins), an environment file, a kubeconfig, the kubelet's directories. */
 function node(
@@ -379,7 +397,9 @@ function node(
   // Files of the test live in /tmp: the test's own drop-in lets the sandbox see them.
   const all = {
     ...dropins,
-    'zz-test.conf': `[Service]\nPrivateTmp=no\nReadWritePaths=${dir}/registry ${dir}/plugins/gpu.nvidia.com ${dir}/dp ${dir}/run\n`,
+    'zz-test.conf':
+      `[Service]\nPrivateTmp=no\n` +
+      `ReadWritePaths=${dir}/registry ${dir}/plugins/gpu.nvidia.com ${dir}/dp ${dir}/run\n`,
   };
   for (const [name, text] of Object.entries(all))
     writeFileSync(join(unitDir, 'gpu-device-plugin.service.d', name), text);
@@ -389,7 +409,9 @@ function node(
   writeFileSync(
     kc,
     opts.kubeconfig ??
-      'apiVersion: v1\nkind: Config\ncurrent-context: n\ncontexts: [{name: n, context: {cluster: c, user: u}}]\nclusters: [{name: c, cluster: {server: "https://10.0.0.10:6443", certificate-authority-data: Zm9v}}]\nusers: [{name: u, user: {token: abc}}]\n',
+      'apiVersion: v1\nkind: Config\ncurrent-context: n\ncontexts: [{name: n, context: ' +
+        '{cluster: c, user: u}}]\nclusters: [{name: c, cluster: {server: "https://10.0.0.10:6443", ' +
+        'certificate-authority-data: Zm9v}}]\nusers: [{name: u, user: {token: abc}}]\n',
   );
   chmodSync(kc, 0o600);
   return {
@@ -450,7 +472,10 @@ test('check in DRA mode: each line, from the drop-in missing to everything in pl
     );
     assert.match(
       line(lines, 'device-plugin mode').detail,
-      /^device-plugin mode would need: KUBELET_API=device-plugin \(or unset\) in .*\/env and a restart; .*\/dp writable \(the unit allows it\)/,
+      new RegExp(
+        String.raw`^device-plugin mode would need: KUBELET_API=device-plugin \(or unset\) ` +
+          String.raw`in .*\/env and a restart; .*\/dp writable \(the unit allows it\)`,
+      ),
     );
     assert.equal(line(lines, 'device-plugin mode').status, 'INFO');
     assert.equal(checkExitCode(lines), 1);
@@ -492,65 +517,71 @@ test('check in DRA mode: each line, from the drop-in missing to everything in pl
   }
 });
 
-test('check in DRA mode: a kubeconfig that is missing, unparseable, incomplete, hidden from the service or readable by others', async () => {
-  // The kubeconfig's line, and the API server's: tried when the kubeconfig names one.
-  const cases: [string, string | undefined, RegExp, CheckLine['status'], CheckLine['status']][] = [
-    ['KUBECONFIG=@/nope', undefined, /@\/nope: ENOENT|no such file/i, 'FAIL', 'SKIP'],
-    ['KUBECONFIG=@/kubeconfig', 'a: [', /@\/kubeconfig is not a kubeconfig: Flow sequence/, 'FAIL', 'SKIP'],
-    [
-      'KUBECONFIG=@/kubeconfig',
-      'apiVersion: v1\nkind: Config\ncurrent-context: n\ncontexts: [{name: n, context: {cluster: c, user: u}}]\nclusters: [{name: c, cluster: {server: "https://h:6443"}}]\nusers: [{name: u, user: {client-certificate: missing.crt, client-key: missing.key}}]\n',
-      /client-certificate .*missing\.crt does not exist; client-key .*missing\.key does not exist/,
-      'FAIL',
-      'PASS',
-    ],
-    [
-      'KUBECONFIG=/root/.kube/config',
-      undefined,
-      /\/root\/\.kube\/config: not visible to the service: ProtectHome=yes/,
-      'FAIL',
-      'SKIP',
-    ],
-  ];
-  for (const [env, text, re, status, api] of cases) {
-    const n = node(
-      { 'dra.conf': DROPIN_TEXT },
-      `KUBELET_API=dra\n${env}\n`,
-      text === undefined ? {} : { kubeconfig: text },
-    );
-    try {
-      const l = line(await n.run(), 'kubeconfig');
-      assert.equal(l.status, status, env);
-      assert.match(
-        l.detail,
-        new RegExp(re.source.replaceAll('@', n.dir.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')), re.flags),
-        env,
+test(
+  'check in DRA mode: a kubeconfig that is missing, unparseable, ' +
+    'incomplete, hidden from the service or readable by others',
+  async () => {
+    // The kubeconfig's line, and the API server's: tried when the kubeconfig names one.
+    const cases: [string, string | undefined, RegExp, CheckLine['status'], CheckLine['status']][] = [
+      ['KUBECONFIG=@/nope', undefined, /@\/nope: ENOENT|no such file/i, 'FAIL', 'SKIP'],
+      ['KUBECONFIG=@/kubeconfig', 'a: [', /@\/kubeconfig is not a kubeconfig: Flow sequence/, 'FAIL', 'SKIP'],
+      [
+        'KUBECONFIG=@/kubeconfig',
+        'apiVersion: v1\nkind: Config\ncurrent-context: n\ncontexts: [{name: n, context: ' +
+          '{cluster: c, user: u}}]\nclusters: [{name: c, cluster: {server: "https://h:6443"}}]\n' +
+          'users: [{name: u, user: {client-certificate: missing.crt, client-key: missing.key}}]\n',
+        /client-certificate .*missing\.crt does not exist; client-key .*missing\.key does not exist/,
+        'FAIL',
+        'PASS',
+      ],
+      [
+        'KUBECONFIG=/root/.kube/config',
+        undefined,
+        /\/root\/\.kube\/config: not visible to the service: ProtectHome=yes/,
+        'FAIL',
+        'SKIP',
+      ],
+    ];
+    for (const [env, text, re, status, api] of cases) {
+      const n = node(
+        { 'dra.conf': DROPIN_TEXT },
+        `KUBELET_API=dra\n${env}\n`,
+        text === undefined ? {} : { kubeconfig: text },
       );
-      assert.equal(line(await n.run(), 'api server').status, api, env);
-    } finally {
-      rmSync(n.dir, { recursive: true, force: true });
+      try {
+        const l = line(await n.run(), 'kubeconfig');
+        assert.equal(l.status, status, env);
+        assert.match(
+          l.detail,
+          new RegExp(re.source.replaceAll('@', n.dir.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')), re.flags),
+          env,
+        );
+        assert.equal(line(await n.run(), 'api server').status, api, env);
+      } finally {
+        rmSync(n.dir, { recursive: true, force: true });
+      }
     }
-  }
-  const open = node({ 'dra.conf': DROPIN_TEXT }, 'KUBELET_API=dra\nKUBECONFIG=@/kubeconfig\n');
-  try {
-    chmodSync(join(open.dir, 'kubeconfig'), 0o644);
-    const l = line(await open.run(), 'kubeconfig mode');
-    assert.equal(l.status, 'WARN');
-    assert.match(l.fix ?? '', /chmod 0600/);
-  } finally {
-    rmSync(open.dir, { recursive: true, force: true });
-  }
-  // A configuration the daemon refuses is check's config failure (exit 2).
-  const noKc = node({}, 'KUBELET_API=dra\n');
-  try {
-    const lines = await noKc.run();
-    assert.equal(line(lines, 'config').status, 'FAIL');
-    assert.match(line(lines, 'config').detail, /needs --kubeconfig/);
-    assert.equal(checkExitCode(lines), 2);
-  } finally {
-    rmSync(noKc.dir, { recursive: true, force: true });
-  }
-});
+    const open = node({ 'dra.conf': DROPIN_TEXT }, 'KUBELET_API=dra\nKUBECONFIG=@/kubeconfig\n');
+    try {
+      chmodSync(join(open.dir, 'kubeconfig'), 0o644);
+      const l = line(await open.run(), 'kubeconfig mode');
+      assert.equal(l.status, 'WARN');
+      assert.match(l.fix ?? '', /chmod 0600/);
+    } finally {
+      rmSync(open.dir, { recursive: true, force: true });
+    }
+    // A configuration the daemon refuses is check's config failure (exit 2).
+    const noKc = node({}, 'KUBELET_API=dra\n');
+    try {
+      const lines = await noKc.run();
+      assert.equal(line(lines, 'config').status, 'FAIL');
+      assert.match(line(lines, 'config').detail, /needs --kubeconfig/);
+      assert.equal(checkExitCode(lines), 2);
+    } finally {
+      rmSync(noKc.dir, { recursive: true, force: true });
+    }
+  },
+);
 
 test('check in device-plugin mode says what DRA would need, and whether the sandbox allows it already', async () => {
   const plain = node({}, '');
@@ -559,7 +590,10 @@ test('check in device-plugin mode says what DRA would need, and whether the sand
     assert.equal(l.status, 'INFO');
     assert.match(
       l.detail,
-      /^to switch this node to DRA: KUBELET_API=dra and KUBECONFIG=<a node-scoped kubeconfig> in .*\/env; the unit's sandbox does not allow it yet \(no network\): mkdir -p/,
+      new RegExp(
+        '^to switch this node to DRA: KUBELET_API=dra and KUBECONFIG=<a node-scoped kubeconfig> ' +
+          String.raw`in .*\/env; the unit's sandbox does not allow it yet \(no network\): mkdir -p`,
+      ),
     );
     assert.match(l.detail, /\/usr\/share\/doc\/gpu-device-plugin\/dra; then systemctl restart gpu-device-plugin/);
     assert.ok(

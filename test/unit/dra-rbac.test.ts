@@ -104,86 +104,90 @@ function cel(expr: string): (vars: Obj) => unknown {
   return (v) => f(v.request, v.object, v.oldObject, v.variables);
 }
 
-test('admission-policy.yaml: a ValidatingAdmissionPolicy and binding the API accepts, confining a node to its own ResourceSlices', () => {
-  const [policy, binding, ...rest] = documents('admission-policy.yaml');
-  assert.equal(rest.length, 0);
-  const p = object(policy!, 'admissionregistration.k8s.io/v1', 'ValidatingAdmissionPolicy');
-  assert.ok(['Fail', 'Ignore'].includes(p.spec.failurePolicy as string));
-  const rules = (p.spec.matchConstraints as Obj).resourceRules as Obj[];
-  assert.ok(rules.length > 0);
-  for (const r of rules) {
-    assert.deepEqual(strings(r.apiGroups, 'apiGroups'), ['resource.k8s.io']);
-    strings(r.apiVersions, 'apiVersions');
-    assert.deepEqual(strings(r.operations, 'operations'), ['CREATE', 'UPDATE', 'DELETE']);
-    assert.deepEqual(strings(r.resources, 'resources'), ['resourceslices']);
-  }
-  const conditions = p.spec.matchConditions as Obj[];
-  const variables = p.spec.variables as Obj[];
-  const validations = p.spec.validations as Obj[];
-  for (const c of conditions)
-    assert.match(c.name as string, /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, 'a matchCondition name is a qualified name');
-  for (const v of variables)
-    assert.match(v.name as string, /^[A-Za-z_][A-Za-z0-9_]*$/, 'a variable name is a CEL identifier');
-  assert.ok(validations.length > 0);
-  for (const v of validations) {
-    assert.ok(typeof v.expression === 'string');
-    if (v.reason !== undefined)
-      assert.ok(['Unauthorized', 'Forbidden', 'Invalid', 'RequestEntityTooLarge'].includes(v.reason as string));
-    for (const used of `${v.expression as string} ${(v.messageExpression as string | undefined) ?? ''}`.matchAll(
-      /variables\.(\w+)/g,
-    )) {
-      assert.ok(
-        variables.some((x) => x.name === used[1]),
-        `variables.${used[1]} is defined`,
-      );
+test(
+  'admission-policy.yaml: a ValidatingAdmissionPolicy and binding ' +
+    'the API accepts, confining a node to its own ResourceSlices',
+  () => {
+    const [policy, binding, ...rest] = documents('admission-policy.yaml');
+    assert.equal(rest.length, 0);
+    const p = object(policy!, 'admissionregistration.k8s.io/v1', 'ValidatingAdmissionPolicy');
+    assert.ok(['Fail', 'Ignore'].includes(p.spec.failurePolicy as string));
+    const rules = (p.spec.matchConstraints as Obj).resourceRules as Obj[];
+    assert.ok(rules.length > 0);
+    for (const r of rules) {
+      assert.deepEqual(strings(r.apiGroups, 'apiGroups'), ['resource.k8s.io']);
+      strings(r.apiVersions, 'apiVersions');
+      assert.deepEqual(strings(r.operations, 'operations'), ['CREATE', 'UPDATE', 'DELETE']);
+      assert.deepEqual(strings(r.resources, 'resources'), ['resourceslices']);
     }
-  }
-  const b = object(binding!, 'admissionregistration.k8s.io/v1', 'ValidatingAdmissionPolicyBinding');
-  assert.equal(b.spec.policyName, p.name);
-  const actions = strings(b.spec.validationActions, 'validationActions');
-  assert.ok(
-    actions.every((a) => ['Deny', 'Warn', 'Audit'].includes(a)) &&
-      !(actions.includes('Deny') && actions.includes('Warn')),
-  );
-  assert.ok(actions.includes('Deny'), 'it denies, not only warns');
+    const conditions = p.spec.matchConditions as Obj[];
+    const variables = p.spec.variables as Obj[];
+    const validations = p.spec.validations as Obj[];
+    for (const c of conditions)
+      assert.match(c.name as string, /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, 'a matchCondition name is a qualified name');
+    for (const v of variables)
+      assert.match(v.name as string, /^[A-Za-z_][A-Za-z0-9_]*$/, 'a variable name is a CEL identifier');
+    assert.ok(validations.length > 0);
+    for (const v of validations) {
+      assert.ok(typeof v.expression === 'string');
+      if (v.reason !== undefined)
+        assert.ok(['Unauthorized', 'Forbidden', 'Invalid', 'RequestEntityTooLarge'].includes(v.reason as string));
+      for (const used of `${v.expression as string} ${(v.messageExpression as string | undefined) ?? ''}`.matchAll(
+        /variables\.(\w+)/g,
+      )) {
+        assert.ok(
+          variables.some((x) => x.name === used[1]),
+          `variables.${used[1]} is defined`,
+        );
+      }
+    }
+    const b = object(binding!, 'admissionregistration.k8s.io/v1', 'ValidatingAdmissionPolicyBinding');
+    assert.equal(b.spec.policyName, p.name);
+    const actions = strings(b.spec.validationActions, 'validationActions');
+    assert.ok(
+      actions.every((a) => ['Deny', 'Warn', 'Audit'].includes(a)) &&
+        !(actions.includes('Deny') && actions.includes('Warn')),
+    );
+    assert.ok(actions.includes('Deny'), 'it denies, not only warns');
 
-  // What it does, for the identity the kubeconfig steps make.
-  const admit = (username: string, operation: string, slice: Obj): 'not matched' | 'allowed' | 'denied' => {
-    const request = { userInfo: { username }, operation };
-    const base: Obj = {
-      request,
-      object: operation === 'DELETE' ? null : slice,
-      oldObject: operation === 'CREATE' ? null : slice,
+    // What it does, for the identity the kubeconfig steps make.
+    const admit = (username: string, operation: string, slice: Obj): 'not matched' | 'allowed' | 'denied' => {
+      const request = { userInfo: { username }, operation };
+      const base: Obj = {
+        request,
+        object: operation === 'DELETE' ? null : slice,
+        oldObject: operation === 'CREATE' ? null : slice,
+      };
+      if (!conditions.every((c) => cel(c.expression as string)(base) === true)) return 'not matched';
+      const vars: Obj = {};
+      for (const v of variables) vars[v.name as string] = cel(v.expression as string)({ ...base, variables: vars });
+      return validations.every((v) => cel(v.expression as string)({ ...base, variables: vars }) === true)
+        ? 'allowed'
+        : 'denied';
     };
-    if (!conditions.every((c) => cel(c.expression as string)(base) === true)) return 'not matched';
-    const vars: Obj = {};
-    for (const v of variables) vars[v.name as string] = cel(v.expression as string)({ ...base, variables: vars });
-    return validations.every((v) => cel(v.expression as string)({ ...base, variables: vars }) === true)
-      ? 'allowed'
-      : 'denied';
-  };
-  const own = { spec: { driver: 'gpu.nvidia.com', nodeName: 'gpu-7' } };
-  const other = { spec: { driver: 'gpu.nvidia.com', nodeName: 'gpu-8' } };
-  const everywhere = { spec: { driver: 'gpu.nvidia.com', allNodes: true } };
-  const me = 'gpu-device-plugin:node:gpu-7';
-  for (const op of ['CREATE', 'UPDATE', 'DELETE']) {
-    assert.equal(admit(me, op, own), 'allowed', `${op} own`);
-    assert.equal(admit(me, op, other), 'denied', `${op} another node's`);
-    assert.equal(admit(me, op, everywhere), 'denied', `${op} a slice for all nodes`);
-  }
-  assert.equal(
-    admit('system:serviceaccount:nvidia:dra-driver', 'CREATE', other),
-    'not matched',
-    "other identities are not this policy's business",
-  );
-  assert.equal(admit('gpu-device-plugin:node:', 'CREATE', own), 'denied', 'an empty node name matches no slice');
-  // The identity the credential steps make is the one the policy and the binding name.
-  const steps = readFileSync(join(DIR, 'README.md'), 'utf8');
-  assert.match(steps, /-subj "\/O=gpu-device-plugin:nodes\/CN=gpu-device-plugin:node:\$NODE"/);
-  assert.match(steps, /signerName: kubernetes\.io\/kube-apiserver-client/);
-  for (const f of ['rbac.yaml', 'admission-policy.yaml', 'deviceclass.yaml'])
-    assert.ok(steps.includes(`\`${f}\``), `the steps name ${f}`);
-});
+    const own = { spec: { driver: 'gpu.nvidia.com', nodeName: 'gpu-7' } };
+    const other = { spec: { driver: 'gpu.nvidia.com', nodeName: 'gpu-8' } };
+    const everywhere = { spec: { driver: 'gpu.nvidia.com', allNodes: true } };
+    const me = 'gpu-device-plugin:node:gpu-7';
+    for (const op of ['CREATE', 'UPDATE', 'DELETE']) {
+      assert.equal(admit(me, op, own), 'allowed', `${op} own`);
+      assert.equal(admit(me, op, other), 'denied', `${op} another node's`);
+      assert.equal(admit(me, op, everywhere), 'denied', `${op} a slice for all nodes`);
+    }
+    assert.equal(
+      admit('system:serviceaccount:nvidia:dra-driver', 'CREATE', other),
+      'not matched',
+      "other identities are not this policy's business",
+    );
+    assert.equal(admit('gpu-device-plugin:node:', 'CREATE', own), 'denied', 'an empty node name matches no slice');
+    // The identity the credential steps make is the one the policy and the binding name.
+    const steps = readFileSync(join(DIR, 'README.md'), 'utf8');
+    assert.match(steps, /-subj "\/O=gpu-device-plugin:nodes\/CN=gpu-device-plugin:node:\$NODE"/);
+    assert.match(steps, /signerName: kubernetes\.io\/kube-apiserver-client/);
+    for (const f of ['rbac.yaml', 'admission-policy.yaml', 'deviceclass.yaml'])
+      assert.ok(steps.includes(`\`${f}\``), `the steps name ${f}`);
+  },
+);
 
 test("deviceclass.yaml: a resource.k8s.io/v1 DeviceClass selecting the default driver's GPUs as nvidia.com/gpu", () => {
   const [cls, ...rest] = documents('deviceclass.yaml');

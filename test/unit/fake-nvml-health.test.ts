@@ -61,10 +61,12 @@ function bindNewer(lib: LibraryHandle) {
   const fn = (p: string) => lib.func(p);
   return {
     remapped: fn(
-      'int nvmlDeviceGetRemappedRows(FakeHealthTest_device d, _Out_ unsigned int *c, _Out_ unsigned int *u, _Out_ unsigned int *p, _Out_ unsigned int *f)',
+      'int nvmlDeviceGetRemappedRows(FakeHealthTest_device d, _Out_ unsigned int ' +
+        '*c, _Out_ unsigned int *u, _Out_ unsigned int *p, _Out_ unsigned int *f)',
     ),
     retiredPages: fn(
-      'int nvmlDeviceGetRetiredPages_v2(FakeHealthTest_device d, int cause, _Inout_ unsigned int *n, void *addresses, void *timestamps)',
+      'int nvmlDeviceGetRetiredPages_v2(FakeHealthTest_device d, int ' +
+        'cause, _Inout_ unsigned int *n, void *addresses, void *timestamps)',
     ),
     clocks: fn('int nvmlDeviceGetCurrentClocksEventReasons(FakeHealthTest_device d, _Out_ uint64_t *r)'),
   };

@@ -131,7 +131,8 @@ function bind(lib: LibraryHandle) {
       'int nvmlDeviceGetGpuInstanceProfileInfo(FakeMigTest_device d, unsigned int p, _Out_ FakeMigTest_giProfile *i)',
     ),
     giProfileV: fn(
-      'int nvmlDeviceGetGpuInstanceProfileInfoV(FakeMigTest_device d, unsigned int p, _Inout_ FakeMigTest_giProfileV2 *i)',
+      'int nvmlDeviceGetGpuInstanceProfileInfoV(FakeMigTest_device ' +
+        'd, unsigned int p, _Inout_ FakeMigTest_giProfileV2 *i)',
     ),
     giById: fn('int nvmlDeviceGetGpuInstanceById(FakeMigTest_device d, unsigned int id, _Out_ FakeMigTest_gi *gi)'),
     giInfo: fn('int nvmlGpuInstanceGetInfo(FakeMigTest_gi gi, _Out_ FakeMigTest_giInfo *i)'),
@@ -140,7 +141,8 @@ function bind(lib: LibraryHandle) {
     ),
     ciInfo: fn('int nvmlComputeInstanceGetInfo_v2(FakeMigTest_ci ci, _Out_ FakeMigTest_ciInfo *i)'),
     ciProfile: fn(
-      'int nvmlGpuInstanceGetComputeInstanceProfileInfo(FakeMigTest_gi gi, unsigned int p, unsigned int e, _Out_ FakeMigTest_ciProfile *i)',
+      'int nvmlGpuInstanceGetComputeInstanceProfileInfo(FakeMigTest_gi ' +
+        'gi, unsigned int p, unsigned int e, _Out_ FakeMigTest_ciProfile *i)',
     ),
   };
 }
@@ -243,100 +245,116 @@ test('MIG mode: current and pending per GPU; a GPU without "mig" is not MIG-capa
   });
 });
 
-test('MIG handles: UUID, name, memory, GI/CI ids, parent, attributes; whole-GPU calls answer NOT_SUPPORTED', async () => {
-  await session('mig-mixed-4.json', () => {
-    const parent = gpu(0);
-    const devices = migs(parent);
-    assert.equal(devices.length, 5);
-    const seen = devices.map((m) => ({
-      uuid: str(api.uuid, m),
-      name: str(api.name, m),
-      gi: num(api.giId, m),
-      ci: num(api.ciId, m),
-    }));
-    assert.deepEqual(seen, [
-      { uuid: 'MIG-5f3b1c2e-7a41-4c8e-9d6b-0e2f4a130100', name: 'NVIDIA A100-SXM4-80GB MIG 1g.10gb', gi: 1, ci: 0 },
-      { uuid: 'MIG-5f3b1c2e-7a41-4c8e-9d6b-0e2f4a130200', name: 'NVIDIA A100-SXM4-80GB MIG 1g.10gb', gi: 2, ci: 0 },
-      { uuid: 'MIG-5f3b1c2e-7a41-4c8e-9d6b-0e2f4a140300', name: 'NVIDIA A100-SXM4-80GB MIG 1g.10gb+me', gi: 3, ci: 0 },
-      { uuid: 'MIG-5f3b1c2e-7a41-4c8e-9d6b-0e2f4a0e0400', name: 'NVIDIA A100-SXM4-80GB MIG 2g.20gb', gi: 4, ci: 0 },
-      { uuid: 'MIG-5f3b1c2e-7a41-4c8e-9d6b-0e2f4a0e0500', name: 'NVIDIA A100-SXM4-80GB MIG 1c.2g.20gb', gi: 5, ci: 0 },
-    ]);
-    const m = devices[4];
-    assert.equal(num(api.isMig, m), 1);
-    assert.equal(num(api.isMig, parent), 0);
-    const p: unknown[] = [null];
-    assert.equal(api.parent(m, p), SUCCESS);
-    assert.equal(p[0], parent);
-    const mem = {} as { total: number };
-    assert.equal(api.memory(m, mem), SUCCESS);
-    assert.equal(mem.total, 19968 * 1048576);
-    const a = {} as Record<string, number>;
-    assert.equal(api.attrs(m, a), SUCCESS);
-    assert.deepEqual(a, {
-      multiprocessorCount: 14,
-      sharedCopyEngineCount: 2,
-      sharedDecoderCount: 1,
-      sharedEncoderCount: 0,
-      sharedJpegCount: 0,
-      sharedOfaCount: 0,
-      gpuInstanceSliceCount: 2,
-      computeInstanceSliceCount: 1,
-      memorySizeMB: 19968,
+test(
+  'MIG handles: UUID, name, memory, GI/CI ids, parent, ' + 'attributes; whole-GPU calls answer NOT_SUPPORTED',
+  async () => {
+    await session('mig-mixed-4.json', () => {
+      const parent = gpu(0);
+      const devices = migs(parent);
+      assert.equal(devices.length, 5);
+      const seen = devices.map((m) => ({
+        uuid: str(api.uuid, m),
+        name: str(api.name, m),
+        gi: num(api.giId, m),
+        ci: num(api.ciId, m),
+      }));
+      assert.deepEqual(seen, [
+        { uuid: 'MIG-5f3b1c2e-7a41-4c8e-9d6b-0e2f4a130100', name: 'NVIDIA A100-SXM4-80GB MIG 1g.10gb', gi: 1, ci: 0 },
+        { uuid: 'MIG-5f3b1c2e-7a41-4c8e-9d6b-0e2f4a130200', name: 'NVIDIA A100-SXM4-80GB MIG 1g.10gb', gi: 2, ci: 0 },
+        {
+          uuid: 'MIG-5f3b1c2e-7a41-4c8e-9d6b-0e2f4a140300',
+          name: 'NVIDIA A100-SXM4-80GB MIG 1g.10gb+me',
+          gi: 3,
+          ci: 0,
+        },
+        { uuid: 'MIG-5f3b1c2e-7a41-4c8e-9d6b-0e2f4a0e0400', name: 'NVIDIA A100-SXM4-80GB MIG 2g.20gb', gi: 4, ci: 0 },
+        {
+          uuid: 'MIG-5f3b1c2e-7a41-4c8e-9d6b-0e2f4a0e0500',
+          name: 'NVIDIA A100-SXM4-80GB MIG 1c.2g.20gb',
+          gi: 5,
+          ci: 0,
+        },
+      ]);
+      const m = devices[4];
+      assert.equal(num(api.isMig, m), 1);
+      assert.equal(num(api.isMig, parent), 0);
+      const p: unknown[] = [null];
+      assert.equal(api.parent(m, p), SUCCESS);
+      assert.equal(p[0], parent);
+      const mem = {} as { total: number };
+      assert.equal(api.memory(m, mem), SUCCESS);
+      assert.equal(mem.total, 19968 * 1048576);
+      const a = {} as Record<string, number>;
+      assert.equal(api.attrs(m, a), SUCCESS);
+      assert.deepEqual(a, {
+        multiprocessorCount: 14,
+        sharedCopyEngineCount: 2,
+        sharedDecoderCount: 1,
+        sharedEncoderCount: 0,
+        sharedJpegCount: 0,
+        sharedOfaCount: 0,
+        gpuInstanceSliceCount: 2,
+        computeInstanceSliceCount: 1,
+        memorySizeMB: 19968,
+      });
+      assert.equal(api.minor(m, [0]), NOT_SUPPORTED);
+      assert.equal(api.pci(m, Buffer.alloc(68)), NOT_SUPPORTED);
+      assert.equal(api.supportedEvents(m, [0n]), NOT_SUPPORTED);
+      assert.equal(api.migMode(m, [0], [0]), NOT_SUPPORTED);
+      const set: unknown[] = [null];
+      assert.equal(api.eventSetCreate(set), SUCCESS);
+      assert.equal(api.registerEvents(m, 8n, set[0]), NOT_SUPPORTED);
+      assert.equal(api.eventSetFree(set[0]), SUCCESS);
+      // GPU-only calls on a whole GPU handle.
+      assert.equal(api.giId(parent, [0]), NOT_SUPPORTED);
+      assert.equal(api.parent(parent, [null]), NOT_SUPPORTED);
+      // MIG disabled: no MIG devices; enabled without instances: none either.
+      assert.equal(migs(gpu(2)).length, 0);
+      assert.equal(migs(gpu(3)).length, 0);
     });
-    assert.equal(api.minor(m, [0]), NOT_SUPPORTED);
-    assert.equal(api.pci(m, Buffer.alloc(68)), NOT_SUPPORTED);
-    assert.equal(api.supportedEvents(m, [0n]), NOT_SUPPORTED);
-    assert.equal(api.migMode(m, [0], [0]), NOT_SUPPORTED);
-    const set: unknown[] = [null];
-    assert.equal(api.eventSetCreate(set), SUCCESS);
-    assert.equal(api.registerEvents(m, 8n, set[0]), NOT_SUPPORTED);
-    assert.equal(api.eventSetFree(set[0]), SUCCESS);
-    // GPU-only calls on a whole GPU handle.
-    assert.equal(api.giId(parent, [0]), NOT_SUPPORTED);
-    assert.equal(api.parent(parent, [null]), NOT_SUPPORTED);
-    // MIG disabled: no MIG devices; enabled without instances: none either.
-    assert.equal(migs(gpu(2)).length, 0);
-    assert.equal(migs(gpu(3)).length, 0);
-  });
-});
+  },
+);
 
-test('profile tables: GI profile info by NVML index (REV1 = +me, REV2 = 1g.20gb), GI/CI info and CI profiles', async () => {
-  await session('mig-mixed-4.json', () => {
-    const a100 = gpu(0);
-    const h100 = gpu(1);
-    const info = {} as Record<string, number>;
-    assert.equal(api.giProfile(a100, 0, info), SUCCESS);
-    assert.deepEqual([info.id, info.sliceCount, info.instanceCount, info.memorySizeMB], [19, 1, 7, 9728]);
-    assert.equal(api.giProfile(a100, 7, info), SUCCESS);
-    assert.deepEqual([info.id, info.sliceCount, info.instanceCount, info.jpegCount], [20, 1, 1, 1]);
-    assert.equal(api.giProfile(h100, 9, info), SUCCESS);
-    assert.deepEqual([info.id, info.sliceCount, info.memorySizeMB], [15, 1, 20096]);
-    assert.equal(api.giProfile(a100, 5, info), NOT_SUPPORTED, '8-slice profiles do not exist on A100');
-    assert.equal(api.giProfile(a100, 10, info), INVALID_ARGUMENT);
-    const v2: Record<string, unknown> = { version: koffi.sizeof(GiProfileV2) | (2 << 24) };
-    assert.equal(api.giProfileV(h100, 9, v2), SUCCESS);
-    assert.equal(v2.name, 'MIG 1g.20gb');
-    assert.equal(api.giProfileV(h100, 9, { version: 1 }), INVALID_ARGUMENT);
+test(
+  'profile tables: GI profile info by NVML index (REV1 ' + '= +me, REV2 = 1g.20gb), GI/CI info and CI profiles',
+  async () => {
+    await session('mig-mixed-4.json', () => {
+      const a100 = gpu(0);
+      const h100 = gpu(1);
+      const info = {} as Record<string, number>;
+      assert.equal(api.giProfile(a100, 0, info), SUCCESS);
+      assert.deepEqual([info.id, info.sliceCount, info.instanceCount, info.memorySizeMB], [19, 1, 7, 9728]);
+      assert.equal(api.giProfile(a100, 7, info), SUCCESS);
+      assert.deepEqual([info.id, info.sliceCount, info.instanceCount, info.jpegCount], [20, 1, 1, 1]);
+      assert.equal(api.giProfile(h100, 9, info), SUCCESS);
+      assert.deepEqual([info.id, info.sliceCount, info.memorySizeMB], [15, 1, 20096]);
+      assert.equal(api.giProfile(a100, 5, info), NOT_SUPPORTED, '8-slice profiles do not exist on A100');
+      assert.equal(api.giProfile(a100, 10, info), INVALID_ARGUMENT);
+      const v2: Record<string, unknown> = { version: koffi.sizeof(GiProfileV2) | (2 << 24) };
+      assert.equal(api.giProfileV(h100, 9, v2), SUCCESS);
+      assert.equal(v2.name, 'MIG 1g.20gb');
+      assert.equal(api.giProfileV(h100, 9, { version: 1 }), INVALID_ARGUMENT);
 
-    // The sub-instance 1c.2g.20gb: GI 5 (profile id 14 = 2g), CI 0 of profile 0 (1 slice).
-    const gi: unknown[] = [null];
-    assert.equal(api.giById(a100, 5, gi), SUCCESS);
-    const gii = {} as Record<string, unknown>;
-    assert.equal(api.giInfo(gi[0], gii), SUCCESS);
-    assert.deepEqual([gii.id, gii.profileId, gii.size, gii.device], [5, 14, 2, a100]);
-    const ci: unknown[] = [null];
-    assert.equal(api.ciById(gi[0], 0, ci), SUCCESS);
-    assert.equal(api.ciById(gi[0], 1, [null]), NOT_FOUND);
-    const cii = {} as Record<string, unknown>;
-    assert.equal(api.ciInfo(ci[0], cii), SUCCESS);
-    assert.deepEqual([cii.id, cii.profileId, cii.size, cii.gpuInstance], [0, 0, 1, gi[0]]);
-    const cip = {} as Record<string, number>;
-    assert.equal(api.ciProfile(gi[0], 1, 0, cip), SUCCESS);
-    assert.deepEqual([cip.sliceCount, cip.instanceCount], [2, 1]);
-    assert.equal(api.ciProfile(gi[0], 2, 0, cip), NOT_SUPPORTED, 'no 3c in a 2g instance');
-    assert.equal(api.giById(a100, 9, gi), NOT_FOUND);
-  });
-});
+      // The sub-instance 1c.2g.20gb: GI 5 (profile id 14 = 2g), CI 0 of profile 0 (1 slice).
+      const gi: unknown[] = [null];
+      assert.equal(api.giById(a100, 5, gi), SUCCESS);
+      const gii = {} as Record<string, unknown>;
+      assert.equal(api.giInfo(gi[0], gii), SUCCESS);
+      assert.deepEqual([gii.id, gii.profileId, gii.size, gii.device], [5, 14, 2, a100]);
+      const ci: unknown[] = [null];
+      assert.equal(api.ciById(gi[0], 0, ci), SUCCESS);
+      assert.equal(api.ciById(gi[0], 1, [null]), NOT_FOUND);
+      const cii = {} as Record<string, unknown>;
+      assert.equal(api.ciInfo(ci[0], cii), SUCCESS);
+      assert.deepEqual([cii.id, cii.profileId, cii.size, cii.gpuInstance], [0, 0, 1, gi[0]]);
+      const cip = {} as Record<string, number>;
+      assert.equal(api.ciProfile(gi[0], 1, 0, cip), SUCCESS);
+      assert.deepEqual([cip.sliceCount, cip.instanceCount], [2, 1]);
+      assert.equal(api.ciProfile(gi[0], 2, 0, cip), NOT_SUPPORTED, 'no 3c in a 2g instance');
+      assert.equal(api.giById(a100, 9, gi), NOT_FOUND);
+    });
+  },
+);
 
 test('XIDs name MIG devices by GI/CI; 0xFFFFFFFF when the event is for the whole GPU', async () => {
   await session('mig-mixed-4.json', async (fifo) => {
@@ -431,7 +449,9 @@ test('fixture errors name the key: unknown profile, too many slices, a board wit
   ] as const) {
     const file = path.join(tmp, `bad-${++sessions}.json`);
     fs.writeFileSync(file, JSON.stringify({ gpus: [gpuEntry] }));
-    const script = `import koffi from 'koffi'; const l = koffi.load(process.env.LIB); process.stdout.write(String(l.func('int nvmlInit_v2()')()));`;
+    const script =
+      `import koffi from 'koffi'; const l = koffi.load(process.env.LIB); ` +
+      `process.stdout.write(String(l.func('int nvmlInit_v2()')()));`;
     const dirs = await buildFakeNvml();
     const child = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
       cwd: ROOT,
@@ -459,35 +479,38 @@ test('old driver variant: no MIG entry point at all', () => {
   }
 });
 
-test('a layout set through the FIFO outlives nvmlShutdown/nvmlInit, and follows its GPU through remove and add', async () => {
-  const file = path.join(TOPOLOGIES, 'mig-uniform-2.json');
-  const fifo = path.join(tmp, `control-persist-${++sessions}`);
-  process.env.FAKE_NVML_CONFIG = file;
-  process.env.FAKE_NVML_CONTROL = fifo;
-  assert.equal(api.init(), SUCCESS);
-  try {
-    send(fifo, 'mig 1 on 7g.80gb');
-    await settle(fifo);
-    assert.equal(api.shutdown(), SUCCESS);
+test(
+  'a layout set through the FIFO outlives nvmlShutdown/nvmlInit, ' + 'and follows its GPU through remove and add',
+  async () => {
+    const file = path.join(TOPOLOGIES, 'mig-uniform-2.json');
+    const fifo = path.join(tmp, `control-persist-${++sessions}`);
+    process.env.FAKE_NVML_CONFIG = file;
+    process.env.FAKE_NVML_CONTROL = fifo;
     assert.equal(api.init(), SUCCESS);
-    assert.deepEqual(
-      migs(gpu(1)).map((m) => str(api.name, m)),
-      ['NVIDIA H100 80GB HBM3 MIG 7g.80gb'],
-    );
-    assert.equal(migs(gpu(0)).length, 2, 'the other GPU keeps its fixture layout');
-    send(fifo, 'remove 0');
-    await settle(fifo);
-    assert.deepEqual(
-      migs(gpu(0)).map((m) => str(api.name, m)),
-      ['NVIDIA H100 80GB HBM3 MIG 7g.80gb'],
-      'GPU 1 is index 0 now, its layout with it',
-    );
-    send(fifo, 'add all');
-    await settle(fifo);
-    assert.equal(migs(gpu(0)).length, 2);
-    assert.equal(migs(gpu(1)).length, 1);
-  } finally {
-    assert.equal(api.shutdown(), SUCCESS);
-    delete process.env.FAKE_NVML_CONTROL;
-  }
-});
+    try {
+      send(fifo, 'mig 1 on 7g.80gb');
+      await settle(fifo);
+      assert.equal(api.shutdown(), SUCCESS);
+      assert.equal(api.init(), SUCCESS);
+      assert.deepEqual(
+        migs(gpu(1)).map((m) => str(api.name, m)),
+        ['NVIDIA H100 80GB HBM3 MIG 7g.80gb'],
+      );
+      assert.equal(migs(gpu(0)).length, 2, 'the other GPU keeps its fixture layout');
+      send(fifo, 'remove 0');
+      await settle(fifo);
+      assert.deepEqual(
+        migs(gpu(0)).map((m) => str(api.name, m)),
+        ['NVIDIA H100 80GB HBM3 MIG 7g.80gb'],
+        'GPU 1 is index 0 now, its layout with it',
+      );
+      send(fifo, 'add all');
+      await settle(fifo);
+      assert.equal(migs(gpu(0)).length, 2);
+      assert.equal(migs(gpu(1)).length, 1);
+    } finally {
+      assert.equal(api.shutdown(), SUCCESS);
+      delete process.env.FAKE_NVML_CONTROL;
+    }
+  },
+);

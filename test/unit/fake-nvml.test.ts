@@ -119,7 +119,8 @@ function bindBase(lib: LibraryHandle) {
     ),
     nvlinkState: fn('int nvmlDeviceGetNvLinkState(FakeNvmlTest_device device, unsigned int link, _Out_ int *active)'),
     nvlinkRemotePciV1: fn(
-      'int nvmlDeviceGetNvLinkRemotePciInfo(FakeNvmlTest_device device, unsigned int link, _Out_ FakeNvmlTest_pci *pci)',
+      'int nvmlDeviceGetNvLinkRemotePciInfo(FakeNvmlTest_device ' +
+        'device, unsigned int link, _Out_ FakeNvmlTest_pci *pci)',
     ),
     eventSetCreate: fn('int nvmlEventSetCreate(_Out_ FakeNvmlTest_set *set)'),
     supportedEvents: fn(
@@ -158,7 +159,8 @@ function bindNewer(lib: LibraryHandle) {
   return {
     numaNode: fn('int nvmlDeviceGetNumaNodeId(FakeNvmlTest_device device, _Out_ unsigned int *node)'),
     nvlinkRemotePci: fn(
-      'int nvmlDeviceGetNvLinkRemotePciInfo_v2(FakeNvmlTest_device device, unsigned int link, _Out_ FakeNvmlTest_pci *pci)',
+      'int nvmlDeviceGetNvLinkRemotePciInfo_v2(FakeNvmlTest_device ' +
+        'device, unsigned int link, _Out_ FakeNvmlTest_pci *pci)',
     ),
     nvlinkRemoteType: fn(
       'int nvmlDeviceGetNvLinkRemoteDeviceType(FakeNvmlTest_device device, unsigned int link, _Out_ int *type)',
@@ -963,46 +965,49 @@ test('supported event types and registration', async () => {
   });
 });
 
-test('nvmlEventSetWait_v2 blocks its thread until an injected event arrives, while other threads call NVML', async () => {
-  await withSession(api, 'dgx1-v100.json', async ({ fifo }) => {
-    const h3 = handle(api, 3);
-    const set = createSet(api);
-    assert.equal(api.registerEvents(h3, EVENT_XID, set), SUCCESS);
+test(
+  'nvmlEventSetWait_v2 blocks its thread until an ' + 'injected event arrives, while other threads call NVML',
+  async () => {
+    await withSession(api, 'dgx1-v100.json', async ({ fifo }) => {
+      const h3 = handle(api, 3);
+      const set = createSet(api);
+      assert.equal(api.registerEvents(h3, EVENT_XID, set), SUCCESS);
 
-    const immediate = emptyEvent();
-    const t0 = performance.now();
-    assert.equal(api.waitV2(set, immediate, 0), TIMEOUT, 'timeout 0 returns at once');
-    assert.ok(performance.now() - t0 < 200);
+      const immediate = emptyEvent();
+      const t0 = performance.now();
+      assert.equal(api.waitV2(set, immediate, 0), TIMEOUT, 'timeout 0 returns at once');
+      assert.ok(performance.now() - t0 < 200);
 
-    const data = emptyEvent();
-    let settled = false;
-    const started = performance.now();
-    const waiting = callAsync(api.waitV2, set, data, 20_000).finally(() => {
-      settled = true;
+      const data = emptyEvent();
+      let settled = false;
+      const started = performance.now();
+      const waiting = callAsync(api.waitV2, set, data, 20_000).finally(() => {
+        settled = true;
+      });
+      await sleep(300);
+      assert.equal(settled, false, 'the wait is still blocked after 300 ms');
+      // Other NVML calls proceed while that thread is blocked inside the library.
+      for (let i = 0; i < 50; i++) {
+        const uuid = Buffer.alloc(96);
+        assert.equal(api.uuid(h3, uuid, 96), SUCCESS);
+        assert.equal(deviceCount(api), 8);
+      }
+      assert.equal(settled, false);
+      sendControl(fifo, 'xid 3 79\n');
+      assert.equal(await waiting, SUCCESS);
+      const elapsed = performance.now() - started;
+      assert.ok(elapsed >= 290 && elapsed < 10_000, `woken by the event after ${elapsed} ms`);
+      assert.deepEqual(data, {
+        device: h3,
+        eventType: EVENT_XID,
+        eventData: 79,
+        gpuInstanceId: NO_INSTANCE,
+        computeInstanceId: NO_INSTANCE,
+      });
+      assert.equal(api.eventSetFree(set), SUCCESS);
     });
-    await sleep(300);
-    assert.equal(settled, false, 'the wait is still blocked after 300 ms');
-    // Other NVML calls proceed while that thread is blocked inside the library.
-    for (let i = 0; i < 50; i++) {
-      const uuid = Buffer.alloc(96);
-      assert.equal(api.uuid(h3, uuid, 96), SUCCESS);
-      assert.equal(deviceCount(api), 8);
-    }
-    assert.equal(settled, false);
-    sendControl(fifo, 'xid 3 79\n');
-    assert.equal(await waiting, SUCCESS);
-    const elapsed = performance.now() - started;
-    assert.ok(elapsed >= 290 && elapsed < 10_000, `woken by the event after ${elapsed} ms`);
-    assert.deepEqual(data, {
-      device: h3,
-      eventType: EVENT_XID,
-      eventData: 79,
-      gpuInstanceId: NO_INSTANCE,
-      computeInstanceId: NO_INSTANCE,
-    });
-    assert.equal(api.eventSetFree(set), SUCCESS);
-  });
-});
+  },
+);
 
 test('nvmlEventSetWait_v2 times out after the requested time', async () => {
   await withSession(api, 'dgx1-v100.json', async () => {
@@ -1157,67 +1162,79 @@ test('compute mode: DEFAULT or the configured mode; set, read back and shown in 
   });
 });
 
-test('compute mode: bad handles, NULL, modes outside the enum, EXCLUSIVE_THREAD, lost GPUs and MIG devices are refused', async () => {
-  await withSession(api, 'dgx1-v100.json', async ({ fifo }) => {
-    const h = handle(api, 0);
-    assert.equal(api.rawGetComputeMode(null, Buffer.alloc(4)), INVALID_ARGUMENT);
-    assert.equal(api.rawGetComputeMode(h, null), INVALID_ARGUMENT);
-    assert.equal(api.rawSetComputeMode(null, COMPUTEMODE_EXCLUSIVE_PROCESS), INVALID_ARGUMENT);
-    assert.equal(api.setComputeMode(h, 4), INVALID_ARGUMENT, 'NVML_COMPUTEMODE_COUNT is not a mode');
-    assert.equal(api.setComputeMode(h, -1), INVALID_ARGUMENT);
-    assert.equal(api.setComputeMode(h, COMPUTEMODE_EXCLUSIVE_THREAD), NOT_SUPPORTED, 'support removed in nvml.h');
-    assert.equal(computeMode(api, h), COMPUTEMODE_DEFAULT, 'a refused call changes nothing');
+test(
+  'compute mode: bad handles, NULL, modes outside the enum, ' +
+    'EXCLUSIVE_THREAD, lost GPUs and MIG devices are refused',
+  async () => {
+    await withSession(api, 'dgx1-v100.json', async ({ fifo }) => {
+      const h = handle(api, 0);
+      assert.equal(api.rawGetComputeMode(null, Buffer.alloc(4)), INVALID_ARGUMENT);
+      assert.equal(api.rawGetComputeMode(h, null), INVALID_ARGUMENT);
+      assert.equal(api.rawSetComputeMode(null, COMPUTEMODE_EXCLUSIVE_PROCESS), INVALID_ARGUMENT);
+      assert.equal(api.setComputeMode(h, 4), INVALID_ARGUMENT, 'NVML_COMPUTEMODE_COUNT is not a mode');
+      assert.equal(api.setComputeMode(h, -1), INVALID_ARGUMENT);
+      assert.equal(api.setComputeMode(h, COMPUTEMODE_EXCLUSIVE_THREAD), NOT_SUPPORTED, 'support removed in nvml.h');
+      assert.equal(computeMode(api, h), COMPUTEMODE_DEFAULT, 'a refused call changes nothing');
 
-    sendControl(fifo, 'lost 0\n');
-    await readStats(fifo);
-    assert.equal(api.getComputeMode(h, [0]), GPU_IS_LOST);
-    assert.equal(api.setComputeMode(h, COMPUTEMODE_EXCLUSIVE_PROCESS), GPU_IS_LOST);
-    sendControl(fifo, 'back 0\n');
-    await readStats(fifo);
-    assert.equal(computeMode(api, h), COMPUTEMODE_DEFAULT);
-  });
-  // A MIG device has no compute mode of its own: like other whole-GPU calls, NOT_SUPPORTED.
-  await withSession(api, 'mig-uniform-2.json', () => {
-    const lib = koffi.load(path.join(libDirs.current, LIBRARY_NAME));
-    const migHandle = lib.func(
-      'int nvmlDeviceGetMigDeviceHandleByIndex(FakeNvmlTest_device device, unsigned int index, _Out_ FakeNvmlTest_device *mig)',
-    );
-    const out: unknown[] = [null];
-    assert.equal(migHandle(handle(api, 0), 0, out), SUCCESS);
-    assert.equal(api.getComputeMode(out[0], [0]), NOT_SUPPORTED);
-    assert.equal(api.setComputeMode(out[0], COMPUTEMODE_EXCLUSIVE_PROCESS), NOT_SUPPORTED);
-  });
-});
+      sendControl(fifo, 'lost 0\n');
+      await readStats(fifo);
+      assert.equal(api.getComputeMode(h, [0]), GPU_IS_LOST);
+      assert.equal(api.setComputeMode(h, COMPUTEMODE_EXCLUSIVE_PROCESS), GPU_IS_LOST);
+      sendControl(fifo, 'back 0\n');
+      await readStats(fifo);
+      assert.equal(computeMode(api, h), COMPUTEMODE_DEFAULT);
+    });
+    // A MIG device has no compute mode of its own: like other whole-GPU calls, NOT_SUPPORTED.
+    await withSession(api, 'mig-uniform-2.json', () => {
+      const lib = koffi.load(path.join(libDirs.current, LIBRARY_NAME));
+      const migHandle = lib.func(
+        'int nvmlDeviceGetMigDeviceHandleByIndex(FakeNvmlTest_device ' +
+          'device, unsigned int index, _Out_ FakeNvmlTest_device *mig)',
+      );
+      const out: unknown[] = [null];
+      assert.equal(migHandle(handle(api, 0), 0, out), SUCCESS);
+      assert.equal(api.getComputeMode(out[0], [0]), NOT_SUPPORTED);
+      assert.equal(api.setComputeMode(out[0], COMPUTEMODE_EXCLUSIVE_PROCESS), NOT_SUPPORTED);
+    });
+  },
+);
 
-test('compute mode outlives shutdown/init and the removal of its GPU, as on a real node; an unload resets it', async () => {
-  const fixture = readFixture('dgx1-v100.json');
-  const uuid3 = at(fixture.gpus, 3).uuid;
-  await withSession(api, 'dgx1-v100.json', () => {
-    assert.equal(api.setComputeMode(handle(api, 3), COMPUTEMODE_EXCLUSIVE_PROCESS), SUCCESS);
-  });
-  await withSession(api, 'dgx1-v100.json', async ({ fifo }) => {
-    assert.equal(computeMode(api, handle(api, 3)), COMPUTEMODE_EXCLUSIVE_PROCESS, 'kept across nvmlShutdown/nvmlInit');
-    assert.equal(computeMode(api, handle(api, 2)), COMPUTEMODE_DEFAULT);
-    sendControl(fifo, 'remove 2\n');
-    await readStats(fifo);
-    const moved = handle(api, 2);
-    assert.equal(uuidOf(api, moved), uuid3, 'GPU 3 moved down to index 2');
-    assert.equal(computeMode(api, moved), COMPUTEMODE_EXCLUSIVE_PROCESS, 'the mode moves with its GPU');
-    sendControl(fifo, 'add all\n');
-    await readStats(fifo);
-    assert.equal(computeMode(api, handle(api, 3)), COMPUTEMODE_EXCLUSIVE_PROCESS);
-    sendControl(fifo, 'unload\n');
-    sendControl(fifo, 'load\n');
-    await readStats(fifo);
-  });
-  await withSession(api, 'dgx1-v100.json', () => {
-    assert.equal(
-      computeMode(api, handle(api, 3)),
-      COMPUTEMODE_DEFAULT,
-      'a reloaded driver starts in the configured mode',
-    );
-  });
-});
+test(
+  'compute mode outlives shutdown/init and the removal ' + 'of its GPU, as on a real node; an unload resets it',
+  async () => {
+    const fixture = readFixture('dgx1-v100.json');
+    const uuid3 = at(fixture.gpus, 3).uuid;
+    await withSession(api, 'dgx1-v100.json', () => {
+      assert.equal(api.setComputeMode(handle(api, 3), COMPUTEMODE_EXCLUSIVE_PROCESS), SUCCESS);
+    });
+    await withSession(api, 'dgx1-v100.json', async ({ fifo }) => {
+      assert.equal(
+        computeMode(api, handle(api, 3)),
+        COMPUTEMODE_EXCLUSIVE_PROCESS,
+        'kept across nvmlShutdown/nvmlInit',
+      );
+      assert.equal(computeMode(api, handle(api, 2)), COMPUTEMODE_DEFAULT);
+      sendControl(fifo, 'remove 2\n');
+      await readStats(fifo);
+      const moved = handle(api, 2);
+      assert.equal(uuidOf(api, moved), uuid3, 'GPU 3 moved down to index 2');
+      assert.equal(computeMode(api, moved), COMPUTEMODE_EXCLUSIVE_PROCESS, 'the mode moves with its GPU');
+      sendControl(fifo, 'add all\n');
+      await readStats(fifo);
+      assert.equal(computeMode(api, handle(api, 3)), COMPUTEMODE_EXCLUSIVE_PROCESS);
+      sendControl(fifo, 'unload\n');
+      sendControl(fifo, 'load\n');
+      await readStats(fifo);
+    });
+    await withSession(api, 'dgx1-v100.json', () => {
+      assert.equal(
+        computeMode(api, handle(api, 3)),
+        COMPUTEMODE_DEFAULT,
+        'a reloaded driver starts in the configured mode',
+      );
+    });
+  },
+);
 
 test('compute mode: a caller that is not root gets NO_PERMISSION, as from the real library', {
   skip: process.getuid?.() !== 0 ? 'needs root to run a child as another user' : false,
@@ -1321,69 +1338,72 @@ function driverVersion(nvml: OldApi): string {
   return cString(buffer);
 }
 
-test('remove and add a GPU: the count, indices, links, topology and events follow; the UUID and handle stay', async () => {
-  await withSession(api, 'dgx1-v100.json', async ({ fifo, fixture }) => {
-    const uuids = fixture.gpus.map((g) => g.uuid);
-    const h2before = handle(api, 2);
-    const h3before = handle(api, 3);
-    const h7before = handle(api, 7);
-    const set = createSet(api);
-    assert.equal(api.registerEvents(h3before, EVENT_XID, set), SUCCESS);
+test(
+  'remove and add a GPU: the count, indices, links, ' + 'topology and events follow; the UUID and handle stay',
+  async () => {
+    await withSession(api, 'dgx1-v100.json', async ({ fifo, fixture }) => {
+      const uuids = fixture.gpus.map((g) => g.uuid);
+      const h2before = handle(api, 2);
+      const h3before = handle(api, 3);
+      const h7before = handle(api, 7);
+      const set = createSet(api);
+      assert.equal(api.registerEvents(h3before, EVENT_XID, set), SUCCESS);
 
-    sendControl(fifo, 'remove 2\n');
-    await readStats(fifo);
-    assert.equal(deviceCount(api), 7);
-    // The removed GPU's handle answers GPU_IS_LOST, as NVML does for a GPU removed since; the others
-    // keep their handles under their new indices.
-    const idx = [0];
-    assert.equal(api.index(h2before, idx), GPU_IS_LOST);
-    assert.equal(api.index(h7before, idx), SUCCESS);
-    assert.equal(idx[0], 6);
-    assert.deepEqual(
-      Array.from({ length: 7 }, (_, i) => uuidOf(api, handle(api, i))),
-      uuids.filter((_, i) => i !== 2),
-    );
-    const h2 = handle(api, 2);
-    assert.equal(h2, h3before, 'a GPU keeps its handle when its index moves');
-    const index = [0];
-    assert.equal(api.index(h2, index), SUCCESS);
-    assert.equal(index[0], 2);
-    assert.equal(api.handleByUuid(at(fixture.gpus, 2).uuid, [null]), NOT_FOUND);
-    assert.equal(api.handleByIndex(7, [null]), INVALID_ARGUMENT);
-    // Topology: configured GPUs 0 and 3 are now indices 0 and 2.
-    const level = [0];
-    assert.equal(api.topology(handle(api, 0), h2, level), SUCCESS);
-    assert.equal(level[0], expectedLevel(fixture, 0, 3));
-    // GPU 0's second NVLink slot went to the removed GPU 2: inactive now; its third reaches GPU 3.
-    const active = [1];
-    assert.equal(api.nvlinkState(handle(api, 0), 1, active), SUCCESS);
-    assert.equal(active[0], 0);
-    const remote = {} as PciInfo;
-    assert.equal(api.nvlinkRemotePci(handle(api, 0), 2, remote), SUCCESS);
-    assert.equal(remote.busId, pciInfo(api, h2).busId);
-    // The event registration moved with GPU 3.
-    sendControl(fifo, 'xid 2 31\n');
-    const data = emptyEvent();
-    assert.equal(await callAsync(api.waitV2, set, data, 5000), SUCCESS);
-    assert.equal(data.device, h2);
-    assert.equal(data.eventData, 31);
+      sendControl(fifo, 'remove 2\n');
+      await readStats(fifo);
+      assert.equal(deviceCount(api), 7);
+      // The removed GPU's handle answers GPU_IS_LOST, as NVML does for a GPU removed since; the others
+      // keep their handles under their new indices.
+      const idx = [0];
+      assert.equal(api.index(h2before, idx), GPU_IS_LOST);
+      assert.equal(api.index(h7before, idx), SUCCESS);
+      assert.equal(idx[0], 6);
+      assert.deepEqual(
+        Array.from({ length: 7 }, (_, i) => uuidOf(api, handle(api, i))),
+        uuids.filter((_, i) => i !== 2),
+      );
+      const h2 = handle(api, 2);
+      assert.equal(h2, h3before, 'a GPU keeps its handle when its index moves');
+      const index = [0];
+      assert.equal(api.index(h2, index), SUCCESS);
+      assert.equal(index[0], 2);
+      assert.equal(api.handleByUuid(at(fixture.gpus, 2).uuid, [null]), NOT_FOUND);
+      assert.equal(api.handleByIndex(7, [null]), INVALID_ARGUMENT);
+      // Topology: configured GPUs 0 and 3 are now indices 0 and 2.
+      const level = [0];
+      assert.equal(api.topology(handle(api, 0), h2, level), SUCCESS);
+      assert.equal(level[0], expectedLevel(fixture, 0, 3));
+      // GPU 0's second NVLink slot went to the removed GPU 2: inactive now; its third reaches GPU 3.
+      const active = [1];
+      assert.equal(api.nvlinkState(handle(api, 0), 1, active), SUCCESS);
+      assert.equal(active[0], 0);
+      const remote = {} as PciInfo;
+      assert.equal(api.nvlinkRemotePci(handle(api, 0), 2, remote), SUCCESS);
+      assert.equal(remote.busId, pciInfo(api, h2).busId);
+      // The event registration moved with GPU 3.
+      sendControl(fifo, 'xid 2 31\n');
+      const data = emptyEvent();
+      assert.equal(await callAsync(api.waitV2, set, data, 5000), SUCCESS);
+      assert.equal(data.device, h2);
+      assert.equal(data.eventData, 31);
 
-    sendControl(fifo, `add ${uuids[2]}\n`);
-    await readStats(fifo);
-    assert.equal(deviceCount(api), 8);
-    assert.deepEqual(
-      Array.from({ length: 8 }, (_, i) => uuidOf(api, handle(api, i))),
-      uuids,
-    );
-    assert.equal(handle(api, 3), h3before);
-    assert.equal(api.nvlinkState(handle(api, 0), 1, active), SUCCESS);
-    assert.equal(active[0], 1);
-    assert.equal(api.eventSetFree(set), SUCCESS);
+      sendControl(fifo, `add ${uuids[2]}\n`);
+      await readStats(fifo);
+      assert.equal(deviceCount(api), 8);
+      assert.deepEqual(
+        Array.from({ length: 8 }, (_, i) => uuidOf(api, handle(api, i))),
+        uuids,
+      );
+      assert.equal(handle(api, 3), h3before);
+      assert.equal(api.nvlinkState(handle(api, 0), 1, active), SUCCESS);
+      assert.equal(active[0], 1);
+      assert.equal(api.eventSetFree(set), SUCCESS);
 
-    sendControl(fifo, 'add GPU-not-removed\nremove 8\nload\n');
-    await readStats(fifo);
-  });
-});
+      sendControl(fifo, 'add GPU-not-removed\nremove 8\nload\n');
+      await readStats(fifo);
+    });
+  },
+);
 
 test('a removed GPU stays removed across shutdown and init; the FIFO is read meanwhile', async () => {
   const fifo = path.join(tmpDir, `control-${++sessionCounter}.fifo`);
@@ -1412,57 +1432,61 @@ test('a removed GPU stays removed across shutdown and init; the FIFO is read mea
   }
 });
 
-test('unload and load the driver: DRIVER_NOT_LOADED everywhere, init fails, then the new version; old sessions answer UNINITIALIZED', async () => {
-  const fifo = path.join(tmpDir, `control-${++sessionCounter}.fifo`);
-  process.env.FAKE_NVML_CONFIG = fixturePath('dgx1-v100.json');
-  process.env.FAKE_NVML_CONTROL = fifo;
-  try {
-    assert.equal(api.init(), SUCCESS);
-    const h0 = handle(api, 0);
-    const set = createSet(api);
-    assert.equal(api.registerEvents(h0, EVENT_XID, set), SUCCESS);
-    const waiting = callAsync(api.waitV2, set, emptyEvent(), 30_000);
-    await sleep(100);
-    sendControl(fifo, 'unload\n');
-    assert.equal(await waiting, DRIVER_NOT_LOADED, 'a blocked wait is woken');
-    assert.equal(api.count([0]), DRIVER_NOT_LOADED);
-    assert.equal(api.uuid(h0, Buffer.alloc(96), 96), DRIVER_NOT_LOADED);
-    assert.equal(api.driverVersion(Buffer.alloc(80), 80), DRIVER_NOT_LOADED);
-    assert.equal(api.init(), DRIVER_NOT_LOADED, 'init fails while unloaded');
-    assert.equal(api.shutdown(), SUCCESS, 'the one open session ends');
-    assert.equal(api.shutdown(), UNINITIALIZED);
-    assert.equal(api.init(), DRIVER_NOT_LOADED);
-    await readStats(fifo);
+test(
+  'unload and load the driver: DRIVER_NOT_LOADED everywhere, init ' +
+    'fails, then the new version; old sessions answer UNINITIALIZED',
+  async () => {
+    const fifo = path.join(tmpDir, `control-${++sessionCounter}.fifo`);
+    process.env.FAKE_NVML_CONFIG = fixturePath('dgx1-v100.json');
+    process.env.FAKE_NVML_CONTROL = fifo;
+    try {
+      assert.equal(api.init(), SUCCESS);
+      const h0 = handle(api, 0);
+      const set = createSet(api);
+      assert.equal(api.registerEvents(h0, EVENT_XID, set), SUCCESS);
+      const waiting = callAsync(api.waitV2, set, emptyEvent(), 30_000);
+      await sleep(100);
+      sendControl(fifo, 'unload\n');
+      assert.equal(await waiting, DRIVER_NOT_LOADED, 'a blocked wait is woken');
+      assert.equal(api.count([0]), DRIVER_NOT_LOADED);
+      assert.equal(api.uuid(h0, Buffer.alloc(96), 96), DRIVER_NOT_LOADED);
+      assert.equal(api.driverVersion(Buffer.alloc(80), 80), DRIVER_NOT_LOADED);
+      assert.equal(api.init(), DRIVER_NOT_LOADED, 'init fails while unloaded');
+      assert.equal(api.shutdown(), SUCCESS, 'the one open session ends');
+      assert.equal(api.shutdown(), UNINITIALIZED);
+      assert.equal(api.init(), DRIVER_NOT_LOADED);
+      await readStats(fifo);
 
-    sendControl(fifo, 'load 560.28.03\n');
-    await readStats(fifo);
-    assert.equal(api.init(), SUCCESS);
-    assert.equal(driverVersion(api), '560.28.03');
-    assert.equal(deviceCount(api), 8);
+      sendControl(fifo, 'load 560.28.03\n');
+      await readStats(fifo);
+      assert.equal(api.init(), SUCCESS);
+      assert.equal(driverVersion(api), '560.28.03');
+      assert.equal(deviceCount(api), 8);
 
-    // A session that lived through an unload and load answers UNINITIALIZED until it ends.
-    sendControl(fifo, 'unload\nload 570.86.10\n');
-    await readStats(fifo);
-    assert.equal(api.count([0]), UNINITIALIZED);
-    assert.equal(api.init(), SUCCESS, 'joins the stale session');
-    assert.equal(api.count([0]), UNINITIALIZED);
-    assert.equal(api.shutdown(), SUCCESS);
-    assert.equal(api.shutdown(), SUCCESS);
-    assert.equal(api.init(), SUCCESS);
-    assert.equal(driverVersion(api), '570.86.10');
-    assert.equal(deviceCount(api), 8);
+      // A session that lived through an unload and load answers UNINITIALIZED until it ends.
+      sendControl(fifo, 'unload\nload 570.86.10\n');
+      await readStats(fifo);
+      assert.equal(api.count([0]), UNINITIALIZED);
+      assert.equal(api.init(), SUCCESS, 'joins the stale session');
+      assert.equal(api.count([0]), UNINITIALIZED);
+      assert.equal(api.shutdown(), SUCCESS);
+      assert.equal(api.shutdown(), SUCCESS);
+      assert.equal(api.init(), SUCCESS);
+      assert.equal(driverVersion(api), '570.86.10');
+      assert.equal(deviceCount(api), 8);
 
-    sendControl(fifo, 'load 1\nunload\nload\n');
-    await readStats(fifo);
-    assert.equal(api.count([0]), UNINITIALIZED);
-    assert.equal(api.shutdown(), SUCCESS);
-    assert.equal(api.init(), SUCCESS);
-    assert.equal(driverVersion(api), '550.54.15', "load without a version: the config's");
-    assert.equal(api.shutdown(), SUCCESS);
-  } finally {
-    delete process.env.FAKE_NVML_CONTROL;
-  }
-});
+      sendControl(fifo, 'load 1\nunload\nload\n');
+      await readStats(fifo);
+      assert.equal(api.count([0]), UNINITIALIZED);
+      assert.equal(api.shutdown(), SUCCESS);
+      assert.equal(api.init(), SUCCESS);
+      assert.equal(driverVersion(api), '550.54.15', "load without a version: the config's");
+      assert.equal(api.shutdown(), SUCCESS);
+    } finally {
+      delete process.env.FAKE_NVML_CONTROL;
+    }
+  },
+);
 
 // ---------------------------------------------------------------------------------------------
 // Storm, concurrency, shutdown
@@ -1691,7 +1715,12 @@ test('loads by soname through LD_LIBRARY_PATH, as the plugin loads the real libr
     const out = { init: lib.func('int nvmlInit_v2()')() };
     out.count = lib.func('int nvmlDeviceGetCount_v2(_Out_ unsigned int *n)')(count);
     out.devices = count[0];
-    try { lib.func('int nvmlEventSetWait_v2(void *s, void *d, unsigned int t)'); out.waitV2 = true; } catch { out.waitV2 = false; }
+    try {
+      lib.func('int nvmlEventSetWait_v2(void *s, void *d, unsigned int t)');
+      out.waitV2 = true;
+    } catch {
+      out.waitV2 = false;
+    }
     out.shutdown = lib.func('int nvmlShutdown()')();
     process.stdout.write(JSON.stringify(out));
   `;
@@ -1747,216 +1776,224 @@ for (const c of plan.cases) {
 process.stdout.write(JSON.stringify(results));
 `;
 
-test('invalid configs fail init with UNKNOWN and one stderr line naming the key; bad commands are reported and ignored', () => {
-  const gpu = (i: number, extra: Record<string, unknown> = {}) => ({
-    uuid: `GPU-cccccccc-0000-0000-0000-00000000000${i}`,
-    name: 'NVIDIA A100-SXM4-80GB',
-    busId: `00000000:0${i}:00.0`,
-    ...extra,
-  });
-  const regularFile = writeConfig('not-a-fifo', 'plain file');
-  type Case = {
-    config: string | null;
-    control?: string;
-    commands?: string[];
-    init: number;
-    stderr: string[];
-  };
-  const cases: Case[] = [
-    { config: null, init: DRIVER_NOT_LOADED, stderr: [] },
-    { config: path.join(tmpDir, 'missing.json'), init: DRIVER_NOT_LOADED, stderr: ['cannot read FAKE_NVML_CONFIG'] },
-    { config: writeConfig('bad1.json', '{"gpus": [}'), init: UNKNOWN, stderr: ['malformed JSON at line 1 column 11'] },
-    {
-      config: writeConfig('bad2.json', '{"gpus": []} x'),
-      init: UNKNOWN,
-      stderr: ['unexpected data after the JSON value'],
-    },
-    { config: writeConfig('bad3.json', '{"gpus": [], "gpus": []}'), init: UNKNOWN, stderr: ['duplicate key "gpus"'] },
-    {
-      config: writeConfig('bad4.json', '{\n  "gpus": [\n    {"uuid": "GPU-\\q"}]}'),
-      init: UNKNOWN,
-      stderr: ['line 3 column'],
-    },
-    { config: writeConfig('bad5.json', '[]'), init: UNKNOWN, stderr: ['(top level): expected an object'] },
-    {
-      config: writeConfig('dup-uuid.json', { gpus: [gpu(1), gpu(2, { uuid: gpu(1).uuid })] }),
-      init: UNKNOWN,
-      stderr: ['gpus[1].uuid: duplicate UUID'],
-    },
-    {
-      config: writeConfig('dup-bus.json', {
-        gpus: [gpu(1, { busId: '00000000:0a:00.0' }), gpu(2, { busId: '00000000:0A:00.0' })],
-      }),
-      init: UNKNOWN,
-      stderr: ['gpus[1].busId: duplicate bus id'],
-    },
-    {
-      config: writeConfig('bad-bus.json', { gpus: [gpu(1, { busId: '0000:07:00.0' })] }),
-      init: UNKNOWN,
-      stderr: ['gpus[0].busId: bad bus id "0000:07:00.0"'],
-    },
-    {
-      config: writeConfig('bad-bus2.json', { gpus: [gpu(1), gpu(2, { busId: '00000000:07:00.9' })] }),
-      init: UNKNOWN,
-      stderr: ['gpus[1].busId: bad bus id'],
-    },
-    {
-      config: writeConfig('nvlink-range.json', { gpus: [gpu(1), gpu(2)], nvlinks: [[0, 5, 1]] }),
-      init: UNKNOWN,
-      stderr: ['nvlinks[0]: GPU index out of range'],
-    },
-    {
-      config: writeConfig('pcie-range.json', {
-        gpus: [gpu(1), gpu(2)],
-        pcie: [
-          [0, 1, 10],
-          [2, 0, 10],
-        ],
-      }),
-      init: UNKNOWN,
-      stderr: ['pcie[1]: GPU index out of range'],
-    },
-    {
-      config: writeConfig('pcie-level.json', { gpus: [gpu(1), gpu(2)], pcie: [[0, 1, 25]] }),
-      init: UNKNOWN,
-      stderr: ['pcie[0]: level 25'],
-    },
-    {
-      config: writeConfig('switch-range.json', {
-        gpus: [gpu(1)],
-        nvswitches: [
-          {
-            busId: '00000000:C1:00.0',
-            links: [
-              [0, 2],
-              [3, 2],
-            ],
-          },
-        ],
-      }),
-      init: UNKNOWN,
-      stderr: ['nvswitches[0].links[1]: GPU index out of range'],
-    },
-    {
-      config: writeConfig('switch-bus.json', { gpus: [gpu(1)], nvswitches: [{ busId: gpu(1).busId, links: [] }] }),
-      init: UNKNOWN,
-      stderr: ['nvswitches[0].busId: duplicate bus id'],
-    },
-    {
-      config: writeConfig('too-many-links.json', { linkCount: 2, gpus: [gpu(1), gpu(2)], nvlinks: [[0, 1, 3]] }),
-      init: UNKNOWN,
-      stderr: ['nvlinks[0]: GPU 0 would have 3 NVLinks, more than linkCount (2)'],
-    },
-    {
-      config: writeConfig('unknown-key.json', { gpus: [gpu(1, { numa: 0 })] }),
-      init: UNKNOWN,
-      stderr: ['gpus[0]: unknown key "numa"'],
-    },
-    {
-      config: writeConfig('bad-type.json', { gpus: [gpu(1, { memoryMiB: '80GB' })] }),
-      init: UNKNOWN,
-      stderr: ['gpus[0].memoryMiB: expected an integer, got string'],
-    },
-    {
-      config: writeConfig('bad-event.json', { gpus: [gpu(1, { events: ['xid', 'pstate'] })] }),
-      init: UNKNOWN,
-      stderr: ['gpus[0].events[1]'],
-    },
-    {
-      config: writeConfig('newline-key.json', '{"gpus": [], "a\\nb\\u0007": 1}'),
-      init: UNKNOWN,
-      stderr: ['(top level): unknown key "a?b?"'],
-    },
-    {
-      config: writeConfig('compute-mode-thread.json', { gpus: [gpu(1, { computeMode: 1 })] }),
-      init: UNKNOWN,
-      stderr: ['gpus[0].computeMode: 1 (EXCLUSIVE_THREAD) is no longer supported'],
-    },
-    {
-      config: writeConfig('compute-mode-range.json', { gpus: [gpu(1), gpu(2, { computeMode: 4 })] }),
-      init: UNKNOWN,
-      stderr: ['gpus[1].computeMode: 4 is out of range [0, 3]'],
-    },
-    {
-      config: writeConfig('no-gpus.json', { driverVersion: '550.54.15' }),
-      init: UNKNOWN,
-      stderr: ['gpus: missing'],
-    },
-    {
-      config: fixturePath('dgx1-v100.json'),
-      control: regularFile,
-      init: UNKNOWN,
-      stderr: ['is not a FIFO'],
-    },
-    {
-      config: fixturePath('dgx1-v100.json'),
-      control: path.join(tmpDir, 'child-control.fifo'),
-      commands: [
-        'xid 0',
-        'xid 9 43',
-        'xid 0 abc',
-        'frobnicate 1',
-        'lost all',
-        'stats',
-        'reset-stats now',
-        '',
-        '# a comment',
-        '  sbe 0  ',
-        'back 0',
-        'compute-mode 0 1',
-        'compute-mode 0',
-      ],
-      init: SUCCESS,
-      stderr: [
-        'control: usage: xid <index|all> <n> [<gi> <ci>]: "xid 0"',
-        'control: GPU index out of range: "xid 9 43"',
-        'control: XID must be a number: "xid 0 abc"',
-        'control: unknown command: "frobnicate 1"',
-        'control: GPU index must be a number: "lost all"',
-        'control: missing stats path: "stats"',
-        'control: reset-stats takes no argument: "reset-stats now"',
-        'control: compute mode must be 0 (DEFAULT), 2 (PROHIBITED) or 3 (EXCLUSIVE_PROCESS): "compute-mode 0 1"',
-        'control: usage: compute-mode <index> <0|2|3>: "compute-mode 0"',
-      ],
-    },
-  ];
-  const plan = {
-    lib: path.join(libDirs.current, LIBRARY_NAME),
-    cases: cases.map(({ config, control, commands }) => ({ config, control, commands })),
-  };
-  const child = spawnSync(process.execPath, ['--input-type=module', '-e', CHILD_SCRIPT], {
-    cwd: repoRoot,
-    env: { ...process.env, FAKE_TEST_PLAN: JSON.stringify(plan) },
-    encoding: 'utf8',
-    timeout: 60_000,
-  });
-  assert.equal(child.status, 0, `child failed: ${child.stderr}`);
-  const results = JSON.parse(child.stdout) as { init: number; done?: boolean; shutdown?: number }[];
-  const stderrBlocks = child.stderr.split('=== end of case\n');
-  assert.equal(stderrBlocks.pop(), '', 'nothing after the last case');
-  assert.equal(results.length, cases.length);
-  cases.forEach((c, i) => {
-    const result = at(results, i);
-    const lines = at(stderrBlocks, i)
-      .split('\n')
-      .filter((line) => line !== '');
-    const label = `case ${i} (${c.config === null ? 'no config' : path.basename(c.config)})`;
-    assert.equal(result.init, c.init, label);
-    assert.equal(lines.length, c.stderr.length, `${label}: stderr was ${JSON.stringify(lines)}`);
-    c.stderr.forEach((expected, k) => {
-      const line = at(lines, k);
-      assert.ok(line.startsWith('fake-nvml: '), line);
-      assert.ok(
-        line.includes(expected),
-        `${label}: ${JSON.stringify(line)} should include ${JSON.stringify(expected)}`,
-      );
+test(
+  'invalid configs fail init with UNKNOWN and one stderr ' +
+    'line naming the key; bad commands are reported and ignored',
+  () => {
+    const gpu = (i: number, extra: Record<string, unknown> = {}) => ({
+      uuid: `GPU-cccccccc-0000-0000-0000-00000000000${i}`,
+      name: 'NVIDIA A100-SXM4-80GB',
+      busId: `00000000:0${i}:00.0`,
+      ...extra,
     });
-    if (c.commands) {
-      assert.equal(result.done, true, 'commands after the bad ones still ran');
-      assert.equal(result.shutdown, SUCCESS);
-    }
-  });
-});
+    const regularFile = writeConfig('not-a-fifo', 'plain file');
+    type Case = {
+      config: string | null;
+      control?: string;
+      commands?: string[];
+      init: number;
+      stderr: string[];
+    };
+    const cases: Case[] = [
+      { config: null, init: DRIVER_NOT_LOADED, stderr: [] },
+      { config: path.join(tmpDir, 'missing.json'), init: DRIVER_NOT_LOADED, stderr: ['cannot read FAKE_NVML_CONFIG'] },
+      {
+        config: writeConfig('bad1.json', '{"gpus": [}'),
+        init: UNKNOWN,
+        stderr: ['malformed JSON at line 1 column 11'],
+      },
+      {
+        config: writeConfig('bad2.json', '{"gpus": []} x'),
+        init: UNKNOWN,
+        stderr: ['unexpected data after the JSON value'],
+      },
+      { config: writeConfig('bad3.json', '{"gpus": [], "gpus": []}'), init: UNKNOWN, stderr: ['duplicate key "gpus"'] },
+      {
+        config: writeConfig('bad4.json', '{\n  "gpus": [\n    {"uuid": "GPU-\\q"}]}'),
+        init: UNKNOWN,
+        stderr: ['line 3 column'],
+      },
+      { config: writeConfig('bad5.json', '[]'), init: UNKNOWN, stderr: ['(top level): expected an object'] },
+      {
+        config: writeConfig('dup-uuid.json', { gpus: [gpu(1), gpu(2, { uuid: gpu(1).uuid })] }),
+        init: UNKNOWN,
+        stderr: ['gpus[1].uuid: duplicate UUID'],
+      },
+      {
+        config: writeConfig('dup-bus.json', {
+          gpus: [gpu(1, { busId: '00000000:0a:00.0' }), gpu(2, { busId: '00000000:0A:00.0' })],
+        }),
+        init: UNKNOWN,
+        stderr: ['gpus[1].busId: duplicate bus id'],
+      },
+      {
+        config: writeConfig('bad-bus.json', { gpus: [gpu(1, { busId: '0000:07:00.0' })] }),
+        init: UNKNOWN,
+        stderr: ['gpus[0].busId: bad bus id "0000:07:00.0"'],
+      },
+      {
+        config: writeConfig('bad-bus2.json', { gpus: [gpu(1), gpu(2, { busId: '00000000:07:00.9' })] }),
+        init: UNKNOWN,
+        stderr: ['gpus[1].busId: bad bus id'],
+      },
+      {
+        config: writeConfig('nvlink-range.json', { gpus: [gpu(1), gpu(2)], nvlinks: [[0, 5, 1]] }),
+        init: UNKNOWN,
+        stderr: ['nvlinks[0]: GPU index out of range'],
+      },
+      {
+        config: writeConfig('pcie-range.json', {
+          gpus: [gpu(1), gpu(2)],
+          pcie: [
+            [0, 1, 10],
+            [2, 0, 10],
+          ],
+        }),
+        init: UNKNOWN,
+        stderr: ['pcie[1]: GPU index out of range'],
+      },
+      {
+        config: writeConfig('pcie-level.json', { gpus: [gpu(1), gpu(2)], pcie: [[0, 1, 25]] }),
+        init: UNKNOWN,
+        stderr: ['pcie[0]: level 25'],
+      },
+      {
+        config: writeConfig('switch-range.json', {
+          gpus: [gpu(1)],
+          nvswitches: [
+            {
+              busId: '00000000:C1:00.0',
+              links: [
+                [0, 2],
+                [3, 2],
+              ],
+            },
+          ],
+        }),
+        init: UNKNOWN,
+        stderr: ['nvswitches[0].links[1]: GPU index out of range'],
+      },
+      {
+        config: writeConfig('switch-bus.json', { gpus: [gpu(1)], nvswitches: [{ busId: gpu(1).busId, links: [] }] }),
+        init: UNKNOWN,
+        stderr: ['nvswitches[0].busId: duplicate bus id'],
+      },
+      {
+        config: writeConfig('too-many-links.json', { linkCount: 2, gpus: [gpu(1), gpu(2)], nvlinks: [[0, 1, 3]] }),
+        init: UNKNOWN,
+        stderr: ['nvlinks[0]: GPU 0 would have 3 NVLinks, more than linkCount (2)'],
+      },
+      {
+        config: writeConfig('unknown-key.json', { gpus: [gpu(1, { numa: 0 })] }),
+        init: UNKNOWN,
+        stderr: ['gpus[0]: unknown key "numa"'],
+      },
+      {
+        config: writeConfig('bad-type.json', { gpus: [gpu(1, { memoryMiB: '80GB' })] }),
+        init: UNKNOWN,
+        stderr: ['gpus[0].memoryMiB: expected an integer, got string'],
+      },
+      {
+        config: writeConfig('bad-event.json', { gpus: [gpu(1, { events: ['xid', 'pstate'] })] }),
+        init: UNKNOWN,
+        stderr: ['gpus[0].events[1]'],
+      },
+      {
+        config: writeConfig('newline-key.json', '{"gpus": [], "a\\nb\\u0007": 1}'),
+        init: UNKNOWN,
+        stderr: ['(top level): unknown key "a?b?"'],
+      },
+      {
+        config: writeConfig('compute-mode-thread.json', { gpus: [gpu(1, { computeMode: 1 })] }),
+        init: UNKNOWN,
+        stderr: ['gpus[0].computeMode: 1 (EXCLUSIVE_THREAD) is no longer supported'],
+      },
+      {
+        config: writeConfig('compute-mode-range.json', { gpus: [gpu(1), gpu(2, { computeMode: 4 })] }),
+        init: UNKNOWN,
+        stderr: ['gpus[1].computeMode: 4 is out of range [0, 3]'],
+      },
+      {
+        config: writeConfig('no-gpus.json', { driverVersion: '550.54.15' }),
+        init: UNKNOWN,
+        stderr: ['gpus: missing'],
+      },
+      {
+        config: fixturePath('dgx1-v100.json'),
+        control: regularFile,
+        init: UNKNOWN,
+        stderr: ['is not a FIFO'],
+      },
+      {
+        config: fixturePath('dgx1-v100.json'),
+        control: path.join(tmpDir, 'child-control.fifo'),
+        commands: [
+          'xid 0',
+          'xid 9 43',
+          'xid 0 abc',
+          'frobnicate 1',
+          'lost all',
+          'stats',
+          'reset-stats now',
+          '',
+          '# a comment',
+          '  sbe 0  ',
+          'back 0',
+          'compute-mode 0 1',
+          'compute-mode 0',
+        ],
+        init: SUCCESS,
+        stderr: [
+          'control: usage: xid <index|all> <n> [<gi> <ci>]: "xid 0"',
+          'control: GPU index out of range: "xid 9 43"',
+          'control: XID must be a number: "xid 0 abc"',
+          'control: unknown command: "frobnicate 1"',
+          'control: GPU index must be a number: "lost all"',
+          'control: missing stats path: "stats"',
+          'control: reset-stats takes no argument: "reset-stats now"',
+          'control: compute mode must be 0 (DEFAULT), 2 (PROHIBITED) or 3 (EXCLUSIVE_PROCESS): "compute-mode 0 1"',
+          'control: usage: compute-mode <index> <0|2|3>: "compute-mode 0"',
+        ],
+      },
+    ];
+    const plan = {
+      lib: path.join(libDirs.current, LIBRARY_NAME),
+      cases: cases.map(({ config, control, commands }) => ({ config, control, commands })),
+    };
+    const child = spawnSync(process.execPath, ['--input-type=module', '-e', CHILD_SCRIPT], {
+      cwd: repoRoot,
+      env: { ...process.env, FAKE_TEST_PLAN: JSON.stringify(plan) },
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    assert.equal(child.status, 0, `child failed: ${child.stderr}`);
+    const results = JSON.parse(child.stdout) as { init: number; done?: boolean; shutdown?: number }[];
+    const stderrBlocks = child.stderr.split('=== end of case\n');
+    assert.equal(stderrBlocks.pop(), '', 'nothing after the last case');
+    assert.equal(results.length, cases.length);
+    cases.forEach((c, i) => {
+      const result = at(results, i);
+      const lines = at(stderrBlocks, i)
+        .split('\n')
+        .filter((line) => line !== '');
+      const label = `case ${i} (${c.config === null ? 'no config' : path.basename(c.config)})`;
+      assert.equal(result.init, c.init, label);
+      assert.equal(lines.length, c.stderr.length, `${label}: stderr was ${JSON.stringify(lines)}`);
+      c.stderr.forEach((expected, k) => {
+        const line = at(lines, k);
+        assert.ok(line.startsWith('fake-nvml: '), line);
+        assert.ok(
+          line.includes(expected),
+          `${label}: ${JSON.stringify(line)} should include ${JSON.stringify(expected)}`,
+        );
+      });
+      if (c.commands) {
+        assert.equal(result.done, true, 'commands after the bad ones still ran');
+        assert.equal(result.shutdown, SUCCESS);
+      }
+    });
+  },
+);
 
 test('every fixture is well formed and loads (init-fails.json fails as designed)', async () => {
   for (const name of FIXTURES) {

@@ -31,44 +31,48 @@ const base: AllocateSettings = {
   newUuid: () => 'u-u-i-d',
 };
 
-test('--imex-channel-ids / IMEX_CHANNEL_IDS / imex.channelIDs and --imex-required / IMEX_REQUIRED / imex.required are read with precedence', () => {
-  const none = parseOptions([], {});
-  assert.deepEqual(none.options.imexChannelIds, []);
-  assert.equal(none.options.imexRequired, false);
-  assert.deepEqual(parseOptions(['--imex-channel-ids=0', '--imex-required'], {}).options, {
-    ...parseOptions([], {}).options,
-    imexChannelIds: [0],
-    imexRequired: true,
-  });
-  const env = parseOptions([], { IMEX_CHANNEL_IDS: '0', IMEX_REQUIRED: 'true' });
-  assert.deepEqual(
-    [env.options.imexChannelIds, env.options.imexRequired, env.origins.imexChannelIds],
-    [[0], true, 'environment'],
-  );
-  const dir = mkdtempSync(join(tmpdir(), 'gdp-imex-cfg-'));
-  try {
-    const file = join(dir, 'config.yaml');
-    writeFileSync(file, 'version: v1\nimex:\n  channelIDs: [0]\n  required: true\n');
-    const f = parseOptions(['--config-file', file], {});
+test(
+  '--imex-channel-ids / IMEX_CHANNEL_IDS / imex.channelIDs and ' +
+    '--imex-required / IMEX_REQUIRED / imex.required are read with precedence',
+  () => {
+    const none = parseOptions([], {});
+    assert.deepEqual(none.options.imexChannelIds, []);
+    assert.equal(none.options.imexRequired, false);
+    assert.deepEqual(parseOptions(['--imex-channel-ids=0', '--imex-required'], {}).options, {
+      ...parseOptions([], {}).options,
+      imexChannelIds: [0],
+      imexRequired: true,
+    });
+    const env = parseOptions([], { IMEX_CHANNEL_IDS: '0', IMEX_REQUIRED: 'true' });
     assert.deepEqual(
-      [f.options.imexChannelIds, f.options.imexRequired, f.origins.imexRequired],
-      [[0], true, `config file ${file}`],
+      [env.options.imexChannelIds, env.options.imexRequired, env.origins.imexChannelIds],
+      [[0], true, 'environment'],
     );
-    // The command line beats the file; an empty list asks for no channel.
-    assert.deepEqual(parseOptions(['--config-file', file, '--imex-channel-ids='], {}).options.imexChannelIds, []);
-    writeFileSync(file, 'imex:\n  channelIDs: []\n');
-    assert.deepEqual(parseOptions(['--config-file', file], {}).options.imexChannelIds, []);
-    writeFileSync(file, 'imex:\n  channelIDs: [1]\n');
-    assert.throws(
-      () => parseOptions(['--config-file', file], {}),
-      /imex\.channelIDs: "1" is not allowed; only \[0\] or none \(empty\) is supported/,
-    );
-    writeFileSync(file, 'imex:\n  channelIDs: 0\n');
-    assert.throws(() => parseOptions(['--config-file', file], {}), /imex\.channelIDs: 0 is not allowed; expected/);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-});
+    const dir = mkdtempSync(join(tmpdir(), 'gdp-imex-cfg-'));
+    try {
+      const file = join(dir, 'config.yaml');
+      writeFileSync(file, 'version: v1\nimex:\n  channelIDs: [0]\n  required: true\n');
+      const f = parseOptions(['--config-file', file], {});
+      assert.deepEqual(
+        [f.options.imexChannelIds, f.options.imexRequired, f.origins.imexRequired],
+        [[0], true, `config file ${file}`],
+      );
+      // The command line beats the file; an empty list asks for no channel.
+      assert.deepEqual(parseOptions(['--config-file', file, '--imex-channel-ids='], {}).options.imexChannelIds, []);
+      writeFileSync(file, 'imex:\n  channelIDs: []\n');
+      assert.deepEqual(parseOptions(['--config-file', file], {}).options.imexChannelIds, []);
+      writeFileSync(file, 'imex:\n  channelIDs: [1]\n');
+      assert.throws(
+        () => parseOptions(['--config-file', file], {}),
+        /imex\.channelIDs: "1" is not allowed; only \[0\] or none \(empty\) is supported/,
+      );
+      writeFileSync(file, 'imex:\n  channelIDs: 0\n');
+      assert.throws(() => parseOptions(['--config-file', file], {}), /imex\.channelIDs: 0 is not allowed; expected/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+);
 
 test('only [] or [0]: other channel lists are refused naming the source and what is allowed', () => {
   const cases: [string[], Record<string, string>, RegExp][] = [
@@ -95,24 +99,31 @@ test('only [] or [0]: other channel lists are refused naming the source and what
   );
 });
 
-test('a configured channel is passed when its device node exists, skipped with a reason when not, fatal when required', () => {
-  const present = new Set([imexChannelPath(0)]);
-  assert.equal(imexChannelPath(0), '/dev/nvidia-caps-imex-channels/channel0');
-  assert.deepEqual(chooseImexChannels([0], present, false, '/'), { channels: [0], missing: [], fatal: null });
-  assert.deepEqual(chooseImexChannels([0], present, true, '/'), { channels: [0], missing: [], fatal: null });
-  assert.deepEqual(chooseImexChannels([], new Set(), true, '/'), { channels: [], missing: [], fatal: null });
-  const skipped = chooseImexChannels([0], new Set(), false, '/run/nvidia/driver/');
-  assert.deepEqual(skipped.channels, []);
-  assert.deepEqual(skipped.missing, [
-    'IMEX channel 0: /run/nvidia/driver/dev/nvidia-caps-imex-channels/channel0 does not exist',
-  ]);
-  assert.equal(skipped.fatal, null);
-  const fatal = chooseImexChannels([0], new Set(), true, '/');
-  assert.match(
-    fatal.fatal ?? '',
-    /^IMEX channel 0: \/dev\/nvidia-caps-imex-channels\/channel0 does not exist, and --imex-required is set; is the IMEX daemon \(nvidia-imex\) running/,
-  );
-});
+test(
+  'a configured channel is passed when its device node ' +
+    'exists, skipped with a reason when not, fatal when required',
+  () => {
+    const present = new Set([imexChannelPath(0)]);
+    assert.equal(imexChannelPath(0), '/dev/nvidia-caps-imex-channels/channel0');
+    assert.deepEqual(chooseImexChannels([0], present, false, '/'), { channels: [0], missing: [], fatal: null });
+    assert.deepEqual(chooseImexChannels([0], present, true, '/'), { channels: [0], missing: [], fatal: null });
+    assert.deepEqual(chooseImexChannels([], new Set(), true, '/'), { channels: [], missing: [], fatal: null });
+    const skipped = chooseImexChannels([0], new Set(), false, '/run/nvidia/driver/');
+    assert.deepEqual(skipped.channels, []);
+    assert.deepEqual(skipped.missing, [
+      'IMEX channel 0: /run/nvidia/driver/dev/nvidia-caps-imex-channels/channel0 does not exist',
+    ]);
+    assert.equal(skipped.fatal, null);
+    const fatal = chooseImexChannels([0], new Set(), true, '/');
+    assert.match(
+      fatal.fatal ?? '',
+      new RegExp(
+        String.raw`^IMEX channel 0: \/dev\/nvidia-caps-imex-channels\/channel0 does not exist, ` +
+          String.raw`and --imex-required is set; is the IMEX daemon \(nvidia-imex\) running`,
+      ),
+    );
+  },
+);
 
 test('the channel device node is looked for under the dev root', async () => {
   const root = mkdtempSync(join(tmpdir(), 'gdp-imex-dev-'));
@@ -143,29 +154,33 @@ test('Allocate with channels: NVIDIA_IMEX_CHANNELS with envvar, beside the GPUs 
   assert.deepEqual(allocate([{ devices_ids: ['GPU-1'] }], index, base)[0]!.envs, { NVIDIA_VISIBLE_DEVICES: 'GPU-1' });
 });
 
-test('Allocate with channels: the CDI device imex-channel=<id> with cdi-annotations and cdi-cri, and no variable', () => {
-  const [ann] = allocate([{ devices_ids: ['GPU-0', 'GPU-1'] }], index, {
-    ...base,
-    imexChannels: [0],
-    deviceListStrategies: ['cdi-annotations'],
-  });
-  assert.deepEqual(ann!.annotations, {
-    'cdi.k8s.io/nvidia-device-plugin_u-u-i-d':
-      'k8s.device-plugin.nvidia.com/gpu=GPU-0,k8s.device-plugin.nvidia.com/gpu=GPU-1,k8s.device-plugin.nvidia.com/imex-channel=0',
-  });
-  assert.deepEqual(ann!.envs, {});
-  const [cri] = allocate([{ devices_ids: ['GPU-1'] }], index, {
-    ...base,
-    imexChannels: [0],
-    deviceListStrategies: ['cdi-cri'],
-    passDeviceSpecs: true,
-  });
-  assert.deepEqual(cri!.cdi_devices, [
-    { name: 'k8s.device-plugin.nvidia.com/gpu=GPU-1' },
-    { name: 'k8s.device-plugin.nvidia.com/imex-channel=0' },
-  ]);
-  assert.deepEqual([cri!.envs, cri!.devices], [{}, []], 'CDI only: no variables, no device specs');
-});
+test(
+  'Allocate with channels: the CDI device imex-channel=<id> ' + 'with cdi-annotations and cdi-cri, and no variable',
+  () => {
+    const [ann] = allocate([{ devices_ids: ['GPU-0', 'GPU-1'] }], index, {
+      ...base,
+      imexChannels: [0],
+      deviceListStrategies: ['cdi-annotations'],
+    });
+    assert.deepEqual(ann!.annotations, {
+      'cdi.k8s.io/nvidia-device-plugin_u-u-i-d':
+        'k8s.device-plugin.nvidia.com/gpu=GPU-0,k8s.device-plugin.nvidia.com/gpu=GPU-1,' +
+        'k8s.device-plugin.nvidia.com/imex-channel=0',
+    });
+    assert.deepEqual(ann!.envs, {});
+    const [cri] = allocate([{ devices_ids: ['GPU-1'] }], index, {
+      ...base,
+      imexChannels: [0],
+      deviceListStrategies: ['cdi-cri'],
+      passDeviceSpecs: true,
+    });
+    assert.deepEqual(cri!.cdi_devices, [
+      { name: 'k8s.device-plugin.nvidia.com/gpu=GPU-1' },
+      { name: 'k8s.device-plugin.nvidia.com/imex-channel=0' },
+    ]);
+    assert.deepEqual([cri!.envs, cri!.devices], [{}, []], 'CDI only: no variables, no device specs');
+  },
+);
 
 test('Allocate with channels and --pass-device-specs: the channel device, rw, host path under the dev root', () => {
   const [r] = allocate([{ devices_ids: ['GPU-1'] }], index, {

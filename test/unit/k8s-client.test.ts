@@ -36,35 +36,41 @@ function kubeconfig(cluster: Record<string, unknown>, user: Record<string, unkno
   });
 }
 
-test('kubeconfig: current context; CA, certificate and key as data or as files relative to the kubeconfig; token and tokenFile', async () => {
-  writeFileSync(join(dir, 'ca.pem'), 'CA-PEM');
-  writeFileSync(join(dir, 'token'), 'file-token\n');
-  const file = join(dir, 'kubeconfig');
-  writeFileSync(
-    file,
-    kubeconfig(
-      { server: 'https://10.0.0.1:6443/', 'certificate-authority': 'ca.pem', 'tls-server-name': 'kubernetes' },
-      { 'client-certificate-data': b64('CERT'), 'client-key-data': b64('KEY'), tokenFile: 'token' },
-    ),
-  );
-  const t = await loadKubeconfig(file);
-  assert.equal(t.server, 'https://10.0.0.1:6443');
-  assert.equal(t.ca?.toString(), 'CA-PEM');
-  assert.equal(t.cert?.toString(), 'CERT');
-  assert.equal(t.key?.toString(), 'KEY');
-  assert.equal(t.tokenFile, join(dir, 'token'));
-  assert.equal(t.tlsServerName, 'kubernetes');
-  assert.equal(t.source, `${file} (context node)`);
-  // YAML, as kubectl writes it.
-  const y = await parseKubeconfig(
-    'current-context: a\ncontexts:\n- name: a\n  context: {cluster: x, user: y}\nclusters:\n- name: x\n  cluster: {server: "http://127.0.0.1:8080", insecure-skip-tls-verify: true}\nusers:\n- name: y\n  user: {token: abc}\n',
-    '/etc/k.yaml',
-  );
-  assert.deepEqual(
-    { server: y.server, token: y.token, insecure: y.insecureSkipTlsVerify },
-    { server: 'http://127.0.0.1:8080', token: 'abc', insecure: true },
-  );
-});
+test(
+  'kubeconfig: current context; CA, certificate and key as data ' +
+    'or as files relative to the kubeconfig; token and tokenFile',
+  async () => {
+    writeFileSync(join(dir, 'ca.pem'), 'CA-PEM');
+    writeFileSync(join(dir, 'token'), 'file-token\n');
+    const file = join(dir, 'kubeconfig');
+    writeFileSync(
+      file,
+      kubeconfig(
+        { server: 'https://10.0.0.1:6443/', 'certificate-authority': 'ca.pem', 'tls-server-name': 'kubernetes' },
+        { 'client-certificate-data': b64('CERT'), 'client-key-data': b64('KEY'), tokenFile: 'token' },
+      ),
+    );
+    const t = await loadKubeconfig(file);
+    assert.equal(t.server, 'https://10.0.0.1:6443');
+    assert.equal(t.ca?.toString(), 'CA-PEM');
+    assert.equal(t.cert?.toString(), 'CERT');
+    assert.equal(t.key?.toString(), 'KEY');
+    assert.equal(t.tokenFile, join(dir, 'token'));
+    assert.equal(t.tlsServerName, 'kubernetes');
+    assert.equal(t.source, `${file} (context node)`);
+    // YAML, as kubectl writes it.
+    const y = await parseKubeconfig(
+      'current-context: a\ncontexts:\n- name: a\n  context: {cluster: x, user: ' +
+        'y}\nclusters:\n- name: x\n  cluster: {server: "http://127.0.0.1:8080", ' +
+        'insecure-skip-tls-verify: true}\nusers:\n- name: y\n  user: {token: abc}\n',
+      '/etc/k.yaml',
+    );
+    assert.deepEqual(
+      { server: y.server, token: y.token, insecure: y.insecureSkipTlsVerify },
+      { server: 'http://127.0.0.1:8080', token: 'abc', insecure: true },
+    );
+  },
+);
 
 test('kubeconfig: what cannot be used is refused naming the file and what to do', async () => {
   const file = join(dir, 'bad');
@@ -103,66 +109,70 @@ test('kubeconfig: what cannot be used is refused naming the file and what to do'
   );
 });
 
-test('http: Status errors carry code, reason, message and the causes with their fields; the unreachable server is a KubeUnreachableError', async () => {
-  const api = await ApiServerStandIn.start();
-  const c = new KubeClient({ server: api.url, source: 'test' });
-  try {
-    api.putNode('node-a');
-    assert.equal((await getNode(c, 'node-a')).metadata.name, 'node-a');
-    await assert.rejects(
-      getNode(c, 'node-b'),
-      (err: unknown) =>
-        err instanceof KubeApiError &&
-        err.code === 404 &&
-        err.reason === 'NotFound' &&
-        /GET \/api\/v1\/nodes\/node-b: 404 NotFound: nodes "node-b" not found/.test(err.message),
-    );
-    await assert.rejects(
-      getResourceClaim(c, 'ns', 'claim'),
-      (err: unknown) => err instanceof KubeApiError && err.code === 404,
-    );
-    await assert.rejects(
-      createSlice(c, {
-        metadata: { name: 's' },
-        spec: {
-          driver: 'gpu.nvidia.com',
-          nodeName: 'node-a',
-          pool: { name: 'node-a', generation: 1, resourceSliceCount: 0 },
-          devices: [{ name: 'GPU_0' }],
+test(
+  'http: Status errors carry code, reason, message and the causes ' +
+    'with their fields; the unreachable server is a KubeUnreachableError',
+  async () => {
+    const api = await ApiServerStandIn.start();
+    const c = new KubeClient({ server: api.url, source: 'test' });
+    try {
+      api.putNode('node-a');
+      assert.equal((await getNode(c, 'node-a')).metadata.name, 'node-a');
+      await assert.rejects(
+        getNode(c, 'node-b'),
+        (err: unknown) =>
+          err instanceof KubeApiError &&
+          err.code === 404 &&
+          err.reason === 'NotFound' &&
+          /GET \/api\/v1\/nodes\/node-b: 404 NotFound: nodes "node-b" not found/.test(err.message),
+      );
+      await assert.rejects(
+        getResourceClaim(c, 'ns', 'claim'),
+        (err: unknown) => err instanceof KubeApiError && err.code === 404,
+      );
+      await assert.rejects(
+        createSlice(c, {
+          metadata: { name: 's' },
+          spec: {
+            driver: 'gpu.nvidia.com',
+            nodeName: 'node-a',
+            pool: { name: 'node-a', generation: 1, resourceSliceCount: 0 },
+            devices: [{ name: 'GPU_0' }],
+          },
+        }),
+        (err: unknown) => {
+          assert.ok(err instanceof KubeApiError);
+          assert.equal(err.code, 422);
+          assert.equal(err.reason, 'Invalid');
+          assert.deepEqual(err.causes.map((x) => x.field).sort(), [
+            'spec.devices[0].name',
+            'spec.pool.resourceSliceCount',
+          ]);
+          assert.match(err.message, /spec\.devices\[0\]\.name: Invalid value: "GPU_0": a lowercase RFC 1123 label/);
+          return true;
         },
-      }),
-      (err: unknown) => {
-        assert.ok(err instanceof KubeApiError);
-        assert.equal(err.code, 422);
-        assert.equal(err.reason, 'Invalid');
-        assert.deepEqual(err.causes.map((x) => x.field).sort(), [
-          'spec.devices[0].name',
-          'spec.pool.resourceSliceCount',
-        ]);
-        assert.match(err.message, /spec\.devices\[0\]\.name: Invalid value: "GPU_0": a lowercase RFC 1123 label/);
-        return true;
-      },
-    );
-    await api.down();
-    // A kept-alive connection is reset under the first request; the next finds no listener.
-    await assert.rejects(
-      listNodeSlices(c, 'node-a', 'gpu.nvidia.com'),
-      (err: unknown) =>
-        err instanceof KubeUnreachableError &&
-        ['ECONNRESET', 'ECONNREFUSED'].includes(err.errno) &&
-        err.message.includes(`cannot reach the API server ${api.url}`),
-    );
-    await assert.rejects(
-      listNodeSlices(c, 'node-a', 'gpu.nvidia.com'),
-      (err: unknown) => err instanceof KubeUnreachableError && err.errno === 'ECONNREFUSED',
-    );
-    await api.up();
-    assert.deepEqual(await listNodeSlices(c, 'node-a', 'gpu.nvidia.com'), []);
-  } finally {
-    c.close();
-    await api.stop();
-  }
-});
+      );
+      await api.down();
+      // A kept-alive connection is reset under the first request; the next finds no listener.
+      await assert.rejects(
+        listNodeSlices(c, 'node-a', 'gpu.nvidia.com'),
+        (err: unknown) =>
+          err instanceof KubeUnreachableError &&
+          ['ECONNRESET', 'ECONNREFUSED'].includes(err.errno) &&
+          err.message.includes(`cannot reach the API server ${api.url}`),
+      );
+      await assert.rejects(
+        listNodeSlices(c, 'node-a', 'gpu.nvidia.com'),
+        (err: unknown) => err instanceof KubeUnreachableError && err.errno === 'ECONNREFUSED',
+      );
+      await api.up();
+      assert.deepEqual(await listNodeSlices(c, 'node-a', 'gpu.nvidia.com'), []);
+    } finally {
+      c.close();
+      await api.stop();
+    }
+  },
+);
 
 test('a server that does not answer: the request ends at its timeout as ETIMEDOUT', async () => {
   const hang: Server = createHttpServer(() => {
@@ -188,64 +198,68 @@ test('a server that does not answer: the request ends at its timeout as ETIMEDOU
   }
 });
 
-test('unix socket, bearer tokens (a token file re-read per request), 403 Forbidden, and the access check naming what is denied', async () => {
-  const api = await ApiServerStandIn.start({
-    socketPath: join(dir, 'api.sock'),
-    tokens: {
-      full: { user: 'system:node:node-a', allow: ['* resourceslices', 'get resourceclaims', 'get nodes'] },
-      readonly: { user: 'viewer', allow: ['list resourceslices', 'get nodes'] },
-    },
-  });
-  const tokenFile = join(dir, 'token-rotating');
-  writeFileSync(tokenFile, 'readonly\n');
-  const c = new KubeClient({
-    server: api.url,
-    socketPath: join(dir, 'api.sock'),
-    tokenFile,
-    source: 'kc (context node)',
-  });
-  try {
-    api.putNode('node-a');
-    await getNode(c, 'node-a');
-    await assert.rejects(
-      createSlice(c, {
-        metadata: { name: 's' },
-        spec: {
-          driver: 'gpu.nvidia.com',
-          nodeName: 'node-a',
-          pool: { name: 'node-a', generation: 1, resourceSliceCount: 1 },
-          devices: [],
-        },
-      }),
-      (err: unknown) =>
-        err instanceof KubeApiError &&
-        err.code === 403 &&
-        err.reason === 'Forbidden' &&
-        /User "viewer" cannot create resource "resourceslices"/.test(err.message),
-    );
-    assert.deepEqual(await checkAccess(c), {
-      ok: false,
-      denied: [
-        'create resourceslices.resource.k8s.io',
-        'update resourceslices.resource.k8s.io',
-        'delete resourceslices.resource.k8s.io',
-        'get resourceclaims.resource.k8s.io',
-      ],
+test(
+  'unix socket, bearer tokens (a token file re-read per request), ' +
+    '403 Forbidden, and the access check naming what is denied',
+  async () => {
+    const api = await ApiServerStandIn.start({
+      socketPath: join(dir, 'api.sock'),
+      tokens: {
+        full: { user: 'system:node:node-a', allow: ['* resourceslices', 'get resourceclaims', 'get nodes'] },
+        readonly: { user: 'viewer', allow: ['list resourceslices', 'get nodes'] },
+      },
     });
-    // The token rotates: the next request uses the new one.
-    writeFileSync(tokenFile, 'full\n');
-    assert.deepEqual(await checkAccess(c), { ok: true });
-    assert.equal(api.requests.at(-1)?.user, 'system:node:node-a');
-    writeFileSync(tokenFile, 'nobody\n');
-    await assert.rejects(
-      getNode(c, 'node-a'),
-      (err: unknown) => err instanceof KubeApiError && err.code === 401 && err.reason === 'Unauthorized',
-    );
-  } finally {
-    c.close();
-    await api.stop();
-  }
-});
+    const tokenFile = join(dir, 'token-rotating');
+    writeFileSync(tokenFile, 'readonly\n');
+    const c = new KubeClient({
+      server: api.url,
+      socketPath: join(dir, 'api.sock'),
+      tokenFile,
+      source: 'kc (context node)',
+    });
+    try {
+      api.putNode('node-a');
+      await getNode(c, 'node-a');
+      await assert.rejects(
+        createSlice(c, {
+          metadata: { name: 's' },
+          spec: {
+            driver: 'gpu.nvidia.com',
+            nodeName: 'node-a',
+            pool: { name: 'node-a', generation: 1, resourceSliceCount: 1 },
+            devices: [],
+          },
+        }),
+        (err: unknown) =>
+          err instanceof KubeApiError &&
+          err.code === 403 &&
+          err.reason === 'Forbidden' &&
+          /User "viewer" cannot create resource "resourceslices"/.test(err.message),
+      );
+      assert.deepEqual(await checkAccess(c), {
+        ok: false,
+        denied: [
+          'create resourceslices.resource.k8s.io',
+          'update resourceslices.resource.k8s.io',
+          'delete resourceslices.resource.k8s.io',
+          'get resourceclaims.resource.k8s.io',
+        ],
+      });
+      // The token rotates: the next request uses the new one.
+      writeFileSync(tokenFile, 'full\n');
+      assert.deepEqual(await checkAccess(c), { ok: true });
+      assert.equal(api.requests.at(-1)?.user, 'system:node:node-a');
+      writeFileSync(tokenFile, 'nobody\n');
+      await assert.rejects(
+        getNode(c, 'node-a'),
+        (err: unknown) => err instanceof KubeApiError && err.code === 401 && err.reason === 'Unauthorized',
+      );
+    } finally {
+      c.close();
+      await api.stop();
+    }
+  },
+);
 
 /** A CA, a server certificate for 127.0.0.1 and a client certificate, made by openssl. */
 function makeCerts(): Record<'ca' | 'serverCert' | 'serverKey' | 'clientCert' | 'clientKey' | 'otherCa', string> {
@@ -356,45 +370,48 @@ function makeCerts(): Record<'ca' | 'serverCert' | 'serverKey' | 'clientCert' | 
   };
 }
 
-test("https: the kubeconfig's CA checks the server, its client certificate authenticates us; a wrong CA is refused", async () => {
-  const certs = makeCerts();
-  const server = createHttpsServer(
-    { cert: certs.serverCert, key: certs.serverKey, ca: certs.ca, requestCert: true, rejectUnauthorized: true },
-    (req, res) => {
-      const peer = (req.socket as TLSSocket).getPeerCertificate();
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ metadata: { name: 'node-a', uid: String(peer.subject?.CN) } }));
-    },
-  );
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const port = (server.address() as AddressInfo).port;
-  const file = join(dir, 'kubeconfig-tls');
-  writeFileSync(
-    file,
-    kubeconfig(
-      { server: `https://127.0.0.1:${port}`, 'certificate-authority-data': b64(certs.ca) },
-      { 'client-certificate-data': b64(certs.clientCert), 'client-key-data': b64(certs.clientKey) },
-    ),
-  );
-  const good = new KubeClient(await loadKubeconfig(file));
-  writeFileSync(
-    file,
-    kubeconfig(
-      { server: `https://127.0.0.1:${port}`, 'certificate-authority-data': b64(certs.otherCa) },
-      { 'client-certificate-data': b64(certs.clientCert), 'client-key-data': b64(certs.clientKey) },
-    ),
-  );
-  const wrongCa = new KubeClient(await loadKubeconfig(file));
-  try {
-    assert.equal((await getNode(good, 'node-a')).metadata.uid, 'system:node:node-a');
-    await assert.rejects(
-      getNode(wrongCa, 'node-a'),
-      (err: unknown) => err instanceof KubeUnreachableError && /certificate/i.test(err.message),
+test(
+  "https: the kubeconfig's CA checks the server, its client " + 'certificate authenticates us; a wrong CA is refused',
+  async () => {
+    const certs = makeCerts();
+    const server = createHttpsServer(
+      { cert: certs.serverCert, key: certs.serverKey, ca: certs.ca, requestCert: true, rejectUnauthorized: true },
+      (req, res) => {
+        const peer = (req.socket as TLSSocket).getPeerCertificate();
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ metadata: { name: 'node-a', uid: String(peer.subject?.CN) } }));
+      },
     );
-  } finally {
-    good.close();
-    wrongCa.close();
-    server.closeAllConnections();
-    await new Promise<void>((r) => server.close(() => r()));
-  }
-});
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const port = (server.address() as AddressInfo).port;
+    const file = join(dir, 'kubeconfig-tls');
+    writeFileSync(
+      file,
+      kubeconfig(
+        { server: `https://127.0.0.1:${port}`, 'certificate-authority-data': b64(certs.ca) },
+        { 'client-certificate-data': b64(certs.clientCert), 'client-key-data': b64(certs.clientKey) },
+      ),
+    );
+    const good = new KubeClient(await loadKubeconfig(file));
+    writeFileSync(
+      file,
+      kubeconfig(
+        { server: `https://127.0.0.1:${port}`, 'certificate-authority-data': b64(certs.otherCa) },
+        { 'client-certificate-data': b64(certs.clientCert), 'client-key-data': b64(certs.clientKey) },
+      ),
+    );
+    const wrongCa = new KubeClient(await loadKubeconfig(file));
+    try {
+      assert.equal((await getNode(good, 'node-a')).metadata.uid, 'system:node:node-a');
+      await assert.rejects(
+        getNode(wrongCa, 'node-a'),
+        (err: unknown) => err instanceof KubeUnreachableError && /certificate/i.test(err.message),
+      );
+    } finally {
+      good.close();
+      wrongCa.close();
+      server.closeAllConnections();
+      await new Promise<void>((r) => server.close(() => r()));
+    }
+  },
+);

@@ -72,63 +72,66 @@ const MPS_MOUNTS = [
   { container_path: '/dev/shm', host_path: '/run/nvidia/mps/shm', read_only: false },
 ];
 
-test('Allocate gives an MPS replica the pipe variable and the pipe and shm mounts, with every device-list strategy', () => {
-  const [r] = planResources(gpus, 'uuid', mps(4));
-  assert.ok(r?.mps === true);
-  const expected: Record<DeviceListStrategy, ContainerAllocation> = {
-    envvar: {
-      envs: { NVIDIA_VISIBLE_DEVICES: 'GPU-1', ...MPS_ENV },
-      mounts: MPS_MOUNTS,
-      devices: [],
-      annotations: {},
-      cdi_devices: [],
-    },
-    'volume-mounts': {
-      envs: { NVIDIA_VISIBLE_DEVICES: '/var/run/nvidia-container-devices', ...MPS_ENV },
-      mounts: [
-        { container_path: '/var/run/nvidia-container-devices/GPU-1', host_path: '/dev/null', read_only: true },
-        ...MPS_MOUNTS,
-      ],
-      devices: [],
-      annotations: {},
-      cdi_devices: [],
-    },
-    // CDI strategies: the plugin API's envs and mounts still reach the runtime (NVIDIA does the same).
-    'cdi-annotations': {
-      envs: MPS_ENV,
-      mounts: MPS_MOUNTS,
-      devices: [],
-      annotations: {
-        'cdi.k8s.io/nvidia-device-plugin_0b6e7d2c-1111-4222-8333-444455556666':
-          'k8s.device-plugin.nvidia.com/gpu=GPU-1',
+test(
+  'Allocate gives an MPS replica the pipe variable and ' + 'the pipe and shm mounts, with every device-list strategy',
+  () => {
+    const [r] = planResources(gpus, 'uuid', mps(4));
+    assert.ok(r?.mps === true);
+    const expected: Record<DeviceListStrategy, ContainerAllocation> = {
+      envvar: {
+        envs: { NVIDIA_VISIBLE_DEVICES: 'GPU-1', ...MPS_ENV },
+        mounts: MPS_MOUNTS,
+        devices: [],
+        annotations: {},
+        cdi_devices: [],
       },
-      cdi_devices: [],
-    },
-    'cdi-cri': {
-      envs: MPS_ENV,
-      mounts: MPS_MOUNTS,
-      devices: [],
-      annotations: {},
-      cdi_devices: [{ name: 'k8s.device-plugin.nvidia.com/gpu=GPU-1' }],
-    },
-  };
-  for (const [strategy, answer] of Object.entries(expected)) {
+      'volume-mounts': {
+        envs: { NVIDIA_VISIBLE_DEVICES: '/var/run/nvidia-container-devices', ...MPS_ENV },
+        mounts: [
+          { container_path: '/var/run/nvidia-container-devices/GPU-1', host_path: '/dev/null', read_only: true },
+          ...MPS_MOUNTS,
+        ],
+        devices: [],
+        annotations: {},
+        cdi_devices: [],
+      },
+      // CDI strategies: the plugin API's envs and mounts still reach the runtime (NVIDIA does the same).
+      'cdi-annotations': {
+        envs: MPS_ENV,
+        mounts: MPS_MOUNTS,
+        devices: [],
+        annotations: {
+          'cdi.k8s.io/nvidia-device-plugin_0b6e7d2c-1111-4222-8333-444455556666':
+            'k8s.device-plugin.nvidia.com/gpu=GPU-1',
+        },
+        cdi_devices: [],
+      },
+      'cdi-cri': {
+        envs: MPS_ENV,
+        mounts: MPS_MOUNTS,
+        devices: [],
+        annotations: {},
+        cdi_devices: [{ name: 'k8s.device-plugin.nvidia.com/gpu=GPU-1' }],
+      },
+    };
+    for (const [strategy, answer] of Object.entries(expected)) {
+      assert.deepEqual(
+        allocateFor(r, [['GPU-1::2']], { deviceListStrategies: [strategy as DeviceListStrategy] }),
+        [answer],
+        strategy,
+      );
+    }
+    // Every container of the request gets them.
+    const two = allocateFor(r, [['GPU-0::0'], ['GPU-1::3']]);
     assert.deepEqual(
-      allocateFor(r, [['GPU-1::2']], { deviceListStrategies: [strategy as DeviceListStrategy] }),
-      [answer],
-      strategy,
+      two.map((c) => [c.envs.NVIDIA_VISIBLE_DEVICES, c.envs.CUDA_MPS_PIPE_DIRECTORY, c.mounts.length]),
+      [
+        ['GPU-0', '/mps/nvidia.com/gpu/pipe', 2],
+        ['GPU-1', '/mps/nvidia.com/gpu/pipe', 2],
+      ],
     );
-  }
-  // Every container of the request gets them.
-  const two = allocateFor(r, [['GPU-0::0'], ['GPU-1::3']]);
-  assert.deepEqual(
-    two.map((c) => [c.envs.NVIDIA_VISIBLE_DEVICES, c.envs.CUDA_MPS_PIPE_DIRECTORY, c.mounts.length]),
-    [
-      ['GPU-0', '/mps/nvidia.com/gpu/pipe', 2],
-      ['GPU-1', '/mps/nvidia.com/gpu/pipe', 2],
-    ],
-  );
-});
+  },
+);
 
 test('a renamed MPS resource gets its own pipe directory; time-slicing replicas get no MPS edits', () => {
   const plan = planResources(gpus, 'index', mps(2, { devices: [1], renameByDefault: true }));
@@ -161,43 +164,53 @@ test('a renamed MPS resource gets its own pipe directory; time-slicing replicas 
   });
 });
 
-test("failRequestsGreaterThanOne (MPS's default) refuses two replicas in NVIDIA's words; relaxed, they are allowed", () => {
-  const [r] = planResources(gpus, 'uuid', mps(4));
-  assert.throws(
-    () => allocateFor(r!, [['GPU-0::0', 'GPU-1::0']]),
-    (e: unknown) =>
-      e instanceof RequestError &&
-      e.message ===
-        "container request 0 asks for 2 shared GPU replicas of nvidia.com/gpu; failRequestsGreaterThanOne allows 1 per container (maximum request size for shared resources is 1; found 2: an MPS replica is one client's share of a GPU, and several give a container no more of it; request 1)",
-  );
-  const [relaxed] = planResources(gpus, 'uuid', mps(4, { failRequestsGreaterThanOne: false }));
-  const [c] = allocateFor(relaxed!, [['GPU-0::0', 'GPU-1::0']]);
-  assert.equal(c?.envs.NVIDIA_VISIBLE_DEVICES, 'GPU-0,GPU-1');
-  assert.equal(c?.envs.CUDA_MPS_PIPE_DIRECTORY, '/mps/nvidia.com/gpu/pipe');
-});
+test(
+  "failRequestsGreaterThanOne (MPS's default) refuses two " + "replicas in NVIDIA's words; relaxed, they are allowed",
+  () => {
+    const [r] = planResources(gpus, 'uuid', mps(4));
+    assert.throws(
+      () => allocateFor(r!, [['GPU-0::0', 'GPU-1::0']]),
+      (e: unknown) =>
+        e instanceof RequestError &&
+        e.message ===
+          'container request 0 asks for 2 shared GPU replicas of nvidia.com/gpu; failRequestsGreaterThanOne ' +
+            'allows 1 per container (maximum request size for shared resources is 1; found 2: an MPS ' +
+            "replica is one client's share of a GPU, and several give a container no more of it; request 1)",
+    );
+    const [relaxed] = planResources(gpus, 'uuid', mps(4, { failRequestsGreaterThanOne: false }));
+    const [c] = allocateFor(relaxed!, [['GPU-0::0', 'GPU-1::0']]);
+    assert.equal(c?.envs.NVIDIA_VISIBLE_DEVICES, 'GPU-0,GPU-1');
+    assert.equal(c?.envs.CUDA_MPS_PIPE_DIRECTORY, '/mps/nvidia.com/gpu/pipe');
+  },
+);
 
-test('a container holding a whole GPU and MPS replicas together is refused; MPS without a root is a bug, not an answer', () => {
-  const [r] = planResources(gpus, 'uuid', mps(2, { devices: [1], failRequestsGreaterThanOne: false }));
-  assert.deepEqual(
-    r?.devices.map((d) => d.id),
-    ['GPU-0', 'GPU-1::0', 'GPU-1::1'],
-  );
-  assert.throws(
-    () => allocateFor(r!, [['GPU-1::0', 'GPU-0']]),
-    (e: unknown) =>
-      e instanceof RequestError &&
-      e.message ===
-        'container request 0 asks for whole GPU "GPU-0" and MPS replicas of nvidia.com/gpu together; a container\'s GPUs all go through MPS or none do: request replicas only, or whole GPUs only',
-  );
-  assert.deepEqual(allocateFor(r!, [['GPU-0']])[0]?.mounts, [], 'a whole GPU alone is no MPS client');
-  assert.throws(
-    () => allocateFor(r!, [['GPU-1::0']], { mpsRoot: '' }),
-    (e: unknown) =>
-      !(e instanceof RequestError) &&
-      e instanceof Error &&
-      e.message === 'MPS replicas of nvidia.com/gpu allocated without an MPS root (--mps-root)',
-  );
-});
+test(
+  'a container holding a whole GPU and MPS replicas together ' +
+    'is refused; MPS without a root is a bug, not an answer',
+  () => {
+    const [r] = planResources(gpus, 'uuid', mps(2, { devices: [1], failRequestsGreaterThanOne: false }));
+    assert.deepEqual(
+      r?.devices.map((d) => d.id),
+      ['GPU-0', 'GPU-1::0', 'GPU-1::1'],
+    );
+    assert.throws(
+      () => allocateFor(r!, [['GPU-1::0', 'GPU-0']]),
+      (e: unknown) =>
+        e instanceof RequestError &&
+        e.message ===
+          'container request 0 asks for whole GPU "GPU-0" and MPS replicas of nvidia.com/gpu together; ' +
+            "a container's GPUs all go through MPS or none do: request replicas only, or whole GPUs only",
+    );
+    assert.deepEqual(allocateFor(r!, [['GPU-0']])[0]?.mounts, [], 'a whole GPU alone is no MPS client');
+    assert.throws(
+      () => allocateFor(r!, [['GPU-1::0']], { mpsRoot: '' }),
+      (e: unknown) =>
+        !(e instanceof RequestError) &&
+        e instanceof Error &&
+        e.message === 'MPS replicas of nvidia.com/gpu allocated without an MPS root (--mps-root)',
+    );
+  },
+);
 
 // ---- labels ------------------------------------------------------------------------------------
 

@@ -42,43 +42,46 @@ test('48 clients from Volta (7.0, not 7.5 as NVIDIA compares), 16 before it or w
   assert.equal(maxMpsClients(null), 16);
 });
 
-test('one daemon per MPS resource: its GPUs renumbered from 0 in index order, memory / replicas, 100 / replicas', () => {
-  const gpus = [gpu(0, 80), gpu(1, 40), gpu(2, 16)];
-  const dev = (pos: number, n: number) => ({
-    id: `GPU-${pos}::${n}`,
-    uuid: `GPU-${pos}`,
-    gpu: pos,
-    runtimeName: `GPU-${pos}`,
-    replica: n,
-  });
-  const resources: PlannedResource[] = [
-    {
-      name: 'nvidia.com/gpu',
-      devices: [{ id: 'GPU-0', uuid: 'GPU-0', gpu: 0, runtimeName: 'GPU-0' }],
-      shared: false,
-      failRequestsGreaterThanOne: false,
-    },
-    {
-      name: 'nvidia.com/gpu.shared',
-      devices: [0, 1, 2].flatMap((n) => [dev(2, n), dev(1, n)]),
-      shared: true,
-      failRequestsGreaterThanOne: true,
-      mps: true,
-    },
-  ];
-  assert.deepEqual(planMpsDaemons(resources, gpus), [
-    {
-      resource: 'nvidia.com/gpu.shared',
-      replicas: 3,
-      activeThreadPercentage: 33,
-      gpus: [
-        { uuid: 'GPU-1', index: 1, mpsDevice: 0, pinnedMemLimitMiB: Math.floor((40 * 1024) / 3) },
-        { uuid: 'GPU-2', index: 2, mpsDevice: 1, pinnedMemLimitMiB: Math.floor((16 * 1024) / 3) },
-      ],
-    },
-  ]);
-  assert.deepEqual(planMpsDaemons(resources.slice(0, 1), gpus), []);
-});
+test(
+  'one daemon per MPS resource: its GPUs renumbered from ' + '0 in index order, memory / replicas, 100 / replicas',
+  () => {
+    const gpus = [gpu(0, 80), gpu(1, 40), gpu(2, 16)];
+    const dev = (pos: number, n: number) => ({
+      id: `GPU-${pos}::${n}`,
+      uuid: `GPU-${pos}`,
+      gpu: pos,
+      runtimeName: `GPU-${pos}`,
+      replica: n,
+    });
+    const resources: PlannedResource[] = [
+      {
+        name: 'nvidia.com/gpu',
+        devices: [{ id: 'GPU-0', uuid: 'GPU-0', gpu: 0, runtimeName: 'GPU-0' }],
+        shared: false,
+        failRequestsGreaterThanOne: false,
+      },
+      {
+        name: 'nvidia.com/gpu.shared',
+        devices: [0, 1, 2].flatMap((n) => [dev(2, n), dev(1, n)]),
+        shared: true,
+        failRequestsGreaterThanOne: true,
+        mps: true,
+      },
+    ];
+    assert.deepEqual(planMpsDaemons(resources, gpus), [
+      {
+        resource: 'nvidia.com/gpu.shared',
+        replicas: 3,
+        activeThreadPercentage: 33,
+        gpus: [
+          { uuid: 'GPU-1', index: 1, mpsDevice: 0, pinnedMemLimitMiB: Math.floor((40 * 1024) / 3) },
+          { uuid: 'GPU-2', index: 2, mpsDevice: 1, pinnedMemLimitMiB: Math.floor((16 * 1024) / 3) },
+        ],
+      },
+    ]);
+    assert.deepEqual(planMpsDaemons(resources.slice(0, 1), gpus), []);
+  },
+);
 
 test('a silent MPS daemon makes its replicas Unhealthy, not the whole GPUs listed under the same name', async () => {
   const { resourceHealth } = await import('../../src/core/snapshot.ts');

@@ -211,70 +211,73 @@ const subInstance = (parent: number): LabelMigDevice => ({
 });
 const on = { ...A100, migEnabled: true };
 
-test("labels, MIG mixed: gpu.* as with none, and GFD's labels for every profile advertised (full instances only)", () => {
-  const l = new Map(
-    nodeLabels(
-      input({
-        gpus: [on, on, A100],
-        migStrategy: 'mixed',
-        migDevices: [mig1g(0), mig1g(0), mig3g(0), migMe(1), mig1g(1), subInstance(1)],
-      }),
-    ),
-  );
-  assert.equal(l.get('nvidia.com/mig.strategy'), 'mixed');
-  assert.equal(l.get('nvidia.com/gpu.count'), '3');
-  assert.equal(l.get('nvidia.com/gpu.product'), 'NVIDIA-A100-SXM4-80GB');
-  const mixed = [...l].filter(([k]) => k.startsWith('nvidia.com/mig-'));
-  assert.deepEqual(
-    Object.fromEntries(
-      mixed.filter(([k]) => k.startsWith('nvidia.com/mig-1g.10gb.') && !k.startsWith('nvidia.com/mig-1g.10gb.me.')),
-    ),
-    {
-      'nvidia.com/mig-1g.10gb.count': '3',
-      'nvidia.com/mig-1g.10gb.engines.copy': '1',
-      'nvidia.com/mig-1g.10gb.engines.decoder': '0',
-      'nvidia.com/mig-1g.10gb.engines.encoder': '0',
-      'nvidia.com/mig-1g.10gb.engines.jpeg': '0',
-      'nvidia.com/mig-1g.10gb.engines.ofa': '0',
-      'nvidia.com/mig-1g.10gb.memory': '9856',
-      'nvidia.com/mig-1g.10gb.multiprocessors': '14',
-      'nvidia.com/mig-1g.10gb.product': 'NVIDIA-A100-SXM4-80GB-MIG-1g.10gb',
-      'nvidia.com/mig-1g.10gb.replicas': '1',
-      'nvidia.com/mig-1g.10gb.slices.ci': '1',
-      'nvidia.com/mig-1g.10gb.slices.gi': '1',
-    },
-  );
-  // The +me profile is named as its resource is (nvidia.com/mig-1g.10gb.me); label values allow no '+'.
-  assert.equal(l.get('nvidia.com/mig-1g.10gb.me.count'), '1');
-  assert.equal(l.get('nvidia.com/mig-1g.10gb.me.product'), 'NVIDIA-A100-SXM4-80GB-MIG-1g.10gb.me');
-  assert.equal(l.get('nvidia.com/mig-1g.10gb.me.engines.decoder'), '1');
-  assert.equal(l.get('nvidia.com/mig-3g.40gb.count'), '1');
-  assert.equal(l.get('nvidia.com/mig-3g.40gb.multiprocessors'), '42');
-  // A sub-instance is not advertised, so it is not labelled either.
-  assert.equal(
-    mixed.some(([k]) => k.includes('1c.3g')),
-    false,
-  );
-  // Time-slicing a MIG resource: its replicas, and -SHARED unless renamed.
-  const shared: Sharing = {
-    timeSlicing: {
-      renameByDefault: false,
-      failRequestsGreaterThanOne: false,
-      resources: [{ name: 'nvidia.com/mig-1g.10gb', rename: null, replicas: 4, devices: { kind: 'all' } }],
-    },
-  };
-  const s = new Map(
-    nodeLabels(input({ gpus: [on, A100], migStrategy: 'mixed', migDevices: [mig1g(0)], sharing: shared })),
-  );
-  assert.equal(s.get('nvidia.com/mig-1g.10gb.replicas'), '4');
-  assert.equal(s.get('nvidia.com/mig-1g.10gb.product'), 'NVIDIA-A100-SXM4-80GB-MIG-1g.10gb-SHARED');
-  assert.equal(s.get('nvidia.com/gpu.product'), 'NVIDIA-A100-SXM4-80GB');
-  // No MIG devices: no MIG type labels.
-  assert.deepEqual(
-    [...nodeLabels(input({ gpus: [A100], migStrategy: 'mixed' }))].filter(([k]) => k.startsWith('nvidia.com/mig-')),
-    [],
-  );
-});
+test(
+  "labels, MIG mixed: gpu.* as with none, and GFD's labels " + 'for every profile advertised (full instances only)',
+  () => {
+    const l = new Map(
+      nodeLabels(
+        input({
+          gpus: [on, on, A100],
+          migStrategy: 'mixed',
+          migDevices: [mig1g(0), mig1g(0), mig3g(0), migMe(1), mig1g(1), subInstance(1)],
+        }),
+      ),
+    );
+    assert.equal(l.get('nvidia.com/mig.strategy'), 'mixed');
+    assert.equal(l.get('nvidia.com/gpu.count'), '3');
+    assert.equal(l.get('nvidia.com/gpu.product'), 'NVIDIA-A100-SXM4-80GB');
+    const mixed = [...l].filter(([k]) => k.startsWith('nvidia.com/mig-'));
+    assert.deepEqual(
+      Object.fromEntries(
+        mixed.filter(([k]) => k.startsWith('nvidia.com/mig-1g.10gb.') && !k.startsWith('nvidia.com/mig-1g.10gb.me.')),
+      ),
+      {
+        'nvidia.com/mig-1g.10gb.count': '3',
+        'nvidia.com/mig-1g.10gb.engines.copy': '1',
+        'nvidia.com/mig-1g.10gb.engines.decoder': '0',
+        'nvidia.com/mig-1g.10gb.engines.encoder': '0',
+        'nvidia.com/mig-1g.10gb.engines.jpeg': '0',
+        'nvidia.com/mig-1g.10gb.engines.ofa': '0',
+        'nvidia.com/mig-1g.10gb.memory': '9856',
+        'nvidia.com/mig-1g.10gb.multiprocessors': '14',
+        'nvidia.com/mig-1g.10gb.product': 'NVIDIA-A100-SXM4-80GB-MIG-1g.10gb',
+        'nvidia.com/mig-1g.10gb.replicas': '1',
+        'nvidia.com/mig-1g.10gb.slices.ci': '1',
+        'nvidia.com/mig-1g.10gb.slices.gi': '1',
+      },
+    );
+    // The +me profile is named as its resource is (nvidia.com/mig-1g.10gb.me); label values allow no '+'.
+    assert.equal(l.get('nvidia.com/mig-1g.10gb.me.count'), '1');
+    assert.equal(l.get('nvidia.com/mig-1g.10gb.me.product'), 'NVIDIA-A100-SXM4-80GB-MIG-1g.10gb.me');
+    assert.equal(l.get('nvidia.com/mig-1g.10gb.me.engines.decoder'), '1');
+    assert.equal(l.get('nvidia.com/mig-3g.40gb.count'), '1');
+    assert.equal(l.get('nvidia.com/mig-3g.40gb.multiprocessors'), '42');
+    // A sub-instance is not advertised, so it is not labelled either.
+    assert.equal(
+      mixed.some(([k]) => k.includes('1c.3g')),
+      false,
+    );
+    // Time-slicing a MIG resource: its replicas, and -SHARED unless renamed.
+    const shared: Sharing = {
+      timeSlicing: {
+        renameByDefault: false,
+        failRequestsGreaterThanOne: false,
+        resources: [{ name: 'nvidia.com/mig-1g.10gb', rename: null, replicas: 4, devices: { kind: 'all' } }],
+      },
+    };
+    const s = new Map(
+      nodeLabels(input({ gpus: [on, A100], migStrategy: 'mixed', migDevices: [mig1g(0)], sharing: shared })),
+    );
+    assert.equal(s.get('nvidia.com/mig-1g.10gb.replicas'), '4');
+    assert.equal(s.get('nvidia.com/mig-1g.10gb.product'), 'NVIDIA-A100-SXM4-80GB-MIG-1g.10gb-SHARED');
+    assert.equal(s.get('nvidia.com/gpu.product'), 'NVIDIA-A100-SXM4-80GB');
+    // No MIG devices: no MIG type labels.
+    assert.deepEqual(
+      [...nodeLabels(input({ gpus: [A100], migStrategy: 'mixed' }))].filter(([k]) => k.startsWith('nvidia.com/mig-')),
+      [],
+    );
+  },
+);
 
 test("labels, MIG single: gpu.* describe the MIG devices; a node that does not fit gets GFD's INVALID labels", () => {
   const l = new Map(
@@ -417,60 +420,64 @@ test('atomic file: writes only changed content, replaces by rename, cleans up, r
   }
 });
 
-test('holders: device IDs traced to GPUs by UUID, index and replica; foreign resources ignored; unknown IDs kept apart', () => {
-  const gpus = [
-    { index: 0, uuid: 'GPU-a' },
-    { index: 1, uuid: 'GPU-b' },
-  ];
-  const { perGpu, others } = deviceHolders(gpus, [
-    {
-      namespace: 'ml',
-      pod: 'p',
-      containers: [
-        {
-          name: 'c',
-          devices: [
-            { resource: 'nvidia.com/gpu', ids: ['GPU-b', '0'] },
-            { resource: 'example.com/nic', ids: ['GPU-a'] },
-          ],
-        },
-      ],
-    },
-    {
-      namespace: 'default',
-      pod: 'q',
-      containers: [
-        {
-          name: 'd',
-          devices: [
-            { resource: 'nvidia.com/gpu.shared', ids: ['GPU-a::3'] },
-            { resource: 'nvidia.com/mig-1g.10gb', ids: ['MIG-x'] },
-          ],
-        },
-      ],
-    },
-  ]);
-  assert.deepEqual(perGpu[0]?.map(holderText), ['default/q/d (replica 3)', 'ml/p/c']);
-  assert.deepEqual(perGpu[1]?.map(holderText), ['ml/p/c']);
-  assert.deepEqual(
-    others.map((h) => `${h.deviceId} ${h.resource} ${holderText(h)}`),
-    ['MIG-x nvidia.com/mig-1g.10gb default/q/d'],
-  );
-  // With MIG devices known (the MIG extension point), their IDs lead to their GPU.
-  const mig = deviceHolders(
-    gpus,
-    [
+test(
+  'holders: device IDs traced to GPUs by UUID, index and ' +
+    'replica; foreign resources ignored; unknown IDs kept apart',
+  () => {
+    const gpus = [
+      { index: 0, uuid: 'GPU-a' },
+      { index: 1, uuid: 'GPU-b' },
+    ];
+    const { perGpu, others } = deviceHolders(gpus, [
       {
         namespace: 'ml',
-        pod: 'r',
-        containers: [{ name: 'e', devices: [{ resource: 'nvidia.com/mig-1g.10gb', ids: ['MIG-x'] }] }],
+        pod: 'p',
+        containers: [
+          {
+            name: 'c',
+            devices: [
+              { resource: 'nvidia.com/gpu', ids: ['GPU-b', '0'] },
+              { resource: 'example.com/nic', ids: ['GPU-a'] },
+            ],
+          },
+        ],
       },
-    ],
-    new Map([['MIG-x', 1]]),
-  );
-  assert.deepEqual(
-    mig.perGpu[1]?.map((h) => `${h.deviceId} ${holderText(h)}`),
-    ['MIG-x ml/r/e'],
-  );
-  assert.deepEqual(mig.others, []);
-});
+      {
+        namespace: 'default',
+        pod: 'q',
+        containers: [
+          {
+            name: 'd',
+            devices: [
+              { resource: 'nvidia.com/gpu.shared', ids: ['GPU-a::3'] },
+              { resource: 'nvidia.com/mig-1g.10gb', ids: ['MIG-x'] },
+            ],
+          },
+        ],
+      },
+    ]);
+    assert.deepEqual(perGpu[0]?.map(holderText), ['default/q/d (replica 3)', 'ml/p/c']);
+    assert.deepEqual(perGpu[1]?.map(holderText), ['ml/p/c']);
+    assert.deepEqual(
+      others.map((h) => `${h.deviceId} ${h.resource} ${holderText(h)}`),
+      ['MIG-x nvidia.com/mig-1g.10gb default/q/d'],
+    );
+    // With MIG devices known (the MIG extension point), their IDs lead to their GPU.
+    const mig = deviceHolders(
+      gpus,
+      [
+        {
+          namespace: 'ml',
+          pod: 'r',
+          containers: [{ name: 'e', devices: [{ resource: 'nvidia.com/mig-1g.10gb', ids: ['MIG-x'] }] }],
+        },
+      ],
+      new Map([['MIG-x', 1]]),
+    );
+    assert.deepEqual(
+      mig.perGpu[1]?.map((h) => `${h.deviceId} ${holderText(h)}`),
+      ['MIG-x ml/r/e'],
+    );
+    assert.deepEqual(mig.others, []);
+  },
+);

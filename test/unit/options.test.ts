@@ -71,61 +71,67 @@ test('help lists every option with its env var and default', () => {
   }
 });
 
-test('durations: plain decimal seconds or Go-style units, the same from flags, environment and config file; anything else refused saying what is right', () => {
-  const accepted: [string, number][] = [
-    ['5', 5],
-    ['0.5', 0.5],
-    ['5s', 5],
-    ['500ms', 0.5],
-    ['5m', 300],
-    ['1h', 3600],
-    ['1m30s', 90],
-    ['0.1s', 0.1],
-  ];
-  for (const [raw, want] of accepted) {
-    assert.equal(parseOptions([`--health-probe-interval=${raw}`], {}).options.healthProbeInterval, want, raw);
-    assert.equal(parseOptions([], { HEALTH_PROBE_INTERVAL: raw }).options.healthProbeInterval, want, raw);
-    const file = parseOptions(
-      ['--config-file=/c.yaml'],
-      {},
-      { readFile: () => `flags:\n  healthProbeInterval: "${raw}"\n` },
-    );
-    assert.equal(file.options.healthProbeInterval, want, raw);
-  }
-  for (const raw of ['0x10', '1e3', '5 ', ' 5', '-1', '.5', '5.', '5sec', '5d', '+5', 'Infinity', 'NaN', '１']) {
-    const grammar =
-      /is not a duration; expected a decimal number of seconds \(5, 0\.5\) or a duration with units ms, s, m, h .*from 0\.05 to 3600 seconds/;
-    assert.throws(
-      () => parseOptions([`--health-probe-interval=${raw}`], {}),
-      (e: unknown) =>
-        e instanceof OptionError &&
-        e.message.startsWith(`--health-probe-interval: ${JSON.stringify(raw)} is not`) &&
-        grammar.test(e.message),
-      raw,
-    );
-    assert.throws(
-      () => parseOptions([], { HEALTH_PROBE_INTERVAL: raw }),
-      (e: unknown) =>
-        e instanceof OptionError &&
-        e.message.startsWith('environment variable HEALTH_PROBE_INTERVAL:') &&
-        grammar.test(e.message),
-      raw,
-    );
-    assert.throws(
-      () =>
-        parseOptions(
-          ['--config-file=/c.yaml'],
-          {},
-          { readFile: () => `flags:\n  healthProbeInterval: ${JSON.stringify(raw)}\n` },
-        ),
-      (e: unknown) =>
-        e instanceof ConfigError &&
-        e.message.startsWith('config file /c.yaml: flags.healthProbeInterval:') &&
-        grammar.test(e.message),
-      raw,
-    );
-  }
-});
+test(
+  'durations: plain decimal seconds or Go-style units, the same from flags, ' +
+    'environment and config file; anything else refused saying what is right',
+  () => {
+    const accepted: [string, number][] = [
+      ['5', 5],
+      ['0.5', 0.5],
+      ['5s', 5],
+      ['500ms', 0.5],
+      ['5m', 300],
+      ['1h', 3600],
+      ['1m30s', 90],
+      ['0.1s', 0.1],
+    ];
+    for (const [raw, want] of accepted) {
+      assert.equal(parseOptions([`--health-probe-interval=${raw}`], {}).options.healthProbeInterval, want, raw);
+      assert.equal(parseOptions([], { HEALTH_PROBE_INTERVAL: raw }).options.healthProbeInterval, want, raw);
+      const file = parseOptions(
+        ['--config-file=/c.yaml'],
+        {},
+        { readFile: () => `flags:\n  healthProbeInterval: "${raw}"\n` },
+      );
+      assert.equal(file.options.healthProbeInterval, want, raw);
+    }
+    for (const raw of ['0x10', '1e3', '5 ', ' 5', '-1', '.5', '5.', '5sec', '5d', '+5', 'Infinity', 'NaN', '１']) {
+      const grammar = new RegExp(
+        String.raw`is not a duration; expected a decimal number of seconds \(5, 0\.5\) ` +
+          String.raw`or a duration with units ms, s, m, h .*from 0\.05 to 3600 seconds`,
+      );
+      assert.throws(
+        () => parseOptions([`--health-probe-interval=${raw}`], {}),
+        (e: unknown) =>
+          e instanceof OptionError &&
+          e.message.startsWith(`--health-probe-interval: ${JSON.stringify(raw)} is not`) &&
+          grammar.test(e.message),
+        raw,
+      );
+      assert.throws(
+        () => parseOptions([], { HEALTH_PROBE_INTERVAL: raw }),
+        (e: unknown) =>
+          e instanceof OptionError &&
+          e.message.startsWith('environment variable HEALTH_PROBE_INTERVAL:') &&
+          grammar.test(e.message),
+        raw,
+      );
+      assert.throws(
+        () =>
+          parseOptions(
+            ['--config-file=/c.yaml'],
+            {},
+            { readFile: () => `flags:\n  healthProbeInterval: ${JSON.stringify(raw)}\n` },
+          ),
+        (e: unknown) =>
+          e instanceof ConfigError &&
+          e.message.startsWith('config file /c.yaml: flags.healthProbeInterval:') &&
+          grammar.test(e.message),
+        raw,
+      );
+    }
+  },
+);
 
 test('every duration option has a range, enforced from every source and shown in --help', () => {
   const help = helpText('1.2.3');

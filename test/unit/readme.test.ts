@@ -64,30 +64,35 @@ function optionRows(): Row[] {
   return rows;
 }
 
-test('the options table has exactly the options of src/config/options.ts, with their names, variables, keys, defaults and ranges', () => {
-  const rows = optionRows();
-  assert.deepEqual(
-    rows.map((r) => r.flags[0]),
-    OPTION_SPECS.map((s) => s.flag),
-    "one row per option, in the table's order",
-  );
-  for (const spec of OPTION_SPECS) {
-    const row = rows.find((r) => r.flags[0] === spec.flag)!;
-    assert.deepEqual(row.flags.slice(1), [...(spec.aliases ?? [])], `--${spec.flag}: aliases`);
-    assert.equal(row.env, `\`${spec.env}\``, `--${spec.flag}: variable`);
-    assert.equal(row.config, spec.config === undefined ? '—' : `\`${spec.config}\``, `--${spec.flag}: config key`);
-    if (spec.default !== null && spec.default !== '')
-      assert.equal(row.def, `\`${spec.default}\``, `--${spec.flag}: default`);
-    else assert.doesNotMatch(row.def, /`/, `--${spec.flag} has no default value: the table says what happens instead`);
-    if (spec.kind.type === 'seconds')
-      assert.ok(
-        row.meaning.includes(`(${spec.kind.min} to ${spec.kind.max})`),
-        `--${spec.flag}: range ${spec.kind.min} to ${spec.kind.max} in "${row.meaning}"`,
-      );
-    if (spec.kind.type === 'enum')
-      for (const v of spec.kind.values) assert.ok(row.meaning.includes(`\`${v}\``), `--${spec.flag}: value ${v}`);
-  }
-});
+test(
+  'the options table has exactly the options of src/config/options.ts, ' +
+    'with their names, variables, keys, defaults and ranges',
+  () => {
+    const rows = optionRows();
+    assert.deepEqual(
+      rows.map((r) => r.flags[0]),
+      OPTION_SPECS.map((s) => s.flag),
+      "one row per option, in the table's order",
+    );
+    for (const spec of OPTION_SPECS) {
+      const row = rows.find((r) => r.flags[0] === spec.flag)!;
+      assert.deepEqual(row.flags.slice(1), [...(spec.aliases ?? [])], `--${spec.flag}: aliases`);
+      assert.equal(row.env, `\`${spec.env}\``, `--${spec.flag}: variable`);
+      assert.equal(row.config, spec.config === undefined ? '—' : `\`${spec.config}\``, `--${spec.flag}: config key`);
+      if (spec.default !== null && spec.default !== '')
+        assert.equal(row.def, `\`${spec.default}\``, `--${spec.flag}: default`);
+      else
+        assert.doesNotMatch(row.def, /`/, `--${spec.flag} has no default value: the table says what happens instead`);
+      if (spec.kind.type === 'seconds')
+        assert.ok(
+          row.meaning.includes(`(${spec.kind.min} to ${spec.kind.max})`),
+          `--${spec.flag}: range ${spec.kind.min} to ${spec.kind.max} in "${row.meaning}"`,
+        );
+      if (spec.kind.type === 'enum')
+        for (const v of spec.kind.values) assert.ok(row.meaning.includes(`\`${v}\``), `--${spec.flag}: value ${v}`);
+    }
+  },
+);
 
 test('the operator sections are in order, and the developer material is in CONTRIBUTING.md', () => {
   const h2 = [...README.matchAll(/^## (.+)$/gm)].map((m) => m[1]);

@@ -179,97 +179,111 @@ test('re-discovery: the identity timer scans only when the GPUs changed', async 
   await t.scanner.stop();
 });
 
-test('the driver gone: reported once as a null scan, NVML re-opened with capped backoff, then scanned again', async (ctx) => {
-  const t = setup(ctx);
-  await t.scanner.start(false);
-  t.node.driver = false;
-  const rescan = t.scanner.rescan('SIGHUP', true);
-  await t.scanned(2);
-  assert.equal(t.scans[1]?.scan, null);
-  assert.equal(t.scans[1]?.reason, 'driver gone');
-  await turn(); // the scanner goes on to arm its retry timer
-  const opens = t.node.opens;
-  // Re-opens back off: 1 s, 2 s, 4 s…
-  t.tick(999);
-  assert.equal(t.node.opens, opens);
-  t.tick(1);
-  await opened(t.node, opens + 1);
-  await turn();
-  t.tick(1999);
-  assert.equal(t.node.opens, opens + 1);
-  t.tick(1);
-  await opened(t.node, opens + 2);
-  await turn();
-  t.node.driver = true;
-  t.tick(4000);
-  await rescan;
-  await t.scanned(3);
-  assert.equal(t.scans[2]?.reason, 'SIGHUP');
-  assert.equal(t.scans.filter((s) => s.scan === null).length, 1, 'reported down once');
-  assert.equal(t.lines.filter((l) => /WARN the NVIDIA driver does not answer/.test(l)).length, 1);
-  assert.equal(t.lines.filter((l) => /INFO NVML answers again/.test(l)).length, 1);
-  await t.scanner.stop();
-});
+test(
+  'the driver gone: reported once as a null scan, NVML ' + 're-opened with capped backoff, then scanned again',
+  async (ctx) => {
+    const t = setup(ctx);
+    await t.scanner.start(false);
+    t.node.driver = false;
+    const rescan = t.scanner.rescan('SIGHUP', true);
+    await t.scanned(2);
+    assert.equal(t.scans[1]?.scan, null);
+    assert.equal(t.scans[1]?.reason, 'driver gone');
+    await turn(); // the scanner goes on to arm its retry timer
+    const opens = t.node.opens;
+    // Re-opens back off: 1 s, 2 s, 4 s…
+    t.tick(999);
+    assert.equal(t.node.opens, opens);
+    t.tick(1);
+    await opened(t.node, opens + 1);
+    await turn();
+    t.tick(1999);
+    assert.equal(t.node.opens, opens + 1);
+    t.tick(1);
+    await opened(t.node, opens + 2);
+    await turn();
+    t.node.driver = true;
+    t.tick(4000);
+    await rescan;
+    await t.scanned(3);
+    assert.equal(t.scans[2]?.reason, 'SIGHUP');
+    assert.equal(t.scans.filter((s) => s.scan === null).length, 1, 'reported down once');
+    assert.equal(t.lines.filter((l) => /WARN the NVIDIA driver does not answer/.test(l)).length, 1);
+    assert.equal(t.lines.filter((l) => /INFO NVML answers again/.test(l)).length, 1);
+    await t.scanner.stop();
+  },
+);
 
-test('a driver that goes in the middle of a scan: the session is closed, the driver reported down, and the scan done once it is back', async (ctx) => {
-  const t = setup(ctx);
-  await t.scanner.start(false);
-  t.node.driver = false;
-  const done = t.scanner.rescan('re-discovery');
-  await t.scanned(2);
-  assert.equal(t.scans[1]?.scan, null);
-  assert.equal(t.node.closes, 1, 'the old session is closed');
-  await turn();
-  t.node.driver = true;
-  t.tick(1000);
-  await done;
-  assert.equal(t.scans[2]?.reason, 're-discovery');
-  await t.scanner.stop();
-});
+test(
+  'a driver that goes in the middle of a scan: the session is ' +
+    'closed, the driver reported down, and the scan done once it is back',
+  async (ctx) => {
+    const t = setup(ctx);
+    await t.scanner.start(false);
+    t.node.driver = false;
+    const done = t.scanner.rescan('re-discovery');
+    await t.scanned(2);
+    assert.equal(t.scans[1]?.scan, null);
+    assert.equal(t.node.closes, 1, 'the old session is closed');
+    await turn();
+    t.node.driver = true;
+    t.tick(1000);
+    await done;
+    assert.equal(t.scans[2]?.reason, 're-discovery');
+    await t.scanner.stop();
+  },
+);
 
-test('NVML missing at start: fatal with failOnInitError, else the driver is reported down and looked for', async (ctx) => {
-  const t = setup(ctx);
-  t.node.driver = false;
-  await assert.rejects(t.scanner.start(true), /cannot open shared object file/);
-  const u = setup(ctx);
-  u.node.driver = false;
-  await u.scanner.start(false);
-  assert.deepEqual(
-    u.scans.map((s) => [s.scan, s.reason]),
-    [[null, 'start']],
-  );
-  await turn();
-  u.node.driver = true;
-  u.tick(1000);
-  await u.scanned(2);
-  assert.equal(u.gpusOf(1), `${uuid(0).slice(0, 12)},${uuid(1).slice(0, 12)}`);
-  await u.scanner.stop();
-});
+test(
+  'NVML missing at start: fatal with failOnInitError, ' + 'else the driver is reported down and looked for',
+  async (ctx) => {
+    const t = setup(ctx);
+    t.node.driver = false;
+    await assert.rejects(t.scanner.start(true), /cannot open shared object file/);
+    const u = setup(ctx);
+    u.node.driver = false;
+    await u.scanner.start(false);
+    assert.deepEqual(
+      u.scans.map((s) => [s.scan, s.reason]),
+      [[null, 'start']],
+    );
+    await turn();
+    u.node.driver = true;
+    u.tick(1000);
+    await u.scanned(2);
+    assert.equal(u.gpusOf(1), `${uuid(0).slice(0, 12)},${uuid(1).slice(0, 12)}`);
+    await u.scanner.stop();
+  },
+);
 
-test('started without the driver, the first scan that reaches it and is refused (a config that does not fit) is a failed start, reported once; a refused scan after that is not', async (ctx) => {
-  const u = setup(ctx, {
-    refuse: (scan) =>
-      scan.gpus.length > 0 ? 'sharing.timeSlicing.resources[0].devices: GPU 7 is not on this node' : null,
-  });
-  u.node.driver = false;
-  await u.scanner.start(false);
-  assert.deepEqual(u.startFailures, [], 'the driver-down report itself is no failure');
-  await turn();
-  u.node.driver = true;
-  u.tick(1000);
-  const err = await u.startFailed();
-  assert.match(String(err), /GPU 7 is not on this node/);
-  assert.equal(u.startFailures.length, 1);
-  await u.scanner.stop();
+test(
+  'started without the driver, the first scan that reaches it and is refused (a config ' +
+    'that does not fit) is a failed start, reported once; a refused scan after that is not',
+  async (ctx) => {
+    const u = setup(ctx, {
+      refuse: (scan) =>
+        scan.gpus.length > 0 ? 'sharing.timeSlicing.resources[0].devices: GPU 7 is not on this node' : null,
+    });
+    u.node.driver = false;
+    await u.scanner.start(false);
+    assert.deepEqual(u.startFailures, [], 'the driver-down report itself is no failure');
+    await turn();
+    u.node.driver = true;
+    u.tick(1000);
+    const err = await u.startFailed();
+    assert.match(String(err), /GPU 7 is not on this node/);
+    assert.equal(u.startFailures.length, 1);
+    await u.scanner.stop();
 
-  const v = setup(ctx, { refuse: (scan) => (scan.gpus.length > 2 ? 'does not fit' : null) });
-  await v.scanner.start(false);
-  v.node.ids = [0, 1, 2];
-  await v.scanner.rescan('test');
-  assert.deepEqual(v.startFailures, [], 'after a scan was applied, a refused one keeps the last in force');
-  assert.ok(v.lines.some((l) => /scan failed; what was read before stays in force/.test(l)));
-  await v.scanner.stop();
-});
+    const v = setup(ctx, { refuse: (scan) => (scan.gpus.length > 2 ? 'does not fit' : null) });
+    await v.scanner.start(false);
+    v.node.ids = [0, 1, 2];
+    await v.scanner.rescan('test');
+    assert.deepEqual(v.startFailures, [], 'after a scan was applied, a refused one keeps the last in force');
+    assert.ok(v.lines.some((l) => /scan failed; what was read before stays in force/.test(l)));
+    await v.scanner.stop();
+  },
+);
 
 test('a node without GPUs is looked at again with capped backoff, NVML opened afresh each time', async (ctx) => {
   const t = setup(ctx);
@@ -292,46 +306,50 @@ test('a node without GPUs is looked at again with capped backoff, NVML opened af
   await t.scanner.stop();
 });
 
-test('the health thread waits for the first registration (or its hold timer), follows the GPU list, and a lost probe asks for a scan', async (ctx) => {
-  const t = setup(ctx, { health: true });
-  await t.scanner.start(false);
-  assert.equal(t.node.watches.length, 0, 'held back until registered');
-  t.scanner.releaseWorker();
-  assert.deepEqual(
-    t.node.watches.map((w) => w.gpus),
-    [[uuid(0), uuid(1)]],
-  );
-  const w = t.node.watches[0]!;
-  w.handlers.onProbe(
-    new Map([
-      [uuid(0), 'ok'],
-      [uuid(1), 'lost'],
-    ]),
-  );
-  assert.deepEqual(
-    [...t.probes[0]!.entries()],
-    [
-      [uuid(0), 'ok'],
-      [uuid(1), 'lost'],
-    ],
-    'probes reach the caller by UUID',
-  );
-  await t.scanned(2);
-  assert.equal(t.scans[1]?.reason, 'a GPU is lost');
-  // The list changed: the thread is stopped and started on the new one.
-  t.node.ids = [0];
-  await t.scanner.rescan('re-discovery');
-  assert.equal(w.stopped, true);
-  assert.deepEqual(t.node.watches.at(-1)?.gpus, [uuid(0)]);
-  await t.scanner.stop();
-  assert.equal(t.node.watches.at(-1)?.stopped, true);
+test(
+  'the health thread waits for the first registration (or its hold ' +
+    'timer), follows the GPU list, and a lost probe asks for a scan',
+  async (ctx) => {
+    const t = setup(ctx, { health: true });
+    await t.scanner.start(false);
+    assert.equal(t.node.watches.length, 0, 'held back until registered');
+    t.scanner.releaseWorker();
+    assert.deepEqual(
+      t.node.watches.map((w) => w.gpus),
+      [[uuid(0), uuid(1)]],
+    );
+    const w = t.node.watches[0]!;
+    w.handlers.onProbe(
+      new Map([
+        [uuid(0), 'ok'],
+        [uuid(1), 'lost'],
+      ]),
+    );
+    assert.deepEqual(
+      [...t.probes[0]!.entries()],
+      [
+        [uuid(0), 'ok'],
+        [uuid(1), 'lost'],
+      ],
+      'probes reach the caller by UUID',
+    );
+    await t.scanned(2);
+    assert.equal(t.scans[1]?.reason, 'a GPU is lost');
+    // The list changed: the thread is stopped and started on the new one.
+    t.node.ids = [0];
+    await t.scanner.rescan('re-discovery');
+    assert.equal(w.stopped, true);
+    assert.deepEqual(t.node.watches.at(-1)?.gpus, [uuid(0)]);
+    await t.scanner.stop();
+    assert.equal(t.node.watches.at(-1)?.stopped, true);
 
-  const u = setup(ctx, { health: true });
-  await u.scanner.start(false);
-  u.tick(WORKER_HOLD_MS);
-  assert.equal(u.node.watches.length, 1, 'started after the hold without a registration');
-  await u.scanner.stop();
-});
+    const u = setup(ctx, { health: true });
+    await u.scanner.start(false);
+    u.tick(WORKER_HOLD_MS);
+    assert.equal(u.node.watches.length, 1, 'started after the hold without a registration');
+    await u.scanner.stop();
+  },
+);
 
 /** One turn of the event loop (setImmediate is not mocked): promise chains the scanner started have run. */
 const turn = (): Promise<void> => new Promise<void>((r) => setImmediate(r));

@@ -260,7 +260,10 @@ test('cdi-annotations: one annotation <prefix>nvidia-device-plugin_<uuid> with t
     mounts: [],
     devices: [],
     annotations: {
-      'cdi.k8s.io/nvidia-device-plugin_0b6e7d2c-1111-4222-8333-444455556666': `k8s.device-plugin.nvidia.com/gpu=${g[1]!.uuid},k8s.device-plugin.nvidia.com/gpu=${g[0]!.uuid}`,
+      'cdi.k8s.io/nvidia-device-plugin_0b6e7d2c-1111-4222-8333-444455556666': [
+        `k8s.device-plugin.nvidia.com/gpu=${g[1]!.uuid}`,
+        `k8s.device-plugin.nvidia.com/gpu=${g[0]!.uuid}`,
+      ].join(','),
     },
     cdi_devices: [],
   });
@@ -344,27 +347,32 @@ test('Allocate with replicas strips the suffix and lists each GPU once, in reque
   );
 });
 
-test('failRequestsGreaterThanOne: more than one replica in a container is refused with a clear message; one is fine', () => {
-  const g = gpus(2);
-  const idx = sharedIndex(g, 4);
-  const u = g.map((x) => x.uuid);
-  const settings: AllocateSettings = {
-    ...base,
-    failRequestsGreaterThanOne: true,
-    resourceName: 'nvidia.com/gpu.shared',
-  };
-  assert.throws(
-    () => allocate([{ devices_ids: [`${u[0]}::0`] }, { devices_ids: [`${u[0]}::1`, `${u[1]}::1`] }], idx, settings),
-    (e: unknown) =>
-      e instanceof RequestError &&
-      e.message ===
-        'container request 1 asks for 2 shared GPU replicas of nvidia.com/gpu.shared; failRequestsGreaterThanOne allows 1 per container (time-slicing gives no more GPU time to a container that holds several; request 1)',
-  );
-  assert.equal(allocate([{ devices_ids: [`${u[0]}::0`] }, { devices_ids: [`${u[0]}::1`] }], idx, settings).length, 2);
-  // Whole GPUs are not limited by it.
-  const whole = indexDevices(planResources(g, 'uuid', NO_SHARING)[0]!.devices, g);
-  assert.equal(allocate([{ devices_ids: [u[0]!, u[1]!] }], whole, settings).length, 1);
-});
+test(
+  'failRequestsGreaterThanOne: more than one replica in a ' + 'container is refused with a clear message; one is fine',
+  () => {
+    const g = gpus(2);
+    const idx = sharedIndex(g, 4);
+    const u = g.map((x) => x.uuid);
+    const settings: AllocateSettings = {
+      ...base,
+      failRequestsGreaterThanOne: true,
+      resourceName: 'nvidia.com/gpu.shared',
+    };
+    assert.throws(
+      () => allocate([{ devices_ids: [`${u[0]}::0`] }, { devices_ids: [`${u[0]}::1`, `${u[1]}::1`] }], idx, settings),
+      (e: unknown) =>
+        e instanceof RequestError &&
+        e.message ===
+          'container request 1 asks for 2 shared GPU replicas of nvidia.com/gpu.shared; ' +
+            'failRequestsGreaterThanOne allows 1 per container (time-slicing ' +
+            'gives no more GPU time to a container that holds several; request 1)',
+    );
+    assert.equal(allocate([{ devices_ids: [`${u[0]}::0`] }, { devices_ids: [`${u[0]}::1`] }], idx, settings).length, 2);
+    // Whole GPUs are not limited by it.
+    const whole = indexDevices(planResources(g, 'uuid', NO_SHARING)[0]!.devices, g);
+    assert.equal(allocate([{ devices_ids: [u[0]!, u[1]!] }], whole, settings).length, 1);
+  },
+);
 
 // --- GetPreferredAllocation with replicas -------------------------------------------------------------
 

@@ -193,62 +193,69 @@ test('info --json: each GPU with its signals and where they come from; a round t
   assert.equal(failed.gpus[0]!.signals, undefined);
 });
 
-test('check lists the signals every GPU supports, the ones not available on which GPU, those turned off, and warns of a bad one', () => {
-  const all = [0, 1, 2].map((i) =>
-    probedGpu(
-      { index: i, uuid: UUID(i) },
-      healthy({ 'retired-pages': { singleBit: 0, doubleBit: 0, pending: false } }),
-      DEFAULT_SIGNAL_POLICY,
-    ),
-  );
-  assert.deepEqual(signalsCheck({ ok: true, gpus: all }), {
-    status: 'PASS',
-    name: 'health signals',
-    detail:
-      'supported by the driver on every GPU: recovery-action, row-remap, retired-pages, ecc-uncorrectable, nvlink, ' +
-      'pcie-width, pcie-replay, clocks',
-  });
-  const mixed = [
-    probedGpu({ index: 0, uuid: UUID(0) }, healthy(), DEFAULT_SIGNAL_POLICY),
-    probedGpu(
-      { index: 1, uuid: UUID(1) },
-      healthy({ nvlink: 'unavailable', clocks: 'unavailable' }),
-      DEFAULT_SIGNAL_POLICY,
-    ),
-  ];
-  const policy = signalPolicyFor({ DP_DISABLE_HEALTHCHECKS: 'pcie-replay' });
-  assert.equal(policy.signals['pcie-replay'], 'off');
-  assert.equal(policy.signals.nvlink, 'critical');
-  const off = [probedGpu({ index: 0, uuid: UUID(0) }, healthy(), policy)];
-  assert.match(signalsCheck({ ok: true, gpus: off }).detail, /; turned off: pcie-replay$/);
-  const line = signalsCheck({ ok: true, gpus: mixed });
-  assert.equal(line.status, 'PASS', 'a signal the driver lacks is no alarm');
-  assert.equal(
-    line.detail,
-    'supported by the driver on every GPU: recovery-action, row-remap, ecc-uncorrectable, pcie-width, pcie-replay; ' +
-      'not available: retired-pages on every GPU; nvlink on GPU 1; clocks on GPU 1',
-  );
-  const bad = signalsCheck({
-    ok: true,
-    gpus: [
+test(
+  'check lists the signals every GPU supports, the ones not ' +
+    'available on which GPU, those turned off, and warns of a bad one',
+  () => {
+    const all = [0, 1, 2].map((i) =>
       probedGpu(
-        { index: 4, uuid: UUID(4) },
-        healthy({ 'row-remap': { corrected: 0, uncorrected: 2, pending: true, failure: false } }),
+        { index: i, uuid: UUID(i) },
+        healthy({ 'retired-pages': { singleBit: 0, doubleBit: 0, pending: false } }),
         DEFAULT_SIGNAL_POLICY,
       ),
-    ],
-  });
-  assert.equal(bad.status, 'WARN');
-  assert.match(bad.detail, /^bad now: GPU 4 row-remap=pending \(0 corrected, 2 uncorrected\) \(critical\); supported/);
-  assert.equal(signalsCheck({ ok: false, error: 'no probe round within 10000 ms' }).status, 'WARN');
-  assert.deepEqual(signalsCheck({ skipped: 'NVML is not available' }), {
-    status: 'SKIP',
-    name: 'health signals',
-    detail: 'not checked: NVML is not available',
-  });
-  assert.equal(
-    signalPolicyFor({ DP_DISABLE_HEALTHCHECKS: 'bogus' }),
-    DEFAULT_SIGNAL_POLICY,
-    "an invalid variable is the config line's",
-  );
-});
+    );
+    assert.deepEqual(signalsCheck({ ok: true, gpus: all }), {
+      status: 'PASS',
+      name: 'health signals',
+      detail:
+        'supported by the driver on every GPU: recovery-action, row-remap, retired-pages, ecc-uncorrectable, nvlink, ' +
+        'pcie-width, pcie-replay, clocks',
+    });
+    const mixed = [
+      probedGpu({ index: 0, uuid: UUID(0) }, healthy(), DEFAULT_SIGNAL_POLICY),
+      probedGpu(
+        { index: 1, uuid: UUID(1) },
+        healthy({ nvlink: 'unavailable', clocks: 'unavailable' }),
+        DEFAULT_SIGNAL_POLICY,
+      ),
+    ];
+    const policy = signalPolicyFor({ DP_DISABLE_HEALTHCHECKS: 'pcie-replay' });
+    assert.equal(policy.signals['pcie-replay'], 'off');
+    assert.equal(policy.signals.nvlink, 'critical');
+    const off = [probedGpu({ index: 0, uuid: UUID(0) }, healthy(), policy)];
+    assert.match(signalsCheck({ ok: true, gpus: off }).detail, /; turned off: pcie-replay$/);
+    const line = signalsCheck({ ok: true, gpus: mixed });
+    assert.equal(line.status, 'PASS', 'a signal the driver lacks is no alarm');
+    assert.equal(
+      line.detail,
+      'supported by the driver on every GPU: recovery-action, row-remap, ecc-uncorrectable, pcie-width, pcie-replay; ' +
+        'not available: retired-pages on every GPU; nvlink on GPU 1; clocks on GPU 1',
+    );
+    const bad = signalsCheck({
+      ok: true,
+      gpus: [
+        probedGpu(
+          { index: 4, uuid: UUID(4) },
+          healthy({ 'row-remap': { corrected: 0, uncorrected: 2, pending: true, failure: false } }),
+          DEFAULT_SIGNAL_POLICY,
+        ),
+      ],
+    });
+    assert.equal(bad.status, 'WARN');
+    assert.match(
+      bad.detail,
+      /^bad now: GPU 4 row-remap=pending \(0 corrected, 2 uncorrected\) \(critical\); supported/,
+    );
+    assert.equal(signalsCheck({ ok: false, error: 'no probe round within 10000 ms' }).status, 'WARN');
+    assert.deepEqual(signalsCheck({ skipped: 'NVML is not available' }), {
+      status: 'SKIP',
+      name: 'health signals',
+      detail: 'not checked: NVML is not available',
+    });
+    assert.equal(
+      signalPolicyFor({ DP_DISABLE_HEALTHCHECKS: 'bogus' }),
+      DEFAULT_SIGNAL_POLICY,
+      "an invalid variable is the config line's",
+    );
+  },
+);

@@ -168,7 +168,10 @@ function compare(
   if (!must.every((g) => fast.includes(g))) return `${what}: answer [${fast}] misses must-include GPUs`;
   const slow = bruteForceChoose(m, available, must, size);
   if (fast.join() !== slow.group.join()) {
-    return `${what}: fast [${fast}] (group ${groupScore(m, fast)}) but brute force [${slow.group}] (group ${slow.groupScore}, cut ${slow.splitScore})`;
+    return (
+      `${what}: fast [${fast}] (group ${groupScore(m, fast)}) but brute force ` +
+      `[${slow.group}] (group ${slow.groupScore}, cut ${slow.splitScore})`
+    );
   }
   return null;
 }
@@ -208,34 +211,37 @@ test('property: the fast policy gives exactly the brute-force answer on random m
   assert.ok(cases > 2000, `only ${cases} cases`);
 });
 
-test('property: machines with symmetric hierarchies (up to 16 GPUs, at most 10 available) match the brute force', () => {
-  const base = Number(process.env.TOPOLOGY_SEED ?? 20240611) + 100000;
-  let cases = 0;
-  for (let t = 0; t < 150; t++) {
-    const seed = base + t;
-    const rand = prng(seed);
-    const n = 2 + Math.floor(rand() * 15);
-    const topo = hierarchicalTopology(rand, n);
-    const m = buildScoreMatrix(topo.gpus, topo.level);
-    const policy = new PreferredPolicy(m, { warmUp: t % 2 === 0 });
-    for (let round = 0; round < 2; round++) {
-      const available = shuffled(
-        rand,
-        Array.from({ length: n }, (_, i) => i),
-      ).slice(0, Math.min(n, 4 + Math.floor(rand() * 7)));
-      for (let size = 1; size <= available.length; size++) {
-        for (const mc of [0, Math.floor(rand() * (Math.min(size, 2) + 1))]) {
-          const must = shuffled(rand, available).slice(0, mc);
-          const failure = compare(m, policy, available, must, size);
-          cases++;
-          if (failure !== null)
-            assert.fail(`seed ${seed} (TOPOLOGY_SEED=${base - 100000}, machine ${t}, ${n} GPUs): ${failure}`);
+test(
+  'property: machines with symmetric hierarchies (up to ' + '16 GPUs, at most 10 available) match the brute force',
+  () => {
+    const base = Number(process.env.TOPOLOGY_SEED ?? 20240611) + 100000;
+    let cases = 0;
+    for (let t = 0; t < 150; t++) {
+      const seed = base + t;
+      const rand = prng(seed);
+      const n = 2 + Math.floor(rand() * 15);
+      const topo = hierarchicalTopology(rand, n);
+      const m = buildScoreMatrix(topo.gpus, topo.level);
+      const policy = new PreferredPolicy(m, { warmUp: t % 2 === 0 });
+      for (let round = 0; round < 2; round++) {
+        const available = shuffled(
+          rand,
+          Array.from({ length: n }, (_, i) => i),
+        ).slice(0, Math.min(n, 4 + Math.floor(rand() * 7)));
+        for (let size = 1; size <= available.length; size++) {
+          for (const mc of [0, Math.floor(rand() * (Math.min(size, 2) + 1))]) {
+            const must = shuffled(rand, available).slice(0, mc);
+            const failure = compare(m, policy, available, must, size);
+            cases++;
+            if (failure !== null)
+              assert.fail(`seed ${seed} (TOPOLOGY_SEED=${base - 100000}, machine ${t}, ${n} GPUs): ${failure}`);
+          }
         }
       }
     }
-  }
-  assert.ok(cases > 1000, `only ${cases} cases`);
-});
+    assert.ok(cases > 1000, `only ${cases} cases`);
+  },
+);
 
 test('property: machines of more than 16 GPUs with at most 10 available are solved exactly too', () => {
   for (let t = 0; t < 12; t++) {

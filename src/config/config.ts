@@ -215,7 +215,8 @@ export function readConfigFile<K extends string>(
   } catch (err) {
     if (err instanceof NotAConfigFile) {
       throw new ConfigError(
-        `config file ${file} ${err.message}; expected a regular file of at most 1 MiB (${MAX_CONFIG_BYTES} bytes); check --config-file (CONFIG_FILE)`,
+        `config file ${file} ${err.message}; expected a regular file of at most ` +
+          `1 MiB (${MAX_CONFIG_BYTES} bytes); check --config-file (CONFIG_FILE)`,
       );
     }
     const e = err as NodeJS.ErrnoException;

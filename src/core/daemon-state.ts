@@ -40,7 +40,9 @@ export interface MpsResourceState {
   readonly reason?: string;
   /** When it took this state (ISO 8601); absent: never asked yet. */
   readonly since?: string;
-  /** Replicas per GPU, the default active-thread percentage (100 / replicas) and pinned memory per GPU (core/mps.ts). */
+  /**
+   * Replicas per GPU, the default active-thread percentage (100 / replicas) and pinned memory per GPU (core/mps.ts).
+   */
   readonly replicas: number;
   readonly activeThreadPercentage: number;
   readonly gpus: readonly { readonly index: number; readonly uuid: string; readonly pinnedMemLimitMiB: number }[];

@@ -238,7 +238,8 @@ export function poolContent(s: NodeSnapshot, settings: PoolSettings, driver: str
     const count = Object.keys(dev.attributes).length + Object.keys(dev.capacity).length;
     if (count > MAX_ATTRIBUTES_AND_CAPACITIES) {
       notes.push(
-        `device ${d.name} is not published: ${count} attributes and capacities, more than the ${MAX_ATTRIBUTES_AND_CAPACITIES} a device may have`,
+        `device ${d.name} is not published: ${count} attributes and capacities, ` +
+          `more than the ${MAX_ATTRIBUTES_AND_CAPACITIES} a device may have`,
       );
       continue;
     }

@@ -96,7 +96,10 @@ export function planSnapshot(
   return { resources: planned.resources, planProblem: problem, migNotes: planned.notes };
 }
 
-/** The plan of a start without the driver: what no GPU makes (nvidia.com/gpu, empty), or nothing when the config names GPUs. */
+/**
+ * The plan of a start without the driver: what no GPU makes (nvidia.com/gpu, empty), or nothing when the config names
+ * GPUs.
+ */
 function planWithoutGpus(settings: PlanSettings): ResourcePlan {
   try {
     const { resources, notes } = planForNode([], NO_MIG, settings);
@@ -118,7 +121,9 @@ export function checkReload(snapshot: NodeSnapshot, settings: PlanSettings): voi
   }
 }
 
-/** The daemon state of each planned MPS resource, by resource name (one the snapshot holds none for is not asked yet). */
+/**
+ * The daemon state of each planned MPS resource, by resource name (one the snapshot holds none for is not asked yet).
+ */
 export function mpsDaemonsOf(node: PlannedNode): ReadonlyMap<string, MpsDaemonState> {
   const out = new Map<string, MpsDaemonState>();
   for (const r of node.plan.resources)

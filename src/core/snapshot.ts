@@ -180,7 +180,10 @@ export function buildSnapshot(
   };
 }
 
-/** GPUs' health carried over by UUID; one that left is remembered, one that is back gets what it left with (or fresh with recovery). */
+/**
+ * GPUs' health carried over by UUID; one that left is remembered, one that is back gets what it left with (or fresh
+ * with recovery).
+ */
 function carryGpuHealth(
   gpus: readonly Gpu[],
   previous: NodeSnapshot | null,

@@ -57,7 +57,8 @@ export class CheckpointStore {
         const aside = `${path}.unreadable-${Date.now()}`;
         await rename(path, aside).catch(() => undefined);
         log.error(
-          'the DRA checkpoint cannot be read; moved aside, starting with no prepared claims (claims prepared before will be prepared again when the kubelet asks)',
+          'the DRA checkpoint cannot be read; moved aside, starting with no prepared ' +
+            'claims (claims prepared before will be prepared again when the kubelet asks)',
           { checkpoint: path, movedTo: aside, error: (err as Error).message },
         );
       }

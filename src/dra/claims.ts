@@ -101,7 +101,11 @@ export function deviceHeldElsewhere(c: Checkpoint, uid: string, devices: readonl
       const held = record.devices.find((x) => x.device === d.device && x.pool === d.pool);
       if (other === uid || held === undefined || compatible(d.shared, held.shared)) continue;
       const how = record.state === 'PrepareCompleted' ? 'already prepared' : 'being prepared';
-      return `device ${d.device} is ${how} for claim ${record.namespace}/${record.name} (uid ${other}): a device serves one claim at a time unless its allocation shares it (adminAccess, or a shareID of a device that allows multiple allocations); the kubelet asks again, which succeeds once that claim is unprepared`;
+      return (
+        `device ${d.device} is ${how} for claim ${record.namespace}/${record.name} (uid ${other}): a device ` +
+        `serves one claim at a time unless its allocation shares it (adminAccess, or a shareID of a device that ` +
+        `allows multiple allocations); the kubelet asks again, which succeeds once that claim is unprepared`
+      );
     }
   }
   return null;

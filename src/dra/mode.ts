@@ -241,7 +241,10 @@ export interface DraMode {
   readonly registrations: Registrations;
   /** The prepared claims, for the state file. */
   readonly claims: () => ClaimState[];
-  /** status: what statusWords() says may have changed (a publication, or the API server failing); claims: a claim prepared or unprepared. */
+  /**
+   * status: what statusWords() says may have changed (a publication, or the API server failing); claims: a claim
+   * prepared or unprepared.
+   */
   onChange(listeners: { status(): void; claims(): void }): void;
   stop(): void;
 }
@@ -264,7 +267,8 @@ async function connect(o: Options, log: Logger): Promise<KubeClient> {
     if (!(err instanceof KubeUnreachableError)) {
       client.close();
       throw new OptionError(
-        `the API server ${client.server} refused to check these credentials (${client.target.source}): ${errorText(err)}; see ${DRA_RBAC}`,
+        `the API server ${client.server} refused to check these credentials ` +
+          `(${client.target.source}): ${errorText(err)}; see ${DRA_RBAC}`,
       );
     }
     log.warn(
@@ -322,7 +326,10 @@ export async function startDraMode(d: DraModeDeps): Promise<DraMode> {
             ? 'no devices published yet'
             : 'no devices published yet (the API server does not answer)'
           : `${s.devices} devices published${s.failing === null ? '' : ' (the API server does not answer now)'}`;
-      return `${registeredNow ? 'registered with the kubelet' : "waiting for the kubelet's plugin watcher"} (DRA, driver ${o.draDriverName}); ${published}`;
+      return (
+        `${registeredNow ? 'registered with the kubelet' : "waiting for the kubelet's plugin watcher"} ` +
+        `(DRA, driver ${o.draDriverName}); ${published}`
+      );
     },
   };
   return {

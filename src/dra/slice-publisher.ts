@@ -88,7 +88,10 @@ export function pcieRootOfPath(path: string): string | null {
 export async function accessProblem(client: KubeClient, timeoutMs?: number): Promise<string | null> {
   const verdict = await checkAccess(client, undefined, timeoutMs);
   if (verdict.ok) return null;
-  return `the credentials in ${client.target.source} may not ${verdict.denied.join(', ')} on ${client.server}; DRA mode needs them (apply the RBAC shipped with the package for this node's user)`;
+  return (
+    `the credentials in ${client.target.source} may not ${verdict.denied.join(', ')} on ${client.server}; ` +
+    `DRA mode needs them (apply the RBAC shipped with the package for this node's user)`
+  );
 }
 
 type SliceSpecDevices = readonly SliceDevice[];
@@ -98,7 +101,8 @@ export class NodeUnknownError extends Error {
   override name = 'NodeUnknownError';
   constructor(node: string, server: string) {
     super(
-      `the API server ${server} has no Node named ${JSON.stringify(node)}; is the node name right (it must be the kubelet's --hostname-override or the host name), and has the kubelet registered the node?`,
+      `the API server ${server} has no Node named ${JSON.stringify(node)}; is the node name right (it must ` +
+        `be the kubelet's --hostname-override or the host name), and has the kubelet registered the node?`,
     );
   }
 }

@@ -44,7 +44,10 @@ export interface MpsDaemonWatchOptions<C extends NodeSettings> {
   readonly log: Logger;
   /** The MPS root of a configuration (null: none configured; MPS resources then have no daemon to ask). */
   readonly rootOf: (settings: C) => string | null;
-  /** How a daemon is asked (default: the control client found under the driver root, then on PATH: see controlClientAsk). */
+  /**
+   * How a daemon is asked (default: the control client found under the driver root, then on PATH: see
+   * controlClientAsk).
+   */
   readonly ask: MpsAsk;
   /** A daemon started or stopped answering, or (null) is no longer watched (the live node's onMpsDaemon). */
   readonly report: (resource: string, report: MpsDaemonReport | null) => void;
@@ -52,7 +55,10 @@ export interface MpsDaemonWatchOptions<C extends NodeSettings> {
   readonly timeoutMs?: number;
 }
 
-/** The client as the watch uses it: the program looked for on each question (installed later, it is found), under driverRoot then PATH. */
+/**
+ * The client as the watch uses it: the program looked for on each question (installed later, it is found), under
+ * driverRoot then PATH.
+ */
 export function controlClientAsk(driverRoot: string, env: NodeJS.ProcessEnv = process.env): MpsAsk {
   return async (dirs, command, timeoutMs) => {
     const found = await findMpsControl(driverRoot, env.PATH);

@@ -63,7 +63,8 @@ export async function reloadConfig(
   const file = running.options.configFile;
   if (file === null) {
     log.info(
-      'SIGHUP: there is no config file to reload (neither --config-file nor CONFIG_FILE is set); looking at the GPUs again',
+      'SIGHUP: there is no config file to reload (neither ' +
+        '--config-file nor CONFIG_FILE is set); looking at the GPUs again',
     );
     return false;
   }
@@ -103,7 +104,10 @@ export function readsNodeFacts(o: Pick<Options, 'kubeletApi' | 'configFile'>, wr
   return o.kubeletApi === 'dra' || writesLabels || o.configFile !== null;
 }
 
-/** The daemon's options and its health settings (DP_DISABLE_HEALTHCHECKS, DP_ENABLE_HEALTHCHECKS); throws what they refuse. */
+/**
+ * The daemon's options and its health settings (DP_DISABLE_HEALTHCHECKS, DP_ENABLE_HEALTHCHECKS); throws what they
+ * refuse.
+ */
 export function readDaemonOptions(
   argv: readonly string[],
   env: NodeJS.ProcessEnv,

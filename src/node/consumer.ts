@@ -13,7 +13,10 @@ import type { SnapshotDiff } from '../core/snapshot-diff.ts';
 /** The configuration in force, as every mode reads it: the sharing, MIG strategy and device naming (plan). */
 export interface NodeSettings {
   readonly plan: PlanSettings;
-  /** The health signals' policy (config file `health` section and environment); default every signal at its default class. */
+  /**
+   * The health signals' policy (config file `health` section and environment); default every signal at its default
+   * class.
+   */
   readonly signalPolicy?: SignalPolicy;
 }
 

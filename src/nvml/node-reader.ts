@@ -108,7 +108,9 @@ export class NvmlSessions implements NodeSessions {
 
 // ---- typed MIG calls of the identity read --------------------------------------------------------
 
-/** Current MIG mode, plus 2 when a different mode is pending; null when NVML cannot say. Throws when the driver is gone. */
+/**
+ * Current MIG mode, plus 2 when a different mode is pending; null when NVML cannot say. Throws when the driver is gone.
+ */
 export function migModeCode(nvml: Nvml, h: DeviceHandle, index: number): { mode: number | null; enabled: boolean } {
   const current = [0];
   const pending = [0];

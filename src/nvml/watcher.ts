@@ -25,7 +25,9 @@ export interface EventWatcherOptions {
   log: Logger;
   /** The thread watches these GPUs for events; the unsupported ones are watched by the probe only. */
   onReady(watched: WatchedGpu[], unsupported: WatchedGpu[]): void;
-  /** Events, each naming its GPU by UUID (the thread's positions translated here, from the list it was started with). */
+  /**
+   * Events, each naming its GPU by UUID (the thread's positions translated here, from the list it was started with).
+   */
   onEvents(events: EventBatchEntry[]): void;
   /** One probe round: each GPU's answer by UUID. */
   onProbe(results: ProbeRound): void;
@@ -81,7 +83,9 @@ function watchApi(koffi: Koffi): WatchApi {
     koffi.opaque('gdp_watch');
     api = {
       start: lib.func(
-        'int gdp_watch_start(const char *library, const uint32_t *indices, uint32_t count, uint32_t probe_interval_ms, uint32_t wait_timeout_ms, int32_t wait_version, uint32_t signals, _Out_ gdp_watch **out, _Out_ int32_t *fd)',
+        'int gdp_watch_start(const char *library, const uint32_t *indices, uint32_t ' +
+          'count, uint32_t probe_interval_ms, uint32_t wait_timeout_ms, int32_t ' +
+          'wait_version, uint32_t signals, _Out_ gdp_watch **out, _Out_ int32_t *fd)',
       ) as NativeFn,
       stop: lib.func('void gdp_watch_stop(gdp_watch *w)') as NativeFn,
       join: lib.func('int gdp_watch_join(gdp_watch *w)') as NativeFn,
@@ -133,7 +137,9 @@ function startThread(opts: EventWatcherOptions): { a: WatchApi; handle: unknown;
   ) as number;
   if (rc !== 0)
     return {
-      error: `cannot start the health thread (errno ${rc}${rc === 2 ? ': NVML is not loaded' : rc === 38 ? ': NVML lacks a function it needs' : ''})`,
+      error:
+        `cannot start the health thread ` +
+        `(errno ${rc}${rc === 2 ? ': NVML is not loaded' : rc === 38 ? ': NVML lacks a function it needs' : ''})`,
     };
   return { a, handle: out[0], fd: fd[0] ?? -1 };
 }

@@ -1,8 +1,8 @@
 // The state publisher: a consumer of the live node (src/node/consumer.ts) that turns each applied
 // snapshot (core/snapshot.ts), the configuration in force and the serving mode's registrations (and
-// what it advertises per resource) into the published state (core/daemon-state.ts) and writes it to the state file `info` reads
-// (state-file.ts): what the kubelet was told of each device and why, since when. When the
-// snapshot's shape changes, only this file follows it.
+// what it advertises per resource) into the published state (core/daemon-state.ts) and writes it to the state file
+// `info` reads (state-file.ts): what the kubelet was told of each device and why, since when. When the snapshot's shape
+// changes, only this file follows it.
 import type { Options } from '../config/options.ts';
 import { OPTION_SPECS } from '../config/option-table.ts';
 import { showOption } from '../config/describe-options.ts';
@@ -46,7 +46,10 @@ export function unhealthyReason(state: GpuHealthState | undefined, driverUp: boo
   if (state === undefined) return 'unknown';
   if (state.lost) return 'lost: NVML reports the GPU gone (GPU_IS_LOST; XID 79: fallen off the bus)';
   if (state.lastXid !== null)
-    return `XID ${state.lastXid}: ${xidMeaning(state.lastXid)}${state.permanent ? ' (health recovery does not undo it)' : ''}`;
+    return (
+      `XID ${state.lastXid}: ${xidMeaning(state.lastXid)}` +
+      `${state.permanent ? ' (health recovery does not undo it)' : ''}`
+    );
   if (state.permanent) return 'double-bit ECC error';
   return 'unhealthy';
 }

@@ -15,7 +15,10 @@ import { errorText } from '../system/log.ts';
 export const STATE_FILE_ENV = 'GPU_DEVICE_PLUGIN_STATE_FILE';
 export const DEFAULT_RUNTIME_DIRECTORY = '/run/gpu-device-plugin';
 
-/** Where the state file is: GPU_DEVICE_PLUGIN_STATE_FILE, else state.json in $RUNTIME_DIRECTORY, else in /run/gpu-device-plugin. */
+/**
+ * Where the state file is: GPU_DEVICE_PLUGIN_STATE_FILE, else state.json in $RUNTIME_DIRECTORY, else in
+ * /run/gpu-device-plugin.
+ */
 export function defaultStateFile(env: Readonly<Record<string, string | undefined>>): string {
   const given = env.GPU_DEVICE_PLUGIN_STATE_FILE;
   if (given !== undefined && given !== '') return given;

@@ -69,7 +69,10 @@ export class ResourceManager implements PlanListener<ServedSettings> {
   private readonly timers = new TimerOwner();
   private registeredOnce = false;
   private snapshot: NodeSnapshot | null = null;
-  /** Each planned device list's index, kept while the list and the GPUs are the same objects (a health change keeps both). */
+  /**
+   * Each planned device list's index, kept while the list and the GPUs are the same objects (a health change keeps
+   * both).
+   */
   private readonly indexes = new WeakMap<
     readonly AdvertisedDevice[],
     { readonly gpus: readonly Gpu[]; readonly index: DeviceIndex }

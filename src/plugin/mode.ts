@@ -70,7 +70,9 @@ export function devicePluginLockDirectory(o: Pick<Options, 'kubeletSocket'>): { 
   return { dir: dirname(o.kubeletSocket) };
 }
 
-/** The device-plugin mode, composed: its consumers and its registrations (the resource manager, and the planner's view). */
+/**
+ * The device-plugin mode, composed: its consumers and its registrations (the resource manager, and the planner's view).
+ */
 export interface DevicePluginMode {
   readonly manager: ResourceManager;
   readonly planner: ResourcePlanner<RunningConfig>;

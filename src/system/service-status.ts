@@ -107,7 +107,10 @@ export const NO_DRIVER = 'the NVIDIA driver (NVML cannot be loaded yet)';
 export function statusLine(counts: HealthCounts | null, registeredNow: boolean, words?: string): string {
   const mig =
     counts !== null && counts.mig.total > 0 ? `, ${counts.mig.healthy} of ${counts.mig.total} MIG devices` : '';
-  return `STATUS=${words ?? (registeredNow ? 'registered' : 'waiting for the kubelet')}; ${counts?.gpus.healthy ?? 0} of ${counts?.gpus.total ?? 0} GPUs healthy${mig}`;
+  return (
+    `STATUS=${words ?? (registeredNow ? 'registered' : 'waiting for the kubelet')}` +
+    `; ${counts?.gpus.healthy ?? 0} of ${counts?.gpus.total ?? 0} GPUs healthy${mig}`
+  );
 }
 
 /** What the STATUS line asks of the registrations (node/consumer.ts's Registrations has it). */

@@ -64,7 +64,9 @@ const ms = (x: number): string => `${x.toFixed(0)} ms`;
 
 type SignalView = { signal: string; status: string; class: string };
 
-/** A GPU's signals in the daemon's state file, once they satisfy pred (the file is written after the kubelet is told). */
+/**
+ * A GPU's signals in the daemon's state file, once they satisfy pred (the file is written after the kubelet is told).
+ */
 async function stateOfGpu(node: SimNode, gpu: number, pred: (s: SignalView[]) => boolean): Promise<SignalView[]> {
   const deadline = performance.now() + 5000;
   for (;;) {
@@ -85,61 +87,64 @@ async function stateOfGpu(node: SimNode, gpu: number, pred: (s: SignalView[]) =>
 }
 
 describe('health signals through the device-plugin API', () => {
-  test('whole GPUs: each critical signal makes its GPU Unhealthy and clears; warnings change no health', async (t: TestContext) => {
-    const topo = fixture(fixtureDir(), 'demo-8', withEvents);
-    const node = await SimNode.start({ topology: topo, args: PROBE });
-    try {
-      const k = node.kubelet!;
-      await node.plugin.waitForLine(/watching GPU health/, 10_000);
-      await k.waitForDevices((d) => d.length === 8 && letters(d) === 'HHHHHHHH');
-      const times: string[] = [];
-      const cases: [string, number, string, string, string][] = [
-        // [signal, gpu, set, clear, taken with]
-        ['recovery-action', 1, 'recovery-action=1', 'recovery-action=0', 'event'],
-        ['retired-pages', 2, 'retired-pending=1', 'retired-pending=0', 'event'],
-        ['ecc-uncorrectable', 3, 'ecc-volatile=2', 'ecc-volatile=0', 'probe'],
-        ['nvlink', 4, 'nvlink-down=0', 'nvlink-down=none', 'probe'],
-      ];
-      for (const [signal, gpu, set, clear, how] of cases) {
-        const bad = await until(node, `health ${gpu} ${set}`, (d) => d[gpu]?.health === 'Unhealthy');
-        assert.equal(letters(k.devices() ?? []), `${'H'.repeat(gpu)}U${'H'.repeat(7 - gpu)}`);
-        const line = await node.plugin.waitForLine(new RegExp(`GPU health signal bad gpu=${gpu} .*signal=${signal}`));
-        assert.match(line, new RegExp(`uuid=${node.topology.gpus[gpu]!.uuid}`));
-        assert.match(line, /action=/);
-        const back = await until(node, `health ${gpu} ${clear}`, (d) => letters(d) === 'HHHHHHHH');
-        await node.plugin.waitForLine(new RegExp(`GPU health signal cleared gpu=${gpu} .*signal=${signal}`));
-        times.push(`${signal} (${how}): bad ${ms(bad)}, cleared ${ms(back)}`);
+  test(
+    'whole GPUs: each critical signal makes its GPU ' + 'Unhealthy and clears; warnings change no health',
+    async (t: TestContext) => {
+      const topo = fixture(fixtureDir(), 'demo-8', withEvents);
+      const node = await SimNode.start({ topology: topo, args: PROBE });
+      try {
+        const k = node.kubelet!;
+        await node.plugin.waitForLine(/watching GPU health/, 10_000);
+        await k.waitForDevices((d) => d.length === 8 && letters(d) === 'HHHHHHHH');
+        const times: string[] = [];
+        const cases: [string, number, string, string, string][] = [
+          // [signal, gpu, set, clear, taken with]
+          ['recovery-action', 1, 'recovery-action=1', 'recovery-action=0', 'event'],
+          ['retired-pages', 2, 'retired-pending=1', 'retired-pending=0', 'event'],
+          ['ecc-uncorrectable', 3, 'ecc-volatile=2', 'ecc-volatile=0', 'probe'],
+          ['nvlink', 4, 'nvlink-down=0', 'nvlink-down=none', 'probe'],
+        ];
+        for (const [signal, gpu, set, clear, how] of cases) {
+          const bad = await until(node, `health ${gpu} ${set}`, (d) => d[gpu]?.health === 'Unhealthy');
+          assert.equal(letters(k.devices() ?? []), `${'H'.repeat(gpu)}U${'H'.repeat(7 - gpu)}`);
+          const line = await node.plugin.waitForLine(new RegExp(`GPU health signal bad gpu=${gpu} .*signal=${signal}`));
+          assert.match(line, new RegExp(`uuid=${node.topology.gpus[gpu]!.uuid}`));
+          assert.match(line, /action=/);
+          const back = await until(node, `health ${gpu} ${clear}`, (d) => letters(d) === 'HHHHHHHH');
+          await node.plugin.waitForLine(new RegExp(`GPU health signal cleared gpu=${gpu} .*signal=${signal}`));
+          times.push(`${signal} (${how}): bad ${ms(bad)}, cleared ${ms(back)}`);
+        }
+        // The retired-page limit needs a repair: its reason says so.
+        await until(node, 'health 5 retired-sbe=40 retired-dbe=30', (d) => d[5]?.health === 'Unhealthy');
+        const limit = await node.plugin.waitForLine(/GPU health signal bad gpu=5 .*signal=retired-pages/);
+        assert.match(limit, /repair/);
+        assert.match(limit, /does not clear by itself/);
+        // Warnings: logged, no health change. A critical signal sent after them on GPU 7 (read with the
+        // same probe or after it) shows the warnings were read too.
+        node.nvml('health 6 pcie-width=8');
+        node.nvml('health 6 clocks=0x40');
+        node.nvml('health 6 pcie-replays=100');
+        await node.plugin.waitForLine(/WARN GPU health signal bad gpu=6 .*signal=pcie-width/);
+        await node.plugin.waitForLine(/WARN GPU health signal bad gpu=6 .*signal=clocks/);
+        await node.plugin.waitForLine(/WARN GPU health signal bad gpu=6 .*signal=pcie-replay/);
+        await until(node, 'health 7 ecc-volatile=1', (d) => d[7]?.health === 'Unhealthy');
+        assert.equal(letters(k.devices() ?? []), 'HHHHHUHU', 'warnings on GPU 6 leave it Healthy');
+        // The state file (what `info` shows) carries each GPU's signals: wait for the plugin to write it.
+        const g6 = await stateOfGpu(node, 6, (s) => s.filter((x) => x.status === 'bad').length === 3);
+        assert.deepEqual(
+          g6?.filter((s) => s.status === 'bad').map((s) => [s.signal, s.class]),
+          [
+            ['pcie-width', 'warn'],
+            ['pcie-replay', 'warn'],
+            ['clocks', 'warn'],
+          ],
+        );
+        t.diagnostic(`signal → kubelet (probe every 1 s): ${times.join('; ')}`);
+      } finally {
+        await node.stop();
       }
-      // The retired-page limit needs a repair: its reason says so.
-      await until(node, 'health 5 retired-sbe=40 retired-dbe=30', (d) => d[5]?.health === 'Unhealthy');
-      const limit = await node.plugin.waitForLine(/GPU health signal bad gpu=5 .*signal=retired-pages/);
-      assert.match(limit, /repair/);
-      assert.match(limit, /does not clear by itself/);
-      // Warnings: logged, no health change. A critical signal sent after them on GPU 7 (read with the
-      // same probe or after it) shows the warnings were read too.
-      node.nvml('health 6 pcie-width=8');
-      node.nvml('health 6 clocks=0x40');
-      node.nvml('health 6 pcie-replays=100');
-      await node.plugin.waitForLine(/WARN GPU health signal bad gpu=6 .*signal=pcie-width/);
-      await node.plugin.waitForLine(/WARN GPU health signal bad gpu=6 .*signal=clocks/);
-      await node.plugin.waitForLine(/WARN GPU health signal bad gpu=6 .*signal=pcie-replay/);
-      await until(node, 'health 7 ecc-volatile=1', (d) => d[7]?.health === 'Unhealthy');
-      assert.equal(letters(k.devices() ?? []), 'HHHHHUHU', 'warnings on GPU 6 leave it Healthy');
-      // The state file (what `info` shows) carries each GPU's signals: wait for the plugin to write it.
-      const g6 = await stateOfGpu(node, 6, (s) => s.filter((x) => x.status === 'bad').length === 3);
-      assert.deepEqual(
-        g6?.filter((s) => s.status === 'bad').map((s) => [s.signal, s.class]),
-        [
-          ['pcie-width', 'warn'],
-          ['pcie-replay', 'warn'],
-          ['clocks', 'warn'],
-        ],
-      );
-      t.diagnostic(`signal → kubelet (probe every 1 s): ${times.join('; ')}`);
-    } finally {
-      await node.stop();
-    }
-  });
+    },
+  );
 
   test('a time-sliced GPU: every replica follows its GPU (row remap pending, then failed)', async (t: TestContext) => {
     const dir = fixtureDir();
@@ -186,7 +191,8 @@ describe('health signals through the device-plugin API', () => {
       const badProbe = await until(node, 'health 1 ecc-volatile=3', two);
       const backProbe = await until(node, 'health 1 reset', (d) => d.every((x) => x.health === 'Healthy'));
       t.diagnostic(
-        `MIG: recovery action (event) bad ${ms(bad)}, cleared ${ms(back)}; ECC (probe) bad ${ms(badProbe)}, reset ${ms(backProbe)}`,
+        `MIG: recovery action (event) bad ${ms(bad)}, cleared ${ms(back)}; ` +
+          `ECC (probe) bad ${ms(badProbe)}, reset ${ms(backProbe)}`,
       );
     } finally {
       await node.stop();
@@ -254,37 +260,40 @@ describe('the health section and the environment', () => {
     assert.match(on.out, /DP_ENABLE_HEALTHCHECKS: "recovery"/);
   });
 
-  test('the config file turns a signal off, the environment turns one off, and SIGHUP refuses a bad section', async () => {
-    const dir = fixtureDir();
-    const topo = fixture(dir, 'demo-8', withEvents);
-    const config = join(dir, 'config.yaml');
-    writeFileSync(config, 'version: v1\nhealth:\n  signals:\n    ecc-uncorrectable: "off"\n');
-    const node = await SimNode.start({
-      topology: topo,
-      args: [...PROBE, `--config-file=${config}`],
-      env: { DP_DISABLE_HEALTHCHECKS: 'recovery-action' },
-    });
-    try {
-      const k = node.kubelet!;
-      await node.plugin.waitForLine(/watching GPU health/, 10_000);
-      await node.plugin.waitForLine(
-        /health checks .*ecc-uncorrectable=off.*recovery-action=off|recovery-action=off.*ecc-uncorrectable=off/,
-      );
-      node.nvml('health 0 ecc-volatile=5');
-      node.nvml('health 1 recovery-action=1');
-      // A signal still on, read by the probe after them: once it is seen, the two before were read
-      // (the event's at once, the ECC by that probe round or an earlier one) and changed nothing.
-      await until(node, 'health 2 nvlink-down=0', (d) => d[2]?.health === 'Unhealthy');
-      assert.equal(letters(k.devices() ?? []), 'HHUHHHHH');
-      writeFileSync(config, 'version: v1\nhealth:\n  signals:\n    ecc: "off"\n');
-      const from = node.plugin.lines.length;
-      node.plugin.signal('SIGHUP');
-      const refused = await node.plugin.waitForLine(/config reload refused/, 10_000, from);
-      assert.match(refused, /health\.signals\.ecc: unknown signal/);
-    } finally {
-      await node.stop();
-    }
-  });
+  test(
+    'the config file turns a signal off, the environment ' + 'turns one off, and SIGHUP refuses a bad section',
+    async () => {
+      const dir = fixtureDir();
+      const topo = fixture(dir, 'demo-8', withEvents);
+      const config = join(dir, 'config.yaml');
+      writeFileSync(config, 'version: v1\nhealth:\n  signals:\n    ecc-uncorrectable: "off"\n');
+      const node = await SimNode.start({
+        topology: topo,
+        args: [...PROBE, `--config-file=${config}`],
+        env: { DP_DISABLE_HEALTHCHECKS: 'recovery-action' },
+      });
+      try {
+        const k = node.kubelet!;
+        await node.plugin.waitForLine(/watching GPU health/, 10_000);
+        await node.plugin.waitForLine(
+          /health checks .*ecc-uncorrectable=off.*recovery-action=off|recovery-action=off.*ecc-uncorrectable=off/,
+        );
+        node.nvml('health 0 ecc-volatile=5');
+        node.nvml('health 1 recovery-action=1');
+        // A signal still on, read by the probe after them: once it is seen, the two before were read
+        // (the event's at once, the ECC by that probe round or an earlier one) and changed nothing.
+        await until(node, 'health 2 nvlink-down=0', (d) => d[2]?.health === 'Unhealthy');
+        assert.equal(letters(k.devices() ?? []), 'HHUHHHHH');
+        writeFileSync(config, 'version: v1\nhealth:\n  signals:\n    ecc: "off"\n');
+        const from = node.plugin.lines.length;
+        node.plugin.signal('SIGHUP');
+        const refused = await node.plugin.waitForLine(/config reload refused/, 10_000, from);
+        assert.match(refused, /health\.signals\.ecc: unknown signal/);
+      } finally {
+        await node.stop();
+      }
+    },
+  );
 });
 
 // ---- DRA -----------------------------------------------------------------------------------------
@@ -331,110 +340,115 @@ const taintsOf = (d: SliceDevice[], name: string) =>
   (d.find((x) => x.name === name)?.taints ?? []).map((x) => [x.key, x.value ?? '', x.effect]);
 
 describe('health signals in DRA mode', () => {
-  test('a taint per bad signal (NoSchedule critical, None warning), UNHEALTHY with the reason, removed when cleared', async (t: TestContext) => {
-    const topo = fixture(fixtureDir(), 'demo-8', withEvents);
-    const api = await ApiServerStandIn.start({
-      tokens: {
-        [TOKEN]: {
-          user: `system:node:${NODE}`,
-          allow: [
-            'list resourceslices',
-            'create resourceslices',
-            'update resourceslices',
-            'delete resourceslices',
-            'get resourceclaims',
-            'get nodes',
-          ],
-        },
-      },
-    });
-    api.putNode(NODE);
-    let watcher: PluginWatcherStandIn | undefined;
-    const args: string[] = [...PROBE];
-    const env: Record<string, string> = {};
-    let node: SimNode | undefined;
-    try {
-      node = await SimNode.start({
-        topology: topo,
-        kubelet: false,
-        waitRegistered: false,
-        args,
-        env,
-        beforePlugin: async (n) => {
-          const registry = join(n.dir, 'plugins_registry');
-          const plugins = join(n.dir, 'plugins');
-          const cdi = join(n.dir, 'cdi');
-          for (const d of [registry, plugins, cdi]) mkdirSync(d, { recursive: true });
-          const kubeconfig = join(n.dir, 'kubeconfig');
-          writeFileSync(
-            kubeconfig,
-            `apiVersion: v1\nkind: Config\ncurrent-context: node\nclusters:\n- name: c\n  cluster:\n    server: ${api.url}\nusers:\n- name: u\n  user:\n    token: ${TOKEN}\ncontexts:\n- name: node\n  context:\n    cluster: c\n    user: u\n`,
-            { mode: 0o600 },
-          );
-          writeFileSync(join(cdi, 'nvidia.yaml'), 'cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n');
-          watcher = await PluginWatcherStandIn.start(registry, {
-            slices: { janitor: api, nodeName: NODE, wipeDelayMs: 60_000 },
-          });
-          args.push(
-            '--kubelet-api=dra',
-            `--kubeconfig=${kubeconfig}`,
-            `--node-name=${NODE}`,
-            `--kubelet-plugins-registry=${registry}`,
-            `--kubelet-plugins-dir=${plugins}`,
-          );
-          env.CDI_SPEC_DIRS = cdi;
+  test(
+    'a taint per bad signal (NoSchedule critical, None ' + 'warning), UNHEALTHY with the reason, removed when cleared',
+    async (t: TestContext) => {
+      const topo = fixture(fixtureDir(), 'demo-8', withEvents);
+      const api = await ApiServerStandIn.start({
+        tokens: {
+          [TOKEN]: {
+            user: `system:node:${NODE}`,
+            allow: [
+              'list resourceslices',
+              'create resourceslices',
+              'update resourceslices',
+              'delete resourceslices',
+              'get resourceclaims',
+              'get nodes',
+            ],
+          },
         },
       });
-      const w = watcher as PluginWatcherStandIn;
-      await w.waitForRegistrations(1, 15_000);
-      await waitForSlices(api, (d) => d.length === 8 && d.every((x) => x.taints === undefined), 'untainted');
-      await node.plugin.waitForLine(/watching GPU health/, 10_000);
-      const domainOf = (d: SliceDevice[], name: string) =>
-        d.find((x) => x.name === name)?.attributes?.nvlinkDomain?.int;
-      const before = devicesOf(api);
-      const times: string[] = [];
-      const unhealthy = (h: DeviceHealth[], name: string) =>
-        h.find((x) => x.device?.device_name === name)?.health === HealthStatus.UNHEALTHY;
+      api.putNode(NODE);
+      let watcher: PluginWatcherStandIn | undefined;
+      const args: string[] = [...PROBE];
+      const env: Record<string, string> = {};
+      let node: SimNode | undefined;
+      try {
+        node = await SimNode.start({
+          topology: topo,
+          kubelet: false,
+          waitRegistered: false,
+          args,
+          env,
+          beforePlugin: async (n) => {
+            const registry = join(n.dir, 'plugins_registry');
+            const plugins = join(n.dir, 'plugins');
+            const cdi = join(n.dir, 'cdi');
+            for (const d of [registry, plugins, cdi]) mkdirSync(d, { recursive: true });
+            const kubeconfig = join(n.dir, 'kubeconfig');
+            writeFileSync(
+              kubeconfig,
+              `apiVersion: v1\nkind: Config\ncurrent-context: node\nclusters:\n- name: c\n` +
+                `  cluster:\n    server: ${api.url}\nusers:\n- name: u\n  user:\n    ` +
+                `token: ${TOKEN}\ncontexts:\n- name: node\n  context:\n    cluster: c\n    user: u\n`,
+              { mode: 0o600 },
+            );
+            writeFileSync(join(cdi, 'nvidia.yaml'), 'cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n');
+            watcher = await PluginWatcherStandIn.start(registry, {
+              slices: { janitor: api, nodeName: NODE, wipeDelayMs: 60_000 },
+            });
+            args.push(
+              '--kubelet-api=dra',
+              `--kubeconfig=${kubeconfig}`,
+              `--node-name=${NODE}`,
+              `--kubelet-plugins-registry=${registry}`,
+              `--kubelet-plugins-dir=${plugins}`,
+            );
+            env.CDI_SPEC_DIRS = cdi;
+          },
+        });
+        const w = watcher as PluginWatcherStandIn;
+        await w.waitForRegistrations(1, 15_000);
+        await waitForSlices(api, (d) => d.length === 8 && d.every((x) => x.taints === undefined), 'untainted');
+        await node.plugin.waitForLine(/watching GPU health/, 10_000);
+        const domainOf = (d: SliceDevice[], name: string) =>
+          d.find((x) => x.name === name)?.attributes?.nvlinkDomain?.int;
+        const before = devicesOf(api);
+        const times: string[] = [];
+        const unhealthy = (h: DeviceHealth[], name: string) =>
+          h.find((x) => x.device?.device_name === name)?.health === HealthStatus.UNHEALTHY;
 
-      let t0 = performance.now();
-      node.nvml('health 1 recovery-action=1');
-      let d = await waitForSlices(api, (x) => taintsOf(x, 'gpu-1').length > 0, 'with gpu-1 tainted');
-      times.push(`recovery action (event) → taint ${ms(performance.now() - t0)}`);
-      assert.deepEqual(taintsOf(d, 'gpu-1'), [[`${DRIVER}/recovery-action`, 'GPU_RESET', 'NoSchedule']]);
-      const h = await w.waitForHealth(DRIVER, (x) => unhealthy(x, 'gpu-1'));
-      assert.match(
-        h.find((x) => x.device?.device_name === 'gpu-1')?.message ?? '',
-        /recovery-action: .*nvidia-smi -r -i 1/,
-      );
-      node.nvml('health 1 recovery-action=0');
-      await waitForSlices(api, (x) => taintsOf(x, 'gpu-1').length === 0, 'with gpu-1 untainted');
-      await w.waitForHealth(DRIVER, (x) => !unhealthy(x, 'gpu-1'));
+        let t0 = performance.now();
+        node.nvml('health 1 recovery-action=1');
+        let d = await waitForSlices(api, (x) => taintsOf(x, 'gpu-1').length > 0, 'with gpu-1 tainted');
+        times.push(`recovery action (event) → taint ${ms(performance.now() - t0)}`);
+        assert.deepEqual(taintsOf(d, 'gpu-1'), [[`${DRIVER}/recovery-action`, 'GPU_RESET', 'NoSchedule']]);
+        const h = await w.waitForHealth(DRIVER, (x) => unhealthy(x, 'gpu-1'));
+        assert.match(
+          h.find((x) => x.device?.device_name === 'gpu-1')?.message ?? '',
+          /recovery-action: .*nvidia-smi -r -i 1/,
+        );
+        node.nvml('health 1 recovery-action=0');
+        await waitForSlices(api, (x) => taintsOf(x, 'gpu-1').length === 0, 'with gpu-1 untainted');
+        await w.waitForHealth(DRIVER, (x) => !unhealthy(x, 'gpu-1'));
 
-      t0 = performance.now();
-      node.nvml('health 2 pcie-width=8');
-      d = await waitForSlices(api, (x) => taintsOf(x, 'gpu-2').length > 0, 'with gpu-2 tainted');
-      times.push(`PCIe width (probe) → taint ${ms(performance.now() - t0)}`);
-      assert.deepEqual(taintsOf(d, 'gpu-2'), [[`${DRIVER}/pcie-width`, 'x8-of-x16', 'None']]);
-      node.nvml('health 2 pcie-width=16');
-      await waitForSlices(api, (x) => taintsOf(x, 'gpu-2').length === 0, 'with gpu-2 untainted');
+        t0 = performance.now();
+        node.nvml('health 2 pcie-width=8');
+        d = await waitForSlices(api, (x) => taintsOf(x, 'gpu-2').length > 0, 'with gpu-2 tainted');
+        times.push(`PCIe width (probe) → taint ${ms(performance.now() - t0)}`);
+        assert.deepEqual(taintsOf(d, 'gpu-2'), [[`${DRIVER}/pcie-width`, 'x8-of-x16', 'None']]);
+        node.nvml('health 2 pcie-width=16');
+        await waitForSlices(api, (x) => taintsOf(x, 'gpu-2').length === 0, 'with gpu-2 untainted');
 
-      t0 = performance.now();
-      node.nvml('health 0 nvlink-down=0.1.2.3.4.5');
-      d = await waitForSlices(api, (x) => taintsOf(x, 'gpu-0').length > 0, 'with gpu-0 tainted');
-      times.push(`NVLink (probe) → taint ${ms(performance.now() - t0)}`);
-      assert.deepEqual(taintsOf(d, 'gpu-0'), [[`${DRIVER}/nvlink-down`, '0.1.2.3.4.5', 'NoSchedule']]);
-      assert.equal(domainOf(d, 'gpu-0'), undefined, 'a GPU with every link down is in no NVLink domain');
-      node.nvml('health 0 nvlink-down=none');
-      d = await waitForSlices(
-        api,
-        (x) => taintsOf(x, 'gpu-0').length === 0 && domainOf(x, 'gpu-0') === domainOf(before, 'gpu-0'),
-        'with gpu-0 untainted and back in its domain',
-      );
-      t.diagnostic(`DRA: ${times.join('; ')}`);
-    } finally {
-      await watcher?.stop();
-      await api.stop();
-      await node?.stop();
-    }
-  });
+        t0 = performance.now();
+        node.nvml('health 0 nvlink-down=0.1.2.3.4.5');
+        d = await waitForSlices(api, (x) => taintsOf(x, 'gpu-0').length > 0, 'with gpu-0 tainted');
+        times.push(`NVLink (probe) → taint ${ms(performance.now() - t0)}`);
+        assert.deepEqual(taintsOf(d, 'gpu-0'), [[`${DRIVER}/nvlink-down`, '0.1.2.3.4.5', 'NoSchedule']]);
+        assert.equal(domainOf(d, 'gpu-0'), undefined, 'a GPU with every link down is in no NVLink domain');
+        node.nvml('health 0 nvlink-down=none');
+        d = await waitForSlices(
+          api,
+          (x) => taintsOf(x, 'gpu-0').length === 0 && domainOf(x, 'gpu-0') === domainOf(before, 'gpu-0'),
+          'with gpu-0 untainted and back in its domain',
+        );
+        t.diagnostic(`DRA: ${times.join('; ')}`);
+      } finally {
+        await watcher?.stop();
+        await api.stop();
+        await node?.stop();
+      }
+    },
+  );
 });

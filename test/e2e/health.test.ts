@@ -162,59 +162,65 @@ test('a bad DP_DISABLE_HEALTHCHECKS stops the start with a clear message', async
   }
 });
 
-test('a GPU that falls off the bus without any event is found by the probe, and stays unhealthy when back', async () => {
-  const node = await watched({
-    topology: 'demo-8',
-    args: ['--health-probe-interval=0.1', '--health-recovery', '--health-recovery-quiet-period=0.2'],
-  });
-  try {
-    node.nvml('lost 4');
-    await node.kubelet!.waitForDevices((d) => d[4]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
-    const from = node.plugin.lines.length;
-    node.nvml('back 4');
-    // The probe answers ok again: the scanner opens NVML afresh to look at the node, and the health
-    // thread starts again on the new session. Then it probes for longer than the quiet period: a GPU
-    // that could recover would have by then.
-    await node.plugin.waitForLine(/watching GPU health/, 10000, from);
-    await probeRounds(node, 5);
-    await handled(node, 7);
-    assert.equal(healthString(node), 'HHHHUHHU', 'a lost GPU never recovers, even with recovery on');
-  } finally {
-    await node.stop();
-  }
-});
+test(
+  'a GPU that falls off the bus without any event is ' + 'found by the probe, and stays unhealthy when back',
+  async () => {
+    const node = await watched({
+      topology: 'demo-8',
+      args: ['--health-probe-interval=0.1', '--health-recovery', '--health-recovery-quiet-period=0.2'],
+    });
+    try {
+      node.nvml('lost 4');
+      await node.kubelet!.waitForDevices((d) => d[4]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
+      const from = node.plugin.lines.length;
+      node.nvml('back 4');
+      // The probe answers ok again: the scanner opens NVML afresh to look at the node, and the health
+      // thread starts again on the new session. Then it probes for longer than the quiet period: a GPU
+      // that could recover would have by then.
+      await node.plugin.waitForLine(/watching GPU health/, 10000, from);
+      await probeRounds(node, 5);
+      await handled(node, 7);
+      assert.equal(healthString(node), 'HHHHUHHU', 'a lost GPU never recovers, even with recovery on');
+    } finally {
+      await node.stop();
+    }
+  },
+);
 
-test('a GPU lost while another leaves the bus: the lost one stays listed Unhealthy, the one that left goes', async () => {
-  const node = await watched({ topology: 'demo-8', args: ['--health-probe-interval=0.1'] });
-  try {
-    const k = node.kubelet!;
-    const u = node.topology.gpus.map((g) => g.uuid);
-    await k.waitForDevices((d) => d.length === 8);
-    // GPU 3 falls off the bus (XID 79, then GPU_IS_LOST); GPU 2 leaves: GPU 3 is NVML's index 2 now.
-    node.nvml('xid 3 79');
-    node.nvml('lost 3');
-    await k.waitForDevices((d) => d[3]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
-    const from = node.plugin.lines.length;
-    node.nvml('remove 2');
-    const after = await k.waitForDevices((d) => d.length === 7, 'nvidia.com/gpu', 20000);
-    assert.deepEqual(
-      after.map((d) => d.ID),
-      u.filter((_, i) => i !== 2),
-      'the GPU that left goes; the lost one stays listed',
-    );
-    assert.equal(healthString(node), 'HHUHHHH', 'the lost GPU stays Unhealthy; the others are Healthy');
-    assert.match(await node.plugin.waitForLine(/GPU left the node/), new RegExp(`uuid=${u[2]}`));
-    // Health still lands on the right GPUs once watched on the new list: an XID on NVML's index 5
-    // (GPU 6 of the start) marks GPU 6.
-    await node.plugin.waitForLine(/watching GPU health/, 10000, from);
-    node.nvml('xid 5 48');
-    const marked = await k.waitForDevices((d) => d.find((x) => x.ID === u[6])?.health === 'Unhealthy');
-    assert.equal(healthString(node), 'HHUHHUH');
-    assert.equal(marked.find((x) => x.ID === u[3])?.health, 'Unhealthy');
-  } finally {
-    await node.stop();
-  }
-});
+test(
+  'a GPU lost while another leaves the bus: the lost ' + 'one stays listed Unhealthy, the one that left goes',
+  async () => {
+    const node = await watched({ topology: 'demo-8', args: ['--health-probe-interval=0.1'] });
+    try {
+      const k = node.kubelet!;
+      const u = node.topology.gpus.map((g) => g.uuid);
+      await k.waitForDevices((d) => d.length === 8);
+      // GPU 3 falls off the bus (XID 79, then GPU_IS_LOST); GPU 2 leaves: GPU 3 is NVML's index 2 now.
+      node.nvml('xid 3 79');
+      node.nvml('lost 3');
+      await k.waitForDevices((d) => d[3]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
+      const from = node.plugin.lines.length;
+      node.nvml('remove 2');
+      const after = await k.waitForDevices((d) => d.length === 7, 'nvidia.com/gpu', 20000);
+      assert.deepEqual(
+        after.map((d) => d.ID),
+        u.filter((_, i) => i !== 2),
+        'the GPU that left goes; the lost one stays listed',
+      );
+      assert.equal(healthString(node), 'HHUHHHH', 'the lost GPU stays Unhealthy; the others are Healthy');
+      assert.match(await node.plugin.waitForLine(/GPU left the node/), new RegExp(`uuid=${u[2]}`));
+      // Health still lands on the right GPUs once watched on the new list: an XID on NVML's index 5
+      // (GPU 6 of the start) marks GPU 6.
+      await node.plugin.waitForLine(/watching GPU health/, 10000, from);
+      node.nvml('xid 5 48');
+      const marked = await k.waitForDevices((d) => d.find((x) => x.ID === u[6])?.health === 'Unhealthy');
+      assert.equal(healthString(node), 'HHUHHUH');
+      assert.equal(marked.find((x) => x.ID === u[3])?.health, 'Unhealthy');
+    } finally {
+      await node.stop();
+    }
+  },
+);
 
 test('recovery off (default): a GPU marked unhealthy by an XID stays so', async () => {
   const node = await watched({ topology: 'demo-8', args: ['--health-probe-interval=0.1'] });
@@ -296,7 +302,8 @@ test('an XID storm (10 000 events a second) keeps Allocate answering, memory fla
     assert.equal(healthString(node), 'UUHHHHUU');
     assert.ok(rssAfter < rssBefore + 16 * 1024, `RSS ${rssBefore} → ${rssAfter} KiB`);
     process.stderr.write(
-      `# storm: ${sent} XIDs in 3 s → ${updates} ListAndWatch updates, ${allocations} Allocates answered, RSS ${rssBefore} → ${rssAfter} KiB\n`,
+      `# storm: ${sent} XIDs in 3 s → ${updates} ListAndWatch updates, ${allocations} ` +
+        `Allocates answered, RSS ${rssBefore} → ${rssAfter} KiB\n`,
     );
   } finally {
     await node.stop();

@@ -29,43 +29,46 @@ async function waitResources(node: SimNode, n: number): Promise<Map<string, stri
   return out;
 }
 
-test('mixed: one resource and socket per full profile, MIG-disabled GPUs whole, sub-instances and empty GPUs skipped', async () => {
-  const node = await SimNode.start({
-    topology: 'mig-mixed-4',
-    args: ['--mig-strategy', 'mixed'],
-    waitRegistered: false,
-  });
-  try {
-    const resources = await waitResources(node, 6);
-    assert.deepEqual(Object.fromEntries(resources), {
-      'nvidia.com/gpu': [g(MIXED, 2)],
-      'nvidia.com/mig-1g.10gb': [
-        migUuid(g(MIXED, 0), '1g.10gb', 1),
-        migUuid(g(MIXED, 0), '1g.10gb', 2),
-        migUuid(g(MIXED, 1), '1g.10gb', 3),
-        migUuid(g(MIXED, 1), '1g.10gb', 4),
-      ],
-      'nvidia.com/mig-1g.10gb.me': [migUuid(g(MIXED, 0), '1g.10gb+me', 3)],
-      'nvidia.com/mig-1g.20gb': [migUuid(g(MIXED, 1), '1g.20gb', 2)],
-      'nvidia.com/mig-2g.20gb': [migUuid(g(MIXED, 0), '2g.20gb', 4)],
-      'nvidia.com/mig-3g.40gb': [migUuid(g(MIXED, 1), '3g.40gb', 1)],
+test(
+  'mixed: one resource and socket per full profile, ' + 'MIG-disabled GPUs whole, sub-instances and empty GPUs skipped',
+  async () => {
+    const node = await SimNode.start({
+      topology: 'mig-mixed-4',
+      args: ['--mig-strategy', 'mixed'],
+      waitRegistered: false,
     });
-    for (const r of node.kubelet!.registrations) {
-      const file = `gpu-device-plugin-${r.request.resource_name.slice('nvidia.com/'.length)}.sock`;
-      assert.equal(r.request.endpoint, file);
-      assert.ok(existsSync(join(node.kubeletDir, file)), file);
+    try {
+      const resources = await waitResources(node, 6);
+      assert.deepEqual(Object.fromEntries(resources), {
+        'nvidia.com/gpu': [g(MIXED, 2)],
+        'nvidia.com/mig-1g.10gb': [
+          migUuid(g(MIXED, 0), '1g.10gb', 1),
+          migUuid(g(MIXED, 0), '1g.10gb', 2),
+          migUuid(g(MIXED, 1), '1g.10gb', 3),
+          migUuid(g(MIXED, 1), '1g.10gb', 4),
+        ],
+        'nvidia.com/mig-1g.10gb.me': [migUuid(g(MIXED, 0), '1g.10gb+me', 3)],
+        'nvidia.com/mig-1g.20gb': [migUuid(g(MIXED, 1), '1g.20gb', 2)],
+        'nvidia.com/mig-2g.20gb': [migUuid(g(MIXED, 0), '2g.20gb', 4)],
+        'nvidia.com/mig-3g.40gb': [migUuid(g(MIXED, 1), '3g.40gb', 1)],
+      });
+      for (const r of node.kubelet!.registrations) {
+        const file = `gpu-device-plugin-${r.request.resource_name.slice('nvidia.com/'.length)}.sock`;
+        assert.equal(r.request.endpoint, file);
+        assert.ok(existsSync(join(node.kubeletDir, file)), file);
+      }
+      const numa = node.kubelet!.devices('nvidia.com/mig-1g.10gb')!.map((d) => d.topology?.nodes[0]?.ID);
+      assert.deepEqual(numa, [0, 0, 0, 0], "the parent's NUMA node");
+      assert.match(node.plugin.matching(/MIG note=/).join('\n'), /1 MIG device of profile 1c\.2g\.20gb not advertised/);
+      assert.match(
+        node.plugin.matching(/MIG note=/).join('\n'),
+        new RegExp(`GPU 3 \\(${g(MIXED, 3)}\\) has MIG enabled but no MIG devices`),
+      );
+    } finally {
+      await node.stop();
     }
-    const numa = node.kubelet!.devices('nvidia.com/mig-1g.10gb')!.map((d) => d.topology?.nodes[0]?.ID);
-    assert.deepEqual(numa, [0, 0, 0, 0], "the parent's NUMA node");
-    assert.match(node.plugin.matching(/MIG note=/).join('\n'), /1 MIG device of profile 1c\.2g\.20gb not advertised/);
-    assert.match(
-      node.plugin.matching(/MIG note=/).join('\n'),
-      new RegExp(`GPU 3 \\(${g(MIXED, 3)}\\) has MIG enabled but no MIG devices`),
-    );
-  } finally {
-    await node.stop();
-  }
-});
+  },
+);
 
 test('single on a uniform node: every MIG device as nvidia.com/gpu, by UUID or <gpu>:<mig>', async () => {
   for (const [ids, expected] of [
@@ -112,30 +115,38 @@ test('single on a uniform node: every MIG device as nvidia.com/gpu, by UUID or <
   }
 });
 
-test('single on a mixed node stops the start (exit 2, a configuration error, as check says) naming the GPUs and what differs; none advertises GPUs whole', async () => {
-  const node = await SimNode.start({ topology: 'mig-mixed-4', args: ['--mig-strategy=single'], waitRegistered: false });
-  try {
-    const exit = await node.plugin.exited;
-    assert.equal(exit.code, 2);
-    const line = node.plugin.matching(/cannot start/)[0] ?? '';
-    assert.match(line, /GPU 2 has MIG disabled while GPU 0, 1, 3 have it enabled/);
-    assert.match(line, /GPU 3 has MIG enabled but no MIG devices/);
-    assert.match(line, /MIG devices differ in profile: 1g\.10gb on GPU 0, 1;/);
-    assert.equal(node.kubelet!.registrations.length, 0);
-  } finally {
-    await node.stop();
-  }
-  const none = await SimNode.start({ topology: 'mig-mixed-4', args: ['--mig-strategy=none'] });
-  try {
-    const devices = await none.kubelet!.waitForDevices((d) => d.length === 4);
-    assert.deepEqual(
-      devices.map((d) => d.ID),
-      MIXED.gpus.map((x) => x.uuid),
-    );
-  } finally {
-    await none.stop();
-  }
-});
+test(
+  'single on a mixed node stops the start (exit 2, a configuration error, as ' +
+    'check says) naming the GPUs and what differs; none advertises GPUs whole',
+  async () => {
+    const node = await SimNode.start({
+      topology: 'mig-mixed-4',
+      args: ['--mig-strategy=single'],
+      waitRegistered: false,
+    });
+    try {
+      const exit = await node.plugin.exited;
+      assert.equal(exit.code, 2);
+      const line = node.plugin.matching(/cannot start/)[0] ?? '';
+      assert.match(line, /GPU 2 has MIG disabled while GPU 0, 1, 3 have it enabled/);
+      assert.match(line, /GPU 3 has MIG enabled but no MIG devices/);
+      assert.match(line, /MIG devices differ in profile: 1g\.10gb on GPU 0, 1;/);
+      assert.equal(node.kubelet!.registrations.length, 0);
+    } finally {
+      await node.stop();
+    }
+    const none = await SimNode.start({ topology: 'mig-mixed-4', args: ['--mig-strategy=none'] });
+    try {
+      const devices = await none.kubelet!.waitForDevices((d) => d.length === 4);
+      assert.deepEqual(
+        devices.map((d) => d.ID),
+        MIXED.gpus.map((x) => x.uuid),
+      );
+    } finally {
+      await none.stop();
+    }
+  },
+);
 
 test('empty layouts: single refuses to start, mixed advertises nothing and says why', async () => {
   const empty = { ...UNIFORM, gpus: UNIFORM.gpus.map((x) => ({ ...x, mig: { current: true } })) };
@@ -159,97 +170,100 @@ test('empty layouts: single refuses to start, mixed advertises nothing and says 
   }
 });
 
-test('Allocate: one and two MIG devices on one and two parents, index IDs, device specs with the capability nodes', async () => {
-  const dev = join(process.env.TMPDIR ?? '/tmp', `gdp-mig-devroot-${process.pid}`);
-  mkdirSync(join(dev, 'dev'), { recursive: true });
-  writeFileSync(join(dev, 'dev', 'nvidiactl'), '');
-  const proc = join(dev, 'proc');
-  writeMigMinors(proc, 4);
-  const node = await SimNode.start({
-    topology: 'mig-mixed-4',
-    args: [
-      '--mig-strategy=mixed',
-      '--device-id-strategy=index',
-      '--pass-device-specs',
-      '--dev-root',
-      dev,
-      '--device-list-strategy=envvar,cdi-annotations',
-    ],
-    env: { PROC_ROOT: proc },
-    waitRegistered: false,
-  });
-  try {
-    await node.kubelet!.waitForRegistrations(6, 15000);
-    const k = node.kubelet!;
-    const ids = await k.waitForDevices((d) => d.length === 4, 'nvidia.com/mig-1g.10gb');
-    // Listed by MIG UUID (the index strategy names only what the runtime gets): 0:0, 0:1, 1:2, 1:3.
-    assert.ok(
-      ids.every((d) => d.ID.startsWith('MIG-')),
-      ids.map((d) => d.ID).join(' '),
-    );
-    const [m00, m01, m12, m13] = ids.map((d) => d.ID);
-    const res = await k.allocate(
-      { container_requests: [{ devices_ids: [m01!] }, { devices_ids: [m00!, m13!] }] },
-      'nvidia.com/mig-1g.10gb',
-    );
-    const [one, two] = res.container_responses;
-    assert.equal(one!.envs.NVIDIA_VISIBLE_DEVICES, '0:1');
-    assert.equal(two!.envs.NVIDIA_VISIBLE_DEVICES, '0:0,1:3');
-    // GPU 0 (minor 0) GI 2 → caps 21/22; GI 1 → 12/13; GPU 1 (minor 1) GI 4 → 174/175.
-    assert.deepEqual(
-      one!.devices.map((d) => [d.container_path, d.host_path, d.permissions]),
-      [
-        ['/dev/nvidiactl', `${dev}/dev/nvidiactl`, 'rw'],
-        ['/dev/nvidia0', `${dev}/dev/nvidia0`, 'rw'],
-        ['/dev/nvidia-caps/nvidia-cap21', `${dev}/dev/nvidia-caps/nvidia-cap21`, 'rw'],
-        ['/dev/nvidia-caps/nvidia-cap22', `${dev}/dev/nvidia-caps/nvidia-cap22`, 'rw'],
+test(
+  'Allocate: one and two MIG devices on one and two ' + 'parents, index IDs, device specs with the capability nodes',
+  async () => {
+    const dev = join(process.env.TMPDIR ?? '/tmp', `gdp-mig-devroot-${process.pid}`);
+    mkdirSync(join(dev, 'dev'), { recursive: true });
+    writeFileSync(join(dev, 'dev', 'nvidiactl'), '');
+    const proc = join(dev, 'proc');
+    writeMigMinors(proc, 4);
+    const node = await SimNode.start({
+      topology: 'mig-mixed-4',
+      args: [
+        '--mig-strategy=mixed',
+        '--device-id-strategy=index',
+        '--pass-device-specs',
+        '--dev-root',
+        dev,
+        '--device-list-strategy=envvar,cdi-annotations',
       ],
-    );
-    assert.deepEqual(
-      two!.devices.map((d) => d.container_path),
-      [
-        '/dev/nvidiactl',
-        '/dev/nvidia0',
-        '/dev/nvidia-caps/nvidia-cap12',
-        '/dev/nvidia-caps/nvidia-cap13',
-        '/dev/nvidia1',
-        '/dev/nvidia-caps/nvidia-cap174',
-        '/dev/nvidia-caps/nvidia-cap175',
-      ],
-    );
-    assert.deepEqual(Object.values(two!.annotations), [
-      'k8s.device-plugin.nvidia.com/gpu=0:0,k8s.device-plugin.nvidia.com/gpu=1:3',
-    ]);
-    // Two on one parent.
-    const same = await k.allocate({ container_requests: [{ devices_ids: [m12!, m13!] }] }, 'nvidia.com/mig-1g.10gb');
-    assert.deepEqual(
-      same.container_responses[0]!.devices.map((d) => d.container_path),
-      [
-        '/dev/nvidiactl',
-        '/dev/nvidia1',
-        '/dev/nvidia-caps/nvidia-cap165',
-        '/dev/nvidia-caps/nvidia-cap166',
-        '/dev/nvidia-caps/nvidia-cap174',
-        '/dev/nvidia-caps/nvidia-cap175',
-      ],
-    );
-    // +me lives under its own resource; foreign and unknown IDs are refused by name.
-    const [mMe] = (await k.waitForDevices((d) => d.length === 1, 'nvidia.com/mig-1g.10gb.me')).map((d) => d.ID);
-    const me = await k.allocate({ container_requests: [{ devices_ids: [mMe!] }] }, 'nvidia.com/mig-1g.10gb.me');
-    assert.equal(me.container_responses[0]!.envs.NVIDIA_VISIBLE_DEVICES, '0:2');
-    await assert.rejects(
-      k.allocate({ container_requests: [{ devices_ids: [mMe!] }] }, 'nvidia.com/mig-1g.10gb'),
-      new RegExp(`INVALID_ARGUMENT.*unknown device ID "${mMe}"`, 's'),
-    );
-    // The runtime's names are not IDs the kubelet can use.
-    await assert.rejects(
-      k.allocate({ container_requests: [{ devices_ids: ['0:2'] }] }, 'nvidia.com/mig-1g.10gb'),
-      /unknown device ID "0:2"/,
-    );
-  } finally {
-    await node.stop();
-  }
-});
+      env: { PROC_ROOT: proc },
+      waitRegistered: false,
+    });
+    try {
+      await node.kubelet!.waitForRegistrations(6, 15000);
+      const k = node.kubelet!;
+      const ids = await k.waitForDevices((d) => d.length === 4, 'nvidia.com/mig-1g.10gb');
+      // Listed by MIG UUID (the index strategy names only what the runtime gets): 0:0, 0:1, 1:2, 1:3.
+      assert.ok(
+        ids.every((d) => d.ID.startsWith('MIG-')),
+        ids.map((d) => d.ID).join(' '),
+      );
+      const [m00, m01, m12, m13] = ids.map((d) => d.ID);
+      const res = await k.allocate(
+        { container_requests: [{ devices_ids: [m01!] }, { devices_ids: [m00!, m13!] }] },
+        'nvidia.com/mig-1g.10gb',
+      );
+      const [one, two] = res.container_responses;
+      assert.equal(one!.envs.NVIDIA_VISIBLE_DEVICES, '0:1');
+      assert.equal(two!.envs.NVIDIA_VISIBLE_DEVICES, '0:0,1:3');
+      // GPU 0 (minor 0) GI 2 → caps 21/22; GI 1 → 12/13; GPU 1 (minor 1) GI 4 → 174/175.
+      assert.deepEqual(
+        one!.devices.map((d) => [d.container_path, d.host_path, d.permissions]),
+        [
+          ['/dev/nvidiactl', `${dev}/dev/nvidiactl`, 'rw'],
+          ['/dev/nvidia0', `${dev}/dev/nvidia0`, 'rw'],
+          ['/dev/nvidia-caps/nvidia-cap21', `${dev}/dev/nvidia-caps/nvidia-cap21`, 'rw'],
+          ['/dev/nvidia-caps/nvidia-cap22', `${dev}/dev/nvidia-caps/nvidia-cap22`, 'rw'],
+        ],
+      );
+      assert.deepEqual(
+        two!.devices.map((d) => d.container_path),
+        [
+          '/dev/nvidiactl',
+          '/dev/nvidia0',
+          '/dev/nvidia-caps/nvidia-cap12',
+          '/dev/nvidia-caps/nvidia-cap13',
+          '/dev/nvidia1',
+          '/dev/nvidia-caps/nvidia-cap174',
+          '/dev/nvidia-caps/nvidia-cap175',
+        ],
+      );
+      assert.deepEqual(Object.values(two!.annotations), [
+        'k8s.device-plugin.nvidia.com/gpu=0:0,k8s.device-plugin.nvidia.com/gpu=1:3',
+      ]);
+      // Two on one parent.
+      const same = await k.allocate({ container_requests: [{ devices_ids: [m12!, m13!] }] }, 'nvidia.com/mig-1g.10gb');
+      assert.deepEqual(
+        same.container_responses[0]!.devices.map((d) => d.container_path),
+        [
+          '/dev/nvidiactl',
+          '/dev/nvidia1',
+          '/dev/nvidia-caps/nvidia-cap165',
+          '/dev/nvidia-caps/nvidia-cap166',
+          '/dev/nvidia-caps/nvidia-cap174',
+          '/dev/nvidia-caps/nvidia-cap175',
+        ],
+      );
+      // +me lives under its own resource; foreign and unknown IDs are refused by name.
+      const [mMe] = (await k.waitForDevices((d) => d.length === 1, 'nvidia.com/mig-1g.10gb.me')).map((d) => d.ID);
+      const me = await k.allocate({ container_requests: [{ devices_ids: [mMe!] }] }, 'nvidia.com/mig-1g.10gb.me');
+      assert.equal(me.container_responses[0]!.envs.NVIDIA_VISIBLE_DEVICES, '0:2');
+      await assert.rejects(
+        k.allocate({ container_requests: [{ devices_ids: [mMe!] }] }, 'nvidia.com/mig-1g.10gb'),
+        new RegExp(`INVALID_ARGUMENT.*unknown device ID "${mMe}"`, 's'),
+      );
+      // The runtime's names are not IDs the kubelet can use.
+      await assert.rejects(
+        k.allocate({ container_requests: [{ devices_ids: ['0:2'] }] }, 'nvidia.com/mig-1g.10gb'),
+        /unknown device ID "0:2"/,
+      );
+    } finally {
+      await node.stop();
+    }
+  },
+);
 
 test('--pass-device-specs without a readable mig-minors stops the start naming the file', async () => {
   const node = await SimNode.start({
@@ -272,95 +286,119 @@ test('--pass-device-specs without a readable mig-minors stops the start naming t
 const healthOf = (node: SimNode, resource: string): string =>
   (node.kubelet!.devices(resource) ?? []).map((d) => (d.health === 'Healthy' ? 'H' : 'U')).join('');
 
-test('health: an XID on a MIG device marks only it, two on one parent are both reported, a whole-GPU XID marks all of its MIG devices, a NULL one everything', async () => {
-  const node = await SimNode.start({ topology: 'mig-mixed-4', args: ['--mig-strategy=mixed'], waitRegistered: false });
-  try {
-    const k = node.kubelet!;
-    await k.waitForRegistrations(6, 15000);
-    await node.plugin.waitForLine(/watching GPU health/, 10000);
-    const r1g = 'nvidia.com/mig-1g.10gb';
-    await k.waitForDevices((d) => d.length === 4, r1g);
-    node.nvml('xid 0 94 2 0'); // GPU 0, GI 2: the second 1g.10gb
-    await k.waitForDevices((d) => d[1]?.health === 'Unhealthy', r1g, 5000);
-    assert.equal(healthOf(node, r1g), 'HUHH');
-    assert.equal(healthOf(node, 'nvidia.com/mig-1g.10gb.me'), 'H', "the same parent's other MIG devices stay healthy");
-    assert.equal(healthOf(node, 'nvidia.com/mig-2g.20gb'), 'H');
-    node.nvml('xid 0 94 1 0'); // GPU 0, GI 1: a second unhealthy MIG device on the same parent
-    await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', r1g, 5000);
-    assert.equal(healthOf(node, r1g), 'UUHH');
-    await node.plugin.waitForLine(/MIG device unhealthy .*gi=1 ci=0/);
-    assert.equal(node.plugin.matching(/MIG device unhealthy/).length, 2);
-    node.nvml('xid 1 79'); // GPU 1 as a whole (0xFFFFFFFF)
-    await k.waitForDevices((d) => d[3]?.health === 'Unhealthy', r1g, 5000);
-    assert.equal(healthOf(node, r1g), 'UUUU');
-    // Each resource has its own stream: each sees the change on its own.
-    await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', 'nvidia.com/mig-3g.40gb', 5000);
-    await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', 'nvidia.com/mig-1g.20gb', 5000);
-    assert.equal(healthOf(node, 'nvidia.com/mig-2g.20gb'), 'H');
-    assert.equal(healthOf(node, 'nvidia.com/gpu'), 'H');
-    node.nvml('xid all 48');
-    await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
-    await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', 'nvidia.com/mig-2g.20gb', 5000);
-    await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', 'nvidia.com/mig-1g.10gb.me', 5000);
-  } finally {
-    await node.stop();
-  }
-});
-
-test('health: an XID naming a GI/CI the node does not have marks nothing, is logged, and after a MIG re-scan marks the instance that now exists', async () => {
-  const node = await SimNode.start({ topology: 'mig-mixed-4', args: ['--mig-strategy=mixed'], waitRegistered: false });
-  try {
-    const k = node.kubelet!;
-    await k.waitForRegistrations(6, 15000);
-    await node.plugin.waitForLine(/watching GPU health/, 10000);
-    const r1g = 'nvidia.com/mig-1g.10gb';
-    await k.waitForDevices((d) => d.length === 4, r1g);
-    // GPU 0 has no GPU instance 9: nothing is marked (NVIDIA's plugin ignores it), one line says so,
-    // the node is looked at again, and after that the event is ignored for good.
-    node.nvml('xid 0 94 9 0');
-    const first = await node.plugin.waitForLine(/event names a device the node snapshot does not hold/);
-    assert.match(first, new RegExp(`gpu=0 uuid=${g(MIXED, 0)}.* xid=94 gi=9 ci=0`));
-    await node.plugin.waitForLine(/event still names no device of this node after looking again; ignored .*gi=9/);
-    assert.equal(healthOf(node, r1g), 'HHHH');
-    for (const r of ['nvidia.com/gpu', 'nvidia.com/mig-1g.10gb.me', 'nvidia.com/mig-2g.20gb']) {
-      // Each resource's list reaches the stand-in on its own stream: wait for it before reading it.
-      await k.waitForDevices((d) => d.length > 0, r);
-      assert.equal(healthOf(node, r), 'H', r);
+test(
+  'health: an XID on a MIG device marks only it, two on one parent are both ' +
+    'reported, a whole-GPU XID marks all of its MIG devices, a NULL one everything',
+  async () => {
+    const node = await SimNode.start({
+      topology: 'mig-mixed-4',
+      args: ['--mig-strategy=mixed'],
+      waitRegistered: false,
+    });
+    try {
+      const k = node.kubelet!;
+      await k.waitForRegistrations(6, 15000);
+      await node.plugin.waitForLine(/watching GPU health/, 10000);
+      const r1g = 'nvidia.com/mig-1g.10gb';
+      await k.waitForDevices((d) => d.length === 4, r1g);
+      node.nvml('xid 0 94 2 0'); // GPU 0, GI 2: the second 1g.10gb
+      await k.waitForDevices((d) => d[1]?.health === 'Unhealthy', r1g, 5000);
+      assert.equal(healthOf(node, r1g), 'HUHH');
+      assert.equal(
+        healthOf(node, 'nvidia.com/mig-1g.10gb.me'),
+        'H',
+        "the same parent's other MIG devices stay healthy",
+      );
+      assert.equal(healthOf(node, 'nvidia.com/mig-2g.20gb'), 'H');
+      node.nvml('xid 0 94 1 0'); // GPU 0, GI 1: a second unhealthy MIG device on the same parent
+      await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', r1g, 5000);
+      assert.equal(healthOf(node, r1g), 'UUHH');
+      await node.plugin.waitForLine(/MIG device unhealthy .*gi=1 ci=0/);
+      assert.equal(node.plugin.matching(/MIG device unhealthy/).length, 2);
+      node.nvml('xid 1 79'); // GPU 1 as a whole (0xFFFFFFFF)
+      await k.waitForDevices((d) => d[3]?.health === 'Unhealthy', r1g, 5000);
+      assert.equal(healthOf(node, r1g), 'UUUU');
+      // Each resource has its own stream: each sees the change on its own.
+      await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', 'nvidia.com/mig-3g.40gb', 5000);
+      await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', 'nvidia.com/mig-1g.20gb', 5000);
+      assert.equal(healthOf(node, 'nvidia.com/mig-2g.20gb'), 'H');
+      assert.equal(healthOf(node, 'nvidia.com/gpu'), 'H');
+      node.nvml('xid all 48');
+      await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
+      await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', 'nvidia.com/mig-2g.20gb', 5000);
+      await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', 'nvidia.com/mig-1g.10gb.me', 5000);
+    } finally {
+      await node.stop();
     }
-    assert.deepEqual(node.plugin.matching(/(GPU|MIG device) unhealthy/), []);
-    // GPU 3 is in MIG mode without instances; one is made, and an XID names it before the plugin
-    // has seen it: the re-scan the event asks for finds it, and then it is marked.
-    node.nvml('mig 3 on 1g.10gb');
-    await node.nvmlStats();
-    node.nvml('xid 3 94 1 0');
-    const five = await k.waitForDevices((d) => d.length === 5 && d[4]?.health === 'Unhealthy', r1g, 10000);
-    assert.equal(five.map((d) => (d.health === 'Healthy' ? 'H' : 'U')).join(''), 'HHHHU');
-    assert.match(
-      await node.plugin.waitForLine(/MIG device unhealthy/),
-      new RegExp(`gpu=3 uuid=${g(MIXED, 3)} mig=MIG-.* gi=1 ci=0 xid=94`),
-    );
-  } finally {
-    await node.stop();
-  }
-});
+  },
+);
 
-test('health: with --mig-strategy=none a GPU left in MIG mode is served whole and takes an XID naming one of its MIG instances', async () => {
-  const node = await SimNode.start({ topology: 'mig-mixed-4', args: ['--mig-strategy=none'] });
-  try {
-    await node.plugin.waitForLine(/watching GPU health/, 10000);
-    const k = node.kubelet!;
-    await k.waitForDevices((d) => d.length === 4);
-    node.nvml('xid 0 95 3 0');
-    const devices = await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
-    assert.deepEqual(
-      devices.map((d) => d.health),
-      ['Unhealthy', 'Healthy', 'Healthy', 'Healthy'],
-    );
-    assert.match(await node.plugin.waitForLine(/GPU unhealthy gpu=0 /), /xid=95/);
-  } finally {
-    await node.stop();
-  }
-});
+test(
+  'health: an XID naming a GI/CI the node does not have marks nothing, ' +
+    'is logged, and after a MIG re-scan marks the instance that now exists',
+  async () => {
+    const node = await SimNode.start({
+      topology: 'mig-mixed-4',
+      args: ['--mig-strategy=mixed'],
+      waitRegistered: false,
+    });
+    try {
+      const k = node.kubelet!;
+      await k.waitForRegistrations(6, 15000);
+      await node.plugin.waitForLine(/watching GPU health/, 10000);
+      const r1g = 'nvidia.com/mig-1g.10gb';
+      await k.waitForDevices((d) => d.length === 4, r1g);
+      // GPU 0 has no GPU instance 9: nothing is marked (NVIDIA's plugin ignores it), one line says so,
+      // the node is looked at again, and after that the event is ignored for good.
+      node.nvml('xid 0 94 9 0');
+      const first = await node.plugin.waitForLine(/event names a device the node snapshot does not hold/);
+      assert.match(first, new RegExp(`gpu=0 uuid=${g(MIXED, 0)}.* xid=94 gi=9 ci=0`));
+      await node.plugin.waitForLine(/event still names no device of this node after looking again; ignored .*gi=9/);
+      assert.equal(healthOf(node, r1g), 'HHHH');
+      for (const r of ['nvidia.com/gpu', 'nvidia.com/mig-1g.10gb.me', 'nvidia.com/mig-2g.20gb']) {
+        // Each resource's list reaches the stand-in on its own stream: wait for it before reading it.
+        await k.waitForDevices((d) => d.length > 0, r);
+        assert.equal(healthOf(node, r), 'H', r);
+      }
+      assert.deepEqual(node.plugin.matching(/(GPU|MIG device) unhealthy/), []);
+      // GPU 3 is in MIG mode without instances; one is made, and an XID names it before the plugin
+      // has seen it: the re-scan the event asks for finds it, and then it is marked.
+      node.nvml('mig 3 on 1g.10gb');
+      await node.nvmlStats();
+      node.nvml('xid 3 94 1 0');
+      const five = await k.waitForDevices((d) => d.length === 5 && d[4]?.health === 'Unhealthy', r1g, 10000);
+      assert.equal(five.map((d) => (d.health === 'Healthy' ? 'H' : 'U')).join(''), 'HHHHU');
+      assert.match(
+        await node.plugin.waitForLine(/MIG device unhealthy/),
+        new RegExp(`gpu=3 uuid=${g(MIXED, 3)} mig=MIG-.* gi=1 ci=0 xid=94`),
+      );
+    } finally {
+      await node.stop();
+    }
+  },
+);
+
+test(
+  'health: with --mig-strategy=none a GPU left in MIG mode is ' +
+    'served whole and takes an XID naming one of its MIG instances',
+  async () => {
+    const node = await SimNode.start({ topology: 'mig-mixed-4', args: ['--mig-strategy=none'] });
+    try {
+      await node.plugin.waitForLine(/watching GPU health/, 10000);
+      const k = node.kubelet!;
+      await k.waitForDevices((d) => d.length === 4);
+      node.nvml('xid 0 95 3 0');
+      const devices = await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', 'nvidia.com/gpu', 5000);
+      assert.deepEqual(
+        devices.map((d) => d.health),
+        ['Unhealthy', 'Healthy', 'Healthy', 'Healthy'],
+      );
+      assert.match(await node.plugin.waitForLine(/GPU unhealthy gpu=0 /), /xid=95/);
+    } finally {
+      await node.stop();
+    }
+  },
+);
 
 test('health: a lost GPU marks its MIG devices unhealthy', async () => {
   const node = await SimNode.start({
@@ -432,7 +470,10 @@ test('old driver without MIG symbols under mixed: one log line, every GPU advert
     assert.equal(lines.length, 1, lines.join('\n'));
     assert.match(
       lines[0] ?? '',
-      /WARN this NVIDIA driver has no MIG functions; MIG is off and every GPU is advertised whole missing=nvmlDeviceGetMigMode/,
+      new RegExp(
+        'WARN this NVIDIA driver has no MIG functions; MIG is off and ' +
+          'every GPU is advertised whole missing=nvmlDeviceGetMigMode',
+      ),
     );
   } finally {
     await node.stop();
@@ -493,120 +534,131 @@ test('time-slicing of MIG resources by name, from the config file; SIGHUP applie
   }
 });
 
-test('re-layout under open streams: the next snapshot adds and removes mig-* resources and leaves other GPUs alone; pending mode is logged only', async () => {
-  for (const trigger of ['SIGHUP', 'timer'] as const) {
-    const node = await SimNode.start({
-      topology: 'mig-mixed-4',
-      args: ['--mig-strategy=mixed', ...(trigger === 'timer' ? ['--rediscover-interval=0.2'] : [])],
-      waitRegistered: false,
-    });
+test(
+  're-layout under open streams: the next snapshot adds and removes mig-* ' +
+    'resources and leaves other GPUs alone; pending mode is logged only',
+  async () => {
+    for (const trigger of ['SIGHUP', 'timer'] as const) {
+      const node = await SimNode.start({
+        topology: 'mig-mixed-4',
+        args: ['--mig-strategy=mixed', ...(trigger === 'timer' ? ['--rediscover-interval=0.2'] : [])],
+        waitRegistered: false,
+      });
+      try {
+        const k = node.kubelet!;
+        await k.waitForRegistrations(6, 15000);
+        await k.waitForDevices((d) => d.length === 4, 'nvidia.com/mig-1g.10gb');
+        for (const r of ['nvidia.com/gpu', 'nvidia.com/mig-2g.20gb', 'nvidia.com/mig-1g.10gb.me'])
+          await k.waitForDevices((d) => d.length === 1, r);
+        const untouched = ['nvidia.com/gpu', 'nvidia.com/mig-2g.20gb', 'nvidia.com/mig-1g.10gb.me'];
+        const before = Object.fromEntries(untouched.map((r) => [r, k.updates(r)]));
+        const registrations = k.registrations.length;
+        // GPU 1 (the H100) is re-partitioned into one 7g.80gb, as nvidia-mig-parted would.
+        const t0 = performance.now();
+        node.nvml('mig 1 on 7g.80gb');
+        if (trigger === 'SIGHUP') {
+          await node.nvmlStats();
+          node.plugin.signal('SIGHUP');
+        }
+        const seven = await k.waitForDevices((d) => d.length === 1, 'nvidia.com/mig-7g.80gb', 10000);
+        const oneG = await k.waitForDevices((d) => d.length === 2, 'nvidia.com/mig-1g.10gb', 10000);
+        const ms = performance.now() - t0;
+        assert.deepEqual(
+          seven.map((d) => d.ID),
+          [migUuid(g(MIXED, 1), '7g.80gb', 1)],
+        );
+        assert.deepEqual(
+          oneG.map((d) => d.ID),
+          [migUuid(g(MIXED, 0), '1g.10gb', 1), migUuid(g(MIXED, 0), '1g.10gb', 2)],
+        );
+        // The new resource registered once; the vanished ones stopped and their sockets went.
+        assert.equal(k.registrations.length, registrations + 1);
+        assert.equal(k.registrations.at(-1)!.request.resource_name, 'nvidia.com/mig-7g.80gb');
+        await node.plugin.waitForLine(/resource no longer advertised resource=nvidia\.com\/mig-1g\.20gb/);
+        await node.plugin.waitForLine(/resource no longer advertised resource=nvidia\.com\/mig-3g\.40gb/);
+        await waitUntil(() => !existsSync(join(node.kubeletDir, 'gpu-device-plugin-mig-3g.40gb.sock')), {
+          on: onFileChange(node.kubeletDir),
+          what: "the vanished resource's socket is removed",
+        });
+        assert.ok(existsSync(join(node.kubeletDir, 'gpu-device-plugin-mig-7g.80gb.sock')));
+        // Other GPUs' resources saw no new list at all.
+        assert.deepEqual(Object.fromEntries(untouched.map((r) => [r, k.updates(r)])), before);
+        // Allocate follows at once: the vanished devices are refused by name, the new one is served.
+        await assert.rejects(
+          k.allocate(
+            { container_requests: [{ devices_ids: [migUuid(g(MIXED, 1), '1g.10gb', 3)] }] },
+            'nvidia.com/mig-1g.10gb',
+          ),
+          /MIG-/,
+        );
+        const res = await k.allocate(
+          { container_requests: [{ devices_ids: [seven[0]!.ID] }] },
+          'nvidia.com/mig-7g.80gb',
+        );
+        assert.equal(res.container_responses[0]!.envs.NVIDIA_VISIBLE_DEVICES, seven[0]!.ID);
+        // Health follows the new layout: an XID naming the new instance marks it.
+        await node.plugin.waitForLine(/watching GPU health/);
+        node.nvml('xid 1 94 1 0');
+        await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', 'nvidia.com/mig-7g.80gb', 5000);
+        // A pending mode change is logged and changes nothing.
+        const lines = node.plugin.lines.length;
+        node.nvml('mig 3 pending 0');
+        if (trigger === 'SIGHUP') {
+          await node.nvmlStats();
+          node.plugin.signal('SIGHUP');
+        } else node.nvml('mig 2 pending 1');
+        await node.plugin.waitForLine(
+          /MIG mode change pending change="GPU 3 .*enabled now and disabled after the next GPU reset/,
+          10000,
+          lines,
+        );
+        assert.equal(k.registrations.length, registrations + 1);
+        process.stderr.write(`# re-layout (${trigger}) → new lists at the kubelet: ${ms.toFixed(0)} ms\n`);
+      } finally {
+        await node.stop();
+      }
+    }
+  },
+);
+
+test(
+  'single: a node that stops being uniform after start is ' +
+    'reported and withdrawn, and comes back when uniform again',
+  async () => {
+    const node = await SimNode.start({ topology: 'mig-uniform-2', args: ['--mig-strategy=single'] });
     try {
       const k = node.kubelet!;
-      await k.waitForRegistrations(6, 15000);
-      await k.waitForDevices((d) => d.length === 4, 'nvidia.com/mig-1g.10gb');
-      for (const r of ['nvidia.com/gpu', 'nvidia.com/mig-2g.20gb', 'nvidia.com/mig-1g.10gb.me'])
-        await k.waitForDevices((d) => d.length === 1, r);
-      const untouched = ['nvidia.com/gpu', 'nvidia.com/mig-2g.20gb', 'nvidia.com/mig-1g.10gb.me'];
-      const before = Object.fromEntries(untouched.map((r) => [r, k.updates(r)]));
-      const registrations = k.registrations.length;
-      // GPU 1 (the H100) is re-partitioned into one 7g.80gb, as nvidia-mig-parted would.
-      const t0 = performance.now();
-      node.nvml('mig 1 on 7g.80gb');
-      if (trigger === 'SIGHUP') {
-        await node.nvmlStats();
-        node.plugin.signal('SIGHUP');
-      }
-      const seven = await k.waitForDevices((d) => d.length === 1, 'nvidia.com/mig-7g.80gb', 10000);
-      const oneG = await k.waitForDevices((d) => d.length === 2, 'nvidia.com/mig-1g.10gb', 10000);
-      const ms = performance.now() - t0;
-      assert.deepEqual(
-        seven.map((d) => d.ID),
-        [migUuid(g(MIXED, 1), '7g.80gb', 1)],
-      );
-      assert.deepEqual(
-        oneG.map((d) => d.ID),
-        [migUuid(g(MIXED, 0), '1g.10gb', 1), migUuid(g(MIXED, 0), '1g.10gb', 2)],
-      );
-      // The new resource registered once; the vanished ones stopped and their sockets went.
-      assert.equal(k.registrations.length, registrations + 1);
-      assert.equal(k.registrations.at(-1)!.request.resource_name, 'nvidia.com/mig-7g.80gb');
-      await node.plugin.waitForLine(/resource no longer advertised resource=nvidia\.com\/mig-1g\.20gb/);
-      await node.plugin.waitForLine(/resource no longer advertised resource=nvidia\.com\/mig-3g\.40gb/);
-      await waitUntil(() => !existsSync(join(node.kubeletDir, 'gpu-device-plugin-mig-3g.40gb.sock')), {
-        on: onFileChange(node.kubeletDir),
-        what: "the vanished resource's socket is removed",
-      });
-      assert.ok(existsSync(join(node.kubeletDir, 'gpu-device-plugin-mig-7g.80gb.sock')));
-      // Other GPUs' resources saw no new list at all.
-      assert.deepEqual(Object.fromEntries(untouched.map((r) => [r, k.updates(r)])), before);
-      // Allocate follows at once: the vanished devices are refused by name, the new one is served.
-      await assert.rejects(
-        k.allocate(
-          { container_requests: [{ devices_ids: [migUuid(g(MIXED, 1), '1g.10gb', 3)] }] },
-          'nvidia.com/mig-1g.10gb',
-        ),
-        /MIG-/,
-      );
-      const res = await k.allocate({ container_requests: [{ devices_ids: [seven[0]!.ID] }] }, 'nvidia.com/mig-7g.80gb');
-      assert.equal(res.container_responses[0]!.envs.NVIDIA_VISIBLE_DEVICES, seven[0]!.ID);
-      // Health follows the new layout: an XID naming the new instance marks it.
-      await node.plugin.waitForLine(/watching GPU health/);
-      node.nvml('xid 1 94 1 0');
-      await k.waitForDevices((d) => d[0]?.health === 'Unhealthy', 'nvidia.com/mig-7g.80gb', 5000);
-      // A pending mode change is logged and changes nothing.
-      const lines = node.plugin.lines.length;
-      node.nvml('mig 3 pending 0');
-      if (trigger === 'SIGHUP') {
-        await node.nvmlStats();
-        node.plugin.signal('SIGHUP');
-      } else node.nvml('mig 2 pending 1');
-      await node.plugin.waitForLine(
-        /MIG mode change pending change="GPU 3 .*enabled now and disabled after the next GPU reset/,
+      await k.waitForDevices((d) => d.length === 4);
+      node.nvml('mig 1 on 3g.40gb 2g.20gb');
+      await node.nvmlStats();
+      node.plugin.signal('SIGHUP');
+      const line = await node.plugin.waitForLine(
+        /the node no longer fits the MIG strategy; its devices are withdrawn/,
         10000,
-        lines,
       );
-      assert.equal(k.registrations.length, registrations + 1);
-      process.stderr.write(`# re-layout (${trigger}) → new lists at the kubelet: ${ms.toFixed(0)} ms\n`);
+      assert.match(line, /MIG devices differ in profile: 3g\.40gb on GPU 0, 1; 2g\.20gb on GPU 1/);
+      await node.plugin.waitForLine(/resource no longer advertised resource=nvidia\.com\/gpu/);
+      await waitUntil(() => !existsSync(node.pluginSocket), {
+        on: onFileChange(node.kubeletDir),
+        what: 'the socket of nvidia.com/gpu is removed: nothing half-advertised',
+      });
+      const registrations = k.registrations.length;
+      node.nvml('mig 1 on 3g.40gb 3g.40gb');
+      await node.nvmlStats();
+      node.plugin.signal('SIGHUP');
+      await k.waitForRegistrations(registrations + 1, 10000);
+      const devices = await k.waitForDevices((d) => d.length === 4);
+      assert.deepEqual(
+        devices.map((d) => d.ID),
+        [
+          migUuid(g(UNIFORM, 0), '3g.40gb', 1),
+          migUuid(g(UNIFORM, 0), '3g.40gb', 2),
+          migUuid(g(UNIFORM, 1), '3g.40gb', 1),
+          migUuid(g(UNIFORM, 1), '3g.40gb', 2),
+        ],
+      );
     } finally {
       await node.stop();
     }
-  }
-});
-
-test('single: a node that stops being uniform after start is reported and withdrawn, and comes back when uniform again', async () => {
-  const node = await SimNode.start({ topology: 'mig-uniform-2', args: ['--mig-strategy=single'] });
-  try {
-    const k = node.kubelet!;
-    await k.waitForDevices((d) => d.length === 4);
-    node.nvml('mig 1 on 3g.40gb 2g.20gb');
-    await node.nvmlStats();
-    node.plugin.signal('SIGHUP');
-    const line = await node.plugin.waitForLine(
-      /the node no longer fits the MIG strategy; its devices are withdrawn/,
-      10000,
-    );
-    assert.match(line, /MIG devices differ in profile: 3g\.40gb on GPU 0, 1; 2g\.20gb on GPU 1/);
-    await node.plugin.waitForLine(/resource no longer advertised resource=nvidia\.com\/gpu/);
-    await waitUntil(() => !existsSync(node.pluginSocket), {
-      on: onFileChange(node.kubeletDir),
-      what: 'the socket of nvidia.com/gpu is removed: nothing half-advertised',
-    });
-    const registrations = k.registrations.length;
-    node.nvml('mig 1 on 3g.40gb 3g.40gb');
-    await node.nvmlStats();
-    node.plugin.signal('SIGHUP');
-    await k.waitForRegistrations(registrations + 1, 10000);
-    const devices = await k.waitForDevices((d) => d.length === 4);
-    assert.deepEqual(
-      devices.map((d) => d.ID),
-      [
-        migUuid(g(UNIFORM, 0), '3g.40gb', 1),
-        migUuid(g(UNIFORM, 0), '3g.40gb', 2),
-        migUuid(g(UNIFORM, 1), '3g.40gb', 1),
-        migUuid(g(UNIFORM, 1), '3g.40gb', 2),
-      ],
-    );
-  } finally {
-    await node.stop();
-  }
-});
+  },
+);

@@ -204,28 +204,32 @@ describe('npm run repo: signed apt and yum repositories', { concurrency: false }
     assert.match(release, new RegExp(`^Suite: ${SUITE}$`, 'm'));
   });
 
-  test('apt-get update verifies the signature with signed-by; both architectures are candidates; apt-get download checks the hash', async () => {
-    const t0 = performance.now();
-    const { apt } = aptRoot('good', debDir(), join(debDir(), DEB_KEY));
-    const u = await apt('update');
-    assert.equal(u.code, 0, u.out);
-    assert.doesNotMatch(u.out, /^(W|E):/m, u.out);
-    timings.push(`apt-get update: ${((performance.now() - t0) / 1000).toFixed(1)} s`);
-    const policy = await apt('policy', PACKAGE, `${PACKAGE}:arm64`);
-    assert.equal(policy.code, 0, policy.out);
-    assert.equal(
-      policy.out.match(new RegExp(`Candidate: ${VERSION.replace(/\./g, '\\.')}$`, 'gm'))?.length,
-      2,
-      policy.out,
-    );
-    const dl = join(work, 'download');
-    mkdirSync(dl);
-    const d = await exec('sh', ['-c', `cd ${dl} && apt-get download ${PACKAGE}`], {
-      APT_CONFIG: join(work, 'apt', 'good', 'apt.conf'),
-    });
-    assert.equal(d.code, 0, d.out);
-    assert.ok(readFileSync(join(dl, `${PACKAGE}_${VERSION}_amd64.deb`)).equals(readFileSync(packages.deb)));
-  });
+  test(
+    'apt-get update verifies the signature with signed-by; both ' +
+      'architectures are candidates; apt-get download checks the hash',
+    async () => {
+      const t0 = performance.now();
+      const { apt } = aptRoot('good', debDir(), join(debDir(), DEB_KEY));
+      const u = await apt('update');
+      assert.equal(u.code, 0, u.out);
+      assert.doesNotMatch(u.out, /^(W|E):/m, u.out);
+      timings.push(`apt-get update: ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+      const policy = await apt('policy', PACKAGE, `${PACKAGE}:arm64`);
+      assert.equal(policy.code, 0, policy.out);
+      assert.equal(
+        policy.out.match(new RegExp(`Candidate: ${VERSION.replace(/\./g, '\\.')}$`, 'gm'))?.length,
+        2,
+        policy.out,
+      );
+      const dl = join(work, 'download');
+      mkdirSync(dl);
+      const d = await exec('sh', ['-c', `cd ${dl} && apt-get download ${PACKAGE}`], {
+        APT_CONFIG: join(work, 'apt', 'good', 'apt.conf'),
+      });
+      assert.equal(d.code, 0, d.out);
+      assert.ok(readFileSync(join(dl, `${PACKAGE}_${VERSION}_amd64.deb`)).equals(readFileSync(packages.deb)));
+    },
+  );
 
   const refusals: [string, () => string, RegExp, string?][] = [
     [
@@ -316,67 +320,80 @@ describe('npm run repo: signed apt and yum repositories', { concurrency: false }
     assert.match(r.out, /NOT OK/);
   });
 
-  test('dnf repoquery with gpgcheck=1 and repo_gpgcheck=1 reads the repository; a tampered repomd.xml or a missing signature is refused', async () => {
-    const t0 = performance.now();
-    const keyUrl = `file://${join(rpmDir(), RPM_KEY)}`;
-    const ok = await dnf('good', rpmDir(), keyUrl);
-    timings.push(`dnf repoquery: ${((performance.now() - t0) / 1000).toFixed(1)} s`);
-    assert.equal(ok.code, 0, ok.out);
-    assert.match(ok.out, new RegExp(`^${PACKAGE} ${VERSION.replace(/\./g, '\\.')} x86_64$`, 'm'));
-    assert.match(ok.out, new RegExp(`^${PACKAGE} ${VERSION.replace(/\./g, '\\.')} aarch64$`, 'm'));
+  test(
+    'dnf repoquery with gpgcheck=1 and repo_gpgcheck=1 reads the ' +
+      'repository; a tampered repomd.xml or a missing signature is refused',
+    async () => {
+      const t0 = performance.now();
+      const keyUrl = `file://${join(rpmDir(), RPM_KEY)}`;
+      const ok = await dnf('good', rpmDir(), keyUrl);
+      timings.push(`dnf repoquery: ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+      assert.equal(ok.code, 0, ok.out);
+      assert.match(ok.out, new RegExp(`^${PACKAGE} ${VERSION.replace(/\./g, '\\.')} x86_64$`, 'm'));
+      assert.match(ok.out, new RegExp(`^${PACKAGE} ${VERSION.replace(/\./g, '\\.')} aarch64$`, 'm'));
 
-    const tampered = join(work, 'tampered', 'rpm');
-    cpSync(join(rpmDir(), 'repodata'), join(tampered, 'repodata'), { recursive: true });
-    const repomd = join(tampered, 'repodata', 'repomd.xml');
-    writeFileSync(repomd, readFileSync(repomd, 'utf8').replace(/<revision>(\d+)</, '<revision>1$1<'));
-    const bad = await dnf('tampered', tampered, keyUrl);
-    assert.notEqual(bad.code, 0, bad.out);
-    assert.match(bad.out, /repomd\.xml GPG signature verification error: Bad GPG signature/);
+      const tampered = join(work, 'tampered', 'rpm');
+      cpSync(join(rpmDir(), 'repodata'), join(tampered, 'repodata'), { recursive: true });
+      const repomd = join(tampered, 'repodata', 'repomd.xml');
+      writeFileSync(repomd, readFileSync(repomd, 'utf8').replace(/<revision>(\d+)</, '<revision>1$1<'));
+      const bad = await dnf('tampered', tampered, keyUrl);
+      assert.notEqual(bad.code, 0, bad.out);
+      assert.match(bad.out, /repomd\.xml GPG signature verification error: Bad GPG signature/);
 
-    rmSync(`${repomd}.asc`);
-    writeFileSync(repomd, readFileSync(join(rpmDir(), 'repodata', 'repomd.xml')));
-    const unsigned = await dnf('unsigned', tampered, keyUrl);
-    assert.notEqual(unsigned.code, 0, unsigned.out);
-    assert.match(unsigned.out, /GPG verification is enabled, but GPG signature is not available/);
-  });
+      rmSync(`${repomd}.asc`);
+      writeFileSync(repomd, readFileSync(join(rpmDir(), 'repodata', 'repomd.xml')));
+      const unsigned = await dnf('unsigned', tampered, keyUrl);
+      assert.notEqual(unsigned.code, 0, unsigned.out);
+      assert.match(unsigned.out, /GPG verification is enabled, but GPG signature is not available/);
+    },
+  );
 
-  test('published again from the same packages: every file is the same but the three signatures; another tree gets the same apt indexes', async () => {
-    const before = new Map(listTree(tree).map((f) => [f, readFileSync(join(tree, f))]));
-    const all = [packages.deb, packages.debArm, packages.rpm, packages.rpmArm];
-    const t0 = performance.now();
-    await buildRepository({ packages: all, outDir: tree, signing: { gnupgHome: key.home } });
-    timings.push(`repository again, same tree: ${((performance.now() - t0) / 1000).toFixed(1)} s`);
-    const signatures = [`dists/${SUITE}/InRelease`, `dists/${SUITE}/Release.gpg`, 'repodata/repomd.xml.asc'];
-    assert.deepEqual(listTree(tree), [...before.keys()]);
-    for (const [f, bytes] of before)
-      if (!signatures.some((s) => f.endsWith(s))) assert.ok(readFileSync(join(tree, f)).equals(bytes), `${f} changed`);
-    const other = join(work, 'tree2');
-    await buildRepository({ packages: all, outDir: other, signing: { armoredKeyFile: key.secretKeyFile } });
-    for (const f of listTree(join(other, CHANNEL, 'deb')).filter((f) =>
-      /(^|\/)(Packages(\.gz)?|Release|Release\.key)$/.test(f),
-    ))
-      assert.ok(readFileSync(join(debDir(other), f)).equals(readFileSync(join(debDir(), f))), `${f} differs`);
-  });
+  test(
+    'published again from the same packages: every file is the same ' +
+      'but the three signatures; another tree gets the same apt indexes',
+    async () => {
+      const before = new Map(listTree(tree).map((f) => [f, readFileSync(join(tree, f))]));
+      const all = [packages.deb, packages.debArm, packages.rpm, packages.rpmArm];
+      const t0 = performance.now();
+      await buildRepository({ packages: all, outDir: tree, signing: { gnupgHome: key.home } });
+      timings.push(`repository again, same tree: ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+      const signatures = [`dists/${SUITE}/InRelease`, `dists/${SUITE}/Release.gpg`, 'repodata/repomd.xml.asc'];
+      assert.deepEqual(listTree(tree), [...before.keys()]);
+      for (const [f, bytes] of before)
+        if (!signatures.some((s) => f.endsWith(s)))
+          assert.ok(readFileSync(join(tree, f)).equals(bytes), `${f} changed`);
+      const other = join(work, 'tree2');
+      await buildRepository({ packages: all, outDir: other, signing: { armoredKeyFile: key.secretKeyFile } });
+      for (const f of listTree(join(other, CHANNEL, 'deb')).filter((f) =>
+        /(^|\/)(Packages(\.gz)?|Release|Release\.key)$/.test(f),
+      ))
+        assert.ok(readFileSync(join(debDir(other), f)).equals(readFileSync(join(debDir(), f))), `${f} differs`);
+    },
+  );
 
-  test('a patch release joins its minor version channel (both versions listed); the next minor version gets a channel of its own', async () => {
-    await buildRepository({
-      packages: [packages.patch, packages.minor],
-      outDir: tree,
-      signing: { armoredKeyFile: key.secretKeyFile },
-    });
-    const next = channelOf(MINOR);
-    assert.notEqual(next, CHANNEL);
-    assert.ok(existsSync(join(debDir(tree, next), 'dists', SUITE, 'InRelease')));
-    const { apt } = aptRoot('channels', debDir(), join(debDir(), DEB_KEY));
-    const u = await apt('update');
-    assert.equal(u.code, 0, u.out);
-    const policy = await apt('policy', PACKAGE);
-    assert.match(policy.out, new RegExp(`Candidate: ${PATCH.replace(/\./g, '\\.')}$`, 'm'), policy.out);
-    assert.match(policy.out, new RegExp(`^ +${VERSION.replace(/\./g, '\\.')} 500$`, 'm'), policy.out);
-    assert.doesNotMatch(
-      policy.out,
-      new RegExp(MINOR.replace(/\./g, '\\.')),
-      'the next minor version is not in this channel',
-    );
-  });
+  test(
+    'a patch release joins its minor version channel (both versions ' +
+      'listed); the next minor version gets a channel of its own',
+    async () => {
+      await buildRepository({
+        packages: [packages.patch, packages.minor],
+        outDir: tree,
+        signing: { armoredKeyFile: key.secretKeyFile },
+      });
+      const next = channelOf(MINOR);
+      assert.notEqual(next, CHANNEL);
+      assert.ok(existsSync(join(debDir(tree, next), 'dists', SUITE, 'InRelease')));
+      const { apt } = aptRoot('channels', debDir(), join(debDir(), DEB_KEY));
+      const u = await apt('update');
+      assert.equal(u.code, 0, u.out);
+      const policy = await apt('policy', PACKAGE);
+      assert.match(policy.out, new RegExp(`Candidate: ${PATCH.replace(/\./g, '\\.')}$`, 'm'), policy.out);
+      assert.match(policy.out, new RegExp(`^ +${VERSION.replace(/\./g, '\\.')} 500$`, 'm'), policy.out);
+      assert.doesNotMatch(
+        policy.out,
+        new RegExp(MINOR.replace(/\./g, '\\.')),
+        'the next minor version is not in this channel',
+      );
+    },
+  );
 });

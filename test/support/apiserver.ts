@@ -135,7 +135,9 @@ function qualifiedNameProblem(s: string): string | undefined {
   if (id.length === 0 || id.length > LIMITS.attributeIdLength || !C_IDENTIFIER.test(id)) {
     return id.length > LIMITS.attributeIdLength
       ? `may not be more than ${LIMITS.attributeIdLength} bytes`
-      : "a valid C identifier must start with alphabetic character or '_', followed by a string of alphanumeric characters or '_' (e.g. 'my_name',  or 'MY_NAME',  or 'MyName', regex used for validation is '[A-Za-z_][A-Za-z0-9_]*')";
+      : "a valid C identifier must start with alphabetic character or '_', followed " +
+          "by a string of alphanumeric characters or '_' (e.g. 'my_name',  or 'MY_NAME', " +
+          " or 'MyName', regex used for validation is '[A-Za-z_][A-Za-z0-9_]*')";
   }
   return undefined;
 }
@@ -310,9 +312,11 @@ class Causes {
 }
 
 const DNS_LABEL_MSG =
-  "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character";
+  'a lowercase RFC 1123 label must consist of lower case alphanumeric ' +
+  "characters or '-', and must start and end with an alphanumeric character";
 const DNS_SUBDOMAIN_MSG =
-  "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
+  'a lowercase RFC 1123 subdomain must consist of lower case alphanumeric ' +
+  "characters, '-' or '.', and must start and end with an alphanumeric character";
 
 function validateSpec(spec: Json | undefined, c: Causes): void {
   if (!isObject(spec)) {
@@ -350,7 +354,8 @@ function validateSpec(spec: Json | undefined, c: Causes): void {
     c.invalid(
       'spec',
       `{${selectors.map((x) => `\`${x}\``).join(', ')}}`,
-      'exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required, but multiple fields are set',
+      'exactly one of `nodeName`, `nodeSelector`, `allNodes`, ' +
+        '`perDeviceNodeSelection` is required, but multiple fields are set',
     );
   const nodeName = spec.nodeName;
   if (typeof nodeName === 'string' && nodeName !== '' && !isDnsSubdomain(nodeName))
@@ -466,7 +471,9 @@ function validateTaint(t: Json, f: string, c: Causes): void {
     c.invalid(
       `${f}.key`,
       key,
-      "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc'), with an optional DNS subdomain prefix and '/'",
+      "name part must consist of alphanumeric characters, '-', '_' or '.', and " +
+        "must start and end with an alphanumeric character (e.g. 'MyName',  or " +
+        "'my.name',  or '123-abc'), with an optional DNS subdomain prefix and '/'",
     );
   const value = t.value;
   if (
@@ -477,7 +484,8 @@ function validateTaint(t: Json, f: string, c: Causes): void {
     c.invalid(
       `${f}.value`,
       value,
-      "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character, at most 63 characters",
+      "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' " +
+        "or '.', and must start and end with an alphanumeric character, at most 63 characters",
     );
   }
   const effect = t.effect;
@@ -561,7 +569,8 @@ function canonValue(o: JsonObject): void {
   const canon = typeof v === 'string' || typeof v === 'number' ? canonicalQuantity(String(v)) : undefined;
   if (canon === undefined) {
     throw badRequest(
-      `ResourceSlice in version "v1" cannot be handled as a ResourceSlice: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$' (got ${JSON.stringify(v)})`,
+      `ResourceSlice in version "v1" cannot be handled as a ResourceSlice: quantities must match the ` +
+        `regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$' (got ${JSON.stringify(v)})`,
     );
   }
   o.value = canon;
@@ -844,7 +853,8 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
         this.off('request', on);
         reject(
           new Error(
-            `API server stand-in: fewer than ${n} matching requests within ${timeoutMs} ms (seen: ${this.requests.map((r) => `${r.method} ${r.path} ${r.code}`).join('; ')})`,
+            `API server stand-in: fewer than ${n} matching requests within ${timeoutMs} ms ` +
+              `(seen: ${this.requests.map((r) => `${r.method} ${r.path} ${r.code}`).join('; ')})`,
           ),
         );
       }, timeoutMs);
@@ -919,7 +929,8 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
         status(
           405,
           'MethodNotAllowed',
-          `${method} on ${url.pathname} is not modelled by the API server stand-in (test/support/apiserver.ts): only get of ${r.resource}`,
+          `${method} on ${url.pathname} is not modelled by the API server ` +
+            `stand-in (test/support/apiserver.ts): only get of ${r.resource}`,
         ),
       );
     }
@@ -955,7 +966,8 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
       status(
         403,
         'Forbidden',
-        `${what} is forbidden: User "${user}" cannot ${verb} resource "${r.resource}" in API group "${r.group}" ${scope}`,
+        `${what} is forbidden: User "${user}" cannot ${verb} ` +
+          `resource "${r.resource}" in API group "${r.group}" ${scope}`,
         { ...(r.name !== undefined ? { name: r.name } : {}), group: r.group, kind: r.resource },
       ),
     );
@@ -1043,7 +1055,8 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
     const mode = url.searchParams.get('fieldValidation') ?? 'Warn';
     if (mode === 'Strict' && unknown.length > 0) {
       throw badRequest(
-        `ResourceSlice in version "v1" cannot be handled as a ResourceSlice: strict decoding error: ${unknown.map((u) => `unknown field "${u}"`).join(', ')}`,
+        `ResourceSlice in version "v1" cannot be handled as a ResourceSlice: strict ` +
+          `decoding error: ${unknown.map((u) => `unknown field "${u}"`).join(', ')}`,
       );
     }
     return { obj, warnings: mode === 'Ignore' ? [] : unknown.map((u) => `unknown field "${u}"`) };
@@ -1172,7 +1185,8 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
         'resourceslices',
         GROUP,
         name,
-        `Precondition failed: ResourceVersion in precondition: ${rv}, ResourceVersion in object meta: ${String(oldMeta.resourceVersion)}`,
+        `Precondition failed: ResourceVersion in precondition: ${rv}, ` +
+          `ResourceVersion in object meta: ${String(oldMeta.resourceVersion)}`,
       );
     }
     const uid = str(pre.uid);

@@ -302,7 +302,8 @@ export class KubeletStandIn extends EventEmitter {
       on: onEvent(this, event),
       deadlineMs: timeoutMs,
       what: () =>
-        `kubelet stand-in: no ${what} (registrations ${this.registrations.length}, rejected ${JSON.stringify(this.rejected.map((r) => r.reason))})`,
+        `kubelet stand-in: no ${what} (registrations ${this.registrations.length}, ` +
+        `rejected ${JSON.stringify(this.rejected.map((r) => r.reason))})`,
     });
   }
 

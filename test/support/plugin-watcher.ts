@@ -165,7 +165,9 @@ export function validatePluginInfo(
     return { error: `RegisterPlugin error -- no handler registered for plugin type: ${info.type} at socket ${socket}` };
   const endpoint = info.endpoint === '' ? socket : info.endpoint;
   const invalid = (why: string): { error: string } => ({
-    error: `RegisterPlugin error -- plugin validation failed with err: invalid supported gRPC versions of DRA driver plugin ${info.name} at endpoint ${endpoint}: ${why}`,
+    error:
+      `RegisterPlugin error -- plugin validation failed with err: invalid supported ` +
+      `gRPC versions of DRA driver plugin ${info.name} at endpoint ${endpoint}: ${why}`,
   });
   if (info.supported_versions.length === 0)
     return invalid('empty list of supported gRPC services (aka supported versions)');
@@ -175,7 +177,8 @@ export function validatePluginInfo(
   }
   const goQuote = (l: readonly string[]): string => `[${l.map((x) => JSON.stringify(x)).join(' ')}]`;
   return invalid(
-    `none of services supported by the plugin (${goQuote(info.supported_versions)}) are supported by the kubelet (${goQuote(versions.map((v) => DRA_SERVICE_NAMES[v]))})`,
+    `none of services supported by the plugin (${goQuote(info.supported_versions)}) are ` +
+      `supported by the kubelet (${goQuote(versions.map((v) => DRA_SERVICE_NAMES[v]))})`,
   );
 }
 
@@ -229,7 +232,8 @@ export class PluginWatcherStandIn extends EventEmitter {
     const r = this.current(driver);
     if (r === undefined)
       throw new Error(
-        `plugin watcher stand-in: no driver ${driver} registered (registered: ${[...this.bySocket.values()].map((x) => x.reg.name).join(', ') || 'none'})`,
+        `plugin watcher stand-in: no driver ${driver} registered ` +
+          `(registered: ${[...this.bySocket.values()].map((x) => x.reg.name).join(', ') || 'none'})`,
       );
     return r.client;
   }
@@ -297,7 +301,9 @@ export class PluginWatcherStandIn extends EventEmitter {
         !('error' in verdict) &&
         [...this.bySocket.values()].some((r) => r.reg.name === info.name && r.reg.endpoint === verdict.endpoint)
       ) {
-        problem = `RegisterPlugin error -- plugin registration failed with err: endpoint ${verdict.endpoint} already registered for DRA driver plugin ${info.name}`;
+        problem =
+          `RegisterPlugin error -- plugin registration failed with err: ` +
+          `endpoint ${verdict.endpoint} already registered for DRA driver plugin ${info.name}`;
       }
       if (problem !== undefined || 'error' in verdict) {
         const reason = problem ?? 'unreachable';
@@ -438,7 +444,8 @@ export class PluginWatcherStandIn extends EventEmitter {
       on: onEvent(this, event),
       deadlineMs: timeoutMs,
       what: () =>
-        `plugin watcher stand-in: no ${what} (registered ${this.registrations.length}, rejected ${JSON.stringify(this.rejected.map((r) => r.reason))})`,
+        `plugin watcher stand-in: no ${what} (registered ${this.registrations.length}, ` +
+        `rejected ${JSON.stringify(this.rejected.map((r) => r.reason))})`,
     });
   }
 

@@ -145,7 +145,8 @@ export async function cachedRootfs(extra: readonly string[]): Promise<Rootfs> {
         /* none */
       }
       throw new Error(
-        `debootstrap of Debian ${SUITE} from ${MIRROR} failed (exit ${r.code}); set GDP_DEBIAN_MIRROR for another mirror:\n${r.stderr.slice(-3000)}\n${log}`,
+        `debootstrap of Debian ${SUITE} from ${MIRROR} failed (exit ${r.code}); ` +
+          `set GDP_DEBIAN_MIRROR for another mirror:\n${r.stderr.slice(-3000)}\n${log}`,
       );
     }
     writeFileSync(join(tmp, STAMP_FILE), `${JSON.stringify(spec, null, 2)}\n`);
@@ -275,7 +276,8 @@ export class Container {
           'systemctl --failed --no-legend --plain; journalctl -b -p warning -o short --no-pager | tail -40',
         );
         throw new Error(
-          `the container's systemd is ${JSON.stringify(r.stdout.trim())}, not running:\n${failed.stdout}${failed.stderr}`,
+          `the container's systemd is ${JSON.stringify(r.stdout.trim())}, ` +
+            `not running:\n${failed.stdout}${failed.stderr}`,
         );
       }
       c.watchActivity();
@@ -283,7 +285,8 @@ export class Container {
       const log = c.nspawnLog.join('');
       await c.teardown();
       throw new Error(
-        `cannot boot Debian ${SUITE} with systemd-nspawn: ${(err as Error).message}\nsystemd-nspawn ${args.join(' ')}:\n${log}`,
+        `cannot boot Debian ${SUITE} with systemd-nspawn: ${(err as Error).message}\n` +
+          `systemd-nspawn ${args.join(' ')}:\n${log}`,
         { cause: err },
       );
     }

@@ -146,7 +146,9 @@ async function apiserver(
 
 /** The kubelet's start: every ResourceSlice of its node deleted, over the API. */
 async function wipeNodeSlices(apiUrl: string, token: string, node: string): Promise<number> {
-  const url = `${apiUrl}/apis/resource.k8s.io/v1/resourceslices?fieldSelector=${encodeURIComponent(`spec.nodeName=${node}`)}`;
+  const url =
+    `${apiUrl}/apis/resource.k8s.io/v1/resourceslices?fieldSelector=` +
+    `${encodeURIComponent(`spec.nodeName=${node}`)}`;
   const res = await fetch(url, { method: 'DELETE', headers: { authorization: `Bearer ${token}` } });
   const body = (await res.json()) as { items?: unknown[] };
   if (!res.ok) throw new Error(`DELETE ${url}: ${res.status} ${JSON.stringify(body)}`);

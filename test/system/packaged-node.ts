@@ -86,7 +86,10 @@ export class PackagedNode {
   constructor(container: Container, work: string, dpkgOptions: readonly string[]) {
     this.container = container;
     this.work = work;
-    this.apt = `DEBIAN_FRONTEND=noninteractive apt-get -y -q${dpkgOptions.map((o) => ` -o Dpkg::Options::=${o}`).join('')}`;
+    this.apt = [
+      'DEBIAN_FRONTEND=noninteractive apt-get -y -q',
+      ...dpkgOptions.map((o) => `-o Dpkg::Options::=${o}`),
+    ].join(' ');
   }
 
   /** The .deb of a version, as a path inside the container. */
@@ -168,7 +171,8 @@ export async function bootWithPackage(opts: PackageBootOptions): Promise<Package
     const depends = execFileSync('dpkg-deb', ['-f', deb, 'Depends'], { encoding: 'utf8' }).trim();
     const rootfs = await cachedRootfs(dependencyNames(depends));
     timings.push(
-      `root file system: ${rootfs.built ? 'built with debootstrap' : 'from the cache'} in ${(rootfs.ms / 1000).toFixed(1)} s (${rootfs.path})`,
+      `root file system: ${rootfs.built ? 'built with debootstrap' : 'from the cache'} ` +
+        `in ${(rootfs.ms / 1000).toFixed(1)} s (${rootfs.path})`,
     );
     const dir = join(work, 'test');
     mkdirSync(dir);

@@ -35,7 +35,8 @@ const API_CTL = '/run/dra-standins/apiserver.sock';
 const WATCHER_CTL = '/run/dra-standins/watcher.sock';
 const STANDINS = `${OPT}/node ${OPT}/dra-standins.cjs`;
 const STATUS_OK = new RegExp(
-  `^registered with the kubelet \\(DRA, driver ${DRIVER.replace(/\./g, '\\.')}\\); ${GPUS} devices published; ${GPUS} of ${GPUS} GPUs healthy$`,
+  `^registered with the kubelet \\(DRA, driver ${DRIVER.replace(/\./g, '\\.')}\\); ${GPUS} ` +
+    `devices published; ${GPUS} of ${GPUS} GPUs healthy$`,
 );
 
 let node: PackagedNode | undefined;
@@ -72,7 +73,8 @@ let apiUrl = '';
 async function startWatcher(): Promise<void> {
   watcherUnit++;
   await box().run(
-    `rm -f ${WATCHER_STATE} && systemd-run --unit dra-watcher-${watcherUnit} --collect --quiet ${STANDINS} watcher ${REGISTRY} ${WATCHER_CTL} ${WATCHER_STATE} ${apiUrl} ${ADMIN_TOKEN} ${NODE}`,
+    `rm -f ${WATCHER_STATE} && systemd-run --unit dra-watcher-${watcherUnit} --collect --quiet ${STANDINS} ` +
+      `watcher ${REGISTRY} ${WATCHER_CTL} ${WATCHER_STATE} ${apiUrl} ${ADMIN_TOKEN} ${NODE}`,
   );
   await until('the plugin watcher stand-in serves', () =>
     readState<WatcherState>(WATCHER_STATE).then((s) => s ?? undefined),
@@ -148,73 +150,84 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
     if (timings.length > 0) process.stderr.write(`real-systemd DRA test timings:\n  ${timings.join('\n  ')}\n`);
   });
 
-  test('installed with apt and switched to DRA as the README says (environment file, kubeconfig, the drop-in linked): check passes, the restart registers through plugins_registry', async (t) => {
-    await node!.install();
-    assert.equal(
-      (await box().sh(`test -f ${DRA_DROPIN.installed}`)).code,
-      0,
-      `the package ships ${DRA_DROPIN.installed}`,
-    );
-    // The cluster: the API server stand-in (its URL goes into the node's kubeconfig).
-    await box().run(
-      `systemd-run --unit dra-apiserver --collect --quiet ${STANDINS} apiserver ${API_CTL} ${API_STATE} ${NODE} ${NODE_TOKEN} ${ADMIN_TOKEN}`,
-    );
-    apiUrl = (
-      await until('the API server stand-in serves', () =>
-        readState<ApiServerState>(API_STATE).then((s) => s ?? undefined),
-      )
-    ).url;
-    assert.match(apiUrl, /^http:\/\/127\.0\.0\.1:\d+$/);
-    // The kubelet: its plugin watcher.
-    await startWatcher();
-    // The operator's steps (README, "Dynamic Resource Allocation", 1–4).
-    await box().run(
-      [
-        `install -d -m 0755 /etc/gpu-device-plugin`,
-        `printf '%s' '${tokenKubeconfig(apiUrl, NODE_TOKEN)}' > ${KUBECONFIG}`,
-        `chmod 0600 ${KUBECONFIG}`,
-        `printf 'KUBELET_API=dra\\nKUBECONFIG=${KUBECONFIG}\\nNODE_NAME=${NODE}\\n' >> ${ENV_FILE.deb}`,
-        `mkdir -p /etc/systemd/system/${UNIT}.d`,
-        `ln -s ${DRA_DROPIN.installed} /etc/systemd/system/${UNIT}.d/dra.conf`,
-        'systemctl daemon-reload',
-      ].join(' && '),
-    );
-    // check reads the environment file and the unit with its drop-ins itself; the fake NVML's config is the test's.
-    const check = await box().sh('FAKE_NVML_CONFIG=/etc/fake-nvml/demo-8.json /usr/bin/gpu-device-plugin check 2>&1', {
-      timeoutMs: 60000,
-    });
-    t.diagnostic(`gpu-device-plugin check (exit ${check.code}):\n${check.stdout}`);
-    assert.equal(check.code, 0, check.stdout);
-    assert.match(check.stdout, /dra/i);
-    earlierPids.add(await mainPid());
-    const t0 = performance.now();
-    await box().run(`systemctl restart ${UNIT}`, { timeoutMs: 120000 });
-    await registered(0);
-    timed(t, 'systemctl restart in DRA mode → registered with the plugin watcher', performance.now() - t0);
-    await published();
-    timed(t, 'systemctl restart in DRA mode → 8 devices published', performance.now() - t0);
-  });
+  test(
+    'installed with apt and switched to DRA as the README says (environment file, kubeconfig, ' +
+      'the drop-in linked): check passes, the restart registers through plugins_registry',
+    async (t) => {
+      await node!.install();
+      assert.equal(
+        (await box().sh(`test -f ${DRA_DROPIN.installed}`)).code,
+        0,
+        `the package ships ${DRA_DROPIN.installed}`,
+      );
+      // The cluster: the API server stand-in (its URL goes into the node's kubeconfig).
+      await box().run(
+        `systemd-run --unit dra-apiserver --collect --quiet ${STANDINS} ` +
+          `apiserver ${API_CTL} ${API_STATE} ${NODE} ${NODE_TOKEN} ${ADMIN_TOKEN}`,
+      );
+      apiUrl = (
+        await until('the API server stand-in serves', () =>
+          readState<ApiServerState>(API_STATE).then((s) => s ?? undefined),
+        )
+      ).url;
+      assert.match(apiUrl, /^http:\/\/127\.0\.0\.1:\d+$/);
+      // The kubelet: its plugin watcher.
+      await startWatcher();
+      // The operator's steps (README, "Dynamic Resource Allocation", 1–4).
+      await box().run(
+        [
+          `install -d -m 0755 /etc/gpu-device-plugin`,
+          `printf '%s' '${tokenKubeconfig(apiUrl, NODE_TOKEN)}' > ${KUBECONFIG}`,
+          `chmod 0600 ${KUBECONFIG}`,
+          `printf 'KUBELET_API=dra\\nKUBECONFIG=${KUBECONFIG}\\nNODE_NAME=${NODE}\\n' >> ${ENV_FILE.deb}`,
+          `mkdir -p /etc/systemd/system/${UNIT}.d`,
+          `ln -s ${DRA_DROPIN.installed} /etc/systemd/system/${UNIT}.d/dra.conf`,
+          'systemctl daemon-reload',
+        ].join(' && '),
+      );
+      // check reads the environment file and the unit with its drop-ins itself; the fake NVML's config is the test's.
+      const check = await box().sh(
+        'FAKE_NVML_CONFIG=/etc/fake-nvml/demo-8.json /usr/bin/gpu-device-plugin check 2>&1',
+        {
+          timeoutMs: 60000,
+        },
+      );
+      t.diagnostic(`gpu-device-plugin check (exit ${check.code}):\n${check.stdout}`);
+      assert.equal(check.code, 0, check.stdout);
+      assert.match(check.stdout, /dra/i);
+      earlierPids.add(await mainPid());
+      const t0 = performance.now();
+      await box().run(`systemctl restart ${UNIT}`, { timeoutMs: 120000 });
+      await registered(0);
+      timed(t, 'systemctl restart in DRA mode → registered with the plugin watcher', performance.now() - t0);
+      await published();
+      timed(t, 'systemctl restart in DRA mode → 8 devices published', performance.now() - t0);
+    },
+  );
 
-  test('the live unit is active, answered GetInfo as a DRAPlugin on plugins_registry, and the kubelet chose v1', async () => {
-    const u = await show('ActiveState', 'SubState', 'UnitFileState', 'DropInPaths');
-    assert.equal(u.ActiveState, 'active', JSON.stringify(u));
-    assert.equal(u.UnitFileState, 'enabled');
-    assert.match(u.DropInPaths ?? '', new RegExp(`/etc/systemd/system/${UNIT}\\.d/dra\\.conf`));
-    const s = (await readState<WatcherState>(WATCHER_STATE))!;
-    const r = s.registrations.at(-1)!;
-    assert.deepEqual(
-      { name: r.name, type: r.type, socket: r.socket, endpoint: r.endpoint, version: r.version },
-      { name: DRIVER, type: 'DRAPlugin', socket: REG_SOCKET, endpoint: DRA_SOCKET, version: 'v1' },
-    );
-    assert.equal(r.supportedVersions[0], 'v1.DRAPlugin');
-    assert.ok(r.supportedVersions.includes('v1beta1.DRAPlugin'), JSON.stringify(r.supportedVersions));
-    assert.deepEqual(s.rejected, []);
-    assert.match(await statusIs(STATUS_OK), STATUS_OK);
-    assert.ok((await journal()).some((l) => /registered with the kubelet/.test(l) && l.includes(DRIVER)));
-    // The drop-in as this systemd (252, Debian 12's and RHEL 9's) reads it: no key it does not know.
-    const verify = await box().sh(`SYSTEMD_LOG_COLOR=0 systemd-analyze verify ${UNIT} 2>&1`);
-    assert.doesNotMatch(verify.stdout, /dra\.conf/, verify.stdout);
-  });
+  test(
+    'the live unit is active, answered GetInfo as a ' + 'DRAPlugin on plugins_registry, and the kubelet chose v1',
+    async () => {
+      const u = await show('ActiveState', 'SubState', 'UnitFileState', 'DropInPaths');
+      assert.equal(u.ActiveState, 'active', JSON.stringify(u));
+      assert.equal(u.UnitFileState, 'enabled');
+      assert.match(u.DropInPaths ?? '', new RegExp(`/etc/systemd/system/${UNIT}\\.d/dra\\.conf`));
+      const s = (await readState<WatcherState>(WATCHER_STATE))!;
+      const r = s.registrations.at(-1)!;
+      assert.deepEqual(
+        { name: r.name, type: r.type, socket: r.socket, endpoint: r.endpoint, version: r.version },
+        { name: DRIVER, type: 'DRAPlugin', socket: REG_SOCKET, endpoint: DRA_SOCKET, version: 'v1' },
+      );
+      assert.equal(r.supportedVersions[0], 'v1.DRAPlugin');
+      assert.ok(r.supportedVersions.includes('v1beta1.DRAPlugin'), JSON.stringify(r.supportedVersions));
+      assert.deepEqual(s.rejected, []);
+      assert.match(await statusIs(STATUS_OK), STATUS_OK);
+      assert.ok((await journal()).some((l) => /registered with the kubelet/.test(l) && l.includes(DRIVER)));
+      // The drop-in as this systemd (252, Debian 12's and RHEL 9's) reads it: no key it does not know.
+      const verify = await box().sh(`SYSTEMD_LOG_COLOR=0 systemd-analyze verify ${UNIT} 2>&1`);
+      assert.doesNotMatch(verify.stdout, /dra\.conf/, verify.stdout);
+    },
+  );
 
   test("the ResourceSlice of its 8 GPUs is published with its nodeName, by the node's own identity", async () => {
     const s = await published();
@@ -247,210 +260,242 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
     );
   });
 
-  test("a claim prepared through the kubelet's DRA client gets the CDI ID of the toolkit's spec, and is checkpointed", async () => {
-    const stored = await ctl<{ metadata: { uid: string } }>(API_CTL, '/claims', {
-      namespace: 'team-a',
-      name: 'one-gpu',
-      results: [{ request: 'gpu', driver: DRIVER, pool: NODE, device: 'gpu-3' }],
-    });
-    claim = { namespace: 'team-a', name: 'one-gpu', uid: stored.metadata.uid };
-    const r = await ctl<Prepared>(WATCHER_CTL, '/prepare', { driver: DRIVER, claims: [claim] });
-    firstAnswer = r.claims[claim.uid];
-    assert.deepEqual(firstAnswer, {
-      devices: [
-        { request_names: ['gpu'], pool_name: NODE, device_name: 'gpu-3', cdi_device_ids: ['nvidia.com/gpu=3'] },
-      ],
-      error: '',
-    });
-    const checkpoint = await box().run(`cat ${CHECKPOINT}`);
-    assert.ok(checkpoint.includes(claim.uid), checkpoint);
-  });
+  test(
+    "a claim prepared through the kubelet's DRA client gets " + "the CDI ID of the toolkit's spec, and is checkpointed",
+    async () => {
+      const stored = await ctl<{ metadata: { uid: string } }>(API_CTL, '/claims', {
+        namespace: 'team-a',
+        name: 'one-gpu',
+        results: [{ request: 'gpu', driver: DRIVER, pool: NODE, device: 'gpu-3' }],
+      });
+      claim = { namespace: 'team-a', name: 'one-gpu', uid: stored.metadata.uid };
+      const r = await ctl<Prepared>(WATCHER_CTL, '/prepare', { driver: DRIVER, claims: [claim] });
+      firstAnswer = r.claims[claim.uid];
+      assert.deepEqual(firstAnswer, {
+        devices: [
+          { request_names: ['gpu'], pool_name: NODE, device_name: 'gpu-3', cdi_device_ids: ['nvidia.com/gpu=3'] },
+        ],
+        error: '',
+      });
+      const checkpoint = await box().run(`cat ${CHECKPOINT}`);
+      assert.ok(checkpoint.includes(claim.uid), checkpoint);
+    },
+  );
 
-  test('systemctl restart keeps the checkpoint: the claim is answered from it without the API server, and unprepare works after it', async (t) => {
-    assert.ok(claim !== undefined && firstAnswer !== undefined, 'the claim of the test before was prepared');
-    const pid = await mainPid();
-    const before = await registrations();
-    const t0 = performance.now();
-    await box().run(`systemctl restart ${UNIT}`, { timeoutMs: 120000 });
-    await registered(before);
-    timed(t, 'systemctl restart → registered again', performance.now() - t0);
-    assert.notEqual(await mainPid(), pid);
-    assert.ok((await box().run(`cat ${CHECKPOINT}`)).includes(claim.uid), 'the checkpoint survived the restart');
-    const reads = (s: ApiServerState): number =>
-      s.requests.filter((r) => r.method === 'GET' && r.path.includes('/resourceclaims/')).length;
-    const readsBefore = reads(await apiState());
-    const again = await ctl<Prepared>(WATCHER_CTL, '/prepare', { driver: DRIVER, claims: [claim] });
-    assert.deepEqual(again.claims[claim.uid], firstAnswer);
-    assert.equal(reads(await apiState()), readsBefore, 'answered from the checkpoint: no ResourceClaim read');
-    const u = await ctl<Unprepared>(WATCHER_CTL, '/unprepare', { driver: DRIVER, claims: [claim] });
-    assert.deepEqual(u.claims[claim.uid], { error: '' });
-    assert.ok(!(await box().run(`cat ${CHECKPOINT}`)).includes(claim.uid), 'unprepared: gone from the checkpoint');
-    // Idempotent: a second unprepare of the same claim succeeds too.
-    const u2 = await ctl<Unprepared>(WATCHER_CTL, '/unprepare', { driver: DRIVER, claims: [claim] });
-    assert.deepEqual(u2.claims[claim.uid], { error: '' });
-  });
+  test(
+    'systemctl restart keeps the checkpoint: the claim is answered ' +
+      'from it without the API server, and unprepare works after it',
+    async (t) => {
+      assert.ok(claim !== undefined && firstAnswer !== undefined, 'the claim of the test before was prepared');
+      const pid = await mainPid();
+      const before = await registrations();
+      const t0 = performance.now();
+      await box().run(`systemctl restart ${UNIT}`, { timeoutMs: 120000 });
+      await registered(before);
+      timed(t, 'systemctl restart → registered again', performance.now() - t0);
+      assert.notEqual(await mainPid(), pid);
+      assert.ok((await box().run(`cat ${CHECKPOINT}`)).includes(claim.uid), 'the checkpoint survived the restart');
+      const reads = (s: ApiServerState): number =>
+        s.requests.filter((r) => r.method === 'GET' && r.path.includes('/resourceclaims/')).length;
+      const readsBefore = reads(await apiState());
+      const again = await ctl<Prepared>(WATCHER_CTL, '/prepare', { driver: DRIVER, claims: [claim] });
+      assert.deepEqual(again.claims[claim.uid], firstAnswer);
+      assert.equal(reads(await apiState()), readsBefore, 'answered from the checkpoint: no ResourceClaim read');
+      const u = await ctl<Unprepared>(WATCHER_CTL, '/unprepare', { driver: DRIVER, claims: [claim] });
+      assert.deepEqual(u.claims[claim.uid], { error: '' });
+      assert.ok(!(await box().run(`cat ${CHECKPOINT}`)).includes(claim.uid), 'unprepared: gone from the checkpoint');
+      // Idempotent: a second unprepare of the same claim succeeds too.
+      const u2 = await ctl<Unprepared>(WATCHER_CTL, '/unprepare', { driver: DRIVER, claims: [claim] });
+      assert.deepEqual(u2.claims[claim.uid], { error: '' });
+    },
+  );
 
-  test("the plugin watcher restarted (a new kubelet process that wipes the node's slices): registered again by the same process, the slice published again", async (t) => {
-    const pid = await mainPid();
-    const t0 = performance.now();
-    await stopWatcher();
-    await startWatcher();
-    const s = await registered(0);
-    timed(t, 'kubelet (plugin watcher) restart → registered', performance.now() - t0);
-    assert.equal(s.wipedAtStart, 1, "the new kubelet deleted the node's slice");
-    await published();
-    timed(t, 'kubelet (plugin watcher) restart → slice published again', performance.now() - t0);
-    assert.equal(await mainPid(), pid, 'no service restart');
-    assert.match(await statusIs(STATUS_OK), STATUS_OK);
-  });
+  test(
+    "the plugin watcher restarted (a new kubelet process that wipes the node's " +
+      'slices): registered again by the same process, the slice published again',
+    async (t) => {
+      const pid = await mainPid();
+      const t0 = performance.now();
+      await stopWatcher();
+      await startWatcher();
+      const s = await registered(0);
+      timed(t, 'kubelet (plugin watcher) restart → registered', performance.now() - t0);
+      assert.equal(s.wipedAtStart, 1, "the new kubelet deleted the node's slice");
+      await published();
+      timed(t, 'kubelet (plugin watcher) restart → slice published again', performance.now() - t0);
+      assert.equal(await mainPid(), pid, 'no service restart');
+      assert.match(await statusIs(STATUS_OK), STATUS_OK);
+    },
+  );
 
-  test("kubeadm reset (the kubelet's plugin directories deleted and re-created): one clear line, a restart, registered and published again", async (t) => {
-    const pid = await mainPid();
-    const restarts = Number((await show('NRestarts')).NRestarts);
-    const mark = await journalCursor();
-    const t0 = performance.now();
-    await stopWatcher();
-    // The plugin may re-create its sockets while rm runs: retry until both directories are gone.
-    await box().run(
-      `until rm -rf ${REGISTRY} /var/lib/kubelet/plugins 2>/dev/null && [ ! -e ${REGISTRY} ] && [ ! -e /var/lib/kubelet/plugins ]; do :; done`,
-    );
-    await startWatcher();
-    await until('a new service process', async () => {
-      const now = await mainPid();
-      return now !== pid && now !== 0 ? now : undefined;
-    });
-    await registered(0);
-    await published();
-    timed(t, 'kubeadm reset → registered and published again', performance.now() - t0);
-    assert.equal(Number((await show('NRestarts')).NRestarts), restarts + 1);
-    const lines = await journal(mark);
-    earlierPids.add(pid);
-    const lost = lines.filter((l) => /lost the socket directory/.test(l));
-    if (lost.length !== 1) {
-      // What the ended process wrote, by its PID, with journald's fields: which path it left by.
-      const own = await box().sh(
-        `journalctl -o verbose --output-fields=MESSAGE,_SYSTEMD_UNIT,UNIT,_TRANSPORT,SYSLOG_IDENTIFIER --no-pager _PID=${pid} | tail -40; systemctl show ${UNIT} -p Result -p ExecMainStatus -p ExecMainCode`,
+  test(
+    "kubeadm reset (the kubelet's plugin directories deleted and " +
+      're-created): one clear line, a restart, registered and published again',
+    async (t) => {
+      const pid = await mainPid();
+      const restarts = Number((await show('NRestarts')).NRestarts);
+      const mark = await journalCursor();
+      const t0 = performance.now();
+      await stopWatcher();
+      // The plugin may re-create its sockets while rm runs: retry until both directories are gone.
+      await box().run(
+        `until rm -rf ${REGISTRY} /var/lib/kubelet/plugins 2>/dev/null && [ ` +
+          `! -e ${REGISTRY} ] && [ ! -e /var/lib/kubelet/plugins ]; do :; done`,
       );
-      assert.fail(
-        `${lost.length} "lost the socket directory" lines after the mark (expected 1); the unit's lines after it:\n${lines.join('\n')}\nprocess ${pid}'s journal:\n${own.stdout}${own.stderr}`,
+      await startWatcher();
+      await until('a new service process', async () => {
+        const now = await mainPid();
+        return now !== pid && now !== 0 ? now : undefined;
+      });
+      await registered(0);
+      await published();
+      timed(t, 'kubeadm reset → registered and published again', performance.now() - t0);
+      assert.equal(Number((await show('NRestarts')).NRestarts), restarts + 1);
+      const lines = await journal(mark);
+      earlierPids.add(pid);
+      const lost = lines.filter((l) => /lost the socket directory/.test(l));
+      if (lost.length !== 1) {
+        // What the ended process wrote, by its PID, with journald's fields: which path it left by.
+        const own = await box().sh(
+          `journalctl -o verbose --output-fields=MESSAGE,_SYSTEMD_UNIT,UNIT,_TRANSPORT,SYSLOG_IDENTIFIER ` +
+            `--no-pager _PID=${pid} | tail -40; systemctl show ${UNIT} -p Result -p ExecMainStatus -p ExecMainCode`,
+        );
+        assert.fail(
+          `${lost.length} "lost the socket directory" lines after the mark (expected 1); the unit's ` +
+            `lines after it:\n${lines.join('\n')}\nprocess ${pid}'s journal:\n${own.stdout}${own.stderr}`,
+        );
+      }
+      t.diagnostic(
+        `warnings and errors of the kubeadm reset:\n  ${lines.filter((l) => /^(WARN|ERROR) /.test(l)).join('\n  ')}`,
       );
-    }
-    t.diagnostic(
-      `warnings and errors of the kubeadm reset:\n  ${lines.filter((l) => /^(WARN|ERROR) /.test(l)).join('\n  ')}`,
-    );
-    // The process that lost its directories says that, and not that it will try again.
-    assert.deepEqual(
-      lines.filter((l) => /cannot serve the DRA sockets yet/.test(l)),
-      [],
-    );
-    assert.match(
-      lost[0]!,
-      /^ERROR lost the socket directory: .*exiting so that systemd restarts the service with a fresh view of it/,
-    );
-    assert.match(await statusIs(STATUS_OK), STATUS_OK);
-  });
+      // The process that lost its directories says that, and not that it will try again.
+      assert.deepEqual(
+        lines.filter((l) => /cannot serve the DRA sockets yet/.test(l)),
+        [],
+      );
+      assert.match(
+        lost[0]!,
+        /^ERROR lost the socket directory: .*exiting so that systemd restarts the service with a fresh view of it/,
+      );
+      assert.match(await statusIs(STATUS_OK), STATUS_OK);
+    },
+  );
 
-  test('the sandbox with the drop-in: the API server over TCP from the host network, writes only where the drop-in allows, exposure reported', async (t) => {
-    const pid = await mainPid();
-    const u = await show(
-      'ReadWritePaths',
-      'PrivateNetwork',
-      'RestrictAddressFamilies',
-      'IPAddressDeny',
-      'ProtectSystem',
-    );
-    const rw = (u.ReadWritePaths ?? '')
-      .split(/\s+/)
-      .filter((p) => p !== '')
-      .map((p) => p.replace(/^-/, ''))
-      .sort();
-    assert.deepEqual(rw, ['/var/lib/kubelet/device-plugins', PLUGIN_DIR, REGISTRY].sort(), JSON.stringify(u));
-    assert.equal(u.PrivateNetwork, 'no');
-    assert.equal(u.ProtectSystem, 'strict');
-    assert.equal(u.IPAddressDeny ?? '', '');
-    for (const af of ['AF_UNIX', 'AF_INET', 'AF_INET6']) assert.match(u.RestrictAddressFamilies ?? '', new RegExp(af));
-    // The host's network namespace (the container's), where the API server listens on 127.0.0.1.
-    const [svcNet, hostNet] = (await box().run(`readlink /proc/${pid}/ns/net /proc/1/ns/net`)).trim().split('\n');
-    assert.equal(svcNet, hostNet);
-    const status = await box().run(`cat /proc/${pid}/status`);
-    assert.match(status, /^NoNewPrivs:\s+1$/m);
-    assert.match(status, /^CapEff:\s+0000000000000000$/m);
-    // Writable: the registry and the driver's own directory; not the other drivers' or the rest.
-    await box().run('mkdir -p /var/lib/kubelet/plugins/other.example.com');
-    await box().run(
-      `nsenter -t ${pid} -m -- sh -c 'touch ${REGISTRY}/.gdp-probe ${PLUGIN_DIR}/.gdp-probe && rm ${REGISTRY}/.gdp-probe ${PLUGIN_DIR}/.gdp-probe'`,
-    );
-    for (const dir of [
-      '/var/lib/kubelet/plugins/other.example.com',
-      '/var/lib/kubelet',
-      '/etc/cdi',
-      '/etc/gpu-device-plugin',
-    ]) {
-      const r = await box().sh(`nsenter -t ${pid} -m -- touch ${dir}/.gdp-probe`);
-      assert.notEqual(r.code, 0, `${dir} writable by the service`);
-      assert.match(r.stderr, /Read-only file system/, dir);
-    }
-    const sec = await box().run(`systemd-analyze security ${UNIT} 2>&1`);
-    const exposure = Number(/Overall exposure level for .*: ([\d.]+)/.exec(sec)?.[1]);
-    const open = sec
-      .split('\n')
-      .filter((l) => /^✗/.test(l))
-      .map((l) => l.replace(/\s{2,}/g, '  ').trim());
-    timings.push(`live exposure in DRA mode (systemd-analyze security): ${exposure}`);
-    t.diagnostic(`systemd-analyze security: exposure ${exposure}; open:\n  ${open.join('\n  ')}`);
-    assert.ok(Number.isFinite(exposure), sec);
-    // The device-plugin mode's unit is held to ≤ 1.5 (systemd.test.ts); the network the drop-in opens
-    // costs 0.4 of it (1.9 measured with systemd 252).
-    assert.ok(exposure <= 2.0, `exposure ${exposure}:\n${sec}`);
-  });
+  test(
+    'the sandbox with the drop-in: the API server over TCP from the host ' +
+      'network, writes only where the drop-in allows, exposure reported',
+    async (t) => {
+      const pid = await mainPid();
+      const u = await show(
+        'ReadWritePaths',
+        'PrivateNetwork',
+        'RestrictAddressFamilies',
+        'IPAddressDeny',
+        'ProtectSystem',
+      );
+      const rw = (u.ReadWritePaths ?? '')
+        .split(/\s+/)
+        .filter((p) => p !== '')
+        .map((p) => p.replace(/^-/, ''))
+        .sort();
+      assert.deepEqual(rw, ['/var/lib/kubelet/device-plugins', PLUGIN_DIR, REGISTRY].sort(), JSON.stringify(u));
+      assert.equal(u.PrivateNetwork, 'no');
+      assert.equal(u.ProtectSystem, 'strict');
+      assert.equal(u.IPAddressDeny ?? '', '');
+      for (const af of ['AF_UNIX', 'AF_INET', 'AF_INET6'])
+        assert.match(u.RestrictAddressFamilies ?? '', new RegExp(af));
+      // The host's network namespace (the container's), where the API server listens on 127.0.0.1.
+      const [svcNet, hostNet] = (await box().run(`readlink /proc/${pid}/ns/net /proc/1/ns/net`)).trim().split('\n');
+      assert.equal(svcNet, hostNet);
+      const status = await box().run(`cat /proc/${pid}/status`);
+      assert.match(status, /^NoNewPrivs:\s+1$/m);
+      assert.match(status, /^CapEff:\s+0000000000000000$/m);
+      // Writable: the registry and the driver's own directory; not the other drivers' or the rest.
+      await box().run('mkdir -p /var/lib/kubelet/plugins/other.example.com');
+      await box().run(
+        `nsenter -t ${pid} -m -- sh -c 'touch ${REGISTRY}/.gdp-probe ${PLUGIN_DIR}/.gdp-probe ` +
+          `&& rm ${REGISTRY}/.gdp-probe ${PLUGIN_DIR}/.gdp-probe'`,
+      );
+      for (const dir of [
+        '/var/lib/kubelet/plugins/other.example.com',
+        '/var/lib/kubelet',
+        '/etc/cdi',
+        '/etc/gpu-device-plugin',
+      ]) {
+        const r = await box().sh(`nsenter -t ${pid} -m -- touch ${dir}/.gdp-probe`);
+        assert.notEqual(r.code, 0, `${dir} writable by the service`);
+        assert.match(r.stderr, /Read-only file system/, dir);
+      }
+      const sec = await box().run(`systemd-analyze security ${UNIT} 2>&1`);
+      const exposure = Number(/Overall exposure level for .*: ([\d.]+)/.exec(sec)?.[1]);
+      const open = sec
+        .split('\n')
+        .filter((l) => /^✗/.test(l))
+        .map((l) => l.replace(/\s{2,}/g, '  ').trim());
+      timings.push(`live exposure in DRA mode (systemd-analyze security): ${exposure}`);
+      t.diagnostic(`systemd-analyze security: exposure ${exposure}; open:\n  ${open.join('\n  ')}`);
+      assert.ok(Number.isFinite(exposure), sec);
+      // The device-plugin mode's unit is held to ≤ 1.5 (systemd.test.ts); the network the drop-in opens
+      // costs 0.4 of it (1.9 measured with systemd 252).
+      assert.ok(exposure <= 2.0, `exposure ${exposure}:\n${sec}`);
+    },
+  );
 
-  test('systemctl stop: inactive (not failed), the registration and DRA sockets removed, the plugin watcher sees the deregistration; systemctl start registers again', async (t) => {
-    const t0 = performance.now();
-    await box().run(`systemctl stop ${UNIT}`);
-    timed(t, 'systemctl stop', performance.now() - t0);
-    const u = await show('ActiveState', 'Result');
-    assert.equal(u.ActiveState, 'inactive', JSON.stringify(u));
-    assert.equal(u.Result, 'success');
-    assert.equal((await box().sh(`test -e ${REG_SOCKET}`)).code, 1, 'the registration socket is removed');
-    assert.equal((await box().sh(`test -e ${DRA_SOCKET}`)).code, 1, 'the DRA socket is removed');
-    const s = await until('the deregistration seen', async () => {
-      const w = await readState<WatcherState>(WATCHER_STATE);
-      return w?.deregistrations.some((d) => d.name === DRIVER && d.socket === REG_SOCKET) ? w : undefined;
-    });
-    assert.ok(s.deregistrations.length >= 1);
-    // And a start with the kubelet there: READY once registered.
-    const regs = await registrations();
-    const t1 = performance.now();
-    await box().run(`systemctl start ${UNIT}`, { timeoutMs: 120000 });
-    await registered(regs);
-    timed(t, 'systemctl start → registered', performance.now() - t1);
-    await published();
-    assert.match(await statusIs(STATUS_OK), STATUS_OK);
-  });
+  test(
+    'systemctl stop: inactive (not failed), the registration and DRA sockets removed, ' +
+      'the plugin watcher sees the deregistration; systemctl start registers again',
+    async (t) => {
+      const t0 = performance.now();
+      await box().run(`systemctl stop ${UNIT}`);
+      timed(t, 'systemctl stop', performance.now() - t0);
+      const u = await show('ActiveState', 'Result');
+      assert.equal(u.ActiveState, 'inactive', JSON.stringify(u));
+      assert.equal(u.Result, 'success');
+      assert.equal((await box().sh(`test -e ${REG_SOCKET}`)).code, 1, 'the registration socket is removed');
+      assert.equal((await box().sh(`test -e ${DRA_SOCKET}`)).code, 1, 'the DRA socket is removed');
+      const s = await until('the deregistration seen', async () => {
+        const w = await readState<WatcherState>(WATCHER_STATE);
+        return w?.deregistrations.some((d) => d.name === DRIVER && d.socket === REG_SOCKET) ? w : undefined;
+      });
+      assert.ok(s.deregistrations.length >= 1);
+      // And a start with the kubelet there: READY once registered.
+      const regs = await registrations();
+      const t1 = performance.now();
+      await box().run(`systemctl start ${UNIT}`, { timeoutMs: 120000 });
+      await registered(regs);
+      timed(t, 'systemctl start → registered', performance.now() - t1);
+      await published();
+      assert.match(await statusIs(STATUS_OK), STATUS_OK);
+    },
+  );
 
-  test('the journal in DRA mode: no warning or error but from the process kubeadm reset ended, and nothing printed by grpc itself', async () => {
-    assert.equal(earlierPids.size, 2, 'the tests before ran');
-    // The program's own lines (its stdout), each with the PID of the process that wrote it.
-    const out = await box().run(`journalctl -o json --no-pager SYSLOG_IDENTIFIER=${PACKAGE}`);
-    const lines = out
-      .split('\n')
-      .filter((l) => l !== '')
-      .map((l) => JSON.parse(l) as { MESSAGE?: unknown; _PID?: string; _SYSTEMD_UNIT?: string });
-    // The MPS unit (pulled in by the plugin's Wants=) runs the same program: its lines are not the plugin's.
-    const dra = lines
-      .filter(
-        (l) =>
-          !earlierPids.has(Number(l._PID)) &&
-          l._SYSTEMD_UNIT !== `${PACKAGE}-mps.service` &&
-          typeof l.MESSAGE === 'string',
-      )
-      .map((l) => `${l._PID}: ${String(l.MESSAGE)}`);
-    // The processes: the switch to DRA, the one after kubeadm reset, the start after stop (the one
-    // between, started by `systemctl restart`, is the one kubeadm reset ended).
-    assert.equal(dra.filter((l) => /: INFO starting version=/.test(l)).length, 3, dra.join('\n'));
-    assert.deepEqual(
-      dra.filter((l) => /: (WARN|ERROR|E) /.test(l)),
-      [],
-    );
-  });
+  test(
+    'the journal in DRA mode: no warning or error but from the ' +
+      'process kubeadm reset ended, and nothing printed by grpc itself',
+    async () => {
+      assert.equal(earlierPids.size, 2, 'the tests before ran');
+      // The program's own lines (its stdout), each with the PID of the process that wrote it.
+      const out = await box().run(`journalctl -o json --no-pager SYSLOG_IDENTIFIER=${PACKAGE}`);
+      const lines = out
+        .split('\n')
+        .filter((l) => l !== '')
+        .map((l) => JSON.parse(l) as { MESSAGE?: unknown; _PID?: string; _SYSTEMD_UNIT?: string });
+      // The MPS unit (pulled in by the plugin's Wants=) runs the same program: its lines are not the plugin's.
+      const dra = lines
+        .filter(
+          (l) =>
+            !earlierPids.has(Number(l._PID)) &&
+            l._SYSTEMD_UNIT !== `${PACKAGE}-mps.service` &&
+            typeof l.MESSAGE === 'string',
+        )
+        .map((l) => `${l._PID}: ${String(l.MESSAGE)}`);
+      // The processes: the switch to DRA, the one after kubeadm reset, the start after stop (the one
+      // between, started by `systemctl restart`, is the one kubeadm reset ended).
+      assert.equal(dra.filter((l) => /: INFO starting version=/.test(l)).length, 3, dra.join('\n'));
+      assert.deepEqual(
+        dra.filter((l) => /: (WARN|ERROR|E) /.test(l)),
+        [],
+      );
+    },
+  );
 });

@@ -115,16 +115,19 @@ function kubeletDeb(version: string, out: string): string {
   mkdirSync(join(root, 'lib/systemd/system'), { recursive: true });
   writeFileSync(
     join(root, 'DEBIAN/control'),
-    `Package: kubelet\nVersion: ${version}\nArchitecture: all\nMaintainer: test <test@example.invalid>\nDescription: kubelet stand-in for the repository upgrade test\n`,
+    `Package: kubelet\nVersion: ${version}\nArchitecture: all\nMaintainer: test ` +
+      `<test@example.invalid>\nDescription: kubelet stand-in for the repository upgrade test\n`,
   );
   writeFileSync(
     join(root, 'DEBIAN/postinst'),
-    '#!/bin/sh\nset -e\nif [ "$1" = configure ]; then\n  systemctl daemon-reload\n  systemctl enable kubelet.service 2>/dev/null\n  systemctl restart kubelet.service\nfi\n',
+    '#!/bin/sh\nset -e\nif [ "$1" = configure ]; then\n  systemctl daemon-reload\n  ' +
+      'systemctl enable kubelet.service 2>/dev/null\n  systemctl restart kubelet.service\nfi\n',
   );
   chmodSync(join(root, 'DEBIAN/postinst'), 0o755);
   writeFileSync(
     join(root, 'lib/systemd/system/kubelet.service'),
-    `[Unit]\nDescription=kubelet stand-in ${version}\n\n[Service]\nExecStart=${OPT}/node ${OPT}/kubelet.cjs ${DIR} ${STATE}\n\n[Install]\nWantedBy=multi-user.target\n`,
+    `[Unit]\nDescription=kubelet stand-in ${version}\n\n[Service]\n` +
+      `ExecStart=${OPT}/node ${OPT}/kubelet.cjs ${DIR} ${STATE}\n\n[Install]\nWantedBy=multi-user.target\n`,
   );
   const deb = join(out, `kubelet_${version}_all.deb`);
   execFileSync('dpkg-deb', ['--root-owner-group', '-Znone', '--build', root, deb], { stdio: 'ignore' });
@@ -209,72 +212,88 @@ describe('the node-maintenance upgrade from the signed apt repository, under a r
     assert.match(policy, new RegExp(`Candidate: ${packageVersion(NEXT).replace(/\./g, '\\.')}$`, 'm'), policy);
   });
 
-  test('version N and the kubelet installed from the repository and held: registered, "registered; 8 of 8 GPUs healthy"', async (t) => {
-    const t0 = performance.now();
-    const out = await box().run(
-      `${node!.apt} install ${PACKAGE}=${packageVersion(VERSION)} kubelet=${KUBELET[0]} 2>&1 && apt-mark hold ${PACKAGE} kubelet`,
-      { timeoutMs: 240000 },
-    );
-    assert.doesNotMatch(out, /^(W|E):/m, out);
-    await registeredWith(await kubelet.mainPid());
-    assert.match(await statusIs(OK_STATUS), OK_STATUS);
-    timed(t, 'install N and the kubelet → registered', performance.now() - t0);
-    const held = await box().run(`apt-get -s upgrade 2>&1`);
-    assert.match(held, /kept back|held back/, held);
-    assert.match(held, /^0 upgraded/m, held);
-  });
+  test(
+    'version N and the kubelet installed from the repository ' +
+      'and held: registered, "registered; 8 of 8 GPUs healthy"',
+    async (t) => {
+      const t0 = performance.now();
+      const out = await box().run(
+        `${node!.apt} install ${PACKAGE}=${packageVersion(VERSION)} ` +
+          `kubelet=${KUBELET[0]} 2>&1 && apt-mark hold ${PACKAGE} kubelet`,
+        { timeoutMs: 240000 },
+      );
+      assert.doesNotMatch(out, /^(W|E):/m, out);
+      await registeredWith(await kubelet.mainPid());
+      assert.match(await statusIs(OK_STATUS), OK_STATUS);
+      timed(t, 'install N and the kubelet → registered', performance.now() - t0);
+      const held = await box().run(`apt-get -s upgrade 2>&1`);
+      assert.match(held, /kept back|held back/, held);
+      assert.match(held, /^0 upgraded/m, held);
+    },
+  );
 
-  test('the maintenance upgrade: plugin N+1 and the kubelet in one apt-get transaction; re-registered within seconds, STATUS through "waiting for the kubelet" back to "registered", no warning', async (t) => {
-    const pluginPid = await mainPid();
-    const kubeletPid = await kubelet.mainPid();
-    const mark = await journalCursor();
-    await box().run(`systemd-run --unit gdp-status-recorder --quiet sh ${LIB}/record-status.sh`);
-    await until('the STATUS recorder', async () =>
-      (await box().sh(`cat ${STATUS_LOG}`)).stdout.split('\n').some((l) => OK_STATUS.test(l)) ? true : undefined,
-    );
-    const t0 = performance.now();
-    const out = await box().run(
-      `apt-mark unhold ${PACKAGE} kubelet && ${node!.apt} install ${PACKAGE}=${packageVersion(NEXT)} kubelet=${KUBELET[1]} 2>&1 && apt-mark hold ${PACKAGE} kubelet`,
-      { timeoutMs: 240000 },
-    );
-    const aptMs = performance.now() - t0;
-    assert.match(out, new RegExp(`Unpacking ${PACKAGE} \\(${packageVersion(NEXT).replace(/\./g, '\\.')}\\) over`), out);
-    assert.match(out, new RegExp(`Unpacking kubelet \\(${KUBELET[1].replace(/\./g, '\\.')}\\) over`), out);
-    assert.doesNotMatch(out, /^(W|E):/m, out);
-    const newKubelet = await kubelet.mainPid();
-    assert.notEqual(newKubelet, kubeletPid, 'the kubelet restarted');
-    await registeredWith(newKubelet);
-    await statusIs(OK_STATUS);
-    const ms = performance.now() - t0;
-    timed(t, 'apt-get install (both packages)', aptMs);
-    timed(t, 'upgrade started → registered with the new kubelet', ms);
-    assert.ok(ms - aptMs < 10000, `registered ${((ms - aptMs) / 1000).toFixed(1)} s after apt-get returned`);
-    assert.notEqual(await mainPid(), pluginPid, 'the plugin restarted with the new package');
-    assert.equal(await box().run(`dpkg-query -W -f '\${Version}' ${PACKAGE}`), packageVersion(NEXT));
-    assert.equal((await box().run('apt-mark showhold')).trim().split('\n').sort().join(' '), `${PACKAGE} kubelet`);
+  test(
+    'the maintenance upgrade: plugin N+1 and the kubelet in one apt-get transaction; re-registered ' +
+      'within seconds, STATUS through "waiting for the kubelet" back to "registered", no warning',
+    async (t) => {
+      const pluginPid = await mainPid();
+      const kubeletPid = await kubelet.mainPid();
+      const mark = await journalCursor();
+      await box().run(`systemd-run --unit gdp-status-recorder --quiet sh ${LIB}/record-status.sh`);
+      await until('the STATUS recorder', async () =>
+        (await box().sh(`cat ${STATUS_LOG}`)).stdout.split('\n').some((l) => OK_STATUS.test(l)) ? true : undefined,
+      );
+      const t0 = performance.now();
+      const out = await box().run(
+        `apt-mark unhold ${PACKAGE} kubelet && ${node!.apt} install ${PACKAGE}=${packageVersion(NEXT)} ` +
+          `kubelet=${KUBELET[1]} 2>&1 && apt-mark hold ${PACKAGE} kubelet`,
+        { timeoutMs: 240000 },
+      );
+      const aptMs = performance.now() - t0;
+      assert.match(
+        out,
+        new RegExp(`Unpacking ${PACKAGE} \\(${packageVersion(NEXT).replace(/\./g, '\\.')}\\) over`),
+        out,
+      );
+      assert.match(out, new RegExp(`Unpacking kubelet \\(${KUBELET[1].replace(/\./g, '\\.')}\\) over`), out);
+      assert.doesNotMatch(out, /^(W|E):/m, out);
+      const newKubelet = await kubelet.mainPid();
+      assert.notEqual(newKubelet, kubeletPid, 'the kubelet restarted');
+      await registeredWith(newKubelet);
+      await statusIs(OK_STATUS);
+      const ms = performance.now() - t0;
+      timed(t, 'apt-get install (both packages)', aptMs);
+      timed(t, 'upgrade started → registered with the new kubelet', ms);
+      assert.ok(ms - aptMs < 10000, `registered ${((ms - aptMs) / 1000).toFixed(1)} s after apt-get returned`);
+      assert.notEqual(await mainPid(), pluginPid, 'the plugin restarted with the new package');
+      assert.equal(await box().run(`dpkg-query -W -f '\${Version}' ${PACKAGE}`), packageVersion(NEXT));
+      assert.equal((await box().run('apt-mark showhold')).trim().split('\n').sort().join(' '), `${PACKAGE} kubelet`);
 
-    await box().run('systemctl stop gdp-status-recorder');
-    const seq = (await box().run(`cat ${STATUS_LOG}`)).trim().split('\n');
-    const upgrade = seq.slice(seq.findIndex((l) => OK_STATUS.test(l)) + 1);
-    const waiting = upgrade.findIndex((l) => /^waiting for the kubelet/.test(l));
-    assert.ok(waiting >= 0, `STATUS never said "waiting for the kubelet":\n${seq.join('\n')}`);
-    assert.match(upgrade.at(-1) ?? '', OK_STATUS, seq.join('\n'));
-    t.diagnostic(`STATUS sequence: ${upgrade.join(' → ')}`);
+      await box().run('systemctl stop gdp-status-recorder');
+      const seq = (await box().run(`cat ${STATUS_LOG}`)).trim().split('\n');
+      const upgrade = seq.slice(seq.findIndex((l) => OK_STATUS.test(l)) + 1);
+      const waiting = upgrade.findIndex((l) => /^waiting for the kubelet/.test(l));
+      assert.ok(waiting >= 0, `STATUS never said "waiting for the kubelet":\n${seq.join('\n')}`);
+      assert.match(upgrade.at(-1) ?? '', OK_STATUS, seq.join('\n'));
+      t.diagnostic(`STATUS sequence: ${upgrade.join(' → ')}`);
 
-    const lines = await journal(mark);
-    assert.ok(
-      lines.some((l) => /^INFO registered with the kubelet/.test(l)),
-      lines.join('\n'),
-    );
-    const warnings = lines.filter((l) => /^(WARN|ERROR|E |W )/.test(l));
-    assert.deepEqual(warnings, [], lines.join('\n'));
-    // The plugin's own entries at warning priority or above (systemd's lines about the unit come from
-    // PID 1 and are shown, not judged: in these containers every stop logs that cgroup.kill failed).
-    const prio = await box().run(
-      `journalctl -q -o cat --no-pager -p warning --after-cursor='${mark}' _SYSTEMD_UNIT=${UNIT}`,
-    );
-    assert.equal(prio.trim(), '', prio);
-    const systemd = await box().run(`journalctl -q -o cat --no-pager -p warning --after-cursor='${mark}' UNIT=${UNIT}`);
-    if (systemd.trim() !== '') t.diagnostic(`systemd about the unit: ${systemd.trim().split('\n').join(' | ')}`);
-  });
+      const lines = await journal(mark);
+      assert.ok(
+        lines.some((l) => /^INFO registered with the kubelet/.test(l)),
+        lines.join('\n'),
+      );
+      const warnings = lines.filter((l) => /^(WARN|ERROR|E |W )/.test(l));
+      assert.deepEqual(warnings, [], lines.join('\n'));
+      // The plugin's own entries at warning priority or above (systemd's lines about the unit come from
+      // PID 1 and are shown, not judged: in these containers every stop logs that cgroup.kill failed).
+      const prio = await box().run(
+        `journalctl -q -o cat --no-pager -p warning --after-cursor='${mark}' _SYSTEMD_UNIT=${UNIT}`,
+      );
+      assert.equal(prio.trim(), '', prio);
+      const systemd = await box().run(
+        `journalctl -q -o cat --no-pager -p warning --after-cursor='${mark}' UNIT=${UNIT}`,
+      );
+      if (systemd.trim() !== '') t.diagnostic(`systemd about the unit: ${systemd.trim().split('\n').join(' | ')}`);
+    },
+  );
 });

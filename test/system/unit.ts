@@ -77,7 +77,8 @@ export class LiveUnit {
    */
   readonly journal = async (since?: string): Promise<string[]> => {
     const out = await this.box().run(
-      `journalctl -q -o json --output-fields=MESSAGE,UNIT,_SYSTEMD_UNIT --no-pager UNIT=${this.unit} + _SYSTEMD_UNIT=${this.unit} + SYSLOG_IDENTIFIER=${this.identifier}`,
+      `journalctl -q -o json --output-fields=MESSAGE,UNIT,_SYSTEMD_UNIT --no-pager ` +
+        `UNIT=${this.unit} + _SYSTEMD_UNIT=${this.unit} + SYSLOG_IDENTIFIER=${this.identifier}`,
     );
     const after = since === undefined ? null : seqnum(since);
     // systemd's own lines name the unit in UNIT= (they come from init.scope); the service's carry it

@@ -62,7 +62,8 @@ test("NVIDIA's config file, YAML and JSON, gives the same options, origins and t
 
 test('precedence: command line, then environment, then config file, then default; origins say which', () => {
   const file =
-    'version: v1\nflags:\n  plugin:\n    deviceIDStrategy: index\n    deviceListStrategy: volume-mounts\n    cdiAnnotationPrefix: file.example/\n  logLevel: warn\n';
+    'version: v1\nflags:\n  plugin:\n    deviceIDStrategy: index\n    deviceListStrategy: ' +
+    'volume-mounts\n    cdiAnnotationPrefix: file.example/\n  logLevel: warn\n';
   const argv = ['--device-id-strategy=uuid'];
   const env = { DEVICE_ID_STRATEGY: 'index', DEVICE_LIST_STRATEGY: 'cdi-cri', LOG_LEVEL: 'debug' };
   const p = withFile(file, argv, env);
@@ -174,23 +175,26 @@ test('every key of the file reaches its option', () => {
   }
 });
 
-test("YAML 1.1 booleans (yes/no/on/off) as NVIDIA's parser reads them; JSON is YAML; an empty file sets nothing", () => {
-  assert.equal(
-    withFile('flags:\n  failOnInitError: no\n  plugin:\n    passDeviceSpecs: on\n').options.passDeviceSpecs,
-    true,
-  );
-  assert.equal(withFile('flags:\n  failOnInitError: no\n').options.failOnInitError, false);
-  assert.equal(
-    withFile(
-      '{"flags": {"plugin": {"deviceListStrategy": ["envvar", "volume-mounts"]}}}',
-    ).options.deviceListStrategy.join(),
-    'envvar,volume-mounts',
-  );
-  const empty = withFile('# nothing yet\n');
-  assert.equal(empty.sharing.timeSlicing, null);
-  assert.equal(empty.origins.passDeviceSpecs, 'default');
-  assert.equal(withFile('version: v1\nflags:\nsharing:\n').sharing.timeSlicing, null);
-});
+test(
+  "YAML 1.1 booleans (yes/no/on/off) as NVIDIA's parser " + 'reads them; JSON is YAML; an empty file sets nothing',
+  () => {
+    assert.equal(
+      withFile('flags:\n  failOnInitError: no\n  plugin:\n    passDeviceSpecs: on\n').options.passDeviceSpecs,
+      true,
+    );
+    assert.equal(withFile('flags:\n  failOnInitError: no\n').options.failOnInitError, false);
+    assert.equal(
+      withFile(
+        '{"flags": {"plugin": {"deviceListStrategy": ["envvar", "volume-mounts"]}}}',
+      ).options.deviceListStrategy.join(),
+      'envvar,volume-mounts',
+    );
+    const empty = withFile('# nothing yet\n');
+    assert.equal(empty.sharing.timeSlicing, null);
+    assert.equal(empty.origins.passDeviceSpecs, 'default');
+    assert.equal(withFile('version: v1\nflags:\nsharing:\n').sharing.timeSlicing, null);
+  },
+);
 
 test('time-slicing entries: names with or without the domain, rename, devices as all, a count or a list', () => {
   const p = withFile(
@@ -241,11 +245,15 @@ test('every bad value in the file is refused with its key path, the value and wh
     ],
     [
       'flags:\n  plugin:\n    passDeviceSpec: true\n',
-      'flags.plugin.passDeviceSpec: unknown key; expected one of kubeletSocket, deviceIDStrategy, deviceListStrategy, passDeviceSpecs, cdiAnnotationPrefix, sharedDevicesAllocationPolicy, nvidiaCTKPath, containerDriverRoot, cdiFeatureFlags',
+      'flags.plugin.passDeviceSpec: unknown key; expected one of kubeletSocket, ' +
+        'deviceIDStrategy, deviceListStrategy, passDeviceSpecs, cdiAnnotationPrefix, ' +
+        'sharedDevicesAllocationPolicy, nvidiaCTKPath, containerDriverRoot, cdiFeatureFlags',
     ],
     [
       'flags:\n  plugin:\n    deviceIdStrategy: uuid\n',
-      'flags.plugin.deviceIdStrategy: unknown key (did you mean deviceIDStrategy? keys are case-sensitive); expected one of kubeletSocket, deviceIDStrategy, deviceListStrategy, passDeviceSpecs, cdiAnnotationPrefix, sharedDevicesAllocationPolicy, nvidiaCTKPath, containerDriverRoot, cdiFeatureFlags',
+      'flags.plugin.deviceIdStrategy: unknown key (did you mean deviceIDStrategy? keys are case-sensitive); ' +
+        'expected one of kubeletSocket, deviceIDStrategy, deviceListStrategy, passDeviceSpecs, ' +
+        'cdiAnnotationPrefix, sharedDevicesAllocationPolicy, nvidiaCTKPath, containerDriverRoot, cdiFeatureFlags',
     ],
     ['flags:\n  failOnInitError: "false"\n', 'flags.failOnInitError: "false" is not allowed; expected true or false'],
     ['flags:\n  plugin: true\n', 'flags.plugin: true is not allowed; expected a mapping of keys to values'],
@@ -259,7 +267,8 @@ test('every bad value in the file is refused with its key path, the value and wh
     ],
     [
       'flags:\n  plugin:\n    deviceListStrategy: [envvar, mounts]\n',
-      'flags.plugin.deviceListStrategy: "mounts" (in "envvar,mounts") is not allowed; expected one or more of envvar, volume-mounts, cdi-annotations, cdi-cri',
+      'flags.plugin.deviceListStrategy: "mounts" (in "envvar,mounts") is not allowed; ' +
+        'expected one or more of envvar, volume-mounts, cdi-annotations, cdi-cri',
     ],
     [
       'flags:\n  plugin:\n    deviceListStrategy: [envvar, 3]\n',
@@ -301,35 +310,43 @@ test('every bad value in the file is refused with its key path, the value and wh
     ],
     [
       ts('{name: nvidia.com/mig-1g, replicas: 2}'),
-      'sharing.timeSlicing.resources[0].name: "nvidia.com/mig-1g" is not allowed; expected nvidia.com/gpu (or gpu), or a MIG resource of the mixed strategy such as nvidia.com/mig-1g.10gb',
+      'sharing.timeSlicing.resources[0].name: "nvidia.com/mig-1g" is not allowed; expected ' +
+        'nvidia.com/gpu (or gpu), or a MIG resource of the mixed strategy such as nvidia.com/mig-1g.10gb',
     ],
     [
       ts('{name: gpu.small, replicas: 2}'),
-      'sharing.timeSlicing.resources[0].name: "gpu.small" is not allowed; expected nvidia.com/gpu (or gpu), or a MIG resource of the mixed strategy such as nvidia.com/mig-1g.10gb',
+      'sharing.timeSlicing.resources[0].name: "gpu.small" is not allowed; expected nvidia.com/gpu ' +
+        '(or gpu), or a MIG resource of the mixed strategy such as nvidia.com/mig-1g.10gb',
     ],
     [
       ts('{name: gpu, replicas: 2, rename: Shared_GPU}'),
-      "sharing.timeSlicing.resources[0].rename: \"Shared_GPU\" is not a resource name; expected lower-case letters, digits, '-' and '.' after nvidia.com/ (e.g. gpu.shared)",
+      'sharing.timeSlicing.resources[0].rename: "Shared_GPU" is not a resource name; ' +
+        "expected lower-case letters, digits, '-' and '.' after nvidia.com/ (e.g. gpu.shared)",
     ],
     [
       ts('{name: gpu, replicas: 2, devices: some}'),
-      'sharing.timeSlicing.resources[0].devices: "some" is not allowed; expected "all", a number of GPUs, or a list of GPU indices or UUIDs',
+      'sharing.timeSlicing.resources[0].devices: "some" is not allowed; ' +
+        'expected "all", a number of GPUs, or a list of GPU indices or UUIDs',
     ],
     [
       ts('{name: gpu, replicas: 2, devices: 0}'),
-      'sharing.timeSlicing.resources[0].devices: 0 is not allowed; a number of GPUs must be a whole number of at least 1',
+      'sharing.timeSlicing.resources[0].devices: 0 is not allowed; ' +
+        'a number of GPUs must be a whole number of at least 1',
     ],
     [
       ts('{name: gpu, replicas: 2, devices: []}'),
-      'sharing.timeSlicing.resources[0].devices: an empty list selects no GPU; expected at least one GPU index or UUID (leave devices out for all GPUs)',
+      'sharing.timeSlicing.resources[0].devices: an empty list selects no GPU; ' +
+        'expected at least one GPU index or UUID (leave devices out for all GPUs)',
     ],
     [
       ts('{name: gpu, replicas: 2, devices: [0, "1:0"]}'),
-      'sharing.timeSlicing.resources[0].devices[1]: "1:0" is a MIG device; MIG devices are not selected one by one (a MIG resource is time-sliced whole: leave devices out), and GPUs are named by index or GPU UUID',
+      'sharing.timeSlicing.resources[0].devices[1]: "1:0" is a MIG device; MIG devices are not selected one ' +
+        'by one (a MIG resource is time-sliced whole: leave devices out), and GPUs are named by index or GPU UUID',
     ],
     [
       ts('{name: gpu, replicas: 2, devices: [GPU-1]}'),
-      'sharing.timeSlicing.resources[0].devices[0]: "GPU-1" is not allowed; expected a GPU index (0, 1, ...) or a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)',
+      'sharing.timeSlicing.resources[0].devices[0]: "GPU-1" is not allowed; expected ' +
+        'a GPU index (0, 1, ...) or a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)',
     ],
     [
       ts('{name: gpu, replica: 2}'),
@@ -341,19 +358,23 @@ test('every bad value in the file is refused with its key path, the value and wh
     ],
     [
       'sharing:\n  timeSlicing:\n    resources: []\n',
-      'sharing.timeSlicing.resources: an empty list is not allowed; expected at least one resource, e.g. {name: nvidia.com/gpu, replicas: 4}',
+      'sharing.timeSlicing.resources: an empty list is not allowed; expected ' +
+        'at least one resource, e.g. {name: nvidia.com/gpu, replicas: 4}',
     ],
     [
       'sharing:\n  timeSlicing:\n    renameByDefault: true\n',
-      'sharing.timeSlicing.resources: missing; time-slicing needs at least one resource, e.g. [{name: nvidia.com/gpu, replicas: 4}]',
+      'sharing.timeSlicing.resources: missing; time-slicing needs at ' +
+        'least one resource, e.g. [{name: nvidia.com/gpu, replicas: 4}]',
     ],
     [
       'sharing:\n  timeSlicing:\n    strategy: round-robin\n    resources: [{name: gpu, replicas: 2}]\n',
-      'sharing.timeSlicing.strategy: unknown key; expected one of renameByDefault, failRequestsGreaterThanOne, resources',
+      'sharing.timeSlicing.strategy: unknown key; expected one ' +
+        'of renameByDefault, failRequestsGreaterThanOne, resources',
     ],
     [
       'resources:\n  gpus:\n  - pattern: "*"\n    name: gpu\n',
-      "resources.gpus: renaming resources by pattern is not supported (NVIDIA's plugin ignores this section too); remove it, or rename shared GPUs with sharing.timeSlicing.resources[].rename",
+      "resources.gpus: renaming resources by pattern is not supported (NVIDIA's plugin ignores this " +
+        'section too); remove it, or rename shared GPUs with sharing.timeSlicing.resources[].rename',
     ],
     ['- flags\n', '(top level): a list (1 items) is not allowed; expected a mapping with version, flags and sharing'],
   ];
@@ -363,7 +384,8 @@ test('every bad value in the file is refused with its key path, the value and wh
 test('a file that is not YAML, holds several documents or cannot be read is refused with the reason', () => {
   refusedFile(
     'flags: [\n',
-    'not valid YAML or JSON (line 2, column 1): Flow sequence in block collection must be sufficiently indented and end with a ]',
+    'not valid YAML or JSON (line 2, column 1): Flow sequence in ' +
+      'block collection must be sufficiently indented and end with a ]',
   );
   refusedFile(
     'flags:\n  logLevel: info\n  logLevel: warn\n',
@@ -388,7 +410,8 @@ test("NVIDIA's flags that this plugin lacks are refused by name with the reason,
     [
       ['--gds-enabled'],
       {},
-      "--gds-enabled: not supported by this plugin (NVIDIA's --gds-enabled): GPUDirect Storage is not requested for containers by this plugin (set NVIDIA_GDS=enabled in the pod instead)",
+      "--gds-enabled: not supported by this plugin (NVIDIA's --gds-enabled): GPUDirect Storage " +
+        'is not requested for containers by this plugin (set NVIDIA_GDS=enabled in the pod instead)',
     ],
     [['--mofed-enabled=true'], {}, "--mofed-enabled: not supported by this plugin (NVIDIA's --mofed-enabled): MOFED"],
     [
@@ -399,7 +422,8 @@ test("NVIDIA's flags that this plugin lacks are refused by name with the reason,
     [
       ['--nvidia-ctk-path', '/opt/bin/nvidia-ctk'],
       {},
-      "--nvidia-ctk-path: not supported by this plugin (NVIDIA's --nvidia-cdi-hook-path): this plugin does not write CDI specs",
+      "--nvidia-ctk-path: not supported by this plugin (NVIDIA's " +
+        '--nvidia-cdi-hook-path): this plugin does not write CDI specs',
     ],
     [[], { NVIDIA_CDI_HOOK_PATH: '/x' }, 'environment variable NVIDIA_CDI_HOOK_PATH: not supported'],
     [
@@ -410,12 +434,14 @@ test("NVIDIA's flags that this plugin lacks are refused by name with the reason,
     [
       ['--cdi-feature-flags=foo'],
       {},
-      "--cdi-feature-flags: not supported by this plugin (NVIDIA's --cdi-feature-flags): this plugin does not write CDI specs",
+      "--cdi-feature-flags: not supported by this plugin (NVIDIA's " +
+        '--cdi-feature-flags): this plugin does not write CDI specs',
     ],
     [
       ['--device-discovery-strategy=tegra'],
       {},
-      "--device-discovery-strategy: not supported by this plugin (NVIDIA's --device-discovery-strategy): GPUs are always found through NVML here",
+      "--device-discovery-strategy: not supported by this plugin (NVIDIA's " +
+        '--device-discovery-strategy): GPUs are always found through NVML here',
     ],
     [['--mig-strategy=singel'], {}, '--mig-strategy: "singel" is not allowed; expected one of none, single, mixed'],
     [[], { MIG_STRATEGY: 'all' }, 'environment variable MIG_STRATEGY: "all" is not allowed'],
@@ -430,11 +456,14 @@ test("NVIDIA's flags that this plugin lacks are refused by name with the reason,
   const fileCases: [string, string][] = [
     [
       'flags:\n  gdsEnabled: true\n',
-      "flags.gdsEnabled: true: not supported (NVIDIA's --gds-enabled): GPUDirect Storage is not requested for containers by this plugin (set NVIDIA_GDS=enabled in the pod instead)",
+      "flags.gdsEnabled: true: not supported (NVIDIA's --gds-enabled): GPUDirect Storage is " +
+        'not requested for containers by this plugin (set NVIDIA_GDS=enabled in the pod instead)',
     ],
     [
       'flags:\n  plugin:\n    containerDriverRoot: /run/nvidia/driver\n',
-      `flags.plugin.containerDriverRoot: "/run/nvidia/driver": not supported (NVIDIA's --driver-root-ctr-path): this plugin does not write CDI specs; generate them with \`nvidia-ctk cdi generate\` (vendor k8s.device-plugin.nvidia.com, class gpu)`,
+      `flags.plugin.containerDriverRoot: "/run/nvidia/driver": not supported (NVIDIA's ` +
+        `--driver-root-ctr-path): this plugin does not write CDI specs; generate them ` +
+        `with \`nvidia-ctk cdi generate\` (vendor k8s.device-plugin.nvidia.com, class gpu)`,
     ],
   ];
   for (const [text, message] of fileCases) refusedFile(text, message);
@@ -461,7 +490,9 @@ test("NVIDIA's flags at their default or off ask for nothing and are accepted; i
   assert.equal(p.origins.driverRoot, 'command line');
   assert.equal(p.options.devRoot, '/');
   const f = withFile(
-    'flags:\n  gdsEnabled: false\n  mofedEnabled: false\n  gdrcopyEnabled: false\n  deviceDiscoveryStrategy: auto\n  plugin:\n    nvidiaCTKPath: /usr/bin/nvidia-ctk\n    containerDriverRoot: /driver-root\nimex:\n  channelIDs: []\n  required: false\n',
+    'flags:\n  gdsEnabled: false\n  mofedEnabled: false\n  gdrcopyEnabled: false\n  ' +
+      'deviceDiscoveryStrategy: auto\n  plugin:\n    nvidiaCTKPath: /usr/bin/nvidia-ctk\n ' +
+      '   containerDriverRoot: /driver-root\nimex:\n  channelIDs: []\n  required: false\n',
   );
   assert.equal(f.options.migStrategy, 'none');
 });
@@ -482,7 +513,10 @@ test('device-list strategies: comma separated, repeated flags add up, duplicates
   assert.deepEqual(parseOptions([], {}).options.deviceListStrategy, ['envvar']);
   assert.throws(
     () => parseOptions(['--device-list-strategy=envvar,'], {}),
-    /"envvar," has an empty entry; expected one or more of envvar, volume-mounts, cdi-annotations, cdi-cri, comma separated/,
+    new RegExp(
+      '"envvar," has an empty entry; expected one or more of envvar, ' +
+        'volume-mounts, cdi-annotations, cdi-cri, comma separated',
+    ),
   );
   assert.throws(
     () => parseOptions([], { DEVICE_LIST_STRATEGY: 'cdi' }),

@@ -72,7 +72,10 @@ const settings = (replicas = 1, migStrategy: 'none' | 'mixed' = 'none'): NodeSet
   },
 });
 
-/** A listener of the device-plugin plans (a consumer of the node behind the planner) that records what it was given, and can be told to refuse the next one. */
+/**
+ * A listener of the device-plugin plans (a consumer of the node behind the planner) that records what it was given, and
+ * can be told to refuse the next one.
+ */
 class Recorder implements PlanListener {
   readonly name = 'recorder';
   readonly applied: AppliedPlan[] = [];
@@ -162,34 +165,37 @@ const probes = (results: Record<string, ProbeResult>): ReadonlyMap<string, Probe
   new Map(Object.entries(results));
 const healthChanged = (a: AppliedPlan): boolean => a.reason === 'health changed';
 
-test('a scan goes to every consumer with its diff; an XID marks its GPU by UUID, with the reason and since when', async () => {
-  const t = setup();
-  await t.node.scanned(scan([0, 1, 2]), 'start');
-  assert.equal(t.rec.applied.length, 1);
-  assert.deepEqual(
-    t.rec.applied[0]!.resourceChange.added.map((r) => r.name),
-    ['nvidia.com/gpu'],
-  );
-  assert.equal(t.rec.applied[0]!.reason, 'start');
-  t.node.onEvents(xid(uuid(1), 79));
-  const a = await t.rec.next(healthChanged);
-  assert.equal(t.health(a.snapshot), 'HUH');
-  const h = a.snapshot.gpuHealth.get(uuid(1))!;
-  assert.match(h.reason ?? '', /critical XID 79/);
-  assert.equal(h.since, 1_700_000_001_000);
-  assert.deepEqual(
-    a.resourceChange.updated.map((u) => u.healthChanged),
-    [[uuid(1)]],
-  );
-  assert.equal(t.lines.filter((l) => / WARN GPU unhealthy gpu=1 uuid=GPU-00000001/.test(l)).length, 1);
-  // The GPUs move (GPU 0 leaves, so GPU 1 is now NVML index 0): the event for GPU 1's UUID still lands on it.
-  await t.node.scanned(scan([1, 2]), 're-discovery');
-  assert.equal(t.health(), 'UH');
-  t.node.onEvents(xid(uuid(2), 48));
-  assert.equal(t.health((await t.rec.next(healthChanged)).snapshot), 'UU');
-  await t.node.stop();
-  assert.ok(t.rec.stopped);
-});
+test(
+  'a scan goes to every consumer with its diff; an XID ' + 'marks its GPU by UUID, with the reason and since when',
+  async () => {
+    const t = setup();
+    await t.node.scanned(scan([0, 1, 2]), 'start');
+    assert.equal(t.rec.applied.length, 1);
+    assert.deepEqual(
+      t.rec.applied[0]!.resourceChange.added.map((r) => r.name),
+      ['nvidia.com/gpu'],
+    );
+    assert.equal(t.rec.applied[0]!.reason, 'start');
+    t.node.onEvents(xid(uuid(1), 79));
+    const a = await t.rec.next(healthChanged);
+    assert.equal(t.health(a.snapshot), 'HUH');
+    const h = a.snapshot.gpuHealth.get(uuid(1))!;
+    assert.match(h.reason ?? '', /critical XID 79/);
+    assert.equal(h.since, 1_700_000_001_000);
+    assert.deepEqual(
+      a.resourceChange.updated.map((u) => u.healthChanged),
+      [[uuid(1)]],
+    );
+    assert.equal(t.lines.filter((l) => / WARN GPU unhealthy gpu=1 uuid=GPU-00000001/.test(l)).length, 1);
+    // The GPUs move (GPU 0 leaves, so GPU 1 is now NVML index 0): the event for GPU 1's UUID still lands on it.
+    await t.node.scanned(scan([1, 2]), 're-discovery');
+    assert.equal(t.health(), 'UH');
+    t.node.onEvents(xid(uuid(2), 48));
+    assert.equal(t.health((await t.rec.next(healthChanged)).snapshot), 'UU');
+    await t.node.stop();
+    assert.ok(t.rec.stopped);
+  },
+);
 
 test('an ignored XID changes nothing and is visible at debug; single-bit ECC counts survive a scan', async () => {
   const t = setup();
@@ -205,48 +211,56 @@ test('an ignored XID changes nothing and is visible at debug; single-bit ECC cou
   assert.equal(t.rec.last.gpuHealth.get(uuid(1))?.state.singleBit, 3);
 });
 
-test('an event for a GPU the snapshot does not hold marks nothing, asks for a rescan, and lands once the rescan has it', async () => {
-  let present = [0, 1];
-  const t = setup({ rescan: (node, reason) => node.scanned(scan(present), reason) });
-  await t.node.scanned(scan(present), 'start');
-  present = [0, 1, 2]; // GPU 2 appears; an event names it before any scan saw it
-  t.node.onEvents(xid(uuid(2), 79));
-  const a = await t.rec.next((x) => healthChanged(x) && x.snapshot.gpus.length === 3);
-  assert.equal(t.health(a.snapshot), 'HHU');
-  assert.equal(t.rescans.length, 1);
-  assert.equal(
-    t.lines.filter((l) =>
-      /INFO event names a device the node snapshot does not hold; nothing is marked, looking at the node again uuid=GPU-00000002/.test(
-        l,
-      ),
-    ).length,
-    1,
-  );
-  // One that a rescan cannot place either is logged once and then ignored without rescanning again.
-  t.node.onEvents(xid(uuid(7), 79));
-  await logs(t, /event still names no device of this node after looking again; ignored uuid=GPU-00000007/);
-  t.node.onEvents(xid(uuid(7), 79));
-  await t.node.scanned(scan(present), 're-discovery');
-  assert.equal(t.rescans.length, 2, 'no third rescan for an event already known to name nothing');
-  assert.equal(t.health(), 'HHU');
-});
+test(
+  'an event for a GPU the snapshot does not hold marks ' +
+    'nothing, asks for a rescan, and lands once the rescan has it',
+  async () => {
+    let present = [0, 1];
+    const t = setup({ rescan: (node, reason) => node.scanned(scan(present), reason) });
+    await t.node.scanned(scan(present), 'start');
+    present = [0, 1, 2]; // GPU 2 appears; an event names it before any scan saw it
+    t.node.onEvents(xid(uuid(2), 79));
+    const a = await t.rec.next((x) => healthChanged(x) && x.snapshot.gpus.length === 3);
+    assert.equal(t.health(a.snapshot), 'HHU');
+    assert.equal(t.rescans.length, 1);
+    assert.equal(
+      t.lines.filter((l) =>
+        new RegExp(
+          'INFO event names a device the node snapshot does not hold; ' +
+            'nothing is marked, looking at the node again uuid=GPU-00000002',
+        ).test(l),
+      ).length,
+      1,
+    );
+    // One that a rescan cannot place either is logged once and then ignored without rescanning again.
+    t.node.onEvents(xid(uuid(7), 79));
+    await logs(t, /event still names no device of this node after looking again; ignored uuid=GPU-00000007/);
+    t.node.onEvents(xid(uuid(7), 79));
+    await t.node.scanned(scan(present), 're-discovery');
+    assert.equal(t.rescans.length, 2, 'no third rescan for an event already known to name nothing');
+    assert.equal(t.health(), 'HHU');
+  },
+);
 
-test('an XID naming an unknown GI/CI marks nothing, and after the MIG re-scan marks the MIG device that now exists', async () => {
-  const on = { current: true, pending: true };
-  let layout: MigLayout = { modes: [on, on], devices: [migDev(0, 1, 'a')] };
-  const t = setup({ mig: true, rescan: (node, reason) => node.scanned(scan([0, 1], layout), reason) });
-  await t.node.scanned(scan([0, 1], layout), 'start');
-  layout = { modes: [on, on], devices: [migDev(0, 1, 'a'), migDev(1, 2, 'b')] };
-  t.node.onEvents(xid(uuid(1), 94, 2, 0));
-  const a = await t.rec.next((x) => healthChanged(x));
-  assert.equal(a.snapshot.migHealth.get('MIG-b')?.state.health, 'Unhealthy');
-  assert.equal(a.snapshot.migHealth.get('MIG-a')?.state.health, 'Healthy');
-  assert.equal(a.snapshot.gpuHealth.get(uuid(1))?.state.health, 'Healthy', 'not the whole GPU');
-  assert.match(
-    t.lines.find((l) => /event names a device the node snapshot does not hold/.test(l)) ?? '',
-    /gpu=1 .*xid=94 gi=2 ci=0 why="GPU instance 2, compute instance 0 is no MIG device known on this GPU"/,
-  );
-});
+test(
+  'an XID naming an unknown GI/CI marks nothing, and after ' + 'the MIG re-scan marks the MIG device that now exists',
+  async () => {
+    const on = { current: true, pending: true };
+    let layout: MigLayout = { modes: [on, on], devices: [migDev(0, 1, 'a')] };
+    const t = setup({ mig: true, rescan: (node, reason) => node.scanned(scan([0, 1], layout), reason) });
+    await t.node.scanned(scan([0, 1], layout), 'start');
+    layout = { modes: [on, on], devices: [migDev(0, 1, 'a'), migDev(1, 2, 'b')] };
+    t.node.onEvents(xid(uuid(1), 94, 2, 0));
+    const a = await t.rec.next((x) => healthChanged(x));
+    assert.equal(a.snapshot.migHealth.get('MIG-b')?.state.health, 'Unhealthy');
+    assert.equal(a.snapshot.migHealth.get('MIG-a')?.state.health, 'Healthy');
+    assert.equal(a.snapshot.gpuHealth.get(uuid(1))?.state.health, 'Healthy', 'not the whole GPU');
+    assert.match(
+      t.lines.find((l) => /event names a device the node snapshot does not hold/.test(l)) ?? '',
+      /gpu=1 .*xid=94 gi=2 ci=0 why="GPU instance 2, compute instance 0 is no MIG device known on this GPU"/,
+    );
+  },
+);
 
 test('GPU_IS_LOST is believed once a rescan still lists the GPU; a GPU that has left is gone, not lost', async () => {
   let present = [0, 1, 2];
@@ -360,21 +374,24 @@ test('a MIG re-layout: MIG health carried by MIG UUID, a re-created instance sta
   );
 });
 
-test("recovery on mocked timers: healthy again after the quiet period, through the live node's own timer", async (ctx) => {
-  ctx.mock.timers.enable({ apis: ['setTimeout'] });
-  const t = setup({ recovery: true });
-  await t.node.scanned(scan([0]), 'start');
-  t.node.onEvents(xid(uuid(0), 74));
-  await t.rec.next(healthChanged);
-  t.node.onProbe(probes({ [uuid(0)]: 'ok' }));
-  await settleQueue(t.node);
-  assert.equal(t.health(), 'U');
-  t.advance(5000);
-  ctx.mock.timers.tick(5001);
-  const back = await t.rec.next((a) => healthChanged(a) && t.health(a.snapshot) === 'H');
-  assert.match(back.snapshot.gpuHealth.get(uuid(0))?.reason ?? '', /recovered from XID 74/);
-  await t.node.stop();
-});
+test(
+  'recovery on mocked timers: healthy again after ' + "the quiet period, through the live node's own timer",
+  async (ctx) => {
+    ctx.mock.timers.enable({ apis: ['setTimeout'] });
+    const t = setup({ recovery: true });
+    await t.node.scanned(scan([0]), 'start');
+    t.node.onEvents(xid(uuid(0), 74));
+    await t.rec.next(healthChanged);
+    t.node.onProbe(probes({ [uuid(0)]: 'ok' }));
+    await settleQueue(t.node);
+    assert.equal(t.health(), 'U');
+    t.advance(5000);
+    ctx.mock.timers.tick(5001);
+    const back = await t.rec.next((a) => healthChanged(a) && t.health(a.snapshot) === 'H');
+    assert.match(back.snapshot.gpuHealth.get(uuid(0))?.reason ?? '', /recovered from XID 74/);
+    await t.node.stop();
+  },
+);
 
 /** The live node's queue has run what was enqueued so far (a scan goes through the same queue). */
 async function settleQueue(node: LiveNode): Promise<void> {
@@ -385,32 +402,35 @@ async function settleQueue(node: LiveNode): Promise<void> {
 const logs = (t: { lines: string[]; logged: EventEmitter }, re: RegExp): Promise<void> =>
   waitUntil(() => t.lines.some((l) => re.test(l)), { on: onEvent(t.logged, 'line'), what: `a line matching ${re}` });
 
-test('a config reload asking more MPS clients than a GPU serves is refused, the running configuration kept', async () => {
-  const t = setup();
-  const pascal = {
-    cudaDriverVersion: 12040,
-    gpus: new Map([0, 1].map((i) => [uuid(i), { compute: { major: 6, minor: 0 }, migCapable: false }])),
-  };
-  await t.node.scanned({ ...scan([0, 1]), facts: pascal }, 'start');
-  const before = t.node.config;
-  const count = t.rec.applied.length;
-  const mps = (replicas: number): NodeSettings => ({
-    ...settings(),
-    plan: {
-      ...settings().plan,
-      sharing: {
-        timeSlicing: null,
-        mps: {
-          renameByDefault: false,
-          failRequestsGreaterThanOne: true,
-          resources: [{ name: 'nvidia.com/gpu', rename: null, replicas, devices: { kind: 'all' } }],
+test(
+  'a config reload asking more MPS clients than a GPU ' + 'serves is refused, the running configuration kept',
+  async () => {
+    const t = setup();
+    const pascal = {
+      cudaDriverVersion: 12040,
+      gpus: new Map([0, 1].map((i) => [uuid(i), { compute: { major: 6, minor: 0 }, migCapable: false }])),
+    };
+    await t.node.scanned({ ...scan([0, 1]), facts: pascal }, 'start');
+    const before = t.node.config;
+    const count = t.rec.applied.length;
+    const mps = (replicas: number): NodeSettings => ({
+      ...settings(),
+      plan: {
+        ...settings().plan,
+        sharing: {
+          timeSlicing: null,
+          mps: {
+            renameByDefault: false,
+            failRequestsGreaterThanOne: true,
+            resources: [{ name: 'nvidia.com/gpu', rename: null, replicas, devices: { kind: 'all' } }],
+          },
         },
       },
-    },
-  });
-  await assert.rejects(t.node.reconfigure(mps(20), 'config reloaded'), /16/);
-  assert.equal(t.rec.applied.length, count, 'nothing applied');
-  assert.equal(t.node.config, before, 'the running configuration is kept');
-  await t.node.reconfigure(mps(16), 'config reloaded');
-  assert.equal(describePlan(t.rec.applied.at(-1)!.plan.resources), 'nvidia.com/gpu=32 (MPS replicas of 2 GPUs)');
-});
+    });
+    await assert.rejects(t.node.reconfigure(mps(20), 'config reloaded'), /16/);
+    assert.equal(t.rec.applied.length, count, 'nothing applied');
+    assert.equal(t.node.config, before, 'the running configuration is kept');
+    await t.node.reconfigure(mps(16), 'config reloaded');
+    assert.equal(describePlan(t.rec.applied.at(-1)!.plan.resources), 'nvidia.com/gpu=32 (MPS replicas of 2 GPUs)');
+  },
+);

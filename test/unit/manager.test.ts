@@ -125,114 +125,121 @@ function apply(
   });
 }
 
-test('resources follow the snapshots: served before registering, lists updated in place, a vanished ID refused naming why, a removed resource stopped', async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'gdp-manager-'));
-  const lines: string[] = [];
-  const logged = new EventEmitter();
-  const servers = new FakeServers();
-  const m = new ResourceManager({
-    kubeletSocket: join(dir, 'kubelet.sock'),
-    socketCheckIntervalMs: 60000,
-    log: createLogger({ level: 'debug', journal: false, write: (l) => lines.push(l) && logged.emit('line') }),
-    serverFactory: servers.factory,
-    onDirectoryGone: () => assert.fail('the directory is there'),
-  });
-  try {
-    const a = buildSnapshot(scan([0, 1, 2]), null, false);
-    await apply(m, null, a, settings());
-    assert.deepEqual(m.resources, ['nvidia.com/gpu']);
-    const sock = join(dir, 'gpu-device-plugin-gpu.sock');
-    await waitUntil(() => lines.some((l) => / DEBUG serving resource=nvidia\.com\/gpu /.test(l)), {
-      on: onEvent(logged, 'line'),
-      what: 'the manager logged that it serves nvidia.com/gpu',
+test(
+  'resources follow the snapshots: served before registering, lists updated ' +
+    'in place, a vanished ID refused naming why, a removed resource stopped',
+  async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gdp-manager-'));
+    const lines: string[] = [];
+    const logged = new EventEmitter();
+    const servers = new FakeServers();
+    const m = new ResourceManager({
+      kubeletSocket: join(dir, 'kubelet.sock'),
+      socketCheckIntervalMs: 60000,
+      log: createLogger({ level: 'debug', journal: false, write: (l) => lines.push(l) && logged.emit('line') }),
+      serverFactory: servers.factory,
+      onDirectoryGone: () => assert.fail('the directory is there'),
     });
-    assert.deepEqual(servers.order, ['serve gpu-device-plugin-gpu.sock'], 'the resource serves its own socket');
-    const h = servers.served.get(sock)!.handlers;
-    assert.deepEqual(
-      h.current.devices.map((d) => d.id),
-      [uuid(0), uuid(1), uuid(2)],
-    );
+    try {
+      const a = buildSnapshot(scan([0, 1, 2]), null, false);
+      await apply(m, null, a, settings());
+      assert.deepEqual(m.resources, ['nvidia.com/gpu']);
+      const sock = join(dir, 'gpu-device-plugin-gpu.sock');
+      await waitUntil(() => lines.some((l) => / DEBUG serving resource=nvidia\.com\/gpu /.test(l)), {
+        on: onEvent(logged, 'line'),
+        what: 'the manager logged that it serves nvidia.com/gpu',
+      });
+      assert.deepEqual(servers.order, ['serve gpu-device-plugin-gpu.sock'], 'the resource serves its own socket');
+      const h = servers.served.get(sock)!.handlers;
+      assert.deepEqual(
+        h.current.devices.map((d) => d.id),
+        [uuid(0), uuid(1), uuid(2)],
+      );
 
-    // A health change: the same server, the new health.
-    const b = withHealth(
-      a,
-      new Map([
-        [uuid(1), { state: { ...freshHealthState(), health: 'Unhealthy' }, reason: 'critical XID 79', since: 1 }],
-      ]),
-    );
-    await apply(m, a, b, settings());
-    assert.equal(h.current.health.get(uuid(1)), 'Unhealthy');
-    assert.equal(servers.served.size, 1, 'no new server for a health change');
+      // A health change: the same server, the new health.
+      const b = withHealth(
+        a,
+        new Map([
+          [uuid(1), { state: { ...freshHealthState(), health: 'Unhealthy' }, reason: 'critical XID 79', since: 1 }],
+        ]),
+      );
+      await apply(m, a, b, settings());
+      assert.equal(h.current.health.get(uuid(1)), 'Unhealthy');
+      assert.equal(servers.served.size, 1, 'no new server for a health change');
 
-    // GPU 1 leaves: its ID is refused by name, the others are served under their new positions.
-    const c = buildSnapshot(scan([0, 2]), b, false);
-    await apply(m, b, c, settings());
-    const refused = await allocate(h, [uuid(1)]);
-    assert.equal(refused.err?.code, grpc.status.INVALID_ARGUMENT);
-    assert.match(
-      refused.err?.details ?? '',
-      new RegExp(`device ID "${uuid(1)}" is no longer on this node: its GPU left the node \\(${uuid(1)}\\)`),
-    );
-    const ok = await allocate(h, [uuid(2)]);
-    assert.equal(ok.err, null);
-    assert.equal(ok.envs?.NVIDIA_VISIBLE_DEVICES, uuid(2));
+      // GPU 1 leaves: its ID is refused by name, the others are served under their new positions.
+      const c = buildSnapshot(scan([0, 2]), b, false);
+      await apply(m, b, c, settings());
+      const refused = await allocate(h, [uuid(1)]);
+      assert.equal(refused.err?.code, grpc.status.INVALID_ARGUMENT);
+      assert.match(
+        refused.err?.details ?? '',
+        new RegExp(`device ID "${uuid(1)}" is no longer on this node: its GPU left the node \\(${uuid(1)}\\)`),
+      );
+      const ok = await allocate(h, [uuid(2)]);
+      assert.equal(ok.err, null);
+      assert.equal(ok.envs?.NVIDIA_VISIBLE_DEVICES, uuid(2));
 
-    // Time-slicing with renaming: nvidia.com/gpu is withdrawn (stopped, socket removed), nvidia.com/gpu.shared added.
-    const d = buildSnapshot(scan([0, 2]), c, false);
-    await apply(m, c, d, settings(2), 'config reloaded');
-    assert.deepEqual(m.resources, ['nvidia.com/gpu.shared']);
-    assert.deepEqual(servers.served.get(sock)!.stops, [true], 'stopped, its socket removed');
-    assert.equal(existsSync(sock), false);
-    await waitUntil(() => servers.served.has(join(dir, 'gpu-device-plugin-gpu.shared.sock')), {
-      on: onEvent(servers, 'serve'),
-      what: 'the shared resource served',
+      // Time-slicing with renaming: nvidia.com/gpu is withdrawn (stopped, socket removed), nvidia.com/gpu.shared added.
+      const d = buildSnapshot(scan([0, 2]), c, false);
+      await apply(m, c, d, settings(2), 'config reloaded');
+      assert.deepEqual(m.resources, ['nvidia.com/gpu.shared']);
+      assert.deepEqual(servers.served.get(sock)!.stops, [true], 'stopped, its socket removed');
+      assert.equal(existsSync(sock), false);
+      await waitUntil(() => servers.served.has(join(dir, 'gpu-device-plugin-gpu.shared.sock')), {
+        on: onEvent(servers, 'serve'),
+        what: 'the shared resource served',
+      });
+      assert.deepEqual(
+        servers.order.filter((o) => o.startsWith('serve ')),
+        ['serve gpu-device-plugin-gpu.sock', 'serve gpu-device-plugin-gpu.shared.sock'],
+      );
+      assert.ok(lines.some((l) => /INFO resource no longer advertised resource=nvidia\.com\/gpu\n/.test(l)));
+    } finally {
+      await m.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+);
+
+test(
+  'registration: listeners hear each one; a config reload ' + 'that changes a device set registers that resource again',
+  async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gdp-manager-'));
+    const kubelet = await KubeletStandIn.start(dir);
+    const heard: boolean[] = [];
+    const hearing = new EventEmitter();
+    const m = new ResourceManager({
+      kubeletSocket: kubelet.socketPath,
+      socketCheckIntervalMs: 60000,
+      log: createLogger({ level: 'warn', journal: false, write: () => undefined }),
+      onDirectoryGone: () => assert.fail('the directory is there'),
     });
-    assert.deepEqual(
-      servers.order.filter((o) => o.startsWith('serve ')),
-      ['serve gpu-device-plugin-gpu.sock', 'serve gpu-device-plugin-gpu.shared.sock'],
-    );
-    assert.ok(lines.some((l) => /INFO resource no longer advertised resource=nvidia\.com\/gpu\n/.test(l)));
-  } finally {
-    await m.stop();
-    rmSync(dir, { recursive: true, force: true });
-  }
-});
-
-test('registration: listeners hear each one; a config reload that changes a device set registers that resource again', async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'gdp-manager-'));
-  const kubelet = await KubeletStandIn.start(dir);
-  const heard: boolean[] = [];
-  const hearing = new EventEmitter();
-  const m = new ResourceManager({
-    kubeletSocket: kubelet.socketPath,
-    socketCheckIntervalMs: 60000,
-    log: createLogger({ level: 'warn', journal: false, write: () => undefined }),
-    onDirectoryGone: () => assert.fail('the directory is there'),
-  });
-  m.onRegistered((all) => heard.push(all) && hearing.emit('registered'));
-  try {
-    const a = buildSnapshot(scan([0, 1]), null, false);
-    await apply(m, null, a, settings());
-    await kubelet.waitForRegistrations(1);
-    await waitUntil(() => heard.length === 1, {
-      on: onEvent(hearing, 'registered'),
-      what: 'a listener heard the registration',
-    });
-    assert.deepEqual(heard, [true]);
-    assert.ok(m.allRegisteredNow());
-    // A re-discovery that removes a GPU travels on the open stream: no new registration.
-    const b = buildSnapshot(scan([0]), a, false);
-    await apply(m, a, b, settings());
-    await kubelet.waitForDevices((d) => d.length === 1);
-    assert.equal(kubelet.registrations.length, 1);
-    // A config reload whose device set changed asks for a new registration.
-    const c = buildSnapshot(scan([0, 1]), b, false);
-    await apply(m, b, c, settings(), 'config reloaded');
-    await kubelet.waitForRegistrations(2);
-    assert.equal(kubelet.registrations[1]!.request.resource_name, 'nvidia.com/gpu');
-  } finally {
-    await m.stop();
-    await kubelet.stop();
-    rmSync(dir, { recursive: true, force: true });
-  }
-});
+    m.onRegistered((all) => heard.push(all) && hearing.emit('registered'));
+    try {
+      const a = buildSnapshot(scan([0, 1]), null, false);
+      await apply(m, null, a, settings());
+      await kubelet.waitForRegistrations(1);
+      await waitUntil(() => heard.length === 1, {
+        on: onEvent(hearing, 'registered'),
+        what: 'a listener heard the registration',
+      });
+      assert.deepEqual(heard, [true]);
+      assert.ok(m.allRegisteredNow());
+      // A re-discovery that removes a GPU travels on the open stream: no new registration.
+      const b = buildSnapshot(scan([0]), a, false);
+      await apply(m, a, b, settings());
+      await kubelet.waitForDevices((d) => d.length === 1);
+      assert.equal(kubelet.registrations.length, 1);
+      // A config reload whose device set changed asks for a new registration.
+      const c = buildSnapshot(scan([0, 1]), b, false);
+      await apply(m, b, c, settings(), 'config reloaded');
+      await kubelet.waitForRegistrations(2);
+      assert.equal(kubelet.registrations[1]!.request.resource_name, 'nvidia.com/gpu');
+    } finally {
+      await m.stop();
+      await kubelet.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+);

@@ -173,31 +173,34 @@ test('single: a node that stops being uniform is withdrawn with the reason, and 
   assert.throws(() => planned(scan(broken), single, null, false), /mig-strategy=single/);
 });
 
-test('capability nodes: by MIG UUID for Allocate; without them device specs stop a start and are reported after', () => {
-  const caps = new Map(
-    A.devices.map((d, k) => [
-      d.uuid,
-      [`/dev/nvidia-caps/nvidia-cap${10 + 2 * k}`, `/dev/nvidia-caps/nvidia-cap${11 + 2 * k}`],
-    ]),
-  );
-  const a = planned(scan(A, caps), { ...mixed, needMigCapabilities: true }, null, false);
-  assert.ok(!('problem' in a.migCapabilities));
-  if (!('problem' in a.migCapabilities))
-    assert.deepEqual(a.migCapabilities.get(A.devices[2]!.uuid), [
-      '/dev/nvidia-caps/nvidia-cap14',
-      '/dev/nvidia-caps/nvidia-cap15',
-    ]);
-  const missing = { problem: 'cannot read /proc/driver/nvidia-caps/mig-minors (ENOENT)' };
-  assert.throws(
-    () => planned(scan(A, missing), { ...mixed, needMigCapabilities: true }, null, false),
-    /mig-minors \(ENOENT\); --pass-device-specs cannot give MIG devices their capability nodes/,
-  );
-  const later = planned(scan(A, missing), { ...mixed, needMigCapabilities: true }, a, false);
-  assert.match(later.planProblem ?? '', /cannot give MIG devices their capability nodes/);
-  assert.equal(later.resources.length, 3, 'still advertised; Allocate of a MIG device says what is missing');
-  // Without device specs nothing is needed.
-  assert.equal(planned(scan(A, missing), mixed, null, false).planProblem, null);
-});
+test(
+  'capability nodes: by MIG UUID for Allocate; without ' + 'them device specs stop a start and are reported after',
+  () => {
+    const caps = new Map(
+      A.devices.map((d, k) => [
+        d.uuid,
+        [`/dev/nvidia-caps/nvidia-cap${10 + 2 * k}`, `/dev/nvidia-caps/nvidia-cap${11 + 2 * k}`],
+      ]),
+    );
+    const a = planned(scan(A, caps), { ...mixed, needMigCapabilities: true }, null, false);
+    assert.ok(!('problem' in a.migCapabilities));
+    if (!('problem' in a.migCapabilities))
+      assert.deepEqual(a.migCapabilities.get(A.devices[2]!.uuid), [
+        '/dev/nvidia-caps/nvidia-cap14',
+        '/dev/nvidia-caps/nvidia-cap15',
+      ]);
+    const missing = { problem: 'cannot read /proc/driver/nvidia-caps/mig-minors (ENOENT)' };
+    assert.throws(
+      () => planned(scan(A, missing), { ...mixed, needMigCapabilities: true }, null, false),
+      /mig-minors \(ENOENT\); --pass-device-specs cannot give MIG devices their capability nodes/,
+    );
+    const later = planned(scan(A, missing), { ...mixed, needMigCapabilities: true }, a, false);
+    assert.match(later.planProblem ?? '', /cannot give MIG devices their capability nodes/);
+    assert.equal(later.resources.length, 3, 'still advertised; Allocate of a MIG device says what is missing');
+    // Without device specs nothing is needed.
+    assert.equal(planned(scan(A, missing), mixed, null, false).planProblem, null);
+  },
+);
 
 test("health counts: a MIG device counts with its own health, not its parent GPU's", () => {
   const a = planned(scan(A), mixed, null, false);

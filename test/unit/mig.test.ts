@@ -212,7 +212,8 @@ test('single: non-uniform nodes stop the start naming the GPUs and what differs'
       e.message.includes('GPU 2 has MIG disabled while GPU 0, 1, 3 have it enabled') &&
       e.message.includes('GPU 3 has MIG enabled but no MIG devices') &&
       e.message.includes(
-        'MIG devices differ in profile: 1g.10gb on GPU 0, 1; 1g.10gb+me on GPU 0; 2g.20gb on GPU 0; 1c.2g.20gb on GPU 0; 3g.40gb on GPU 1; 1g.20gb on GPU 1',
+        'MIG devices differ in profile: 1g.10gb on GPU 0, 1; 1g.10gb+me on GPU 0; ' +
+          '2g.20gb on GPU 0; 1c.2g.20gb on GPU 0; 3g.40gb on GPU 1; 1g.20gb on GPU 1',
       ),
   );
   assert.match(singleStrategyProblem(UNIFORM_GPUS, EMPTY) ?? '', /GPU 0, 1 have MIG enabled but no MIG devices/);
@@ -223,97 +224,107 @@ test('single: non-uniform nodes stop the start naming the GPUs and what differs'
   );
 });
 
-test('mixed: one resource per full profile (+ as .), MIG-disabled GPUs whole, sub-instances and empty GPUs noted and skipped', () => {
-  const plan = planMigResources(GPUS, MIXED, 'mixed', 'uuid', NO_SHARING);
-  const u = (k: number) => MIXED.devices[k]!.uuid;
-  assert.deepEqual(summary(plan), [
-    ['nvidia.com/gpu', [GPUS[2]!.uuid]],
-    ['nvidia.com/mig-1g.10gb', [u(0), u(1), u(7), u(8)]],
-    ['nvidia.com/mig-1g.10gb.me', [u(2)]],
-    ['nvidia.com/mig-1g.20gb', [u(6)]],
-    ['nvidia.com/mig-2g.20gb', [u(3)]],
-    ['nvidia.com/mig-3g.40gb', [u(5)]],
-  ]);
-  assert.deepEqual(plan.notes, [
-    '1 MIG device of profile 1c.2g.20gb not advertised: the mixed strategy advertises full compute instances only',
-    `GPU 3 (${GPUS[3]!.uuid}) has MIG enabled but no MIG devices; it is skipped until it has some`,
-  ]);
-  const byIndex = planMigResources(GPUS, MIXED, 'mixed', 'index', NO_SHARING);
-  assert.deepEqual(
-    byIndex.resources.find((r) => r.name === 'nvidia.com/mig-1g.10gb')?.devices.map((d) => [d.id, d.runtimeName]),
-    [
-      [u(0), '0:0'],
-      [u(1), '0:1'],
-      [u(7), '1:2'],
-      [u(8), '1:3'],
-    ],
-  );
-  // Empty layout: nothing at all to advertise, and each GPU noted.
-  const empty = planMigResources(UNIFORM_GPUS, EMPTY, 'mixed', 'uuid', NO_SHARING);
-  assert.deepEqual(empty.resources, []);
-  assert.equal(empty.notes.length, 2);
-});
-
-test('mixed: time-slicing by resource name, renamed or not; whole GPUs keep their own entry; bad MIG selections name the key', () => {
-  const sharing: Sharing = {
-    timeSlicing: {
-      renameByDefault: false,
-      failRequestsGreaterThanOne: true,
-      resources: [
-        { name: 'nvidia.com/mig-1g.10gb', rename: null, replicas: 2, devices: { kind: 'all' } },
-        {
-          name: 'nvidia.com/mig-3g.40gb',
-          rename: 'nvidia.com/mig-3g.40gb.shared',
-          replicas: 3,
-          devices: { kind: 'all' },
-        },
-        { name: 'nvidia.com/gpu', rename: null, replicas: 2, devices: { kind: 'all' } },
-        { name: 'nvidia.com/mig-7g.80gb', rename: null, replicas: 2, devices: { kind: 'all' } },
+test(
+  'mixed: one resource per full profile (+ as .), MIG-disabled ' +
+    'GPUs whole, sub-instances and empty GPUs noted and skipped',
+  () => {
+    const plan = planMigResources(GPUS, MIXED, 'mixed', 'uuid', NO_SHARING);
+    const u = (k: number) => MIXED.devices[k]!.uuid;
+    assert.deepEqual(summary(plan), [
+      ['nvidia.com/gpu', [GPUS[2]!.uuid]],
+      ['nvidia.com/mig-1g.10gb', [u(0), u(1), u(7), u(8)]],
+      ['nvidia.com/mig-1g.10gb.me', [u(2)]],
+      ['nvidia.com/mig-1g.20gb', [u(6)]],
+      ['nvidia.com/mig-2g.20gb', [u(3)]],
+      ['nvidia.com/mig-3g.40gb', [u(5)]],
+    ]);
+    assert.deepEqual(plan.notes, [
+      '1 MIG device of profile 1c.2g.20gb not advertised: the mixed strategy advertises full compute instances only',
+      `GPU 3 (${GPUS[3]!.uuid}) has MIG enabled but no MIG devices; it is skipped until it has some`,
+    ]);
+    const byIndex = planMigResources(GPUS, MIXED, 'mixed', 'index', NO_SHARING);
+    assert.deepEqual(
+      byIndex.resources.find((r) => r.name === 'nvidia.com/mig-1g.10gb')?.devices.map((d) => [d.id, d.runtimeName]),
+      [
+        [u(0), '0:0'],
+        [u(1), '0:1'],
+        [u(7), '1:2'],
+        [u(8), '1:3'],
       ],
-    },
-  };
-  const plan = planMigResources(GPUS, MIXED, 'mixed', 'uuid', sharing);
-  const r = new Map(plan.resources.map((x) => [x.name, x]));
-  assert.deepEqual(
-    [...r.keys()],
-    [
-      'nvidia.com/gpu',
-      'nvidia.com/mig-1g.10gb',
-      'nvidia.com/mig-1g.10gb.me',
-      'nvidia.com/mig-1g.20gb',
-      'nvidia.com/mig-2g.20gb',
-      'nvidia.com/mig-3g.40gb.shared',
-    ],
-  );
-  assert.deepEqual(
-    r.get('nvidia.com/gpu')?.devices.map((d) => d.id),
-    [`${GPUS[2]!.uuid}::0`, `${GPUS[2]!.uuid}::1`],
-  );
-  const mig1g = r.get('nvidia.com/mig-1g.10gb');
-  assert.equal(mig1g?.devices.length, 8);
-  assert.deepEqual(
-    mig1g?.devices.slice(0, 2).map((d) => [d.id, d.runtimeName, d.replica, d.mig]),
-    [
-      [`${MIXED.devices[0]!.uuid}::0`, MIXED.devices[0]!.uuid, 0, MIXED.devices[0]!.uuid],
-      [`${MIXED.devices[0]!.uuid}::1`, MIXED.devices[0]!.uuid, 1, MIXED.devices[0]!.uuid],
-    ],
-  );
-  assert.equal(mig1g?.shared, true);
-  assert.equal(mig1g?.failRequestsGreaterThanOne, true);
-  assert.equal(r.get('nvidia.com/mig-3g.40gb.shared')?.devices.length, 3);
-  assert.equal(r.get('nvidia.com/mig-2g.20gb')?.shared, false);
-  const bad: Sharing = {
-    timeSlicing: {
-      renameByDefault: false,
-      failRequestsGreaterThanOne: false,
-      resources: [{ name: 'nvidia.com/mig-1g.10gb', rename: null, replicas: 2, devices: { kind: 'count', count: 1 } }],
-    },
-  };
-  assert.throws(
-    () => planMigResources(GPUS, MIXED, 'mixed', 'uuid', bad),
-    (e: unknown) => e instanceof SharingError && e.path === 'sharing.timeSlicing.resources[0].devices',
-  );
-});
+    );
+    // Empty layout: nothing at all to advertise, and each GPU noted.
+    const empty = planMigResources(UNIFORM_GPUS, EMPTY, 'mixed', 'uuid', NO_SHARING);
+    assert.deepEqual(empty.resources, []);
+    assert.equal(empty.notes.length, 2);
+  },
+);
+
+test(
+  'mixed: time-slicing by resource name, renamed or not; whole ' +
+    'GPUs keep their own entry; bad MIG selections name the key',
+  () => {
+    const sharing: Sharing = {
+      timeSlicing: {
+        renameByDefault: false,
+        failRequestsGreaterThanOne: true,
+        resources: [
+          { name: 'nvidia.com/mig-1g.10gb', rename: null, replicas: 2, devices: { kind: 'all' } },
+          {
+            name: 'nvidia.com/mig-3g.40gb',
+            rename: 'nvidia.com/mig-3g.40gb.shared',
+            replicas: 3,
+            devices: { kind: 'all' },
+          },
+          { name: 'nvidia.com/gpu', rename: null, replicas: 2, devices: { kind: 'all' } },
+          { name: 'nvidia.com/mig-7g.80gb', rename: null, replicas: 2, devices: { kind: 'all' } },
+        ],
+      },
+    };
+    const plan = planMigResources(GPUS, MIXED, 'mixed', 'uuid', sharing);
+    const r = new Map(plan.resources.map((x) => [x.name, x]));
+    assert.deepEqual(
+      [...r.keys()],
+      [
+        'nvidia.com/gpu',
+        'nvidia.com/mig-1g.10gb',
+        'nvidia.com/mig-1g.10gb.me',
+        'nvidia.com/mig-1g.20gb',
+        'nvidia.com/mig-2g.20gb',
+        'nvidia.com/mig-3g.40gb.shared',
+      ],
+    );
+    assert.deepEqual(
+      r.get('nvidia.com/gpu')?.devices.map((d) => d.id),
+      [`${GPUS[2]!.uuid}::0`, `${GPUS[2]!.uuid}::1`],
+    );
+    const mig1g = r.get('nvidia.com/mig-1g.10gb');
+    assert.equal(mig1g?.devices.length, 8);
+    assert.deepEqual(
+      mig1g?.devices.slice(0, 2).map((d) => [d.id, d.runtimeName, d.replica, d.mig]),
+      [
+        [`${MIXED.devices[0]!.uuid}::0`, MIXED.devices[0]!.uuid, 0, MIXED.devices[0]!.uuid],
+        [`${MIXED.devices[0]!.uuid}::1`, MIXED.devices[0]!.uuid, 1, MIXED.devices[0]!.uuid],
+      ],
+    );
+    assert.equal(mig1g?.shared, true);
+    assert.equal(mig1g?.failRequestsGreaterThanOne, true);
+    assert.equal(r.get('nvidia.com/mig-3g.40gb.shared')?.devices.length, 3);
+    assert.equal(r.get('nvidia.com/mig-2g.20gb')?.shared, false);
+    const bad: Sharing = {
+      timeSlicing: {
+        renameByDefault: false,
+        failRequestsGreaterThanOne: false,
+        resources: [
+          { name: 'nvidia.com/mig-1g.10gb', rename: null, replicas: 2, devices: { kind: 'count', count: 1 } },
+        ],
+      },
+    };
+    assert.throws(
+      () => planMigResources(GPUS, MIXED, 'mixed', 'uuid', bad),
+      (e: unknown) => e instanceof SharingError && e.path === 'sharing.timeSlicing.resources[0].devices',
+    );
+  },
+);
 
 test("the device list: MIG devices carry their parent's NUMA node and their own health", () => {
   const plan = planMigResources(GPUS, MIXED, 'mixed', 'uuid', NO_SHARING);
@@ -345,8 +356,10 @@ test('pending MIG mode changes are described, not acted on', () => {
     devices: [],
   };
   assert.deepEqual(pendingModeChanges(GPUS, layout), [
-    `GPU 0 (${GPUS[0]!.uuid}): MIG mode is enabled now and disabled after the next GPU reset; nothing changes until then`,
-    `GPU 2 (${GPUS[2]!.uuid}): MIG mode is disabled now and enabled after the next GPU reset; nothing changes until then`,
+    `GPU 0 (${GPUS[0]!.uuid}): MIG mode is enabled now and ` +
+      `disabled after the next GPU reset; nothing changes until then`,
+    `GPU 2 (${GPUS[2]!.uuid}): MIG mode is disabled now and ` +
+      `enabled after the next GPU reset; nothing changes until then`,
   ]);
 });
 
@@ -463,119 +476,127 @@ test('Allocate: one and two MIG devices, on one and two parents, with index IDs 
 
 // ---- GetPreferredAllocation -------------------------------------------------------------------------
 
-test('preferred MIG devices: packed fills one GPU first, distributed spreads; one NUMA node when it fits; contract kept', () => {
-  // 1g.10gb on GPUs 0 and 1 (NUMA 0: two each) and GPU 2 (NUMA 1: three).
-  const gpus = [gpu(0, 0), gpu(1, 0), gpu(2, 1)];
-  const layout: MigLayout = {
-    modes: gpus.map(() => ({ current: true, pending: true })),
-    devices: [
-      mig(0, 0, 1, '1g.10gb'),
-      mig(0, 1, 2, '1g.10gb'),
-      mig(1, 0, 1, '1g.10gb'),
-      mig(1, 1, 2, '1g.10gb'),
-      mig(2, 0, 1, '1g.10gb'),
-      mig(2, 1, 2, '1g.10gb'),
-      mig(2, 2, 3, '1g.10gb'),
-    ],
-  };
-  const r = planMigResources(gpus, layout, 'mixed', 'index', NO_SHARING).resources[0]!;
-  const index = indexDevices(r.devices, gpus);
-  // Asked and answered in <gpu>:<mig> runtime names for readability; the kubelet's IDs are MIG UUIDs.
-  const idOf = new Map(r.devices.map((d) => [d.runtimeName, d.id]));
-  const nameOf = new Map(r.devices.map((d) => [d.id, d.runtimeName]));
-  const all = r.devices.map((d) => d.runtimeName);
-  const ask = (available: string[], must: string[], size: number, policy: 'packed' | 'distributed') =>
-    preferredAllocation(
-      [
-        {
-          available_deviceIDs: available.map((n) => idOf.get(n) ?? n),
-          must_include_deviceIDs: must.map((n) => idOf.get(n) ?? n),
-          allocation_size: size,
-        },
+test(
+  'preferred MIG devices: packed fills one GPU first, ' +
+    'distributed spreads; one NUMA node when it fits; contract kept',
+  () => {
+    // 1g.10gb on GPUs 0 and 1 (NUMA 0: two each) and GPU 2 (NUMA 1: three).
+    const gpus = [gpu(0, 0), gpu(1, 0), gpu(2, 1)];
+    const layout: MigLayout = {
+      modes: gpus.map(() => ({ current: true, pending: true })),
+      devices: [
+        mig(0, 0, 1, '1g.10gb'),
+        mig(0, 1, 2, '1g.10gb'),
+        mig(1, 0, 1, '1g.10gb'),
+        mig(1, 1, 2, '1g.10gb'),
+        mig(2, 0, 1, '1g.10gb'),
+        mig(2, 1, 2, '1g.10gb'),
+        mig(2, 2, 3, '1g.10gb'),
       ],
-      index,
-      lowestFirstChooser,
-      policy,
-    )[0]?.map((id) => nameOf.get(id) ?? id);
-  // Two: packed fills the NUMA node with fewest free (node 1, GPU 2) and keeps node 0 whole;
-  // distributed takes the node with most free and spreads over its GPUs.
-  assert.deepEqual(ask(all, [], 2, 'packed'), ['2:0', '2:1']);
-  assert.deepEqual(ask(all, [], 2, 'distributed'), ['0:0', '1:0']);
-  assert.deepEqual(
-    ask(
-      all.filter((id) => !id.startsWith('2:')),
-      [],
-      2,
-      'packed',
-    ),
-    ['0:0', '0:1'],
-  );
-  // A GPU with devices in use is filled first by packed, avoided by distributed.
-  const some = all.filter((id) => id !== '1:0');
-  assert.deepEqual(
-    ask(
-      some.filter((id) => !id.startsWith('2:')),
-      [],
-      1,
-      'packed',
-    ),
-    ['1:1'],
-  );
-  assert.deepEqual(
-    ask(
-      some.filter((id) => !id.startsWith('2:')),
-      [],
-      1,
-      'distributed',
-    ),
-    ['0:0'],
-  );
-  // Must-include on NUMA 1 keeps the answer there; three do not fit node 0 without it.
-  assert.deepEqual(ask(all, ['2:2'], 2, 'packed'), ['2:0', '2:2']);
-  assert.deepEqual(ask(all, ['0:0', '2:0'], 3, 'packed'), ['0:0', '0:1', '2:0']);
-  assert.equal(ask(all, [], 5, 'packed')?.length, 5);
-  // Contract: exact size, must-include, only available IDs.
-  for (const policy of ['packed', 'distributed'] as const) {
-    for (let size = 1; size <= all.length; size++) {
-      const avail = all.filter((_, i) => i % 2 === 0 || size > 3);
-      if (size > avail.length) continue;
-      const got = ask(avail, [avail[avail.length - 1]!], size, policy)!;
-      assert.equal(got.length, size);
-      assert.ok(got.includes(avail[avail.length - 1]!));
-      assert.ok(got.every((id) => avail.includes(id)));
+    };
+    const r = planMigResources(gpus, layout, 'mixed', 'index', NO_SHARING).resources[0]!;
+    const index = indexDevices(r.devices, gpus);
+    // Asked and answered in <gpu>:<mig> runtime names for readability; the kubelet's IDs are MIG UUIDs.
+    const idOf = new Map(r.devices.map((d) => [d.runtimeName, d.id]));
+    const nameOf = new Map(r.devices.map((d) => [d.id, d.runtimeName]));
+    const all = r.devices.map((d) => d.runtimeName);
+    const ask = (available: string[], must: string[], size: number, policy: 'packed' | 'distributed') =>
+      preferredAllocation(
+        [
+          {
+            available_deviceIDs: available.map((n) => idOf.get(n) ?? n),
+            must_include_deviceIDs: must.map((n) => idOf.get(n) ?? n),
+            allocation_size: size,
+          },
+        ],
+        index,
+        lowestFirstChooser,
+        policy,
+      )[0]?.map((id) => nameOf.get(id) ?? id);
+    // Two: packed fills the NUMA node with fewest free (node 1, GPU 2) and keeps node 0 whole;
+    // distributed takes the node with most free and spreads over its GPUs.
+    assert.deepEqual(ask(all, [], 2, 'packed'), ['2:0', '2:1']);
+    assert.deepEqual(ask(all, [], 2, 'distributed'), ['0:0', '1:0']);
+    assert.deepEqual(
+      ask(
+        all.filter((id) => !id.startsWith('2:')),
+        [],
+        2,
+        'packed',
+      ),
+      ['0:0', '0:1'],
+    );
+    // A GPU with devices in use is filled first by packed, avoided by distributed.
+    const some = all.filter((id) => id !== '1:0');
+    assert.deepEqual(
+      ask(
+        some.filter((id) => !id.startsWith('2:')),
+        [],
+        1,
+        'packed',
+      ),
+      ['1:1'],
+    );
+    assert.deepEqual(
+      ask(
+        some.filter((id) => !id.startsWith('2:')),
+        [],
+        1,
+        'distributed',
+      ),
+      ['0:0'],
+    );
+    // Must-include on NUMA 1 keeps the answer there; three do not fit node 0 without it.
+    assert.deepEqual(ask(all, ['2:2'], 2, 'packed'), ['2:0', '2:2']);
+    assert.deepEqual(ask(all, ['0:0', '2:0'], 3, 'packed'), ['0:0', '0:1', '2:0']);
+    assert.equal(ask(all, [], 5, 'packed')?.length, 5);
+    // Contract: exact size, must-include, only available IDs.
+    for (const policy of ['packed', 'distributed'] as const) {
+      for (let size = 1; size <= all.length; size++) {
+        const avail = all.filter((_, i) => i % 2 === 0 || size > 3);
+        if (size > avail.length) continue;
+        const got = ask(avail, [avail[avail.length - 1]!], size, policy)!;
+        assert.equal(got.length, size);
+        assert.ok(got.includes(avail[avail.length - 1]!));
+        assert.ok(got.every((id) => avail.includes(id)));
+      }
     }
-  }
-  assert.throws(() => ask(all, ['9:9'], 1, 'packed'), RequestError);
-});
+    assert.throws(() => ask(all, ['9:9'], 1, 'packed'), RequestError);
+  },
+);
 
 // ---- health --------------------------------------------------------------------------------------
 
-test('health units: an XID naming a MIG device marks that device; whole GPU (0xFFFFFFFF) marks all of its MIG devices; an unknown GI/CI marks nothing', () => {
-  const G = GPUS.length;
-  const units = [...GPUS.map((g) => g.uuid), ...MIXED.devices.map((d) => d.uuid)];
-  const at = (...k: number[]) => ({ units: k.map((i) => units[i]!) });
-  const u0 = GPUS[0]!.uuid;
-  const u1 = GPUS[1]!.uuid;
-  assert.deepEqual(eventUnits(GPUS, MIXED, u0, 2, 0), at(G + 1));
-  assert.deepEqual(eventUnits(GPUS, MIXED, u1, 4, 0), at(G + 8));
-  assert.deepEqual(eventUnits(GPUS, MIXED, u0, 0xffffffff, 0xffffffff), at(0, G, G + 1, G + 2, G + 3, G + 4));
-  assert.deepEqual(eventUnits(GPUS, MIXED, u1, undefined, undefined), at(1, G + 5, G + 6, G + 7, G + 8));
-  assert.deepEqual(
-    eventUnits(GPUS, MIXED, u0, 9, 0),
-    { unknown: 'GPU instance 9, compute instance 0 is no MIG device known on this GPU' },
-    "an unknown GI marks nothing (NVIDIA's plugin ignores it)",
-  );
-  assert.deepEqual(
-    eventUnits(GPUS, MIXED, GPUS[2]!.uuid, 1, 0),
-    { unknown: 'GPU instance 1, compute instance 0 is no MIG device known on this GPU' },
-    'a GPU without MIG devices',
-  );
-  assert.deepEqual(eventUnits(GPUS, MIXED, GPUS[2]!.uuid, 0xffffffff, 0), at(2), 'a GPU without MIG devices, whole');
-  // --mig-strategy=none reads no MIG layout: every GPU is served whole, and an XID naming one of its
-  // MIG instances is the GPU's own.
-  assert.deepEqual(eventUnits(GPUS, NO_MIG, u0, 3, 0), { units: [u0] }, 'served whole: the GPU takes it');
-  assert.deepEqual(eventUnits(GPUS, NO_MIG, u1, 3, 0xffffffff), { units: [u1] });
-});
+test(
+  'health units: an XID naming a MIG device marks that device; whole GPU ' +
+    '(0xFFFFFFFF) marks all of its MIG devices; an unknown GI/CI marks nothing',
+  () => {
+    const G = GPUS.length;
+    const units = [...GPUS.map((g) => g.uuid), ...MIXED.devices.map((d) => d.uuid)];
+    const at = (...k: number[]) => ({ units: k.map((i) => units[i]!) });
+    const u0 = GPUS[0]!.uuid;
+    const u1 = GPUS[1]!.uuid;
+    assert.deepEqual(eventUnits(GPUS, MIXED, u0, 2, 0), at(G + 1));
+    assert.deepEqual(eventUnits(GPUS, MIXED, u1, 4, 0), at(G + 8));
+    assert.deepEqual(eventUnits(GPUS, MIXED, u0, 0xffffffff, 0xffffffff), at(0, G, G + 1, G + 2, G + 3, G + 4));
+    assert.deepEqual(eventUnits(GPUS, MIXED, u1, undefined, undefined), at(1, G + 5, G + 6, G + 7, G + 8));
+    assert.deepEqual(
+      eventUnits(GPUS, MIXED, u0, 9, 0),
+      { unknown: 'GPU instance 9, compute instance 0 is no MIG device known on this GPU' },
+      "an unknown GI marks nothing (NVIDIA's plugin ignores it)",
+    );
+    assert.deepEqual(
+      eventUnits(GPUS, MIXED, GPUS[2]!.uuid, 1, 0),
+      { unknown: 'GPU instance 1, compute instance 0 is no MIG device known on this GPU' },
+      'a GPU without MIG devices',
+    );
+    assert.deepEqual(eventUnits(GPUS, MIXED, GPUS[2]!.uuid, 0xffffffff, 0), at(2), 'a GPU without MIG devices, whole');
+    // --mig-strategy=none reads no MIG layout: every GPU is served whole, and an XID naming one of its
+    // MIG instances is the GPU's own.
+    assert.deepEqual(eventUnits(GPUS, NO_MIG, u0, 3, 0), { units: [u0] }, 'served whole: the GPU takes it');
+    assert.deepEqual(eventUnits(GPUS, NO_MIG, u1, 3, 0xffffffff), { units: [u1] });
+  },
+);
 
 function monitor() {
   const lines: string[] = [];
@@ -615,50 +636,58 @@ function monitor() {
   };
 }
 
-test('node health: two unhealthy MIG devices on one parent are both reported; whole-GPU and NULL events; lost parents; recovery', () => {
-  const G = GPUS.length;
-  const t = monitor();
-  const first = t.h.onEvents([{ event: { kind: 'xid', gpu: GPUS[0]!.uuid, xid: 94, gi: 2, ci: 0 }, count: 1 }]);
-  assert.deepEqual([...first.updates.keys()], [MIXED.devices[1]!.uuid], 'the update names the MIG device by its UUID');
-  assert.match(first.updates.get(MIXED.devices[1]!.uuid)?.reason ?? '', /critical XID 94/);
-  assert.equal(first.updates.get(MIXED.devices[1]!.uuid)?.since, 1_000_000);
-  t.h.onEvents([{ event: { kind: 'xid', gpu: GPUS[0]!.uuid, xid: 94, gi: 1, ci: 0 }, count: 1 }]);
-  assert.deepEqual(t.unhealthy(), [G, G + 1], 'both MIG devices, not the parent or its other MIG devices');
-  assert.equal(t.lines.filter((l) => l.includes('MIG device unhealthy')).length, 2);
-  assert.match(
-    t.lines[0] ?? '',
-    new RegExp(
-      `gpu=0 uuid=${GPUS[0]!.uuid} mig=MIG-00000000-0000-4000-8000-000000000200 profile=1g\\.10gb gi=2 ci=0 xid=94`,
-    ),
-  );
-  // Application XIDs on a MIG device are ignored as for whole GPUs.
-  t.h.onEvents([{ event: { kind: 'xid', gpu: GPUS[1]!.uuid, xid: 31, gi: 3, ci: 0 }, count: 1 }]);
-  assert.deepEqual(t.unhealthy(), [G, G + 1]);
-  // A GI/CI naming no MIG device known marks nothing and is handed back.
-  const unknown = t.h.onEvents([{ event: { kind: 'xid', gpu: GPUS[1]!.uuid, xid: 79, gi: 9, ci: 0 }, count: 1 }]);
-  assert.equal(unknown.updates.size, 0);
-  assert.deepEqual(
-    unknown.unplaced.map((u) => u.why),
-    ['GPU instance 9, compute instance 0 is no MIG device known on this GPU'],
-  );
-  assert.deepEqual(t.unhealthy(), [G, G + 1]);
-  // The whole GPU: it and every MIG device on it.
-  t.h.onEvents([{ event: { kind: 'xid', gpu: GPUS[1]!.uuid, xid: 79, gi: 0xffffffff, ci: 0xffffffff }, count: 1 }]);
-  assert.deepEqual(t.unhealthy(), [1, G, G + 1, G + 5, G + 6, G + 7, G + 8]);
-  // Recovery as for whole GPUs: ok probes and a quiet period (XID 79 never recovers).
-  t.at(500);
-  t.h.onProbe(t.probe(['ok', 'ok', 'ok', 'ok']));
-  t.at(1500);
-  t.h.onProbe(t.probe(['ok', 'ok', 'ok', 'ok']));
-  assert.deepEqual(t.unhealthy(), [1, G + 5, G + 6, G + 7, G + 8]);
-  assert.equal(t.lines.filter((l) => l.includes('MIG device healthy again')).length, 2);
-  // A lost answer is only suspected until a scan still lists the GPU; then it takes its MIG devices with it.
-  const lost = t.h.onProbe(t.probe(['lost', 'ok', 'ok', 'ok']));
-  assert.deepEqual(lost.suspectLost, [GPUS[0]!.uuid]);
-  assert.deepEqual(t.unhealthy(), [1, G + 5, G + 6, G + 7, G + 8]);
-  t.h.confirmLost(lost.suspectLost);
-  assert.deepEqual(t.unhealthy(), [0, 1, G, G + 1, G + 2, G + 3, G + 4, G + 5, G + 6, G + 7, G + 8]);
-  // A NULL-device event marks everything.
-  t.h.onEvents([{ event: { kind: 'xid', gpu: null, xid: 48 }, count: 1 }]);
-  assert.equal(t.unhealthy().length, G + MIXED.devices.length);
-});
+test(
+  'node health: two unhealthy MIG devices on one parent are both ' +
+    'reported; whole-GPU and NULL events; lost parents; recovery',
+  () => {
+    const G = GPUS.length;
+    const t = monitor();
+    const first = t.h.onEvents([{ event: { kind: 'xid', gpu: GPUS[0]!.uuid, xid: 94, gi: 2, ci: 0 }, count: 1 }]);
+    assert.deepEqual(
+      [...first.updates.keys()],
+      [MIXED.devices[1]!.uuid],
+      'the update names the MIG device by its UUID',
+    );
+    assert.match(first.updates.get(MIXED.devices[1]!.uuid)?.reason ?? '', /critical XID 94/);
+    assert.equal(first.updates.get(MIXED.devices[1]!.uuid)?.since, 1_000_000);
+    t.h.onEvents([{ event: { kind: 'xid', gpu: GPUS[0]!.uuid, xid: 94, gi: 1, ci: 0 }, count: 1 }]);
+    assert.deepEqual(t.unhealthy(), [G, G + 1], 'both MIG devices, not the parent or its other MIG devices');
+    assert.equal(t.lines.filter((l) => l.includes('MIG device unhealthy')).length, 2);
+    assert.match(
+      t.lines[0] ?? '',
+      new RegExp(
+        `gpu=0 uuid=${GPUS[0]!.uuid} mig=MIG-00000000-0000-4000-8000-000000000200 profile=1g\\.10gb gi=2 ci=0 xid=94`,
+      ),
+    );
+    // Application XIDs on a MIG device are ignored as for whole GPUs.
+    t.h.onEvents([{ event: { kind: 'xid', gpu: GPUS[1]!.uuid, xid: 31, gi: 3, ci: 0 }, count: 1 }]);
+    assert.deepEqual(t.unhealthy(), [G, G + 1]);
+    // A GI/CI naming no MIG device known marks nothing and is handed back.
+    const unknown = t.h.onEvents([{ event: { kind: 'xid', gpu: GPUS[1]!.uuid, xid: 79, gi: 9, ci: 0 }, count: 1 }]);
+    assert.equal(unknown.updates.size, 0);
+    assert.deepEqual(
+      unknown.unplaced.map((u) => u.why),
+      ['GPU instance 9, compute instance 0 is no MIG device known on this GPU'],
+    );
+    assert.deepEqual(t.unhealthy(), [G, G + 1]);
+    // The whole GPU: it and every MIG device on it.
+    t.h.onEvents([{ event: { kind: 'xid', gpu: GPUS[1]!.uuid, xid: 79, gi: 0xffffffff, ci: 0xffffffff }, count: 1 }]);
+    assert.deepEqual(t.unhealthy(), [1, G, G + 1, G + 5, G + 6, G + 7, G + 8]);
+    // Recovery as for whole GPUs: ok probes and a quiet period (XID 79 never recovers).
+    t.at(500);
+    t.h.onProbe(t.probe(['ok', 'ok', 'ok', 'ok']));
+    t.at(1500);
+    t.h.onProbe(t.probe(['ok', 'ok', 'ok', 'ok']));
+    assert.deepEqual(t.unhealthy(), [1, G + 5, G + 6, G + 7, G + 8]);
+    assert.equal(t.lines.filter((l) => l.includes('MIG device healthy again')).length, 2);
+    // A lost answer is only suspected until a scan still lists the GPU; then it takes its MIG devices with it.
+    const lost = t.h.onProbe(t.probe(['lost', 'ok', 'ok', 'ok']));
+    assert.deepEqual(lost.suspectLost, [GPUS[0]!.uuid]);
+    assert.deepEqual(t.unhealthy(), [1, G + 5, G + 6, G + 7, G + 8]);
+    t.h.confirmLost(lost.suspectLost);
+    assert.deepEqual(t.unhealthy(), [0, 1, G, G + 1, G + 2, G + 3, G + 4, G + 5, G + 6, G + 7, G + 8]);
+    // A NULL-device event marks everything.
+    t.h.onEvents([{ event: { kind: 'xid', gpu: null, xid: 48 }, count: 1 }]);
+    assert.equal(t.unhealthy().length, G + MIXED.devices.length);
+  },
+);

@@ -156,28 +156,31 @@ const read = (t: ReturnType<typeof setup>, i: number, r: SignalReading): Promise
   return settle(t.node);
 };
 
-test('a critical signal takes its GPU out with every replica; a warning changes no health; cleared, it is back', async () => {
-  const t = setup({ replicas: 2 });
-  await t.node.scanned(scan(), 'start');
-  assert.equal(t.list(), 'HHHHHH');
-  await read(t, 1, reading({ 'row-remap': { corrected: 1, uncorrected: 2, pending: true, failure: false } }));
-  assert.equal(t.list(), 'HHUUHH', 'both replicas of GPU 1');
-  assert.equal(t.rec.last.gpuHealth.get(uuid(1))?.state.health, 'Healthy', 'its XID health is untouched');
-  const bad = t.lines.filter((l) => /ERROR GPU health signal bad gpu=1 uuid=GPU-00000001.* signal=row-remap/.test(l));
-  assert.equal(bad.length, 1);
-  assert.match(bad[0]!, /nvidia-smi -r -i 1/);
-  await read(t, 2, reading({ clocks: 0x40 }));
-  assert.equal(t.list(), 'HHUUHH', 'a warning leaves GPU 2 schedulable');
-  assert.equal(t.lines.filter((l) => /WARN GPU health signal bad gpu=2 .*signal=clocks/.test(l)).length, 1);
-  await read(t, 1, reading());
-  assert.equal(t.list(), 'HHHHHH');
-  assert.equal(t.lines.filter((l) => /INFO GPU health signal cleared gpu=1 .*signal=row-remap/.test(l)).length, 1);
-  // A reading for a GPU the snapshot does not hold (the thread's list is older) is dropped.
-  t.node.onSignals(new Map([['GPU-gone', reading({ 'ecc-uncorrectable': 3 })]]));
-  await settle(t.node);
-  assert.equal(t.rec.last.signals.has('GPU-gone'), false);
-  await t.node.stop();
-});
+test(
+  'a critical signal takes its GPU out with every replica; ' + 'a warning changes no health; cleared, it is back',
+  async () => {
+    const t = setup({ replicas: 2 });
+    await t.node.scanned(scan(), 'start');
+    assert.equal(t.list(), 'HHHHHH');
+    await read(t, 1, reading({ 'row-remap': { corrected: 1, uncorrected: 2, pending: true, failure: false } }));
+    assert.equal(t.list(), 'HHUUHH', 'both replicas of GPU 1');
+    assert.equal(t.rec.last.gpuHealth.get(uuid(1))?.state.health, 'Healthy', 'its XID health is untouched');
+    const bad = t.lines.filter((l) => /ERROR GPU health signal bad gpu=1 uuid=GPU-00000001.* signal=row-remap/.test(l));
+    assert.equal(bad.length, 1);
+    assert.match(bad[0]!, /nvidia-smi -r -i 1/);
+    await read(t, 2, reading({ clocks: 0x40 }));
+    assert.equal(t.list(), 'HHUUHH', 'a warning leaves GPU 2 schedulable');
+    assert.equal(t.lines.filter((l) => /WARN GPU health signal bad gpu=2 .*signal=clocks/.test(l)).length, 1);
+    await read(t, 1, reading());
+    assert.equal(t.list(), 'HHHHHH');
+    assert.equal(t.lines.filter((l) => /INFO GPU health signal cleared gpu=1 .*signal=row-remap/.test(l)).length, 1);
+    // A reading for a GPU the snapshot does not hold (the thread's list is older) is dropped.
+    t.node.onSignals(new Map([['GPU-gone', reading({ 'ecc-uncorrectable': 3 })]]));
+    await settle(t.node);
+    assert.equal(t.rec.last.signals.has('GPU-gone'), false);
+    await t.node.stop();
+  },
+);
 
 test('a critical signal takes every MIG device of its GPU out', async () => {
   const t = setup({ mig: true });

@@ -134,30 +134,33 @@ const info = (endpoint: string, over: Partial<PluginInfo> = {}): PluginInfo => (
   ...over,
 });
 
-test('a DRA driver is registered, told so, and served NodePrepareResources / NodeUnprepareResources over v1', async (t) => {
-  const d = dirs();
-  t.after(d.done);
-  const w = await PluginWatcherStandIn.start(d.registry);
-  t.after(() => w.stop());
-  const drv = await tinyDriver(join(d.registry, 'gpu.example.com-reg.sock'), info(join(d.plugins, 'dra.sock')), {
-    versions: ['v1'],
-  });
-  t.after(drv.stop);
+test(
+  'a DRA driver is registered, told so, and served ' + 'NodePrepareResources / NodeUnprepareResources over v1',
+  async (t) => {
+    const d = dirs();
+    t.after(d.done);
+    const w = await PluginWatcherStandIn.start(d.registry);
+    t.after(() => w.stop());
+    const drv = await tinyDriver(join(d.registry, 'gpu.example.com-reg.sock'), info(join(d.plugins, 'dra.sock')), {
+      versions: ['v1'],
+    });
+    t.after(drv.stop);
 
-  const reg = await w.waitForRegistrations(1);
-  assert.equal(reg.name, 'gpu.example.com');
-  assert.equal(reg.version, 'v1');
-  assert.equal(reg.endpoint, join(d.plugins, 'dra.sock'));
-  assert.deepEqual(drv.statuses, [{ plugin_registered: true, error: '' }]);
+    const reg = await w.waitForRegistrations(1);
+    assert.equal(reg.name, 'gpu.example.com');
+    assert.equal(reg.version, 'v1');
+    assert.equal(reg.endpoint, join(d.plugins, 'dra.sock'));
+    assert.deepEqual(drv.statuses, [{ plugin_registered: true, error: '' }]);
 
-  const claim = { namespace: 'default', uid: 'uid-1', name: 'claim-1' };
-  const res = await w.client('gpu.example.com').prepare([claim]);
-  assert.deepEqual(res.claims['uid-1']?.devices[0]?.cdi_device_ids, ['k8s.gpu.example.com/claim=uid-1-gpu-0']);
-  assert.deepEqual(drv.prepared, [{ claims: [claim] }]);
-  const un = await w.client('gpu.example.com').unprepare([claim]);
-  assert.deepEqual(un.claims, { 'uid-1': { error: '' } });
-  assert.deepEqual(drv.unprepared, [{ claims: [claim] }]);
-});
+    const claim = { namespace: 'default', uid: 'uid-1', name: 'claim-1' };
+    const res = await w.client('gpu.example.com').prepare([claim]);
+    assert.deepEqual(res.claims['uid-1']?.devices[0]?.cdi_device_ids, ['k8s.gpu.example.com/claim=uid-1-gpu-0']);
+    assert.deepEqual(drv.prepared, [{ claims: [claim] }]);
+    const un = await w.client('gpu.example.com').unprepare([claim]);
+    assert.deepEqual(un.claims, { 'uid-1': { error: '' } });
+    assert.deepEqual(drv.unprepared, [{ claims: [claim] }]);
+  },
+);
 
 test("the first service in the driver's list that the kubelet speaks is used (v1beta1 here)", async (t) => {
   const d = dirs();
@@ -192,7 +195,9 @@ test('a kubelet that speaks only v1 refuses a v1beta1-only driver and tells it w
   assert.equal(r.notified, true);
   assert.equal(
     r.reason,
-    `RegisterPlugin error -- plugin validation failed with err: invalid supported gRPC versions of DRA driver plugin gpu.example.com at endpoint ${join(d.plugins, 'dra.sock')}: none of services supported by the plugin (["v1beta1.DRAPlugin"]) are supported by the kubelet (["v1.DRAPlugin"])`,
+    `RegisterPlugin error -- plugin validation failed with err: invalid supported gRPC versions of ` +
+      `DRA driver plugin gpu.example.com at endpoint ${join(d.plugins, 'dra.sock')}: none of services ` +
+      `supported by the plugin (["v1beta1.DRAPlugin"]) are supported by the kubelet (["v1.DRAPlugin"])`,
   );
   assert.equal(drv.statuses.length, 1);
   assert.equal(drv.statuses[0]?.plugin_registered, false);
@@ -201,65 +206,80 @@ test('a kubelet that speaks only v1 refuses a v1beta1-only driver and tells it w
   assert.throws(() => w.client('gpu.example.com'), /no driver gpu.example.com registered/);
 });
 
-test('GetInfo answers the kubelet refuses: another plugin type, an empty version list, an endpoint already registered', async (t) => {
-  const d = dirs();
-  t.after(d.done);
-  const w = await PluginWatcherStandIn.start(d.registry, { health: false });
-  t.after(() => w.stop());
-  const wrongType = await tinyDriver(
-    join(d.registry, 'dp-reg.sock'),
-    info(join(d.plugins, 'dp.sock'), { type: 'DevicePlugin' }),
-    { versions: ['v1'] },
-  );
-  t.after(wrongType.stop);
-  const r1 = await w.waitForRejections(1);
-  assert.equal(
-    r1.reason,
-    `RegisterPlugin error -- no handler registered for plugin type: DevicePlugin at socket ${join(d.registry, 'dp-reg.sock')}`,
-  );
-  assert.deepEqual(wrongType.statuses, [{ plugin_registered: false, error: r1.reason }]);
+test(
+  'GetInfo answers the kubelet refuses: another plugin type, ' +
+    'an empty version list, an endpoint already registered',
+  async (t) => {
+    const d = dirs();
+    t.after(d.done);
+    const w = await PluginWatcherStandIn.start(d.registry, { health: false });
+    t.after(() => w.stop());
+    const wrongType = await tinyDriver(
+      join(d.registry, 'dp-reg.sock'),
+      info(join(d.plugins, 'dp.sock'), { type: 'DevicePlugin' }),
+      { versions: ['v1'] },
+    );
+    t.after(wrongType.stop);
+    const r1 = await w.waitForRejections(1);
+    assert.equal(
+      r1.reason,
+      `RegisterPlugin error -- no handler registered for plugin ` +
+        `type: DevicePlugin at socket ${join(d.registry, 'dp-reg.sock')}`,
+    );
+    assert.deepEqual(wrongType.statuses, [{ plugin_registered: false, error: r1.reason }]);
 
-  const noVersions = await tinyDriver(
-    join(d.registry, 'nv-reg.sock'),
-    info(join(d.plugins, 'nv.sock'), { supported_versions: [] }),
-    { versions: ['v1'] },
-  );
-  t.after(noVersions.stop);
-  const r2 = await w.waitForRejections(2);
-  assert.match(
-    r2.reason,
-    /^RegisterPlugin error -- plugin validation failed with err: .*: empty list of supported gRPC services \(aka supported versions\)$/,
-  );
-  assert.deepEqual(noVersions.statuses, [{ plugin_registered: false, error: r2.reason }]);
+    const noVersions = await tinyDriver(
+      join(d.registry, 'nv-reg.sock'),
+      info(join(d.plugins, 'nv.sock'), { supported_versions: [] }),
+      { versions: ['v1'] },
+    );
+    t.after(noVersions.stop);
+    const r2 = await w.waitForRejections(2);
+    assert.match(
+      r2.reason,
+      new RegExp(
+        '^RegisterPlugin error -- plugin validation failed with err: .*: ' +
+          String.raw`empty list of supported gRPC services \(aka supported versions\)$`,
+      ),
+    );
+    assert.deepEqual(noVersions.statuses, [{ plugin_registered: false, error: r2.reason }]);
 
-  // A second registration socket naming an endpoint the driver already registered cannot take it over.
-  const endpoint = join(d.plugins, 'dra.sock');
-  const first = await tinyDriver(join(d.registry, 'a-reg.sock'), info(endpoint), { versions: ['v1'] });
-  t.after(first.stop);
-  await w.waitForRegistrations(1);
-  const hijack = new grpc.Server();
-  hijack.addService(pluginRegistrationService(), {
-    GetInfo: (_c: grpc.ServerUnaryCall<unknown, PluginInfo>, cb: grpc.sendUnaryData<PluginInfo>) =>
-      cb(null, info(endpoint)),
-    NotifyRegistrationStatus: (c: grpc.ServerUnaryCall<RegistrationStatus, object>, cb: grpc.sendUnaryData<object>) => {
-      hijackStatuses.push(c.request);
-      cb(null, {});
-    },
-  });
-  const hijackStatuses: RegistrationStatus[] = [];
-  await bind(hijack, join(d.registry, 'b-reg.sock'));
-  t.after(() => hijack.forceShutdown());
-  const r3 = await w.waitForRejections(3);
-  assert.equal(
-    r3.reason,
-    `RegisterPlugin error -- plugin registration failed with err: endpoint ${endpoint} already registered for DRA driver plugin gpu.example.com`,
-  );
-  assert.deepEqual(hijackStatuses, [{ plugin_registered: false, error: r3.reason }]);
-  assert.equal(w.registrations.length, 1);
+    // A second registration socket naming an endpoint the driver already registered cannot take it over.
+    const endpoint = join(d.plugins, 'dra.sock');
+    const first = await tinyDriver(join(d.registry, 'a-reg.sock'), info(endpoint), { versions: ['v1'] });
+    t.after(first.stop);
+    await w.waitForRegistrations(1);
+    const hijack = new grpc.Server();
+    hijack.addService(pluginRegistrationService(), {
+      GetInfo: (_c: grpc.ServerUnaryCall<unknown, PluginInfo>, cb: grpc.sendUnaryData<PluginInfo>) =>
+        cb(null, info(endpoint)),
+      NotifyRegistrationStatus: (
+        c: grpc.ServerUnaryCall<RegistrationStatus, object>,
+        cb: grpc.sendUnaryData<object>,
+      ) => {
+        hijackStatuses.push(c.request);
+        cb(null, {});
+      },
+    });
+    const hijackStatuses: RegistrationStatus[] = [];
+    await bind(hijack, join(d.registry, 'b-reg.sock'));
+    t.after(() => hijack.forceShutdown());
+    const r3 = await w.waitForRejections(3);
+    assert.equal(
+      r3.reason,
+      `RegisterPlugin error -- plugin registration failed with err: ` +
+        `endpoint ${endpoint} already registered for DRA driver plugin gpu.example.com`,
+    );
+    assert.deepEqual(hijackStatuses, [{ plugin_registered: false, error: r3.reason }]);
+    assert.equal(w.registrations.length, 1);
 
-  // The same checks as a pure function; an empty endpoint means the registration socket itself.
-  assert.deepEqual(validatePluginInfo(info(''), '/r.sock', ['v1', 'v1beta1']), { version: 'v1', endpoint: '/r.sock' });
-});
+    // The same checks as a pure function; an empty endpoint means the registration socket itself.
+    assert.deepEqual(validatePluginInfo(info(''), '/r.sock', ['v1', 'v1beta1']), {
+      version: 'v1',
+      endpoint: '/r.sock',
+    });
+  },
+);
 
 test('an empty PluginInfo.endpoint means the DRA service is on the registration socket itself', async (t) => {
   const d = dirs();
@@ -298,33 +318,36 @@ test('an empty PluginInfo.endpoint means the DRA service is on the registration 
   assert.deepEqual(res.claims, { u9: { devices: [], error: 'not today' } });
 });
 
-test('a socket already there at start is registered; its removal deregisters; a new socket registers again', async (t) => {
-  const d = dirs();
-  t.after(d.done);
-  const regSocket = join(d.registry, 'gpu.example.com-reg.sock');
-  const first = await tinyDriver(regSocket, info(join(d.plugins, 'dra.sock')), { versions: ['v1'] });
-  t.after(first.stop);
-  const w = await PluginWatcherStandIn.start(d.registry);
-  t.after(() => w.stop());
-  await w.waitForRegistrations(1);
-  assert.deepEqual(first.statuses, [{ plugin_registered: true, error: '' }]);
+test(
+  'a socket already there at start is registered; its ' + 'removal deregisters; a new socket registers again',
+  async (t) => {
+    const d = dirs();
+    t.after(d.done);
+    const regSocket = join(d.registry, 'gpu.example.com-reg.sock');
+    const first = await tinyDriver(regSocket, info(join(d.plugins, 'dra.sock')), { versions: ['v1'] });
+    t.after(first.stop);
+    const w = await PluginWatcherStandIn.start(d.registry);
+    t.after(() => w.stop());
+    await w.waitForRegistrations(1);
+    assert.deepEqual(first.statuses, [{ plugin_registered: true, error: '' }]);
 
-  first.stop();
-  await rm(regSocket, { force: true });
-  await rm(join(d.plugins, 'dra.sock'), { force: true });
-  const gone = await w.waitForDeregistrations(1);
-  assert.deepEqual(gone, { name: 'gpu.example.com', socket: regSocket });
-  assert.equal(w.registered('gpu.example.com'), undefined);
+    first.stop();
+    await rm(regSocket, { force: true });
+    await rm(join(d.plugins, 'dra.sock'), { force: true });
+    const gone = await w.waitForDeregistrations(1);
+    assert.deepEqual(gone, { name: 'gpu.example.com', socket: regSocket });
+    assert.equal(w.registered('gpu.example.com'), undefined);
 
-  const second = await tinyDriver(regSocket, info(join(d.plugins, 'dra.sock')), { versions: ['v1'] });
-  t.after(second.stop);
-  const again = await w.waitForRegistrations(2);
-  assert.equal(again.socket, regSocket);
-  assert.deepEqual(second.statuses, [{ plugin_registered: true, error: '' }]);
-  const res = await w.client('gpu.example.com').prepare([{ namespace: 'n', uid: 'u3', name: 'c3' }]);
-  assert.ok(res.claims.u3 !== undefined);
-  assert.equal(second.prepared.length, 1);
-});
+    const second = await tinyDriver(regSocket, info(join(d.plugins, 'dra.sock')), { versions: ['v1'] });
+    t.after(second.stop);
+    const again = await w.waitForRegistrations(2);
+    assert.equal(again.socket, regSocket);
+    assert.deepEqual(second.statuses, [{ plugin_registered: true, error: '' }]);
+    const res = await w.client('gpu.example.com').prepare([{ namespace: 'n', uid: 'u3', name: 'c3' }]);
+    assert.ok(res.claims.u3 !== undefined);
+    assert.equal(second.prepared.length, 1);
+  },
+);
 
 test('any socket counts (not only *.sock); dot-files and plain files are ignored', async (t) => {
   const d = dirs();
@@ -359,42 +382,50 @@ test('any socket counts (not only *.sock); dot-files and plain files are ignored
   assert.deepEqual(w.rejected, []);
 });
 
-test('two plugins of one driver (a rolling update): calls go to the newest, and back to the older when it leaves', async (t) => {
-  const d = dirs();
-  t.after(d.done);
-  const w = await PluginWatcherStandIn.start(d.registry, { health: false });
-  t.after(() => w.stop());
-  const old = await tinyDriver(join(d.registry, 'old-reg.sock'), info(join(d.plugins, 'old.sock')), {
-    versions: ['v1'],
-  });
-  t.after(old.stop);
-  await w.waitForRegistrations(1);
-  const next = await tinyDriver(join(d.registry, 'new-reg.sock'), info(join(d.plugins, 'new.sock')), {
-    versions: ['v1'],
-  });
-  t.after(next.stop);
-  await w.waitForRegistrations(2);
-  await w.client('gpu.example.com').prepare([{ namespace: 'n', uid: 'u1', name: 'c1' }]);
-  assert.deepEqual([old.prepared.length, next.prepared.length], [0, 1]);
-  next.stop();
-  await rm(join(d.registry, 'new-reg.sock'), { force: true });
-  await w.waitForDeregistrations(1);
-  await w.client('gpu.example.com').prepare([{ namespace: 'n', uid: 'u2', name: 'c2' }]);
-  assert.deepEqual([old.prepared.length, next.prepared.length], [1, 1]);
-});
+test(
+  'two plugins of one driver (a rolling update): calls ' + 'go to the newest, and back to the older when it leaves',
+  async (t) => {
+    const d = dirs();
+    t.after(d.done);
+    const w = await PluginWatcherStandIn.start(d.registry, { health: false });
+    t.after(() => w.stop());
+    const old = await tinyDriver(join(d.registry, 'old-reg.sock'), info(join(d.plugins, 'old.sock')), {
+      versions: ['v1'],
+    });
+    t.after(old.stop);
+    await w.waitForRegistrations(1);
+    const next = await tinyDriver(join(d.registry, 'new-reg.sock'), info(join(d.plugins, 'new.sock')), {
+      versions: ['v1'],
+    });
+    t.after(next.stop);
+    await w.waitForRegistrations(2);
+    await w.client('gpu.example.com').prepare([{ namespace: 'n', uid: 'u1', name: 'c1' }]);
+    assert.deepEqual([old.prepared.length, next.prepared.length], [0, 1]);
+    next.stop();
+    await rm(join(d.registry, 'new-reg.sock'), { force: true });
+    await w.waitForDeregistrations(1);
+    await w.client('gpu.example.com').prepare([{ namespace: 'n', uid: 'u2', name: 'c2' }]);
+    assert.deepEqual([old.prepared.length, next.prepared.length], [1, 1]);
+  },
+);
 
-test('the health stream is opened for every registered plugin; one without the service answers UNIMPLEMENTED', async (t) => {
-  const d = dirs();
-  t.after(d.done);
-  const w = await PluginWatcherStandIn.start(d.registry, { healthRetryMs: 60_000 });
-  t.after(() => w.stop());
-  const drv = await tinyDriver(join(d.registry, 'g-reg.sock'), info(join(d.plugins, 'dra.sock')), { versions: ['v1'] });
-  t.after(drv.stop);
-  await w.waitForRegistrations(1);
-  const e = await w.waitForHealthErrors(1);
-  assert.equal(e.driver, 'gpu.example.com');
-  assert.equal(e.code, grpc.status.UNIMPLEMENTED);
-});
+test(
+  'the health stream is opened for every registered ' + 'plugin; one without the service answers UNIMPLEMENTED',
+  async (t) => {
+    const d = dirs();
+    t.after(d.done);
+    const w = await PluginWatcherStandIn.start(d.registry, { healthRetryMs: 60_000 });
+    t.after(() => w.stop());
+    const drv = await tinyDriver(join(d.registry, 'g-reg.sock'), info(join(d.plugins, 'dra.sock')), {
+      versions: ['v1'],
+    });
+    t.after(drv.stop);
+    await w.waitForRegistrations(1);
+    const e = await w.waitForHealthErrors(1);
+    assert.equal(e.driver, 'gpu.example.com');
+    assert.equal(e.code, grpc.status.UNIMPLEMENTED);
+  },
+);
 
 test('a driver serving v1alpha1.DRAResourceHealth has its health stream read, each message a full list', async (t) => {
   const d = dirs();
@@ -444,105 +475,121 @@ test('a driver serving v1alpha1.DRAResourceHealth has its health stream read, ea
   assert.equal(w.health.get('gpu.example.com')?.messages, 2);
 });
 
-test("ResourceSlices: the kubelet wipes its node's slices at start, and a driver's once it stays away, unless it comes back", async (t) => {
-  const calls: [string, string | undefined][] = [];
-  const janitor: SliceJanitor = {
-    deleteNodeSlices(node, driver) {
-      calls.push([node, driver]);
-      return 1;
-    },
-  };
-  const d = dirs();
-  t.after(d.done);
-  const regSocket = join(d.registry, 'g-reg.sock');
-  // A long delay: a driver that comes back in time keeps its slices.
-  const w = await PluginWatcherStandIn.start(d.registry, {
-    slices: { janitor, nodeName: 'node-a', wipeDelayMs: 60_000 },
-  });
-  t.after(() => w.stop());
-  assert.deepEqual(calls, [['node-a', undefined]]);
-  const a = await tinyDriver(regSocket, info(join(d.plugins, 'dra.sock')), { versions: ['v1'] });
-  await w.waitForRegistrations(1);
-  a.stop();
-  await rm(regSocket, { force: true });
-  await w.waitForDeregistrations(1);
-  assert.deepEqual(w.pendingWipes(), ['gpu.example.com']);
-  const b = await tinyDriver(regSocket, info(join(d.plugins, 'dra2.sock')), { versions: ['v1'] });
-  t.after(b.stop);
-  await w.waitForRegistrations(2);
-  assert.deepEqual(w.pendingWipes(), []);
-  assert.deepEqual(calls, [['node-a', undefined]]);
-
-  // A zero delay: the driver's slices go as soon as it deregisters.
-  const d2 = dirs();
-  t.after(d2.done);
-  const w2 = await PluginWatcherStandIn.start(d2.registry, { slices: { janitor, nodeName: 'node-b', wipeDelayMs: 0 } });
-  t.after(() => w2.stop());
-  const c = await tinyDriver(join(d2.registry, 'g-reg.sock'), info(join(d2.plugins, 'dra.sock')), { versions: ['v1'] });
-  await w2.waitForRegistrations(1);
-  c.stop();
-  const wiped = new Promise((resolve) => w2.once('wiped', resolve));
-  await rm(join(d2.registry, 'g-reg.sock'), { force: true });
-  assert.equal(await wiped, 'gpu.example.com');
-  assert.deepEqual(calls.slice(1), [
-    ['node-b', undefined],
-    ['node-b', 'gpu.example.com'],
-  ]);
-  assert.deepEqual(w2.wipes, [
-    { driver: undefined, deleted: 1 },
-    { driver: 'gpu.example.com', deleted: 1 },
-  ]);
-});
-
-test("with the API server stand-in as the kubelet's client: its node's slices go at start, a driver's once it leaves", async (t) => {
-  const api = await ApiServerStandIn.start();
-  t.after(() => api.stop());
-  const put = (name: string, node: string, driver: string): void => {
-    api.slices.set(name, {
-      apiVersion: 'resource.k8s.io/v1',
-      kind: 'ResourceSlice',
-      metadata: { name },
-      spec: { driver, nodeName: node, pool: { name: node, generation: 1, resourceSliceCount: 1 } },
+test(
+  "ResourceSlices: the kubelet wipes its node's slices at " +
+    "start, and a driver's once it stays away, unless it comes back",
+  async (t) => {
+    const calls: [string, string | undefined][] = [];
+    const janitor: SliceJanitor = {
+      deleteNodeSlices(node, driver) {
+        calls.push([node, driver]);
+        return 1;
+      },
+    };
+    const d = dirs();
+    t.after(d.done);
+    const regSocket = join(d.registry, 'g-reg.sock');
+    // A long delay: a driver that comes back in time keeps its slices.
+    const w = await PluginWatcherStandIn.start(d.registry, {
+      slices: { janitor, nodeName: 'node-a', wipeDelayMs: 60_000 },
     });
-  };
-  put('a-gpu', 'node-a', 'gpu.example.com');
-  put('b-gpu', 'node-b', 'gpu.example.com');
-  const d = dirs();
-  t.after(d.done);
-  const w = await PluginWatcherStandIn.start(d.registry, {
-    health: false,
-    slices: { janitor: api, nodeName: 'node-a', wipeDelayMs: 0 },
-  });
-  t.after(() => w.stop());
-  assert.deepEqual([...api.slices.keys()], ['b-gpu']);
+    t.after(() => w.stop());
+    assert.deepEqual(calls, [['node-a', undefined]]);
+    const a = await tinyDriver(regSocket, info(join(d.plugins, 'dra.sock')), { versions: ['v1'] });
+    await w.waitForRegistrations(1);
+    a.stop();
+    await rm(regSocket, { force: true });
+    await w.waitForDeregistrations(1);
+    assert.deepEqual(w.pendingWipes(), ['gpu.example.com']);
+    const b = await tinyDriver(regSocket, info(join(d.plugins, 'dra2.sock')), { versions: ['v1'] });
+    t.after(b.stop);
+    await w.waitForRegistrations(2);
+    assert.deepEqual(w.pendingWipes(), []);
+    assert.deepEqual(calls, [['node-a', undefined]]);
 
-  const drv = await tinyDriver(join(d.registry, 'g-reg.sock'), info(join(d.plugins, 'dra.sock')), { versions: ['v1'] });
-  await w.waitForRegistrations(1);
-  put('a-gpu-2', 'node-a', 'gpu.example.com');
-  put('a-nic', 'node-a', 'nic.example.com');
-  drv.stop();
-  const wiped = new Promise((resolve) => w.once('wiped', resolve));
-  await rm(join(d.registry, 'g-reg.sock'), { force: true });
-  await wiped;
-  assert.deepEqual([...api.slices.keys()].sort(), ['a-nic', 'b-gpu']);
-});
+    // A zero delay: the driver's slices go as soon as it deregisters.
+    const d2 = dirs();
+    t.after(d2.done);
+    const w2 = await PluginWatcherStandIn.start(d2.registry, {
+      slices: { janitor, nodeName: 'node-b', wipeDelayMs: 0 },
+    });
+    t.after(() => w2.stop());
+    const c = await tinyDriver(join(d2.registry, 'g-reg.sock'), info(join(d2.plugins, 'dra.sock')), {
+      versions: ['v1'],
+    });
+    await w2.waitForRegistrations(1);
+    c.stop();
+    const wiped = new Promise((resolve) => w2.once('wiped', resolve));
+    await rm(join(d2.registry, 'g-reg.sock'), { force: true });
+    assert.equal(await wiped, 'gpu.example.com');
+    assert.deepEqual(calls.slice(1), [
+      ['node-b', undefined],
+      ['node-b', 'gpu.example.com'],
+    ]);
+    assert.deepEqual(w2.wipes, [
+      { driver: undefined, deleted: 1 },
+      { driver: 'gpu.example.com', deleted: 1 },
+    ]);
+  },
+);
 
-test('a driver restarting at once (its socket unlinked and bound again) is deregistered and registered again', async (t) => {
-  const d = dirs();
-  t.after(d.done);
-  const w = await PluginWatcherStandIn.start(d.registry, { health: false });
-  t.after(() => w.stop());
-  const regSocket = join(d.registry, 'gpu.example.com-reg.sock');
-  const first = await tinyDriver(regSocket, info(join(d.plugins, 'dra.sock')), { versions: ['v1'] });
-  await w.waitForRegistrations(1);
-  first.stop();
-  await rm(regSocket, { force: true });
-  await rm(join(d.plugins, 'dra.sock'), { force: true });
-  const second = await tinyDriver(regSocket, info(join(d.plugins, 'dra.sock')), { versions: ['v1'] });
-  t.after(second.stop);
-  await w.waitForRegistrations(2);
-  assert.deepEqual(second.statuses, [{ plugin_registered: true, error: '' }]);
-  assert.equal(w.deregistrations.length, 1);
-  await w.client('gpu.example.com').prepare([{ namespace: 'n', uid: 'u', name: 'c' }]);
-  assert.equal(second.prepared.length, 1);
-});
+test(
+  "with the API server stand-in as the kubelet's client: " + "its node's slices go at start, a driver's once it leaves",
+  async (t) => {
+    const api = await ApiServerStandIn.start();
+    t.after(() => api.stop());
+    const put = (name: string, node: string, driver: string): void => {
+      api.slices.set(name, {
+        apiVersion: 'resource.k8s.io/v1',
+        kind: 'ResourceSlice',
+        metadata: { name },
+        spec: { driver, nodeName: node, pool: { name: node, generation: 1, resourceSliceCount: 1 } },
+      });
+    };
+    put('a-gpu', 'node-a', 'gpu.example.com');
+    put('b-gpu', 'node-b', 'gpu.example.com');
+    const d = dirs();
+    t.after(d.done);
+    const w = await PluginWatcherStandIn.start(d.registry, {
+      health: false,
+      slices: { janitor: api, nodeName: 'node-a', wipeDelayMs: 0 },
+    });
+    t.after(() => w.stop());
+    assert.deepEqual([...api.slices.keys()], ['b-gpu']);
+
+    const drv = await tinyDriver(join(d.registry, 'g-reg.sock'), info(join(d.plugins, 'dra.sock')), {
+      versions: ['v1'],
+    });
+    await w.waitForRegistrations(1);
+    put('a-gpu-2', 'node-a', 'gpu.example.com');
+    put('a-nic', 'node-a', 'nic.example.com');
+    drv.stop();
+    const wiped = new Promise((resolve) => w.once('wiped', resolve));
+    await rm(join(d.registry, 'g-reg.sock'), { force: true });
+    await wiped;
+    assert.deepEqual([...api.slices.keys()].sort(), ['a-nic', 'b-gpu']);
+  },
+);
+
+test(
+  'a driver restarting at once (its socket unlinked ' + 'and bound again) is deregistered and registered again',
+  async (t) => {
+    const d = dirs();
+    t.after(d.done);
+    const w = await PluginWatcherStandIn.start(d.registry, { health: false });
+    t.after(() => w.stop());
+    const regSocket = join(d.registry, 'gpu.example.com-reg.sock');
+    const first = await tinyDriver(regSocket, info(join(d.plugins, 'dra.sock')), { versions: ['v1'] });
+    await w.waitForRegistrations(1);
+    first.stop();
+    await rm(regSocket, { force: true });
+    await rm(join(d.plugins, 'dra.sock'), { force: true });
+    const second = await tinyDriver(regSocket, info(join(d.plugins, 'dra.sock')), { versions: ['v1'] });
+    t.after(second.stop);
+    await w.waitForRegistrations(2);
+    assert.deepEqual(second.statuses, [{ plugin_registered: true, error: '' }]);
+    assert.equal(w.deregistrations.length, 1);
+    await w.client('gpu.example.com').prepare([{ namespace: 'n', uid: 'u', name: 'c' }]);
+    assert.equal(second.prepared.length, 1);
+  },
+);

@@ -130,74 +130,80 @@ test('a kick while registered reports the registration lost, once, before trying
   assert.deepEqual(events, ['registered', 'lost: plugin socket removed', 'registered']);
 });
 
-test('after a loss, failures stay at debug and the new registration is the one line; a long loss is one WARN', async (t) => {
-  t.mock.timers.enable({ apis: ['setTimeout'] });
-  const { lines, log } = memoryLog();
-  const events: string[] = [];
-  let fail = false;
-  const r = new Registrar({
-    log,
-    ensureServing: async () => undefined,
-    register: async () => {
-      if (fail) throw new Error('no kubelet socket at /x/kubelet.sock (is the kubelet running?)');
-    },
-    onUnregistered: (reason) => events.push(`lost: ${reason}`),
-    initialBackoffMs: 50,
-    maxBackoffMs: 5000,
-    quietMs: 30000,
-  });
-  r.kick('start');
-  await settle();
-  assert.equal(r.current, 'registered');
-  const above = (): string[] => lines.filter((l) => / (INFO|WARN|ERROR) /.test(l));
-  const before = above().length;
-
-  // A routine restart: the kubelet goes (nothing to register with),
-  // our socket is deleted (a kick that fails), it comes back.
-  r.lost('kubelet socket removed');
-  assert.equal(r.current, 'idle', 'no attempt while there is no kubelet');
-  r.lost('kubelet socket removed (periodic check)');
-  assert.deepEqual(events, ['lost: kubelet socket removed'], 'reported once');
-  fail = true;
-  r.kick('plugin socket removed');
-  await settle();
-  t.mock.timers.tick(150);
-  await settle();
-  assert.equal(r.current, 'waiting');
-  fail = false;
-  r.kick('kubelet socket created');
-  await settle();
-  assert.equal(r.current, 'registered');
-  assert.deepEqual(
-    above()
-      .slice(before)
-      .map((l) => l.replace(/^\S+ /, '').trimEnd()),
-    ['INFO registered with the kubelet reason="kubelet socket created" attempts=3'],
-  );
-
-  // A kubelet away for longer than quietMs: one WARN, then the INFO when it is back.
-  const mark = above().length;
-  r.lost('kubelet socket removed');
-  fail = true;
-  r.kick('plugin socket removed');
-  for (let i = 0; i < 40; i++) {
-    t.mock.timers.tick(1000);
+test(
+  'after a loss, failures stay at debug and the new ' + 'registration is the one line; a long loss is one WARN',
+  async (t) => {
+    t.mock.timers.enable({ apis: ['setTimeout'] });
+    const { lines, log } = memoryLog();
+    const events: string[] = [];
+    let fail = false;
+    const r = new Registrar({
+      log,
+      ensureServing: async () => undefined,
+      register: async () => {
+        if (fail) throw new Error('no kubelet socket at /x/kubelet.sock (is the kubelet running?)');
+      },
+      onUnregistered: (reason) => events.push(`lost: ${reason}`),
+      initialBackoffMs: 50,
+      maxBackoffMs: 5000,
+      quietMs: 30000,
+    });
+    r.kick('start');
     await settle();
-  }
-  fail = false;
-  r.kick('kubelet socket created');
-  await settle();
-  const later = above()
-    .slice(mark)
-    .map((l) => l.replace(/^\S+ /, '').trimEnd());
-  assert.equal(later.length, 2, later.join('\n'));
-  assert.match(
-    later[0]!,
-    /^WARN still not registered with the kubelet; retrying reason="kubelet socket removed" error="no kubelet socket at \/x\/kubelet.sock \(is the kubelet running\?\)" waited_ms=30000$/,
-  );
-  assert.match(later[1]!, /^INFO registered with the kubelet reason="kubelet socket created"/);
-  r.stop();
-});
+    assert.equal(r.current, 'registered');
+    const above = (): string[] => lines.filter((l) => / (INFO|WARN|ERROR) /.test(l));
+    const before = above().length;
+
+    // A routine restart: the kubelet goes (nothing to register with),
+    // our socket is deleted (a kick that fails), it comes back.
+    r.lost('kubelet socket removed');
+    assert.equal(r.current, 'idle', 'no attempt while there is no kubelet');
+    r.lost('kubelet socket removed (periodic check)');
+    assert.deepEqual(events, ['lost: kubelet socket removed'], 'reported once');
+    fail = true;
+    r.kick('plugin socket removed');
+    await settle();
+    t.mock.timers.tick(150);
+    await settle();
+    assert.equal(r.current, 'waiting');
+    fail = false;
+    r.kick('kubelet socket created');
+    await settle();
+    assert.equal(r.current, 'registered');
+    assert.deepEqual(
+      above()
+        .slice(before)
+        .map((l) => l.replace(/^\S+ /, '').trimEnd()),
+      ['INFO registered with the kubelet reason="kubelet socket created" attempts=3'],
+    );
+
+    // A kubelet away for longer than quietMs: one WARN, then the INFO when it is back.
+    const mark = above().length;
+    r.lost('kubelet socket removed');
+    fail = true;
+    r.kick('plugin socket removed');
+    for (let i = 0; i < 40; i++) {
+      t.mock.timers.tick(1000);
+      await settle();
+    }
+    fail = false;
+    r.kick('kubelet socket created');
+    await settle();
+    const later = above()
+      .slice(mark)
+      .map((l) => l.replace(/^\S+ /, '').trimEnd());
+    assert.equal(later.length, 2, later.join('\n'));
+    assert.match(
+      later[0]!,
+      new RegExp(
+        '^WARN still not registered with the kubelet; retrying reason="kubelet socket removed" ' +
+          String.raw`error="no kubelet socket at \/x\/kubelet.sock \(is the kubelet running\?\)" waited_ms=30000$`,
+      ),
+    );
+    assert.match(later[1]!, /^INFO registered with the kubelet reason="kubelet socket created"/);
+    r.stop();
+  },
+);
 
 test("Register failures are said once, by what went wrong, without grpc-js's own text", () => {
   const sock = '/var/lib/kubelet/device-plugins/kubelet.sock';

@@ -225,20 +225,24 @@ test('changed settings add, update and remove resources with their device lists'
   );
 });
 
-test('with the index strategy a GPU leaving vanishes by its UUID; the others keep their IDs and the runtime names follow the indices', () => {
-  const settings: PlanSettings = { deviceIdStrategy: 'index', sharing: NO_SHARING };
-  const a = planned(scan([0, 1, 2]), settings, null, false);
-  const b = planned(scan([0, 2]), settings, a, false);
-  const d = changes(a, b);
-  assert.deepEqual(
-    d.updated.map((r) => [r.devices.map((x) => x.ID), r.vanished]),
-    [[[uuid(0), uuid(2)], [uuid(1)]]],
-  );
-  assert.deepEqual(
-    b.resources[0]?.devices.map((x) => x.runtimeName),
-    b.gpus.map((g) => String(g.index)),
-  );
-});
+test(
+  'with the index strategy a GPU leaving vanishes by its UUID; the ' +
+    'others keep their IDs and the runtime names follow the indices',
+  () => {
+    const settings: PlanSettings = { deviceIdStrategy: 'index', sharing: NO_SHARING };
+    const a = planned(scan([0, 1, 2]), settings, null, false);
+    const b = planned(scan([0, 2]), settings, a, false);
+    const d = changes(a, b);
+    assert.deepEqual(
+      d.updated.map((r) => [r.devices.map((x) => x.ID), r.vanished]),
+      [[[uuid(0), uuid(2)], [uuid(1)]]],
+    );
+    assert.deepEqual(
+      b.resources[0]?.devices.map((x) => x.runtimeName),
+      b.gpus.map((g) => String(g.index)),
+    );
+  },
+);
 
 test('a config that no longer fits the GPUs keeps the previous resources for the GPUs still there', () => {
   const listed: PlanSettings = {

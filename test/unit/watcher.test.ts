@@ -12,7 +12,8 @@ import { onEvent, waitFor } from '../support/wait.ts';
 
 const MOUNTINFO = [
   '266 250 0:39 / / ro,nosuid,relatime shared:1 master:1 - overlay overlay rw',
-  '308 266 0:39 /var/lib/kubelet/device-plugins /var/lib/kubelet/device-plugins rw,nosuid,relatime shared:101 master:1 - overlay overlay rw',
+  '308 266 0:39 /var/lib/kubelet/device-plugins /var/lib/kubelet/device-plugins ' +
+    'rw,nosuid,relatime shared:101 master:1 - overlay overlay rw',
   '309 266 0:40 / /run/with\\040space rw - tmpfs tmpfs rw',
 ].join('\n');
 
@@ -35,25 +36,31 @@ test('a kubelet restart (files deleted, directory kept) is no problem', async ()
   assert.equal(await viewProblem(START, { identity: '39:100', nlink: 2 }, yes, yes), null);
 });
 
-test('the private mount gone: deleted (nothing there now) or deleted and re-created, even with the same inode number', async () => {
-  assert.match((await viewProblem(START, null, no, never)) ?? '', /deleted, and its mount .* went with it/);
-  assert.match(
-    (await viewProblem(START, { identity: '39:222', nlink: 2 }, no, yes)) ?? '',
-    /deleted and re-created, and its mount/,
-  );
-  assert.match((await viewProblem(START, { identity: '39:100', nlink: 2 }, no, yes)) ?? '', /deleted and re-created/);
-});
+test(
+  'the private mount gone: deleted (nothing there now) or ' + 'deleted and re-created, even with the same inode number',
+  async () => {
+    assert.match((await viewProblem(START, null, no, never)) ?? '', /deleted, and its mount .* went with it/);
+    assert.match(
+      (await viewProblem(START, { identity: '39:222', nlink: 2 }, no, yes)) ?? '',
+      /deleted and re-created, and its mount/,
+    );
+    assert.match((await viewProblem(START, { identity: '39:100', nlink: 2 }, no, yes)) ?? '', /deleted and re-created/);
+  },
+);
 
 test('link count 0, or a directory that turned read-only (EROFS), is a problem too', async () => {
   assert.match((await viewProblem(START, { identity: '39:100', nlink: 0 }, never, never)) ?? '', /link count 0/);
   assert.match((await viewProblem(START, { identity: '39:100', nlink: 2 }, yes, no)) ?? '', /read-only/);
 });
 
-test('without a mount of its own (not under systemd), a deleted or re-created directory is just waited for', async () => {
-  const plain = { identity: '39:100', mounted: false, writable: true };
-  assert.equal(await viewProblem(plain, null, never, never), null);
-  assert.equal(await viewProblem(plain, { identity: '39:300', nlink: 2 }, never, yes), null);
-});
+test(
+  'without a mount of its own (not under systemd), a ' + 'deleted or re-created directory is just waited for',
+  async () => {
+    const plain = { identity: '39:100', mounted: false, writable: true };
+    assert.equal(await viewProblem(plain, null, never, never), null);
+    assert.equal(await viewProblem(plain, { identity: '39:300', nlink: 2 }, never, yes), null);
+  },
+);
 
 test('a directory that was never writable does not count as lost', async () => {
   assert.equal(
@@ -95,57 +102,61 @@ function recorder(): {
   };
 }
 
-test("SocketDirWatcher: the kubelet socket going and coming, another plugin's socket going, and a re-created directory are all seen by the watch", async () => {
-  const root = mkdtempSync(join(tmpdir(), 'gdp-watch-'));
-  const dir = join(root, 'device-plugins');
-  mkdirSync(dir);
-  const kubeletSocket = join(dir, 'kubelet.sock');
-  const r = recorder();
-  const log = createLogger({ level: 'debug', journal: false, write: (l) => r.push(`log: ${l.trimEnd()}`) });
-  const w = new SocketDirWatcher({
-    kubeletSocket,
-    pluginSocket: join(dir, 'gpu-device-plugin-gpu.sock'),
-    servedIdentity: () => null,
-    attemptedKubelet: () => null,
-    onChange: (reason, ours) => r.push(`change: ${reason}${ours ? ' (ours)' : ''}`),
-    onKubeletGone: (reason) => r.push(`gone: ${reason}`),
-    onOtherSocketRemoved: (name) => r.push(`other gone: ${name}`),
-    checkIntervalMs: 3600_000,
-    log,
-  });
-  w.start();
-  try {
-    await w.opened;
-    let seen = r.next((e) => e === 'change: kubelet socket created');
-    writeFileSync(kubeletSocket, '');
-    await seen;
-    seen = r.next((e) => e === 'gone: kubelet socket removed');
-    rmSync(kubeletSocket);
-    await seen;
-    seen = r.next((e) => e.startsWith('other gone'));
-    writeFileSync(join(dir, 'not-a-socket.json'), '');
-    rmSync(join(dir, 'not-a-socket.json'));
-    writeFileSync(join(dir, 'nvidia-gpu.sock'), '');
-    rmSync(join(dir, 'nvidia-gpu.sock'));
-    assert.equal(await seen, 'other gone: nvidia-gpu.sock');
-    // Deleted and re-created three times: the watch follows each new directory.
-    for (let i = 0; i < 3; i++) {
-      const moved = r.next((e) => /re-created; watching the new one/.test(e));
-      rmSync(dir, { recursive: true });
-      mkdirSync(dir);
-      await moved;
-      seen = r.next((e) => e === 'change: kubelet socket created');
+test(
+  "SocketDirWatcher: the kubelet socket going and coming, another plugin's " +
+    'socket going, and a re-created directory are all seen by the watch',
+  async () => {
+    const root = mkdtempSync(join(tmpdir(), 'gdp-watch-'));
+    const dir = join(root, 'device-plugins');
+    mkdirSync(dir);
+    const kubeletSocket = join(dir, 'kubelet.sock');
+    const r = recorder();
+    const log = createLogger({ level: 'debug', journal: false, write: (l) => r.push(`log: ${l.trimEnd()}`) });
+    const w = new SocketDirWatcher({
+      kubeletSocket,
+      pluginSocket: join(dir, 'gpu-device-plugin-gpu.sock'),
+      servedIdentity: () => null,
+      attemptedKubelet: () => null,
+      onChange: (reason, ours) => r.push(`change: ${reason}${ours ? ' (ours)' : ''}`),
+      onKubeletGone: (reason) => r.push(`gone: ${reason}`),
+      onOtherSocketRemoved: (name) => r.push(`other gone: ${name}`),
+      checkIntervalMs: 3600_000,
+      log,
+    });
+    w.start();
+    try {
+      await w.opened;
+      let seen = r.next((e) => e === 'change: kubelet socket created');
       writeFileSync(kubeletSocket, '');
       await seen;
+      seen = r.next((e) => e === 'gone: kubelet socket removed');
       rmSync(kubeletSocket);
+      await seen;
+      seen = r.next((e) => e.startsWith('other gone'));
+      writeFileSync(join(dir, 'not-a-socket.json'), '');
+      rmSync(join(dir, 'not-a-socket.json'));
+      writeFileSync(join(dir, 'nvidia-gpu.sock'), '');
+      rmSync(join(dir, 'nvidia-gpu.sock'));
+      assert.equal(await seen, 'other gone: nvidia-gpu.sock');
+      // Deleted and re-created three times: the watch follows each new directory.
+      for (let i = 0; i < 3; i++) {
+        const moved = r.next((e) => /re-created; watching the new one/.test(e));
+        rmSync(dir, { recursive: true });
+        mkdirSync(dir);
+        await moved;
+        seen = r.next((e) => e === 'change: kubelet socket created');
+        writeFileSync(kubeletSocket, '');
+        await seen;
+        rmSync(kubeletSocket);
+      }
+      assert.deepEqual(
+        [...new Set(r.events.filter((e) => e.startsWith('other gone')))],
+        ['other gone: nvidia-gpu.sock'],
+        'only .sock files of others count',
+      );
+    } finally {
+      w.stop();
+      rmSync(root, { recursive: true, force: true });
     }
-    assert.deepEqual(
-      [...new Set(r.events.filter((e) => e.startsWith('other gone')))],
-      ['other gone: nvidia-gpu.sock'],
-      'only .sock files of others count',
-    );
-  } finally {
-    w.stop();
-    rmSync(root, { recursive: true, force: true });
-  }
-});
+  },
+);

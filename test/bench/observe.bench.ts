@@ -1,4 +1,4 @@
-// What the labels file and the metrics file cost (issue 14), as one JSON object on stdout (run by
+// What the labels file and the metrics file cost, as one JSON object on stdout (run by
 // `npm run bench`, or alone: node test/bench/observe.bench.ts after npm run build). In-process: CPU
 // per label set, per metrics text, per atomic write and per recorded RPC. Against the built
 // executable on the demo-8 node: NVML calls at start, resident memory and CPU time while idle, with

@@ -3,7 +3,7 @@
 // SIGHUP re-reads the config file and looks at the node again; SIGTERM/SIGINT stop in 2 s.
 import { badOptions, cannotStart, refuseSecondInstance } from './config/exit-codes.ts';
 import { describeOptions } from './config/describe-options.ts';
-import type { EventBatchEntry } from './core/health.ts';
+import type { EventBatchEntry } from './core/health-events.ts';
 import { routeGrpcLogs } from './kubelet/registration.ts';
 import { readDaemonOptions, readsNodeFacts, runningConfig } from './node/config.ts';
 import type { RunningConfig } from './node/config.ts';

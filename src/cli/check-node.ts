@@ -2,7 +2,7 @@
 // MIG strategy's fit, the IMEX channels, and the daemon's first snapshot's plan (core/config-fit.ts),
 // so that a config `check` passes never fails the start.
 import { fitAtStart } from '../core/config-fit.ts';
-import { parseHealthSettings } from '../core/health.ts';
+import { parseHealthSettings } from '../core/health-policy.ts';
 import { NO_MIG } from '../core/mig.ts';
 import type { MigPlan } from '../core/mig-strategies.ts';
 import { describePlan } from '../core/sharing.ts';

@@ -4,7 +4,7 @@
 // first round; NVML's calls stay off the event loop) and evaluated by the daemon's own rules
 // (core/health-signals.ts) under the policy the daemon would run with.
 import type { GpuSignalsState, SignalStateView } from '../core/daemon-state.ts';
-import { parseHealthSettings } from '../core/health.ts';
+import { parseHealthSettings } from '../core/health-policy.ts';
 import {
   DEFAULT_SIGNAL_POLICY,
   evaluateGpuSignals,

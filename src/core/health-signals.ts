@@ -212,7 +212,7 @@ export function unavailableSignals(reading: SignalReading): SignalName[] {
 
 /**
  * The policy after DP_DISABLE_HEALTHCHECKS / DP_ENABLE_HEALTHCHECKS (their signal items, as
- * parseHealthSettings in health.ts reads them): a disabled signal is off; an enabled one is on
+ * parseHealthSettings in health-policy.ts reads them): a disabled signal is off; an enabled one is on
  * whatever disables it, at the policy's class (its default class where the policy turns it off).
  */
 export function signalPolicyWithEnvironment(

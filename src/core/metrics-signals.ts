@@ -45,7 +45,8 @@ const FAMILIES: readonly (readonly [string, string, (g: GpuSignalMetrics) => Row
   ],
   [
     'gpu_recovery_action',
-    "The driver's recovery action (0 NONE, 1 GPU_RESET, 2 NODE_REBOOT, 3 DRAIN_P2P, 4 DRAIN_AND_RESET, 5 RECOVER_IMEX_DOMAIN).",
+    "The driver's recovery action (0 NONE, 1 GPU_RESET, 2 NODE_REBOOT, 3 DRAIN_P2P, 4 DRAIN_AND_RESET, " +
+      '5 RECOVER_IMEX_DOMAIN).',
     (g) => one(known(g.values['recovery-action'])),
   ],
   [

@@ -4,10 +4,10 @@
 // histogram bucket per RPC and allocates nothing; the text is built only when the file is written.
 // Pure: the clock is passed in, nothing here does I/O.
 
-/** RPC methods, by the number the handlers record them under. */
 import { renderSignalMetrics } from './metrics-signals.ts';
 import type { GpuSignalMetrics } from './metrics-signals.ts';
 
+/** RPC methods, by the number the handlers record them under. */
 export const RPC_METHODS = [
   'GetDevicePluginOptions',
   'ListAndWatch',
@@ -157,7 +157,9 @@ export function escapeLabel(v: string): string {
   return v.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n');
 }
 
-function labels(pairs: readonly (readonly [string, string])[]): string {
+type Pairs = readonly (readonly [string, string])[];
+
+function labels(pairs: Pairs): string {
   return pairs.length === 0 ? '' : `{${pairs.map(([k, v]) => `${k}="${escapeLabel(v)}"`).join(',')}}`;
 }
 
@@ -170,24 +172,30 @@ function num(v: number): string {
 
 const P = 'gpu_device_plugin_';
 
-/** The .prom file: HELP and TYPE for every family, then its samples; the same input gives the same text. */
-export function renderMetrics(m: NodeMetrics, s: MetricsSnapshot): string {
-  const out: string[] = [];
-  const family = (name: string, type: 'gauge' | 'counter' | 'histogram', help: string): void => {
-    out.push(`# HELP ${P}${name} ${help}`, `# TYPE ${P}${name} ${type}`);
-  };
-  const sample = (name: string, pairs: readonly (readonly [string, string])[], v: number): void => {
-    out.push(`${P}${name}${labels(pairs)} ${num(v)}`);
-  };
-  const now = m.clock();
-  const gpuById = new Map(s.gpus.map((g) => [g.uuid, g]));
+/** Writes the lines of the .prom file: a family's HELP and TYPE, and one sample, each named without the prefix. */
+interface PromWriter {
+  family(name: string, type: 'gauge' | 'counter' | 'histogram', help: string): void;
+  sample(name: string, pairs: Pairs, v: number): void;
+}
 
-  family(
+function promWriter(out: string[]): PromWriter {
+  return {
+    family: (name, type, help) => {
+      out.push(`# HELP ${P}${name} ${help}`, `# TYPE ${P}${name} ${type}`);
+    },
+    sample: (name, pairs, v) => {
+      out.push(`${P}${name}${labels(pairs)} ${num(v)}`);
+    },
+  };
+}
+
+function writeBuildInfo(w: PromWriter, s: MetricsSnapshot): void {
+  w.family(
     'build_info',
     'gauge',
     'Always 1; the labels say which plugin version runs on which node with which NVIDIA driver.',
   );
-  sample(
+  w.sample(
     'build_info',
     [
       ['version', s.version],
@@ -196,25 +204,29 @@ export function renderMetrics(m: NodeMetrics, s: MetricsSnapshot): string {
     ],
     1,
   );
+}
 
-  family('devices_advertised', 'gauge', 'Devices advertised to the kubelet, per resource.');
-  for (const r of s.resources) sample('devices_advertised', [['resource', r.name]], r.devices);
-  family('devices_healthy', 'gauge', 'Advertised devices that are healthy, per resource.');
-  for (const r of s.resources) sample('devices_healthy', [['resource', r.name]], r.healthy);
+/** What is advertised and healthy now: devices per resource, MPS daemons, GPUs. */
+function writeNodeHealth(w: PromWriter, s: MetricsSnapshot): void {
+  w.family('devices_advertised', 'gauge', 'Devices advertised to the kubelet, per resource.');
+  for (const r of s.resources) w.sample('devices_advertised', [['resource', r.name]], r.devices);
+  w.family('devices_healthy', 'gauge', 'Advertised devices that are healthy, per resource.');
+  for (const r of s.resources) w.sample('devices_healthy', [['resource', r.name]], r.healthy);
 
   // Only on nodes with MPS resources: elsewhere there is no daemon to be up or down.
   if (s.mpsDaemons !== undefined && s.mpsDaemons.length > 0) {
-    family(
+    w.family(
       'mps_daemon_up',
       'gauge',
-      '1 when the MPS control daemon of the resource answers, 0 when it does not (its replicas are then advertised Unhealthy).',
+      '1 when the MPS control daemon of the resource answers, 0 when it does not ' +
+        '(its replicas are then advertised Unhealthy).',
     );
-    for (const d of s.mpsDaemons) sample('mps_daemon_up', [['resource', d.resource]], d.up ? 1 : 0);
+    for (const d of s.mpsDaemons) w.sample('mps_daemon_up', [['resource', d.resource]], d.up ? 1 : 0);
   }
 
-  family('gpu_healthy', 'gauge', '1 when the GPU is healthy, 0 when it is not (XID, double-bit ECC error, lost).');
+  w.family('gpu_healthy', 'gauge', '1 when the GPU is healthy, 0 when it is not (XID, double-bit ECC error, lost).');
   for (const g of s.gpus)
-    sample(
+    w.sample(
       'gpu_healthy',
       [
         ['uuid', g.uuid],
@@ -222,17 +234,20 @@ export function renderMetrics(m: NodeMetrics, s: MetricsSnapshot): string {
       ],
       g.healthy ? 1 : 0,
     );
+}
 
-  family(
+function writeXids(w: PromWriter, xids: XidCounts, gpus: MetricsSnapshot['gpus']): void {
+  const gpuById = new Map(gpus.map((g) => [g.uuid, g]));
+  w.family(
     'xid_errors_total',
     'counter',
     'NVML XID events seen, by GPU and XID code (uuid and index "all" for events naming no GPU).',
   );
-  for (const x of m.xids.entries()) {
+  for (const x of xids.entries()) {
     // A GPU that has left since keeps its count, with index "gone".
     const g = x.gpu === null ? undefined : gpuById.get(x.gpu);
     const index = x.gpu === null ? 'all' : g === undefined ? 'gone' : String(g.index);
-    sample(
+    w.sample(
       'xid_errors_total',
       [
         ['uuid', x.gpu ?? 'all'],
@@ -242,30 +257,33 @@ export function renderMetrics(m: NodeMetrics, s: MetricsSnapshot): string {
       x.n,
     );
   }
+}
 
-  const rs = m.allResources();
-  family('registrations_total', 'counter', 'Registrations the kubelet accepted, per resource.');
-  for (const r of rs) sample('registrations_total', [['resource', r.name]], r.registrations);
-  family(
+function writeRegistrations(w: PromWriter, rs: readonly ResourceMetrics[], nowMs: number): void {
+  w.family('registrations_total', 'counter', 'Registrations the kubelet accepted, per resource.');
+  for (const r of rs) w.sample('registrations_total', [['resource', r.name]], r.registrations);
+  w.family(
     'reregistrations_total',
     'counter',
     'Registrations after the first (kubelet restarts, socket recreated, config reloads), per resource.',
   );
-  for (const r of rs) sample('reregistrations_total', [['resource', r.name]], Math.max(0, r.registrations - 1));
-  family(
+  for (const r of rs) w.sample('reregistrations_total', [['resource', r.name]], Math.max(0, r.registrations - 1));
+  w.family(
     'seconds_since_last_registration',
     'gauge',
     'Seconds since the kubelet last accepted a registration, per resource.',
   );
   for (const r of rs)
     if (r.lastRegistrationMs !== null)
-      sample(
+      w.sample(
         'seconds_since_last_registration',
         [['resource', r.name]],
-        Math.max(0, (now - r.lastRegistrationMs) / 1000),
+        Math.max(0, (nowMs - r.lastRegistrationMs) / 1000),
       );
+}
 
-  family(
+function writeRpcs(w: PromWriter, rs: readonly ResourceMetrics[]): void {
+  w.family(
     'rpcs_total',
     'counter',
     'DevicePlugin RPCs answered, by resource, method and outcome (ok, refused as a bad request, error).',
@@ -273,7 +291,7 @@ export function renderMetrics(m: NodeMetrics, s: MetricsSnapshot): string {
   for (const r of rs) {
     RPC_METHODS.forEach((method, mi) => {
       RPC_OUTCOMES.forEach((outcome, oi) => {
-        sample(
+        w.sample(
           'rpcs_total',
           [
             ['resource', r.name],
@@ -285,48 +303,73 @@ export function renderMetrics(m: NodeMetrics, s: MetricsSnapshot): string {
       });
     });
   }
+}
 
-  const histogram = (name: string, help: string, pick: (r: ResourceMetrics) => Histogram): void => {
-    family(name, 'histogram', help);
-    for (const r of rs) {
-      const h = pick(r);
-      let cumulative = 0;
-      LATENCY_BUCKETS.forEach((le, i) => {
-        cumulative += h.counts[i] ?? 0;
-        out.push(
-          `${P}${name}_bucket${labels([
-            ['resource', r.name],
-            ['le', String(le)],
-          ])} ${cumulative}`,
-        );
-      });
-      out.push(
-        `${P}${name}_bucket${labels([
+/** A latency histogram per resource: cumulative buckets, then +Inf, sum and count. */
+function writeLatency(
+  w: PromWriter,
+  rs: readonly ResourceMetrics[],
+  name: string,
+  help: string,
+  pick: (r: ResourceMetrics) => Histogram,
+): void {
+  w.family(name, 'histogram', help);
+  for (const r of rs) {
+    const h = pick(r);
+    let cumulative = 0;
+    LATENCY_BUCKETS.forEach((le, i) => {
+      cumulative += h.counts[i] ?? 0;
+      w.sample(
+        `${name}_bucket`,
+        [
           ['resource', r.name],
-          ['le', '+Inf'],
-        ])} ${h.count}`,
+          ['le', String(le)],
+        ],
+        cumulative,
       );
-      out.push(`${P}${name}_sum${labels([['resource', r.name]])} ${num(h.sum)}`);
-      out.push(`${P}${name}_count${labels([['resource', r.name]])} ${h.count}`);
-    }
-  };
-  histogram('allocate_duration_seconds', 'Time to answer Allocate, in seconds.', (r) => r.allocate);
-  histogram(
+    });
+    w.sample(
+      `${name}_bucket`,
+      [
+        ['resource', r.name],
+        ['le', '+Inf'],
+      ],
+      h.count,
+    );
+    w.sample(`${name}_sum`, [['resource', r.name]], h.sum);
+    w.sample(`${name}_count`, [['resource', r.name]], h.count);
+  }
+}
+
+/** The .prom file: HELP and TYPE for every family, then its samples; the same input gives the same text. */
+export function renderMetrics(m: NodeMetrics, s: MetricsSnapshot): string {
+  const out: string[] = [];
+  const w = promWriter(out);
+  const now = m.clock();
+  const rs = m.allResources();
+  writeBuildInfo(w, s);
+  writeNodeHealth(w, s);
+  writeXids(w, m.xids, s.gpus);
+  writeRegistrations(w, rs, now);
+  writeRpcs(w, rs);
+  writeLatency(w, rs, 'allocate_duration_seconds', 'Time to answer Allocate, in seconds.', (r) => r.allocate);
+  writeLatency(
+    w,
+    rs,
     'preferred_allocation_duration_seconds',
     'Time to answer GetPreferredAllocation, in seconds.',
     (r) => r.preferred,
   );
-
   if (m.startToRegisteredSeconds !== null) {
-    family(
+    w.family(
       'start_to_registered_seconds',
       'gauge',
       'Seconds from process start until every resource was registered for the first time.',
     );
-    sample('start_to_registered_seconds', [], m.startToRegisteredSeconds);
+    w.sample('start_to_registered_seconds', [], m.startToRegisteredSeconds);
   }
-  renderSignalMetrics(s.signals ?? [], family, sample);
-  family('resident_memory_bytes', 'gauge', 'Resident set size of the plugin process, in bytes.');
-  sample('resident_memory_bytes', [], s.residentBytes);
+  renderSignalMetrics(s.signals ?? [], w.family, w.sample);
+  w.family('resident_memory_bytes', 'gauge', 'Resident set size of the plugin process, in bytes.');
+  w.sample('resident_memory_bytes', [], s.residentBytes);
   return `${out.join('\n')}\n`;
 }

@@ -9,8 +9,8 @@
 // once it answers; the GPU's own health is never touched by it.
 import { countHealthyGpus, deviceUnit } from './devices.ts';
 import type { Gpu, GpuHealth, Health } from './devices.ts';
-import { freshHealthState } from './health.ts';
-import type { GpuHealthState } from './health.ts';
+import { freshHealthState } from './health-tracker.ts';
+import type { GpuHealthState } from './health-tracker.ts';
 import type { MigLayout } from './mig.ts';
 import type { PlannedResource } from './sharing.ts';
 
@@ -19,7 +19,7 @@ export interface MpsDaemonStates {
   readonly mpsDaemons: ReadonlyMap<string, MpsDaemonState>;
 }
 
-/** One unit's (GPU's or MIG device's) health: the tracker's state (core/health.ts), why, and since when. */
+/** One unit's (GPU's or MIG device's) health: the tracker's state (core/health-tracker.ts), why, and since when. */
 export interface UnitHealth {
   readonly state: GpuHealthState;
   /** Why it is what it is: the transition's reason (null: nothing ever happened to it). */

@@ -5,8 +5,8 @@
 // the running one kept.
 import { parseOptions } from '../config/parse-options.ts';
 import type { Options, ParsedOptions } from '../config/options.ts';
-import { parseHealthSettings } from '../core/health.ts';
-import type { HealthSettings } from '../core/health.ts';
+import { parseHealthSettings } from '../core/health-policy.ts';
+import type { HealthSettings } from '../core/health-policy.ts';
 import { DEFAULT_SIGNAL_POLICY, signalPolicyWithEnvironment } from '../core/health-signals.ts';
 import type { SignalPolicy } from '../core/health-signals.ts';
 import { planSettings } from '../config/plan-settings.ts';

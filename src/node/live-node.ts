@@ -5,7 +5,9 @@
 // the node's health (node-health.ts: the pure tracker keyed by GPU and MIG UUID, and the recovery
 // timer). A report it cannot place — an event naming a GPU or MIG device the snapshot does not hold,
 // a GPU_IS_LOST answer — is answered with a rescan, and looked at again once that scan is applied.
-import type { EventBatchEntry, HealthSettings, ProbeRound, RecoverySettings } from '../core/health.ts';
+import type { EventBatchEntry, ProbeRound } from '../core/health-events.ts';
+import type { HealthSettings } from '../core/health-policy.ts';
+import type { RecoverySettings } from '../core/health-tracker.ts';
 import { DEFAULT_SIGNAL_POLICY } from '../core/health-signals.ts';
 import type { SignalReading } from '../core/health-signals.ts';
 import { buildSnapshot, withHealth, withSignals } from '../core/snapshot.ts';

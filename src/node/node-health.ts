@@ -1,21 +1,17 @@
 // The node's health, kept by identity for the live node (live-node.ts owns one): the pure tracker
-// (core/health.ts) over every unit of the snapshot in force — each GPU by its UUID, each MIG device
+// (core/health-tracker.ts) over every unit of the snapshot in force — each GPU by its UUID, each MIG device
 // by its MIG UUID — started over from the snapshot's own health whenever the units change. It turns
 // watcher reports (events and probes, their GPUs named by UUID) into health updates for the live
 // node to write into a new snapshot, and logs every transition once. What it cannot place is handed
 // back, never dropped silently: an event naming a GPU or a MIG device (GI/CI) the snapshot does not
 // hold, and a GPU_IS_LOST probe, which is only believed once a scan still lists the GPU (a GPU that
 // left the bus cleanly is gone, not lost; its stale handle answers GPU_IS_LOST too).
-import { HealthTracker, UNMANAGED_DEVICE, freshHealthState, isCritical } from '../core/health.ts';
-import type {
-  EventBatchEntry,
-  HealthChange,
-  HealthInput,
-  HealthSettings,
-  ProbeRound,
-  RecoverySettings,
-  WatchedEvent,
-} from '../core/health.ts';
+import { HealthTracker, freshHealthState } from '../core/health-tracker.ts';
+import { UNMANAGED_DEVICE } from '../core/health-events.ts';
+import { isCritical } from '../core/health-policy.ts';
+import type { EventBatchEntry, ProbeRound, WatchedEvent } from '../core/health-events.ts';
+import type { HealthChange, HealthInput, RecoverySettings } from '../core/health-tracker.ts';
+import type { HealthSettings } from '../core/health-policy.ts';
 import { eventUnits, unitsOfGpu } from '../core/mig-events.ts';
 import type { NodeSnapshot, UnitHealth } from '../core/snapshot.ts';
 import { gpuOfUnit, hasCriticalSignal } from '../core/snapshot-signals.ts';

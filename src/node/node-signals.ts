@@ -3,8 +3,10 @@
 // (core/health-signals.ts SignalBook, which keeps each GPU's NVLink expectation and replay history
 // across thread restarts), one log line per transition, and what a new snapshot carries. A reading
 // for a GPU the snapshot does not hold is dropped: the thread's list is older than the snapshot.
-import { describeHealthSettings, watchesAnything } from '../core/health.ts';
-import type { EventBatchEntry, HealthSettings, RecoverySettings } from '../core/health.ts';
+import { describeHealthSettings, watchesAnything } from '../core/health-policy.ts';
+import type { EventBatchEntry } from '../core/health-events.ts';
+import type { HealthSettings } from '../core/health-policy.ts';
+import type { RecoverySettings } from '../core/health-tracker.ts';
 import { describeSignalTransition, SIGNAL_NAMES, SignalBook, watchesAnySignal } from '../core/health-signals.ts';
 import type { GpuSignals, SignalPolicy, SignalReading } from '../core/health-signals.ts';
 import type { NodeSignals, NodeSnapshot } from '../core/snapshot.ts';

@@ -4,9 +4,10 @@
 import { startError } from '../config/exit-codes.ts';
 import { parseOptions } from '../config/parse-options.ts';
 import type { Options } from '../config/options.ts';
-import { watchesAnything } from '../core/health.ts';
+import { watchesAnything } from '../core/health-policy.ts';
 import { DEFAULT_SIGNAL_POLICY, SIGNAL_NAMES, watchesAnySignal } from '../core/health-signals.ts';
-import type { EventBatchEntry, HealthSettings } from '../core/health.ts';
+import type { EventBatchEntry } from '../core/health-events.ts';
+import type { HealthSettings } from '../core/health-policy.ts';
 import { NvmlSessions } from '../nvml/node-reader.ts';
 import { Scanner } from '../nvml/scanner.ts';
 import type { Logger } from '../system/log.ts';

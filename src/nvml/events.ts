@@ -1,7 +1,7 @@
-// What the GPU health thread reports, in the health policy's shapes (core/health.ts); GPUs by UUID
+// What the GPU health thread reports, in the watcher's event shapes (core/health-events.ts); GPUs by UUID
 // (watcher.ts translates the thread's positions in the list it was started with).
-import { UNMANAGED_DEVICE } from '../core/health.ts';
-import type { EventBatchEntry, ProbeResult, ProbeRound, WatchedEvent } from '../core/health.ts';
+import { UNMANAGED_DEVICE } from '../core/health-events.ts';
+import type { EventBatchEntry, ProbeResult, ProbeRound, WatchedEvent } from '../core/health-events.ts';
 export type { EventBatchEntry, ProbeResult, ProbeRound, WatchedEvent };
 export { UNMANAGED_DEVICE };
 

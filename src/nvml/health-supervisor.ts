@@ -7,7 +7,7 @@
 // (with NVML opened afresh: a GPU back after a reset is enumerated only by a new session), and a
 // re-discovery check when a probe starts failing (a handle that stopped answering: a GPU removed).
 import type { Gpu } from '../core/devices.ts';
-import type { EventBatchEntry, ProbeRound } from '../core/health.ts';
+import type { EventBatchEntry, ProbeRound } from '../core/health-events.ts';
 import type { SignalName, SignalReading } from '../core/health-signals.ts';
 import type { Logger } from '../system/log.ts';
 import { TimerOwner } from '../system/timers.ts';

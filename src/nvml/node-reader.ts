@@ -4,7 +4,7 @@
 // health thread, and closes. NvmlSessions is the real one: discovery.ts, mig.ts and node-facts.ts on
 // libnvidia-ml, with the raw ABI calls of the identity read as typed functions here.
 import type { Gpu } from '../core/devices.ts';
-import type { EventBatchEntry, ProbeRound } from '../core/health.ts';
+import type { EventBatchEntry, ProbeRound } from '../core/health-events.ts';
 import type { SignalName, SignalReading } from '../core/health-signals.ts';
 import type { MigDevice, MigLayout, MigMode } from '../core/mig.ts';
 import type { NodeIdentity, NodeScan } from '../core/snapshot.ts';

@@ -10,7 +10,7 @@
 // so that a GPU reset or hot-plugged since is enumerated afresh), by re-discovery, by the probes, and
 // when NVML answers that the driver is gone: then the driver is reported down (scan null) until a
 // session opens again, and the health thread restarts with it.
-import type { EventBatchEntry, ProbeRound } from '../core/health.ts';
+import type { EventBatchEntry, ProbeRound } from '../core/health-events.ts';
 import type { SignalName, SignalReading } from '../core/health-signals.ts';
 import type { NodeScan } from '../core/snapshot.ts';
 import { errorText } from '../system/log.ts';

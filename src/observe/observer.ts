@@ -47,7 +47,7 @@ export function observerSettings(
 /** The node as the metrics describe it, read at each write. */
 export type NodeView = Omit<MetricsSnapshot, 'version' | 'node' | 'residentBytes'>;
 
-/** The `gpu` of an event naming a device this plugin does not manage (as core/health.ts UNMANAGED_DEVICE). */
+/** The `gpu` of an event naming a device this plugin does not manage (as core/health-events.ts UNMANAGED_DEVICE). */
 const UNMANAGED_DEVICE = -1;
 
 /** An NVML event batch entry as the watcher reports it, its GPU by UUID (only XIDs are counted). */

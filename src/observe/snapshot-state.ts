@@ -16,8 +16,8 @@ import type {
   SignalStateView,
 } from '../core/daemon-state.ts';
 import { SIGNAL_NAMES } from '../core/health-signals.ts';
-import { xidMeaning } from '../core/health.ts';
-import type { GpuHealthState } from '../core/health.ts';
+import { xidMeaning } from '../core/xid-meanings.ts';
+import type { GpuHealthState } from '../core/health-tracker.ts';
 import { NOTHING_ADVERTISED } from '../core/resource-plan.ts';
 import type { AdvertisedView } from '../core/resource-plan.ts';
 import type { NodeSnapshot, PlanSettings, UnitHealth } from '../core/snapshot.ts';

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { SimNode } from '../support/sim.ts';
 import { onFileChange, waitUntil } from '../support/wait.ts';
-import { DEFAULT_IGNORED_XIDS } from '../../src/core/health.ts';
+import { DEFAULT_IGNORED_XIDS } from '../../src/core/health-policy.ts';
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const healthString = (node: SimNode): string =>

@@ -8,7 +8,7 @@ import { fitAtStart } from '../../src/core/config-fit.ts';
 import { parseStateDocument, stateDocument } from '../../src/core/daemon-state.ts';
 import type { DaemonState } from '../../src/core/daemon-state.ts';
 import type { Gpu } from '../../src/core/devices.ts';
-import { freshHealthState } from '../../src/core/health.ts';
+import { freshHealthState } from '../../src/core/health-tracker.ts';
 import { NO_MIG } from '../../src/core/mig.ts';
 import type { MigLayout } from '../../src/core/mig.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';

@@ -14,7 +14,7 @@ import {
   serializeCheckpoint,
 } from '../../src/core/dra-claims.ts';
 import type { CdiSpec, Checkpoint, ClaimRef, DraNodeDevice } from '../../src/core/dra-claims.ts';
-import { freshHealthState } from '../../src/core/health.ts';
+import { freshHealthState } from '../../src/core/health-tracker.ts';
 import type { UnitHealth } from '../../src/core/snapshot.ts';
 
 const claim: ClaimRef = { namespace: 'ns', name: 'c', uid: 'u-1' };

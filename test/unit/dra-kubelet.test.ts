@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { HealthStatus } from '../../src/api/dra.ts';
 import type { Claim, NodeWatchResourcesResponse } from '../../src/api/dra.ts';
 import type { Gpu } from '../../src/core/devices.ts';
-import { freshHealthState } from '../../src/core/health.ts';
+import { freshHealthState } from '../../src/core/health-tracker.ts';
 import type { MigDevice, MigLayout } from '../../src/core/mig.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
 import { buildSnapshot, withHealth } from '../../src/core/snapshot.ts';

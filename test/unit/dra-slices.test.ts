@@ -17,7 +17,7 @@ import {
 import type { PoolContent, SliceDevice } from '../../src/core/dra-slices.ts';
 import { buildSnapshot, withHealth } from '../../src/core/snapshot.ts';
 import type { NodeScan, NodeSnapshot, UnitHealth } from '../../src/core/snapshot.ts';
-import { freshHealthState } from '../../src/core/health.ts';
+import { freshHealthState } from '../../src/core/health-tracker.ts';
 import { KubeApiError, KubeClient } from '../../src/k8s/client.ts';
 import { createSlice } from '../../src/k8s/resources.ts';
 import { ApiServerStandIn } from '../support/apiserver.ts';

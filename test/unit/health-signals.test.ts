@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { readConfigFile } from '../../src/config/config.ts';
 import { parseHealthSection } from '../../src/config/health-signals.ts';
 import { CONFIG_SCHEMA } from '../../src/config/parse-options.ts';
-import { parseHealthSettings } from '../../src/core/health.ts';
+import { parseHealthSettings } from '../../src/core/health-policy.ts';
 import {
   DEFAULT_SIGNAL_POLICY,
   SignalBook,

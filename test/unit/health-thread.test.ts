@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ensureNativeLibrary } from '../../build/native.ts';
 import { buildFakeNvml, LIBRARY_NAME } from '../fake-nvml/build.ts';
-import type { EventBatchEntry, ProbeResult } from '../../src/core/health.ts';
+import type { EventBatchEntry, ProbeResult } from '../../src/core/health-events.ts';
 import { Nvml } from '../../src/nvml/nvml.ts';
 import { EventWatcher } from '../../src/nvml/watcher.ts';
 import type { EventWatcherOptions } from '../../src/nvml/watcher.ts';

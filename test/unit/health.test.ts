@@ -2,18 +2,18 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   DEFAULT_IGNORED_XIDS,
-  HealthTracker,
   NON_RECOVERABLE_XIDS,
-  UNKNOWN_XID_MEANING,
   describeHealthSettings,
   isCritical,
   parseHealthSettings,
   watchesDoubleBitEcc,
   watchesLostGpus,
   watchesAnything,
-  xidMeaning,
-} from '../../src/core/health.ts';
-import type { HealthChange, HealthSettings } from '../../src/core/health.ts';
+} from '../../src/core/health-policy.ts';
+import { HealthTracker } from '../../src/core/health-tracker.ts';
+import { UNKNOWN_XID_MEANING, xidMeaning } from '../../src/core/xid-meanings.ts';
+import type { HealthChange } from '../../src/core/health-tracker.ts';
+import type { HealthSettings } from '../../src/core/health-policy.ts';
 
 const defaults = parseHealthSettings(undefined, undefined);
 const off = { enabled: false, quietMs: 0 };

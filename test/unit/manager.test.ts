@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import type { Gpu } from '../../src/core/devices.ts';
-import { freshHealthState } from '../../src/core/health.ts';
+import { freshHealthState } from '../../src/core/health-tracker.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
 import { buildSnapshot, withHealth } from '../../src/core/snapshot.ts';
 import { diff } from '../../src/core/snapshot-diff.ts';

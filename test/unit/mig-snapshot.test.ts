@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Gpu } from '../../src/core/devices.ts';
-import { freshHealthState } from '../../src/core/health.ts';
+import { freshHealthState } from '../../src/core/health-tracker.ts';
 import type { MigDevice, MigLayout } from '../../src/core/mig.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
 import { withHealth } from '../../src/core/snapshot.ts';

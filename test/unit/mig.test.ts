@@ -7,8 +7,8 @@ import { allocate, indexDevices } from '../../src/core/allocate.ts';
 import type { AllocateSettings } from '../../src/core/allocate.ts';
 import { deviceList } from '../../src/core/devices.ts';
 import type { Gpu, Health } from '../../src/core/devices.ts';
-import { parseHealthSettings } from '../../src/core/health.ts';
-import type { ProbeResult } from '../../src/core/health.ts';
+import { parseHealthSettings } from '../../src/core/health-policy.ts';
+import type { ProbeResult } from '../../src/core/health-events.ts';
 import { buildSnapshot } from '../../src/core/snapshot.ts';
 import { eventUnits } from '../../src/core/mig-events.ts';
 import {

@@ -18,7 +18,7 @@ import type { AppliedPlan } from '../../src/plugin/planner.ts';
 import { changes, counts, planned, plannedNode, withPlan } from '../support/planned-node.ts';
 import type { Planned } from '../support/planned-node.ts';
 import { LiveNode } from '../../src/node/live-node.ts';
-import { parseHealthSettings } from '../../src/core/health.ts';
+import { parseHealthSettings } from '../../src/core/health-policy.ts';
 import { MpsControlError } from '../../src/mps/control-client.ts';
 import type { MpsDaemonDirs } from '../../src/mps/control-client.ts';
 import { ASK_INTERVAL_MS, ASK_TIMEOUT_MS, HEALTH_COMMAND, MpsDaemonWatch } from '../../src/mps/health-watch.ts';

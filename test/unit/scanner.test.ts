@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import type { TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Gpu } from '../../src/core/devices.ts';
-import type { ProbeResult } from '../../src/core/health.ts';
+import type { ProbeResult } from '../../src/core/health-events.ts';
 import type { NodeIdentity, NodeScan } from '../../src/core/snapshot.ts';
 import { NVML, NvmlError } from '../../src/nvml/errors.ts';
 import { WORKER_HOLD_MS } from '../../src/nvml/health-supervisor.ts';

@@ -13,7 +13,7 @@ import { buildSnapshot, withHealth } from '../../src/core/snapshot.ts';
 import { diff } from '../../src/core/snapshot-diff.ts';
 import type { NodeScan, NodeSnapshot } from '../../src/core/snapshot.ts';
 import type { MigStrategy } from '../../src/core/mig.ts';
-import { freshHealthState } from '../../src/core/health.ts';
+import { freshHealthState } from '../../src/core/health-tracker.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
 import { KubeClient } from '../../src/k8s/client.ts';
 import { accessProblem, pcieRootOfPath, SlicePublisher, sliceName } from '../../src/dra/slice-publisher.ts';

@@ -1,8 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Gpu } from '../../src/core/devices.ts';
-import { HealthTracker, freshHealthState, parseHealthSettings } from '../../src/core/health.ts';
-import type { GpuHealthState } from '../../src/core/health.ts';
+import { HealthTracker, freshHealthState } from '../../src/core/health-tracker.ts';
+import { parseHealthSettings } from '../../src/core/health-policy.ts';
+import type { GpuHealthState } from '../../src/core/health-tracker.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
 import { carryPlan } from '../../src/core/resource-plan.ts';
 import { sameIdentity, withHealth } from '../../src/core/snapshot.ts';

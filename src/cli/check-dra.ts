@@ -3,7 +3,7 @@
 // writable, the NVIDIA Container Toolkit's CDI spec naming the GPUs), and in either mode one line
 // saying what the other mode would need. check.ts runs them; the judging of the sandbox is
 // sandbox.ts's; the kubeconfig is resolved by the daemon's own loader (src/k8s/kubeconfig.ts) and the
-// CDI spec read and judged by the daemon's own code (src/dra/cdi.ts, core/dra-claims.ts), so check
+// CDI spec read and judged by the daemon's own code (src/dra/cdi.ts, core/dra-cdi.ts), so check
 // refuses what the daemon would refuse.
 import { connect } from 'node:net';
 import { readFile, stat } from 'node:fs/promises';
@@ -11,7 +11,7 @@ import { dirname, join } from 'node:path';
 import { errorText } from '../system/log.ts';
 import type { CheckLine } from './check-report.ts';
 import type { UnitRead } from './host-view.ts';
-import { CDI_KIND, cdiDeviceId, cdiNameCandidates } from '../core/dra-claims.ts';
+import { CDI_KIND, cdiDeviceId, cdiNameCandidates } from '../core/dra-cdi.ts';
 import type { DraNodeDevice } from '../core/dra-claims.ts';
 import { cdiSpecDirs, readCdiSpecs } from '../dra/cdi.ts';
 import type { NodeReport } from './inspect.ts';
@@ -327,7 +327,7 @@ function wholeGpu(g: NodeReport['gpus'][number]): DraNodeDevice {
 
 /**
  * The NVIDIA Container Toolkit's CDI spec (kind nvidia.com/gpu), read and judged as the daemon's prepare
- * does (src/dra/cdi.ts, core/dra-claims.ts cdiDeviceId): present, naming every GPU (by index, UUID or
+ * does (src/dra/cdi.ts, core/dra-cdi.ts cdiDeviceId): present, naming every GPU (by index, UUID or
  * gpu<index>), and a GPU named by index holding that GPU's device node.
  */
 export async function toolkitCdiCheck(

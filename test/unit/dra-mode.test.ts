@@ -12,7 +12,7 @@ import { checkKubeletApi } from '../../src/config/kubelet-api.ts';
 import { parseOptions } from '../../src/config/parse-options.ts';
 import { kubeconfigSummary, LINK_DROPIN, toolkitCdiCheck } from '../../src/cli/check-dra.ts';
 import { resolveKubeconfig } from '../../src/k8s/kubeconfig.ts';
-import { cdiDeviceId } from '../../src/core/dra-claims.ts';
+import { cdiDeviceId } from '../../src/core/dra-cdi.ts';
 import { cdiSpecDirs, readCdiSpecs } from '../../src/dra/cdi.ts';
 import { stringify } from 'yaml';
 import { SHIPPED_UNIT, parseUnitSandbox, readableInSandbox, writableInSandbox } from '../../src/cli/sandbox.ts';

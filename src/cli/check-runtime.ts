@@ -3,7 +3,7 @@
 // are read by the DRA mode's own reader (src/dra/cdi.ts), from the same directories.
 import { access, constants as fsc } from 'node:fs/promises';
 import { CDI_KIND, CONTROL_DEVICE_NODES, hostPath } from '../core/allocate.ts';
-import type { CdiSpec } from '../core/dra-claims.ts';
+import type { CdiSpec } from '../core/dra-cdi.ts';
 import { CDI_IMEX_KIND } from '../core/imex.ts';
 import type { MigPlan } from '../core/mig-strategies.ts';
 import type { Options, ParsedOptions } from '../config/options.ts';

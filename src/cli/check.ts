@@ -9,7 +9,8 @@
 // at fault (an option, the environment, the config file, or the config against this node), else 1.
 import { dirname } from 'node:path';
 import type { Logger } from '../system/log.ts';
-import { draChecks, otherModeLine } from './check-dra.ts';
+import { draChecks } from './check-dra.ts';
+import { otherModeLine } from './check-other-mode.ts';
 import { kubeletCheck, socketDirectoryNeighbours } from './check-kubelet.ts';
 import { mpsChecks } from './check-mps.ts';
 import { imexCheck, nodeChecks, parseForCheck } from './check-node.ts';

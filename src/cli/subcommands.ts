@@ -19,7 +19,7 @@ import { parseOptions } from '../config/parse-options.ts';
 import { showOption } from '../config/describe-options.ts';
 import { defaultStateFile, readDaemonState } from '../observe/state-file.ts';
 import type { Options } from '../config/options.ts';
-import { checkpointForBoot, parseCheckpoint } from '../core/dra-claims.ts';
+import { checkpointForBoot, parseCheckpoint } from '../core/dra-checkpoint.ts';
 import { CHECKPOINT_FILE, readBootId } from '../dra/checkpoint.ts';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';

@@ -1,12 +1,12 @@
 // Reads the CDI spec files the NVIDIA Container Toolkit writes (/etc/cdi, /var/run/cdi: every *.json,
 // *.yaml, *.yml), for the kind, the device names and their device nodes. Read on every prepare (a
 // prepare is rare, and a spec the toolkit refreshed must count at once). The mapping from a GPU to
-// its CDI ID is core/dra-claims.ts's.
+// its CDI ID is core/dra-cdi.ts's.
 import { createRequire } from 'node:module';
 import { readFile, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type * as Yaml from 'yaml';
-import type { CdiSpec } from '../core/dra-claims.ts';
+import type { CdiSpec } from '../core/dra-cdi.ts';
 
 /** Where the container runtime looks for CDI specs (the CDI defaults). */
 export const CDI_SPEC_DIRS: readonly string[] = ['/etc/cdi', '/var/run/cdi'];

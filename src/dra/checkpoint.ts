@@ -1,11 +1,11 @@
-// The checkpoint of prepared claims: one JSON file (core/dra-claims.ts's format), replaced atomically
+// The checkpoint of prepared claims: one JSON file (core/dra-checkpoint.ts's format), replaced atomically
 // (system/atomic-file.ts) before the kubelet gets its answer, read once at start. Records of another
 // boot (the node's boot ID, /proc/sys/kernel/random/boot_id) are void: after a reboot no container
 // holds anything. A file that cannot be read is moved aside (named in the log), never silently lost.
 import { readFile, rename } from 'node:fs/promises';
 import { AtomicFile } from '../system/atomic-file.ts';
-import { checkpointForBoot, parseCheckpoint, serializeCheckpoint } from '../core/dra-claims.ts';
-import type { Checkpoint, ClaimRecord } from '../core/dra-claims.ts';
+import { checkpointForBoot, parseCheckpoint, serializeCheckpoint } from '../core/dra-checkpoint.ts';
+import type { Checkpoint, ClaimRecord } from '../core/dra-checkpoint.ts';
 import type { Logger } from '../system/log.ts';
 
 export const BOOT_ID_FILE = '/proc/sys/kernel/random/boot_id';

@@ -5,7 +5,7 @@
 // read through the injected ClaimReader, its allocation checked against this node's devices now
 // (core/dra-claims.ts), refused if another claim holds one of its devices (unless the allocation
 // shares it), recorded PrepareStarted, its devices mapped to the CDI IDs of the NVIDIA Container
-// Toolkit's spec, recorded PrepareCompleted, and only then answered. A refusal is per claim, in the
+// Toolkit's spec (core/dra-cdi.ts), recorded PrepareCompleted, and only then answered. A refusal is per claim, in the
 // answer's map, and the kubelet asks again; only a failure outside any claim is a gRPC error.
 // NodeUnprepareResources forgets the claim (an unknown one is a success).
 import * as grpc from '@grpc/grpc-js';
@@ -20,15 +20,10 @@ import type {
   NodeUnprepareResourcesRequest,
   NodeUnprepareResourcesResponse,
 } from '../api/dra.ts';
-import { allocatedDevices, cdiDeviceId } from '../core/dra-claims.ts';
-import type {
-  AllocatedDevice,
-  Checkpoint,
-  ClaimRecord,
-  DeviceSharing,
-  DraNodeDevice,
-  PreparedDevice,
-} from '../core/dra-claims.ts';
+import { cdiDeviceId } from '../core/dra-cdi.ts';
+import type { Checkpoint, ClaimRecord, PreparedDevice } from '../core/dra-checkpoint.ts';
+import { allocatedDevices } from '../core/dra-claims.ts';
+import type { AllocatedDevice, DeviceSharing, DraNodeDevice } from '../core/dra-claims.ts';
 import type { ServiceBinding } from '../kubelet/socket-server.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';

@@ -1,12 +1,13 @@
 // The DRAResourceHealth stream (v1alpha1) served on dra.sock: every stream gets the complete health
 // list of this node's devices when it opens, and again whenever the list says something new (a device
-// turned unhealthy, recovered, came or went). The list itself is core/dra-claims.ts's, from the
+// turned unhealthy, recovered, came or went). The list itself is core/dra-health.ts's, from the
 // snapshot's health model.
 import type * as grpc from '@grpc/grpc-js';
 import { HealthStatus, draHealthService } from '../api/dra.ts';
 import type { NodeWatchResourcesRequest, NodeWatchResourcesResponse } from '../api/dra.ts';
-import { deviceHealthList, sameHealth } from '../core/dra-claims.ts';
-import type { DraDeviceHealth, DraNodeDevice } from '../core/dra-claims.ts';
+import type { DraNodeDevice } from '../core/dra-claims.ts';
+import { deviceHealthList, sameHealth } from '../core/dra-health.ts';
+import type { DraDeviceHealth } from '../core/dra-health.ts';
 import type { NodeSnapshot } from '../core/snapshot.ts';
 import type { ServiceBinding } from '../kubelet/socket-server.ts';
 import { TimerOwner } from '../system/timers.ts';

@@ -1,19 +1,16 @@
-// The pure part of DRA's kubelet side (src/core/dra-claims.ts): what a ResourceClaim allocates to
-// this node, the CDI name of a device in the toolkit's spec under each --device-name-strategy, the
-// checkpoint's format and the boot-ID rule, and the health list.
+// The pure part of DRA's kubelet side: what a ResourceClaim allocates to this node (src/core/dra-claims.ts),
+// the CDI name of a device in the toolkit's spec under each --device-name-strategy (src/core/dra-cdi.ts),
+// the checkpoint's format and the boot-ID rule (src/core/dra-checkpoint.ts), and the health list
+// (src/core/dra-health.ts).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  allocatedDevices,
-  cdiDeviceId,
-  cdiNameCandidates,
-  checkpointForBoot,
-  deviceHealthList,
-  parseCheckpoint,
-  sameHealth,
-  serializeCheckpoint,
-} from '../../src/core/dra-claims.ts';
-import type { CdiSpec, Checkpoint, ClaimRef, DraNodeDevice } from '../../src/core/dra-claims.ts';
+import { cdiDeviceId, cdiNameCandidates } from '../../src/core/dra-cdi.ts';
+import type { CdiSpec } from '../../src/core/dra-cdi.ts';
+import { checkpointForBoot, parseCheckpoint, serializeCheckpoint } from '../../src/core/dra-checkpoint.ts';
+import type { Checkpoint } from '../../src/core/dra-checkpoint.ts';
+import { allocatedDevices } from '../../src/core/dra-claims.ts';
+import type { ClaimRef, DraNodeDevice } from '../../src/core/dra-claims.ts';
+import { deviceHealthList, sameHealth } from '../../src/core/dra-health.ts';
 import { freshHealthState } from '../../src/core/health-tracker.ts';
 import type { UnitHealth } from '../../src/core/snapshot.ts';
 

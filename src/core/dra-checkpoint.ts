@@ -1,0 +1,100 @@
+// DRA's checkpoint of prepared claims, pure: its records, its JSON (written and parsed, every field checked) and the
+// boot-ID rule (records of another boot no longer count). Reading and writing the file is src/dra/checkpoint.ts's.
+import type { DeviceSharing } from './dra-claims.ts';
+
+export type PrepareState = 'PrepareStarted' | 'PrepareCompleted';
+
+/** One prepared device as answered to the kubelet. */
+export interface PreparedDevice {
+  readonly requests: readonly string[];
+  readonly pool: string;
+  readonly device: string;
+  readonly cdiDeviceIds: readonly string[];
+  /** How the allocation shares the device (absent: this claim has it to itself). */
+  readonly shared?: DeviceSharing;
+}
+
+export interface ClaimRecord {
+  readonly state: PrepareState;
+  readonly namespace: string;
+  readonly name: string;
+  readonly devices: readonly PreparedDevice[];
+  /** When the prepare completed (ISO 8601), for `info`; absent in older records. */
+  readonly preparedAt?: string;
+}
+
+export interface Checkpoint {
+  /** The node's boot ID when the records were written. */
+  readonly bootId: string;
+  /** By claim UID. */
+  readonly claims: Readonly<Record<string, ClaimRecord>>;
+}
+
+export const CHECKPOINT_VERSION = 'gpu-device-plugin.dra/v1';
+
+export function serializeCheckpoint(c: Checkpoint): string {
+  return `${JSON.stringify({ version: CHECKPOINT_VERSION, bootId: c.bootId, claims: c.claims }, null, 1)}\n`;
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function stringList(v: unknown): v is string[] {
+  return Array.isArray(v) && v.every((x) => typeof x === 'string');
+}
+
+/** One prepared device of a checkpoint's claim record; throws naming what is wrong. */
+function parseDevice(uid: string, d: unknown): PreparedDevice {
+  if (
+    !isObject(d) ||
+    !stringList(d.requests) ||
+    typeof d.pool !== 'string' ||
+    typeof d.device !== 'string' ||
+    !stringList(d.cdiDeviceIds)
+  ) {
+    throw new Error(`claim ${uid}: a device lacks requests, pool, device or cdiDeviceIds`);
+  }
+  const { requests, pool, device, cdiDeviceIds, shared } = d;
+  if (shared === undefined) return { requests, pool, device, cdiDeviceIds };
+  if (shared !== 'adminAccess' && shared !== 'shareID')
+    throw new Error(`claim ${uid}: device ${device}: shared is neither adminAccess nor shareID`);
+  return { requests, pool, device, cdiDeviceIds, shared };
+}
+
+/** Parses a checkpoint file's text; throws naming what is wrong. */
+export function parseCheckpoint(text: string): Checkpoint {
+  let doc: unknown;
+  try {
+    doc = JSON.parse(text);
+  } catch (err) {
+    throw new Error(`not JSON: ${(err as Error).message}`);
+  }
+  if (!isObject(doc)) throw new Error('not a JSON object');
+  if (doc.version !== CHECKPOINT_VERSION)
+    throw new Error(`version is ${JSON.stringify(doc.version)}, expected ${JSON.stringify(CHECKPOINT_VERSION)}`);
+  const bootId = doc.bootId;
+  if (typeof bootId !== 'string') throw new Error('bootId is not a string');
+  const raw = doc.claims;
+  if (!isObject(raw)) throw new Error('claims is not an object');
+  const claims: Record<string, ClaimRecord> = {};
+  for (const [uid, r] of Object.entries(raw)) {
+    if (!isObject(r)) throw new Error(`claim ${uid} is not an object`);
+    const { state, namespace, name, devices, preparedAt } = r;
+    if (state !== 'PrepareStarted' && state !== 'PrepareCompleted')
+      throw new Error(`claim ${uid}: state ${JSON.stringify(state)} is neither PrepareStarted nor PrepareCompleted`);
+    if (typeof namespace !== 'string' || typeof name !== 'string')
+      throw new Error(`claim ${uid}: namespace and name must be strings`);
+    if (!Array.isArray(devices)) throw new Error(`claim ${uid}: devices is not a list`);
+    const out = devices.map((d: unknown) => parseDevice(uid, d));
+    claims[uid] = { state, namespace, name, devices: out, ...(typeof preparedAt === 'string' ? { preparedAt } : {}) };
+  }
+  return { bootId, claims };
+}
+
+/** The records that still count on a node booted as `bootId`: none if the checkpoint is of another boot. */
+export function checkpointForBoot(c: Checkpoint | null, bootId: string): { checkpoint: Checkpoint; voided: number } {
+  if (c === null) return { checkpoint: { bootId, claims: {} }, voided: 0 };
+  if (c.bootId !== bootId) return { checkpoint: { bootId, claims: {} }, voided: Object.keys(c.claims).length };
+  return { checkpoint: c, voided: 0 };
+}

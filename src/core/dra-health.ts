@@ -1,0 +1,67 @@
+// DRA's device health, pure: the list the DRAResourceHealth stream sends — each device's health, since when and
+// why, from the node snapshot — and whether two lists say the same. Sending it is src/dra/health.ts's.
+import type { DraNodeDevice } from './dra-claims.ts';
+import { withSignalReasons } from './snapshot-signals.ts';
+import type { NodeSnapshot } from './snapshot.ts';
+
+export type DeviceHealthState = 'Healthy' | 'Unhealthy';
+
+export interface DraDeviceHealth {
+  readonly device: string;
+  readonly health: DeviceHealthState;
+  /** Unix seconds of the last change (or of `nowSec` when nothing ever happened to it). */
+  readonly lastUpdated: number;
+  /** Why (the health model's reason), at most MAX_HEALTH_MESSAGE characters; empty when healthy with nothing to say. */
+  readonly message: string;
+}
+
+export const MAX_HEALTH_MESSAGE = 1024;
+
+function clip(s: string): string {
+  return s.length <= MAX_HEALTH_MESSAGE ? s : `${s.slice(0, MAX_HEALTH_MESSAGE - 1)}…`;
+}
+
+/**
+ * The health of every device, from the snapshot: a MIG device's own (by MIG UUID), a GPU's by its
+ * UUID, with its GPU's critical health signals; every device Unhealthy while the driver does not answer.
+ */
+export function deviceHealthList(
+  snapshot: Pick<NodeSnapshot, 'health' | 'gpuHealth' | 'migHealth' | 'driverVersion'> &
+    Partial<Pick<NodeSnapshot, 'signals'>>,
+  devices: readonly DraNodeDevice[],
+  nowSec: number,
+): DraDeviceHealth[] {
+  return devices.map((d) => {
+    const unit = d.mig?.uuid ?? d.gpuUuid;
+    const h = d.mig === undefined ? snapshot.gpuHealth.get(unit) : snapshot.migHealth.get(unit);
+    const health: DeviceHealthState = snapshot.health.get(unit) ?? 'Unhealthy';
+    const [since, own] = [h?.since ?? null, h?.reason ?? ''];
+    let message = withSignalReasons(h?.state.health === 'Unhealthy' ? own : '', snapshot.signals, d.gpuUuid) || own;
+    if (snapshot.driverVersion === null)
+      message = `the NVIDIA driver does not answer${message === '' ? '' : ` (last: ${message})`}`;
+    else if (!snapshot.health.has(unit)) message = 'the health model has no entry for this device';
+    return {
+      device: d.name,
+      health,
+      lastUpdated: since === null ? nowSec : Math.floor(since / 1000),
+      message: clip(message),
+    };
+  });
+}
+
+/** Whether two health lists say the same (the stream sends a new message only when they differ). */
+export function sameHealth(a: readonly DraDeviceHealth[], b: readonly DraDeviceHealth[]): boolean {
+  return (
+    a.length === b.length &&
+    a.every((x, i) => {
+      const y = b[i];
+      return (
+        y !== undefined &&
+        x.device === y.device &&
+        x.health === y.health &&
+        x.message === y.message &&
+        x.lastUpdated === y.lastUpdated
+      );
+    })
+  );
+}

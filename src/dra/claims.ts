@@ -26,6 +26,7 @@ import { allocatedDevices } from '../core/dra-claims.ts';
 import type { AllocatedDevice, DeviceSharing, DraNodeDevice } from '../core/dra-claims.ts';
 import type { ServiceBinding } from '../kubelet/socket-server.ts';
 import { errorText } from '../system/log.ts';
+import { KeyedQueue } from '../system/timers.ts';
 import type { Logger } from '../system/log.ts';
 import { CDI_SPEC_DIRS, readCdiSpecs } from './cdi.ts';
 import { BOOT_ID_FILE, CheckpointStore, readBootId } from './checkpoint.ts';
@@ -109,8 +110,8 @@ export function deviceHeldElsewhere(c: Checkpoint, uid: string, devices: readonl
 export class DraClaims {
   private readonly opts: DraClaimsOptions;
   private store: CheckpointStore | undefined;
-  /** Per claim UID, the end of the calls for it so far: the next one runs after them. */
-  private readonly perClaim = new Map<string, Promise<unknown>>();
+  /** Calls for one claim UID run one at a time, in order. */
+  private readonly perClaim = new KeyedQueue<string>();
   private readonly listeners: (() => void)[] = [];
 
   constructor(opts: DraClaimsOptions) {
@@ -156,7 +157,7 @@ export class DraClaims {
 
   /** Resolves once every call under way has finished. */
   async drain(): Promise<void> {
-    await Promise.all([...this.perClaim.values()]);
+    await this.perClaim.drain();
   }
 
   /** The DRAPlugin service of both versions, for dra.sock. */
@@ -187,25 +188,13 @@ export class DraClaims {
     ];
   }
 
-  /** Runs `fn` after every earlier call for the same claim UID has finished. */
-  private serialised<T>(uid: string, fn: () => Promise<T>): Promise<T> {
-    const prev = this.perClaim.get(uid) ?? Promise.resolve();
-    const next = prev.then(fn, fn);
-    const tail = next.catch(() => undefined);
-    this.perClaim.set(uid, tail);
-    void tail.then(() => {
-      if (this.perClaim.get(uid) === tail) this.perClaim.delete(uid);
-    });
-    return next;
-  }
-
   async prepare(claims: readonly Claim[]): Promise<NodePrepareResourcesResponse> {
     const out: Record<string, NodePrepareResourceResponse> = {};
     await Promise.all(
       claims.map(async (c) => {
-        const r = await this.serialised(c.uid, () => this.prepareOne(c)).catch((err: unknown) =>
-          refuse(`claim ${claimName(c)} (uid ${c.uid}): ${errorText(err)}`),
-        );
+        const r = await this.perClaim
+          .run(c.uid, () => this.prepareOne(c))
+          .catch((err: unknown) => refuse(`claim ${claimName(c)} (uid ${c.uid}): ${errorText(err)}`));
         out[c.uid] = r;
         if (r.error !== '')
           this.opts.log.warn('cannot prepare a DRA claim', { claim: claimName(c), uid: c.uid, error: r.error });
@@ -301,7 +290,7 @@ export class DraClaims {
     const out: Record<string, NodeUnprepareResourceResponse> = {};
     await Promise.all(
       claims.map(async (c) => {
-        out[c.uid] = await this.serialised(c.uid, () => this.unprepareOne(c));
+        out[c.uid] = await this.perClaim.run(c.uid, () => this.unprepareOne(c));
       }),
     );
     return { claims: out };

@@ -5,6 +5,8 @@
 // * CoalescingQueue: jobs run one at a time; requests that arrive while one runs fold into one more
 //   run (their arguments merged), and every caller learns when a run that started after its request
 //   has finished.
+// * KeyedQueue: jobs with the same key run one after another, in the order they came, each to its own
+//   result; jobs with different keys run side by side.
 // Timers are unref'd (none of them keeps the process alive on its own), except a sleep() someone awaits.
 
 /** Holds named timers; dispose() clears every one. */
@@ -140,5 +142,27 @@ export class CoalescingQueue<A> {
   async close(): Promise<void> {
     this.closed = true;
     await this.running;
+  }
+}
+
+/** Jobs of one key run one after another, in order; each caller gets its own job's result or error. */
+export class KeyedQueue<K> {
+  /** Per key, the end of the jobs so far: the next one runs after it. */
+  private readonly tails = new Map<K, Promise<unknown>>();
+
+  run<T>(key: K, job: () => Promise<T>): Promise<T> {
+    const prev = this.tails.get(key) ?? Promise.resolve();
+    const result = prev.then(job);
+    const tail = result.catch(() => undefined);
+    this.tails.set(key, tail);
+    void tail.then(() => {
+      if (this.tails.get(key) === tail) this.tails.delete(key);
+    });
+    return result;
+  }
+
+  /** Resolves once every job queued so far has finished. */
+  async drain(): Promise<void> {
+    await Promise.all([...this.tails.values()]);
   }
 }

@@ -2,7 +2,7 @@
 // that replaces timers by name and disposes every one, and a coalescing serial queue.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { CoalescingQueue, TimerOwner } from '../../src/system/timers.ts';
+import { CoalescingQueue, KeyedQueue, TimerOwner } from '../../src/system/timers.ts';
 
 test(
   'TimerOwner: a timer set again under its name replaces ' + 'the first; dispose clears every one and wakes sleepers',
@@ -71,3 +71,31 @@ test(
     await failing.request(3);
   },
 );
+
+test('KeyedQueue: one key runs its jobs in order, each to its own result; other keys run beside it', async () => {
+  const q = new KeyedQueue<string>();
+  const events: string[] = [];
+  const gates = new Map<string, () => void>();
+  const job =
+    (name: string, fail = false) =>
+    async (): Promise<string> => {
+      events.push(`start ${name}`);
+      await new Promise<void>((r) => gates.set(name, r));
+      events.push(`end ${name}`);
+      if (fail) throw new Error(`${name} failed`);
+      return name;
+    };
+  const a1 = q.run('a', job('a1', true));
+  const a2 = q.run('a', job('a2'));
+  const b1 = q.run('b', job('b1'));
+  await new Promise<void>((r) => setImmediate(r));
+  assert.deepEqual(events, ['start a1', 'start b1'], 'a2 waits for a1; b1 does not');
+  gates.get('a1')!();
+  await assert.rejects(a1, /a1 failed/);
+  await new Promise<void>((r) => setImmediate(r));
+  assert.deepEqual(events.slice(2), ['end a1', 'start a2'], 'a2 runs after a1, which failed');
+  gates.get('a2')!();
+  gates.get('b1')!();
+  assert.deepEqual(await Promise.all([a2, b1]), ['a2', 'b1']);
+  await q.drain();
+});

@@ -23,11 +23,11 @@ const ALL_EVENTS = ['xid', 'dbe', 'sbe', 'retirement', 'retirement-failure', 're
 const PROBE = ['--health-probe-interval=1'];
 
 /** A topology fixture made from one of test/fixtures/topologies, each GPU changed by `patch`, in `dir`. */
-function fixture(dir: string, base: string, patch: (g: Record<string, unknown>) => void): string {
+function fixture(dir: string, base: string, patch: (g: Record<string, unknown>, i: number) => void): string {
   const topo = JSON.parse(readFileSync(join(TOPOLOGIES, `${base}.json`), 'utf8')) as {
     gpus: Record<string, unknown>[];
   };
-  for (const g of topo.gpus) patch(g);
+  for (const [i, g] of topo.gpus.entries()) patch(g, i);
   mkdirSync(dir, { recursive: true });
   const path = join(dir, `${base}-signals.json`);
   writeFileSync(path, JSON.stringify(topo));
@@ -96,6 +96,11 @@ describe('health signals through the device-plugin API', () => {
         const k = node.kubelet!;
         await node.plugin.waitForLine(/watching GPU health/, 10_000);
         await k.waitForDevices((d) => d.length === 8 && letters(d) === 'HHHHHHHH');
+        // Every device list the kubelet gets from here on: GPU 6 (warnings only) must stay Healthy in each.
+        const gpu6Changes: string[] = [];
+        k.on('devices', (resource: string, d: { health: string }[] | undefined) => {
+          if (resource === 'nvidia.com/gpu' && d?.[6]?.health !== 'Healthy') gpu6Changes.push(letters(d ?? []));
+        });
         const times: string[] = [];
         const cases: [string, number, string, string, string][] = [
           // [signal, gpu, set, clear, taken with]
@@ -121,12 +126,19 @@ describe('health signals through the device-plugin API', () => {
         assert.match(limit, /does not clear by itself/);
         // Warnings: logged, no health change. A critical signal sent after them on GPU 7 (read with the
         // same probe or after it) shows the warnings were read too.
+        const warnings = ['pcie-width', 'clocks', 'pcie-replay'];
+        let t0 = performance.now();
         node.nvml('health 6 pcie-width=8');
         node.nvml('health 6 clocks=0x40');
         node.nvml('health 6 pcie-replays=100');
-        await node.plugin.waitForLine(/WARN GPU health signal bad gpu=6 .*signal=pcie-width/);
-        await node.plugin.waitForLine(/WARN GPU health signal bad gpu=6 .*signal=clocks/);
-        await node.plugin.waitForLine(/WARN GPU health signal bad gpu=6 .*signal=pcie-replay/);
+        const warned = new Map<string, number>();
+        for (const signal of warnings) {
+          const line = await node.plugin.waitForLine(
+            new RegExp(`WARN GPU health signal bad gpu=6 .*signal=${signal} `),
+          );
+          warned.set(signal, node.plugin.lines.indexOf(line));
+        }
+        times.push(`warnings (probe): logged ${ms(performance.now() - t0)}`);
         await until(node, 'health 7 ecc-volatile=1', (d) => d[7]?.health === 'Unhealthy');
         assert.equal(letters(k.devices() ?? []), 'HHHHHUHU', 'warnings on GPU 6 leave it Healthy');
         // The state file (what `info` shows) carries each GPU's signals: wait for the plugin to write it.
@@ -139,6 +151,20 @@ describe('health signals through the device-plugin API', () => {
             ['clocks', 'warn'],
           ],
         );
+        // The warnings clear: each WARN line is followed by its "cleared" line.
+        t0 = performance.now();
+        node.nvml('health 6 pcie-width=16 clocks=0 pcie-replays=0');
+        for (const signal of warnings)
+          await node.plugin.waitForLine(
+            new RegExp(`INFO GPU health signal cleared gpu=6 .*signal=${signal} `),
+            10_000,
+            (warned.get(signal) ?? 0) + 1,
+          );
+        times.push(`warnings (probe): cleared ${ms(performance.now() - t0)}`);
+        await stateOfGpu(node, 6, (s) => s.every((x) => x.status !== 'bad'));
+        // GPU 7's ECC cleared after them: its update comes after anything the clearing on GPU 6 sent.
+        await until(node, 'health 7 ecc-volatile=0', (d) => letters(d) === 'HHHHHUHH');
+        assert.deepEqual(gpu6Changes, [], 'GPU 6 stayed Healthy in every device list while its warnings came and went');
         t.diagnostic(`signal → kubelet (probe every 1 s): ${times.join('; ')}`);
       } finally {
         await node.stop();
@@ -336,14 +362,166 @@ function waitForSlices(
   });
 }
 
-const taintsOf = (d: SliceDevice[], name: string) =>
+const taintsOf = (d: SliceDevice[], name: string): Taint[] =>
   (d.find((x) => x.name === name)?.taints ?? []).map((x) => [x.key, x.value ?? '', x.effect]);
+
+/** A DRA taint as [key, value, effect]. */
+type Taint = [string, string, string];
+const critical = (name: string, value: string): Taint => [`${DRIVER}/${name}`, value, 'NoSchedule'];
+const warning = (name: string, value: string): Taint => [`${DRIVER}/${name}`, value, 'None'];
+const sorted = (x: Taint[]): string => JSON.stringify([...x].sort((a, b) => a.join().localeCompare(b.join())));
+const sameTaints = (a: Taint[], b: Taint[]): boolean => sorted(a) === sorted(b);
+
+/** One signal shown in DRA mode on one GPU: set, then cleared (or reset, for those that need a repair). */
+interface DraCase {
+  signal: string;
+  gpu: number;
+  /** How the bad state is read: at once on its event, or by the next probe. */
+  how: 'event' | 'probe';
+  /** The FIFO settings that make it bad, and the GPU's taints then. */
+  set: string;
+  taints: Taint[];
+  /** Critical: the health stream's message for the device while it is UNHEALTHY. */
+  reason?: RegExp;
+  /** The FIFO settings (or `reset`) that clear it. */
+  clear: string;
+  /** A state that does not clear by itself: what is left after the reset, and what the message no longer says. */
+  stays?: { taints: Taint[]; reason: RegExp; not: RegExp };
+}
+
+const REPAIR = /the GPU needs a repair.*\(it does not clear by itself\)/;
+
+/**
+ * Every signal, each GPU's cases one after the other (a GPU is reused only once its case cleared).
+ * GPUs 4 and 5 are Ampere boards (rows are remapped there), the others V100s (pages are retired).
+ * GPUs 2, 3 and 6 only ever have warnings. The states that need a repair (5, 7) come with a second,
+ * critical state a reset clears: once that one's taint is gone, the reset was read and the other stayed.
+ */
+const DRA_CHAINS: DraCase[][] = [
+  [
+    {
+      signal: 'nvlink',
+      gpu: 0,
+      how: 'probe',
+      set: 'nvlink-down=0.1.2.3.4.5',
+      taints: [critical('nvlink-down', '0.1.2.3.4.5')],
+      reason: /nvlink: NVLink 0,1,2,3,4,5 down .*nvidia-smi -r -i 0/,
+      clear: 'nvlink-down=none',
+    },
+  ],
+  [
+    {
+      signal: 'recovery-action',
+      gpu: 1,
+      how: 'event',
+      set: 'recovery-action=1',
+      taints: [critical('recovery-action', 'GPU_RESET')],
+      reason: /recovery-action: the driver asks for a GPU reset: .*nvidia-smi -r -i 1/,
+      clear: 'recovery-action=0',
+    },
+    {
+      signal: 'retired-pages pending',
+      gpu: 1,
+      how: 'event',
+      set: 'retired-pending=1',
+      taints: [critical('retired-pages', 'pending')],
+      reason: /retired-pages: a page retirement waits for a GPU reset: .*nvidia-smi -r -i 1/,
+      clear: 'reset',
+    },
+  ],
+  [
+    {
+      signal: 'pcie-width',
+      gpu: 2,
+      how: 'probe',
+      set: 'pcie-width=8',
+      taints: [warning('pcie-width', 'x8-of-x16')],
+      clear: 'pcie-width=16',
+    },
+  ],
+  [
+    {
+      signal: 'pcie-replay',
+      gpu: 3,
+      how: 'probe',
+      set: 'pcie-replays=100',
+      taints: [warning('pcie-replay', 'above-limit')],
+      clear: 'pcie-replays=0',
+    },
+  ],
+  [
+    {
+      signal: 'row-remap pending',
+      gpu: 4,
+      how: 'event',
+      set: 'remap-pending=1',
+      taints: [critical('row-remap', 'pending')],
+      reason: /row-remap: a row remap waits for a GPU reset: .*nvidia-smi -r -i 4/,
+      clear: 'reset',
+    },
+    {
+      signal: 'ecc-uncorrectable',
+      gpu: 4,
+      how: 'probe',
+      set: 'ecc-volatile=2',
+      taints: [critical('ecc-uncorrectable', 'volatile')],
+      reason: /ecc-uncorrectable: 2 uncorrectable ECC errors since the last reset: .*nvidia-smi -r -i 4/,
+      clear: 'ecc-volatile=0',
+    },
+  ],
+  [
+    {
+      signal: 'row-remap failed',
+      gpu: 5,
+      how: 'event',
+      set: 'remap-failure=1 recovery-action=1',
+      taints: [critical('row-remap', 'failed'), critical('recovery-action', 'GPU_RESET')],
+      reason: new RegExp(`row-remap: a row remap failed: ${REPAIR.source}`),
+      clear: 'reset',
+      stays: {
+        taints: [critical('row-remap', 'failed')],
+        reason: new RegExp(`row-remap: a row remap failed: ${REPAIR.source}`),
+        not: /recovery-action:/,
+      },
+    },
+  ],
+  [
+    {
+      signal: 'clocks',
+      gpu: 6,
+      how: 'probe',
+      set: 'clocks=0x48',
+      taints: [warning('clocks', 'hw-slowdown.hw-thermal-slowdown')],
+      clear: 'clocks=0',
+    },
+  ],
+  [
+    {
+      signal: 'retired-pages limit',
+      gpu: 7,
+      how: 'event',
+      set: 'retired-sbe=40 retired-dbe=30 ecc-volatile=1',
+      taints: [critical('retired-pages', 'limit'), critical('ecc-uncorrectable', 'volatile')],
+      reason: new RegExp(`retired-pages: retired pages reached the limit of 63: ${REPAIR.source}`),
+      clear: 'reset',
+      stays: {
+        taints: [critical('retired-pages', 'limit')],
+        reason: new RegExp(`retired-pages: retired pages reached the limit of 63: ${REPAIR.source}`),
+        not: /ecc-uncorrectable:/,
+      },
+    },
+  ],
+];
 
 describe('health signals in DRA mode', () => {
   test(
-    'a taint per bad signal (NoSchedule critical, None ' + 'warning), UNHEALTHY with the reason, removed when cleared',
+    'every signal: a taint per bad signal (NoSchedule critical, None warning), UNHEALTHY with the reason, ' +
+      'removed when cleared; a repair taint stays through a reset',
     async (t: TestContext) => {
-      const topo = fixture(fixtureDir(), 'demo-8', withEvents);
+      const topo = fixture(fixtureDir(), 'demo-8', (g, i) => {
+        withEvents(g);
+        if (i === 4 || i === 5) g.name = 'NVIDIA A100-SXM4-80GB';
+      });
       const api = await ApiServerStandIn.start({
         tokens: {
           [TOKEN]: {
@@ -402,48 +580,84 @@ describe('health signals in DRA mode', () => {
         await w.waitForRegistrations(1, 15_000);
         await waitForSlices(api, (d) => d.length === 8 && d.every((x) => x.taints === undefined), 'untainted');
         await node.plugin.waitForLine(/watching GPU health/, 10_000);
+        const healthOf = (h: DeviceHealth[], name: string) => h.find((x) => x.device?.device_name === name);
+        await w.waitForHealth(DRIVER, (h) => h.length === 8 && h.every((x) => x.health === HealthStatus.HEALTHY));
+        // From here on, a GPU that only ever has warnings is never UNHEALTHY on the health stream.
+        const warnedOnly = new Set(
+          DRA_CHAINS.flat()
+            .filter((c) => c.reason === undefined)
+            .map((c) => `gpu-${c.gpu}`),
+        );
+        const warnedUnhealthy: string[] = [];
+        w.on('health', (driver: string, h: DeviceHealth[]) => {
+          for (const x of h)
+            if (driver === DRIVER && warnedOnly.has(x.device?.device_name ?? '') && x.health !== HealthStatus.HEALTHY)
+              warnedUnhealthy.push(`${x.device?.device_name}: ${x.health} ${x.message}`);
+        });
         const domainOf = (d: SliceDevice[], name: string) =>
           d.find((x) => x.name === name)?.attributes?.nvlinkDomain?.int;
-        const before = devicesOf(api);
+        const gpu0Domain = domainOf(devicesOf(api), 'gpu-0');
+        assert.notEqual(gpu0Domain, undefined, 'GPU 0 starts in an NVLink domain');
         const times: string[] = [];
-        const unhealthy = (h: DeviceHealth[], name: string) =>
-          h.find((x) => x.device?.device_name === name)?.health === HealthStatus.UNHEALTHY;
 
-        let t0 = performance.now();
-        node.nvml('health 1 recovery-action=1');
-        let d = await waitForSlices(api, (x) => taintsOf(x, 'gpu-1').length > 0, 'with gpu-1 tainted');
-        times.push(`recovery action (event) → taint ${ms(performance.now() - t0)}`);
-        assert.deepEqual(taintsOf(d, 'gpu-1'), [[`${DRIVER}/recovery-action`, 'GPU_RESET', 'NoSchedule']]);
-        const h = await w.waitForHealth(DRIVER, (x) => unhealthy(x, 'gpu-1'));
-        assert.match(
-          h.find((x) => x.device?.device_name === 'gpu-1')?.message ?? '',
-          /recovery-action: .*nvidia-smi -r -i 1/,
+        /** One case: set, the taints and health it makes, cleared (or reset), what is left. */
+        const runCase = async (c: DraCase): Promise<void> => {
+          const dev = `gpu-${c.gpu}`;
+          const took: string[] = [];
+          let t0 = performance.now();
+          node!.nvml(`health ${c.gpu} ${c.set}`);
+          await waitForSlices(
+            api,
+            (x) => sameTaints(taintsOf(x, dev), c.taints) && (c.signal !== 'nvlink' || domainOf(x, dev) === undefined),
+            `with ${dev} tainted ${JSON.stringify(c.taints)}` +
+              (c.signal === 'nvlink' ? ' and in no NVLink domain (every link down)' : ''),
+          );
+          took.push(`taint ${ms(performance.now() - t0)}`);
+          if (c.reason !== undefined) {
+            const reason = c.reason;
+            await w.waitForHealth(DRIVER, (h) => {
+              const x = healthOf(h, dev);
+              return x?.health === HealthStatus.UNHEALTHY && reason.test(x.message);
+            });
+            took.push(`UNHEALTHY ${ms(performance.now() - t0)}`);
+          }
+          t0 = performance.now();
+          node!.nvml(`health ${c.gpu} ${c.clear}`);
+          const left = c.stays?.taints ?? [];
+          await waitForSlices(
+            api,
+            (x) => sameTaints(taintsOf(x, dev), left) && (c.signal !== 'nvlink' || domainOf(x, dev) === gpu0Domain),
+            `with ${dev} tainted ${JSON.stringify(left)} after "${c.clear}"` +
+              (c.signal === 'nvlink' ? ' and back in its NVLink domain' : ''),
+          );
+          took.push(
+            `${c.stays === undefined ? 'taint removed' : 'only the repair taint left'} ${ms(performance.now() - t0)}`,
+          );
+          const stays = c.stays;
+          await w.waitForHealth(DRIVER, (h) => {
+            const x = healthOf(h, dev);
+            if (stays === undefined) return x?.health === HealthStatus.HEALTHY;
+            return x?.health === HealthStatus.UNHEALTHY && stays.reason.test(x.message) && !stays.not.test(x.message);
+          });
+          times.push(`${c.signal} on ${dev} (${c.how}): ${took.join(', ')}`);
+        };
+        // The GPUs' cases run side by side, each GPU's one after the other.
+        await Promise.all(
+          DRA_CHAINS.map(async (chain) => {
+            for (const c of chain) await runCase(c);
+          }),
         );
-        node.nvml('health 1 recovery-action=0');
-        await waitForSlices(api, (x) => taintsOf(x, 'gpu-1').length === 0, 'with gpu-1 untainted');
-        await w.waitForHealth(DRIVER, (x) => !unhealthy(x, 'gpu-1'));
-
-        t0 = performance.now();
-        node.nvml('health 2 pcie-width=8');
-        d = await waitForSlices(api, (x) => taintsOf(x, 'gpu-2').length > 0, 'with gpu-2 tainted');
-        times.push(`PCIe width (probe) → taint ${ms(performance.now() - t0)}`);
-        assert.deepEqual(taintsOf(d, 'gpu-2'), [[`${DRIVER}/pcie-width`, 'x8-of-x16', 'None']]);
-        node.nvml('health 2 pcie-width=16');
-        await waitForSlices(api, (x) => taintsOf(x, 'gpu-2').length === 0, 'with gpu-2 untainted');
-
-        t0 = performance.now();
-        node.nvml('health 0 nvlink-down=0.1.2.3.4.5');
-        d = await waitForSlices(api, (x) => taintsOf(x, 'gpu-0').length > 0, 'with gpu-0 tainted');
-        times.push(`NVLink (probe) → taint ${ms(performance.now() - t0)}`);
-        assert.deepEqual(taintsOf(d, 'gpu-0'), [[`${DRIVER}/nvlink-down`, '0.1.2.3.4.5', 'NoSchedule']]);
-        assert.equal(domainOf(d, 'gpu-0'), undefined, 'a GPU with every link down is in no NVLink domain');
-        node.nvml('health 0 nvlink-down=none');
-        d = await waitForSlices(
-          api,
-          (x) => taintsOf(x, 'gpu-0').length === 0 && domainOf(x, 'gpu-0') === domainOf(before, 'gpu-0'),
-          'with gpu-0 untainted and back in its domain',
+        assert.deepEqual(warnedUnhealthy, [], 'warnings leave their GPU HEALTHY on the health stream');
+        // Every taint that clears by itself is gone; the two that need a repair stay.
+        const end = devicesOf(api);
+        assert.deepEqual(
+          end.filter((x) => (x.taints ?? []).length > 0).map((x) => [x.name, taintsOf(end, x.name)]),
+          [
+            ['gpu-5', [[`${DRIVER}/row-remap`, 'failed', 'NoSchedule']]],
+            ['gpu-7', [[`${DRIVER}/retired-pages`, 'limit', 'NoSchedule']]],
+          ],
         );
-        t.diagnostic(`DRA: ${times.join('; ')}`);
+        t.diagnostic(`DRA (probe every 1 s): ${times.join('; ')}`);
       } finally {
         await watcher?.stop();
         await api.stop();

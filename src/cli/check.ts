@@ -12,6 +12,7 @@ import type { Logger } from '../system/log.ts';
 import { draChecks } from './check-dra.ts';
 import { otherModeLine } from './check-other-mode.ts';
 import { kubeletCheck, socketDirectoryNeighbours } from './check-kubelet.ts';
+import { kubeletVersionCheck } from './check-kubelet-version.ts';
 import { mpsChecks } from './check-mps.ts';
 import { imexCheck, nodeChecks, parseForCheck } from './check-node.ts';
 import type { CheckLine, CheckReport } from './check-report.ts';
@@ -91,6 +92,7 @@ export async function runChecks(
     lines.push(...(await socketDirectoryNeighbours(dirname(o.kubeletSocket), o.kubeletSocket)));
     lines.push(await kubeletCheck(o.kubeletSocket));
   }
+  lines.push(await kubeletVersionCheck(o.kubeletApi, env.PATH));
   const envFile = fromFiles.files.find((f) => f.parsed !== null)?.path ?? envPaths[0]?.path ?? 'the environment file';
   lines.push(await otherModeLine(o, unit, envFile));
   return { lines, parsed, origins, envFiles: fromFiles.files, unit: { source: unit.source, files: unit.files } };

@@ -44,8 +44,8 @@ export async function kubeletVersionCheck(mode: KubeletApi, path: string | undef
   const kubelet = await findKubelet(path);
   if (kubelet === null)
     return {
-      status: 'SKIP',
-      name: 'kubelet version',
+      status: 'INFO',
+      name: "kubelet's version",
       detail: `no kubelet program on the PATH or in /usr/bin; ${needs}`,
     };
   let text: string;
@@ -54,7 +54,7 @@ export async function kubeletVersionCheck(mode: KubeletApi, path: string | undef
   } catch (err) {
     return {
       status: 'WARN',
-      name: 'kubelet version',
+      name: "kubelet's version",
       detail: `${kubelet} --version failed: ${errorText(err)}; ${needs}`,
     };
   }
@@ -62,16 +62,16 @@ export async function kubeletVersionCheck(mode: KubeletApi, path: string | undef
   if (version === null)
     return {
       status: 'WARN',
-      name: 'kubelet version',
+      name: "kubelet's version",
       detail: `${kubelet} --version said ${JSON.stringify(text)}; ${needs}`,
     };
   const [haveMajor, haveMinor] = version;
   const shown = `${kubelet} is ${haveMajor}.${haveMinor}`;
   if (haveMajor > major || (haveMajor === major && haveMinor >= minor))
-    return { status: 'PASS', name: 'kubelet version', detail: `${shown}; ${needs}` };
+    return { status: 'PASS', name: "kubelet's version", detail: `${shown}; ${needs}` };
   return {
     status: 'FAIL',
-    name: 'kubelet version',
+    name: "kubelet's version",
     detail: `${shown}; ${needs}`,
     fix:
       mode === 'dra'

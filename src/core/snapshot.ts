@@ -31,6 +31,7 @@ import { advertisedHealth, freshUnitHealth } from './snapshot-health.ts';
 import type { MpsDaemonState, UnitHealth } from './snapshot-health.ts';
 import { carrySignals, NO_SIGNALS, signalledUnits } from './snapshot-signals.ts';
 import type { NodeSignals } from './snapshot-signals.ts';
+import type { GpuSignals } from './health-signal-types.ts';
 import type { GpuLinkInfo } from './topology/index.ts';
 
 export {
@@ -261,7 +262,7 @@ export function withSignals(snapshot: NodeSnapshot, updates: NodeSignals): NodeS
   const signals = new Map(snapshot.signals);
   let changed = false;
   for (const [uuid, g] of updates) {
-    if (!snapshot.gpuHealth.has(uuid)) continue;
+    if (!snapshot.gpuHealth.has(uuid) || sameSignals(snapshot.signals.get(uuid), g)) continue;
     signals.set(uuid, g);
     changed = true;
   }
@@ -270,6 +271,19 @@ export function withSignals(snapshot: NodeSnapshot, updates: NodeSignals): NodeS
 
 // The same object is the same JSON.
 const sameJson = (a: unknown, b: unknown): boolean => a === b || JSON.stringify(a) === JSON.stringify(b);
+
+/**
+ * A reading that changes nothing a consumer shows (the states, the raw values, the links expected) is
+ * no new snapshot: an idle node's probe rounds rewrite no state file and send systemd no STATUS.
+ */
+function sameSignals(a: GpuSignals | undefined, b: GpuSignals): boolean {
+  return (
+    a !== undefined &&
+    sameJson(a.states, b.states) &&
+    sameJson(a.reading?.values, b.reading?.values) &&
+    sameJson(a.memory.expectedLinks, b.memory.expectedLinks)
+  );
+}
 
 /**
  * The cheap identity of a node, compared by the slow re-discovery timer: GPU count, UUIDs in index

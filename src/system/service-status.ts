@@ -157,6 +157,8 @@ export class NodeStatus {
   private registeredOnce = false;
   /** No driver has answered yet, and no GPU has been seen. */
   private noDriver = false;
+  /** The line last sent to systemd. */
+  private sent = '';
 
   constructor(service: Pick<ServiceStatus, 'status' | 'waitFor'>, registrations: StatusRegistrations) {
     this.service = service;
@@ -171,7 +173,12 @@ export class NodeStatus {
 
   /** Says the line again (what statusWords() says changed: a publication, say). */
   refresh(): void {
-    this.service.status(this.line());
+    this.say();
+  }
+
+  private say(ready = false): void {
+    this.sent = this.line();
+    this.service.status(this.sent, ready);
   }
 
   /**
@@ -192,18 +199,19 @@ export class NodeStatus {
     }
     this.noDriver = applied.snapshot.driverVersion === null && applied.snapshot.gpus.length === 0;
     this.service.waitFor(this.noDriver ? NO_DRIVER : 'the kubelet');
-    this.service.status(this.line());
+    // A snapshot that changes nothing the line says sends nothing: the line systemd has is still true.
+    if (this.line() !== this.sent) this.say();
   }
 
   /** After a registration; `all`: every resource has registered at least once (READY=1 then). */
   registered(all: boolean): void {
     this.registeredOnce ||= all;
-    this.service.status(this.line(), this.registeredOnce);
+    this.say(this.registeredOnce);
   }
 
   /** A registration stopped counting. */
   registrationLost(): void {
-    this.service.status(this.line());
+    this.say();
   }
 }
 

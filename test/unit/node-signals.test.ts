@@ -290,3 +290,15 @@ test('metrics carry the raw values; the node-reboot label while a GPU asks for a
   assert.equal(signalStatus(s.signals, 0), '');
   assert.equal(signalStatus(s.signals, 3), '; health signals: 2 bad, 3 transitions');
 });
+
+test('a reading that changes no state, value or expected link makes no new snapshot; a changed value does', () => {
+  const s = snapshotWith({ 0: reading() });
+  const again = (r: SignalReading) => {
+    const first = evaluateGpuSignals(undefined, reading(), DEFAULT_SIGNAL_POLICY, 0);
+    return new Map([[uuid(0), { ...evaluateGpuSignals(first, r, DEFAULT_SIGNAL_POLICY, 0), reading: r }]]);
+  };
+  assert.equal(withSignals(s, again(reading({}, 5000))), s, 'the same reading later: the same snapshot');
+  const moved = withSignals(s, again(reading({ 'pcie-replay': 3 }, 5000)));
+  assert.notEqual(moved, s, 'a raw value the metrics carry moved');
+  assert.equal(moved.signals.get(uuid(0))?.reading?.values['pcie-replay'], 3);
+});

@@ -67,6 +67,20 @@ export function carryPlan(
 }
 
 /**
+ * Whether two snapshots plan alike: the same GPUs, MIG layout, facts and MIG capabilities (a health,
+ * signal or MPS daemon change keeps them all), so the plan made for one is the other's.
+ */
+export function samePlanInputs(a: NodeSnapshot, b: NodeSnapshot): boolean {
+  return (
+    a.driverVersion === b.driverVersion &&
+    a.gpus === b.gpus &&
+    a.mig === b.mig &&
+    a.facts === b.facts &&
+    a.migCapabilities === b.migCapabilities
+  );
+}
+
+/**
  * The plan for `snapshot` under `settings`, `previous` being the node and plan in force (null at
  * start). Throws what planForNode throws (or the MIG capability problem) only when nothing was ever
  * planned for GPUs (no previous plan, or only ones without GPUs): then it is a start that fails.

@@ -7,7 +7,7 @@
 // that refuses a plan refuses the snapshot. A later scan that the configuration no longer fits keeps
 // the previous resources (planProblem says why). What the shared consumers show per resource (STATUS,
 // the state file, the metrics) they read from advertised(), never from the snapshot.
-import { advertisedView, checkReload, planSnapshot } from '../core/resource-plan.ts';
+import { advertisedView, checkReload, planSnapshot, samePlanInputs } from '../core/resource-plan.ts';
 import type { AdvertisedView, PlannedNode, ResourcePlan } from '../core/resource-plan.ts';
 import { diffResources } from '../core/resource-diff.ts';
 import type { ResourceDiff } from '../core/resource-diff.ts';
@@ -85,6 +85,9 @@ export class ResourcePlanner<C extends NodeSettings = NodeSettings> implements N
   /** The plan for a snapshot; throws at start, or for new settings that cannot be planned against the GPUs. */
   private planFor(applied: AppliedSnapshot<C>, was: InForce<C> | null): ResourcePlan {
     const settings = applied.settings.plan;
+    // A health change plans nothing again: the plan in force is this snapshot's too.
+    if (was !== null && was.settings === applied.settings && samePlanInputs(was.node.snapshot, applied.snapshot))
+      return was.node.plan;
     if (was !== null && was.settings !== applied.settings) checkReload(applied.snapshot, settings);
     return planSnapshot(applied.snapshot, settings, was?.node ?? null);
   }

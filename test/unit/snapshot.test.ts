@@ -5,7 +5,7 @@ import { HealthTracker, freshHealthState } from '../../src/core/health-tracker.t
 import { parseHealthSettings } from '../../src/core/health-policy.ts';
 import type { GpuHealthState } from '../../src/core/health-tracker.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
-import { carryPlan } from '../../src/core/resource-plan.ts';
+import { carryPlan, samePlanInputs } from '../../src/core/resource-plan.ts';
 import { sameIdentity, withHealth } from '../../src/core/snapshot.ts';
 import { changes, noChange, planned, withPlan } from '../support/planned-node.ts';
 import type { Planned } from '../support/planned-node.ts';
@@ -333,4 +333,12 @@ test('node identities compare by UUIDs in order and MIG modes', () => {
   assert.ok(sameIdentity({ uuids: ['a', 'b'], migModes: [null, 0] }, { uuids: ['a', 'b'], migModes: [null, 0] }));
   assert.ok(!sameIdentity({ uuids: ['a', 'b'], migModes: [null, 0] }, { uuids: ['b', 'a'], migModes: [null, 0] }));
   assert.ok(!sameIdentity({ uuids: ['a'], migModes: [0] }, { uuids: ['a'], migModes: [1] }));
+});
+
+test('a health change keeps what a plan is made from; a new scan does not', () => {
+  const a = planned(scan([0, 1, 2]), plain, null, false);
+  const sick = markUnhealthy(a, 1);
+  assert.ok(samePlanInputs(a.node.snapshot, sick.node.snapshot), 'the device-plugin mode keeps its plan');
+  const rescanned = planned(scan([0, 1, 2]), plain, a, false);
+  assert.equal(samePlanInputs(a.node.snapshot, rescanned.node.snapshot), false, 'a scan is planned again');
 });

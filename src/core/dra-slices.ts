@@ -46,6 +46,7 @@
 import { normalizeBusId } from './topology/index.ts';
 import { draDevices } from './dra-devices.ts';
 import { nvlinkDomains } from './nvlink-domains.ts';
+import { bytesQuantity } from './quantity.ts';
 import type { DraDevice } from './dra-devices.ts';
 import type { Gpu } from './devices.ts';
 import type { MigStrategy } from './mig.ts';
@@ -108,16 +109,6 @@ export function semverOf(v: string): string | null {
   const m = /^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?$/.exec(v.trim());
   if (m === null) return null;
   return [m[1], m[2] ?? '0', m[3] ?? '0'].map((p) => String(Number(p))).join('.');
-}
-
-/** A byte count as a binary quantity, as the API server writes it back (85899345920 → 80Gi, 1536 → 1536). */
-export function bytesQuantity(bytes: number): string {
-  const suffixes = ['Ei', 'Pi', 'Ti', 'Gi', 'Mi', 'Ki'];
-  for (let k = suffixes.length; k >= 1; k--) {
-    const unit = 2 ** (10 * k);
-    if (bytes >= unit && bytes % unit === 0) return `${bytes / unit}${suffixes[suffixes.length - k]}`;
-  }
-  return String(bytes);
 }
 
 /** NVML's CUDA driver version (12040) as semver (12.4.0). */

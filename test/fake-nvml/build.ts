@@ -8,10 +8,11 @@
  *   .cache/fake-nvml/arm64/libnvidia-ml.so.1     `current` cross-built with aarch64-linux-gnu-gcc,
  *                                                for the arm64 executable under qemu
  *
- * and, from mps-control/ (a sub-directory, so it stays out of the library), the fake MPS control
- * program under the real one's name (x64 only):
+ * and, from sub-directories (so they stay out of the library), two programs under the real ones'
+ * names (x64 only):
  *
  *   .cache/fake-nvml/mps/nvidia-cuda-mps-control (see mps-control/fake_mps_control.c)
+ *   .cache/fake-nvml/smi/nvidia-smi              (see nvidia-smi/fake_nvidia_smi.c; it shares json.c)
  *
  * A variant is rebuilt only when a source under test/fake-nvml/ (or this script) is newer than
  * it, so repeated test runs cost nothing. The output is written to a temporary name and renamed
@@ -23,6 +24,7 @@
  *        const arm64 = await buildFakeNvmlArm64();       (the aarch64 variant's directory)
  *        const mpsDir = await buildFakeMpsControl();     (a directory holding nvidia-cuda-mps-control,
  *                                                         to put first on PATH)
+ *        const smiDir = await buildFakeNvidiaSmi();      (a directory holding nvidia-smi)
  */
 import { execFile } from 'node:child_process';
 import { mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
@@ -31,6 +33,7 @@ import { fileURLToPath } from 'node:url';
 
 export const LIBRARY_NAME = 'libnvidia-ml.so.1';
 export const MPS_CONTROL_NAME = 'nvidia-cuda-mps-control';
+export const NVIDIA_SMI_NAME = 'nvidia-smi';
 
 const sourceDir = path.dirname(fileURLToPath(import.meta.url));
 const repoRoot = path.resolve(sourceDir, '..', '..');
@@ -169,23 +172,35 @@ export function buildFakeNvmlArm64(): Promise<string> {
   return result;
 }
 
-const mpsSourceDir = path.join(sourceDir, 'mps-control');
-let pendingMps: Promise<string> | undefined;
+/** A program built from the C files of one sub-directory (and any shared sources) into a folder of the cache. */
+type Program = { sourceDir: string; shared: string[]; outDir: string; name: string };
 
-async function buildMpsControl(): Promise<string> {
-  const entries = (await readdir(mpsSourceDir)).sort();
-  const cFiles = entries.filter((e) => e.endsWith('.c')).map((e) => path.join(mpsSourceDir, e));
-  if (cFiles.length === 0) throw new FakeNvmlBuildError(`no C sources found in ${mpsSourceDir}`);
+const MPS_PROGRAM: Program = {
+  sourceDir: path.join(sourceDir, 'mps-control'),
+  shared: [],
+  outDir: path.join(FAKE_NVML_CACHE, 'mps'),
+  name: MPS_CONTROL_NAME,
+};
+const SMI_PROGRAM: Program = {
+  sourceDir: path.join(sourceDir, 'nvidia-smi'),
+  // The fake NVML's JSON reader: the fake nvidia-smi reads the same GPU file.
+  shared: [path.join(sourceDir, 'json.c'), path.join(sourceDir, 'json.h')],
+  outDir: path.join(FAKE_NVML_CACHE, 'smi'),
+  name: NVIDIA_SMI_NAME,
+};
+
+async function buildProgram(program: Program): Promise<string> {
+  const entries = (await readdir(program.sourceDir)).sort();
+  const own = entries.filter((e) => e.endsWith('.c') || e.endsWith('.h')).map((e) => path.join(program.sourceDir, e));
+  const cFiles = [...own, ...program.shared].filter((file) => file.endsWith('.c'));
+  if (!own.some((file) => file.endsWith('.c')))
+    throw new FakeNvmlBuildError(`no C sources found in ${program.sourceDir}`);
   let newest = (await stat(fileURLToPath(import.meta.url))).mtimeMs;
-  for (const entry of entries) {
-    if (entry.endsWith('.c') || entry.endsWith('.h'))
-      newest = Math.max(newest, (await stat(path.join(mpsSourceDir, entry))).mtimeMs);
-  }
-  const dir = path.join(FAKE_NVML_CACHE, 'mps');
-  const output = path.join(dir, MPS_CONTROL_NAME);
+  for (const file of [...own, ...program.shared]) newest = Math.max(newest, (await stat(file)).mtimeMs);
+  const output = path.join(program.outDir, program.name);
   const builtAt = await mtimeOrNull(output);
-  if (builtAt !== null && builtAt >= newest) return dir;
-  await mkdir(dir, { recursive: true });
+  if (builtAt !== null && builtAt >= newest) return program.outDir;
+  await mkdir(program.outDir, { recursive: true });
   const temporary = `${output}.tmp-${process.pid}-${Math.random().toString(16).slice(2)}`;
   try {
     await runGcc(VARIANTS[0]!, ['-O2', '-Wall', '-Wextra', '-Werror', '-o', temporary, ...cFiles, '-lm']);
@@ -194,30 +209,46 @@ async function buildMpsControl(): Promise<string> {
     await rm(temporary, { force: true });
     throw error;
   }
-  return dir;
+  return program.outDir;
 }
 
-/** Builds (when needed) the fake nvidia-cuda-mps-control and returns its directory. */
-export function buildFakeMpsControl(): Promise<string> {
-  pendingMps ??= buildMpsControl();
-  const result = pendingMps;
+const pendingPrograms = new Map<Program, Promise<string>>();
+
+/** Builds (when needed) one program; concurrent calls in one process share the build, a failed one may be retried. */
+function buildOnce(program: Program): Promise<string> {
+  const existing = pendingPrograms.get(program);
+  if (existing) return existing;
+  const result = buildProgram(program);
+  pendingPrograms.set(program, result);
   result.catch(() => {
-    if (pendingMps === result) pendingMps = undefined;
+    if (pendingPrograms.get(program) === result) pendingPrograms.delete(program);
   });
   return result;
 }
 
+/** Builds (when needed) the fake nvidia-cuda-mps-control and returns its directory. */
+export function buildFakeMpsControl(): Promise<string> {
+  return buildOnce(MPS_PROGRAM);
+}
+
+/** Builds (when needed) the fake nvidia-smi and returns its directory. */
+export function buildFakeNvidiaSmi(): Promise<string> {
+  return buildOnce(SMI_PROGRAM);
+}
+
 if (import.meta.main) {
   try {
-    const [{ current, old }, arm64, mps] = await Promise.all([
+    const [{ current, old }, arm64, mps, smi] = await Promise.all([
       buildFakeNvml(),
       buildFakeNvmlArm64(),
       buildFakeMpsControl(),
+      buildFakeNvidiaSmi(),
     ]);
     console.log(`fake NVML: ${path.join(current, LIBRARY_NAME)}`);
     console.log(`fake NVML (old driver): ${path.join(old, LIBRARY_NAME)}`);
     console.log(`fake NVML (aarch64): ${path.join(arm64, LIBRARY_NAME)}`);
     console.log(`fake MPS control: ${path.join(mps, MPS_CONTROL_NAME)}`);
+    console.log(`fake nvidia-smi: ${path.join(smi, NVIDIA_SMI_NAME)}`);
   } catch (error: unknown) {
     const message = error instanceof Error ? error.message : String(error);
     console.error(`fake NVML build failed: ${message}`);

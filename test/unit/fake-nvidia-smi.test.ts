@@ -132,7 +132,7 @@ test("NVIDIA's command line sets one GPU's time-slice: kept in the state, read b
   );
   assert.equal(
     (await run(f, ['compute-policy', '--list', '--id', uuid(1)])).stdout,
-    list.stdout.split('\n').slice(2, 4).join('\n') + '\n',
+    `${list.stdout.split('\n').slice(2, 4).join('\n')}\n`,
   );
 
   const lines = logLines(f);
@@ -247,7 +247,7 @@ test("a GPU's configured compute mode is where it starts", async () => {
   assert.deepEqual(state(f), { gpus: { [uuid(0)]: { timeslice: 1, computeMode: 'EXCLUSIVE_PROCESS' } } });
 });
 
-test("no driver: the real program's message, status 9; no state file: a change is refused, reads see Default", async () => {
+test('no driver: the real message, status 9; no state file: a change is refused, reads see Default', async () => {
   const noDriver = files({ FAKE_NVML_CONFIG: path.join(tmpDir, 'absent.json') });
   assert.deepEqual(await run(noDriver, setTimeslice(0, 1)), {
     status: 9,
@@ -271,7 +271,7 @@ test("no driver: the real program's message, status 9; no state file: a change i
   assert.equal(fs.existsSync(noState.state), false);
 });
 
-test('runs at the same time: one whole log line each, and each GPU ends at the value of its last logged run', async () => {
+test('runs at the same time: one whole log line each; each GPU ends at the value of its last logged run', async () => {
   const f = files();
   const runs = [];
   for (let round = 0; round < 6; round++) {

@@ -1,8 +1,8 @@
 /*
  * fake_nvidia_smi.c: a stand-in for NVIDIA's nvidia-smi on machines without a GPU, built by
  * test/fake-nvml/build.ts as .cache/fake-nvml/smi/nvidia-smi. It models only the command lines that
- * NVIDIA's DRA driver runs to time-slice a GPU (cmd/gpu-kubelet-plugin/nvlib.go, sharing.go: first the
- * compute mode, then the time-slice, one GPU per run) and the compute policy's read-back:
+ * NVIDIA's DRA driver runs to time-slice a GPU (first the compute mode, then the time-slice, one GPU per
+ * run) and the compute policy's read-back:
  *
  *   nvidia-smi -i <id> -c <mode>                         compute mode: 0|DEFAULT, 2|PROHIBITED,
  *                                                        3|EXCLUSIVE_PROCESS (also --id=, --compute-mode=)

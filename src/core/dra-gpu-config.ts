@@ -62,7 +62,7 @@ class ConfigError extends Error {}
 function fail(path: string, what: string): never {
   throw new ConfigError(`${path}: ${what}`);
 }
-const shown = (v: unknown): string => JSON.stringify(v) ?? String(v);
+const shown = (v: unknown): string => (v === undefined ? '(none)' : JSON.stringify(v));
 
 /**
  * NVIDIA decodes parameters strictly: a field its types lack is an error, not ignored (names are

@@ -249,8 +249,8 @@ function sharingConflict(entries: readonly Entry[], known: ReadonlyMap<string, D
   for (const { sharing, config, uuids } of mps.values()) {
     const limits = perDeviceLimits(sharing, uuids);
     if ('error' in limits) {
-      const field = `opaque.parameters.sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit[${JSON.stringify(limits.key)}]`;
-      return `${configPath(config)}.${field}: ${limits.error}`;
+      const field = 'opaque.parameters.sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit';
+      return `${configPath(config)}.${field}[${JSON.stringify(limits.key)}]: ${limits.error}`;
     }
   }
   return null;

@@ -123,7 +123,7 @@ const refusal = (json: unknown): string => {
   return v.error;
 };
 
-test('allocatedDevices: each device with its shareID, consumed capacity and the sharing its requests resolve to', () => {
+test('allocatedDevices: each device with its shareID, consumed capacity and the sharing its requests get', () => {
   const share = { shareID: 's-1', consumedCapacity: { memory: '10Gi' } };
   assert.deepEqual(
     verdict(
@@ -220,7 +220,10 @@ test('allocatedDevices refuses a claim whose configuration is wrong, naming the 
   );
   assert.match(
     refusal(withConfig([result('a', 'gpu-0'), result('b', 'gpu-0')], [opaque('FromClaim', timeSlice('Short'), ['a'])])),
-    /request a with TimeSlicing \{"interval":"Short"\} \(status\.allocation\.devices\.config\[0\]\), request b with no sharing;/,
+    new RegExp(
+      String.raw`request a with TimeSlicing \{"interval":"Short"\} \(status\.allocation\.devices\.config\[0\]\), ` +
+        'request b with no sharing;',
+    ),
   );
   // The same sharing from two configs is one sharing.
   const same = verdict(

@@ -301,7 +301,7 @@ test('kinds: a config naming no request applies to devices of its kind; one nami
   assert.match(migOnGpu.error, /a MigDeviceConfig names request r\/one, whose device gpu-3 is a whole GPU: /);
 });
 
-test('per-device MPS limits: the default for every device, then entries by UUID or by index into the sorted UUIDs', () => {
+test('per-device MPS limits: the default for each device, then entries by UUID or by sorted index', () => {
   const sharing = {
     strategy: 'MPS' as const,
     defaultPinnedDeviceMemoryLimit: 4 * MI,

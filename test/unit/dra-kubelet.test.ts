@@ -590,7 +590,10 @@ test(
       assert.deepEqual(refused.devices, []);
       assert.match(
         refused.error,
-        /status\.allocation\.devices\.config\[0\]\.opaque\.parameters\.sharing\.timeSlicingConfig\.interval: "Eternal" is not a time-slice interval; it is Default, Short, Medium or Long/,
+        new RegExp(
+          String.raw`status\.allocation\.devices\.config\[0\]\.opaque\.parameters\.sharing\.timeSlicingConfig\.` +
+            'interval: "Eternal" is not a time-slice interval; it is Default, Short, Medium or Long',
+        ),
       );
       const good = withConfig('good', 'Long');
       assert.equal((await client.prepare([good])).claims[good.uid]!.error, '');

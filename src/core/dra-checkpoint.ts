@@ -1,6 +1,9 @@
 // DRA's checkpoint of prepared claims, pure: its records, its JSON (written and parsed, every field checked) and the
 // boot-ID rule (records of another boot no longer count). Reading and writing the file is src/dra/checkpoint.ts's.
 import type { DeviceSharing } from './dra-claims.ts';
+import { checkSharing } from './dra-gpu-config.ts';
+import type { GpuSharing } from './dra-gpu-config.ts';
+import { isObject, isStringList, isStringMap } from './json.ts';
 
 export type PrepareState = 'PrepareStarted' | 'PrepareCompleted';
 
@@ -12,6 +15,12 @@ export interface PreparedDevice {
   readonly cdiDeviceIds: readonly string[];
   /** How the allocation shares the device (absent: this claim has it to itself). */
   readonly shared?: DeviceSharing;
+  /** The allocation's shareID (absent: not a share; and in older records). */
+  readonly shareId?: string;
+  /** The capacity the share consumes, quantities as the API server wrote them (absent in older records). */
+  readonly consumedCapacity?: Readonly<Record<string, string>>;
+  /** The sharing configuration that applies to the device (absent: none; and in older records). */
+  readonly sharing?: GpuSharing;
 }
 
 export interface ClaimRecord {
@@ -36,30 +45,36 @@ export function serializeCheckpoint(c: Checkpoint): string {
   return `${JSON.stringify({ version: CHECKPOINT_VERSION, bootId: c.bootId, claims: c.claims }, null, 1)}\n`;
 }
 
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-function stringList(v: unknown): v is string[] {
-  return Array.isArray(v) && v.every((x) => typeof x === 'string');
-}
-
 /** One prepared device of a checkpoint's claim record; throws naming what is wrong. */
 function parseDevice(uid: string, d: unknown): PreparedDevice {
   if (
     !isObject(d) ||
-    !stringList(d.requests) ||
+    !isStringList(d.requests) ||
     typeof d.pool !== 'string' ||
     typeof d.device !== 'string' ||
-    !stringList(d.cdiDeviceIds)
+    !isStringList(d.cdiDeviceIds)
   ) {
     throw new Error(`claim ${uid}: a device lacks requests, pool, device or cdiDeviceIds`);
   }
-  const { requests, pool, device, cdiDeviceIds, shared } = d;
-  if (shared === undefined) return { requests, pool, device, cdiDeviceIds };
-  if (shared !== 'adminAccess' && shared !== 'shareID')
-    throw new Error(`claim ${uid}: device ${device}: shared is neither adminAccess nor shareID`);
-  return { requests, pool, device, cdiDeviceIds, shared };
+  const { requests, pool, device, cdiDeviceIds, shared, shareId, consumedCapacity, sharing } = d;
+  const bad = (what: string): Error => new Error(`claim ${uid}: device ${device}: ${what}`);
+  if (shared !== undefined && shared !== 'adminAccess' && shared !== 'shareID')
+    throw bad('shared is neither adminAccess nor shareID');
+  if (shareId !== undefined && typeof shareId !== 'string') throw bad('shareId is not a string');
+  if (consumedCapacity !== undefined && !isStringMap(consumedCapacity))
+    throw bad('consumedCapacity is not a map of quantities (strings)');
+  const wrong = sharing === undefined ? null : checkSharing(sharing);
+  if (wrong !== null) throw bad(`sharing ${wrong}`);
+  return {
+    requests,
+    pool,
+    device,
+    cdiDeviceIds,
+    ...(shared === undefined ? {} : { shared }),
+    ...(shareId === undefined ? {} : { shareId }),
+    ...(consumedCapacity === undefined ? {} : { consumedCapacity }),
+    ...(sharing === undefined ? {} : { sharing: sharing as GpuSharing }),
+  };
 }
 
 /** Parses a checkpoint file's text; throws naming what is wrong. */

@@ -74,12 +74,22 @@ function wire(d: PreparedDevice): DraDevice {
     pool_name: d.pool,
     device_name: d.device,
     cdi_device_ids: [...d.cdiDeviceIds],
+    ...(d.shareId === undefined ? {} : { share_id: d.shareId }),
   };
 }
 
 function preparedDevice(d: AllocatedDevice, cdiDeviceIds: readonly string[]): PreparedDevice {
-  const { requests, pool, device, shared } = d;
-  return { requests, pool, device, cdiDeviceIds, ...(shared === undefined ? {} : { shared }) };
+  const { requests, pool, device, shared, shareId, consumedCapacity, sharing } = d;
+  return {
+    requests,
+    pool,
+    device,
+    cdiDeviceIds,
+    ...(shared === undefined ? {} : { shared }),
+    ...(shareId === undefined ? {} : { shareId }),
+    ...(consumedCapacity === undefined ? {} : { consumedCapacity }),
+    ...(sharing === undefined ? {} : { sharing }),
+  };
 }
 
 /** Whether two uses of one device may stand together: either is an admin's, or both are shares. */

@@ -89,6 +89,181 @@ test('allocatedDevices: ours only, one entry per device with every request; refu
   assert.ok('error' in none && /its devices: none/.test(none.error));
 });
 
+const API = 'resource.nvidia.com/v1beta1';
+const withConfig = (results: unknown, config: unknown): unknown => ({
+  metadata: { uid: 'u-1' },
+  status: { allocation: { devices: { results, config } } },
+});
+const result = (request: string, device: string, extra: object = {}): unknown => ({
+  request,
+  driver: 'gpu.nvidia.com',
+  pool: 'n',
+  device,
+  ...extra,
+});
+const opaque = (source: string, parameters: unknown, requests?: string[]): unknown => ({
+  source,
+  ...(requests === undefined ? {} : { requests }),
+  opaque: { driver: 'gpu.nvidia.com', parameters },
+});
+const timeSlice = (interval: string): unknown => ({
+  apiVersion: API,
+  kind: 'GpuConfig',
+  sharing: { strategy: 'TimeSlicing', timeSlicingConfig: { interval } },
+});
+const mps = (mpsConfig: unknown, kind = 'GpuConfig'): unknown => ({
+  apiVersion: API,
+  kind,
+  sharing: { strategy: 'MPS', mpsConfig },
+});
+const verdict = (json: unknown) => allocatedDevices(json, claim, 'gpu.nvidia.com', 'n', devices);
+const refusal = (json: unknown): string => {
+  const v = verdict(json);
+  assert.ok('error' in v, JSON.stringify(v));
+  return v.error;
+};
+
+test('allocatedDevices: each device with its shareID, consumed capacity and the sharing its requests get', () => {
+  const share = { shareID: 's-1', consumedCapacity: { memory: '10Gi' } };
+  assert.deepEqual(
+    verdict(
+      withConfig(
+        [
+          result('a', 'gpu-0', share),
+          result('b', 'gpu-3'),
+          result('m', 'gpu-3-mig-1g10gb-19-0'),
+          { request: 'nic', driver: 'nic.example.com', pool: 'x', device: 'eth0' },
+        ],
+        [
+          opaque('FromClaim', timeSlice('Short'), ['a']),
+          opaque('FromClass', timeSlice('Long')),
+          { source: 'FromClaim', opaque: { driver: 'nic.example.com', parameters: { mtu: 9000 } } },
+          opaque('FromClass', mps({ defaultActiveThreadPercentage: 20 }, 'MigDeviceConfig')),
+        ],
+      ),
+    ),
+    {
+      devices: [
+        {
+          device: 'gpu-0',
+          pool: 'n',
+          requests: ['a'],
+          shared: 'shareID',
+          shareId: 's-1',
+          consumedCapacity: { memory: '10Gi' },
+          sharing: { strategy: 'TimeSlicing', interval: 'Short' },
+        },
+        { device: 'gpu-3', pool: 'n', requests: ['b'], sharing: { strategy: 'TimeSlicing', interval: 'Long' } },
+        {
+          device: 'gpu-3-mig-1g10gb-19-0',
+          pool: 'n',
+          requests: ['m'],
+          sharing: { strategy: 'MPS', defaultActiveThreadPercentage: 20 },
+        },
+      ],
+    },
+  );
+  // Two shares of one device are two entries, each with its own shareID; results without one still merge.
+  const shares = verdict(
+    claimJson([
+      result('a', 'gpu-0', { shareID: 's-1', consumedCapacity: { memory: '4Gi' } }),
+      result('b', 'gpu-0', { shareID: 's-2', consumedCapacity: { memory: '8Gi' } }),
+      result('c', 'gpu-3'),
+      result('d', 'gpu-3'),
+    ]),
+  );
+  assert.ok('devices' in shares);
+  assert.deepEqual(
+    shares.devices.map((d) => [d.device, d.requests, d.shareId, d.consumedCapacity?.memory, d.shared]),
+    [
+      ['gpu-0', ['a'], 's-1', '4Gi', 'shareID'],
+      ['gpu-0', ['b'], 's-2', '8Gi', 'shareID'],
+      ['gpu-3', ['c', 'd'], undefined, undefined, undefined],
+    ],
+  );
+});
+
+test('allocatedDevices refuses a claim whose configuration is wrong, naming the field', () => {
+  assert.equal(
+    refusal(
+      withConfig(
+        [result('r', 'gpu-0')],
+        [opaque('FromClass', timeSlice('Long')), opaque('FromClaim', mps({ defaultActiveThreadPercentage: 150 }))],
+      ),
+    ),
+    'ResourceClaim ns/c (uid u-1): status.allocation.devices.config[1].opaque.parameters.sharing.mpsConfig.' +
+      "defaultActiveThreadPercentage: 150 is not within 0..100 (the percentage of the GPU's threads a client may use)",
+  );
+  assert.match(
+    refusal(withConfig([result('r', 'gpu-0')], [opaque('FromClaim', { apiVersion: API, kind: 'VfioDeviceConfig' })])),
+    /config\[0\]\.opaque\.parameters\.kind: "VfioDeviceConfig" is not supported by this driver/,
+  );
+  assert.match(
+    refusal(withConfig([result('m', 'gpu-3-mig-1g10gb-19-0')], [opaque('FromClaim', timeSlice('Short'), ['m'])])),
+    /a GpuConfig names request m, whose device gpu-3-mig-1g10gb-19-0 is a MIG device/,
+  );
+  assert.match(
+    refusal(claimJson([result('r', 'gpu-0', { shareID: 's', consumedCapacity: { memory: 10 } })])),
+    /results\[0\]\.consumedCapacity is not a map of quantities \(strings\)/,
+  );
+  // Two requests of one device that resolve to different sharings.
+  assert.equal(
+    refusal(
+      withConfig(
+        [result('a', 'gpu-0'), result('b', 'gpu-0')],
+        [opaque('FromClaim', timeSlice('Short'), ['a']), opaque('FromClaim', timeSlice('Long'), ['b'])],
+      ),
+    ),
+    'ResourceClaim ns/c (uid u-1): device gpu-0 is configured two ways: request a with TimeSlicing ' +
+      '{"interval":"Short"} (status.allocation.devices.config[0]), request b with TimeSlicing {"interval":"Long"} ' +
+      "(status.allocation.devices.config[1]); the configurations that apply to one device's requests must agree",
+  );
+  assert.match(
+    refusal(withConfig([result('a', 'gpu-0'), result('b', 'gpu-0')], [opaque('FromClaim', timeSlice('Short'), ['a'])])),
+    new RegExp(
+      String.raw`request a with TimeSlicing \{"interval":"Short"\} \(status\.allocation\.devices\.config\[0\]\), ` +
+        'request b with no sharing;',
+    ),
+  );
+  // The same sharing from two configs is one sharing.
+  const same = verdict(
+    withConfig(
+      [result('a', 'gpu-0'), result('b', 'gpu-0')],
+      [opaque('FromClaim', timeSlice('Short'), ['a']), opaque('FromClaim', timeSlice('Short'), ['b'])],
+    ),
+  );
+  assert.ok('devices' in same && same.devices[0]?.sharing?.strategy === 'TimeSlicing');
+});
+
+test("allocatedDevices: an MPS per-device limit names one of the configuration's devices by UUID or index", () => {
+  const limits = (keys: Record<string, string>): unknown =>
+    withConfig(
+      [result('r', 'gpu-0'), result('r', 'gpu-3')],
+      [opaque('FromClaim', mps({ defaultPerDevicePinnedMemoryLimit: keys }))],
+    );
+  const ok = verdict(limits({ 'GPU-b': '1Gi', 0: '2Gi' }));
+  assert.ok('devices' in ok, JSON.stringify(ok));
+  assert.deepEqual(ok.devices[0]?.sharing, {
+    strategy: 'MPS',
+    defaultPerDevicePinnedMemoryLimit: { 0: 2 * 1024 ** 3, 'GPU-b': 1024 ** 3 },
+  });
+  assert.equal(
+    refusal(limits({ 'GPU-z': '1Gi' })),
+    'ResourceClaim ns/c (uid u-1): status.allocation.devices.config[0].opaque.parameters.sharing.mpsConfig.' +
+      'defaultPerDevicePinnedMemoryLimit["GPU-z"]: names no device of the configuration (GPU-a, GPU-b); ' +
+      'a key is one of their UUIDs or an index 0..1 into them sorted',
+  );
+  assert.match(refusal(limits({ 2: '1Gi' })), /defaultPerDevicePinnedMemoryLimit\["2"\]: names no device/);
+  // A MIG device is keyed by its own UUID.
+  const mig = verdict(
+    withConfig(
+      [result('m', 'gpu-3-mig-1g10gb-19-0')],
+      [opaque('FromClaim', mps({ defaultPerDevicePinnedMemoryLimit: { 'MIG-x': '1Gi' } }, 'MigDeviceConfig'))],
+    ),
+  );
+  assert.ok('devices' in mig, JSON.stringify(mig));
+});
+
 const spec = (path: string, names: [string, string[]][]): CdiSpec => ({
   path,
   kind: 'nvidia.com/gpu',
@@ -239,6 +414,60 @@ test('checkpoint: round trip; a damaged file is refused naming what is wrong; an
   assert.deepEqual(checkpointForBoot(c, 'b1'), { checkpoint: c, voided: 0 });
   assert.deepEqual(checkpointForBoot(c, 'b2'), { checkpoint: { bootId: 'b2', claims: {} }, voided: 2 });
   assert.deepEqual(checkpointForBoot(null, 'b2'), { checkpoint: { bootId: 'b2', claims: {} }, voided: 0 });
+});
+
+test('checkpoint: a device keeps its shareID, consumed capacity and sharing; each is checked when read', () => {
+  const shared: Checkpoint = {
+    bootId: 'b1',
+    claims: {
+      'u-1': {
+        state: 'PrepareCompleted',
+        namespace: 'ns',
+        name: 'c',
+        devices: [
+          {
+            requests: ['r'],
+            pool: 'n',
+            device: 'gpu-0',
+            cdiDeviceIds: ['nvidia.com/gpu=0'],
+            shared: 'shareID',
+            shareId: 's-1',
+            consumedCapacity: { memory: '10Gi' },
+            sharing: { strategy: 'MPS', defaultActiveThreadPercentage: 50, defaultPinnedDeviceMemoryLimit: 1048576 },
+          },
+          {
+            requests: ['t'],
+            pool: 'n',
+            device: 'gpu-1',
+            cdiDeviceIds: ['nvidia.com/gpu=1'],
+            sharing: { strategy: 'TimeSlicing', interval: 'Long' },
+          },
+        ],
+      },
+    },
+  };
+  assert.deepEqual(parseCheckpoint(serializeCheckpoint(shared)), shared);
+  const v = '"version":"gpu-device-plugin.dra/v1"';
+  const withDevice = (extra: string): string =>
+    `{${v},"bootId":"b","claims":{"u":{"state":"PrepareCompleted","namespace":"a","name":"b","devices":[` +
+    `{"requests":["r"],"pool":"n","device":"gpu-0","cdiDeviceIds":[]${extra}}]}}}`;
+  // A record written before these fields existed still reads.
+  assert.deepEqual(parseCheckpoint(withDevice('')).claims.u?.devices, [
+    { requests: ['r'], pool: 'n', device: 'gpu-0', cdiDeviceIds: [] },
+  ]);
+  assert.throws(() => parseCheckpoint(withDevice(',"shareId":7')), /claim u: device gpu-0: shareId is not a string/);
+  assert.throws(
+    () => parseCheckpoint(withDevice(',"consumedCapacity":{"memory":10}')),
+    /claim u: device gpu-0: consumedCapacity is not a map of quantities/,
+  );
+  assert.throws(
+    () => parseCheckpoint(withDevice(',"sharing":{"strategy":"TimeSlicing","interval":"Eternal"}')),
+    /claim u: device gpu-0: sharing interval "Eternal" is not Default, Short, Medium, Long/,
+  );
+  assert.throws(
+    () => parseCheckpoint(withDevice(',"shared":"yes"')),
+    /claim u: device gpu-0: shared is neither adminAccess nor shareID/,
+  );
 });
 
 test(

@@ -252,6 +252,11 @@ test('a kubelet that speaks only v1beta1 gets v1beta1, and prepares through it',
       ],
       error: '',
     });
+    // v1beta1 has no share_id: a share is answered without it.
+    const share = t.claim('share', [{ ...result('gpu-0'), shareID: 'aaaaaaaa-0000-4000-8000-000000000003' }]);
+    const shared = await t.watcher.client(DRIVER).prepare([share]);
+    assert.equal(shared.claims[share.uid]!.error, '');
+    assert.equal(shared.claims[share.uid]!.devices[0]!.share_id, undefined);
   } finally {
     await t.done();
   }
@@ -524,6 +529,11 @@ test(
       const shared = await client.prepare([shareA, shareB]);
       assert.equal(shared.claims[shareA.uid]!.error, '');
       assert.equal(shared.claims[shareB.uid]!.error, '');
+      // Each share is answered with its shareID (v1) and recorded with it.
+      assert.equal(shared.claims[shareA.uid]!.devices[0]!.share_id, 'aaaaaaaa-0000-4000-8000-000000000001');
+      assert.equal(shared.claims[shareB.uid]!.devices[0]!.share_id, 'aaaaaaaa-0000-4000-8000-000000000002');
+      const recorded = checkpointOf(t).claims[shareB.uid]!.devices[0] as { shareId?: string };
+      assert.equal(recorded.shareId, 'aaaaaaaa-0000-4000-8000-000000000002');
       // An exclusive claim of a device prepared as shared elsewhere is refused too.
       const exclusive = t.claim('exclusive', [result('gpu-1')]);
       assert.match(
@@ -534,6 +544,62 @@ test(
       await client.unprepare([first]);
       const later = await client.prepare([second]);
       assert.equal(later.claims[second.uid]!.error, '');
+    } finally {
+      await t.done();
+    }
+  },
+);
+
+test(
+  "prepare reads NVIDIA's GpuConfig from the allocation: the device keeps its sharing; a bad one refuses " +
+    'the claim naming the field',
+  async () => {
+    const t = await setup();
+    try {
+      const client = t.watcher.client(DRIVER);
+      const withConfig = (name: string, interval: string): Claim => {
+        const stored = t.api.putClaim({
+          namespace: 'team-a',
+          name,
+          status: {
+            allocation: {
+              devices: {
+                results: [result('gpu-0')],
+                config: [
+                  {
+                    source: 'FromClaim',
+                    requests: ['gpu'],
+                    opaque: {
+                      driver: DRIVER,
+                      parameters: {
+                        apiVersion: 'resource.nvidia.com/v1beta1',
+                        kind: 'GpuConfig',
+                        sharing: { strategy: 'TimeSlicing', timeSlicingConfig: { interval } },
+                      },
+                    },
+                  },
+                ],
+              },
+            },
+          },
+        });
+        return { namespace: 'team-a', name, uid: (stored.metadata as { uid: string }).uid };
+      };
+      const bad = withConfig('bad', 'Eternal');
+      const refused = (await client.prepare([bad])).claims[bad.uid]!;
+      assert.deepEqual(refused.devices, []);
+      assert.match(
+        refused.error,
+        new RegExp(
+          String.raw`status\.allocation\.devices\.config\[0\]\.opaque\.parameters\.sharing\.timeSlicingConfig\.` +
+            'interval: "Eternal" is not a time-slice interval; it is Default, Short, Medium or Long',
+        ),
+      );
+      const good = withConfig('good', 'Long');
+      assert.equal((await client.prepare([good])).claims[good.uid]!.error, '');
+      assert.deepEqual(Object.keys(checkpointOf(t).claims), [good.uid], 'a refused claim is not recorded');
+      const recorded = checkpointOf(t).claims[good.uid]!.devices[0] as { sharing?: unknown };
+      assert.deepEqual(recorded.sharing, { strategy: 'TimeSlicing', interval: 'Long' });
     } finally {
       await t.done();
     }

@@ -4,8 +4,9 @@
 // every claim that time-slices a GPU asks the same interval; a GPU no claim time-slices is at Default,
 // which is also where the driver starts it.
 
-/** NVIDIA's GpuConfig time-slice intervals; the same type as core/dra-gpu-config.ts's. */
-export type TimeSliceInterval = 'Default' | 'Short' | 'Medium' | 'Long';
+import type { TimeSliceInterval } from './dra-gpu-config.ts';
+
+export type { TimeSliceInterval };
 
 export const TIME_SLICE_INTERVALS: readonly TimeSliceInterval[] = ['Default', 'Short', 'Medium', 'Long'];
 

@@ -566,7 +566,9 @@ function validateValidRange(dflt: Json, cap: bigint, capacity: Json, range: Json
   }
   const first = min + step;
   if (first > cap) {
-    const sum = canonicalQuantity(`${first}n`) ?? String(first);
+    // Shown in min's format, as the server adds step to a copy of min.
+    const binary = /i$/.test(String(range.min)) && first % (1024n * NANO) === 0n;
+    const sum = canonicalQuantity(binary ? `${first / NANO / 1024n}Ki` : `${first}n`) ?? String(first);
     c.invalid(`${f}.step`, showQ(range.step), `one step ${sum} is larger than capacity value: ${capText}`);
   }
   // The server does this arithmetic on whole numbers that fit an int64, and refuses bounds that do not.

@@ -47,7 +47,7 @@ export const MIG_PROFILES: readonly { readonly gpus: string; readonly profiles: 
   { gpus: 'GB200', profiles: ['1g.23gb', '1g.23gb+me', '1g.47gb', '2g.47gb', '3g.93gb', '4g.93gb', '7g.186gb'] },
 ];
 
-/** The extended resource of a MIG profile, as the mixed strategy names it (`1g.10gb+me` → nvidia.com/mig-1g.10gb.me). */
+/** A MIG profile's extended resource, as the mixed strategy names it (`1g.10gb+me` → nvidia.com/mig-1g.10gb.me). */
 export function migClassResource(profile: string): string {
   return migResourceName(profile);
 }

@@ -700,7 +700,10 @@ function uidProblem(uid: string): string | undefined {
       return 'error validating uid: invalid UUID format';
   }
   if (uid.length !== 36 || uid !== uid.toLowerCase())
-    return 'uid must be in RFC 4122 normalized form, `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` with lowercase hexadecimal characters';
+    return (
+      'uid must be in RFC 4122 normalized form, `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` ' +
+      'with lowercase hexadecimal characters'
+    );
   return undefined;
 }
 
@@ -1558,7 +1561,8 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
     if (!isObject(input)) throw badRequest('the request body must be a DeviceClass JSON object');
     if (input.apiVersion !== undefined && input.apiVersion !== API_VERSION)
       throw badRequest(
-        `the API version in the data (${String(input.apiVersion)}) does not match the expected API version (${API_VERSION})`,
+        `the API version in the data (${String(input.apiVersion)}) does not ` +
+          `match the expected API version (${API_VERSION})`,
       );
     if (input.kind !== undefined && input.kind !== 'DeviceClass')
       throw badRequest(`the kind in the data (${String(input.kind)}) does not match the expected kind (DeviceClass)`);

@@ -607,7 +607,7 @@ const shared = (policy: Json, extra: JsonObject = { allowMultipleAllocations: tr
   gpu('gpu-0', { ...extra, capacity: { memory: { value: '80Gi', requestPolicy: policy } } });
 const POLICY = 'spec.devices[0].capacity[memory].requestPolicy';
 
-test('consumable capacity: a requestPolicy needs allowMultipleAllocations, and its rules are the real ones', async (t) => {
+test('consumable capacity: a requestPolicy needs allowMultipleAllocations; its rules are the real ones', async (t) => {
   const s = await ApiServerStandIn.start();
   t.after(() => s.stop());
   const bad = async (policy: Json, extra?: JsonObject): Promise<string[]> =>
@@ -617,7 +617,8 @@ test('consumable capacity: a requestPolicy needs allowMultipleAllocations, and i
     `${POLICY}: Forbidden: allowMultipleAllocations must be true`,
   ]);
   assert.deepEqual(await bad({ default: '8Gi', validValues: ['8Gi'], validRange: { min: '1Gi' } }), [
-    `${POLICY}: Forbidden: exactly one policy can be specified, cannot specify "validValues" and "validRange" at the same time`,
+    `${POLICY}: Forbidden: exactly one policy can be specified, ` +
+      'cannot specify "validValues" and "validRange" at the same time',
   ]);
   assert.deepEqual(await bad({ validValues: ['8Gi'] }), [
     `${POLICY}.default: Required value: required when validValues is defined`,
@@ -702,7 +703,7 @@ const SHARE = '5f0c2a1e-8d3b-4c6a-9e7f-1a2b3c4d5e6f';
 const opaque = (parameters: Json, driver = 'gpu.nvidia.com'): JsonObject => ({ opaque: { driver, parameters } });
 const GPU_CONFIG = { apiVersion: 'resource.nvidia.com/v1beta1', kind: 'GpuConfig', sharing: { strategy: 'MPS' } };
 
-test("ResourceClaims seeded: the allocation's shareID, consumedCapacity and config are validated as the server does", async (t) => {
+test("seeded ResourceClaims: the allocation's shareID, consumedCapacity and config, as checked", async (t) => {
   const s = await ApiServerStandIn.start();
   t.after(() => s.stop());
   const result = (extra: JsonObject = {}): JsonObject => ({
@@ -754,7 +755,8 @@ test("ResourceClaims seeded: the allocation's shareID, consumedCapacity and conf
       { devices: { requests: [{ name: 'gpu', exactly: { deviceClassName: 'gpu.nvidia.com' } }] } },
     ),
     [
-      `${R}.request: Invalid value: "other": must be the name of a request in the claim or the name of a request and a subrequest separated by '/'`,
+      `${R}.request: Invalid value: "other": must be the name of a request in the claim ` +
+        "or the name of a request and a subrequest separated by '/'",
     ],
   );
   assert.deepEqual(refused({ results: [result()], config: [{ requests: ['gpu'], ...opaque(GPU_CONFIG) }] }), [
@@ -807,7 +809,7 @@ const deviceClass = (name: string, spec: JsonObject): JsonObject => ({
   spec,
 });
 
-test('DeviceClasses: create, get, list, delete; selectors, opaque config and extendedResourceName validated', async (t) => {
+test('DeviceClasses: create, get, list, delete; selectors, config, extendedResourceName validated', async (t) => {
   const s = await ApiServerStandIn.start();
   t.after(() => s.stop());
   const cel = (expression: string): JsonObject => ({ cel: { expression } });

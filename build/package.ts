@@ -59,13 +59,20 @@ export const EXAMPLE_CONFIG = {
   installed: `${DOC_DIR}/examples/config.yaml`,
 } as const;
 /**
- * Dynamic Resource Allocation: the RBAC, admission policy, DeviceClass and credential steps an
+ * Dynamic Resource Allocation: the RBAC, admission policy, DeviceClasses and credential steps an
  * operator applies (documentation, small, uncompressed so they can be applied as they are), and the unit
  * drop-in a node switched to DRA links in. The drop-in is not under /usr/share/doc, which minimal
  * installs leave out (Debian policy: nothing may need /usr/share/doc to work).
  */
 export const DRA_DOCS = {
-  sources: ['README.md', 'rbac.yaml', 'admission-policy.yaml', 'deviceclass.yaml'].map((name) => ({
+  sources: [
+    'README.md',
+    'rbac.yaml',
+    'admission-policy.yaml',
+    'deviceclass.yaml',
+    'deviceclasses-mig.yaml',
+    'deviceclasses-sharing.yaml',
+  ].map((name) => ({
     source: join(ROOT, 'packaging', 'dra', name),
     installed: `${DOC_DIR}/dra/${name}`,
   })),

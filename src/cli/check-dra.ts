@@ -1,6 +1,7 @@
 // `check`'s lines for DRA mode, instead of the kubelet lines: what DRA needs on this node, run in order — the
 // kubeconfig (check-kubeconfig.ts), the API server reachable from the unit's sandbox and over TCP, the kubelet's
-// plugin directories writable, the NVIDIA Container Toolkit's CDI spec naming the GPUs (check-toolkit-cdi.ts).
+// plugin directories writable, the NVIDIA Container Toolkit's CDI spec naming the GPUs (check-toolkit-cdi.ts), the
+// cluster's DeviceClasses for the devices this node publishes (check-dra-classes.ts).
 // check.ts runs them; the judging of the sandbox is sandbox.ts's.
 import { connect } from 'node:net';
 import { stat } from 'node:fs/promises';
@@ -10,7 +11,9 @@ import type { CheckLine } from './check-report.ts';
 import type { UnitRead } from './host-view.ts';
 import { kubeconfigCheck } from './check-kubeconfig.ts';
 import type { KubeconfigSummary } from './check-kubeconfig.ts';
+import type { ClassCheckDeps } from './check-dra-classes.ts';
 import { toolkitCdiCheck } from './check-toolkit-cdi.ts';
+import { draClassesCheck } from './check-dra-classes.ts';
 import { LINK_DROPIN } from './dra-install.ts';
 import type { NodeReport } from './inspect.ts';
 import type { Options } from '../config/options.ts';
@@ -32,6 +35,8 @@ export interface DraCheckDeps {
   readonly writable: WritableCheck;
   /** Whether a TCP connection to host:port opens within the time (default: net.connect, 2 s). */
   readonly tcpProbe?: (host: string, port: number) => Promise<string | null>;
+  /** How the cluster's DeviceClasses are listed (default: with the kubeconfig's credentials). */
+  readonly classes?: ClassCheckDeps;
 }
 
 function probe(host: string, port: number): Promise<string | null> {
@@ -75,6 +80,9 @@ export async function draChecks(
     await driverDirectoryCheck(join(o.kubeletPluginsDir, o.draDriverName), unit, isRoot, deps.writable, dropin),
   );
   lines.push(await toolkitCdiCheck(env, report));
+  lines.push(
+    ...(await draClassesCheck(o.kubeconfig, kc.summary !== null, report, o.migStrategy, o.draDriverName, deps.classes)),
+  );
   return lines;
 }
 

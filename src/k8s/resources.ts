@@ -1,6 +1,7 @@
 // The REST paths the DRA driver uses, typed to the fields it reads or writes: ResourceSlices
 // (resource.k8s.io/v1: list by node and driver, create, update, delete), a ResourceClaim get, a Node
-// get, and the start-time access check (SelfSubjectAccessReview, authorization.k8s.io/v1).
+// get, the DeviceClass list `check` reads, and the start-time access check (SelfSubjectAccessReview,
+// authorization.k8s.io/v1).
 import type { KubeClient } from './client.ts';
 import { KubeApiError } from './client.ts';
 
@@ -97,6 +98,19 @@ export function getResourceClaim(c: KubeClient, namespace: string, name: string)
     'GET',
     `${RESOURCE_API}/namespaces/${encodeURIComponent(namespace)}/resourceclaims/${encodeURIComponent(name)}`,
   );
+}
+
+export interface DeviceClassObject {
+  readonly metadata: ObjectMeta;
+  readonly spec?: { readonly extendedResourceName?: string; readonly selectors?: readonly unknown[] };
+}
+
+/** Every DeviceClass of the cluster (cluster-scoped; `check` compares them with what the node publishes). */
+export async function listDeviceClasses(c: KubeClient, timeoutMs?: number): Promise<DeviceClassObject[]> {
+  const list = await c.request<List<DeviceClassObject>>('GET', `${RESOURCE_API}/deviceclasses`, {
+    ...(timeoutMs === undefined ? {} : { timeoutMs }),
+  });
+  return [...(list?.items ?? [])];
 }
 
 /** One permission the driver needs. */

@@ -8,6 +8,10 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildFakeNvml } from '../fake-nvml/build.ts';
+import { loadYaml } from '../../src/config/config.ts';
+import { ApiServerStandIn } from '../support/apiserver.ts';
+import type { JsonObject } from '../support/apiserver.ts';
+import { tokenKubeconfig } from '../support/dra-fixtures.ts';
 import { SimNode, TOPOLOGIES, executable, loadTopology, writeSysfs } from '../support/sim.ts';
 
 interface Run {
@@ -461,7 +465,7 @@ test(
 
 test(
   "check --kubelet-api=dra through the executable: the sandbox's network until the drop-in " +
-    "is linked, the API server over TCP, the toolkit's CDI spec against the GPUs NVML sees",
+    "is linked, the API server over TCP, the toolkit's CDI spec against the GPUs NVML sees, the DeviceClasses",
   async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gdp-check-dra-'));
     const api = createServer((s) => s.destroy());
@@ -562,6 +566,37 @@ test(
       await new Promise<void>((resolve) => api.close(() => resolve()));
       r = await run(args, dir);
       assert.match(line(r.stdout, 'api server'), /^FAIL {2}api server +127\.0\.0\.1:\d+: .*ECONNREFUSED/);
+      // The DeviceClasses cannot be listed then: a note, not a second failure.
+      assert.match(
+        line(r.stdout, 'device classes'),
+        /^INFO {2}device classes +not checked: the API server did not answer: .*ECONNREFUSED/,
+      );
+
+      // Against an API server that answers: the class whole GPUs need, lacking, then there.
+      const stand = await ApiServerStandIn.start();
+      try {
+        writeFileSync(kc, tokenKubeconfig(stand.url, 'abc'));
+        chmodSync(kc, 0o600);
+        r = await run(args, dir);
+        assert.match(
+          line(r.stdout, 'device classes'),
+          new RegExp(
+            '^WARN {2}device classes +the cluster lacks DeviceClass gpu\\.nvidia\\.com \\(for 8 whole GPUs\\): ' +
+              'pods asking nvidia\\.com/gpu are not served through DRA on this node — fix: kubectl apply ' +
+              '-f /usr/share/doc/gpu-device-plugin/dra/deviceclass\\.yaml$',
+          ),
+        );
+        assert.match(line(r.stdout, 'sharing classes'), /^INFO {2}sharing classes +the cluster lacks time-sliced/);
+        const shipped = loadYaml().parse(readFileSync(join(repo, 'packaging', 'dra', 'deviceclass.yaml'), 'utf8'));
+        stand.putDeviceClass(shipped as JsonObject);
+        r = await run(args, dir);
+        assert.match(
+          line(r.stdout, 'device classes'),
+          /^PASS {2}device classes +the cluster has gpu\.nvidia\.com for the devices this node publishes$/,
+        );
+      } finally {
+        await stand.stop();
+      }
 
       // The device-plugin mode's run says what DRA would need.
       r = await run(['check'], dir);

@@ -16,7 +16,18 @@
 // - What the server stores is not what was sent: quantities in canonical form (32768Mi → 32Gi), unknown
 //   fields dropped with a `Warning: 299` header (or 400 with ?fieldValidation=Strict), taints' timeAdded
 //   filled. List items carry no apiVersion/kind, as the real server's do.
-// - ResourceClaims get (namespaced; the test seeds them with putClaim) and Nodes get (putNode).
+// - Consumable capacity (KEP-5075): a device's allowMultipleAllocations, and a capacity's requestPolicy
+//   (only with it; default required with validValues or validRange and inside them, validValues sorted,
+//   unique, at most 10, none above the capacity; validRange min ≤ default ≤ max ≤ capacity, step > 0
+//   with default and max whole steps from min), its quantities canonical.
+// - DeviceClasses: create, get, list, delete (putDeviceClass seeds one); selectors' cel.expression
+//   present and ≤ 10 KiB, config[].opaque (driver, parameters a JSON object ≤ 10 KiB), and
+//   extendedResourceName a valid extended resource name (not in kubernetes.io; unique across classes
+//   it need not be: the newest class serves a name).
+// - ResourceClaims get (namespaced; the test seeds them with putClaim, which validates the allocation
+//   as a status update is: request references, driver/pool/device, shareID a normalised UID,
+//   consumedCapacity quantities (canonical), config[] source FromClass|FromClaim, requests, opaque)
+//   and Nodes get (putNode).
 // - SelfSubjectAccessReviews (authorization.k8s.io/v1, create): allowed or not by the token's grant,
 //   as the real server answers from RBAC; every authenticated user may create one.
 // - Errors as Kubernetes Status JSON: NotFound 404, AlreadyExists / Conflict 409, Invalid 422,
@@ -26,8 +37,8 @@
 // - down() closes the listener and every connection (clients get connection refused); up() listens
 //   again on the same address, with the same objects.
 // Not modelled: watch (→ 405 with a Status saying so), PATCH and server-side apply (→ 405), admission
-// (ValidatingAdmissionPolicy, the node authorizer), quotas, DeviceClasses, ResourceClaim writes, TLS,
-// API discovery, managedFields, finalizers and graceful deletion, CEL; the contents of nodeSelector,
+// (ValidatingAdmissionPolicy, the node authorizer), quotas, DeviceClass updates, ResourceClaim writes, TLS,
+// API discovery, managedFields, finalizers and graceful deletion, CEL compilation; the contents of nodeSelector,
 // sharedCounters / consumesCounters and per-device node selection are stored but not validated.
 import { EventEmitter } from 'node:events';
 import { randomUUID } from 'node:crypto';
@@ -159,28 +170,13 @@ const BINARY_SUFFIX = new Map(Object.entries(BINARY).map(([k, v]) => [v, k]));
  * (the real server rounds them up).
  */
 export function canonicalQuantity(q: string): string | undefined {
-  const m = QUANTITY.exec(q);
-  if (m === null) return undefined;
-  const [, sign = '', digits = '', suffix = ''] = m;
-  const [whole = '', frac = ''] = digits.split('.');
-  let exp10 = 0;
-  let exp2 = 0;
-  if (suffix in BINARY) exp2 = BINARY[suffix] ?? 0;
-  else if (suffix in DECIMAL) exp10 = DECIMAL[suffix] ?? 0;
-  else if (suffix !== '') exp10 = Number(suffix.slice(1));
-  // The value in nano-units, exactly.
-  let nanos = BigInt((whole || '0') + frac) * 2n ** BigInt(exp2);
-  const shift = exp10 + 9 - frac.length;
-  if (shift >= 0) nanos *= 10n ** BigInt(shift);
-  else {
-    const div = 10n ** BigInt(-shift);
-    if (nanos % div !== 0n) return undefined;
-    nanos /= div;
-  }
-  const neg = sign === '-' && nanos !== 0n;
-  const abs = nanos;
+  const parsed = parseQuantity(q);
+  if (parsed === undefined) return undefined;
+  const { nanos, binary, exponentForm } = parsed;
+  const neg = nanos < 0n;
+  const abs = neg ? -nanos : nanos;
   const out = (s: string): string => (neg ? `-${s}` : s);
-  if (exp2 > 0 && abs % 1_000_000_000n === 0n) {
+  if (binary && abs % 1_000_000_000n === 0n) {
     const bytes = abs / 1_000_000_000n;
     if (bytes >= 1024n) {
       let e = 60;
@@ -192,9 +188,35 @@ export function canonicalQuantity(q: string): string | undefined {
   let e = 18;
   while (e > -9 && abs % 10n ** BigInt(e + 9) !== 0n) e -= 3;
   // An exponent-written quantity keeps that notation (1e3 stays 1e3, 1.5e3 reads 1500).
-  const exponentForm = /^[eE]/.test(suffix);
   const unit = exponentForm ? (e === 0 ? '' : `e${e}`) : (DECIMAL_SUFFIX.get(e) ?? '');
   return out(`${abs / 10n ** BigInt(e + 9)}${unit}`);
+}
+
+/** A quantity's exact value in nano-units (signed), how it was written, or undefined if it is no quantity. */
+function parseQuantity(q: string): { nanos: bigint; binary: boolean; exponentForm: boolean } | undefined {
+  const m = QUANTITY.exec(q);
+  if (m === null) return undefined;
+  const [, sign = '', digits = '', suffix = ''] = m;
+  const [whole = '', frac = ''] = digits.split('.');
+  let exp10 = 0;
+  let exp2 = 0;
+  if (suffix in BINARY) exp2 = BINARY[suffix] ?? 0;
+  else if (suffix in DECIMAL) exp10 = DECIMAL[suffix] ?? 0;
+  else if (suffix !== '') exp10 = Number(suffix.slice(1));
+  let nanos = BigInt((whole || '0') + frac) * 2n ** BigInt(exp2);
+  const shift = exp10 + 9 - frac.length;
+  if (shift >= 0) nanos *= 10n ** BigInt(shift);
+  else {
+    const div = 10n ** BigInt(-shift);
+    if (nanos % div !== 0n) return undefined;
+    nanos /= div;
+  }
+  return { nanos: sign === '-' ? -nanos : nanos, binary: exp2 > 0, exponentForm: /^[eE]/.test(suffix) };
+}
+
+/** A quantity's value in nano-units, for comparing two quantities exactly; undefined if it is no quantity. */
+export function quantityNanos(q: Json | undefined): bigint | undefined {
+  return typeof q === 'string' || typeof q === 'number' ? parseQuantity(String(q))?.nanos : undefined;
 }
 
 // ---- Status objects ----
@@ -223,7 +245,8 @@ function status(code: number, reason: string, message: string, details?: Status[
   };
 }
 
-class HttpError extends Error {
+/** An answer other than success: the Status the server sends. */
+export class HttpError extends Error {
   readonly status: Status;
   constructor(s: Status) {
     super(s.message);
@@ -413,12 +436,20 @@ function validateDevice(d: Json, at: string, seen: Set<string>, c: Causes): void
       validateAttributeValue(v, f, c);
     }
   }
+  const multi = d.allowMultipleAllocations;
+  if (multi !== undefined && multi !== null && typeof multi !== 'boolean')
+    c.invalid(`${at}.allowMultipleAllocations`, multi, 'must be a boolean');
   if (isObject(caps)) {
     for (const [k, v] of Object.entries(caps)) {
       const f = `${at}.capacity[${k}]`;
       const bad = qualifiedNameProblem(k);
       if (bad !== undefined) c.typeInvalid(f, k, bad);
       if (!isObject(v) || v.value === undefined || v.value === null) c.required(`${f}.value`);
+      else if (v.requestPolicy !== undefined && v.requestPolicy !== null) {
+        // Only a device that may be allocated more than once has consumable capacity.
+        if (multi !== true) c.forbidden(`${f}.requestPolicy`, 'allowMultipleAllocations must be true');
+        else validateRequestPolicy(v.value, v.requestPolicy, `${f}.requestPolicy`, c);
+      }
     }
   }
   const taints = d.taints;
@@ -428,6 +459,145 @@ function validateDevice(d: Json, at: string, seen: Set<string>, c: Causes): void
       if (taints.length > LIMITS.taintsPerDevice) c.tooMany(`${at}.taints`, taints.length, LIMITS.taintsPerDevice);
       for (const [j, t] of taints.entries()) validateTaint(t, `${at}.taints[${j}]`, c);
     }
+  }
+}
+
+// ---- consumable capacity (KEP-5075): a capacity's requestPolicy ----
+
+/** At most this many validValues in a requestPolicy (CapacityRequestPolicyDiscreteMaxOptions). */
+export const REQUEST_POLICY_MAX_VALUES = 10;
+const MAX_INT64 = 9223372036854775807n;
+const NANO = 1_000_000_000n;
+
+/** Quantity.Value(): the quantity as a whole number, rounded up (away from zero). */
+function ceilValue(nanos: bigint): bigint {
+  const whole = nanos / NANO;
+  return nanos % NANO === 0n || nanos < 0n ? whole : whole + 1n;
+}
+
+/** A quantity as the server prints it (its canonical form). */
+function showQ(q: Json | undefined): string {
+  return typeof q === 'string' || typeof q === 'number' ? (canonicalQuantity(String(q)) ?? String(q)) : show(q);
+}
+
+/**
+ * A capacity's requestPolicy, by the rules of validateRequestPolicy in pkg/apis/resource/validation: at
+ * most one of validValues and validRange; with either, a default, inside them; validValues sorted,
+ * unique, at most 10 and none above the capacity; validRange's min ≤ default ≤ max ≤ capacity, a
+ * step > 0 whose first step fits in the capacity and of which default and max are multiples from min.
+ */
+function validateRequestPolicy(capacity: Json, policy: Json, f: string, c: Causes): void {
+  if (!isObject(policy)) {
+    c.invalid(f, policy, 'must be an object');
+    return;
+  }
+  const cap = quantityNanos(capacity);
+  const values = policy.validValues;
+  const range = policy.validRange;
+  const hasValues = Array.isArray(values) && values.length > 0;
+  const hasRange = range !== undefined && range !== null;
+  if (hasValues && hasRange) {
+    c.forbidden(
+      f,
+      'exactly one policy can be specified, cannot specify "validValues" and "validRange" at the same time',
+    );
+    return;
+  }
+  if (cap === undefined) return;
+  const dflt = policy.default;
+  if (hasValues) {
+    if (dflt === undefined || dflt === null) c.required(`${f}.default`, 'required when validValues is defined');
+    else validateValidValues(dflt, cap, capacity, values, `${f}.validValues`, c);
+  } else if (hasRange) {
+    if (dflt === undefined || dflt === null) c.required(`${f}.default`, 'required when validRange is defined');
+    else if (!isObject(range)) c.invalid(`${f}.validRange`, range, 'must be an object');
+    else validateValidRange(dflt, cap, capacity, range, `${f}.validRange`, c);
+  }
+}
+
+function validateValidValues(dflt: Json, cap: bigint, capacity: Json, values: Json[], f: string, c: Causes): void {
+  const n = values.map((v) => quantityNanos(v) ?? 0n);
+  for (let i = 0; i + 1 < n.length; i++) {
+    if ((n[i] ?? 0n) > (n[i + 1] ?? 0n))
+      c.invalid(`${f}[${i + 1}]`, showQ(values[i + 1]), 'values must be sorted in ascending order');
+  }
+  const d = quantityNanos(dflt);
+  let foundDefault = false;
+  if (values.length > REQUEST_POLICY_MAX_VALUES) c.tooMany(f, values.length, REQUEST_POLICY_MAX_VALUES);
+  else {
+    const seen = new Set<string>();
+    n.forEach((v, i) => {
+      if (v > cap)
+        c.invalid(`${f}[${i}]`, showQ(values[i]), `option is larger than capacity value: ${showQ(capacity)}`);
+      if (v === d) foundDefault = true;
+    });
+    n.forEach((v, i) => {
+      // Unique by their whole-number value, as the server keys them.
+      const key = String(ceilValue(v));
+      if (seen.has(key)) c.duplicate(`${f}[${i}]`, key);
+      else seen.add(key);
+    });
+  }
+  if (!foundDefault) c.invalid(f, showQ(dflt), 'default value is not valid according to the requestPolicy');
+}
+
+function validateValidRange(dflt: Json, cap: bigint, capacity: Json, range: JsonObject, f: string, c: Causes): void {
+  const capText = showQ(capacity);
+  const q = (v: Json | undefined): bigint | undefined => (v === undefined || v === null ? undefined : quantityNanos(v));
+  const min = q(range.min);
+  if (min === undefined) {
+    c.required(`${f}.min`, 'required when validRange is defined');
+    return;
+  }
+  const d = q(dflt) ?? 0n;
+  const max = q(range.max);
+  const step = q(range.step);
+  if (min > cap) c.invalid(`${f}.min`, showQ(range.min), `min is larger than capacity value: ${capText}`);
+  if (d < min) c.invalid(`${f}.default`, showQ(dflt), `default is less than min: ${showQ(range.min)}`);
+  if (max !== undefined) {
+    if (min > max) c.invalid(`${f}.max`, showQ(range.min), `min is larger than max: ${showQ(range.max)}`);
+    if (max > cap) c.invalid(`${f}.max`, showQ(range.max), `max is larger than capacity value: ${capText}`);
+    if (d > max) c.invalid(`${f}.default`, showQ(dflt), `default is more than max: ${showQ(range.max)}`);
+  }
+  if (step === undefined) return;
+  if (step <= 0n) {
+    c.invalid(`${f}.step`, showQ(range.step), 'must be greater than zero');
+    return;
+  }
+  const first = min + step;
+  if (first > cap) {
+    // Shown in min's format, as the server adds step to a copy of min.
+    const binary = /i$/.test(String(range.min)) && first % (1024n * NANO) === 0n;
+    const sum = canonicalQuantity(binary ? `${first / NANO / 1024n}Ki` : `${first}n`) ?? String(first);
+    c.invalid(`${f}.step`, showQ(range.step), `one step ${sum} is larger than capacity value: ${capText}`);
+  }
+  // The server does this arithmetic on whole numbers that fit an int64, and refuses bounds that do not.
+  let unsafe = false;
+  for (const [name, v, raw] of [
+    ['default', d, dflt],
+    ['min', min, range.min],
+    ['max', max, range.max],
+    ['step', step, range.step],
+  ] as const) {
+    if (v === undefined) continue;
+    if (v < 0n) c.invalid(`${f}.${name}`, showQ(raw), 'must be greater than or equal to 0');
+    else if (v > MAX_INT64 * NANO) c.invalid(`${f}.${name}`, showQ(raw), 'must not be larger than 9223372036854775807');
+    else continue;
+    unsafe = true;
+  }
+  if (unsafe) return;
+  const stepInt = ceilValue(step);
+  const minInt = ceilValue(min);
+  for (const [v, raw] of [
+    [d, dflt],
+    [max, range.max],
+  ] as const) {
+    if (v === undefined || (ceilValue(v) - minInt) % stepInt === 0n) continue;
+    c.invalid(
+      `${f}.step`,
+      showQ(raw),
+      `value is not a multiple of a given step (${showQ(range.step)}) from (${showQ(range.min)})`,
+    );
   }
 }
 
@@ -494,6 +664,255 @@ function validateTaint(t: Json, f: string, c: Causes): void {
   else if (!effects.includes(effect)) c.notSupported(`${f}.effect`, effect, effects);
 }
 
+// ---- ResourceClaim status: the allocation a driver reads ----
+
+/** Limits from resource/v1 types.go for claims and classes. */
+export const CLAIM_LIMITS = {
+  /** AllocationResultsMaxSize, also DeviceRequestsMaxSize. */
+  results: 32,
+  requests: 32,
+  /** DeviceConfigMaxSize; an allocation holds class and claim configs, twice as many. */
+  config: 32,
+  /** OpaqueParametersMaxLength, bytes of raw JSON. */
+  opaqueParameters: 10 * 1024,
+  /** DeviceSelectorsMaxSize. */
+  selectors: 32,
+  /** CELSelectorExpressionMaxLength. */
+  celExpression: 10 * 1024,
+} as const;
+
+const HEX = /^[0-9a-fA-F]+$/;
+
+/** What google/uuid's Validate says of a UID, then the API server's demand for the normalised form. */
+function uidProblem(uid: string): string | undefined {
+  let s = uid;
+  if (s.length === 45) {
+    if (s.slice(0, 9).toLowerCase() !== 'urn:uuid:')
+      return `error validating uid: invalid urn prefix: "${s.slice(0, 9)}"`;
+    s = s.slice(9);
+  } else if (s.length === 38) s = s.slice(1, 37);
+  else if (s.length === 32) {
+    if (!HEX.test(s)) return 'error validating uid: invalid UUID format';
+  } else if (s.length !== 36) return `error validating uid: invalid UUID length: ${uid.length}`;
+  if (s.length === 36) {
+    const dashes = [8, 13, 18, 23].every((i) => s[i] === '-');
+    if (!dashes || !HEX.test(s.replace(/-/g, '')) || s.replace(/-/g, '').length !== 32)
+      return 'error validating uid: invalid UUID format';
+  }
+  if (uid.length !== 36 || uid !== uid.toLowerCase())
+    return (
+      'uid must be in RFC 4122 normalized form, `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` ' +
+      'with lowercase hexadecimal characters'
+    );
+  return undefined;
+}
+
+/** A driver name as the server checks it where it validates a CSI driver's: ≤ 63, a DNS subdomain in lower case. */
+function validateDriverName(v: Json | undefined, f: string, c: Causes): void {
+  if (typeof v !== 'string' || v === '') c.required(f);
+  else if (v.length > LIMITS.driverNameLength) c.tooLong(f, LIMITS.driverNameLength);
+  else if (!DNS_SUBDOMAIN.test(v.toLowerCase())) c.invalid(f, v, DNS_SUBDOMAIN_MSG);
+}
+
+/** `{opaque: {driver, parameters}}`: a driver name and a JSON object of at most 10 KiB. */
+function validateDeviceConfiguration(config: JsonObject, f: string, c: Causes): void {
+  const opaque = config.opaque;
+  if (!isObject(opaque)) {
+    c.required(`${f}.opaque`);
+    return;
+  }
+  validateDriverName(opaque.driver, `${f}.opaque.driver`, c);
+  const p = opaque.parameters;
+  const at = `${f}.opaque.parameters`;
+  if (p === undefined || p === null) c.required(at);
+  else if (Buffer.byteLength(JSON.stringify(p)) > CLAIM_LIMITS.opaqueParameters)
+    c.tooLong(at, CLAIM_LIMITS.opaqueParameters);
+  else if (!isObject(p)) c.invalid(at, '<value omitted>', 'must be a valid JSON object');
+}
+
+/** The names a claim's requests answer to: `<request>` and `<request>/<subrequest>`. */
+function requestNamesOf(spec: Json | undefined): Set<string> {
+  const names = new Set<string>();
+  const devices = isObject(spec) && isObject(spec.devices) ? spec.devices : {};
+  for (const r of Array.isArray(devices.requests) ? devices.requests : []) {
+    if (!isObject(r) || typeof r.name !== 'string') continue;
+    names.add(r.name);
+    for (const sub of Array.isArray(r.firstAvailable) ? r.firstAvailable : [])
+      if (isObject(sub) && typeof sub.name === 'string') names.add(`${r.name}/${sub.name}`);
+  }
+  return names;
+}
+
+/**
+ * The spec a seeded claim without one is taken to have had: a request (of class gpu.nvidia.com) for
+ * each request name its allocation refers to, so the references check as they would on a real claim.
+ */
+function specFor(status: JsonObject | undefined): JsonObject {
+  const alloc = isObject(status?.allocation) && isObject(status.allocation.devices) ? status.allocation.devices : {};
+  const refs: string[] = [];
+  for (const r of Array.isArray(alloc.results) ? alloc.results : []) if (isObject(r)) refs.push(str(r.request) ?? '');
+  for (const cfg of Array.isArray(alloc.config) ? alloc.config : [])
+    if (isObject(cfg) && Array.isArray(cfg.requests)) for (const n of cfg.requests) refs.push(str(n) ?? '');
+  const subs = new Map<string, Set<string>>();
+  for (const ref of refs.filter((r) => r !== '')) {
+    const [main = '', sub] = ref.split('/');
+    const set = subs.get(main) ?? new Set<string>();
+    if (sub !== undefined) set.add(sub);
+    subs.set(main, set);
+  }
+  const exactly = { deviceClassName: 'gpu.nvidia.com' };
+  const requests: Json[] = [...subs].map(([name, s]) =>
+    s.size === 0 ? { name, exactly } : { name, firstAvailable: [...s].map((n) => ({ name: n, ...exactly })) },
+  );
+  return { devices: { requests } };
+}
+
+function validateRequestRef(v: Json | undefined, f: string, names: Set<string>, c: Causes): void {
+  const name = str(v) ?? '';
+  const parts = name.split('/');
+  const why = "must be the name of a request in the claim or the name of a request and a subrequest separated by '/'";
+  if (parts.length > 2) {
+    c.invalid(f, name, why);
+    return;
+  }
+  for (const part of parts) {
+    if (part === '') c.required(f);
+    else if (!isDnsLabel(part)) c.invalid(f, part, DNS_LABEL_MSG);
+  }
+  if (!names.has(name)) c.invalid(f, name, why);
+}
+
+/** status.allocation.devices as validateDeviceAllocationResult checks a new allocation. */
+function validateClaimStatus(status: Json | undefined, names: Set<string>, c: Causes): void {
+  if (!isObject(status) || !isObject(status.allocation)) return;
+  const devices = status.allocation.devices;
+  if (!isObject(devices)) return;
+  const at = 'status.allocation.devices';
+  const results = devices.results ?? [];
+  if (!Array.isArray(results)) c.invalid(`${at}.results`, results, 'must be a list');
+  else if (results.length > CLAIM_LIMITS.results) c.tooMany(`${at}.results`, results.length, CLAIM_LIMITS.results);
+  else for (const [i, r] of results.entries()) validateResult(r, `${at}.results[${i}]`, names, c);
+  const config = devices.config ?? [];
+  const maxConfig = 2 * CLAIM_LIMITS.config;
+  if (!Array.isArray(config)) c.invalid(`${at}.config`, config, 'must be a list');
+  else if (config.length > maxConfig) c.tooMany(`${at}.config`, config.length, maxConfig);
+  else for (const [i, cfg] of config.entries()) validateAllocationConfig(cfg, `${at}.config[${i}]`, names, c);
+}
+
+function validateResult(r: Json, f: string, names: Set<string>, c: Causes): void {
+  if (!isObject(r)) {
+    c.invalid(f, r, 'must be an object');
+    return;
+  }
+  validateRequestRef(r.request, `${f}.request`, names, c);
+  validateDriverName(r.driver, `${f}.driver`, c);
+  const pool = r.pool;
+  if (typeof pool !== 'string' || pool === '') c.required(`${f}.pool`);
+  else if (pool.length > LIMITS.poolNameLength) c.tooLong(`${f}.pool`, LIMITS.poolNameLength);
+  else if (pool.split('/').some((p) => !isDnsSubdomain(p))) c.invalid(`${f}.pool`, pool, DNS_SUBDOMAIN_MSG);
+  const device = r.device;
+  if (typeof device !== 'string' || device === '') c.required(`${f}.device`);
+  else if (!isDnsLabel(device)) c.invalid(`${f}.device`, device, DNS_LABEL_MSG);
+  // A share of a device that allows multiple allocations: a UID. Whether the device allows them is the
+  // scheduler's knowledge; the server does not look.
+  const share = r.shareID;
+  if (share !== undefined && share !== null) {
+    const why = typeof share === 'string' ? uidProblem(share) : 'must be a string';
+    if (why !== undefined) c.invalid(`${f}.shareID`, share, why);
+  }
+}
+
+function validateAllocationConfig(cfg: Json, f: string, names: Set<string>, c: Causes): void {
+  if (!isObject(cfg)) {
+    c.invalid(f, cfg, 'must be an object');
+    return;
+  }
+  const source = cfg.source;
+  const sources = ['FromClaim', 'FromClass'];
+  if (source === undefined || source === null || source === '') c.required(`${f}.source`);
+  else if (typeof source !== 'string' || !sources.includes(source)) c.notSupported(`${f}.source`, source, sources);
+  const requests = cfg.requests ?? [];
+  if (!Array.isArray(requests)) c.invalid(`${f}.requests`, requests, 'must be a list');
+  else if (requests.length > CLAIM_LIMITS.requests) c.tooMany(`${f}.requests`, requests.length, CLAIM_LIMITS.requests);
+  else {
+    const seen = new Set<string>();
+    requests.forEach((n, i) => {
+      validateRequestRef(n, `${f}.requests[${i}]`, names, c);
+      const key = str(n) ?? show(n);
+      if (seen.has(key)) c.duplicate(`${f}.requests[${i}]`, key);
+      seen.add(key);
+    });
+  }
+  validateDeviceConfiguration(cfg, f, c);
+}
+
+/** The claim's consumed capacities in canonical form (a value that is no quantity fails decoding). */
+function normaliseClaimStatus(status: Json | undefined): void {
+  if (!isObject(status) || !isObject(status.allocation) || !isObject(status.allocation.devices)) return;
+  const results = status.allocation.devices.results;
+  for (const r of Array.isArray(results) ? results : []) {
+    if (!isObject(r) || !isObject(r.consumedCapacity)) continue;
+    for (const [k, v] of Object.entries(r.consumedCapacity)) r.consumedCapacity[k] = canonQuantity(v, 'ResourceClaim');
+  }
+}
+
+// ---- DeviceClasses ----
+
+const QUALIFIED_NAME_PART = /^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$/;
+
+/** IsQualifiedName of k8s.io/apimachinery: `[prefix/]name`, a DNS subdomain prefix, a name ≤ 63. */
+function isQualifiedName(s: string): boolean {
+  const parts = s.split('/');
+  if (parts.length > 2) return false;
+  const name = parts.at(-1) ?? '';
+  if (parts.length === 2 && (parts[0] === '' || !isDnsSubdomain(parts[0] ?? ''))) return false;
+  return name.length > 0 && name.length <= 63 && QUALIFIED_NAME_PART.test(name);
+}
+
+/**
+ * IsExtendedResourceName (pkg/apis/core/v1/helper): a name with a domain that is not kubernetes.io's,
+ * not starting `requests.`, that stays a qualified name with `requests.` in front (as quotas name it).
+ */
+export function isExtendedResourceName(name: string): boolean {
+  if (!name.includes('/') || name.includes('kubernetes.io/') || name.startsWith('requests.')) return false;
+  return isQualifiedName(`requests.${name}`);
+}
+
+/** A DeviceClass as ValidateDeviceClass checks it (CEL is not compiled here: an expression must only be there). */
+function validateClassSpec(spec: Json | undefined, c: Causes): void {
+  if (spec === undefined || spec === null) return;
+  if (!isObject(spec)) {
+    c.invalid('spec', spec, 'must be an object');
+    return;
+  }
+  const selectors = spec.selectors ?? [];
+  if (!Array.isArray(selectors)) c.invalid('spec.selectors', selectors, 'must be a list');
+  else if (selectors.length > CLAIM_LIMITS.selectors)
+    c.tooMany('spec.selectors', selectors.length, CLAIM_LIMITS.selectors);
+  else
+    selectors.forEach((sel, i) => {
+      const f = `spec.selectors[${i}]`;
+      if (!isObject(sel) || !isObject(sel.cel)) c.required(`${f}.cel`);
+      else {
+        const expr = sel.cel.expression;
+        if (typeof expr !== 'string' || expr.trim() === '') c.required(`${f}.cel.expression`, 'compilation failed');
+        else if (expr.length > CLAIM_LIMITS.celExpression) c.tooLong(`${f}.cel.expression`, CLAIM_LIMITS.celExpression);
+      }
+    });
+  const config = spec.config ?? [];
+  if (!Array.isArray(config)) c.invalid('spec.config', config, 'must be a list');
+  else if (config.length > CLAIM_LIMITS.config) c.tooMany('spec.config', config.length, CLAIM_LIMITS.config);
+  else
+    config.forEach((cfg, i) => {
+      if (!isObject(cfg)) c.invalid(`spec.config[${i}]`, cfg, 'must be an object');
+      else validateDeviceConfiguration(cfg, `spec.config[${i}]`, c);
+    });
+  // Unique across classes it need not be: the newest class with a name serves it.
+  const ern = spec.extendedResourceName;
+  if (ern !== undefined && ern !== null && (typeof ern !== 'string' || !isExtendedResourceName(ern)))
+    c.invalid('spec.extendedResourceName', ern, 'must be a valid extended resource name');
+}
+
 // ---- stored form ----
 
 const KNOWN: Record<string, readonly string[]> = {
@@ -542,7 +961,14 @@ const KNOWN: Record<string, readonly string[]> = {
   ],
   attribute: ['int', 'bool', 'string', 'version'],
   capacity: ['value', 'requestPolicy'],
+  requestPolicy: ['default', 'validValues', 'validRange'],
+  validRange: ['min', 'max', 'step'],
   taint: ['key', 'value', 'effect', 'timeAdded'],
+  classSpec: ['selectors', 'config', 'extendedResourceName'],
+  selector: ['cel'],
+  cel: ['expression'],
+  classConfig: ['opaque'],
+  opaque: ['driver', 'parameters'],
 };
 
 function keep(o: JsonObject, kind: string, at: string, unknown: string[]): JsonObject {
@@ -563,17 +989,37 @@ function now(): string {
  * A quantity field in canonical form; one that is not a quantity fails decoding, as in the real server
  * (400 BadRequest, before validation). JSON numbers are quantities too.
  */
-function canonValue(o: JsonObject): void {
-  const v = o.value;
+function canonValue(o: JsonObject, key = 'value', kind = 'ResourceSlice'): void {
+  const v = o[key];
   if (v === undefined || v === null) return;
+  o[key] = canonQuantity(v, kind);
+}
+
+/** One quantity in canonical form; one that is not a quantity fails decoding (400 BadRequest). */
+function canonQuantity(v: Json, kind: string): string {
   const canon = typeof v === 'string' || typeof v === 'number' ? canonicalQuantity(String(v)) : undefined;
   if (canon === undefined) {
     throw badRequest(
-      `ResourceSlice in version "v1" cannot be handled as a ResourceSlice: quantities must match the ` +
+      `${kind} in version "v1" cannot be handled as a ${kind}: quantities must match the ` +
         `regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$' (got ${JSON.stringify(v)})`,
     );
   }
-  o.value = canon;
+  return canon;
+}
+
+/** A capacity's requestPolicy as stored: known fields only, every quantity canonical. */
+function normalisePolicy(cap: JsonObject, at: string, unknown: string[]): void {
+  if (!isObject(cap.requestPolicy)) return;
+  const policy = keep(cap.requestPolicy, 'requestPolicy', `${at}.requestPolicy`, unknown);
+  canonValue(policy, 'default');
+  if (Array.isArray(policy.validValues))
+    policy.validValues = policy.validValues.map((v) => canonQuantity(v, 'ResourceSlice'));
+  if (isObject(policy.validRange)) {
+    const range = keep(policy.validRange, 'validRange', `${at}.requestPolicy.validRange`, unknown);
+    for (const k of ['min', 'max', 'step']) canonValue(range, k);
+    policy.validRange = range;
+  }
+  cap.requestPolicy = policy;
 }
 
 /** The slice as the server stores it: unknown fields out, quantities canonical, timeAdded filled. */
@@ -607,6 +1053,7 @@ function normalise(body: JsonObject, unknown: string[]): JsonObject {
           if (!isObject(v)) continue;
           const cap = keep(v, 'capacity', `${at}.capacity[${k}]`, unknown);
           canonValue(cap);
+          normalisePolicy(cap, `${at}.capacity[${k}]`, unknown);
           dev.capacity[k] = cap;
         }
       }
@@ -622,6 +1069,30 @@ function normalise(body: JsonObject, unknown: string[]): JsonObject {
       return dev;
     });
   }
+  return top;
+}
+
+/** A DeviceClass as the server stores it: unknown fields out. */
+function normaliseClass(body: JsonObject, unknown: string[]): JsonObject {
+  const top = keep(body, 'top', '', unknown);
+  if (isObject(top.metadata)) top.metadata = keep(top.metadata, 'metadata', 'metadata', unknown);
+  if (!isObject(top.spec)) return top;
+  const spec = keep(top.spec, 'classSpec', 'spec', unknown);
+  top.spec = spec;
+  if (Array.isArray(spec.selectors))
+    spec.selectors = spec.selectors.map((sel, i) => {
+      if (!isObject(sel)) return sel;
+      const out = keep(sel, 'selector', `spec.selectors[${i}]`, unknown);
+      if (isObject(out.cel)) out.cel = keep(out.cel, 'cel', `spec.selectors[${i}].cel`, unknown);
+      return out;
+    });
+  if (Array.isArray(spec.config))
+    spec.config = spec.config.map((cfg, i) => {
+      if (!isObject(cfg)) return cfg;
+      const out = keep(cfg, 'classConfig', `spec.config[${i}]`, unknown);
+      if (isObject(out.opaque)) out.opaque = keep(out.opaque, 'opaque', `spec.config[${i}].opaque`, unknown);
+      return out;
+    });
   return top;
 }
 
@@ -662,7 +1133,7 @@ const SLICE_FIELDS: Record<string, (o: JsonObject) => string> = {
 // ---- the server ----
 
 interface Route {
-  resource: 'resourceslices' | 'resourceclaims' | 'nodes' | 'selfsubjectaccessreviews';
+  resource: 'resourceslices' | 'deviceclasses' | 'resourceclaims' | 'nodes' | 'selfsubjectaccessreviews';
   group: string;
   namespace?: string;
   name?: string;
@@ -675,8 +1146,8 @@ function route(path: string): Route | undefined {
     .map(decodeURIComponent);
   const [a, b, c, d, e, f, g] = parts;
   if (a === 'apis' && b === GROUP && c === 'v1') {
-    if (d === 'resourceslices' && parts.length <= 5)
-      return { resource: 'resourceslices', group: GROUP, ...(e !== undefined ? { name: e } : {}) };
+    if ((d === 'resourceslices' || d === 'deviceclasses') && parts.length <= 5)
+      return { resource: d, group: GROUP, ...(e !== undefined ? { name: e } : {}) };
     if (d === 'namespaces' && e !== undefined && f === 'resourceclaims' && g !== undefined && parts.length === 7)
       return { resource: 'resourceclaims', group: GROUP, namespace: e, name: g };
   }
@@ -699,6 +1170,8 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
   readonly requests: RequestRecord[] = [];
   /** Slices by name, as stored. */
   readonly slices = new Map<string, JsonObject>();
+  /** DeviceClasses by name, as stored. */
+  readonly classes = new Map<string, JsonObject>();
   private readonly claims = new Map<string, JsonObject>();
   private readonly nodes = new Map<string, JsonObject>();
   private readonly opts: ApiServerOptions;
@@ -789,7 +1262,13 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
     return clone(node);
   }
 
-  /** Seeds a ResourceClaim (spec and status as given; metadata filled). Returns it as stored. */
+  /**
+   * Seeds a ResourceClaim (spec and status as given; metadata filled) as the API server would have
+   * stored it: its allocation validated as a status update is (request references, driver, pool and
+   * device names, shareID a normalised UID, config sources, requests and opaque parameters) and its
+   * consumed capacities canonical. Invalid: throws the 422 Status's error (HttpError, `status`
+   * holding the Status). Without a spec, one is made with a request for each name the allocation uses.
+   */
   putClaim(claim: {
     namespace: string;
     name: string;
@@ -807,9 +1286,14 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
         resourceVersion: this.nextRv(),
         creationTimestamp: now(),
       },
-      spec: claim.spec ?? { devices: {} },
-      ...(claim.status !== undefined ? { status: claim.status } : {}),
+      spec: claim.spec ?? specFor(claim.status),
+      ...(claim.status !== undefined ? { status: clone(claim.status) } : {}),
     };
+    const c = new Causes();
+    if (!isDnsSubdomain(claim.name)) c.invalid('metadata.name', claim.name, DNS_SUBDOMAIN_MSG);
+    validateClaimStatus(stored.status, requestNamesOf(stored.spec), c);
+    if (c.list.length > 0) throw invalid('ResourceClaim', claim.name, c.list);
+    normaliseClaimStatus(stored.status);
     this.claims.set(`${claim.namespace}/${claim.name}`, stored);
     return clone(stored);
   }
@@ -923,6 +1407,19 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
         ),
       );
     }
+    if (r.resource === 'deviceclasses') {
+      if (method === 'GET') return collection ? 'list' : 'get';
+      if (method === 'POST' && collection) return 'create';
+      if (method === 'DELETE' && !collection) return 'delete';
+      throw new HttpError(
+        status(
+          405,
+          'MethodNotAllowed',
+          `${method} on ${url.pathname} is not modelled by the API server ` +
+            `stand-in (test/support/apiserver.ts): deviceclasses are created, read, listed and deleted`,
+        ),
+      );
+    }
     if (r.resource !== 'resourceslices') {
       if (method === 'GET') return 'get';
       throw new HttpError(
@@ -981,6 +1478,7 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
     grant?: TokenGrant,
   ): { code: number; body: Json; warnings: string[] } {
     if (r.resource === 'selfsubjectaccessreviews') return { code: 201, body: accessReview(input, grant), warnings: [] };
+    if (r.resource === 'deviceclasses') return this.serveClass(verb, r.name ?? '', url, input);
     if (r.resource === 'nodes' || r.resource === 'resourceclaims') {
       const key = r.resource === 'nodes' ? (r.name ?? '') : `${r.namespace ?? ''}/${r.name ?? ''}`;
       const o = (r.resource === 'nodes' ? this.nodes : this.claims).get(key);
@@ -1011,6 +1509,102 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
       }
     }
     throw new Error(`unexpected verb ${verb}`);
+  }
+
+  /**
+   * Seeds a DeviceClass as a create through the API would (validated, unknown fields dropped): the
+   * stored object, or throws the Status's error (HttpError) — AlreadyExists, Invalid.
+   */
+  putDeviceClass(input: JsonObject): JsonObject {
+    return this.createClass(new URL('http://stand-in/'), input).body as JsonObject;
+  }
+
+  private serveClass(
+    verb: string,
+    name: string,
+    url: URL,
+    input: Json | undefined,
+  ): { code: number; body: Json; warnings: string[] } {
+    if (verb === 'create') return this.createClass(url, input);
+    if (verb === 'list') {
+      const items = [...this.classes.values()]
+        .sort((a, b) => (str(meta(a).name) ?? '').localeCompare(str(meta(b).name) ?? ''))
+        .map((o) => {
+          const { apiVersion: _a, kind: _k, ...item } = clone(o);
+          return item;
+        });
+      const body = {
+        kind: 'DeviceClassList',
+        apiVersion: API_VERSION,
+        metadata: { resourceVersion: String(this.rv) },
+        items,
+      };
+      return { code: 200, body, warnings: [] };
+    }
+    const stored = this.classes.get(name);
+    if (stored === undefined) throw notFound('deviceclasses', GROUP, name);
+    if (verb === 'get') return { code: 200, body: clone(stored), warnings: [] };
+    this.classes.delete(name);
+    this.nextRv();
+    const ok: Status = {
+      kind: 'Status',
+      apiVersion: 'v1',
+      metadata: {},
+      status: 'Success',
+      details: { name, group: GROUP, kind: 'deviceclasses', uid: String(meta(stored).uid) },
+      code: 200,
+    };
+    return { code: 200, body: ok as unknown as Json, warnings: [] };
+  }
+
+  private createClass(url: URL, input: Json | undefined): { code: number; body: Json; warnings: string[] } {
+    if (!isObject(input)) throw badRequest('the request body must be a DeviceClass JSON object');
+    if (input.apiVersion !== undefined && input.apiVersion !== API_VERSION)
+      throw badRequest(
+        `the API version in the data (${String(input.apiVersion)}) does not ` +
+          `match the expected API version (${API_VERSION})`,
+      );
+    if (input.kind !== undefined && input.kind !== 'DeviceClass')
+      throw badRequest(`the kind in the data (${String(input.kind)}) does not match the expected kind (DeviceClass)`);
+    const unknown: string[] = [];
+    const obj = normaliseClass(clone(input), unknown);
+    if (url.searchParams.get('fieldValidation') === 'Strict' && unknown.length > 0)
+      throw badRequest(
+        `DeviceClass in version "v1" cannot be handled as a DeviceClass: strict decoding error: ` +
+          unknown.map((u) => `unknown field "${u}"`).join(', '),
+      );
+    const m = meta(obj);
+    const name = str(m.name) ?? '';
+    const c = new Causes();
+    if (name === '') c.required('metadata.name', 'name or generateName is required');
+    else if (!isDnsSubdomain(name)) c.invalid('metadata.name', name, DNS_SUBDOMAIN_MSG);
+    validateClassSpec(obj.spec, c);
+    if (c.list.length > 0) throw invalid('DeviceClass', name, c.list);
+    if (this.classes.has(name))
+      throw new HttpError(
+        status(409, 'AlreadyExists', `deviceclasses.${GROUP} "${name}" already exists`, {
+          name,
+          group: GROUP,
+          kind: 'deviceclasses',
+        }),
+      );
+    const stored: JsonObject = {
+      ...obj,
+      apiVersion: API_VERSION,
+      kind: 'DeviceClass',
+      metadata: {
+        ...m,
+        name,
+        uid: randomUUID(),
+        resourceVersion: this.nextRv(),
+        generation: 1,
+        creationTimestamp: now(),
+      },
+    };
+    this.classes.set(name, stored);
+    const warnings =
+      url.searchParams.get('fieldValidation') === 'Ignore' ? [] : unknown.map((u) => `unknown field "${u}"`);
+    return { code: 201, body: clone(stored), warnings };
   }
 
   private list(url: URL): JsonObject {

@@ -1,13 +1,20 @@
 // The API server stand-in (test/support/apiserver.ts): ResourceSlice CRUD with resourceVersion
 // conflicts, the API server's validation rules, the stored form (canonical quantities, unknown
-// fields dropped), bearer-token authorization (401/403), ResourceClaims and Nodes, and down/up.
+// fields dropped), bearer-token authorization (401/403), ResourceClaims and Nodes, and down/up;
+// consumable capacity (requestPolicy), allocations' shares and configs, DeviceClasses.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { request } from 'node:http';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ApiServerStandIn, LIMITS, canonicalQuantity } from '../support/apiserver.ts';
+import {
+  ApiServerStandIn,
+  HttpError,
+  LIMITS,
+  canonicalQuantity,
+  isExtendedResourceName,
+} from '../support/apiserver.ts';
 import type { Json, JsonObject, Status } from '../support/apiserver.ts';
 
 interface Reply {
@@ -588,3 +595,288 @@ test(
     assert.deepEqual([...s.slices.keys()], ['d']);
   },
 );
+
+/** The 422's causes as `field: message` lines, or the thrown error's message when it was no 422. */
+function causesOf(r: Reply): string[] {
+  const st = asStatus(r);
+  assert.equal(st.code, 422, JSON.stringify(st));
+  return (st.details?.causes ?? []).map((c) => `${c.field}: ${c.message}`);
+}
+
+const shared = (policy: Json, extra: JsonObject = { allowMultipleAllocations: true }): JsonObject =>
+  gpu('gpu-0', { ...extra, capacity: { memory: { value: '80Gi', requestPolicy: policy } } });
+const POLICY = 'spec.devices[0].capacity[memory].requestPolicy';
+
+test('consumable capacity: a requestPolicy needs allowMultipleAllocations; its rules are the real ones', async (t) => {
+  const s = await ApiServerStandIn.start();
+  t.after(() => s.stop());
+  const bad = async (policy: Json, extra?: JsonObject): Promise<string[]> =>
+    causesOf(await call(s, 'POST', SLICES, { body: slice('x', {}, [shared(policy, extra)]) }));
+  assert.deepEqual(await bad({ default: '8Gi' }, {}), [`${POLICY}: Forbidden: allowMultipleAllocations must be true`]);
+  assert.deepEqual(await bad({ default: '8Gi' }, { allowMultipleAllocations: false }), [
+    `${POLICY}: Forbidden: allowMultipleAllocations must be true`,
+  ]);
+  assert.deepEqual(await bad({ default: '8Gi', validValues: ['8Gi'], validRange: { min: '1Gi' } }), [
+    `${POLICY}: Forbidden: exactly one policy can be specified, ` +
+      'cannot specify "validValues" and "validRange" at the same time',
+  ]);
+  assert.deepEqual(await bad({ validValues: ['8Gi'] }), [
+    `${POLICY}.default: Required value: required when validValues is defined`,
+  ]);
+  assert.deepEqual(await bad({ validRange: { min: '1Gi' } }), [
+    `${POLICY}.default: Required value: required when validRange is defined`,
+  ]);
+  assert.deepEqual(await bad({ default: '8Gi', validValues: ['16Gi', '8Gi', '96Gi'] }), [
+    `${POLICY}.validValues[1]: Invalid value: "8Gi": values must be sorted in ascending order`,
+    `${POLICY}.validValues[2]: Invalid value: "96Gi": option is larger than capacity value: 80Gi`,
+  ]);
+  assert.deepEqual(await bad({ default: '8Gi', validValues: ['4Gi', '4096Mi', '16Gi'] }), [
+    `${POLICY}.validValues[1]: Duplicate value: "4294967296"`,
+    `${POLICY}.validValues: Invalid value: "8Gi": default value is not valid according to the requestPolicy`,
+  ]);
+  const eleven = Array.from({ length: 11 }, (_, i) => `${i + 1}Gi`);
+  assert.deepEqual(await bad({ default: '1Gi', validValues: eleven }), [
+    `${POLICY}.validValues: Too many: 11: must have at most 10 items`,
+    `${POLICY}.validValues: Invalid value: "1Gi": default value is not valid according to the requestPolicy`,
+  ]);
+  assert.deepEqual(await bad({ default: '8Gi', validRange: { max: '16Gi' } }), [
+    `${POLICY}.validRange.min: Required value: required when validRange is defined`,
+  ]);
+  assert.deepEqual(await bad({ default: '90Gi', validRange: { min: '96Gi', max: '88Gi' } }), [
+    `${POLICY}.validRange.min: Invalid value: "96Gi": min is larger than capacity value: 80Gi`,
+    `${POLICY}.validRange.default: Invalid value: "90Gi": default is less than min: 96Gi`,
+    `${POLICY}.validRange.max: Invalid value: "96Gi": min is larger than max: 88Gi`,
+    `${POLICY}.validRange.max: Invalid value: "88Gi": max is larger than capacity value: 80Gi`,
+    `${POLICY}.validRange.default: Invalid value: "90Gi": default is more than max: 88Gi`,
+  ]);
+  assert.deepEqual(await bad({ default: '8Gi', validRange: { min: '4Gi', step: '0' } }), [
+    `${POLICY}.validRange.step: Invalid value: "0": must be greater than zero`,
+  ]);
+  assert.deepEqual(await bad({ default: '8Gi', validRange: { min: '4Gi', step: '80Gi' } }), [
+    `${POLICY}.validRange.step: Invalid value: "80Gi": one step 84Gi is larger than capacity value: 80Gi`,
+    `${POLICY}.validRange.step: Invalid value: "8Gi": value is not a multiple of a given step (80Gi) from (4Gi)`,
+  ]);
+  assert.deepEqual(await bad({ default: '6Gi', validRange: { min: '4Gi', max: '63Gi', step: '4Gi' } }), [
+    `${POLICY}.validRange.step: Invalid value: "6Gi": value is not a multiple of a given step (4Gi) from (4Gi)`,
+    `${POLICY}.validRange.step: Invalid value: "63Gi": value is not a multiple of a given step (4Gi) from (4Gi)`,
+  ]);
+  assert.deepEqual(await bad({ default: '8Gi', validRange: { min: '-4Gi', step: '4Gi' } }), [
+    `${POLICY}.validRange.min: Invalid value: "-4Gi": must be greater than or equal to 0`,
+  ]);
+  assert.deepEqual(await bad({ default: '8Gi' }, { allowMultipleAllocations: 'yes' }), [
+    'spec.devices[0].allowMultipleAllocations: Invalid value: "yes": must be a boolean',
+    `${POLICY}: Forbidden: allowMultipleAllocations must be true`,
+  ]);
+
+  // Accepted, stored with every quantity canonical and unknown fields dropped.
+  const good = shared({ default: '8192Mi', validRange: { min: '4096Mi', max: '65536Mi', step: '4096Mi', by: 1 } });
+  const created = await call(s, 'POST', SLICES, {
+    body: slice('ok', {}, [
+      good,
+      shared({ default: '16Gi', validValues: ['8Gi', '16384Mi'] }, { name: 'gpu-1', allowMultipleAllocations: true }),
+    ]),
+  });
+  assert.equal(created.code, 201, JSON.stringify(created.body));
+  const [dev0, dev1] = (created.body.spec as JsonObject).devices as [JsonObject, JsonObject];
+  assert.equal(dev0.allowMultipleAllocations, true);
+  assert.deepEqual((dev0.capacity as JsonObject).memory, {
+    value: '80Gi',
+    requestPolicy: { default: '8Gi', validRange: { min: '4Gi', max: '64Gi', step: '4Gi' } },
+  });
+  assert.deepEqual(((dev1.capacity as JsonObject).memory as JsonObject).requestPolicy, {
+    default: '16Gi',
+    validValues: ['8Gi', '16Gi'],
+  });
+  assert.match(
+    String(created.headers.warning),
+    /unknown field \\?"spec\.devices\[0\]\.capacity\[memory\]\.requestPolicy\.validRange\.by\\?"/,
+  );
+  // A device that allows multiple allocations needs no capacity at all.
+  const bare = { name: 'gpu-2', allowMultipleAllocations: true };
+  assert.equal((await call(s, 'POST', SLICES, { body: slice('bare', {}, [bare]) })).code, 201);
+  // A quantity that is none fails decoding, before validation.
+  const notQ = await call(s, 'POST', SLICES, { body: slice('y', {}, [shared({ default: 'lots' })]) });
+  assert.equal(notQ.code, 400);
+});
+
+const SHARE = '5f0c2a1e-8d3b-4c6a-9e7f-1a2b3c4d5e6f';
+const opaque = (parameters: Json, driver = 'gpu.nvidia.com'): JsonObject => ({ opaque: { driver, parameters } });
+const GPU_CONFIG = { apiVersion: 'resource.nvidia.com/v1beta1', kind: 'GpuConfig', sharing: { strategy: 'MPS' } };
+
+test("seeded ResourceClaims: the allocation's shareID, consumedCapacity and config, as checked", async (t) => {
+  const s = await ApiServerStandIn.start();
+  t.after(() => s.stop());
+  const result = (extra: JsonObject = {}): JsonObject => ({
+    request: 'gpu',
+    driver: 'gpu.nvidia.com',
+    pool: 'node-a',
+    device: 'gpu-0',
+    ...extra,
+  });
+  const seed = (devices: JsonObject, spec?: JsonObject): JsonObject =>
+    s.putClaim({
+      namespace: 'ml',
+      name: 'train',
+      ...(spec === undefined ? {} : { spec }),
+      status: { allocation: { devices } },
+    });
+  const refused = (devices: JsonObject, spec?: JsonObject): string[] => {
+    try {
+      seed(devices, spec);
+    } catch (err) {
+      assert.ok(err instanceof HttpError, String(err));
+      assert.equal(err.status.code, 422);
+      assert.match(String(err.status.message), /^ResourceClaim\.resource\.k8s\.io "train" is invalid: /);
+      return (err.status.details?.causes ?? []).map((c) => `${c.field}: ${c.message}`);
+    }
+    assert.fail('accepted');
+  };
+  const R = 'status.allocation.devices.results[0]';
+  const C = 'status.allocation.devices.config[0]';
+  assert.deepEqual(refused({ results: [result({ shareID: SHARE.toUpperCase() })] }), [
+    `${R}.shareID: Invalid value: "${SHARE.toUpperCase()}": uid must be in RFC 4122 normalized form, ` +
+      '`xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` with lowercase hexadecimal characters',
+  ]);
+  assert.deepEqual(refused({ results: [result({ shareID: 'share-1' })] }), [
+    `${R}.shareID: Invalid value: "share-1": error validating uid: invalid UUID length: 7`,
+  ]);
+  assert.deepEqual(refused({ results: [result({ shareID: SHARE.replace(/-/g, '') })] }), [
+    `${R}.shareID: Invalid value: "${SHARE.replace(/-/g, '')}": uid must be in RFC 4122 normalized form, ` +
+      '`xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` with lowercase hexadecimal characters',
+  ]);
+  assert.deepEqual(refused({ results: [result({ device: 'GPU 0', driver: 'gpu_nvidia' })] }).length, 2);
+  assert.throws(
+    () => seed({ results: [result({ consumedCapacity: { memory: 'a lot' } })] }),
+    (err: unknown) => err instanceof HttpError && err.status.code === 400,
+  );
+  assert.deepEqual(
+    refused(
+      { results: [result({ request: 'other' })] },
+      { devices: { requests: [{ name: 'gpu', exactly: { deviceClassName: 'gpu.nvidia.com' } }] } },
+    ),
+    [
+      `${R}.request: Invalid value: "other": must be the name of a request in the claim ` +
+        "or the name of a request and a subrequest separated by '/'",
+    ],
+  );
+  assert.deepEqual(refused({ results: [result()], config: [{ requests: ['gpu'], ...opaque(GPU_CONFIG) }] }), [
+    `${C}.source: Required value`,
+  ]);
+  assert.deepEqual(
+    refused({ results: [result()], config: [{ source: 'FromNode', requests: ['gpu', 'gpu'], ...opaque(GPU_CONFIG) }] }),
+    [
+      `${C}.source: Unsupported value: "FromNode": supported values: "FromClaim", "FromClass"`,
+      `${C}.requests[1]: Duplicate value: "gpu"`,
+    ],
+  );
+  assert.deepEqual(refused({ results: [result()], config: [{ source: 'FromClaim' }] }), [
+    `${C}.opaque: Required value`,
+  ]);
+  assert.deepEqual(refused({ results: [result()], config: [{ source: 'FromClass', ...opaque(['x']) }] }), [
+    `${C}.opaque.parameters: Invalid value: "<value omitted>": must be a valid JSON object`,
+  ]);
+  assert.deepEqual(
+    refused({ results: [result()], config: [{ source: 'FromClass', ...opaque({ blob: 'x'.repeat(10 * 1024) }) }] }),
+    [`${C}.opaque.parameters: Too long: may not be more than 10240 bytes`],
+  );
+  assert.deepEqual(refused({ results: [result()], config: [{ source: 'FromClass', ...opaque(GPU_CONFIG, '') }] }), [
+    `${C}.opaque.driver: Required value`,
+  ]);
+
+  // Accepted: a share with its consumed capacity canonical, class and claim configs; the spec made for it.
+  const stored = seed({
+    results: [result({ shareID: SHARE, consumedCapacity: { memory: '16384Mi' } })],
+    config: [
+      { source: 'FromClass', ...opaque(GPU_CONFIG) },
+      { source: 'FromClaim', requests: ['gpu'], ...opaque(GPU_CONFIG) },
+    ],
+  });
+  const devices = ((stored.status as JsonObject).allocation as JsonObject).devices as JsonObject;
+  assert.deepEqual((devices.results as JsonObject[])[0]?.consumedCapacity, { memory: '16Gi' });
+  assert.equal((devices.results as JsonObject[])[0]?.shareID, SHARE);
+  assert.deepEqual(stored.spec, {
+    devices: { requests: [{ name: 'gpu', exactly: { deviceClassName: 'gpu.nvidia.com' } }] },
+  });
+  const read = await call(s, 'GET', '/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/train');
+  assert.deepEqual(read.body.status, stored.status);
+});
+
+const CLASSES = '/apis/resource.k8s.io/v1/deviceclasses';
+const deviceClass = (name: string, spec: JsonObject): JsonObject => ({
+  apiVersion: 'resource.k8s.io/v1',
+  kind: 'DeviceClass',
+  metadata: { name },
+  spec,
+});
+
+test('DeviceClasses: create, get, list, delete; selectors, config, extendedResourceName validated', async (t) => {
+  const s = await ApiServerStandIn.start();
+  t.after(() => s.stop());
+  const cel = (expression: string): JsonObject => ({ cel: { expression } });
+  const spec = {
+    selectors: [cel("device.driver == 'gpu.nvidia.com'")],
+    config: [opaque({ ...GPU_CONFIG, sharing: { strategy: 'TimeSlicing', timeSlicingConfig: { interval: 'Long' } } })],
+    extendedResourceName: 'nvidia.com/mig-1g.10gb.me',
+    unknownField: true,
+  };
+  const created = await call(s, 'POST', CLASSES, { body: deviceClass('mig-1g.10gb.me.nvidia.com', spec) });
+  assert.equal(created.code, 201, JSON.stringify(created.body));
+  assert.equal(meta(created.body).generation, 1);
+  assert.equal((created.body.spec as JsonObject).unknownField, undefined);
+  assert.match(String(created.headers.warning), /unknown field \\?"spec\.unknownField\\?"/);
+  const again = await call(s, 'POST', CLASSES, { body: deviceClass('mig-1g.10gb.me.nvidia.com', spec) });
+  assert.equal(again.code, 409);
+  assert.equal(asStatus(again).reason, 'AlreadyExists');
+  // The same extended resource name on a second class is no error: the newest class serves it.
+  assert.equal((await call(s, 'POST', CLASSES, { body: deviceClass('b.example.com', spec) })).code, 201);
+  const list = await call(s, 'GET', CLASSES);
+  assert.equal(list.body.kind, 'DeviceClassList');
+  assert.deepEqual(
+    (list.body.items as JsonObject[]).map((i) => [meta(i).name, i.kind ?? null]),
+    [
+      ['b.example.com', null],
+      ['mig-1g.10gb.me.nvidia.com', null],
+    ],
+  );
+  assert.equal((await call(s, 'GET', `${CLASSES}/b.example.com`)).body.kind, 'DeviceClass');
+  assert.equal((await call(s, 'DELETE', `${CLASSES}/b.example.com`)).code, 200);
+  assert.equal((await call(s, 'GET', `${CLASSES}/b.example.com`)).code, 404);
+  assert.equal((await call(s, 'PUT', `${CLASSES}/b.example.com`, { body: {} })).code, 405);
+
+  const bad = async (name: string, sp: JsonObject): Promise<string[]> =>
+    causesOf(await call(s, 'POST', CLASSES, { body: deviceClass(name, sp) }));
+  assert.deepEqual(await bad('Not_A_Name', {}), [
+    'metadata.name: Invalid value: "Not_A_Name": a lowercase RFC 1123 subdomain must consist of lower case ' +
+      "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+  ]);
+  assert.deepEqual(await bad('x', { selectors: [{}, cel('')] }), [
+    'spec.selectors[0].cel: Required value',
+    'spec.selectors[1].cel.expression: Required value: compilation failed',
+  ]);
+  assert.deepEqual(await bad('x', { selectors: [cel(`'${'a'.repeat(10 * 1024)}' == ''`)] }), [
+    'spec.selectors[0].cel.expression: Too long: may not be more than 10240 bytes',
+  ]);
+  assert.deepEqual(await bad('x', { config: [{}, opaque(null)] }), [
+    'spec.config[0].opaque: Required value',
+    'spec.config[1].opaque.parameters: Required value',
+  ]);
+  for (const name of [
+    'gpu',
+    'kubernetes.io/gpu',
+    'example.kubernetes.io/gpu',
+    'requests.example.com/gpu',
+    'a/b/c',
+    'nvidia.com/mig+1',
+  ])
+    assert.deepEqual(await bad('x', { extendedResourceName: name }), [
+      `spec.extendedResourceName: Invalid value: ${JSON.stringify(name)}: must be a valid extended resource name`,
+    ]);
+  assert.ok(isExtendedResourceName('nvidia.com/gpu'));
+  assert.ok(isExtendedResourceName('nvidia.com/mig-7g.80gb'));
+  // Seeded the same way.
+  assert.equal(meta(s.putDeviceClass(deviceClass('gpu.nvidia.com', {}))).name, 'gpu.nvidia.com');
+  assert.throws(
+    () => s.putDeviceClass(deviceClass('gpu.nvidia.com', {})),
+    (err: unknown) => err instanceof HttpError && err.status.reason === 'AlreadyExists',
+  );
+});

@@ -340,6 +340,15 @@ function manConfigFile(): string[] {
       'Refused: together with sharing.timeSlicing, without --mps-root, with --mig-strategy=mixed, ' +
         'on MIG devices or GPUs in MIG mode, and more replicas than a GPU takes MPS clients.',
     ),
+    ...tagged(
+      '.B dra.consumableCapacity.memory',
+      'With --kubelet-api=dra: every whole GPU is published for several claims at once ' +
+        '(allowMultipleAllocations), each consuming a share of its memory by this request policy: ' +
+        'default (what a claim asking for no amount gets) and either validRange {min, max, step} or ' +
+        'validValues (at most 10, ascending), quantities such as 8Gi. Off when absent; ignored in device-plugin mode.',
+      'Refused as Kubernetes refuses a requestPolicy (the default outside the range or values, a step of 0, ' +
+        "max below min), and when a value, min, max or min + step is more than a GPU's memory.",
+    ),
     '.PP',
     'Accepted and not used (they belong to GPU feature discovery):',
     `${CONFIG_SCHEMA.foreign.map((f) => b(f.path)).join(', ')}.`,

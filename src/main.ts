@@ -50,7 +50,7 @@ async function run(s: Start, service: ServiceStatus, koffi: Koffi): Promise<Daem
   // What `info` shows: the state as the kubelet was told it, in a root-only file of the runtime directory.
   const file = new StateFile(defaultStateFile(process.env), log);
   const state = new StatePublisher(file, reg, VERSION, 'claims' in mode ? mode.claims : undefined);
-  const config = runningConfig(opts, parsed.sharing, parsed.signalPolicy, health);
+  const config = runningConfig(opts, parsed.sharing, parsed.signalPolicy, health, parsed.consumableCapacity);
   const consumers = [...mode.consumers, status, observer, state];
   const recovery = { enabled: opts.healthRecovery, quietMs: opts.healthRecoveryQuietPeriod * 1000 };
   const node = new LiveNode<RunningConfig>({ log, config, health, recovery, consumers });

@@ -1,7 +1,8 @@
 // The kubelet's plugin registration API (proto/pluginregistration.proto) and DRA plugin API v1 and
 // v1beta1 (proto/dra-v1.proto, proto/dra-v1beta1.proto), plus the optional resource health stream
-// v1alpha1 (proto/dra-health-v1alpha1.proto): their messages as plain data (field names as on the
-// wire) and the codecs and service definitions for @grpc/grpc-js. No behaviour.
+// v1alpha1 and v1 (proto/dra-health-v1alpha1.proto, proto/dra-health-v1.proto; the same messages): their
+// messages as plain data (field names as on the wire) and the codecs and service definitions for
+// @grpc/grpc-js. No behaviour.
 import type { MethodDefinition, ServiceDefinition } from '@grpc/grpc-js';
 import { codec, method, protoRoot } from './proto.ts';
 import type { Codec } from './proto.ts';
@@ -157,10 +158,16 @@ export function draPluginService(version: DraVersion): DraPluginService {
   return svc;
 }
 
-// ---- DRAResourceHealth (package `v1alpha1`) ----
+// ---- DRAResourceHealth (packages `v1alpha1` and `v1`, the same messages) ----
 
-/** The service name a driver announces when it serves the health stream. */
-export const DRA_HEALTH_SERVICE_NAME = 'v1alpha1.DRAResourceHealth';
+/** v1alpha1: Kubernetes 1.34–1.36 (deprecated in 1.37); v1: 1.37, which prefers it when a plugin lists it. */
+export type DraHealthVersion = 'v1' | 'v1alpha1';
+
+/** The service name a driver announces for each version it serves; it is also the proto package's service. */
+export const DRA_HEALTH_SERVICE_NAMES: Readonly<Record<DraHealthVersion, string>> = {
+  v1: 'v1.DRAResourceHealth',
+  v1alpha1: 'v1alpha1.DRAResourceHealth',
+};
 
 export type NodeWatchResourcesRequest = Record<never, never>;
 
@@ -190,14 +197,17 @@ export interface DraHealthService extends ServiceDefinition {
   NodeWatchResources: MethodDefinition<NodeWatchResourcesRequest, NodeWatchResourcesResponse>;
 }
 
-let health: DraHealthService | undefined;
+const healthServices = new Map<DraHealthVersion, DraHealthService>();
 
-export function draHealthService(): DraHealthService {
-  if (health === undefined) {
-    const root = protoRoot('dra-health-v1alpha1.proto');
-    const req: Codec<NodeWatchResourcesRequest> = codec(root, 'NodeWatchResourcesRequest', 'v1alpha1');
-    const res: Codec<NodeWatchResourcesResponse> = codec(root, 'NodeWatchResourcesResponse', 'v1alpha1');
-    health = { NodeWatchResources: method('v1alpha1.DRAResourceHealth', 'NodeWatchResources', req, res, true) };
+/** The DRAResourceHealth service of one version: /<version>.DRAResourceHealth/NodeWatchResources. */
+export function draHealthService(version: DraHealthVersion): DraHealthService {
+  let svc = healthServices.get(version);
+  if (svc === undefined) {
+    const root = protoRoot(version === 'v1' ? 'dra-health-v1.proto' : 'dra-health-v1alpha1.proto');
+    const req: Codec<NodeWatchResourcesRequest> = codec(root, 'NodeWatchResourcesRequest', version);
+    const res: Codec<NodeWatchResourcesResponse> = codec(root, 'NodeWatchResourcesResponse', version);
+    svc = { NodeWatchResources: method(DRA_HEALTH_SERVICE_NAMES[version], 'NodeWatchResources', req, res, true) };
+    healthServices.set(version, svc);
   }
-  return health;
+  return svc;
 }

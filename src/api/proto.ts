@@ -46,7 +46,8 @@ export type ProtoFile =
   | 'pluginregistration.proto'
   | 'dra-v1.proto'
   | 'dra-v1beta1.proto'
-  | 'dra-health-v1alpha1.proto';
+  | 'dra-health-v1alpha1.proto'
+  | 'dra-health-v1.proto';
 
 /** Every .proto file the program carries (the build makes a descriptor of each). */
 export const PROTO_FILES: readonly ProtoFile[] = [
@@ -56,6 +57,7 @@ export const PROTO_FILES: readonly ProtoFile[] = [
   'dra-v1.proto',
   'dra-v1beta1.proto',
   'dra-health-v1alpha1.proto',
+  'dra-health-v1.proto',
 ];
 export type ProtoDescriptors = Readonly<Record<ProtoFile, protobuf.INamespace>>;
 

@@ -155,7 +155,8 @@ function configFit(
   // As the scanner: MIG is read only with a MIG strategy, and capability nodes only when there are MIG devices.
   const mig = o.migStrategy === 'none' || r.mig === null ? NO_MIG : r.mig;
   const caps = readMigCapabilities(r.gpus, mig, env);
-  const fit = fitAtStart(r.gpus, mig, planSettings(o, parsed.sharing), caps, r.facts?.gpus);
+  const settings = planSettings(o, parsed.sharing, parsed.consumableCapacity);
+  const fit = fitAtStart(r.gpus, mig, settings, caps, r.facts?.gpus);
   if (fit.ok)
     return {
       line: {

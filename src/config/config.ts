@@ -1,7 +1,8 @@
 // The config file (--config-file, CONFIG_FILE): NVIDIA's v1 format, YAML or JSON, so that one file
 // serves NVIDIA's plugin and this one. `version: v1`; `flags:` holds options in camelCase with
 // NVIDIA's nesting (plugin-only ones under `flags.plugin`); `sharing.timeSlicing` configures
-// time-slicing and `sharing.mps` MPS (same shape; one or the other). Everything is checked: an unknown
+// time-slicing and `sharing.mps` MPS (same shape; one or the other); this project's own sections are
+// `health` (health-signals.ts) and `dra` (dra-section.ts). Everything is checked: an unknown
 // key, a wrong type or a bad value is refused with the key path, the value given and what is allowed.
 // YAML is read as YAML 1.1, as NVIDIA's Go parser reads it (`yes`/`no`/`on`/`off` are booleans); JSON
 // is YAML too.
@@ -14,12 +15,14 @@ import { closeSync, constants as fsConstants, fstatSync, openSync, readSync } fr
 import type { Stats } from 'node:fs';
 import { createRequire } from 'node:module';
 import type * as Yaml from 'yaml';
+import type { ConsumableCapacity } from '../core/dra-capacity.ts';
 import type { SignalPolicy } from '../core/health-signals.ts';
 import { NO_SHARING } from '../core/sharing.ts';
 import type { Sharing } from '../core/sharing.ts';
 import { Reader, childKeys, isMap, join, showValue } from './config-reader.ts';
 import type { ConfigShape, Json } from './config-reader.ts';
 import { patternResources, sharingSection } from './config-sharing.ts';
+import { draSection } from './dra-section.ts';
 import { parseHealthSection } from './health-signals.ts';
 import { ConfigError } from './errors.ts';
 
@@ -76,6 +79,8 @@ export interface ConfigFileValues<K extends string = string> {
   readonly foreign: readonly string[];
   /** The `health` section (this project's own, not NVIDIA's), when the file has one. */
   readonly health?: SignalPolicy;
+  /** The `dra` section's consumable capacity (this project's own), when the file sets one. */
+  readonly consumableCapacity?: ConsumableCapacity;
 }
 
 /** The one YAML (or JSON) document of a config file as plain data; null for an empty file. */
@@ -153,7 +158,7 @@ function parseConfigText<K extends string>(text: string, file: string, schema: C
   if (top === null) return { file, values: new Map<K, ConfigValue>(), sharing: NO_SHARING, foreign: [] };
   if (!isMap(top))
     r.fail('(top level)', `${showValue(top)} is not allowed; expected a mapping with version, flags and sharing`);
-  r.keys(top, '', ['version', 'flags', 'sharing', 'resources', 'imex', 'health']);
+  r.keys(top, '', ['version', 'flags', 'sharing', 'resources', 'imex', 'health', 'dra']);
   const version = top.version;
   if (version !== undefined && version !== null && version !== 'v1') {
     r.fail('version', `${showValue(version)} is not allowed; expected v1`);
@@ -165,7 +170,15 @@ function parseConfigText<K extends string>(text: string, file: string, schema: C
     top.health === undefined || top.health === null
       ? {}
       : { health: parseHealthSection(top.health, (path, message) => r.fail(path, message)) };
-  return { file, values, sharing, foreign, ...health };
+  const capacity = draSection(r, top.dra);
+  return {
+    file,
+    values,
+    sharing,
+    foreign,
+    ...health,
+    ...(capacity === undefined ? {} : { consumableCapacity: capacity }),
+  };
 }
 
 /** The largest config file read: NVIDIA's files are a few hundred bytes; 1 MiB is far beyond any real one. */

@@ -4,6 +4,7 @@
 import type { DeviceListStrategy } from '../core/allocate.ts';
 import type { DeviceIdStrategy } from '../core/devices.ts';
 import type { MigStrategy } from '../core/mig.ts';
+import type { ConsumableCapacity } from '../core/dra-capacity.ts';
 import type { SignalPolicy } from '../core/health-signals.ts';
 import type { SharedAllocationPolicy, Sharing } from '../core/sharing.ts';
 import type { LogLevel } from '../system/log.ts';
@@ -119,6 +120,8 @@ export interface ParsedOptions {
   foreignConfigKeys: readonly string[];
   /** The config file's `health` section (health-signals.ts); absent: the defaults. */
   signalPolicy?: SignalPolicy;
+  /** The config file's `dra.consumableCapacity` (dra-section.ts); absent: off. */
+  consumableCapacity?: ConsumableCapacity;
 }
 
 /** An option of NVIDIA's plugin that this plugin does not have. */

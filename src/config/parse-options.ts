@@ -220,6 +220,7 @@ export function parseOptions(
     sharing,
     foreignConfigKeys: file?.foreign ?? [],
     ...(file?.health === undefined ? {} : { signalPolicy: file.health }),
+    ...(file?.consumableCapacity === undefined ? {} : { consumableCapacity: file.consumableCapacity }),
   };
   checkKubeletApi(parsed);
   return parsed;

@@ -3,6 +3,7 @@
 // planForNode and migCapabilitiesProblem, so a config that `check` passes is one the daemon starts
 // with, and one the daemon refuses fails `check` with the same message. Pure: plain data in and out.
 import type { Gpu } from './devices.ts';
+import { capacityFitProblem } from './dra-capacity.ts';
 import { MigStrategyError, planMigResources } from './mig-strategies.ts';
 import type { MigLayout } from './mig.ts';
 import type { MigPlan } from './mig-strategies.ts';
@@ -15,7 +16,8 @@ import type { PlanSettings } from './snapshot.ts';
  * The resources these settings advertise on these GPUs. Throws SharingError (naming the key),
  * MigStrategyError, or an Error for device IDs the kubelet would refuse. MPS replicas are checked
  * against the node (core/mps.ts mpsPlanProblem): not on MIG, and within each GPU's client limit when
- * `compute` (the node facts' compute capabilities) is given.
+ * `compute` (the node facts' compute capabilities) is given. DRA's consumable capacity must fit every GPU's
+ * memory (SharingError naming its key).
  */
 export function planForNode(
   gpus: readonly Gpu[],
@@ -26,6 +28,8 @@ export function planForNode(
   const plan = planMigResources(gpus, mig, settings.migStrategy ?? 'none', settings.deviceIdStrategy, settings.sharing);
   const mps = mpsPlanProblem(plan.resources, gpus, mig, settings.sharing, compute);
   if (mps !== null) throw mps;
+  const capacity = capacityFitProblem(gpus, settings.consumableCapacity);
+  if (capacity !== null) throw new SharingError(capacity.path, capacity.message);
   return plan;
 }
 

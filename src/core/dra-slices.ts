@@ -39,6 +39,12 @@
 // NoSchedule for a critical signal and None for a warning (shown, never keeping a claim away); it goes
 // when the signal clears.
 //
+// CONSUMABLE CAPACITY (off unless the settings carry a policy, core/dra-capacity.ts): every whole GPU is
+// published with `allowMultipleAllocations: true` and its memory capacity carrying the policy as its
+// `requestPolicy`, so that several claims may each take a share of one GPU (the allocation's shareID and
+// consumedCapacity). A GPU too small for the policy (one that came after the settings were put in force) is
+// published as without it, with a note. MIG devices are never shared this way.
+//
 // SLICES. One pool named after the node; devices in order, at most 64 per slice (the limit when any
 // device has taints; always 64, so that a taint appearing never changes how devices are cut); at
 // most 32 attributes and capacities per device (the most we write is 26). resourceSliceCount is
@@ -47,6 +53,8 @@ import { normalizeBusId } from './topology/index.ts';
 import { draDevices } from './dra-devices.ts';
 import { nvlinkDomains } from './nvlink-domains.ts';
 import { bytesQuantity } from './quantity.ts';
+import { policyFitProblem, wireRequestPolicy } from './dra-capacity.ts';
+import type { ConsumableCapacity, WireRequestPolicy } from './dra-capacity.ts';
 import type { DraDevice } from './dra-devices.ts';
 import type { Gpu } from './devices.ts';
 import type { MigStrategy } from './mig.ts';
@@ -75,11 +83,19 @@ export interface DeviceTaint {
   readonly effect: 'NoSchedule' | 'NoExecute' | 'None';
 }
 
+/** A capacity of a device: its value, and on a device allocated several times its request policy. */
+export interface DeviceCapacity {
+  readonly value: string;
+  readonly requestPolicy?: WireRequestPolicy;
+}
+
 /** A device as written in a ResourceSlice (resource.k8s.io/v1 Device). */
 export interface SliceDevice {
   readonly name: string;
   readonly attributes: Readonly<Record<string, DeviceAttribute>>;
-  readonly capacity: Readonly<Record<string, { readonly value: string }>>;
+  readonly capacity: Readonly<Record<string, DeviceCapacity>>;
+  /** Present (true) only with consumable capacity: several claims may be allocated the device at once. */
+  readonly allowMultipleAllocations?: true;
   readonly taints?: readonly DeviceTaint[];
 }
 
@@ -102,6 +118,8 @@ export interface PoolSettings {
    * driverVersion attribute (they are tainted instead), so a driver reload is no churn of attributes.
    */
   readonly lastDriverVersion?: string;
+  /** Whole GPUs' consumable capacity; absent: each GPU goes to one allocation at a time. */
+  readonly consumableCapacity?: ConsumableCapacity;
 }
 
 /** A version as strict semver 2.0.0: numeric parts without leading zeros, padded to three. Null when not numeric. */
@@ -170,12 +188,34 @@ function healthTaints(s: NodeSnapshot, unit: string, domain: string): DeviceTain
   return [{ key: `${domain}/unhealthy`, value: 'other', effect: 'NoSchedule' }];
 }
 
+/** A whole GPU's memory capacity, shared by several allocations when the settings have a policy that fits it. */
+function wholeGpuMemory(
+  gpu: Gpu,
+  name: string,
+  settings: PoolSettings,
+  notes: string[],
+): Pick<SliceDevice, 'capacity' | 'allowMultipleAllocations'> {
+  const value = bytesQuantity(gpu.memoryBytes);
+  const policy = settings.consumableCapacity?.memory;
+  if (policy === undefined) return { capacity: { memory: { value } } };
+  const problem = policyFitProblem(policy, gpu.memoryBytes);
+  if (problem !== null) {
+    notes.push(
+      `device ${name} is published for one allocation at a time: the consumable capacity's memory ` +
+        `${problem.field} does not fit it (${problem.message})`,
+    );
+    return { capacity: { memory: { value } } };
+  }
+  return { allowMultipleAllocations: true, capacity: { memory: { value, requestPolicy: wireRequestPolicy(policy) } } };
+}
+
 function describe(
   s: NodeSnapshot,
   d: DraDevice,
   domains: readonly (number | null)[],
   settings: PoolSettings,
   driver: string,
+  notes: string[],
 ): SliceDevice {
   const gpu = s.gpus[d.gpu] as Gpu;
   const common = commonAttributes(s, gpu, settings);
@@ -188,7 +228,7 @@ function describe(
     return {
       name: d.name,
       attributes,
-      capacity: { memory: { value: bytesQuantity(gpu.memoryBytes) } },
+      ...wholeGpuMemory(gpu, d.name, settings, notes),
       ...(taints.length > 0 ? { taints } : {}),
     };
   }
@@ -225,7 +265,7 @@ export function poolContent(s: NodeSnapshot, settings: PoolSettings, driver: str
   const domains = nvlinkDomains({ gpus: s.gpus, nvlinks: liveNvlinks(s) });
   const devices: SliceDevice[] = [];
   for (const d of list.devices) {
-    const dev = describe(s, d, domains, settings, driver);
+    const dev = describe(s, d, domains, settings, driver, notes);
     const count = Object.keys(dev.attributes).length + Object.keys(dev.capacity).length;
     if (count > MAX_ATTRIBUTES_AND_CAPACITIES) {
       notes.push(

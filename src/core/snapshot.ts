@@ -23,6 +23,7 @@
 // each with the reason and since when.
 // MPS daemons' states are kept by resource name as the MPS daemon watch reports them, until it stops
 // watching one (withMpsDaemons); which resources are MPS is the device-plugin plan's.
+import type { ConsumableCapacity } from './dra-capacity.ts';
 import type { DeviceIdStrategy, Gpu, GpuHealth } from './devices.ts';
 import { NO_MIG } from './mig.ts';
 import type { MigLayout, MigStrategy } from './mig.ts';
@@ -81,6 +82,8 @@ export interface PlanSettings {
   readonly migStrategy?: MigStrategy;
   /** Device specs are passed: MIG devices need their capability nodes (a start without them fails). */
   readonly needMigCapabilities?: boolean;
+  /** DRA mode: whole GPUs' consumable capacity (core/dra-capacity.ts); absent: off. */
+  readonly consumableCapacity?: ConsumableCapacity;
 }
 
 export interface NodeSnapshot {

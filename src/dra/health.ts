@@ -1,10 +1,11 @@
-// The DRAResourceHealth stream (v1alpha1) served on dra.sock: every stream gets the complete health
-// list of this node's devices when it opens, and again whenever the list says something new (a device
-// turned unhealthy, recovered, came or went). The list itself is core/dra-health.ts's, from the
-// snapshot's health model.
+// The DRAResourceHealth stream served on dra.sock, in both versions the kubelets speak: v1alpha1 (1.34–1.36)
+// and v1 (1.37, which opens it when the registration lists it; the same messages). Every stream, of either
+// version, gets the complete health list of this node's devices when it opens, and again whenever the list
+// says something new (a device turned unhealthy, recovered, came or went). The list itself is
+// core/dra-health.ts's, from the snapshot's health model.
 import type * as grpc from '@grpc/grpc-js';
 import { HealthStatus, draHealthService } from '../api/dra.ts';
-import type { NodeWatchResourcesRequest, NodeWatchResourcesResponse } from '../api/dra.ts';
+import type { DraHealthVersion, NodeWatchResourcesRequest, NodeWatchResourcesResponse } from '../api/dra.ts';
 import type { DraNodeDevice } from '../core/dra-claims.ts';
 import { deviceHealthList, sameHealth } from '../core/dra-health.ts';
 import type { DraDeviceHealth } from '../core/dra-health.ts';
@@ -15,6 +16,9 @@ import { TimerOwner } from '../system/timers.ts';
 type HealthCall = grpc.ServerWritableStream<NodeWatchResourcesRequest, NodeWatchResourcesResponse>;
 
 const HEALTH_ON_WIRE = { Healthy: HealthStatus.HEALTHY, Unhealthy: HealthStatus.UNHEALTHY } as const;
+
+/** The versions served (registration.ts announces each). */
+export const HEALTH_VERSIONS: readonly DraHealthVersion[] = ['v1', 'v1alpha1'];
 
 /** How long close() waits for a stream's end to reach a peer that does not read. */
 const END_WAIT_MS = 1000;
@@ -40,12 +44,12 @@ export class HealthStream {
     for (const s of this.streams) s.write(msg);
   }
 
-  /** The DRAResourceHealth service, for dra.sock. */
-  binding(): ServiceBinding {
-    return {
-      definition: draHealthService(),
+  /** The DRAResourceHealth services, v1 and v1alpha1, for dra.sock. */
+  bindings(): ServiceBinding[] {
+    return HEALTH_VERSIONS.map((v) => ({
+      definition: draHealthService(v),
       implementation: { NodeWatchResources: (call: HealthCall) => this.watch(call) },
-    };
+    }));
   }
 
   /**

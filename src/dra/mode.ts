@@ -129,7 +129,7 @@ export class DraKubeletPlugin implements NodeConsumer {
       driver,
       registryDir: opts.registryDir,
       pluginsDir: opts.pluginsDir,
-      endpointServices: () => [...this.claims.bindings(), this.health.binding()],
+      endpointServices: () => [...this.claims.bindings(), ...this.health.bindings()],
       registrationServices: () => [this.registration.binding()],
       onRegistrationSocketLost: (reason) => this.registration.lost(reason),
       onPluginDirMade: () => this.claims.persist(),

@@ -4,16 +4,21 @@
 // Listeners hear every registration the kubelet confirms (the slice publisher republishes then: the
 // kubelet deletes slices at its start) and every loss (a refusal, or our socket gone: sockets.ts).
 import type * as grpc from '@grpc/grpc-js';
-import { DRA_HEALTH_SERVICE_NAME, DRA_PLUGIN_TYPE, DRA_SERVICE_NAMES, pluginRegistrationService } from '../api/dra.ts';
+import { DRA_HEALTH_SERVICE_NAMES, DRA_PLUGIN_TYPE, DRA_SERVICE_NAMES, pluginRegistrationService } from '../api/dra.ts';
 import type { PluginInfo, RegistrationStatus } from '../api/dra.ts';
 import type { ServiceBinding } from '../kubelet/socket-server.ts';
 import type { Logger } from '../system/log.ts';
 
-/** The services announced in GetInfo, in the order the kubelet picks from. */
+/**
+ * The services announced in GetInfo: the DRAPlugin versions in the order the kubelet picks from (the first
+ * it speaks), then both health services (a 1.37 kubelet takes v1 when listed, v1alpha1 otherwise; an older
+ * one opens v1alpha1 and passes over the names it does not know).
+ */
 export const SUPPORTED_VERSIONS: readonly string[] = [
   DRA_SERVICE_NAMES.v1,
   DRA_SERVICE_NAMES.v1beta1,
-  DRA_HEALTH_SERVICE_NAME,
+  DRA_HEALTH_SERVICE_NAMES.v1,
+  DRA_HEALTH_SERVICE_NAMES.v1alpha1,
 ];
 
 export type RegistrationListener = (reason: string) => void;

@@ -2,9 +2,9 @@
 // this node's ResourceSlices on the API server equal to the latest snapshot, as core/dra-slices.ts
 // describes it.
 //
-// * apply() only records the snapshot and wakes the writer: it never waits on the API server and
-//   never throws, so a slow, down or refusing API server never holds up the node (the device-plugin
-//   side, health, metrics go on).
+// * apply() records the snapshot and wakes the writer, never waiting on the API server: a slow, down or
+//   refusing one never holds up the node. It throws only for a new consumable capacity (start, reload) that
+//   does not fit the GPUs (core/dra-capacity.ts): the start fails, the reload is refused.
 // * The writer runs one sync at a time (later requests fold into one more run). A sync reads the
 //   node's slices of our driver (fieldSelector spec.nodeName + spec.driver), then updates each in
 //   place with the pool generation one above the highest seen (never delete-and-create: a slice
@@ -27,7 +27,8 @@ import { realpath } from 'node:fs/promises';
 import { join } from 'node:path';
 import { DEFAULT_DRA_DRIVER, poolContent, standardBusId } from '../core/dra-slices.ts';
 import type { PoolContent, SliceDevice } from '../core/dra-slices.ts';
-import type { MigStrategy } from '../core/mig.ts';
+import { capacityFitProblem } from '../core/dra-capacity.ts';
+import { SharingError } from '../core/sharing.ts';
 import type { NodeSnapshot } from '../core/snapshot.ts';
 import { KubeApiError, KubeUnreachableError } from '../k8s/client.ts';
 import type { KubeClient } from '../k8s/client.ts';
@@ -94,8 +95,6 @@ export async function accessProblem(client: KubeClient, timeoutMs?: number): Pro
   );
 }
 
-type SliceSpecDevices = readonly SliceDevice[];
-
 /** The API server has no Node of our name: slices for it would be owned by nothing and scheduled nowhere. */
 export class NodeUnknownError extends Error {
   override name = 'NodeUnknownError';
@@ -123,7 +122,8 @@ export class SlicePublisher implements NodeConsumer {
   private readonly pcieRoots = new Map<string, string | null>();
   private snapshot: NodeSnapshot | null = null;
   private lastDriverVersion: string | null = null;
-  private migStrategy: MigStrategy = 'none';
+  /** The settings in force: the MIG strategy and the consumable capacity. */
+  private settings: NodeSettings | null = null;
   private written: Written | null = null;
   private nodeUid: string | null = null;
   private dirty = false;
@@ -159,9 +159,14 @@ export class SlicePublisher implements NodeConsumer {
   }
 
   apply(applied: AppliedSnapshot<NodeSettings>): void {
+    const capacity = applied.settings.plan.consumableCapacity;
+    if (JSON.stringify(capacity ?? null) !== JSON.stringify(this.settings?.plan.consumableCapacity ?? null)) {
+      const misfit = capacityFitProblem(applied.snapshot.gpus, capacity);
+      if (misfit !== null) throw new SharingError(misfit.path, misfit.message);
+    }
+    this.settings = applied.settings;
     this.snapshot = applied.snapshot;
     this.lastDriverVersion = applied.snapshot.driverVersion ?? this.lastDriverVersion;
-    this.migStrategy = applied.settings.plan.migStrategy ?? 'none';
     this.kick();
   }
 
@@ -212,13 +217,16 @@ export class SlicePublisher implements NodeConsumer {
       const r = this.pcieRoots.get(g.busId);
       if (r !== undefined && r !== null) roots.set(g.busId, r);
     }
+    const plan = this.settings?.plan;
+    const capacity = plan?.consumableCapacity;
     return poolContent(
       s,
       {
         nodeName: this.o.nodeName,
-        migStrategy: this.migStrategy,
+        migStrategy: plan?.migStrategy ?? 'none',
         pcieRoots: roots,
         ...(this.lastDriverVersion !== null ? { lastDriverVersion: this.lastDriverVersion } : {}),
+        ...(capacity !== undefined ? { consumableCapacity: capacity } : {}),
       },
       this.driver,
     );
@@ -313,7 +321,7 @@ export class SlicePublisher implements NodeConsumer {
       this.nodeUid === null
         ? []
         : [{ apiVersion: 'v1', kind: 'Node', name: this.o.nodeName, uid: this.nodeUid, controller: true }];
-    const body = (name: string, devices: SliceSpecDevices, from?: ResourceSlice): ResourceSlice => ({
+    const body = (name: string, devices: readonly SliceDevice[], from?: ResourceSlice): ResourceSlice => ({
       metadata: {
         name,
         ...(from?.metadata.resourceVersion !== undefined ? { resourceVersion: from.metadata.resourceVersion } : {}),
@@ -328,7 +336,7 @@ export class SlicePublisher implements NodeConsumer {
       },
     });
     for (let i = 0; i < count; i++) {
-      const devices = content.slices[i] as SliceSpecDevices;
+      const devices = content.slices[i] as readonly SliceDevice[];
       const name = names[i] as string;
       const there = byName.get(name) ?? spare.shift();
       if (there !== undefined) await updateSlice(client, body(there.metadata.name ?? name, devices, there));

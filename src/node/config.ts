@@ -11,6 +11,7 @@ import { DEFAULT_SIGNAL_POLICY, signalPolicyWithEnvironment } from '../core/heal
 import type { SignalPolicy } from '../core/health-signals.ts';
 import { planSettings } from '../config/plan-settings.ts';
 import { planReload } from '../config/reload.ts';
+import type { ConsumableCapacity } from '../core/dra-capacity.ts';
 import type { Sharing } from '../core/sharing.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
@@ -30,19 +31,21 @@ export interface RunningConfig extends NodeSettings {
 
 /**
  * The running configuration of some options: the health signals' policy is the file's `health`
- * section (the defaults without one) with the environment's signal names over it.
+ * section (the defaults without one) with the environment's signal names over it; the `dra` section's
+ * consumable capacity goes into the plan (DRA mode only).
  */
 export function runningConfig(
   o: Options,
   sharing: Sharing,
   healthSection?: SignalPolicy,
   health?: HealthSettings,
+  consumableCapacity?: ConsumableCapacity,
 ): RunningConfig {
   const section = healthSection ?? DEFAULT_SIGNAL_POLICY;
   return {
     options: o,
     sharing,
-    plan: planSettings(o, sharing),
+    plan: planSettings(o, sharing, consumableCapacity),
     ...(healthSection === undefined ? {} : { healthSection }),
     ...(health === undefined ? {} : { health }),
     signalPolicy: health === undefined ? section : signalPolicyWithEnvironment(section, health),
@@ -70,20 +73,25 @@ export async function reloadConfig(
   }
   try {
     const next = read();
-    const r = planReload(running.options, running.sharing, next, running.healthSection);
+    const capacity = running.plan.consumableCapacity;
+    const r = planReload(running.options, running.sharing, next, running.healthSection, capacity);
     if (r.restartOnly.length > 0)
       log.warn('config reload: some changed options take effect only at restart; their running values are kept', {
         options: r.restartOnly,
       });
-    if (r.changed.length === 0 && !r.sharingChanged && !r.healthChanged) {
+    if (r.changed.length === 0 && !r.sharingChanged && !r.healthChanged && !r.capacityChanged) {
       log.info('config reloaded; nothing to change', { file });
       return false;
     }
     // The new settings are in force while their snapshot is applied, so the labels written from it
     // are the new ones; a refused plan puts the running ones back (LiveNode.reconfigure).
-    const config = runningConfig(r.options, r.sharing, next.signalPolicy, running.health);
+    const config = runningConfig(r.options, r.sharing, next.signalPolicy, running.health, next.consumableCapacity);
     await node.reconfigure(config, 'config reloaded');
-    const sections = [...(r.sharingChanged ? ['sharing'] : []), ...(r.healthChanged ? ['health'] : [])];
+    const sections = [
+      ...(r.sharingChanged ? ['sharing'] : []),
+      ...(r.healthChanged ? ['health'] : []),
+      ...(r.capacityChanged ? ['dra'] : []),
+    ];
     log.info('config reloaded', { file, changed: [...r.changed, ...sections] });
     return true;
   } catch (err) {

@@ -13,6 +13,7 @@ export type AssetName =
   | 'dra-v1.proto'
   | 'dra-v1beta1.proto'
   | 'dra-health-v1alpha1.proto'
+  | 'dra-health-v1.proto'
   | 'koffi.node'
   | 'nvml-watch.so';
 
@@ -34,6 +35,7 @@ export function assetSourcePath(name: AssetName): string {
     case 'dra-v1.proto':
     case 'dra-v1beta1.proto':
     case 'dra-health-v1alpha1.proto':
+    case 'dra-health-v1.proto':
       return join(sourceRoot(), 'proto', name);
     case 'koffi.node': {
       const req = createRequire(join(sourceRoot(), 'package.json'));

@@ -3,7 +3,9 @@
 // stand-in (real JSON over HTTP, a bearer token with the RBAC's permissions), as a node runs it:
 // registration, the ResourceSlices it publishes, claims prepared and unprepared (CDI specs written as
 // `nvidia-ctk cdi generate` writes them), kubelet restarts, an API server down at start, an XID, a GPU
-// removed, a restart of the plugin keeping its claims, and credentials that may not do the job.
+// removed, a restart of the plugin keeping its claims, credentials that may not do the job, consumable
+// capacity from the config file (published, changed by a reload, refused when it does not fit), and the
+// health stream as a 1.37 kubelet reads it (v1).
 // Timings are printed as test diagnostics.
 import assert from 'node:assert/strict';
 import { execFile, execFileSync, spawn } from 'node:child_process';
@@ -13,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import type { TestContext } from 'node:test';
-import type { Claim, DeviceHealth } from '../../src/api/dra.ts';
+import type { Claim, DeviceHealth, DraHealthVersion } from '../../src/api/dra.ts';
 import { HealthStatus } from '../../src/api/dra.ts';
 import { ApiServerStandIn } from '../support/apiserver.ts';
 import type { JsonObject, TokenGrant } from '../support/apiserver.ts';
@@ -47,6 +49,7 @@ interface DraNode {
   plugins: string;
   cdi: string;
   kubeconfigPath: string;
+  configPath: string;
   stop(): Promise<void>;
 }
 
@@ -62,13 +65,17 @@ interface DraNodeOptions {
   cdiNames?: readonly string[];
   /** More environment for the plugin. */
   env?: Readonly<Record<string, string>>;
+  /** A config file with this text, named with --config-file (node.configPath). */
+  config?: string;
+  /** The health services the kubelet stand-in speaks (default v1alpha1 only, as 1.34–1.36). */
+  healthVersions?: DraHealthVersion[];
 }
 
 async function startDraNode(o: DraNodeOptions = {}): Promise<DraNode> {
   const api = await ApiServerStandIn.start({ tokens: { [TOKEN]: o.grant ?? RBAC } });
   api.putNode(NODE);
   let watcher: PluginWatcherStandIn | undefined;
-  const paths = { registry: '', plugins: '', cdi: '', kubeconfigPath: '' };
+  const paths = { registry: '', plugins: '', cdi: '', kubeconfigPath: '', configPath: '' };
   // Filled in once the node's folder exists (SimNode reads them after beforePlugin).
   const args: string[] = [];
   const env: Record<string, string> = {};
@@ -85,6 +92,8 @@ async function startDraNode(o: DraNodeOptions = {}): Promise<DraNode> {
         paths.plugins = join(n.dir, 'plugins');
         paths.cdi = join(n.dir, 'cdi');
         paths.kubeconfigPath = join(n.dir, 'kubeconfig');
+        paths.configPath = join(n.dir, 'config.yaml');
+        if (o.config !== undefined) writeFileSync(paths.configPath, o.config);
         for (const d of [paths.registry, paths.plugins, paths.cdi]) mkdirSync(d, { recursive: true });
         writeFileSync(paths.kubeconfigPath, tokenKubeconfig(api.url, o.token ?? TOKEN), { mode: 0o600 });
         writeFileSync(
@@ -93,6 +102,7 @@ async function startDraNode(o: DraNodeOptions = {}): Promise<DraNode> {
         );
         watcher = await PluginWatcherStandIn.start(paths.registry, {
           slices: { janitor: api, nodeName: NODE, wipeDelayMs: 60_000 },
+          ...(o.healthVersions === undefined ? {} : { healthVersions: o.healthVersions }),
         });
         if (o.apiDown === true) await api.down();
         args.push(
@@ -101,6 +111,7 @@ async function startDraNode(o: DraNodeOptions = {}): Promise<DraNode> {
           `--node-name=${NODE}`,
           `--kubelet-plugins-registry=${paths.registry}`,
           `--kubelet-plugins-dir=${paths.plugins}`,
+          ...(o.config === undefined ? [] : [`--config-file=${paths.configPath}`]),
           ...(o.args ?? []),
         );
         env.CDI_SPEC_DIRS = paths.cdi;
@@ -182,7 +193,8 @@ function runInfo(node: DraNode, env: NodeJS.ProcessEnv, args: readonly string[] 
 interface SliceDevice {
   name: string;
   attributes?: Record<string, { int?: number; string?: string; bool?: boolean; version?: string }>;
-  capacity?: Record<string, { value: string }>;
+  allowMultipleAllocations?: boolean;
+  capacity?: Record<string, { value: string; requestPolicy?: JsonObject }>;
   taints?: { key: string; value?: string; effect: string }[];
 }
 
@@ -627,6 +639,64 @@ describe('DRA mode through the executable', { concurrency: false }, () => {
       }
     },
   );
+
+  test(
+    'consumable capacity: every GPU published with allowMultipleAllocations and the memory policy, ' +
+      'republished by a reload that changes it, a reload that does not fit refused; a 1.37 kubelet reads v1 health',
+    async () => {
+      const policy = (d: string): string =>
+        `dra:\n  consumableCapacity:\n    memory:\n      default: ${d}\n      validRange: {min: 1Gi, step: 1Gi}\n`;
+      const node = await startDraNode({ config: policy('8Gi'), healthVersions: ['v1', 'v1alpha1'] });
+      try {
+        const shared = (d: SliceDevice[], def: string): boolean =>
+          d.length === 8 &&
+          d.every(
+            (x) =>
+              x.allowMultipleAllocations === true &&
+              JSON.stringify(x.capacity?.memory) ===
+                JSON.stringify({
+                  value: '32Gi',
+                  requestPolicy: { default: def, validRange: { min: '1Gi', step: '1Gi' } },
+                }),
+          );
+        await waitForSlices(node.api, (d) => shared(d, '8Gi'), 'with every GPU shared, default 8Gi');
+        assert.equal(node.watcher.registered(DRIVER)?.healthVersion, 'v1');
+        await node.watcher.waitForHealth(
+          DRIVER,
+          (d) => d.length === 8 && d.every((x) => x.health === HealthStatus.HEALTHY),
+        );
+        writeFileSync(node.configPath, policy('4Gi'));
+        node.sim.plugin.signal('SIGHUP');
+        await waitForSlices(node.api, (d) => shared(d, '4Gi'), 'with every GPU shared, default 4Gi');
+        const gen = generationOf(node.api);
+        // More than the GPUs' 32Gi: refused, the running policy kept.
+        const from = node.sim.plugin.lines.length;
+        writeFileSync(node.configPath, policy('40Gi'));
+        node.sim.plugin.signal('SIGHUP');
+        const refused = await node.sim.plugin.waitForLine(/config reload refused/, 10_000, from);
+        assert.match(refused, /dra\.consumableCapacity\.memory\.default: 40Gi is more than GPU 0's/);
+        assert.equal(generationOf(node.api), gen);
+        assert.ok(shared(devicesOf(node.api), '4Gi'));
+      } finally {
+        await node.stop();
+      }
+    },
+  );
+
+  test('a consumable capacity larger than a GPU stops the start: exit 2 naming the key and the GPU', async () => {
+    const config = 'dra:\n  consumableCapacity:\n    memory: {default: 8Gi, validValues: [8Gi, 64Gi]}\n';
+    const node = await startDraNode({ config, waitRegistered: false });
+    try {
+      const exit = await node.sim.plugin.exited;
+      assert.equal(exit.code, 2, node.sim.plugin.lines.join('\n'));
+      assert.match(
+        node.sim.plugin.lines.find((l) => /cannot start/.test(l)) ?? '',
+        /config file .*config\.yaml: dra\.consumableCapacity\.memory\.validValues\[1\]: 64Gi is more than GPU 0's/,
+      );
+    } finally {
+      await node.stop();
+    }
+  });
 
   test('credentials that may not do the job: exit 2 naming the permissions and the RBAC shipped', async () => {
     const node = await startDraNode({ grant: READ_ONLY, waitRegistered: false });

@@ -12,9 +12,13 @@
 // A registered driver gets a DraClient (NodePrepareResources / NodeUnprepareResources, 45 s, to the
 // endpoint it named, in the version chosen) and, as the kubelet does with ResourceHealthStatus on,
 // a NodeWatchResources stream whose latest list is kept (re-opened after `healthRetryMs` if it
-// fails or ends, 5 s in the kubelet). With `slices` set it also does what the kubelet does to
-// ResourceSlices: at start it deletes every slice of its node, and `wipeDelayMs` (30 s in the kubelet)
-// after a driver's last plugin went away it deletes that driver's slices, unless one registered again.
+// fails or ends, 5 s in the kubelet). Which health service: a 1.34–1.36 kubelet (`healthVersions`
+// ['v1alpha1'], the default) opens v1alpha1's for every plugin, listed or not; a 1.37 kubelet (['v1',
+// 'v1alpha1']) opens the first of its versions the plugin lists in supported_versions (v1 before v1alpha1),
+// and none when the plugin lists neither (the kubelet's pickHealthService). With `slices` set it also does
+// what the kubelet does to ResourceSlices: at start it deletes every slice of its node, and `wipeDelayMs`
+// (30 s in the kubelet) after a driver's last plugin went away it deletes that driver's slices, unless one
+// registered again.
 // Not modelled: sub-directories of the registry, the kubelet's 1 s reconcile loop (this reacts to
 // each inotify event at once), gRPC connection monitoring of the DRA endpoint (the kubelet also
 // starts the wipe delay when no plugin of a driver is *connected*, not only when it deregistered),
@@ -26,6 +30,7 @@ import type { FSWatcher } from 'node:fs';
 import { lstat, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
+  DRA_HEALTH_SERVICE_NAMES,
   DRA_PLUGIN_TYPE,
   DRA_SERVICE_NAMES,
   draHealthService,
@@ -35,6 +40,7 @@ import {
 import type {
   Claim,
   DeviceHealth,
+  DraHealthVersion,
   DraVersion,
   NodePrepareResourcesResponse,
   NodeUnprepareResourcesResponse,
@@ -54,6 +60,11 @@ export interface WatcherOptions {
   versions?: readonly DraVersion[];
   /** Open the health stream of every registered plugin (default true: 1.36, ResourceHealthStatus on). */
   health?: boolean;
+  /**
+   * The health services this kubelet speaks, preferred first: ['v1alpha1'] (default) as 1.34–1.36, or
+   * ['v1', 'v1alpha1'] as 1.37 (see pickHealthVersion).
+   */
+  healthVersions?: readonly DraHealthVersion[];
   /** Wait before re-opening a health stream that failed or ended (default 5000, the kubelet's). */
   healthRetryMs?: number;
   /** Deadline of GetInfo and NotifyRegistrationStatus each (default 2 s; the kubelet's are 1 s and 5 s). */
@@ -68,6 +79,8 @@ export interface DriverRegistration {
   /** The registration socket it came from. */
   socket: string;
   version: DraVersion;
+  /** The health service whose stream is opened (null: none). */
+  healthVersion: DraHealthVersion | null;
   info: PluginInfo;
   /** performance.now() when NotifyRegistrationStatus(true) was answered. */
   at: number;
@@ -141,9 +154,9 @@ export class DraClient {
     return unary(this.client, draPluginService(this.version).NodeUnprepareResources, { claims }, timeoutMs);
   }
 
-  /** Opens the health stream on the same connection (v1alpha1.DRAResourceHealth/NodeWatchResources). */
-  watchHealth(): grpc.ClientReadableStream<NodeWatchResourcesResponse> {
-    const m = draHealthService().NodeWatchResources;
+  /** Opens the health stream on the same connection (<version>.DRAResourceHealth/NodeWatchResources). */
+  watchHealth(version: DraHealthVersion): grpc.ClientReadableStream<NodeWatchResourcesResponse> {
+    const m = draHealthService(version).NodeWatchResources;
     return this.client.makeServerStreamRequest(m.path, m.requestSerialize, m.responseDeserialize, {});
   }
 
@@ -180,6 +193,16 @@ export function validatePluginInfo(
     `none of services supported by the plugin (${goQuote(info.supported_versions)}) are ` +
       `supported by the kubelet (${goQuote(versions.map((v) => DRA_SERVICE_NAMES[v]))})`,
   );
+}
+
+/**
+ * The health service a kubelet speaking `versions` opens for a plugin: one that speaks only v1alpha1
+ * (1.34–1.36) opens it whatever the plugin lists; one that speaks v1 (1.37) opens the first of its versions
+ * the plugin lists, or none.
+ */
+export function pickHealthVersion(info: PluginInfo, versions: readonly DraHealthVersion[]): DraHealthVersion | null {
+  if (!versions.includes('v1')) return versions.includes('v1alpha1') ? 'v1alpha1' : null;
+  return versions.find((v) => info.supported_versions.includes(DRA_HEALTH_SERVICE_NAMES[v])) ?? null;
 }
 
 export class PluginWatcherStandIn extends EventEmitter {
@@ -330,6 +353,7 @@ export class PluginWatcherStandIn extends EventEmitter {
         endpoint,
         socket,
         version: verdict.version,
+        healthVersion: pickHealthVersion(info, this.opts.healthVersions ?? ['v1alpha1']),
         info,
         at: 0,
       };
@@ -356,8 +380,9 @@ export class PluginWatcherStandIn extends EventEmitter {
   }
 
   private openHealth(entry: Registered): void {
-    if (this.stopped || this.bySocket.get(entry.reg.socket) !== entry) return;
-    const stream = entry.client.watchHealth();
+    const version = entry.reg.healthVersion;
+    if (this.stopped || this.bySocket.get(entry.reg.socket) !== entry || version === null) return;
+    const stream = entry.client.watchHealth(version);
     entry.health = stream;
     const name = entry.reg.name;
     let retried = false;

@@ -9,6 +9,8 @@ import { UNSUPPORTED_OPTIONS } from '../../src/config/unsupported-options.ts';
 import { helpText } from '../../src/config/describe-options.ts';
 import { parseOptions } from '../../src/config/parse-options.ts';
 import type { ParsedOptions } from '../../src/config/options.ts';
+import { planSettings } from '../../src/config/plan-settings.ts';
+import { planReload } from '../../src/config/reload.ts';
 
 const FIXTURES = join(import.meta.dirname, '..', 'fixtures', 'config');
 
@@ -241,7 +243,7 @@ test('every bad value in the file is refused with its key path, the value and wh
     ['version: v2\n', 'version: "v2" is not allowed; expected v1'],
     [
       'flag:\n  migStrategy: none\n',
-      'flag: unknown key; expected one of version, flags, sharing, resources, imex, health',
+      'flag: unknown key; expected one of version, flags, sharing, resources, imex, health, dra',
     ],
     [
       'flags:\n  plugin:\n    passDeviceSpec: true\n',
@@ -557,4 +559,124 @@ test('help names every option with its config key, and every refused flag of NVI
   for (const u of UNSUPPORTED_OPTIONS) assert.ok(text.includes(`--${u.flag}`) && text.includes(u.reason), u.flag);
   assert.match(text, /--driver-root, --nvidia-driver-root/);
   assert.match(text, /--mig-strategy \(none\|single\|mixed\)/);
+});
+
+const GI = 2 ** 30;
+const DRA = ['--kubelet-api=dra', '--kubeconfig=/etc/gdp/kubeconfig', '--node-name=node-a'];
+
+test('dra.consumableCapacity: the memory request policy is read in bytes, quantities as strings or numbers', () => {
+  const range = withFile(
+    'dra:\n  consumableCapacity:\n    memory:\n' +
+      '      default: 8Gi\n      validRange: {min: 1Gi, max: 40Gi, step: 1Gi}\n',
+    DRA,
+  );
+  assert.deepEqual(range.consumableCapacity, {
+    memory: { default: 8 * GI, validRange: { min: GI, max: 40 * GI, step: GI } },
+  });
+  const values = withFile(
+    'dra:\n  consumableCapacity:\n    memory: {default: 10G, validValues: [5G, 10G, 21474836480]}\n',
+    DRA,
+  );
+  assert.deepEqual(values.consumableCapacity, { memory: { default: 1e10, validValues: [5e9, 1e10, 20 * GI] } });
+  // Absent (or an empty section): off.
+  assert.equal(withFile('version: v1\n', DRA).consumableCapacity, undefined);
+  assert.equal(withFile('dra:\n  consumableCapacity:\n', DRA).consumableCapacity, undefined);
+});
+
+test('dra.consumableCapacity: every rule of a requestPolicy is refused by its key path, saying what is right', () => {
+  const memory = (body: string): string => `dra:\n  consumableCapacity:\n    memory:\n${body}`;
+  const at = 'dra.consumableCapacity.memory';
+  const QUANTITY = 'a quantity such as 8Gi, 512Mi or 40G (or a whole number of bytes)';
+  const cases: [string, string][] = [
+    ['dra:\n  consumable: {}\n', 'dra.consumable: unknown key; expected one of consumableCapacity'],
+    [
+      'dra:\n  consumableCapacity:\n    cores: {}\n',
+      'dra.consumableCapacity.cores: unknown key; expected one of memory',
+    ],
+    [
+      'dra:\n  consumableCapacity: {memory: null}\n',
+      `${at}: missing; expected {default, validRange} or {default, validValues}`,
+    ],
+    [memory('      validRange: {min: 1Gi}\n'), `${at}.default: missing; expected ${QUANTITY}`],
+    [
+      memory('      default: 8 GB\n      validRange: {min: 1Gi}\n'),
+      `${at}.default: "8 GB" is not allowed; expected ${QUANTITY}`,
+    ],
+    [
+      memory('      default: 8Gi\n'),
+      `${at}: expected validValues (a list of quantities) or validRange ({min, max?, step?})`,
+    ],
+    [
+      memory('      default: 8Gi\n      validValues: [8Gi]\n      validRange: {min: 1Gi}\n'),
+      `${at}: validValues and validRange exclude each other; keep one`,
+    ],
+    [
+      memory('      default: 8Gi\n      validRange: {max: 9Gi}\n'),
+      `${at}.validRange.min: missing; expected ${QUANTITY}`,
+    ],
+    [
+      memory('      default: 8Gi\n      validRange: {min: 1Gi, step: 0}\n'),
+      `${at}.validRange.step: 0 is not allowed; a step must be above zero`,
+    ],
+    [
+      memory('      default: 8Gi\n      validRange: {min: 10Gi, max: 2Gi}\n'),
+      `${at}.validRange.max: 2Gi is less than min (10Gi); expected at least 10Gi`,
+    ],
+    [
+      memory('      default: 512Mi\n      validRange: {min: 1Gi}\n'),
+      `${at}.default: 512Mi is less than validRange.min (1Gi)`,
+    ],
+    [
+      memory('      default: 16Gi\n      validRange: {min: 1Gi, max: 8Gi}\n'),
+      `${at}.default: 16Gi is more than validRange.max (8Gi)`,
+    ],
+    [
+      memory('      default: 3Gi\n      validRange: {min: 1Gi, step: 4Gi}\n'),
+      `${at}.default: 3Gi is not min (1Gi) plus a whole number of steps (4Gi); expected 1Gi or 5Gi`,
+    ],
+    [
+      memory('      default: 5Gi\n      validRange: {min: 1Gi, max: 10Gi, step: 4Gi}\n'),
+      `${at}.validRange.max: 10Gi is not min (1Gi) plus a whole number of steps (4Gi); expected 9Gi or 13Gi`,
+    ],
+    [
+      memory('      default: 4Gi\n      validValues: [8Gi, 4Gi]\n'),
+      `${at}.validValues[1]: 4Gi is less than the value before it; list them ascending`,
+    ],
+    [
+      memory('      default: 4Gi\n      validValues: [4Gi, 4Gi]\n'),
+      `${at}.validValues[1]: 4Gi is listed twice; each value once`,
+    ],
+    [
+      memory('      default: 2Gi\n      validValues: [4Gi, 8Gi]\n'),
+      `${at}.default: 2Gi is not one of validValues (4Gi, 8Gi); expected one of them`,
+    ],
+    [
+      memory('      default: 1Gi\n      validValues: [1Gi, 2Gi, 3Gi, 4Gi, 5Gi, 6Gi, 7Gi, 8Gi, 9Gi, 10Gi, 11Gi]\n'),
+      `${at}.validValues: 11 values; at most 10 are allowed`,
+    ],
+    [
+      memory('      default: 1Gi\n      validValues: 1Gi\n'),
+      `${at}.validValues: "1Gi" is not allowed; expected a list of quantities`,
+    ],
+  ];
+  for (const [text, message] of cases) refusedFile(text, message);
+});
+
+test('dra.consumableCapacity is a plan setting in DRA mode only; a changed one is a reload in DRA mode', () => {
+  const file = (d: string): string =>
+    `dra:\n  consumableCapacity:\n    memory: {default: ${d}, validRange: {min: 1Gi, step: 1Gi}}\n`;
+  const dra = withFile(file('8Gi'), DRA);
+  const plugin = withFile(file('8Gi'));
+  assert.deepEqual(planSettings(dra.options, dra.sharing, dra.consumableCapacity).consumableCapacity, {
+    memory: { default: 8 * GI, validRange: { min: GI, step: GI } },
+  });
+  assert.equal(planSettings(plugin.options, plugin.sharing, plugin.consumableCapacity).consumableCapacity, undefined);
+  const next = withFile(file('4Gi'), DRA);
+  assert.equal(planReload(dra.options, dra.sharing, next, undefined, dra.consumableCapacity).capacityChanged, true);
+  assert.equal(planReload(dra.options, dra.sharing, dra, undefined, dra.consumableCapacity).capacityChanged, false);
+  const off = withFile('version: v1\n', DRA);
+  assert.equal(planReload(dra.options, dra.sharing, off, undefined, dra.consumableCapacity).capacityChanged, true);
+  // Device-plugin mode does not use it: no change to reload for.
+  const plugin4 = withFile(file('4Gi'));
+  assert.equal(planReload(plugin.options, plugin.sharing, plugin4, undefined, undefined).capacityChanged, false);
 });

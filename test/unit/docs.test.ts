@@ -176,8 +176,10 @@ test('COMMANDS and SYNOPSIS: info and check with their options', () => {
 test('CONFIGURATION FILE: every key the reader accepts, what it refuses, and the example', () => {
   const text = sections(render()).get('CONFIGURATION FILE')!;
   // The keys the config file's reader accepts at each level, read from the r.keys(...) calls of config.ts (the
-  // file's structure) and config-sharing.ts (the sharing section).
-  const reader = ['config.ts', 'config-sharing.ts'].map((f) => readFileSync(join(SRC, 'config', f), 'utf8')).join('\n');
+  // file's structure), config-sharing.ts (the sharing section) and dra-section.ts (the dra section).
+  const reader = ['config.ts', 'config-sharing.ts', 'dra-section.ts']
+    .map((f) => readFileSync(join(SRC, 'config', f), 'utf8'))
+    .join('\n');
   const levels = [...reader.matchAll(/r\.keys\([^,]+,[^,]+,\s*\[([^\]]*)\]\)/g)].map((m) =>
     [...m[1]!.matchAll(/'([A-Za-z]+)'/g)].map((k) => k[1]!),
   );

@@ -223,6 +223,7 @@ test(
       assert.deepEqual(reg.info.supported_versions, [
         'v1.DRAPlugin',
         'v1beta1.DRAPlugin',
+        'v1.DRAResourceHealth',
         'v1alpha1.DRAResourceHealth',
       ]);
       assert.deepEqual([...SUPPORTED_VERSIONS], reg.info.supported_versions);
@@ -841,7 +842,7 @@ test(
       // A stream of our own (the stand-in drops its stream when the registration socket goes, which
       // may come first): on stop it ends with status OK, not an error.
       const own = new DraClient(t.watcher.registered(DRIVER)!.endpoint, 'v1');
-      const stream = own.watchHealth();
+      const stream = own.watchHealth('v1alpha1');
       const first = await new Promise<NodeWatchResourcesResponse>((resolve) => stream.once('data', resolve));
       assert.equal(first.devices.length, 2);
       const end = new Promise<string>((resolve) => {
@@ -857,6 +858,44 @@ test(
     }
   },
 );
+
+test('a 1.37 kubelet reads the v1 health stream; a v1alpha1 stream open beside it gets the same lists', async () => {
+  const t = await setup({ healthVersions: ['v1', 'v1alpha1'] });
+  try {
+    assert.equal(t.watcher.registered(DRIVER)!.healthVersion, 'v1');
+    const all = await t.watcher.waitForHealth(DRIVER, (d) => d.length === 3);
+    assert.ok(all.every((d) => d.health === HealthStatus.HEALTHY));
+    const old = new DraClient(t.watcher.registered(DRIVER)!.endpoint, 'v1');
+    const alpha = old.watchHealth('v1alpha1');
+    const lists: NodeWatchResourcesResponse[] = [];
+    alpha.on('data', (m: NodeWatchResourcesResponse) => lists.push(m));
+    alpha.on('error', () => undefined);
+    await waitUntil(() => lists.length === 1, { on: onEvent(alpha, 'data'), what: 'the v1alpha1 list' });
+    assert.deepEqual(lists[0]!.devices, all);
+    const sick = withHealth(
+      t.snapshot,
+      new Map([
+        [
+          uuid(0),
+          {
+            state: { ...freshHealthState(), health: 'Unhealthy', lastXid: 48 },
+            reason: 'critical XID 48',
+            since: 1_700_000_050_000,
+          },
+        ],
+      ]),
+    );
+    await t.plugin.apply(applied(sick, t.snapshot, 'health changed'));
+    const v1 = await t.watcher.waitForHealth(DRIVER, (d) => d[0]?.health === HealthStatus.UNHEALTHY);
+    await waitUntil(() => lists.length === 2, { on: onEvent(alpha, 'data'), what: 'the second v1alpha1 list' });
+    assert.deepEqual(lists[1]!.devices, v1);
+    assert.equal(v1[0]!.message, 'critical XID 48');
+    alpha.cancel();
+    old.close();
+  } finally {
+    await t.done();
+  }
+});
 
 test(
   'no registry directory at start (kubelet not there yet): the start ' +

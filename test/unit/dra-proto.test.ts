@@ -1,6 +1,7 @@
 // The DRA groundwork protos (proto/pluginregistration.proto, dra-v1.proto, dra-v1beta1.proto,
 // dra-health-v1alpha1.proto) against the interface read from kubernetes/kubelet at tag v0.36.3
-// (pkg/apis/pluginregistration/v1, dra/v1, dra/v1beta1, dra-health/v1alpha1): packages, services,
+// (pkg/apis/pluginregistration/v1, dra/v1, dra/v1beta1, dra-health/v1alpha1), and dra-health-v1.proto
+// against pkg/apis/dra-health/v1 on its master of 2026-07-23 (Kubernetes 1.37): packages, services,
 // methods and every field's name, number, type and label. The tables below are that reading.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -70,8 +71,14 @@ const EXPECTED: Partial<Record<ProtoFile, Expected>> = {
     services: draService,
     messages: draMessages(false),
   },
-  'dra-health-v1alpha1.proto': {
-    pkg: 'v1alpha1',
+  'dra-health-v1alpha1.proto': healthProto('v1alpha1'),
+  'dra-health-v1.proto': healthProto('v1'),
+};
+
+/** The health service's file of one version (v1 has v1alpha1's messages, in package v1). */
+function healthProto(pkg: string): Expected {
+  return {
+    pkg,
     services: {
       DRAResourceHealth: { NodeWatchResources: ['NodeWatchResourcesRequest', 'NodeWatchResourcesResponse', true] },
     },
@@ -87,8 +94,8 @@ const EXPECTED: Partial<Record<ProtoFile, Expected>> = {
       },
       NodeWatchResourcesResponse: { devices: [1, 'DeviceHealth', 'repeated'] },
     },
-  },
-};
+  };
+}
 
 function load(file: ProtoFile): protobuf.Root {
   const root = parseProto(readFileSync(assetSourcePath(file), 'utf8'));
@@ -139,6 +146,10 @@ test('dra-health-v1alpha1.proto: HealthStatus is UNKNOWN 0, HEALTHY 1, UNHEALTHY
     { ...load('dra-health-v1alpha1.proto').lookupEnum('v1alpha1.HealthStatus').values },
     { UNKNOWN: 0, HEALTHY: 1, UNHEALTHY: 2 },
   );
+  assert.deepEqual(
+    { ...load('dra-health-v1.proto').lookupEnum('v1.HealthStatus').values },
+    { UNKNOWN: 0, HEALTHY: 1, UNHEALTHY: 2 },
+  );
 });
 
 test('method paths carry the proto packages (the registration strings are the short service names)', () => {
@@ -155,8 +166,10 @@ test('method paths carry the proto packages (the registration strings are the sh
     draPluginService('v1beta1').NodeUnprepareResources.path,
     `/${DRA_PACKAGES.v1beta1}.DRAPlugin/NodeUnprepareResources`,
   );
-  assert.equal(draHealthService().NodeWatchResources.path, '/v1alpha1.DRAResourceHealth/NodeWatchResources');
-  assert.equal(draHealthService().NodeWatchResources.responseStream, true);
+  assert.equal(draHealthService('v1alpha1').NodeWatchResources.path, '/v1alpha1.DRAResourceHealth/NodeWatchResources');
+  assert.equal(draHealthService('v1alpha1').NodeWatchResources.responseStream, true);
+  assert.equal(draHealthService('v1').NodeWatchResources.path, '/v1.DRAResourceHealth/NodeWatchResources');
+  assert.equal(draHealthService('v1').NodeWatchResources.responseStream, true);
 });
 
 test('the codecs write the kubelet wire: hand-made bytes decode to the expected messages', () => {
@@ -210,6 +223,10 @@ test('the codecs write the kubelet wire: hand-made bytes decode to the expected 
       },
     ],
   };
-  const hs = draHealthService().NodeWatchResources;
+  const hs = draHealthService('v1alpha1').NodeWatchResources;
   assert.deepEqual(hs.responseDeserialize(hs.responseSerialize(h)), h);
+  // The same bytes on both versions' streams.
+  const v1h = draHealthService('v1').NodeWatchResources;
+  assert.deepEqual(v1h.responseSerialize(h), hs.responseSerialize(h));
+  assert.deepEqual(v1h.responseDeserialize(hs.responseSerialize(h)), h);
 });

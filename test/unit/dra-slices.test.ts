@@ -407,3 +407,61 @@ test('an empty node still has its pool: one slice without devices', () => {
   const c = poolContent(bigNode(0), { nodeName: 'node-empty', migStrategy: 'none' });
   assert.deepEqual(c.slices, [[]]);
 });
+
+const SHARES = { memory: { default: 8 * 2 ** 30, validRange: { min: 2 ** 30, step: 2 ** 30 } } };
+
+test(
+  'consumable capacity: every whole GPU allows several allocations, its memory carrying the request ' +
+    'policy; the stand-in stores both',
+  async () => {
+    const s = await fixtureSnapshot('nvswitch-8.json');
+    const off = poolContent(s, { nodeName: 'node-a', migStrategy: 'none' });
+    const on = poolContent(s, { nodeName: 'node-a', migStrategy: 'none', consumableCapacity: SHARES });
+    assert.deepEqual(on.notes, []);
+    for (const d of on.slices.flat()) {
+      assert.equal(d.allowMultipleAllocations, true, d.name);
+      assert.deepEqual(d.capacity.memory, {
+        value: '80Gi',
+        requestPolicy: { default: '8Gi', validRange: { min: '1Gi', step: '1Gi' } },
+      });
+    }
+    // Off (the default): the devices exactly as without the setting.
+    assert.ok(off.slices.flat().every((d) => !('allowMultipleAllocations' in d)));
+    assert.deepEqual(device(off, 'gpu-3').capacity, { memory: { value: '80Gi' } });
+    const stored = await publish(on);
+    const first = ((stored[0]!.spec as JsonObject).devices as JsonObject[])[0]!;
+    assert.equal(first.allowMultipleAllocations, true);
+    assert.deepEqual((first.capacity as JsonObject).memory, {
+      value: '80Gi',
+      requestPolicy: { default: '8Gi', validRange: { min: '1Gi', step: '1Gi' } },
+    });
+  },
+);
+
+test('consumable capacity leaves MIG devices as they are; valid values are written as listed', async () => {
+  const s = await fixtureSnapshot('mig-mixed-4.json', 'mixed');
+  const values = { memory: { default: 20 * 2 ** 30, validValues: [10 * 2 ** 30, 20 * 2 ** 30, 40 * 2 ** 30] } };
+  const plain = poolContent(s, { nodeName: 'node-mig', migStrategy: 'mixed' });
+  const c = poolContent(s, { nodeName: 'node-mig', migStrategy: 'mixed', consumableCapacity: values });
+  assert.deepEqual(device(c, 'gpu-2').capacity.memory, {
+    value: '80Gi',
+    requestPolicy: { default: '20Gi', validValues: ['10Gi', '20Gi', '40Gi'] },
+  });
+  assert.equal(device(c, 'gpu-2').allowMultipleAllocations, true);
+  const mig = c.slices.flat().filter((d) => d.name.includes('-mig-'));
+  assert.ok(mig.length > 0);
+  for (const d of mig) assert.deepEqual(d, device(plain, d.name));
+  await publish(c, 'node-mig');
+});
+
+test('a GPU too small for the policy is published for one allocation at a time, with a note', async () => {
+  const s = await fixtureSnapshot('nvswitch-8.json');
+  const small: NodeSnapshot = { ...s, gpus: s.gpus.map((g, i) => (i === 5 ? { ...g, memoryBytes: 4 * 2 ** 30 } : g)) };
+  const c = poolContent(small, { nodeName: 'node-a', migStrategy: 'none', consumableCapacity: SHARES });
+  assert.deepEqual(device(c, 'gpu-5').capacity, { memory: { value: '4Gi' } });
+  assert.equal(device(c, 'gpu-5').allowMultipleAllocations, undefined);
+  assert.equal(device(c, 'gpu-4').allowMultipleAllocations, true);
+  assert.equal(c.notes.length, 1);
+  assert.match(c.notes[0] ?? '', /^device gpu-5 is published for one allocation at a time: .*default.*4Gi/);
+  await publish(c);
+});

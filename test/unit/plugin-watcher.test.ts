@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { draHealthService, draPluginService, pluginRegistrationService } from '../../src/api/dra.ts';
 import type {
+  DraHealthVersion,
   DraVersion,
   NodePrepareResourcesRequest,
   NodePrepareResourcesResponse,
@@ -19,7 +20,7 @@ import type {
   PluginInfo,
   RegistrationStatus,
 } from '../../src/api/dra.ts';
-import { PluginWatcherStandIn, validatePluginInfo } from '../support/plugin-watcher.ts';
+import { PluginWatcherStandIn, pickHealthVersion, validatePluginInfo } from '../support/plugin-watcher.ts';
 import type { SliceJanitor } from '../support/plugin-watcher.ts';
 import { ApiServerStandIn } from '../support/apiserver.ts';
 
@@ -27,6 +28,8 @@ interface TinyDriver {
   statuses: RegistrationStatus[];
   prepared: NodePrepareResourcesRequest[];
   unprepared: NodeUnprepareResourcesRequest[];
+  /** The health service of each stream the kubelet opened, in order. */
+  healthOpened: DraHealthVersion[];
   /** Sends one health list to every open stream. */
   sendHealth(msg: NodeWatchResourcesResponse): void;
   stop(): void;
@@ -47,9 +50,16 @@ function bind(server: grpc.Server, path: string): Promise<void> {
 async function tinyDriver(
   regSocket: string,
   info: PluginInfo,
-  serve: { versions: DraVersion[]; health?: NodeWatchResourcesResponse },
+  serve: { versions: DraVersion[]; health?: NodeWatchResourcesResponse; healthVersions?: DraHealthVersion[] },
 ): Promise<TinyDriver> {
-  const d: TinyDriver = { statuses: [], prepared: [], unprepared: [], sendHealth: () => {}, stop: () => {} };
+  const d: TinyDriver = {
+    statuses: [],
+    prepared: [],
+    unprepared: [],
+    healthOpened: [],
+    sendHealth: () => {},
+    stop: () => {},
+  };
   const streams = new Set<grpc.ServerWritableStream<unknown, NodeWatchResourcesResponse>>();
   const plugin = new grpc.Server();
   for (const v of serve.versions) {
@@ -86,13 +96,16 @@ async function tinyDriver(
   }
   const initial = serve.health;
   if (initial !== undefined) {
-    plugin.addService(draHealthService(), {
-      NodeWatchResources: (call: grpc.ServerWritableStream<unknown, NodeWatchResourcesResponse>) => {
-        streams.add(call);
-        call.write(initial);
-        call.on('cancelled', () => streams.delete(call));
-      },
-    });
+    for (const hv of serve.healthVersions ?? ['v1alpha1']) {
+      plugin.addService(draHealthService(hv), {
+        NodeWatchResources: (call: grpc.ServerWritableStream<unknown, NodeWatchResourcesResponse>) => {
+          d.healthOpened.push(hv);
+          streams.add(call);
+          call.write(initial);
+          call.on('cancelled', () => streams.delete(call));
+        },
+      });
+    }
   }
   await bind(plugin, info.endpoint);
   const reg = new grpc.Server();
@@ -593,3 +606,48 @@ test(
     assert.equal(second.prepared.length, 1);
   },
 );
+
+test('which health service a kubelet opens: 1.37 takes v1 when listed, else v1alpha1, else none; 1.36 v1alpha1', () => {
+  const listing = (...l: string[]): PluginInfo => info('/dra.sock', { supported_versions: ['v1.DRAPlugin', ...l] });
+  const k137: DraHealthVersion[] = ['v1', 'v1alpha1'];
+  assert.equal(pickHealthVersion(listing(), k137), null);
+  assert.equal(pickHealthVersion(listing('v1alpha1.DRAResourceHealth'), k137), 'v1alpha1');
+  assert.equal(pickHealthVersion(listing('v1.DRAResourceHealth'), k137), 'v1');
+  assert.equal(pickHealthVersion(listing('v1alpha1.DRAResourceHealth', 'v1.DRAResourceHealth'), k137), 'v1');
+  // 1.34–1.36 speak v1alpha1 only, and open it for every plugin.
+  assert.equal(pickHealthVersion(listing(), ['v1alpha1']), 'v1alpha1');
+  assert.equal(pickHealthVersion(listing('v1.DRAResourceHealth'), ['v1alpha1']), 'v1alpha1');
+});
+
+for (const [kubelet, versions, listed, want] of [
+  ['1.37', ['v1', 'v1alpha1'], ['v1.DRAResourceHealth', 'v1alpha1.DRAResourceHealth'], 'v1'],
+  ['1.37', ['v1', 'v1alpha1'], ['v1alpha1.DRAResourceHealth'], 'v1alpha1'],
+  ['1.36', ['v1alpha1'], ['v1.DRAResourceHealth', 'v1alpha1.DRAResourceHealth'], 'v1alpha1'],
+] as [string, DraHealthVersion[], string[], DraHealthVersion][]) {
+  test(`a ${kubelet} kubelet reads the ${want} health stream of a driver listing ${listed.join(', ')}`, async (t) => {
+    const d = dirs();
+    t.after(d.done);
+    const w = await PluginWatcherStandIn.start(d.registry, { healthVersions: versions });
+    t.after(() => w.stop());
+    const list: NodeWatchResourcesResponse = {
+      devices: [
+        {
+          device: { pool_name: 'node-a', device_name: 'gpu-0' },
+          health: 2,
+          last_updated_time: 1_780_000_000,
+          health_check_timeout_seconds: 0,
+          message: 'XID 79',
+        },
+      ],
+    };
+    const drv = await tinyDriver(
+      join(d.registry, 'g-reg.sock'),
+      info(join(d.plugins, 'dra.sock'), { supported_versions: ['v1.DRAPlugin', ...listed] }),
+      { versions: ['v1'], health: list, healthVersions: ['v1', 'v1alpha1'] },
+    );
+    t.after(drv.stop);
+    assert.equal((await w.waitForRegistrations(1)).healthVersion, want);
+    assert.deepEqual(await w.waitForHealth('gpu.example.com', (devs) => devs.length === 1), list.devices);
+    assert.deepEqual(drv.healthOpened, [want]);
+  });
+}

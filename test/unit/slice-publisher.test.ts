@@ -14,7 +14,7 @@ import { diff } from '../../src/core/snapshot-diff.ts';
 import type { NodeScan, NodeSnapshot } from '../../src/core/snapshot.ts';
 import type { MigStrategy } from '../../src/core/mig.ts';
 import { freshHealthState } from '../../src/core/health-tracker.ts';
-import { NO_SHARING } from '../../src/core/sharing.ts';
+import { NO_SHARING, SharingError } from '../../src/core/sharing.ts';
 import { KubeClient } from '../../src/k8s/client.ts';
 import { accessProblem, pcieRootOfPath, SlicePublisher, sliceName } from '../../src/dra/slice-publisher.ts';
 import type { AppliedSnapshot, NodeSettings } from '../../src/node/consumer.ts';
@@ -512,5 +512,60 @@ test(
       hang.closeAllConnections();
       await new Promise<void>((r) => hang.close(() => r()));
     }
+  },
+);
+
+const SHARES = { memory: { default: 8 * 2 ** 30, validRange: { min: 2 ** 30, step: 2 ** 30 } } };
+
+function withCapacity(a: AppliedSnapshot, capacity: NodeSettings['plan']['consumableCapacity']): AppliedSnapshot {
+  return {
+    ...a,
+    settings: { plan: { ...a.settings.plan, ...(capacity === undefined ? {} : { consumableCapacity: capacity }) } },
+  };
+}
+
+test(
+  'consumable capacity: a reload that turns it on, changes it or turns it off republishes; ' +
+    'one that does not fit the GPUs is refused and the slices stay',
+  async () => {
+    const { api, pub } = await start();
+    const s = await fixtureSnapshot('nvswitch-8.json');
+    pub.apply(applied(s, null));
+    await pub.whenSynced();
+    assert.equal(devices(stored(api))[0]!.allowMultipleAllocations, undefined);
+    pub.apply(withCapacity(applied(s, s), SHARES));
+    await pub.whenSynced();
+    assert.equal(pool(stored(api)).generation, 2);
+    for (const d of devices(stored(api))) {
+      assert.equal(d.allowMultipleAllocations, true);
+      assert.deepEqual((d.capacity as JsonObject).memory, {
+        value: '80Gi',
+        requestPolicy: { default: '8Gi', validRange: { min: '1Gi', step: '1Gi' } },
+      });
+    }
+    const four = { memory: { ...SHARES.memory, default: 4 * 2 ** 30 } };
+    pub.apply(withCapacity(applied(s, s), four));
+    await pub.whenSynced();
+    assert.equal(pool(stored(api)).generation, 3);
+    assert.deepEqual(
+      (((devices(stored(api))[0]!.capacity as JsonObject).memory as JsonObject).requestPolicy as JsonObject).default,
+      '4Gi',
+    );
+    // Larger than the GPUs' 80Gi: refused, naming the key and the GPU; nothing written.
+    const huge = { memory: { default: 96 * 2 ** 30, validValues: [96 * 2 ** 30] } };
+    assert.throws(
+      () => pub.apply(withCapacity(applied(s, s), huge)),
+      (e: unknown) =>
+        e instanceof SharingError &&
+        e.path === 'dra.consumableCapacity.memory.default' &&
+        /96Gi is more than GPU 0's \(GPU-[0-9a-f-]+\) memory \(80Gi\)/.test(e.message),
+    );
+    await pub.whenSynced();
+    assert.equal(pool(stored(api)).generation, 3);
+    pub.apply(applied(s, s));
+    await pub.whenSynced();
+    assert.equal(pool(stored(api)).generation, 4);
+    assert.ok(devices(stored(api)).every((d) => d.allowMultipleAllocations === undefined));
+    assert.deepEqual((devices(stored(api))[0]!.capacity as JsonObject).memory, { value: '80Gi' });
   },
 );

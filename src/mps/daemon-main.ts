@@ -115,6 +115,15 @@ async function startDaemons(
   log: Logger,
   service: ServiceStatus,
 ): Promise<Daemon | null> {
+  if (settings.options.kubeletApi === 'dra') {
+    const { startDraAgent } = await import('./dra-agent-main.ts');
+    return startDraAgent(
+      settings,
+      () => Nvml.open({ koffi, driverRoot: settings.options.driverRoot, log }),
+      log,
+      service,
+    );
+  }
   if (settings.sharing.mps === undefined || settings.sharing.mps === null) {
     // Known before NVML is opened: on a node without MPS whose driver is not (yet) loaded, the unit
     // must still end inactive (exit 0) rather than fail and be restarted every RestartSec.

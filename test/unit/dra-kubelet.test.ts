@@ -22,7 +22,7 @@ import { diff } from '../../src/core/snapshot-diff.ts';
 import type { NodeScan, NodeSnapshot } from '../../src/core/snapshot.ts';
 import { CHECKPOINT_FILE } from '../../src/dra/checkpoint.ts';
 import type { ClaimReader } from '../../src/dra/claims.ts';
-import { DraKubeletPlugin } from '../../src/dra/mode.ts';
+import { DraKubeletPlugin } from '../../src/dra/kubelet-plugin.ts';
 import { SUPPORTED_VERSIONS } from '../../src/dra/registration.ts';
 import type { AppliedSnapshot, NodeSettings } from '../../src/node/consumer.ts';
 import { createLogger } from '../../src/system/log.ts';

@@ -248,6 +248,8 @@ export class DraClaims {
     if ('error' in allocated) return refuse(allocated.error);
     const host = hostRequest(c, allocated.devices, this.opts.devices());
     if (host !== null && 'error' in host) return refuse(`claim ${claimName(c)}: ${host.error}`);
+    const unavailable = host === null ? null : this.opts.sharing.unavailable(host);
+    if (unavailable !== null) return refuse(`claim ${claimName(c)}: ${unavailable}`);
     const started = await this.recordStarted(store, c, allocated.devices);
     if (started !== null) return refuse(started);
     const cdi = await this.withCdiIds(c, allocated.devices);

@@ -59,16 +59,21 @@ export class HostSharing {
     this.o = o;
   }
 
+  /** Why no request can be made for this claim at all (checked before anything is recorded); null when it can. */
+  unavailable(request: HostRequest): string | null {
+    if (this.o.mpsRoot !== null) return null;
+    return (
+      `it asks for ${request.mps !== undefined ? 'MPS' : 'time-slicing'}, which needs the MPS root (--mps-root, ` +
+      `MPS_ROOT; the package's environment file sets /run/nvidia/mps) where ${AGENT_UNIT} finds the requests`
+    );
+  }
+
   /** Asks the agent for the claim's sharing and waits for it; the CDI IDs to add, or why not. */
   async prepare(request: HostRequest): Promise<{ cdiDeviceIds: string[] } | { error: string }> {
     const root = this.o.mpsRoot;
     const what = request.mps !== undefined ? 'MPS' : 'time-slicing';
-    if (root === null)
-      return {
-        error:
-          `it asks for ${what}, which needs the MPS root (--mps-root, MPS_ROOT; the package's environment file ` +
-          `sets /run/nvidia/mps) where ${AGENT_UNIT} finds the requests`,
-      };
+    const unavailable = this.unavailable(request);
+    if (root === null || unavailable !== null) return { error: unavailable ?? '' };
     const uid = request.claim.uid;
     const id = `${uid}/${process.pid}/${++this.written}/${Date.now()}`;
     try {

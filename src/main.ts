@@ -34,7 +34,13 @@ async function serving(s: Start, service: ServiceStatus, observer: Observer, nod
   const onDirectoryGone = (dir: string, why: string): never => service.lostDirectory(log, dir, why);
   const imexChannels = await imexChannelsAtStart(o, log); // once: restart-only; a required one missing stops the start
   if (o.kubeletApi === 'dra')
-    return (await import('./dra/mode.ts')).startDraMode({ options: o, log, sysfsRoot: s.sysfsRoot, onDirectoryGone });
+    return (await import('./dra/mode.ts')).startDraMode({
+      options: o,
+      log,
+      sysfsRoot: s.sysfsRoot,
+      onDirectoryGone,
+      node,
+    });
   const recorder = (name: string) => observer.metrics.resource(name);
   return startDevicePluginMode({ options: o, log, imexChannels, recorder, onDirectoryGone, node });
 }

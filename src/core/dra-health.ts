@@ -1,7 +1,9 @@
 // DRA's device health, pure: the list the DRAResourceHealth stream sends — each device's health, since when and
-// why, from the node snapshot — and whether two lists say the same. Sending it is src/dra/health.ts's.
+// why, from the node snapshot — and whether two lists say the same. Sending it is src/dra/health.ts's. A device
+// whose DRA claim's MPS control daemon was asked and does not answer is Unhealthy for as long as it does not.
 import type { DraNodeDevice } from './dra-claims.ts';
 import { withSignalReasons } from './snapshot-signals.ts';
+import { unitsOfSilentClaimDaemons } from './snapshot.ts';
 import type { NodeSnapshot } from './snapshot.ts';
 
 export type DeviceHealthState = 'Healthy' | 'Unhealthy';
@@ -27,12 +29,19 @@ function clip(s: string): string {
  */
 export function deviceHealthList(
   snapshot: Pick<NodeSnapshot, 'health' | 'gpuHealth' | 'migHealth' | 'driverVersion'> &
-    Partial<Pick<NodeSnapshot, 'signals'>>,
+    Partial<Pick<NodeSnapshot, 'signals' | 'mpsDaemons'>>,
   devices: readonly DraNodeDevice[],
   nowSec: number,
 ): DraDeviceHealth[] {
+  const silent = unitsOfSilentClaimDaemons({ mpsDaemons: snapshot.mpsDaemons ?? new Map() });
   return devices.map((d) => {
     const unit = d.mig?.uuid ?? d.gpuUuid;
+    const daemon = silent.get(unit);
+    if (daemon !== undefined && snapshot.driverVersion !== null) {
+      const since = snapshot.mpsDaemons?.get(daemon.daemon)?.since ?? nowSec * 1000;
+      const message = `the MPS control daemon of ${daemon.daemon} does not answer: ${daemon.reason}`;
+      return { device: d.name, health: 'Unhealthy', lastUpdated: Math.floor(since / 1000), message: clip(message) };
+    }
     const h = d.mig === undefined ? snapshot.gpuHealth.get(unit) : snapshot.migHealth.get(unit);
     const health: DeviceHealthState = snapshot.health.get(unit) ?? 'Unhealthy';
     const [since, own] = [h?.since ?? null, h?.reason ?? ''];

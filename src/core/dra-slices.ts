@@ -30,6 +30,8 @@
 // * gpu.nvidia.com/gpu-lost — the GPU fell off the bus (NVML GPU_IS_LOST);
 // * gpu.nvidia.com/xid = <XID> — the critical XID that made it unhealthy;
 // * gpu.nvidia.com/unhealthy = driver-not-answering | double-bit-ecc | other — anything else.
+// * gpu.nvidia.com/mps-daemon = not-answering — the MPS control daemon of a DRA claim using the device was asked
+//   and does not answer (the claim's containers lost their MPS server); it goes when the daemon answers again.
 // While the driver does not answer, devices keep the driver version last seen (PoolSettings), so a
 // driver reload changes only the taints. When the device is healthy again (recovery, a driver
 // back), the taint goes with the next publish —
@@ -60,6 +62,7 @@ import type { Gpu } from './devices.ts';
 import type { MigStrategy } from './mig.ts';
 import { signalTaints } from './health-signals.ts';
 import { liveNvlinks } from './snapshot-signals.ts';
+import { unitsOfSilentClaimDaemons } from './snapshot.ts';
 import type { NodeSnapshot } from './snapshot.ts';
 
 export { nvlinkDomains } from './nvlink-domains.ts';
@@ -171,7 +174,10 @@ function commonAttributes(s: NodeSnapshot, gpu: Gpu, settings: PoolSettings): At
  * is Unhealthy, then one per bad health signal of its GPU.
  */
 export function taintsOf(s: NodeSnapshot, unit: string, domain: string, gpu: string = unit): DeviceTaint[] {
-  return [...healthTaints(s, unit, domain), ...signalTaints(s.signals.get(gpu), domain)];
+  const mps: DeviceTaint[] = unitsOfSilentClaimDaemons(s).has(unit)
+    ? [{ key: `${domain}/mps-daemon`, value: 'not-answering', effect: 'NoSchedule' }]
+    : [];
+  return [...healthTaints(s, unit, domain), ...mps, ...signalTaints(s.signals.get(gpu), domain)];
 }
 
 function healthTaints(s: NodeSnapshot, unit: string, domain: string): DeviceTaint[] {

@@ -40,6 +40,24 @@ export interface MpsDaemonState {
   readonly reason: string | null;
   /** When it last changed, in the caller's clock (ms since the epoch); null: never asked yet. */
   readonly since: number | null;
+  /**
+   * The GPU or MIG UUIDs it serves, when its devices are not a device-plugin resource's replicas (a DRA
+   * claim's daemon): a daemon that stopped answering makes these devices Unhealthy in DRA's views.
+   */
+  readonly units?: readonly string[];
+}
+
+/** The units (GPU or MIG UUIDs) whose DRA claim daemon was asked and does not answer, with the daemon and why. */
+export function unitsOfSilentClaimDaemons(
+  snapshot: MpsDaemonStates,
+): Map<string, { readonly daemon: string; readonly reason: string }> {
+  const out = new Map<string, { daemon: string; reason: string }>();
+  for (const [daemon, st] of snapshot.mpsDaemons) {
+    // Not asked yet is not silence: a claim's daemon answered its agent before the claim was prepared.
+    if (st.answering || st.since === null || st.units === undefined) continue;
+    for (const u of st.units) if (!out.has(u)) out.set(u, { daemon, reason: st.reason ?? 'no answer' });
+  }
+  return out;
 }
 
 /** A daemon nobody has asked yet: not answering, so its replicas wait Unhealthy. */

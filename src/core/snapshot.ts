@@ -41,6 +41,7 @@ export {
   healthCounts,
   resourceHealth,
   silentMpsDaemons,
+  unitsOfSilentClaimDaemons,
 } from './snapshot-health.ts';
 export type { HealthCounts, MpsDaemonState, UnitHealth } from './snapshot-health.ts';
 export type { NodeSignals } from './snapshot-signals.ts';

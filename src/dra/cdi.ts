@@ -10,6 +10,8 @@ import type { CdiSpec } from '../core/dra-cdi.ts';
 
 /** Where the container runtime looks for CDI specs (the CDI defaults). */
 export const CDI_SPEC_DIRS: readonly string[] = ['/etc/cdi', '/var/run/cdi'];
+/** Where the plugin writes the CDI specs of its MPS claims: the runtime's directory for generated specs. */
+export const CDI_WRITE_DIR = '/var/run/cdi';
 
 /**
  * The CDI spec directories to read: $CDI_SPEC_DIRS (colon-separated; `check` reads the same) when

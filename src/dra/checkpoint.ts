@@ -35,7 +35,8 @@ export class CheckpointStore {
 
   private constructor(path: string, checkpoint: Checkpoint, log: Logger) {
     this.path = path;
-    this.file = new AtomicFile(path, 0o600);
+    // Durable: once the kubelet was told a claim is prepared, a power loss must not forget it.
+    this.file = new AtomicFile(path, 0o600, { durable: true });
     this.current = checkpoint;
     this.log = log;
   }

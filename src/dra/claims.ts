@@ -23,13 +23,17 @@ import type {
 import { cdiDeviceId } from '../core/dra-cdi.ts';
 import type { Checkpoint, ClaimRecord, PreparedDevice } from '../core/dra-checkpoint.ts';
 import { allocatedDevices } from '../core/dra-claims.ts';
-import type { AllocatedDevice, DeviceSharing, DraNodeDevice } from '../core/dra-claims.ts';
+import type { AllocatedDevice, DeviceSharing } from '../core/dra-claims.ts';
+import { hostRequest, timeSliceConflictIn } from '../core/dra-sharing.ts';
+import type { HostDevice, HostRequest } from '../core/dra-sharing.ts';
+
 import type { ServiceBinding } from '../kubelet/socket-server.ts';
 import { errorText } from '../system/log.ts';
 import { KeyedQueue } from '../system/timers.ts';
 import type { Logger } from '../system/log.ts';
 import { CDI_SPEC_DIRS, readCdiSpecs } from './cdi.ts';
 import { BOOT_ID_FILE, CheckpointStore, readBootId } from './checkpoint.ts';
+import type { HostSharing } from './sharing.ts';
 
 /** Reads a ResourceClaim from the API server (k8s/resources.ts implements it): the object's JSON. */
 export interface ClaimReader {
@@ -41,8 +45,10 @@ export interface DraClaimsOptions {
   /** This node's name: the pool every device of ours is in. */
   readonly nodeName: string;
   readonly claims: ClaimReader;
-  /** The devices this node offers now, as its ResourceSlice names them. */
-  readonly devices: () => readonly DraNodeDevice[];
+  /** The devices this node offers now, as its ResourceSlice names them, with their memory. */
+  readonly devices: () => readonly HostDevice[];
+  /** What a claim sharing its GPUs by TimeSlicing or MPS asks of the host (sharing.ts). */
+  readonly sharing: HostSharing;
   /** Where CDI specs are looked for (default /etc/cdi, /var/run/cdi). */
   readonly cdiDirs?: readonly string[];
   readonly checkpointPath: string;
@@ -135,7 +141,23 @@ export class DraClaims {
     this.store = await CheckpointStore.open(path, bootId, this.opts.log);
     if (this.store.size > 0)
       this.opts.log.info('prepared DRA claims from the checkpoint', { claims: this.store.size, checkpoint: path });
+    await this.opts.sharing.reconcile(this.sharingRequests());
     this.changed();
+  }
+
+  /** What each claim of the checkpoint asks of the host (claims asking nothing are not in it). */
+  sharingRequests(): Map<string, HostRequest> {
+    const out = new Map<string, HostRequest>();
+    const s = this.store;
+    if (s === undefined) return out;
+    const node = this.opts.devices();
+    for (const uid of s.uids()) {
+      const r = s.get(uid);
+      if (r === undefined) continue;
+      const req = hostRequest({ namespace: r.namespace, name: r.name, uid }, r.devices, node);
+      if (req !== null && !('error' in req)) out.set(uid, req);
+    }
+    return out;
   }
 
   /** After the checkpoint's claims changed (a prepare or unprepare written), and once it was read at start. */
@@ -224,9 +246,15 @@ export class DraClaims {
     if (done?.state === 'PrepareCompleted') return { devices: done.devices.map(wire), error: '' };
     const allocated = await this.allocation(c);
     if ('error' in allocated) return refuse(allocated.error);
+    const host = hostRequest(c, allocated.devices, this.opts.devices());
+    if (host !== null && 'error' in host) return refuse(`claim ${claimName(c)}: ${host.error}`);
+    const unavailable = host === null ? null : this.opts.sharing.unavailable(host);
+    if (unavailable !== null) return refuse(`claim ${claimName(c)}: ${unavailable}`);
     const started = await this.recordStarted(store, c, allocated.devices);
     if (started !== null) return refuse(started);
-    const prepared = await this.withCdiIds(c, allocated.devices);
+    const cdi = await this.withCdiIds(c, allocated.devices);
+    if ('error' in cdi) return refuse(cdi.error);
+    const prepared = host === null ? cdi : await this.withHostSharing(c, host, cdi);
     if ('error' in prepared) return refuse(prepared.error);
     const record = { namespace: c.namespace, name: c.name };
     const preparedAt = new Date(this.opts.now()).toISOString();
@@ -269,11 +297,35 @@ export class DraClaims {
       devices: devices.map((d) => preparedDevice(d, [])),
     };
     try {
-      const held = await store.putUnless(c.uid, record, (cp) => deviceHeldElsewhere(cp, c.uid, devices));
+      const node = this.opts.devices();
+      const held = await store.putUnless(
+        c.uid,
+        record,
+        (cp) => deviceHeldElsewhere(cp, c.uid, devices) ?? timeSliceConflictIn(cp, c, devices, node),
+      );
       return held === null ? null : `claim ${claimName(c)}: ${held}`;
     } catch (err) {
       return `cannot record claim ${claimName(c)} in the checkpoint: ${errorText(err)}`;
     }
+  }
+
+  /**
+   * The host set up for the claim's sharing (sharing.ts); an MPS claim's CDI ID added to the first device
+   * of each of its requests that shares by MPS (a container gets it once).
+   */
+  private async withHostSharing(
+    c: Claim,
+    host: HostRequest,
+    devices: readonly PreparedDevice[],
+  ): Promise<PreparedDevice[] | { error: string }> {
+    const r = await this.opts.sharing.prepare(host);
+    if ('error' in r) return { error: `claim ${claimName(c)}: ${r.error}` };
+    const seen = new Set<string>();
+    return devices.map((d) => {
+      if (d.sharing?.strategy !== 'MPS' || d.requests.every((q) => seen.has(q))) return d;
+      for (const q of d.requests) seen.add(q);
+      return { ...d, cdiDeviceIds: [...d.cdiDeviceIds, ...r.cdiDeviceIds] };
+    });
   }
 
   /** The devices with their CDI IDs in the toolkit's spec, or every device's problem. */
@@ -310,6 +362,7 @@ export class DraClaims {
     const store = this.store;
     if (store === undefined) return { error: NOT_STARTED };
     try {
+      await this.opts.sharing.unprepare(c);
       if (await store.remove(c.uid)) {
         this.opts.log.info('unprepared a DRA claim', { claim: claimName(c), uid: c.uid });
         this.changed();

@@ -19,184 +19,19 @@ import { join } from 'node:path';
 import { OptionError } from '../config/errors.ts';
 import type { Options } from '../config/options.ts';
 import type { ClaimState } from '../core/daemon-state.ts';
-import type { DraNodeDevice } from '../core/dra-claims.ts';
-import { draDevices } from '../core/dra-devices.ts';
 import { KubeClient, KubeUnreachableError } from '../k8s/client.ts';
 import { KubeconfigError, loadKubeconfig } from '../k8s/kubeconfig.ts';
 import { getResourceClaim } from '../k8s/resources.ts';
 import { SocketDirView } from '../kubelet/watcher.ts';
-import type { AppliedSnapshot, NodeConsumer, Registrations } from '../node/consumer.ts';
+import type { NodeConsumer, Registrations } from '../node/consumer.ts';
+import { MpsDaemonWatch, controlClientAsk } from '../mps/health-watch.ts';
+import type { RunningConfig } from '../node/config.ts';
+import type { LiveNode } from '../node/live-node.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
-import { cdiSpecDirs } from './cdi.ts';
-import { CHECKPOINT_FILE } from './checkpoint.ts';
-import { DraClaims } from './claims.ts';
-import type { ClaimReader, PreparedClaim } from './claims.ts';
-import { HealthStream } from './health.ts';
-import { DraRegistration } from './registration.ts';
-import type { RegistrationListener } from './registration.ts';
+import { CDI_WRITE_DIR, cdiSpecDirs } from './cdi.ts';
 import { SlicePublisher, accessProblem } from './slice-publisher.ts';
-import { DraSockets } from './sockets.ts';
-
-/** The devices this node offers through DRA now, named as its ResourceSlice names them. */
-export type DeviceLister = (applied: AppliedSnapshot) => readonly DraNodeDevice[];
-
-/**
- * The devices core/dra-devices.ts publishes for the snapshot (the slice publisher's list, by the MIG
- * strategy in force), with what prepare and the health stream need of each.
- */
-export const publishedDevices: DeviceLister = (applied) => {
-  const { snapshot, settings } = applied;
-  return draDevices(snapshot, settings.plan.migStrategy ?? 'none').devices.flatMap((d): DraNodeDevice[] => {
-    const gpu = snapshot.gpus[d.gpu];
-    if (gpu === undefined) return [];
-    const base = { name: d.name, gpuUuid: gpu.uuid, gpuIndex: gpu.index, minor: gpu.minor };
-    return [d.mig === undefined ? base : { ...base, mig: { uuid: d.mig.uuid, index: d.mig.index } }];
-  });
-};
-
-export interface DraKubeletPluginOptions {
-  /** The DRA driver name (gpu.nvidia.com by default in the options). */
-  readonly driver: string;
-  /** This node's name: the pool every device of ours is in. */
-  readonly nodeName: string;
-  /** The kubelet's plugin watcher directory (/var/lib/kubelet/plugins_registry). */
-  readonly registryDir: string;
-  /** The kubelet's plugins directory (/var/lib/kubelet/plugins): dra.sock goes in <pluginsDir>/<driver>/. */
-  readonly pluginsDir: string;
-  readonly claims: ClaimReader;
-  /** Default publishedDevices: the same list the slice publisher publishes. */
-  readonly devices?: DeviceLister;
-  /** Where CDI specs are looked for (default /etc/cdi, /var/run/cdi). */
-  readonly cdiDirs?: readonly string[];
-  /** Default <pluginsDir>/<driver>/gpu-device-plugin-checkpoint.json (checkpoint.ts). */
-  readonly checkpointPath?: string;
-  /** Default /proc/sys/kernel/random/boot_id. */
-  readonly bootIdPath?: string;
-  /** The periodic socket check (inotify can miss events); default 5000 ms. */
-  readonly checkIntervalMs?: number;
-  /**
-   * Awaited before a failure to serve the sockets is reported: the composition looks whether this
-   * process lost its view of the directories (and then exits with that reason instead).
-   */
-  readonly beforeServeProblem?: () => Promise<void>;
-  /** Wall clock, ms since the epoch (the health stream's times); default Date.now. */
-  readonly now?: () => number;
-  readonly log: Logger;
-}
-
-/** The DRA kubelet plugin: a consumer of the node model composing registration, sockets, claims and health. */
-export class DraKubeletPlugin implements NodeConsumer {
-  readonly name = 'dra-kubelet-plugin';
-  readonly driver: string;
-  readonly registrationSocket: string;
-  readonly endpoint: string;
-  readonly checkpointPath: string;
-  private readonly lister: DeviceLister;
-  private readonly now: () => number;
-  private readonly registration: DraRegistration;
-  private readonly claims: DraClaims;
-  private readonly health: HealthStream;
-  private readonly sockets: DraSockets;
-  private nodeDevices: readonly DraNodeDevice[] = [];
-  private startedAt = 0;
-  private started: Promise<void> | undefined;
-
-  constructor(opts: DraKubeletPluginOptions) {
-    const log = opts.log.child({ driver: opts.driver });
-    this.driver = opts.driver;
-    this.lister = opts.devices ?? publishedDevices;
-    this.now = opts.now ?? Date.now;
-    this.checkpointPath = opts.checkpointPath ?? join(opts.pluginsDir, opts.driver, CHECKPOINT_FILE);
-    const { driver, nodeName } = opts;
-    const devices = (): readonly DraNodeDevice[] => this.nodeDevices;
-    const cdi = opts.cdiDirs === undefined ? {} : { cdiDirs: opts.cdiDirs };
-    const bootId = opts.bootIdPath === undefined ? {} : { bootIdPath: opts.bootIdPath };
-    const checkpointPath = this.checkpointPath;
-    this.claims = new DraClaims({
-      driver,
-      nodeName,
-      claims: opts.claims,
-      devices,
-      checkpointPath,
-      ...cdi,
-      ...bootId,
-      now: this.now,
-      log,
-    });
-    this.health = new HealthStream(nodeName);
-    this.sockets = new DraSockets({
-      driver,
-      registryDir: opts.registryDir,
-      pluginsDir: opts.pluginsDir,
-      endpointServices: () => [...this.claims.bindings(), ...this.health.bindings()],
-      registrationServices: () => [this.registration.binding()],
-      onRegistrationSocketLost: (reason) => this.registration.lost(reason),
-      onPluginDirMade: () => this.claims.persist(),
-      ...(opts.beforeServeProblem === undefined ? {} : { beforeServeProblem: opts.beforeServeProblem }),
-      ...(opts.checkIntervalMs === undefined ? {} : { checkIntervalMs: opts.checkIntervalMs }),
-      log,
-    });
-    this.registrationSocket = this.sockets.registrationSocket;
-    this.endpoint = this.sockets.endpoint;
-    this.registration = new DraRegistration({ driver, endpoint: this.endpoint, log });
-  }
-
-  /** After every registration the kubelet confirms (NotifyRegistrationStatus true). */
-  onRegistered(fn: RegistrationListener): void {
-    this.registration.onRegistered(fn);
-  }
-
-  /** A registration stopped counting: our registration socket went, or the kubelet refused us. */
-  onRegistrationLost(fn: RegistrationListener): void {
-    this.registration.onRegistrationLost(fn);
-  }
-
-  /** Registered now (the kubelet's last word was yes, and our registration socket is the one it saw). */
-  get registered(): boolean {
-    return this.registration.registered;
-  }
-
-  get registrations(): number {
-    return this.registration.registrations;
-  }
-
-  /** The claims the checkpoint holds (for `info`). */
-  preparedClaims(): PreparedClaim[] {
-    return this.claims.preparedClaims();
-  }
-
-  /** After the checkpoint's claims changed (a prepare or unprepare written), and once it was read at start. */
-  onClaimsChanged(fn: () => void): void {
-    this.claims.onClaimsChanged(fn);
-  }
-
-  async apply(applied: AppliedSnapshot): Promise<void> {
-    this.nodeDevices = this.lister(applied);
-    if (this.started === undefined) {
-      this.startedAt = Math.floor(this.now() / 1000);
-      this.started = this.start();
-    }
-    this.health.update(applied.snapshot, this.nodeDevices, this.startedAt);
-    await this.started;
-  }
-
-  private async start(): Promise<void> {
-    // The plugin directory is made when the sockets are served: a start without a kubelet's
-    // directories goes on, and serves once they appear.
-    await this.claims.open();
-    await this.sockets.start();
-  }
-
-  async stop(): Promise<void> {
-    await this.started?.catch(() => undefined);
-    await this.sockets.quiesce();
-    await this.health.close();
-    await this.claims.drain();
-    await this.sockets.close();
-  }
-}
-
+import { DraKubeletPlugin } from './kubelet-plugin.ts';
 /** The RBAC the package ships for DRA mode (packaging/dra/rbac.yaml). */
 export const DRA_RBAC = '/usr/share/doc/gpu-device-plugin/dra/rbac.yaml';
 /** How long the start waits for each credentials check before starting anyway (the publisher then retries). */
@@ -227,6 +62,11 @@ export async function draLockDirectory(
 
 export interface DraModeDeps {
   readonly options: Options;
+  /**
+   * Hears when a claim's MPS daemon starts or stops answering; known once made (the node is made after its
+   * consumers).
+   */
+  readonly node: () => Pick<LiveNode<RunningConfig>, 'onMpsDaemon'>;
   readonly log: Logger;
   readonly sysfsRoot: string;
   /** This process no longer sees one of the DRA directories (exit 1: systemd restarts it). */
@@ -284,36 +124,37 @@ async function connect(o: Options, log: Logger): Promise<KubeClient> {
   return client;
 }
 
-export async function startDraMode(d: DraModeDeps): Promise<DraMode> {
-  const o = d.options;
-  const client = await connect(o, d.log);
-  const plugin = new DraKubeletPlugin({
-    driver: o.draDriverName,
-    nodeName: o.nodeName,
-    registryDir: o.kubeletPluginsRegistry,
-    pluginsDir: o.kubeletPluginsDir,
-    claims: { getResourceClaim: (namespace, name) => getResourceClaim(client, namespace, name) },
-    cdiDirs: cdiSpecDirs(process.env),
-    log: d.log,
-    beforeServeProblem: async () => {
-      await Promise.all(views.map((v) => v.checkNow()));
+/**
+ * The prepared MPS claims' control daemons, asked for as long as the plugin runs (as the device-plugin's are):
+ * their answers come back as snapshots, whose DRA views make the claim's devices Unhealthy and tainted.
+ */
+function watchClaimDaemons(plugin: DraKubeletPlugin, d: DraModeDeps): MpsDaemonWatch {
+  const log = d.log;
+  let units = new Map<string, readonly string[]>();
+  const watch = new MpsDaemonWatch({
+    log,
+    rootOf: () => null,
+    ask: controlClientAsk(d.options.driverRoot),
+    report: (resource, report) => {
+      const served = units.get(resource);
+      const r = report === null ? null : { ...report, ...(served === undefined ? {} : { units: served }) };
+      d.node()
+        .onMpsDaemon(resource, r)
+        .catch((err: unknown) => log.error('cannot apply an MPS daemon state', { resource, error: errorText(err) }));
     },
   });
-  const publisher = new SlicePublisher({
-    client,
-    nodeName: o.nodeName,
-    driver: o.draDriverName,
-    log: d.log,
-    sysfsRoot: d.sysfsRoot,
+  plugin.onClaimsChanged(() => {
+    const wanted = plugin.claimDaemons();
+    units = new Map([...wanted.values()].map((w) => [w.resource, w.units]));
+    watch.watchDaemons(wanted);
   });
-  // The kubelet deletes its node's slices when it starts: write them again after every registration.
-  plugin.onRegistered(() => publisher.republish());
-  const views = [o.kubeletPluginsRegistry, draPluginDir(o)].map(
-    (dir) => new SocketDirView({ dir, onDirectoryGone: (gone, why) => d.onDirectoryGone(gone, why), log: d.log }),
-  );
-  for (const v of views) v.start();
-  const name = `${o.draDriverName} (DRA)`;
-  const registrations: Registrations = {
+  return watch;
+}
+
+/** What the shared consumers know of DRA mode's registration, and its words for STATUS. */
+function draRegistrations(plugin: DraKubeletPlugin, publisher: SlicePublisher, driver: string): Registrations {
+  const name = `${driver} (DRA)`;
+  return {
     allRegisteredNow: () => plugin.registered,
     registrationStates: () => [{ name, registered: plugin.registered }],
     onRegistered: (fn) => plugin.onRegistered(() => fn(true)),
@@ -328,10 +169,46 @@ export async function startDraMode(d: DraModeDeps): Promise<DraMode> {
           : `${s.devices} devices published${s.failing === null ? '' : ' (the API server does not answer now)'}`;
       return (
         `${registeredNow ? 'registered with the kubelet' : "waiting for the kubelet's plugin watcher"} ` +
-        `(DRA, driver ${o.draDriverName}); ${published}`
+        `(DRA, driver ${driver}); ${published}`
       );
     },
   };
+}
+
+export async function startDraMode(d: DraModeDeps): Promise<DraMode> {
+  const o = d.options;
+  const client = await connect(o, d.log);
+  const cdiDirs = cdiSpecDirs(process.env);
+  const plugin = new DraKubeletPlugin({
+    driver: o.draDriverName,
+    nodeName: o.nodeName,
+    registryDir: o.kubeletPluginsRegistry,
+    pluginsDir: o.kubeletPluginsDir,
+    claims: { getResourceClaim: (namespace, name) => getResourceClaim(client, namespace, name) },
+    cdiDirs,
+    // The last directory the runtime reads (/var/run/cdi by default): the one for generated specs.
+    cdiWriteDir: cdiDirs[cdiDirs.length - 1] ?? CDI_WRITE_DIR,
+    mpsRoot: o.mpsRoot || null,
+    log: d.log,
+    beforeServeProblem: async () => {
+      await Promise.all(views.map((v) => v.checkNow()));
+    },
+  });
+  const publisher = new SlicePublisher({
+    client,
+    nodeName: o.nodeName,
+    driver: o.draDriverName,
+    log: d.log,
+    sysfsRoot: d.sysfsRoot,
+  });
+  // The kubelet deletes its node's slices when it starts: write them again after every registration.
+  plugin.onRegistered(() => publisher.republish());
+  const daemons = watchClaimDaemons(plugin, d);
+  const views = [o.kubeletPluginsRegistry, draPluginDir(o)].map(
+    (dir) => new SocketDirView({ dir, onDirectoryGone: (gone, why) => d.onDirectoryGone(gone, why), log: d.log }),
+  );
+  for (const v of views) v.start();
+  const registrations = draRegistrations(plugin, publisher, o.draDriverName);
   return {
     plugin,
     publisher,
@@ -346,6 +223,7 @@ export async function startDraMode(d: DraModeDeps): Promise<DraMode> {
     // Called as the daemon starts to stop, before the consumers' stop: a slice request in flight to
     // an API server that hangs ends now, not at its timeout after the 2 s stop limit.
     stop: () => {
+      daemons.stop();
       for (const v of views) v.stop();
       publisher.halt();
       client.close();

@@ -4,8 +4,7 @@
 // daemon answers). The program runs as a child process: nothing here blocks the event loop, and a
 // daemon that hangs is answered by a timeout that kills the client.
 import { spawn } from 'node:child_process';
-import { access, constants } from 'node:fs/promises';
-import { delimiter, join } from 'node:path';
+import { findDriverProgram } from '../system/driver-program.ts';
 
 /** The program's file name (NVIDIA's). */
 export const MPS_CONTROL_PROGRAM = 'nvidia-cuda-mps-control';
@@ -48,32 +47,12 @@ export class MpsControlError extends Error {
   }
 }
 
-/**
- * The control program: under the driver root's usual binary folders first, then on PATH. Returns
- * its path, or null with the places looked at (for an error that names them).
- */
-export async function findMpsControl(
+/** The control program: under the driver root's usual binary folders first, then on PATH. */
+export function findMpsControl(
   driverRoot: string,
   path: string | undefined = process.env.PATH,
 ): Promise<{ path: string } | { looked: string[] }> {
-  const dirs = [
-    join(driverRoot, 'usr/bin'),
-    join(driverRoot, 'usr/local/bin'),
-    join(driverRoot, 'bin'),
-    ...(path ?? '').split(delimiter).filter((d) => d.length > 0),
-  ];
-  const looked: string[] = [];
-  for (const dir of [...new Set(dirs)]) {
-    const candidate = join(dir, MPS_CONTROL_PROGRAM);
-    looked.push(candidate);
-    try {
-      await access(candidate, constants.X_OK);
-      return { path: candidate };
-    } catch {
-      // not here
-    }
-  }
-  return { looked };
+  return findDriverProgram(MPS_CONTROL_PROGRAM, driverRoot, path);
 }
 
 export interface MpsCommandOptions {

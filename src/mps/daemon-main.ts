@@ -35,6 +35,12 @@ export function mpsDaemonHelp(): string {
     `  --mps-root DIR   the MPS root (env MPS_ROOT; config file flags.mpsRoot); required with sharing.mps;`,
     `                   the package's environment file sets ${DEFAULT_MPS_ROOT}`,
     '',
+    'With --kubelet-api=dra (KUBELET_API) it is the DRA sharing agent instead: for each prepared claim that',
+    "shares its GPUs (NVIDIA's GpuConfig), the request the plugin writes under <root>/dra/requests gets an MPS",
+    "control daemon of its own with the claim's limits under <root>/dra/claims/<uid>, and its GPUs the claim's",
+    'time-slice (nvidia-smi compute-policy; Default again once no claim asks one); each is answered under',
+    '<root>/dra/answers.',
+    '',
     "It takes the plugin's options (see gpu-device-plugin --help), of which these matter: --config-file,",
     '--driver-root, --device-id-strategy, --log-level. Without sharing.mps it says so (READY=1) and exits 0.',
     '',
@@ -115,6 +121,15 @@ async function startDaemons(
   log: Logger,
   service: ServiceStatus,
 ): Promise<Daemon | null> {
+  if (settings.options.kubeletApi === 'dra') {
+    const { startDraAgent } = await import('./dra-agent-main.ts');
+    return startDraAgent(
+      settings,
+      () => Nvml.open({ koffi, driverRoot: settings.options.driverRoot, log }),
+      log,
+      service,
+    );
+  }
   if (settings.sharing.mps === undefined || settings.sharing.mps === null) {
     // Known before NVML is opened: on a node without MPS whose driver is not (yet) loaded, the unit
     // must still end inactive (exit 0) rather than fail and be restarted every RestartSec.

@@ -138,6 +138,13 @@ export class MpsSupervisor {
     return this.resources.map((r) => r.plan);
   }
 
+  /** Why some daemon is not up now (each one's last failure, or that it is starting); null when all are up. */
+  get problem(): string | null {
+    const down = this.resources.filter((r) => r.state !== 'up');
+    if (down.length === 0) return null;
+    return down.map((r) => `${r.plan.resource}: ${r.problem || 'starting'}`).join('; ');
+  }
+
   /** Starts every daemon of the plan; resolves once each has had its first attempt (READY=1 then). */
   async start(plans: readonly MpsDaemonPlan[]): Promise<void> {
     if (plans.length === 0) {

@@ -130,8 +130,15 @@ export class MpsDaemonWatch<C extends NodeSettings = NodeSettings> {
 
   /** Every plan: watch the daemons of its MPS resources, stop watching the others. */
   apply(applied: MpsPlan<C>): void {
+    this.watchDaemons(daemonsOf(applied.plan.resources, this.opts.rootOf(applied.settings)));
+  }
+
+  /**
+   * Watch exactly these daemons (by a key that changes when a daemon moves): the device-plugin's per plan,
+   * DRA's per prepared MPS claim.
+   */
+  watchDaemons(wanted: ReadonlyMap<string, { readonly resource: string; readonly dirs: MpsDaemonDirs }>): void {
     if (this.stopped) return;
-    const wanted = daemonsOf(applied.plan.resources, this.opts.rootOf(applied.settings));
     const stillMps = new Set([...wanted.values()].map((d) => d.resource));
     for (const [key, w] of [...this.watched]) {
       if (wanted.has(key)) continue;

@@ -5,6 +5,7 @@
 import { spawn } from 'node:child_process';
 import { type TimeSliceChange, type TimeSliceInterval, timeSliceArgs, timeSliceNumber } from '../core/dra-timeslice.ts';
 import type { Logger } from '../system/log.ts';
+import { findDriverProgram } from '../system/driver-program.ts';
 
 export interface TimeSliceOptions {
   /** The nvidia-smi to run (a path). */
@@ -108,4 +109,12 @@ export async function applyTimeSliceChanges(
   for (const change of changes) {
     await applyTimeSlice({ uuid: change.gpuUuid }, change.to, opts);
   }
+}
+
+export const NVIDIA_SMI = 'nvidia-smi';
+
+/** nvidia-smi under the driver root, then on PATH; the bare name when neither has it (its run then fails saying so). */
+export async function findNvidiaSmi(driverRoot: string, path: string | undefined = process.env.PATH): Promise<string> {
+  const found = await findDriverProgram(NVIDIA_SMI, driverRoot, path);
+  return 'path' in found ? found.path : NVIDIA_SMI;
 }

@@ -174,7 +174,7 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
    */
   onMpsDaemon(
     resource: string,
-    report: { readonly answering: boolean; readonly reason: string | null } | null,
+    report: { readonly answering: boolean; readonly reason: string | null; readonly units?: readonly string[] } | null,
   ): Promise<void> {
     return this.enqueue(async () => {
       const prev = this.current;

@@ -10,7 +10,7 @@ import type { Logger } from '../system/log.ts';
 export function mpsDaemonReport(
   prev: NodeSnapshot | null,
   resource: string,
-  report: { readonly answering: boolean; readonly reason: string | null } | null,
+  report: { readonly answering: boolean; readonly reason: string | null; readonly units?: readonly string[] } | null,
   since: number,
   log: Logger,
 ): { next: NodeSnapshot; reason: string } | null {
@@ -25,6 +25,7 @@ export function mpsDaemonReport(
     answering: report.answering,
     reason: report.answering ? null : (report.reason ?? 'no answer'),
     since,
+    ...(report.units === undefined ? {} : { units: report.units }),
   };
   if (state.answering)
     log.info('MPS control daemon answers; its replicas are served as healthy as their GPUs', { resource });

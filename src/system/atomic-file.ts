@@ -5,22 +5,26 @@
 // the file (and its inode and mtime) alone. The temporary name starts with a dot: NFD skips hidden
 // files, and node_exporter reads only *.prom. No fsync: a power loss may leave the file empty or
 // old, and the next start rewrites it (the content differs); an fsync would instead hold one of
-// libuv's few pool threads for as long as a busy disk takes.
+// libuv's few pool threads for as long as a busy disk takes. A file whose loss would lose a promise
+// made to someone else (DRA's checkpoint: the kubelet was told a claim is prepared) is `durable`: the
+// temporary file is flushed to disk before the rename, and the directory after it.
 import { open, readFile, rename, stat, unlink } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 
 export class AtomicFile {
   readonly path: string;
   private readonly mode: number;
+  private readonly durable: boolean;
   /** What the file holds as far as we know (read once from disk before the first write). */
   private known: string | null | undefined;
   /** Writes run one after the other; the newest content wins. */
   private chain: Promise<unknown> = Promise.resolve();
   writes = 0;
 
-  constructor(path: string, mode = 0o644) {
+  constructor(path: string, mode = 0o644, opts: { durable?: boolean } = {}) {
     this.path = path;
     this.mode = mode;
+    this.durable = opts.durable === true;
   }
 
   private get tempPath(): string {
@@ -57,10 +61,12 @@ export class AtomicFile {
       try {
         await fh.writeFile(content, 'utf8');
         await fh.chmod(this.mode);
+        if (this.durable) await fh.datasync();
       } finally {
         await fh.close();
       }
       await rename(tmp, this.path);
+      if (this.durable) await syncDirectory(dirname(this.path));
     } catch (err) {
       await unlink(tmp).catch(() => undefined);
       throw new Error(`cannot write ${this.path}: ${(err as Error).message}${hint(err, this.path)}`, { cause: err });
@@ -80,6 +86,16 @@ export class AtomicFile {
         throw new Error(`cannot remove ${this.path}: ${(err as Error).message}`, { cause: err });
     }
     this.known = null;
+  }
+}
+
+/** Flushes a directory's entries (a rename in it) to disk. */
+async function syncDirectory(dir: string): Promise<void> {
+  const fh = await open(dir, 'r');
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
   }
 }
 

@@ -9,7 +9,8 @@
 // policy alone, the live node (GPU removed / driver back → new ListAndWatch list, NVML calls per idle
 // minute with re-discovery), the labels and metrics files, the health signals (one probe round's
 // main-thread time and NVML calls on 8 and 16 GPUs, Allocate with probes every second against probes
-// off), sizes on disk.
+// off), DRA's NodePrepareResources and NodeUnprepareResources per kind of claim (plain, time-sliced, MPS,
+// the durable checkpoint written), sizes on disk.
 import { readdirSync, statSync, writeFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
@@ -18,6 +19,7 @@ import { goalTable, nodeTax } from './goals.bench.ts';
 import type { Goal } from './goals.bench.ts';
 import { migRelayoutLatency, migXidLatency } from './mig.bench.ts';
 import { allocateWithProbes } from './signals-allocate.bench.ts';
+import { draPrepareLatency } from './dra-prepare.bench.ts';
 import { log, r2, sleep, stats } from './stats.ts';
 
 async function storm(seconds: number): Promise<Record<string, unknown>> {
@@ -267,6 +269,7 @@ await section('health signals: one probe round on 8 and 16 GPUs (main-thread tim
 await section('health signals: Allocate with probes every 1 s against probes off', async () => ({
   signals_allocate: await allocateWithProbes(),
 }));
+await section('DRA: NodePrepareResources per kind of claim (plain, time-sliced, MPS)', () => draPrepareLatency(100));
 report.sizes = sizes();
 report.bench_seconds = Math.round((performance.now() - started) / 1000);
 const text = JSON.stringify(report, null, 2);

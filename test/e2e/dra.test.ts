@@ -10,170 +10,33 @@
 import assert from 'node:assert/strict';
 import { execFile, execFileSync, spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import type { TestContext } from 'node:test';
-import type { Claim, DeviceHealth, DraHealthVersion } from '../../src/api/dra.ts';
 import { HealthStatus } from '../../src/api/dra.ts';
-import { ApiServerStandIn } from '../support/apiserver.ts';
-import type { JsonObject, TokenGrant } from '../support/apiserver.ts';
-import { byIndex, cdiSpec, tokenKubeconfig } from '../support/dra-fixtures.ts';
+import type { JsonObject } from '../support/apiserver.ts';
 import { NotifySocket } from '../support/notify-socket.ts';
 import { PluginWatcherStandIn } from '../support/plugin-watcher.ts';
-import { onEvent, waitFor } from '../support/wait.ts';
-import { PluginProcess, SimNode, executable, monotonicMs } from '../support/sim.ts';
-
-const NODE = 'gpu-node-1';
-const DRIVER = 'gpu.nvidia.com';
-const TOKEN = 'node-token-0123456789';
-const RBAC: TokenGrant = {
-  user: `system:node:${NODE}`,
-  allow: [
-    'list resourceslices',
-    'create resourceslices',
-    'update resourceslices',
-    'delete resourceslices',
-    'get resourceclaims',
-    'get nodes',
-  ],
-};
-const READ_ONLY: TokenGrant = { user: 'viewer', allow: ['list resourceslices', 'get nodes'] };
-
-interface DraNode {
-  sim: SimNode;
-  api: ApiServerStandIn;
-  watcher: PluginWatcherStandIn;
-  registry: string;
-  plugins: string;
-  cdi: string;
-  kubeconfigPath: string;
-  configPath: string;
-  stop(): Promise<void>;
-}
-
-interface DraNodeOptions {
-  topology?: string;
-  args?: readonly string[];
-  /** Take the API server down before the plugin starts. */
-  apiDown?: boolean;
-  token?: string;
-  grant?: TokenGrant;
-  /** Wait for the first registration (default true). */
-  waitRegistered?: boolean;
-  cdiNames?: readonly string[];
-  /** More environment for the plugin. */
-  env?: Readonly<Record<string, string>>;
-  /** A config file with this text, named with --config-file (node.configPath). */
-  config?: string;
-  /** The health services the kubelet stand-in speaks (default v1alpha1 only, as 1.34–1.36). */
-  healthVersions?: DraHealthVersion[];
-}
-
-async function startDraNode(o: DraNodeOptions = {}): Promise<DraNode> {
-  const api = await ApiServerStandIn.start({ tokens: { [TOKEN]: o.grant ?? RBAC } });
-  api.putNode(NODE);
-  let watcher: PluginWatcherStandIn | undefined;
-  const paths = { registry: '', plugins: '', cdi: '', kubeconfigPath: '', configPath: '' };
-  // Filled in once the node's folder exists (SimNode reads them after beforePlugin).
-  const args: string[] = [];
-  const env: Record<string, string> = {};
-  let sim: SimNode;
-  try {
-    sim = await SimNode.start({
-      topology: o.topology ?? 'demo-8',
-      kubelet: false,
-      waitRegistered: false,
-      args,
-      env,
-      beforePlugin: async (n) => {
-        paths.registry = join(n.dir, 'plugins_registry');
-        paths.plugins = join(n.dir, 'plugins');
-        paths.cdi = join(n.dir, 'cdi');
-        paths.kubeconfigPath = join(n.dir, 'kubeconfig');
-        paths.configPath = join(n.dir, 'config.yaml');
-        if (o.config !== undefined) writeFileSync(paths.configPath, o.config);
-        for (const d of [paths.registry, paths.plugins, paths.cdi]) mkdirSync(d, { recursive: true });
-        writeFileSync(paths.kubeconfigPath, tokenKubeconfig(api.url, o.token ?? TOKEN), { mode: 0o600 });
-        writeFileSync(
-          join(paths.cdi, 'nvidia.yaml'),
-          cdiSpec(byIndex(o.cdiNames ?? ['0', '1', '2', '3', '4', '5', '6', '7'])),
-        );
-        watcher = await PluginWatcherStandIn.start(paths.registry, {
-          slices: { janitor: api, nodeName: NODE, wipeDelayMs: 60_000 },
-          ...(o.healthVersions === undefined ? {} : { healthVersions: o.healthVersions }),
-        });
-        if (o.apiDown === true) await api.down();
-        args.push(
-          '--kubelet-api=dra',
-          `--kubeconfig=${paths.kubeconfigPath}`,
-          `--node-name=${NODE}`,
-          `--kubelet-plugins-registry=${paths.registry}`,
-          `--kubelet-plugins-dir=${paths.plugins}`,
-          ...(o.config === undefined ? [] : [`--config-file=${paths.configPath}`]),
-          ...(o.args ?? []),
-        );
-        env.CDI_SPEC_DIRS = paths.cdi;
-        Object.assign(env, o.env ?? {});
-      },
-    });
-  } catch (err) {
-    await watcher?.stop();
-    await api.stop();
-    throw err;
-  }
-  const node: DraNode = {
-    sim,
-    api,
-    watcher: watcher as PluginWatcherStandIn,
-    ...paths,
-    async stop() {
-      await node.watcher.stop();
-      await node.api.stop();
-      await node.sim.stop();
-    },
-  };
-  if (o.waitRegistered ?? true) {
-    try {
-      await node.watcher.waitForRegistrations(1, 15_000);
-    } catch (err) {
-      const log = sim.plugin.lines.join('\n');
-      await node.stop();
-      throw new Error(`${(err as Error).message}\nplugin log:\n${log}`);
-    }
-  }
-  return node;
-}
-
-/** The plugin's environment as SimNode made it (to start it again the same way). */
-function environOf(pid: number): NodeJS.ProcessEnv {
-  const out: NodeJS.ProcessEnv = {};
-  for (const kv of readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0')) {
-    const i = kv.indexOf('=');
-    if (i > 0) out[kv.slice(0, i)] = kv.slice(i + 1);
-  }
-  return out;
-}
-
-/** How the plugin was started (to start it again the same way). */
-function launchOf(p: PluginProcess): { args: string[]; env: NodeJS.ProcessEnv } {
-  return { args: p.child.spawnargs.slice(1), env: environOf(p.pid) };
-}
-
-/**
- * Stops the plugin (SIGTERM: a clean stop, exit 0), runs `between`,
- * and starts it again with the same arguments and environment.
- */
-async function restartPlugin(node: DraNode, between?: () => void): Promise<void> {
-  const old = node.sim.plugin;
-  const { args, env } = launchOf(old);
-  old.signal('SIGTERM');
-  const exit = await old.exited;
-  assert.equal(exit.code, 0, `the plugin stopped cleanly: ${JSON.stringify(exit)}\n${old.lines.join('\n')}`);
-  between?.();
-  node.sim.plugin = new PluginProcess(executable(), args, env);
-}
+import { PluginProcess, executable, monotonicMs } from '../support/sim.ts';
+import {
+  DRIVER,
+  NODE,
+  READ_ONLY,
+  claimOn,
+  devicesOf,
+  generationOf,
+  launchOf,
+  median,
+  monotonicOf,
+  restartPlugin,
+  slicesOf,
+  startDraNode,
+  unhealthy,
+  waitForSlices,
+} from '../support/dra-node.ts';
+import type { DraNode, SliceDevice } from '../support/dra-node.ts';
 
 /** `gpu-device-plugin info` on the node (the daemon's environment; extra arguments after). */
 function runInfo(node: DraNode, env: NodeJS.ProcessEnv, args: readonly string[] = []): Promise<string> {
@@ -188,72 +51,6 @@ function runInfo(node: DraNode, env: NodeJS.ProcessEnv, args: readonly string[] 
       },
     );
   });
-}
-
-interface SliceDevice {
-  name: string;
-  attributes?: Record<string, { int?: number; string?: string; bool?: boolean; version?: string }>;
-  allowMultipleAllocations?: boolean;
-  capacity?: Record<string, { value: string; requestPolicy?: JsonObject }>;
-  taints?: { key: string; value?: string; effect: string }[];
-}
-
-/** The node's slices as stored, sorted by name. */
-function slicesOf(api: ApiServerStandIn): JsonObject[] {
-  return [...api.slices.values()]
-    .filter((s) => (s.spec as JsonObject).nodeName === NODE)
-    .sort((a, b) => String((a.metadata as JsonObject).name).localeCompare(String((b.metadata as JsonObject).name)));
-}
-
-function devicesOf(api: ApiServerStandIn): SliceDevice[] {
-  return slicesOf(api).flatMap((s) => ((s.spec as JsonObject).devices as unknown as SliceDevice[]) ?? []);
-}
-
-function generationOf(api: ApiServerStandIn): number {
-  const g = slicesOf(api).map((s) => Number(((s.spec as JsonObject).pool as JsonObject).generation));
-  return Math.max(...g);
-}
-
-/** Resolves once the node's stored slices satisfy pred (checked on every API request answered). */
-function waitForSlices(
-  api: ApiServerStandIn,
-  pred: (devices: SliceDevice[]) => boolean,
-  what: string,
-  timeoutMs = 15_000,
-): Promise<SliceDevice[]> {
-  return waitFor(() => (slicesOf(api).length > 0 && pred(devicesOf(api)) ? devicesOf(api) : undefined), {
-    on: onEvent(api, 'request'),
-    deadlineMs: timeoutMs,
-    what: () => `slices ${what}; stored: ${JSON.stringify(slicesOf(api))}`,
-  });
-}
-
-/** The plugin watcher's `at` (performance.now() here) on the monotonic clock monotonicMs() reads. */
-const PERF_TO_MONOTONIC = monotonicMs() - performance.now();
-const monotonicOf = (perfNow: number): number => perfNow + PERF_TO_MONOTONIC;
-
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)] ?? NaN;
-};
-
-function claimOn(api: ApiServerStandIn, name: string, results: { request: string; device: string }[]): Claim {
-  const stored = api.putClaim({
-    namespace: 'team-a',
-    name,
-    status: {
-      allocation: {
-        devices: {
-          results: results.map((r) => ({ request: r.request, driver: DRIVER, pool: NODE, device: r.device })),
-        },
-      },
-    },
-  });
-  return { namespace: 'team-a', name, uid: String((stored.metadata as JsonObject).uid) };
-}
-
-function unhealthy(devices: readonly DeviceHealth[], name: string): boolean {
-  return devices.some((d) => d.device?.device_name === name && d.health === HealthStatus.UNHEALTHY);
 }
 
 describe('DRA mode through the executable', { concurrency: false }, () => {

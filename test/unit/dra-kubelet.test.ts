@@ -8,7 +8,16 @@
 import { EventEmitter, once } from 'node:events';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  unlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { HealthStatus } from '../../src/api/dra.ts';
@@ -22,7 +31,7 @@ import { diff } from '../../src/core/snapshot-diff.ts';
 import type { NodeScan, NodeSnapshot } from '../../src/core/snapshot.ts';
 import { CHECKPOINT_FILE } from '../../src/dra/checkpoint.ts';
 import type { ClaimReader } from '../../src/dra/claims.ts';
-import { DraKubeletPlugin } from '../../src/dra/mode.ts';
+import { DraKubeletPlugin } from '../../src/dra/kubelet-plugin.ts';
 import { SUPPORTED_VERSIONS } from '../../src/dra/registration.ts';
 import type { AppliedSnapshot, NodeSettings } from '../../src/node/consumer.ts';
 import { createLogger } from '../../src/system/log.ts';
@@ -552,8 +561,8 @@ test(
 );
 
 test(
-  "prepare reads NVIDIA's GpuConfig from the allocation: the device keeps its sharing; a bad one refuses " +
-    'the claim naming the field',
+  "prepare reads NVIDIA's GpuConfig from the allocation: a bad one refuses the claim naming the field, a good " +
+    'one without an MPS root is refused saying so',
   async () => {
     const t = await setup();
     try {
@@ -596,11 +605,14 @@ test(
             'interval: "Eternal" is not a time-slice interval; it is Default, Short, Medium or Long',
         ),
       );
+      // A valid one needs the host set up by the MPS unit's agent (test/e2e/dra-sharing.test.ts): without
+      // an MPS root to write its request under, it is refused saying so.
       const good = withConfig('good', 'Long');
-      assert.equal((await client.prepare([good])).claims[good.uid]!.error, '');
-      assert.deepEqual(Object.keys(checkpointOf(t).claims), [good.uid], 'a refused claim is not recorded');
-      const recorded = checkpointOf(t).claims[good.uid]!.devices[0] as { sharing?: unknown };
-      assert.deepEqual(recorded.sharing, { strategy: 'TimeSlicing', interval: 'Long' });
+      assert.match(
+        (await client.prepare([good])).claims[good.uid]!.error,
+        /claim team-a\/good: it asks for time-slicing, which needs the MPS root \(--mps-root, MPS_ROOT/,
+      );
+      assert.equal(existsSync(join(t.plugins, DRIVER, CHECKPOINT_FILE)), false, 'a refused claim is not recorded');
     } finally {
       await t.done();
     }

@@ -4,6 +4,8 @@
 // it says for the node's own and another node's slices, and the drop-in opening exactly the
 // directories the options default to.
 import { test } from 'node:test';
+import { DEFAULT_MPS_ROOT } from '../../src/core/mps.ts';
+import { CDI_WRITE_DIR } from '../../src/dra/cdi.ts';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -206,7 +208,11 @@ test('the DRA drop-in opens the directories the options default to, and creates 
   const text = readFileSync(join(ROOT, 'systemd', 'dra.conf'), 'utf8');
   const def = (key: string): string => OPTION_SPECS.find((s) => s.key === key)?.default ?? '';
   const want = [def('kubeletPluginsRegistry'), `${def('kubeletPluginsDir')}/${DEFAULT_DRA_DRIVER_NAME}`];
-  assert.deepEqual(parseUnitSandbox([text]).readWritePaths, want);
+  // Sharing claims: the requests under the package's MPS root, and the CDI specs where the runtime reads them.
+  const sharing = [`${DEFAULT_MPS_ROOT}/dra`, CDI_WRITE_DIR];
+  assert.deepEqual(parseUnitSandbox([text]).readWritePaths, [...want, ...sharing]);
   const mkdir = /^ExecStartPre=\+\/bin\/sh -c 'umask 0027 && exec mkdir -p (.+)'$/m.exec(text);
   assert.deepEqual(mkdir?.[1]?.split(' '), want);
+  const shared = /^ExecStartPre=\+\/bin\/sh -c 'umask 0022 && exec mkdir -p (.+)'$/m.exec(text);
+  assert.deepEqual(shared?.[1]?.split(' '), sharing);
 });

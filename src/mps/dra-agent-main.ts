@@ -1,0 +1,56 @@
+// The MPS unit's program on a DRA node (--kubelet-api=dra): the DRA sharing agent (dra-agent.ts) composed
+// with the real host — NVML for compute modes, the control program, nvidia-smi for time-slices — and the
+// unit's STATUS lines. On a DRA node without an MPS root there is nothing to do: it says so and ends.
+import type { Nvml } from '../nvml/nvml.ts';
+import type { Logger } from '../system/log.ts';
+import type { ServiceStatus } from '../system/service-status.ts';
+import type { Daemon } from '../system/signals.ts';
+import { MPS_CONTROL_PROGRAM, findMpsControl } from './control-client.ts';
+import type { MpsSettings } from './daemon-config.ts';
+import { RealMpsHost } from './daemon-host.ts';
+import { DraSharingAgent } from './dra-agent.ts';
+import { applyTimeSlice, findNvidiaSmi } from './timeslice.ts';
+
+export async function startDraAgent(
+  settings: MpsSettings,
+  openNvml: () => Nvml,
+  log: Logger,
+  service: ServiceStatus,
+): Promise<Daemon | null> {
+  if (settings.mpsRoot === '') {
+    log.info('DRA mode without an MPS root (--mps-root, MPS_ROOT): no claim can share a GPU, nothing to run');
+    service.status('STATUS=DRA mode without an MPS root: nothing to run', true);
+    service.close();
+    process.exitCode = 0;
+    return null;
+  }
+  const driverRoot = settings.options.driverRoot;
+  const nvml = openNvml();
+  const control = await findMpsControl(driverRoot);
+  // Without the control program MPS claims fail (their answer says why); time-slicing claims still work.
+  const program = 'path' in control ? control.path : MPS_CONTROL_PROGRAM;
+  const nvidiaSmi = await findNvidiaSmi(driverRoot);
+  const agent = new DraSharingAgent({
+    mpsRoot: settings.mpsRoot,
+    hostFor: (root) => new RealMpsHost({ root, nvml, program, log }),
+    setTimeSlice: (uuid, interval) => applyTimeSlice({ uuid }, interval, { nvidiaSmi, log }),
+    log,
+    status: (line) => service.status(line),
+  });
+  await agent.start();
+  service.status(`STATUS=DRA sharing agent: requests under ${settings.mpsRoot}/dra/requests`, true);
+  return {
+    stop: async () => {
+      service.stopping('stopping the DRA sharing agent');
+      try {
+        await agent.stop();
+      } finally {
+        nvml.close();
+        service.close();
+      }
+    },
+    reload: async () => {
+      log.info('SIGHUP: the DRA sharing agent has no configuration of its own; the requests are read again');
+    },
+  };
+}

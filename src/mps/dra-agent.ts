@@ -1,0 +1,270 @@
+// The DRA sharing agent: what the MPS unit's program does on a DRA node (`mps-control-daemon` with
+// --kubelet-api=dra). The plugin, which has no privilege, writes one request per prepared claim that
+// shares its GPUs (core/dra-sharing.ts: time-slices, an MPS daemon with limits) under
+// <mps root>/dra/requests; this agent makes the host match them and answers each under
+// <mps root>/dra/answers, naming the request it answers.
+//
+// * MPS: each claim's control daemon is a supervisor of its own (daemon.ts) under the claim's root
+//   (<mps root>/dra/claims/<uid>: pipe, log, its own shm tmpfs), so it is restarted with backoff when it
+//   dies and stopped (quit, compute modes back, shm unmounted, the directory removed) when its request
+//   goes. A request rewritten with the same content is answered again without touching its daemon.
+// * Time-slices: every GPU named by a request gets its interval; a GPU no request names any more gets
+//   Default back. What was set is kept in <mps root>/dra/timeslices.json, so a restarted agent puts back
+//   the GPUs it set before.
+// * One sync at a time (CoalescingQueue); a sync runs on every change of the request directory and every
+//   RESCAN_MS (inotify can miss events). The agent's own restart keeps nothing running: the unit's stop
+//   ends every daemon, and a start brings the requests' daemons up again.
+import { watch } from 'node:fs';
+import type { FSWatcher } from 'node:fs';
+import { mkdir, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import {
+  CLAIM_MPS_RESOURCE,
+  answerDir,
+  claimMpsRoot,
+  parseRequest,
+  requestDir,
+  sameRequest,
+  requestedTimeSlices,
+  serializeAnswer,
+} from '../core/dra-sharing.ts';
+import { changesToApply } from '../core/dra-timeslice.ts';
+import type { Answer, HostMps, RequestFile } from '../core/dra-sharing.ts';
+import type { TimeSliceInterval } from '../core/dra-gpu-config.ts';
+import type { MpsDaemonPlan } from '../core/mps.ts';
+import { errorText } from '../system/log.ts';
+import type { Logger } from '../system/log.ts';
+import { CoalescingQueue, TimerOwner } from '../system/timers.ts';
+import { MpsSupervisor } from './daemon.ts';
+import type { MpsHost } from './daemon.ts';
+
+/** How often the request directory is read again even without an event. */
+export const RESCAN_MS = 2000;
+
+export interface DraAgentOptions {
+  readonly mpsRoot: string;
+  /** The host of one claim's daemon (daemon-host.ts's RealMpsHost with the claim's root). */
+  readonly hostFor: (claimRoot: string) => MpsHost;
+  /** Sets a GPU's time-slice (timeslice.ts); throws naming what failed. */
+  readonly setTimeSlice: (uuid: string, interval: TimeSliceInterval) => Promise<void>;
+  readonly log: Logger;
+  /** sd_notify STATUS lines. */
+  readonly status?: (line: string) => void;
+  readonly rescanMs?: number;
+  /** After each sync (tests wait on it). */
+  readonly onSynced?: () => void;
+}
+
+interface Running {
+  readonly file: RequestFile;
+  readonly supervisor: MpsSupervisor | null;
+}
+
+/** The supervisor's plan of a claim's daemon. */
+function claimPlan(mps: HostMps): MpsDaemonPlan {
+  return {
+    resource: CLAIM_MPS_RESOURCE,
+    replicas: 1,
+    activeThreadPercentage: mps.activeThreadPercentage,
+    gpus: mps.units.map((u, k) => ({
+      uuid: u.uuid,
+      index: u.gpuIndex ?? -1,
+      mpsDevice: k,
+      pinnedMemLimitMiB: u.pinnedMemLimitMiB,
+    })),
+  };
+}
+
+/** A host whose compute-mode changes are left out: for daemons on GPUs shared with other claims, and MIG devices. */
+function sharedGpuHost(host: MpsHost): MpsHost {
+  return {
+    setComputeMode: async () => undefined,
+    makeDirs: (d) => host.makeDirs(d),
+    writeFile: (p, t) => host.writeFile(p, t),
+    remove: (p) => host.remove(p),
+    mountShm: (d) => host.mountShm(d),
+    unmountShm: (d) => host.unmountShm(d),
+    startControl: (p, paths) => host.startControl(p, paths),
+    command: (paths, c, t) => host.command(paths, c, t),
+  };
+}
+
+export class DraSharingAgent {
+  private readonly o: DraAgentOptions;
+  private readonly timers = new TimerOwner();
+  private readonly running = new Map<string, Running>();
+  /** The time-slice each GPU was given by this agent (absent: never set, or set back to Default). */
+  private applied = new Map<string, TimeSliceInterval>();
+  private readonly syncs: CoalescingQueue<void>;
+  private watcher: FSWatcher | undefined;
+  private stopped = false;
+  private synced = 0;
+
+  constructor(o: DraAgentOptions) {
+    this.o = o;
+    this.syncs = new CoalescingQueue<void>(
+      () => this.sync(),
+      () => undefined,
+    );
+  }
+
+  /** Syncs completed so far (tests wait on it). */
+  get syncCount(): number {
+    return this.synced;
+  }
+
+  private get timeSliceFile(): string {
+    return join(this.o.mpsRoot, 'dra', 'timeslices.json');
+  }
+
+  async start(): Promise<void> {
+    const requests = requestDir(this.o.mpsRoot);
+    await mkdir(requests, { recursive: true, mode: 0o755 });
+    await mkdir(answerDir(this.o.mpsRoot), { recursive: true, mode: 0o755 });
+    this.applied = await this.readApplied();
+    try {
+      this.watcher = watch(requests, () => void this.syncs.request());
+      this.watcher.on('error', (err) => this.o.log.warn('cannot watch the DRA requests', { error: errorText(err) }));
+    } catch (err) {
+      this.o.log.warn('cannot watch the DRA requests; reading them every few seconds', { error: errorText(err) });
+    }
+    this.timers.every('rescan', this.o.rescanMs ?? RESCAN_MS, () => void this.syncs.request());
+    this.o.log.info('DRA sharing agent started', { requests, answers: answerDir(this.o.mpsRoot) });
+    await this.syncs.request();
+  }
+
+  private async readApplied(): Promise<Map<string, TimeSliceInterval>> {
+    try {
+      const doc: unknown = JSON.parse(await readFile(this.timeSliceFile, 'utf8'));
+      return new Map(Object.entries(doc as Record<string, TimeSliceInterval>));
+    } catch {
+      return new Map();
+    }
+  }
+
+  /** The request files now, by claim uid; one that cannot be read is logged and left out. */
+  private async readRequests(): Promise<Map<string, RequestFile>> {
+    const dir = requestDir(this.o.mpsRoot);
+    const out = new Map<string, RequestFile>();
+    const names = await readdir(dir).catch(() => [] as string[]);
+    for (const name of names) {
+      if (!name.endsWith('.json')) continue;
+      const uid = name.slice(0, -'.json'.length);
+      try {
+        const file = parseRequest(await readFile(join(dir, name), 'utf8'));
+        if (file.request.claim.uid !== uid) throw new Error(`it names claim ${file.request.claim.uid}`);
+        out.set(uid, file);
+      } catch (err) {
+        // Gone meanwhile (unprepared), or being written: the next sync reads it again.
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT')
+          this.o.log.debug('cannot read a DRA request yet', { file: name, error: errorText(err) });
+      }
+    }
+    return out;
+  }
+
+  private async sync(): Promise<void> {
+    if (this.stopped) return;
+    const wanted = await this.readRequests();
+    for (const [uid, r] of [...this.running]) if (!wanted.has(uid)) await this.end(uid, r);
+    const sliceProblems = await this.applyTimeSlices([...wanted.values()].map((f) => f.request));
+    for (const [uid, file] of wanted) {
+      const was = this.running.get(uid);
+      if (was !== undefined && sameRequest(was.file.request, file.request)) {
+        this.running.set(uid, { ...was, file });
+      } else {
+        if (was !== undefined) await this.end(uid, was);
+        this.running.set(uid, { file, supervisor: await this.startDaemon(file) });
+      }
+      await this.answer(uid, file, sliceProblems);
+    }
+    this.synced++;
+    this.o.onSynced?.();
+    this.o.status?.(`STATUS=DRA sharing: ${this.running.size} claim${this.running.size === 1 ? '' : 's'}`);
+  }
+
+  /** Every GPU at the interval its requests want (Default when none does); per GPU, what failed. */
+  private async applyTimeSlices(requests: readonly RequestFile['request'][]): Promise<Map<string, string>> {
+    const problems = new Map<string, string>();
+    const changes = changesToApply(this.applied, requestedTimeSlices(requests));
+    for (const { gpuUuid, to } of changes) {
+      try {
+        await this.o.setTimeSlice(gpuUuid, to);
+        if (to === 'Default') this.applied.delete(gpuUuid);
+        else this.applied.set(gpuUuid, to);
+        this.o.log.info('time-slice set', { gpu: gpuUuid, interval: to });
+      } catch (err) {
+        problems.set(gpuUuid, errorText(err));
+        this.o.log.error('cannot set a time-slice', { gpu: gpuUuid, interval: to, error: errorText(err) });
+      }
+    }
+    if (changes.length > 0) await this.saveApplied();
+    return problems;
+  }
+
+  private async saveApplied(): Promise<void> {
+    const text = `${JSON.stringify(Object.fromEntries(this.applied))}\n`;
+    await writeFile(`${this.timeSliceFile}.tmp`, text, { mode: 0o644 });
+    await rename(`${this.timeSliceFile}.tmp`, this.timeSliceFile);
+  }
+
+  private async startDaemon(file: RequestFile): Promise<MpsSupervisor | null> {
+    const mps = file.request.mps;
+    if (mps === undefined) return null;
+    const root = claimMpsRoot(this.o.mpsRoot, file.request.claim.uid);
+    const base = this.o.hostFor(root);
+    const host = mps.exclusive ? base : sharedGpuHost(base);
+    const c = file.request.claim;
+    const log = this.o.log.child({ claim: `${c.namespace}/${c.name}`, uid: c.uid });
+    const supervisor = new MpsSupervisor({ root, host, log, status: () => undefined });
+    await supervisor.start([claimPlan(mps)]);
+    return supervisor;
+  }
+
+  private async answer(uid: string, file: RequestFile, sliceProblems: ReadonlyMap<string, string>): Promise<void> {
+    const problems = file.request.timeSlices.flatMap((t) => {
+      const p = sliceProblems.get(t.uuid);
+      return p === undefined ? [] : [`time-slice of GPU ${t.uuid}: ${p}`];
+    });
+    const daemon = this.running.get(uid)?.supervisor?.problem ?? null;
+    if (daemon !== null) problems.push(`its MPS control daemon is not up: ${daemon}`);
+    const a: Answer =
+      problems.length === 0
+        ? { id: file.id, state: 'ready' }
+        : { id: file.id, state: 'failed', error: problems.join('; ') };
+    const path = join(answerDir(this.o.mpsRoot), `${uid}.json`);
+    await writeFile(`${path}.tmp`, serializeAnswer(a), { mode: 0o644 });
+    await rename(`${path}.tmp`, path);
+  }
+
+  /** A claim's request went: its daemon stopped and its directory and answer removed. */
+  private async end(uid: string, r: Running): Promise<void> {
+    this.running.delete(uid);
+    if (r.supervisor !== null) {
+      await r.supervisor
+        .stop()
+        .catch((err: unknown) =>
+          this.o.log.warn("a claim's MPS control daemon did not stop cleanly", { uid, error: errorText(err) }),
+        );
+      await rm(claimMpsRoot(this.o.mpsRoot, uid), { recursive: true, force: true }).catch(() => undefined);
+      this.o.log.info("a claim's MPS control daemon stopped", { uid });
+    }
+    await rm(join(answerDir(this.o.mpsRoot), `${uid}.json`), { force: true });
+  }
+
+  /** Stops every daemon and puts every time-slice back (the unit's stop). */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.watcher?.close();
+    this.timers.dispose();
+    await this.syncs.close();
+    await Promise.all([...this.running].map(([uid, r]) => this.end(uid, r)));
+    for (const uuid of [...this.applied.keys()]) {
+      await this.o.setTimeSlice(uuid, 'Default').then(
+        () => this.applied.delete(uuid),
+        (err: unknown) => this.o.log.warn('cannot put a time-slice back', { gpu: uuid, error: errorText(err) }),
+      );
+    }
+    await this.saveApplied().catch(() => undefined);
+  }
+}

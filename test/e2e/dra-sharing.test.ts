@@ -1,0 +1,274 @@
+// Shared GPUs under DRA through the built executables: the plugin in DRA mode (test/support/dra-node.ts) and,
+// beside it, the MPS unit's program (`mps-control-daemon` with the same options) as the sharing agent, with the
+// fake nvidia-cuda-mps-control and the fake nvidia-smi on PATH. Claims carry NVIDIA's GpuConfig as the
+// scheduler copies it into status.allocation.devices.config. What the host got is read from the fakes: the
+// time-slices nvidia-smi was told (its log and state), each MPS daemon's limits (the fake's state in the
+// claim's pipe directory), the compute modes (the fake NVML's stats).
+import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import type { Claim, DeviceHealth, NodePrepareResourceResponse } from '../../src/api/dra.ts';
+import { HealthStatus } from '../../src/api/dra.ts';
+import { buildFakeMpsControl, buildFakeNvidiaSmi } from '../fake-nvml/build.ts';
+import type { JsonObject } from '../support/apiserver.ts';
+import { DRIVER, NODE, launchOf, restartPlugin, startDraNode, waitForSlices } from '../support/dra-node.ts';
+import type { DraNode } from '../support/dra-node.ts';
+import { PluginProcess, executable } from '../support/sim.ts';
+import { onFileChange, waitUntil } from '../support/wait.ts';
+
+const GPU = (
+  JSON.parse(readFileSync(join(import.meta.dirname, '..', 'fixtures', 'topologies', 'demo-8.json'), 'utf8')) as {
+    gpus: { uuid: string }[];
+  }
+).gpus.map((g) => g.uuid);
+
+let base = '';
+let mpsRoot = '';
+let smiLog = '';
+let node: DraNode;
+let agent: PluginProcess;
+
+/** Mount points under dir, deepest first. */
+function mountsUnder(dir: string): string[] {
+  return readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .map((l) => l.split(' ')[4] ?? '')
+    .filter((m) => m.startsWith(`${dir}/`))
+    .sort((a, b) => b.length - a.length);
+}
+
+function startAgent(): PluginProcess {
+  const { args, env } = launchOf(node.sim.plugin);
+  delete env.NOTIFY_SOCKET;
+  return new PluginProcess(executable(), ['mps-control-daemon', ...args], env);
+}
+
+before(async () => {
+  const [mpsDir, smiDir] = await Promise.all([buildFakeMpsControl(), buildFakeNvidiaSmi()]);
+  base = mkdtempSync(join(tmpdir(), 'gdp-dra-sharing-'));
+  mpsRoot = join(base, 'mps');
+  smiLog = join(base, 'nvidia-smi.log');
+  node = await startDraNode({
+    args: [`--mps-root=${mpsRoot}`],
+    env: {
+      PATH: `${mpsDir}:${smiDir}:${process.env.PATH ?? ''}`,
+      FAKE_NVIDIA_SMI_LOG: smiLog,
+      FAKE_NVIDIA_SMI_STATE: join(base, 'nvidia-smi.json'),
+    },
+  });
+  agent = startAgent();
+  await agent.waitForLine(/DRA sharing agent started/);
+});
+
+after(async () => {
+  agent?.signal('SIGTERM');
+  await agent?.exited;
+  await node?.stop();
+  for (const m of mountsUnder(base)) {
+    const { spawnSync } = await import('node:child_process');
+    spawnSync('umount', ['-l', m]);
+  }
+  rmSync(base, { recursive: true, force: true });
+});
+
+const gpuConfig = (sharing: JsonObject, requests?: string[]): JsonObject => ({
+  source: 'FromClaim',
+  ...(requests === undefined ? {} : { requests }),
+  opaque: {
+    driver: DRIVER,
+    parameters: { apiVersion: 'resource.nvidia.com/v1beta1', kind: 'GpuConfig', sharing },
+  },
+});
+
+interface Result {
+  request: string;
+  device: string;
+  shareID?: string;
+  consumedCapacity?: JsonObject;
+}
+
+function sharedClaim(name: string, results: Result[], config: JsonObject[]): Claim {
+  const stored = node.api.putClaim({
+    namespace: 'team-a',
+    name,
+    status: {
+      allocation: {
+        devices: {
+          results: results.map((r) => ({ driver: DRIVER, pool: NODE, ...r }) as unknown as JsonObject),
+          config,
+        },
+      },
+    },
+  });
+  return { namespace: 'team-a', name, uid: String((stored.metadata as JsonObject).uid) };
+}
+
+async function prepare(claim: Claim): Promise<NodePrepareResourceResponse> {
+  const r = await node.watcher.client(DRIVER).prepare([claim]);
+  const one = r.claims?.[claim.uid];
+  assert.ok(one, `an answer for ${claim.name}`);
+  return one;
+}
+
+async function unprepare(claim: Claim): Promise<void> {
+  const r = await node.watcher.client(DRIVER).unprepare([claim]);
+  assert.equal(r.claims?.[claim.uid]?.error, '', `unprepared ${claim.name}`);
+}
+
+/** The time-slices nvidia-smi was told, one "uuid n" each, in order. */
+function timeSlicesSet(): string[] {
+  if (!existsSync(smiLog)) return [];
+  return readFileSync(smiLog, 'utf8')
+    .split('\n')
+    .filter((l) => l.includes('--set-timeslice'))
+    .map((l) => (JSON.parse(l) as { argv: string[] }).argv)
+    .map((a) => `${a[a.indexOf('-i') + 1]} ${a[a.indexOf('--set-timeslice') + 1]}`);
+}
+
+function claimPipe(uid: string): string {
+  return join(mpsRoot, 'dra', 'claims', uid, 'mps', 'pipe');
+}
+
+/** The fake control daemon's limits, as its state file in the claim's pipe directory holds them. */
+function daemonLimits(uid: string): { threads: unknown; pinned: unknown } | null {
+  const p = join(claimPipe(uid), 'fake-mps-state.json');
+  if (!existsSync(p)) return null;
+  const s = JSON.parse(readFileSync(p, 'utf8')) as {
+    defaultActiveThreadPercentage?: unknown;
+    pinnedMemLimitMiB?: unknown;
+  };
+  return { threads: s.defaultActiveThreadPercentage, pinned: s.pinnedMemLimitMiB };
+}
+
+function health(devices: readonly DeviceHealth[], name: string): HealthStatus | undefined {
+  return devices.find((d) => d.device?.device_name === name)?.health;
+}
+
+describe('shared GPUs under DRA through the executables', { concurrency: false }, () => {
+  test(
+    'a TimeSlicing claim gets its interval while prepared and Default back at unprepare; ' +
+      'another interval on that GPU is refused naming the holder',
+    async () => {
+      const first = sharedClaim(
+        'ts-long',
+        [{ request: 'gpu', device: 'gpu-0', shareID: '11111111-1111-1111-1111-111111111111' }],
+        [gpuConfig({ strategy: 'TimeSlicing', timeSlicingConfig: { interval: 'Long' } })],
+      );
+      const r = await prepare(first);
+      assert.equal(r.error, '', r.error);
+      assert.deepEqual(timeSlicesSet(), [`${GPU[0]} 3`]);
+      const second = sharedClaim(
+        'ts-short',
+        [{ request: 'gpu', device: 'gpu-0', shareID: '22222222-2222-2222-2222-222222222222' }],
+        [gpuConfig({ strategy: 'TimeSlicing', timeSlicingConfig: { interval: 'Short' } })],
+      );
+      const refused = await prepare(second);
+      assert.match(
+        refused.error ?? '',
+        new RegExp(
+          `asks time-slice interval Short on GPU ${GPU[0]}, ` +
+            `which claim team-a/ts-long \\(uid ${first.uid}\\) holds at Long`,
+        ),
+      );
+      await unprepare(second);
+      await unprepare(first);
+      assert.deepEqual(timeSlicesSet(), [`${GPU[0]} 3`, `${GPU[0]} 0`], 'Default once the last claim went');
+    },
+  );
+
+  test('an MPS claim: its own daemon, limits and CDI spec; its daemon killed → UNHEALTHY, tainted → back', async () => {
+    const claim = sharedClaim(
+      'mps-one',
+      [{ request: 'gpu', device: 'gpu-1' }],
+      [
+        gpuConfig({
+          strategy: 'MPS',
+          mpsConfig: { defaultActiveThreadPercentage: 50, defaultPinnedDeviceMemoryLimit: '8Gi' },
+        }),
+      ],
+    );
+    const r = await prepare(claim);
+    assert.equal(r.error, '', r.error);
+    const ids = r.devices?.[0]?.cdi_device_ids ?? [];
+    assert.ok(ids.includes(`k8s.gpu-device-plugin/claim=${claim.uid}`), `the claim's CDI ID in ${ids.join(', ')}`);
+    const spec = JSON.parse(readFileSync(join(node.cdi, `gpu-device-plugin-claim-${claim.uid}.json`), 'utf8')) as {
+      devices: { containerEdits: { env: string[]; mounts: { hostPath: string }[] } }[];
+    };
+    assert.deepEqual(spec.devices[0]?.containerEdits.env, [`CUDA_MPS_PIPE_DIRECTORY=/mps/${claim.uid}/pipe`]);
+    assert.equal(spec.devices[0]?.containerEdits.mounts[0]?.hostPath, claimPipe(claim.uid));
+    assert.deepEqual(daemonLimits(claim.uid), { threads: 50, pinned: { '0': 8192 } });
+    // Health: the daemon killed, UNHEALTHY and a taint; back once the agent has started it again.
+    const pidFile = join(mpsRoot, 'dra', 'claims', claim.uid, 'mps', '.started');
+    const pid = Number(readFileSync(pidFile, 'utf8').trim());
+    process.kill(pid, 'SIGKILL');
+    const down = await node.watcher.waitForHealth(DRIVER, (d) => health(d, 'gpu-1') === HealthStatus.UNHEALTHY);
+    assert.match(
+      down.find((d) => d.device?.device_name === 'gpu-1')?.message ?? '',
+      /MPS control daemon of claim team-a\/mps-one .* does not answer/,
+    );
+    assert.equal(health(down, 'gpu-0'), HealthStatus.HEALTHY, 'only the claim’s devices');
+    await waitForSlices(
+      node.api,
+      (d) => d.some((x) => x.name === 'gpu-1' && (x.taints ?? []).some((t) => t.key === 'gpu.nvidia.com/mps-daemon')),
+      'gpu-1 tainted mps-daemon',
+    );
+    await node.watcher.waitForHealth(DRIVER, (d) => health(d, 'gpu-1') === HealthStatus.HEALTHY, 20_000);
+    await waitForSlices(node.api, (d) => d.some((x) => x.name === 'gpu-1' && x.taints === undefined), 'the taint gone');
+    await unprepare(claim);
+    assert.equal(existsSync(join(mpsRoot, 'dra', 'claims', claim.uid)), false, "the claim's MPS directory removed");
+    assert.equal(
+      existsSync(join(node.cdi, `gpu-device-plugin-claim-${claim.uid}.json`)),
+      false,
+      'its CDI spec removed',
+    );
+  });
+
+  test('two shares of one GPU with MPS: a daemon each held to its consumed memory, either order', async () => {
+    const share = (name: string, id: string, mem: string): Claim =>
+      sharedClaim(
+        name,
+        [{ request: 'gpu', device: 'gpu-2', shareID: id, consumedCapacity: { memory: mem } }],
+        [gpuConfig({ strategy: 'MPS' })],
+      );
+    const a = share('share-a', '33333333-3333-3333-3333-333333333333', '4Gi');
+    const b = share('share-b', '44444444-4444-4444-4444-444444444444', '12Gi');
+    for (const c of [a, b]) assert.equal((await prepare(c)).error, '', c.name);
+    assert.deepEqual(daemonLimits(a.uid)?.pinned, { '0': 4096 });
+    assert.deepEqual(daemonLimits(b.uid)?.pinned, { '0': 12288 });
+    await unprepare(a);
+    assert.deepEqual(daemonLimits(b.uid)?.pinned, { '0': 12288 }, 'the other share keeps its daemon');
+    await unprepare(b);
+    assert.equal(existsSync(join(mpsRoot, 'dra', 'claims', b.uid)), false);
+  });
+
+  test('a plugin restart keeps an MPS claim: the same daemon, the same answer, cleaned at unprepare', async () => {
+    const claim = sharedClaim('mps-kept', [{ request: 'gpu', device: 'gpu-3' }], [gpuConfig({ strategy: 'MPS' })]);
+    const before = await prepare(claim);
+    assert.equal(before.error, '', before.error);
+    const pidFile = join(mpsRoot, 'dra', 'claims', claim.uid, 'mps', '.started');
+    const pid = readFileSync(pidFile, 'utf8');
+    await restartPlugin(node);
+    await node.watcher.waitForRegistrations(2, 15_000);
+    const again = await prepare(claim);
+    assert.deepEqual(again, before, 'answered from the checkpoint');
+    assert.equal(readFileSync(pidFile, 'utf8'), pid, 'the same control daemon');
+    await unprepare(claim);
+    await waitUntil(() => !existsSync(pidFile), {
+      on: onFileChange(join(mpsRoot, 'dra', 'claims')),
+      what: 'the daemon gone',
+    });
+  });
+
+  test('a sharing config that contradicts itself is refused for that claim, naming the field', async () => {
+    const claim = sharedClaim(
+      'contradiction',
+      [{ request: 'gpu', device: 'gpu-4' }],
+      [gpuConfig({ strategy: 'TimeSlicing', mpsConfig: { defaultActiveThreadPercentage: 10 } })],
+    );
+    const r = await prepare(claim);
+    assert.match(r.error ?? '', /mpsConfig/);
+    assert.equal(existsSync(join(mpsRoot, 'dra', 'requests', `${claim.uid}.json`)), false, 'nothing asked of the host');
+  });
+});

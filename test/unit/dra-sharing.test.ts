@@ -1,0 +1,364 @@
+// DRA sharing on the host: the pure request a claim makes (core/dra-sharing.ts) and the MPS unit's agent
+// (mps/dra-agent.ts) in-process, on real files in a temporary MPS root, with a fake MPS host and a recorded
+// time-slice setter. Waits are on the agent's syncs.
+import assert from 'node:assert/strict';
+import { EventEmitter } from 'node:events';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import {
+  answerDir,
+  claimCdiSpec,
+  claimMpsRoot,
+  hostRequest,
+  parseAnswer,
+  parseRequest,
+  requestDir,
+  serializeRequest,
+  timeSliceConflictIn,
+  requestedTimeSlices,
+} from '../../src/core/dra-sharing.ts';
+import type { HostDevice, HostRequest, SharedDevice } from '../../src/core/dra-sharing.ts';
+import type { GpuSharing } from '../../src/core/dra-gpu-config.ts';
+import { DraSharingAgent } from '../../src/mps/dra-agent.ts';
+import { createLogger } from '../../src/system/log.ts';
+import { FakeHost } from '../support/fake-mps-host.ts';
+import { onEvent, waitUntil } from '../support/wait.ts';
+
+const GiB = 2 ** 30;
+const NODE: HostDevice[] = [
+  { name: 'gpu-0', gpuUuid: 'GPU-0', gpuIndex: 0, minor: 0, memoryBytes: 80 * GiB },
+  { name: 'gpu-1', gpuUuid: 'GPU-1', gpuIndex: 1, minor: 1, memoryBytes: 80 * GiB },
+  {
+    name: 'gpu-2-mig-1g10gb-19-0',
+    gpuUuid: 'GPU-2',
+    gpuIndex: 2,
+    minor: 2,
+    memoryBytes: 10 * GiB,
+    mig: { uuid: 'MIG-2a', index: 0 },
+  },
+];
+const CLAIM = { namespace: 'team-a', name: 'c1', uid: 'uid-1' };
+const mps = (extra: object = {}): GpuSharing => ({ strategy: 'MPS', ...extra });
+
+test('hostRequest: a claim without TimeSlicing or MPS asks nothing; a device not on the node is an error', () => {
+  assert.equal(hostRequest(CLAIM, [{ device: 'gpu-0' }], NODE), null);
+  const r = hostRequest(CLAIM, [{ device: 'gpu-9', sharing: mps() }], NODE);
+  assert.deepEqual(r, { error: 'device gpu-9 is not on this node now' });
+});
+
+test('hostRequest: TimeSlicing sets whole GPUs only (a MIG device has no time-slice)', () => {
+  const r = hostRequest(
+    CLAIM,
+    [
+      { device: 'gpu-0', sharing: { strategy: 'TimeSlicing', interval: 'Long' } },
+      { device: 'gpu-2-mig-1g10gb-19-0', sharing: { strategy: 'TimeSlicing', interval: 'Long' } },
+    ],
+    NODE,
+  );
+  assert.deepEqual(r, { claim: CLAIM, timeSlices: [{ uuid: 'GPU-0', interval: 'Long' }] });
+});
+
+test('hostRequest: MPS on a GPU the claim has alone: exclusive, whole memory and 100% unless limited', () => {
+  assert.deepEqual(hostRequest(CLAIM, [{ device: 'gpu-0', sharing: mps() }], NODE), {
+    claim: CLAIM,
+    timeSlices: [],
+    mps: {
+      activeThreadPercentage: 100,
+      exclusive: true,
+      units: [{ uuid: 'GPU-0', gpuIndex: 0, pinnedMemLimitMiB: 81920 }],
+    },
+  });
+  const limited = hostRequest(
+    CLAIM,
+    [
+      {
+        device: 'gpu-0',
+        sharing: mps({ defaultActiveThreadPercentage: 40, defaultPinnedDeviceMemoryLimit: 8 * GiB }),
+      },
+      {
+        device: 'gpu-1',
+        sharing: mps({ defaultPinnedDeviceMemoryLimit: 8 * GiB, defaultPerDevicePinnedMemoryLimit: { '0': 2 * GiB } }),
+      },
+    ],
+    NODE,
+  );
+  assert.ok(limited !== null && !('error' in limited));
+  assert.equal(limited.mps?.activeThreadPercentage, 40);
+  assert.deepEqual(
+    limited.mps?.units.map((u) => [u.uuid, u.pinnedMemLimitMiB]),
+    [
+      ['GPU-0', 8192],
+      ['GPU-1', 2048],
+    ],
+  );
+  const byUuid = hostRequest(
+    CLAIM,
+    [{ device: 'gpu-1', sharing: mps({ defaultPerDevicePinnedMemoryLimit: { '0': 2 * GiB, 'GPU-1': 3 * GiB } }) }],
+    NODE,
+  );
+  assert.ok(byUuid !== null && !('error' in byUuid));
+  assert.equal(byUuid.mps?.units[0]?.pinnedMemLimitMiB, 3072, 'the later key wins');
+  const unknown = hostRequest(
+    CLAIM,
+    [{ device: 'gpu-1', sharing: mps({ defaultPerDevicePinnedMemoryLimit: { '3': GiB } }) }],
+    NODE,
+  );
+  assert.match(
+    String((unknown as { error: string }).error),
+    /defaultPerDevicePinnedMemoryLimit\["3"\] names no device/,
+  );
+});
+
+test('hostRequest: MPS on a share is held to its consumed memory and leaves the compute mode alone', () => {
+  const share = (consumed: string, extra: object = {}): SharedDevice => ({
+    device: 'gpu-1',
+    shareId: 'share-1',
+    consumedCapacity: { memory: consumed },
+    sharing: mps(extra),
+  });
+  const r = hostRequest(CLAIM, [share('12Gi')], NODE);
+  assert.ok(r !== null && !('error' in r));
+  assert.deepEqual(r.mps, {
+    activeThreadPercentage: 100,
+    exclusive: false,
+    units: [{ uuid: 'GPU-1', gpuIndex: 1, pinnedMemLimitMiB: 12288 }],
+  });
+  const lower = hostRequest(CLAIM, [share('12Gi', { defaultPinnedDeviceMemoryLimit: 4 * GiB })], NODE);
+  assert.ok(lower !== null && !('error' in lower));
+  assert.equal(lower.mps?.units[0]?.pinnedMemLimitMiB, 4096, "the claim's own lower limit stands");
+  const higher = hostRequest(CLAIM, [share('12Gi', { defaultPinnedDeviceMemoryLimit: 40 * GiB })], NODE);
+  assert.ok(higher !== null && !('error' in higher));
+  assert.equal(higher.mps?.units[0]?.pinnedMemLimitMiB, 12288, 'never above the share');
+  assert.match(String((hostRequest(CLAIM, [share('lots')], NODE) as { error: string }).error), /"lots" is no positive/);
+  const mig = hostRequest(CLAIM, [{ device: 'gpu-2-mig-1g10gb-19-0', sharing: mps() }], NODE);
+  assert.ok(mig !== null && !('error' in mig));
+  assert.deepEqual(mig.mps?.units, [{ uuid: 'MIG-2a', pinnedMemLimitMiB: 10240 }]);
+  assert.equal(mig.mps?.exclusive, false, 'a MIG device has no compute mode of its own');
+});
+
+test('request and answer files: written, read back, and refused when wrong', () => {
+  const request = hostRequest(CLAIM, [{ device: 'gpu-0', sharing: mps() }], NODE) as HostRequest;
+  assert.deepEqual(parseRequest(serializeRequest({ id: 'x1', request })), { id: 'x1', request });
+  assert.throws(() => parseRequest('{"version":"other"}'), /not a request of version/);
+  assert.throws(
+    () =>
+      parseRequest(
+        serializeRequest({
+          id: 'x',
+          request: { claim: CLAIM, timeSlices: [{ uuid: 'GPU-0', interval: 'Soon' as 'Long' }] },
+        }),
+      ),
+    /timeSlices\[0\]: needs uuid and interval \(Default, Short, Medium, Long\)/,
+  );
+  assert.throws(() => parseAnswer('{"version":"gpu-device-plugin.dra-sharing/v1","id":"a","state":"odd"}'), /state/);
+});
+
+test('timeSliceConflictIn: a claim holding the GPU at another interval is named; the same interval is fine', () => {
+  const long: SharedDevice[] = [
+    { device: 'gpu-0', shareId: 's1', sharing: { strategy: 'TimeSlicing', interval: 'Long' } },
+  ];
+  const short: SharedDevice[] = [
+    { device: 'gpu-0', shareId: 's2', sharing: { strategy: 'TimeSlicing', interval: 'Short' } },
+  ];
+  const checkpoint = { claims: { 'uid-0': { namespace: 'team-b', name: 'first', devices: long } } };
+  const why = timeSliceConflictIn(checkpoint, CLAIM, short, NODE);
+  assert.match(
+    String(why),
+    new RegExp(
+      String.raw`claim team-a/c1 \(uid uid-1\) asks time-slice interval Short on GPU GPU-0, ` +
+        String.raw`which claim team-b/first \(uid uid-0\) holds at Long`,
+    ),
+  );
+  assert.equal(timeSliceConflictIn(checkpoint, CLAIM, long, NODE), null);
+  const itself = { ...CLAIM, uid: 'uid-0' };
+  assert.equal(timeSliceConflictIn(checkpoint, itself, short, NODE), null, 'a claim never conflicts with itself');
+  assert.deepEqual(requestedTimeSlices([hostRequest(CLAIM, long, NODE) as HostRequest]), new Map([['GPU-0', 'Long']]));
+});
+
+test("claimCdiSpec: the claim's pipe at /mps/<uid>/pipe with its env, and its own shm as /dev/shm", () => {
+  const { id, spec } = claimCdiSpec('/run/nvidia/mps', 'uid-1');
+  assert.equal(id, 'k8s.gpu-device-plugin/claim=uid-1');
+  const edits = (
+    spec as {
+      devices: {
+        name: string;
+        containerEdits: { env: string[]; mounts: { hostPath: string; containerPath: string }[] };
+      }[];
+    }
+  ).devices[0];
+  assert.equal(edits?.name, 'uid-1');
+  assert.deepEqual(edits?.containerEdits.env, ['CUDA_MPS_PIPE_DIRECTORY=/mps/uid-1/pipe']);
+  assert.deepEqual(
+    edits?.containerEdits.mounts.map((m) => [m.hostPath, m.containerPath]),
+    [
+      ['/run/nvidia/mps/dra/claims/uid-1/mps/pipe', '/mps/uid-1/pipe'],
+      ['/run/nvidia/mps/dra/claims/uid-1/shm', '/dev/shm'],
+    ],
+  );
+});
+
+// ---- the agent ----
+
+interface AgentRig {
+  root: string;
+  agent: DraSharingAgent;
+  hosts: Map<string, FakeHost>;
+  slices: string[];
+  syncs: EventEmitter;
+  failSlice: Set<string>;
+  write(uid: string, id: string, request: HostRequest): void;
+  answer(uid: string): ReturnType<typeof parseAnswer> | null;
+  synced(n: number): Promise<void>;
+}
+
+async function rig(root = mkdtempSync(join(tmpdir(), 'gdp-dra-agent-'))): Promise<AgentRig> {
+  const hosts = new Map<string, FakeHost>();
+  const slices: string[] = [];
+  const failSlice = new Set<string>();
+  const syncs = new EventEmitter();
+  let count = 0;
+  const agent = new DraSharingAgent({
+    mpsRoot: root,
+    hostFor: (claimRoot) => {
+      const h = new FakeHost();
+      hosts.set(claimRoot, h);
+      return h;
+    },
+    setTimeSlice: async (uuid, interval) => {
+      if (failSlice.has(uuid)) throw new Error(`nvidia-smi: GPU ${uuid} refused`);
+      slices.push(`${uuid} ${interval}`);
+    },
+    log: createLogger({ level: 'error', journal: false, write: () => undefined }),
+    rescanMs: 3_600_000,
+    onSynced: () => {
+      count++;
+      syncs.emit('synced');
+    },
+  });
+  const r: AgentRig = {
+    root,
+    agent,
+    hosts,
+    slices,
+    syncs,
+    failSlice,
+    write: (uid, id, request) => {
+      mkdirSync(requestDir(root), { recursive: true });
+      writeFileSync(join(requestDir(root), `${uid}.json`), serializeRequest({ id, request }));
+    },
+    answer: (uid) => {
+      const p = join(answerDir(root), `${uid}.json`);
+      return existsSync(p) ? parseAnswer(readFileSync(p, 'utf8')) : null;
+    },
+    synced: (n) => waitUntil(() => count >= n, { on: onEvent(syncs, 'synced'), what: `${n} syncs` }),
+  };
+  await agent.start();
+  return r;
+}
+
+test('agent: an MPS request gets its own daemon under the claim root with its limits; gone, it stops', async () => {
+  const r = await rig();
+  try {
+    const request = hostRequest(
+      CLAIM,
+      [
+        {
+          device: 'gpu-0',
+          sharing: mps({ defaultActiveThreadPercentage: 25, defaultPinnedDeviceMemoryLimit: 8 * GiB }),
+        },
+      ],
+      NODE,
+    ) as HostRequest;
+    r.write('uid-1', 'first', request);
+    await waitUntil(() => r.answer('uid-1')?.id === 'first', { on: onEvent(r.syncs, 'synced'), what: 'the answer' });
+    assert.deepEqual(r.answer('uid-1'), { id: 'first', state: 'ready' });
+    const claimRoot = claimMpsRoot(r.root, 'uid-1');
+    const host = r.hosts.get(claimRoot);
+    assert.ok(host, 'a host for the claim root');
+    assert.deepEqual(
+      host.actions.filter((a) => a.startsWith('mode') || a.startsWith('cmd')),
+      [
+        'mode GPU-0 exclusive-process',
+        `cmd ${claimRoot}/mps/pipe set_default_device_pinned_mem_limit 0 8192M`,
+        `cmd ${claimRoot}/mps/pipe set_default_active_thread_percentage 25`,
+      ],
+    );
+    assert.ok(host.actions.includes(`mount ${claimRoot}/shm`), 'its own shm');
+    // Written again with the same content (a retried prepare): answered, the daemon left alone.
+    r.write('uid-1', 'second', request);
+    await waitUntil(() => r.answer('uid-1')?.id === 'second', { on: onEvent(r.syncs, 'synced'), what: 'answer 2' });
+    assert.equal(host.children.length, 1, 'not started again');
+    rmSync(join(requestDir(r.root), 'uid-1.json'));
+    await waitUntil(() => r.answer('uid-1') === null, { on: onEvent(r.syncs, 'synced'), what: 'the answer removed' });
+    assert.ok(host.actions.includes(`cmd ${claimRoot}/mps/pipe quit`), 'told to quit');
+    assert.ok(host.actions.includes('mode GPU-0 default'), 'compute mode back');
+    assert.ok(host.actions.includes(`umount ${claimRoot}/shm`));
+    assert.equal(existsSync(claimRoot), false, 'its directory removed');
+  } finally {
+    await r.agent.stop();
+  }
+});
+
+test('agent: two shares of one GPU get a daemon each, neither touching the compute mode', async () => {
+  const r = await rig();
+  try {
+    const share = (uid: string, gib: number): HostRequest =>
+      hostRequest(
+        { ...CLAIM, uid, name: uid },
+        [{ device: 'gpu-1', shareId: `s-${uid}`, consumedCapacity: { memory: `${gib}Gi` }, sharing: mps() }],
+        NODE,
+      ) as HostRequest;
+    r.write('a', 'a1', share('a', 4));
+    r.write('b', 'b1', share('b', 8));
+    await waitUntil(() => r.answer('a')?.state === 'ready' && r.answer('b')?.state === 'ready', {
+      on: onEvent(r.syncs, 'synced'),
+      what: 'both answered',
+    });
+    const limits = ['a', 'b'].map((uid) =>
+      r.hosts.get(claimMpsRoot(r.root, uid))?.actions.find((x) => x.includes('pinned_mem_limit')),
+    );
+    assert.match(String(limits[0]), /set_default_device_pinned_mem_limit 0 4096M$/);
+    assert.match(String(limits[1]), /set_default_device_pinned_mem_limit 0 8192M$/);
+    for (const h of r.hosts.values()) assert.equal(h.actions.filter((a) => a.startsWith('mode')).length, 0);
+  } finally {
+    await r.agent.stop();
+  }
+});
+
+test('agent: time-slices follow the requests, Default when the last goes; a failure names the GPU', async () => {
+  const r = await rig();
+  try {
+    const ts = (uid: string, device: string, interval: 'Long' | 'Short'): HostRequest =>
+      hostRequest({ ...CLAIM, uid }, [{ device, sharing: { strategy: 'TimeSlicing', interval } }], NODE) as HostRequest;
+    r.write('a', 'a1', ts('a', 'gpu-0', 'Long'));
+    await waitUntil(() => r.answer('a')?.state === 'ready', { on: onEvent(r.syncs, 'synced'), what: 'a ready' });
+    assert.deepEqual(r.slices, ['GPU-0 Long']);
+    assert.deepEqual(JSON.parse(readFileSync(join(r.root, 'dra', 'timeslices.json'), 'utf8')), { 'GPU-0': 'Long' });
+    r.failSlice.add('GPU-1');
+    r.write('b', 'b1', ts('b', 'gpu-1', 'Short'));
+    await waitUntil(() => r.answer('b') !== null, { on: onEvent(r.syncs, 'synced'), what: 'b answered' });
+    const b = r.answer('b');
+    assert.equal(b?.state, 'failed');
+    assert.match(b?.state === 'failed' ? b.error : '', /time-slice of GPU GPU-1: nvidia-smi: GPU GPU-1 refused/);
+    rmSync(join(requestDir(r.root), 'a.json'));
+    await waitUntil(() => r.slices.includes('GPU-0 Default'), { on: onEvent(r.syncs, 'synced'), what: 'GPU-0 back' });
+  } finally {
+    await r.agent.stop();
+  }
+});
+
+test('agent: restarted, it puts back a time-slice it set whose request went while it was down', async () => {
+  const root = mkdtempSync(join(tmpdir(), 'gdp-dra-agent-'));
+  mkdirSync(join(root, 'dra'), { recursive: true });
+  writeFileSync(join(root, 'dra', 'timeslices.json'), '{"GPU-1":"Medium"}\n');
+  const r = await rig(root);
+  try {
+    await r.synced(1);
+    assert.deepEqual(r.slices, ['GPU-1 Default']);
+    assert.deepEqual(JSON.parse(readFileSync(join(root, 'dra', 'timeslices.json'), 'utf8')), {});
+  } finally {
+    await r.agent.stop();
+  }
+});

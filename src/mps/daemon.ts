@@ -112,6 +112,8 @@ class Resource {
   /** The last failure, for STATUS. */
   problem = '';
   attempted = false;
+  /** The start under way (or the last one, settled): a stop waits for it, so a daemon it brings up is quit too. */
+  inFlight: Promise<void> = Promise.resolve();
   constructor(plan: MpsDaemonPlan, root: string) {
     this.plan = plan;
     this.paths = mpsPaths(root, plan.resource);
@@ -165,7 +167,12 @@ export class MpsSupervisor {
       dir: shmDir,
       size: shm.size,
     });
-    await Promise.all(this.resources.map((r) => this.startOne(r)));
+    await Promise.all(this.resources.map((r) => this.launch(r)));
+  }
+
+  private launch(r: Resource): Promise<void> {
+    r.inFlight = this.startOne(r);
+    return r.inFlight;
   }
 
   private async startOne(r: Resource): Promise<void> {
@@ -222,7 +229,7 @@ export class MpsSupervisor {
     r.backoffMs = Math.min(r.backoffMs * 2, MAX_RESTART_MS);
     r.timer = setTimeout(() => {
       r.timer = undefined;
-      void this.startOne(r);
+      void this.launch(r);
     }, delay);
   }
 
@@ -317,6 +324,9 @@ export class MpsSupervisor {
       this.resources.map(async (r) => {
         clearTimeout(r.timer);
         clearTimeout(r.stableTimer);
+        // A daemon whose start is under way is there once the start returns (it sees the stop and sets no
+        // limits): it is quit like the others, never left running.
+        await r.inFlight.catch(() => undefined);
         const child = r.child;
         if (child !== undefined) {
           const exitedWithin = async (ms: number): Promise<boolean> => {

@@ -7,6 +7,8 @@ export class FakeChild implements ControlChild {
   readonly exited: Promise<ControlExit>;
   end!: (e: ControlExit) => void;
   killed = false;
+  /** Told to quit through its client. */
+  quit = false;
   constructor(pid: number) {
     this.pid = pid;
     this.exited = new Promise((r) => {
@@ -48,7 +50,10 @@ export class FakeHost implements MpsHost {
     this.mounted = false;
     this.actions.push(`umount ${dir}`);
   }
+  /** When set, startControl waits for it before the daemon answers (a start under way). */
+  startGate: Promise<void> | undefined;
   async startControl(p: MpsDaemonPlan): Promise<ControlChild> {
+    await this.startGate;
     if (this.failStarts > 0) {
       this.failStarts--;
       throw new Error(`nvidia-cuda-mps-control for ${p.resource} did not answer`);
@@ -63,6 +68,7 @@ export class FakeHost implements MpsHost {
     if (command === 'quit') {
       const c = this.children.at(-1);
       c?.end({ code: 0, signal: null });
+      if (c !== undefined) c.quit = true;
     }
     return '';
   }

@@ -277,3 +277,29 @@ test('a control daemon that exits while its limits are set is a failed start: re
   assert.equal(host.files.get(`${ROOT}/nvidia.com/gpu/.started`), '102\n');
   await sup.stop();
 });
+
+test('a stop while a restart is under way quits the daemon that restart brings up: none is left running', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] });
+  const { host, sup } = setup();
+  await sup.start([plan('nvidia.com/gpu', 2, ['GPU-a'])]);
+  let answer!: () => void;
+  host.startGate = new Promise((r) => {
+    answer = r;
+  });
+  (host.children[0] as FakeChild).end({ code: null, signal: 'SIGKILL' });
+  await drain();
+  t.mock.timers.tick(FIRST_RESTART_MS);
+  await drain();
+  const stopped = sup.stop();
+  await drain();
+  answer(); // the restarted daemon answers only now, while the stop waits
+  await stopped;
+  assert.equal(host.children.length, 2, 'the restart brought one up');
+  const second = host.children[1] as FakeChild;
+  assert.ok(second.quit || second.killed, 'and the stop ended it');
+  assert.equal(
+    host.actions.filter((a) => a.includes('set_default')).length,
+    2,
+    'limits set once, by the first start: the restart saw the stop and set none',
+  );
+});

@@ -166,8 +166,9 @@ export class DraSharingAgent {
   private async sync(): Promise<void> {
     if (this.stopped) return;
     const wanted = await this.readRequests();
-    for (const [uid, r] of [...this.running]) if (!wanted.has(uid)) await this.end(uid, r);
+    // Time-slices first: a claim's answer goes (its unprepare returns) only once its GPUs are back at Default.
     const sliceProblems = await this.applyTimeSlices([...wanted.values()].map((f) => f.request));
+    for (const [uid, r] of [...this.running]) if (!wanted.has(uid)) await this.end(uid, r);
     for (const [uid, file] of wanted) {
       const was = this.running.get(uid);
       if (was !== undefined && sameRequest(was.file.request, file.request)) {

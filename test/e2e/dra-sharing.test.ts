@@ -5,7 +5,7 @@
 // time-slices nvidia-smi was told (its log and state), each MPS daemon's limits (the fake's state in the
 // claim's pipe directory), the compute modes (the fake NVML's stats).
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -62,10 +62,32 @@ before(async () => {
   await agent.waitForLine(/DRA sharing agent started/);
 });
 
+/** The control daemons still running with a pipe under dir (from their environment). */
+function daemonsUnder(dir: string): string[] {
+  const out: string[] = [];
+  for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    let env = '';
+    try {
+      if (!readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('nvidia-cuda-mps-control')) continue;
+      env = readFileSync(`/proc/${pid}/environ`, 'utf8');
+    } catch {
+      continue; // gone meanwhile
+    }
+    const pipe = env.split('\0').find((kv) => kv.startsWith('CUDA_MPS_PIPE_DIRECTORY='));
+    if (pipe?.startsWith(`CUDA_MPS_PIPE_DIRECTORY=${dir}/`)) out.push(`${pid} ${pipe}`);
+  }
+  return out;
+}
+
 after(async () => {
   agent?.signal('SIGTERM');
   await agent?.exited;
   await node?.stop();
+  // Every claim was unprepared: no control daemon of theirs may outlive the test (a stop during a daemon's
+  // restart once left one running).
+  const left = daemonsUnder(base);
+  for (const d of left) process.kill(Number(d.split(' ')[0]), 'SIGKILL');
+  assert.deepEqual(left, [], 'no control daemon left running');
   for (const m of mountsUnder(base)) {
     const { spawnSync } = await import('node:child_process');
     spawnSync('umount', ['-l', m]);

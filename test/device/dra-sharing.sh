@@ -23,7 +23,7 @@ step() { printf '\n===== %s\n' "$*"; }
   work=$(mktemp -d)
   probe=$work/mps-probe
   gcc -O1 -o "$probe" "$here/mps-probe.c" -ldl || probe=$here/mps-probe
-  uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0)
+  uuid=${GPU_UUID:-$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0)}
   step "nvidia-smi compute-policy (help, list)"; nvidia-smi compute-policy --help 2>&1 | head -n 40
   nvidia-smi compute-policy -l; echo "exit $?"
   step "the MPS control program"; command -v nvidia-cuda-mps-control || ls /usr/bin/nvidia-cuda-mps-*
@@ -31,7 +31,10 @@ step() { printf '\n===== %s\n' "$*"; }
 
   root=$work/mps
   step "the agent: mps-control-daemon --kubelet-api=dra --mps-root=$root"
-  "$bin" mps-control-daemon --kubelet-api=dra --mps-root="$root" --log-level=debug > "$out/agent.log" 2>&1 &
+  # DRA mode's options want a kubeconfig; the agent never reads it (the plugin talks to the API server).
+  echo '{}' > "$work/kubeconfig"
+  "$bin" mps-control-daemon --kubelet-api=dra --kubeconfig="$work/kubeconfig" --mps-root="$root" --log-level=debug \
+    > "$out/agent.log" 2>&1 &
   agent=$!
   for _ in $(seq 50); do [ -d "$root/dra/requests" ] && break; sleep 0.2; done
   ask() { # uid id request-json

@@ -2,9 +2,9 @@
 // (whole GPUs → gpu.nvidia.com, each MIG profile present → its class, named as check-dra-class-table.ts names them),
 // and which of them the cluster lacks or has without the extended resource the device plugin served them under —
 // pods asking nvidia.com/gpu or nvidia.com/mig-… are then not served through DRA (WARN). The time-sliced and MPS
-// classes are a note (INFO). The classes are listed with the kubeconfig's credentials; an API server that cannot
-// be reached, or credentials that may not list DeviceClasses (the shipped RBAC does not grant it), make a note
-// saying so, never a failure.
+// classes are a note (INFO). The classes are listed with the kubeconfig's credentials (the shipped rbac.yaml grants
+// the nodes `list deviceclasses` for this); an API server that cannot be reached, or credentials that may not list
+// DeviceClasses (a role applied before that rule), make a note saying so, never a failure.
 import { join } from 'node:path';
 import { draDevices } from '../core/dra-devices.ts';
 import { NO_MIG } from '../core/mig.ts';
@@ -84,6 +84,8 @@ export interface ClassCheckDeps {
 }
 
 const NAME = 'device classes';
+/** The shipped RBAC, beside the classes, that grants the nodes `list deviceclasses`. */
+export const RBAC_FILE = 'rbac.yaml';
 
 /** Why the classes could not be listed, as a line; null when the error is not one of the expected kinds. */
 function unlistedLine(err: unknown): CheckLine {
@@ -92,9 +94,13 @@ function unlistedLine(err: unknown): CheckLine {
       status: 'INFO',
       name: NAME,
       detail:
-        `not checked: these credentials may not list DeviceClasses (${err.code} ${err.reason}; the ` +
-        `shipped RBAC grants the node no more than it needs)`,
-      fix: `kubectl get deviceclasses, and compare with the classes of ${CLASS_DOCS_DIR}/`,
+        `not checked: these credentials may not list DeviceClasses (${err.code} ${err.reason}; ` +
+        (err.code === 403
+          ? `the cluster's role for the nodes predates the shipped ${RBAC_FILE}, which grants it)`
+          : 'the API server does not accept them)'),
+      fix:
+        `kubectl get deviceclasses, and compare with the classes of ${CLASS_DOCS_DIR}/` +
+        (err.code === 403 ? `; or let the nodes list them: kubectl apply -f ${join(CLASS_DOCS_DIR, RBAC_FILE)}` : ''),
     };
   if (err instanceof KubeUnreachableError)
     return { status: 'INFO', name: NAME, detail: `not checked: the API server did not answer: ${errorText(err)}` };

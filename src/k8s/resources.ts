@@ -121,7 +121,10 @@ export interface AccessNeed {
   readonly name?: string;
 }
 
-/** What the DRA driver does on the API server (the RBAC shipped with it grants exactly this). */
+/**
+ * What the DRA driver does on the API server, asked at its start (the RBAC shipped with it grants this, and `list
+ * deviceclasses` for `check`, left out here so that a role applied before that rule does not stop the start).
+ */
 export const DRA_ACCESS: readonly AccessNeed[] = [
   { verb: 'list', group: 'resource.k8s.io', resource: 'resourceslices' },
   { verb: 'create', group: 'resource.k8s.io', resource: 'resourceslices' },

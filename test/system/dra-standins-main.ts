@@ -28,6 +28,7 @@ export const NODE_GRANT: Omit<TokenGrant, 'user'> = {
     'delete resourceslices',
     'get resourceclaims',
     'get nodes',
+    'list deviceclasses',
   ],
 };
 

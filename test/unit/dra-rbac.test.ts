@@ -1,14 +1,23 @@
 // The DRA documents the packages ship (packaging/dra/): valid YAML whose objects have the
 // fields the API server requires, names that agree with each other (ClusterRole and binding, policy
 // and binding, the identity in the kubeconfig steps and in the policy), the policy's CEL doing what
-// it says for the node's own and another node's slices, and the drop-in opening exactly the
-// directories the options default to.
+// it says for the node's own and another node's slices, the role letting `check` list DeviceClasses without the
+// daemon's start asking for it, and the drop-in opening exactly the directories the options default to.
 import { test } from 'node:test';
 import { DEFAULT_MPS_ROOT } from '../../src/core/mps.ts';
 import { CDI_WRITE_DIR } from '../../src/dra/cdi.ts';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { draClassesCheck } from '../../src/cli/check-dra-classes.ts';
+import type { NodeReport } from '../../src/cli/inspect.ts';
+import { KubeClient } from '../../src/k8s/client.ts';
+import { loadKubeconfig } from '../../src/k8s/kubeconfig.ts';
+import { DRA_ACCESS, checkAccess } from '../../src/k8s/resources.ts';
+import { ApiServerStandIn } from '../support/apiserver.ts';
+import type { JsonObject } from '../support/apiserver.ts';
+import { tokenKubeconfig } from '../support/dra-fixtures.ts';
 import { loadYaml } from '../../src/config/config.ts';
 import { DEFAULT_DRA_DRIVER_NAME } from '../../src/config/options.ts';
 import { OPTION_SPECS } from '../../src/config/option-table.ts';
@@ -73,6 +82,7 @@ test("rbac.yaml: a ClusterRole with exactly what the DRA mode needs, bound to th
     'resource.k8s.io/resourceslices': ['get', 'list', 'watch', 'create', 'update', 'patch', 'delete'],
     'resource.k8s.io/resourceclaims': ['get'],
     '/nodes': ['get'],
+    'resource.k8s.io/deviceclasses': ['list'],
   });
   const b = object(binding!, 'rbac.authorization.k8s.io/v1', 'ClusterRoleBinding');
   assert.ok(b.name);
@@ -81,6 +91,77 @@ test("rbac.yaml: a ClusterRole with exactly what the DRA mode needs, bound to th
     { apiGroup: 'rbac.authorization.k8s.io', kind: 'Group', name: 'gpu-device-plugin:nodes' },
   ]);
 });
+
+/** The ClusterRole's grants in rbac.yaml as the API server stand-in's "verb resource" pairs. */
+function roleGrants(): string[] {
+  const rules = documents('rbac.yaml')[0]!.rules as Obj[];
+  return rules.flatMap((r) =>
+    strings(r.resources, 'resources').flatMap((res) => strings(r.verbs, 'verbs').map((v) => `${v} ${res}`)),
+  );
+}
+
+const ONE_GPU: NodeReport = {
+  library: 'fake',
+  driverVersion: '580',
+  gpus: [
+    {
+      index: 0,
+      uuid: 'GPU-0',
+      name: 'NVIDIA A100-SXM4-80GB',
+      minor: 0,
+      busId: '00000000:01:00.0',
+      memoryBytes: 80 * 2 ** 30,
+      numaNode: 0,
+      health: 'Healthy',
+    },
+  ],
+  pairs: [[null]],
+  mig: null,
+};
+
+test(
+  "rbac.yaml lets `check` list the cluster's DeviceClasses, which the daemon's start does not ask: " +
+    'a role applied before that rule keeps the daemon starting',
+  async (t) => {
+    const granted = roleGrants();
+    const before = granted.filter((g) => g !== 'list deviceclasses');
+    assert.equal(before.length, granted.length - 1, 'the role grants list deviceclasses');
+    assert.ok(
+      DRA_ACCESS.every((n) => n.resource !== 'deviceclasses'),
+      "the start's access check does not ask for DeviceClasses",
+    );
+    const api = await ApiServerStandIn.start({
+      tokens: {
+        now: { user: 'gpu-device-plugin:node:n', allow: granted },
+        old: { user: 'gpu-device-plugin:node:n', allow: before },
+      },
+    });
+    const dir = mkdtempSync(join(tmpdir(), 'gdp-rbac-'));
+    t.after(async () => {
+      await api.stop();
+      rmSync(dir, { recursive: true, force: true });
+    });
+    api.putDeviceClass(documents('deviceclass.yaml')[0] as JsonObject);
+    for (const token of ['now', 'old']) {
+      const kubeconfig = join(dir, token);
+      writeFileSync(kubeconfig, tokenKubeconfig(api.url, token));
+      const client = new KubeClient(await loadKubeconfig(kubeconfig));
+      try {
+        assert.deepEqual(await checkAccess(client), { ok: true }, `${token} role: the start's access check passes`);
+      } finally {
+        client.close();
+      }
+      const [line] = await draClassesCheck(kubeconfig, true, ONE_GPU, 'none', DEFAULT_DRA_DRIVER_NAME);
+      if (token === 'now') {
+        assert.equal(line?.status, 'PASS', `the shipped role: the classes are listed (${line?.detail})`);
+      } else {
+        assert.equal(line?.status, 'INFO');
+        assert.match(String(line?.detail), /^not checked: .*predates the shipped rbac\.yaml/);
+        assert.match(String(line?.fix), /kubectl apply -f \/usr\/share\/doc\/gpu-device-plugin\/dra\/rbac\.yaml$/);
+      }
+    }
+  },
+);
 
 /**
  * The policy's CEL, evaluated: the expressions use only member access, `==`, `&&`, `?:`, string

@@ -3,8 +3,9 @@
 // script that the pinned node runs inside the Debian container, each stand-in as a transient unit of
 // its own, so that the kubelet's plugin watcher can be restarted (a new process) while the API server
 // keeps its objects. What each sees is written as JSON to a state file after every change, for the
-// test to read; what the test asks of them (seed a ResourceClaim, prepare or unprepare claims through
-// the kubelet's DRA client) goes over a small HTTP control socket, through the `ctl` command.
+// test to read; what the test asks of them (seed a ResourceClaim, with its allocation's device
+// configuration when it has one; prepare or unprepare claims through the kubelet's DRA client) goes
+// over a small HTTP control socket, through the `ctl` command.
 //
 //   node dra-standins.cjs apiserver <control socket> <state file> <node> <node token> <admin token>
 //   node dra-standins.cjs watcher <registry dir> <control socket> <state file> <API server URL> <admin token> <node>
@@ -128,13 +129,16 @@ async function apiserver(
   };
   api.on('request', write);
   await serveControl(control, {
-    // { namespace, name, results: [{ request, driver, pool, device }] } → the claim as stored.
+    // { namespace, name, results: [{ request, driver, pool, device }], config?: [{ source, requests?, opaque }] }
+    // → the claim as stored (config: what the scheduler copies into status.allocation.devices.config).
     '/claims': async (body) => {
-      const b = body as { namespace: string; name: string; results: Json[] };
+      const b = body as { namespace: string; name: string; results: Json[]; config?: Json[] };
       return api.putClaim({
         namespace: b.namespace,
         name: b.name,
-        status: { allocation: { devices: { results: b.results } } },
+        status: {
+          allocation: { devices: { results: b.results, ...(b.config === undefined ? {} : { config: b.config }) } },
+        },
       });
     },
   });

@@ -6,13 +6,18 @@
 // kubelet's plugin watcher stand-in run as transient units of their own
 // (test/system/dra-standins-main.ts). Every check runs against the live unit: registration through
 // plugins_registry, the ResourceSlice, a claim prepared through the kubelet's DRA client, the
-// checkpoint across a restart, a kubelet restart, the sandbox the drop-in opens, and stop. Needs root,
-// debootstrap and systemd-nspawn (build/install-tools.sh); never skipped: a container that cannot boot
-// fails the run.
+// checkpoint across a restart, a kubelet restart, the sandbox the drop-in opens, a claim carrying
+// NVIDIA's GpuConfig with MPS (the MPS unit, started by the plugin's Wants=, is the DRA sharing agent:
+// the claim's own control daemon, from the fake nvidia-cuda-mps-control where a driver puts it), and
+// stop. Needs root, debootstrap and systemd-nspawn (build/install-tools.sh); never skipped: a container
+// that cannot boot fails the run.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { DRA_DROPIN, ENV_FILE, PACKAGE } from '../../build/package.ts';
 import { byIndex, cdiSpec, tokenKubeconfig } from '../support/dra-fixtures.ts';
+import { TOPOLOGIES } from '../support/sim.ts';
 import type { Container } from './container.ts';
 import type { ApiServerState, WatcherState } from './dra-standins-main.ts';
 import { OPT, type PackagedNode, UNIT, bootWithPackage } from './packaged-node.ts';
@@ -34,6 +39,14 @@ const WATCHER_STATE = '/run/dra-watcher.json';
 const API_CTL = '/run/dra-standins/apiserver.sock';
 const WATCHER_CTL = '/run/dra-standins/watcher.sock';
 const STANDINS = `${OPT}/node ${OPT}/dra-standins.cjs`;
+const MPS_UNIT = `${PACKAGE}-mps.service`;
+/** What the package's environment file sets (both units read it). */
+const MPS_ROOT = '/run/nvidia/mps';
+/** Where the plugin writes generated CDI specs (the last directory the container runtime reads). */
+const CDI_DIR = '/var/run/cdi';
+const GPU_UUIDS = (
+  JSON.parse(readFileSync(join(TOPOLOGIES, 'demo-8.json'), 'utf8')) as { gpus: { uuid: string }[] }
+).gpus.map((g) => g.uuid);
 const STATUS_OK = new RegExp(
   `^registered with the kubelet \\(DRA, driver ${DRIVER.replace(/\./g, '\\.')}\\); ${GPUS} ` +
     `devices published; ${GPUS} of ${GPUS} GPUs healthy$`,
@@ -47,7 +60,11 @@ function box(): Container {
   return node.container;
 }
 
-const { until, show, journal, journalCursor, mainPid, statusIs } = new LiveUnit(box, UNIT, PACKAGE, ['dra-*']);
+const { until, show, journal, journalCursor, mainPid, statusIs } = new LiveUnit(box, UNIT, PACKAGE, [
+  'dra-*',
+  MPS_UNIT,
+]);
+const mpsUnit = new LiveUnit(box, MPS_UNIT, PACKAGE, [UNIT]);
 const timed = timer(timings, 2);
 
 async function readState<T>(file: string): Promise<T | null> {
@@ -140,6 +157,9 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
       bundles: { 'dra-standins': 'dra-standins-main.ts' },
       // Where `nvidia-ctk cdi generate` writes the spec by default.
       files: { '/etc/cdi/nvidia.yaml': cdiSpec(byIndex(Array.from({ length: GPUS }, (_, i) => String(i)))) },
+      // The driver's nvidia-cuda-mps-control, and the simulated GPUs told to both units alike.
+      fakeMpsControl: true,
+      fakeNvmlUnits: [UNIT, MPS_UNIT],
       install: false,
       timings,
     });
@@ -160,6 +180,8 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
         0,
         `the package ships ${DRA_DROPIN.installed}`,
       );
+      // The MPS root, where the plugin's sharing requests go, comes from the package's environment file.
+      assert.match(await box().run(`cat ${ENV_FILE.deb}`), new RegExp(`^MPS_ROOT=${MPS_ROOT}$`, 'm'));
       // The cluster: the API server stand-in (its URL goes into the node's kubeconfig).
       await box().run(
         `systemd-run --unit dra-apiserver --collect --quiet ${STANDINS} ` +
@@ -398,7 +420,11 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
         .filter((p) => p !== '')
         .map((p) => p.replace(/^-/, ''))
         .sort();
-      assert.deepEqual(rw, ['/var/lib/kubelet/device-plugins', PLUGIN_DIR, REGISTRY].sort(), JSON.stringify(u));
+      assert.deepEqual(
+        rw,
+        ['/var/lib/kubelet/device-plugins', PLUGIN_DIR, REGISTRY, `${MPS_ROOT}/dra`, CDI_DIR].sort(),
+        JSON.stringify(u),
+      );
       assert.equal(u.PrivateNetwork, 'no');
       assert.equal(u.ProtectSystem, 'strict');
       assert.equal(u.IPAddressDeny ?? '', '');
@@ -410,17 +436,18 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
       const status = await box().run(`cat /proc/${pid}/status`);
       assert.match(status, /^NoNewPrivs:\s+1$/m);
       assert.match(status, /^CapEff:\s+0000000000000000$/m);
-      // Writable: the registry and the driver's own directory; not the other drivers' or the rest.
+      // Writable: the registry, the driver's own directory, the sharing requests' and the generated CDI
+      // specs'; not the other drivers', nor the rest of /run and the MPS root, nor the rest.
       await box().run('mkdir -p /var/lib/kubelet/plugins/other.example.com');
-      await box().run(
-        `nsenter -t ${pid} -m -- sh -c 'touch ${REGISTRY}/.gdp-probe ${PLUGIN_DIR}/.gdp-probe ` +
-          `&& rm ${REGISTRY}/.gdp-probe ${PLUGIN_DIR}/.gdp-probe'`,
-      );
+      const writable = [REGISTRY, PLUGIN_DIR, `${MPS_ROOT}/dra`, CDI_DIR].map((d) => `${d}/.gdp-probe`).join(' ');
+      await box().run(`nsenter -t ${pid} -m -- sh -c 'touch ${writable} && rm ${writable}'`);
       for (const dir of [
         '/var/lib/kubelet/plugins/other.example.com',
         '/var/lib/kubelet',
         '/etc/cdi',
         '/etc/gpu-device-plugin',
+        MPS_ROOT,
+        '/run',
       ]) {
         const r = await box().sh(`nsenter -t ${pid} -m -- touch ${dir}/.gdp-probe`);
         assert.notEqual(r.code, 0, `${dir} writable by the service`);
@@ -438,6 +465,147 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
       // The device-plugin mode's unit is held to ≤ 1.5 (systemd.test.ts); the network the drop-in opens
       // costs 0.4 of it (1.9 measured with systemd 252).
       assert.ok(exposure <= 2.0, `exposure ${exposure}:\n${sec}`);
+    },
+  );
+
+  test(
+    "an MPS claim (NVIDIA's GpuConfig) prepared through the kubelet's DRA client: the MPS unit's sharing " +
+      "agent runs the claim's own control daemon with its limits, the plugin's sandbox writes the request " +
+      'and the CDI spec and asks the daemon; unprepare stops the daemon and removes its directory',
+    async (t) => {
+      // The MPS unit, started by the plugin's Wants=, is the DRA sharing agent on this node.
+      assert.equal((await box().sh(`systemctl is-active ${MPS_UNIT}`)).stdout.trim(), 'active');
+      assert.match((await mpsUnit.show('StatusText')).StatusText ?? '', /^DRA sharing/);
+      assert.ok(
+        (await mpsUnit.journal()).some((l) => /DRA sharing agent started/.test(l) && l.includes(`${MPS_ROOT}/dra`)),
+      );
+      const pluginPid = await mainPid();
+      const mark = await journalCursor();
+      const gpu = 5;
+      const stored = await ctl<{ metadata: { uid: string } }>(API_CTL, '/claims', {
+        namespace: 'team-a',
+        name: 'mps-gpu',
+        results: [{ request: 'gpu', driver: DRIVER, pool: NODE, device: `gpu-${gpu}` }],
+        // As the scheduler copies the claim's configuration into status.allocation.devices.config.
+        config: [
+          {
+            source: 'FromClaim',
+            requests: ['gpu'],
+            opaque: {
+              driver: DRIVER,
+              parameters: {
+                apiVersion: 'resource.nvidia.com/v1beta1',
+                kind: 'GpuConfig',
+                sharing: {
+                  strategy: 'MPS',
+                  mpsConfig: { defaultActiveThreadPercentage: 50, defaultPinnedDeviceMemoryLimit: '8Gi' },
+                },
+              },
+            },
+          },
+        ],
+      });
+      const mps = { namespace: 'team-a', name: 'mps-gpu', uid: stored.metadata.uid };
+      const uid = mps.uid;
+      const claimRoot = `${MPS_ROOT}/dra/claims/${uid}`;
+      const pipe = `${claimRoot}/mps/pipe`;
+      const specFile = `${CDI_DIR}/gpu-device-plugin-claim-${uid}.json`;
+      const t0 = performance.now();
+      const r = await ctl<Prepared>(WATCHER_CTL, '/prepare', { driver: DRIVER, claims: [mps] });
+      timed(t, 'NodePrepareResources of an MPS claim (its control daemon started)', performance.now() - t0);
+      assert.deepEqual(r.claims[uid], {
+        devices: [
+          {
+            request_names: ['gpu'],
+            pool_name: NODE,
+            device_name: `gpu-${gpu}`,
+            cdi_device_ids: [`nvidia.com/gpu=${gpu}`, `k8s.gpu-device-plugin/claim=${uid}`],
+          },
+        ],
+        error: '',
+      });
+      // What the plugin wrote through its sandbox: the request for the agent, the claim's CDI spec.
+      assert.equal(JSON.parse(await box().run(`cat ${MPS_ROOT}/dra/requests/${uid}.json`)).request.claim.uid, uid);
+      assert.equal(JSON.parse(await box().run(`cat ${MPS_ROOT}/dra/answers/${uid}.json`)).state, 'ready');
+      const spec = JSON.parse(await box().run(`cat ${specFile}`)) as {
+        kind: string;
+        devices: {
+          name: string;
+          containerEdits: { env: string[]; mounts: { hostPath: string; containerPath: string }[] };
+        }[];
+      };
+      assert.equal(spec.kind, 'k8s.gpu-device-plugin/claim');
+      assert.equal(spec.devices[0]?.name, uid);
+      assert.deepEqual(spec.devices[0]?.containerEdits.env, [`CUDA_MPS_PIPE_DIRECTORY=/mps/${uid}/pipe`]);
+      const mounts = spec.devices[0]?.containerEdits.mounts ?? [];
+      assert.deepEqual(
+        mounts.map((m) => [m.hostPath, m.containerPath]),
+        [
+          [pipe, `/mps/${uid}/pipe`],
+          [`${claimRoot}/shm`, '/dev/shm'],
+        ],
+      );
+      for (const m of mounts) await box().run(`test -d ${m.hostPath}`);
+      // The claim's control daemon: the MPS unit's, on the claim's GPU, with the claim's limits.
+      const daemon = Number((await box().run(`cat ${claimRoot}/mps/.started`)).trim());
+      assert.match(await box().run(`cat /proc/${daemon}/cgroup`), new RegExp(MPS_UNIT.replace('.', '\\.')));
+      const state = JSON.parse(await box().run(`cat ${pipe}/fake-mps-state.json`)) as {
+        pid: number;
+        running: boolean;
+        cudaVisibleDevices: string | null;
+        defaultActiveThreadPercentage: number;
+        pinnedMemLimitMiB: Record<string, number>;
+      };
+      assert.deepEqual(
+        {
+          pid: state.pid,
+          running: state.running,
+          devices: state.cudaVisibleDevices,
+          threads: state.defaultActiveThreadPercentage,
+          pinned: state.pinnedMemLimitMiB,
+        },
+        { pid: daemon, running: true, devices: GPU_UUIDS[gpu], threads: 50, pinned: { '0': 8192 } },
+      );
+      // Its shm tmpfs is in the host's mount namespace (PID 1's), where the container runtime binds it from,
+      // and it is the daemon's /dev/shm.
+      assert.match(
+        await box().run(`findmnt -n -o FSTYPE,OPTIONS ${claimRoot}/shm`),
+        /^tmpfs\s+rw,nosuid,nodev,noexec,relatime/,
+      );
+      assert.equal(
+        (await box().run(`nsenter -t ${daemon} -m stat -c %d /dev/shm`)).trim(),
+        (await box().run(`stat -c %d ${claimRoot}/shm`)).trim(),
+        "the daemon's /dev/shm is the claim's shm",
+      );
+      // The plugin, in its sandbox, asks the claim's daemon through its pipe, and it answers.
+      await until("the plugin hears the claim's control daemon answer", async () =>
+        (await journal(mark)).find((l) => /MPS control daemon answers/.test(l) && l.includes(uid)),
+      );
+      timed(t, "NodePrepareResources → the plugin hears the claim's daemon answer", performance.now() - t0);
+      await mpsUnit.statusIs(/^DRA sharing: 1 claim$/);
+      assert.equal(await mainPid(), pluginPid, 'the plugin did not restart');
+
+      const t1 = performance.now();
+      const u = await ctl<Unprepared>(WATCHER_CTL, '/unprepare', { driver: DRIVER, claims: [mps] });
+      timed(t, 'NodeUnprepareResources of the MPS claim (its daemon stopped)', performance.now() - t1);
+      assert.deepEqual(u.claims[uid], { error: '' });
+      // The plugin waited for the agent to have ended the claim: everything of it is gone already.
+      assert.equal((await box().sh(`test -e /proc/${daemon}`)).code, 1, 'the control daemon stopped');
+      assert.equal((await box().sh(`findmnt ${claimRoot}/shm`)).code, 1, 'its shm unmounted');
+      for (const path of [
+        claimRoot,
+        specFile,
+        `${MPS_ROOT}/dra/requests/${uid}.json`,
+        `${MPS_ROOT}/dra/answers/${uid}.json`,
+      ])
+        assert.equal((await box().sh(`test -e ${path}`)).code, 1, `${path} removed`);
+      await mpsUnit.statusIs(/^DRA sharing: 0 claims$/);
+      // Nothing refused by either sandbox, and nothing for the operator to worry about on the way.
+      const lines = [...(await journal(mark)), ...(await mpsUnit.journal(mark))];
+      assert.deepEqual(
+        lines.filter((l) => /EROFS|EACCES|read-only file system|permission denied|^(WARN|ERROR) /i.test(l)),
+        [],
+      );
     },
   );
 

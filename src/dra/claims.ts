@@ -129,6 +129,8 @@ export class DraClaims {
   /** Calls for one claim UID run one at a time, in order. */
   private readonly perClaim = new KeyedQueue<string>();
   private readonly listeners: (() => void)[] = [];
+  /** Claims whose unprepare is under way. */
+  private readonly ending = new Set<string>();
 
   constructor(opts: DraClaimsOptions) {
     this.opts = opts;
@@ -145,13 +147,17 @@ export class DraClaims {
     this.changed();
   }
 
-  /** What each claim of the checkpoint asks of the host (claims asking nothing are not in it). */
+  /**
+   * What each claim of the checkpoint asks of the host (claims asking nothing are not in it, nor claims being
+   * unprepared: their daemons are going, and are no longer watched).
+   */
   sharingRequests(): Map<string, HostRequest> {
     const out = new Map<string, HostRequest>();
     const s = this.store;
     if (s === undefined) return out;
     const node = this.opts.devices();
     for (const uid of s.uids()) {
+      if (this.ending.has(uid)) continue;
       const r = s.get(uid);
       if (r === undefined) continue;
       const req = hostRequest({ namespace: r.namespace, name: r.name, uid }, r.devices, node);
@@ -361,6 +367,10 @@ export class DraClaims {
   private async unprepareOne(c: Claim): Promise<NodeUnprepareResourceResponse> {
     const store = this.store;
     if (store === undefined) return { error: NOT_STARTED };
+    // A sharing claim's daemon stops being watched before it is stopped: its going is no fault of the device.
+    const sharing = this.sharingRequests().has(c.uid);
+    this.ending.add(c.uid);
+    if (sharing) this.changed();
     try {
       await this.opts.sharing.unprepare(c);
       if (await store.remove(c.uid)) {
@@ -372,6 +382,10 @@ export class DraClaims {
       return {
         error: `cannot remove claim ${claimName(c)} (uid ${c.uid}) from the checkpoint: ${errorText(err)}`,
       };
+    } finally {
+      this.ending.delete(c.uid);
+      // Still prepared (its unprepare failed): its daemon is watched again.
+      if (sharing && store.get(c.uid) !== undefined) this.changed();
     }
   }
 }

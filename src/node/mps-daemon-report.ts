@@ -27,13 +27,16 @@ export function mpsDaemonReport(
     since,
     ...(report.units === undefined ? {} : { units: report.units }),
   };
+  // A DRA claim's daemon (it names its units) serves devices, not device-plugin replicas.
+  const served = state.units === undefined ? 'its replicas' : 'its devices';
   if (state.answering)
-    log.info('MPS control daemon answers; its replicas are served as healthy as their GPUs', { resource });
+    log.info(`MPS control daemon answers; ${served} are served as healthy as their GPUs`, { resource });
   else
-    log.warn('MPS control daemon does not answer; its replicas are advertised Unhealthy', {
-      resource,
-      reason: state.reason,
-    });
+    log.warn(
+      `MPS control daemon does not answer; ${served} are advertised Unhealthy` +
+        `${state.units === undefined ? '' : ' and tainted'}`,
+      { resource, reason: state.reason },
+    );
   return {
     next: withMpsDaemons(prev, new Map([[resource, state]])),
     reason: report.answering ? 'MPS daemon answers' : 'MPS daemon does not answer',

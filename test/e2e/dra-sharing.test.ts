@@ -263,6 +263,8 @@ describe('shared GPUs under DRA through the executables', { concurrency: false }
     assert.deepEqual(daemonLimits(b.uid)?.pinned, { '0': 12288 }, 'the other share keeps its daemon');
     await unprepare(b);
     assert.equal(existsSync(join(mpsRoot, 'dra', 'claims', b.uid)), false);
+    // A daemon stopped by unprepare is no longer watched: its going is no fault of the GPU.
+    assert.deepEqual(node.sim.plugin.matching(/does not answer.*share-[ab]/), []);
   });
 
   test('a plugin restart keeps an MPS claim: the same daemon, the same answer, cleaned at unprepare', async () => {

@@ -21,8 +21,11 @@ import {
 } from '../../src/core/dra-sharing.ts';
 import type { HostDevice, HostRequest, SharedDevice } from '../../src/core/dra-sharing.ts';
 import type { GpuSharing } from '../../src/core/dra-gpu-config.ts';
+import { DraClaims } from '../../src/dra/claims.ts';
+import { HostSharing } from '../../src/dra/sharing.ts';
 import { DraSharingAgent } from '../../src/mps/dra-agent.ts';
 import { createLogger } from '../../src/system/log.ts';
+import { byIndex, cdiSpec } from '../support/dra-fixtures.ts';
 import { FakeHost } from '../support/fake-mps-host.ts';
 import { onEvent, waitUntil } from '../support/wait.ts';
 
@@ -361,4 +364,85 @@ test('agent: restarted, it puts back a time-slice it set whose request went whil
   } finally {
     await r.agent.stop();
   }
+});
+
+// ---- the plugin's side: prepare and unprepare of a sharing claim, in-process ----
+
+class RecordingSharing extends HostSharing {
+  readonly asked: HostRequest[] = [];
+  /** At each unprepare: whether the claim's daemon was still among those watched. */
+  readonly watchedAtUnprepare: boolean[] = [];
+  claims: DraClaims | undefined;
+  override unavailable(): string | null {
+    return null;
+  }
+  override async prepare(request: HostRequest): Promise<{ cdiDeviceIds: string[] }> {
+    this.asked.push(request);
+    return { cdiDeviceIds: [`k8s.gpu-device-plugin/claim=${request.claim.uid}`] };
+  }
+  override async unprepare(c: { uid: string }): Promise<void> {
+    this.watchedAtUnprepare.push(this.claims?.sharingRequests().has(c.uid) ?? true);
+  }
+  override async reconcile(): Promise<void> {}
+}
+
+test("unprepare stops watching an MPS claim's daemon before the agent stops it; prepare adds the claim's CDI ID", async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gdp-dra-claims-'));
+  writeFileSync(join(dir, 'boot_id'), 'boot-1\n');
+  mkdirSync(join(dir, 'cdi'));
+  writeFileSync(join(dir, 'cdi', 'nvidia.yaml'), cdiSpec(byIndex(['0', '1', '2'])));
+  const log = createLogger({ level: 'error', journal: false, write: () => undefined });
+  const sharing = new RecordingSharing({ mpsRoot: join(dir, 'mps'), cdiDir: join(dir, 'cdi'), log });
+  const claim = { namespace: 'team-a', name: 'mps', uid: 'uid-mps' };
+  const json = {
+    metadata: { uid: claim.uid },
+    status: {
+      allocation: {
+        devices: {
+          results: [{ request: 'gpu', driver: 'gpu.nvidia.com', pool: 'node-1', device: 'gpu-1' }],
+          config: [
+            {
+              source: 'FromClaim',
+              opaque: {
+                driver: 'gpu.nvidia.com',
+                parameters: {
+                  apiVersion: 'resource.nvidia.com/v1beta1',
+                  kind: 'GpuConfig',
+                  sharing: { strategy: 'MPS' },
+                },
+              },
+            },
+          ],
+        },
+      },
+    },
+  };
+  const claims = new DraClaims({
+    driver: 'gpu.nvidia.com',
+    nodeName: 'node-1',
+    claims: { getResourceClaim: async () => json },
+    devices: () => NODE,
+    sharing,
+    checkpointPath: join(dir, 'checkpoint.json'),
+    bootIdPath: join(dir, 'boot_id'),
+    cdiDirs: [join(dir, 'cdi')],
+    now: Date.now,
+    log,
+  });
+  sharing.claims = claims;
+  await claims.open();
+  const watched: boolean[] = [];
+  claims.onClaimsChanged(() => watched.push(claims.sharingRequests().has(claim.uid)));
+  const r = await claims.prepare([claim]);
+  assert.equal(r.claims[claim.uid]?.error, '');
+  assert.deepEqual(r.claims[claim.uid]?.devices[0]?.cdi_device_ids, [
+    'nvidia.com/gpu=1',
+    'k8s.gpu-device-plugin/claim=uid-mps',
+  ]);
+  assert.equal(sharing.asked[0]?.mps?.units[0]?.uuid, 'GPU-1');
+  assert.deepEqual(watched, [true], 'watched once prepared');
+  await claims.unprepare([claim]);
+  assert.deepEqual(sharing.watchedAtUnprepare, [false], 'no longer watched when the agent is asked to stop it');
+  assert.deepEqual(watched, [true, false, false], 'listeners heard it leave before the unprepare, and after');
+  rmSync(dir, { recursive: true, force: true });
 });

@@ -386,7 +386,7 @@ class RecordingSharing extends HostSharing {
   override async reconcile(): Promise<void> {}
 }
 
-test("unprepare stops watching an MPS claim's daemon before the agent stops it; prepare adds the claim's CDI ID", async () => {
+test("unprepare stops watching an MPS claim's daemon before the agent stops it; prepare adds its CDI ID", async () => {
   const dir = mkdtempSync(join(tmpdir(), 'gdp-dra-claims-'));
   writeFileSync(join(dir, 'boot_id'), 'boot-1\n');
   mkdirSync(join(dir, 'cdi'));

@@ -221,6 +221,8 @@ describe('shared GPUs under DRA through the executables', { concurrency: false }
     assert.deepEqual(spec.devices[0]?.containerEdits.env, [`CUDA_MPS_PIPE_DIRECTORY=/mps/${claim.uid}/pipe`]);
     assert.equal(spec.devices[0]?.containerEdits.mounts[0]?.hostPath, claimPipe(claim.uid));
     assert.deepEqual(daemonLimits(claim.uid), { threads: 50, pinned: { '0': 8192 } });
+    // The GPU is the claim's alone: EXCLUSIVE_PROCESS while its daemon runs (the agent reads it back from NVML).
+    assert.equal(agent.matching(new RegExp(`compute mode set gpu=${GPU[1]} mode=exclusive-process`)).length, 1);
     // Health: the daemon killed, UNHEALTHY and a taint; back once the agent has started it again.
     const pidFile = join(mpsRoot, 'dra', 'claims', claim.uid, 'mps', '.started');
     const pid = Number(readFileSync(pidFile, 'utf8').trim());
@@ -240,6 +242,7 @@ describe('shared GPUs under DRA through the executables', { concurrency: false }
     await waitForSlices(node.api, (d) => d.some((x) => x.name === 'gpu-1' && x.taints === undefined), 'the taint gone');
     await unprepare(claim);
     assert.equal(existsSync(join(mpsRoot, 'dra', 'claims', claim.uid)), false, "the claim's MPS directory removed");
+    assert.equal(agent.matching(new RegExp(`compute mode set gpu=${GPU[1]} mode=default`)).length, 1, 'mode back');
     assert.equal(
       existsSync(join(node.cdi, `gpu-device-plugin-claim-${claim.uid}.json`)),
       false,
@@ -258,6 +261,7 @@ describe('shared GPUs under DRA through the executables', { concurrency: false }
     const b = share('share-b', '44444444-4444-4444-4444-444444444444', '12Gi');
     for (const c of [a, b]) assert.equal((await prepare(c)).error, '', c.name);
     assert.deepEqual(daemonLimits(a.uid)?.pinned, { '0': 4096 });
+    assert.deepEqual(agent.matching(new RegExp(`compute mode set gpu=${GPU[2]}`)), [], 'a shared GPU keeps its mode');
     assert.deepEqual(daemonLimits(b.uid)?.pinned, { '0': 12288 });
     await unprepare(a);
     assert.deepEqual(daemonLimits(b.uid)?.pinned, { '0': 12288 }, 'the other share keeps its daemon');

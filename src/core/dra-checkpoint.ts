@@ -1,5 +1,6 @@
 // DRA's checkpoint of prepared claims, pure: its records, its JSON (written and parsed, every field checked) and the
 // boot-ID rule (records of another boot no longer count). Reading and writing the file is src/dra/checkpoint.ts's.
+import { shareFields } from './dra-claims.ts';
 import type { DeviceSharing } from './dra-claims.ts';
 import { checkSharing } from './dra-gpu-config.ts';
 import type { GpuSharing } from './dra-gpu-config.ts';
@@ -65,16 +66,13 @@ function parseDevice(uid: string, d: unknown): PreparedDevice {
     throw bad('consumedCapacity is not a map of quantities (strings)');
   const wrong = sharing === undefined ? null : checkSharing(sharing);
   if (wrong !== null) throw bad(`sharing ${wrong}`);
-  return {
-    requests,
-    pool,
-    device,
-    cdiDeviceIds,
-    ...(shared === undefined ? {} : { shared }),
-    ...(shareId === undefined ? {} : { shareId }),
-    ...(consumedCapacity === undefined ? {} : { consumedCapacity }),
-    ...(sharing === undefined ? {} : { sharing: sharing as GpuSharing }),
+  const fields = {
+    shared: shared as DeviceSharing | undefined,
+    shareId,
+    consumedCapacity,
+    sharing: sharing as GpuSharing | undefined,
   };
+  return { requests, pool, device, cdiDeviceIds, ...shareFields(fields) };
 }
 
 /** Parses a checkpoint file's text; throws naming what is wrong. */

@@ -197,18 +197,29 @@ export function allocatedDevices(
   return conflict === null ? { devices: [...entries.values()].map(allocated) } : { error: `${what}: ${conflict}` };
 }
 
-function allocated(e: Entry): AllocatedDevice {
-  const { device, pool, requests, shared, shareId, consumedCapacity } = e;
-  const sharing = [...e.sharing.values()][0]?.sharing;
+/** How a device is shared, as the optional fields AllocatedDevice and PreparedDevice carry: only those set. */
+export type ShareFields = Pick<AllocatedDevice, 'shared' | 'shareId' | 'consumedCapacity' | 'sharing'>;
+
+/** The sharing fields of `f` that are set (an object spread of them leaves the others out, not undefined). */
+export function shareFields(f: {
+  readonly shared?: DeviceSharing | undefined;
+  readonly shareId?: string | undefined;
+  readonly consumedCapacity?: Readonly<Record<string, string>> | undefined;
+  readonly sharing?: GpuSharing | undefined;
+}): ShareFields {
+  const { shared, shareId, consumedCapacity, sharing } = f;
   return {
-    device,
-    pool,
-    requests,
     ...(shared === undefined ? {} : { shared }),
     ...(shareId === undefined ? {} : { shareId }),
     ...(consumedCapacity === undefined ? {} : { consumedCapacity }),
     ...(sharing === undefined ? {} : { sharing }),
   };
+}
+
+function allocated(e: Entry): AllocatedDevice {
+  const { device, pool, requests, shared, shareId, consumedCapacity } = e;
+  const sharing = [...e.sharing.values()][0]?.sharing;
+  return { device, pool, requests, ...shareFields({ shared, shareId, consumedCapacity, sharing }) };
 }
 
 const from = (config: number | undefined): string => (config === undefined ? '' : ` (${configPath(config)})`);

@@ -22,7 +22,7 @@ import type {
 } from '../api/dra.ts';
 import { cdiDeviceId } from '../core/dra-cdi.ts';
 import type { Checkpoint, ClaimRecord, PreparedDevice } from '../core/dra-checkpoint.ts';
-import { allocatedDevices } from '../core/dra-claims.ts';
+import { allocatedDevices, shareFields } from '../core/dra-claims.ts';
 import type { AllocatedDevice, DeviceSharing } from '../core/dra-claims.ts';
 import { hostRequest, timeSliceConflictIn } from '../core/dra-sharing.ts';
 import type { HostDevice, HostRequest } from '../core/dra-sharing.ts';
@@ -85,17 +85,8 @@ function wire(d: PreparedDevice): DraDevice {
 }
 
 function preparedDevice(d: AllocatedDevice, cdiDeviceIds: readonly string[]): PreparedDevice {
-  const { requests, pool, device, shared, shareId, consumedCapacity, sharing } = d;
-  return {
-    requests,
-    pool,
-    device,
-    cdiDeviceIds,
-    ...(shared === undefined ? {} : { shared }),
-    ...(shareId === undefined ? {} : { shareId }),
-    ...(consumedCapacity === undefined ? {} : { consumedCapacity }),
-    ...(sharing === undefined ? {} : { sharing }),
-  };
+  const { requests, pool, device } = d;
+  return { requests, pool, device, cdiDeviceIds, ...shareFields(d) };
 }
 
 /** Whether two uses of one device may stand together: either is an admin's, or both are shares. */

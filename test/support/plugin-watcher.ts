@@ -19,8 +19,10 @@
 // what the kubelet does to ResourceSlices: at start it deletes every slice of its node, and `wipeDelayMs`
 // (30 s in the kubelet) after a driver's last plugin went away it deletes that driver's slices, unless one
 // registered again.
-// Not modelled: sub-directories of the registry, the kubelet's 1 s reconcile loop (this reacts to
-// each inotify event at once), gRPC connection monitoring of the DRA endpoint (the kubelet also
+// A socket whose GetInfo fails (its server not answering yet, on a loaded node) is tried again while it
+// stays, from 500 ms doubling to 8 s, as the kubelet's reconciler does (its backoff goes on to 2 min); each
+// failed try is a rejection. Not modelled: sub-directories of the registry, the kubelet's 1 s reconcile
+// loop (this reacts to each inotify event at once), gRPC connection monitoring of the DRA endpoint (the kubelet also
 // starts the wipe delay when no plugin of a driver is *connected*, not only when it deregistered),
 // CSI and device-plugin handlers.
 import * as grpc from '@grpc/grpc-js';
@@ -28,7 +30,7 @@ import { EventEmitter } from 'node:events';
 import { watch } from 'node:fs';
 import type { FSWatcher } from 'node:fs';
 import { lstat, readdir } from 'node:fs/promises';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import {
   DRA_HEALTH_SERVICE_NAMES,
   DRA_PLUGIN_TYPE,
@@ -225,6 +227,8 @@ export class PluginWatcherStandIn extends EventEmitter {
   /** Per socket path, the chain of checks so that events on one path are handled in order. */
   private readonly pending = new Map<string, Promise<void>>();
   private readonly wipeTimers = new Map<string, NodeJS.Timeout>();
+  /** GetInfo tried again, per socket: the timer and the next delay. */
+  private readonly retries = new Map<string, { timer: NodeJS.Timeout; nextMs: number }>();
   private stopped = false;
 
   private constructor(dir: string, opts: WatcherOptions) {
@@ -284,16 +288,35 @@ export class PluginWatcherStandIn extends EventEmitter {
     this.pending.set(path, next);
   }
 
+  /** GetInfo failed on this socket: look at it again after the backoff, if it is still the same file then. */
+  private retryLater(socket: string, identity: string): void {
+    const nextMs = this.retries.get(socket)?.nextMs ?? 500;
+    const timer = setTimeout(() => {
+      void lstat(socket, { bigint: true })
+        .then((st) => {
+          if (!this.stopped && `${st.ino}:${st.ctimeNs}` === identity) this.check(basename(socket));
+        })
+        .catch(() => undefined);
+    }, nextMs);
+    this.retries.set(socket, { timer, nextMs: Math.min(nextMs * 2, 8000) });
+  }
+
   private async reconcile(path: string): Promise<void> {
     if (this.stopped) return;
     const st = await lstat(path, { bigint: true }).catch(() => undefined);
     const have = this.bySocket.get(path);
     if (st === undefined || !st.isSocket()) {
+      const retry = this.retries.get(path);
+      if (retry !== undefined) clearTimeout(retry.timer);
+      this.retries.delete(path);
       if (have !== undefined) this.deregister(path, have);
       return;
     }
     const identity = `${st.ino}:${st.ctimeNs}`;
     if (have !== undefined && have.identity === identity) return; // the same socket, already registered
+    // A try under way or due: this one is it (the backoff goes on from where it was until one succeeds).
+    const retry = this.retries.get(path);
+    if (retry !== undefined) clearTimeout(retry.timer);
     if (have !== undefined) this.deregister(path, have);
     await this.register(path, identity);
   }
@@ -316,6 +339,7 @@ export class PluginWatcherStandIn extends EventEmitter {
           notified: false,
         });
         this.emit('rejected', socket);
+        this.retryLater(socket, identity);
         return;
       }
       const verdict = validatePluginInfo(info, socket, this.versions);
@@ -371,6 +395,7 @@ export class PluginWatcherStandIn extends EventEmitter {
         this.emit('notify-error', socket, err);
       }
       registration.at = performance.now();
+      this.retries.delete(socket);
       this.registrations.push(registration);
       if (this.opts.health ?? true) this.openHealth(entry);
       this.emit('registered', registration);
@@ -478,6 +503,8 @@ export class PluginWatcherStandIn extends EventEmitter {
     this.stopped = true;
     this.fsw?.close();
     await Promise.all(this.pending.values());
+    for (const r of this.retries.values()) clearTimeout(r.timer);
+    this.retries.clear();
     for (const t of this.wipeTimers.values()) clearTimeout(t);
     this.wipeTimers.clear();
     for (const r of this.bySocket.values()) this.closeEntry(r);

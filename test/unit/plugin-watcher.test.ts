@@ -651,3 +651,28 @@ for (const [kubelet, versions, listed, want] of [
     assert.deepEqual(drv.healthOpened, [want]);
   });
 }
+
+test('a registration socket whose GetInfo fails is tried again while it stays, as the kubelet does', async (t) => {
+  const d = dirs();
+  t.after(d.done);
+  const w = await PluginWatcherStandIn.start(d.registry);
+  t.after(() => w.stop());
+  let asked = 0;
+  const server = new grpc.Server();
+  server.addService(pluginRegistrationService(), {
+    GetInfo: (_c: grpc.ServerUnaryCall<unknown, PluginInfo>, cb: grpc.sendUnaryData<PluginInfo>) => {
+      // A plugin still busy starting: the first two calls fail.
+      if (++asked <= 2) cb({ code: grpc.status.UNAVAILABLE, details: 'starting' });
+      else cb(null, info(join(d.plugins, 'dra.sock')));
+    },
+    NotifyRegistrationStatus: (_c: grpc.ServerUnaryCall<RegistrationStatus, object>, cb: grpc.sendUnaryData<object>) =>
+      cb(null, {}),
+  });
+  await bind(server, join(d.registry, 'slow-reg.sock'));
+  t.after(() => server.forceShutdown());
+  const reg = await w.waitForRegistrations(1, 10_000);
+  assert.equal(reg.name, 'gpu.example.com');
+  assert.equal(asked, 3);
+  assert.equal(w.rejected.length, 2, 'each failed try is a rejection');
+  assert.match(w.rejected[0]?.reason ?? '', /GetInfo on .*slow-reg\.sock failed: 14 UNAVAILABLE: starting/);
+});

@@ -250,7 +250,7 @@ describe('shared GPUs under DRA through the executables', { concurrency: false }
     );
   });
 
-  test('two shares of one GPU with MPS: a daemon each held to its consumed memory, either order', async () => {
+  test('three shares of one GPU with MPS: a daemon each held to its consumed memory, in any order', async () => {
     const share = (name: string, id: string, mem: string): Claim =>
       sharedClaim(
         name,
@@ -259,29 +259,47 @@ describe('shared GPUs under DRA through the executables', { concurrency: false }
       );
     const a = share('share-a', '33333333-3333-3333-3333-333333333333', '4Gi');
     const b = share('share-b', '44444444-4444-4444-4444-444444444444', '12Gi');
-    for (const c of [a, b]) assert.equal((await prepare(c)).error, '', c.name);
+    const c = share('share-c', '55555555-5555-5555-5555-555555555555', '2Gi');
+    for (const x of [b, a]) assert.equal((await prepare(x)).error, '', x.name);
     assert.deepEqual(daemonLimits(a.uid)?.pinned, { '0': 4096 });
     assert.deepEqual(agent.matching(new RegExp(`compute mode set gpu=${GPU[2]}`)), [], 'a shared GPU keeps its mode');
     assert.deepEqual(daemonLimits(b.uid)?.pinned, { '0': 12288 });
     await unprepare(a);
     assert.deepEqual(daemonLimits(b.uid)?.pinned, { '0': 12288 }, 'the other share keeps its daemon');
+    assert.equal((await prepare(c)).error, '', 'a third share beside the one left');
+    assert.deepEqual(daemonLimits(c.uid)?.pinned, { '0': 2048 });
     await unprepare(b);
-    assert.equal(existsSync(join(mpsRoot, 'dra', 'claims', b.uid)), false);
+    assert.deepEqual(daemonLimits(c.uid)?.pinned, { '0': 2048 }, 'the last share keeps its daemon');
+    await unprepare(c);
+    for (const x of [a, b, c]) assert.equal(existsSync(join(mpsRoot, 'dra', 'claims', x.uid)), false, x.name);
     // A daemon stopped by unprepare is no longer watched: its going is no fault of the GPU.
-    assert.deepEqual(node.sim.plugin.matching(/does not answer.*share-[ab]/), []);
+    assert.deepEqual(node.sim.plugin.matching(/does not answer.*share-[abc]/), []);
   });
 
-  test('a plugin restart keeps an MPS claim: the same daemon, the same answer, cleaned at unprepare', async () => {
+  test('a plugin restart keeps MPS and time-sliced claims: the same daemon and interval, cleaned after', async () => {
     const claim = sharedClaim('mps-kept', [{ request: 'gpu', device: 'gpu-3' }], [gpuConfig({ strategy: 'MPS' })]);
+    const sliced = sharedClaim(
+      'ts-kept',
+      [{ request: 'gpu', device: 'gpu-5' }],
+      [gpuConfig({ strategy: 'TimeSlicing', timeSlicingConfig: { interval: 'Medium' } })],
+    );
     const before = await prepare(claim);
     assert.equal(before.error, '', before.error);
+    const slicedBefore = await prepare(sliced);
+    assert.equal(slicedBefore.error, '', slicedBefore.error);
+    const slices = timeSlicesSet().length;
+    assert.equal(timeSlicesSet().at(-1), `${GPU[5]} 2`);
     const pidFile = join(mpsRoot, 'dra', 'claims', claim.uid, 'mps', '.started');
     const pid = readFileSync(pidFile, 'utf8');
     await restartPlugin(node);
     await node.watcher.waitForRegistrations(2, 15_000);
     const again = await prepare(claim);
     assert.deepEqual(again, before, 'answered from the checkpoint');
+    assert.deepEqual(await prepare(sliced), slicedBefore);
     assert.equal(readFileSync(pidFile, 'utf8'), pid, 'the same control daemon');
+    assert.equal(timeSlicesSet().length, slices, 'no time-slice set again');
+    await unprepare(sliced);
+    assert.equal(timeSlicesSet().at(-1), `${GPU[5]} 0`, 'Default at unprepare');
     await unprepare(claim);
     await waitUntil(() => !existsSync(pidFile), {
       on: onFileChange(join(mpsRoot, 'dra', 'claims')),

@@ -196,7 +196,11 @@ async function watcher(
     process.stdout.write(`registered ${r.name} at ${r.endpoint}\n`);
     write();
   });
-  w.on('rejected', write);
+  w.on('rejected', (socket: string) => {
+    // In the journal beside the plugin's lines: why a registration did not happen (yet).
+    process.stdout.write(`rejected ${socket}: ${w.rejected.at(-1)?.reason ?? ''}\n`);
+    write();
+  });
   w.on('deregistered', (name: string) => {
     const d = w.deregistrations.at(-1);
     deregistrations.push({ name, socket: d?.socket ?? '', wallMs: Date.now() });

@@ -40,6 +40,8 @@ export async function draPrepareLatency(rounds: number): Promise<Record<string, 
   });
   const { args, env } = launchOf(node.sim.plugin);
   delete env.NOTIFY_SOCKET;
+  // The fake NVML's control FIFO is the plugin's: a second reader would take commands meant for it.
+  delete env.FAKE_NVML_CONTROL;
   const agent = new PluginProcess(executable(), ['mps-control-daemon', ...args], env);
   try {
     await agent.waitForLine(/DRA sharing agent started/);

@@ -42,6 +42,8 @@ function mountsUnder(dir: string): string[] {
 function startAgent(): PluginProcess {
   const { args, env } = launchOf(node.sim.plugin);
   delete env.NOTIFY_SOCKET;
+  // The fake NVML's control FIFO is the plugin's: a second reader would take commands meant for it.
+  delete env.FAKE_NVML_CONTROL;
   return new PluginProcess(executable(), ['mps-control-daemon', ...args], env);
 }
 

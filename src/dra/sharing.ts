@@ -21,7 +21,7 @@ import {
 import type { Answer, HostRequest } from '../core/dra-sharing.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
-import { TimerOwner } from '../system/timers.ts';
+import { CoalescingQueue, TimerOwner } from '../system/timers.ts';
 
 /** The unit whose program answers the requests. */
 export const AGENT_UNIT = 'gpu-device-plugin-mps.service';
@@ -112,17 +112,19 @@ export class HostSharing {
   private async watchFor<T>(dir: string, timeoutMs: number, check: () => Promise<T | null>): Promise<T | null> {
     const timers = new TimerOwner();
     let watcher: FSWatcher | undefined;
+    let looks: CoalescingQueue<void> | undefined;
     try {
       return await new Promise<T | null>((resolve) => {
-        let looking = false;
-        const look = (): void => {
-          if (looking) return;
-          looking = true;
-          void check().then((v) => {
-            looking = false;
+        // One look at a time; a change seen during one makes one more.
+        looks = new CoalescingQueue<void>(
+          async () => {
+            const v = await check();
             if (v !== null) resolve(v);
-          });
-        };
+          },
+          () => undefined,
+        );
+        const queue = looks;
+        const look = (): void => void queue.request();
         try {
           watcher = watch(dir, look);
           watcher.on('error', () => undefined);
@@ -136,6 +138,7 @@ export class HostSharing {
     } finally {
       watcher?.close();
       timers.dispose();
+      await looks?.close();
     }
   }
 

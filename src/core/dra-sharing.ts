@@ -160,7 +160,9 @@ export function hostRequest(
   }
   if (timeSlices.length === 0 && units.length === 0) return null;
   const mps = units.length === 0 ? {} : { mps: { activeThreadPercentage: threads ?? 100, exclusive, units } };
-  return { claim, timeSlices, ...mps };
+  // The claim as three fields in one order, whatever object named it: requests are compared as JSON.
+  const name = { namespace: claim.namespace, name: claim.name, uid: claim.uid };
+  return { claim: name, timeSlices, ...mps };
 }
 
 // ---- the request and answer files ----

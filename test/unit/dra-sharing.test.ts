@@ -446,3 +446,11 @@ test("unprepare stops watching an MPS claim's daemon before the agent stops it; 
   assert.deepEqual(watched, [true, false, false], 'listeners heard it leave before the unprepare, and after');
   rmSync(dir, { recursive: true, force: true });
 });
+
+test('hostRequest names the claim in one order, whatever object named it: a retried prepare asks the same', () => {
+  const fromKubelet = { uid: 'uid-1', namespace: 'team-a', name: 'c1', extra: 'ignored' };
+  const a = hostRequest(fromKubelet, [{ device: 'gpu-0', sharing: mps() }], NODE) as HostRequest;
+  const b = hostRequest(CLAIM, [{ device: 'gpu-0', sharing: mps() }], NODE) as HostRequest;
+  assert.equal(JSON.stringify(a), JSON.stringify(b));
+  assert.deepEqual(Object.keys(a.claim), ['namespace', 'name', 'uid']);
+});

@@ -85,8 +85,8 @@ after(async () => {
   agent?.signal('SIGTERM');
   await agent?.exited;
   await node?.stop();
-  // Every claim was unprepared: no control daemon of theirs may outlive the test (a stop during a daemon's
-  // restart once left one running).
+  // Every claim was unprepared: no control daemon of theirs may outlive the test (a stop while a daemon
+  // restarts must end the restarted one too).
   const left = daemonsUnder(base);
   for (const d of left) process.kill(Number(d.split(' ')[0]), 'SIGKILL');
   assert.deepEqual(left, [], 'no control daemon left running');

@@ -8,14 +8,14 @@
 //                  at unprepare)
 //   MPS            GpuConfig MPS with limits: the agent starts the claim's control daemon (its shm
 //                  mounted, limits set) and stops it at unprepare
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Claim } from '../../src/api/dra.ts';
 import { buildFakeMpsControl, buildFakeNvidiaSmi } from '../fake-nvml/build.ts';
 import type { JsonObject } from '../support/apiserver.ts';
 import { DRIVER, NODE, launchOf, startDraNode } from '../support/dra-node.ts';
+import { unmountUnder } from '../support/mounts.ts';
 import { PluginProcess, executable } from '../support/sim.ts';
 import { r2, stats } from './stats.ts';
 
@@ -102,10 +102,7 @@ export async function draPrepareLatency(rounds: number): Promise<Record<string, 
     agent.signal('SIGTERM');
     await agent.exited;
     await node.stop();
-    for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
-      const m = line.split(' ')[4] ?? '';
-      if (m.startsWith(`${base}/`)) spawnSync('umount', ['-l', m]);
-    }
+    unmountUnder(base);
     if (existsSync(base)) rmSync(base, { recursive: true, force: true });
   }
 }

@@ -14,6 +14,7 @@ import { HealthStatus } from '../../src/api/dra.ts';
 import { buildFakeMpsControl, buildFakeNvidiaSmi } from '../fake-nvml/build.ts';
 import type { JsonObject } from '../support/apiserver.ts';
 import { DRIVER, NODE, launchOf, restartPlugin, startDraNode, waitForSlices } from '../support/dra-node.ts';
+import { unmountUnder } from '../support/mounts.ts';
 import type { DraNode } from '../support/dra-node.ts';
 import { PluginProcess, executable } from '../support/sim.ts';
 import { onFileChange, waitUntil } from '../support/wait.ts';
@@ -29,15 +30,6 @@ let mpsRoot = '';
 let smiLog = '';
 let node: DraNode;
 let agent: PluginProcess;
-
-/** Mount points under dir, deepest first. */
-function mountsUnder(dir: string): string[] {
-  return readFileSync('/proc/self/mountinfo', 'utf8')
-    .split('\n')
-    .map((l) => l.split(' ')[4] ?? '')
-    .filter((m) => m.startsWith(`${dir}/`))
-    .sort((a, b) => b.length - a.length);
-}
 
 function startAgent(): PluginProcess {
   const { args, env } = launchOf(node.sim.plugin);
@@ -90,10 +82,7 @@ after(async () => {
   const left = daemonsUnder(base);
   for (const d of left) process.kill(Number(d.split(' ')[0]), 'SIGKILL');
   assert.deepEqual(left, [], 'no control daemon left running');
-  for (const m of mountsUnder(base)) {
-    const { spawnSync } = await import('node:child_process');
-    spawnSync('umount', ['-l', m]);
-  }
+  unmountUnder(base);
   rmSync(base, { recursive: true, force: true });
 });
 

@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { buildFakeMpsControl, buildFakeNvml } from '../fake-nvml/build.ts';
 import { NotifySocket } from '../support/notify-socket.ts';
 import { executable, fakeNvmlStats, nvmlCommand, PluginProcess, SimNode, TOPOLOGIES } from '../support/sim.ts';
+import { mountsUnder, unmountUnder } from '../support/mounts.ts';
 
 const TOPOLOGY = join(TOPOLOGIES, 'demo-8.json');
 const GPUS = (JSON.parse(readFileSync(TOPOLOGY, 'utf8')) as { gpus: { uuid: string }[] }).gpus.map((g) => g.uuid);
@@ -27,17 +28,8 @@ before(async () => {
   base = mkdtempSync(join(tmpdir(), 'gdp-mps-daemon-'));
 });
 
-/** Mount points under dir, deepest first (from /proc/self/mountinfo). */
-function mountsUnder(dir: string): string[] {
-  return readFileSync('/proc/self/mountinfo', 'utf8')
-    .split('\n')
-    .map((l) => l.split(' ')[4] ?? '')
-    .filter((m) => m.startsWith(`${dir}/`))
-    .sort((a, b) => b.length - a.length);
-}
-
 after(() => {
-  for (const m of mountsUnder(base)) spawnSync('umount', ['-l', m]);
+  unmountUnder(base);
   rmSync(base, { recursive: true, force: true });
 });
 
@@ -111,7 +103,7 @@ function start(configText: string | null, extraArgs: string[] = [], withRoot = t
             /* gone */
           }
       }
-      for (const m of mountsUnder(dir)) spawnSync('umount', ['-l', m]);
+      unmountUnder(dir);
     },
   };
 }

@@ -16,6 +16,7 @@ import { HealthStatus } from '../../src/api/dra.ts';
 import { ApiServerStandIn } from '../support/apiserver.ts';
 import type { JsonObject } from '../support/apiserver.ts';
 import { PluginWatcherStandIn } from '../support/plugin-watcher.ts';
+import { DRIVER, NODE, RBAC, TOKEN } from '../support/dra-node.ts';
 import { SimNode, executable } from '../support/sim.ts';
 
 const TOPOLOGIES = join(import.meta.dirname, '..', 'fixtures', 'topologies');
@@ -324,10 +325,6 @@ describe('the health section and the environment', () => {
 
 // ---- DRA -----------------------------------------------------------------------------------------
 
-const NODE = 'gpu-node-1';
-const DRIVER = 'gpu.nvidia.com';
-const TOKEN = 'node-token-0123456789';
-
 interface SliceDevice {
   name: string;
   attributes?: Record<string, { int?: number; string?: string }>;
@@ -523,19 +520,7 @@ describe('health signals in DRA mode', () => {
         if (i === 4 || i === 5) g.name = 'NVIDIA A100-SXM4-80GB';
       });
       const api = await ApiServerStandIn.start({
-        tokens: {
-          [TOKEN]: {
-            user: `system:node:${NODE}`,
-            allow: [
-              'list resourceslices',
-              'create resourceslices',
-              'update resourceslices',
-              'delete resourceslices',
-              'get resourceclaims',
-              'get nodes',
-            ],
-          },
-        },
+        tokens: { [TOKEN]: RBAC },
       });
       api.putNode(NODE);
       let watcher: PluginWatcherStandIn | undefined;

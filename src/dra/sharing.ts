@@ -7,7 +7,7 @@
 // again, from the requests it finds), so a stopped MPS unit never holds a pod's deletion up.
 import { watch } from 'node:fs';
 import type { FSWatcher } from 'node:fs';
-import { mkdir, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { access, mkdir, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
   answerDir,
@@ -170,14 +170,13 @@ export class HostSharing {
     await rm(request, { force: true });
     if (!had) return;
     const answer = join(answerDir(root), `${claim.uid}.json`);
-    const ended = await this.watchFor(answerDir(root), this.o.endTimeoutMs ?? END_TIMEOUT_MS, async () =>
-      (await readFile(answer).then(
-        () => false,
+    // The answer's removal is the agent's word that the claim is ended.
+    const gone = (): Promise<true | null> =>
+      access(answer).then(
+        () => null,
         () => true,
-      ))
-        ? true
-        : null,
-    );
+      );
+    const ended = await this.watchFor(answerDir(root), this.o.endTimeoutMs ?? END_TIMEOUT_MS, gone);
     if (ended === null)
       this.o.log.warn(`${AGENT_UNIT} has not ended the claim's sharing yet; it does when it runs`, {
         claim: `${claim.namespace}/${claim.name}`,

@@ -89,7 +89,7 @@ interface SandboxState {
 }
 
 /** The [Service] section's assignments of the texts in order, continuation lines joined, comments skipped. */
-function* serviceAssignments(texts: readonly string[]): Generator<{ key: string; value: string }> {
+export function* serviceAssignments(texts: readonly string[]): Generator<{ key: string; value: string }> {
   for (const text of texts) {
     let section = '';
     // Continuation lines (a trailing backslash) are joined first.

@@ -21,6 +21,7 @@ RuntimeDirectory=gpu-device-plugin
 StateDirectory=gpu-device-plugin
 ProtectSystem=strict
 ReadWritePaths=-/var/lib/kubelet/device-plugins
+ReadOnlyPaths=/run
 ProtectHome=yes
 PrivateTmp=yes
 PrivateNetwork=yes

@@ -67,6 +67,8 @@ const EXEC_KEYS = new Set([
 ]);
 
 const TRUE = new Set(['1', 'yes', 'true', 'on']);
+/** Settings compared as a whole whose lines add up until an empty one resets them. */
+const ACCUMULATING = new Set(['SystemCallFilter', 'RestrictAddressFamilies', 'RestrictNamespaces']);
 
 /** Each compared setting's value after all the texts, as systemd would hold it; a list's entries in order. */
 export function effectiveSettings(texts: readonly string[]): Map<string, string[]> {
@@ -87,7 +89,7 @@ export function effectiveSettings(texts: readonly string[]): Map<string, string[
       // DeviceAllow= is one device and its access per line; the other lists are whitespace-separated.
       const entries = key === 'DeviceAllow' ? [value] : value.split(/\s+/);
       out.set(key, value === '' ? [] : [...(out.get(key) ?? []), ...entries]);
-    } else if (key === 'SystemCallFilter') {
+    } else if (ACCUMULATING.has(key)) {
       out.set(key, value === '' ? [] : [...(out.get(key) ?? []), value]);
     } else {
       out.set(key, [value]);

@@ -162,4 +162,8 @@ test('drift reads settings as systemd applies them: resets, "-" prefixes, later 
     "ProtectSystem=yes (the package's: strict)",
   ]);
   assert.deepEqual(sandboxDrift(base, [...base, '[Service]\nExecStartPre=+/x\nExecStartPre=\n']), []);
+  const families = ['[Service]\nRestrictAddressFamilies=AF_UNIX\n'];
+  assert.deepEqual(sandboxDrift(families, [...families, '[Service]\nRestrictAddressFamilies=AF_PACKET\n']), [
+    "RestrictAddressFamilies=AF_UNIX AF_PACKET (the package's: AF_UNIX)",
+  ]);
 });

@@ -18,6 +18,7 @@ import { imexCheck, nodeChecks, parseForCheck } from './check-node.ts';
 import type { CheckLine, CheckReport } from './check-report.ts';
 import { strategyChecks } from './check-runtime.ts';
 import { writabilityChecks, writableForService } from './check-writable.ts';
+import { unitSandboxChecks } from './check-units.ts';
 import { inspectNode } from './inspect.ts';
 import { signalsCheck } from './check-signals.ts';
 import { readSignalRound, signalPolicyFor } from './signals-view.ts';
@@ -81,6 +82,7 @@ export async function runChecks(
     })),
   );
   lines.push(...(await writabilityChecks(o, unit, env, isRoot)));
+  lines.push(...(await unitSandboxChecks(processEnv.SYSTEMD_UNIT_ROOT || '/')));
   if (o.kubeletApi === 'dra') {
     lines.push(
       ...(await draChecks(o, unit, isRoot, env, node.ok ? node.report : null, {

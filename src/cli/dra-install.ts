@@ -3,7 +3,7 @@
 import { dirname } from 'node:path';
 
 /** Where the packages install the DRA drop-in, and where a node switched to DRA links it. */
-const DRA_DROPIN_SOURCE = '/usr/share/gpu-device-plugin/dra.conf';
+export const DRA_DROPIN_SOURCE = '/usr/share/gpu-device-plugin/dra.conf';
 const DRA_DROPIN_LINK = '/etc/systemd/system/gpu-device-plugin.service.d/dra.conf';
 export const LINK_DROPIN =
   `mkdir -p ${dirname(DRA_DROPIN_LINK)} && ln ` +

@@ -21,6 +21,7 @@ RuntimeDirectory=gpu-device-plugin
 StateDirectory=gpu-device-plugin
 ProtectSystem=strict
 ReadWritePaths=-/var/lib/kubelet/device-plugins
+ReadOnlyPaths=/run
 ProtectHome=yes
 PrivateTmp=yes
 PrivateNetwork=yes
@@ -89,7 +90,7 @@ interface SandboxState {
 }
 
 /** The [Service] section's assignments of the texts in order, continuation lines joined, comments skipped. */
-function* serviceAssignments(texts: readonly string[]): Generator<{ key: string; value: string }> {
+export function* serviceAssignments(texts: readonly string[]): Generator<{ key: string; value: string }> {
   for (const text of texts) {
     let section = '';
     // Continuation lines (a trailing backslash) are joined first.

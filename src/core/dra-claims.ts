@@ -53,6 +53,21 @@ export interface AllocatedDevice {
 
 export type ClaimVerdict = { readonly devices: readonly AllocatedDevice[] } | { readonly error: string };
 
+/**
+ * Why a claim's uid cannot be used, or null. The uid names the claim's files on the host (its request to the
+ * MPS unit, its CDI spec, its MPS daemon's directory) and its CDI device, so it must be one path component
+ * and a valid CDI name. The API server gives every object a UUID (lowercase hex and "-"); what is accepted is
+ * a little wider, a DNS label (letters, digits and "-", at most 63), and never "..", "/" or a dot.
+ */
+export function claimUidProblem(uid: string): string | null {
+  if (/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(uid)) return null;
+  return (
+    `the claim uid ${JSON.stringify(uid.length > 80 ? `${uid.slice(0, 80)}…` : uid)} is not a Kubernetes UID ` +
+    '(lowercase letters, digits and "-", at most 63 characters, as the API server\'s UUIDs are): it would name ' +
+    "the claim's files on the host"
+  );
+}
+
 const claimName = (c: ClaimRef): string => `ResourceClaim ${c.namespace}/${c.name} (uid ${c.uid})`;
 
 /** The allocation's results and configs, or what is wrong with the claim. */

@@ -22,7 +22,7 @@ import type {
 } from '../api/dra.ts';
 import { cdiDeviceId } from '../core/dra-cdi.ts';
 import type { Checkpoint, ClaimRecord, PreparedDevice } from '../core/dra-checkpoint.ts';
-import { allocatedDevices, shareFields } from '../core/dra-claims.ts';
+import { allocatedDevices, claimUidProblem, shareFields } from '../core/dra-claims.ts';
 import type { AllocatedDevice, DeviceSharing } from '../core/dra-claims.ts';
 import { hostRequest, timeSliceConflictIn } from '../core/dra-sharing.ts';
 import type { HostDevice, HostRequest } from '../core/dra-sharing.ts';
@@ -237,6 +237,8 @@ export class DraClaims {
       return refuse(
         `the claim ${JSON.stringify(c)} lacks a uid, name or namespace: the kubelet names each claim by all three`,
       );
+    const badUid = claimUidProblem(c.uid);
+    if (badUid !== null) return refuse(`claim ${claimName(c)}: ${badUid}`);
     const store = this.store;
     if (store === undefined) return refuse(NOT_STARTED);
     const done = store.get(c.uid);
@@ -356,6 +358,9 @@ export class DraClaims {
   }
 
   private async unprepareOne(c: Claim): Promise<NodeUnprepareResourceResponse> {
+    // Nothing of a uid that is not one path component is ever on the host; its name must not reach a path.
+    const badUid = claimUidProblem(c.uid);
+    if (badUid !== null) return { error: `claim ${claimName(c)}: ${badUid}` };
     const store = this.store;
     if (store === undefined) return { error: NOT_STARTED };
     // A sharing claim's daemon stops being watched before it is stopped: its going is no fault of the device.

@@ -121,7 +121,8 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
   );
 
   test(
-    'the live sandbox: NoNewPrivs, no capabilities, ' + 'seccomp, read-only /usr, devices refused, exposure ≤ 1.5',
+    'the live sandbox: NoNewPrivs, no capabilities, seccomp, read-only /usr and MPS root, devices refused, ' +
+      "exposure ≤ 1.5, check's sandbox lines",
     async (t) => {
       const t0 = performance.now();
       const pid = await mainPid();
@@ -140,6 +141,12 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
       assert.notEqual(ro.code, 0);
       assert.match(ro.stderr, /Read-only file system/);
       await box().run(`nsenter -t ${pid} -m -- sh -c 'touch ${DIR}/gdp-probe && rm ${DIR}/gdp-probe'`);
+      // The MPS root is read-only for it: the MPS unit's program (root, CAP_SYS_ADMIN, the host's mounts) makes
+      // directories, writes files and mounts its tmpfs there, so a link the plugin planted would aim them.
+      const mpsRoot = await box().sh(`nsenter -t ${pid} -m -- mkdir -p /run/nvidia/mps/gdp-probe`);
+      await box().sh(`rmdir /run/nvidia/mps/gdp-probe`);
+      assert.notEqual(mpsRoot.code, 0, 'the MPS root is writable by the service');
+      assert.match(mpsRoot.stderr, /Read-only file system/);
       // A device outside char-nvidia*: opens from outside the unit, refused inside the unit's cgroup
       // (where /dev/null, a standard pseudo-device, still opens).
       const cg = `/sys/fs/cgroup${(await show('ControlGroup')).ControlGroup}`;
@@ -155,6 +162,30 @@ describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurre
       const exposure = Number(/Overall exposure level for .*: ([\d.]+)/.exec(sec)?.[1]);
       timed(t, `sandbox checks (live exposure ${exposure})`, performance.now() - t0);
       assert.ok(exposure <= 1.5, `exposure ${exposure}:\n${sec}`);
+      // check's sandbox lines: the package's units as installed pass; a drop-in that loosens one is named.
+      const sandboxLines = async (): Promise<{ name: string; status: string; detail: string }[]> => {
+        const out = (await box().sh('gpu-device-plugin check --json')).stdout;
+        const checks = (JSON.parse(out) as { checks: { name: string; status: string; detail: string }[] }).checks;
+        return checks.filter((c) => c.name.startsWith('sandbox of '));
+      };
+      assert.deepEqual(
+        (await sandboxLines()).map((c) => [c.name, c.status]),
+        [
+          [`sandbox of ${UNIT}`, 'PASS'],
+          ['sandbox of gpu-device-plugin-mps.service', 'PASS'],
+        ],
+      );
+      const dropIn = `/etc/systemd/system/${UNIT}.d/zz-loose.conf`;
+      await box().run(
+        `mkdir -p $(dirname ${dropIn}) && printf '[Service]\\nCapabilityBoundingSet=CAP_SYS_ADMIN\\n' > ${dropIn}`,
+      );
+      try {
+        const loose = (await sandboxLines())[0];
+        assert.equal(loose?.status, 'WARN', JSON.stringify(loose));
+        assert.match(loose?.detail ?? '', /CapabilityBoundingSet= adds CAP_SYS_ADMIN/);
+      } finally {
+        await box().run(`rm -f ${dropIn} && rmdir --ignore-fail-on-non-empty $(dirname ${dropIn})`);
+      }
     },
   );
 

@@ -11,6 +11,7 @@
 //   list again at once.
 // * Anything that fails is retried with capped backoff; it logs at debug level only, the publisher's
 //   own syncs tell the operator whether the API server answers.
+import { KubeApiError } from '../k8s/client.ts';
 import type { KubeClient } from '../k8s/client.ts';
 import { listNodeSlicesAt, nodeSliceSelector, RESOURCE_API } from '../k8s/resources.ts';
 import type { ResourceSlice } from '../k8s/resources.ts';
@@ -41,6 +42,7 @@ export class SliceWatch {
   private open: OpenWatch | null = null;
   private stopped = false;
   private delayMs: number;
+  private warnedForbidden = false;
   /** Lists made, watches opened (tests and the log). */
   lists = 0;
   watches = 0;
@@ -70,6 +72,14 @@ export class SliceWatch {
         const gone = isGone(err);
         this.rv = null;
         if (gone) continue;
+        if (err instanceof KubeApiError && (err.code === 401 || err.code === 403) && !this.warnedForbidden) {
+          this.warnedForbidden = true;
+          this.o.log.warn(
+            'DRA: the credentials may not watch our ResourceSlices; a slice someone else deletes is restored only at ' +
+              'the periodic resync (apply the RBAC shipped with the package: it grants watch)',
+            { node: this.o.nodeName, error: errorText(err) },
+          );
+        }
         this.o.log.debug('DRA: the watch of our ResourceSlices failed; listing again', {
           node: this.o.nodeName,
           error: errorText(err),

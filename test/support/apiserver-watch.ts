@@ -63,7 +63,7 @@ export class WatchHub {
     for (const w of this.open) if (w.matches(object)) this.send(w, { type, object });
   }
 
-  /** Drops the whole history (etcd's compaction): a watch from any resourceVersion up to `rv` gets 410. */
+  /** Drops the whole history (etcd's compaction): a watch from a resourceVersion below `rv` gets 410. */
   compact(rv: number): void {
     this.history.length = 0;
     this.oldest = rv;

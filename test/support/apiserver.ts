@@ -1399,9 +1399,9 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
     this.watches.bookmark(this.rv, API_VERSION, 'ResourceSlice');
   }
 
-  /** Drops the watch history (etcd's compaction): a watch from an older resourceVersion gets 410. */
+  /** Drops the watch history (etcd's compaction): a watch from a resourceVersion before now gets 410. */
   compact(): void {
-    this.watches.compact(this.rv + 1);
+    this.watches.compact(this.rv);
   }
 
   /** Ends every open watch (abruptly, or with a 410 ERROR event); how many there were. */

@@ -1,0 +1,112 @@
+// DRA mode's ResourceSlices when the API server misbehaves, through the built executable (x64) with
+// the fake NVML, the plugin watcher stand-in and the API server stand-in with injected faults
+// (apiserver-faults.ts) and its watch (apiserver-watch.ts): a kubelet restart's wipe followed by 0, 1
+// and 3 failed requests (reset, 503), a slice deleted or edited by another client, the watch cut and
+// 410 Gone, and a reset while the plugin reads a ResourceClaim during prepare.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import type { JsonObject } from '../support/apiserver.ts';
+import type { FaultAction } from '../support/apiserver-faults.ts';
+import { PluginWatcherStandIn } from '../support/plugin-watcher.ts';
+import { NODE, devicesOf, generationOf, slicesOf, startDraNode, waitForSlices } from '../support/dra-node.ts';
+import type { DraNode } from '../support/dra-node.ts';
+import { onEvent, waitUntil } from '../support/wait.ts';
+
+const SLICES = '/apis/resource.k8s.io/v1/resourceslices';
+
+async function started(): Promise<DraNode> {
+  const node = await startDraNode();
+  await waitForSlices(node.api, (d) => d.length === 8, 'with 8 devices');
+  return node;
+}
+
+/** The plugin's watch of its slices is open. */
+function watching(node: DraNode, when = 'at start'): Promise<void> {
+  return waitUntil(() => node.api.watches.openCount > 0, {
+    on: onEvent(node.api, 'watch', 'request'),
+    what: () =>
+      `the plugin watching its slices ${when}; requests: ` +
+      node.api.requests
+        .slice(-8)
+        .map((r) => `${r.method} ${r.path} ${r.code}`)
+        .join('; '),
+  });
+}
+
+const sliceName = (node: DraNode): string => String((slicesOf(node.api)[0]?.metadata as JsonObject).name);
+
+describe('DRA ResourceSlices through faults', { concurrency: false }, () => {
+  for (const [n, action] of [
+    [0, undefined],
+    [1, { kind: 'reset' }],
+    [3, { kind: 'status', code: 503 }],
+  ] as const) {
+    const what = action === undefined ? 'none' : action.kind === 'reset' ? 'reset' : `${action.code}`;
+    test(`a kubelet restart, then ${n} failed slice request(s) (${what}): the slices are back`, async () => {
+      const node = await started();
+      try {
+        await node.watcher.stop();
+        if (action !== undefined)
+          node.api.fault({ method: 'GET', path: SLICES, times: n, action: action as FaultAction });
+        const before = generationOf(node.api);
+        node.watcher = await PluginWatcherStandIn.start(node.registry, {
+          slices: { janitor: node.api, nodeName: NODE, wipeDelayMs: 60_000 },
+        });
+        assert.equal(node.watcher.wipes[0]?.deleted, 1, 'the kubelet wiped the slice');
+        await node.watcher.waitForRegistrations(1);
+        await waitForSlices(node.api, (d) => d.length === 8, 'back after the wipe');
+        assert.ok(generationOf(node.api) > before);
+        if (action?.kind === 'status') await node.sim.plugin.waitForLine(/the API server answers again/);
+      } finally {
+        await node.stop();
+      }
+    });
+  }
+
+  test('a slice deleted by another client (kubectl delete resourceslice) is restored', async () => {
+    const node = await started();
+    try {
+      await watching(node);
+      const fromLine = node.sim.plugin.lines.length;
+      node.api.removeSlice(sliceName(node));
+      await waitForSlices(node.api, (d) => d.length === 8, 'restored', 5_000);
+      await node.sim.plugin.waitForLine(/DRA: ResourceSlices restored/, 10_000, fromLine);
+    } finally {
+      await node.stop();
+    }
+  });
+
+  test('a slice edited by another client is put back; a 503 on the first try is retried', async () => {
+    const node = await started();
+    try {
+      await watching(node);
+      node.api.fault({ method: 'PUT', path: /\/resourceslices\//, action: { kind: 'status', code: 503 } });
+      node.api.editSlice(sliceName(node), (s) => {
+        (s.spec as JsonObject).devices = ((s.spec as JsonObject).devices as JsonObject[]).slice(0, 2);
+      });
+      assert.equal(devicesOf(node.api).length, 2);
+      await waitForSlices(node.api, (d) => d.length === 8, 'the edit undone', 5_000);
+      assert.ok(node.api.requests.some((r) => r.method === 'PUT' && r.code === 503));
+    } finally {
+      await node.stop();
+    }
+  });
+
+  test('the watch cut, then 410 Gone: watched again, and a deletion after each is restored', async () => {
+    const node = await started();
+    try {
+      await watching(node);
+      assert.ok(node.api.cutWatches() > 0);
+      await watching(node, 'after the cut');
+      node.api.removeSlice(sliceName(node));
+      await waitForSlices(node.api, (d) => d.length === 8, 'restored after the cut', 5_000);
+      node.api.compact();
+      assert.ok(node.api.cutWatches(true) > 0);
+      await watching(node, 'after 410');
+      node.api.removeSlice(sliceName(node));
+      await waitForSlices(node.api, (d) => d.length === 8, 'restored after 410', 5_000);
+    } finally {
+      await node.stop();
+    }
+  });
+});

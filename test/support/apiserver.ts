@@ -42,7 +42,8 @@
 // - Watch of ResourceSlices (apiserver-watch.ts): ADDED/MODIFIED/DELETED/BOOKMARK from a resourceVersion,
 //   a bounded history (410 Expired past it), compact(), cutWatches(); removeSlice() and editSlice() are
 //   another client's delete and update, seen by the watches.
-// Not modelled: watch of anything but ResourceSlices (→ 405 with a Status saying so), PATCH and server-side apply (→ 405), admission
+// Not modelled: watch of anything but ResourceSlices (→ 405 with a Status saying so), PATCH and
+// server-side apply (→ 405), admission
 // (ValidatingAdmissionPolicy, the node authorizer), quotas, DeviceClass updates, ResourceClaim writes, TLS,
 // API discovery, managedFields, finalizers and graceful deletion, CEL compilation; the contents of nodeSelector,
 // sharedCounters / consumesCounters and per-device node selection are stored but not validated.

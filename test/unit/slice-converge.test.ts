@@ -123,7 +123,7 @@ for (const [n, action] of [
   });
 }
 
-test('a failed write (503 on the update) after a taint change: retried from a fresh list, the taint lands', async () => {
+test('a failed write (503 on the update) after a taint change: retried from a fresh list, it lands', async () => {
   const r = await published(false);
   r.api.fault({ method: 'PUT', path: `${SLICES}/${SLICE}`, action: { kind: 'status', code: 503 } });
   const uuid = r.s.gpus[2]?.uuid as string;

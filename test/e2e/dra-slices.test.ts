@@ -8,7 +8,16 @@ import { describe, test } from 'node:test';
 import type { JsonObject } from '../support/apiserver.ts';
 import type { FaultAction } from '../support/apiserver-faults.ts';
 import { PluginWatcherStandIn } from '../support/plugin-watcher.ts';
-import { NODE, devicesOf, generationOf, slicesOf, startDraNode, waitForSlices } from '../support/dra-node.ts';
+import {
+  DRIVER,
+  NODE,
+  claimOn,
+  devicesOf,
+  generationOf,
+  slicesOf,
+  startDraNode,
+  waitForSlices,
+} from '../support/dra-node.ts';
 import type { DraNode } from '../support/dra-node.ts';
 import { onEvent, waitUntil } from '../support/wait.ts';
 
@@ -105,6 +114,34 @@ describe('DRA ResourceSlices through faults', { concurrency: false }, () => {
       await watching(node, 'after 410');
       node.api.removeSlice(sliceName(node));
       await waitForSlices(node.api, (d) => d.length === 8, 'restored after 410', 5_000);
+    } finally {
+      await node.stop();
+    }
+  });
+
+  test('a reset, then a 503, while prepare reads the ResourceClaim: the claim fails cleanly, the retry prepares it', async () => {
+    const node = await started();
+    try {
+      const client = node.watcher.client(DRIVER);
+      const one = claimOn(node.api, 'flaky', [{ request: 'gpu', device: 'gpu-5' }]);
+      const path = '/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims/flaky';
+      for (const action of [{ kind: 'reset' }, { kind: 'status', code: 503 }] as const) {
+        node.api.fault({ method: 'GET', path, action });
+        const r = await client.prepare([one]);
+        assert.match(
+          r.claims[one.uid]?.error ?? '',
+          /cannot read ResourceClaim team-a\/flaky .*from the API server/,
+          `${action.kind}: an error naming the claim for the kubelet to retry`,
+        );
+        assert.deepEqual(r.claims[one.uid]?.devices ?? [], []);
+      }
+      const ok = await client.prepare([one]);
+      assert.equal(ok.claims[one.uid]?.error, '');
+      assert.deepEqual(
+        ok.claims[one.uid]?.devices.map((d) => d.cdi_device_ids),
+        [['nvidia.com/gpu=5']],
+      );
+      assert.equal(node.sim.plugin.exit, undefined, 'the plugin still runs');
     } finally {
       await node.stop();
     }

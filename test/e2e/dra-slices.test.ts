@@ -4,6 +4,7 @@
 // and 3 failed requests (reset, 503), a slice deleted or edited by another client, the watch cut and
 // 410 Gone, and a reset while the plugin reads a ResourceClaim during prepare.
 import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
 import type { JsonObject } from '../support/apiserver.ts';
 import type { FaultAction } from '../support/apiserver-faults.ts';
@@ -142,6 +143,55 @@ describe('DRA ResourceSlices through faults', { concurrency: false }, () => {
         [['nvidia.com/gpu=5']],
       );
       assert.equal(node.sim.plugin.exit, undefined, 'the plugin still runs');
+    } finally {
+      await node.stop();
+    }
+  });
+
+  test('an XID whose taint update is reset, then answered 503: the taint lands', async () => {
+    const node = await started();
+    try {
+      node.api.fault({ method: 'PUT', path: /\/resourceslices\//, times: 2, action: { kind: 'reset' } });
+      node.api.fault({ method: 'PUT', path: /\/resourceslices\//, action: { kind: 'status', code: 503 } });
+      node.sim.nvml('xid 3 48');
+      const d = await waitForSlices(
+        node.api,
+        (x) => (x.find((y) => y.name === 'gpu-3')?.taints?.length ?? 0) > 0,
+        'tainted',
+      );
+      assert.deepEqual(
+        d.find((x) => x.name === 'gpu-3')?.taints?.map((t) => t.value),
+        ['48'],
+      );
+      assert.ok(
+        node.api.requests.some((r) => r.method === 'PUT' && r.code === 503),
+        'the 503 was met',
+      );
+    } finally {
+      await node.stop();
+    }
+  });
+
+  test('a config reload that republishes, its first write answered 429 with Retry-After: the change lands', async () => {
+    const policy = (d: string): string =>
+      `dra:\n  consumableCapacity:\n    memory:\n      default: ${d}\n      validRange: {min: 1Gi, step: 1Gi}\n`;
+    const node = await startDraNode({ config: policy('8Gi') });
+    try {
+      const defaultIs = (d: readonly { capacity?: unknown }[], v: string): boolean =>
+        d.length === 8 && d.every((x) => JSON.stringify(x.capacity).includes(`"default":"${v}"`));
+      await waitForSlices(node.api, (d) => defaultIs(d, '8Gi'), 'default 8Gi');
+      node.api.fault({
+        method: 'PUT',
+        path: /\/resourceslices\//,
+        action: { kind: 'status', code: 429, retryAfterS: 1 },
+      });
+      writeFileSync(node.configPath, policy('4Gi'));
+      node.sim.plugin.signal('SIGHUP');
+      await waitForSlices(node.api, (d) => defaultIs(d, '4Gi'), 'default 4Gi after the reload');
+      assert.ok(
+        node.api.requests.some((r) => r.method === 'PUT' && r.code === 429),
+        'the 429 was met',
+      );
     } finally {
       await node.stop();
     }

@@ -120,7 +120,7 @@ describe('DRA ResourceSlices through faults', { concurrency: false }, () => {
     }
   });
 
-  test('a reset, then a 503, while prepare reads the ResourceClaim: the claim fails cleanly, the retry prepares it', async () => {
+  test('a reset, then a 503, as prepare reads the claim: the claim fails cleanly, a retry prepares it', async () => {
     const node = await started();
     try {
       const client = node.watcher.client(DRIVER);
@@ -172,7 +172,7 @@ describe('DRA ResourceSlices through faults', { concurrency: false }, () => {
     }
   });
 
-  test('a config reload that republishes, its first write answered 429 with Retry-After: the change lands', async () => {
+  test('a config reload that republishes, its first write answered 429: the change lands', async () => {
     const policy = (d: string): string =>
       `dra:\n  consumableCapacity:\n    memory:\n      default: ${d}\n      validRange: {min: 1Gi, step: 1Gi}\n`;
     const node = await startDraNode({ config: policy('8Gi') });

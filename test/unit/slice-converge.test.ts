@@ -17,7 +17,7 @@ import { SlicePublisher, sliceName } from '../../src/dra/slice-publisher.ts';
 import type { AppliedSnapshot } from '../../src/node/consumer.ts';
 import { createLogger } from '../../src/system/log.ts';
 import { ApiServerStandIn } from '../support/apiserver.ts';
-import type { JsonObject } from '../support/apiserver.ts';
+import type { ApiServerOptions, JsonObject } from '../support/apiserver.ts';
 import type { FaultAction } from '../support/apiserver-faults.ts';
 import { fixtureSnapshot } from '../support/node-scan.ts';
 import { onEvent, waitFor, waitUntil } from '../support/wait.ts';
@@ -45,19 +45,28 @@ interface Rig {
 }
 const rigs: Rig[] = [];
 
-async function start(watch: boolean): Promise<Rig> {
-  const api = await ApiServerStandIn.start();
+async function start(
+  watch: boolean,
+  more: { resyncMs?: number; tokens?: ApiServerOptions['tokens'] } = {},
+): Promise<Rig> {
+  const api = await ApiServerStandIn.start(more.tokens !== undefined ? { tokens: more.tokens } : {});
   api.putNode(NODE);
   const lines: string[] = [];
   const log = createLogger({ level: 'info', journal: false, write: (l) => lines.push(l) });
   const sysfs = mkdtempSync(join(tmpdir(), 'gdp-converge-sysfs-'));
-  const client = new KubeClient({ server: api.url, source: 'test kubeconfig' });
+  const client = new KubeClient({
+    server: api.url,
+    source: 'test kubeconfig',
+    ...(more.tokens !== undefined ? { token: 'node' } : {}),
+  });
   const pub = new SlicePublisher({
     client,
     nodeName: NODE,
     log,
     backoff: { initialMs: 5, maxMs: 40 },
     sysfsRoot: sysfs,
+    watch,
+    ...(more.resyncMs !== undefined ? { resyncMs: more.resyncMs } : {}),
   });
   const r = { api, pub, lines, client, sysfs };
   rigs.push(r);
@@ -208,4 +217,35 @@ test('410 Gone (history compacted, an ERROR event): listed again, and a deletion
   await waitUntil(() => r.api.watches.opened > opened, { on: onEvent(r.api, 'watch'), what: 'watching after 410' });
   await r.pub.whenSynced();
   assert.equal(writes(r.api).length, before);
+});
+
+test('credentials that may not watch: one WARN naming the RBAC; the periodic resync restores a deleted slice', async () => {
+  const allow = ['get nodes', 'list resourceslices', 'create resourceslices', 'update resourceslices'];
+  const r = await start(true, { resyncMs: 50, tokens: { node: { user: 'system:node:node-a', allow } } });
+  // The watch's own relist after each refusal would restore it too; the resync is what is left without it.
+  const s = await fixtureSnapshot('nvswitch-8.json');
+  r.pub.apply(applied(s, null));
+  await r.pub.whenSynced();
+  await waitUntil(() => r.api.requests.filter((q) => q.path.includes('watch=true') && q.code === 403).length >= 2, {
+    on: onEvent(r.api, 'request'),
+    what: 'the watch refused twice',
+  });
+  assert.equal(count(r.lines, /WARN.*may not watch our ResourceSlices.*RBAC/), 1);
+  r.api.removeSlice(SLICE);
+  await back(r);
+  assert.equal(count(r.lines, /ResourceSlices restored/), 1);
+});
+
+test('no watch: the periodic resync alone restores a deleted slice, and writes nothing when all is as confirmed', async () => {
+  const r = await start(false, { resyncMs: 20 });
+  const s = await fixtureSnapshot('nvswitch-8.json');
+  r.pub.apply(applied(s, null));
+  await r.pub.whenSynced();
+  const lists = r.api.requests.length;
+  await waitUntil(() => r.api.requests.length >= lists + 3, { on: onEvent(r.api, 'request'), what: '3 resyncs' });
+  assert.deepEqual(writes(r.api), ['POST 201'], 'resyncs that find the slices as confirmed write nothing');
+  r.api.removeSlice(SLICE);
+  await back(r);
+  assert.deepEqual(writes(r.api), ['POST 201', 'POST 201']);
+  assert.equal(r.api.watches.opened, 0);
 });

@@ -219,7 +219,7 @@ test('410 Gone (history compacted, an ERROR event): listed again, and a deletion
   assert.equal(writes(r.api).length, before);
 });
 
-test('credentials that may not watch: one WARN naming the RBAC; the periodic resync restores a deleted slice', async () => {
+test('credentials that may not watch: one WARN naming the RBAC; a deleted slice is still restored', async () => {
   const allow = ['get nodes', 'list resourceslices', 'create resourceslices', 'update resourceslices'];
   const r = await start(true, { resyncMs: 50, tokens: { node: { user: 'system:node:node-a', allow } } });
   // The watch's own relist after each refusal would restore it too; the resync is what is left without it.
@@ -236,7 +236,7 @@ test('credentials that may not watch: one WARN naming the RBAC; the periodic res
   assert.equal(count(r.lines, /ResourceSlices restored/), 1);
 });
 
-test('no watch: the periodic resync alone restores a deleted slice, and writes nothing when all is as confirmed', async () => {
+test('no watch: the resync restores a deleted slice, and writes nothing when all is as confirmed', async () => {
   const r = await start(false, { resyncMs: 20 });
   const s = await fixtureSnapshot('nvswitch-8.json');
   r.pub.apply(applied(s, null));

@@ -70,7 +70,7 @@ function watchOn(t: TestContext, script: Step[]) {
   return { ...f, w, lists, lines };
 }
 
-test('a failing list is retried after 1 s, 2 s, 4 s, 4 s (the cap), then watched from its resourceVersion', async (t) => {
+test('a failing list is retried after 1 s, 2 s, 4 s, 4 s (the cap), then watched from its version', async (t) => {
   const f = watchOn(t, ['list-fails', 'list-fails', 'list-fails', 'list-fails', 'list', 'watch-open']);
   f.w.start();
   await settle();

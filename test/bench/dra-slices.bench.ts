@@ -28,7 +28,7 @@ async function wipeToBack(node: DraNode, failed: number, action: FaultAction | u
 }
 
 async function deleteToRestored(node: DraNode): Promise<number> {
-  const name = String((slicesOf(node.api)[0]?.metadata as JsonObject).name);
+  const name = String((slicesOf(node.api)[0]?.metadata as JsonObject | undefined)?.name);
   const t0 = performance.now();
   node.api.removeSlice(name);
   await waitForSlices(node.api, (d) => d.length === 8, 'restored', 60_000);

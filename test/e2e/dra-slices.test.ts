@@ -43,7 +43,7 @@ function watching(node: DraNode, when = 'at start'): Promise<void> {
   });
 }
 
-const sliceName = (node: DraNode): string => String((slicesOf(node.api)[0]?.metadata as JsonObject).name);
+const sliceName = (node: DraNode): string => String((slicesOf(node.api)[0]?.metadata as JsonObject | undefined)?.name);
 
 describe('DRA ResourceSlices through faults', { concurrency: false }, () => {
   for (const [n, action] of [

@@ -145,9 +145,9 @@ test('a failed write (503 on the update) after a taint change: retried from a fr
   r.pub.apply(applied(sick, r.s));
   await waitUntil(() => r.pub.status().failures === 1, { on: onEvent(r.pub.events, 'failed'), what: 'the failure' });
   await r.pub.whenSynced();
-  const devices = (r.api.slices.get(SLICE)?.spec as JsonObject).devices as JsonObject[];
+  const devices = (r.api.slices.get(SLICE)?.spec as JsonObject | undefined)?.devices as JsonObject[];
   assert.deepEqual(
-    (devices[2]?.taints as JsonObject[]).map((t) => t.value),
+    ((devices[2]?.taints ?? []) as JsonObject[]).map((t) => t.value),
     ['79'],
   );
   assert.deepEqual(writes(r.api), ['POST 201', 'PUT 503', 'PUT 200']);
@@ -167,10 +167,14 @@ test('a slice edited by another client is restored; our own writes and bookmarks
   r.api.editSlice(SLICE, (s) => {
     (s.spec as JsonObject).devices = ((s.spec as JsonObject).devices as JsonObject[]).slice(0, 3);
   });
-  await waitUntil(() => ((r.api.slices.get(SLICE)?.spec as JsonObject).devices as JsonObject[]).length === 8, {
-    on: onEvent(r.api, 'request'),
-    what: 'the edit undone',
-  });
+  await waitUntil(
+    () =>
+      ((r.api.slices.get(SLICE)?.spec as JsonObject | undefined)?.devices as JsonObject[] | undefined)?.length === 8,
+    {
+      on: onEvent(r.api, 'request'),
+      what: 'the edit undone',
+    },
+  );
   await r.pub.whenSynced();
   // A list and a bookmark after our own write: nothing to write.
   const lists = r.api.requests.length;

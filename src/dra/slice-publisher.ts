@@ -1,43 +1,46 @@
 // The DRA ResourceSlice publisher: a consumer of the live node model (node/consumer.ts) that keeps
 // this node's ResourceSlices on the API server equal to the latest snapshot, as core/dra-slices.ts
-// describes it.
+// describes it. Split along its jobs: this file drives (when to sync, retries, the watch), the
+// converging write is slice-writer.ts, what the operator is told is slice-log.ts.
 //
 // * apply() records the snapshot and wakes the writer, never waiting on the API server: a slow, down or
 //   refusing one never holds up the node. It throws only for a new consumable capacity (start, reload) that
 //   does not fit the GPUs (core/dra-capacity.ts): the start fails, the reload is refused.
-// * The writer runs one sync at a time (later requests fold into one more run). A sync reads the
-//   node's slices of our driver (fieldSelector spec.nodeName + spec.driver), then updates each in
-//   place with the pool generation one above the highest seen (never delete-and-create: a slice
-//   keeps its name and uid), creates the slices missing, and deletes the surplus. Each slice carries
-//   an owner reference to the Node (its uid read once), so it goes when the Node object goes.
-// * "Changed?" is decided on what we last wrote (our own description, before the server canonicalises
-//   quantities or fills taints' timeAdded), never on the server's JSON — comparing with what the
-//   server returns would rewrite the slices for ever. A sync with nothing new writes nothing.
+// * Converge, never remember: the writer runs one sync at a time (later requests fold into one more
+//   run). A sync is needed when the content changed, after republish(), after any failure, when the
+//   watch (slice-watch.ts) or the periodic resync sees our slices differ from what the API server
+//   last confirmed; each sync lists the node's slices fresh and writes only what differs. The slices
+//   count as current only once the server confirmed the write.
 // * 409 Conflict (someone else wrote a slice meanwhile) → read again and retry at once, a few times;
-//   anything else that fails (server down, timeout, 5xx, 403) → retried with capped backoff on a
-//   TimerOwner timer. One WARN when the API server stops answering, one INFO when it answers again,
-//   never a line per retry; an error the server gives (403, 422) is logged once per distinct text.
+//   anything else that fails (server down, timeout, 5xx, 429, 403) → retried with capped backoff on a
+//   TimerOwner timer.
 // * republish(): the kubelet deletes every slice of its node at its start (and ours 30 s after our
-//   plugin's connection goes away), so the kubelet plugin calls this after every registration: the
-//   next sync writes whatever is missing, whatever we remember.
+//   plugin's connection goes away), so the kubelet plugin calls this after every registration.
 // * pcieRoot: the PCIe root complex of a GPU (`pci<domain>:<bus>`) is read from sysfs, the first
 //   `pci<domain>:<bus>` component of /sys/bus/pci/devices/<bdf>'s real path, once per GPU.
 import { EventEmitter } from 'node:events';
 import { realpath } from 'node:fs/promises';
 import { join } from 'node:path';
 import { DEFAULT_DRA_DRIVER, poolContent, standardBusId } from '../core/dra-slices.ts';
-import type { PoolContent, SliceDevice } from '../core/dra-slices.ts';
+import type { PoolContent } from '../core/dra-slices.ts';
 import { capacityFitProblem } from '../core/dra-capacity.ts';
 import { SharingError } from '../core/sharing.ts';
 import type { NodeSnapshot } from '../core/snapshot.ts';
-import { KubeApiError, KubeUnreachableError } from '../k8s/client.ts';
+import { KubeApiError } from '../k8s/client.ts';
 import type { KubeClient } from '../k8s/client.ts';
-import { checkAccess, createSlice, deleteSlice, getNode, listNodeSlices, updateSlice } from '../k8s/resources.ts';
+import { checkAccess, getNode } from '../k8s/resources.ts';
 import type { ResourceSlice } from '../k8s/resources.ts';
+import type { WatchEvent } from '../k8s/watch.ts';
 import type { AppliedSnapshot, NodeConsumer, NodeSettings } from '../node/consumer.ts';
 import type { Logger } from '../system/log.ts';
-import { errorText } from '../system/log.ts';
 import { CoalescingQueue, TimerOwner } from '../system/timers.ts';
+import { NodeUnknownError, PublishLog } from './slice-log.ts';
+import { convergePool, untouched } from './slice-writer.ts';
+import type { Confirmed } from './slice-writer.ts';
+import { SliceWatch } from './slice-watch.ts';
+
+export { NodeUnknownError } from './slice-log.ts';
+export { sliceName } from './slice-writer.ts';
 
 export interface SlicePublisherOptions {
   /** The caller's (the kubelet plugin reads claims with the same one): stop() leaves it open. */
@@ -52,6 +55,12 @@ export interface SlicePublisherOptions {
   readonly sysfsRoot?: string;
   /** How many times a sync re-reads and retries at once after 409 Conflict before backing off. Default 3. */
   readonly conflictRetries?: number;
+  /** Watch our slices and restore what someone else deletes or edits (default true). */
+  readonly watch?: boolean;
+  /** The fallback: a sync this often even when nothing seems to change (default 10 min; 0: none). */
+  readonly resyncMs?: number;
+  /** How long the API server keeps one watch open (default 300 s). */
+  readonly watchTimeoutSeconds?: number;
 }
 
 /** What the publisher has done, for tests and `info`. */
@@ -66,12 +75,6 @@ export interface PublisherStatus {
   readonly failures: number;
   /** How many devices the slices last written hold, or null before the first write. */
   readonly devices: number | null;
-}
-
-/** The slices' names: `<node>-<driver>-<n>`, the node part shortened if the whole would pass 253. */
-export function sliceName(nodeName: string, driver: string, n: number): string {
-  const suffix = `-${driver}-${n}`;
-  return `${nodeName.slice(0, 253 - suffix.length).replace(/[-.]+$/, '')}${suffix}`;
 }
 
 /** The PCIe root of a device from its sysfs path (`…/devices/pci0000:00/0000:00:01.0/0000:07:00.0` → pci0000:00). */
@@ -95,24 +98,6 @@ export async function accessProblem(client: KubeClient, timeoutMs?: number): Pro
   );
 }
 
-/** The API server has no Node of our name: slices for it would be owned by nothing and scheduled nowhere. */
-export class NodeUnknownError extends Error {
-  override name = 'NodeUnknownError';
-  constructor(node: string, server: string) {
-    super(
-      `the API server ${server} has no Node named ${JSON.stringify(node)}; is the node name right (it must ` +
-        `be the kubelet's --hostname-override or the host name), and has the kubelet registered the node?`,
-    );
-  }
-}
-
-interface Written {
-  /** What the pool meant when written (JSON of our own description). */
-  readonly key: string;
-  readonly generation: number;
-  readonly devices: number;
-}
-
 export class SlicePublisher implements NodeConsumer {
   readonly name = 'DRA ResourceSlices';
   private readonly o: SlicePublisherOptions;
@@ -120,28 +105,32 @@ export class SlicePublisher implements NodeConsumer {
   private readonly timers = new TimerOwner();
   private readonly queue: CoalescingQueue<null>;
   private readonly pcieRoots = new Map<string, string | null>();
+  private readonly say: PublishLog;
   private snapshot: NodeSnapshot | null = null;
   private lastDriverVersion: string | null = null;
   /** The settings in force: the MIG strategy and the consumable capacity. */
   private settings: NodeSettings | null = null;
-  private written: Written | null = null;
+  /** What the API server last confirmed writing; never what we merely sent. */
+  private confirmed: Confirmed | null = null;
+  /** A sync must look at the server even if the content did not change (start, republish, failure, drift). */
+  private stale = true;
+  /** Bumped each time the slices are marked stale: a sync clears `stale` only if none came meanwhile. */
+  private staleSeq = 0;
+  /** The next sync that writes is a republish (after a kubelet registration), for the log. */
+  private republishing = false;
   private nodeUid: string | null = null;
-  private dirty = false;
-  private failing: string | null = null;
-  private loggedError: string | null = null;
   private notes = '';
-  private delayMs: number;
   private syncedCount = 0;
   private stopped = false;
+  private watch: SliceWatch | null = null;
   private readonly waiters: (() => void)[] = [];
-  private failures = 0;
   /** 'synced' after each sync that left the slices current, 'failed' (with the error) after each that failed. */
   readonly events = new EventEmitter<{ synced: []; failed: [err: unknown] }>();
 
   constructor(o: SlicePublisherOptions) {
     this.o = o;
     this.driver = o.driver ?? DEFAULT_DRA_DRIVER;
-    this.delayMs = o.backoff?.initialMs ?? 1000;
+    this.say = new PublishLog(o.log, o.client.server, o.nodeName, o.backoff);
     this.queue = new CoalescingQueue<null>(
       () => this.run(),
       () => null,
@@ -151,10 +140,10 @@ export class SlicePublisher implements NodeConsumer {
   status(): PublisherStatus {
     return {
       synced: this.syncedCount,
-      generation: this.written?.generation ?? null,
-      failing: this.failing,
-      failures: this.failures,
-      devices: this.written?.devices ?? null,
+      generation: this.confirmed?.generation ?? null,
+      failing: this.say.failing,
+      failures: this.say.failures,
+      devices: this.confirmed?.devices ?? null,
     };
   }
 
@@ -170,9 +159,10 @@ export class SlicePublisher implements NodeConsumer {
     this.kick();
   }
 
-  /** Writes the node's slices again whatever we remember (after every kubelet registration). */
+  /** Looks at the node's slices on the server again and writes what is missing (after every kubelet registration). */
   republish(): void {
-    this.dirty = true;
+    this.republishing = true;
+    this.markStale();
     this.kick();
   }
 
@@ -183,13 +173,14 @@ export class SlicePublisher implements NodeConsumer {
   }
 
   /**
-   * The daemon is stopping: no further sync, no retry, and a request still in flight is not
+   * The daemon is stopping: no further sync, no retry, no watch, and a request still in flight is not
    * reported when it fails — the caller then closes the shared client, which ends that request at
    * once instead of at its timeout (an API server that hangs must not hold the stop up).
    */
   halt(): void {
     this.stopped = true;
     this.timers.dispose();
+    this.watch?.stop();
   }
 
   async stop(): Promise<void> {
@@ -199,8 +190,13 @@ export class SlicePublisher implements NodeConsumer {
   }
 
   private isCurrent(): boolean {
-    if (this.snapshot === null || this.dirty || this.written === null) return false;
-    return this.written.key === this.keyOf(this.content());
+    if (this.snapshot === null || this.stale || this.confirmed === null) return false;
+    return this.confirmed.key === this.keyOf(this.content());
+  }
+
+  private markStale(): void {
+    this.stale = true;
+    this.staleSeq++;
   }
 
   private kick(): void {
@@ -208,6 +204,47 @@ export class SlicePublisher implements NodeConsumer {
     this.timers.clear('retry');
     // Never rejects: run() catches everything.
     void this.queue.request(null);
+  }
+
+  private startWatching(): void {
+    if (this.watch !== null || this.stopped) return;
+    const resync = this.o.resyncMs ?? 600_000;
+    if (resync > 0) this.timers.every('resync', resync, () => this.drifted());
+    if (this.o.watch === false) return;
+    this.watch = new SliceWatch({
+      client: this.o.client,
+      nodeName: this.o.nodeName,
+      driver: this.driver,
+      log: this.o.log,
+      ...(this.o.backoff !== undefined ? { backoff: this.o.backoff } : {}),
+      ...(this.o.watchTimeoutSeconds !== undefined ? { timeoutSeconds: this.o.watchTimeoutSeconds } : {}),
+      onList: (items) => this.onList(items),
+      onEvent: (e) => this.onEvent(e),
+    });
+    this.watch.start();
+  }
+
+  /** A list from the watch: anything other than what the server confirmed to us is drift. */
+  private onList(items: readonly ResourceSlice[]): void {
+    if (this.confirmed === null || !untouched(items, this.confirmed)) this.drifted();
+  }
+
+  /**
+   * A watch event: our own confirmed write comes back with the uid and resourceVersion we hold and is
+   * ignored; anything else (deleted, re-created, edited, a slice we did not write) needs a sync. An
+   * event of our own write that arrives before its answer costs one list, never a write.
+   */
+  private onEvent(e: WatchEvent<ResourceSlice>): void {
+    const m = e.object.metadata ?? {};
+    const stamp = this.confirmed?.slices.get(m.name ?? '');
+    const ours = stamp !== undefined && stamp.uid === m.uid && stamp.resourceVersion === m.resourceVersion;
+    if (e.type === 'DELETED' ? stamp !== undefined && stamp.uid === m.uid : !ours) this.drifted();
+  }
+
+  private drifted(): void {
+    if (this.stopped || this.snapshot === null) return;
+    this.markStale();
+    this.kick();
   }
 
   private content(): PoolContent {
@@ -252,8 +289,10 @@ export class SlicePublisher implements NodeConsumer {
 
   private async run(): Promise<void> {
     if (this.stopped || this.snapshot === null) return;
+    const seq = this.staleSeq;
     try {
       await this.readPcieRoots(this.snapshot);
+      if (this.stopped) return;
       const content = this.content();
       const notes = content.notes.join('\n');
       if (notes !== this.notes) {
@@ -261,10 +300,12 @@ export class SlicePublisher implements NodeConsumer {
         this.notes = notes;
       }
       const key = this.keyOf(content);
-      if (this.dirty || this.written?.key !== key) {
-        const republish = this.dirty;
-        this.dirty = false;
-        await this.sync(content, key, republish);
+      if (this.stale || this.confirmed?.key !== key) {
+        // Until the server confirms, nothing is current: a failure below leaves `stale` set, so the
+        // retry reads the server afresh whatever this run wrote or meant to.
+        this.stale = true;
+        await this.sync(content, key);
+        if (this.staleSeq === seq) this.stale = false;
       }
       this.succeeded();
     } catch (err) {
@@ -272,7 +313,7 @@ export class SlicePublisher implements NodeConsumer {
     }
   }
 
-  private async sync(content: PoolContent, key: string, republish: boolean): Promise<void> {
+  private async sync(content: PoolContent, key: string): Promise<void> {
     const client = this.o.client;
     if (this.nodeUid === null) {
       try {
@@ -282,21 +323,15 @@ export class SlicePublisher implements NodeConsumer {
         throw err;
       }
     }
+    const target = { client, nodeName: this.o.nodeName, driver: this.driver, nodeUid: this.nodeUid };
     const retries = this.o.conflictRetries ?? 3;
     for (let attempt = 0; ; attempt++) {
       try {
-        const generation = await this.write(content);
-        const was = this.written?.generation;
-        const devices = content.slices.reduce((n, sl) => n + sl.length, 0);
-        this.written = { key, generation, devices };
-        this.o.log.info(republish ? 'DRA: ResourceSlices published again' : 'DRA: ResourceSlices published', {
-          node: this.o.nodeName,
-          driver: this.driver,
-          slices: content.slices.length,
-          devices,
-          generation,
-          ...(was !== undefined ? { was } : {}),
-        });
+        const before = this.confirmed;
+        const r = await convergePool(target, content, key, before);
+        this.confirmed = r.confirmed;
+        if (r.wrote) this.logWrite(r.confirmed, content.slices.length, before, r.drift);
+        this.republishing = false;
         return;
       } catch (err) {
         if (err instanceof KubeApiError && err.code === 409 && attempt < retries) continue;
@@ -305,57 +340,31 @@ export class SlicePublisher implements NodeConsumer {
     }
   }
 
-  /** One write of the pool; returns its generation. Throws what the API server says. */
-  private async write(content: PoolContent): Promise<number> {
-    const client = this.o.client;
-    const existing = await listNodeSlices(client, this.o.nodeName, this.driver);
-    const generation =
-      Math.max(this.written?.generation ?? 0, ...existing.map((s) => s.spec?.pool?.generation ?? 0)) + 1;
-    const count = content.slices.length;
-    const names = content.slices.map((_, i) => sliceName(this.o.nodeName, this.driver, i));
-    const byName = new Map(existing.map((s) => [s.metadata.name ?? '', s]));
-    // Slices of ours under other names (another version, NVIDIA's generated names) are reused in
-    // place for the slices we would otherwise create.
-    const spare = existing.filter((s) => !names.includes(s.metadata.name ?? ''));
-    const owner =
-      this.nodeUid === null
-        ? []
-        : [{ apiVersion: 'v1', kind: 'Node', name: this.o.nodeName, uid: this.nodeUid, controller: true }];
-    const body = (name: string, devices: readonly SliceDevice[], from?: ResourceSlice): ResourceSlice => ({
-      metadata: {
-        name,
-        ...(from?.metadata.resourceVersion !== undefined ? { resourceVersion: from.metadata.resourceVersion } : {}),
-        ...(from?.metadata.uid !== undefined ? { uid: from.metadata.uid } : {}),
-        ownerReferences: owner,
-      },
-      spec: {
-        driver: this.driver,
-        nodeName: this.o.nodeName,
-        pool: { name: content.pool, generation, resourceSliceCount: count },
-        devices,
-      },
+  private logWrite(c: Confirmed, slices: number, before: Confirmed | null, drift: string): void {
+    const republish = this.republishing;
+    this.republishing = false;
+    const was = before?.generation;
+    const what = republish
+      ? 'DRA: ResourceSlices published again'
+      : drift !== '' && before?.key === c.key
+        ? 'DRA: ResourceSlices restored (someone else changed them)'
+        : 'DRA: ResourceSlices published';
+    this.o.log.info(what, {
+      node: this.o.nodeName,
+      driver: this.driver,
+      slices,
+      devices: c.devices,
+      generation: c.generation,
+      ...(was !== undefined ? { was } : {}),
+      ...(drift !== '' ? { found: drift } : {}),
     });
-    for (let i = 0; i < count; i++) {
-      const devices = content.slices[i] as readonly SliceDevice[];
-      const name = names[i] as string;
-      const there = byName.get(name) ?? spare.shift();
-      if (there !== undefined) await updateSlice(client, body(there.metadata.name ?? name, devices, there));
-      else await createSlice(client, body(name, devices));
-    }
-    for (const s of spare) await deleteSlice(client, s.metadata.name ?? '', s.metadata.uid);
-    return generation;
   }
 
   private succeeded(): void {
-    this.delayMs = this.o.backoff?.initialMs ?? 1000;
-    this.loggedError = null;
-    if (this.failing !== null) {
-      this.o.log.info('DRA: the API server answers again; ResourceSlices are current', {
-        server: this.o.client.server,
-        node: this.o.nodeName,
-      });
-      this.failing = null;
-    }
+    if (this.stale) return;
+    this.say.succeeded();
+    // Watched from the first sync on: what the watch sees is compared with what was confirmed.
+    this.startWatching();
     if (this.isCurrent()) {
       this.syncedCount++;
       for (const w of this.waiters.splice(0)) w();
@@ -365,36 +374,10 @@ export class SlicePublisher implements NodeConsumer {
 
   private failed(err: unknown): void {
     if (this.stopped) return;
-    const text = errorText(err);
-    if (err instanceof KubeUnreachableError || (err instanceof KubeApiError && err.code >= 500)) {
-      if (this.failing === null) {
-        this.o.log.warn('DRA: the API server does not answer; ResourceSlices will be published when it does', {
-          server: this.o.client.server,
-          node: this.o.nodeName,
-          error: text,
-        });
-      }
-    } else if (this.loggedError !== text) {
-      const forbidden = err instanceof KubeApiError && (err.code === 401 || err.code === 403);
-      const what = forbidden
-        ? 'DRA: the API server refuses our credentials; ResourceSlices cannot be published until the RBAC allows it'
-        : err instanceof NodeUnknownError
-          ? 'DRA: ResourceSlices cannot be published for a node the API server does not know'
-          : 'DRA: the API server refused the ResourceSlices';
-      this.o.log.error(what, {
-        server: this.o.client.server,
-        node: this.o.nodeName,
-        error: text,
-      });
-      this.loggedError = text;
-    }
-    this.failing = text;
-    // The same request would fail the same way at once: wait, then try again (a new snapshot or a
-    // republish tries at once).
-    const delay = this.delayMs;
-    this.delayMs = Math.min(this.delayMs * 2, this.o.backoff?.maxMs ?? 30_000);
-    this.failures++;
-    if (!this.stopped) this.timers.after('retry', delay, () => void this.queue.request(null));
+    // The same request would fail the same way at once: wait, then try again (a new snapshot, a
+    // republish or a watch event tries at once).
+    const delay = this.say.failed(err);
+    this.timers.after('retry', delay, () => void this.queue.request(null));
     this.events.emit('failed', err);
   }
 }

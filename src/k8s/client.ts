@@ -234,6 +234,52 @@ export class KubeClient {
     }
   }
 
+  /**
+   * A streaming GET (a watch): resolves with the open answer once a 2xx arrives, for the caller to
+   * read as it comes and to end with destroy(); rejects as request() does. The request has no
+   * timeout once answered: the caller asks the server for one (timeoutSeconds) and guards the rest.
+   */
+  async stream(path: string, query: Readonly<Record<string, string>>, timeoutMs?: number): Promise<IncomingMessage> {
+    const prefix = this.base.pathname.replace(/\/+$/, '');
+    const fullPath = `${prefix}${path}?${new URLSearchParams(query).toString()}`;
+    const auth = await this.authorization();
+    const headers: Record<string, string> = { accept: 'application/json', 'user-agent': 'gpu-device-plugin' };
+    if (auth !== undefined) headers.authorization = auth;
+    const https = this.base.protocol === 'https:';
+    const opts: RequestOptions = {
+      method: 'GET',
+      path: fullPath,
+      headers,
+      agent: this.agent,
+      ...(this.target.socketPath !== undefined
+        ? { socketPath: this.target.socketPath }
+        : {
+            host: this.base.hostname.replace(/^\[|\]$/g, ''),
+            port: this.base.port === '' ? (https ? 443 : 80) : Number(this.base.port),
+          }),
+    };
+    const ms = timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const res = await new Promise<IncomingMessage>((resolve, reject) => {
+      const req = (https ? httpsRequest : httpRequest)(opts, (r) => {
+        req.setTimeout(0);
+        resolve(r);
+      });
+      req.setTimeout(ms, () =>
+        req.destroy(Object.assign(new Error(`no answer within ${ms} ms`), { code: 'ETIMEDOUT' })),
+      );
+      req.on('error', reject);
+      req.end();
+    }).catch((err: unknown) => {
+      const e = err as NodeJS.ErrnoException;
+      throw new KubeUnreachableError('GET', path, this.server, e.code ?? '', e.message);
+    });
+    const code = res.statusCode ?? 0;
+    if (code >= 200 && code <= 299) return res;
+    const chunks: Buffer[] = [];
+    for await (const c of res) chunks.push(c as Buffer);
+    throw apiErrorOf('GET', path, code, Buffer.concat(chunks).toString('utf8'));
+  }
+
   /** Closes idle keep-alive connections (the daemon stops). */
   close(): void {
     this.agent.destroy();

@@ -55,12 +55,26 @@ export interface ResourceClaimObject {
   readonly status?: unknown;
 }
 
+/** The field selector of one node's slices of one driver (for a list and a watch). */
+export function nodeSliceSelector(nodeName: string, driver: string): string {
+  return `spec.nodeName=${nodeName},spec.driver=${driver}`;
+}
+
 /** The slices of one driver on one node. */
 export async function listNodeSlices(c: KubeClient, nodeName: string, driver: string): Promise<ResourceSlice[]> {
+  return (await listNodeSlicesAt(c, nodeName, driver)).items;
+}
+
+/** The slices of one driver on one node, with the list's resourceVersion (to watch from). */
+export async function listNodeSlicesAt(
+  c: KubeClient,
+  nodeName: string,
+  driver: string,
+): Promise<{ items: ResourceSlice[]; resourceVersion: string }> {
   const list = await c.request<List<ResourceSlice>>('GET', `${RESOURCE_API}/resourceslices`, {
-    query: { fieldSelector: `spec.nodeName=${nodeName},spec.driver=${driver}` },
+    query: { fieldSelector: nodeSliceSelector(nodeName, driver) },
   });
-  return [...(list?.items ?? [])];
+  return { items: [...(list?.items ?? [])], resourceVersion: list?.metadata?.resourceVersion ?? '' };
 }
 
 export function createSlice(c: KubeClient, slice: ResourceSlice): Promise<ResourceSlice> {

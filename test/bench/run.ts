@@ -10,7 +10,8 @@
 // minute with re-discovery), the labels and metrics files, the health signals (one probe round's
 // main-thread time and NVML calls on 8 and 16 GPUs, Allocate with probes every second against probes
 // off), DRA's NodePrepareResources and NodeUnprepareResources per kind of claim (plain, time-sliced, MPS,
-// the durable checkpoint written), sizes on disk.
+// the durable checkpoint written), DRA's ResourceSlices back after a wipe with failed requests and after a
+// deletion, sizes on disk.
 import { readdirSync, statSync, writeFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
@@ -20,6 +21,7 @@ import type { Goal } from './goals.bench.ts';
 import { migRelayoutLatency, migXidLatency } from './mig.bench.ts';
 import { allocateWithProbes } from './signals-allocate.bench.ts';
 import { draPrepareLatency } from './dra-prepare.bench.ts';
+import { draSliceRecovery } from './dra-slices.bench.ts';
 import { log, r2, sleep, stats } from './stats.ts';
 
 async function storm(seconds: number): Promise<Record<string, unknown>> {
@@ -270,6 +272,9 @@ await section('health signals: Allocate with probes every 1 s against probes off
   signals_allocate: await allocateWithProbes(),
 }));
 await section('DRA: NodePrepareResources per kind of claim (plain, time-sliced, MPS)', () => draPrepareLatency(100));
+await section('DRA: ResourceSlices back after the kubelet wipe (0, 1, 3 failed requests) and a deletion', () =>
+  draSliceRecovery(7),
+);
 report.sizes = sizes();
 report.bench_seconds = Math.round((performance.now() - started) / 1000);
 const text = JSON.stringify(report, null, 2);

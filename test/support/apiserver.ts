@@ -35,8 +35,15 @@
 // - Bearer tokens, each with a user name and an allow-list of "verb resource" (e.g. "create
 //   resourceslices", "* resourceslices", "get nodes"); no `tokens` option: every request is allowed.
 // - down() closes the listener and every connection (clients get connection refused); up() listens
-//   again on the same address, with the same objects.
-// Not modelled: watch (→ 405 with a Status saying so), PATCH and server-side apply (→ 405), admission
+//   again on the same address, with the same objects; restart() does both.
+// - Faults (apiserver-faults.ts): fault({ method, path, query, times, action }) makes the next
+//   matching requests reset, answer a Status (5xx, 409, 429 with Retry-After) or answer late; a
+//   request cut this way is recorded with code 0.
+// - Watch of ResourceSlices (apiserver-watch.ts): ADDED/MODIFIED/DELETED/BOOKMARK from a resourceVersion,
+//   a bounded history (410 Expired past it), compact(), cutWatches(); removeSlice() and editSlice() are
+//   another client's delete and update, seen by the watches.
+// Not modelled: watch of anything but ResourceSlices (→ 405 with a Status saying so), PATCH and
+// server-side apply (→ 405), admission
 // (ValidatingAdmissionPolicy, the node authorizer), quotas, DeviceClass updates, ResourceClaim writes, TLS,
 // API discovery, managedFields, finalizers and graceful deletion, CEL compilation; the contents of nodeSelector,
 // sharedCounters / consumesCounters and per-device node selection are stored but not validated.
@@ -47,6 +54,10 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { rm } from 'node:fs/promises';
 import type { SliceJanitor } from './plugin-watcher.ts';
+import { FaultTable, applyFault } from './apiserver-faults.ts';
+import type { Fault, FaultRule } from './apiserver-faults.ts';
+import { WatchHub } from './apiserver-watch.ts';
+import type { EventType } from './apiserver-watch.ts';
 
 export type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
 export type JsonObject = { [k: string]: Json };
@@ -95,6 +106,8 @@ export interface ApiServerOptions {
   socketPath?: string;
   /** Bearer token → grant. Without it, authentication and authorization are off. */
   tokens?: Record<string, TokenGrant>;
+  /** How many slice changes the watch history keeps (default 200): older resourceVersions get 410. */
+  watchHistory?: number;
 }
 
 export interface RequestRecord {
@@ -1178,10 +1191,14 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
   private server: Server;
   private address: { port: number } | { path: string } | undefined;
   private rv = 1000;
+  private readonly faults = new FaultTable();
+  /** The open watches of ResourceSlices and their event history (apiserver-watch.ts). */
+  readonly watches: WatchHub;
 
   private constructor(opts: ApiServerOptions) {
     super();
     this.opts = opts;
+    this.watches = new WatchHub(opts.watchHistory);
     this.server = this.makeServer();
   }
 
@@ -1309,10 +1326,11 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
       const spec = isObject(s.spec) ? s.spec : {};
       if (spec.nodeName === nodeName && (driver === undefined || spec.driver === driver)) {
         this.slices.delete(name);
+        const rv = this.nextRv();
+        this.changed('DELETED', { ...s, metadata: { ...meta(s), resourceVersion: rv } }, rv);
         n++;
       }
     }
-    if (n > 0) this.nextRv();
     return n;
   }
 
@@ -1346,9 +1364,80 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
     });
   }
 
+  // ---- fault injection (apiserver-faults.ts) ----
+
+  /** The next `rule.times` requests matching the rule go wrong as it says. */
+  fault(rule: FaultRule): Fault {
+    return this.faults.add(rule);
+  }
+
+  clearFaults(): void {
+    this.faults.clear();
+  }
+
+  /** Goes down and comes back on the same address with the same objects (an API server restart). */
+  async restart(): Promise<void> {
+    await this.down();
+    await this.up();
+  }
+
+  /** A fault matching the request, carried out: true when it was answered (or cut) there. */
+  private async faulted(req: IncomingMessage, res: ServerResponse, url: URL, method: string): Promise<boolean> {
+    const action = this.faults.take(method, url);
+    if (action === undefined) return false;
+    const code = await applyFault(action, req, res);
+    if (code < 0) return false;
+    this.requests.push({ method, path: url.pathname + url.search, user: undefined, code });
+    this.emit('request');
+    this.emit('fault', method, url.pathname + url.search, code);
+    return true;
+  }
+
+  // ---- watch (apiserver-watch.ts) and changes by another client ----
+
+  /** A BOOKMARK at the current resourceVersion to the open watches that asked for bookmarks. */
+  bookmark(): void {
+    this.watches.bookmark(this.rv, API_VERSION, 'ResourceSlice');
+  }
+
+  /** Drops the watch history (etcd's compaction): a watch from a resourceVersion before now gets 410. */
+  compact(): void {
+    this.watches.compact(this.rv);
+  }
+
+  /** Ends every open watch (abruptly, or with a 410 ERROR event); how many there were. */
+  cutWatches(gone = false): number {
+    return this.watches.cut(gone);
+  }
+
+  /** Another client deletes a slice (`kubectl delete resourceslice`). */
+  removeSlice(name: string): void {
+    this.remove(name, undefined);
+  }
+
+  /** Another client updates a slice (`kubectl edit`): its change applied as an unconditional update. */
+  editSlice(name: string, change: (s: JsonObject) => void): JsonObject {
+    const cur = this.slices.get(name);
+    if (cur === undefined) throw notFound('resourceslices', GROUP, name);
+    const next = clone(cur);
+    change(next);
+    delete meta(next).resourceVersion;
+    return this.update(name, new URL('http://stand-in/'), next).body as JsonObject;
+  }
+
+  private changed(type: EventType, object: JsonObject, rv: string): void {
+    this.watches.record(type, clone(object), Number(rv));
+  }
+
+  private sliceWatch(req: IncomingMessage, res: ServerResponse, url: URL): void {
+    const matches = this.sliceMatcher(url);
+    this.watches.serve(req, res, url, matches, () => [...this.slices.values()].filter(matches).map(clone));
+  }
+
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://stand-in');
     const method = req.method ?? 'GET';
+    if (await this.faulted(req, res, url, method)) return;
     let user: string | undefined;
     let code = 500;
     const headers: Record<string, string> = { 'content-type': 'application/json' };
@@ -1361,6 +1450,13 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
         throw new HttpError(status(404, 'NotFound', 'the server could not find the requested resource', {}));
       const verb = this.verb(method, r, url);
       this.authorize(grant, verb, r);
+      if (verb === 'watch') {
+        this.sliceWatch(req, res, url);
+        this.requests.push({ method, path: url.pathname + url.search, user, code: 200 });
+        this.emit('request');
+        this.emit('watch');
+        return;
+      }
       const input = method === 'POST' || method === 'PUT' || method === 'DELETE' ? await readJson(req) : undefined;
       const out = this.serve(verb, r, url, input, grant);
       code = out.code;
@@ -1392,8 +1488,13 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
 
   private verb(method: string, r: Route, url: URL): string {
     if (url.searchParams.get('watch') === 'true' || url.searchParams.get('watch') === '1') {
+      if (r.resource === 'resourceslices' && r.name === undefined && method === 'GET') return 'watch';
       throw new HttpError(
-        status(405, 'MethodNotAllowed', 'watch is not modelled by the API server stand-in (test/support/apiserver.ts)'),
+        status(
+          405,
+          'MethodNotAllowed',
+          'watch is modelled by the API server stand-in (test/support/apiserver.ts) for resourceslices only',
+        ),
       );
     }
     const collection = r.name === undefined;
@@ -1503,8 +1604,13 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
         // As the kubelet wipes a node's slices: DELETE on the collection with a fieldSelector.
         const list = this.list(url);
         const items = list.items as JsonObject[];
-        for (const i of items) this.slices.delete(str(meta(i).name) ?? '');
-        if (items.length > 0) this.nextRv();
+        for (const i of items) {
+          const name = str(meta(i).name) ?? '';
+          const gone = this.slices.get(name) as JsonObject;
+          this.slices.delete(name);
+          const rv = this.nextRv();
+          this.changed('DELETED', { ...gone, metadata: { ...meta(gone), resourceVersion: rv } }, rv);
+        }
         return { code: 200, body: { ...list, metadata: { resourceVersion: String(this.rv) } }, warnings: [] };
       }
     }
@@ -1607,20 +1713,28 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
     return { code: 201, body: clone(stored), warnings };
   }
 
-  private list(url: URL): JsonObject {
+  /** The request's field and label selectors as a test of one slice (400 for an unsupported field). */
+  private sliceMatcher(url: URL): (s: JsonObject) => boolean {
     const fields = parseSelector(url.searchParams.get('fieldSelector') ?? '', 'field');
     for (const f of fields) {
       if (!(f.key in SLICE_FIELDS)) throw badRequest(`field label not supported: ${f.key}`);
     }
     const labels = parseSelector(url.searchParams.get('labelSelector') ?? '', 'label');
+    const match = (req: Requirement, v: string): boolean => (req.op === '=' ? v === req.value : v !== req.value);
+    return (s) => {
+      if (!fields.every((f) => match(f, SLICE_FIELDS[f.key]?.(s) ?? ''))) return false;
+      const l = meta(s).labels;
+      return labels.every((q) => match(q, isObject(l) ? (str(l[q.key]) ?? '') : ''));
+    };
+  }
+
+  private list(url: URL): JsonObject {
+    const matches = this.sliceMatcher(url);
     const items: Json[] = [];
     for (const s of [...this.slices.values()].sort((a, b) =>
       (str(meta(a).name) ?? '').localeCompare(str(meta(b).name) ?? ''),
     )) {
-      const match = (req: Requirement, v: string): boolean => (req.op === '=' ? v === req.value : v !== req.value);
-      if (!fields.every((f) => match(f, SLICE_FIELDS[f.key]?.(s) ?? ''))) continue;
-      const l = meta(s).labels;
-      if (!labels.every((q) => match(q, isObject(l) ? (str(l[q.key]) ?? '') : ''))) continue;
+      if (!matches(s)) continue;
       const item = clone(s);
       delete item.apiVersion;
       delete item.kind;
@@ -1720,6 +1834,7 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
       },
     };
     this.slices.set(name, stored);
+    this.changed('ADDED', stored, String(this.rv));
     return { code: 201, body: clone(stored), warnings };
   }
 
@@ -1765,6 +1880,7 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
       },
     };
     this.slices.set(name, stored);
+    this.changed('MODIFIED', stored, String(this.rv));
     return { code: 200, body: clone(stored), warnings };
   }
 
@@ -1793,7 +1909,8 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
       );
     }
     this.slices.delete(name);
-    this.nextRv();
+    const rvGone = this.nextRv();
+    this.changed('DELETED', { ...old, metadata: { ...oldMeta, resourceVersion: rvGone } }, rvGone);
     const ok: Status = {
       kind: 'Status',
       apiVersion: 'v1',

@@ -21,6 +21,7 @@ export const RBAC: TokenGrant = {
   user: `system:node:${NODE}`,
   allow: [
     'list resourceslices',
+    'watch resourceslices',
     'create resourceslices',
     'update resourceslices',
     'delete resourceslices',

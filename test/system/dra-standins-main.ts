@@ -24,6 +24,7 @@ export const NODE_GRANT: Omit<TokenGrant, 'user'> = {
   allow: [
     'get resourceslices',
     'list resourceslices',
+    'watch resourceslices',
     'create resourceslices',
     'update resourceslices',
     'delete resourceslices',

@@ -294,6 +294,8 @@ test(
     const s = await fixtureSnapshot('nvswitch-8.json');
     pub.apply(applied(s, null));
     await pub.whenSynced();
+    // The watch of our slices lists first; then it watches.
+    await api.waitForRequests((r) => r.path.includes('watch=true'));
     // Right after the publisher's next list is answered, someone else updates the slice.
     let meddled = false;
     api.on('request', () => {

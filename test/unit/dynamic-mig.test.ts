@@ -175,3 +175,22 @@ test('a device name is refused with the reason: other GPU, unknown profile or st
   assert.match(reason('gpu-0-mig-3g20gb-9-2'), /3g\.20gb cannot start at slice 2 \(starts: 0, 4\)/);
   assert.match(reason('gpu-0-mig-3g20gb-9-4'), /slices 4-7 of GPU 0 overlap GPU instance 2 \(slices 5-5\)/);
 });
+
+test('prepare accepts exactly the devices published beside existing instances', () => {
+  const g = gpu(2, H100, [
+    { giId: 1, profileId: 15, placement: { start: 2, size: 2 } },
+    { giId: 4, profileId: 19, placement: { start: 6, size: 1 } },
+  ]);
+  const offered = new Set(partitionDevices(g).map((d) => d.name));
+  assert.ok(offered.size > 0);
+  let refused = 0;
+  for (const p of H100) {
+    for (const pl of p.placements) {
+      const name = `gpu-2-mig-${canonicalProfile(p.name)}-${p.id}-${pl.start}`;
+      const r = resolvePartition(g, name);
+      assert.equal(r.ok, offered.has(name), name);
+      if (!r.ok) refused++;
+    }
+  }
+  assert.equal(refused, 25 - offered.size);
+});

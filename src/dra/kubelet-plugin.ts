@@ -64,6 +64,8 @@ export interface DraKubeletPluginOptions {
    * process lost its view of the directories (and then exits with that reason instead).
    */
   readonly beforeServeProblem?: () => Promise<void>;
+  /** The timeout each health report states, seconds (default 30, the kubelet's); resent every third of it. */
+  readonly healthTimeoutSec?: number;
   /** Wall clock, ms since the epoch (the health stream's times); default Date.now. */
   readonly now?: () => number;
   readonly log: Logger;
@@ -117,7 +119,7 @@ export class DraKubeletPlugin implements NodeConsumer {
       now: this.now,
       log,
     });
-    this.health = new HealthStream(nodeName);
+    this.health = new HealthStream(nodeName, opts.healthTimeoutSec);
     this.sockets = new DraSockets({
       driver,
       registryDir: opts.registryDir,

@@ -47,7 +47,7 @@ export function resendPeriodMs(timeoutSec: number): number {
  * else the default. A value that is not one is an OptionError (exit 2) naming the variable and what it takes.
  */
 export function healthTimeoutFromEnv(env: Readonly<Record<string, string | undefined>>): number {
-  const raw = env[HEALTH_TIMEOUT_ENV];
+  const raw = env.DRA_HEALTH_TIMEOUT_SECONDS;
   if (raw === undefined || raw === '') return DEFAULT_HEALTH_TIMEOUT_SEC;
   const { min, max } = HEALTH_TIMEOUT_BOUNDS_SEC;
   const n = /^[0-9]+$/.test(raw.trim()) ? Number(raw.trim()) : Number.NaN;

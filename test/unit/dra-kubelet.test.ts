@@ -798,7 +798,7 @@ test(
           device: { pool_name: NODE, device_name: 'gpu-1' },
           health: HealthStatus.UNHEALTHY,
           last_updated_time: 1_700_000_123,
-          health_check_timeout_seconds: 0,
+          health_check_timeout_seconds: 30,
           message: 'critical XID 79 (GPU has fallen off the bus)',
         },
       );

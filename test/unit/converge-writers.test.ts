@@ -1,0 +1,146 @@
+// The plugin's files converge on what they should hold, never on what it remembers writing: the atomic
+// file compares with the file on disk before each write (one edited behind our back is written again),
+// and the node labels file is written again after a failed write (a backoff, mocked timers here; a real
+// read-only mount in a private mount namespace below) and put back when someone removes or edits it.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { labelsFile, nodeLabels } from '../../src/core/labels.ts';
+import type { LabelInput } from '../../src/core/labels.ts';
+import { NO_SHARING } from '../../src/core/sharing.ts';
+import { LABELS_RECHECK_MS, LABELS_RETRY_FIRST_MS, LabelsOutput } from '../../src/observe/outputs.ts';
+import { AtomicFile } from '../../src/system/atomic-file.ts';
+import { createLogger } from '../../src/system/log.ts';
+
+const ROOT = resolve(import.meta.dirname, '..', '..');
+
+function input(driverVersion: string): LabelInput {
+  return {
+    gpus: [
+      {
+        name: 'Tesla V100-SXM2-32GB',
+        memoryBytes: 32768 * 1048576,
+        compute: { major: 7, minor: 0 },
+        migCapable: false,
+        migEnabled: false,
+      },
+    ],
+    driverVersion,
+    cudaDriverVersion: 12040,
+    machine: 'DGX-1',
+    sharing: NO_SHARING,
+    migStrategy: 'none',
+    migDevices: [],
+  };
+}
+
+function quietLog(lines: string[] = []): ReturnType<typeof createLogger> {
+  return createLogger({ level: 'info', journal: false, write: (l: string) => void lines.push(l) });
+}
+
+test('atomic file: a file edited behind our back is written again, though we wrote that content before', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gdp-converge-'));
+  try {
+    const path = join(dir, 'labels');
+    const f = new AtomicFile(path);
+    assert.equal(await f.write('a=1\n'), true);
+    writeFileSync(path, 'a=edited\n');
+    assert.equal(await f.write('a=1\n'), true, 'the disk differs from what is wanted: written');
+    assert.equal(readFileSync(path, 'utf8'), 'a=1\n');
+    const ino = statSync(path).ino;
+    assert.equal(await f.write('a=1\n'), false, 'the disk holds it: not written');
+    assert.equal(statSync(path).ino, ino);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('labels file: a failed write is tried again with backoff; a removed or edited file is put back', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout', 'setInterval'] });
+  const dir = mkdtempSync(join(tmpdir(), 'gdp-converge-'));
+  const out = new LabelsOutput(join(dir, 'features.d', 'gpu'), false, quietLog());
+  try {
+    const want = labelsFile(nodeLabels(input('550.54.15')));
+    // The directory is not there: the write fails and nothing is on disk.
+    await out.update(input('550.54.15'));
+    assert.throws(() => readFileSync(out.path, 'utf8'), /ENOENT/);
+    mkdirSync(join(dir, 'features.d'));
+    t.mock.timers.tick(LABELS_RETRY_FIRST_MS);
+    await out.settled();
+    assert.equal(readFileSync(out.path, 'utf8'), want, 'written by the retry, with no new node state');
+    // Edited, then removed, behind our back: put back at the next look.
+    writeFileSync(out.path, 'nvidia.com/gpu.product=forged\n');
+    t.mock.timers.tick(LABELS_RECHECK_MS);
+    await out.settled();
+    assert.equal(readFileSync(out.path, 'utf8'), want, 'an edited file is put back');
+    rmSync(out.path);
+    t.mock.timers.tick(LABELS_RECHECK_MS);
+    await out.settled();
+    assert.equal(readFileSync(out.path, 'utf8'), want, 'a removed file is put back');
+  } finally {
+    await out.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('labels file on a read-only mount (a private mount namespace): the update fails, and once the mount is ' +
+  'writable again the retry writes the newest labels', {
+  skip: process.getuid?.() !== 0 ? 'needs root for a mount namespace' : false,
+}, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gdp-converge-ro-'));
+  try {
+    const script = `
+        import { execFileSync } from 'node:child_process';
+        import { readFileSync, watch } from 'node:fs';
+        import { LabelsOutput } from ${JSON.stringify(join(ROOT, 'src', 'observe', 'outputs.ts'))};
+        import { createLogger } from ${JSON.stringify(join(ROOT, 'src', 'system', 'log.ts'))};
+        const dir = process.env.DIR;
+        const input = JSON.parse(process.env.INPUT);
+        const lines = [];
+        const out = new LabelsOutput(dir + '/gpu', false,
+          createLogger({ level: 'info', journal: false, write: (l) => void lines.push(l) }));
+        await out.update(input.first);
+        const first = readFileSync(out.path, 'utf8');
+        execFileSync('mount', ['--bind', dir, dir]);
+        execFileSync('mount', ['-o', 'remount,ro,bind', dir]);
+        await out.update(input.second);
+        const during = readFileSync(out.path, 'utf8');
+        execFileSync('mount', ['-o', 'remount,rw,bind', dir]);
+        // Only the retry's timer writes now: wait for its first touch of the directory, then its end.
+        await new Promise((r) => { const w = watch(dir, () => { w.close(); r(); }); });
+        await out.settled();
+        const after = readFileSync(out.path, 'utf8');
+        await out.stop();
+        process.stdout.write(JSON.stringify({ first, during, after, lines }));
+      `;
+    const child = spawnSync(
+      'unshare',
+      ['-m', '--propagation', 'private', process.execPath, '--input-type=module', '-e', script],
+      {
+        cwd: ROOT,
+        env: {
+          PATH: process.env.PATH ?? '/usr/bin:/bin',
+          DIR: dir,
+          INPUT: JSON.stringify({ first: input('550.54.15'), second: input('560.35.03') }),
+        },
+        encoding: 'utf8',
+        timeout: 30_000,
+      },
+    );
+    assert.equal(child.status, 0, `child failed: ${child.stderr}`);
+    const r = JSON.parse(child.stdout) as { first: string; during: string; after: string; lines: string[] };
+    assert.equal(r.first, labelsFile(nodeLabels(input('550.54.15'))));
+    assert.equal(r.during, r.first, 'the read-only mount kept the old file');
+    assert.equal(r.after, labelsFile(nodeLabels(input('560.35.03'))), 'the retry wrote the newest labels');
+    assert.ok(
+      r.lines.some((l) => /cannot write the node labels file/.test(l) && /read-only file system/i.test(l)),
+      `the failure was logged with its cause: ${r.lines.join('\n')}`,
+    );
+    assert.ok(r.lines.some((l) => /node labels file written again/.test(l)));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -242,7 +242,13 @@ export class DraClaims {
     const store = this.store;
     if (store === undefined) return refuse(NOT_STARTED);
     const done = store.get(c.uid);
-    if (done?.state === 'PrepareCompleted') return { devices: done.devices.map(wire), error: '' };
+    if (done?.state === 'PrepareCompleted') {
+      // Answered from the checkpoint; an MPS claim's CDI spec someone removed or edited is written again first.
+      const host = this.sharingRequests().get(c.uid);
+      const problem = host === undefined ? null : await this.opts.sharing.ensureSpec(host);
+      if (problem !== null) return refuse(`claim ${claimName(c)}: ${problem}`);
+      return { devices: done.devices.map(wire), error: '' };
+    }
     const allocated = await this.allocation(c);
     if ('error' in allocated) return refuse(allocated.error);
     const host = hostRequest(c, allocated.devices, this.opts.devices());

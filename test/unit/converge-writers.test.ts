@@ -8,9 +8,12 @@ import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { claimCdiSpec } from '../../src/core/dra-sharing.ts';
+import type { HostRequest } from '../../src/core/dra-sharing.ts';
 import { labelsFile, nodeLabels } from '../../src/core/labels.ts';
 import type { LabelInput } from '../../src/core/labels.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
+import { HostSharing } from '../../src/dra/sharing.ts';
 import { LABELS_RECHECK_MS, LABELS_RETRY_FIRST_MS, LabelsOutput } from '../../src/observe/outputs.ts';
 import { AtomicFile } from '../../src/system/atomic-file.ts';
 import { createLogger } from '../../src/system/log.ts';
@@ -140,6 +143,42 @@ test('labels file on a read-only mount (a private mount namespace): the update f
       `the failure was logged with its cause: ${r.lines.join('\n')}`,
     );
     assert.ok(r.lines.some((l) => /node labels file written again/.test(l)));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("sharing: at start, a prepared MPS claim's CDI spec removed or edited is written again; one right is left", async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gdp-converge-cdi-'));
+  try {
+    const uid = '0b6f4e0c-1f2a-4c1e-9a55-3c1f7e2d9a10';
+    const request: HostRequest = {
+      claim: { namespace: 'ml', name: 'train', uid },
+      timeSlices: [],
+      mps: {
+        activeThreadPercentage: 100,
+        exclusive: true,
+        units: [{ uuid: 'GPU-0', gpuIndex: 0, pinnedMemLimitMiB: 1 }],
+      },
+    };
+    const cdiDir = join(dir, 'cdi');
+    const sharing = new HostSharing({ mpsRoot: join(dir, 'mps'), cdiDir, log: quietLog() });
+    const spec = join(cdiDir, `gpu-device-plugin-claim-${uid}.json`);
+    const want = `${JSON.stringify(claimCdiSpec(join(dir, 'mps'), uid).spec, null, 1)}\n`;
+    // The CDI directory was emptied (a tmpfs /var/run/cdi wiped while the plugin was down).
+    await sharing.reconcile(new Map([[uid, request]]));
+    assert.equal(readFileSync(spec, 'utf8'), want, 'a missing spec is written again');
+    writeFileSync(spec, '{"cdiVersion":"0.6.0","kind":"forged/claim","devices":[]}\n');
+    await sharing.reconcile(new Map([[uid, request]]));
+    assert.equal(readFileSync(spec, 'utf8'), want, 'an edited spec is written again');
+    const ino = statSync(spec).ino;
+    await sharing.reconcile(new Map([[uid, request]]));
+    assert.equal(statSync(spec).ino, ino, 'a right spec is left alone');
+    assert.equal(await sharing.ensureSpec({ ...request, mps: undefined }), null, 'time-slicing has no spec');
+    // A directory that cannot be made: the problem names the directory and the cause.
+    writeFileSync(join(dir, 'file'), '');
+    const blocked = new HostSharing({ mpsRoot: join(dir, 'mps'), cdiDir: join(dir, 'file', 'cdi'), log: quietLog() });
+    assert.match((await blocked.ensureSpec(request)) ?? '', /cannot write the CDI spec .* in .*file\/cdi: .*ENOTDIR/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -148,7 +148,7 @@ test('labels file on a read-only mount (a private mount namespace): the update f
   }
 });
 
-test("sharing: at start, a prepared MPS claim's CDI spec removed or edited is written again; one right is left", async () => {
+test("sharing: at start, a prepared MPS claim's CDI spec, removed or edited, is written again", async () => {
   const dir = mkdtempSync(join(tmpdir(), 'gdp-converge-cdi-'));
   try {
     const uid = '0b6f4e0c-1f2a-4c1e-9a55-3c1f7e2d9a10';

@@ -174,7 +174,7 @@ test("sharing: at start, a prepared MPS claim's CDI spec, removed or edited, is 
     const ino = statSync(spec).ino;
     await sharing.reconcile(new Map([[uid, request]]));
     assert.equal(statSync(spec).ino, ino, 'a right spec is left alone');
-    assert.equal(await sharing.ensureSpec({ ...request, mps: undefined }), null, 'time-slicing has no spec');
+    assert.equal(await sharing.ensureSpec({ claim: request.claim, timeSlices: [] }), null, 'time-slicing has no spec');
     // A directory that cannot be made: the problem names the directory and the cause.
     writeFileSync(join(dir, 'file'), '');
     const blocked = new HostSharing({ mpsRoot: join(dir, 'mps'), cdiDir: join(dir, 'file', 'cdi'), log: quietLog() });

@@ -8,6 +8,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import type { DaemonState } from '../../src/core/daemon-state.ts';
 import { claimCdiSpec } from '../../src/core/dra-sharing.ts';
 import type { HostRequest } from '../../src/core/dra-sharing.ts';
 import { labelsFile, nodeLabels } from '../../src/core/labels.ts';
@@ -15,6 +16,7 @@ import type { LabelInput } from '../../src/core/labels.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
 import { HostSharing } from '../../src/dra/sharing.ts';
 import { LABELS_RECHECK_MS, LABELS_RETRY_FIRST_MS, LabelsOutput } from '../../src/observe/outputs.ts';
+import { STATE_RETRY_FIRST_MS, StateFile } from '../../src/observe/state-file.ts';
 import { AtomicFile } from '../../src/system/atomic-file.ts';
 import { createLogger } from '../../src/system/log.ts';
 
@@ -180,6 +182,46 @@ test("sharing: at start, a prepared MPS claim's CDI spec, removed or edited, is 
     const blocked = new HostSharing({ mpsRoot: join(dir, 'mps'), cdiDir: join(dir, 'file', 'cdi'), log: quietLog() });
     assert.match((await blocked.ensureSpec(request)) ?? '', /cannot write the CDI spec .* in .*file\/cdi: .*ENOTDIR/);
   } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+function daemonState(driverVersion: string): DaemonState {
+  return {
+    pid: process.pid,
+    version: '0.0.0-test',
+    startedAt: '2026-01-01T00:00:00.000Z',
+    publishedAt: '2026-01-01T00:00:01.000Z',
+    driverVersion,
+    devices: [],
+    resources: [],
+    planProblem: null,
+    options: {},
+  };
+}
+
+test('state file: its directory removed is made again; a failed write is tried again, newest state', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout', 'setInterval'] });
+  const dir = mkdtempSync(join(tmpdir(), 'gdp-converge-state-'));
+  const file = new StateFile(join(dir, 'run', 'state.json'), quietLog());
+  try {
+    await file.publish(daemonState('550.54.15'));
+    assert.match(readFileSync(file.path, 'utf8'), /550\.54\.15/);
+    // The runtime directory removed behind our back: made again at the next publish.
+    rmSync(join(dir, 'run'), { recursive: true });
+    await file.publish(daemonState('550.54.16'));
+    assert.match(readFileSync(file.path, 'utf8'), /550\.54\.16/, 'the directory was made again');
+    // A file where the directory should be: the write fails; once that is fixed the retry writes the
+    // newest state, with no new publish.
+    rmSync(join(dir, 'run'), { recursive: true });
+    writeFileSync(join(dir, 'run'), '');
+    await file.publish(daemonState('560.35.03'));
+    rmSync(join(dir, 'run'));
+    t.mock.timers.tick(STATE_RETRY_FIRST_MS);
+    await file.settled();
+    assert.match(readFileSync(file.path, 'utf8'), /560\.35\.03/, 'the retry wrote the newest state');
+  } finally {
+    await file.remove();
     rmSync(dir, { recursive: true, force: true });
   }
 });

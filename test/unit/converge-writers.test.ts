@@ -14,6 +14,7 @@ import type { HostRequest } from '../../src/core/dra-sharing.ts';
 import { labelsFile, nodeLabels } from '../../src/core/labels.ts';
 import type { LabelInput } from '../../src/core/labels.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
+import { CheckpointStore } from '../../src/dra/checkpoint.ts';
 import { HostSharing } from '../../src/dra/sharing.ts';
 import { LABELS_RECHECK_MS, LABELS_RETRY_FIRST_MS, LabelsOutput } from '../../src/observe/outputs.ts';
 import { STATE_RETRY_FIRST_MS, StateFile } from '../../src/observe/state-file.ts';
@@ -222,6 +223,25 @@ test('state file: its directory removed is made again; a failed write is tried a
     assert.match(readFileSync(file.path, 'utf8'), /560\.35\.03/, 'the retry wrote the newest state');
   } finally {
     await file.remove();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('checkpoint: a file edited behind our back is written again from the claims it holds, not skipped', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gdp-converge-ckpt-'));
+  try {
+    const path = join(dir, 'gpu-device-plugin-checkpoint.json');
+    const store = await CheckpointStore.open(path, 'boot-1', quietLog());
+    await store.put('u-1', { state: 'PrepareCompleted', namespace: 'ml', name: 'train', devices: [] });
+    const want = readFileSync(path, 'utf8');
+    writeFileSync(path, '{"edited": true}\n');
+    await store.persist();
+    assert.equal(readFileSync(path, 'utf8'), want, 'persist() compares with the disk');
+    rmSync(path);
+    await store.remove('u-absent');
+    await store.persist();
+    assert.equal(readFileSync(path, 'utf8'), want, 'a removed checkpoint is written again');
+  } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 });

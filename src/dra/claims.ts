@@ -179,9 +179,9 @@ export class DraClaims {
     });
   }
 
-  /** Writes the checkpoint again when it holds claims (its directory was wiped: they are still prepared). */
-  async persist(): Promise<void> {
-    if (this.store !== undefined && this.store.size > 0) await this.store.persist();
+  /** Writes the checkpoint again when it holds claims and the file differs (wiped, edited); whether it wrote. */
+  async persist(): Promise<boolean> {
+    return this.store !== undefined && this.store.size > 0 ? await this.store.persist() : false;
   }
 
   /** Resolves once every call under way has finished. */

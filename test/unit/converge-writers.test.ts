@@ -12,11 +12,13 @@ import type { DaemonState } from '../../src/core/daemon-state.ts';
 import { claimCdiSpec } from '../../src/core/dra-sharing.ts';
 import type { HostRequest } from '../../src/core/dra-sharing.ts';
 import { labelsFile, nodeLabels } from '../../src/core/labels.ts';
+import { NodeMetrics, renderMetrics } from '../../src/core/metrics.ts';
+import type { MetricsSnapshot } from '../../src/core/metrics.ts';
 import type { LabelInput } from '../../src/core/labels.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
 import { CheckpointStore } from '../../src/dra/checkpoint.ts';
 import { HostSharing } from '../../src/dra/sharing.ts';
-import { LABELS_RECHECK_MS, LABELS_RETRY_FIRST_MS, LabelsOutput } from '../../src/observe/outputs.ts';
+import { LABELS_RECHECK_MS, LABELS_RETRY_FIRST_MS, LabelsOutput, MetricsOutput } from '../../src/observe/outputs.ts';
 import { STATE_RETRY_FIRST_MS, StateFile } from '../../src/observe/state-file.ts';
 import { AtomicFile } from '../../src/system/atomic-file.ts';
 import { createLogger } from '../../src/system/log.ts';
@@ -242,6 +244,40 @@ test('checkpoint: a file edited behind our back is written again from the claims
     await store.persist();
     assert.equal(readFileSync(path, 'utf8'), want, 'a removed checkpoint is written again');
   } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('metrics file: each interval compares with the disk, so an edited or removed file is put back', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gdp-converge-prom-'));
+  const snapshot: MetricsSnapshot = {
+    version: '0.0.0-test',
+    driverVersion: '550.54.15',
+    node: 'node-a',
+    gpus: [{ index: 0, uuid: 'GPU-a', healthy: true }],
+    resources: [{ name: 'nvidia.com/gpu', devices: 1, healthy: 1 }],
+    residentBytes: 1,
+  };
+  const metrics = new NodeMetrics(() => 1_700_000_000);
+  const out = new MetricsOutput({
+    path: join(dir, 'gpu.prom'),
+    intervalMs: 60_000,
+    metrics,
+    snapshot: () => snapshot,
+    log: quietLog(),
+  });
+  try {
+    await out.write();
+    const want = readFileSync(join(dir, 'gpu.prom'), 'utf8');
+    assert.equal(want, renderMetrics(metrics, snapshot));
+    writeFileSync(join(dir, 'gpu.prom'), '# edited\n');
+    await out.write();
+    assert.equal(readFileSync(join(dir, 'gpu.prom'), 'utf8'), want, 'an edited file is put back');
+    rmSync(join(dir, 'gpu.prom'));
+    await out.write();
+    assert.equal(readFileSync(join(dir, 'gpu.prom'), 'utf8'), want, 'a removed file is put back');
+  } finally {
+    out.stop();
     rmSync(dir, { recursive: true, force: true });
   }
 });

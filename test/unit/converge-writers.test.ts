@@ -5,11 +5,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { DaemonState } from '../../src/core/daemon-state.ts';
-import { claimCdiSpec } from '../../src/core/dra-sharing.ts';
+import { claimCdiSpec, requestDir } from '../../src/core/dra-sharing.ts';
 import type { HostRequest } from '../../src/core/dra-sharing.ts';
 import { labelsFile, nodeLabels } from '../../src/core/labels.ts';
 import { NodeMetrics, renderMetrics } from '../../src/core/metrics.ts';
@@ -278,6 +278,27 @@ test('metrics file: each interval compares with the disk, so an edited or remove
     assert.equal(readFileSync(join(dir, 'gpu.prom'), 'utf8'), want, 'a removed file is put back');
   } finally {
     out.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('sharing: a request that cannot be put in place is refused by name and leaves no temporary file', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gdp-converge-req-'));
+  try {
+    const uid = '0b6f4e0c-1f2a-4c1e-9a55-3c1f7e2d9a11';
+    const mpsRoot = join(dir, 'mps');
+    const sharing = new HostSharing({ mpsRoot, cdiDir: join(dir, 'cdi'), log: quietLog(), answerTimeoutMs: 1 });
+    // Where the request goes, a directory that is not empty: the rename over it fails.
+    mkdirSync(join(requestDir(mpsRoot), `${uid}.json`), { recursive: true });
+    writeFileSync(join(requestDir(mpsRoot), `${uid}.json`, 'x'), '');
+    const r = await sharing.prepare({ claim: { namespace: 'ml', name: 'train', uid }, timeSlices: [] });
+    assert.ok('error' in r);
+    assert.match(
+      r.error,
+      /cannot write its time-slicing request for gpu-device-plugin-mps\.service: .*(EISDIR|ENOTEMPTY)/,
+    );
+    assert.deepEqual(readdirSync(requestDir(mpsRoot)), [`${uid}.json`], 'no temporary file left behind');
+  } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 });

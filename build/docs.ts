@@ -410,6 +410,13 @@ const ENVIRONMENT: readonly { names: readonly string[]; text: string }[] = [
       'the cdi-* strategies need (default /etc/cdi:/var/run/cdi).',
   },
   {
+    names: ['DRA_HEALTH_TIMEOUT_SECONDS'],
+    text:
+      'The timeout, in whole seconds from 1 to 3600, each report on the DRA health stream states ' +
+      "(--kubelet-api=dra; default 30, the kubelet's); the list is sent again every third of it. " +
+      'For tests: leave it unset on a node.',
+  },
+  {
     names: ['NOTIFY_SOCKET', 'WATCHDOG_USEC', 'WATCHDOG_PID'],
     text:
       'Set by systemd (Type=notify, WatchdogSec=): readiness, STATUS= and watchdog messages go to ' +

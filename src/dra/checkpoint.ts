@@ -116,9 +116,14 @@ export class CheckpointStore {
     });
   }
 
-  /** Writes the checkpoint again if the file is gone or differs (its directory was wiped, say). */
-  persist(): Promise<void> {
-    return this.mutate((c) => c).then(() => undefined);
+  /**
+   * Writes the checkpoint again if the file on disk is gone or differs (its directory was wiped, someone
+   * edited it); resolves with whether it wrote.
+   */
+  persist(): Promise<boolean> {
+    const next = this.chain.then(() => this.file.write(serializeCheckpoint(this.current)));
+    this.chain = next.catch(() => undefined);
+    return next;
   }
 
   /** One change at a time: the next state is written, and only then is it the current one. */

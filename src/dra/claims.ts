@@ -179,9 +179,9 @@ export class DraClaims {
     });
   }
 
-  /** Writes the checkpoint again when it holds claims (its directory was wiped: they are still prepared). */
-  async persist(): Promise<void> {
-    if (this.store !== undefined && this.store.size > 0) await this.store.persist();
+  /** Writes the checkpoint again when it holds claims and the file differs (wiped, edited); whether it wrote. */
+  async persist(): Promise<boolean> {
+    return this.store !== undefined && this.store.size > 0 ? await this.store.persist() : false;
   }
 
   /** Resolves once every call under way has finished. */
@@ -242,7 +242,13 @@ export class DraClaims {
     const store = this.store;
     if (store === undefined) return refuse(NOT_STARTED);
     const done = store.get(c.uid);
-    if (done?.state === 'PrepareCompleted') return { devices: done.devices.map(wire), error: '' };
+    if (done?.state === 'PrepareCompleted') {
+      // Answered from the checkpoint; an MPS claim's CDI spec someone removed or edited is written again first.
+      const host = this.sharingRequests().get(c.uid);
+      const problem = host === undefined ? null : await this.opts.sharing.ensureSpec(host);
+      if (problem !== null) return refuse(`claim ${claimName(c)}: ${problem}`);
+      return { devices: done.devices.map(wire), error: '' };
+    }
     const allocated = await this.allocation(c);
     if ('error' in allocated) return refuse(allocated.error);
     const host = hostRequest(c, allocated.devices, this.opts.devices());

@@ -1,10 +1,13 @@
 // The DRAResourceHealth stream served on dra.sock, in both versions the kubelets speak: v1alpha1 (1.34–1.36)
 // and v1 (1.37, which opens it when the registration lists it; the same messages). Every stream, of either
-// version, gets the complete health list of this node's devices when it opens, and again whenever the list
-// says something new (a device turned unhealthy, recovered, came or went). The list itself is
-// core/dra-health.ts's, from the snapshot's health model.
+// version, gets the complete health list of this node's devices when it opens, again whenever the list
+// says something new (a device turned unhealthy, recovered, came or went), and again every third of the
+// timeout each report states: the kubelet shows a device as Unknown once the last report it received of
+// it is older than that timeout, whatever the report said. The list itself is core/dra-health.ts's,
+// from the snapshot's health model.
 import type * as grpc from '@grpc/grpc-js';
 import { HealthStatus, draHealthService } from '../api/dra.ts';
+import { OptionError } from '../config/errors.ts';
 import type { DraHealthVersion, NodeWatchResourcesRequest, NodeWatchResourcesResponse } from '../api/dra.ts';
 import type { DraNodeDevice } from '../core/dra-claims.ts';
 import { deviceHealthList, sameHealth } from '../core/dra-health.ts';
@@ -23,6 +26,40 @@ export const HEALTH_VERSIONS: readonly DraHealthVersion[] = ['v1', 'v1alpha1'];
 /** How long close() waits for a stream's end to reach a peer that does not read. */
 const END_WAIT_MS = 1000;
 
+/** The timeout each report states unless told otherwise: the kubelet's own default (what 0 means). */
+export const DEFAULT_HEALTH_TIMEOUT_SEC = 30;
+/** The bounds of a stated timeout: whole seconds on the wire; above an hour a lost device would go unnoticed. */
+export const HEALTH_TIMEOUT_BOUNDS_SEC = { min: 1, max: 3600 } as const;
+/** The environment variable that sets the stated timeout (tests use a short one; nodes leave it unset). */
+export const HEALTH_TIMEOUT_ENV = 'DRA_HEALTH_TIMEOUT_SECONDS';
+
+/**
+ * How often the whole list is sent again for a stated timeout: a third of it (10 s for 30 s). The kubelet
+ * compares the time it received a device's last report with the timeout, so a resend must land inside it;
+ * at a third, one resend lost or late (a busy event loop, a kubelet slow to read) still does.
+ */
+export function resendPeriodMs(timeoutSec: number): number {
+  return Math.floor((timeoutSec * 1000) / 3);
+}
+
+/**
+ * The timeout to state from the environment: DRA_HEALTH_TIMEOUT_SECONDS, whole seconds within the bounds,
+ * else the default. A value that is not one is an OptionError (exit 2) naming the variable and what it takes.
+ */
+export function healthTimeoutFromEnv(env: Readonly<Record<string, string | undefined>>): number {
+  const raw = env.DRA_HEALTH_TIMEOUT_SECONDS;
+  if (raw === undefined || raw === '') return DEFAULT_HEALTH_TIMEOUT_SEC;
+  const { min, max } = HEALTH_TIMEOUT_BOUNDS_SEC;
+  const n = /^[0-9]+$/.test(raw.trim()) ? Number(raw.trim()) : Number.NaN;
+  if (!Number.isInteger(n) || n < min || n > max) {
+    throw new OptionError(
+      `environment variable ${HEALTH_TIMEOUT_ENV}=${JSON.stringify(raw)}: not a health-report timeout; ` +
+        `it takes whole seconds from ${min} to ${max} (default ${DEFAULT_HEALTH_TIMEOUT_SEC})`,
+    );
+  }
+  return n;
+}
+
 export class HealthStream {
   /** The pool every device of ours is in (the node's name). */
   private readonly pool: string;
@@ -30,9 +67,17 @@ export class HealthStream {
   private readonly timers = new TimerOwner();
   private health: DraDeviceHealth[] = [];
   private closed = false;
+  /** The health_check_timeout_seconds each report states. */
+  readonly timeoutSec: number;
 
-  constructor(pool: string) {
+  /** timeoutSec: the timeout each report states (default 30 s); the list is sent again every third of it. */
+  constructor(pool: string, timeoutSec: number = DEFAULT_HEALTH_TIMEOUT_SEC) {
+    const { min, max } = HEALTH_TIMEOUT_BOUNDS_SEC;
+    if (!Number.isInteger(timeoutSec) || timeoutSec < min || timeoutSec > max)
+      throw new RangeError(`health stream of ${pool}: timeout ${timeoutSec} s is not whole seconds in ${min}–${max}`);
     this.pool = pool;
+    this.timeoutSec = timeoutSec;
+    this.timers.every('resend', resendPeriodMs(timeoutSec), () => this.send());
   }
 
   /** The health of `devices` in `snapshot` (startedSec: when a device never changed); sent if it differs. */
@@ -40,8 +85,7 @@ export class HealthStream {
     const next = deviceHealthList(snapshot, devices, startedSec);
     if (sameHealth(next, this.health)) return;
     this.health = next;
-    const msg = this.message();
-    for (const s of this.streams) s.write(msg);
+    this.send();
   }
 
   /** The DRAResourceHealth services, v1 and v1alpha1, for dra.sock. */
@@ -58,6 +102,7 @@ export class HealthStream {
    */
   async close(): Promise<void> {
     this.closed = true;
+    this.timers.clear('resend');
     await Promise.all(
       [...this.streams].map((s, i) => {
         const ended = new Promise<void>((resolve) => {
@@ -72,13 +117,20 @@ export class HealthStream {
     this.streams.clear();
   }
 
+  /** The whole list to every open stream (on a change, and every resend period so no report goes stale). */
+  private send(): void {
+    if (this.closed || this.streams.size === 0) return;
+    const msg = this.message();
+    for (const s of this.streams) s.write(msg);
+  }
+
   private message(): NodeWatchResourcesResponse {
     return {
       devices: this.health.map((h) => ({
         device: { pool_name: this.pool, device_name: h.device },
         health: HEALTH_ON_WIRE[h.health],
         last_updated_time: h.lastUpdated,
-        health_check_timeout_seconds: 0,
+        health_check_timeout_seconds: this.timeoutSec,
         message: h.message,
       })),
     };

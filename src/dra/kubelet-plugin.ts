@@ -4,6 +4,7 @@ import { CLAIM_MPS_RESOURCE, claimDaemonName, claimMpsRoot } from '../core/dra-s
 import type { HostDevice } from '../core/dra-sharing.ts';
 import { mpsPaths } from '../core/mps.ts';
 import type { AppliedSnapshot, NodeConsumer } from '../node/consumer.ts';
+import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 import { CDI_WRITE_DIR } from './cdi.ts';
 import { CHECKPOINT_FILE } from './checkpoint.ts';
@@ -64,6 +65,8 @@ export interface DraKubeletPluginOptions {
    * process lost its view of the directories (and then exits with that reason instead).
    */
   readonly beforeServeProblem?: () => Promise<void>;
+  /** The timeout each health report states, seconds (default 30, the kubelet's); resent every third of it. */
+  readonly healthTimeoutSec?: number;
   /** Wall clock, ms since the epoch (the health stream's times); default Date.now. */
   readonly now?: () => number;
   readonly log: Logger;
@@ -86,6 +89,8 @@ export class DraKubeletPlugin implements NodeConsumer {
   private nodeDevices: readonly HostDevice[] = [];
   private startedAt = 0;
   private started: Promise<void> | undefined;
+  /** Why the checkpoint could not be written at the last check (logged once), or undefined. */
+  private checkpointProblem: string | undefined;
 
   constructor(opts: DraKubeletPluginOptions) {
     const log = opts.log.child({ driver: opts.driver });
@@ -117,7 +122,7 @@ export class DraKubeletPlugin implements NodeConsumer {
       now: this.now,
       log,
     });
-    this.health = new HealthStream(nodeName);
+    this.health = new HealthStream(nodeName, opts.healthTimeoutSec);
     this.sockets = new DraSockets({
       driver,
       registryDir: opts.registryDir,
@@ -125,7 +130,8 @@ export class DraKubeletPlugin implements NodeConsumer {
       endpointServices: () => [...this.claims.bindings(), ...this.health.bindings()],
       registrationServices: () => [this.registration.binding()],
       onRegistrationSocketLost: (reason) => this.registration.lost(reason),
-      onPluginDirMade: () => this.claims.persist(),
+      onPluginDirMade: () => this.claims.persist().then(() => undefined),
+      afterPass: () => this.convergeCheckpoint(log),
       ...(opts.beforeServeProblem === undefined ? {} : { beforeServeProblem: opts.beforeServeProblem }),
       ...(opts.checkIntervalMs === undefined ? {} : { checkIntervalMs: opts.checkIntervalMs }),
       log,
@@ -205,5 +211,26 @@ export class DraKubeletPlugin implements NodeConsumer {
     await this.health.close();
     await this.claims.drain();
     await this.sockets.close();
+  }
+
+  /**
+   * On every socket check (5 s) the checkpoint is compared with its file: one removed or edited by someone
+   * else is written again (with it gone, a restart would withdraw the sharing of claims still prepared).
+   */
+  private async convergeCheckpoint(log: Logger): Promise<void> {
+    try {
+      if (await this.claims.persist())
+        log.warn('the DRA checkpoint was removed or changed by someone else; written again', {
+          checkpoint: this.checkpointPath,
+        });
+      if (this.checkpointProblem !== undefined)
+        log.info('DRA checkpoint written again', { checkpoint: this.checkpointPath });
+      this.checkpointProblem = undefined;
+    } catch (err) {
+      const problem = errorText(err);
+      if (problem !== this.checkpointProblem)
+        log.error('cannot write the DRA checkpoint; trying again at each check', { error: problem });
+      this.checkpointProblem = problem;
+    }
   }
 }

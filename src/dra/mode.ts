@@ -31,6 +31,7 @@ import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 import { CDI_WRITE_DIR, cdiSpecDirs } from './cdi.ts';
 import { SlicePublisher, accessProblem } from './slice-publisher.ts';
+import { healthTimeoutFromEnv } from './health.ts';
 import { DraKubeletPlugin } from './kubelet-plugin.ts';
 /** The RBAC the package ships for DRA mode (packaging/dra/rbac.yaml). */
 export const DRA_RBAC = '/usr/share/doc/gpu-device-plugin/dra/rbac.yaml';
@@ -177,6 +178,7 @@ function draRegistrations(plugin: DraKubeletPlugin, publisher: SlicePublisher, d
 
 export async function startDraMode(d: DraModeDeps): Promise<DraMode> {
   const o = d.options;
+  const healthTimeoutSec = healthTimeoutFromEnv(process.env);
   const client = await connect(o, d.log);
   const cdiDirs = cdiSpecDirs(process.env);
   const plugin = new DraKubeletPlugin({
@@ -189,6 +191,7 @@ export async function startDraMode(d: DraModeDeps): Promise<DraMode> {
     // The last directory the runtime reads (/var/run/cdi by default): the one for generated specs.
     cdiWriteDir: cdiDirs[cdiDirs.length - 1] ?? CDI_WRITE_DIR,
     mpsRoot: o.mpsRoot || null,
+    healthTimeoutSec,
     log: d.log,
     beforeServeProblem: async () => {
       await Promise.all(views.map((v) => v.checkNow()));

@@ -46,9 +46,20 @@ function claimSpecFile(cdiDir: string, uid: string): string {
   return join(cdiDir, `gpu-device-plugin-claim-${uid}.json`);
 }
 
+/** Replaces the file by rename; a failed write leaves nothing behind (no half-written temporary file). */
 async function writeAtomically(path: string, text: string): Promise<void> {
-  await writeFile(`${path}.tmp`, text, { mode: 0o644 });
-  await rename(`${path}.tmp`, path);
+  try {
+    await writeFile(`${path}.tmp`, text, { mode: 0o644 });
+    await rename(`${path}.tmp`, path);
+  } catch (err) {
+    await rm(`${path}.tmp`, { force: true }).catch(() => undefined);
+    throw err;
+  }
+}
+
+/** A claim's MPS CDI spec as written (one JSON document). */
+function claimSpecText(mpsRoot: string, uid: string): string {
+  return `${JSON.stringify(claimCdiSpec(mpsRoot, uid).spec, null, 1)}\n`;
 }
 
 export class HostSharing {
@@ -91,14 +102,30 @@ export class HostSharing {
       };
     if (answer.state === 'failed') return { error: `${AGENT_UNIT} could not set up its ${what}: ${answer.error}` };
     if (request.mps === undefined) return { cdiDeviceIds: [] };
-    const cdi = claimCdiSpec(root, uid);
+    const problem = await this.ensureSpec(request);
+    if (problem !== null) return { error: problem };
+    return { cdiDeviceIds: [claimCdiSpec(root, uid).id] };
+  }
+
+  /**
+   * Makes the MPS claim's CDI spec file hold what it should, compared with the file on disk (a file removed
+   * or edited by someone else is written again; one that is right is left alone). Null when it is right, else
+   * why not. A claim that is not MPS has no spec.
+   */
+  async ensureSpec(request: HostRequest): Promise<string | null> {
+    const root = this.o.mpsRoot;
+    if (root === null || request.mps === undefined) return null;
+    const uid = request.claim.uid;
+    const file = claimSpecFile(this.o.cdiDir, uid);
+    const want = claimSpecText(root, uid);
+    if ((await readFile(file, 'utf8').catch(() => null)) === want) return null;
     try {
       await mkdir(this.o.cdiDir, { recursive: true, mode: 0o755 });
-      await writeAtomically(claimSpecFile(this.o.cdiDir, uid), `${JSON.stringify(cdi.spec, null, 1)}\n`);
+      await writeAtomically(file, want);
     } catch (err) {
-      return { error: `cannot write the CDI spec of its MPS daemon in ${this.o.cdiDir}: ${errorText(err)}` };
+      return `cannot write the CDI spec of its MPS daemon in ${this.o.cdiDir}: ${errorText(err)}`;
     }
-    return { cdiDeviceIds: [cdi.id] };
+    return null;
   }
 
   private get answerTimeoutMs(): number {
@@ -186,7 +213,8 @@ export class HostSharing {
 
   /**
    * At start, with the checkpoint's claims: a request of a claim no longer prepared is withdrawn, and one
-   * missing (the MPS root was emptied) written again; the rest are left to the agent as they are.
+   * missing (the MPS root was emptied) written again; the rest are left to the agent as they are. Each
+   * prepared MPS claim's CDI spec is made right again too (the CDI directory emptied, a file edited).
    */
   async reconcile(prepared: ReadonlyMap<string, HostRequest>): Promise<void> {
     const root = this.o.mpsRoot;
@@ -209,6 +237,8 @@ export class HostSharing {
       } catch {
         same = false;
       }
+      const specProblem = await this.ensureSpec(request);
+      if (specProblem !== null) this.o.log.error('a prepared MPS claim has no CDI spec', { uid, error: specProblem });
       if (same) continue;
       await mkdir(dir, { recursive: true, mode: 0o755 });
       await writeAtomically(join(dir, `${uid}.json`), serializeRequest({ id: `${uid}/restored`, request }));

@@ -31,6 +31,8 @@ export interface DraSocketsOptions {
   readonly onRegistrationSocketLost: (reason: string) => void;
   /** The plugin directory was made again (the checkpoint in it went with it). */
   readonly onPluginDirMade: () => Promise<void>;
+  /** After each pass (a change in a watched directory, or the periodic check); its errors are its own. */
+  readonly afterPass?: () => Promise<void>;
   /** Awaited before a failure to serve is reported (see above). */
   readonly beforeServeProblem?: () => Promise<void>;
   /** The periodic check; default 5000 ms. */
@@ -130,6 +132,7 @@ export class DraSockets {
     } catch (err) {
       await this.serveProblem(errorText(err));
     }
+    await this.opts.afterPass?.();
   }
 
   /** The plugin directory, made again when the kubelet's plugins directory is there and it is not. */

@@ -1,8 +1,9 @@
 // What the plugin tells the host's own tools: the node labels file that Node Feature Discovery's
 // local source reads, and the metrics file that node_exporter's textfile collector reads. The
 // content comes from core/labels.ts and core/metrics.ts; this folder decides when to write it and
-// writes it atomically (system/atomic-file.ts). A failed write is logged, never fatal: labels and
-// metrics must not cost the node its GPUs.
+// writes it atomically (system/atomic-file.ts), comparing with the file on disk, never with what it
+// wrote before. A failed write is logged and tried again (the labels after a backoff, the metrics at
+// the next interval), never fatal: labels and metrics must not cost the node its GPUs.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { labelledModel, labelsFile, nodeLabels } from '../core/labels.ts';
@@ -11,16 +12,35 @@ import { renderMetrics } from '../core/metrics.ts';
 import type { MetricsSnapshot, NodeMetrics } from '../core/metrics.ts';
 import { AtomicFile } from '../system/atomic-file.ts';
 import { errorText } from '../system/log.ts';
+import { TimerOwner } from '../system/timers.ts';
 import type { Logger } from '../system/log.ts';
 
-/** The NFD feature file: rewritten on every new node state, and only when its content changes. */
+/** A failed labels write is tried again after this, doubling up to LABELS_RETRY_MAX_MS. */
+export const LABELS_RETRY_FIRST_MS = 1000;
+export const LABELS_RETRY_MAX_MS = 60_000;
+/**
+ * How often the labels file is looked at while all is well, to put it back when someone removed or edited
+ * it: NFD reads it every minute, so a file gone for a minute at most costs the node at most one read.
+ */
+export const LABELS_RECHECK_MS = 60_000;
+
+/**
+ * The NFD feature file: written for every new node state when its content differs from the file on disk;
+ * a failed write is tried again (1 s doubling to 60 s) until it works, and the file is looked at every
+ * minute so that one removed or edited behind our back is put back.
+ */
 export class LabelsOutput {
   private readonly file: AtomicFile;
   private readonly removeOnStop: boolean;
   private readonly log: Logger;
+  private readonly timers = new TimerOwner();
   private lastProblem: string | undefined;
   private warnedModels = '';
   private updates = 0;
+  /** The content the file should hold (the latest node state's); null before the first update. */
+  private wanted: string | null = null;
+  private retryMs = LABELS_RETRY_FIRST_MS;
+  private writing: Promise<void> = Promise.resolve();
 
   constructor(path: string, removeOnStop: boolean, log: Logger) {
     this.file = new AtomicFile(path);
@@ -30,6 +50,11 @@ export class LabelsOutput {
 
   get path(): string {
     return this.file.path;
+  }
+
+  /** Resolves when the write started last (by an update, a retry or a recheck) has ended. */
+  settled(): Promise<void> {
+    return this.writing;
   }
 
   /** Writes the labels for a new node state (start, config reload, re-discovery, MIG layout). */
@@ -44,23 +69,45 @@ export class LabelsOutput {
     }
     this.warnedModels = others;
     const labels = nodeLabels(input);
-    try {
-      const wrote = await this.file.write(labelsFile(labels));
-      if (wrote) this.log.info('node labels written', { file: this.file.path, labels: labels.length });
-      else if (this.updates === 0)
-        this.log.info('node labels file already up to date; not rewritten', { file: this.file.path });
-      this.updates++;
-      this.lastProblem = undefined;
-    } catch (err) {
-      const problem = errorText(err);
-      if (problem !== this.lastProblem)
-        this.log.error('cannot write the node labels file; labels are not updated', { error: problem });
-      this.lastProblem = problem;
-    }
+    this.wanted = labelsFile(labels);
+    await this.writeWanted(labels.length);
+  }
+
+  /** Writes what the file should hold if the disk differs; on failure, tries again later. */
+  private writeWanted(labels?: number): Promise<void> {
+    const content = this.wanted;
+    if (content === null) return Promise.resolve();
+    this.writing = this.file.write(content).then(
+      (wrote) => {
+        if (wrote)
+          this.log.info('node labels written', { file: this.file.path, ...(labels === undefined ? {} : { labels }) });
+        else if (this.updates === 0)
+          this.log.info('node labels file already up to date; not rewritten', { file: this.file.path });
+        this.updates++;
+        if (this.lastProblem !== undefined) this.log.info('node labels file written again', { file: this.file.path });
+        this.lastProblem = undefined;
+        this.retryMs = LABELS_RETRY_FIRST_MS;
+        this.timers.clear('retry');
+        if (!this.timers.has('recheck')) this.timers.every('recheck', LABELS_RECHECK_MS, () => void this.writeWanted());
+      },
+      (err: unknown) => {
+        const problem = errorText(err);
+        if (problem !== this.lastProblem)
+          this.log.error('cannot write the node labels file; labels are not updated; trying again', {
+            error: problem,
+            retryInMs: this.retryMs,
+          });
+        this.lastProblem = problem;
+        this.timers.after('retry', this.retryMs, () => void this.writeWanted());
+        this.retryMs = Math.min(this.retryMs * 2, LABELS_RETRY_MAX_MS);
+      },
+    );
+    return this.writing;
   }
 
   /** On a clean stop: the file stays unless the operator asked for its removal. */
   async stop(): Promise<void> {
+    this.timers.dispose();
     if (!this.removeOnStop) return;
     try {
       await this.file.remove();

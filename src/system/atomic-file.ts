@@ -1,22 +1,22 @@
 // A file that other programs read while we replace it (NFD's feature file, node_exporter's .prom
 // file): every write goes to a hidden temporary file in the same directory, is flushed, and is
 // renamed over the target, so a reader sees the old content or the new, never a part. Nothing is
-// written when the content is what the file already holds, so a restart or a no-op reload leaves
-// the file (and its inode and mtime) alone. The temporary name starts with a dot: NFD skips hidden
+// written when the content is what the file holds on disk now (read before every write, never taken
+// from memory: a file someone edited or removed is written again, and a write after a failed one
+// starts from what is there), so a restart or a no-op reload leaves the file (and its inode and
+// mtime) alone. The temporary name starts with a dot: NFD skips hidden
 // files, and node_exporter reads only *.prom. No fsync: a power loss may leave the file empty or
 // old, and the next start rewrites it (the content differs); an fsync would instead hold one of
 // libuv's few pool threads for as long as a busy disk takes. A file whose loss would lose a promise
 // made to someone else (DRA's checkpoint: the kubelet was told a claim is prepared) is `durable`: the
 // temporary file is flushed to disk before the rename, and the directory after it.
-import { open, readFile, rename, stat, unlink } from 'node:fs/promises';
+import { open, readFile, rename, unlink } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 
 export class AtomicFile {
   readonly path: string;
   private readonly mode: number;
   private readonly durable: boolean;
-  /** What the file holds as far as we know (read once from disk before the first write). */
-  private known: string | null | undefined;
   /** Writes run one after the other; the newest content wins. */
   private chain: Promise<unknown> = Promise.resolve();
   writes = 0;
@@ -39,22 +39,9 @@ export class AtomicFile {
   }
 
   private async doWrite(content: string): Promise<boolean> {
-    if (this.known === undefined) {
-      try {
-        this.known = await readFile(this.path, 'utf8');
-      } catch {
-        this.known = null;
-      }
-    }
-    // Same content: nothing to do, unless someone removed the file meanwhile.
-    if (
-      this.known === content &&
-      (await stat(this.path).then(
-        () => true,
-        () => false,
-      ))
-    )
-      return false;
+    // Same content on disk: nothing to do. Unreadable (gone, say) counts as different.
+    const onDisk = await readFile(this.path, 'utf8').catch(() => null);
+    if (onDisk === content) return false;
     const tmp = this.tempPath;
     try {
       const fh = await open(tmp, 'w', this.mode);
@@ -71,7 +58,6 @@ export class AtomicFile {
       await unlink(tmp).catch(() => undefined);
       throw new Error(`cannot write ${this.path}: ${(err as Error).message}${hint(err, this.path)}`, { cause: err });
     }
-    this.known = content;
     this.writes++;
     return true;
   }
@@ -85,7 +71,6 @@ export class AtomicFile {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT')
         throw new Error(`cannot remove ${this.path}: ${(err as Error).message}`, { cause: err });
     }
-    this.known = null;
   }
 }
 

@@ -15,7 +15,12 @@
 // fails or ends, 5 s in the kubelet). Which health service: a 1.34–1.36 kubelet (`healthVersions`
 // ['v1alpha1'], the default) opens v1alpha1's for every plugin, listed or not; a 1.37 kubelet (['v1',
 // 'v1alpha1']) opens the first of its versions the plugin lists in supported_versions (v1 before v1alpha1),
-// and none when the plugin lists neither (the kubelet's pickHealthService). With `slices` set it also does
+// and none when the plugin lists neither (the kubelet's pickHealthService). It keeps what the kubelet's
+// health cache keeps (cm/dra/healthinfo.go): per device its last reported health and message, the time
+// the report was *received* (the report's own last_updated_time is not used) and the timeout the report
+// states (0: 30 s); `kubeletHealth()` answers as the kubelet fills a pod's allocatedResourcesStatus — Unknown
+// once the last report received is older than its timeout — and `staleReports` records every report that
+// came after its device had already turned Unknown that way. With `slices` set it also does
 // what the kubelet does to ResourceSlices: at start it deletes every slice of its node, and `wipeDelayMs`
 // (30 s in the kubelet) after a driver's last plugin went away it deletes that driver's slices, unless one
 // registered again.
@@ -34,6 +39,7 @@ import { basename, join } from 'node:path';
 import {
   DRA_HEALTH_SERVICE_NAMES,
   DRA_PLUGIN_TYPE,
+  HealthStatus,
   DRA_SERVICE_NAMES,
   draHealthService,
   draPluginService,
@@ -95,6 +101,36 @@ export interface RejectedPlugin {
   /** Whether NotifyRegistrationStatus(false, reason) reached the plugin. */
   notified: boolean;
 }
+
+/** A device's health as the kubelet shows it in a pod's allocatedResourcesStatus. */
+export type KubeletDeviceHealth = 'Healthy' | 'Unhealthy' | 'Unknown';
+
+/** The kubelet's default when a report states no timeout (health_check_timeout_seconds 0). */
+export const KUBELET_HEALTH_TIMEOUT_MS = 30_000;
+
+/** What the kubelet's health cache keeps of one device's last report. */
+interface CachedHealth {
+  health: KubeletDeviceHealth;
+  message: string;
+  /** When the report came (Date.now()), not the report's own last_updated_time. */
+  receivedMs: number;
+  timeoutMs: number;
+}
+
+/** A report of a device that came after the previous one had gone stale (the device was Unknown meanwhile). */
+export interface StaleReport {
+  driver: string;
+  /** pool/device. */
+  device: string;
+  /** How old the previous report was when this one came. */
+  ageMs: number;
+  timeoutMs: number;
+}
+
+const WIRE_HEALTH: Record<number, KubeletDeviceHealth> = {
+  [HealthStatus.HEALTHY]: 'Healthy',
+  [HealthStatus.UNHEALTHY]: 'Unhealthy',
+};
 
 interface Registered {
   reg: DriverRegistration;
@@ -216,6 +252,10 @@ export class PluginWatcherStandIn extends EventEmitter {
   readonly wipes: { driver: string | undefined; deleted: number }[] = [];
   /** The latest health list per driver, and how many stream messages came. */
   readonly health = new Map<string, { devices: DeviceHealth[]; messages: number }>();
+  /** Per driver, per pool/device: the kubelet's health cache (see kubeletHealth). */
+  private readonly healthCache = new Map<string, Map<string, CachedHealth>>();
+  /** Reports that came after their device's previous one had gone stale. */
+  readonly staleReports: StaleReport[] = [];
   /** Health streams that failed or ended (a driver without the service answers UNIMPLEMENTED). */
   readonly healthErrors: { driver: string; code: grpc.status | undefined; message: string }[] = [];
   private readonly versions: readonly DraVersion[];
@@ -421,10 +461,68 @@ export class PluginWatcherStandIn extends EventEmitter {
     stream.on('data', (msg: NodeWatchResourcesResponse) => {
       const h = this.health.get(name);
       this.health.set(name, { devices: msg.devices, messages: (h?.messages ?? 0) + 1 });
+      this.cacheHealth(name, msg.devices, Date.now());
       this.emit('health', name, msg.devices);
     });
     stream.on('error', (err: grpc.ServiceError) => retry(err));
     stream.on('end', () => retry());
+  }
+
+  /**
+   * The kubelet's update of its health cache from one message: each device reported is stored with the
+   * time it came and its stated timeout; a device of the cache not in the message turns Unknown once its
+   * last report is older than its timeout (the kubelet's rule for devices a plugin stopped reporting).
+   */
+  private cacheHealth(driver: string, devices: readonly DeviceHealth[], nowMs: number): void {
+    let cache = this.healthCache.get(driver);
+    if (cache === undefined) {
+      cache = new Map();
+      this.healthCache.set(driver, cache);
+    }
+    const reported = new Set<string>();
+    for (const d of devices) {
+      const key = `${d.device?.pool_name ?? ''}/${d.device?.device_name ?? ''}`;
+      reported.add(key);
+      const prev = cache.get(key);
+      if (prev !== undefined && nowMs - prev.receivedMs > prev.timeoutMs)
+        this.staleReports.push({ driver, device: key, ageMs: nowMs - prev.receivedMs, timeoutMs: prev.timeoutMs });
+      const secs = Number(d.health_check_timeout_seconds);
+      cache.set(key, {
+        health: WIRE_HEALTH[d.health] ?? 'Unknown',
+        message: d.message,
+        receivedMs: nowMs,
+        timeoutMs: secs > 0 ? secs * 1000 : KUBELET_HEALTH_TIMEOUT_MS,
+      });
+    }
+    for (const [key, c] of cache) {
+      if (!reported.has(key) && c.health !== 'Unknown' && nowMs - c.receivedMs > c.timeoutMs)
+        cache.set(key, { ...c, health: 'Unknown', message: '', receivedMs: nowMs });
+    }
+  }
+
+  /**
+   * A device's health as the kubelet would put it in a pod's status at `nowMs`: Unknown when nothing was
+   * reported of it, or its last report came more than its stated timeout ago (then without a message).
+   */
+  kubeletHealth(
+    driver: string,
+    pool: string,
+    device: string,
+    nowMs = Date.now(),
+  ): { health: KubeletDeviceHealth; message: string } {
+    const c = this.healthCache.get(driver)?.get(`${pool}/${device}`);
+    if (c === undefined || nowMs - c.receivedMs > c.timeoutMs) return { health: 'Unknown', message: '' };
+    return { health: c.health, message: c.message };
+  }
+
+  /** Every device the kubelet's cache holds for the driver, by pool/device, as kubeletHealth answers at nowMs. */
+  kubeletHealthAll(driver: string, nowMs = Date.now()): Map<string, KubeletDeviceHealth> {
+    const out = new Map<string, KubeletDeviceHealth>();
+    for (const key of this.healthCache.get(driver)?.keys() ?? []) {
+      const [pool = '', device = ''] = key.split('/');
+      out.set(key, this.kubeletHealth(driver, pool, device, nowMs).health);
+    }
+    return out;
   }
 
   private closeEntry(r: Registered): void {

@@ -120,7 +120,7 @@ interface Setup {
   done(): Promise<void>;
 }
 
-async function setup(watcherOpts: WatcherOptions = {}): Promise<Setup> {
+async function setup(watcherOpts: WatcherOptions = {}, checkIntervalMs = 60_000): Promise<Setup> {
   const root = mkdtempSync(join(tmpdir(), 'dra-kubelet-'));
   const registry = join(root, 'plugins_registry');
   const plugins = join(root, 'plugins');
@@ -163,7 +163,7 @@ async function setup(watcherOpts: WatcherOptions = {}): Promise<Setup> {
       claims,
       cdiDirs: [cdi],
       bootIdPath: bootId,
-      checkIntervalMs: 60_000,
+      checkIntervalMs,
       log,
       now: () => 1_700_000_000_000,
     });
@@ -798,7 +798,7 @@ test(
           device: { pool_name: NODE, device_name: 'gpu-1' },
           health: HealthStatus.UNHEALTHY,
           last_updated_time: 1_700_000_123,
-          health_check_timeout_seconds: 0,
+          health_check_timeout_seconds: 30,
           message: 'critical XID 79 (GPU has fallen off the bus)',
         },
       );
@@ -1025,6 +1025,26 @@ test(
     }
   },
 );
+
+test('the checkpoint removed or edited by someone else while the plugin runs: written again at the next check', {
+  timeout: 20_000,
+}, async () => {
+  const t = await setup({}, 50);
+  try {
+    const c = t.claim('one', [result('gpu-0')]);
+    await t.watcher.client(DRIVER).prepare([c]);
+    const path = join(t.plugins, DRIVER, CHECKPOINT_FILE);
+    const want = readFileSync(path, 'utf8');
+    rmSync(path);
+    await t.waitForLine(/ WARN the DRA checkpoint was removed or changed by someone else; written again/);
+    assert.equal(readFileSync(path, 'utf8'), want, 'the removed checkpoint is back, with the claim');
+    writeFileSync(path, '{"version":"gpu-device-plugin.dra/v1","bootId":"boot-1","claims":{}}\n');
+    await t.waitForLine(/ WARN the DRA checkpoint was removed or changed by someone else; written again/, 2);
+    assert.equal(readFileSync(path, 'utf8'), want, 'the edited checkpoint is put right');
+  } finally {
+    await t.done();
+  }
+});
 
 test("with the slice publisher listening: the kubelet's start " +
   "deletes the node's slices, our registration republishes them", {

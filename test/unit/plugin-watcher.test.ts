@@ -486,6 +486,31 @@ test('a driver serving v1alpha1.DRAResourceHealth has its health stream read, ea
   drv.sendHealth(sick);
   assert.deepEqual(await w.waitForHealth('gpu.example.com', (devs) => devs.length === 1), sick.devices);
   assert.equal(w.health.get('gpu.example.com')?.messages, 2);
+  // The kubelet's view: the last report received of each device, Unknown once older than its timeout
+  // (the time it came counts, not its last_updated_time); a device left out of a message keeps its last
+  // report until that goes stale.
+  const now = Date.now();
+  const view = (device: string, at: number): { health: string; message: string } =>
+    w.kubeletHealth('gpu.example.com', 'node-a', device, at);
+  assert.deepEqual(view('gpu-1', now), { health: 'Unhealthy', message: 'XID 79' });
+  assert.deepEqual(view('gpu-0', now), { health: 'Healthy', message: '' });
+  assert.deepEqual(view('gpu-1', now + 30_001), { health: 'Unknown', message: '' });
+  assert.deepEqual(view('gpu-0', now + 30_001), { health: 'Unknown', message: '' });
+  assert.deepEqual(view('gpu-9', now), { health: 'Unknown', message: '' }, 'never reported: Unknown');
+  // A report stating no timeout (0) is the kubelet's 30 s; one stating 2 s is stale after 2 s.
+  drv.sendHealth({
+    devices: [
+      { ...sick.devices[0]!, health_check_timeout_seconds: 0 },
+      { ...sick.devices[0]!, device: { pool_name: 'node-a', device_name: 'gpu-2' }, health_check_timeout_seconds: 2 },
+    ],
+  });
+  await w.waitForHealth('gpu.example.com', (devs) => devs.length === 2);
+  const then = Date.now();
+  assert.equal(view('gpu-1', then + 29_000).health, 'Unhealthy');
+  assert.equal(view('gpu-1', then + 30_001).health, 'Unknown');
+  assert.equal(view('gpu-2', then + 1_000).health, 'Unhealthy');
+  assert.equal(view('gpu-2', then + 2_001).health, 'Unknown');
+  assert.deepEqual(w.staleReports, [], 'every report came within its timeout');
 });
 
 test(

@@ -97,6 +97,8 @@ export class DraSharingAgent {
   private readonly o: DraAgentOptions;
   private readonly timers = new TimerOwner();
   private readonly running = new Map<string, Running>();
+  /** Requests refused, by uid: the request's id, so one is refused once, not at every sync, until it changes. */
+  private readonly refused = new Map<string, string>();
   /** The time-slice each GPU was given by this agent (absent: never set, or set back to Default). */
   private applied = new Map<string, TimeSliceInterval>();
   private readonly syncs: CoalescingQueue<void>;
@@ -192,11 +194,14 @@ export class DraSharingAgent {
     // Time-slices first: a claim's answer goes (its unprepare returns) only once its GPUs are back at Default.
     const sliceProblems = await this.applyTimeSlices([...wanted.values()].map((f) => f.request));
     for (const [uid, r] of [...this.running]) if (!wanted.has(uid)) await this.end(uid, r);
+    for (const uid of this.refused.keys()) if (!wanted.has(uid)) this.refused.delete(uid);
     for (const [uid, file] of wanted) {
-      // One request the agent cannot serve (a uid that is no path component, a claim tree in the way) is logged
-      // and leaves the others served.
-      await this.serve(uid, file, sliceProblems).catch((err: unknown) =>
-        this.o.log.error('cannot serve a DRA request', { uid, error: errorText(err) }),
+      // One request the agent cannot serve (a uid that is no path component, a claim tree in the way) is answered
+      // "failed" once and leaves the others served; it is tried again when its request changes.
+      if (this.refused.get(uid) === file.id) continue;
+      await this.serve(uid, file, sliceProblems).then(
+        () => this.refused.delete(uid),
+        (err: unknown) => this.refuse(uid, file, err),
       );
     }
     this.synced++;
@@ -214,6 +219,17 @@ export class DraSharingAgent {
       this.running.set(uid, { file, supervisor: await this.startDaemon(file) });
     }
     await this.answer(uid, file, sliceProblems);
+  }
+
+  /** A request the agent cannot serve: logged, and answered "failed" with the reason where its uid can name a file. */
+  private async refuse(uid: string, file: RequestFile, err: unknown): Promise<void> {
+    this.refused.set(uid, file.id);
+    this.o.log.error('cannot serve a DRA request', { uid, error: errorText(err) });
+    if (!safeComponent(uid)) return;
+    const a: Answer = { id: file.id, state: 'failed', error: errorText(err) };
+    await writeFileSafely(this.o.mpsRoot, join(answerDir(this.o.mpsRoot), `${uid}.json`), serializeAnswer(a)).catch(
+      (e: unknown) => this.o.log.error('cannot answer a DRA request', { uid, error: errorText(e) }),
+    );
   }
 
   /** Every GPU at the interval its requests want (Default when none does); per GPU, what failed. */

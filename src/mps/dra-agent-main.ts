@@ -5,6 +5,7 @@ import type { Nvml } from '../nvml/nvml.ts';
 import type { Logger } from '../system/log.ts';
 import type { ServiceStatus } from '../system/service-status.ts';
 import type { Daemon } from '../system/signals.ts';
+import { confinedHost } from './confined-host.ts';
 import { MPS_CONTROL_PROGRAM, findMpsControl } from './control-client.ts';
 import type { MpsSettings } from './daemon-config.ts';
 import { RealMpsHost } from './daemon-host.ts';
@@ -32,7 +33,7 @@ export async function startDraAgent(
   const nvidiaSmi = await findNvidiaSmi(driverRoot);
   const agent = new DraSharingAgent({
     mpsRoot: settings.mpsRoot,
-    hostFor: (root) => new RealMpsHost({ root, nvml, program, log }),
+    hostFor: (root, claimsDir) => confinedHost(new RealMpsHost({ root, nvml, program, log }), claimsDir),
     setTimeSlice: (uuid, interval) => applyTimeSlice({ uuid }, interval, { nvidiaSmi, log }),
     log,
     status: (line) => service.status(line),

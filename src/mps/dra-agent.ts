@@ -16,7 +16,7 @@
 //   ends every daemon, and a start brings the requests' daemons up again.
 import { watch } from 'node:fs';
 import type { FSWatcher } from 'node:fs';
-import { mkdir, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
   CLAIM_MPS_RESOURCE,
@@ -33,6 +33,7 @@ import type { Answer, HostMps, RequestFile } from '../core/dra-sharing.ts';
 import type { TimeSliceInterval } from '../core/dra-gpu-config.ts';
 import type { MpsDaemonPlan } from '../core/mps.ts';
 import { errorText } from '../system/log.ts';
+import { ensureDir, removeFile, removeTree, safeComponent, writeFileSafely } from '../system/safe-fs.ts';
 import type { Logger } from '../system/log.ts';
 import { CoalescingQueue, TimerOwner } from '../system/timers.ts';
 import { MpsSupervisor } from './daemon.ts';
@@ -43,8 +44,11 @@ export const RESCAN_MS = 2000;
 
 export interface DraAgentOptions {
   readonly mpsRoot: string;
-  /** The host of one claim's daemon (daemon-host.ts's RealMpsHost with the claim's root). */
-  readonly hostFor: (claimRoot: string) => MpsHost;
+  /**
+   * The host of one claim's daemon (daemon-host.ts's RealMpsHost with the claim's root, confined below
+   * `claimsDir`: confined-host.ts).
+   */
+  readonly hostFor: (claimRoot: string, claimsDir: string) => MpsHost;
   /** Sets a GPU's time-slice (timeslice.ts); throws naming what failed. */
   readonly setTimeSlice: (uuid: string, interval: TimeSliceInterval) => Promise<void>;
   readonly log: Logger;
@@ -93,6 +97,8 @@ export class DraSharingAgent {
   private readonly o: DraAgentOptions;
   private readonly timers = new TimerOwner();
   private readonly running = new Map<string, Running>();
+  /** Requests refused, by uid: the request's id, so one is refused once, not at every sync, until it changes. */
+  private readonly refused = new Map<string, string>();
   /** The time-slice each GPU was given by this agent (absent: never set, or set back to Default). */
   private applied = new Map<string, TimeSliceInterval>();
   private readonly syncs: CoalescingQueue<void>;
@@ -117,10 +123,29 @@ export class DraSharingAgent {
     return join(this.o.mpsRoot, 'dra', 'timeslices.json');
   }
 
+  private get claimsDir(): string {
+    return `${this.o.mpsRoot}/dra/claims`;
+  }
+
+  /** A claim's root, `claims/<uid>`, for a uid that is one safe path component; throws for any other. */
+  private claimRoot(uid: string): string {
+    if (!safeComponent(uid)) throw new Error(`claim uid ${JSON.stringify(uid)} is not a single safe path component`);
+    return claimMpsRoot(this.o.mpsRoot, uid);
+  }
+
+  /**
+   * The MPS root (the host's), then the agent's tree below it, each a real directory of root's, 0755: a symlink
+   * or a directory of another owner there is refused (the plugin only writes requests, not answers or claims).
+   */
+  private async makeTree(): Promise<void> {
+    const root = this.o.mpsRoot;
+    await mkdir(root, { recursive: true, mode: 0o755 });
+    for (const dir of [`${root}/dra`, requestDir(root), answerDir(root), this.claimsDir]) await ensureDir(root, dir);
+  }
+
   async start(): Promise<void> {
     const requests = requestDir(this.o.mpsRoot);
-    await mkdir(requests, { recursive: true, mode: 0o755 });
-    await mkdir(answerDir(this.o.mpsRoot), { recursive: true, mode: 0o755 });
+    await this.makeTree();
     this.applied = await this.readApplied();
     try {
       this.watcher = watch(requests, () => void this.syncs.request());
@@ -169,19 +194,42 @@ export class DraSharingAgent {
     // Time-slices first: a claim's answer goes (its unprepare returns) only once its GPUs are back at Default.
     const sliceProblems = await this.applyTimeSlices([...wanted.values()].map((f) => f.request));
     for (const [uid, r] of [...this.running]) if (!wanted.has(uid)) await this.end(uid, r);
+    for (const uid of this.refused.keys()) if (!wanted.has(uid)) this.refused.delete(uid);
     for (const [uid, file] of wanted) {
-      const was = this.running.get(uid);
-      if (was !== undefined && sameRequest(was.file.request, file.request)) {
-        this.running.set(uid, { ...was, file });
-      } else {
-        if (was !== undefined) await this.end(uid, was);
-        this.running.set(uid, { file, supervisor: await this.startDaemon(file) });
-      }
-      await this.answer(uid, file, sliceProblems);
+      // One request the agent cannot serve (a uid that is no path component, a claim tree in the way) is answered
+      // "failed" once and leaves the others served; it is tried again when its request changes.
+      if (this.refused.get(uid) === file.id) continue;
+      await this.serve(uid, file, sliceProblems).then(
+        () => this.refused.delete(uid),
+        (err: unknown) => this.refuse(uid, file, err),
+      );
     }
     this.synced++;
     this.o.onSynced?.();
     this.o.status?.(`STATUS=DRA sharing: ${this.running.size} claim${this.running.size === 1 ? '' : 's'}`);
+  }
+
+  private async serve(uid: string, file: RequestFile, sliceProblems: ReadonlyMap<string, string>): Promise<void> {
+    this.claimRoot(uid);
+    const was = this.running.get(uid);
+    if (was !== undefined && sameRequest(was.file.request, file.request)) {
+      this.running.set(uid, { ...was, file });
+    } else {
+      if (was !== undefined) await this.end(uid, was);
+      this.running.set(uid, { file, supervisor: await this.startDaemon(file) });
+    }
+    await this.answer(uid, file, sliceProblems);
+  }
+
+  /** A request the agent cannot serve: logged, and answered "failed" with the reason where its uid can name a file. */
+  private async refuse(uid: string, file: RequestFile, err: unknown): Promise<void> {
+    this.refused.set(uid, file.id);
+    this.o.log.error('cannot serve a DRA request', { uid, error: errorText(err) });
+    if (!safeComponent(uid)) return;
+    const a: Answer = { id: file.id, state: 'failed', error: errorText(err) };
+    await writeFileSafely(this.o.mpsRoot, join(answerDir(this.o.mpsRoot), `${uid}.json`), serializeAnswer(a)).catch(
+      (e: unknown) => this.o.log.error('cannot answer a DRA request', { uid, error: errorText(e) }),
+    );
   }
 
   /** Every GPU at the interval its requests want (Default when none does); per GPU, what failed. */
@@ -212,8 +260,8 @@ export class DraSharingAgent {
   private async startDaemon(file: RequestFile): Promise<MpsSupervisor | null> {
     const mps = file.request.mps;
     if (mps === undefined) return null;
-    const root = claimMpsRoot(this.o.mpsRoot, file.request.claim.uid);
-    const base = this.o.hostFor(root);
+    const root = this.claimRoot(file.request.claim.uid);
+    const base = this.o.hostFor(root, this.claimsDir);
     const host = mps.exclusive ? base : sharedGpuHost(base);
     const c = file.request.claim;
     const log = this.o.log.child({ claim: `${c.namespace}/${c.name}`, uid: c.uid });
@@ -233,9 +281,7 @@ export class DraSharingAgent {
       problems.length === 0
         ? { id: file.id, state: 'ready' }
         : { id: file.id, state: 'failed', error: problems.join('; ') };
-    const path = join(answerDir(this.o.mpsRoot), `${uid}.json`);
-    await writeFile(`${path}.tmp`, serializeAnswer(a), { mode: 0o644 });
-    await rename(`${path}.tmp`, path);
+    await writeFileSafely(this.o.mpsRoot, join(answerDir(this.o.mpsRoot), `${uid}.json`), serializeAnswer(a));
   }
 
   /** A claim's request went: its daemon stopped and its directory and answer removed. */
@@ -247,10 +293,14 @@ export class DraSharingAgent {
         .catch((err: unknown) =>
           this.o.log.warn("a claim's MPS control daemon did not stop cleanly", { uid, error: errorText(err) }),
         );
-      await rm(claimMpsRoot(this.o.mpsRoot, uid), { recursive: true, force: true }).catch(() => undefined);
+      await removeTree(this.claimsDir, this.claimRoot(uid)).catch((err: unknown) =>
+        this.o.log.warn("cannot remove a claim's MPS directory", { uid, error: errorText(err) }),
+      );
       this.o.log.info("a claim's MPS control daemon stopped", { uid });
     }
-    await rm(join(answerDir(this.o.mpsRoot), `${uid}.json`), { force: true });
+    await removeFile(this.o.mpsRoot, join(answerDir(this.o.mpsRoot), `${uid}.json`)).catch((err: unknown) =>
+      this.o.log.warn("cannot remove a claim's answer", { uid, error: errorText(err) }),
+    );
   }
 
   /** Stops every daemon and puts every time-slice back (the unit's stop). */

@@ -437,15 +437,23 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
       assert.match(status, /^NoNewPrivs:\s+1$/m);
       assert.match(status, /^CapEff:\s+0000000000000000$/m);
       // Writable: the registry, the driver's own directory, the sharing requests' and the generated CDI
-      // specs'; not the other drivers', nor the rest of /run and the MPS root, nor the rest.
-      await box().run('mkdir -p /var/lib/kubelet/plugins/other.example.com');
-      const writable = [REGISTRY, PLUGIN_DIR, `${MPS_ROOT}/dra`, CDI_DIR].map((d) => `${d}/.gdp-probe`).join(' ');
+      // specs'; not the other drivers', nor the MPS unit's answers and claims, nor the rest of /run and
+      // the MPS root, nor the rest.
+      await box().run(
+        `mkdir -p /var/lib/kubelet/plugins/other.example.com ${MPS_ROOT}/dra/answers ${MPS_ROOT}/dra/claims`,
+      );
+      const writable = [REGISTRY, PLUGIN_DIR, `${MPS_ROOT}/dra/requests`, CDI_DIR]
+        .map((d) => `${d}/.gdp-probe`)
+        .join(' ');
       await box().run(`nsenter -t ${pid} -m -- sh -c 'touch ${writable} && rm ${writable}'`);
       for (const dir of [
         '/var/lib/kubelet/plugins/other.example.com',
         '/var/lib/kubelet',
         '/etc/cdi',
         '/etc/gpu-device-plugin',
+        `${MPS_ROOT}/dra/answers`,
+        `${MPS_ROOT}/dra/claims`,
+        `${MPS_ROOT}/dra`,
         MPS_ROOT,
         '/run',
       ]) {

@@ -112,7 +112,7 @@ test('a copied DRA drop-in that was widened warns on its own line and in the uni
   put(
     root,
     `/etc/systemd/system/${PLUGIN}.d/dra.conf`,
-    shippedText('dra.conf').replace('ReadWritePaths=-/run/nvidia/mps/dra', 'ReadWritePaths=-/run/nvidia/mps'),
+    shippedText('dra.conf').replace('ReadWritePaths=-/run/nvidia/mps/dra/requests', 'ReadWritePaths=-/run/nvidia/mps'),
   );
   const lines = await unitSandboxChecks(root);
   assert.equal(line(lines, 'DRA drop-in').status, 'WARN');

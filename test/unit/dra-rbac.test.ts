@@ -289,8 +289,9 @@ test('the DRA drop-in opens the directories the options default to, and creates 
   const text = readFileSync(join(ROOT, 'systemd', 'dra.conf'), 'utf8');
   const def = (key: string): string => OPTION_SPECS.find((s) => s.key === key)?.default ?? '';
   const want = [def('kubeletPluginsRegistry'), `${def('kubeletPluginsDir')}/${DEFAULT_DRA_DRIVER_NAME}`];
-  // Sharing claims: the requests under the package's MPS root, and the CDI specs where the runtime reads them.
-  const sharing = [`${DEFAULT_MPS_ROOT}/dra`, CDI_WRITE_DIR];
+  // Sharing claims: only the requests under the package's MPS root (the answers and the claims' directories are
+  // the MPS unit's), and the CDI specs where the runtime reads them.
+  const sharing = [`${DEFAULT_MPS_ROOT}/dra/requests`, CDI_WRITE_DIR];
   assert.deepEqual(parseUnitSandbox([text]).readWritePaths, [...want, ...sharing]);
   // The rest of /run (the MPS root's other files) read-only, whatever ProtectSystem= leaves of it.
   assert.deepEqual(parseUnitSandbox([text]).readOnlyPaths, ['/run']);

@@ -422,7 +422,7 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
         .sort();
       assert.deepEqual(
         rw,
-        ['/var/lib/kubelet/device-plugins', PLUGIN_DIR, REGISTRY, `${MPS_ROOT}/dra`, CDI_DIR].sort(),
+        ['/var/lib/kubelet/device-plugins', PLUGIN_DIR, REGISTRY, `${MPS_ROOT}/dra/requests`, CDI_DIR].sort(),
         JSON.stringify(u),
       );
       assert.equal(u.PrivateNetwork, 'no');

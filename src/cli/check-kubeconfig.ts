@@ -7,6 +7,7 @@ import { errorText } from '../system/log.ts';
 import type { CheckLine } from './check-report.ts';
 import type { UnitRead } from './host-view.ts';
 import { DRA_DOCS } from './dra-install.ts';
+import { certificateNotAfter, expiryText, judgeExpiry } from '../k8s/credentials.ts';
 import { resolveKubeconfig } from '../k8s/kubeconfig.ts';
 import type { KubeconfigRef } from '../k8s/kubeconfig.ts';
 import { readableInSandbox } from './sandbox.ts';
@@ -156,5 +157,27 @@ export async function kubeconfigCheck(
         `others on the node can read the node's credentials`,
       fix: `chmod 0600 ${path}`,
     });
+  const cert = await clientCertificateLine(ref, path);
+  if (cert !== null) lines.push(cert);
   return { summary, lines };
+}
+
+/** The client certificate's expiry: PASS with its date, WARN within 30 days, FAIL once expired; null for none. */
+export async function clientCertificateLine(
+  ref: KubeconfigRef,
+  path: string,
+  now = new Date(),
+): Promise<CheckLine | null> {
+  if (ref.cert === undefined) return null;
+  const name = 'client certificate';
+  const file = 'file' in ref.cert ? ref.cert.file : `client-certificate-data of ${path}`;
+  const pem = 'file' in ref.cert ? await readFile(ref.cert.file).catch(() => null) : ref.cert.data;
+  const notAfter = pem === null ? null : certificateNotAfter(pem);
+  if (notAfter === null)
+    return { status: 'FAIL', name, detail: `${file} is not a PEM certificate`, fix: 'give the node its certificate' };
+  const e = judgeExpiry(notAfter, now);
+  const fix = "renew the node's client certificate; the plugin reads the new file without a restart";
+  if (e.state === 'valid')
+    return { status: 'PASS', name, detail: `${file} valid until ${notAfter.toISOString()} (${e.daysLeft} days)` };
+  return { status: e.state === 'expired' ? 'FAIL' : 'WARN', name, detail: expiryText(e, file) ?? '', fix };
 }

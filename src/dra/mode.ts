@@ -19,6 +19,7 @@ import { join } from 'node:path';
 import { OptionError } from '../config/errors.ts';
 import type { Options } from '../config/options.ts';
 import type { ClaimState } from '../core/daemon-state.ts';
+import { expiryText, judgeExpiry } from '../k8s/credentials.ts';
 import { KubeClient, KubeUnreachableError } from '../k8s/client.ts';
 import { KubeconfigError, loadKubeconfig } from '../k8s/kubeconfig.ts';
 import { getResourceClaim } from '../k8s/resources.ts';
@@ -95,7 +96,13 @@ async function connect(o: Options, log: Logger): Promise<KubeClient> {
   if (o.kubeconfig === null) throw new OptionError('--kubelet-api=dra needs --kubeconfig (KUBECONFIG)');
   let client: KubeClient;
   try {
-    client = new KubeClient(await loadKubeconfig(o.kubeconfig));
+    client = new KubeClient(await loadKubeconfig(o.kubeconfig), {
+      onClientCertificate: ({ file, notAfter }) => {
+        const text = notAfter === null ? null : expiryText(judgeExpiry(notAfter, new Date()), file);
+        if (text !== null) log.error(`DRA: ${text}`, { file, notAfter: notAfter?.toISOString() });
+      },
+      onRetryAfter: (w) => log.debug('DRA: the API server asks to wait before the request is sent again', w),
+    });
   } catch (err) {
     if (err instanceof KubeconfigError) throw new OptionError(`--kubeconfig: ${err.message}`);
     throw err;

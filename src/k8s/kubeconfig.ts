@@ -36,6 +36,15 @@ export interface KubeTarget {
   readonly socketPath?: string;
   /** Where these facts came from, for error messages: `<file> (context <name>)`. */
   readonly source: string;
+  /** The files `ca`, `cert` and `key` were read from (not the *-data keys): re-read when they change. */
+  readonly files?: CredentialFiles;
+}
+
+/** Files a kubeconfig names for TLS, absolute. */
+export interface CredentialFiles {
+  readonly ca?: string;
+  readonly cert?: string;
+  readonly key?: string;
 }
 
 export class KubeconfigError extends Error {
@@ -186,7 +195,13 @@ export async function parseKubeconfig(content: string, file: string, context?: s
   const ca = await readPem(r.ca, 'certificate authority', file);
   const cert = await readPem(r.cert, 'client certificate', file);
   const key = await readPem(r.key, 'client key', file);
+  const files: CredentialFiles = {
+    ...(r.ca !== undefined && 'file' in r.ca ? { ca: r.ca.file } : {}),
+    ...(r.cert !== undefined && 'file' in r.cert ? { cert: r.cert.file } : {}),
+    ...(r.key !== undefined && 'file' in r.key ? { key: r.key.file } : {}),
+  };
   return {
+    ...(Object.keys(files).length > 0 ? { files } : {}),
     server: r.server,
     source: `${file} (context ${r.context})`,
     ...(ca !== undefined ? { ca } : {}),

@@ -93,7 +93,10 @@ test('watch: an ERROR event with 410 ends it as gone; a watch from a compacted r
 
 test('faults: a reset, a 409 and a 429 as Status, an answer past the timeout, a restart on the same port', async () => {
   const { api, client } = await start();
+  // A GET whose connection was reset is sent once more (client-go's rule), a second reset is reported.
   api.fault({ method: 'GET', path: SLICES, action: { kind: 'reset' } });
+  assert.equal((await client.request<{ kind: string }>('GET', SLICES)).kind, 'ResourceSliceList');
+  api.fault({ method: 'GET', path: SLICES, times: 2, action: { kind: 'reset' } });
   await assert.rejects(client.request('GET', SLICES), KubeUnreachableError);
   api.fault({ method: 'PUT', path: /\/resourceslices\/x$/, action: { kind: 'status', code: 409 } });
   await assert.rejects(client.request('PUT', `${SLICES}/x`, { body: slice('x') }), (e: unknown) => {
@@ -103,7 +106,10 @@ test('faults: a reset, a 409 and a 429 as Status, an answer past the timeout, a 
     assert.match(e.serverMessage, /the object has been modified/);
     return true;
   });
-  api.fault({ path: SLICES, times: 2, action: { kind: 'status', code: 429, retryAfterS: 3 } });
+  // A Retry-After within the client's cap is waited out; one past it is the caller's to back off.
+  api.fault({ path: SLICES, times: 2, action: { kind: 'status', code: 429, retryAfterS: 0 } });
+  assert.equal((await client.request<{ kind: string }>('GET', SLICES)).kind, 'ResourceSliceList', 'sent again');
+  api.fault({ path: SLICES, times: 2, action: { kind: 'status', code: 429, retryAfterS: 3600 } });
   for (let i = 0; i < 2; i++) {
     await assert.rejects(client.request('GET', SLICES), (e: unknown) => e instanceof KubeApiError && e.code === 429);
   }

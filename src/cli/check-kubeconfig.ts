@@ -157,9 +157,7 @@ export async function kubeconfigCheck(
         `others on the node can read the node's credentials`,
       fix: `chmod 0600 ${path}`,
     });
-  const cert = await clientCertificateLine(ref, path);
-  if (cert !== null) lines.push(cert);
-  return { summary, lines };
+  return { summary, lines: [...lines, ...[await clientCertificateLine(ref, path)].filter((l) => l !== null)] };
 }
 
 /** The client certificate's expiry: PASS with its date, WARN within 30 days, FAIL once expired; null for none. */

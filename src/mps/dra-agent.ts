@@ -16,7 +16,7 @@
 //   ends every daemon, and a start brings the requests' daemons up again.
 import { watch } from 'node:fs';
 import type { FSWatcher } from 'node:fs';
-import { mkdir, readFile, readdir, rename, writeFile } from 'node:fs/promises';
+import { mkdir, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
   CLAIM_MPS_RESOURCE,
@@ -28,12 +28,19 @@ import {
   requestedTimeSlices,
   serializeAnswer,
 } from '../core/dra-sharing.ts';
-import { changesToApply } from '../core/dra-timeslice.ts';
+import { TIME_SLICE_INTERVALS, changesToApply } from '../core/dra-timeslice.ts';
 import type { Answer, HostMps, RequestFile } from '../core/dra-sharing.ts';
 import type { TimeSliceInterval } from '../core/dra-gpu-config.ts';
 import type { MpsDaemonPlan } from '../core/mps.ts';
 import { errorText } from '../system/log.ts';
-import { ensureDir, removeFile, removeTree, safeComponent, writeFileSafely } from '../system/safe-fs.ts';
+import {
+  ensureDir,
+  readRegularFile,
+  removeFile,
+  removeTree,
+  safeComponent,
+  writeFileSafely,
+} from '../system/safe-fs.ts';
 import type { Logger } from '../system/log.ts';
 import { CoalescingQueue, TimerOwner } from '../system/timers.ts';
 import { MpsSupervisor } from './daemon.ts';
@@ -41,6 +48,9 @@ import type { MpsHost } from './daemon.ts';
 
 /** How often the request directory is read again even without an event. */
 export const RESCAN_MS = 2000;
+/** A request names a claim, its GPUs and limits: a few hundred bytes; anything past 64 KiB is no request of ours. */
+export const MAX_REQUEST_BYTES = 64 * 1024;
+const GPU_UUID = /^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export interface DraAgentOptions {
   readonly mpsRoot: string;
@@ -160,8 +170,13 @@ export class DraSharingAgent {
 
   private async readApplied(): Promise<Map<string, TimeSliceInterval>> {
     try {
-      const doc: unknown = JSON.parse(await readFile(this.timeSliceFile, 'utf8'));
-      return new Map(Object.entries(doc as Record<string, TimeSliceInterval>));
+      const doc: unknown = JSON.parse(await readRegularFile(this.o.mpsRoot, this.timeSliceFile, MAX_REQUEST_BYTES));
+      // Only entries that can be ours: a GPU's UUID and an interval nvidia-smi knows.
+      const entries = Object.entries(typeof doc === 'object' && doc !== null ? doc : {}).filter(
+        (e): e is [string, TimeSliceInterval] =>
+          GPU_UUID.test(e[0]) && (TIME_SLICE_INTERVALS as readonly unknown[]).includes(e[1]),
+      );
+      return new Map(entries);
     } catch {
       return new Map();
     }
@@ -176,7 +191,7 @@ export class DraSharingAgent {
       if (!name.endsWith('.json')) continue;
       const uid = name.slice(0, -'.json'.length);
       try {
-        const file = parseRequest(await readFile(join(dir, name), 'utf8'));
+        const file = parseRequest(await readRegularFile(this.o.mpsRoot, join(dir, name), MAX_REQUEST_BYTES));
         if (file.request.claim.uid !== uid) throw new Error(`it names claim ${file.request.claim.uid}`);
         out.set(uid, file);
       } catch (err) {
@@ -253,8 +268,7 @@ export class DraSharingAgent {
 
   private async saveApplied(): Promise<void> {
     const text = `${JSON.stringify(Object.fromEntries(this.applied))}\n`;
-    await writeFile(`${this.timeSliceFile}.tmp`, text, { mode: 0o644 });
-    await rename(`${this.timeSliceFile}.tmp`, this.timeSliceFile);
+    await writeFileSafely(this.o.mpsRoot, this.timeSliceFile, text);
   }
 
   private async startDaemon(file: RequestFile): Promise<MpsSupervisor | null> {

@@ -20,7 +20,7 @@ import { lstat, mkdir, open, readFile, readdir, rename, rmdir, unlink } from 'no
 import type { FileHandle } from 'node:fs/promises';
 import { isAbsolute, normalize, relative, sep } from 'node:path';
 
-const { O_CREAT, O_DIRECTORY, O_EXCL, O_NOFOLLOW, O_RDONLY, O_WRONLY } = constants;
+const { O_CREAT, O_DIRECTORY, O_EXCL, O_NOFOLLOW, O_NONBLOCK, O_RDONLY, O_WRONLY } = constants;
 
 const codeOf = (err: unknown): string | undefined => (err as NodeJS.ErrnoException | null)?.code;
 
@@ -126,6 +126,32 @@ export async function writeFileSafely(base: string, path: string, text: string, 
     await fh.close();
   }
   await rename(tmp, path);
+}
+
+/**
+ * The text of `path` (under `base`) if it is a regular file of at most `maxBytes`: opened O_NONBLOCK|O_NOFOLLOW,
+ * so a FIFO never blocks the reader and a symlink is refused, then checked through its descriptor.
+ */
+export async function readRegularFile(base: string, path: string, maxBytes: number): Promise<string> {
+  await checkParents(base, path);
+  let fh: FileHandle;
+  try {
+    fh = await open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW);
+  } catch (err) {
+    if (codeOf(err) === 'ELOOP') throw new Error(`${path} is a symbolic link, not a regular file: refused`);
+    throw err;
+  }
+  try {
+    const s = await fh.stat();
+    if (!s.isFile()) throw new Error(`${path} is not a regular file: refused`);
+    if (s.size > maxBytes) throw new Error(`${path} is ${s.size} bytes, more than the ${maxBytes} allowed: refused`);
+    const buf = Buffer.alloc(maxBytes + 1);
+    const { bytesRead } = await fh.read(buf, 0, maxBytes + 1, 0);
+    if (bytesRead > maxBytes) throw new Error(`${path} is more than the ${maxBytes} bytes allowed: refused`);
+    return buf.subarray(0, bytesRead).toString('utf8');
+  } finally {
+    await fh.close();
+  }
 }
 
 /** Removes `path` (under `base`) if it is not a directory: a symlink is removed itself; gone already is fine. */

@@ -4,6 +4,7 @@
 // served. The agent runs in a private mount namespace (unshare -m), so whatever it mounts stays there;
 // its mounts are read from /proc/<pid>/mountinfo.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import {
   lstatSync,
   mkdirSync,
@@ -169,6 +170,18 @@ describe('the DRA sharing agent against a compromised plugin', { concurrency: fa
     await unprepare(claim);
     assert.deepEqual(agentMountsUnder(mpsRoot), [], "the claim's shm unmounted");
     assert.deepEqual(outsideState(), before);
+  });
+
+  test('FIFOs and links named as requests and a forged time-slice record never stall or steer it', async () => {
+    execFileSync('mkfifo', [join(mpsRoot, 'dra', 'requests', 'fifo.json')]);
+    symlinkSync(join(outside, 'victim'), join(mpsRoot, 'dra', 'requests', 'link.json'));
+    writeFileSync(join(mpsRoot, 'dra', 'timeslices.json'), '{"-i 0,1": "Long", "GPU-x": "--help"}\n');
+    const claim = mpsClaim('after-fifo', 'gpu-4');
+    const r = await prepare(claim);
+    assert.equal(r.error, '', r.error);
+    await unprepare(claim);
+    rmSync(join(mpsRoot, 'dra', 'requests', 'fifo.json'));
+    rmSync(join(mpsRoot, 'dra', 'requests', 'link.json'));
   });
 
   test('after all of it, a plain MPS claim is still served', async () => {

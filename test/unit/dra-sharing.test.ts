@@ -355,11 +355,16 @@ test('agent: time-slices follow the requests, Default when the last goes; a fail
 test('agent: restarted, it puts back a time-slice it set whose request went while it was down', async () => {
   const root = mkdtempSync(join(tmpdir(), 'gdp-dra-agent-'));
   mkdirSync(join(root, 'dra'), { recursive: true });
-  writeFileSync(join(root, 'dra', 'timeslices.json'), '{"GPU-1":"Medium"}\n');
+  // Beside the GPU it set, entries that cannot be its own (a forged record) are ignored.
+  const gpu = 'GPU-96a13516-8351-38da-1b3b-bd53058e4ee4';
+  writeFileSync(
+    join(root, 'dra', 'timeslices.json'),
+    JSON.stringify({ [gpu]: 'Medium', '-i 0,1': 'Long', 'GPU-2': '--help' }),
+  );
   const r = await rig(root);
   try {
     await r.synced(1);
-    assert.deepEqual(r.slices, ['GPU-1 Default']);
+    assert.deepEqual(r.slices, [`${gpu} Default`]);
     assert.deepEqual(JSON.parse(readFileSync(join(root, 'dra', 'timeslices.json'), 'utf8')), {});
   } finally {
     await r.agent.stop();

@@ -1,6 +1,7 @@
 // The safe file primitives of a root process in a tree another process may have touched: nothing they do
 // follows a planted symlink or leaves the tree, checked with sentinels outside it.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import {
   existsSync,
   lstatSync,
@@ -20,6 +21,7 @@ import {
   componentsBelow,
   ensureDir,
   mountedDevice,
+  readRegularFile,
   removeTree,
   safeComponent,
   writeFileSafely,
@@ -109,4 +111,18 @@ test('mountedDevice reads the exact mount point, octal escapes decoded, never a 
   assert.equal(mountedDevice(info, '/run/nvidia/mps/dra/claims/u1/shm'), '0:40');
   assert.equal(mountedDevice(info, '/run/with space'), '0:41');
   assert.equal(mountedDevice(info, '/run/nvidia/mps/dra/claims/u1'), null);
+});
+
+test('readRegularFile: a small regular file read; a FIFO (no block), link, directory, big file refused', async () => {
+  const { base, sentinel } = tree('read');
+  writeFileSync(join(base, 'ok.json'), '{"a":1}');
+  assert.equal(await readRegularFile(base, join(base, 'ok.json'), 64), '{"a":1}');
+  execFileSync('mkfifo', [join(base, 'fifo.json')]);
+  await assert.rejects(readRegularFile(base, join(base, 'fifo.json'), 64), /fifo\.json is not a regular file/);
+  symlinkSync(sentinel, join(base, 'link.json'));
+  await assert.rejects(readRegularFile(base, join(base, 'link.json'), 64), /link\.json is a symbolic link/);
+  mkdirSync(join(base, 'dir.json'));
+  await assert.rejects(readRegularFile(base, join(base, 'dir.json'), 64), /dir\.json is not a regular file/);
+  writeFileSync(join(base, 'big.json'), 'x'.repeat(65));
+  await assert.rejects(readRegularFile(base, join(base, 'big.json'), 64), /65 bytes, more than the 64 allowed/);
 });

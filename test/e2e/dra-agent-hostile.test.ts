@@ -21,7 +21,7 @@ import { after, before, describe, test } from 'node:test';
 import type { Claim, NodePrepareResourceResponse } from '../../src/api/dra.ts';
 import { buildFakeMpsControl, buildFakeNvidiaSmi } from '../fake-nvml/build.ts';
 import type { JsonObject } from '../support/apiserver.ts';
-import { DRIVER, NODE, launchOf, startDraNode } from '../support/dra-node.ts';
+import { DRIVER, NODE, launchOf, startDraNode, prepareClaim, unprepareClaim } from '../support/dra-node.ts';
 import type { DraNode } from '../support/dra-node.ts';
 import { unmountUnder } from '../support/mounts.ts';
 import { PluginProcess, executable } from '../support/sim.ts';
@@ -121,17 +121,8 @@ function mpsClaim(name: string, device: string): Claim {
   return { namespace: 'team-h', name, uid: String((stored.metadata as JsonObject).uid) };
 }
 
-async function prepare(claim: Claim): Promise<NodePrepareResourceResponse> {
-  const r = await node.watcher.client(DRIVER).prepare([claim]);
-  const one = r.claims?.[claim.uid];
-  assert.ok(one, `an answer for ${claim.name}`);
-  return one;
-}
-
-async function unprepare(claim: Claim): Promise<void> {
-  const r = await node.watcher.client(DRIVER).unprepare([claim]);
-  assert.equal(r.claims?.[claim.uid]?.error, '', `unprepared ${claim.name}`);
-}
+const prepare = (claim: Claim): Promise<NodePrepareResourceResponse> => prepareClaim(node, claim);
+const unprepare = (claim: Claim): Promise<void> => unprepareClaim(node, claim);
 
 describe('the DRA sharing agent against a compromised plugin', { concurrency: false }, () => {
   test('an answer temp file planted as a symlink is replaced, not followed', async () => {

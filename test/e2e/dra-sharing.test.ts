@@ -13,7 +13,16 @@ import type { Claim, DeviceHealth, NodePrepareResourceResponse } from '../../src
 import { HealthStatus } from '../../src/api/dra.ts';
 import { buildFakeMpsControl, buildFakeNvidiaSmi } from '../fake-nvml/build.ts';
 import type { JsonObject } from '../support/apiserver.ts';
-import { DRIVER, NODE, launchOf, restartPlugin, startDraNode, waitForSlices } from '../support/dra-node.ts';
+import {
+  DRIVER,
+  NODE,
+  launchOf,
+  restartPlugin,
+  startDraNode,
+  waitForSlices,
+  prepareClaim,
+  unprepareClaim,
+} from '../support/dra-node.ts';
 import { unmountUnder } from '../support/mounts.ts';
 import type { DraNode } from '../support/dra-node.ts';
 import { PluginProcess, executable } from '../support/sim.ts';
@@ -118,17 +127,8 @@ function sharedClaim(name: string, results: Result[], config: JsonObject[]): Cla
   return { namespace: 'team-a', name, uid: String((stored.metadata as JsonObject).uid) };
 }
 
-async function prepare(claim: Claim): Promise<NodePrepareResourceResponse> {
-  const r = await node.watcher.client(DRIVER).prepare([claim]);
-  const one = r.claims?.[claim.uid];
-  assert.ok(one, `an answer for ${claim.name}`);
-  return one;
-}
-
-async function unprepare(claim: Claim): Promise<void> {
-  const r = await node.watcher.client(DRIVER).unprepare([claim]);
-  assert.equal(r.claims?.[claim.uid]?.error, '', `unprepared ${claim.name}`);
-}
+const prepare = (claim: Claim): Promise<NodePrepareResourceResponse> => prepareClaim(node, claim);
+const unprepare = (claim: Claim): Promise<void> => unprepareClaim(node, claim);
 
 /** The time-slices nvidia-smi was told, one "uuid n" each, in order. */
 function timeSlicesSet(): string[] {

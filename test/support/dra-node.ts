@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Claim, DeviceHealth, DraHealthVersion } from '../../src/api/dra.ts';
+import type { Claim, DeviceHealth, DraHealthVersion, NodePrepareResourceResponse } from '../../src/api/dra.ts';
 import { HealthStatus } from '../../src/api/dra.ts';
 import { ApiServerStandIn } from './apiserver.ts';
 import type { JsonObject, TokenGrant } from './apiserver.ts';
@@ -229,4 +229,18 @@ export function claimOn(api: ApiServerStandIn, name: string, results: { request:
 
 export function unhealthy(devices: readonly DeviceHealth[], name: string): boolean {
   return devices.some((d) => d.device?.device_name === name && d.health === HealthStatus.UNHEALTHY);
+}
+
+/** NodePrepareResources of one claim through the plugin watcher's DRA client: that claim's answer. */
+export async function prepareClaim(node: DraNode, claim: Claim): Promise<NodePrepareResourceResponse> {
+  const r = await node.watcher.client(DRIVER).prepare([claim]);
+  const one = r.claims?.[claim.uid];
+  assert.ok(one, `an answer for ${claim.name}`);
+  return one;
+}
+
+/** NodeUnprepareResources of one claim; fails the test unless it was unprepared without error. */
+export async function unprepareClaim(node: DraNode, claim: Claim): Promise<void> {
+  const r = await node.watcher.client(DRIVER).unprepare([claim]);
+  assert.equal(r.claims?.[claim.uid]?.error, '', `unprepared ${claim.name}`);
 }

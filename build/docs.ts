@@ -1,6 +1,7 @@
 // Operator documentation generated from OPTION_SPECS, the table the program parses its options
 // with, so that the packaged environment file and man page list exactly the options the executable
 // has: the environment file (/etc/default or /etc/sysconfig) and gpu-device-plugin(8).
+import { describeBytes } from '../src/config/option-value.ts';
 import { CONFIG_SCHEMA } from '../src/config/parse-options.ts';
 import { DURATION_GRAMMAR, describeRange } from '../src/config/duration.ts';
 import { OPTION_SPECS } from '../src/config/option-table.ts';
@@ -75,6 +76,10 @@ export function valueHint(spec: OptionSpec): string {
       return `duration, ${describeRange(spec.kind)}`;
     case 'ids':
       return `${spec.kind.allowed.join('|')} (comma separated)`;
+    case 'count':
+      return `number, from ${spec.kind.min} to ${spec.kind.max}`;
+    case 'bytes':
+      return `size, ${describeBytes(spec.kind)}`;
   }
 }
 

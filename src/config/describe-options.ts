@@ -1,6 +1,7 @@
 // The options described for people: one value as text, every value in force for the start log line,
 // and the --help text.
 import { describeRange } from './duration.ts';
+import { describeBytes } from './option-value.ts';
 import { OPTION_SPECS } from './option-table.ts';
 import type { OptionKey, Options, ParsedOptions } from './options.ts';
 import { UNSUPPORTED_OPTIONS } from './unsupported-options.ts';
@@ -44,7 +45,11 @@ function optionLines(): string[] {
             ? ` (${k.allowed.join('|')}, or empty for none)`
             : k.type === 'seconds'
               ? ` (duration ${describeRange(k)}; 5, 0.5, 500ms, 30s, 5m, 1h)`
-              : '';
+              : k.type === 'count'
+                ? ` (a whole number from ${k.min} to ${k.max})`
+                : k.type === 'bytes'
+                  ? ` (size ${describeBytes(k)})`
+                  : '';
     const names = [s.flag, ...(s.aliases ?? [])].map((n) => `--${n}`).join(', ');
     lines.push(`  ${names}${values}`);
     lines.push(`      ${s.help}`);

@@ -330,4 +330,38 @@ export const OPTION_SPECS: readonly OptionSpec[] = [
     kind: { type: 'string', path: true },
     help: "the kubelet's plugins directory: the DRA socket and the checkpoint go in <dir>/<driver> (--kubelet-api=dra)",
   },
+  // ---- DRA sharing: what the MPS unit's agent serves at most (README: Security model) ----
+  {
+    key: 'draMaxClaimsPerGpu',
+    flag: 'dra-max-claims-per-gpu',
+    env: 'DRA_MAX_CLAIMS_PER_GPU',
+    config: 'flags.draMaxClaimsPerGpu',
+    default: '48',
+    kind: { type: 'count', min: 1, max: 1024 },
+    help:
+      'claims that may share one GPU at once through the MPS unit (time-slices, MPS daemons, its MIG devices); ' +
+      "one more is refused naming this option (--kubelet-api=dra; 48 is MPS's own client limit per GPU)",
+  },
+  {
+    key: 'draMpsShmSize',
+    flag: 'dra-mps-shm-size',
+    env: 'DRA_MPS_SHM_SIZE',
+    config: 'flags.draMpsShmSize',
+    default: '8Gi',
+    kind: { type: 'bytes', min: 1024 * 1024, max: 2 ** 50 },
+    help:
+      "the size of each DRA MPS claim's shm tmpfs, its containers' /dev/shm (--kubelet-api=dra); a limit, not " +
+      "memory set aside: what is written there counts against the writing pod's memory",
+  },
+  {
+    key: 'draMpsShmTotal',
+    flag: 'dra-mps-shm-total',
+    env: 'DRA_MPS_SHM_TOTAL',
+    config: 'flags.draMpsShmTotal',
+    default: null,
+    kind: { type: 'bytes', min: 1024 * 1024, max: 2 ** 52 },
+    help:
+      "the most every DRA MPS claim's shm tmpfs may add up to; a claim past it is refused naming this option " +
+      "(--kubelet-api=dra; default the host's memory, MemTotal)",
+  },
 ];

@@ -1,5 +1,6 @@
 // One option's value from its text (a flag's, a variable's, a config file entry's or the default),
 // checked against the option's kind; a refusal names where the text came from.
+import { bytesQuantity, parseQuantity } from '../core/quantity.ts';
 import { DURATION_GRAMMAR, describeRange, parseSeconds } from './duration.ts';
 import { OptionError } from './errors.ts';
 import type { Kind, OptionSpec } from './options.ts';
@@ -83,6 +84,27 @@ function convertIds(k: KindOf<'ids'>, raw: string, where: string): readonly numb
   return [...new Set(ids.map(Number))];
 }
 
+function convertCount(k: KindOf<'count'>, raw: string, where: string): number {
+  const n = /^\d+$/.test(raw.trim()) ? Number(raw.trim()) : Number.NaN;
+  if (!Number.isSafeInteger(n) || n < k.min || n > k.max)
+    throw new OptionError(
+      `${where}: ${JSON.stringify(raw)} is not allowed; expected a whole number from ${k.min} to ${k.max}`,
+    );
+  return n;
+}
+
+/** How a bytes option's range reads: `from 1Mi to 1Ti (a quantity: 8Gi, 512Mi, 1e9)`. */
+export function describeBytes(k: KindOf<'bytes'>): string {
+  return `from ${bytesQuantity(k.min)} to ${bytesQuantity(k.max)} bytes (a quantity: 8Gi, 512Mi, 1e9)`;
+}
+
+function convertBytes(k: KindOf<'bytes'>, raw: string, where: string): number {
+  const n = parseQuantity(raw.trim());
+  if (n === null || n < k.min || n > k.max)
+    throw new OptionError(`${where}: ${JSON.stringify(raw)} is not allowed; expected a size ${describeBytes(k)}`);
+  return n;
+}
+
 /** The value of `spec` written as `raw`; throws OptionError naming `where` (a flag, a variable, a key). */
 export function convert(spec: OptionSpec, raw: string, where: string): Value {
   const k = spec.kind;
@@ -97,6 +119,10 @@ export function convert(spec: OptionSpec, raw: string, where: string): Value {
       return convertSeconds(k, raw, where);
     case 'ids':
       return convertIds(k, raw, where);
+    case 'count':
+      return convertCount(k, raw, where);
+    case 'bytes':
+      return convertBytes(k, raw, where);
   }
 }
 

@@ -66,6 +66,12 @@ export interface Options {
   kubeletPluginsRegistry: string;
   /** The kubelet's plugins directory: <driver>/dra.sock and the checkpoint go under it. */
   kubeletPluginsDir: string;
+  /** Claims the DRA sharing agent lets hold one GPU at once. */
+  draMaxClaimsPerGpu: number;
+  /** Each DRA MPS claim's shm tmpfs size, in bytes. */
+  draMpsShmSize: number;
+  /** The sum of every DRA MPS claim's shm tmpfs size, in bytes; null: the host's memory (MemTotal). */
+  draMpsShmTotal: number | null;
 }
 
 /** The kubelet APIs a node may be served through; one per node, never both. */
@@ -89,7 +95,11 @@ export type Kind =
   /** A duration (see parseSeconds), in seconds from min to max; fractions allowed. */
   | { type: 'seconds'; min: number; max: number; zeroMeansOff?: boolean }
   /** A comma-separated list of integers, each one of `allowed`; empty for none. */
-  | { type: 'ids'; allowed: readonly number[] };
+  | { type: 'ids'; allowed: readonly number[] }
+  /** A whole number from min to max. */
+  | { type: 'count'; min: number; max: number }
+  /** A size in bytes written as a Kubernetes quantity (8Gi, 512Mi, 1e9), from min to max bytes. */
+  | { type: 'bytes'; min: number; max: number };
 
 /** A Kubernetes object name rule for a string option: a DNS subdomain of at most `max` characters. */
 export interface NameRule {

@@ -30,6 +30,8 @@ function shapeOf(spec: OptionSpec): ConfigShape {
     case 'bool':
       return 'bool';
     case 'seconds':
+    case 'count':
+    case 'bytes':
       return 'number';
     case 'ids':
       return 'ints';
@@ -204,6 +206,7 @@ export function parseOptions(
   if (values.nfdFeaturesFile === undefined) values.nfdFeaturesFile = null;
   if (values.metricsFile === undefined) values.metricsFile = null;
   if (values.kubeconfig === undefined) values.kubeconfig = null;
+  if (values.draMpsShmTotal === undefined) values.draMpsShmTotal = null;
   if (values.nodeName === undefined) values.nodeName = (deps.hostname ?? hostname)().toLowerCase();
   const options = values as Options;
   const sharing = file?.sharing ?? NO_SHARING;

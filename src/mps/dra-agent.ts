@@ -9,48 +9,45 @@
 //   dies and stopped (quit, compute modes back, shm unmounted, the directory removed) when its request
 //   goes. A request rewritten with the same content is answered again without touching its daemon.
 // * Time-slices: every GPU named by a request gets its interval; a GPU no request names any more gets
-//   Default back. What was set is kept in <mps root>/dra/timeslices.json, so a restarted agent puts back
-//   the GPUs it set before.
+//   Default back. What was set is kept in the agent's own state directory (the unit's StateDirectory, which
+//   the plugin cannot reach), so a restarted agent puts back the GPUs it set before.
+// * Every request is admitted first (core/dra-admission.ts): its claim named as Kubernetes names one, its GPUs
+//   and MIG devices ones NVML lists, its values in range, and within the operator's limits beside the claims
+//   already served. One that is not is answered "failed" with the reason, once per request id, and never stops
+//   the others; only admitted requests reach a time-slice, a compute mode or a daemon.
 // * One sync at a time (CoalescingQueue); a sync runs on every change of the request directory and every
 //   RESCAN_MS (inotify can miss events). The agent's own restart keeps nothing running: the unit's stop
 //   ends every daemon, and a start brings the requests' daemons up again.
 import { watch } from 'node:fs';
 import type { FSWatcher } from 'node:fs';
-import { mkdir, readdir } from 'node:fs/promises';
+import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
+import { admitRequest } from '../core/dra-admission.ts';
+import type { AdmissionLimits, HostInventory } from '../core/dra-admission.ts';
 import {
   CLAIM_MPS_RESOURCE,
   answerDir,
   claimMpsRoot,
-  parseRequest,
   requestDir,
   sameRequest,
   requestedTimeSlices,
   serializeAnswer,
 } from '../core/dra-sharing.ts';
-import { TIME_SLICE_INTERVALS, changesToApply } from '../core/dra-timeslice.ts';
-import type { Answer, HostMps, RequestFile } from '../core/dra-sharing.ts';
+import { changesToApply } from '../core/dra-timeslice.ts';
+import type { Answer, HostMps, HostRequest, RequestFile } from '../core/dra-sharing.ts';
 import type { TimeSliceInterval } from '../core/dra-gpu-config.ts';
 import type { MpsDaemonPlan } from '../core/mps.ts';
 import { errorText } from '../system/log.ts';
-import {
-  ensureDir,
-  readRegularFile,
-  removeFile,
-  removeTree,
-  safeComponent,
-  writeFileSafely,
-} from '../system/safe-fs.ts';
+import { ensureDir, removeFile, removeTree, safeComponent, writeFileSafely } from '../system/safe-fs.ts';
 import type { Logger } from '../system/log.ts';
 import { CoalescingQueue, TimerOwner } from '../system/timers.ts';
+import { readRequestFiles, readTimeSliceRecord, writeTimeSliceRecord } from './agent-files.ts';
+import type { RequestRead } from './agent-files.ts';
 import { MpsSupervisor } from './daemon.ts';
 import type { MpsHost } from './daemon.ts';
 
 /** How often the request directory is read again even without an event. */
 export const RESCAN_MS = 2000;
-/** A request names a claim, its GPUs and limits: a few hundred bytes; anything past 64 KiB is no request of ours. */
-export const MAX_REQUEST_BYTES = 64 * 1024;
-const GPU_UUID = /^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export interface DraAgentOptions {
   readonly mpsRoot: string;
@@ -59,6 +56,11 @@ export interface DraAgentOptions {
    * `claimsDir`: confined-host.ts).
    */
   readonly hostFor: (claimRoot: string, claimsDir: string) => MpsHost;
+  /** This node's GPUs and MIG devices as NVML lists them now (agent-inventory.ts). */
+  readonly inventory: () => Promise<HostInventory>;
+  readonly limits: AdmissionLimits;
+  /** The agent's own directory (a real one of root's the plugin cannot write), for timeslices.json. */
+  readonly stateDir: string;
   /** Sets a GPU's time-slice (timeslice.ts); throws naming what failed. */
   readonly setTimeSlice: (uuid: string, interval: TimeSliceInterval) => Promise<void>;
   readonly log: Logger;
@@ -70,8 +72,17 @@ export interface DraAgentOptions {
 }
 
 interface Running {
+  /** The request as the plugin wrote it. */
   readonly file: RequestFile;
+  /** As admitted: what the agent acts on. */
+  readonly request: HostRequest;
   readonly supervisor: MpsSupervisor | null;
+}
+
+/** What one sync serves and what it refuses (by uid; `key` is what a refusal is remembered by). */
+interface Admitted {
+  readonly served: Map<string, { readonly file: RequestFile; readonly request: HostRequest }>;
+  readonly refused: Map<string, { readonly id: string | null; readonly key: string; readonly error: string }>;
 }
 
 /** The supervisor's plan of a claim's daemon. */
@@ -107,7 +118,7 @@ export class DraSharingAgent {
   private readonly o: DraAgentOptions;
   private readonly timers = new TimerOwner();
   private readonly running = new Map<string, Running>();
-  /** Requests refused, by uid: the request's id, so one is refused once, not at every sync, until it changes. */
+  /** Requests refused, by uid: what the refusal is remembered by, so one is refused once, until it changes. */
   private readonly refused = new Map<string, string>();
   /** The time-slice each GPU was given by this agent (absent: never set, or set back to Default). */
   private applied = new Map<string, TimeSliceInterval>();
@@ -124,13 +135,14 @@ export class DraSharingAgent {
     );
   }
 
+  /** One sync that begins after this call, done (what a change of the request directory brings). */
+  syncNow(): Promise<void> {
+    return this.syncs.request();
+  }
+
   /** Syncs completed so far (tests wait on it). */
   get syncCount(): number {
     return this.synced;
-  }
-
-  private get timeSliceFile(): string {
-    return join(this.o.mpsRoot, 'dra', 'timeslices.json');
   }
 
   private get claimsDir(): string {
@@ -156,7 +168,7 @@ export class DraSharingAgent {
   async start(): Promise<void> {
     const requests = requestDir(this.o.mpsRoot);
     await this.makeTree();
-    this.applied = await this.readApplied();
+    this.applied = await readTimeSliceRecord(this.o.stateDir, this.o.mpsRoot);
     try {
       this.watcher = watch(requests, () => void this.syncs.request());
       this.watcher.on('error', (err) => this.o.log.warn('cannot watch the DRA requests', { error: errorText(err) }));
@@ -168,55 +180,62 @@ export class DraSharingAgent {
     await this.syncs.request();
   }
 
-  private async readApplied(): Promise<Map<string, TimeSliceInterval>> {
-    try {
-      const doc: unknown = JSON.parse(await readRegularFile(this.o.mpsRoot, this.timeSliceFile, MAX_REQUEST_BYTES));
-      // Only entries that can be ours: a GPU's UUID and an interval nvidia-smi knows.
-      const entries = Object.entries(typeof doc === 'object' && doc !== null ? doc : {}).filter(
-        (e): e is [string, TimeSliceInterval] =>
-          GPU_UUID.test(e[0]) && (TIME_SLICE_INTERVALS as readonly unknown[]).includes(e[1]),
-      );
-      return new Map(entries);
-    } catch {
-      return new Map();
+  /**
+   * Which requests this sync serves: those served already and unchanged keep their place; each new or changed one
+   * is admitted beside them (core/dra-admission.ts) against NVML's list of this node's devices, read once per
+   * sync that has one. A request refused before under the same id stays refused without being looked at again.
+   */
+  private async admit(read: ReadonlyMap<string, RequestRead>): Promise<Admitted> {
+    const served: Admitted['served'] = new Map();
+    const refused: Admitted['refused'] = new Map();
+    for (const [uid, r] of read) {
+      const was = this.running.get(uid);
+      if ('file' in r && was !== undefined && sameRequest(was.file.request, r.file.request))
+        served.set(uid, { file: r.file, request: was.request });
     }
-  }
-
-  /** The request files now, by claim uid; one that cannot be read is logged and left out. */
-  private async readRequests(): Promise<Map<string, RequestFile>> {
-    const dir = requestDir(this.o.mpsRoot);
-    const out = new Map<string, RequestFile>();
-    const names = await readdir(dir).catch(() => [] as string[]);
-    for (const name of names) {
-      if (!name.endsWith('.json')) continue;
-      const uid = name.slice(0, -'.json'.length);
-      try {
-        const file = parseRequest(await readRegularFile(this.o.mpsRoot, join(dir, name), MAX_REQUEST_BYTES));
-        if (file.request.claim.uid !== uid) throw new Error(`it names claim ${file.request.claim.uid}`);
-        out.set(uid, file);
-      } catch (err) {
-        // Gone meanwhile (unprepared), or being written: the next sync reads it again.
-        if ((err as NodeJS.ErrnoException).code !== 'ENOENT')
-          this.o.log.debug('cannot read a DRA request yet', { file: name, error: errorText(err) });
+    let inventory: HostInventory | undefined;
+    for (const [uid, r] of read) {
+      if (served.has(uid)) continue;
+      if (!('file' in r)) {
+        refused.set(uid, r);
+        continue;
       }
+      const key = r.file.id;
+      if (this.refused.get(uid) === key) {
+        refused.set(uid, { id: key, key, error: '' });
+        continue;
+      }
+      inventory ??= await this.o.inventory();
+      const held = [...served.values()].map((x) => x.request);
+      const verdict = admitRequest(r.file.request, held, inventory, this.o.limits);
+      if ('error' in verdict) refused.set(uid, { id: key, key, error: verdict.error });
+      else served.set(uid, { file: r.file, request: verdict.request });
     }
-    return out;
+    return { served, refused };
   }
 
   private async sync(): Promise<void> {
     if (this.stopped) return;
-    const wanted = await this.readRequests();
+    const read = await readRequestFiles(this.o.mpsRoot);
+    const { served, refused } = await this.admit(read).catch((err: unknown) => {
+      // NVML could not list the devices: nothing new is admitted this time, the claims served stay served.
+      this.o.log.error("cannot list this node's GPUs to check the DRA requests; trying again", {
+        error: errorText(err),
+      });
+      const keep: Admitted['served'] = new Map();
+      for (const [uid, r] of this.running) if (read.has(uid)) keep.set(uid, { file: r.file, request: r.request });
+      return { served: keep, refused: new Map() } satisfies Admitted;
+    });
     // Time-slices first: a claim's answer goes (its unprepare returns) only once its GPUs are back at Default.
-    const sliceProblems = await this.applyTimeSlices([...wanted.values()].map((f) => f.request));
-    for (const [uid, r] of [...this.running]) if (!wanted.has(uid)) await this.end(uid, r);
-    for (const uid of this.refused.keys()) if (!wanted.has(uid)) this.refused.delete(uid);
-    for (const [uid, file] of wanted) {
-      // One request the agent cannot serve (a uid that is no path component, a claim tree in the way) is answered
-      // "failed" once and leaves the others served; it is tried again when its request changes.
-      if (this.refused.get(uid) === file.id) continue;
-      await this.serve(uid, file, sliceProblems).then(
+    const sliceProblems = await this.applyTimeSlices([...served.values()].map((f) => f.request));
+    for (const [uid, r] of [...this.running]) if (!served.has(uid)) await this.end(uid, r);
+    for (const uid of this.refused.keys()) if (!read.has(uid)) this.refused.delete(uid);
+    for (const [uid, r] of refused) if (this.refused.get(uid) !== r.key) await this.refuse(uid, r);
+    for (const [uid, { file, request }] of served) {
+      // One the agent cannot set up (a claim tree in the way, say) is answered "failed" once; the others are served.
+      await this.serve(uid, file, request, sliceProblems).then(
         () => this.refused.delete(uid),
-        (err: unknown) => this.refuse(uid, file, err),
+        (err: unknown) => this.refuse(uid, { id: file.id, key: file.id, error: errorText(err) }),
       );
     }
     this.synced++;
@@ -224,24 +243,29 @@ export class DraSharingAgent {
     this.o.status?.(`STATUS=DRA sharing: ${this.running.size} claim${this.running.size === 1 ? '' : 's'}`);
   }
 
-  private async serve(uid: string, file: RequestFile, sliceProblems: ReadonlyMap<string, string>): Promise<void> {
+  private async serve(
+    uid: string,
+    file: RequestFile,
+    request: HostRequest,
+    sliceProblems: ReadonlyMap<string, string>,
+  ): Promise<void> {
     this.claimRoot(uid);
     const was = this.running.get(uid);
     if (was !== undefined && sameRequest(was.file.request, file.request)) {
       this.running.set(uid, { ...was, file });
     } else {
       if (was !== undefined) await this.end(uid, was);
-      this.running.set(uid, { file, supervisor: await this.startDaemon(file) });
+      this.running.set(uid, { file, request, supervisor: await this.startDaemon(request) });
     }
-    await this.answer(uid, file, sliceProblems);
+    await this.answer(uid, file, request, sliceProblems);
   }
 
-  /** A request the agent cannot serve: logged, and answered "failed" with the reason where its uid can name a file. */
-  private async refuse(uid: string, file: RequestFile, err: unknown): Promise<void> {
-    this.refused.set(uid, file.id);
-    this.o.log.error('cannot serve a DRA request', { uid, error: errorText(err) });
-    if (!safeComponent(uid)) return;
-    const a: Answer = { id: file.id, state: 'failed', error: errorText(err) };
+  /** A request the agent does not serve: logged, and answered "failed" with the reason where it can be. */
+  private async refuse(uid: string, r: { readonly id: string | null; readonly key: string; readonly error: string }) {
+    this.refused.set(uid, r.key);
+    this.o.log.error('refused a DRA sharing request', { uid, request: r.id, error: r.error });
+    if (r.id === null || !safeComponent(uid)) return;
+    const a: Answer = { id: r.id, state: 'failed', error: r.error };
     await writeFileSafely(this.o.mpsRoot, join(answerDir(this.o.mpsRoot), `${uid}.json`), serializeAnswer(a)).catch(
       (e: unknown) => this.o.log.error('cannot answer a DRA request', { uid, error: errorText(e) }),
     );
@@ -267,25 +291,29 @@ export class DraSharingAgent {
   }
 
   private async saveApplied(): Promise<void> {
-    const text = `${JSON.stringify(Object.fromEntries(this.applied))}\n`;
-    await writeFileSafely(this.o.mpsRoot, this.timeSliceFile, text);
+    await writeTimeSliceRecord(this.o.stateDir, this.applied);
   }
 
-  private async startDaemon(file: RequestFile): Promise<MpsSupervisor | null> {
-    const mps = file.request.mps;
+  private async startDaemon(request: HostRequest): Promise<MpsSupervisor | null> {
+    const mps = request.mps;
     if (mps === undefined) return null;
-    const root = this.claimRoot(file.request.claim.uid);
+    const root = this.claimRoot(request.claim.uid);
     const base = this.o.hostFor(root, this.claimsDir);
     const host = mps.exclusive ? base : sharedGpuHost(base);
-    const c = file.request.claim;
+    const c = request.claim;
     const log = this.o.log.child({ claim: `${c.namespace}/${c.name}`, uid: c.uid });
     const supervisor = new MpsSupervisor({ root, host, log, status: () => undefined });
     await supervisor.start([claimPlan(mps)]);
     return supervisor;
   }
 
-  private async answer(uid: string, file: RequestFile, sliceProblems: ReadonlyMap<string, string>): Promise<void> {
-    const problems = file.request.timeSlices.flatMap((t) => {
+  private async answer(
+    uid: string,
+    file: RequestFile,
+    request: HostRequest,
+    sliceProblems: ReadonlyMap<string, string>,
+  ): Promise<void> {
+    const problems = request.timeSlices.flatMap((t) => {
       const p = sliceProblems.get(t.uuid);
       return p === undefined ? [] : [`time-slice of GPU ${t.uuid}: ${p}`];
     });

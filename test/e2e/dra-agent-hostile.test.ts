@@ -6,11 +6,13 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import {
+  existsSync,
   lstatSync,
   mkdirSync,
   mkdtempSync,
   readFileSync,
   readdirSync,
+  renameSync,
   rmSync,
   symlinkSync,
   writeFileSync,
@@ -19,12 +21,21 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { Claim, NodePrepareResourceResponse } from '../../src/api/dra.ts';
+import { serializeRequest } from '../../src/core/dra-sharing.ts';
+import type { HostRequest } from '../../src/core/dra-sharing.ts';
 import { buildFakeMpsControl, buildFakeNvidiaSmi } from '../fake-nvml/build.ts';
 import type { JsonObject } from '../support/apiserver.ts';
 import { DRIVER, NODE, launchOf, startDraNode, prepareClaim, unprepareClaim } from '../support/dra-node.ts';
 import type { DraNode } from '../support/dra-node.ts';
 import { unmountUnder } from '../support/mounts.ts';
 import { PluginProcess, executable } from '../support/sim.ts';
+import { onFileChange, waitUntil } from '../support/wait.ts';
+
+const GPU = (
+  JSON.parse(readFileSync(join(import.meta.dirname, '..', 'fixtures', 'topologies', 'demo-8.json'), 'utf8')) as {
+    gpus: { uuid: string }[];
+  }
+).gpus.map((g) => g.uuid);
 
 let base = '';
 let mpsRoot = '';
@@ -52,6 +63,9 @@ before(async () => {
   delete env.NOTIFY_SOCKET;
   // The fake NVML's control FIFO is the plugin's: a second reader would take commands meant for it.
   delete env.FAKE_NVML_CONTROL;
+  env.STATE_DIRECTORY = join(base, 'agent-state');
+  // Two MPS claims' shm (8Gi each) at most, whatever this machine's memory.
+  env.DRA_MPS_SHM_TOTAL = '16Gi';
   agent = new PluginProcess(
     'unshare',
     ['-m', '--propagation', 'private', executable(), 'mps-control-daemon', ...args],
@@ -121,6 +135,28 @@ function mpsClaim(name: string, device: string): Claim {
   return { namespace: 'team-h', name, uid: String((stored.metadata as JsonObject).uid) };
 }
 
+/** The runs of nvidia-smi so far, one line each. */
+function smiRuns(): string[] {
+  const p = join(base, 'nvidia-smi.log');
+  return existsSync(p)
+    ? readFileSync(p, 'utf8')
+        .split('\n')
+        .filter((l) => l !== '')
+    : [];
+}
+
+/** A request written as a compromised plugin would: straight into the requests directory, any content. */
+function writeRequest(uid: string, request: HostRequest): void {
+  const p = join(mpsRoot, 'dra', 'requests', `${uid}.json`);
+  writeFileSync(`${p}.tmp`, serializeRequest({ id: `${uid}-1`, request }));
+  renameSync(`${p}.tmp`, p);
+}
+
+function answerOf(uid: string): { state: string; error?: string } | null {
+  const p = join(mpsRoot, 'dra', 'answers', `${uid}.json`);
+  return existsSync(p) ? (JSON.parse(readFileSync(p, 'utf8')) as { state: string; error?: string }) : null;
+}
+
 const prepare = (claim: Claim): Promise<NodePrepareResourceResponse> => prepareClaim(node, claim);
 const unprepare = (claim: Claim): Promise<void> => unprepareClaim(node, claim);
 
@@ -173,6 +209,64 @@ describe('the DRA sharing agent against a compromised plugin', { concurrency: fa
     await unprepare(claim);
     rmSync(join(mpsRoot, 'dra', 'requests', 'fifo.json'));
     rmSync(join(mpsRoot, 'dra', 'requests', 'link.json'));
+  });
+
+  test('GPU ids that are nvidia-smi arguments or not on this node are answered "failed"; none is run', async () => {
+    const smiBefore = smiRuns();
+    const forged = (uid: string, uuid: string): void =>
+      writeRequest(uid, { claim: { namespace: 'team-h', name: uid, uid }, timeSlices: [{ uuid, interval: 'Long' }] });
+    forged('forged-args', '-i 0,1,2,3,4,5,6,7');
+    forged('forged-help', '--help');
+    forged('forged-stranger', 'GPU-99999999-9999-9999-9999-999999999999');
+    writeRequest('forged-mps', {
+      claim: { namespace: 'team-h', name: 'forged-mps', uid: 'forged-mps' },
+      timeSlices: [],
+      mps: {
+        activeThreadPercentage: 100,
+        exclusive: true,
+        units: [{ uuid: GPU[5] ?? '', gpuIndex: 0, pinnedMemLimitMiB: 1 }],
+      },
+    });
+    const uids = ['forged-args', 'forged-help', 'forged-stranger', 'forged-mps'];
+    await waitUntil(() => uids.every((u) => answerOf(u) !== null), {
+      on: onFileChange(join(mpsRoot, 'dra', 'answers')),
+      what: 'the forged requests answered',
+    });
+    for (const u of uids) assert.equal(answerOf(u)?.state, 'failed', u);
+    assert.match(String(answerOf('forged-args')?.error), /"-i 0,1,2,3,4,5,6,7" is no whole GPU of this node/);
+    assert.match(String(answerOf('forged-mps')?.error), /gpuIndex 0 is not GPU .*'s \(NVML's index is 5\)/);
+    assert.deepEqual(smiRuns(), smiBefore, 'nvidia-smi never ran for them');
+    assert.deepEqual(agentMountsUnder(join(mpsRoot, 'dra', 'claims')), [], 'no daemon, no shm');
+    for (const u of uids) rmSync(join(mpsRoot, 'dra', 'requests', `${u}.json`));
+  });
+
+  test('a flood of MPS requests past the shm total: those past it refused by name, the rest served', async () => {
+    const uids = ['flood-0', 'flood-1', 'flood-2'];
+    for (const [i, uid] of uids.entries()) {
+      writeRequest(uid, {
+        claim: { namespace: 'team-h', name: uid, uid },
+        timeSlices: [],
+        mps: {
+          activeThreadPercentage: 100,
+          exclusive: false,
+          units: [{ uuid: GPU[i] ?? '', pinnedMemLimitMiB: 1024 }],
+        },
+      });
+    }
+    await waitUntil(() => uids.every((u) => answerOf(u) !== null), {
+      on: onFileChange(join(mpsRoot, 'dra', 'answers')),
+      what: 'the flood answered',
+    });
+    const states = uids.map((u) => answerOf(u)?.state);
+    assert.deepEqual(states.filter((s) => s === 'ready').length, 2, `two served (${states.join(', ')})`);
+    const refused = uids.map(answerOf).find((a) => a?.state === 'failed');
+    assert.match(String(refused?.error), /would pass --dra-mps-shm-total \(DRA_MPS_SHM_TOTAL\) of 17179869184 bytes/);
+    assert.equal(agentMountsUnder(join(mpsRoot, 'dra', 'claims')).length, 2, 'two shm mounts, no more');
+    for (const u of uids) rmSync(join(mpsRoot, 'dra', 'requests', `${u}.json`));
+    await waitUntil(() => agentMountsUnder(join(mpsRoot, 'dra', 'claims')).length === 0, {
+      on: onFileChange(join(mpsRoot, 'dra', 'answers')),
+      what: 'the flood ended',
+    });
   });
 
   test('after all of it, a plain MPS claim is still served', async () => {

@@ -45,6 +45,8 @@ function startAgent(): PluginProcess {
   delete env.NOTIFY_SOCKET;
   // The fake NVML's control FIFO is the plugin's: a second reader would take commands meant for it.
   delete env.FAKE_NVML_CONTROL;
+  // Its own state directory, as the unit's StateDirectory= gives it.
+  env.STATE_DIRECTORY = join(base, 'agent-state');
   return new PluginProcess(executable(), ['mps-control-daemon', ...args], env);
 }
 

@@ -1,20 +1,15 @@
-// DRA sharing on the host: the pure request a claim makes (core/dra-sharing.ts) and the MPS unit's agent
-// (mps/dra-agent.ts) in-process, on real files in a temporary MPS root, with a fake MPS host and a recorded
-// time-slice setter. Waits are on the agent's syncs.
+// DRA sharing on the host: the pure request a claim makes (core/dra-sharing.ts), its files and CDI spec, and the
+// plugin's side of prepare and unprepare in-process. The agent's side is test/unit/dra-agent.test.ts.
 import assert from 'node:assert/strict';
-import { EventEmitter } from 'node:events';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import {
-  answerDir,
   claimCdiSpec,
-  claimMpsRoot,
   hostRequest,
   parseAnswer,
   parseRequest,
-  requestDir,
   serializeRequest,
   timeSliceConflictIn,
   requestedTimeSlices,
@@ -23,11 +18,8 @@ import type { HostDevice, HostRequest, SharedDevice } from '../../src/core/dra-s
 import type { GpuSharing } from '../../src/core/dra-gpu-config.ts';
 import { DraClaims } from '../../src/dra/claims.ts';
 import { HostSharing } from '../../src/dra/sharing.ts';
-import { DraSharingAgent } from '../../src/mps/dra-agent.ts';
 import { createLogger } from '../../src/system/log.ts';
 import { byIndex, cdiSpec } from '../support/dra-fixtures.ts';
-import { FakeHost } from '../support/fake-mps-host.ts';
-import { onEvent, waitUntil } from '../support/wait.ts';
 
 const GiB = 2 ** 30;
 const NODE: HostDevice[] = [
@@ -200,175 +192,6 @@ test("claimCdiSpec: the claim's pipe at /mps/<uid>/pipe with its env, and its ow
       ['/run/nvidia/mps/dra/claims/uid-1/shm', '/dev/shm'],
     ],
   );
-});
-
-// ---- the agent ----
-
-interface AgentRig {
-  root: string;
-  agent: DraSharingAgent;
-  hosts: Map<string, FakeHost>;
-  slices: string[];
-  syncs: EventEmitter;
-  failSlice: Set<string>;
-  write(uid: string, id: string, request: HostRequest): void;
-  answer(uid: string): ReturnType<typeof parseAnswer> | null;
-  synced(n: number): Promise<void>;
-}
-
-async function rig(root = mkdtempSync(join(tmpdir(), 'gdp-dra-agent-'))): Promise<AgentRig> {
-  const hosts = new Map<string, FakeHost>();
-  const slices: string[] = [];
-  const failSlice = new Set<string>();
-  const syncs = new EventEmitter();
-  let count = 0;
-  const agent = new DraSharingAgent({
-    mpsRoot: root,
-    hostFor: (claimRoot) => {
-      const h = new FakeHost();
-      hosts.set(claimRoot, h);
-      return h;
-    },
-    setTimeSlice: async (uuid, interval) => {
-      if (failSlice.has(uuid)) throw new Error(`nvidia-smi: GPU ${uuid} refused`);
-      slices.push(`${uuid} ${interval}`);
-    },
-    log: createLogger({ level: 'error', journal: false, write: () => undefined }),
-    rescanMs: 3_600_000,
-    onSynced: () => {
-      count++;
-      syncs.emit('synced');
-    },
-  });
-  const r: AgentRig = {
-    root,
-    agent,
-    hosts,
-    slices,
-    syncs,
-    failSlice,
-    write: (uid, id, request) => {
-      mkdirSync(requestDir(root), { recursive: true });
-      writeFileSync(join(requestDir(root), `${uid}.json`), serializeRequest({ id, request }));
-    },
-    answer: (uid) => {
-      const p = join(answerDir(root), `${uid}.json`);
-      return existsSync(p) ? parseAnswer(readFileSync(p, 'utf8')) : null;
-    },
-    synced: (n) => waitUntil(() => count >= n, { on: onEvent(syncs, 'synced'), what: `${n} syncs` }),
-  };
-  await agent.start();
-  return r;
-}
-
-test('agent: an MPS request gets its own daemon under the claim root with its limits; gone, it stops', async () => {
-  const r = await rig();
-  try {
-    const request = hostRequest(
-      CLAIM,
-      [
-        {
-          device: 'gpu-0',
-          sharing: mps({ defaultActiveThreadPercentage: 25, defaultPinnedDeviceMemoryLimit: 8 * GiB }),
-        },
-      ],
-      NODE,
-    ) as HostRequest;
-    r.write('uid-1', 'first', request);
-    await waitUntil(() => r.answer('uid-1')?.id === 'first', { on: onEvent(r.syncs, 'synced'), what: 'the answer' });
-    assert.deepEqual(r.answer('uid-1'), { id: 'first', state: 'ready' });
-    const claimRoot = claimMpsRoot(r.root, 'uid-1');
-    const host = r.hosts.get(claimRoot);
-    assert.ok(host, 'a host for the claim root');
-    assert.deepEqual(
-      host.actions.filter((a) => a.startsWith('mode') || a.startsWith('cmd')),
-      [
-        'mode GPU-0 exclusive-process',
-        `cmd ${claimRoot}/mps/pipe set_default_device_pinned_mem_limit 0 8192M`,
-        `cmd ${claimRoot}/mps/pipe set_default_active_thread_percentage 25`,
-      ],
-    );
-    assert.ok(host.actions.includes(`mount ${claimRoot}/shm`), 'its own shm');
-    // Written again with the same content (a retried prepare): answered, the daemon left alone.
-    r.write('uid-1', 'second', request);
-    await waitUntil(() => r.answer('uid-1')?.id === 'second', { on: onEvent(r.syncs, 'synced'), what: 'answer 2' });
-    assert.equal(host.children.length, 1, 'not started again');
-    rmSync(join(requestDir(r.root), 'uid-1.json'));
-    await waitUntil(() => r.answer('uid-1') === null, { on: onEvent(r.syncs, 'synced'), what: 'the answer removed' });
-    assert.ok(host.actions.includes(`cmd ${claimRoot}/mps/pipe quit`), 'told to quit');
-    assert.ok(host.actions.includes('mode GPU-0 default'), 'compute mode back');
-    assert.ok(host.actions.includes(`umount ${claimRoot}/shm`));
-    assert.equal(existsSync(claimRoot), false, 'its directory removed');
-  } finally {
-    await r.agent.stop();
-  }
-});
-
-test('agent: two shares of one GPU get a daemon each, neither touching the compute mode', async () => {
-  const r = await rig();
-  try {
-    const share = (uid: string, gib: number): HostRequest =>
-      hostRequest(
-        { ...CLAIM, uid, name: uid },
-        [{ device: 'gpu-1', shareId: `s-${uid}`, consumedCapacity: { memory: `${gib}Gi` }, sharing: mps() }],
-        NODE,
-      ) as HostRequest;
-    r.write('a', 'a1', share('a', 4));
-    r.write('b', 'b1', share('b', 8));
-    await waitUntil(() => r.answer('a')?.state === 'ready' && r.answer('b')?.state === 'ready', {
-      on: onEvent(r.syncs, 'synced'),
-      what: 'both answered',
-    });
-    const limits = ['a', 'b'].map((uid) =>
-      r.hosts.get(claimMpsRoot(r.root, uid))?.actions.find((x) => x.includes('pinned_mem_limit')),
-    );
-    assert.match(String(limits[0]), /set_default_device_pinned_mem_limit 0 4096M$/);
-    assert.match(String(limits[1]), /set_default_device_pinned_mem_limit 0 8192M$/);
-    for (const h of r.hosts.values()) assert.equal(h.actions.filter((a) => a.startsWith('mode')).length, 0);
-  } finally {
-    await r.agent.stop();
-  }
-});
-
-test('agent: time-slices follow the requests, Default when the last goes; a failure names the GPU', async () => {
-  const r = await rig();
-  try {
-    const ts = (uid: string, device: string, interval: 'Long' | 'Short'): HostRequest =>
-      hostRequest({ ...CLAIM, uid }, [{ device, sharing: { strategy: 'TimeSlicing', interval } }], NODE) as HostRequest;
-    r.write('a', 'a1', ts('a', 'gpu-0', 'Long'));
-    await waitUntil(() => r.answer('a')?.state === 'ready', { on: onEvent(r.syncs, 'synced'), what: 'a ready' });
-    assert.deepEqual(r.slices, ['GPU-0 Long']);
-    assert.deepEqual(JSON.parse(readFileSync(join(r.root, 'dra', 'timeslices.json'), 'utf8')), { 'GPU-0': 'Long' });
-    r.failSlice.add('GPU-1');
-    r.write('b', 'b1', ts('b', 'gpu-1', 'Short'));
-    await waitUntil(() => r.answer('b') !== null, { on: onEvent(r.syncs, 'synced'), what: 'b answered' });
-    const b = r.answer('b');
-    assert.equal(b?.state, 'failed');
-    assert.match(b?.state === 'failed' ? b.error : '', /time-slice of GPU GPU-1: nvidia-smi: GPU GPU-1 refused/);
-    rmSync(join(requestDir(r.root), 'a.json'));
-    await waitUntil(() => r.slices.includes('GPU-0 Default'), { on: onEvent(r.syncs, 'synced'), what: 'GPU-0 back' });
-  } finally {
-    await r.agent.stop();
-  }
-});
-
-test('agent: restarted, it puts back a time-slice it set whose request went while it was down', async () => {
-  const root = mkdtempSync(join(tmpdir(), 'gdp-dra-agent-'));
-  mkdirSync(join(root, 'dra'), { recursive: true });
-  // Beside the GPU it set, entries that cannot be its own (a forged record) are ignored.
-  const gpu = 'GPU-96a13516-8351-38da-1b3b-bd53058e4ee4';
-  writeFileSync(
-    join(root, 'dra', 'timeslices.json'),
-    JSON.stringify({ [gpu]: 'Medium', '-i 0,1': 'Long', 'GPU-2': '--help' }),
-  );
-  const r = await rig(root);
-  try {
-    await r.synced(1);
-    assert.deepEqual(r.slices, [`${gpu} Default`]);
-    assert.deepEqual(JSON.parse(readFileSync(join(root, 'dra', 'timeslices.json'), 'utf8')), {});
-  } finally {
-    await r.agent.stop();
-  }
 });
 
 // ---- the plugin's side: prepare and unprepare of a sharing claim, in-process ----

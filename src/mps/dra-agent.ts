@@ -229,7 +229,7 @@ export class DraSharingAgent {
     // Time-slices first: a claim's answer goes (its unprepare returns) only once its GPUs are back at Default.
     const sliceProblems = await this.applyTimeSlices([...served.values()].map((f) => f.request));
     for (const [uid, r] of [...this.running]) if (!served.has(uid)) await this.end(uid, r);
-    for (const uid of this.refused.keys()) if (!read.has(uid)) this.refused.delete(uid);
+    for (const uid of [...this.refused.keys()]) if (!read.has(uid)) await this.forget(uid);
     for (const [uid, r] of refused) if (this.refused.get(uid) !== r.key) await this.refuse(uid, r);
     for (const [uid, { file, request }] of served) {
       // One the agent cannot set up (a claim tree in the way, say) is answered "failed" once; the others are served.
@@ -258,6 +258,15 @@ export class DraSharingAgent {
       this.running.set(uid, { file, request, supervisor: await this.startDaemon(request) });
     }
     await this.answer(uid, file, request, sliceProblems);
+  }
+
+  /** A refused request went (its claim unprepared): its answer goes too, the plugin's word that the claim ended. */
+  private async forget(uid: string): Promise<void> {
+    this.refused.delete(uid);
+    if (!safeComponent(uid)) return;
+    await removeFile(this.o.mpsRoot, join(answerDir(this.o.mpsRoot), `${uid}.json`)).catch((err: unknown) =>
+      this.o.log.warn("cannot remove a refused claim's answer", { uid, error: errorText(err) }),
+    );
   }
 
   /** A request the agent does not serve: logged, and answered "failed" with the reason where it can be. */
@@ -298,6 +307,9 @@ export class DraSharingAgent {
     const mps = request.mps;
     if (mps === undefined) return null;
     const root = this.claimRoot(request.claim.uid);
+    // A claim root that is no real directory of root's (a link planted there) refuses the claim at once, before a
+    // supervisor would try it again and again.
+    await ensureDir(this.claimsDir, root);
     const base = this.o.hostFor(root, this.claimsDir);
     const host = mps.exclusive ? base : sharedGpuHost(base);
     const c = request.claim;

@@ -199,6 +199,20 @@ describe('the DRA sharing agent against a compromised plugin', { concurrency: fa
     assert.deepEqual(outsideState(), before);
   });
 
+  test("links planted inside a live claim's tree are unlinked at unprepare, never followed into the host", async () => {
+    const before = outsideState();
+    const claim = mpsClaim('tree-links', 'gpu-5');
+    const r = await prepare(claim);
+    assert.equal(r.error, '', r.error);
+    const root = join(mpsRoot, 'dra', 'claims', claim.uid);
+    symlinkSync(join(outside, 'cron.d'), join(root, 'mps', 'planted-dir'));
+    symlinkSync(join(outside, 'victim'), join(root, 'mps', 'planted-file'));
+    symlinkSync(outside, join(root, 'outside'));
+    await unprepare(claim);
+    assert.equal(existsSync(root), false, "the claim's tree removed");
+    assert.deepEqual(outsideState(), before, 'nothing outside removed or changed');
+  });
+
   test('FIFOs and links named as requests and a forged time-slice record never stall or steer it', async () => {
     execFileSync('mkfifo', [join(mpsRoot, 'dra', 'requests', 'fifo.json')]);
     symlinkSync(join(outside, 'victim'), join(mpsRoot, 'dra', 'requests', 'link.json'));

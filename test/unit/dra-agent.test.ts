@@ -262,6 +262,9 @@ test('agent: a request naming a GPU NVML does not list is answered "failed" once
     r.write('forged', 'f2', forged);
     await waitUntil(() => r.answer('forged')?.id === 'f2', { on: onEvent(r.syncs, 'synced'), what: 'f2 answered' });
     assert.equal(r.answer('forged')?.state, 'failed');
+    // Its claim unprepared: the answer goes too, which is what the plugin's unprepare waits for.
+    rmSync(join(requestDir(r.root), 'forged.json'));
+    await waitUntil(() => r.answer('forged') === null, { on: onEvent(r.syncs, 'synced'), what: 'the answer removed' });
   } finally {
     await r.agent.stop();
   }

@@ -7,6 +7,8 @@
 // The whole-GPU index a daemon's compute mode goes by is NVML's, never the request's.
 import { claimUidProblem } from './dra-claims.ts';
 import type { HostMps, HostMpsUnit, HostRequest } from './dra-sharing.ts';
+import { partitionProblem } from './mig-instances.ts';
+import type { PartitionRequest } from './mig-instances.ts';
 
 /** A device of this node as NVML lists it: a whole GPU, or a MIG device with its parent GPU. */
 export interface HostUnit {
@@ -84,6 +86,19 @@ function checkMps(m: HostMps, inventory: HostInventory): HostMps | string {
   return { activeThreadPercentage: t, exclusive: m.exclusive, units };
 }
 
+function checkPartitions(partitions: readonly PartitionRequest[], inventory: HostInventory): string | null {
+  const devices = new Set<string>();
+  for (const [i, p] of partitions.entries()) {
+    const problem = partitionProblem(p);
+    if (problem !== null) return `partitions[${i}]: ${problem}`;
+    if (inventory.get(p.parentUuid)?.gpuIndex === undefined)
+      return `partitions[${i}]: ${shown(p.parentUuid)} is no whole GPU of this node (NVML lists it not)`;
+    if (devices.has(p.device)) return `partitions[${i}]: device ${p.device} named twice`;
+    devices.add(p.device);
+  }
+  return null;
+}
+
 /** The request with NVML's indexes, or what is wrong with it on its own (before any other claim is looked at). */
 function checkAlone(r: HostRequest, inventory: HostInventory): HostRequest | string {
   const claim = claimProblem(r);
@@ -96,6 +111,8 @@ function checkAlone(r: HostRequest, inventory: HostInventory): HostRequest | str
     if (seen.has(t.uuid)) return `timeSlices[${i}]: GPU ${t.uuid} named twice`;
     seen.add(t.uuid);
   }
+  const partitions = checkPartitions(r.partitions ?? [], inventory);
+  if (partitions !== null) return partitions;
   if (r.mps === undefined) return r;
   const mps = checkMps(r.mps, inventory);
   return typeof mps === 'string' ? mps : { ...r, mps };
@@ -103,7 +120,7 @@ function checkAlone(r: HostRequest, inventory: HostInventory): HostRequest | str
 
 /** The whole GPUs a request holds (a MIG device holds its parent), and those it wants for itself alone. */
 function gpusOf(r: HostRequest, inventory: HostInventory): { all: Set<string>; alone: Set<string> } {
-  const all = new Set(r.timeSlices.map((t) => t.uuid));
+  const all = new Set([...r.timeSlices.map((t) => t.uuid), ...(r.partitions ?? []).map((p) => p.parentUuid)]);
   const alone = new Set<string>();
   for (const u of r.mps?.units ?? []) {
     const gpu = inventory.get(u.uuid)?.gpuUuid ?? u.uuid;

@@ -21,6 +21,8 @@ import type { GpuSharing, MpsSharing, TimeSliceInterval } from './dra-gpu-config
 import { timeSliceConflict, wantedTimeSlices } from './dra-timeslice.ts';
 import type { TimeSliceClaimDevice } from './dra-timeslice.ts';
 import { isObject } from './json.ts';
+import { parseMadePartition, parsePartition } from './mig-instances.ts';
+import type { MadePartition, PartitionRequest } from './mig-instances.ts';
 import { parseQuantity } from './quantity.ts';
 
 /** One device of a claim as prepared, with what sharing asks of the host. */
@@ -62,6 +64,8 @@ export interface HostRequest {
   /** Whole GPUs and the time-slice each must have while the claim is prepared. */
   readonly timeSlices: readonly { readonly uuid: string; readonly interval: TimeSliceInterval }[];
   readonly mps?: HostMps;
+  /** Dynamic MIG: the partitions to carve for the claim while it is prepared (core/mig-instances.ts). */
+  readonly partitions?: readonly PartitionRequest[];
 }
 
 export const HOST_REQUEST_VERSION = 'gpu-device-plugin.dra-sharing/v1';
@@ -213,7 +217,13 @@ export function parseRequest(text: string): RequestFile {
   });
   const claim = { namespace: c.namespace, name: c.name, uid: c.uid };
   const mps = request.mps === undefined ? {} : { mps: parseMps(request.mps) };
-  return { id, request: { claim, timeSlices, ...mps } };
+  if (request.partitions !== undefined && !Array.isArray(request.partitions))
+    throw new Error('request.partitions: not a list');
+  const partitions =
+    request.partitions === undefined
+      ? {}
+      : { partitions: request.partitions.map((p, i) => parsePartition(p, `request.partitions[${i}]`)) };
+  return { id, request: { claim, timeSlices, ...mps, ...partitions } };
 }
 
 /** Whether two requests ask the host the same (their ids aside). */
@@ -221,9 +231,9 @@ export function sameRequest(a: HostRequest, b: HostRequest): boolean {
   return JSON.stringify(a) === JSON.stringify(b);
 }
 
-/** The agent's answer to one request: done, or why not. */
+/** The agent's answer to one request: done (with the partitions it made, if it asked any), or why not. */
 export type Answer =
-  | { readonly id: string; readonly state: 'ready' }
+  | { readonly id: string; readonly state: 'ready'; readonly partitions?: readonly MadePartition[] }
   | { readonly id: string; readonly state: 'failed'; readonly error: string };
 
 export function serializeAnswer(a: Answer): string {
@@ -235,7 +245,12 @@ export function parseAnswer(text: string): Answer {
   const doc: unknown = JSON.parse(text);
   if (!isObject(doc) || doc.version !== HOST_REQUEST_VERSION || typeof doc.id !== 'string')
     throw new Error(`not an answer of version ${HOST_REQUEST_VERSION}`);
-  if (doc.state === 'ready') return { id: doc.id, state: 'ready' };
+  if (doc.state === 'ready') {
+    if (doc.partitions === undefined) return { id: doc.id, state: 'ready' };
+    if (!Array.isArray(doc.partitions)) throw new Error('partitions: not a list');
+    const partitions = doc.partitions.map((p, i) => parseMadePartition(p, `partitions[${i}]`));
+    return { id: doc.id, state: 'ready', partitions };
+  }
   if (doc.state === 'failed' && typeof doc.error === 'string') return { id: doc.id, state: 'failed', error: doc.error };
   throw new Error('state is neither ready nor failed (with an error)');
 }

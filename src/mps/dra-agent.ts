@@ -25,7 +25,6 @@ import { join } from 'node:path';
 import { admitRequest } from '../core/dra-admission.ts';
 import type { AdmissionLimits, HostInventory } from '../core/dra-admission.ts';
 import {
-  CLAIM_MPS_RESOURCE,
   answerDir,
   claimMpsRoot,
   requestDir,
@@ -34,17 +33,19 @@ import {
   serializeAnswer,
 } from '../core/dra-sharing.ts';
 import { changesToApply } from '../core/dra-timeslice.ts';
-import type { Answer, HostMps, HostRequest, RequestFile } from '../core/dra-sharing.ts';
+import type { Answer, HostRequest, RequestFile } from '../core/dra-sharing.ts';
 import type { TimeSliceInterval } from '../core/dra-gpu-config.ts';
-import type { MpsDaemonPlan } from '../core/mps.ts';
+import type { MadePartition } from '../core/mig-instances.ts';
 import { errorText } from '../system/log.ts';
 import { ensureDir, removeFile, removeTree, safeComponent, writeFileSafely } from '../system/safe-fs.ts';
 import type { Logger } from '../system/log.ts';
 import { CoalescingQueue, TimerOwner } from '../system/timers.ts';
 import { readRequestFiles, readTimeSliceRecord, writeTimeSliceRecord } from './agent-files.ts';
 import type { RequestRead } from './agent-files.ts';
-import { MpsSupervisor } from './daemon.ts';
-import type { MpsHost } from './daemon.ts';
+import { startClaimDaemon } from './claim-daemon.ts';
+import { MigPartitions } from './mig-partitions.ts';
+import type { MigPort } from './mig-partitions.ts';
+import type { MpsHost, MpsSupervisor } from './daemon.ts';
 
 /** How often the request directory is read again even without an event. */
 export const RESCAN_MS = 2000;
@@ -69,6 +70,8 @@ export interface DraAgentOptions {
   readonly rescanMs?: number;
   /** After each sync (tests wait on it). */
   readonly onSynced?: () => void;
+  /** NVML's MIG instance calls (mig-instances port); absent: a request for MIG partitions is refused. */
+  readonly migPort?: MigPort;
 }
 
 interface Running {
@@ -77,41 +80,14 @@ interface Running {
   /** As admitted: what the agent acts on. */
   readonly request: HostRequest;
   readonly supervisor: MpsSupervisor | null;
+  /** The dynamic MIG partitions made for it. */
+  readonly made: readonly MadePartition[];
 }
 
 /** What one sync serves and what it refuses (by uid; `key` is what a refusal is remembered by). */
 interface Admitted {
   readonly served: Map<string, { readonly file: RequestFile; readonly request: HostRequest }>;
   readonly refused: Map<string, { readonly id: string | null; readonly key: string; readonly error: string }>;
-}
-
-/** The supervisor's plan of a claim's daemon. */
-function claimPlan(mps: HostMps): MpsDaemonPlan {
-  return {
-    resource: CLAIM_MPS_RESOURCE,
-    replicas: 1,
-    activeThreadPercentage: mps.activeThreadPercentage,
-    gpus: mps.units.map((u, k) => ({
-      uuid: u.uuid,
-      index: u.gpuIndex ?? -1,
-      mpsDevice: k,
-      pinnedMemLimitMiB: u.pinnedMemLimitMiB,
-    })),
-  };
-}
-
-/** A host whose compute-mode changes are left out: for daemons on GPUs shared with other claims, and MIG devices. */
-function sharedGpuHost(host: MpsHost): MpsHost {
-  return {
-    setComputeMode: async () => undefined,
-    makeDirs: (d) => host.makeDirs(d),
-    writeFile: (p, t) => host.writeFile(p, t),
-    remove: (p) => host.remove(p),
-    mountShm: (d) => host.mountShm(d),
-    unmountShm: (d) => host.unmountShm(d),
-    startControl: (p, paths) => host.startControl(p, paths),
-    command: (paths, c, t) => host.command(paths, c, t),
-  };
 }
 
 export class DraSharingAgent {
@@ -126,9 +102,12 @@ export class DraSharingAgent {
   private watcher: FSWatcher | undefined;
   private stopped = false;
   private synced = 0;
+  private readonly partitions: MigPartitions | null;
 
   constructor(o: DraAgentOptions) {
     this.o = o;
+    this.partitions =
+      o.migPort === undefined ? null : new MigPartitions({ port: o.migPort, stateDir: o.stateDir, log: o.log });
     this.syncs = new CoalescingQueue<void>(
       () => this.sync(),
       () => undefined,
@@ -169,6 +148,7 @@ export class DraSharingAgent {
     const requests = requestDir(this.o.mpsRoot);
     await this.makeTree();
     this.applied = await readTimeSliceRecord(this.o.stateDir, this.o.mpsRoot);
+    await this.partitions?.load();
     try {
       this.watcher = watch(requests, () => void this.syncs.request());
       this.watcher.on('error', (err) => this.o.log.warn('cannot watch the DRA requests', { error: errorText(err) }));
@@ -229,6 +209,10 @@ export class DraSharingAgent {
     // Time-slices first: a claim's answer goes (its unprepare returns) only once its GPUs are back at Default.
     const sliceProblems = await this.applyTimeSlices([...served.values()].map((f) => f.request));
     for (const [uid, r] of [...this.running]) if (!served.has(uid)) await this.end(uid, r);
+    // Partitions of claims no request wants any more: those whose end failed, and those a killed agent left.
+    for (const uid of this.partitions?.claims() ?? [])
+      if (!served.has(uid) && !this.running.has(uid) && (await this.releasePartitions(uid)))
+        await this.removeAnswer(uid);
     for (const uid of [...this.refused.keys()]) if (!read.has(uid)) await this.forget(uid);
     for (const [uid, r] of refused) if (this.refused.get(uid) !== r.key) await this.refuse(uid, r);
     for (const [uid, { file, request }] of served) {
@@ -254,8 +238,10 @@ export class DraSharingAgent {
     if (was !== undefined && sameRequest(was.file.request, file.request)) {
       this.running.set(uid, { ...was, file });
     } else {
-      if (was !== undefined) await this.end(uid, was);
-      this.running.set(uid, { file, request, supervisor: await this.startDaemon(request) });
+      if (was !== undefined && !(await this.end(uid, was)))
+        throw new Error('its earlier MIG partitions are not gone yet');
+      const made = await this.makePartitions(uid, request);
+      this.running.set(uid, { file, request, made, supervisor: await this.startDaemon(request) });
     }
     await this.answer(uid, file, request, sliceProblems);
   }
@@ -263,10 +249,7 @@ export class DraSharingAgent {
   /** A refused request went (its claim unprepared): its answer goes too, the plugin's word that the claim ended. */
   private async forget(uid: string): Promise<void> {
     this.refused.delete(uid);
-    if (!safeComponent(uid)) return;
-    await removeFile(this.o.mpsRoot, join(answerDir(this.o.mpsRoot), `${uid}.json`)).catch((err: unknown) =>
-      this.o.log.warn("cannot remove a refused claim's answer", { uid, error: errorText(err) }),
-    );
+    if (safeComponent(uid)) await this.removeAnswer(uid);
   }
 
   /** A request the agent does not serve: logged, and answered "failed" with the reason where it can be. */
@@ -310,13 +293,9 @@ export class DraSharingAgent {
     // A claim root that is no real directory of root's (a link planted there) refuses the claim at once, before a
     // supervisor would try it again and again.
     await ensureDir(this.claimsDir, root);
-    const base = this.o.hostFor(root, this.claimsDir);
-    const host = mps.exclusive ? base : sharedGpuHost(base);
     const c = request.claim;
     const log = this.o.log.child({ claim: `${c.namespace}/${c.name}`, uid: c.uid });
-    const supervisor = new MpsSupervisor({ root, host, log, status: () => undefined });
-    await supervisor.start([claimPlan(mps)]);
-    return supervisor;
+    return startClaimDaemon(mps, root, this.o.hostFor(root, this.claimsDir), log);
   }
 
   private async answer(
@@ -331,15 +310,43 @@ export class DraSharingAgent {
     });
     const daemon = this.running.get(uid)?.supervisor?.problem ?? null;
     if (daemon !== null) problems.push(`its MPS control daemon is not up: ${daemon}`);
+    const made = this.running.get(uid)?.made ?? [];
     const a: Answer =
-      problems.length === 0
-        ? { id: file.id, state: 'ready' }
-        : { id: file.id, state: 'failed', error: problems.join('; ') };
+      problems.length > 0
+        ? { id: file.id, state: 'failed', error: problems.join('; ') }
+        : made.length > 0
+          ? { id: file.id, state: 'ready', partitions: made }
+          : { id: file.id, state: 'ready' };
     await writeFileSafely(this.o.mpsRoot, join(answerDir(this.o.mpsRoot), `${uid}.json`), serializeAnswer(a));
   }
 
-  /** A claim's request went: its daemon stopped and its directory and answer removed. */
-  private async end(uid: string, r: Running): Promise<void> {
+  /** The claim's MIG partitions made (or found made); none when it asks none. */
+  private async makePartitions(uid: string, request: HostRequest): Promise<readonly MadePartition[]> {
+    const wanted = request.partitions ?? [];
+    if (wanted.length === 0) return [];
+    if (this.partitions === null)
+      throw new Error("this agent cannot make MIG partitions: the driver's NVML has no MIG instance calls");
+    return this.partitions.ensure(uid, wanted);
+  }
+
+  /** The claim's MIG partitions destroyed; false (logged) when one could not be, to be tried at the next sync. */
+  private async releasePartitions(uid: string): Promise<boolean> {
+    if (this.partitions === null || !this.partitions.claims().includes(uid)) return true;
+    return this.partitions.release(uid).then(
+      () => true,
+      (err: unknown) => {
+        this.o.log.error("cannot destroy a claim's MIG partitions; trying again", { uid, error: errorText(err) });
+        return false;
+      },
+    );
+  }
+
+  /**
+   * A claim's request went: its daemon stopped, its directory, MIG partitions (unless `keepPartitions`: the agent's
+   * own stop, which leaves them to the next agent) and answer removed. False while a partition is left, when the
+   * answer stays (the plugin's unprepare waits for its removal) and the next sync tries again.
+   */
+  private async end(uid: string, r: Running, keepPartitions = false): Promise<boolean> {
     this.running.delete(uid);
     if (r.supervisor !== null) {
       await r.supervisor
@@ -352,6 +359,12 @@ export class DraSharingAgent {
       );
       this.o.log.info("a claim's MPS control daemon stopped", { uid });
     }
+    if (!keepPartitions && !(await this.releasePartitions(uid))) return false;
+    await this.removeAnswer(uid);
+    return true;
+  }
+
+  private async removeAnswer(uid: string): Promise<void> {
     await removeFile(this.o.mpsRoot, join(answerDir(this.o.mpsRoot), `${uid}.json`)).catch((err: unknown) =>
       this.o.log.warn("cannot remove a claim's answer", { uid, error: errorText(err) }),
     );
@@ -363,7 +376,7 @@ export class DraSharingAgent {
     this.watcher?.close();
     this.timers.dispose();
     await this.syncs.close();
-    await Promise.all([...this.running].map(([uid, r]) => this.end(uid, r)));
+    await Promise.all([...this.running].map(([uid, r]) => this.end(uid, r, true)));
     for (const uuid of [...this.applied.keys()]) {
       await this.o.setTimeSlice(uuid, 'Default').then(
         () => this.applied.delete(uuid),

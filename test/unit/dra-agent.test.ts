@@ -20,6 +20,8 @@ import {
 import type { HostDevice, HostRequest } from '../../src/core/dra-sharing.ts';
 import type { GpuSharing } from '../../src/core/dra-gpu-config.ts';
 import { DraSharingAgent } from '../../src/mps/dra-agent.ts';
+import type { MigPort } from '../../src/mps/mig-partitions.ts';
+import { FakeGpu } from '../support/fake-mig-port.ts';
 import { createLogger } from '../../src/system/log.ts';
 import { FakeHost } from '../support/fake-mps-host.ts';
 import { onEvent, waitUntil } from '../support/wait.ts';
@@ -64,7 +66,11 @@ interface AgentRig {
 
 const LIMITS = { maxClaimsPerGpu: 4, shmBytesPerClaim: GiB, shmBytesTotal: 3 * GiB };
 
-async function rig(root = mkdtempSync(join(tmpdir(), 'gdp-dra-agent-')), limits = LIMITS): Promise<AgentRig> {
+async function rig(
+  root = mkdtempSync(join(tmpdir(), 'gdp-dra-agent-')),
+  limits = LIMITS,
+  migPort?: MigPort,
+): Promise<AgentRig> {
   const hosts = new Map<string, FakeHost>();
   const slices: string[] = [];
   const failSlice = new Set<string>();
@@ -76,6 +82,7 @@ async function rig(root = mkdtempSync(join(tmpdir(), 'gdp-dra-agent-')), limits 
     stateDir: join(root, 'state'),
     inventory: async () => INVENTORY,
     limits,
+    ...(migPort === undefined ? {} : { migPort }),
     hostFor: (claimRoot) => {
       const h = new FakeHost();
       hosts.set(claimRoot, h);
@@ -342,6 +349,66 @@ test('agent: claims per GPU and the MPS shm total are refused past the limits, n
     );
     const d = r.answer('d');
     assert.match(d?.state === 'failed' ? d.error : '', /would pass --dra-mps-shm-total \(DRA_MPS_SHM_TOTAL\)/);
+  } finally {
+    await r.agent.stop();
+  }
+});
+
+test('agent: MIG partitions are made for a claim, answered with their UUIDs, kept over its restart, gone at the end', async () => {
+  const gpu = new FakeGpu();
+  const root = mkdtempSync(join(tmpdir(), 'gdp-dra-agent-'));
+  const claim = { ...CLAIM, uid: 'mig-claim', name: 'mig-claim' };
+  const request: HostRequest = {
+    claim,
+    timeSlices: [],
+    partitions: [{ device: 'gpu-1-mig-3g40gb-9-4', parentUuid: 'GPU-1', giProfileId: 9, start: 4, size: 4 }],
+  };
+  let r = await rig(root, LIMITS, gpu);
+  r.write('mig-claim', 'm1', request);
+  await waitUntil(() => r.answer('mig-claim') !== null, { on: onEvent(r.syncs, 'synced'), what: 'the answer' });
+  const answer = r.answer('mig-claim');
+  assert.equal(answer?.state, 'ready');
+  assert.deepEqual(
+    answer?.state === 'ready' ? answer.partitions?.map((p) => [p.device, p.uuid, p.giCapMinor, p.ciCapMinor]) : [],
+    [['gpu-1-mig-3g40gb-9-4', 'MIG-1-0', 101, 201]],
+  );
+  // The agent's own stop leaves the partition to the next agent, which answers without making another.
+  await r.agent.stop();
+  assert.equal(gpu.gis.length, 1, "kept over the agent's restart");
+  r = await rig(root, LIMITS, gpu);
+  try {
+    await r.synced(1);
+    assert.equal(r.answer('mig-claim')?.state, 'ready');
+    assert.equal(gpu.calls.filter((c) => c.startsWith('create-gi')).length, 1, 'made once');
+    rmSync(join(requestDir(root), 'mig-claim.json'));
+    await waitUntil(() => r.answer('mig-claim') === null, { on: onEvent(r.syncs, 'synced'), what: 'ended' });
+    assert.deepEqual(gpu.gis, [], 'destroyed when the claim ended');
+  } finally {
+    await r.agent.stop();
+  }
+});
+
+test('agent: a partition on a GPU NVML does not list, or with no MIG calls at all, is refused by name', async () => {
+  const r = await rig(undefined, LIMITS);
+  try {
+    const ask = (uid: string, parentUuid: string): HostRequest => ({
+      claim: { ...CLAIM, uid, name: uid },
+      timeSlices: [],
+      partitions: [{ device: 'gpu-1-mig-1g10gb-19-0', parentUuid, giProfileId: 19, start: 0, size: 1 }],
+    });
+    r.write('stranger', 's1', ask('stranger', 'GPU-9'));
+    r.write('no-calls', 'n1', ask('no-calls', 'GPU-1'));
+    await waitUntil(() => r.answer('stranger') !== null && r.answer('no-calls') !== null, {
+      on: onEvent(r.syncs, 'synced'),
+      what: 'both answered',
+    });
+    const s = r.answer('stranger');
+    assert.match(s?.state === 'failed' ? s.error : '', /partitions\[0\]: "GPU-9" is no whole GPU of this node/);
+    const n = r.answer('no-calls');
+    assert.match(
+      n?.state === 'failed' ? n.error : '',
+      /cannot make MIG partitions: the driver's NVML has no MIG instance/,
+    );
   } finally {
     await r.agent.stop();
   }

@@ -354,7 +354,7 @@ test('agent: claims per GPU and the MPS shm total are refused past the limits, n
   }
 });
 
-test('agent: MIG partitions are made for a claim, answered with their UUIDs, kept over its restart, gone at the end', async () => {
+test('agent: MIG partitions made for a claim, answered with UUIDs, kept over a restart, gone at its end', async () => {
   const gpu = new FakeGpu();
   const root = mkdtempSync(join(tmpdir(), 'gdp-dra-agent-'));
   const claim = { ...CLAIM, uid: 'mig-claim', name: 'mig-claim' };

@@ -21,6 +21,11 @@ export interface DraNodeDevice {
   readonly minor: number;
   /** For a MIG device: its UUID and its index under the parent (the j of `<gpu>:<j>`). */
   readonly mig?: { readonly uuid: string; readonly index: number };
+  /**
+   * For a dynamic MIG partition (carved from the GPU at prepare, so it has no MIG UUID yet): its GPU-instance
+   * profile id and placement.
+   */
+  readonly partition?: { readonly giProfileId: number; readonly start: number; readonly size: number };
 }
 
 /** The claim the kubelet names (NodePrepareResources' Claim). */

@@ -137,9 +137,16 @@ export function hostRequest(
   if ('error' in limits) return limits;
   let threads: number | undefined;
   let exclusive = true;
+  const partitions: PartitionRequest[] = [];
   for (const d of devices) {
-    if (d.sharing === undefined) continue;
     const dev = node.find((n) => n.name === d.device);
+    if (dev?.partition !== undefined) {
+      if (d.sharing !== undefined)
+        return { error: `device ${d.device}: sharing a dynamic MIG partition (MigDeviceConfig) is not supported yet` };
+      partitions.push({ device: d.device, parentUuid: dev.gpuUuid, ...dev.partition });
+      continue;
+    }
+    if (d.sharing === undefined) continue;
     if (dev === undefined) return { error: `device ${d.device} is not on this node now` };
     if (d.sharing.strategy === 'TimeSlicing') {
       // A MIG device has no time-slice of its own: its GPU instance's engines are its alone.
@@ -162,11 +169,11 @@ export function hostRequest(
       pinnedMemLimitMiB: Math.max(1, Math.floor(bytes / MIB)),
     });
   }
-  if (timeSlices.length === 0 && units.length === 0) return null;
+  if (timeSlices.length === 0 && units.length === 0 && partitions.length === 0) return null;
   const mps = units.length === 0 ? {} : { mps: { activeThreadPercentage: threads ?? 100, exclusive, units } };
   // The claim as three fields in one order, whatever object named it: requests are compared as JSON.
   const name = { namespace: claim.namespace, name: claim.name, uid: claim.uid };
-  return { claim: name, timeSlices, ...mps };
+  return { claim: name, timeSlices, ...mps, ...(partitions.length === 0 ? {} : { partitions }) };
 }
 
 // ---- the request and answer files ----

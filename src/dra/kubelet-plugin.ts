@@ -105,6 +105,7 @@ export class DraKubeletPlugin implements NodeConsumer {
       mpsRoot: opts.mpsRoot ?? null,
       cdiDir: opts.cdiWriteDir ?? CDI_WRITE_DIR,
       log,
+      procRoot: process.env.PROC_ROOT || '/proc',
       ...(opts.sharingAnswerTimeoutMs === undefined ? {} : { answerTimeoutMs: opts.sharingAnswerTimeoutMs }),
     });
     const cdi = opts.cdiDirs === undefined ? {} : { cdiDirs: opts.cdiDirs };

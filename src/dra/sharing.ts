@@ -1,7 +1,8 @@
-// Host sharing, the plugin's side: a claim that shares its GPUs by TimeSlicing or MPS needs the host
-// changed, which this unprivileged process cannot do; it writes the claim's request (core/dra-sharing.ts)
-// for the MPS unit's agent (mps/dra-agent.ts) and waits for the answer naming it. For an MPS claim it then
-// writes the claim's CDI spec (its daemon's pipe and shm), whose ID prepare returns beside the GPU's.
+// Host sharing, the plugin's side: a claim that shares its GPUs by TimeSlicing or MPS, or asks for a dynamic MIG
+// partition, needs the host changed, which this unprivileged process cannot do; it writes the claim's request
+// (core/dra-sharing.ts) for the MPS unit's agent (mps/dra-agent.ts) and waits for the answer naming it. For an
+// MPS claim it then writes the claim's CDI spec (its daemon's pipe and shm), whose ID prepare returns beside the
+// GPU's; for partitions, their spec (core/dra-partition-cdi.ts: capability nodes, MIG UUID) from the answer.
 // Unprepare removes both and waits a while for the agent to have ended the claim's daemon and put its
 // time-slices back; an agent that does not answer then is logged, not refused (it cleans up when it runs
 // again, from the requests it finds), so a stopped MPS unit never holds a pod's deletion up.
@@ -19,6 +20,8 @@ import {
   serializeRequest,
 } from '../core/dra-sharing.ts';
 import type { Answer, HostRequest } from '../core/dra-sharing.ts';
+import { capsMajor, partitionCdiSpec } from '../core/dra-partition-cdi.ts';
+import type { MadePartition } from '../core/mig-instances.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 import { CoalescingQueue, TimerOwner } from '../system/timers.ts';
@@ -40,10 +43,28 @@ export interface HostSharingOptions {
   readonly log: Logger;
   readonly answerTimeoutMs?: number;
   readonly endTimeoutMs?: number;
+  /** /proc (PROC_ROOT): its `devices` names the driver's nvidia-caps major, for a partition's capability nodes. */
+  readonly procRoot?: string;
+}
+
+/** What prepare adds: the MPS spec's CDI ID, and each partition's (by device name). */
+export interface SharingPrepared {
+  readonly cdiDeviceIds: string[];
+  readonly partitionIds: Readonly<Record<string, string>>;
 }
 
 function claimSpecFile(cdiDir: string, uid: string): string {
   return join(cdiDir, `gpu-device-plugin-claim-${uid}.json`);
+}
+
+function partitionSpecFile(cdiDir: string, uid: string): string {
+  return join(cdiDir, `gpu-device-plugin-claim-${uid}-mig.json`);
+}
+
+/** What a request asks, for messages. */
+function what(request: HostRequest): string {
+  if (request.partitions !== undefined) return 'MIG partition';
+  return request.mps !== undefined ? 'MPS' : 'time-slicing';
 }
 
 /** Replaces the file by rename; a failed write leaves nothing behind (no half-written temporary file). */
@@ -74,15 +95,15 @@ export class HostSharing {
   unavailable(request: HostRequest): string | null {
     if (this.o.mpsRoot !== null) return null;
     return (
-      `it asks for ${request.mps !== undefined ? 'MPS' : 'time-slicing'}, which needs the MPS root (--mps-root, ` +
+      `it asks for ${what(request)}, which needs the MPS root (--mps-root, ` +
       `MPS_ROOT; the package's environment file sets /run/nvidia/mps) where ${AGENT_UNIT} finds the requests`
     );
   }
 
   /** Asks the agent for the claim's sharing and waits for it; the CDI IDs to add, or why not. */
-  async prepare(request: HostRequest): Promise<{ cdiDeviceIds: string[] } | { error: string }> {
+  async prepare(request: HostRequest): Promise<SharingPrepared | { error: string }> {
     const root = this.o.mpsRoot;
-    const what = request.mps !== undefined ? 'MPS' : 'time-slicing';
+    const asks = what(request);
     const unavailable = this.unavailable(request);
     if (root === null || unavailable !== null) return { error: unavailable ?? '' };
     const uid = request.claim.uid;
@@ -91,20 +112,46 @@ export class HostSharing {
       await mkdir(requestDir(root), { recursive: true, mode: 0o755 });
       await writeAtomically(join(requestDir(root), `${uid}.json`), serializeRequest({ id, request }));
     } catch (err) {
-      return { error: `cannot write its ${what} request for ${AGENT_UNIT}: ${errorText(err)}` };
+      return { error: `cannot write its ${asks} request for ${AGENT_UNIT}: ${errorText(err)}` };
     }
     const answer = await this.awaitAnswer(root, uid, id);
     if (answer === null)
       return {
         error:
-          `${AGENT_UNIT} did not answer its ${what} request within ${this.answerTimeoutMs / 1000} s ` +
+          `${AGENT_UNIT} did not answer its ${asks} request within ${this.answerTimeoutMs / 1000} s ` +
           `(is it running? systemctl status ${AGENT_UNIT}); the kubelet asks again`,
       };
-    if (answer.state === 'failed') return { error: `${AGENT_UNIT} could not set up its ${what}: ${answer.error}` };
-    if (request.mps === undefined) return { cdiDeviceIds: [] };
+    if (answer.state === 'failed') return { error: `${AGENT_UNIT} could not set up its ${asks}: ${answer.error}` };
+    const parts = await this.ensurePartitionSpec(uid, answer.partitions ?? []);
+    if ('error' in parts) return parts;
+    if (request.mps === undefined) return { cdiDeviceIds: [], partitionIds: parts.ids };
     const problem = await this.ensureSpec(request);
     if (problem !== null) return { error: problem };
-    return { cdiDeviceIds: [claimCdiSpec(root, uid).id] };
+    return { cdiDeviceIds: [claimCdiSpec(root, uid).id], partitionIds: parts.ids };
+  }
+
+  /** The claim's partition spec written as the made partitions say (none: no file); their CDI IDs by device. */
+  private async ensurePartitionSpec(
+    uid: string,
+    made: readonly MadePartition[],
+  ): Promise<{ ids: Record<string, string> } | { error: string }> {
+    if (made.length === 0) return { ids: {} };
+    const devices = await readFile(join(this.o.procRoot ?? '/proc', 'devices'), 'utf8').catch(() => '');
+    const major = capsMajor(devices);
+    if (major === null)
+      return { error: "the driver has no nvidia-caps devices (/proc/devices), which a MIG partition's nodes need" };
+    const { ids, spec } = partitionCdiSpec(uid, made, major);
+    const file = partitionSpecFile(this.o.cdiDir, uid);
+    const want = `${JSON.stringify(spec, null, 1)}\n`;
+    try {
+      if ((await readFile(file, 'utf8').catch(() => null)) !== want) {
+        await mkdir(this.o.cdiDir, { recursive: true, mode: 0o755 });
+        await writeAtomically(file, want);
+      }
+    } catch (err) {
+      return { error: `cannot write the CDI spec of its MIG partitions in ${this.o.cdiDir}: ${errorText(err)}` };
+    }
+    return { ids: Object.fromEntries(made.map((p, i) => [p.device, ids[i] ?? ''])) };
   }
 
   /**
@@ -114,7 +161,26 @@ export class HostSharing {
    */
   async ensureSpec(request: HostRequest): Promise<string | null> {
     const root = this.o.mpsRoot;
-    if (root === null || request.mps === undefined) return null;
+    if (root === null) return null;
+    if (request.partitions !== undefined) {
+      // Made partitions are as the agent's answer says (it stays while the claim is prepared).
+      const text = await readFile(join(answerDir(root), `${request.claim.uid}.json`), 'utf8').catch(() => null);
+      const answer =
+        text === null
+          ? null
+          : (() => {
+              try {
+                return parseAnswer(text);
+              } catch {
+                return null;
+              }
+            })();
+      if (answer?.state === 'ready') {
+        const r = await this.ensurePartitionSpec(request.claim.uid, answer.partitions ?? []);
+        if ('error' in r) return r.error;
+      }
+    }
+    if (request.mps === undefined) return null;
     const uid = request.claim.uid;
     const file = claimSpecFile(this.o.cdiDir, uid);
     const want = claimSpecText(root, uid);
@@ -189,6 +255,7 @@ export class HostSharing {
     // Without an MPS root no claim could share: there is nothing of it on the host.
     if (root === null) return;
     await rm(claimSpecFile(this.o.cdiDir, claim.uid), { force: true });
+    await rm(partitionSpecFile(this.o.cdiDir, claim.uid), { force: true });
     const request = join(requestDir(root), `${claim.uid}.json`);
     const had = await readFile(request, 'utf8').then(
       () => true,
@@ -227,6 +294,7 @@ export class HostSharing {
       if (prepared.has(uid)) continue;
       await rm(join(dir, name), { force: true });
       await rm(claimSpecFile(this.o.cdiDir, uid), { force: true });
+      await rm(partitionSpecFile(this.o.cdiDir, uid), { force: true });
       this.o.log.info('withdrew the sharing request of a claim no longer prepared', { uid });
     }
     for (const [uid, request] of prepared) {

@@ -1,15 +1,18 @@
 // DRA sharing on the host: the pure request a claim makes (core/dra-sharing.ts), its files and CDI spec, and the
 // plugin's side of prepare and unprepare in-process. The agent's side is test/unit/dra-agent.test.ts.
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, watch, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import {
+  answerDir,
   claimCdiSpec,
   hostRequest,
   parseAnswer,
   parseRequest,
+  requestDir,
+  serializeAnswer,
   serializeRequest,
   timeSliceConflictIn,
   requestedTimeSlices,
@@ -18,6 +21,7 @@ import type { HostDevice, HostRequest, SharedDevice } from '../../src/core/dra-s
 import type { GpuSharing } from '../../src/core/dra-gpu-config.ts';
 import { DraClaims } from '../../src/dra/claims.ts';
 import { HostSharing } from '../../src/dra/sharing.ts';
+import type { SharingPrepared } from '../../src/dra/sharing.ts';
 import { createLogger } from '../../src/system/log.ts';
 import { byIndex, cdiSpec } from '../support/dra-fixtures.ts';
 
@@ -204,9 +208,9 @@ class RecordingSharing extends HostSharing {
   override unavailable(): string | null {
     return null;
   }
-  override async prepare(request: HostRequest): Promise<{ cdiDeviceIds: string[] }> {
+  override async prepare(request: HostRequest): Promise<SharingPrepared> {
     this.asked.push(request);
-    return { cdiDeviceIds: [`k8s.gpu-device-plugin/claim=${request.claim.uid}`] };
+    return { cdiDeviceIds: [`k8s.gpu-device-plugin/claim=${request.claim.uid}`], partitionIds: {} };
   }
   override async unprepare(c: { uid: string }): Promise<void> {
     this.watchedAtUnprepare.push(this.claims?.sharingRequests().has(c.uid) ?? true);
@@ -281,4 +285,82 @@ test('hostRequest names the claim in one order, whatever object named it: a retr
   const b = hostRequest(CLAIM, [{ device: 'gpu-0', sharing: mps() }], NODE) as HostRequest;
   assert.equal(JSON.stringify(a), JSON.stringify(b));
   assert.deepEqual(Object.keys(a.claim), ['namespace', 'name', 'uid']);
+});
+
+test('hostRequest: a dynamic MIG partition asks the agent to carve it; sharing one is refused for now', () => {
+  const node: HostDevice[] = [
+    ...NODE,
+    {
+      name: 'gpu-1-mig-1g10gb-19-3',
+      gpuUuid: 'GPU-1',
+      gpuIndex: 1,
+      minor: 1,
+      memoryBytes: 10 * GiB,
+      partition: { giProfileId: 19, start: 3, size: 1 },
+    },
+  ];
+  const r = hostRequest(CLAIM, [{ device: 'gpu-1-mig-1g10gb-19-3' }], node);
+  assert.deepEqual(r, {
+    claim: CLAIM,
+    timeSlices: [],
+    partitions: [{ device: 'gpu-1-mig-1g10gb-19-3', parentUuid: 'GPU-1', giProfileId: 19, start: 3, size: 1 }],
+  });
+  const file = parseRequest(serializeRequest({ id: 'x', request: r as HostRequest }));
+  assert.deepEqual(file.request, r, 'read back as written');
+  assert.match(
+    String(
+      (hostRequest(CLAIM, [{ device: 'gpu-1-mig-1g10gb-19-3', sharing: mps() }], node) as { error: string }).error,
+    ),
+    /sharing a dynamic MIG partition \(MigDeviceConfig\) is not supported yet/,
+  );
+});
+
+test('HostSharing: a partition request answered with its instance gets a spec with its capability nodes', async () => {
+  const base = mkdtempSync(join(tmpdir(), 'gdp-dra-part-'));
+  const mpsRoot = join(base, 'mps');
+  const cdiDir = join(base, 'cdi');
+  mkdirSync(join(base, 'proc'));
+  writeFileSync(join(base, 'proc', 'devices'), 'Character devices:\n195 nvidia\n236 nvidia-caps\n');
+  const sharing = new HostSharing({
+    mpsRoot,
+    cdiDir,
+    procRoot: join(base, 'proc'),
+    log: createLogger({ level: 'error', journal: false, write: () => undefined }),
+  });
+  const p = { device: 'gpu-1-mig-1g10gb-19-3', parentUuid: 'GPU-1', giProfileId: 19, start: 3, size: 1 };
+  const request: HostRequest = { claim: CLAIM, timeSlices: [], partitions: [p] };
+  mkdirSync(answerDir(mpsRoot), { recursive: true });
+  // The agent: answers the request it finds, once, naming its id, with the instance it made.
+  let answered = false;
+  const agent = watch(requestDir(mpsRoot).replace(/\/requests$/, ''), { recursive: true }, () => {
+    if (answered) return;
+    try {
+      const file = parseRequest(readFileSync(join(requestDir(mpsRoot), `${CLAIM.uid}.json`), 'utf8'));
+      const made = { ...p, gi: 3, ci: 0, uuid: 'MIG-abc', giCapMinor: 30, ciCapMinor: 31 };
+      writeFileSync(
+        join(answerDir(mpsRoot), `${CLAIM.uid}.json`),
+        serializeAnswer({ id: file.id, state: 'ready', partitions: [made] }),
+      );
+      answered = true;
+    } catch {
+      // Not written yet.
+    }
+  });
+  try {
+    const r = await sharing.prepare(request);
+    assert.deepEqual(r, {
+      cdiDeviceIds: [],
+      partitionIds: { [p.device]: `k8s.gpu-device-plugin/claim=${CLAIM.uid}-${p.device}` },
+    });
+    const spec = JSON.parse(readFileSync(join(cdiDir, `gpu-device-plugin-claim-${CLAIM.uid}-mig.json`), 'utf8'));
+    assert.deepEqual(
+      spec.devices[0].containerEdits.deviceNodes.map((n: { major: number; minor: number }) => [n.major, n.minor]),
+      [
+        [236, 30],
+        [236, 31],
+      ],
+    );
+  } finally {
+    agent.close();
+  }
 });

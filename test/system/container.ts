@@ -277,9 +277,12 @@ export class Container {
     const c = new Container(dir, root, nspawn);
     try {
       c.pid1Value = await c.findPid1(60000);
-      // Until systemd has made its private bus, systemctl cannot connect: try again.
+      // Until systemd has made its private bus, systemctl cannot connect; until it has made /run/systemd/system
+      // (a moment after it is PID 1, longer on a loaded machine), systemctl calls the system "offline": try again.
+      const early = (x: { stdout: string; stderr: string }): boolean =>
+        /Failed to connect to bus/.test(x.stderr) || x.stdout.trim() === 'offline';
       let r = await c.sh('systemctl is-system-running --wait', { timeoutMs: 120000 });
-      for (let i = 0; i < 100 && /Failed to connect to bus/.test(r.stderr); i++) {
+      for (let i = 0; i < 300 && early(r); i++) {
         await new Promise((res) => setTimeout(res, 100));
         r = await c.sh('systemctl is-system-running --wait', { timeoutMs: 120000 });
       }

@@ -23,6 +23,7 @@ import { PACKAGE, buildDeb, packageVersion, projectVersion } from '../../build/p
 import { buildFakeMpsControl, buildFakeNvml, LIBRARY_NAME, MPS_CONTROL_NAME } from '../fake-nvml/build.ts';
 import { TOPOLOGIES } from '../support/sim.ts';
 import { Container, cachedRootfs, dependencyNames } from './container.ts';
+import { keepJournals } from './journal-on-failure.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 /** Where the test's own files are inside the container (read-only): node, the bundles, proto/, the .debs. */
@@ -202,6 +203,7 @@ export async function bootWithPackage(opts: PackageBootOptions): Promise<Package
       await opts.beforeInstall?.(node);
       if (opts.install !== false) node.installOutput = await node.install();
     } catch (err) {
+      await keepJournals(container, `booting ${opts.name} with the package installed`);
       await node.teardown();
       throw err;
     }

@@ -20,6 +20,7 @@ import { byIndex, cdiSpec, tokenKubeconfig } from '../support/dra-fixtures.ts';
 import { TOPOLOGIES } from '../support/sim.ts';
 import type { Container } from './container.ts';
 import type { ApiServerState, WatcherState } from './dra-standins-main.ts';
+import { journalOnFailure } from './journal-on-failure.ts';
 import { OPT, type PackagedNode, UNIT, bootWithPackage } from './packaged-node.ts';
 import { LiveUnit, timer } from './unit.ts';
 
@@ -150,6 +151,8 @@ interface Unprepared {
 describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)', { concurrency: false }, () => {
   let claim: { namespace: string; name: string; uid: string } | undefined;
   let firstAnswer: Prepared['claims'][string] | undefined;
+
+  journalOnFailure(() => node?.container);
 
   before(async () => {
     node = await bootWithPackage({

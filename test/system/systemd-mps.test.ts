@@ -21,6 +21,7 @@ import { ENV_FILE, PACKAGE, packageVersion } from '../../build/package.ts';
 import { TOPOLOGIES } from '../support/sim.ts';
 import type { Container } from './container.ts';
 import type { StandInAllocation, StandInState } from './kubelet-main.ts';
+import { journalOnFailure } from './journal-on-failure.ts';
 import { OPT, type PackagedNode, UNIT, VERSION, bootWithPackage } from './packaged-node.ts';
 import { LiveUnit } from './unit.ts';
 
@@ -118,6 +119,8 @@ describe('both units with MPS under a real systemd (Debian 12, ' +
   'systemd-nspawn), the kubelet stand-in in the container', {
   concurrency: false,
 }, () => {
+  journalOnFailure(() => node?.container);
+
   before(async () => {
     // The operator's MPS setup, per the README: the config file, and CONFIG_FILE in the package's
     // environment file (which sets MPS_ROOT) — read by both units.

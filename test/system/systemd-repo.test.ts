@@ -21,6 +21,7 @@ import { PACKAGE, packageVersion } from '../../build/package.ts';
 import { DEB_KEY, SUITE, buildRepository, channelOf, stopAgent, throwawayKey } from '../../build/repo.ts';
 import type { Container } from './container.ts';
 import type { StandInState } from './kubelet-main.ts';
+import { journalOnFailure } from './journal-on-failure.ts';
 import { OPT, type PackagedNode, UNIT, VERSION, bootWithPackage } from './packaged-node.ts';
 import { LiveUnit, timer } from './unit.ts';
 
@@ -137,6 +138,8 @@ function kubeletDeb(version: string, out: string): string {
 describe('the node-maintenance upgrade from the signed apt repository, under a real systemd', {
   concurrency: false,
 }, () => {
+  journalOnFailure(() => node?.container);
+
   before(async () => {
     keyDir = mkdtempSync(join(tmpdir(), 'gdp-systemd-repo-key-'));
     // Made while the packages build; after() stops its agent, whether or not the boot came to use it.

@@ -11,6 +11,7 @@ import { ENV_FILE, PACKAGE, packageVersion } from '../../build/package.ts';
 import { LIBRARY_NAME } from '../fake-nvml/build.ts';
 import type { Container } from './container.ts';
 import type { StandInState } from './kubelet-main.ts';
+import { journalOnFailure } from './journal-on-failure.ts';
 import { OPT, type PackagedNode, UNIT, VERSION, bootWithPackage } from './packaged-node.ts';
 import { LiveUnit, timer } from './unit.ts';
 
@@ -73,6 +74,8 @@ const timed = timer(timings);
 const OK_STATUS = new RegExp(`^registered; ${GPUS} of ${GPUS} GPUs healthy$`);
 
 describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurrency: false }, () => {
+  journalOnFailure(() => node?.container);
+
   before(async () => {
     node = await bootWithPackage({
       name: 'systemd',

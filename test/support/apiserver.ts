@@ -50,8 +50,10 @@
 import { EventEmitter } from 'node:events';
 import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import type { TLSSocket } from 'node:tls';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { rm } from 'node:fs/promises';
 import type { SliceJanitor } from './plugin-watcher.ts';
 import { FaultTable, applyFault } from './apiserver-faults.ts';
@@ -108,6 +110,19 @@ export interface ApiServerOptions {
   tokens?: Record<string, TokenGrant>;
   /** How many slice changes the watch history keeps (default 200): older resourceVersions get 410. */
   watchHistory?: number;
+  /**
+   * Serve https with this certificate and key; with `clientCa`, a client certificate it signed authenticates
+   * by its CN (`clientCertificates`). Changed with useTls() and a restart(): a rotation.
+   */
+  tls?: StandInTls;
+  /** A client certificate's common name → grant (with tls.clientCa). */
+  clientCertificates?: Record<string, TokenGrant>;
+}
+
+export interface StandInTls {
+  readonly cert: string;
+  readonly key: string;
+  readonly clientCa?: string;
 }
 
 export interface RequestRecord {
@@ -1187,7 +1202,9 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
   readonly classes = new Map<string, JsonObject>();
   private readonly claims = new Map<string, JsonObject>();
   private readonly nodes = new Map<string, JsonObject>();
-  private readonly opts: ApiServerOptions;
+  private opts: ApiServerOptions;
+  /** The https server's raw connections (see makeServer). */
+  private readonly sockets = new Set<Socket>();
   private server: Server;
   private address: { port: number } | { path: string } | undefined;
   private rv = 1000;
@@ -1208,10 +1225,16 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
     return s;
   }
 
-  /** http://127.0.0.1:<port> (for a unix socket: http://localhost, with `socketPath` to dial). */
+  /** http(s)://127.0.0.1:<port> (for a unix socket: http://localhost, with `socketPath` to dial). */
   get url(): string {
     if (this.address === undefined) throw new Error('API server stand-in has not listened yet');
-    return 'port' in this.address ? `http://127.0.0.1:${this.address.port}` : 'http://localhost';
+    const scheme = this.opts.tls === undefined ? 'http' : 'https';
+    return 'port' in this.address ? `${scheme}://127.0.0.1:${this.address.port}` : 'http://localhost';
+  }
+
+  /** The certificates the next up() serves with (after a restart(): a rotated serving certificate or client CA). */
+  useTls(tls: StandInTls): void {
+    this.opts = { ...this.opts, tls };
   }
 
   get socketPath(): string | undefined {
@@ -1219,9 +1242,19 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
   }
 
   private makeServer(): Server {
-    return createServer((req, res) => {
-      void this.handle(req, res);
+    const handler = (req: IncomingMessage, res: ServerResponse): void => void this.handle(req, res);
+    const tls = this.opts.tls;
+    if (tls === undefined) return createServer(handler);
+    // Client certificates are asked for and judged per request (authenticate), as the API server does.
+    const client = tls.clientCa === undefined ? {} : { ca: tls.clientCa, requestCert: true, rejectUnauthorized: false };
+    const server = createHttpsServer({ cert: tls.cert, key: tls.key, ...client }, handler);
+    // A connection still in its TLS handshake (a client that does not trust the certificate) is no HTTP
+    // connection yet, which closeAllConnections() leaves open: down() ends these itself.
+    server.on('connection', (socket: Socket) => {
+      this.sockets.add(socket);
+      socket.once('close', () => this.sockets.delete(socket));
     });
+    return server;
   }
 
   /** Listens (again, on the same address after down()). */
@@ -1253,6 +1286,7 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
     if (!this.server.listening) return;
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     this.server.closeAllConnections();
+    for (const socket of this.sockets) socket.destroy();
     await closed;
     this.emit('down');
   }
@@ -1476,9 +1510,16 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
     this.emit('request');
   }
 
-  /** The grant of the request's bearer token; undefined when authentication is off. */
+  /** The grant of the request's client certificate or bearer token; undefined when authentication is off. */
   private authenticate(req: IncomingMessage): TokenGrant | undefined {
+    const certs = this.opts.clientCertificates;
+    const socket = req.socket as TLSSocket;
+    if (certs !== undefined && socket.authorized === true) {
+      const cn = String(socket.getPeerCertificate().subject?.CN ?? '');
+      if (Object.hasOwn(certs, cn)) return certs[cn];
+    }
     const tokens = this.opts.tokens;
+    if (tokens === undefined && certs !== undefined) throw new HttpError(status(401, 'Unauthorized', 'Unauthorized'));
     if (tokens === undefined) return undefined;
     const m = /^Bearer (.+)$/.exec(req.headers.authorization ?? '');
     const grant = m === null || !Object.hasOwn(tokens, m[1] ?? '') ? undefined : tokens[m[1] ?? ''];

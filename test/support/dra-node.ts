@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import type { Claim, DeviceHealth, DraHealthVersion, NodePrepareResourceResponse } from '../../src/api/dra.ts';
 import { HealthStatus } from '../../src/api/dra.ts';
 import { ApiServerStandIn } from './apiserver.ts';
-import type { JsonObject, TokenGrant } from './apiserver.ts';
+import type { ApiServerOptions, JsonObject, TokenGrant } from './apiserver.ts';
 import { byIndex, cdiSpec, tokenKubeconfig } from './dra-fixtures.ts';
 import { PluginWatcherStandIn } from './plugin-watcher.ts';
 import { onEvent, waitFor } from './wait.ts';
@@ -59,10 +59,14 @@ export interface DraNodeOptions {
   config?: string;
   /** The health services the kubelet stand-in speaks (default v1alpha1 only, as 1.34–1.36). */
   healthVersions?: DraHealthVersion[];
+  /** The API server stand-in's options (default: the node's token with `grant`). */
+  api?: ApiServerOptions;
+  /** The kubeconfig's text for the stand-in's URL (default: the token's). */
+  kubeconfig?: (url: string) => string;
 }
 
 export async function startDraNode(o: DraNodeOptions = {}): Promise<DraNode> {
-  const api = await ApiServerStandIn.start({ tokens: { [TOKEN]: o.grant ?? RBAC } });
+  const api = await ApiServerStandIn.start(o.api ?? { tokens: { [TOKEN]: o.grant ?? RBAC } });
   api.putNode(NODE);
   let watcher: PluginWatcherStandIn | undefined;
   const paths = { registry: '', plugins: '', cdi: '', kubeconfigPath: '', configPath: '' };
@@ -85,7 +89,8 @@ export async function startDraNode(o: DraNodeOptions = {}): Promise<DraNode> {
         paths.configPath = join(n.dir, 'config.yaml');
         if (o.config !== undefined) writeFileSync(paths.configPath, o.config);
         for (const d of [paths.registry, paths.plugins, paths.cdi]) mkdirSync(d, { recursive: true });
-        writeFileSync(paths.kubeconfigPath, tokenKubeconfig(api.url, o.token ?? TOKEN), { mode: 0o600 });
+        const kubeconfig = o.kubeconfig?.(api.url) ?? tokenKubeconfig(api.url, o.token ?? TOKEN);
+        writeFileSync(paths.kubeconfigPath, kubeconfig, { mode: 0o600 });
         writeFileSync(
           join(paths.cdi, 'nvidia.yaml'),
           cdiSpec(byIndex(o.cdiNames ?? ['0', '1', '2', '3', '4', '5', '6', '7'])),

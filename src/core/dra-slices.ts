@@ -254,8 +254,10 @@ function describe(
     ofaEngines: { value: String(m.engines.ofa) },
     memory: { value: bytesQuantity(m.memoryBytes) },
   };
+  // The memory slices its placement spans (a 3g instance holds 4 of the 8); without the driver's word, its slices.
   const start = m.placementStart ?? 0;
-  for (let i = start; i < start + m.giSlices; i++) capacity[`memorySlice${i}`] = { value: '1' };
+  const size = m.placementSize ?? m.giSlices;
+  for (let i = start; i < start + size; i++) capacity[`memorySlice${i}`] = { value: '1' };
   const taints = taintsOf(s, m.uuid, driver, gpu.uuid);
   return { name: d.name, attributes, capacity, ...(taints.length > 0 ? { taints } : {}) };
 }

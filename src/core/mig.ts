@@ -31,6 +31,8 @@ export interface MigDevice {
    */
   readonly giProfileId?: number;
   readonly placementStart?: number;
+  /** How many memory slices the placement spans (8 per GPU on A100 and H100): what the instance occupies. */
+  readonly placementSize?: number;
   /** NVIDIA's profile name: 1g.10gb, 1c.2g.20gb, 1g.10gb+me … */
   readonly profile: string;
   readonly giSlices: number;

@@ -3,6 +3,7 @@
 // unit's STATUS lines. On a DRA node without an MPS root there is nothing to do: it says so and ends.
 import { readFile } from 'node:fs/promises';
 import type { AdmissionLimits } from '../core/dra-admission.ts';
+import { NvmlMigInstances } from '../nvml/mig-instances.ts';
 import type { Nvml } from '../nvml/nvml.ts';
 import type { Logger } from '../system/log.ts';
 import type { ServiceStatus } from '../system/service-status.ts';
@@ -62,6 +63,10 @@ export async function startDraAgent(
     stateDir: agentStateDir(process.env),
     limits,
     inventory: async () => readInventory(nvml, log),
+    // Dynamic MIG's instance calls, where this driver has them (a request for partitions is refused otherwise).
+    ...(nvml.has('nvmlDeviceCreateGpuInstanceWithPlacement', true)
+      ? { migPort: new NvmlMigInstances(nvml, process.env.PROC_ROOT || '/proc') }
+      : {}),
     hostFor: (root, claimsDir) =>
       confinedHost(new RealMpsHost({ root, nvml, program, log }), claimsDir, limits.shmBytesPerClaim),
     setTimeSlice: (uuid, interval) => applyTimeSlice({ uuid }, interval, { nvidiaSmi, log }),

@@ -19,6 +19,20 @@ export const MIG_SYMBOLS = {
   /** nvmlGpuInstanceProfileInfo_t, 48 bytes: id first. */
   nvmlDeviceGetGpuInstanceProfileInfo:
     'int nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned int profile, void *info)',
+  // Dynamic MIG (mig-instances.ts): placements (nvmlGpuInstancePlacement_t, 8 bytes: start, size), creating
+  // and destroying GPU and compute instances. Creating and destroying need the mig/config capability.
+  nvmlDeviceGetGpuInstancePossiblePlacements_v2:
+    'int nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t device, unsigned int profileId, ' +
+    'void *placements, _Inout_ unsigned int *count)',
+  nvmlDeviceCreateGpuInstanceWithPlacement:
+    'int nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device, unsigned int profileId, ' +
+    'const void *placement, _Out_ void **gpuInstance)',
+  nvmlGpuInstanceCreateComputeInstance:
+    'int nvmlGpuInstanceCreateComputeInstance(void *gpuInstance, unsigned int profileId, _Out_ void **ci)',
+  nvmlGpuInstanceGetComputeInstanceById:
+    'int nvmlGpuInstanceGetComputeInstanceById(void *gpuInstance, unsigned int id, _Out_ void **ci)',
+  nvmlComputeInstanceDestroy: 'int nvmlComputeInstanceDestroy(void *computeInstance)',
+  nvmlGpuInstanceDestroy: 'int nvmlGpuInstanceDestroy(void *gpuInstance)',
 } as const;
 
 /** Without these there is no MIG discovery at all. */

@@ -68,8 +68,9 @@ function profileIndexTable(nvml: Nvml, parent: DeviceHandle): Map<number, number
 interface GiInfo {
   /** GPU-instance profile id (NVML_GPU_INSTANCE_PROFILE_* value as nvidia-smi shows it: 19 for 1g.10gb). */
   readonly profileId: number;
-  /** First memory slice of the instance's placement. */
+  /** First memory slice of the instance's placement, and how many memory slices it spans. */
   readonly placementStart: number;
+  readonly placementSize: number;
 }
 
 /**
@@ -82,7 +83,11 @@ function giInfo(nvml: Nvml, parent: DeviceHandle, gi: number): GiInfo | null {
   if (nvml.callCode('nvmlDeviceGetGpuInstanceById', parent, gi, out) !== NVML.SUCCESS) return null;
   const info = Buffer.alloc(24);
   if (nvml.callCode('nvmlGpuInstanceGetInfo', out[0], info) !== NVML.SUCCESS) return null;
-  return { profileId: info.readUInt32LE(12), placementStart: info.readUInt32LE(16) };
+  return {
+    profileId: info.readUInt32LE(12),
+    placementStart: info.readUInt32LE(16),
+    placementSize: info.readUInt32LE(20),
+  };
 }
 
 function readMode(nvml: Nvml, h: DeviceHandle, gpu: Gpu, log: Logger): MigMode | null {
@@ -139,7 +144,9 @@ function readMigDevice(
       parentMemoryBytes: gpu.memoryBytes,
       profileIndex: info === null || table === null ? null : (table.get(info.profileId) ?? null),
     }),
-    ...(info === null ? {} : { giProfileId: info.profileId, placementStart: info.placementStart }),
+    ...(info === null
+      ? {}
+      : { giProfileId: info.profileId, placementStart: info.placementStart, placementSize: info.placementSize }),
     giSlices: attrs.gpuInstanceSliceCount,
     ciSlices: attrs.computeInstanceSliceCount,
     memoryBytes: attrs.memorySizeMB * 1024 * 1024,

@@ -16,7 +16,18 @@
  *   - the profile-info calls: nvmlDeviceGetGpuInstanceProfileInfo(V) by NVML profile index
  *     (0 1_SLICE .. 7 1_SLICE_REV1 (+me), 9 1_SLICE_REV2 (1g.20gb on 80 GB boards)),
  *     nvmlDeviceGetGpuInstanceById + nvmlGpuInstanceGetInfo, nvmlGpuInstanceGetComputeInstanceById
- *     + nvmlComputeInstanceGetInfo_v2, nvmlGpuInstanceGetComputeInstanceProfileInfo(V).
+ *     + nvmlComputeInstanceGetInfo_v2, nvmlGpuInstanceGetComputeInstanceProfileInfo(V);
+ *   - placements in MEMORY slices (8 per GPU), as the MIG user guide's tables give them for A100 and
+ *     H100 (H200 alike): 1g and 1g+me size 1 at 0-6, 1g.20gb (1_SLICE_REV2) size 2 at 0,2,4,6, 2g size 2
+ *     at 0,2,4, 3g size 4 at 0,4, 4g size 4 at 0, 7g size 8 at 0. A fixture layout is placed where
+ *     its entries fit (the first such assignment, entries in order);
+ *   - dynamic MIG: nvmlDeviceGetGpuInstancePossiblePlacements_v2, nvmlDeviceGetGpuInstanceRemainingCapacity,
+ *     nvmlDeviceCreateGpuInstanceWithPlacement (an overlap or a profile's instance count reached:
+ *     INSUFFICIENT_RESOURCES), nvmlGpuInstanceCreateComputeInstance, nvmlComputeInstanceDestroy,
+ *     nvmlGpuInstanceDestroy (IN_USE while it has a compute instance), nvmlDeviceGetGpuInstances,
+ *     nvmlGpuInstanceGetComputeInstances. GI ids: the smallest free from 1; CI ids the smallest free
+ *     in the GI. FAKE_NVML_CRASH_AFTER=create-gpu-instance|create-compute-instance makes the process
+ *     _exit(137) right after that call succeeded (a kill between two steps, for crash tests).
  *
  * Fixture ("gpus[i].mig"):
  *   { "current": true|false, "pending": true|false (default: current), "instances": [entry...] }
@@ -172,6 +183,22 @@ EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance
 EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gi, unsigned int profile,
                                                                  unsigned int engProfile,
                                                                  nvmlComputeInstanceProfileInfo_v2_t *info);
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t device, unsigned int profileId,
+                                                                   nvmlGpuInstancePlacement_t *placements,
+                                                                   unsigned int *count);
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t device, unsigned int profileId,
+                                                             unsigned int *count);
+EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device, unsigned int profileId,
+                                                            const nvmlGpuInstancePlacement_t *placement,
+                                                            nvmlGpuInstance_t *gi);
+EXPORT nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t gi, unsigned int profileId,
+                                                        nvmlComputeInstance_t *ci);
+EXPORT nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t ci);
+EXPORT nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gi);
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstance_t *gis,
+                                             unsigned int *count);
+EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gi, unsigned int profileId,
+                                                      nvmlComputeInstance_t *cis, unsigned int *count);
 #endif
 
 /* ---- Profile tables ------------------------------------------------------------------------ */
@@ -270,6 +297,28 @@ static int ci_profile_index(unsigned int c)
 static int ci_fits(unsigned int c, unsigned int g)
 {
     return ci_profile_index(c) >= 0 && c <= g && (c != 3 || g == 3 || g == 7);
+}
+
+/* A profile's placement geometry in memory slices, by its NVML profile index: its size and a mask of
+ * the starts allowed. */
+static void geometry(unsigned int index, unsigned int *size, unsigned int *starts)
+{
+    switch (index) {
+    case 1: *size = 2; *starts = 0x15; return; /* 2g: 0, 2, 4 */
+    case 2: *size = 4; *starts = 0x11; return; /* 3g: 0, 4 */
+    case 3: *size = 4; *starts = 0x01; return; /* 4g: 0 */
+    case 4: *size = 8; *starts = 0x01; return; /* 7g: 0 */
+    case 9: *size = 2; *starts = 0x55; return; /* 1g, double memory: 0, 2, 4, 6 */
+    default: *size = 1; *starts = 0x7F; return; /* 1g, 1g+me: 0 to 6 */
+    }
+}
+
+#define FAKE_MEMORY_SLICES 8
+
+/* The memory slices a placement covers, as a mask. */
+static unsigned int span(unsigned int start, unsigned int size)
+{
+    return ((1u << size) - 1u) << start;
 }
 
 /* ---- State --------------------------------------------------------------------------------- */
@@ -458,6 +507,25 @@ static void mig_uuid(char *out, const char *parent, unsigned int profile_id, uns
         snprintf(out + len - 6, FAKE_UUID_SIZE - (len - 6), "%02x%02x%02x", profile_id & 0xFF, gi & 0xFF, ci & 0xFF);
 }
 
+/* Places GPU instances k.. of gis where each one's memory slices are free (used: the slices taken), the
+ * first assignment that fits, each instance at its earliest start first. 1 when all fit. */
+static int place_all(struct fake_gi *gis, unsigned int n, unsigned int k, unsigned int used)
+{
+    unsigned int size, starts, start;
+
+    if (k == n)
+        return 1;
+    geometry(gis[k].profile->index, &size, &starts);
+    for (start = 0; start < FAKE_MEMORY_SLICES; start++) {
+        if (!(starts & (1u << start)) || (used & span(start, size)))
+            continue;
+        gis[k].start = start;
+        if (place_all(gis, n, k + 1, used | span(start, size)))
+            return 1;
+    }
+    return 0;
+}
+
 /* Applies a layout (entries as described at the top) to one GPU's MIG state. On error writes a
  * reason into why and leaves the state unchanged. */
 static int apply_layout(struct fake_mig_gpu *m, const char *parent_uuid, const char *const *entries, size_t n,
@@ -529,7 +597,7 @@ static int apply_layout(struct fake_mig_gpu *m, const char *parent_uuid, const c
                      FAKE_BOARD_SLICES);
             return -1;
         }
-        next.gis[ngi] = (struct fake_gi){ 1, ngi + 1, p, slices };
+        next.gis[ngi] = (struct fake_gi){ 1, ngi + 1, p, FAKE_NO_INSTANCE };
         for (k = 0; k < ncis; k++) {
             struct fake_mig_device *d = &next.migs[nmig++];
 
@@ -541,6 +609,10 @@ static int apply_layout(struct fake_mig_gpu *m, const char *parent_uuid, const c
         }
         slices += p->slices;
         ngi++;
+    }
+    if (!place_all(next.gis, ngi, 0, 0)) {
+        snprintf(why, why_size, "the instances do not fit the GPU's %d memory slices", FAKE_MEMORY_SLICES);
+        return -1;
     }
     *m = next;
     return 0;
@@ -961,7 +1033,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned i
 EXPORT nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t handle, nvmlGpuInstanceInfo_t *info)
 {
     struct fake_gi *gi;
-    unsigned int gpu;
+    unsigned int gpu, s;
     nvmlReturn_t r;
 
     COUNT_CALL(nvmlGpuInstanceGetInfo);
@@ -973,7 +1045,7 @@ EXPORT nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t handle, nvmlGpuInst
     info->id = gi->id;
     info->profileId = gi->profile->id;
     info->placement.start = gi->start;
-    info->placement.size = gi->profile->slices;
+    geometry(gi->profile->index, &info->placement.size, &s);
     return leave(NVML_SUCCESS);
 }
 
@@ -1089,6 +1161,270 @@ EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstanc
     info->sharedJpegCount = p.sharedJpegCount;
     info->sharedOfaCount = p.sharedOfaCount;
     snprintf(info->name, sizeof info->name, "MIG %uc", p.sliceCount);
+    return leave(NVML_SUCCESS);
+}
+
+/* ---- Dynamic MIG: placements, creating and destroying instances ----------------------------- */
+
+static const struct fake_gi_profile *profile_by_id(const struct fake_board *b, unsigned int id)
+{
+    size_t i;
+
+    for (i = 0; i < b->count; i++) {
+        if (b->profiles[i].id == id)
+            return &b->profiles[i];
+    }
+    return NULL;
+}
+
+/* The memory slices the GPU's instances hold, and how many instances of profile p it has. */
+static unsigned int slices_used(const struct fake_mig_gpu *m, const struct fake_gi_profile *p, unsigned int *of_p)
+{
+    unsigned int used = 0, s, size, starts;
+
+    *of_p = 0;
+    for (s = 0; s < FAKE_MAX_GIS; s++) {
+        if (!m->gis[s].used)
+            continue;
+        geometry(m->gis[s].profile->index, &size, &starts);
+        used |= span(m->gis[s].start, size);
+        if (m->gis[s].profile == p)
+            (*of_p)++;
+    }
+    return used;
+}
+
+/* FAKE_NVML_CRASH_AFTER names this step: the process ends as a kill would end it, right after. */
+static void crash_point(const char *step)
+{
+    const char *at = getenv("FAKE_NVML_CRASH_AFTER");
+
+    if (at && strcmp(at, step) == 0)
+        _exit(137);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t device, unsigned int profileId,
+                                                                   nvmlGpuInstancePlacement_t *placements,
+                                                                   unsigned int *count)
+{
+    const struct fake_gi_profile *p;
+    unsigned int gpu, size, starts, start, n = 0;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlDeviceGetGpuInstancePossiblePlacements_v2);
+    if ((r = enter_mig_parent(device, count != NULL, &gpu)) != NVML_SUCCESS)
+        return r;
+    if (!(p = profile_by_id(MIG(gpu).board, profileId)))
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    geometry(p->index, &size, &starts);
+    for (start = 0; start < FAKE_MEMORY_SLICES; start++) {
+        if (!(starts & (1u << start)))
+            continue;
+        if (placements) {
+            if (n == *count)
+                return leave(NVML_ERROR_INSUFFICIENT_SIZE);
+            placements[n] = (nvmlGpuInstancePlacement_t){ start, size };
+        }
+        n++;
+    }
+    *count = n;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t device, unsigned int profileId,
+                                                             unsigned int *count)
+{
+    const struct fake_gi_profile *p;
+    unsigned int gpu, size, starts, start, used, of_p, n = 0;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlDeviceGetGpuInstanceRemainingCapacity);
+    if ((r = enter_mig_parent(device, count != NULL, &gpu)) != NVML_SUCCESS)
+        return r;
+    if (!MIG(gpu).current)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    if (!(p = profile_by_id(MIG(gpu).board, profileId)))
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    geometry(p->index, &size, &starts);
+    used = slices_used(&MIG(gpu), p, &of_p);
+    for (start = 0; start < FAKE_MEMORY_SLICES; start++) {
+        if ((starts & (1u << start)) && !(used & span(start, size))) {
+            n++;
+            used |= span(start, size);
+        }
+    }
+    *count = of_p >= p->instances ? 0 : (n < p->instances - of_p ? n : p->instances - of_p);
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device, unsigned int profileId,
+                                                            const nvmlGpuInstancePlacement_t *placement,
+                                                            nvmlGpuInstance_t *gi)
+{
+    const struct fake_gi_profile *p;
+    struct fake_mig_gpu *m;
+    unsigned int gpu, size, starts, used, of_p, s, id, free_slot = FAKE_NO_INSTANCE, taken;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlDeviceCreateGpuInstanceWithPlacement);
+    if ((r = enter_mig_parent(device, placement != NULL && gi != NULL, &gpu)) != NVML_SUCCESS)
+        return r;
+    m = &MIG(gpu);
+    if (!m->current)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    if (!(p = profile_by_id(m->board, profileId)))
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    geometry(p->index, &size, &starts);
+    if (placement->start >= FAKE_MEMORY_SLICES || !(starts & (1u << placement->start)) || placement->size != size)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    used = slices_used(m, p, &of_p);
+    if ((used & span(placement->start, size)) || of_p >= p->instances)
+        return leave(NVML_ERROR_INSUFFICIENT_RESOURCES);
+    for (s = 0; s < FAKE_MAX_GIS && free_slot == FAKE_NO_INSTANCE; s++)
+        if (!m->gis[s].used)
+            free_slot = s;
+    if (free_slot == FAKE_NO_INSTANCE)
+        return leave(NVML_ERROR_INSUFFICIENT_RESOURCES);
+    for (id = 1;; id++) {
+        for (taken = 0, s = 0; s < FAKE_MAX_GIS; s++)
+            taken |= m->gis[s].used && m->gis[s].id == id;
+        if (!taken)
+            break;
+    }
+    m->gis[free_slot] = (struct fake_gi){ 1, id, p, placement->start };
+    *gi = &g_gi_handles[CONF(gpu)][free_slot];
+    leave(NVML_SUCCESS);
+    crash_point("create-gpu-instance");
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t handle, unsigned int profileId,
+                                                        nvmlComputeInstance_t *ci)
+{
+    struct fake_gi *gi;
+    struct fake_mig_device *d;
+    unsigned int gpu, c, s, used = 0, id, taken, free_slot = FAKE_NO_INSTANCE;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlGpuInstanceCreateComputeInstance);
+    if ((r = enter()) != NVML_SUCCESS)
+        return r;
+    if (!(gi = gi_from_handle(handle, &gpu)) || !ci || profileId >= FAKE_CI_PROFILE_COUNT)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    for (c = 1; c <= FAKE_BOARD_SLICES && ci_profile_index(c) != (int)profileId; c++)
+        ;
+    if (c > FAKE_BOARD_SLICES || !ci_fits(c, gi->profile->slices))
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    for (s = 0; s < FAKE_MAX_MIGS; s++) {
+        d = &MIG(gpu).migs[s];
+        if (d->used && &MIG(gpu).gis[d->gi_slot] == gi)
+            used += d->ci_slices;
+        else if (!d->used && free_slot == FAKE_NO_INSTANCE)
+            free_slot = s;
+    }
+    if (used + c > gi->profile->slices || free_slot == FAKE_NO_INSTANCE)
+        return leave(NVML_ERROR_INSUFFICIENT_RESOURCES);
+    for (id = 0;; id++) {
+        for (taken = 0, s = 0; s < FAKE_MAX_MIGS; s++) {
+            d = &MIG(gpu).migs[s];
+            taken |= d->used && &MIG(gpu).gis[d->gi_slot] == gi && d->ci_id == id;
+        }
+        if (!taken)
+            break;
+    }
+    d = &MIG(gpu).migs[free_slot];
+    d->used = 1;
+    d->gi_slot = (unsigned int)(gi - MIG(gpu).gis);
+    d->ci_id = id;
+    d->ci_slices = c;
+    mig_uuid(d->uuid, g_devs[gpu].uuid, gi->profile->id, gi->id, id);
+    *ci = &g_ci_handles[CONF(gpu)][free_slot];
+    leave(NVML_SUCCESS);
+    crash_point("create-compute-instance");
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t handle)
+{
+    struct fake_mig_device *d;
+    unsigned int gpu, slot;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlComputeInstanceDestroy);
+    if ((r = enter()) != NVML_SUCCESS)
+        return r;
+    if (!(d = ci_from_handle(handle, &gpu, &slot)))
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    memset(d, 0, sizeof *d);
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t handle)
+{
+    struct fake_gi *gi;
+    unsigned int gpu, s;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlGpuInstanceDestroy);
+    if ((r = enter()) != NVML_SUCCESS)
+        return r;
+    if (!(gi = gi_from_handle(handle, &gpu)))
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    for (s = 0; s < FAKE_MAX_MIGS; s++) {
+        if (MIG(gpu).migs[s].used && &MIG(gpu).gis[MIG(gpu).migs[s].gi_slot] == gi)
+            return leave(NVML_ERROR_IN_USE);
+    }
+    memset(gi, 0, sizeof *gi);
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstance_t *gis,
+                                             unsigned int *count)
+{
+    const struct fake_gi_profile *p;
+    unsigned int gpu, s, n = 0;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlDeviceGetGpuInstances);
+    if ((r = enter_mig_parent(device, gis != NULL && count != NULL, &gpu)) != NVML_SUCCESS)
+        return r;
+    if (!MIG(gpu).current)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    if (!(p = profile_by_id(MIG(gpu).board, profileId)))
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    for (s = 0; s < FAKE_MAX_GIS; s++) {
+        if (!MIG(gpu).gis[s].used || MIG(gpu).gis[s].profile != p)
+            continue;
+        if (n == *count)
+            return leave(NVML_ERROR_INSUFFICIENT_SIZE);
+        gis[n++] = &g_gi_handles[CONF(gpu)][s];
+    }
+    *count = n;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t handle, unsigned int profileId,
+                                                      nvmlComputeInstance_t *cis, unsigned int *count)
+{
+    struct fake_gi *gi;
+    unsigned int gpu, s, n = 0;
+    nvmlReturn_t r;
+
+    COUNT_CALL(nvmlGpuInstanceGetComputeInstances);
+    if ((r = enter()) != NVML_SUCCESS)
+        return r;
+    if (!(gi = gi_from_handle(handle, &gpu)) || !cis || !count || profileId >= FAKE_CI_PROFILE_COUNT)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    for (s = 0; s < FAKE_MAX_MIGS; s++) {
+        const struct fake_mig_device *d = &MIG(gpu).migs[s];
+
+        if (!d->used || &MIG(gpu).gis[d->gi_slot] != gi || ci_profile_index(d->ci_slices) != (int)profileId)
+            continue;
+        if (n == *count)
+            return leave(NVML_ERROR_INSUFFICIENT_SIZE);
+        cis[n++] = &g_ci_handles[CONF(gpu)][s];
+    }
+    *count = n;
     return leave(NVML_SUCCESS);
 }
 

@@ -113,6 +113,8 @@ typedef enum nvmlReturn_enum {
     NVML_ERROR_FUNCTION_NOT_FOUND = 13,
     NVML_ERROR_CORRUPTED_INFOROM = 14,
     NVML_ERROR_GPU_IS_LOST = 15,
+    NVML_ERROR_IN_USE = 19,
+    NVML_ERROR_INSUFFICIENT_RESOURCES = 23,
     NVML_ERROR_UNKNOWN = 999
 } nvmlReturn_t;
 
@@ -301,7 +303,15 @@ EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *dat
     X(nvmlGpuInstanceGetComputeInstanceById)          \
     X(nvmlComputeInstanceGetInfo_v2)                  \
     X(nvmlGpuInstanceGetComputeInstanceProfileInfo)   \
-    X(nvmlGpuInstanceGetComputeInstanceProfileInfoV)
+    X(nvmlGpuInstanceGetComputeInstanceProfileInfoV)  \
+    X(nvmlDeviceGetGpuInstancePossiblePlacements_v2)  \
+    X(nvmlDeviceGetGpuInstanceRemainingCapacity)      \
+    X(nvmlDeviceCreateGpuInstanceWithPlacement)       \
+    X(nvmlGpuInstanceCreateComputeInstance)           \
+    X(nvmlComputeInstanceDestroy)                     \
+    X(nvmlGpuInstanceDestroy)                         \
+    X(nvmlDeviceGetGpuInstances)                      \
+    X(nvmlGpuInstanceGetComputeInstances)
 
 #define FAKE_FUNCS(X) FAKE_FUNCS_BASE(X) FAKE_FUNCS_NEWER(X)
 
@@ -2075,6 +2085,8 @@ EXPORT const char *nvmlErrorString(nvmlReturn_t result)
     case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
     case NVML_ERROR_CORRUPTED_INFOROM: return "Corrupted infoROM";
     case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case NVML_ERROR_IN_USE: return "In use by another client";
+    case NVML_ERROR_INSUFFICIENT_RESOURCES: return "Insufficient resources";
     case NVML_ERROR_UNKNOWN: return "Unknown Error";
     }
     return "Unknown Error";

@@ -51,10 +51,10 @@ test(
       [
         ['gpu-0-mig-1g10gb-19-0', 'mig', 0, g[0]?.uuid, migUuid(g[0]!.uuid, '1g.10gb', 1)],
         ['gpu-0-mig-1g10gb-19-1', 'mig', 0, g[0]?.uuid, migUuid(g[0]!.uuid, '1g.10gb', 2)],
-        ['gpu-0-mig-1g10gb-me-20-2', 'mig', 0, g[0]?.uuid, migUuid(g[0]!.uuid, '1g.10gb+me', 3)],
-        ['gpu-0-mig-2g20gb-14-3', 'mig', 0, g[0]?.uuid, migUuid(g[0]!.uuid, '2g.20gb', 4)],
+        ['gpu-0-mig-1g10gb-me-20-6', 'mig', 0, g[0]?.uuid, migUuid(g[0]!.uuid, '1g.10gb+me', 3)],
+        ['gpu-0-mig-2g20gb-14-2', 'mig', 0, g[0]?.uuid, migUuid(g[0]!.uuid, '2g.20gb', 4)],
         ['gpu-1-mig-3g40gb-9-0', 'mig', 1, g[1]?.uuid, migUuid(g[1]!.uuid, '3g.40gb', 1)],
-        ['gpu-1-mig-1g20gb-15-3', 'mig', 1, g[1]?.uuid, migUuid(g[1]!.uuid, '1g.20gb', 2)],
+        ['gpu-1-mig-1g20gb-15-6', 'mig', 1, g[1]?.uuid, migUuid(g[1]!.uuid, '1g.20gb', 2)],
         ['gpu-1-mig-1g10gb-19-4', 'mig', 1, g[1]?.uuid, migUuid(g[1]!.uuid, '1g.10gb', 3)],
         ['gpu-1-mig-1g10gb-19-5', 'mig', 1, g[1]?.uuid, migUuid(g[1]!.uuid, '1g.10gb', 4)],
         ['gpu-2', 'gpu', 2, g[2]?.uuid, undefined],

@@ -127,8 +127,8 @@ test(
     const s = await fixtureSnapshot('mig-mixed-4.json', 'mixed');
     const c = poolContent(s, { nodeName: 'node-mig', migStrategy: 'mixed' });
     const parent = s.gpus[0]?.uuid as string;
-    assert.deepEqual(device(c, 'gpu-0-mig-2g20gb-14-3'), {
-      name: 'gpu-0-mig-2g20gb-14-3',
+    assert.deepEqual(device(c, 'gpu-0-mig-2g20gb-14-2'), {
+      name: 'gpu-0-mig-2g20gb-14-2',
       attributes: {
         type: { string: 'mig' },
         uuid: { string: migUuid(parent, '2g.20gb', 4) },
@@ -149,13 +149,13 @@ test(
         jpegEngines: { value: '0' },
         ofaEngines: { value: '0' },
         memory: { value: '19968Mi' },
+        memorySlice2: { value: '1' },
         memorySlice3: { value: '1' },
-        memorySlice4: { value: '1' },
       },
     });
     assert.deepEqual(
       Object.keys(device(c, 'gpu-1-mig-3g40gb-9-0').capacity).filter((k) => k.startsWith('memorySlice')),
-      ['memorySlice0', 'memorySlice1', 'memorySlice2'],
+      ['memorySlice0', 'memorySlice1', 'memorySlice2', 'memorySlice3'],
     );
     assert.deepEqual(device(c, 'gpu-2').attributes.type, { string: 'gpu' });
     assert.equal(c.slices.flat().length, 9);
@@ -340,7 +340,7 @@ test("a MIG device's own XID taints that MIG device only; its siblings and the w
       .flat()
       .filter((d) => d.taints !== undefined)
       .map((d) => [d.name, d.taints]),
-    [['gpu-0-mig-2g20gb-14-3', [{ key: 'gpu.nvidia.com/xid', value: '94', effect: 'NoSchedule' }]]],
+    [['gpu-0-mig-2g20gb-14-2', [{ key: 'gpu.nvidia.com/xid', value: '94', effect: 'NoSchedule' }]]],
   );
 });
 

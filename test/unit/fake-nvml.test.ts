@@ -434,6 +434,15 @@ const NEWER_SYMBOLS = [
   'nvmlGpuInstanceGetComputeInstanceProfileInfo',
   'nvmlGpuInstanceGetComputeInstanceProfileInfoV',
   'nvmlGpuInstanceGetInfo',
+  // dynamic MIG
+  'nvmlComputeInstanceDestroy',
+  'nvmlDeviceCreateGpuInstanceWithPlacement',
+  'nvmlDeviceGetGpuInstancePossiblePlacements_v2',
+  'nvmlDeviceGetGpuInstanceRemainingCapacity',
+  'nvmlDeviceGetGpuInstances',
+  'nvmlGpuInstanceCreateComputeInstance',
+  'nvmlGpuInstanceDestroy',
+  'nvmlGpuInstanceGetComputeInstances',
 ];
 
 function exportedSymbols(file: string): string[] {

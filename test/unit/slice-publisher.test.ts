@@ -164,10 +164,10 @@ test(
       [
         'gpu-0-mig-1g10gb-19-0',
         'gpu-0-mig-1g10gb-19-1',
-        'gpu-0-mig-1g10gb-me-20-2',
-        'gpu-0-mig-2g20gb-14-3',
+        'gpu-0-mig-1g10gb-me-20-6',
+        'gpu-0-mig-2g20gb-14-2',
         'gpu-1-mig-3g40gb-9-0',
-        'gpu-1-mig-1g20gb-15-3',
+        'gpu-1-mig-1g20gb-15-6',
         'gpu-1-mig-1g10gb-19-4',
         'gpu-1-mig-1g10gb-19-5',
         'gpu-2',

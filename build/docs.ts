@@ -354,6 +354,13 @@ function manConfigFile(): string[] {
       'Refused as Kubernetes refuses a requestPolicy (the default outside the range or values, a step of 0, ' +
         "max below min), and when a value, min, max or min + step is more than a GPU's memory.",
     ),
+    ...tagged(
+      '.B dra.dynamicMig',
+      'true: with --kubelet-api=dra and a MIG strategy, every GPU in MIG mode is also published as ' +
+        "NVIDIA's DRA driver publishes partitionable devices: a counter set per GPU and one device per profile " +
+        'and free placement, made at prepare by the gpu-device-plugin-mps unit and destroyed at unprepare. ' +
+        'MIG instances the package did not make are never touched. Default false; a boolean, or refused.',
+    ),
     '.PP',
     'Accepted and not used (they belong to GPU feature discovery):',
     `${CONFIG_SCHEMA.foreign.map((f) => b(f.path)).join(', ')}.`,

@@ -1,6 +1,7 @@
 // The composition root, wiring only: options → observer → what serves the kubelet (src/plugin/mode.ts,
 // or in DRA mode src/dra/mode.ts) → STATUS and state file → live node (src/node) → scanner → signals.
 // SIGHUP re-reads the config file and looks at the node again; SIGTERM/SIGINT stop in 2 s.
+import { draOf } from './config/dra-section.ts';
 import { badOptions, cannotStart, refuseSecondInstance } from './config/exit-codes.ts';
 import { describeOptions } from './config/describe-options.ts';
 import type { EventBatchEntry } from './core/health-events.ts';
@@ -56,7 +57,7 @@ async function run(s: Start, service: ServiceStatus, koffi: Koffi): Promise<Daem
   // What `info` shows: the state as the kubelet was told it, in a root-only file of the runtime directory.
   const file = new StateFile(defaultStateFile(process.env), log);
   const state = new StatePublisher(file, reg, VERSION, 'claims' in mode ? mode.claims : undefined);
-  const config = runningConfig(opts, parsed.sharing, parsed.signalPolicy, health, parsed.consumableCapacity);
+  const config = runningConfig(opts, parsed.sharing, parsed.signalPolicy, health, draOf(parsed));
   const consumers = [...mode.consumers, status, observer, state];
   const recovery = { enabled: opts.healthRecovery, quietMs: opts.healthRecoveryQuietPeriod * 1000 };
   const node = new LiveNode<RunningConfig>({ log, config, health, recovery, consumers });

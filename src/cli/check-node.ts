@@ -1,6 +1,7 @@
 // `check`'s lines on the node and the plan: the options as the daemon parses them, NVML, the GPUs, the
 // MIG strategy's fit, the IMEX channels, and the daemon's first snapshot's plan (core/config-fit.ts),
 // so that a config `check` passes never fails the start.
+import { draOf } from '../config/dra-section.ts';
 import { fitAtStart } from '../core/config-fit.ts';
 import { parseHealthSettings } from '../core/health-policy.ts';
 import { NO_MIG } from '../core/mig.ts';
@@ -155,7 +156,7 @@ function configFit(
   // As the scanner: MIG is read only with a MIG strategy, and capability nodes only when there are MIG devices.
   const mig = o.migStrategy === 'none' || r.mig === null ? NO_MIG : r.mig;
   const caps = readMigCapabilities(r.gpus, mig, env);
-  const settings = planSettings(o, parsed.sharing, parsed.consumableCapacity);
+  const settings = planSettings(o, parsed.sharing, draOf(parsed));
   const fit = fitAtStart(r.gpus, mig, settings, caps, r.facts?.gpus);
   if (fit.ok)
     return {

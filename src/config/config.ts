@@ -81,6 +81,8 @@ export interface ConfigFileValues<K extends string = string> {
   readonly health?: SignalPolicy;
   /** The `dra` section's consumable capacity (this project's own), when the file sets one. */
   readonly consumableCapacity?: ConsumableCapacity;
+  /** The `dra` section's dynamicMig, when the file sets it. */
+  readonly dynamicMig?: boolean;
 }
 
 /** The one YAML (or JSON) document of a config file as plain data; null for an empty file. */
@@ -170,14 +172,15 @@ function parseConfigText<K extends string>(text: string, file: string, schema: C
     top.health === undefined || top.health === null
       ? {}
       : { health: parseHealthSection(top.health, (path, message) => r.fail(path, message)) };
-  const capacity = draSection(r, top.dra);
+  const dra = draSection(r, top.dra);
   return {
     file,
     values,
     sharing,
     foreign,
     ...health,
-    ...(capacity === undefined ? {} : { consumableCapacity: capacity }),
+    ...(dra.consumableCapacity === undefined ? {} : { consumableCapacity: dra.consumableCapacity }),
+    ...(dra.dynamicMig === undefined ? {} : { dynamicMig: dra.dynamicMig }),
   };
 }
 

@@ -4,11 +4,12 @@
 //       memory:                              the request policy of each whole GPU's memory
 //         default: 8Gi                       what a claim asking for no amount gets
 //         validRange: {min: 1Gi, max: 40Gi, step: 1Gi}     or: validValues: [4Gi, 8Gi, 16Gi]
-// Its presence is the opt-in: with it, DRA mode publishes every whole GPU for several allocations at once,
-// each consuming a share of its memory. Quantities are Kubernetes quantities (a string such as 8Gi, or a
-// whole number of bytes). Checked whole, each refusal naming its key path and what would be right; the
-// rules are Kubernetes' own for a capacity's requestPolicy (core/dra-capacity.ts), so that the API server
-// never refuses a slice for them. Whether the policy fits the GPUs is checked against the node
+//     dynamicMig: true                       dynamic MIG (partitionable devices), off by default
+// consumableCapacity's presence is the opt-in: with it, DRA mode publishes every whole GPU for several
+// allocations at once, each consuming a share of its memory. Quantities are Kubernetes quantities (a string
+// such as 8Gi, or a whole number of bytes). Checked whole, each refusal naming its key path and what would
+// be right; the rules are Kubernetes' own for a capacity's requestPolicy (core/dra-capacity.ts), so that the
+// API server never refuses a slice for them. Whether the policy fits the GPUs is checked against the node
 // (core/config-fit.ts).
 import { policyProblem } from '../core/dra-capacity.ts';
 import type { ConsumableCapacity, RequestPolicy } from '../core/dra-capacity.ts';
@@ -56,13 +57,37 @@ function requestPolicy(r: Reader, v: unknown, path: string): RequestPolicy {
   return policy;
 }
 
-/** The `dra` section's consumable capacity; undefined when the section or its consumableCapacity is absent. */
-export function draSection(r: Reader, v: unknown): ConsumableCapacity | undefined {
+/** What the `dra` section sets (DRA mode only): whole GPUs' consumable capacity, dynamic MIG. */
+export interface DraSettings {
+  readonly consumableCapacity?: ConsumableCapacity;
+  readonly dynamicMig?: boolean;
+}
+
+/** The `dra` settings of parsed options. */
+export function draOf(p: {
+  readonly consumableCapacity?: ConsumableCapacity;
+  readonly dynamicMig?: boolean;
+}): DraSettings {
+  return {
+    ...(p.consumableCapacity === undefined ? {} : { consumableCapacity: p.consumableCapacity }),
+    ...(p.dynamicMig === undefined ? {} : { dynamicMig: p.dynamicMig }),
+  };
+}
+
+/** The `dra` section; an empty object when the file has none. */
+export function draSection(r: Reader, v: unknown): DraSettings {
   const dra = r.mapping(v, 'dra');
-  if (dra === null) return undefined;
-  r.keys(dra, 'dra', ['consumableCapacity']);
+  if (dra === null) return {};
+  r.keys(dra, 'dra', ['consumableCapacity', 'dynamicMig']);
+  const m = dra.dynamicMig;
+  if (m !== undefined && m !== null && typeof m !== 'boolean')
+    r.fail('dra.dynamicMig', `${showValue(m)} is not allowed; expected true or false`);
+  const dynamicMig = typeof m === 'boolean' ? { dynamicMig: m } : {};
   const cc = r.mapping(dra.consumableCapacity, 'dra.consumableCapacity');
-  if (cc === null) return undefined;
+  if (cc === null) return dynamicMig;
   r.keys(cc, 'dra.consumableCapacity', ['memory']);
-  return { memory: requestPolicy(r, cc.memory, 'dra.consumableCapacity.memory') };
+  return {
+    consumableCapacity: { memory: requestPolicy(r, cc.memory, 'dra.consumableCapacity.memory') },
+    ...dynamicMig,
+  };
 }

@@ -132,6 +132,8 @@ export interface ParsedOptions {
   signalPolicy?: SignalPolicy;
   /** The config file's `dra.consumableCapacity` (dra-section.ts); absent: off. */
   consumableCapacity?: ConsumableCapacity;
+  /** The config file's `dra.dynamicMig` (dra-section.ts); absent: off. */
+  dynamicMig?: boolean;
 }
 
 /** An option of NVIDIA's plugin that this plugin does not have. */

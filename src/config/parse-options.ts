@@ -224,6 +224,7 @@ export function parseOptions(
     foreignConfigKeys: file?.foreign ?? [],
     ...(file?.health === undefined ? {} : { signalPolicy: file.health }),
     ...(file?.consumableCapacity === undefined ? {} : { consumableCapacity: file.consumableCapacity }),
+    ...(file?.dynamicMig === undefined ? {} : { dynamicMig: file.dynamicMig }),
   };
   checkKubeletApi(parsed);
   return parsed;

@@ -1,8 +1,8 @@
 // What decides the advertised resources, from the options: one mapping for the daemon (src/main.ts)
 // and for `check`, which plans the same way to say whether the daemon would start.
-import type { ConsumableCapacity } from '../core/dra-capacity.ts';
 import type { Sharing } from '../core/sharing.ts';
 import type { PlanSettings } from '../core/snapshot.ts';
+import type { DraSettings } from './dra-section.ts';
 import type { Options } from './options.ts';
 
 /**
@@ -12,13 +12,16 @@ import type { Options } from './options.ts';
 export function planSettings(
   o: Pick<Options, 'deviceIdStrategy' | 'migStrategy' | 'passDeviceSpecs'> & Partial<Pick<Options, 'kubeletApi'>>,
   sharing: Sharing,
-  consumableCapacity?: ConsumableCapacity,
+  dra: DraSettings = {},
 ): PlanSettings {
+  const on = o.kubeletApi === 'dra';
+  const { consumableCapacity, dynamicMig } = dra;
   return {
     deviceIdStrategy: o.deviceIdStrategy,
     sharing,
     migStrategy: o.migStrategy,
     needMigCapabilities: o.passDeviceSpecs,
-    ...(consumableCapacity !== undefined && o.kubeletApi === 'dra' ? { consumableCapacity } : {}),
+    ...(consumableCapacity !== undefined && on ? { consumableCapacity } : {}),
+    ...(dynamicMig === true && on ? { dynamicMig } : {}),
   };
 }

@@ -1,6 +1,6 @@
 // SIGHUP's config reload, decided: which options changed, which of those only take effect at a
 // restart (their running values are kept), and whether the sharing, health and dra sections changed.
-import type { ConsumableCapacity } from '../core/dra-capacity.ts';
+import type { DraSettings } from './dra-section.ts';
 import type { SignalPolicy } from '../core/health-signals.ts';
 import type { Sharing } from '../core/sharing.ts';
 import { showOption } from './describe-options.ts';
@@ -48,8 +48,8 @@ export interface ReloadPlan {
   readonly sharingChanged: boolean;
   /** The `health` section changed (the health signals' policy). */
   readonly healthChanged: boolean;
-  /** The `dra` section's consumable capacity changed (DRA mode publishes it at once). */
-  readonly capacityChanged: boolean;
+  /** The `dra` section changed: consumable capacity or dynamic MIG (DRA mode publishes it at once). */
+  readonly draChanged: boolean;
 }
 
 const flagOf = (key: OptionKey): string => `--${OPTION_SPECS.find((s) => s.key === key)?.flag ?? key}`;
@@ -59,7 +59,7 @@ export function planReload(
   runningSharing: Sharing,
   next: ParsedOptions,
   runningHealth?: SignalPolicy,
-  runningCapacity?: ConsumableCapacity,
+  runningDra: DraSettings = {},
 ): ReloadPlan {
   const restartOnly = RESTART_ONLY_OPTIONS.filter((k) => showOption(next.options[k]) !== showOption(running[k]));
   const merged: Options = { ...next.options };
@@ -75,7 +75,9 @@ export function planReload(
     sharingChanged: JSON.stringify(next.sharing) !== JSON.stringify(runningSharing),
     healthChanged: JSON.stringify(next.signalPolicy) !== JSON.stringify(runningHealth),
     // Only DRA mode publishes it (plan-settings.ts); the mode is restart-only.
-    capacityChanged:
-      running.kubeletApi === 'dra' && JSON.stringify(next.consumableCapacity) !== JSON.stringify(runningCapacity),
+    draChanged:
+      running.kubeletApi === 'dra' &&
+      (JSON.stringify(next.consumableCapacity) !== JSON.stringify(runningDra.consumableCapacity) ||
+        (next.dynamicMig === true) !== (runningDra.dynamicMig === true)),
   };
 }

@@ -56,8 +56,13 @@ import { draDevices } from './dra-devices.ts';
 import { nvlinkDomains } from './nvlink-domains.ts';
 import { bytesQuantity } from './quantity.ts';
 import { policyFitProblem, wireRequestPolicy } from './dra-capacity.ts';
-import type { ConsumableCapacity, WireRequestPolicy } from './dra-capacity.ts';
+import type { ConsumableCapacity } from './dra-capacity.ts';
 import type { DraDevice } from './dra-devices.ts';
+import { partitionPool } from './dra-partitions.ts';
+import type { CounterSet, PartitionableGpu } from './dynamic-mig.ts';
+import type { DeviceAttribute, DeviceTaint, SliceDevice } from './dra-wire.ts';
+
+export type { DeviceAttribute, DeviceCapacity, DeviceTaint, SliceDevice } from './dra-wire.ts';
 import type { Gpu } from './devices.ts';
 import type { MigStrategy } from './mig.ts';
 import { signalTaints } from './health-signals.ts';
@@ -73,40 +78,13 @@ export const MAX_DEVICES_PER_SLICE = 64;
 export const MAX_ATTRIBUTES_AND_CAPACITIES = 32;
 export const MAX_STRING_VALUE = 64;
 
-/** One attribute value: exactly one of int, bool, string, version (resource.k8s.io/v1 DeviceAttribute). */
-export type DeviceAttribute =
-  | { readonly int: number }
-  | { readonly bool: boolean }
-  | { readonly string: string }
-  | { readonly version: string };
-
-export interface DeviceTaint {
-  readonly key: string;
-  readonly value?: string;
-  readonly effect: 'NoSchedule' | 'NoExecute' | 'None';
-}
-
-/** A capacity of a device: its value, and on a device allocated several times its request policy. */
-export interface DeviceCapacity {
-  readonly value: string;
-  readonly requestPolicy?: WireRequestPolicy;
-}
-
-/** A device as written in a ResourceSlice (resource.k8s.io/v1 Device). */
-export interface SliceDevice {
-  readonly name: string;
-  readonly attributes: Readonly<Record<string, DeviceAttribute>>;
-  readonly capacity: Readonly<Record<string, DeviceCapacity>>;
-  /** Present (true) only with consumable capacity: several claims may be allocated the device at once. */
-  readonly allowMultipleAllocations?: true;
-  readonly taints?: readonly DeviceTaint[];
-}
-
 export interface PoolContent {
   /** The pool's name: the node's. */
   readonly pool: string;
   /** The devices of each slice, in order. */
   readonly slices: readonly (readonly SliceDevice[])[];
+  /** Dynamic MIG's counter sets, in slices of their own written before the device slices; absent: none. */
+  readonly counterSets?: readonly (readonly CounterSet[])[];
   /** Devices left out, attributes not given, and why; one line each. */
   readonly notes: readonly string[];
 }
@@ -123,6 +101,8 @@ export interface PoolSettings {
   readonly lastDriverVersion?: string;
   /** Whole GPUs' consumable capacity; absent: each GPU goes to one allocation at a time. */
   readonly consumableCapacity?: ConsumableCapacity;
+  /** Dynamic MIG: MIG-mode GPUs by UUID with their profiles and placements; absent: off. */
+  readonly partitionable?: ReadonlyMap<string, PartitionableGpu>;
 }
 
 /** A version as strict semver 2.0.0: numeric parts without leading zeros, padded to three. Null when not numeric. */
@@ -284,10 +264,23 @@ export function poolContent(s: NodeSnapshot, settings: PoolSettings, driver: str
     }
     devices.push(dev);
   }
+  const partitions =
+    settings.partitionable === undefined
+      ? null
+      : partitionPool(
+          s.gpus,
+          (i) => s.mig?.modes[i]?.current === true,
+          settings.partitionable,
+          (gpu) => commonAttributes(s, gpu, settings),
+          (gpu) => taintsOf(s, gpu.uuid, driver),
+        );
+  for (const list of partitions?.devices.values() ?? []) devices.push(...list);
   const slices: SliceDevice[][] = [];
   for (let i = 0; i < devices.length; i += MAX_DEVICES_PER_SLICE)
     slices.push(devices.slice(i, i + MAX_DEVICES_PER_SLICE));
   // A node without devices still publishes one empty slice: the pool exists and says "nothing here".
   if (slices.length === 0) slices.push([]);
-  return { pool: settings.nodeName, slices, notes };
+  const counterSets =
+    partitions === null || partitions.counterSets.length === 0 ? {} : { counterSets: partitions.counterSets };
+  return { pool: settings.nodeName, slices, notes, ...counterSets };
 }

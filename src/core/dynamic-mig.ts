@@ -11,7 +11,9 @@
 // Only placements whose memory slices no existing GPU instance occupies are offered. Counter sets go in
 // slices of their own (a slice holds counter sets or devices, never both), at most 8 per slice.
 import { bytesQuantity } from './quantity.ts';
-import type { DeviceAttribute, DeviceCapacity } from './dra-slices.ts';
+import type { Counter, CounterSet, DeviceAttribute, DeviceCapacity, DeviceCounterConsumption } from './dra-wire.ts';
+
+export type { Counter, CounterSet, DeviceCounterConsumption } from './dra-wire.ts';
 
 export const MAX_COUNTER_SETS_PER_SLICE = 8;
 
@@ -44,6 +46,12 @@ export interface ExistingGpuInstance {
   readonly placement: MigPlacement;
 }
 
+/** What NVML says of one MIG-mode GPU for dynamic MIG: its profiles with placements, and its GPU instances. */
+export interface PartitionableGpu {
+  readonly profiles: readonly GiProfile[];
+  readonly instances: readonly ExistingGpuInstance[];
+}
+
 export interface DynamicMigGpu {
   /** The GPU's device minor (nvmlDeviceGetMinorNumber). */
   readonly minor: number;
@@ -51,20 +59,6 @@ export interface DynamicMigGpu {
   readonly instances: readonly ExistingGpuInstance[];
   /** Attributes each MIG device carries from its parent (parentUUID, productName, versions, PCI). */
   readonly parentAttributes: Readonly<Record<string, DeviceAttribute>>;
-}
-
-export interface Counter {
-  readonly value: string;
-}
-
-export interface CounterSet {
-  readonly name: string;
-  readonly counters: Readonly<Record<string, Counter>>;
-}
-
-export interface DeviceCounterConsumption {
-  readonly counterSet: string;
-  readonly counters: Readonly<Record<string, Counter>>;
 }
 
 /** A partitionable MIG device as written in a ResourceSlice. */

@@ -2,6 +2,7 @@
 // name a MIG device has for the container runtime, and the device nodes a MIG device needs. The strategies
 // none/single/mixed are in mig-strategies.ts, which health units an event concerns in mig-events.ts. Plain data in,
 // plain data out.
+import type { PartitionableGpu } from './dynamic-mig.ts';
 import type { DeviceIdStrategy, Gpu } from './devices.ts';
 import { RESOURCE_DOMAIN } from './sharing.ts';
 
@@ -55,6 +56,11 @@ export interface MigEngines {
 /** The MIG facts of a node: per GPU position its mode (null: not MIG-capable), and every MIG device. */
 export interface MigLayout {
   readonly modes: readonly (MigMode | null)[];
+  /**
+   * Dynamic MIG: each MIG-mode GPU's profiles with their placements and its GPU instances, by GPU UUID, where the
+   * driver has the placement call (nvml/mig-instances.ts); absent otherwise.
+   */
+  readonly partitionable?: ReadonlyMap<string, PartitionableGpu>;
   readonly devices: readonly MigDevice[];
 }
 

@@ -85,6 +85,8 @@ export interface PlanSettings {
   readonly needMigCapabilities?: boolean;
   /** DRA mode: whole GPUs' consumable capacity (core/dra-capacity.ts); absent: off. */
   readonly consumableCapacity?: ConsumableCapacity;
+  /** DRA mode: MIG-mode GPUs published as partitionable devices (dynamic MIG); absent: off. */
+  readonly dynamicMig?: boolean;
 }
 
 export interface NodeSnapshot {

@@ -264,13 +264,16 @@ export class SlicePublisher implements NodeConsumer {
         pcieRoots: roots,
         ...(this.lastDriverVersion !== null ? { lastDriverVersion: this.lastDriverVersion } : {}),
         ...(capacity !== undefined ? { consumableCapacity: capacity } : {}),
+        ...(plan?.dynamicMig === true && s.mig.partitionable !== undefined
+          ? { partitionable: s.mig.partitionable }
+          : {}),
       },
       this.driver,
     );
   }
 
   private keyOf(c: PoolContent): string {
-    return JSON.stringify(c.slices);
+    return JSON.stringify([c.counterSets ?? [], c.slices]);
   }
 
   private async readPcieRoots(s: NodeSnapshot): Promise<void> {

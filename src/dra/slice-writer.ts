@@ -11,6 +11,7 @@
 // * A write updates each slice in place with the pool generation one above the highest seen (never
 //   delete-and-create: a slice keeps its name and uid), creates the missing ones and deletes the
 //   surplus; each carries an owner reference to the Node.
+import type { CounterSet } from '../core/dynamic-mig.ts';
 import type { PoolContent, SliceDevice } from '../core/dra-slices.ts';
 import type { KubeClient } from '../k8s/client.ts';
 import { createSlice, deleteSlice, listNodeSlices, updateSlice } from '../k8s/resources.ts';
@@ -94,15 +95,20 @@ async function writePool(
   existing: readonly ResourceSlice[],
   generation: number,
 ): Promise<Map<string, SliceStamp>> {
-  const count = content.slices.length;
-  const names = content.slices.map((_, i) => sliceName(t.nodeName, t.driver, i));
+  // Dynamic MIG's counter sets first, in slices of their own (a slice holds counter sets or devices, never both).
+  const parts: { readonly devices?: readonly SliceDevice[]; readonly sharedCounters?: readonly CounterSet[] }[] = [
+    ...(content.counterSets ?? []).map((sharedCounters) => ({ sharedCounters })),
+    ...content.slices.map((devices) => ({ devices })),
+  ];
+  const count = parts.length;
+  const names = parts.map((_, i) => sliceName(t.nodeName, t.driver, i));
   const byName = new Map(existing.map((s) => [s.metadata.name ?? '', s]));
   // Slices of ours under other names (another version, NVIDIA's generated names) are reused in
   // place for the slices we would otherwise create.
   const spare = existing.filter((s) => !names.includes(s.metadata.name ?? ''));
   const owner =
     t.nodeUid === null ? [] : [{ apiVersion: 'v1', kind: 'Node', name: t.nodeName, uid: t.nodeUid, controller: true }];
-  const body = (name: string, devices: readonly SliceDevice[], from?: ResourceSlice): ResourceSlice => ({
+  const body = (name: string, part: (typeof parts)[number], from?: ResourceSlice): ResourceSlice => ({
     metadata: {
       name,
       ...(from?.metadata.resourceVersion !== undefined ? { resourceVersion: from.metadata.resourceVersion } : {}),
@@ -113,18 +119,20 @@ async function writePool(
       driver: t.driver,
       nodeName: t.nodeName,
       pool: { name: content.pool, generation, resourceSliceCount: count },
-      devices,
+      ...(part.sharedCounters !== undefined
+        ? { sharedCounters: part.sharedCounters }
+        : { devices: part.devices ?? [] }),
     },
   });
   const stamps = new Map<string, SliceStamp>();
   for (let i = 0; i < count; i++) {
-    const devices = content.slices[i] as readonly SliceDevice[];
+    const part = parts[i] as (typeof parts)[number];
     const name = names[i] as string;
     const there = byName.get(name) ?? spare.shift();
     const got =
       there !== undefined
-        ? await updateSlice(t.client, body(there.metadata.name ?? name, devices, there))
-        : await createSlice(t.client, body(name, devices));
+        ? await updateSlice(t.client, body(there.metadata.name ?? name, part, there))
+        : await createSlice(t.client, body(name, part));
     stamps.set(got.metadata.name ?? name, {
       uid: got.metadata.uid ?? '',
       resourceVersion: got.metadata.resourceVersion ?? '',

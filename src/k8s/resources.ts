@@ -30,7 +30,9 @@ export interface ResourceSliceSpec {
   readonly driver: string;
   readonly nodeName: string;
   readonly pool: { readonly name: string; readonly generation: number; readonly resourceSliceCount: number };
-  readonly devices: readonly unknown[];
+  /** A slice holds devices or, for partitionable devices, counter sets (sharedCounters), never both. */
+  readonly devices?: readonly unknown[];
+  readonly sharedCounters?: readonly unknown[];
 }
 
 export interface ResourceSlice {

@@ -11,7 +11,8 @@ import { DEFAULT_SIGNAL_POLICY, signalPolicyWithEnvironment } from '../core/heal
 import type { SignalPolicy } from '../core/health-signals.ts';
 import { planSettings } from '../config/plan-settings.ts';
 import { planReload } from '../config/reload.ts';
-import type { ConsumableCapacity } from '../core/dra-capacity.ts';
+import { draOf } from '../config/dra-section.ts';
+import type { DraSettings } from '../config/dra-section.ts';
 import type { Sharing } from '../core/sharing.ts';
 import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
@@ -39,13 +40,13 @@ export function runningConfig(
   sharing: Sharing,
   healthSection?: SignalPolicy,
   health?: HealthSettings,
-  consumableCapacity?: ConsumableCapacity,
+  dra: DraSettings = {},
 ): RunningConfig {
   const section = healthSection ?? DEFAULT_SIGNAL_POLICY;
   return {
     options: o,
     sharing,
-    plan: planSettings(o, sharing, consumableCapacity),
+    plan: planSettings(o, sharing, dra),
     ...(healthSection === undefined ? {} : { healthSection }),
     ...(health === undefined ? {} : { health }),
     signalPolicy: health === undefined ? section : signalPolicyWithEnvironment(section, health),
@@ -73,24 +74,25 @@ export async function reloadConfig(
   }
   try {
     const next = read();
-    const capacity = running.plan.consumableCapacity;
-    const r = planReload(running.options, running.sharing, next, running.healthSection, capacity);
+    const { consumableCapacity, dynamicMig } = running.plan;
+    const dra = { ...(consumableCapacity ? { consumableCapacity } : {}), ...(dynamicMig ? { dynamicMig } : {}) };
+    const r = planReload(running.options, running.sharing, next, running.healthSection, dra);
     if (r.restartOnly.length > 0)
       log.warn('config reload: some changed options take effect only at restart; their running values are kept', {
         options: r.restartOnly,
       });
-    if (r.changed.length === 0 && !r.sharingChanged && !r.healthChanged && !r.capacityChanged) {
+    if (r.changed.length === 0 && !r.sharingChanged && !r.healthChanged && !r.draChanged) {
       log.info('config reloaded; nothing to change', { file });
       return false;
     }
     // The new settings are in force while their snapshot is applied, so the labels written from it
     // are the new ones; a refused plan puts the running ones back (LiveNode.reconfigure).
-    const config = runningConfig(r.options, r.sharing, next.signalPolicy, running.health, next.consumableCapacity);
+    const config = runningConfig(r.options, r.sharing, next.signalPolicy, running.health, draOf(next));
     await node.reconfigure(config, 'config reloaded');
     const sections = [
       ...(r.sharingChanged ? ['sharing'] : []),
       ...(r.healthChanged ? ['health'] : []),
-      ...(r.capacityChanged ? ['dra'] : []),
+      ...(r.draChanged ? ['dra'] : []),
     ];
     log.info('config reloaded', { file, changed: [...r.changed, ...sections] });
     return true;

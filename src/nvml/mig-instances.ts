@@ -5,7 +5,9 @@
 // code and text. Instances are looked up by id (GPU instances 1 to 14, compute instances 0 to 7), so no handle
 // array crosses the FFI boundary. Creating and destroying need the mig/config capability: root's.
 import { readFileSync } from 'node:fs';
-import { MIG_MINORS_FILE, parseMigMinors } from '../core/mig.ts';
+import type { Gpu } from '../core/devices.ts';
+import type { GiProfile, MigPlacement, PartitionableGpu } from '../core/dynamic-mig.ts';
+import { MIG_MINORS_FILE, migProfileName, parseMigMinors } from '../core/mig.ts';
 import { NVML, NvmlError } from './errors.ts';
 import type { DeviceHandle, Nvml } from './nvml.ts';
 
@@ -177,4 +179,69 @@ export class NvmlMigInstances {
     if (handle === null) return;
     this.check('nvmlGpuInstanceDestroy', this.nvml.callCode('nvmlGpuInstanceDestroy', handle), parentUuid);
   }
+}
+
+/** A profile's placements (nvmlGpuInstancePlacement_t: start, size, in memory slices); none when NVML has none. */
+function placementsOf(nvml: Nvml, h: DeviceHandle, profileId: number): MigPlacement[] {
+  const count = [0];
+  const name = 'nvmlDeviceGetGpuInstancePossiblePlacements_v2';
+  if (nvml.callCode(name, h, profileId, null, count) !== NVML.SUCCESS || (count[0] ?? 0) === 0) return [];
+  const buf = Buffer.alloc(8 * (count[0] ?? 0));
+  if (nvml.callCode(name, h, profileId, buf, count) !== NVML.SUCCESS) return [];
+  return [...Array(count[0] ?? 0).keys()].map((i) => ({
+    start: buf.readUInt32LE(8 * i),
+    size: buf.readUInt32LE(8 * i + 4),
+  }));
+}
+
+/** The GPU's GPU-instance profiles (nvmlGpuInstanceProfileInfo_t, 48 bytes) with their placements. */
+function profilesOf(nvml: Nvml, h: DeviceHandle, gpu: Gpu): GiProfile[] {
+  const out: GiProfile[] = [];
+  for (let i = 0; i < MAX_PROFILE_INDEX; i++) {
+    const b = Buffer.alloc(48);
+    const code = nvml.callCode('nvmlDeviceGetGpuInstanceProfileInfo', h, i, b);
+    if (code === NVML.ERROR_INVALID_ARGUMENT) break;
+    if (code !== NVML.SUCCESS) continue;
+    const slices = b.readUInt32LE(8);
+    const memoryMiB = Number(b.readBigUInt64LE(40));
+    const name = migProfileName({
+      giSlices: slices,
+      ciSlices: slices,
+      memoryMiB,
+      parentMemoryBytes: gpu.memoryBytes,
+      profileIndex: i,
+    });
+    const id = b.readUInt32LE(0);
+    out.push({
+      id,
+      name,
+      multiprocessors: b.readUInt32LE(16),
+      copyEngines: b.readUInt32LE(20),
+      decoders: b.readUInt32LE(24),
+      encoders: b.readUInt32LE(28),
+      jpegEngines: b.readUInt32LE(32),
+      ofaEngines: b.readUInt32LE(36),
+      memoryMiB,
+      placements: placementsOf(nvml, h, id),
+    });
+  }
+  return out;
+}
+
+/**
+ * What dynamic MIG needs of a MIG-mode GPU: its profiles with their placements and its GPU instances (made by
+ * anyone, a compute instance in them or not); null when this driver has no placement call.
+ */
+export function readPartitionable(nvml: Nvml, h: DeviceHandle, gpu: Gpu): PartitionableGpu | null {
+  if (!nvml.has('nvmlDeviceGetGpuInstancePossiblePlacements_v2', true)) return null;
+  const instances = [];
+  for (let gi = 1; gi <= MAX_GI_ID; gi++) {
+    const out: unknown[] = [null];
+    if (nvml.callCode('nvmlDeviceGetGpuInstanceById', h, gi, out) !== NVML.SUCCESS) continue;
+    const info = Buffer.alloc(24);
+    if (nvml.callCode('nvmlGpuInstanceGetInfo', out[0], info) !== NVML.SUCCESS) continue;
+    const placement = { start: info.readUInt32LE(16), size: info.readUInt32LE(20) };
+    instances.push({ giId: gi, profileId: info.readUInt32LE(12), placement });
+  }
+  return { profiles: profilesOf(nvml, h, gpu).filter((p) => p.placements.length > 0), instances };
 }

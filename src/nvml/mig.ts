@@ -7,9 +7,11 @@ import { join } from 'node:path';
 import type { Gpu } from '../core/devices.ts';
 import { MIG_MINORS_FILE, migCapabilityNodes, migProfileName, parseMigMinors } from '../core/mig.ts';
 import type { MigDevice, MigEngines, MigLayout, MigMode } from '../core/mig.ts';
+import type { PartitionableGpu } from '../core/dynamic-mig.ts';
 import type { Logger } from '../system/log.ts';
 import { errorText } from '../system/log.ts';
 import { NVML, NvmlError } from './errors.ts';
+import { readPartitionable } from './mig-instances.ts';
 import { PROFILE_MIG_SYMBOLS, REQUIRED_MIG_SYMBOLS } from './mig-symbols.ts';
 import type { DeviceHandle, Nvml } from './nvml.ts';
 
@@ -221,6 +223,7 @@ export function discoverMig(
   }
   const modes: (MigMode | null)[] = [];
   const devices: MigDevice[] = [];
+  const partitionable = new Map<string, PartitionableGpu>();
   gpus.forEach((gpu, parent) => {
     const h = handles[parent];
     if (h === undefined) {
@@ -231,8 +234,10 @@ export function discoverMig(
     modes.push(mode);
     if (mode === null || !mode.current) return;
     devices.push(...gpuMigDevices(nvml, gpu, parent, h, log));
+    const p = readPartitionable(nvml, h, gpu);
+    if (p !== null) partitionable.set(gpu.uuid, p);
   });
-  return { modes, devices };
+  return { modes, devices, ...(partitionable.size > 0 ? { partitionable } : {}) };
 }
 
 /** The driver's mig-minors under the proc root (PROC_ROOT, default /proc), for the MIG capability device nodes. */

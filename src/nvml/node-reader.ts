@@ -252,7 +252,7 @@ class NvmlReader implements NodeReader {
       for (const d of last.mig.devices) if (d.parent === was) devices.push({ ...d, parent: at });
     });
     devices.sort((x, y) => x.parent - y.parent || x.index - y.index);
-    const mig: MigLayout = { modes, devices };
+    const mig: MigLayout = { modes, devices, ...(read.partitionable ? { partitionable: read.partitionable } : {}) };
     return { mig, migCapabilities: readMigCapabilities(gpus, mig, this.o.env ?? process.env) };
   }
 

@@ -9,6 +9,7 @@ import { UNSUPPORTED_OPTIONS } from '../../src/config/unsupported-options.ts';
 import { helpText } from '../../src/config/describe-options.ts';
 import { parseOptions } from '../../src/config/parse-options.ts';
 import type { ParsedOptions } from '../../src/config/options.ts';
+import { draOf } from '../../src/config/dra-section.ts';
 import { planSettings } from '../../src/config/plan-settings.ts';
 import { planReload } from '../../src/config/reload.ts';
 
@@ -602,7 +603,7 @@ test('dra.consumableCapacity: every rule of a requestPolicy is refused by its ke
   const at = 'dra.consumableCapacity.memory';
   const QUANTITY = 'a quantity such as 8Gi, 512Mi or 40G (or a whole number of bytes)';
   const cases: [string, string][] = [
-    ['dra:\n  consumable: {}\n', 'dra.consumable: unknown key; expected one of consumableCapacity'],
+    ['dra:\n  consumable: {}\n', 'dra.consumable: unknown key; expected one of consumableCapacity, dynamicMig'],
     [
       'dra:\n  consumableCapacity:\n    cores: {}\n',
       'dra.consumableCapacity.cores: unknown key; expected one of memory',
@@ -681,16 +682,27 @@ test('dra.consumableCapacity is a plan setting in DRA mode only; a changed one i
     `dra:\n  consumableCapacity:\n    memory: {default: ${d}, validRange: {min: 1Gi, step: 1Gi}}\n`;
   const dra = withFile(file('8Gi'), DRA);
   const plugin = withFile(file('8Gi'));
-  assert.deepEqual(planSettings(dra.options, dra.sharing, dra.consumableCapacity).consumableCapacity, {
+  assert.deepEqual(planSettings(dra.options, dra.sharing, draOf(dra)).consumableCapacity, {
     memory: { default: 8 * GI, validRange: { min: GI, step: GI } },
   });
-  assert.equal(planSettings(plugin.options, plugin.sharing, plugin.consumableCapacity).consumableCapacity, undefined);
+  assert.equal(planSettings(plugin.options, plugin.sharing, draOf(plugin)).consumableCapacity, undefined);
   const next = withFile(file('4Gi'), DRA);
-  assert.equal(planReload(dra.options, dra.sharing, next, undefined, dra.consumableCapacity).capacityChanged, true);
-  assert.equal(planReload(dra.options, dra.sharing, dra, undefined, dra.consumableCapacity).capacityChanged, false);
+  assert.equal(planReload(dra.options, dra.sharing, next, undefined, draOf(dra)).draChanged, true);
+  assert.equal(planReload(dra.options, dra.sharing, dra, undefined, draOf(dra)).draChanged, false);
   const off = withFile('version: v1\n', DRA);
-  assert.equal(planReload(dra.options, dra.sharing, off, undefined, dra.consumableCapacity).capacityChanged, true);
+  assert.equal(planReload(dra.options, dra.sharing, off, undefined, draOf(dra)).draChanged, true);
   // Device-plugin mode does not use it: no change to reload for.
   const plugin4 = withFile(file('4Gi'));
-  assert.equal(planReload(plugin.options, plugin.sharing, plugin4, undefined, undefined).capacityChanged, false);
+  assert.equal(planReload(plugin.options, plugin.sharing, plugin4, undefined, {}).draChanged, false);
+});
+
+test('dra.dynamicMig: off by default, a plan setting in DRA mode only, a boolean or refused by name', () => {
+  const on = withFile('dra:\n  dynamicMig: true\n', DRA);
+  assert.equal(planSettings(on.options, on.sharing, draOf(on)).dynamicMig, true);
+  const plugin = withFile('dra:\n  dynamicMig: true\n');
+  assert.equal(planSettings(plugin.options, plugin.sharing, draOf(plugin)).dynamicMig, undefined);
+  const none = withFile('version: v1\n', DRA);
+  assert.equal(planSettings(none.options, none.sharing, draOf(none)).dynamicMig, undefined);
+  assert.equal(planReload(none.options, none.sharing, on, undefined, draOf(none)).draChanged, true);
+  refusedFile('dra:\n  dynamicMig: "yes"\n', 'dra.dynamicMig: "yes" is not allowed; expected true or false');
 });

@@ -1,0 +1,71 @@
+// Dynamic MIG in the node's pool (core/dra-partitions.ts through poolContent) on what the fake NVML really gives:
+// 16 A100-40GB, 15 of them in MIG mode, GPU 0 with one 3g.20gb instance at memory slices 0-3. Counter sets in
+// slices of their own, at most 8 each; one partition device per profile and placement free beside the existing
+// instance, consuming its counters and memory slices; the MIG-disabled GPU whole; nothing of it when off.
+import assert from 'node:assert/strict';
+import { before, test } from 'node:test';
+import { poolContent } from '../../src/core/dra-slices.ts';
+import type { NodeSnapshot } from '../../src/core/snapshot.ts';
+import { fixtureSnapshot } from '../support/node-scan.ts';
+
+let s: NodeSnapshot;
+before(async () => {
+  s = await fixtureSnapshot('mig-dynamic-16.json', 'mixed');
+});
+
+const settings = () => ({ nodeName: 'node-16', migStrategy: 'mixed' as const });
+
+test('NVML gives each MIG-mode GPU its profiles with placements in memory slices, and its GPU instances', () => {
+  const p = s.mig.partitionable;
+  assert.ok(p !== undefined);
+  assert.equal(p.size, 15, 'the MIG-disabled GPU has none');
+  const gpu0 = p.get(s.gpus[0]?.uuid ?? '');
+  assert.deepEqual(gpu0?.instances, [{ giId: 1, profileId: 9, placement: { start: 0, size: 4 } }]);
+  const threeG = gpu0?.profiles.find((x) => x.id === 9);
+  assert.deepEqual(threeG?.placements, [
+    { start: 0, size: 4 },
+    { start: 4, size: 4 },
+  ]);
+  assert.equal(threeG?.name, '3g.20gb');
+  assert.deepEqual(
+    gpu0?.profiles.map((x) => `${x.name}:${x.id}`),
+    ['1g.5gb:19', '2g.10gb:14', '3g.20gb:9', '4g.20gb:5', '7g.40gb:0', '1g.5gb+me:20', '1g.10gb:15'],
+  );
+});
+
+test('off: no counter sets and no partition devices', () => {
+  const c = poolContent(s, settings());
+  assert.equal(c.counterSets, undefined);
+  assert.ok(!c.slices.flat().some((d) => d.consumesCounters !== undefined));
+});
+
+test('on: 15 counter sets in 2 slices (8 + 7); partitions only where the memory slices are free', () => {
+  const c = poolContent(s, { ...settings(), partitionable: s.mig.partitionable ?? new Map() });
+  assert.deepEqual(
+    c.counterSets?.map((sl) => sl.length),
+    [8, 7],
+  );
+  const set0 = c.counterSets?.[0]?.[0];
+  assert.equal(set0?.name, 'gpu-0-counter-set');
+  assert.deepEqual(Object.keys(set0?.counters ?? {}).filter((k) => k.startsWith('memory-slice')).length, 8);
+  assert.equal(set0?.counters.multiprocessors?.value, '98');
+  const devices = c.slices.flat();
+  const gpu0 = devices.filter((d) => d.name.startsWith('gpu-0-mig-') && d.consumesCounters !== undefined);
+  const names = gpu0.map((d) => d.name);
+  assert.ok(names.includes('gpu-0-mig-3g20gb-9-4'), 'the free 3g placement');
+  assert.ok(!names.includes('gpu-0-mig-3g20gb-9-0'), 'the occupied one is not offered');
+  assert.ok(!names.some((n) => /-7g40gb-0-0$|-4g20gb-5-0$/.test(n)), 'nor anything overlapping slices 0-3');
+  assert.ok(
+    devices.some((d) => d.name === 'gpu-0-mig-3g20gb-9-0' && d.consumesCounters === undefined),
+    'static',
+  );
+  const one = gpu0.find((d) => d.name === 'gpu-0-mig-1g5gb-19-5');
+  assert.deepEqual(one?.consumesCounters?.[0]?.counterSet, 'gpu-0-counter-set');
+  assert.deepEqual(one?.consumesCounters?.[0]?.counters['memory-slice-5'], { value: '1' });
+  assert.equal(one?.attributes.parentUUID && 'string' in one.attributes.parentUUID, true);
+  assert.ok(
+    devices.some((d) => d.name === 'gpu-1'),
+    'the GPU not in MIG mode is published whole',
+  );
+  assert.equal(devices.filter((d) => d.name.startsWith('gpu-15-mig-')).length, 7 + 4 + 3 + 2 + 1 + 1 + 7);
+});

@@ -1,7 +1,7 @@
 // DRA's checkpoint of prepared claims, pure: its records, its JSON (written and parsed, every field checked) and the
 // boot-ID rule (records of another boot no longer count). Reading and writing the file is src/dra/checkpoint.ts's.
 import { shareFields } from './dra-claims.ts';
-import type { DeviceSharing } from './dra-claims.ts';
+import type { DeviceSharing, PartitionOf } from './dra-claims.ts';
 import { checkSharing } from './dra-gpu-config.ts';
 import type { GpuSharing } from './dra-gpu-config.ts';
 import { isObject, isStringList, isStringMap } from './json.ts';
@@ -22,6 +22,8 @@ export interface PreparedDevice {
   readonly consumedCapacity?: Readonly<Record<string, string>>;
   /** The sharing configuration that applies to the device (absent: none; and in older records). */
   readonly sharing?: GpuSharing;
+  /** A dynamic MIG partition: where it is carved (absent: a device that exists on its own). */
+  readonly partition?: PartitionOf;
 }
 
 export interface ClaimRecord {
@@ -47,6 +49,11 @@ export function serializeCheckpoint(c: Checkpoint): string {
 }
 
 /** One prepared device of a checkpoint's claim record; throws naming what is wrong. */
+function isPartition(v: unknown): v is PartitionOf {
+  const int = (n: unknown): boolean => typeof n === 'number' && Number.isInteger(n) && n >= 0;
+  return isObject(v) && typeof v.parentUuid === 'string' && int(v.giProfileId) && int(v.start) && int(v.size);
+}
+
 function parseDevice(uid: string, d: unknown): PreparedDevice {
   if (
     !isObject(d) ||
@@ -72,7 +79,16 @@ function parseDevice(uid: string, d: unknown): PreparedDevice {
     consumedCapacity,
     sharing: sharing as GpuSharing | undefined,
   };
-  return { requests, pool, device, cdiDeviceIds, ...shareFields(fields) };
+  const part = d.partition;
+  if (part !== undefined && !isPartition(part)) throw bad('partition needs parentUuid, giProfileId, start and size');
+  return {
+    requests,
+    pool,
+    device,
+    cdiDeviceIds,
+    ...shareFields(fields),
+    ...(part === undefined ? {} : { partition: part }),
+  };
 }
 
 /** Parses a checkpoint file's text; throws naming what is wrong. */

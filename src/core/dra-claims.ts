@@ -54,6 +54,16 @@ export interface AllocatedDevice {
   readonly consumedCapacity?: Readonly<Record<string, string>>;
   /** The sharing configuration that applies to the device's requests (absent: none). */
   readonly sharing?: GpuSharing;
+  /** A dynamic MIG partition: what to carve, recorded so that the claim keeps it once the instance exists. */
+  readonly partition?: PartitionOf;
+}
+
+/** Where a dynamic MIG partition is: its parent GPU, GPU-instance profile and placement. */
+export interface PartitionOf {
+  readonly parentUuid: string;
+  readonly giProfileId: number;
+  readonly start: number;
+  readonly size: number;
 }
 
 export type ClaimVerdict = { readonly devices: readonly AllocatedDevice[] } | { readonly error: string };
@@ -214,7 +224,9 @@ export function allocatedDevices(
     }
   }
   const conflict = sharingConflict([...entries.values()], scope.known);
-  return conflict === null ? { devices: [...entries.values()].map(allocated) } : { error: `${what}: ${conflict}` };
+  return conflict === null
+    ? { devices: [...entries.values()].map((e) => allocated(e, scope.known)) }
+    : { error: `${what}: ${conflict}` };
 }
 
 /** How a device is shared, as the optional fields AllocatedDevice and PreparedDevice carry: only those set. */
@@ -236,10 +248,12 @@ export function shareFields(f: {
   };
 }
 
-function allocated(e: Entry): AllocatedDevice {
+function allocated(e: Entry, known: ReadonlyMap<string, DraNodeDevice>): AllocatedDevice {
   const { device, pool, requests, shared, shareId, consumedCapacity } = e;
   const sharing = [...e.sharing.values()][0]?.sharing;
-  return { device, pool, requests, ...shareFields({ shared, shareId, consumedCapacity, sharing }) };
+  const n = known.get(device);
+  const partition = n?.partition === undefined ? {} : { partition: { parentUuid: n.gpuUuid, ...n.partition } };
+  return { device, pool, requests, ...shareFields({ shared, shareId, consumedCapacity, sharing }), ...partition };
 }
 
 const from = (config: number | undefined): string => (config === undefined ? '' : ` (${configPath(config)})`);

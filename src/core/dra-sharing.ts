@@ -15,7 +15,7 @@
 // COMPUTE MODE. A whole GPU the claim has to itself is put in EXCLUSIVE_PROCESS while its daemon runs, as
 // the device-plugin's MPS does; a GPU shared with other claims (a shareID) stays as it is, since another
 // claim's daemon or process may use it too, and a MIG device has no compute mode of its own.
-import type { DraNodeDevice } from './dra-claims.ts';
+import type { DraNodeDevice, PartitionOf } from './dra-claims.ts';
 import { perDeviceLimits } from './dra-gpu-config.ts';
 import type { GpuSharing, MpsSharing, TimeSliceInterval } from './dra-gpu-config.ts';
 import { timeSliceConflict, wantedTimeSlices } from './dra-timeslice.ts';
@@ -28,6 +28,8 @@ import { parseQuantity } from './quantity.ts';
 /** One device of a claim as prepared, with what sharing asks of the host. */
 export interface SharedDevice {
   readonly device: string;
+  /** A dynamic MIG partition as recorded at allocation (it keeps its place once the instance exists). */
+  readonly partition?: PartitionOf;
   readonly sharing?: GpuSharing;
   readonly shareId?: string;
   readonly consumedCapacity?: Readonly<Record<string, string>>;
@@ -140,10 +142,12 @@ export function hostRequest(
   const partitions: PartitionRequest[] = [];
   for (const d of devices) {
     const dev = node.find((n) => n.name === d.device);
-    if (dev?.partition !== undefined) {
+    const part =
+      d.partition ?? (dev?.partition === undefined ? undefined : { parentUuid: dev.gpuUuid, ...dev.partition });
+    if (part !== undefined) {
       if (d.sharing !== undefined)
         return { error: `device ${d.device}: sharing a dynamic MIG partition (MigDeviceConfig) is not supported yet` };
-      partitions.push({ device: d.device, parentUuid: dev.gpuUuid, ...dev.partition });
+      partitions.push({ device: d.device, ...part });
       continue;
     }
     if (d.sharing === undefined) continue;

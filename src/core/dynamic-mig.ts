@@ -144,13 +144,22 @@ function partitionDevice(gpu: DynamicMigGpu, p: GiProfile, pl: MigPlacement): Pa
 }
 
 /** Every profile and placement of the GPU that fits beside its existing instances, in profile then start order. */
-export function partitionDevices(gpu: DynamicMigGpu): PartitionDevice[] {
-  const out: PartitionDevice[] = [];
+export function freePartitions(
+  gpu: Pick<DynamicMigGpu, 'minor' | 'profiles' | 'instances'>,
+): { readonly name: string; readonly profile: GiProfile; readonly placement: MigPlacement }[] {
+  const out: { name: string; profile: GiProfile; placement: MigPlacement }[] = [];
   for (const p of gpu.profiles) {
     const starts = [...p.placements].sort((a, b) => a.start - b.start);
-    for (const pl of starts) if (placementFree(gpu.instances, pl)) out.push(partitionDevice(gpu, p, pl));
+    for (const pl of starts)
+      if (placementFree(gpu.instances, pl))
+        out.push({ name: partitionDeviceName(gpu.minor, p, pl.start), profile: p, placement: pl });
   }
   return out;
+}
+
+/** The partition devices of freePartitions, as written in a slice. */
+export function partitionDevices(gpu: DynamicMigGpu): PartitionDevice[] {
+  return freePartitions(gpu).map((f) => partitionDevice(gpu, f.profile, f.placement));
 }
 
 /** Counter sets cut into slices of their own, at most 8 per slice, in order. */

@@ -85,8 +85,8 @@ function wire(d: PreparedDevice): DraDevice {
 }
 
 function preparedDevice(d: AllocatedDevice, cdiDeviceIds: readonly string[]): PreparedDevice {
-  const { requests, pool, device } = d;
-  return { requests, pool, device, cdiDeviceIds, ...shareFields(d) };
+  const { requests, pool, device, partition } = d;
+  return { requests, pool, device, cdiDeviceIds, ...shareFields(d), ...(partition === undefined ? {} : { partition }) };
 }
 
 /** Whether two uses of one device may stand together: either is an admin's, or both are shares. */

@@ -1,3 +1,4 @@
+import { freePartitions } from '../core/dynamic-mig.ts';
 import { join } from 'node:path';
 import { draDevices } from '../core/dra-devices.ts';
 import { CLAIM_MPS_RESOURCE, claimDaemonName, claimMpsRoot } from '../core/dra-sharing.ts';
@@ -25,13 +26,29 @@ export type DeviceLister = (applied: AppliedSnapshot) => readonly HostDevice[];
  */
 export const publishedDevices: DeviceLister = (applied) => {
   const { snapshot, settings } = applied;
-  return draDevices(snapshot, settings.plan.migStrategy ?? 'none').devices.flatMap((d): HostDevice[] => {
+  const listed = draDevices(snapshot, settings.plan.migStrategy ?? 'none').devices.flatMap((d): HostDevice[] => {
     const gpu = snapshot.gpus[d.gpu];
     if (gpu === undefined) return [];
     const base = { name: d.name, gpuUuid: gpu.uuid, gpuIndex: gpu.index, minor: gpu.minor };
     if (d.mig === undefined) return [{ ...base, memoryBytes: gpu.memoryBytes }];
     return [{ ...base, memoryBytes: d.mig.memoryBytes, mig: { uuid: d.mig.uuid, index: d.mig.index } }];
   });
+  const partitionable = settings.plan.dynamicMig === true ? snapshot.mig.partitionable : undefined;
+  if (partitionable === undefined) return listed;
+  // Dynamic MIG: each free placement of a MIG-mode GPU, carved at prepare (the slice publisher offers the same).
+  const partitions = snapshot.gpus.flatMap((gpu, i): HostDevice[] => {
+    const p = partitionable.get(gpu.uuid);
+    if (p === undefined || snapshot.mig.modes[i]?.current !== true) return [];
+    return freePartitions({ minor: gpu.minor, ...p }).map((f) => ({
+      name: f.name,
+      gpuUuid: gpu.uuid,
+      gpuIndex: gpu.index,
+      minor: gpu.minor,
+      memoryBytes: f.profile.memoryMiB * 1024 * 1024,
+      partition: { giProfileId: f.profile.id, start: f.placement.start, size: f.placement.size },
+    }));
+  });
+  return [...listed, ...partitions];
 };
 
 export interface DraKubeletPluginOptions {

@@ -364,3 +364,17 @@ test('HostSharing: a partition request answered with its instance gets a spec wi
     agent.close();
   }
 });
+
+test('hostRequest: a partition recorded at allocation stays one once its instance exists (a MIG device now)', () => {
+  const made: HostDevice = {
+    name: 'gpu-1-mig-1g10gb-19-3',
+    gpuUuid: 'GPU-1',
+    gpuIndex: 1,
+    minor: 1,
+    memoryBytes: 10 * GiB,
+    mig: { uuid: 'MIG-made', index: 0 },
+  };
+  const partition = { parentUuid: 'GPU-1', giProfileId: 19, start: 3, size: 1 };
+  const r = hostRequest(CLAIM, [{ device: 'gpu-1-mig-1g10gb-19-3', partition }], [...NODE, made]);
+  assert.deepEqual((r as HostRequest).partitions, [{ device: 'gpu-1-mig-1g10gb-19-3', ...partition }]);
+});

@@ -157,11 +157,13 @@ function readResult(r: unknown, i: number, s: Scope): Result | null | { error: s
   }
   const dev = s.known.get(device);
   if (dev === undefined) {
+    // The node's devices named, the first 16 (a node with dynamic MIG has hundreds): enough to see what it offers.
     const have = [...s.known.keys()];
+    const shown = have.length <= 16 ? have.join(', ') : `${have.slice(0, 16).join(', ')} and ${have.length - 16} more`;
     return {
       error:
         `results[${i}] allocates device ${device}, which node ${s.pool} does ` +
-        `not have now (its devices: ${have.length === 0 ? 'none' : have.join(', ')})`,
+        `not have now (its devices: ${have.length === 0 ? 'none' : shown})`,
     };
   }
   if (consumedCapacity !== undefined && !isStringMap(consumedCapacity))

@@ -1,0 +1,113 @@
+// Dynamic MIG through the executables: the plugin in DRA mode with dra.dynamicMig on a fake node of 16 A100-40GB
+// (15 in MIG mode, GPU 0 with one 3g.20gb instance of its own), and beside it the MPS unit's program as the
+// sharing agent, which makes the instances. The slices the API-server stand-in stores; a claim for a partition
+// prepared (the agent makes the GPU and compute instance through the fake NVML, the claim's spec gets its
+// capability nodes) and unprepared (destroyed); a placement that is not offered refused by name. The fake NVML
+// keeps its instances per process: the plugin's own scan does not see the agent's instance.
+import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { buildFakeMpsControl } from '../fake-nvml/build.ts';
+import type { JsonObject } from '../support/apiserver.ts';
+import {
+  claimOn,
+  launchOf,
+  prepareClaim,
+  slicesOf,
+  startDraNode,
+  unprepareClaim,
+  waitForSlices,
+} from '../support/dra-node.ts';
+import type { DraNode } from '../support/dra-node.ts';
+import { writeMigMinors } from '../support/mig.ts';
+import { unmountUnder } from '../support/mounts.ts';
+import { PluginProcess, executable } from '../support/sim.ts';
+
+let base = '';
+let node: DraNode;
+let agent: PluginProcess;
+
+before(async () => {
+  const mpsDir = await buildFakeMpsControl();
+  base = mkdtempSync(join(tmpdir(), 'gdp-dra-dynmig-'));
+  const procRoot = join(base, 'proc');
+  writeMigMinors(procRoot, 16);
+  writeFileSync(join(procRoot, 'devices'), 'Character devices:\n195 nvidia\n236 nvidia-caps\n');
+  node = await startDraNode({
+    topology: 'mig-dynamic-16',
+    cdiNames: [...Array(16).keys()].map(String),
+    config: 'version: v1\ndra:\n  dynamicMig: true\n',
+    args: [`--mps-root=${join(base, 'mps')}`, '--mig-strategy=mixed'],
+    env: { PATH: `${mpsDir}:${process.env.PATH ?? ''}`, PROC_ROOT: procRoot },
+  });
+  const { args, env } = launchOf(node.sim.plugin);
+  delete env.NOTIFY_SOCKET;
+  delete env.FAKE_NVML_CONTROL;
+  env.STATE_DIRECTORY = join(base, 'agent-state');
+  agent = new PluginProcess(executable(), ['mps-control-daemon', ...args], env);
+  await agent.waitForLine(/DRA sharing agent started/);
+});
+
+after(async () => {
+  agent?.signal('SIGTERM');
+  await agent?.exited;
+  await node?.stop();
+  unmountUnder(base);
+  rmSync(base, { recursive: true, force: true });
+});
+
+type Spec = { sharedCounters?: { name: string }[]; devices?: { name: string; consumesCounters?: unknown[] }[] };
+const specs = (): Spec[] => slicesOf(node.api).map((s) => s.spec as unknown as Spec);
+
+describe('dynamic MIG under DRA, through the executables', { concurrency: false }, () => {
+  test('16 GPUs: 15 counter sets in two slices of their own, partitions of the free placements beside', async () => {
+    await waitForSlices(node.api, (d) => d.some((x) => x.name === 'gpu-2-mig-3g20gb-9-4'), 'with partitions');
+    const counterSlices = specs().filter((s) => s.sharedCounters !== undefined);
+    assert.deepEqual(counterSlices.map((s) => s.sharedCounters?.length).sort(), [7, 8]);
+    assert.ok(
+      counterSlices.every((s) => s.devices === undefined || s.devices.length === 0),
+      'no devices beside',
+    );
+    const devices = specs().flatMap((s) => s.devices ?? []);
+    const partition = devices.find((d) => d.name === 'gpu-2-mig-3g20gb-9-4');
+    assert.ok(partition?.consumesCounters !== undefined, 'it consumes its counters');
+    assert.ok(
+      !devices.some((d) => d.name === 'gpu-0-mig-4g20gb-5-0'),
+      'overlapping the existing instance: not offered',
+    );
+    const counts = slicesOf(node.api).map((s) => ((s.spec as JsonObject).pool as JsonObject).resourceSliceCount);
+    assert.equal(new Set(counts).size, 1, 'one resourceSliceCount');
+    assert.equal(counts[0], slicesOf(node.api).length);
+  });
+
+  test('a partition claim: made by the agent at prepare, with its capability nodes; gone at unprepare', async () => {
+    const claim = claimOn(node.api, 'mig-3g', [{ request: 'mig', device: 'gpu-2-mig-3g20gb-9-4' }]);
+    const r = await prepareClaim(node, claim);
+    assert.equal(r.error, '', r.error);
+    const ids = r.devices?.[0]?.cdi_device_ids ?? [];
+    assert.deepEqual(ids, ['nvidia.com/gpu=2', `k8s.gpu-device-plugin/claim=${claim.uid}-gpu-2-mig-3g20gb-9-4`]);
+    const specFile = join(node.cdi, `gpu-device-plugin-claim-${claim.uid}-mig.json`);
+    const spec = JSON.parse(readFileSync(specFile, 'utf8')) as {
+      devices: { containerEdits: { env: string[]; deviceNodes: { path: string; major: number }[] } }[];
+    };
+    const edits = spec.devices[0]?.containerEdits;
+    assert.match(edits?.env[0] ?? '', /^CUDA_VISIBLE_DEVICES=MIG-/);
+    assert.deepEqual(
+      edits?.deviceNodes.map((n) => n.major),
+      [236, 236],
+    );
+    await agent.waitForLine(/MIG GPU instance created/);
+    await unprepareClaim(node, claim);
+    assert.equal(existsSync(specFile), false, 'its spec removed');
+    await agent.waitForLine(/MIG GPU instance destroyed/);
+  });
+
+  test('a placement that is not offered (it overlaps an instance the package did not make) is refused', async () => {
+    const claim = claimOn(node.api, 'mig-4g', [{ request: 'mig', device: 'gpu-0-mig-4g20gb-5-0' }]);
+    const r = await prepareClaim(node, claim);
+    assert.match(r.error ?? '', /allocates device gpu-0-mig-4g20gb-5-0, which node gpu-node-1 does not have now/);
+    assert.match(r.error ?? '', / and \d+ more\)$/, "the node's devices named, not all 400 of them");
+  });
+});

@@ -18,10 +18,11 @@
 //   plugin's connection goes away), so the kubelet plugin calls this after every registration.
 // * pcieRoot: the PCIe root complex of a GPU (`pci<domain>:<bus>`) is read from sysfs, the first
 //   `pci<domain>:<bus>` component of /sys/bus/pci/devices/<bdf>'s real path, once per GPU.
+import { PoolSource } from './pool-source.ts';
+export { pcieRootOfPath } from './pool-source.ts';
+import type { ServerVersion } from './pool-source.ts';
 import { EventEmitter } from 'node:events';
-import { realpath } from 'node:fs/promises';
-import { join } from 'node:path';
-import { DEFAULT_DRA_DRIVER, poolContent, standardBusId } from '../core/dra-slices.ts';
+import { DEFAULT_DRA_DRIVER } from '../core/dra-slices.ts';
 import type { PoolContent } from '../core/dra-slices.ts';
 import { capacityFitProblem } from '../core/dra-capacity.ts';
 import { SharingError } from '../core/sharing.ts';
@@ -77,13 +78,6 @@ export interface PublisherStatus {
   readonly devices: number | null;
 }
 
-/** The PCIe root of a device from its sysfs path (`…/devices/pci0000:00/0000:00:01.0/0000:07:00.0` → pci0000:00). */
-export function pcieRootOfPath(path: string): string | null {
-  const m = /\/devices\/pci([0-9a-f]{4,8}):([0-9a-f]{2})(?:\/|$)/i.exec(path);
-  if (m === null) return null;
-  return `pci${(m[1] ?? '').slice(-4).toLowerCase()}:${(m[2] ?? '').toLowerCase()}`;
-}
-
 /**
  * Whether these credentials can do what the publisher and the kubelet plugin need. null when they
  * can; otherwise what they cannot, worded for a refusal to start. Throws KubeUnreachableError when
@@ -104,10 +98,9 @@ export class SlicePublisher implements NodeConsumer {
   private readonly driver: string;
   private readonly timers = new TimerOwner();
   private readonly queue: CoalescingQueue<null>;
-  private readonly pcieRoots = new Map<string, string | null>();
+  private readonly source: PoolSource;
   private readonly say: PublishLog;
   private snapshot: NodeSnapshot | null = null;
-  private lastDriverVersion: string | null = null;
   /** The settings in force: the MIG strategy and the consumable capacity. */
   private settings: NodeSettings | null = null;
   /** What the API server last confirmed writing; never what we merely sent. */
@@ -130,6 +123,12 @@ export class SlicePublisher implements NodeConsumer {
   constructor(o: SlicePublisherOptions) {
     this.o = o;
     this.driver = o.driver ?? DEFAULT_DRA_DRIVER;
+    this.source = new PoolSource({
+      nodeName: o.nodeName,
+      driver: this.driver,
+      sysfsRoot: o.sysfsRoot ?? '/sys',
+      log: o.log,
+    });
     this.say = new PublishLog(o.log, o.client.server, o.nodeName, o.backoff);
     this.queue = new CoalescingQueue<null>(
       () => this.run(),
@@ -155,7 +154,6 @@ export class SlicePublisher implements NodeConsumer {
     }
     this.settings = applied.settings;
     this.snapshot = applied.snapshot;
-    this.lastDriverVersion = applied.snapshot.driverVersion ?? this.lastDriverVersion;
     this.kick();
   }
 
@@ -191,7 +189,7 @@ export class SlicePublisher implements NodeConsumer {
 
   private isCurrent(): boolean {
     if (this.snapshot === null || this.stale || this.confirmed === null) return false;
-    return this.confirmed.key === this.keyOf(this.content());
+    return this.confirmed.key === this.keyOf(this.source.content(this.snapshot, this.settings?.plan));
   }
 
   private markStale(): void {
@@ -247,56 +245,25 @@ export class SlicePublisher implements NodeConsumer {
     this.kick();
   }
 
-  private content(): PoolContent {
-    const s = this.snapshot as NodeSnapshot;
-    const roots = new Map<string, string>();
-    for (const g of s.gpus) {
-      const r = this.pcieRoots.get(g.busId);
-      if (r !== undefined && r !== null) roots.set(g.busId, r);
-    }
-    const plan = this.settings?.plan;
-    const capacity = plan?.consumableCapacity;
-    return poolContent(
-      s,
-      {
-        nodeName: this.o.nodeName,
-        migStrategy: plan?.migStrategy ?? 'none',
-        pcieRoots: roots,
-        ...(this.lastDriverVersion !== null ? { lastDriverVersion: this.lastDriverVersion } : {}),
-        ...(capacity !== undefined ? { consumableCapacity: capacity } : {}),
-        ...(plan?.dynamicMig === true && s.mig.partitionable !== undefined
-          ? { partitionable: s.mig.partitionable }
-          : {}),
-      },
-      this.driver,
-    );
+  /**
+   * The API server's version, once read: dynamic MIG's counter sets need 1.35 or later (pool-source.ts).
+   */
+  setServerVersion(v: ServerVersion | null): void {
+    this.source.setServerVersion(v);
+    if (this.snapshot !== null) this.kick();
   }
 
   private keyOf(c: PoolContent): string {
     return JSON.stringify([c.counterSets ?? [], c.slices]);
   }
 
-  private async readPcieRoots(s: NodeSnapshot): Promise<void> {
-    const sysfs = this.o.sysfsRoot ?? '/sys';
-    for (const g of s.gpus) {
-      if (this.pcieRoots.has(g.busId)) continue;
-      let root: string | null = null;
-      try {
-        root = pcieRootOfPath(await realpath(join(sysfs, 'bus', 'pci', 'devices', standardBusId(g.busId))));
-      } catch {
-        root = null;
-      }
-      this.pcieRoots.set(g.busId, root);
-    }
-  }
-
   private async run(): Promise<void> {
     if (this.stopped || this.snapshot === null) return;
     const seq = this.staleSeq;
     try {
-      await this.readPcieRoots(this.snapshot);
+      await this.source.readPcieRoots(this.snapshot);
       if (this.stopped) return;
-      const content = this.content();
+      const content = this.source.content(this.snapshot, this.settings?.plan);
       const notes = content.notes.join('\n');
       if (notes !== this.notes) {
         for (const n of content.notes) this.o.log.info('DRA: device not published', { note: n });

@@ -105,6 +105,13 @@ export async function deleteSlice(c: KubeClient, name: string, uid?: string): Pr
   }
 }
 
+/** The API server's version (GET /version) as major and minor numbers; null when it does not say. */
+export async function serverVersion(c: KubeClient): Promise<{ readonly major: number; readonly minor: number } | null> {
+  const v = (await c.request('GET', '/version')) as { gitVersion?: unknown } | null;
+  const m = typeof v?.gitVersion === 'string' ? /^v(\d+)\.(\d+)/.exec(v.gitVersion) : null;
+  return m === null ? null : { major: Number(m[1]), minor: Number(m[2]) };
+}
+
 export function getNode(c: KubeClient, name: string): Promise<NodeObject> {
   return c.request<NodeObject>('GET', `/api/v1/nodes/${encodeURIComponent(name)}`);
 }

@@ -117,7 +117,11 @@ export interface ApiServerOptions {
   tls?: StandInTls;
   /** A client certificate's common name → grant (with tls.clientCa). */
   clientCertificates?: Record<string, TokenGrant>;
+  /** What GET /version says (gitVersion); default v1.36.3. */
+  version?: string;
 }
+
+const DEFAULT_VERSION = 'v1.36.3';
 
 export interface StandInTls {
   readonly cert: string;
@@ -1480,6 +1484,16 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
       const r = route(url.pathname);
       const grant = this.authenticate(req);
       user = grant?.user;
+      if (url.pathname === '/version' && method === 'GET') {
+        // Open to every authenticated user, as system:discovery makes it on a real API server.
+        const v = this.opts.version ?? DEFAULT_VERSION;
+        const [, major = '1', minor = '0'] = /^v(\d+)\.(\d+)/.exec(v) ?? [];
+        res.writeHead(200, headers);
+        res.end(JSON.stringify({ major, minor, gitVersion: v, platform: 'linux/amd64' }));
+        this.requests.push({ method, path: url.pathname, user, code: 200 });
+        this.emit('request');
+        return;
+      }
       if (r === undefined)
         throw new HttpError(status(404, 'NotFound', 'the server could not find the requested resource', {}));
       const verb = this.verb(method, r, url);

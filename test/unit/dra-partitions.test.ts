@@ -5,6 +5,9 @@
 import assert from 'node:assert/strict';
 import { before, test } from 'node:test';
 import { poolContent } from '../../src/core/dra-slices.ts';
+import { NO_SHARING } from '../../src/core/sharing.ts';
+import { PoolSource } from '../../src/dra/pool-source.ts';
+import { createLogger } from '../../src/system/log.ts';
 import type { NodeSnapshot } from '../../src/core/snapshot.ts';
 import { fixtureSnapshot } from '../support/node-scan.ts';
 
@@ -68,4 +71,23 @@ test('on: 15 counter sets in 2 slices (8 + 7); partitions only where the memory 
     'the GPU not in MIG mode is published whole',
   );
   assert.equal(devices.filter((d) => d.name.startsWith('gpu-15-mig-')).length, 7 + 4 + 3 + 2 + 1 + 1 + 7);
+});
+
+test('an API server older than 1.35 gets MIG-mode GPUs without counter sets, said once as an ERROR', () => {
+  const lines: string[] = [];
+  const log = createLogger({ level: 'info', journal: false, write: (l) => lines.push(l) });
+  const source = new PoolSource({ nodeName: 'node-16', driver: 'gpu.nvidia.com', sysfsRoot: '/nonexistent', log });
+  const plan = {
+    deviceIdStrategy: 'uuid' as const,
+    sharing: NO_SHARING,
+    migStrategy: 'mixed' as const,
+    dynamicMig: true,
+  };
+  assert.equal(source.content(s, plan).counterSets?.length, 2, 'version not known yet: written');
+  source.setServerVersion({ major: 1, minor: 34 });
+  assert.equal(source.content(s, plan).counterSets, undefined);
+  assert.equal(source.content(s, plan).counterSets, undefined);
+  assert.equal(lines.filter((l) => /dra\.dynamicMig needs Kubernetes 1\.35 or later/.test(l)).length, 1);
+  source.setServerVersion({ major: 1, minor: 36 });
+  assert.equal(source.content(s, plan).counterSets?.length, 2);
 });

@@ -63,7 +63,13 @@ const specs = (): Spec[] => slicesOf(node.api).map((s) => s.spec as unknown as S
 
 describe('dynamic MIG under DRA, through the executables', { concurrency: false }, () => {
   test('16 GPUs: 15 counter sets in two slices of their own, partitions of the free placements beside', async () => {
-    await waitForSlices(node.api, (d) => d.some((x) => x.name === 'gpu-2-mig-3g20gb-9-4'), 'with partitions');
+    // The whole pool written: as many slices as each says there are, the partitions among them.
+    const complete = (): boolean => {
+      const all = slicesOf(node.api);
+      const count = (x: JsonObject): unknown => ((x.spec as JsonObject).pool as JsonObject).resourceSliceCount;
+      return all.length > 0 && all.every((x) => count(x) === all.length);
+    };
+    await waitForSlices(node.api, (d) => d.some((x) => x.name === 'gpu-2-mig-3g20gb-9-4') && complete(), 'complete');
     const counterSlices = specs().filter((s) => s.sharedCounters !== undefined);
     assert.deepEqual(counterSlices.map((s) => s.sharedCounters?.length).sort(), [7, 8]);
     assert.ok(

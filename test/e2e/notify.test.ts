@@ -1,4 +1,5 @@
 // sd_notify from the executable to a datagram socket, as systemd would receive it.
+import { MAX_BACKOFF_MS } from '../../src/nvml/session.ts';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { copyFileSync, mkdirSync } from 'node:fs';
@@ -124,10 +125,12 @@ test(
       // The driver is installed: the library appears where the loader looks.
       const { current } = await buildFakeNvml();
       copyFileSync(join(current, LIBRARY_NAME), join(node.dir, 'no-nvml', LIBRARY_NAME));
+      // The next retry finds it: up to MAX_BACKOFF_MS after the last one (the retries back off while the driver is
+      // missing, further on a loaded machine where the copy comes late), then the registration.
       await node.kubelet!.waitForDevices(
         (d) => d.length === 8 && d.every((x) => x.health === 'Healthy'),
         'nvidia.com/gpu',
-        30000,
+        MAX_BACKOFF_MS + 30000,
       );
       await sock.waitFor(/STATUS=registered; 8 of 8 GPUs healthy/, 10000);
       assert.equal(node.plugin.exit, undefined, 'one process all along');

@@ -1,6 +1,7 @@
 // `check`'s lines on the node and the plan: the options as the daemon parses them, NVML, the GPUs, the
 // MIG strategy's fit, the IMEX channels, and the daemon's first snapshot's plan (core/config-fit.ts),
 // so that a config `check` passes never fails the start.
+import { dynamicMigCheck } from './dynamic-mig-view.ts';
 import { draOf } from '../config/dra-section.ts';
 import { fitAtStart } from '../core/config-fit.ts';
 import { parseHealthSettings } from '../core/health-policy.ts';
@@ -98,6 +99,7 @@ export function nodeChecks(
     });
   else lines.push({ status: 'PASS', name: 'gpus', detail: `${n} found, all answering NVML` });
   lines.push(...migChecks(node.report, parsed, env));
+  lines.push(...dynamicMigCheck(node.report, o, parsed.dynamicMig === true));
   if (!configOk) {
     lines.push({
       status: 'SKIP',

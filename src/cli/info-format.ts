@@ -1,5 +1,6 @@
 // The `info` text and JSON: the GPUs (with the pods that hold them), the topology matrix as nvidia-smi
 // topo -m shows it with the pair scores, the MIG devices with the resource each goes to, the IMEX channels.
+import { dynamicMigView } from './dynamic-mig-view.ts';
 import type { DaemonState } from '../core/daemon-state.ts';
 import type { Health } from '../core/devices.ts';
 import { deviceHolders, holderText } from '../core/holders.ts';
@@ -190,6 +191,16 @@ function formatMig(r: NodeReport, strategy: MigStrategy): string[] {
   }
   if (view.problem !== null) out.push(`not valid for --mig-strategy=${strategy}: ${view.problem}`);
   for (const n of view.notes) out.push(`note: ${n}`);
+  const dynamic = dynamicMigView(r);
+  if (dynamic.length > 0)
+    out.push(
+      '',
+      'Dynamic MIG (DRA with dra.dynamicMig): placements free beside the instances there',
+      table([
+        ['GPU', 'PROFILES', 'FREE PLACEMENTS', 'GPU INSTANCES'],
+        ...dynamic.map((d) => [String(d.gpu), String(d.profiles), String(d.free), String(d.instances)]),
+      ]),
+    );
   return out;
 }
 
@@ -248,7 +259,14 @@ export function infoJson(
       mig:
         r.mig === null
           ? null
-          : { strategy, modes: r.mig.modes, devices: mig.devices, problem: mig.problem, notes: mig.notes },
+          : {
+              strategy,
+              modes: r.mig.modes,
+              devices: mig.devices,
+              problem: mig.problem,
+              notes: mig.notes,
+              partitionable: dynamicMigView(r),
+            },
       ...(imex === undefined
         ? {}
         : {

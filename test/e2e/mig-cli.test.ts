@@ -194,3 +194,17 @@ test('info traces pods holding MIG devices (by MIG UUID and by index ID) to thei
     await kubelet.stop();
   }
 });
+
+test('info shows the GPUs dynamic MIG covers, with their free placements beside the instances there', async () => {
+  const fixture = { FAKE_NVML_CONFIG: join(TOPOLOGIES, 'mig-dynamic-16.json') };
+  const text = await run(['info', '--mig-strategy=mixed'], { env: fixture });
+  assert.equal(text.status, 0, text.stderr);
+  assert.match(text.stdout, /^Dynamic MIG \(DRA with dra.dynamicMig\): placements free beside the instances there$/m);
+  const json = await run(['info', '--json', '--mig-strategy=mixed'], { env: fixture });
+  type Row = { gpu: number; uuid: string; profiles: number; free: number; instances: number };
+  const p = (JSON.parse(json.stdout) as { mig: { partitionable: Row[] } }).mig.partitionable;
+  assert.equal(p.length, 15, 'every GPU in MIG mode, not the one outside it');
+  // GPU 0 holds a 3g.20gb at memory slices 0-3: only placements in 4-7 are free (1g×3, 1g+me×3, 1g.10gb×2, 2g, 3g).
+  assert.deepEqual([p[0]?.gpu, p[0]?.profiles, p[0]?.free, p[0]?.instances], [0, 7, 10, 1]);
+  assert.equal(p[1]?.free, 25, 'a bare A100-40GB offers 25 placements (7 + 3 + 2 + 1 + 1 + 7 + 4)');
+});

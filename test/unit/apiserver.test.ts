@@ -94,6 +94,14 @@ function gpu(name: string, extra: JsonObject = {}): JsonObject {
   };
 }
 
+function counterSet(name: string): JsonObject {
+  return { name, counters: { multiprocessors: { value: '98' }, 'memory-slice-0': { value: '1' } } };
+}
+
+function consumption(counterSet: string): JsonObject {
+  return { counterSet, counters: { 'memory-slice-0': { value: '1' } } };
+}
+
 function meta(o: JsonObject): JsonObject {
   return o.metadata as JsonObject;
 }
@@ -358,6 +366,55 @@ test("ResourceSlices: the API server's validation answers 422 Invalid with the f
       'spec.devices[0].taints',
       /at most 16/,
     ],
+    // Partitionable devices: counter sets in slices of their own, the devices consuming them.
+    [
+      'counter sets beside devices',
+      slice('x', { sharedCounters: [counterSet('gpu-0-counter-set')] }),
+      'spec',
+      /only one of `sharedCounters` or `devices` is allowed/,
+    ],
+    [
+      '9 counter sets',
+      slice('x', { sharedCounters: Array.from({ length: 9 }, (_, i) => counterSet(`gpu-${i}-counter-set`)) }, []),
+      'spec.sharedCounters',
+      /Too many: 9: must have at most 8 items/,
+    ],
+    [
+      'a counter set named twice',
+      slice('x', { sharedCounters: [counterSet('s'), counterSet('s')] }, []),
+      'spec.sharedCounters[1].name',
+      /Duplicate value: "s"/,
+    ],
+    [
+      'a counter set without counters',
+      slice('x', { sharedCounters: [{ name: 's', counters: {} }] }, []),
+      'spec.sharedCounters[0].counters',
+      /Required value/,
+    ],
+    [
+      'a counter named as a capacity is (memorySlice0)',
+      slice('x', { sharedCounters: [{ name: 's', counters: { memorySlice0: { value: '1' } } }] }, []),
+      'spec.sharedCounters[0].counters',
+      /RFC 1123 label/,
+    ],
+    [
+      'a device consuming three counter sets',
+      slice('x', {}, [gpu('p', { consumesCounters: ['a', 'b', 'c'].map((n) => consumption(n)) })]),
+      'spec.devices[0].consumesCounters',
+      /Too many: 3: must have at most 2 items/,
+    ],
+    [
+      'a device consuming one counter set twice',
+      slice('x', {}, [gpu('p', { consumesCounters: [consumption('a'), consumption('a')] })]),
+      'spec.devices[0].consumesCounters[1].counterSet',
+      /Duplicate value: "a"/,
+    ],
+    [
+      '65 devices consuming counters',
+      slice('x', {}, many(65, { consumesCounters: [consumption('a')] })),
+      'spec.devices',
+      /must have at most 64 items/,
+    ],
   ];
   for (const [what, body, field, message] of cases) {
     const r = await call(s, 'POST', SLICES, { body });
@@ -371,6 +428,15 @@ test("ResourceSlices: the API server's validation answers 422 Invalid with the f
     assert.match(String(st.message), /^ResourceSlice\.resource\.k8s\.io "x" is invalid: /, what);
   }
   assert.equal(s.slices.size, 0, 'nothing invalid was stored');
+  // Counter sets alone in their slice, and devices consuming them in another, are accepted.
+  const sets = Array.from({ length: 8 }, (_, i) => counterSet(`gpu-${i}-counter-set`));
+  assert.equal((await call(s, 'POST', SLICES, { body: slice('counters', { sharedCounters: sets }, []) })).code, 201);
+  const partition = gpu('p', { consumesCounters: [consumption('gpu-0-counter-set')] });
+  assert.equal(
+    (await call(s, 'POST', SLICES, { body: slice('parts', { nodeName: 'node-c' }, [partition]) })).code,
+    201,
+  );
+  for (const name of ['counters', 'parts']) await call(s, 'DELETE', `${SLICES}/${name}`);
   // At the limits it is accepted.
   assert.equal((await call(s, 'POST', SLICES, { body: slice('full', {}, many(128)) })).code, 201);
   assert.equal(

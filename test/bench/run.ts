@@ -22,6 +22,7 @@ import { migRelayoutLatency, migXidLatency } from './mig.bench.ts';
 import { allocateWithProbes } from './signals-allocate.bench.ts';
 import { draPrepareLatency } from './dra-prepare.bench.ts';
 import { draSliceRecovery } from './dra-slices.bench.ts';
+import { draDynamicMigLatency } from './dra-dynamic-mig.bench.ts';
 import { log, r2, sleep, stats } from './stats.ts';
 
 async function storm(seconds: number): Promise<Record<string, unknown>> {
@@ -272,6 +273,7 @@ await section('health signals: Allocate with probes every 1 s against probes off
   signals_allocate: await allocateWithProbes(),
 }));
 await section('DRA: NodePrepareResources per kind of claim (plain, time-sliced, MPS)', () => draPrepareLatency(100));
+await section('DRA: NodePrepareResources of a dynamic MIG claim beside a plain one', () => draDynamicMigLatency(50));
 await section('DRA: ResourceSlices back after the kubelet wipe (0, 1, 3 failed requests) and a deletion', () =>
   draSliceRecovery(7),
 );

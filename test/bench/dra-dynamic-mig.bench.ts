@@ -1,0 +1,83 @@
+// NodePrepareResources and NodeUnprepareResources of a dynamic MIG claim beside a plain one, through the built
+// executables: the plugin in DRA mode with dra.dynamicMig on the fake 16×A100-40GB node (GPU 1 not in MIG mode)
+// and the MPS unit's program as the agent that makes and destroys the instances through the fake NVML. Rounds
+// alternate a claim for the whole GPU 1 (the floor) and one for a 1g.5gb partition of GPU 2 (made at prepare:
+// intent recorded, GPU instance, compute instance, MIG device read back, CDI spec; destroyed at unprepare).
+// `node test/bench/dra-dynamic-mig.bench.ts [rounds]`.
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { buildFakeMpsControl } from '../fake-nvml/build.ts';
+import { DRIVER, claimOn, launchOf, startDraNode, waitForSlices } from '../support/dra-node.ts';
+import { writeMigMinors } from '../support/mig.ts';
+import { unmountUnder } from '../support/mounts.ts';
+import { PluginProcess, executable } from '../support/sim.ts';
+import { r2, stats } from './stats.ts';
+
+export async function draDynamicMigLatency(rounds: number): Promise<Record<string, unknown>> {
+  const mpsDir = await buildFakeMpsControl();
+  const base = mkdtempSync(join(tmpdir(), 'gdp-bench-dynmig-'));
+  const procRoot = join(base, 'proc');
+  writeMigMinors(procRoot, 16);
+  writeFileSync(join(procRoot, 'devices'), 'Character devices:\n195 nvidia\n236 nvidia-caps\n');
+  const node = await startDraNode({
+    topology: 'mig-dynamic-16',
+    cdiNames: [...Array(16).keys()].map(String),
+    config: 'version: v1\ndra:\n  dynamicMig: true\n',
+    args: [`--mps-root=${join(base, 'mps')}`, '--mig-strategy=mixed'],
+    env: { PATH: `${mpsDir}:${process.env.PATH ?? ''}`, PROC_ROOT: procRoot },
+  });
+  const { args, env } = launchOf(node.sim.plugin);
+  delete env.NOTIFY_SOCKET;
+  delete env.FAKE_NVML_CONTROL;
+  env.STATE_DIRECTORY = join(base, 'agent-state');
+  const agent = new PluginProcess(executable(), ['mps-control-daemon', ...args], env);
+  try {
+    await agent.waitForLine(/DRA sharing agent started/);
+    await waitForSlices(node.api, (d) => d.some((x) => x.name === 'gpu-2-mig-1g5gb-19-0'), 'with partitions');
+    const client = node.watcher.client(DRIVER);
+    const times = {
+      plain: [] as number[],
+      dynamic: [] as number[],
+      plainEnd: [] as number[],
+      dynamicEnd: [] as number[],
+    };
+    for (let i = 0; i < rounds; i++) {
+      for (const kind of ['plain', 'dynamic'] as const) {
+        const device = kind === 'plain' ? 'gpu-1' : `gpu-2-mig-1g5gb-19-${i % 7}`;
+        const claim = claimOn(node.api, `${kind}-${i}`, [{ request: 'gpu', device }]);
+        let t = performance.now();
+        const r = await client.prepare([claim]);
+        times[kind].push(performance.now() - t);
+        const error = r.claims?.[claim.uid]?.error ?? 'no answer';
+        if (error !== '') throw new Error(`prepare ${kind}: ${error}`);
+        t = performance.now();
+        await client.unprepare([claim]);
+        times[kind === 'plain' ? 'plainEnd' : 'dynamicEnd'].push(performance.now() - t);
+      }
+    }
+    const floor = stats(times.plain).p50;
+    return {
+      dra_dynamic_mig: {
+        plain: { prepare_ms: stats(times.plain), unprepare_ms: stats(times.plainEnd) },
+        dynamic_mig: {
+          prepare_ms: stats(times.dynamic),
+          unprepare_ms: stats(times.dynamicEnd),
+          prepare_p50_vs_plain: r2(stats(times.dynamic).p50 / floor),
+        },
+      },
+      rounds,
+    };
+  } finally {
+    agent.signal('SIGTERM');
+    await agent.exited;
+    await node.stop();
+    unmountUnder(base);
+    if (existsSync(base)) rmSync(base, { recursive: true, force: true });
+  }
+}
+
+if (import.meta.main) {
+  const rounds = Number(process.argv[2] ?? 50);
+  process.stdout.write(`${JSON.stringify(await draDynamicMigLatency(rounds), null, 2)}\n`);
+}

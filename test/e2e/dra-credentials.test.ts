@@ -20,6 +20,8 @@ let node: DraNode;
 let pid = 0;
 /** The CA the stand-in takes client certificates from (the first one also signed its serving certificate). */
 let clientCa: Pem;
+/** The name (in certs.ts's folder) of the CA in the kubeconfig's CA file, which signs the serving certificate. */
+let servingCa = 'ca1';
 
 function kubeconfig(url: string): string {
   return JSON.stringify({
@@ -80,6 +82,7 @@ describe('DRA mode when the API server rotates its certificates', { concurrency:
     const ca2 = makeCa(dir, 'ca2');
     node.api.useTls({ ...issue(dir, 'ca2', 'server2'), clientCa: clientCa.cert });
     writeFileSync(join(dir, 'ca.pem'), ca2.cert);
+    servingCa = 'ca2';
     await node.api.restart();
     await watching('after the serving certificate changed');
     await deletedAndRestored('over the new serving certificate');
@@ -88,11 +91,29 @@ describe('DRA mode when the API server rotates its certificates', { concurrency:
 
   test("a new client CA: the node's certificate and key rewritten, the old one refused; it carries on", async () => {
     const ca3 = makeCa(dir, 'ca3');
-    node.api.useTls({ ...issue(dir, 'ca2', 'server3'), clientCa: ca3.cert });
+    node.api.useTls({ ...issue(dir, servingCa, 'server3'), clientCa: ca3.cert });
     writeClient(issue(dir, 'ca3', 'node2', { subject: `/O=system:nodes/CN=${NODE_USER}` }));
     await node.api.restart();
     await watching('after the client certificate changed');
     await deletedAndRestored('with the new client certificate');
+    assert.equal(node.sim.plugin.pid, pid, 'the same process');
+  });
+
+  test("the client CA rotated before the node's certificate: refused (401) until the new one is written", async () => {
+    const ca4 = makeCa(dir, 'ca4');
+    node.api.useTls({ ...issue(dir, servingCa, 'server4'), clientCa: ca4.cert });
+    const seen = node.api.requests.length;
+    await node.api.restart();
+    // The plugin's requests with the certificate it has are refused: it read its files again and still has no
+    // certificate the server takes.
+    await waitUntil(() => node.api.requests.slice(seen).some((r) => r.code === 401), {
+      on: onEvent(node.api, 'request'),
+      deadlineMs: 20_000,
+      what: () => `a request refused with 401; codes: ${node.api.requests.slice(seen).map((r) => r.code)}`,
+    });
+    writeClient(issue(dir, 'ca4', 'node3', { subject: `/O=system:nodes/CN=${NODE_USER}` }));
+    await watching('once the new client certificate was written');
+    await deletedAndRestored('once the new client certificate was written');
     assert.equal(node.sim.plugin.pid, pid, 'the same process');
   });
 });

@@ -12,7 +12,7 @@ import { makeCa, issue } from '../support/certs.ts';
 import type { Pem } from '../support/certs.ts';
 import { NODE, RBAC, slicesOf, startDraNode, waitForSlices } from '../support/dra-node.ts';
 import type { DraNode } from '../support/dra-node.ts';
-import { onEvent, waitUntil } from '../support/wait.ts';
+import { onEvent, waitFor, waitUntil } from '../support/wait.ts';
 
 const NODE_USER = `system:node:${NODE}`;
 let dir = '';
@@ -49,10 +49,10 @@ async function deletedAndRestored(what: string): Promise<void> {
 }
 
 /** The plugin's watch of its slices is open again (after the stand-in's restart cut it). */
-function watching(what: string): Promise<void> {
+function watching(what: string, deadlineMs = 20_000): Promise<void> {
   return waitUntil(() => node.api.watches.openCount > 0, {
     on: onEvent(node.api, 'watch', 'request'),
-    deadlineMs: 20_000,
+    deadlineMs,
     what: () => `the plugin watching its slices ${what}; log:\n${node.sim.plugin.lines.slice(-20).join('\n')}`,
   });
 }
@@ -103,6 +103,7 @@ describe('DRA mode when the API server rotates its certificates', { concurrency:
     const ca4 = makeCa(dir, 'ca4');
     node.api.useTls({ ...issue(dir, servingCa, 'server4'), clientCa: ca4.cert });
     const seen = node.api.requests.length;
+    const mark = node.sim.plugin.lines.length;
     await node.api.restart();
     // The plugin's requests with the certificate it has are refused: it read its files again and still has no
     // certificate the server takes.
@@ -111,9 +112,25 @@ describe('DRA mode when the API server rotates its certificates', { concurrency:
       deadlineMs: 20_000,
       what: () => `a request refused with 401; codes: ${node.api.requests.slice(seen).map((r) => r.code)}`,
     });
+    // The operator is told it is the credentials the server does not take (401), not a missing RBAC grant (403).
+    const logged = node.sim.plugin.lines.length;
+    const refused = await waitFor(() => node.sim.plugin.lines.slice(mark).find((l) => /ERROR DRA: .*401/.test(l)), {
+      on: onEvent(node.sim.plugin, 'line'),
+      deadlineMs: 20_000,
+      what: () => `an ERROR for the 401; log:\n${node.sim.plugin.lines.slice(mark).join('\n')}`,
+    });
+    assert.match(refused, /does not accept our credentials .*credential files are renewed/);
+    assert.doesNotMatch(refused, /RBAC/);
     writeClient(issue(dir, 'ca4', 'node3', { subject: `/O=system:nodes/CN=${NODE_USER}` }));
-    await watching('once the new client certificate was written');
+    // The watch retries a refused list with backoff (doubling, capped at 30 s): the next try uses the new files.
+    await watching('once the new client certificate was written', 45_000);
     await deletedAndRestored('once the new client certificate was written');
     assert.equal(node.sim.plugin.pid, pid, 'the same process');
+    assert.ok(
+      node.sim.plugin.lines
+        .slice(logged)
+        .some((l) => /INFO DRA: the API server (answers again|accepts our credentials again)/.test(l)),
+      `an INFO once the server takes the new certificate; log:\n${node.sim.plugin.lines.slice(logged).join('\n')}`,
+    );
   });
 });

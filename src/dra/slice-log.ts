@@ -56,13 +56,7 @@ export class PublishLog {
         });
       }
     } else if (this.loggedError !== text) {
-      const forbidden = err instanceof KubeApiError && (err.code === 401 || err.code === 403);
-      const what = forbidden
-        ? 'DRA: the API server refuses our credentials; ResourceSlices cannot be published until the RBAC allows it'
-        : err instanceof NodeUnknownError
-          ? 'DRA: ResourceSlices cannot be published for a node the API server does not know'
-          : 'DRA: the API server refused the ResourceSlices';
-      this.log.error(what, { ...this.where, error: text });
+      this.log.error(refusal(err), { ...this.where, error: text });
       this.loggedError = text;
     }
     this.failing = text;
@@ -71,4 +65,20 @@ export class PublishLog {
     this.delayMs = Math.min(this.delayMs * 2, this.backoff.maxMs);
     return delay;
   }
+}
+
+/** The ERROR for a 401, from the publisher or the watch: renewed credential files are read without a restart. */
+export const UNAUTHENTICATED =
+  'DRA: the API server does not accept our credentials (401: an untrusted or expired client certificate, ' +
+  "or an unknown token); ResourceSlices will be published once the kubeconfig's credential files are " +
+  'renewed (they are re-read)';
+
+/** The ERROR for a refusal: who is not authenticated (401) is told apart from what is not allowed (403). */
+function refusal(err: unknown): string {
+  if (err instanceof KubeApiError && err.code === 401) return UNAUTHENTICATED;
+  if (err instanceof KubeApiError && err.code === 403)
+    return 'DRA: the API server refuses our credentials; ResourceSlices cannot be published until the RBAC allows it';
+  if (err instanceof NodeUnknownError)
+    return 'DRA: ResourceSlices cannot be published for a node the API server does not know';
+  return 'DRA: the API server refused the ResourceSlices';
 }

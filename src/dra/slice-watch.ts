@@ -10,7 +10,10 @@
 // * 410 Gone (the resourceVersion is older than the server keeps, as an answer or an ERROR event):
 //   list again at once.
 // * Anything that fails is retried with capped backoff; it logs at debug level only, the publisher's
-//   own syncs tell the operator whether the API server answers.
+//   own syncs tell the operator whether the API server answers. A 401 is the exception: the publisher
+//   may have nothing to write while the server no longer takes our credentials (its client CA rotated
+//   before the node's certificate), so the watch says so once (ERROR), and once (INFO) when a list
+//   succeeds again with the renewed files.
 import { KubeApiError } from '../k8s/client.ts';
 import type { KubeClient } from '../k8s/client.ts';
 import { listNodeSlicesAt, nodeSliceSelector, RESOURCE_API } from '../k8s/resources.ts';
@@ -20,6 +23,7 @@ import type { OpenWatch, WatchEvent } from '../k8s/watch.ts';
 import type { Logger } from '../system/log.ts';
 import { errorText } from '../system/log.ts';
 import { TimerOwner } from '../system/timers.ts';
+import { UNAUTHENTICATED } from './slice-log.ts';
 
 export interface SliceWatchOptions {
   readonly client: KubeClient;
@@ -43,6 +47,8 @@ export class SliceWatch {
   private stopped = false;
   private delayMs: number;
   private warnedForbidden = false;
+  /** The last list or watch got a 401, logged; cleared (with an INFO) by the next list that succeeds. */
+  private refused = false;
   /** Lists made, watches opened (tests and the log). */
   lists = 0;
   watches = 0;
@@ -72,7 +78,11 @@ export class SliceWatch {
         const gone = isGone(err);
         this.rv = null;
         if (gone) continue;
-        if (err instanceof KubeApiError && (err.code === 401 || err.code === 403) && !this.warnedForbidden) {
+        if (err instanceof KubeApiError && err.code === 401 && !this.refused) {
+          this.refused = true;
+          this.o.log.error(UNAUTHENTICATED, { node: this.o.nodeName, error: errorText(err) });
+        }
+        if (err instanceof KubeApiError && err.code === 403 && !this.warnedForbidden) {
           this.warnedForbidden = true;
           this.o.log.warn(
             'DRA: the credentials may not watch our ResourceSlices; a slice someone else deletes is restored only at ' +
@@ -98,6 +108,12 @@ export class SliceWatch {
       const list = await listNodeSlicesAt(client, nodeName, driver);
       this.lists++;
       this.rv = list.resourceVersion;
+      if (this.refused) {
+        this.refused = false;
+        this.o.log.info('DRA: the API server accepts our credentials again; our ResourceSlices are watched', {
+          node: nodeName,
+        });
+      }
       this.o.onList(list.items);
     }
     if (this.stopped) return;

@@ -12,7 +12,7 @@ import { makeCa, issue } from '../support/certs.ts';
 import type { Pem } from '../support/certs.ts';
 import { NODE, RBAC, slicesOf, startDraNode, waitForSlices } from '../support/dra-node.ts';
 import type { DraNode } from '../support/dra-node.ts';
-import { onEvent, waitUntil } from '../support/wait.ts';
+import { onEvent, waitFor, waitUntil } from '../support/wait.ts';
 
 const NODE_USER = `system:node:${NODE}`;
 let dir = '';
@@ -20,6 +20,8 @@ let node: DraNode;
 let pid = 0;
 /** The CA the stand-in takes client certificates from (the first one also signed its serving certificate). */
 let clientCa: Pem;
+/** The name (in certs.ts's folder) of the CA in the kubeconfig's CA file, which signs the serving certificate. */
+let servingCa = 'ca1';
 
 function kubeconfig(url: string): string {
   return JSON.stringify({
@@ -47,10 +49,10 @@ async function deletedAndRestored(what: string): Promise<void> {
 }
 
 /** The plugin's watch of its slices is open again (after the stand-in's restart cut it). */
-function watching(what: string): Promise<void> {
+function watching(what: string, deadlineMs = 20_000): Promise<void> {
   return waitUntil(() => node.api.watches.openCount > 0, {
     on: onEvent(node.api, 'watch', 'request'),
-    deadlineMs: 20_000,
+    deadlineMs,
     what: () => `the plugin watching its slices ${what}; log:\n${node.sim.plugin.lines.slice(-20).join('\n')}`,
   });
 }
@@ -80,6 +82,7 @@ describe('DRA mode when the API server rotates its certificates', { concurrency:
     const ca2 = makeCa(dir, 'ca2');
     node.api.useTls({ ...issue(dir, 'ca2', 'server2'), clientCa: clientCa.cert });
     writeFileSync(join(dir, 'ca.pem'), ca2.cert);
+    servingCa = 'ca2';
     await node.api.restart();
     await watching('after the serving certificate changed');
     await deletedAndRestored('over the new serving certificate');
@@ -88,11 +91,46 @@ describe('DRA mode when the API server rotates its certificates', { concurrency:
 
   test("a new client CA: the node's certificate and key rewritten, the old one refused; it carries on", async () => {
     const ca3 = makeCa(dir, 'ca3');
-    node.api.useTls({ ...issue(dir, 'ca2', 'server3'), clientCa: ca3.cert });
+    node.api.useTls({ ...issue(dir, servingCa, 'server3'), clientCa: ca3.cert });
     writeClient(issue(dir, 'ca3', 'node2', { subject: `/O=system:nodes/CN=${NODE_USER}` }));
     await node.api.restart();
     await watching('after the client certificate changed');
     await deletedAndRestored('with the new client certificate');
     assert.equal(node.sim.plugin.pid, pid, 'the same process');
+  });
+
+  test("the client CA rotated before the node's certificate: refused (401) until the new one is written", async () => {
+    const ca4 = makeCa(dir, 'ca4');
+    node.api.useTls({ ...issue(dir, servingCa, 'server4'), clientCa: ca4.cert });
+    const seen = node.api.requests.length;
+    const mark = node.sim.plugin.lines.length;
+    await node.api.restart();
+    // The plugin's requests with the certificate it has are refused: it read its files again and still has no
+    // certificate the server takes.
+    await waitUntil(() => node.api.requests.slice(seen).some((r) => r.code === 401), {
+      on: onEvent(node.api, 'request'),
+      deadlineMs: 20_000,
+      what: () => `a request refused with 401; codes: ${node.api.requests.slice(seen).map((r) => r.code)}`,
+    });
+    // The operator is told it is the credentials the server does not take (401), not a missing RBAC grant (403).
+    const logged = node.sim.plugin.lines.length;
+    const refused = await waitFor(() => node.sim.plugin.lines.slice(mark).find((l) => /ERROR DRA: .*401/.test(l)), {
+      on: onEvent(node.sim.plugin, 'line'),
+      deadlineMs: 20_000,
+      what: () => `an ERROR for the 401; log:\n${node.sim.plugin.lines.slice(mark).join('\n')}`,
+    });
+    assert.match(refused, /does not accept our credentials .*credential files are renewed/);
+    assert.doesNotMatch(refused, /RBAC/);
+    writeClient(issue(dir, 'ca4', 'node3', { subject: `/O=system:nodes/CN=${NODE_USER}` }));
+    // The watch retries a refused list with backoff (doubling, capped at 30 s): the next try uses the new files.
+    await watching('once the new client certificate was written', 45_000);
+    await deletedAndRestored('once the new client certificate was written');
+    assert.equal(node.sim.plugin.pid, pid, 'the same process');
+    assert.ok(
+      node.sim.plugin.lines
+        .slice(logged)
+        .some((l) => /INFO DRA: the API server (answers again|accepts our credentials again)/.test(l)),
+      `an INFO once the server takes the new certificate; log:\n${node.sim.plugin.lines.slice(logged).join('\n')}`,
+    );
   });
 });

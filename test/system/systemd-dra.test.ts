@@ -152,7 +152,7 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
   let claim: { namespace: string; name: string; uid: string } | undefined;
   let firstAnswer: Prepared['claims'][string] | undefined;
 
-  journalOnFailure(() => node?.container);
+  journalOnFailure(() => node?.container, ['dra-apiserver.service', 'dra-watcher-*']);
 
   before(async () => {
     node = await bootWithPackage({

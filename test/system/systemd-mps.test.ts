@@ -119,7 +119,7 @@ describe('both units with MPS under a real systemd (Debian 12, ' +
   'systemd-nspawn), the kubelet stand-in in the container', {
   concurrency: false,
 }, () => {
-  journalOnFailure(() => node?.container);
+  journalOnFailure(() => node?.container, ['kubelet-standin.service']);
 
   before(async () => {
     // The operator's MPS setup, per the README: the config file, and CONFIG_FILE in the package's

@@ -138,7 +138,7 @@ function kubeletDeb(version: string, out: string): string {
 describe('the node-maintenance upgrade from the signed apt repository, under a real systemd', {
   concurrency: false,
 }, () => {
-  journalOnFailure(() => node?.container);
+  journalOnFailure(() => node?.container, ['kubelet.service', 'repo-http.service', 'gdp-status-recorder.service']);
 
   before(async () => {
     keyDir = mkdtempSync(join(tmpdir(), 'gdp-systemd-repo-key-'));

@@ -74,7 +74,7 @@ const timed = timer(timings);
 const OK_STATUS = new RegExp(`^registered; ${GPUS} of ${GPUS} GPUs healthy$`);
 
 describe('the .deb under a real systemd (Debian 12, systemd-nspawn)', { concurrency: false }, () => {
-  journalOnFailure(() => node?.container);
+  journalOnFailure(() => node?.container, ['kubelet-standin-*']);
 
   before(async () => {
     node = await bootWithPackage({

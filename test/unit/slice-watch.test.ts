@@ -1,7 +1,7 @@
 // dra/slice-watch.ts's loop with a fake client and mocked timers: a list that fails is retried after
 // the backoff (doubling to the cap), a watch is opened from the list's resourceVersion, a watch the
 // server ends at once is not re-opened in a busy loop, 410 relists at once, a re-watch that fails
-// relists, and stop() ends it all.
+// relists, stop() ends it all, and a 401 is one ERROR until a list succeeds (one INFO then).
 import { test } from 'node:test';
 import type { TestContext } from 'node:test';
 import assert from 'node:assert/strict';
@@ -12,7 +12,7 @@ import type { KubeClient } from '../../src/k8s/client.ts';
 import { SliceWatch } from '../../src/dra/slice-watch.ts';
 import { createLogger } from '../../src/system/log.ts';
 
-type Step = 'list-fails' | 'list' | 'watch-gone' | 'watch-fails' | 'watch-open' | 'watch-ends';
+type Step = 'list-fails' | 'list-401' | 'list' | 'watch-gone' | 'watch-fails' | 'watch-open' | 'watch-ends';
 
 /** A client that answers each call by the next scripted step, and records the calls. */
 function fakeClient(script: Step[]) {
@@ -30,6 +30,7 @@ function fakeClient(script: Step[]) {
       const s = next('list');
       if (s === 'list-fails')
         throw new KubeUnreachableError(method, path, 'https://api.test', 'ECONNREFUSED', 'refused');
+      if (s === 'list-401') throw new KubeApiError(method, path, 401, 'Unauthorized', 'Unauthorized', []);
       return { metadata: { resourceVersion: String(100 + calls.length) }, items: [] };
     },
     async stream(path: string, query: Record<string, string>) {
@@ -119,4 +120,27 @@ test('410 on the watch lists again at once; a re-watch that fails lists again af
   f.streams.at(-1)?.end();
   await settle();
   assert.equal(f.calls.length, 6, 'nothing after stop()');
+});
+
+test('a 401 is one ERROR naming the credentials (not the RBAC) until a list succeeds, then one INFO', async (t) => {
+  const f = watchOn(t, ['list-401', 'list-401', 'list-401', 'list', 'watch-fails', 'list-401', 'list', 'watch-open']);
+  const said = (re: RegExp): string[] => f.lines.filter((l) => re.test(l));
+  f.w.start();
+  await settle();
+  for (const ms of [1000, 2000, 4000]) {
+    t.mock.timers.tick(ms);
+    await settle();
+  }
+  assert.deepEqual(f.calls, ['LIST', 'LIST', 'LIST', 'LIST', 'WATCH rv=104']);
+  assert.equal(said(/ERROR DRA: the API server does not accept our credentials \(401/).length, 1, f.lines.join(''));
+  assert.equal(said(/RBAC/).length, 0, 'a 401 is no missing grant');
+  assert.equal(said(/INFO DRA: the API server accepts our credentials again/).length, 1, f.lines.join(''));
+  // Refused again later (another rotation): said again, and its end too.
+  t.mock.timers.tick(4000);
+  await settle();
+  t.mock.timers.tick(4000);
+  await settle();
+  assert.deepEqual(f.calls.slice(5), ['LIST', 'LIST', 'WATCH rv=107']);
+  assert.equal(said(/ERROR DRA: the API server does not accept our credentials/).length, 2, f.lines.join(''));
+  assert.equal(said(/INFO DRA: the API server accepts our credentials again/).length, 2, f.lines.join(''));
 });

@@ -28,6 +28,12 @@ import { PluginProcess, executable } from '../support/sim.ts';
 let base = '';
 let node: DraNode;
 let agent: PluginProcess;
+let agentLaunch: { args: string[]; env: NodeJS.ProcessEnv };
+
+/** The MPS unit's program as the sharing agent, with `extra` in its environment. */
+function startAgent(extra: Record<string, string> = {}): PluginProcess {
+  return new PluginProcess(executable(), ['mps-control-daemon', ...agentLaunch.args], { ...agentLaunch.env, ...extra });
+}
 
 before(async () => {
   const mpsDir = await buildFakeMpsControl();
@@ -46,7 +52,8 @@ before(async () => {
   delete env.NOTIFY_SOCKET;
   delete env.FAKE_NVML_CONTROL;
   env.STATE_DIRECTORY = join(base, 'agent-state');
-  agent = new PluginProcess(executable(), ['mps-control-daemon', ...args], env);
+  agentLaunch = { args, env };
+  agent = startAgent();
   await agent.waitForLine(/DRA sharing agent started/);
 });
 
@@ -108,6 +115,24 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
     await unprepareClaim(node, claim);
     assert.equal(existsSync(specFile), false, 'its spec removed');
     await agent.waitForLine(/MIG GPU instance destroyed/);
+  });
+
+  test('the agent killed right after making the GPU instance: the next one finishes the claim', async () => {
+    agent.signal('SIGTERM');
+    await agent.exited;
+    const dying = startAgent({ FAKE_NVML_CRASH_AFTER: 'create-gpu-instance' });
+    await dying.waitForLine(/DRA sharing agent started/);
+    const claim = claimOn(node.api, 'mig-crash', [{ request: 'mig', device: 'gpu-3-mig-2g10gb-14-2' }]);
+    const pending = prepareClaim(node, claim);
+    assert.equal((await dying.exited).code, 137, 'killed between the GPU instance and its record');
+    // The kubelet's prepare is still waiting for the answer: a new agent (the unit's restart) finishes the claim
+    // from the intent it finds in its state directory. (The fake's instances die with their process, so this one
+    // makes the GPU instance again; on a node it would find the one made and take it, as the unit tests show.)
+    agent = startAgent();
+    const r = await pending;
+    assert.equal(r.error, '', r.error);
+    assert.equal(r.devices?.[0]?.cdi_device_ids?.length, 2);
+    await unprepareClaim(node, claim);
   });
 
   test('a placement that is not offered (it overlaps an instance the package did not make) is refused', async () => {

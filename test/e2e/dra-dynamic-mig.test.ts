@@ -117,6 +117,19 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
     await agent.waitForLine(/MIG GPU instance destroyed/);
   });
 
+  test('three profiles carved from one GPU side by side, unprepared in another order; an overlap refused', async () => {
+    const names = ['gpu-4-mig-3g20gb-9-4', 'gpu-4-mig-2g10gb-14-0', 'gpu-4-mig-1g5gb-19-2'];
+    const claims = names.map((device, i) => claimOn(node.api, `mig-side-${i}`, [{ request: 'mig', device }]));
+    for (const c of claims) assert.equal((await prepareClaim(node, c)).error, '', c.name);
+    // The plugin's own scan does not see the agent's instances (the fake's live in its process), so it still
+    // offers 4g at 0; the agent, which does, refuses it: memory slices 0-3 are taken.
+    const overlap = claimOn(node.api, 'mig-overlap', [{ request: 'mig', device: 'gpu-4-mig-4g20gb-5-0' }]);
+    const refused = await prepareClaim(node, overlap);
+    assert.match(refused.error ?? '', /Insufficient resources \(NVML code 23\)/);
+    await unprepareClaim(node, overlap);
+    for (const i of [1, 0, 2]) await unprepareClaim(node, claims[i] as (typeof claims)[number]);
+  });
+
   test('the agent killed right after making the GPU instance: the next one finishes the claim', async () => {
     agent.signal('SIGTERM');
     await agent.exited;

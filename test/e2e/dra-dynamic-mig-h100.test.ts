@@ -1,0 +1,78 @@
+// Dynamic MIG through the executables on a fake H100 node (2× H100 80GB HBM3 in MIG mode, GPU 1 with two 1g.10gb
+// instances of its own): the H100's profiles and placements as NVML gives them — 1g.20gb (profile 15) at
+// memory slices 0, 2, 4, 6 — a 1g.20gb partition prepared and unprepared through the agent, and the foreign
+// instances still there and published as MIG devices after it.
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import { buildFakeMpsControl } from '../fake-nvml/build.ts';
+import {
+  claimOn,
+  devicesOf,
+  launchOf,
+  prepareClaim,
+  startDraNode,
+  unprepareClaim,
+  waitForSlices,
+} from '../support/dra-node.ts';
+import type { DraNode } from '../support/dra-node.ts';
+import { writeMigMinors } from '../support/mig.ts';
+import { unmountUnder } from '../support/mounts.ts';
+import { PluginProcess, executable } from '../support/sim.ts';
+
+let base = '';
+let node: DraNode;
+let agent: PluginProcess;
+
+before(async () => {
+  const mpsDir = await buildFakeMpsControl();
+  base = mkdtempSync(join(tmpdir(), 'gdp-dra-h100-'));
+  const procRoot = join(base, 'proc');
+  writeMigMinors(procRoot, 2);
+  writeFileSync(join(procRoot, 'devices'), 'Character devices:\n195 nvidia\n236 nvidia-caps\n');
+  node = await startDraNode({
+    topology: 'mig-dynamic-h100-2',
+    cdiNames: ['0', '1'],
+    config: 'version: v1\ndra:\n  dynamicMig: true\n',
+    args: [`--mps-root=${join(base, 'mps')}`, '--mig-strategy=mixed'],
+    env: { PATH: `${mpsDir}:${process.env.PATH ?? ''}`, PROC_ROOT: procRoot },
+  });
+  const { args, env } = launchOf(node.sim.plugin);
+  delete env.NOTIFY_SOCKET;
+  delete env.FAKE_NVML_CONTROL;
+  env.STATE_DIRECTORY = join(base, 'agent-state');
+  agent = new PluginProcess(executable(), ['mps-control-daemon', ...args], env);
+  await agent.waitForLine(/DRA sharing agent started/);
+});
+
+after(async () => {
+  agent?.signal('SIGTERM');
+  await agent?.exited;
+  await node?.stop();
+  unmountUnder(base);
+  rmSync(base, { recursive: true, force: true });
+});
+
+test('H100: 1g.20gb offered at 0, 2, 4, 6 on a bare GPU; beside the foreign 1g.10gb pair at 2, 4, 6', async () => {
+  const devices = await waitForSlices(node.api, (d) => d.some((x) => x.name.startsWith('gpu-0-mig-')), 'published');
+  const names = devices.map((d) => d.name);
+  const starts = (gpu: number) =>
+    names.filter((n) => n.startsWith(`gpu-${gpu}-mig-1g20gb-15-`)).map((n) => Number(n.split('-').at(-1)));
+  assert.deepEqual(starts(0), [0, 2, 4, 6]);
+  assert.deepEqual(starts(1), [2, 4, 6]);
+  assert.ok(names.includes('gpu-1-mig-1g10gb-19-0') && names.includes('gpu-1-mig-1g10gb-19-1'), 'foreign: MIG devices');
+});
+
+test('H100: a 1g.20gb partition beside the foreign instances, prepared and unprepared; they stay', async () => {
+  const claim = claimOn(node.api, 'h100-1g20gb', [{ request: 'mig', device: 'gpu-1-mig-1g20gb-15-6' }]);
+  const r = await prepareClaim(node, claim);
+  assert.equal(r.error, '', r.error);
+  await agent.waitForLine(/MIG GPU instance created/);
+  await unprepareClaim(node, claim);
+  await agent.waitForLine(/MIG GPU instance destroyed/);
+  assert.ok(!agent.lines.some((l) => /destroyed/.test(l) && /gi=[12]\b/.test(l)), 'the foreign instances untouched');
+  const names = devicesOf(node.api).map((d) => d.name);
+  assert.ok(names.includes('gpu-1-mig-1g10gb-19-0') && names.includes('gpu-1-mig-1g10gb-19-1'));
+});

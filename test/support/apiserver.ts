@@ -45,10 +45,13 @@
 // Not modelled: watch of anything but ResourceSlices (→ 405 with a Status saying so), PATCH and
 // server-side apply (→ 405), admission
 // (ValidatingAdmissionPolicy, the node authorizer), quotas, DeviceClass updates, ResourceClaim writes,
-// API discovery, managedFields, finalizers and graceful deletion, CEL compilation; the contents of nodeSelector
-// and per-device node selection are stored only. sharedCounters (at most 8 sets, unique DNS-label names,
-// counters as quantities, never beside devices) and consumesCounters (at most 2, one per set) are validated as
-// v1 does. TLS with client certificates: the `tls` option.
+// API discovery, managedFields, finalizers and graceful deletion, CEL compilation, the partitionable-devices
+// feature gate (on, as by default since 1.36); the contents of nodeSelector and per-device node selection are
+// stored only. TLS with client certificates: the `tls` option.
+// - Partitionable devices (apiserver-counters.ts): sharedCounters and consumesCounters validated as on write
+// (limits, DNS-label names, a slice of counter sets holds no devices); poolProblems() is the scheduler's check
+// of a whole pool (every counter set and counter a device consumes exists, no duplicates), which the real
+// server leaves to run time.
 import { EventEmitter } from 'node:events';
 import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
@@ -61,6 +64,7 @@ import type { SliceJanitor } from './plugin-watcher.ts';
 import { FaultTable, applyFault } from './apiserver-faults.ts';
 import type { Fault, FaultRule } from './apiserver-faults.ts';
 import { WatchHub } from './apiserver-watch.ts';
+import { validateConsumesCounters, validateSharedCounters } from './apiserver-counters.ts';
 import type { EventType } from './apiserver-watch.ts';
 
 export type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
@@ -71,9 +75,6 @@ export const API_VERSION = `${GROUP}/v1`;
 const MAX_BODY = 3 * 1024 * 1024;
 
 /** Limits from resource/v1 types.go. */
-/** ResourceSliceMaxCounterSets, …MaxCountersPerCounterSet, …MaxDeviceCounterConsumptionsPerDevice. */
-export const COUNTER_LIMITS = { setsPerSlice: 8, countersPerSet: 32, consumptionsPerDevice: 2 } as const;
-
 export const LIMITS = {
   devicesPerSlice: 128,
   devicesPerSliceWithTaintsOrCounters: 64,
@@ -423,11 +424,8 @@ function validateSpec(spec: Json | undefined, c: Causes): void {
   if (nodeName !== undefined && nodeName !== null && typeof nodeName !== 'string')
     c.invalid('spec.nodeName', nodeName, 'must be a string');
 
+  validateSharedCounters(spec, c);
   const devices = spec.devices;
-  const shared = spec.sharedCounters;
-  if (shared !== undefined && shared !== null) validateCounterSets(shared, c);
-  if (Array.isArray(devices) && devices.length > 0 && Array.isArray(shared) && shared.length > 0)
-    c.forbidden('spec', 'only one of `sharedCounters` or `devices` is allowed');
   if (devices === undefined || devices === null) return;
   if (!Array.isArray(devices)) {
     c.invalid('spec.devices', devices, 'must be a list');
@@ -445,60 +443,6 @@ function validateSpec(spec: Json | undefined, c: Causes): void {
   for (const [i, d] of devices.entries()) validateDevice(d, `spec.devices[${i}]`, seen, c);
 }
 
-/** A counters map (of a counter set or a device's consumption): DNS-label names, quantity values, at most 32. */
-function validateCounters(v: Json | undefined, at: string, c: Causes): void {
-  if (!isObject(v) || Object.keys(v).length === 0) {
-    c.required(at);
-    return;
-  }
-  const names = Object.keys(v);
-  if (names.length > COUNTER_LIMITS.countersPerSet) c.tooMany(at, names.length, COUNTER_LIMITS.countersPerSet);
-  for (const name of names) {
-    if (!isDnsLabel(name)) c.invalid(at, name, DNS_LABEL_MSG);
-    const counter = v[name];
-    const value = isObject(counter) ? counter.value : undefined;
-    if (typeof value !== 'string' || canonicalQuantity(value) === undefined)
-      c.invalid(`${at}[${name}].value`, value, 'must be a quantity');
-  }
-}
-
-/** spec.sharedCounters: at most 8 counter sets, each a unique DNS-label name with its counters. */
-function validateCounterSets(v: Json, c: Causes): void {
-  if (!Array.isArray(v)) {
-    c.invalid('spec.sharedCounters', v, 'must be a list');
-    return;
-  }
-  if (v.length > COUNTER_LIMITS.setsPerSlice) c.tooMany('spec.sharedCounters', v.length, COUNTER_LIMITS.setsPerSlice);
-  const seen = new Set<string>();
-  for (const [i, set] of v.entries()) {
-    const at = `spec.sharedCounters[${i}]`;
-    const name = isObject(set) ? set.name : undefined;
-    if (typeof name !== 'string' || name === '') c.required(`${at}.name`);
-    else if (!isDnsLabel(name)) c.invalid(`${at}.name`, name, DNS_LABEL_MSG);
-    else if (seen.has(name)) c.duplicate(`${at}.name`, name);
-    else seen.add(name);
-    validateCounters(isObject(set) ? set.counters : undefined, `${at}.counters`, c);
-  }
-}
-
-/** A device's consumesCounters: at most 2, each naming one counter set once, with its counters. */
-function validateConsumption(v: Json, at: string, c: Causes): void {
-  if (!Array.isArray(v)) {
-    c.invalid(at, v, 'must be a list');
-    return;
-  }
-  if (v.length > COUNTER_LIMITS.consumptionsPerDevice) c.tooMany(at, v.length, COUNTER_LIMITS.consumptionsPerDevice);
-  const seen = new Set<string>();
-  for (const [i, e] of v.entries()) {
-    const set = isObject(e) ? e.counterSet : undefined;
-    if (typeof set !== 'string' || set === '') c.required(`${at}[${i}].counterSet`);
-    else if (!isDnsLabel(set)) c.invalid(`${at}[${i}].counterSet`, set, DNS_LABEL_MSG);
-    else if (seen.has(set)) c.duplicate(`${at}[${i}].counterSet`, set);
-    else seen.add(set);
-    validateCounters(isObject(e) ? e.counters : undefined, `${at}[${i}].counters`, c);
-  }
-}
-
 function validateDevice(d: Json, at: string, seen: Set<string>, c: Causes): void {
   if (!isObject(d)) {
     c.invalid(at, d, 'must be an object');
@@ -509,8 +453,6 @@ function validateDevice(d: Json, at: string, seen: Set<string>, c: Causes): void
   else if (!isDnsLabel(name)) c.invalid(`${at}.name`, name, DNS_LABEL_MSG);
   else if (seen.has(name)) c.duplicate(`${at}.name`, name);
   else seen.add(name);
-  if (d.consumesCounters !== undefined && d.consumesCounters !== null)
-    validateConsumption(d.consumesCounters, `${at}.consumesCounters`, c);
 
   const attrs = d.attributes ?? {};
   const caps = d.capacity ?? {};
@@ -557,6 +499,7 @@ function validateDevice(d: Json, at: string, seen: Set<string>, c: Causes): void
       for (const [j, t] of taints.entries()) validateTaint(t, `${at}.taints[${j}]`, c);
     }
   }
+  validateConsumesCounters(d, at, c);
 }
 
 // ---- consumable capacity (KEP-5075): a capacity's requestPolicy ----

@@ -382,7 +382,7 @@ test("ResourceSlices: the API server's validation answers 422 Invalid with the f
     [
       'a counter set named twice',
       slice('x', { sharedCounters: [counterSet('s'), counterSet('s')] }, []),
-      'spec.sharedCounters[1].name',
+      'spec.sharedCounters[1]',
       /Duplicate value: "s"/,
     ],
     [
@@ -406,7 +406,7 @@ test("ResourceSlices: the API server's validation answers 422 Invalid with the f
     [
       'a device consuming one counter set twice',
       slice('x', {}, [gpu('p', { consumesCounters: [consumption('a'), consumption('a')] })]),
-      'spec.devices[0].consumesCounters[1].counterSet',
+      'spec.devices[0].consumesCounters[1]',
       /Duplicate value: "a"/,
     ],
     [
@@ -428,9 +428,11 @@ test("ResourceSlices: the API server's validation answers 422 Invalid with the f
     assert.match(String(st.message), /^ResourceSlice\.resource\.k8s\.io "x" is invalid: /, what);
   }
   assert.equal(s.slices.size, 0, 'nothing invalid was stored');
-  // Counter sets alone in their slice, and devices consuming them in another, are accepted.
+  // Counter sets alone in their slice (no devices field: an empty list is a list, refused beside them), and
+  // devices consuming them in another, are accepted.
   const sets = Array.from({ length: 8 }, (_, i) => counterSet(`gpu-${i}-counter-set`));
-  assert.equal((await call(s, 'POST', SLICES, { body: slice('counters', { sharedCounters: sets }, []) })).code, 201);
+  const alone = slice('counters', { sharedCounters: sets, devices: null }, []);
+  assert.equal((await call(s, 'POST', SLICES, { body: alone })).code, 201);
   const partition = gpu('p', { consumesCounters: [consumption('gpu-0-counter-set')] });
   assert.equal(
     (await call(s, 'POST', SLICES, { body: slice('parts', { nodeName: 'node-c' }, [partition]) })).code,

@@ -176,3 +176,40 @@ export function poolProblems(slices: readonly JsonObject[]): string[] {
   }
   return problems;
 }
+
+/**
+ * Whether the DRAPartitionableDevices feature gate is on by default at this server version (gitVersion such as
+ * v1.35.2): alpha, off, in 1.33 to 1.35; beta, on, from 1.36.
+ */
+export function partitionableByDefault(gitVersion: string): boolean {
+  const m = /^v?(\d+)\.(\d+)/.exec(gitVersion);
+  if (m === null) return true;
+  const major = Number(m[1]);
+  return major > 1 || Number(m[2]) >= 36;
+}
+
+function usesPartitionable(spec: Json | undefined): boolean {
+  if (!isObject(spec)) return false;
+  if (listOf(spec.sharedCounters).length > 0 || present(spec.perDeviceNodeSelection)) return true;
+  return listOf(spec.devices).some(
+    (d) =>
+      listOf(d.consumesCounters).length > 0 || present(d.nodeName) || present(d.nodeSelector) || present(d.allNodes),
+  );
+}
+
+/**
+ * What a server with the gate off does before validating a write: it drops, without a word, every
+ * partitionable-devices field (sharedCounters, perDeviceNodeSelection, and each device's consumesCounters and
+ * node selection), unless the stored slice already used them. The partitions then stand alone, counting nothing.
+ */
+export function dropDisabledPartitionable(spec: Json | undefined, oldSpec: Json | undefined): void {
+  if (!isObject(spec) || usesPartitionable(oldSpec)) return;
+  delete spec.sharedCounters;
+  delete spec.perDeviceNodeSelection;
+  for (const d of listOf(spec.devices)) {
+    delete d.consumesCounters;
+    delete d.nodeName;
+    delete d.nodeSelector;
+    delete d.allNodes;
+  }
+}

@@ -45,13 +45,14 @@
 // Not modelled: watch of anything but ResourceSlices (→ 405 with a Status saying so), PATCH and
 // server-side apply (→ 405), admission
 // (ValidatingAdmissionPolicy, the node authorizer), quotas, DeviceClass updates, ResourceClaim writes,
-// API discovery, managedFields, finalizers and graceful deletion, CEL compilation, the partitionable-devices
-// feature gate (on, as by default since 1.36); the contents of nodeSelector and per-device node selection are
-// stored only. TLS with client certificates: the `tls` option.
+// API discovery, managedFields, finalizers and graceful deletion, CEL compilation, feature gates other than
+// DRAPartitionableDevices; the contents of nodeSelector and per-device node selection are stored only. TLS with
+// client certificates: the `tls` option.
 // - Partitionable devices (apiserver-counters.ts): sharedCounters and consumesCounters validated as on write
 // (limits, DNS-label names, a slice of counter sets holds no devices); poolProblems() is the scheduler's check
 // of a whole pool (every counter set and counter a device consumes exists, no duplicates), which the real
-// server leaves to run time.
+// server leaves to run time. With the DRAPartitionableDevices gate off (the default before 1.36, or the
+// partitionableDevices option) those fields are dropped on write, as the real server drops them.
 import { EventEmitter } from 'node:events';
 import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
@@ -64,7 +65,12 @@ import type { SliceJanitor } from './plugin-watcher.ts';
 import { FaultTable, applyFault } from './apiserver-faults.ts';
 import type { Fault, FaultRule } from './apiserver-faults.ts';
 import { WatchHub } from './apiserver-watch.ts';
-import { validateConsumesCounters, validateSharedCounters } from './apiserver-counters.ts';
+import {
+  dropDisabledPartitionable,
+  partitionableByDefault,
+  validateConsumesCounters,
+  validateSharedCounters,
+} from './apiserver-counters.ts';
 import type { EventType } from './apiserver-watch.ts';
 
 export type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
@@ -125,6 +131,11 @@ export interface ApiServerOptions {
   clientCertificates?: Record<string, TokenGrant>;
   /** What GET /version says (gitVersion); default v1.36.3. */
   version?: string;
+  /**
+   * The DRAPartitionableDevices feature gate; default: as the version has it (on from 1.36). Off, the counter
+   * fields of a slice are dropped on write, as the real server drops them.
+   */
+  partitionableDevices?: boolean;
 }
 
 const DEFAULT_VERSION = 'v1.36.3';
@@ -1834,6 +1845,8 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
   }
 
   private validate(obj: JsonObject, name: string, old?: JsonObject): void {
+    const gate = this.opts.partitionableDevices ?? partitionableByDefault(this.opts.version ?? DEFAULT_VERSION);
+    if (!gate) dropDisabledPartitionable(obj.spec, old?.spec);
     const c = new Causes();
     if (!isDnsSubdomain(name)) c.invalid('metadata.name', name, DNS_SUBDOMAIN_MSG);
     validateSpec(obj.spec, c);

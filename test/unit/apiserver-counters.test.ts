@@ -1,7 +1,8 @@
 // Partitionable devices in the API server stand-in (test/support/apiserver-counters.ts): a slice's
 // sharedCounters and a device's consumesCounters refused on write as the real server refuses them (422 Invalid,
 // its messages and field paths, its limits), and poolProblems() finding what the scheduler finds wrong with a
-// pool the server accepted: a counter set or counter that does not exist, a name given twice.
+// pool the server accepted: a counter set or counter that does not exist, a name given twice; and the feature
+// gate, off before 1.36, under which the server drops those fields without a word.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ApiServerStandIn } from '../support/apiserver.ts';
@@ -228,4 +229,33 @@ test("poolProblems: the scheduler's findings on a pool the server accepted, in t
   assert.deepEqual(poolProblems([old, sets, devs(partition('p', [uses('gpu-1-counter-set')]))]), [
     'counter set gpu-1-counter-set not found',
   ]);
+});
+
+test('the DRAPartitionableDevices gate: off by default before 1.36, the counter fields dropped on write', async (t) => {
+  const counterSlice = slice('counters', { sharedCounters: [counterSet('gpu-0-counter-set')] }, 1, 2);
+  const deviceSlice = slice('devices', { devices: [partition('p', [uses('gpu-0-counter-set')])] }, 1, 2);
+  const stored = async (opts: {
+    version: string;
+    partitionableDevices?: boolean;
+  }): Promise<[JsonObject, JsonObject]> => {
+    const s = await ApiServerStandIn.start(opts);
+    t.after(() => s.stop());
+    const a = await post(s, counterSlice);
+    const b = await post(s, deviceSlice);
+    assert.deepEqual([a.code, b.code], [201, 201], `${JSON.stringify(a.body)} ${JSON.stringify(b.body)}`);
+    const devices = (b.body.spec as JsonObject).devices as JsonObject[];
+    return [a.body.spec as JsonObject, devices[0] as JsonObject];
+  };
+  const [sets135, dev135] = await stored({ version: 'v1.35.4' });
+  assert.equal(sets135.sharedCounters, undefined, 'the counter sets dropped: an empty slice');
+  assert.equal(dev135.consumesCounters, undefined, 'the partition counts nothing');
+  assert.equal(dev135.name, 'p', 'the device itself stays');
+  const [setsOn, devOn] = await stored({ version: 'v1.35.4', partitionableDevices: true });
+  assert.equal((setsOn.sharedCounters as Json[]).length, 1, 'the gate turned on by the operator');
+  assert.equal((devOn.consumesCounters as Json[]).length, 1);
+  const [sets136, dev136] = await stored({ version: 'v1.36.0' });
+  assert.equal((sets136.sharedCounters as Json[]).length, 1, 'beta, on by default');
+  assert.equal((dev136.consumesCounters as Json[]).length, 1);
+  const [, devOff] = await stored({ version: 'v1.36.0', partitionableDevices: false });
+  assert.equal(devOff.consumesCounters, undefined, 'turned off by the operator');
 });

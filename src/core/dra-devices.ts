@@ -27,6 +27,7 @@
 //   MIG device whose GPU-instance profile id or placement NVML could not give, are left out; a note
 //   says so.
 import type { Gpu } from './devices.ts';
+import { canonicalProfile } from './dynamic-mig.ts';
 import { isFullInstance } from './mig.ts';
 import type { MigDevice, MigLayout, MigStrategy } from './mig.ts';
 
@@ -52,11 +53,6 @@ export function gpuDeviceName(gpu: Pick<Gpu, 'minor'>): string {
   return `gpu-${gpu.minor}`;
 }
 
-/** A MIG profile as it appears in device names: dots removed, lower case, `+` as `-` (`1g.10gb+me` → `1g10gb-me`). */
-export function profileNamePart(profile: string): string {
-  return profile.replace(/\./g, '').toLowerCase().replace(/\+/g, '-');
-}
-
 /**
  * The name of a MIG device, or null when it cannot be named as NVIDIA names it (NVML did not give
  * its GPU instance's profile id or placement).
@@ -66,7 +62,7 @@ export function migDeviceName(
   d: Pick<MigDevice, 'profile' | 'giProfileId' | 'placementStart'>,
 ): string | null {
   if (d.giProfileId === undefined || d.placementStart === undefined) return null;
-  return `gpu-${parent.minor}-mig-${profileNamePart(d.profile)}-${d.giProfileId}-${d.placementStart}`;
+  return `gpu-${parent.minor}-mig-${canonicalProfile(d.profile)}-${d.giProfileId}-${d.placementStart}`;
 }
 
 export interface DraDeviceList {

@@ -90,7 +90,7 @@ export function canonicalProfile(name: string): string {
     .replace(/[^a-z0-9-]/g, '-');
 }
 
-export function partitionDeviceName(minor: number, profile: GiProfile, start: number): string {
+export function partitionDeviceName(minor: number, profile: Pick<GiProfile, 'name' | 'id'>, start: number): string {
   return `gpu-${minor}-mig-${canonicalProfile(profile.name)}-${profile.id}-${start}`;
 }
 

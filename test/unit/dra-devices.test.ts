@@ -2,7 +2,8 @@
 // driver's), on snapshots read from the fixtures by the real scan over the fake NVML.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { DNS_LABEL, draDevices, gpuDeviceName, migDeviceName, profileNamePart } from '../../src/core/dra-devices.ts';
+import { DNS_LABEL, draDevices, gpuDeviceName, migDeviceName } from '../../src/core/dra-devices.ts';
+import { partitionDeviceName } from '../../src/core/dynamic-mig.ts';
 import type { MigDevice } from '../../src/core/mig.ts';
 import { fixtureSnapshot } from '../support/node-scan.ts';
 import { migUuid } from '../support/mig.ts';
@@ -12,9 +13,16 @@ test(
     'without dots, lower case>-<GI profile id>-<placement start>',
   () => {
     assert.equal(gpuDeviceName({ minor: 3 }), 'gpu-3');
-    assert.equal(profileNamePart('1g.10gb'), '1g10gb');
-    assert.equal(profileNamePart('1g.10gb+me'), '1g10gb-me');
-    assert.equal(profileNamePart('1c.2g.20gb'), '1c2g20gb');
+    // An instance that exists is named as the partition it was made from: one name for one placement.
+    for (const [profile, id, start] of [
+      ['1g.10gb+me', 20, 6],
+      ['1c.2g.20gb', 14, 2],
+    ] as const) {
+      assert.equal(
+        migDeviceName({ minor: 1 }, { profile, giProfileId: id, placementStart: start }),
+        partitionDeviceName(1, { name: profile, id }, start),
+      );
+    }
     assert.equal(
       migDeviceName({ minor: 0 }, { profile: '1g.12gb', giProfileId: 19, placementStart: 0 }),
       'gpu-0-mig-1g12gb-19-0',

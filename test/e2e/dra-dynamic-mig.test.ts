@@ -1,6 +1,7 @@
 // Dynamic MIG through the executables: the plugin in DRA mode with dra.dynamicMig on a fake node of 16 A100-40GB
 // (15 in MIG mode, GPU 0 with one 3g.20gb instance of its own), and beside it the MPS unit's program as the
-// sharing agent, which makes the instances. The slices the API-server stand-in stores; a claim for a partition
+// sharing agent, which makes the instances. The slices the API-server stand-in stores (and the scheduler would
+// use: every counter set and counter consumed exists); a claim for a partition
 // prepared (the agent makes the GPU and compute instance through the fake NVML, the claim's spec gets its
 // capability nodes) and unprepared (destroyed); a placement that is not offered refused by name. The fake NVML
 // keeps its instances per process: the plugin's own scan does not see the agent's instance.
@@ -11,6 +12,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { buildFakeMpsControl } from '../fake-nvml/build.ts';
 import type { JsonObject } from '../support/apiserver.ts';
+import { poolProblems } from '../support/apiserver-counters.ts';
 import {
   claimOn,
   launchOf,
@@ -93,6 +95,7 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
     const counts = slicesOf(node.api).map((s) => ((s.spec as JsonObject).pool as JsonObject).resourceSliceCount);
     assert.equal(new Set(counts).size, 1, 'one resourceSliceCount');
     assert.equal(counts[0], slicesOf(node.api).length);
+    assert.deepEqual(poolProblems(slicesOf(node.api)), [], 'a pool the scheduler uses: every counter consumed exists');
   });
 
   test('a partition claim: made by the agent at prepare, with its capability nodes; gone at unprepare', async () => {

@@ -1,8 +1,9 @@
 // What the node's pool holds, for the slice publisher: the content core/dra-slices.ts makes of a snapshot and the
 // settings in force, with what only this adapter reads or remembers — each GPU's PCIe root (sysfs, read once per
 // GPU), the driver version last seen (kept while the driver does not answer), and whether the API server takes
-// dynamic MIG's counter sets in slices of their own (Kubernetes 1.35 or later; an older one gets MIG-mode GPUs
-// with their MIG devices only, said once as an ERROR). Split out of slice-publisher.ts, which publishes.
+// dynamic MIG's counter sets in slices of their own (Kubernetes 1.35 or later, with the DRAPartitionableDevices
+// gate on: a server without it drops them on write; either way MIG-mode GPUs get their MIG devices only, said
+// once as an ERROR). Split out of slice-publisher.ts, which publishes.
 import { realpath } from 'node:fs/promises';
 import { join } from 'node:path';
 import { poolContent, standardBusId } from '../core/dra-slices.ts';
@@ -33,6 +34,7 @@ export class PoolSource {
   private lastDriverVersion: string | null = null;
   private server: ServerVersion | null = null;
   private saidTooOld = false;
+  private dropped = false;
 
   constructor(o: PoolSource['o']) {
     this.o = o;
@@ -57,7 +59,22 @@ export class PoolSource {
     }
   }
 
+  /**
+   * The API server stored a counter-set slice without its counter sets: its DRAPartitionableDevices feature gate
+   * is off (the default before 1.36). From now on MIG-mode GPUs are published without partitions.
+   */
+  countersDropped(): void {
+    if (this.dropped) return;
+    this.dropped = true;
+    this.o.log.error(
+      "DRA: dra.dynamicMig needs the API server's DRAPartitionableDevices feature gate (on by default from " +
+        'Kubernetes 1.36): the server dropped the counter sets it was sent; MIG-mode GPUs are published with ' +
+        'their MIG devices only',
+    );
+  }
+
   private countersAllowed(): boolean {
+    if (this.dropped) return false;
     const v = this.server;
     if (v === null || v.major > 1 || v.minor >= 35) return true;
     if (!this.saidTooOld) {

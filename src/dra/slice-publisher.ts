@@ -300,6 +300,11 @@ export class SlicePublisher implements NodeConsumer {
         const before = this.confirmed;
         const r = await convergePool(target, content, key, before);
         this.confirmed = r.confirmed;
+        if (r.countersDropped) {
+          this.source.countersDropped();
+          this.kick();
+          return;
+        }
         if (r.wrote) this.logWrite(r.confirmed, content.slices.length, before, r.drift);
         this.republishing = false;
         return;

@@ -8,6 +8,8 @@
 //   another resourceVersion (someone deleted, re-created or edited it) is written again. Comparing
 //   the server's JSON with ours would see its defaults (canonical quantities, taints' timeAdded) as
 //   changes and rewrite the slices for ever.
+// * A server that drops dynamic MIG's counter sets (its DRAPartitionableDevices gate off) is told to the
+//   caller, which publishes without them; the write stops before any partition device.
 // * A write updates each slice in place with the pool generation one above the highest seen (never
 //   delete-and-create: a slice keeps its name and uid), creates the missing ones and deletes the
 //   surplus; each carries an owner reference to the Node.
@@ -78,15 +80,15 @@ export async function convergePool(
   content: PoolContent,
   key: string,
   last: Confirmed | null,
-): Promise<{ confirmed: Confirmed; wrote: boolean; drift: string }> {
+): Promise<{ confirmed: Confirmed; wrote: boolean; drift: string; countersDropped: boolean }> {
   const existing = await listNodeSlices(t.client, t.nodeName, t.driver);
   if (last !== null && last.key === key && untouched(existing, last))
-    return { confirmed: last, wrote: false, drift: '' };
+    return { confirmed: last, wrote: false, drift: '', countersDropped: false };
   const drift = last === null ? '' : driftText(existing, last);
   const generation = Math.max(last?.generation ?? 0, ...existing.map((s) => s.spec?.pool?.generation ?? 0)) + 1;
-  const slices = await writePool(t, content, existing, generation);
+  const { stamps: slices, countersDropped } = await writePool(t, content, existing, generation);
   const devices = content.slices.reduce((n, sl) => n + sl.length, 0);
-  return { confirmed: { key, generation, devices, slices }, wrote: true, drift };
+  return { confirmed: { key, generation, devices, slices }, wrote: true, drift, countersDropped };
 }
 
 async function writePool(
@@ -94,7 +96,7 @@ async function writePool(
   content: PoolContent,
   existing: readonly ResourceSlice[],
   generation: number,
-): Promise<Map<string, SliceStamp>> {
+): Promise<{ stamps: Map<string, SliceStamp>; countersDropped: boolean }> {
   // Dynamic MIG's counter sets first, in slices of their own (a slice holds counter sets or devices, never both).
   const parts: { readonly devices?: readonly SliceDevice[]; readonly sharedCounters?: readonly CounterSet[] }[] = [
     ...(content.counterSets ?? []).map((sharedCounters) => ({ sharedCounters })),
@@ -137,7 +139,11 @@ async function writePool(
       uid: got.metadata.uid ?? '',
       resourceVersion: got.metadata.resourceVersion ?? '',
     });
+    // A server whose DRAPartitionableDevices gate is off stores the slice without its counter sets. The
+    // partitions would then count nothing: stop before writing them, leaving the pool incomplete (unused).
+    if (part.sharedCounters !== undefined && (got.spec.sharedCounters ?? []).length === 0)
+      return { stamps, countersDropped: true };
   }
   for (const s of spare) await deleteSlice(t.client, s.metadata.name ?? '', s.metadata.uid);
-  return stamps;
+  return { stamps, countersDropped: false };
 }

@@ -571,3 +571,39 @@ test(
     assert.deepEqual((devices(stored(api))[0]!.capacity as JsonObject).memory, { value: '80Gi' });
   },
 );
+
+test('dynamic MIG where the server drops counter sets (1.35, gate off): an ERROR, no partitions', async () => {
+  const publish = async (gate: boolean | undefined): Promise<{ api: ApiServerStandIn; lines: string[] }> => {
+    const { api, pub, lines } = await start({
+      version: 'v1.35.4',
+      ...(gate !== undefined ? { partitionableDevices: gate } : {}),
+    });
+    pub.setServerVersion({ major: 1, minor: 35 });
+    const a = applied(await fixtureSnapshot('mig-dynamic-16.json', 'mixed'), null, 'mixed');
+    pub.apply({ ...a, settings: { plan: { ...a.settings.plan, dynamicMig: true } } });
+    await pub.whenSynced();
+    return { api, lines };
+  };
+  const { api, lines } = await publish(undefined);
+  const all = [...api.slices.values()];
+  const names = all.flatMap((sl) => devices(sl) ?? []).map((d) => d.name);
+  assert.ok(!all.some((sl) => spec(sl).sharedCounters !== undefined), 'no counter-set slice');
+  assert.ok(!names.includes('gpu-2-mig-3g20gb-9-4'), 'no partition, which would count nothing');
+  assert.ok(names.includes('gpu-0-mig-3g20gb-9-0'), 'the existing instance as a MIG device');
+  assert.ok(
+    all.every(
+      (sl) =>
+        pool(sl).resourceSliceCount === all.length && pool(sl).generation === pool(all[0] as JsonObject).generation,
+    ),
+  );
+  const refused = / ERROR DRA: dra\.dynamicMig needs the API server.s DRAPartitionableDevices feature gate/;
+  assert.equal(count(lines, refused), 1, lines.join('\n'));
+  // The same version with the gate turned on keeps the counter sets: partitions are published.
+  await rig?.pub.stop();
+  rig?.client.close();
+  await rig?.api.stop();
+  const on = await publish(true);
+  const onNames = [...on.api.slices.values()].flatMap((sl) => devices(sl) ?? []).map((d) => d.name);
+  assert.ok(onNames.includes('gpu-2-mig-3g20gb-9-4'));
+  assert.equal(count(on.lines, /DRAPartitionableDevices/), 0);
+});

@@ -234,10 +234,12 @@ function describe(
     ofaEngines: { value: String(m.engines.ofa) },
     memory: { value: bytesQuantity(m.memoryBytes) },
   };
-  // The memory slices its placement spans (a 3g instance holds 4 of the 8); without the driver's word, its slices.
-  const start = m.placementStart ?? 0;
-  const size = m.placementSize ?? m.giSlices;
-  for (let i = start; i < start + size; i++) capacity[`memorySlice${i}`] = { value: '1' };
+  // The memory slices its placement spans (a 3g instance holds 4 of the 8). Without the driver's word on the
+  // placement there are none: its compute slices (3 for a 3g) are not its memory slices.
+  const start = m.placementStart;
+  const size = m.placementSize;
+  if (start !== undefined && size !== undefined)
+    for (let i = start; i < start + size; i++) capacity[`memorySlice${i}`] = { value: '1' };
   const taints = taintsOf(s, m.uuid, driver, gpu.uuid);
   return { name: d.name, attributes, capacity, ...(taints.length > 0 ? { taints } : {}) };
 }

@@ -157,6 +157,18 @@ test(
       Object.keys(device(c, 'gpu-1-mig-3g40gb-9-0').capacity).filter((k) => k.startsWith('memorySlice')),
       ['memorySlice0', 'memorySlice1', 'memorySlice2', 'memorySlice3'],
     );
+    // Without the placement's size from the driver, no memory slices: never its compute slices in their place.
+    const unsized = s.mig.devices.map(({ placementSize: _size, ...m }) => m);
+    const c2 = poolContent(
+      { ...s, mig: { ...s.mig, devices: unsized } },
+      { nodeName: 'node-mig', migStrategy: 'mixed' },
+    );
+    const cap = device(c2, 'gpu-1-mig-3g40gb-9-0').capacity;
+    assert.deepEqual(
+      Object.keys(cap).filter((k) => k.startsWith('memorySlice')),
+      [],
+    );
+    assert.equal(cap.multiprocessors?.value, device(c, 'gpu-1-mig-3g40gb-9-0').capacity.multiprocessors?.value);
     assert.deepEqual(device(c, 'gpu-2').attributes.type, { string: 'gpu' });
     assert.equal(c.slices.flat().length, 9);
     for (const d of c.slices.flat())

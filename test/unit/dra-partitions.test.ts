@@ -8,7 +8,9 @@ import { poolContent } from '../../src/core/dra-slices.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
 import { PoolSource } from '../../src/dra/pool-source.ts';
 import { createLogger } from '../../src/system/log.ts';
+import { withHealth } from '../../src/core/snapshot.ts';
 import type { NodeSnapshot } from '../../src/core/snapshot.ts';
+import { freshHealthState } from '../../src/core/health-tracker.ts';
 import { fixtureSnapshot } from '../support/node-scan.ts';
 
 let s: NodeSnapshot;
@@ -90,4 +92,19 @@ test('an API server older than 1.35 gets MIG-mode GPUs without counter sets, sai
   assert.equal(lines.filter((l) => /dra\.dynamicMig needs Kubernetes 1\.35 or later/.test(l)).length, 1);
   source.setServerVersion({ major: 1, minor: 36 });
   assert.equal(source.content(s, plan).counterSets?.length, 2);
+});
+
+test('a partition carries its GPU’s health: an XID on GPU 2 taints every partition of it, none of GPU 3', () => {
+  const gpu2 = s.gpus[2]?.uuid ?? '';
+  const sick = withHealth(
+    s,
+    new Map([[gpu2, { state: { ...freshHealthState(), health: 'Unhealthy', lastXid: 79 }, reason: 'test', since: 1 }]]),
+  );
+  const c = poolContent(sick, { ...settings(), partitionable: s.mig.partitionable ?? new Map() });
+  const devices = c.slices.flat().filter((d) => d.consumesCounters !== undefined);
+  const ofGpu = (i: number) => devices.filter((d) => d.name.startsWith(`gpu-${i}-mig-`));
+  assert.ok(ofGpu(2).length > 0);
+  for (const d of ofGpu(2))
+    assert.deepEqual(d.taints, [{ key: 'gpu.nvidia.com/xid', value: '79', effect: 'NoSchedule' }]);
+  for (const d of ofGpu(3)) assert.equal(d.taints, undefined);
 });

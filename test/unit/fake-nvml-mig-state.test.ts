@@ -157,3 +157,20 @@ for (const [step, left] of [
     }
   });
 }
+
+test('without a state file an instance made through NVML still outlives nvmlShutdown/nvmlInit in-process', async () => {
+  let nvml = open();
+  try {
+    const gi = await new NvmlMigInstances(nvml, join(dir, 'proc')).createGpuInstance(A100, 19, 6, 1);
+    nvml.close();
+    nvml = open();
+    const port = new NvmlMigInstances(nvml, join(dir, 'proc'));
+    assert.deepEqual(await port.gpuInstances(A100), [{ gi, profileId: 19, start: 6, size: 1, cis: [] }]);
+    await port.destroyGpuInstance(A100, gi);
+    nvml.close();
+    nvml = open();
+    assert.deepEqual(await new NvmlMigInstances(nvml, join(dir, 'proc')).gpuInstances(A100), [], 'and so does its end');
+  } finally {
+    nvml.close();
+  }
+});

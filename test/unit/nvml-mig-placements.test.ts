@@ -4,7 +4,7 @@
 // their placements. A GPU not in MIG mode still lists its placements (NVML answers regardless of the mode) but
 // refuses to make an instance with NOT_SUPPORTED, named with the call and the GPU.
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -132,6 +132,36 @@ test('a GPU not in MIG mode lists its placements but making an instance is NOT_S
     });
     assert.deepEqual(await mig.gpuInstances(uuid), []);
   } finally {
+    nvml.close();
+  }
+});
+
+test('capability minors that cannot be read: the error names the GPU, the instances and the file', async () => {
+  const nvml = Nvml.open({ koffi: loadKoffi(), driverRoot: '/', log: quiet, library });
+  const uuid = GPUS[0].uuid;
+  const mig = new NvmlMigInstances(nvml, join(dir, 'proc'));
+  const gi = await mig.createGpuInstance(uuid, 19, 5, 1);
+  const ci = await mig.createComputeInstance(uuid, gi);
+  try {
+    assert.equal((await mig.migDevice(uuid, gi, ci)).giCapMinor, 3 + gi * 9, 'read from the driver’s table');
+    const bare = mkdtempSync(join(dir, 'no-proc-'));
+    await assert.rejects(
+      new NvmlMigInstances(nvml, bare).migDevice(uuid, gi, ci),
+      new RegExp(
+        `^Error: cannot read the capability minors of GPU ${uuid} \\(minor 0\\) GI ${gi} CI ${ci} from ` +
+          `${bare}/driver/nvidia-caps/mig-minors: .*ENOENT`,
+      ),
+    );
+    const partial = mkdtempSync(join(dir, 'partial-proc-'));
+    mkdirSync(join(partial, 'driver', 'nvidia-caps'), { recursive: true });
+    writeFileSync(join(partial, 'driver', 'nvidia-caps', 'mig-minors'), 'config 1\nmonitor 2\n');
+    await assert.rejects(
+      new NvmlMigInstances(nvml, partial).migDevice(uuid, gi, ci),
+      new RegExp(`mig-minors has no gpu0/gi${gi}/access or gpu0/gi${gi}/ci${ci}/access line for GPU ${uuid}`),
+    );
+  } finally {
+    await mig.destroyComputeInstance(uuid, gi, ci);
+    await mig.destroyGpuInstance(uuid, gi);
     nvml.close();
   }
 });

@@ -8,6 +8,7 @@ import { readFileSync } from 'node:fs';
 import type { Gpu } from '../core/devices.ts';
 import type { GiProfile, MigPlacement, PartitionableGpu } from '../core/dynamic-mig.ts';
 import { MIG_MINORS_FILE, migProfileName, parseMigMinors } from '../core/mig.ts';
+import { errorText } from '../system/log.ts';
 import { NVML, NvmlError } from './errors.ts';
 import type { DeviceHandle, Nvml } from './nvml.ts';
 
@@ -153,16 +154,31 @@ export class NvmlMigInstances {
       if (this.nvml.callCode('nvmlDeviceGetComputeInstanceId', mig[0], ids[1]) !== NVML.SUCCESS) continue;
       if (ids[0][0] !== gi || ids[1][0] !== ci) continue;
       const uuid = this.nvml.uuid(mig[0] as DeviceHandle, { uuid: parentUuid });
-      const minors = parseMigMinors(readFileSync(`${this.procRoot}${MIG_MINORS_FILE}`, 'utf8'));
-      const giCapMinor = minors.get(`gpu${minor}/gi${gi}/access`);
-      const ciCapMinor = minors.get(`gpu${minor}/gi${gi}/ci${ci}/access`);
-      if (giCapMinor === undefined || ciCapMinor === undefined)
-        throw new Error(`the driver's mig-minors has no entry for GPU ${minor} GI ${gi} CI ${ci}`);
-      return { uuid, giCapMinor, ciCapMinor };
+      return { uuid, ...this.capMinors(parentUuid, minor, gi, ci) };
     }
     throw new NvmlError('nvmlDeviceGetMigDeviceHandleByIndex', NVML.ERROR_NOT_FOUND, `no MIG device ${gi}/${ci}`, {
       uuid: parentUuid,
     });
+  }
+
+  /** The minors of a GPU instance's and compute instance's capability nodes, from the driver's mig-minors. */
+  private capMinors(uuid: string, minor: number, gi: number, ci: number): { giCapMinor: number; ciCapMinor: number } {
+    const file = `${this.procRoot}${MIG_MINORS_FILE}`;
+    const where = `GPU ${uuid} (minor ${minor}) GI ${gi} CI ${ci}`;
+    let minors: Map<string, number>;
+    try {
+      minors = parseMigMinors(readFileSync(file, 'utf8'));
+    } catch (err) {
+      throw new Error(`cannot read the capability minors of ${where} from ${file}: ${errorText(err)}`);
+    }
+    const giCapMinor = minors.get(`gpu${minor}/gi${gi}/access`);
+    const ciCapMinor = minors.get(`gpu${minor}/gi${gi}/ci${ci}/access`);
+    if (giCapMinor === undefined || ciCapMinor === undefined)
+      throw new Error(
+        `${file} has no gpu${minor}/gi${gi}/access or gpu${minor}/gi${gi}/ci${ci}/access line for ${where}; ` +
+          'the driver writes one for every possible instance',
+      );
+    return { giCapMinor, ciCapMinor };
   }
 
   async destroyComputeInstance(parentUuid: string, gi: number, ci: number): Promise<void> {

@@ -27,7 +27,9 @@
  *     nvmlGpuInstanceDestroy (IN_USE while it has a compute instance), nvmlDeviceGetGpuInstances,
  *     nvmlGpuInstanceGetComputeInstances. GI ids: the smallest free from 1; CI ids the smallest free
  *     in the GI. FAKE_NVML_CRASH_AFTER=create-gpu-instance|create-compute-instance makes the process
- *     _exit(137) right after that call succeeded (a kill between two steps, for crash tests).
+ *     _exit(137) right after that call succeeded (a kill between two steps, for crash tests). An
+ *     instance made or destroyed outlives nvmlShutdown/nvmlInit, as a FIFO re-layout does; with
+ *     FAKE_NVML_MIG_STATE=<file> layouts also outlive the process (see mig_state_save).
  *
  * Fixture ("gpus[i].mig"):
  *   { "current": true|false, "pending": true|false (default: current), "instances": [entry...] }
@@ -361,13 +363,16 @@ struct fake_mig_gpu {
  * into the handle arrays (stable addresses), by configured index and slot. */
 static struct fake_mig_gpu g_mig[FAKE_MAX_GPUS];
 static struct fake_mig_gpu g_mig_stage[FAKE_MAX_GPUS];
-static char g_mig_changed[FAKE_MAX_GPUS][FAKE_UUID_SIZE]; /* UUID of a GPU whose layout the FIFO changed */
+static char g_mig_changed[FAKE_MAX_GPUS][FAKE_UUID_SIZE]; /* a GPU whose layout the FIFO or an NVML call changed */
 static const struct fake_mig_gpu g_mig_none;              /* a GPU that is not MIG-capable */
 static struct fake_mig_device_handle {
     unsigned char unused;
 } g_mig_handles[FAKE_MAX_GPUS][FAKE_MAX_MIGS]; /* MIG device handles (nvmlDevice_t), by configured GPU and slot */
 static struct fake_gi_handle g_gi_handles[FAKE_MAX_GPUS][FAKE_MAX_GIS];
 static struct fake_ci_handle g_ci_handles[FAKE_MAX_GPUS][FAKE_MAX_MIGS];
+
+static void mig_state_load(void);
+static void mig_state_save(void);
 
 static void mig_commit_stage(void)
 {
@@ -380,6 +385,7 @@ static void mig_commit_stage(void)
         g_mig[c] = g_mig_stage[c];
         g_mig_changed[c][0] = '\0';
     }
+    mig_state_load();
 }
 
 /* Configured index of a live GPU (g_devs), and the live index of a configured one (-1: removed). */
@@ -505,6 +511,113 @@ static void mig_uuid(char *out, const char *parent, unsigned int profile_id, uns
     snprintf(out, FAKE_UUID_SIZE, "MIG-%s", parent + 4);
     if (len >= 10)
         snprintf(out + len - 6, FAKE_UUID_SIZE - (len - 6), "%02x%02x%02x", profile_id & 0xFF, gi & 0xFF, ci & 0xFF);
+}
+
+/* ---- Node state shared by processes (FAKE_NVML_MIG_STATE) --------------------------------------- */
+
+/* A MIG layout lives on the GPU, not in the process that made it: with FAKE_NVML_MIG_STATE set, every change
+ * (an instance created or destroyed, a FIFO re-layout) is written to that file (tmp file + rename), and each
+ * nvmlInit of any process reads it back over the fixture's layouts, so a process killed after creating a GPU
+ * instance leaves it there for the next one. One line per item:
+ *   gpu <uuid> <current> <pending>        a MIG-capable configured GPU
+ *   gi <slot> <id> <profile id> <start>   a GPU instance of the GPU above
+ *   ci <slot> <gi slot> <ci id> <slices>  a compute instance (a MIG device) of the GPU above
+ * Unset: each process starts from the fixture, as before. Called with g_mu held. */
+static void mig_state_save(void)
+{
+    const char *path = getenv("FAKE_NVML_MIG_STATE");
+    char tmp[PATH_MAX];
+    unsigned int c, s;
+    FILE *f;
+
+    if (!path || !*path || snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp || !(f = fopen(tmp, "w")))
+        return;
+    for (c = 0; c < g_conf_count; c++) {
+        const struct fake_mig_gpu *m = &g_mig[c];
+
+        if (!m->board)
+            continue;
+        fprintf(f, "gpu %s %u %u\n", g_conf[c].uuid, m->current, m->pending);
+        for (s = 0; s < FAKE_MAX_GIS; s++)
+            if (m->gis[s].used)
+                fprintf(f, "gi %u %u %u %u\n", s, m->gis[s].id, m->gis[s].profile->id, m->gis[s].start);
+        for (s = 0; s < FAKE_MAX_MIGS; s++)
+            if (m->migs[s].used)
+                fprintf(f, "ci %u %u %u %u\n", s, m->migs[s].gi_slot, m->migs[s].ci_id, m->migs[s].ci_slices);
+    }
+    if (fclose(f) != 0 || rename(tmp, path) != 0)
+        fprintf(stderr, "fake NVML: cannot write the MIG state file %s: %s\n", path, strerror(errno));
+}
+
+/* A live GPU's layout changed as the driver would keep it: it outlives nvmlShutdown/nvmlInit here and, with
+ * FAKE_NVML_MIG_STATE, this process. g_mu held. */
+static void mig_changed(unsigned int live)
+{
+    snprintf(g_mig_changed[CONF(live)], FAKE_UUID_SIZE, "%s", g_devs[live].uuid);
+    mig_state_save();
+}
+
+/* One "gi" line into m; 0 when it names no slot or no profile of the board. */
+static int mig_state_gi(struct fake_mig_gpu *m, const char *line)
+{
+    unsigned int s, id, profile_id, start, i;
+
+    if (sscanf(line, "gi %u %u %u %u", &s, &id, &profile_id, &start) != 4 || s >= FAKE_MAX_GIS)
+        return 0;
+    for (i = 0; i < m->board->count && m->board->profiles[i].id != profile_id; i++)
+        ;
+    if (i == m->board->count)
+        return 0;
+    m->gis[s] = (struct fake_gi){ 1, id, &m->board->profiles[i], start };
+    return 1;
+}
+
+/* One "ci" line into m (its GPU instance read before it); 0 when it does not fit. */
+static int mig_state_ci(struct fake_mig_gpu *m, const char *parent, const char *line)
+{
+    unsigned int s, gi_slot, ci_id, slices;
+    struct fake_mig_device *d;
+
+    if (sscanf(line, "ci %u %u %u %u", &s, &gi_slot, &ci_id, &slices) != 4 || s >= FAKE_MAX_MIGS ||
+        gi_slot >= FAKE_MAX_GIS || !m->gis[gi_slot].used)
+        return 0;
+    d = &m->migs[s];
+    *d = (struct fake_mig_device){ 1, gi_slot, ci_id, slices, "" };
+    mig_uuid(d->uuid, parent, m->gis[gi_slot].profile->id, m->gis[gi_slot].id, ci_id);
+    return 1;
+}
+
+/* The state file's layouts over the configured GPUs' (GPUs it does not name keep theirs). g_mu held. */
+static void mig_state_load(void)
+{
+    const char *path = getenv("FAKE_NVML_MIG_STATE");
+    char line[256], uuid[FAKE_UUID_SIZE];
+    struct fake_mig_gpu *m = NULL;
+    unsigned int c, current, pending;
+    int ok = 1;
+    FILE *f;
+
+    if (!path || !*path || !(f = fopen(path, "r")))
+        return;
+    while (ok && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "gpu ", 4) == 0) {
+            ok = sscanf(line, "gpu %79s %u %u", uuid, &current, &pending) == 3;
+            for (m = NULL, c = 0; ok && c < g_conf_count && !m; c++)
+                if (strcmp(g_conf[c].uuid, uuid) == 0 && g_mig[c].board)
+                    m = &g_mig[c];
+            if (m) {
+                memset(m->gis, 0, sizeof m->gis);
+                memset(m->migs, 0, sizeof m->migs);
+                m->current = current;
+                m->pending = pending;
+            }
+        } else if (m) {
+            ok = strncmp(line, "gi ", 3) == 0 ? mig_state_gi(m, line) : mig_state_ci(m, uuid, line);
+        }
+    }
+    fclose(f);
+    if (!ok)
+        fprintf(stderr, "fake NVML: MIG state file %s: cannot read \"%.*s\"\n", path, (int)strcspn(line, "\n"), line);
 }
 
 /* Places GPU instances k.. of gis where each one's memory slices are free (used: the slices taken), the
@@ -712,7 +825,7 @@ static void mig_command(const char *original, char *args)
         control_complain(original, "usage: mig <index> on [profile...] | off | pending <0|1>");
         return;
     }
-    snprintf(g_mig_changed[CONF(gpu)], FAKE_UUID_SIZE, "%s", g_devs[gpu].uuid);
+    mig_changed((unsigned int)gpu);
 }
 
 /* ---- Whole-GPU calls on MIG handles --------------------------------------------------------- */
@@ -1293,6 +1406,7 @@ EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device
     }
     m->gis[free_slot] = (struct fake_gi){ 1, id, p, placement->start };
     *gi = &g_gi_handles[CONF(gpu)][free_slot];
+    mig_changed(gpu);
     leave(NVML_SUCCESS);
     crash_point("create-gpu-instance");
     return NVML_SUCCESS;
@@ -1339,6 +1453,7 @@ EXPORT nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t handl
     d->ci_slices = c;
     mig_uuid(d->uuid, g_devs[gpu].uuid, gi->profile->id, gi->id, id);
     *ci = &g_ci_handles[CONF(gpu)][free_slot];
+    mig_changed(gpu);
     leave(NVML_SUCCESS);
     crash_point("create-compute-instance");
     return NVML_SUCCESS;
@@ -1356,6 +1471,7 @@ EXPORT nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t handle)
     if (!(d = ci_from_handle(handle, &gpu, &slot)))
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     memset(d, 0, sizeof *d);
+    mig_changed(gpu);
     return leave(NVML_SUCCESS);
 }
 
@@ -1375,6 +1491,7 @@ EXPORT nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t handle)
             return leave(NVML_ERROR_IN_USE);
     }
     memset(gi, 0, sizeof *gi);
+    mig_changed(gpu);
     return leave(NVML_SUCCESS);
 }
 

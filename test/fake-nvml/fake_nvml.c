@@ -12,6 +12,8 @@
  *   FAKE_NVML_CONFIG   path of the JSON description (format above g_stage below). Unset or
  *                      unreadable: init returns NVML_ERROR_DRIVER_NOT_LOADED (9).
  *                      Malformed or invalid: NVML_ERROR_UNKNOWN (999) and one stderr line.
+ *   FAKE_NVML_MIG_STATE optional path of a file the MIG layouts are kept in across processes
+ *                      (fake_mig.h: written at each change, read at each nvmlInit).
  *   FAKE_NVML_CONTROL  optional path of a control FIFO (created with mkfifo when it does
  *                      not exist; never removed). One line per command:
  *                        xid <index|all> <n> [<gi> <ci>]

@@ -136,19 +136,22 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
   test('the agent killed right after making the GPU instance: the next one finishes the claim', async () => {
     agent.signal('SIGTERM');
     await agent.exited;
-    const dying = startAgent({ FAKE_NVML_CRASH_AFTER: 'create-gpu-instance' });
+    // The GPU's instances outlive the killed process, as on a node (the fake keeps them in this file).
+    const gpuState = { FAKE_NVML_MIG_STATE: join(base, 'mig-state') };
+    const dying = startAgent({ ...gpuState, FAKE_NVML_CRASH_AFTER: 'create-gpu-instance' });
     await dying.waitForLine(/DRA sharing agent started/);
     const claim = claimOn(node.api, 'mig-crash', [{ request: 'mig', device: 'gpu-3-mig-2g10gb-14-2' }]);
     const pending = prepareClaim(node, claim);
     assert.equal((await dying.exited).code, 137, 'killed between the GPU instance and its record');
-    // The kubelet's prepare is still waiting for the answer: a new agent (the unit's restart) finishes the claim
-    // from the intent it finds in its state directory. (The fake's instances die with their process, so this one
-    // makes the GPU instance again; on a node it would find the one made and take it, as the unit tests show.)
-    agent = startAgent();
+    // The kubelet's prepare is still waiting for the answer: a new agent (the unit's restart) finds the intent in
+    // its state directory and the instance the killed one made at that placement, takes it, and finishes it.
+    agent = startAgent(gpuState);
     const r = await pending;
     assert.equal(r.error, '', r.error);
     assert.equal(r.devices?.[0]?.cdi_device_ids?.length, 2);
+    assert.ok(!agent.lines.some((l) => /MIG GPU instance created/.test(l)), 'the instance taken, not made again');
     await unprepareClaim(node, claim);
+    await agent.waitForLine(/MIG GPU instance destroyed/);
   });
 
   test('a placement that is not offered (it overlaps an instance the package did not make) is refused', async () => {

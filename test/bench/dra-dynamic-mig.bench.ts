@@ -4,34 +4,19 @@
 // alternate a claim for the whole GPU 1 (the floor) and one for a 1g.5gb partition of GPU 2 (made at prepare:
 // intent recorded, GPU instance, compute instance, MIG device read back, CDI spec; destroyed at unprepare).
 // `node test/bench/dra-dynamic-mig.bench.ts [rounds]`.
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildFakeMpsControl } from '../fake-nvml/build.ts';
-import { DRIVER, claimOn, launchOf, startDraNode, waitForSlices } from '../support/dra-node.ts';
-import { writeMigMinors } from '../support/mig.ts';
+import { DRIVER, claimOn, waitForSlices, startDynamicMigNode, startSharingAgent } from '../support/dra-node.ts';
 import { unmountUnder } from '../support/mounts.ts';
-import { PluginProcess, executable } from '../support/sim.ts';
 import { r2, stats } from './stats.ts';
 
 export async function draDynamicMigLatency(rounds: number): Promise<Record<string, unknown>> {
   const mpsDir = await buildFakeMpsControl();
   const base = mkdtempSync(join(tmpdir(), 'gdp-bench-dynmig-'));
-  const procRoot = join(base, 'proc');
-  writeMigMinors(procRoot, 16);
-  writeFileSync(join(procRoot, 'devices'), 'Character devices:\n195 nvidia\n236 nvidia-caps\n');
-  const node = await startDraNode({
-    topology: 'mig-dynamic-16',
-    cdiNames: [...Array(16).keys()].map(String),
-    config: 'version: v1\ndra:\n  dynamicMig: true\n',
-    args: [`--mps-root=${join(base, 'mps')}`, '--mig-strategy=mixed'],
-    env: { PATH: `${mpsDir}:${process.env.PATH ?? ''}`, PROC_ROOT: procRoot },
-  });
-  const { args, env } = launchOf(node.sim.plugin);
-  delete env.NOTIFY_SOCKET;
-  delete env.FAKE_NVML_CONTROL;
-  env.STATE_DIRECTORY = join(base, 'agent-state');
-  const agent = new PluginProcess(executable(), ['mps-control-daemon', ...args], env);
+  const node = await startDynamicMigNode(base, 'mig-dynamic-16', 16, mpsDir);
+  const agent = startSharingAgent(node, join(base, 'agent-state'));
   try {
     await agent.waitForLine(/DRA sharing agent started/);
     await waitForSlices(node.api, (d) => d.some((x) => x.name === 'gpu-2-mig-1g5gb-19-0'), 'with partitions');

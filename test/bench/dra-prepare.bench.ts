@@ -14,9 +14,8 @@ import { join } from 'node:path';
 import type { Claim } from '../../src/api/dra.ts';
 import { buildFakeMpsControl, buildFakeNvidiaSmi } from '../fake-nvml/build.ts';
 import type { JsonObject } from '../support/apiserver.ts';
-import { DRIVER, NODE, launchOf, startDraNode } from '../support/dra-node.ts';
+import { DRIVER, NODE, startDraNode, startSharingAgent } from '../support/dra-node.ts';
 import { unmountUnder } from '../support/mounts.ts';
-import { PluginProcess, executable } from '../support/sim.ts';
 import { r2, stats } from './stats.ts';
 
 type Kind = 'plain' | 'time-sliced' | 'MPS';
@@ -38,11 +37,7 @@ export async function draPrepareLatency(rounds: number): Promise<Record<string, 
       FAKE_NVIDIA_SMI_STATE: join(base, 'nvidia-smi.json'),
     },
   });
-  const { args, env } = launchOf(node.sim.plugin);
-  delete env.NOTIFY_SOCKET;
-  // The fake NVML's control FIFO is the plugin's: a second reader would take commands meant for it.
-  delete env.FAKE_NVML_CONTROL;
-  const agent = new PluginProcess(executable(), ['mps-control-daemon', ...args], env);
+  const agent = startSharingAgent(node, join(base, 'agent-state'));
   try {
     await agent.waitForLine(/DRA sharing agent started/);
     const client = node.watcher.client(DRIVER);

@@ -25,10 +25,10 @@ import { serializeRequest } from '../../src/core/dra-sharing.ts';
 import type { HostRequest } from '../../src/core/dra-sharing.ts';
 import { buildFakeMpsControl, buildFakeNvidiaSmi } from '../fake-nvml/build.ts';
 import type { JsonObject } from '../support/apiserver.ts';
-import { DRIVER, NODE, launchOf, startDraNode, prepareClaim, unprepareClaim } from '../support/dra-node.ts';
+import { DRIVER, NODE, startDraNode, prepareClaim, unprepareClaim, startSharingAgent } from '../support/dra-node.ts';
 import type { DraNode } from '../support/dra-node.ts';
 import { unmountUnder } from '../support/mounts.ts';
-import { PluginProcess, executable } from '../support/sim.ts';
+import type { PluginProcess } from '../support/sim.ts';
 import { onFileChange, waitUntil } from '../support/wait.ts';
 
 const GPU = (
@@ -59,18 +59,8 @@ before(async () => {
       FAKE_NVIDIA_SMI_STATE: join(base, 'nvidia-smi.json'),
     },
   });
-  const { args, env } = launchOf(node.sim.plugin);
-  delete env.NOTIFY_SOCKET;
-  // The fake NVML's control FIFO is the plugin's: a second reader would take commands meant for it.
-  delete env.FAKE_NVML_CONTROL;
-  env.STATE_DIRECTORY = join(base, 'agent-state');
   // Two MPS claims' shm (8Gi each) at most, whatever this machine's memory.
-  env.DRA_MPS_SHM_TOTAL = '16Gi';
-  agent = new PluginProcess(
-    'unshare',
-    ['-m', '--propagation', 'private', executable(), 'mps-control-daemon', ...args],
-    env,
-  );
+  agent = startSharingAgent(node, join(base, 'agent-state'), { unshare: true, env: { DRA_MPS_SHM_TOTAL: '16Gi' } });
   await agent.waitForLine(/DRA sharing agent started/);
 });
 

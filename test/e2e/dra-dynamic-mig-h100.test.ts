@@ -3,7 +3,7 @@
 // memory slices 0, 2, 4, 6 — a 1g.20gb partition prepared and unprepared through the agent, and the foreign
 // instances still there and published as MIG devices after it.
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -11,16 +11,15 @@ import { buildFakeMpsControl } from '../fake-nvml/build.ts';
 import {
   claimOn,
   devicesOf,
-  launchOf,
   prepareClaim,
-  startDraNode,
   unprepareClaim,
   waitForSlices,
+  startDynamicMigNode,
+  startSharingAgent,
 } from '../support/dra-node.ts';
 import type { DraNode } from '../support/dra-node.ts';
-import { writeMigMinors } from '../support/mig.ts';
 import { unmountUnder } from '../support/mounts.ts';
-import { PluginProcess, executable } from '../support/sim.ts';
+import type { PluginProcess } from '../support/sim.ts';
 
 let base = '';
 let node: DraNode;
@@ -29,21 +28,8 @@ let agent: PluginProcess;
 before(async () => {
   const mpsDir = await buildFakeMpsControl();
   base = mkdtempSync(join(tmpdir(), 'gdp-dra-h100-'));
-  const procRoot = join(base, 'proc');
-  writeMigMinors(procRoot, 2);
-  writeFileSync(join(procRoot, 'devices'), 'Character devices:\n195 nvidia\n236 nvidia-caps\n');
-  node = await startDraNode({
-    topology: 'mig-dynamic-h100-2',
-    cdiNames: ['0', '1'],
-    config: 'version: v1\ndra:\n  dynamicMig: true\n',
-    args: [`--mps-root=${join(base, 'mps')}`, '--mig-strategy=mixed'],
-    env: { PATH: `${mpsDir}:${process.env.PATH ?? ''}`, PROC_ROOT: procRoot },
-  });
-  const { args, env } = launchOf(node.sim.plugin);
-  delete env.NOTIFY_SOCKET;
-  delete env.FAKE_NVML_CONTROL;
-  env.STATE_DIRECTORY = join(base, 'agent-state');
-  agent = new PluginProcess(executable(), ['mps-control-daemon', ...args], env);
+  node = await startDynamicMigNode(base, 'mig-dynamic-h100-2', 2, mpsDir);
+  agent = startSharingAgent(node, join(base, 'agent-state'));
   await agent.waitForLine(/DRA sharing agent started/);
 });
 

@@ -6,7 +6,7 @@
 // capability nodes) and unprepared (destroyed); a placement that is not offered refused by name. The fake NVML
 // keeps its instances per process: the plugin's own scan does not see the agent's instance.
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -15,46 +15,30 @@ import type { JsonObject } from '../support/apiserver.ts';
 import { poolProblems } from '../support/apiserver-counters.ts';
 import {
   claimOn,
-  launchOf,
   prepareClaim,
   slicesOf,
-  startDraNode,
   unprepareClaim,
   waitForSlices,
+  startDynamicMigNode,
+  startSharingAgent,
 } from '../support/dra-node.ts';
 import type { DraNode } from '../support/dra-node.ts';
-import { writeMigMinors } from '../support/mig.ts';
 import { unmountUnder } from '../support/mounts.ts';
-import { PluginProcess, executable } from '../support/sim.ts';
+import type { PluginProcess } from '../support/sim.ts';
 
 let base = '';
 let node: DraNode;
 let agent: PluginProcess;
-let agentLaunch: { args: string[]; env: NodeJS.ProcessEnv };
 
-/** The MPS unit's program as the sharing agent, with `extra` in its environment. */
-function startAgent(extra: Record<string, string> = {}): PluginProcess {
-  return new PluginProcess(executable(), ['mps-control-daemon', ...agentLaunch.args], { ...agentLaunch.env, ...extra });
+/** The MPS unit's program as the sharing agent, with `env` in its environment. */
+function startAgent(env: Record<string, string> = {}): PluginProcess {
+  return startSharingAgent(node, join(base, 'agent-state'), { env });
 }
 
 before(async () => {
   const mpsDir = await buildFakeMpsControl();
   base = mkdtempSync(join(tmpdir(), 'gdp-dra-dynmig-'));
-  const procRoot = join(base, 'proc');
-  writeMigMinors(procRoot, 16);
-  writeFileSync(join(procRoot, 'devices'), 'Character devices:\n195 nvidia\n236 nvidia-caps\n');
-  node = await startDraNode({
-    topology: 'mig-dynamic-16',
-    cdiNames: [...Array(16).keys()].map(String),
-    config: 'version: v1\ndra:\n  dynamicMig: true\n',
-    args: [`--mps-root=${join(base, 'mps')}`, '--mig-strategy=mixed'],
-    env: { PATH: `${mpsDir}:${process.env.PATH ?? ''}`, PROC_ROOT: procRoot },
-  });
-  const { args, env } = launchOf(node.sim.plugin);
-  delete env.NOTIFY_SOCKET;
-  delete env.FAKE_NVML_CONTROL;
-  env.STATE_DIRECTORY = join(base, 'agent-state');
-  agentLaunch = { args, env };
+  node = await startDynamicMigNode(base, 'mig-dynamic-16', 16, mpsDir);
   agent = startAgent();
   await agent.waitForLine(/DRA sharing agent started/);
 });

@@ -16,16 +16,16 @@ import type { JsonObject } from '../support/apiserver.ts';
 import {
   DRIVER,
   NODE,
-  launchOf,
   restartPlugin,
   startDraNode,
   waitForSlices,
   prepareClaim,
   unprepareClaim,
+  startSharingAgent,
 } from '../support/dra-node.ts';
 import { unmountUnder } from '../support/mounts.ts';
 import type { DraNode } from '../support/dra-node.ts';
-import { PluginProcess, executable } from '../support/sim.ts';
+import type { PluginProcess } from '../support/sim.ts';
 import { onFileChange, waitUntil } from '../support/wait.ts';
 
 const GPU = (
@@ -41,13 +41,7 @@ let node: DraNode;
 let agent: PluginProcess;
 
 function startAgent(): PluginProcess {
-  const { args, env } = launchOf(node.sim.plugin);
-  delete env.NOTIFY_SOCKET;
-  // The fake NVML's control FIFO is the plugin's: a second reader would take commands meant for it.
-  delete env.FAKE_NVML_CONTROL;
-  // Its own state directory, as the unit's StateDirectory= gives it.
-  env.STATE_DIRECTORY = join(base, 'agent-state');
-  return new PluginProcess(executable(), ['mps-control-daemon', ...args], env);
+  return startSharingAgent(node, join(base, 'agent-state'));
 }
 
 before(async () => {

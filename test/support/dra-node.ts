@@ -10,6 +10,7 @@ import { HealthStatus } from '../../src/api/dra.ts';
 import { ApiServerStandIn } from './apiserver.ts';
 import type { ApiServerOptions, JsonObject, TokenGrant } from './apiserver.ts';
 import { byIndex, cdiSpec, tokenKubeconfig } from './dra-fixtures.ts';
+import { writeMigMinors } from './mig.ts';
 import { PluginWatcherStandIn } from './plugin-watcher.ts';
 import { onEvent, waitFor } from './wait.ts';
 import { PluginProcess, SimNode, executable, monotonicMs } from './sim.ts';
@@ -248,4 +249,48 @@ export async function prepareClaim(node: DraNode, claim: Claim): Promise<NodePre
 export async function unprepareClaim(node: DraNode, claim: Claim): Promise<void> {
   const r = await node.watcher.client(DRIVER).unprepare([claim]);
   assert.equal(r.claims?.[claim.uid]?.error, '', `unprepared ${claim.name}`);
+}
+
+/**
+ * The MPS unit's program beside the node's plugin, as its DRA sharing agent: started with the plugin's arguments
+ * and environment, the fake NVML's control FIFO left to the plugin (a second reader would take its commands), its
+ * own state directory (as the unit's StateDirectory= gives it) and `env` over them; with `unshare`, in a private
+ * mount namespace of its own (what it mounts stays there).
+ */
+export function startSharingAgent(
+  node: DraNode,
+  stateDir: string,
+  o: { readonly env?: Readonly<Record<string, string>>; readonly unshare?: boolean } = {},
+): PluginProcess {
+  const { args, env } = launchOf(node.sim.plugin);
+  delete env.NOTIFY_SOCKET;
+  delete env.FAKE_NVML_CONTROL;
+  const all = { ...env, STATE_DIRECTORY: stateDir, ...o.env };
+  const command = ['mps-control-daemon', ...args];
+  return o.unshare === true
+    ? new PluginProcess('unshare', ['-m', '--propagation', 'private', executable(), ...command], all)
+    : new PluginProcess(executable(), command, all);
+}
+
+/**
+ * A DRA node with dynamic MIG on (`dra.dynamicMig`, --mig-strategy=mixed) on a fake MIG topology of `gpus` GPUs,
+ * its MPS root and proc root (the driver's mig-minors and an nvidia-caps major) under `base`; `path` goes first on
+ * the plugin's PATH (the fake nvidia-cuda-mps-control).
+ */
+export async function startDynamicMigNode(
+  base: string,
+  topology: string,
+  gpus: number,
+  path: string,
+): Promise<DraNode> {
+  const procRoot = join(base, 'proc');
+  writeMigMinors(procRoot, gpus);
+  writeFileSync(join(procRoot, 'devices'), 'Character devices:\n195 nvidia\n236 nvidia-caps\n');
+  return startDraNode({
+    topology,
+    cdiNames: [...Array(gpus).keys()].map(String),
+    config: 'version: v1\ndra:\n  dynamicMig: true\n',
+    args: [`--mps-root=${join(base, 'mps')}`, '--mig-strategy=mixed'],
+    env: { PATH: `${path}:${process.env.PATH ?? ''}`, PROC_ROOT: procRoot },
+  });
 }

@@ -1,5 +1,8 @@
 // What a DRA node has beside the plugin, one copy for the unit, e2e and real-systemd tests: the
-// NVIDIA Container Toolkit's CDI spec and a kubeconfig with a bearer token.
+// NVIDIA Container Toolkit's CDI spec and a kubeconfig with a bearer token; and the small node, claim and MPS
+// setting the unit tests of DRA sharing (the plugin's side and the agent's) share.
+import type { GpuSharing } from '../../src/core/dra-gpu-config.ts';
+import type { HostDevice } from '../../src/core/dra-sharing.ts';
 
 /** A device of the spec: its CDI name and the device node its containerEdits hold. */
 export interface CdiDevice {
@@ -47,3 +50,22 @@ export function tokenKubeconfig(server: string, token: string): string {
     '    user: node',
   ].join('\n')}\n`;
 }
+
+/** The host side of DRA sharing in unit tests: two whole GPUs and one MIG device of a third, 80 GB each. */
+export const GiB = 2 ** 30;
+export const SHARING_NODE: HostDevice[] = [
+  { name: 'gpu-0', gpuUuid: 'GPU-0', gpuIndex: 0, minor: 0, memoryBytes: 80 * GiB },
+  { name: 'gpu-1', gpuUuid: 'GPU-1', gpuIndex: 1, minor: 1, memoryBytes: 80 * GiB },
+  {
+    name: 'gpu-2-mig-1g10gb-19-0',
+    gpuUuid: 'GPU-2',
+    gpuIndex: 2,
+    minor: 2,
+    memoryBytes: 10 * GiB,
+    mig: { uuid: 'MIG-2a', index: 0 },
+  },
+];
+/** The claim those tests share a GPU for. */
+export const SHARING_CLAIM = { namespace: 'team-a', name: 'c1', uid: 'uid-1' };
+/** GpuConfig's MPS sharing with these settings. */
+export const mpsSharing = (extra: object = {}): GpuSharing => ({ strategy: 'MPS', ...extra });

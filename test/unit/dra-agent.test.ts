@@ -17,28 +17,15 @@ import {
   requestDir,
   serializeRequest,
 } from '../../src/core/dra-sharing.ts';
-import type { HostDevice, HostRequest } from '../../src/core/dra-sharing.ts';
-import type { GpuSharing } from '../../src/core/dra-gpu-config.ts';
+import type { HostRequest } from '../../src/core/dra-sharing.ts';
 import { DraSharingAgent } from '../../src/mps/dra-agent.ts';
 import type { MigPort } from '../../src/mps/mig-partitions.ts';
 import { FakeGpu } from '../support/fake-mig-port.ts';
 import { createLogger } from '../../src/system/log.ts';
+import { GiB, SHARING_CLAIM, SHARING_NODE, mpsSharing } from '../support/dra-fixtures.ts';
 import { FakeHost } from '../support/fake-mps-host.ts';
 import { onEvent, waitUntil } from '../support/wait.ts';
 
-const GiB = 2 ** 30;
-const NODE: HostDevice[] = [
-  { name: 'gpu-0', gpuUuid: 'GPU-0', gpuIndex: 0, minor: 0, memoryBytes: 80 * GiB },
-  { name: 'gpu-1', gpuUuid: 'GPU-1', gpuIndex: 1, minor: 1, memoryBytes: 80 * GiB },
-  {
-    name: 'gpu-2-mig-1g10gb-19-0',
-    gpuUuid: 'GPU-2',
-    gpuIndex: 2,
-    minor: 2,
-    memoryBytes: 10 * GiB,
-    mig: { uuid: 'MIG-2a', index: 0 },
-  },
-];
 /** What NVML lists: the three GPUs whole and GPU-2's MIG device. */
 const INVENTORY: HostInventory = new Map([
   ['GPU-0', { uuid: 'GPU-0', gpuUuid: 'GPU-0', gpuIndex: 0, memoryMiB: 81920 }],
@@ -46,8 +33,9 @@ const INVENTORY: HostInventory = new Map([
   ['GPU-2', { uuid: 'GPU-2', gpuUuid: 'GPU-2', gpuIndex: 2, memoryMiB: 81920 }],
   ['MIG-2a', { uuid: 'MIG-2a', gpuUuid: 'GPU-2', memoryMiB: 10240 }],
 ]);
-const CLAIM = { namespace: 'team-a', name: 'c1', uid: 'uid-1' };
-const mps = (extra: object = {}): GpuSharing => ({ strategy: 'MPS', ...extra });
+const NODE = SHARING_NODE;
+const CLAIM = SHARING_CLAIM;
+const mps = mpsSharing;
 // ---- the agent ----
 
 interface AgentRig {

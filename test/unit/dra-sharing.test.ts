@@ -18,28 +18,15 @@ import {
   requestedTimeSlices,
 } from '../../src/core/dra-sharing.ts';
 import type { HostDevice, HostRequest, SharedDevice } from '../../src/core/dra-sharing.ts';
-import type { GpuSharing } from '../../src/core/dra-gpu-config.ts';
 import { DraClaims } from '../../src/dra/claims.ts';
 import { HostSharing } from '../../src/dra/sharing.ts';
 import type { SharingPrepared } from '../../src/dra/sharing.ts';
 import { createLogger } from '../../src/system/log.ts';
-import { byIndex, cdiSpec } from '../support/dra-fixtures.ts';
+import { GiB, SHARING_CLAIM, SHARING_NODE, byIndex, cdiSpec, mpsSharing } from '../support/dra-fixtures.ts';
 
-const GiB = 2 ** 30;
-const NODE: HostDevice[] = [
-  { name: 'gpu-0', gpuUuid: 'GPU-0', gpuIndex: 0, minor: 0, memoryBytes: 80 * GiB },
-  { name: 'gpu-1', gpuUuid: 'GPU-1', gpuIndex: 1, minor: 1, memoryBytes: 80 * GiB },
-  {
-    name: 'gpu-2-mig-1g10gb-19-0',
-    gpuUuid: 'GPU-2',
-    gpuIndex: 2,
-    minor: 2,
-    memoryBytes: 10 * GiB,
-    mig: { uuid: 'MIG-2a', index: 0 },
-  },
-];
-const CLAIM = { namespace: 'team-a', name: 'c1', uid: 'uid-1' };
-const mps = (extra: object = {}): GpuSharing => ({ strategy: 'MPS', ...extra });
+const NODE = SHARING_NODE;
+const CLAIM = SHARING_CLAIM;
+const mps = mpsSharing;
 
 test('hostRequest: a claim without TimeSlicing or MPS asks nothing; a device not on the node is an error', () => {
   assert.equal(hostRequest(CLAIM, [{ device: 'gpu-0' }], NODE), null);

@@ -98,12 +98,8 @@ export class NvmlMigInstances {
 
   /** The GPU-instance profile's slice count, by its id (profile infos enumerated by NVML profile index). */
   private giSlices(h: DeviceHandle, profileId: number, parentUuid: string): number {
-    for (let i = 0; i < MAX_PROFILE_INDEX; i++) {
-      const info = Buffer.alloc(48);
-      const code = this.nvml.callCode('nvmlDeviceGetGpuInstanceProfileInfo', h, i, info);
-      if (code === NVML.ERROR_INVALID_ARGUMENT) break;
-      if (code === NVML.SUCCESS && info.readUInt32LE(0) === profileId) return info.readUInt32LE(8);
-    }
+    const found = profileInfos(this.nvml, h).find((p) => p.info.readUInt32LE(0) === profileId);
+    if (found !== undefined) return found.info.readUInt32LE(8);
     throw new NvmlError('nvmlDeviceGetGpuInstanceProfileInfo', NVML.ERROR_NOT_FOUND, `no profile ${profileId}`, {
       uuid: parentUuid,
     });
@@ -210,14 +206,26 @@ function placementsOf(nvml: Nvml, h: DeviceHandle, profileId: number): MigPlacem
   }));
 }
 
-/** The GPU's GPU-instance profiles (nvmlGpuInstanceProfileInfo_t, 48 bytes) with their placements. */
+/**
+ * The GPU's GPU-instance profile infos (nvmlGpuInstanceProfileInfo_t, 48 bytes) with the NVML profile index each
+ * was read at: indexes from 0 until INVALID_ARGUMENT (nvml.h's rule), a profile the GPU lacks (NOT_SUPPORTED, or
+ * another failure) left out.
+ */
+export function profileInfos(nvml: Nvml, h: DeviceHandle): { readonly index: number; readonly info: Buffer }[] {
+  const out: { index: number; info: Buffer }[] = [];
+  for (let index = 0; index < MAX_PROFILE_INDEX; index++) {
+    const info = Buffer.alloc(48);
+    const code = nvml.callCode('nvmlDeviceGetGpuInstanceProfileInfo', h, index, info);
+    if (code === NVML.ERROR_INVALID_ARGUMENT) break;
+    if (code === NVML.SUCCESS) out.push({ index, info });
+  }
+  return out;
+}
+
+/** The GPU's GPU-instance profiles with their placements. */
 function profilesOf(nvml: Nvml, h: DeviceHandle, gpu: Gpu): GiProfile[] {
   const out: GiProfile[] = [];
-  for (let i = 0; i < MAX_PROFILE_INDEX; i++) {
-    const b = Buffer.alloc(48);
-    const code = nvml.callCode('nvmlDeviceGetGpuInstanceProfileInfo', h, i, b);
-    if (code === NVML.ERROR_INVALID_ARGUMENT) break;
-    if (code !== NVML.SUCCESS) continue;
+  for (const { index: i, info: b } of profileInfos(nvml, h)) {
     const slices = b.readUInt32LE(8);
     const memoryMiB = Number(b.readBigUInt64LE(40));
     const name = migProfileName({

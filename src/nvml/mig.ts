@@ -11,7 +11,7 @@ import type { PartitionableGpu } from '../core/dynamic-mig.ts';
 import type { Logger } from '../system/log.ts';
 import { errorText } from '../system/log.ts';
 import { NVML, NvmlError } from './errors.ts';
-import { readPartitionable } from './mig-instances.ts';
+import { profileInfos, readPartitionable } from './mig-instances.ts';
 import { PROFILE_MIG_SYMBOLS, REQUIRED_MIG_SYMBOLS } from './mig-symbols.ts';
 import type { DeviceHandle, Nvml } from './nvml.ts';
 
@@ -23,9 +23,6 @@ export interface MigAttributes {
   computeInstanceSliceCount: number;
   memorySizeMB: number;
 }
-
-/** Profile lookups beyond the last NVML profile index answer INVALID_ARGUMENT well before this. */
-const MAX_PROFILE_INDEX = 32;
 
 /** Whether this NVML has what MIG discovery needs (quietly: the caller logs one line if not). */
 export function nvmlHasMig(nvml: Nvml): { ok: true } | { ok: false; missing: string } {
@@ -55,15 +52,7 @@ function attributes(nvml: Nvml, h: DeviceHandle): MigAttributes | number {
 /** GPU-instance profile id → NVML profile index, for one parent (null when the driver cannot say). */
 function profileIndexTable(nvml: Nvml, parent: DeviceHandle): Map<number, number> | null {
   if (!PROFILE_MIG_SYMBOLS.every((s) => nvml.has(s, true))) return null;
-  const table = new Map<number, number>();
-  const buf = Buffer.alloc(48);
-  for (let i = 0; i < MAX_PROFILE_INDEX; i++) {
-    const code = nvml.callCode('nvmlDeviceGetGpuInstanceProfileInfo', parent, i, buf);
-    if (code === NVML.ERROR_NOT_SUPPORTED) continue;
-    if (code !== NVML.SUCCESS) break;
-    table.set(buf.readUInt32LE(0), i);
-  }
-  return table;
+  return new Map(profileInfos(nvml, parent).map((p) => [p.info.readUInt32LE(0), p.index]));
 }
 
 /** What nvmlGpuInstanceGetInfo says of the GPU instance a MIG device lives in. */

@@ -48,7 +48,8 @@
  * parent's UUID with "GPU-" replaced by "MIG-" and its last six hex digits replaced by the GPU
  * instance's profile id, the GI id and the CI id, two hex digits each (GPU-...-bd53058e4ee4, a
  * 1g.10gb (profile id 19) as GI 3 CI 0 → MIG-...-bd5305130300), so tests can name them and an
- * instance re-created with another profile gets another UUID. A re-layout rewrites the GPU's MIG
+ * instance re-created with another profile gets another UUID. MIG-capable GPUs whose UUIDs differ only in those
+ * six digits are refused at load: their MIG devices would share UUIDs. A re-layout rewrites the GPU's MIG
  * devices in place: old MIG handles then name whatever is at their slot, or answer
  * INVALID_ARGUMENT/NOT_FOUND, as stale handles of the real driver may.
  */
@@ -522,7 +523,18 @@ static void mig_uuid(char *out, const char *parent, unsigned int profile_id, uns
  *   gpu <uuid> <current> <pending>        a MIG-capable configured GPU
  *   gi <slot> <id> <profile id> <start>   a GPU instance of the GPU above
  *   ci <slot> <gi slot> <ci id> <slices>  a compute instance (a MIG device) of the GPU above
- * Unset: each process starts from the fixture, as before. Called with g_mu held. */
+ * Unset: each process starts from the fixture, as before. Another process's change is read at this process's
+ * next call (mig_state_refresh), as every process sees one GPU. Called with g_mu held. */
+
+/* The state file as this process last wrote or read it, so that only another process's change is read again. */
+static struct stat g_mig_state_seen;
+
+static void mig_state_remember(const char *path)
+{
+    if (stat(path, &g_mig_state_seen) != 0)
+        memset(&g_mig_state_seen, 0, sizeof g_mig_state_seen);
+}
+
 static void mig_state_save(void)
 {
     const char *path = getenv("FAKE_NVML_MIG_STATE");
@@ -547,6 +559,8 @@ static void mig_state_save(void)
     }
     if (fclose(f) != 0 || rename(tmp, path) != 0)
         fprintf(stderr, "fake NVML: cannot write the MIG state file %s: %s\n", path, strerror(errno));
+    else
+        mig_state_remember(path);
 }
 
 /* A live GPU's layout changed as the driver would keep it: it outlives nvmlShutdown/nvmlInit here and, with
@@ -599,6 +613,7 @@ static void mig_state_load(void)
 
     if (!path || !*path || !(f = fopen(path, "r")))
         return;
+    mig_state_remember(path);
     while (ok && fgets(line, sizeof line, f)) {
         if (strncmp(line, "gpu ", 4) == 0) {
             ok = sscanf(line, "gpu %79s %u %u", uuid, &current, &pending) == 3;
@@ -618,6 +633,23 @@ static void mig_state_load(void)
     fclose(f);
     if (!ok)
         fprintf(stderr, "fake NVML: MIG state file %s: cannot read \"%.*s\"\n", path, (int)strcspn(line, "\n"), line);
+}
+
+/* The state file read again when another process replaced it since this one last wrote or read it (a new file:
+ * another inode, size or change time), so that instances made by one process are seen by the others at their
+ * next call, as on a GPU. Old MIG handles then name whatever is at their slot, as after a FIFO re-layout. g_mu
+ * held. */
+static void mig_state_refresh(void)
+{
+    const char *path = getenv("FAKE_NVML_MIG_STATE");
+    struct stat st;
+
+    if (!path || !*path || stat(path, &st) != 0)
+        return;
+    if (st.st_ino == g_mig_state_seen.st_ino && st.st_size == g_mig_state_seen.st_size &&
+        st.st_ctim.tv_sec == g_mig_state_seen.st_ctim.tv_sec && st.st_ctim.tv_nsec == g_mig_state_seen.st_ctim.tv_nsec)
+        return;
+    mig_state_load();
 }
 
 /* Places GPU instances k.. of gis where each one's memory slices are free (used: the slices taken), the
@@ -754,6 +786,17 @@ static nvmlReturn_t mig_load_gpu(const json_value *g, unsigned int index)
     m->board = board_for(d->name);
     if (!m->board)
         return config_error(key, "\"%.60s\" has no MIG profile table here (A100-SXM4-40GB, A100-SXM4-80GB, H100 80GB HBM3, H200)", d->name);
+    /* MIG UUIDs are the parent's with its last six hex digits replaced: parents that differ only there would give
+     * two MIG devices one UUID, which no driver does. */
+    for (i = 0; i < index; i++) {
+        const char *other = g_stage.gpus[i].uuid;
+        size_t n = strlen(d->uuid);
+
+        if (g_mig_stage[i].board && n > 6 && strlen(other) == n && strncmp(other, d->uuid, n - 6) == 0)
+            return config_error(key, "GPU %u's UUID %s differs from GPU %u's %s only in its last six hex digits, which "
+                                "MIG device UUIDs replace: give MIG-capable GPUs UUIDs that differ before them",
+                                index, d->uuid, (unsigned int)i, other);
+    }
     snprintf(key, sizeof key, "gpus[%u].mig.current", index);
     if ((x = json_object_get(v, "current"))) {
         if (x->type != JSON_BOOL)

@@ -13,7 +13,8 @@
  *                      unreadable: init returns NVML_ERROR_DRIVER_NOT_LOADED (9).
  *                      Malformed or invalid: NVML_ERROR_UNKNOWN (999) and one stderr line.
  *   FAKE_NVML_MIG_STATE optional path of a file the MIG layouts are kept in across processes
- *                      (fake_mig.h: written at each change, read at each nvmlInit).
+ *                      (fake_mig.h: written at each change, read at each nvmlInit and again at
+ *                      the next call after another process changed it).
  *   FAKE_NVML_CONTROL  optional path of a control FIFO (created with mkfifo when it does
  *                      not exist; never removed). One line per command:
  *                        xid <index|all> <n> [<gi> <ci>]
@@ -456,6 +457,7 @@ static int mig_answer(nvmlDevice_t handle, int what, char *buf, unsigned int len
                       nvmlReturn_t *result);
 static nvmlReturn_t mig_load_gpu(const json_value *g, unsigned int index);
 static void mig_commit_stage(void);
+static void mig_state_refresh(void);
 static void mig_command(const char *original, char *args);
 static int conf_of(unsigned int live);
 static int live_of(unsigned int conf);
@@ -501,6 +503,7 @@ static nvmlReturn_t enter(void)
         pthread_mutex_unlock(&g_mu);
         return NVML_ERROR_UNINITIALIZED;
     }
+    mig_state_refresh();
     return NVML_SUCCESS;
 }
 

@@ -18,7 +18,7 @@ import { buildFakeNvml, LIBRARY_NAME } from '../fake-nvml/build.ts';
 import { writeMigMinors } from '../support/mig.ts';
 
 const A100 = 'GPU-c3000000-0000-4000-8000-000000000000';
-const H100 = 'GPU-c3000000-0000-4000-8000-000000000001';
+const H100 = 'GPU-c3000000-0000-4000-8001-000000000001';
 const quiet = createLogger({ level: 'error', journal: false, write: () => undefined });
 const SRC = join(import.meta.dirname, '..', '..', 'src');
 

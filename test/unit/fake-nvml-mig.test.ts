@@ -427,7 +427,7 @@ test('a lost parent makes its MIG devices answer GPU_IS_LOST', async () => {
   });
 });
 
-test('fixture errors name the key: unknown profile, too many slices, a board without a table', async () => {
+test('fixture errors name the key: unknown profile, too many slices, no table, MIG UUIDs that collide', async () => {
   const base = { uuid: 'GPU-00000000-0000-4000-8000-000000000001', busId: '00000000:07:00.0' };
   for (const [gpuEntry, message] of [
     [
@@ -446,9 +446,22 @@ test('fixture errors name the key: unknown profile, too many slices, a board wit
       { ...base, name: 'NVIDIA A100-SXM4-40GB', mig: { current: false, instances: ['1g.5gb'] } },
       /instances need MIG mode enabled/,
     ],
+    [
+      [
+        { ...base, name: 'NVIDIA A100-SXM4-40GB', mig: { current: true } },
+        {
+          uuid: 'GPU-00000000-0000-4000-8000-000000000002',
+          busId: '00000000:08:00.0',
+          name: 'NVIDIA A100-SXM4-40GB',
+          mig: { current: true },
+        },
+      ],
+      /gpus\[1\]\.mig: .*differs from GPU 0's .* only in its last six hex digits/,
+    ],
   ] as const) {
     const file = path.join(tmp, `bad-${++sessions}.json`);
-    fs.writeFileSync(file, JSON.stringify({ gpus: [gpuEntry] }));
+    const gpus = 'uuid' in gpuEntry ? [gpuEntry] : gpuEntry;
+    fs.writeFileSync(file, JSON.stringify({ gpus }));
     const script =
       `import koffi from 'koffi'; const l = koffi.load(process.env.LIB); ` +
       `process.stdout.write(String(l.func('int nvmlInit_v2()')()));`;

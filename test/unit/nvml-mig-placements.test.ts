@@ -21,14 +21,14 @@ import { writeMigMinors } from '../support/mig.ts';
 const GIB = 1024 ** 3;
 const GPUS = [
   { uuid: 'GPU-b2000000-0000-4000-8000-000000000000', name: 'NVIDIA A100-SXM4-40GB', gib: 40, mig: [] },
-  { uuid: 'GPU-b2000000-0000-4000-8000-000000000001', name: 'NVIDIA H100 80GB HBM3', gib: 80, mig: [] },
+  { uuid: 'GPU-b2000000-0000-4000-8001-000000000001', name: 'NVIDIA H100 80GB HBM3', gib: 80, mig: [] },
   {
-    uuid: 'GPU-b2000000-0000-4000-8000-000000000002',
+    uuid: 'GPU-b2000000-0000-4000-8002-000000000002',
     name: 'NVIDIA H100 80GB HBM3',
     gib: 80,
     mig: ['3g.40gb', '1g.10gb'],
   },
-  { uuid: 'GPU-b2000000-0000-4000-8000-000000000003', name: 'NVIDIA A100-SXM4-40GB', gib: 40, mig: null },
+  { uuid: 'GPU-b2000000-0000-4000-8003-000000000003', name: 'NVIDIA A100-SXM4-40GB', gib: 40, mig: null },
 ] as const;
 const quiet = createLogger({ level: 'error', journal: false, write: () => undefined });
 

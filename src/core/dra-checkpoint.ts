@@ -1,7 +1,8 @@
-// DRA's checkpoint of prepared claims, pure: its records, its JSON (written and parsed, every field checked) and the
-// boot-ID rule (records of another boot no longer count). Reading and writing the file is src/dra/checkpoint.ts's.
+// DRA's checkpoint of prepared claims, pure: its records, its JSON (written and parsed, every field checked), the
+// boot-ID rule (records of another boot no longer count), which devices its claims hold (a device another claim
+// holds, the dynamic MIG partitions). Reading and writing the file is src/dra/checkpoint.ts's.
 import { shareFields } from './dra-claims.ts';
-import type { DeviceSharing, PartitionOf } from './dra-claims.ts';
+import type { AllocatedDevice, DeviceSharing, PartitionOf } from './dra-claims.ts';
 import { checkSharing } from './dra-gpu-config.ts';
 import type { GpuSharing } from './dra-gpu-config.ts';
 import { isObject, isStringList, isStringMap } from './json.ts';
@@ -126,4 +127,36 @@ export function checkpointForBoot(c: Checkpoint | null, bootId: string): { check
   if (c === null) return { checkpoint: { bootId, claims: {} }, voided: 0 };
   if (c.bootId !== bootId) return { checkpoint: { bootId, claims: {} }, voided: Object.keys(c.claims).length };
   return { checkpoint: c, voided: 0 };
+}
+
+/** Whether two uses of one device may stand together: either is an admin's, or both are shares. */
+function compatible(a: DeviceSharing | undefined, b: DeviceSharing | undefined): boolean {
+  return a === 'adminAccess' || b === 'adminAccess' || (a === 'shareID' && b === 'shareID');
+}
+
+/**
+ * Why claim `uid` may not have `devices`: the first one another claim of the checkpoint holds (being
+ * prepared or prepared) in a way the two uses cannot stand together. Null when none is.
+ */
+export function deviceHeldElsewhere(c: Checkpoint, uid: string, devices: readonly AllocatedDevice[]): string | null {
+  for (const d of devices) {
+    for (const [other, record] of Object.entries(c.claims)) {
+      const held = record.devices.find((x) => x.device === d.device && x.pool === d.pool);
+      if (other === uid || held === undefined || compatible(d.shared, held.shared)) continue;
+      const how = record.state === 'PrepareCompleted' ? 'already prepared' : 'being prepared';
+      return (
+        `device ${d.device} is ${how} for claim ${record.namespace}/${record.name} (uid ${other}): a device ` +
+        `serves one claim at a time unless its allocation shares it (adminAccess, or a shareID of a device that ` +
+        `allows multiple allocations); the kubelet asks again, which succeeds once that claim is unprepared`
+      );
+    }
+  }
+  return null;
+}
+
+/** The dynamic MIG partitions the records hold, by device name. */
+export function claimedPartitions(records: Iterable<ClaimRecord>): Set<string> {
+  const out = new Set<string>();
+  for (const r of records) for (const d of r.devices) if (d.partition !== undefined) out.add(d.device);
+  return out;
 }

@@ -26,6 +26,8 @@ export interface DraNodeDevice {
    * profile id and placement.
    */
   readonly partition?: { readonly giProfileId: number; readonly start: number; readonly size: number };
+  /** For a claimed partition whose GPU instance the node's scan holds: that MIG device's UUID (its health). */
+  readonly instanceUuid?: string;
 }
 
 /** The claim the kubelet names (NodePrepareResources' Claim). */

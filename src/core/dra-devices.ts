@@ -28,6 +28,7 @@
 //   says so.
 import type { Gpu } from './devices.ts';
 import { canonicalProfile } from './dynamic-mig.ts';
+import type { PartitionableGpu } from './dynamic-mig.ts';
 import { isFullInstance } from './mig.ts';
 import type { MigDevice, MigLayout, MigStrategy } from './mig.ts';
 
@@ -131,4 +132,21 @@ export function draDevices(
     }
   });
   return { devices, notes };
+}
+
+/**
+ * The list without the MIG devices that stand for claimed dynamic MIG partitions (the snapshot's
+ * claimedPartitions) of GPUs published as partitionable: the partition device of the same name is published in
+ * their place (core/dra-partitions.ts), consuming its counters.
+ */
+export function withoutClaimedInstances(
+  node: { readonly gpus: readonly Gpu[]; readonly claimedPartitions?: ReadonlySet<string> },
+  list: DraDeviceList,
+  partitionable: ReadonlyMap<string, PartitionableGpu> | undefined,
+): DraDeviceList {
+  const claimed = node.claimedPartitions;
+  if (partitionable === undefined || claimed === undefined || claimed.size === 0) return list;
+  const replaced = (d: DraDevice): boolean =>
+    d.mig !== undefined && claimed.has(d.name) && (partitionable.get(d.uuid)?.profiles.length ?? 0) > 0;
+  return { ...list, devices: list.devices.filter((d) => !replaced(d)) };
 }

@@ -24,8 +24,9 @@ function clip(s: string): string {
 }
 
 /**
- * The health of every device, from the snapshot: a MIG device's own (by MIG UUID), a GPU's by its
- * UUID, with its GPU's critical health signals; every device Unhealthy while the driver does not answer.
+ * The health of every device, from the snapshot: a MIG device's own (by MIG UUID; a claimed partition's, its
+ * instance's once the scan holds it), a GPU's by its UUID, with its GPU's critical health signals; every device
+ * Unhealthy while the driver does not answer.
  */
 export function deviceHealthList(
   snapshot: Pick<NodeSnapshot, 'health' | 'gpuHealth' | 'migHealth' | 'driverVersion'> &
@@ -35,14 +36,14 @@ export function deviceHealthList(
 ): DraDeviceHealth[] {
   const silent = unitsOfSilentClaimDaemons({ mpsDaemons: snapshot.mpsDaemons ?? new Map() });
   return devices.map((d) => {
-    const unit = d.mig?.uuid ?? d.gpuUuid;
+    const unit = d.mig?.uuid ?? d.instanceUuid ?? d.gpuUuid;
     const daemon = silent.get(unit);
     if (daemon !== undefined && snapshot.driverVersion !== null) {
       const since = snapshot.mpsDaemons?.get(daemon.daemon)?.since ?? nowSec * 1000;
       const message = `the MPS control daemon of ${daemon.daemon} does not answer: ${daemon.reason}`;
       return { device: d.name, health: 'Unhealthy', lastUpdated: Math.floor(since / 1000), message: clip(message) };
     }
-    const h = d.mig === undefined ? snapshot.gpuHealth.get(unit) : snapshot.migHealth.get(unit);
+    const h = unit === d.gpuUuid ? snapshot.gpuHealth.get(unit) : snapshot.migHealth.get(unit);
     const health: DeviceHealthState = snapshot.health.get(unit) ?? 'Unhealthy';
     const [since, own] = [h?.since ?? null, h?.reason ?? ''];
     let message = withSignalReasons(h?.state.health === 'Unhealthy' ? own : '', snapshot.signals, d.gpuUuid) || own;

@@ -52,7 +52,7 @@
 // most 32 attributes and capacities per device (the most we write is 26). resourceSliceCount is
 // the number of slices; the pool generation is the publisher's.
 import { normalizeBusId } from './topology/index.ts';
-import { draDevices } from './dra-devices.ts';
+import { draDevices, migDeviceName, withoutClaimedInstances } from './dra-devices.ts';
 import { nvlinkDomains } from './nvlink-domains.ts';
 import { bytesQuantity } from './quantity.ts';
 import { policyFitProblem, wireRequestPolicy } from './dra-capacity.ts';
@@ -250,7 +250,7 @@ function describe(
  * but a slice the server refuses would take every other device with it).
  */
 export function poolContent(s: NodeSnapshot, settings: PoolSettings, driver: string = DEFAULT_DRA_DRIVER): PoolContent {
-  const list = draDevices(s, settings.migStrategy);
+  const list = withoutClaimedInstances(s, draDevices(s, settings.migStrategy), settings.partitionable);
   const notes = [...list.notes];
   const domains = nvlinkDomains({ gpus: s.gpus, nvlinks: liveNvlinks(s) });
   const devices: SliceDevice[] = [];
@@ -274,7 +274,12 @@ export function poolContent(s: NodeSnapshot, settings: PoolSettings, driver: str
           (i) => s.mig?.modes[i]?.current === true,
           settings.partitionable,
           (gpu) => commonAttributes(s, gpu, settings),
-          (gpu) => taintsOf(s, gpu.uuid, driver),
+          (gpu, device) => {
+            const pos = s.gpus.indexOf(gpu);
+            const m = s.mig.devices.find((d) => d.parent === pos && migDeviceName(gpu, d) === device);
+            return m === undefined ? taintsOf(s, gpu.uuid, driver) : taintsOf(s, m.uuid, driver, gpu.uuid);
+          },
+          s.claimedPartitions,
         );
   for (const list of partitions?.devices.values() ?? []) devices.push(...list);
   const slices: SliceDevice[][] = [];

@@ -143,6 +143,33 @@ function partitionDevice(gpu: DynamicMigGpu, p: GiProfile, pl: MigPlacement): Pa
   };
 }
 
+/**
+ * The partition a GPU instance stands for (its profile's name and id, its placement's start), or null when the
+ * GPU has no such profile.
+ */
+export function instancePartitionName(
+  gpu: Pick<DynamicMigGpu, 'minor' | 'profiles'>,
+  i: ExistingGpuInstance,
+): string | null {
+  const profile = gpu.profiles.find((p) => p.id === i.profileId);
+  return profile === undefined ? null : partitionDeviceName(gpu.minor, profile, i.placement.start);
+}
+
+/**
+ * The GPU's instances that are not the package's: those that stand for no claimed partition. Only these keep
+ * placements from being offered; a claimed partition stays published as the partition it was allocated as, and
+ * the scheduler's counters keep its memory slices from being allocated twice.
+ */
+export function foreignInstances(
+  gpu: Pick<DynamicMigGpu, 'minor' | 'profiles' | 'instances'>,
+  claimed: ReadonlySet<string>,
+): ExistingGpuInstance[] {
+  return gpu.instances.filter((i) => {
+    const name = instancePartitionName(gpu, i);
+    return name === null || !claimed.has(name);
+  });
+}
+
 /** Every profile and placement of the GPU that fits beside its existing instances, in profile then start order. */
 export function freePartitions(
   gpu: Pick<DynamicMigGpu, 'minor' | 'profiles' | 'instances'>,

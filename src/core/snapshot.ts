@@ -122,6 +122,21 @@ export interface NodeSnapshot {
    * have none. A critical bad signal makes the GPU and every MIG device on it Unhealthy in `health`.
    */
   readonly signals: NodeSignals;
+  /**
+   * Dynamic MIG: the partitions (device names, gpu-<minor>-mig-<profile>-<id>-<start>) that prepared claims hold or
+   * are being made for. A GPU instance at such a partition's placement is the package's: it stands for that
+   * partition and is never published as a MIG device of its own. Absent: none.
+   */
+  readonly claimedPartitions?: ReadonlySet<string>;
+}
+
+/**
+ * The same node with the partitions prepared claims hold now; the snapshot as is when they are the same.
+ */
+export function withClaimedPartitions(snapshot: NodeSnapshot, names: ReadonlySet<string>): NodeSnapshot {
+  const was = snapshot.claimedPartitions ?? new Set<string>();
+  if (was.size === names.size && [...names].every((n) => was.has(n))) return snapshot;
+  return { ...snapshot, claimedPartitions: new Set(names) };
 }
 
 /**
@@ -143,6 +158,12 @@ export function withMpsDaemons(
     }
   }
   return changed ? { ...snapshot, mpsDaemons: next } : snapshot;
+}
+
+/** The claimed partitions carried to the next snapshot: they are the claims', not the scan's. */
+function claimedOf(previous: NodeSnapshot | null): Pick<NodeSnapshot, 'claimedPartitions'> {
+  const c = previous?.claimedPartitions;
+  return c === undefined ? {} : { claimedPartitions: c };
 }
 
 function capabilitiesOf(caps: NodeScan['migCapabilities']): NodeSnapshot['migCapabilities'] {
@@ -184,6 +205,7 @@ export function buildSnapshot(
     facts,
     mpsDaemons: previous?.mpsDaemons ?? new Map(),
     signals,
+    ...claimedOf(previous),
   };
 }
 
@@ -231,6 +253,7 @@ function driverDown(previous: NodeSnapshot | null): NodeSnapshot {
     facts: previous?.facts ?? null,
     mpsDaemons: previous?.mpsDaemons ?? new Map(),
     signals: previous?.signals ?? NO_SIGNALS,
+    ...claimedOf(previous),
   };
 }
 

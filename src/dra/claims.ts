@@ -21,9 +21,10 @@ import type {
   NodeUnprepareResourcesResponse,
 } from '../api/dra.ts';
 import { cdiDeviceId } from '../core/dra-cdi.ts';
-import type { Checkpoint, ClaimRecord, PreparedDevice } from '../core/dra-checkpoint.ts';
+import { claimedPartitions, deviceHeldElsewhere } from '../core/dra-checkpoint.ts';
+import type { ClaimRecord, PreparedDevice } from '../core/dra-checkpoint.ts';
 import { allocatedDevices, claimUidProblem, shareFields } from '../core/dra-claims.ts';
-import type { AllocatedDevice, DeviceSharing } from '../core/dra-claims.ts';
+import type { AllocatedDevice } from '../core/dra-claims.ts';
 import { hostRequest, timeSliceConflictIn } from '../core/dra-sharing.ts';
 import type { HostDevice, HostRequest } from '../core/dra-sharing.ts';
 
@@ -89,31 +90,6 @@ function preparedDevice(d: AllocatedDevice, cdiDeviceIds: readonly string[]): Pr
   return { requests, pool, device, cdiDeviceIds, ...shareFields(d), ...(partition === undefined ? {} : { partition }) };
 }
 
-/** Whether two uses of one device may stand together: either is an admin's, or both are shares. */
-function compatible(a: DeviceSharing | undefined, b: DeviceSharing | undefined): boolean {
-  return a === 'adminAccess' || b === 'adminAccess' || (a === 'shareID' && b === 'shareID');
-}
-
-/**
- * Why claim `uid` may not have `devices`: the first one another claim of the checkpoint holds (being
- * prepared or prepared) in a way the two uses cannot stand together. Null when none is.
- */
-export function deviceHeldElsewhere(c: Checkpoint, uid: string, devices: readonly AllocatedDevice[]): string | null {
-  for (const d of devices) {
-    for (const [other, record] of Object.entries(c.claims)) {
-      const held = record.devices.find((x) => x.device === d.device && x.pool === d.pool);
-      if (other === uid || held === undefined || compatible(d.shared, held.shared)) continue;
-      const how = record.state === 'PrepareCompleted' ? 'already prepared' : 'being prepared';
-      return (
-        `device ${d.device} is ${how} for claim ${record.namespace}/${record.name} (uid ${other}): a device ` +
-        `serves one claim at a time unless its allocation shares it (adminAccess, or a shareID of a device that ` +
-        `allows multiple allocations); the kubelet asks again, which succeeds once that claim is unprepared`
-      );
-    }
-  }
-  return null;
-}
-
 export class DraClaims {
   private readonly opts: DraClaimsOptions;
   private store: CheckpointStore | undefined;
@@ -164,6 +140,15 @@ export class DraClaims {
 
   private changed(): void {
     for (const fn of this.listeners) fn();
+  }
+
+  /**
+   * The dynamic MIG partitions the checkpoint's claims hold, by device name: from the claim's PrepareStarted record
+   * (before the instance is made) until its unprepare removed it (after the instance is gone).
+   */
+  claimedPartitions(): Set<string> {
+    const s = this.store;
+    return claimedPartitions(s === undefined ? [] : s.uids().flatMap((uid) => s.get(uid) ?? []));
   }
 
   /** The claims the checkpoint holds (for `info`). */
@@ -257,6 +242,8 @@ export class DraClaims {
     if (unavailable !== null) return refuse(`claim ${claimName(c)}: ${unavailable}`);
     const started = await this.recordStarted(store, c, allocated.devices);
     if (started !== null) return refuse(started);
+    // Its partitions are the package's from now on: an instance the scan finds there is this claim's.
+    if (host?.partitions !== undefined) this.changed();
     const cdi = await this.withCdiIds(c, allocated.devices);
     if ('error' in cdi) return refuse(cdi.error);
     const prepared = host === null ? cdi : await this.withHostSharing(c, host, cdi);

@@ -1,6 +1,6 @@
-import { freePartitions } from '../core/dynamic-mig.ts';
+import { foreignInstances, freePartitions } from '../core/dynamic-mig.ts';
 import { join } from 'node:path';
-import { draDevices } from '../core/dra-devices.ts';
+import { draDevices, migDeviceName, withoutClaimedInstances } from '../core/dra-devices.ts';
 import { CLAIM_MPS_RESOURCE, claimDaemonName, claimMpsRoot } from '../core/dra-sharing.ts';
 import type { HostDevice } from '../core/dra-sharing.ts';
 import { mpsPaths } from '../core/mps.ts';
@@ -26,26 +26,34 @@ export type DeviceLister = (applied: AppliedSnapshot) => readonly HostDevice[];
  */
 export const publishedDevices: DeviceLister = (applied) => {
   const { snapshot, settings } = applied;
-  const listed = draDevices(snapshot, settings.plan.migStrategy ?? 'none').devices.flatMap((d): HostDevice[] => {
+  const partitionable = settings.plan.dynamicMig === true ? snapshot.mig.partitionable : undefined;
+  const all = draDevices(snapshot, settings.plan.migStrategy ?? 'none');
+  const listed = withoutClaimedInstances(snapshot, all, partitionable).devices.flatMap((d): HostDevice[] => {
     const gpu = snapshot.gpus[d.gpu];
     if (gpu === undefined) return [];
     const base = { name: d.name, gpuUuid: gpu.uuid, gpuIndex: gpu.index, minor: gpu.minor };
     if (d.mig === undefined) return [{ ...base, memoryBytes: gpu.memoryBytes }];
     return [{ ...base, memoryBytes: d.mig.memoryBytes, mig: { uuid: d.mig.uuid, index: d.mig.index } }];
   });
-  const partitionable = settings.plan.dynamicMig === true ? snapshot.mig.partitionable : undefined;
   if (partitionable === undefined) return listed;
-  // Dynamic MIG: each free placement of a MIG-mode GPU, carved at prepare (the slice publisher offers the same).
+  // Dynamic MIG: each free placement of a MIG-mode GPU, carved at prepare (the slice publisher offers the same);
+  // the claimed ones whose instances exist among them.
+  const claimed = snapshot.claimedPartitions ?? new Set<string>();
   const partitions = snapshot.gpus.flatMap((gpu, i): HostDevice[] => {
     const p = partitionable.get(gpu.uuid);
     if (p === undefined || snapshot.mig.modes[i]?.current !== true) return [];
-    return freePartitions({ minor: gpu.minor, ...p }).map((f) => ({
+    const instances = foreignInstances({ minor: gpu.minor, ...p }, claimed);
+    const made = new Map(
+      snapshot.mig.devices.filter((m) => m.parent === i).map((m) => [migDeviceName(gpu, m), m.uuid] as const),
+    );
+    return freePartitions({ minor: gpu.minor, profiles: p.profiles, instances }).map((f) => ({
       name: f.name,
       gpuUuid: gpu.uuid,
       gpuIndex: gpu.index,
       minor: gpu.minor,
       memoryBytes: f.profile.memoryMiB * 1024 * 1024,
       partition: { giProfileId: f.profile.id, start: f.placement.start, size: f.placement.size },
+      ...(claimed.has(f.name) && made.has(f.name) ? { instanceUuid: made.get(f.name) as string } : {}),
     }));
   });
   return [...listed, ...partitions];
@@ -176,6 +184,11 @@ export class DraKubeletPlugin implements NodeConsumer {
 
   get registrations(): number {
     return this.registration.registrations;
+  }
+
+  /** The dynamic MIG partitions prepared claims hold (claims.ts). */
+  claimedPartitions(): Set<string> {
+    return this.claims.claimedPartitions();
   }
 
   /** The claims the checkpoint holds (for `info`). */

@@ -65,10 +65,10 @@ export async function draLockDirectory(
 export interface DraModeDeps {
   readonly options: Options;
   /**
-   * Hears when a claim's MPS daemon starts or stops answering; known once made (the node is made after its
-   * consumers).
+   * Hears when a claim's MPS daemon starts or stops answering, and which dynamic MIG partitions the claims hold;
+   * known once made (the node is made after its consumers).
    */
-  readonly node: () => Pick<LiveNode<RunningConfig>, 'onMpsDaemon'>;
+  readonly node: () => Pick<LiveNode<RunningConfig>, 'onMpsDaemon' | 'onClaimedPartitions'>;
   readonly log: Logger;
   readonly sysfsRoot: string;
   /** This process no longer sees one of the DRA directories (exit 1: systemd restarts it). */
@@ -219,6 +219,11 @@ export async function startDraMode(d: DraModeDeps): Promise<DraMode> {
   // The kubelet deletes its node's slices when it starts: write them again after every registration.
   plugin.onRegistered(() => publisher.republish());
   const daemons = watchClaimDaemons(plugin, d);
+  plugin.onClaimsChanged(() => {
+    d.node()
+      .onClaimedPartitions(plugin.claimedPartitions())
+      .catch((err: unknown) => d.log.error('cannot apply the claimed MIG partitions', { error: errorText(err) }));
+  });
   const views = [o.kubeletPluginsRegistry, draPluginDir(o)].map(
     (dir) => new SocketDirView({ dir, onDirectoryGone: (gone, why) => d.onDirectoryGone(gone, why), log: d.log }),
   );

@@ -10,7 +10,7 @@ import type { HealthSettings } from '../core/health-policy.ts';
 import type { RecoverySettings } from '../core/health-tracker.ts';
 import { DEFAULT_SIGNAL_POLICY } from '../core/health-signals.ts';
 import type { SignalReading } from '../core/health-signals.ts';
-import { buildSnapshot, withHealth, withSignals } from '../core/snapshot.ts';
+import { buildSnapshot, withClaimedPartitions, withHealth, withSignals } from '../core/snapshot.ts';
 import { diff } from '../core/snapshot-diff.ts';
 import type { NodeScan, NodeSnapshot, UnitHealth } from '../core/snapshot.ts';
 import { errorText } from '../system/log.ts';
@@ -180,6 +180,19 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
       const prev = this.current;
       const r = mpsDaemonReport(prev, resource, report, (this.deps.wallNow ?? Date.now)(), this.log);
       if (r !== null) await this.apply(prev, r.next, r.reason, null);
+    });
+  }
+
+  /**
+   * The dynamic MIG partitions prepared claims hold now (the DRA plugin's checkpoint): a change is a new snapshot,
+   * in which an instance at such a partition stands for it instead of being a MIG device of its own.
+   */
+  onClaimedPartitions(names: ReadonlySet<string>): Promise<void> {
+    return this.enqueue(async () => {
+      const prev = this.current;
+      if (prev === null) return;
+      const next = withClaimedPartitions(prev, names);
+      if (next !== prev) await this.apply(prev, next, 'claimed MIG partitions changed', null);
     });
   }
 

@@ -3,8 +3,10 @@
 // sharing agent, which makes the instances. The slices the API-server stand-in stores (and the scheduler would
 // use: every counter set and counter consumed exists); a claim for a partition
 // prepared (the agent makes the GPU and compute instance through the fake NVML, the claim's spec gets its
-// capability nodes) and unprepared (destroyed); a placement that is not offered refused by name. The fake NVML
-// keeps its instances per process: the plugin's own scan does not see the agent's instance.
+// capability nodes) and unprepared (destroyed); a placement that is not offered refused by name. The plugin and
+// the agents share one fake GPU state, so the plugin's own scan finds the agent's instances, as on a node: a
+// claimed one stays the partition it was allocated as, with its MIG device's health, and the instance the package
+// did not make survives every start, reload and prepare.
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -108,8 +110,8 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
     const names = ['gpu-4-mig-3g20gb-9-4', 'gpu-4-mig-2g10gb-14-0', 'gpu-4-mig-1g5gb-19-2'];
     const claims = names.map((device, i) => claimOn(node.api, `mig-side-${i}`, [{ request: 'mig', device }]));
     for (const c of claims) assert.equal((await prepareClaim(node, c)).error, '', c.name);
-    // The plugin's own scan does not see the agent's instances (the fake's live in its process), so it still
-    // offers 4g at 0; the agent, which does, refuses it: memory slices 0-3 are taken.
+    // Claimed partitions do not take placements out of the pool (the scheduler's counters keep them apart), so 4g
+    // at 0 is still offered; allocated beside them all the same, the agent refuses it: memory slices 0-3 are taken.
     const overlap = claimOn(node.api, 'mig-overlap', [{ request: 'mig', device: 'gpu-4-mig-4g20gb-5-0' }]);
     const refused = await prepareClaim(node, overlap);
     assert.match(refused.error ?? '', /Insufficient resources \(NVML code 23\)/);
@@ -117,25 +119,75 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
     for (const i of [1, 0, 2]) await unprepareClaim(node, claims[i] as (typeof claims)[number]);
   });
 
-  test('the agent killed right after making the GPU instance: the next one finishes the claim', async () => {
-    agent.signal('SIGTERM');
-    await agent.exited;
-    // The GPU's instances outlive the killed process, as on a node (the fake keeps them in this file).
-    const gpuState = { FAKE_NVML_MIG_STATE: join(base, 'mig-state') };
-    const dying = startAgent({ ...gpuState, FAKE_NVML_CRASH_AFTER: 'create-gpu-instance' });
-    await dying.waitForLine(/DRA sharing agent started/);
-    const claim = claimOn(node.api, 'mig-crash', [{ request: 'mig', device: 'gpu-3-mig-2g10gb-14-2' }]);
-    const pending = prepareClaim(node, claim);
-    assert.equal((await dying.exited).code, 137, 'killed between the GPU instance and its record');
-    // The kubelet's prepare is still waiting for the answer: a new agent (the unit's restart) finds the intent in
-    // its state directory and the instance the killed one made at that placement, takes it, and finishes it.
-    agent = startAgent(gpuState);
-    const r = await pending;
-    assert.equal(r.error, '', r.error);
-    assert.equal(r.devices?.[0]?.cdi_device_ids?.length, 2);
-    assert.ok(!agent.lines.some((l) => /MIG GPU instance created/.test(l)), 'the instance taken, not made again');
+  for (const [point, device] of [
+    ['create-gpu-instance', 'gpu-3-mig-2g10gb-14-2'],
+    ['create-compute-instance', 'gpu-6-mig-3g20gb-9-4'],
+  ] as const)
+    test(`the agent killed right after ${point}: the next one takes that instance and finishes the claim`, async () => {
+      agent.signal('SIGTERM');
+      await agent.exited;
+      // The GPU's instances outlive the killed process, as on a node.
+      const dying = startAgent({ FAKE_NVML_CRASH_AFTER: point });
+      await dying.waitForLine(/DRA sharing agent started/);
+      const claim = claimOn(node.api, `mig-crash-${point}`, [{ request: 'mig', device }]);
+      const pending = prepareClaim(node, claim);
+      assert.equal((await dying.exited).code, 137, `killed right after ${point}`);
+      // The kubelet's prepare is still waiting for the answer: a new agent (the unit's restart) finds the intent in
+      // its state directory and the instance the killed one made at that placement, takes it, and finishes it.
+      agent = startAgent();
+      const r = await pending;
+      assert.equal(r.error, '', r.error);
+      assert.equal(r.devices?.[0]?.cdi_device_ids?.length, 2);
+      assert.ok(!agent.lines.some((l) => /MIG GPU instance created/.test(l)), 'the instance taken, not made again');
+      await unprepareClaim(node, claim);
+      await agent.waitForLine(/MIG GPU instance destroyed/);
+    });
+
+  test("the plugin's scan finds the agent's instance: the same partition, tainted by its XID", async () => {
+    const device = 'gpu-5-mig-3g20gb-9-4';
+    const claim = claimOn(node.api, 'mig-seen', [{ request: 'mig', device }]);
+    assert.equal((await prepareClaim(node, claim)).error, '');
+    // A reload (SIGHUP) looks at the node again: the agent's instance is there, as on a GPU.
+    const plugin = node.sim.plugin;
+    const reloadedAt = plugin.lines.length;
+    plugin.signal('SIGHUP');
+    await plugin.waitForLine(/MIG device found gpu=5 .*profile=3g\.20gb/, 10_000, reloadedAt);
+    // The health thread is started again after a reload's scan: events before that are not watched.
+    await plugin.waitForLine(/watching GPU health/, 10_000, reloadedAt);
+    // An XID on the instance (GPU instance 1, compute instance 0 of GPU 5) taints that device, no other of GPU 5.
+    // The slices written for it are the pool as the scan after the reload made it.
+    node.sim.nvml('xid 5 48 1 0');
+    const seen = await waitForSlices(
+      node.api,
+      (d) => d.some((x) => x.name.startsWith('gpu-5-') && x.taints !== undefined),
+      'a device of GPU 5 tainted',
+    );
+    assert.deepEqual(
+      seen.filter((x) => x.name.startsWith('gpu-5-') && x.taints !== undefined).map((x) => x.name),
+      [device],
+    );
+    assert.equal(seen.filter((x) => x.name === device).length, 1, 'published once');
+    assert.deepEqual(poolProblems(slicesOf(node.api)), []);
+    const published = seen.find((x) => x.name === device) as { consumesCounters?: unknown; attributes: JsonObject };
+    assert.ok(published.consumesCounters !== undefined, 'still the partition: its counters stay consumed');
+    assert.equal(published.attributes.uuid, undefined, 'not published as a MIG device of its own');
+    assert.ok(
+      seen.some((x) => x.name === 'gpu-5-mig-7g40gb-0-0'),
+      'placements over it stay offered',
+    );
+    const foreign = seen.find((x) => x.name === 'gpu-0-mig-3g20gb-9-0') as { attributes: JsonObject } | undefined;
+    assert.ok(foreign?.attributes.uuid !== undefined, 'the instance the package did not make: a MIG device, still');
     await unprepareClaim(node, claim);
     await agent.waitForLine(/MIG GPU instance destroyed/);
+    // Every start, reload and prepare of this file later: the foreign instance is where it was.
+    const from = plugin.lines.length;
+    plugin.signal('SIGHUP');
+    await plugin.waitForLine(/MIG device gone; withdrawn/, 10_000, from);
+    const gpu0 = String((foreign.attributes.parentUUID as JsonObject).string);
+    const state = readFileSync(join(base, 'mig-state'), 'utf8').split(/^gpu /m);
+    const ofGpu0 = state.find((block) => block.startsWith(`${gpu0} `)) ?? '';
+    assert.match(ofGpu0, /^gi \d+ 1 9 0$/m, "GPU 0's 3g.20gb (profile 9) at slice 0, GPU instance 1: untouched");
+    assert.equal(ofGpu0.match(/^gi /gm)?.length, 1, 'and nothing else made there');
   });
 
   test('a placement that is not offered (it overlaps an instance the package did not make) is refused', async () => {

@@ -275,7 +275,8 @@ export function startSharingAgent(
 /**
  * A DRA node with dynamic MIG on (`dra.dynamicMig`, --mig-strategy=mixed) on a fake MIG topology of `gpus` GPUs,
  * its MPS root and proc root (the driver's mig-minors and an nvidia-caps major) under `base`; `path` goes first on
- * the plugin's PATH (the fake nvidia-cuda-mps-control).
+ * the plugin's PATH (the fake nvidia-cuda-mps-control). The fake NVML keeps the node's MIG state in
+ * `<base>/mig-state`, shared by the plugin and the agents.
  */
 export async function startDynamicMigNode(
   base: string,
@@ -291,6 +292,12 @@ export async function startDynamicMigNode(
     cdiNames: [...Array(gpus).keys()].map(String),
     config: 'version: v1\ndra:\n  dynamicMig: true\n',
     args: [`--mps-root=${join(base, 'mps')}`, '--mig-strategy=mixed'],
-    env: { PATH: `${path}:${process.env.PATH ?? ''}`, PROC_ROOT: procRoot },
+    // One GPU state for the plugin and every agent started from its launch: instances made by one are seen by the
+    // others, and outlive a killed agent, as on a GPU.
+    env: {
+      PATH: `${path}:${process.env.PATH ?? ''}`,
+      PROC_ROOT: procRoot,
+      FAKE_NVML_MIG_STATE: join(base, 'mig-state'),
+    },
   });
 }

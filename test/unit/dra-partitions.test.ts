@@ -1,14 +1,18 @@
 // Dynamic MIG in the node's pool (core/dra-partitions.ts through poolContent) on what the fake NVML really gives:
 // 16 A100-40GB, 15 of them in MIG mode, GPU 0 with one 3g.20gb instance at memory slices 0-3. Counter sets in
 // slices of their own, at most 8 each; one partition device per profile and placement free beside the existing
-// instance, consuming its counters and memory slices; the MIG-disabled GPU whole; nothing of it when off.
+// instance, consuming its counters and memory slices; the MIG-disabled GPU whole; nothing of it when off; an
+// instance a claim holds published as its partition, not as a MIG device.
 import assert from 'node:assert/strict';
 import { before, test } from 'node:test';
 import { poolContent } from '../../src/core/dra-slices.ts';
 import { NO_SHARING } from '../../src/core/sharing.ts';
 import { PoolSource } from '../../src/dra/pool-source.ts';
 import { createLogger } from '../../src/system/log.ts';
-import { withHealth } from '../../src/core/snapshot.ts';
+import { withClaimedPartitions, withHealth } from '../../src/core/snapshot.ts';
+import { diff } from '../../src/core/snapshot-diff.ts';
+import { deviceHealthList } from '../../src/core/dra-health.ts';
+import { publishedDevices } from '../../src/dra/kubelet-plugin.ts';
 import type { NodeSnapshot } from '../../src/core/snapshot.ts';
 import { freshHealthState } from '../../src/core/health-tracker.ts';
 import { fixtureSnapshot } from '../support/node-scan.ts';
@@ -107,4 +111,52 @@ test('a partition carries its GPU’s health: an XID on GPU 2 taints every parti
   for (const d of ofGpu(2))
     assert.deepEqual(d.taints, [{ key: 'gpu.nvidia.com/xid', value: '79', effect: 'NoSchedule' }]);
   for (const d of ofGpu(3)) assert.equal(d.taints, undefined);
+});
+
+test('a claimed instance stays the partition it was allocated as, consuming its counters; only it is tainted', () => {
+  // GPU 0's 3g.20gb at slices 0-3 taken as the package's own: a claim holds gpu-0-mig-3g20gb-9-0.
+  const name = 'gpu-0-mig-3g20gb-9-0';
+  const mine = withClaimedPartitions(s, new Set([name]));
+  const partitionable = s.mig.partitionable ?? new Map();
+  const devices = poolContent(mine, { ...settings(), partitionable }).slices.flat();
+  const named = devices.filter((d) => d.name === name);
+  assert.equal(named.length, 1, 'published once');
+  assert.ok(named[0]?.consumesCounters !== undefined, 'as the partition: the scheduler counts its memory slices');
+  assert.equal(named[0]?.attributes.uuid, undefined, 'not as the MIG device');
+  assert.ok(
+    devices.some((d) => d.name === 'gpu-0-mig-4g20gb-5-0'),
+    'placements over it offered again: the counters keep them apart',
+  );
+  // Its MIG device's XID taints it, and no other partition of GPU 0.
+  const mig = mine.mig.devices.find((m) => m.parent === 0);
+  assert.ok(mig !== undefined);
+  const xid = { state: { ...freshHealthState(), health: 'Unhealthy' as const, lastXid: 94 }, reason: 't', since: 1 };
+  const sick = withHealth(mine, new Map([[mig.uuid, xid]]));
+  const after = poolContent(sick, { ...settings(), partitionable }).slices.flat();
+  const tainted = after.filter((d) => d.name.startsWith('gpu-0-') && d.taints !== undefined).map((d) => d.name);
+  assert.deepEqual(tainted, [name]);
+  // The kubelet side lists the same: the partition (with its instance's UUID for health), not the MIG device.
+  const plan = { deviceIdStrategy: 'uuid' as const, sharing: NO_SHARING, migStrategy: 'mixed' as const };
+  const applied = (snapshot: NodeSnapshot) => ({
+    snapshot,
+    change: diff(null, snapshot),
+    reason: 'test',
+    reregister: null,
+    settings: { plan: { ...plan, dynamicMig: true } },
+  });
+  const listed = publishedDevices(applied(mine)).filter((d) => d.name === name);
+  assert.equal(listed.length, 1);
+  assert.deepEqual(listed[0]?.partition, { giProfileId: 9, start: 0, size: 4 });
+  assert.equal(listed[0]?.instanceUuid, mig.uuid);
+  assert.equal(listed[0]?.mig, undefined);
+  const health = deviceHealthList(sick, publishedDevices(applied(sick)), 0);
+  assert.deepEqual(
+    health.filter((h) => h.device.startsWith('gpu-0-') && h.health === 'Unhealthy').map((h) => h.device),
+    [name],
+    "the kubelet hears its instance's health",
+  );
+  // Not claimed: the instance is someone else's, a MIG device of its own, and nothing overlapping it is offered.
+  const foreign = publishedDevices(applied(s));
+  assert.ok(foreign.some((d) => d.name === name && d.mig?.uuid === mig.uuid));
+  assert.ok(!foreign.some((d) => d.name === 'gpu-0-mig-4g20gb-5-0'));
 });

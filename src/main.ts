@@ -60,7 +60,15 @@ async function run(s: Start, service: ServiceStatus, koffi: Koffi): Promise<Daem
   const config = runningConfig(opts, parsed.sharing, parsed.signalPolicy, health, draOf(parsed));
   const consumers = [...mode.consumers, status, observer, state];
   const recovery = { enabled: opts.healthRecovery, quietMs: opts.healthRecoveryQuietPeriod * 1000 };
-  const node = new LiveNode<RunningConfig>({ log, config, health, recovery, consumers });
+  const claimedPartitions = 'claimedPartitions' in mode ? mode.claimedPartitions : undefined;
+  const node = new LiveNode<RunningConfig>({
+    log,
+    config,
+    health,
+    recovery,
+    consumers,
+    ...(claimedPartitions === undefined ? {} : { claimedPartitions }),
+  });
   const facts = readsNodeFacts(opts, observer.wantsLabels);
   const onStartFailed = (err: unknown): void => cannotStart(err, log, service);
   const onEvents = (e: readonly EventBatchEntry[]): void => observer.xids(e);

@@ -131,9 +131,11 @@ export interface NodeSnapshot {
 }
 
 /**
- * The same node with the partitions prepared claims hold now; the snapshot as is when they are the same.
+ * The same node with the partitions prepared claims hold now; the snapshot as is when they are the same (or
+ * undefined: not known here).
  */
-export function withClaimedPartitions(snapshot: NodeSnapshot, names: ReadonlySet<string>): NodeSnapshot {
+export function withClaimedPartitions(snapshot: NodeSnapshot, names: ReadonlySet<string> | undefined): NodeSnapshot {
+  if (names === undefined) return snapshot;
   const was = snapshot.claimedPartitions ?? new Set<string>();
   if (was.size === names.size && [...names].every((n) => was.has(n))) return snapshot;
   return { ...snapshot, claimedPartitions: new Set(names) };

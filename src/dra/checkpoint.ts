@@ -4,7 +4,7 @@
 // holds anything. A file that cannot be read is moved aside (named in the log), never silently lost.
 import { readFile, rename } from 'node:fs/promises';
 import { AtomicFile } from '../system/atomic-file.ts';
-import { checkpointForBoot, parseCheckpoint, serializeCheckpoint } from '../core/dra-checkpoint.ts';
+import { checkpointForBoot, claimedPartitions, parseCheckpoint, serializeCheckpoint } from '../core/dra-checkpoint.ts';
 import type { Checkpoint, ClaimRecord } from '../core/dra-checkpoint.ts';
 import type { Logger } from '../system/log.ts';
 
@@ -23,6 +23,20 @@ export async function readBootId(path: string = BOOT_ID_FILE): Promise<string> {
     return id;
   } catch (err) {
     throw new Error(`cannot read the node's boot ID from ${path}: ${(err as Error).message}`, { cause: err });
+  }
+}
+
+/**
+ * The dynamic MIG partitions the checkpoint's claims of this boot hold, read without changing anything (the store's
+ * open() says what is wrong with a file it cannot read); none when there is no readable checkpoint.
+ */
+export async function claimedPartitionsAt(path: string, bootIdPath: string = BOOT_ID_FILE): Promise<Set<string>> {
+  try {
+    const parsed = parseCheckpoint(await readFile(path, 'utf8'));
+    const { checkpoint } = checkpointForBoot(parsed, await readBootId(bootIdPath));
+    return claimedPartitions(Object.values(checkpoint.claims));
+  } catch {
+    return new Set();
   }
 }
 

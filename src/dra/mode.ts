@@ -34,6 +34,7 @@ import { CDI_WRITE_DIR, cdiSpecDirs } from './cdi.ts';
 import { SlicePublisher, accessProblem } from './slice-publisher.ts';
 import { healthTimeoutFromEnv } from './health.ts';
 import { DraKubeletPlugin } from './kubelet-plugin.ts';
+import { CHECKPOINT_FILE, claimedPartitionsAt } from './checkpoint.ts';
 /** The RBAC the package ships for DRA mode (packaging/dra/rbac.yaml). */
 export const DRA_RBAC = '/usr/share/doc/gpu-device-plugin/dra/rbac.yaml';
 /** How long the start waits for each credentials check before starting anyway (the publisher then retries). */
@@ -83,6 +84,11 @@ export interface DraMode {
   readonly registrations: Registrations;
   /** The prepared claims, for the state file. */
   readonly claims: () => ClaimState[];
+  /**
+   * The dynamic MIG partitions the checkpoint's claims held at start: the node's first snapshot has them, so that
+   * the first slices written already publish their instances as those partitions.
+   */
+  readonly claimedPartitions: ReadonlySet<string>;
   /**
    * status: what statusWords() says may have changed (a publication, or the API server failing); claims: a claim
    * prepared or unprepared.
@@ -229,12 +235,14 @@ export async function startDraMode(d: DraModeDeps): Promise<DraMode> {
   );
   for (const v of views) v.start();
   const registrations = draRegistrations(plugin, publisher, o.draDriverName);
+  const claimedPartitions = await claimedPartitionsAt(join(draPluginDir(o), CHECKPOINT_FILE));
   return {
     plugin,
     publisher,
     consumers: [plugin, publisher],
     registrations,
     claims: () => plugin.preparedClaims(),
+    claimedPartitions,
     onChange: (l) => {
       publisher.events.on('synced', () => l.status());
       publisher.events.on('failed', () => l.status());

@@ -32,6 +32,8 @@ export interface LiveNodeDeps<C extends NodeSettings> {
   readonly recovery: RecoverySettings;
   /** Given every applied snapshot, in this order. */
   readonly consumers: readonly NodeConsumer<C>[];
+  /** The dynamic MIG partitions claims hold at start (DRA mode's checkpoint): the first snapshot has them. */
+  readonly claimedPartitions?: ReadonlySet<string>;
   /** Monotonic milliseconds for health quiet periods (default performance.now). */
   readonly now?: () => number;
   /** Wall-clock milliseconds for "since when" (default Date.now). */
@@ -113,7 +115,8 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
   scanned(scan: NodeScan | null, reason: string): Promise<void> {
     return this.enqueue(async () => {
       const prev = this.withTrackedHealth();
-      const built = buildSnapshot(scan, prev, this.deps.recovery.enabled);
+      const first = prev === null ? this.deps.claimedPartitions : undefined;
+      const built = withClaimedPartitions(buildSnapshot(scan, prev, this.deps.recovery.enabled), first);
       const next = withSignals(built, this.signals.afterScan(prev, built));
       await this.apply(prev, next, reason, null);
       // Reports held for a rescan nobody was asked for (no scanner wired): this scan answers them.
@@ -183,10 +186,7 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
     });
   }
 
-  /**
-   * The dynamic MIG partitions prepared claims hold now (the DRA plugin's checkpoint): a change is a new snapshot,
-   * in which an instance at such a partition stands for it instead of being a MIG device of its own.
-   */
+  /** The dynamic MIG partitions prepared claims hold now (DRA's checkpoint): a change is a new snapshot. */
   onClaimedPartitions(names: ReadonlySet<string>): Promise<void> {
     return this.enqueue(async () => {
       const prev = this.current;

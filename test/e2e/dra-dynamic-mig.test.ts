@@ -17,6 +17,8 @@ import type { JsonObject } from '../support/apiserver.ts';
 import { poolProblems } from '../support/apiserver-counters.ts';
 import {
   claimOn,
+  devicesOf,
+  restartPlugin,
   prepareClaim,
   slicesOf,
   unprepareClaim,
@@ -188,6 +190,43 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
     const ofGpu0 = state.find((block) => block.startsWith(`${gpu0} `)) ?? '';
     assert.match(ofGpu0, /^gi \d+ 1 9 0$/m, "GPU 0's 3g.20gb (profile 9) at slice 0, GPU instance 1: untouched");
     assert.equal(ofGpu0.match(/^gi /gm)?.length, 1, 'and nothing else made there');
+  });
+
+  test('the plugin restarted with a prepared dynamic instance: the checkpoint answers, nothing is made', async () => {
+    const device = 'gpu-8-mig-2g10gb-14-0';
+    const claim = claimOn(node.api, 'mig-kept', [{ request: 'mig', device }]);
+    const first = await prepareClaim(node, claim);
+    assert.equal(first.error, '', first.error);
+    const made = agent.matching(/MIG GPU instance created/).length;
+    // Every pool the restarted plugin writes has the instance as the partition, from its first write on.
+    const wrong: string[] = [];
+    const look = (): void => {
+      for (const d of devicesOf(node.api))
+        if (d.name === device && d.attributes?.uuid !== undefined) wrong.push(JSON.stringify(d));
+    };
+    node.api.on('request', look);
+    try {
+      const regs = node.watcher.registrations.length;
+      await restartPlugin(node);
+      await node.watcher.waitForRegistrations(regs + 1, 15_000);
+      await node.sim.plugin.waitForLine(/prepared DRA claims from the checkpoint.* claims=1 /);
+      // The restarted plugin reads the node (the instance is on the GPU) and publishes it.
+      await node.sim.plugin.waitForLine(/MIG device found gpu=8 .*profile=2g\.10gb/);
+      const again = await prepareClaim(node, claim);
+      assert.deepEqual(again, first, 'answered from the checkpoint');
+      assert.equal(agent.matching(/MIG GPU instance created/).length, made, 'no instance made again');
+      const devices = await waitForSlices(
+        node.api,
+        (d) => d.some((x) => x.name === device && x.consumesCounters !== undefined),
+        'the partition',
+      );
+      assert.equal(devices.filter((x) => x.name === device).length, 1);
+    } finally {
+      node.api.off('request', look);
+    }
+    assert.deepEqual(wrong, [], 'never published as a MIG device of its own');
+    await unprepareClaim(node, claim);
+    await agent.waitForLine(/MIG GPU instance destroyed.*gpu-8-mig-2g10gb-14-0/);
   });
 
   test('a placement that is not offered (it overlaps an instance the package did not make) is refused', async () => {

@@ -177,6 +177,7 @@ export interface SliceDevice {
   allowMultipleAllocations?: boolean;
   capacity?: Record<string, { value: string; requestPolicy?: JsonObject }>;
   taints?: { key: string; value?: string; effect: string }[];
+  consumesCounters?: unknown[];
 }
 
 /** The node's slices as stored, sorted by name. */

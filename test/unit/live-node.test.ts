@@ -119,6 +119,7 @@ function setup(
     rescan?: (node: LiveNode, reason: string) => Promise<void>;
     /** Consumers after the recorder. */
     after?: readonly PlanListener[];
+    claimedPartitions?: ReadonlySet<string>;
   } = {},
 ) {
   const lines: string[] = [];
@@ -134,6 +135,7 @@ function setup(
     consumers: [new ResourcePlanner([rec, ...(opts.after ?? [])], log)],
     now: () => now,
     wallNow: () => 1_700_000_000_000 + now,
+    ...(opts.claimedPartitions === undefined ? {} : { claimedPartitions: opts.claimedPartitions }),
   });
   const rescans: string[] = [];
   if (opts.rescan !== undefined) {
@@ -434,3 +436,17 @@ test(
     assert.equal(describePlan(t.rec.applied.at(-1)!.plan.resources), 'nvidia.com/gpu=32 (MPS replicas of 2 GPUs)');
   },
 );
+
+test('claimed MIG partitions: the first snapshot has those of the start; a change is one more snapshot', async () => {
+  const t = setup({ claimedPartitions: new Set(['gpu-0-mig-3g20gb-9-4']) });
+  await t.node.scanned(scan([0]), 'start');
+  assert.deepEqual([...(t.rec.last.claimedPartitions ?? [])], ['gpu-0-mig-3g20gb-9-4']);
+  const applied = t.rec.applied.length;
+  await t.node.onClaimedPartitions(new Set(['gpu-0-mig-3g20gb-9-4']));
+  assert.equal(t.rec.applied.length, applied, 'the same set: no snapshot');
+  await t.node.onClaimedPartitions(new Set());
+  assert.equal(t.rec.applied.length, applied + 1);
+  assert.deepEqual([...(t.rec.last.claimedPartitions ?? [])], []);
+  await t.node.scanned(scan([0]), 're-discovery');
+  assert.deepEqual([...(t.rec.last.claimedPartitions ?? [])], [], 'a scan keeps what the claims said');
+});

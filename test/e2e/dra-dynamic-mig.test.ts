@@ -229,6 +229,33 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
     await agent.waitForLine(/MIG GPU instance destroyed.*gpu-8-mig-2g10gb-14-0/);
   });
 
+  test("someone else's re-layout (nvidia-smi mig): its instance published, placements over it withdrawn", async () => {
+    const plugin = node.sim.plugin;
+    const from = plugin.lines.length;
+    node.sim.nvml('mig 9 on 1g.5gb');
+    await node.sim.nvmlStats();
+    plugin.signal('SIGHUP');
+    await plugin.waitForLine(/MIG device found gpu=9 .*profile=1g\.5gb/, 10_000, from);
+    // The pool is written slice by slice: waited for until the whole of it is the new layout's.
+    const over0 = /^gpu-9-mig-(7g40gb-0|1g5gb-19|2g10gb-14|3g20gb-9|4g20gb-5)-0$/;
+    const devices = await waitForSlices(
+      node.api,
+      (d) =>
+        d.some((x) => x.name === 'gpu-9-mig-1g5gb-19-0' && x.attributes?.uuid !== undefined) &&
+        !d.some((x) => over0.test(x.name) && x.consumesCounters !== undefined),
+      "GPU 9's new instance as a MIG device, nothing over slice 0 offered",
+    );
+    const ofGpu9 = devices.filter((x) => x.name.startsWith('gpu-9-') && x.consumesCounters !== undefined);
+    assert.ok(
+      ofGpu9.some((x) => x.name === 'gpu-9-mig-3g20gb-9-4'),
+      'the free placements still offered',
+    );
+    assert.deepEqual(poolProblems(slicesOf(node.api)), []);
+    // Its slices are refused by the agent too, which reads the same GPU.
+    const claim = claimOn(node.api, 'mig-over', [{ request: 'mig', device: 'gpu-9-mig-7g40gb-0-0' }]);
+    assert.match((await prepareClaim(node, claim)).error ?? '', /does not have now/);
+  });
+
   test('a placement that is not offered (it overlaps an instance the package did not make) is refused', async () => {
     const claim = claimOn(node.api, 'mig-4g', [{ request: 'mig', device: 'gpu-0-mig-4g20gb-5-0' }]);
     const r = await prepareClaim(node, claim);

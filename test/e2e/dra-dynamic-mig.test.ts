@@ -256,6 +256,24 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
     assert.match((await prepareClaim(node, claim)).error ?? '', /does not have now/);
   });
 
+  test('an XID on a whole GPU taints every partition of it, and none of another GPU', async () => {
+    node.sim.nvml('xid 10 79');
+    const devices = await waitForSlices(
+      node.api,
+      (d) => d.filter((x) => x.name.startsWith('gpu-10-mig-')).every((x) => x.taints !== undefined),
+      'every partition of GPU 10 tainted',
+    );
+    const partitions = devices.filter((x) => x.name.startsWith('gpu-10-mig-'));
+    assert.equal(partitions.length, 7 + 4 + 3 + 2 + 1 + 1 + 7, "every profile and placement of GPU 10's");
+    // The API server stamps timeAdded.
+    for (const x of partitions)
+      assert.deepEqual(
+        x.taints?.map(({ key, value, effect }) => ({ key, value, effect })),
+        [{ key: 'gpu.nvidia.com/xid', value: '79', effect: 'NoSchedule' }],
+      );
+    assert.ok(devices.filter((x) => x.name.startsWith('gpu-11-mig-')).every((x) => x.taints === undefined));
+  });
+
   test('a placement that is not offered (it overlaps an instance the package did not make) is refused', async () => {
     const claim = claimOn(node.api, 'mig-4g', [{ request: 'mig', device: 'gpu-0-mig-4g20gb-5-0' }]);
     const r = await prepareClaim(node, claim);

@@ -364,7 +364,11 @@ export class DraClaims {
     this.ending.add(c.uid);
     if (sharing) this.changed();
     try {
-      await this.opts.sharing.unprepare(c);
+      const notEnded = await this.opts.sharing.unprepare(c);
+      // A MIG partition not destroyed yet (a process still on it: IN_USE) stays the claim's until it is.
+      const record = store.get(c.uid);
+      if (notEnded !== null && record !== undefined && claimedPartitions([record]).size > 0)
+        return { error: `claim ${claimName(c)}: its MIG partitions are not destroyed: ${notEnded}; ask again` };
       if (await store.remove(c.uid)) {
         this.opts.log.info('unprepared a DRA claim', { claim: claimName(c), uid: c.uid });
         this.changed();

@@ -249,33 +249,33 @@ export class HostSharing {
     });
   }
 
-  /** Withdraws the claim's request and CDI spec; waits a while for the agent to have ended it. */
-  async unprepare(claim: { namespace: string; name: string; uid: string }): Promise<void> {
+  /**
+   * Withdraws the claim's request and CDI spec; waits a while for the agent to have ended it (removed its answer).
+   * Null when it has, or there was nothing to end; else why not yet (the agent tries again at its next sync).
+   */
+  async unprepare(claim: { namespace: string; name: string; uid: string }): Promise<string | null> {
     const root = this.o.mpsRoot;
     // Without an MPS root no claim could share: there is nothing of it on the host.
-    if (root === null) return;
+    if (root === null) return null;
     await rm(claimSpecFile(this.o.cdiDir, claim.uid), { force: true });
     await rm(partitionSpecFile(this.o.cdiDir, claim.uid), { force: true });
-    const request = join(requestDir(root), `${claim.uid}.json`);
-    const had = await readFile(request, 'utf8').then(
-      () => true,
-      () => false,
-    );
-    await rm(request, { force: true });
-    if (!had) return;
+    await rm(join(requestDir(root), `${claim.uid}.json`), { force: true });
     const answer = join(answerDir(root), `${claim.uid}.json`);
-    // The answer's removal is the agent's word that the claim is ended.
+    // The answer's removal is the agent's word that the claim is ended: asked again after a timeout, the wait is
+    // for an answer still there.
     const gone = (): Promise<true | null> =>
       access(answer).then(
         () => null,
         () => true,
       );
+    if ((await gone()) === true) return null;
     const ended = await this.watchFor(answerDir(root), this.o.endTimeoutMs ?? END_TIMEOUT_MS, gone);
-    if (ended === null)
-      this.o.log.warn(`${AGENT_UNIT} has not ended the claim's sharing yet; it does when it runs`, {
-        claim: `${claim.namespace}/${claim.name}`,
-        uid: claim.uid,
-      });
+    if (ended !== null) return null;
+    this.o.log.warn(`${AGENT_UNIT} has not ended the claim's sharing yet; it does when it runs`, {
+      claim: `${claim.namespace}/${claim.name}`,
+      uid: claim.uid,
+    });
+    return `${AGENT_UNIT} has not ended it yet (its journal says why)`;
   }
 
   /**

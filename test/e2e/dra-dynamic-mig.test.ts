@@ -16,6 +16,7 @@ import { buildFakeMpsControl } from '../fake-nvml/build.ts';
 import type { JsonObject } from '../support/apiserver.ts';
 import { poolProblems } from '../support/apiserver-counters.ts';
 import {
+  DRIVER,
   claimOn,
   devicesOf,
   restartPlugin,
@@ -188,7 +189,7 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
     const gpu0 = String((foreign.attributes.parentUUID as JsonObject).string);
     const state = readFileSync(join(base, 'mig-state'), 'utf8').split(/^gpu /m);
     const ofGpu0 = state.find((block) => block.startsWith(`${gpu0} `)) ?? '';
-    assert.match(ofGpu0, /^gi \d+ 1 9 0$/m, "GPU 0's 3g.20gb (profile 9) at slice 0, GPU instance 1: untouched");
+    assert.match(ofGpu0, /^gi \d+ 1 9 0 0$/m, "GPU 0's 3g.20gb (profile 9) at slice 0, GPU instance 1: untouched");
     assert.equal(ofGpu0.match(/^gi /gm)?.length, 1, 'and nothing else made there');
   });
 
@@ -272,6 +273,30 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
         [{ key: 'gpu.nvidia.com/xid', value: '79', effect: 'NoSchedule' }],
       );
     assert.ok(devices.filter((x) => x.name.startsWith('gpu-11-mig-')).every((x) => x.taints === undefined));
+  });
+
+  test('a process on the instance at unprepare (IN_USE): an error for that claim, which keeps it', async () => {
+    const device = 'gpu-12-mig-3g20gb-9-0';
+    const claim = claimOn(node.api, 'mig-busy', [{ request: 'mig', device }]);
+    assert.equal((await prepareClaim(node, claim)).error, '');
+    // A CUDA process on GPU instance 1 of GPU 12: its compute instance cannot be destroyed.
+    node.sim.nvml('mig 12 busy 1 1');
+    await node.sim.nvmlStats();
+    const client = node.watcher.client(DRIVER);
+    const refused = (await client.unprepare([claim])).claims?.[claim.uid]?.error ?? '';
+    assert.match(
+      refused,
+      /claim team-a\/mig-busy: its MIG partitions are not destroyed: .*journal says why.*ask again/,
+    );
+    const why = await agent.waitForLine(/cannot destroy a claim's MIG partitions; trying again/);
+    assert.match(why, /In use by another client \(NVML code 19\)/);
+    assert.ok(!agent.lines.some((l) => /MIG GPU instance destroyed.*gpu-12-/.test(l)), 'nothing destroyed under it');
+    // Still the claim's in the checkpoint, so its instance stays the partition, not someone else's MIG device.
+    const checkpoint = join(node.plugins, DRIVER, 'gpu-device-plugin-checkpoint.json');
+    assert.ok(readFileSync(checkpoint, 'utf8').includes(claim.uid), 'kept in the checkpoint');
+    node.sim.nvml('mig 12 busy 1 0');
+    await agent.waitForLine(/MIG GPU instance destroyed.*gpu-12-mig-3g20gb-9-0/);
+    await unprepareClaim(node, claim);
   });
 
   test('a placement that is not offered (it overlaps an instance the package did not make) is refused', async () => {

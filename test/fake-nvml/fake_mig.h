@@ -37,6 +37,8 @@
  *   mig <index> on [entry...]      MIG enabled (current and pending) with this layout
  *   mig <index> off                MIG disabled, no instances
  *   mig <index> pending <0|1>      only the pending mode changes (a reset would apply it)
+ *   mig <index> busy <gi> <0|1>    processes run on GPU instance <gi> (by id): destroying its compute
+ *                                  instances answers IN_USE, as with a CUDA process on them
  *   xid <index> <n> <gi> <ci>      an XID naming one MIG device (0xFFFFFFFF: the whole GPU)
  * An entry is one GPU instance: "<profile>" with one full compute instance ("1g.10gb",
  * "1g.10gb+me"), "<C>c.<profile>" with one C-slice compute instance ("1c.2g.20gb"), or
@@ -349,6 +351,7 @@ struct fake_gi {
     unsigned int id;
     const struct fake_gi_profile *profile;
     unsigned int start; /* placement */
+    unsigned int busy;  /* processes run on it: its compute instances cannot be destroyed (IN_USE) */
 };
 
 struct fake_mig_gpu {
@@ -521,7 +524,7 @@ static void mig_uuid(char *out, const char *parent, unsigned int profile_id, uns
  * nvmlInit of any process reads it back over the fixture's layouts, so a process killed after creating a GPU
  * instance leaves it there for the next one. One line per item:
  *   gpu <uuid> <current> <pending>        a MIG-capable configured GPU
- *   gi <slot> <id> <profile id> <start>   a GPU instance of the GPU above
+ *   gi <slot> <id> <profile id> <start> <busy>   a GPU instance of the GPU above (busy: 1 while in use)
  *   ci <slot> <gi slot> <ci id> <slices>  a compute instance (a MIG device) of the GPU above
  * Unset: each process starts from the fixture, as before. Another process's change is read at this process's
  * next call (mig_state_refresh), as every process sees one GPU. Called with g_mu held. */
@@ -552,7 +555,8 @@ static void mig_state_save(void)
         fprintf(f, "gpu %s %u %u\n", g_conf[c].uuid, m->current, m->pending);
         for (s = 0; s < FAKE_MAX_GIS; s++)
             if (m->gis[s].used)
-                fprintf(f, "gi %u %u %u %u\n", s, m->gis[s].id, m->gis[s].profile->id, m->gis[s].start);
+                fprintf(f, "gi %u %u %u %u %u\n", s, m->gis[s].id, m->gis[s].profile->id, m->gis[s].start,
+                        m->gis[s].busy);
         for (s = 0; s < FAKE_MAX_MIGS; s++)
             if (m->migs[s].used)
                 fprintf(f, "ci %u %u %u %u\n", s, m->migs[s].gi_slot, m->migs[s].ci_id, m->migs[s].ci_slices);
@@ -574,15 +578,15 @@ static void mig_changed(unsigned int live)
 /* One "gi" line into m; 0 when it names no slot or no profile of the board. */
 static int mig_state_gi(struct fake_mig_gpu *m, const char *line)
 {
-    unsigned int s, id, profile_id, start, i;
+    unsigned int s, id, profile_id, start, busy = 0, i;
 
-    if (sscanf(line, "gi %u %u %u %u", &s, &id, &profile_id, &start) != 4 || s >= FAKE_MAX_GIS)
+    if (sscanf(line, "gi %u %u %u %u %u", &s, &id, &profile_id, &start, &busy) < 4 || s >= FAKE_MAX_GIS)
         return 0;
     for (i = 0; i < m->board->count && m->board->profiles[i].id != profile_id; i++)
         ;
     if (i == m->board->count)
         return 0;
-    m->gis[s] = (struct fake_gi){ 1, id, &m->board->profiles[i], start };
+    m->gis[s] = (struct fake_gi){ 1, id, &m->board->profiles[i], start, busy != 0 };
     return 1;
 }
 
@@ -742,7 +746,7 @@ static int apply_layout(struct fake_mig_gpu *m, const char *parent_uuid, const c
                      FAKE_BOARD_SLICES);
             return -1;
         }
-        next.gis[ngi] = (struct fake_gi){ 1, ngi + 1, p, FAKE_NO_INSTANCE };
+        next.gis[ngi] = (struct fake_gi){ 1, ngi + 1, p, FAKE_NO_INSTANCE, 0 };
         for (k = 0; k < ncis; k++) {
             struct fake_mig_device *d = &next.migs[nmig++];
 
@@ -828,6 +832,8 @@ static nvmlReturn_t mig_load_gpu(const json_value *g, unsigned int index)
 }
 
 /* "mig <index> on [entry...]" | "mig <index> off" | "mig <index> pending <0|1>". g_mu held. */
+#define MIG_USAGE "usage: mig <index> on [profile...] | off | pending <0|1> | busy <gi id> <0|1>"
+
 static void mig_command(const char *original, char *args)
 {
     char *tokens[FAKE_MAX_MIGS + 3], *save = NULL, *tok, why[200];
@@ -842,7 +848,7 @@ static void mig_command(const char *original, char *args)
         tokens[ntok++] = tok;
     }
     if (ntok < 2) {
-        control_complain(original, "usage: mig <index> on [profile...] | off | pending <0|1>");
+        control_complain(original, MIG_USAGE);
         return;
     }
     if (parse_gpu_token(original, tokens[0], 0, &gpu) < 0)
@@ -858,6 +864,16 @@ static void mig_command(const char *original, char *args)
         m->current = m->pending = 0;
     } else if (strcmp(tokens[1], "pending") == 0 && ntok == 3 && (strcmp(tokens[2], "0") == 0 || strcmp(tokens[2], "1") == 0)) {
         m->pending = tokens[2][0] == '1';
+    } else if (strcmp(tokens[1], "busy") == 0 && ntok == 4 && (strcmp(tokens[3], "0") == 0 || strcmp(tokens[3], "1") == 0)) {
+        unsigned int k, id = (unsigned int)strtoul(tokens[2], NULL, 10);
+
+        for (k = 0; k < FAKE_MAX_GIS && !(m->gis[k].used && m->gis[k].id == id); k++)
+            ;
+        if (k == FAKE_MAX_GIS) {
+            control_complain(original, "the GPU has no GPU instance with that id");
+            return;
+        }
+        m->gis[k].busy = tokens[3][0] == '1';
     } else if (strcmp(tokens[1], "on") == 0) {
         if (apply_layout(m, g_devs[gpu].uuid, (const char *const *)(tokens + 2), (size_t)(ntok - 2), why, sizeof why) < 0) {
             control_complain(original, why);
@@ -865,7 +881,7 @@ static void mig_command(const char *original, char *args)
         }
         m->current = m->pending = 1;
     } else {
-        control_complain(original, "usage: mig <index> on [profile...] | off | pending <0|1>");
+        control_complain(original, MIG_USAGE);
         return;
     }
     mig_changed((unsigned int)gpu);
@@ -1447,7 +1463,7 @@ EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device
         if (!taken)
             break;
     }
-    m->gis[free_slot] = (struct fake_gi){ 1, id, p, placement->start };
+    m->gis[free_slot] = (struct fake_gi){ 1, id, p, placement->start, 0 };
     *gi = &g_gi_handles[CONF(gpu)][free_slot];
     mig_changed(gpu);
     leave(NVML_SUCCESS);
@@ -1513,6 +1529,8 @@ EXPORT nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t handle)
         return r;
     if (!(d = ci_from_handle(handle, &gpu, &slot)))
         return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (MIG(gpu).gis[d->gi_slot].busy)
+        return leave(NVML_ERROR_IN_USE);
     memset(d, 0, sizeof *d);
     mig_changed(gpu);
     return leave(NVML_SUCCESS);

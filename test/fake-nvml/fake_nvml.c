@@ -20,7 +20,7 @@
  *                        xid <index|all> <n> [<gi> <ci>]
  *                                              XidCriticalError, eventData n (all: device NULL);
  *                                              gi/ci name a MIG device (default 0xFFFFFFFF)
- *                        mig <index> on [profile...] | off | pending <0|1>
+ *                        mig <index> on [profile...] | off | pending <0|1> | busy <gi> <0|1>
  *                                              change a GPU's MIG layout or mode (fake_mig.h);
  *                                              it outlives nvmlShutdown/nvmlInit, as on a real node
  *                        dbe <index|all>       DoubleBitEccError
@@ -1783,8 +1783,10 @@ static void handle_command(char *line)
     if (strncmp(p, "mig", 3) == 0 && (p[3] == ' ' || p[3] == '\t')) {
         /* A layout lists up to seven instances: more words than the command table takes. */
         pthread_mutex_lock(&g_mu);
-        if (g_live)
+        if (g_live) {
+            mig_state_refresh(); /* another process's instances are on the GPU this command changes */
             mig_command(original, p + 4);
+        }
         pthread_mutex_unlock(&g_mu);
         return;
     }

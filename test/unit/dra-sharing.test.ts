@@ -199,8 +199,9 @@ class RecordingSharing extends HostSharing {
     this.asked.push(request);
     return { cdiDeviceIds: [`k8s.gpu-device-plugin/claim=${request.claim.uid}`], partitionIds: {} };
   }
-  override async unprepare(c: { uid: string }): Promise<void> {
+  override async unprepare(c: { uid: string }): Promise<string | null> {
     this.watchedAtUnprepare.push(this.claims?.sharingRequests().has(c.uid) ?? true);
+    return null;
   }
   override async reconcile(): Promise<void> {}
 }

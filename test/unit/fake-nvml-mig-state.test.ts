@@ -96,7 +96,7 @@ test('an instance made by one process is on the GPU for the next, beside the fix
   const first = JSON.parse(made.out) as { gi: number; ci: number; dev: { uuid: string } };
   assert.equal(
     readFileSync(stateFile, 'utf8'),
-    [`gpu ${A100} 1 1`, `gpu ${H100} 1 1`, 'gi 0 1 19 0', 'gi 1 2 9 4', 'ci 0 0 0 1', 'ci 1 1 0 3', ''].join('\n'),
+    [`gpu ${A100} 1 1`, `gpu ${H100} 1 1`, 'gi 0 1 19 0 0', 'gi 1 2 9 4 0', 'ci 0 0 0 1', 'ci 1 1 0 3', ''].join('\n'),
     'both GPUs; on the H100 the fixture’s 1g.10gb and the new 3g.40gb at 4 with its 3-slice compute instance',
   );
   const nvml = open();
@@ -116,6 +116,33 @@ test('an instance made by one process is on the GPU for the next, beside the fix
   const after = child(`console.log(JSON.stringify(await port.gpuInstances(${JSON.stringify(H100)})));`);
   assert.equal(after.status, 0, after.out);
   assert.deepEqual(JSON.parse(after.out), [{ gi: 1, profileId: 19, start: 0, size: 1, cis: [0] }]);
+});
+
+test('an open session sees another process’s change at its next call; a busy GPU instance is IN_USE', async () => {
+  freshState();
+  const nvml = open();
+  try {
+    const port = new NvmlMigInstances(nvml, join(dir, 'proc'));
+    assert.equal((await port.gpuInstances(A100)).length, 0);
+    const made = child(`
+      const gi = await port.createGpuInstance(${JSON.stringify(A100)}, 9, 0, 4);
+      console.log(JSON.stringify({ gi, ci: await port.createComputeInstance(${JSON.stringify(A100)}, gi) }));
+      nvml.close();
+    `);
+    assert.equal(made.status, 0, made.out);
+    const { gi, ci } = JSON.parse(made.out) as { gi: number; ci: number };
+    assert.deepEqual(await port.gpuInstances(A100), [{ gi, profileId: 9, start: 0, size: 4, cis: [ci] }], 'seen');
+    // A process runs on it (what `mig <index> busy <gi> 1` keeps in the file): its compute instance stays.
+    const busy = (on: 0 | 1): void =>
+      writeFileSync(stateFile, readFileSync(stateFile, 'utf8').replace(/^(gi \d+ \d+ 9 0) [01]$/m, `$1 ${on}`));
+    busy(1);
+    await assert.rejects(port.destroyComputeInstance(A100, gi, ci), /In use by another client \(NVML code 19\)/);
+    busy(0);
+    await port.destroyComputeInstance(A100, gi, ci);
+    await port.destroyGpuInstance(A100, gi);
+  } finally {
+    nvml.close();
+  }
 });
 
 /** An agent in a child process asked for claim-k's partition, killed right after `step` succeeded. */

@@ -14,7 +14,10 @@ import { buildFakeMpsControl } from '../fake-nvml/build.ts';
 import type { JsonObject } from '../support/apiserver.ts';
 import { poolProblems } from '../support/apiserver-counters.ts';
 import {
+  DRIVER,
+  NODE,
   claimOn,
+  environOf,
   prepareClaim,
   slicesOf,
   unprepareClaim,
@@ -102,6 +105,67 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
     await unprepareClaim(node, claim);
     assert.equal(existsSync(specFile), false, 'its spec removed');
     await agent.waitForLine(/MIG GPU instance destroyed/);
+  });
+
+  test('a partition shared by MPS (MigDeviceConfig): a daemon for its MIG UUID, stopped before it goes', async () => {
+    const device = 'gpu-5-mig-3g20gb-9-4';
+    const stored = node.api.putClaim({
+      namespace: 'team-a',
+      name: 'mig-mps',
+      status: {
+        allocation: {
+          devices: {
+            results: [{ request: 'mig', driver: DRIVER, pool: NODE, device }],
+            config: [
+              {
+                source: 'FromClaim',
+                requests: ['mig'],
+                opaque: {
+                  driver: DRIVER,
+                  parameters: {
+                    apiVersion: 'resource.nvidia.com/v1beta1',
+                    kind: 'MigDeviceConfig',
+                    sharing: {
+                      strategy: 'MPS',
+                      mpsConfig: { defaultActiveThreadPercentage: 40, defaultPinnedDeviceMemoryLimit: '8Gi' },
+                    },
+                  },
+                },
+              },
+            ],
+          },
+        },
+      },
+    });
+    const claim = { namespace: 'team-a', name: 'mig-mps', uid: String((stored.metadata as JsonObject).uid) };
+    const r = await prepareClaim(node, claim);
+    assert.equal(r.error, '', r.error);
+    // The parent GPU, the partition's capability nodes, and the claim's MPS daemon: pipe and shm.
+    assert.deepEqual(r.devices?.[0]?.cdi_device_ids, [
+      'nvidia.com/gpu=5',
+      `k8s.gpu-device-plugin/claim=${claim.uid}-${device}`,
+      `k8s.gpu-device-plugin/claim=${claim.uid}`,
+    ]);
+    const partSpec = JSON.parse(readFileSync(join(node.cdi, `gpu-device-plugin-claim-${claim.uid}-mig.json`), 'utf8'));
+    const visible = String(partSpec.devices[0]?.containerEdits.env[0]);
+    assert.match(visible, /^CUDA_VISIBLE_DEVICES=MIG-/);
+    const mpsSpec = JSON.parse(readFileSync(join(node.cdi, `gpu-device-plugin-claim-${claim.uid}.json`), 'utf8'));
+    assert.deepEqual(mpsSpec.devices[0]?.containerEdits.env, [`CUDA_MPS_PIPE_DIRECTORY=/mps/${claim.uid}/pipe`]);
+    // The claim's control daemon serves the MIG device the agent made, with the claim's limits.
+    const claimRoot = join(base, 'mps', 'dra', 'claims', claim.uid);
+    const pid = Number(readFileSync(join(claimRoot, 'mps', '.started'), 'utf8').trim());
+    assert.equal(environOf(pid).CUDA_VISIBLE_DEVICES, visible.slice('CUDA_VISIBLE_DEVICES='.length));
+    const state = JSON.parse(readFileSync(join(claimRoot, 'mps', 'pipe', 'fake-mps-state.json'), 'utf8'));
+    assert.deepEqual([state.defaultActiveThreadPercentage, state.pinnedMemLimitMiB], [40, { '0': 8192 }]);
+    assert.deepEqual(agent.matching(/compute mode set/), [], 'a MIG device has no compute mode');
+    // Unprepared: the daemon stopped first, then the instance destroyed (it is IN_USE while a daemon holds it).
+    const from = agent.lines.length;
+    await unprepareClaim(node, claim);
+    const stopped = await agent.waitForLine(new RegExp(`MPS control daemon stopped.*${claim.uid}`), 10_000, from);
+    const destroyed = await agent.waitForLine(new RegExp(`MIG GPU instance destroyed.*${claim.uid}`), 10_000, from);
+    assert.ok(agent.lines.indexOf(stopped) < agent.lines.indexOf(destroyed), 'the daemon stopped before');
+    assert.equal(existsSync(claimRoot), false, "the claim's MPS directory removed");
+    assert.equal(existsSync(join(node.cdi, `gpu-device-plugin-claim-${claim.uid}.json`)), false, 'its MPS spec gone');
   });
 
   test('three profiles carved from one GPU side by side, unprepared in another order; an overlap refused', async () => {

@@ -458,34 +458,35 @@ test('agent: MPS on a partition: its daemon serves the MIG UUID made, stopped be
     watchedPort(gpu, () => r.hosts, order),
     withMade(gpu),
   );
-  r.write('mig-mps', 'p1', partitionMps('mig-mps'));
-  await waitUntil(() => r.answer('mig-mps') !== null, { on: onEvent(r.syncs, 'synced'), what: 'the answer' });
-  const answer = r.answer('mig-mps');
-  assert.deepEqual(answer?.state === 'ready' ? answer.partitions?.map((p) => p.uuid) : answer, ['MIG-1-0']);
-  const claimRoot = claimMpsRoot(root, 'mig-mps');
-  const host = r.hosts.get(claimRoot);
-  assert.deepEqual(
-    host?.plans.map((p) => p.gpus.map((g) => [g.uuid, g.pinnedMemLimitMiB])),
-    [[['MIG-1-0', 20480]]],
-    'one daemon, for the MIG device made, with its whole memory',
-  );
-  assert.deepEqual(
-    host?.actions.filter((a) => a.startsWith('mode') || (a.startsWith('cmd') && !a.endsWith('quit'))),
-    [
-      `cmd ${claimRoot}/mps/pipe set_default_device_pinned_mem_limit 0 20480M`,
-      `cmd ${claimRoot}/mps/pipe set_default_active_thread_percentage 30`,
-    ],
-    'no compute mode touched: a MIG device has none',
-  );
-  // The agent's own stop ends the daemon and leaves the instance; the next agent starts the daemon again for it.
-  await r.agent.stop();
-  r = await rig(
-    root,
-    LIMITS,
-    watchedPort(gpu, () => r.hosts, order),
-    withMade(gpu),
-  );
+  // One try for both agents: whichever is running when an assertion fails is stopped (a live one keeps the process).
   try {
+    r.write('mig-mps', 'p1', partitionMps('mig-mps'));
+    await waitUntil(() => r.answer('mig-mps') !== null, { on: onEvent(r.syncs, 'synced'), what: 'the answer' });
+    const answer = r.answer('mig-mps');
+    assert.deepEqual(answer?.state === 'ready' ? answer.partitions?.map((p) => p.uuid) : answer, ['MIG-1-0']);
+    const claimRoot = claimMpsRoot(root, 'mig-mps');
+    const host = r.hosts.get(claimRoot);
+    assert.deepEqual(
+      host?.plans.map((p) => p.gpus.map((g) => [g.uuid, g.pinnedMemLimitMiB])),
+      [[['MIG-1-0', 20480]]],
+      'one daemon, for the MIG device made, with its whole memory',
+    );
+    assert.deepEqual(
+      host?.actions.filter((a) => a.startsWith('mode') || (a.startsWith('cmd') && !a.endsWith('quit'))),
+      [
+        `cmd ${claimRoot}/mps/pipe set_default_device_pinned_mem_limit 0 20480M`,
+        `cmd ${claimRoot}/mps/pipe set_default_active_thread_percentage 30`,
+      ],
+      'no compute mode touched: a MIG device has none',
+    );
+    // The agent's own stop ends the daemon and leaves the instance; the next agent starts the daemon again for it.
+    await r.agent.stop();
+    r = await rig(
+      root,
+      LIMITS,
+      watchedPort(gpu, () => r.hosts, order),
+      withMade(gpu),
+    );
     await r.synced(1);
     assert.equal(r.answer('mig-mps')?.state, 'ready');
     assert.deepEqual(
@@ -510,19 +511,19 @@ test('agent: killed between GPU instance and record, the next agent finishes it 
   gpu.stateDir = join(root, 'state');
   gpu.crashAfter = 'create-gi';
   let r = await rig(root, LIMITS, gpu, withMade(gpu));
-  r.write('mig-mps', 'p1', partitionMps('mig-mps'));
-  await waitUntil(() => gpu.recordAtCrash !== null, { on: onEvent(r.syncs, 'synced'), what: 'the crash' });
-  await r.agent.stop();
-  // What the killed process left on disk: its record as it was at the crash, and no daemon ever started.
-  writeFileSync(join(root, 'state', 'mig-instances.json'), gpu.recordAtCrash ?? '');
-  assert.deepEqual(
-    [...r.hosts.values()].flatMap((h) => h.plans),
-    [],
-    'no daemon before the instance is complete',
-  );
-  rmSync(join(answerDir(root), 'mig-mps.json'), { force: true });
-  r = await rig(root, LIMITS, gpu, withMade(gpu));
   try {
+    r.write('mig-mps', 'p1', partitionMps('mig-mps'));
+    await waitUntil(() => gpu.recordAtCrash !== null, { on: onEvent(r.syncs, 'synced'), what: 'the crash' });
+    await r.agent.stop();
+    // What the killed process left on disk: its record as it was at the crash, and no daemon ever started.
+    writeFileSync(join(root, 'state', 'mig-instances.json'), gpu.recordAtCrash ?? '');
+    assert.deepEqual(
+      [...r.hosts.values()].flatMap((h) => h.plans),
+      [],
+      'no daemon before the instance is complete',
+    );
+    rmSync(join(answerDir(root), 'mig-mps.json'), { force: true });
+    r = await rig(root, LIMITS, gpu, withMade(gpu));
     await waitUntil(() => r.answer('mig-mps')?.state === 'ready', { on: onEvent(r.syncs, 'synced'), what: 'ready' });
     assert.equal(gpu.calls.filter((c) => c.startsWith('create-gi')).length, 1, 'the instance taken, not made again');
     const host = r.hosts.get(claimMpsRoot(root, 'mig-mps'));

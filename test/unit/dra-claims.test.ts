@@ -553,10 +553,12 @@ test('allocatedDevices: a dynamic MIG partition is a MIG device to the configura
       },
     ],
   });
-  // A GpuConfig for whole GPUs does not apply to it, and one naming its request is refused by name.
-  assert.deepEqual(on([opaque('FromClass', timeSlice('Long'))]), {
-    devices: [{ device: partition.name, pool: 'n', requests: ['p'], partition: recorded }],
-  });
+  // A GpuConfig for whole GPUs does not apply to it, and one naming its request is refused by name; strategy
+  // TimeSlicing in a MigDeviceConfig sets nothing, as on any MIG device.
+  const unshared = { devices: [{ device: partition.name, pool: 'n', requests: ['p'], partition: recorded }] };
+  assert.deepEqual(on([opaque('FromClass', timeSlice('Long'))]), unshared);
+  const migTimeSlicing = { apiVersion: API, kind: 'MigDeviceConfig', sharing: { strategy: 'TimeSlicing' } };
+  assert.deepEqual(on([opaque('FromClaim', migTimeSlicing, ['p'])]), unshared);
   const refused = on([opaque('FromClaim', timeSlice('Long'), ['p'])]);
   assert.match(
     'error' in refused ? refused.error : '',

@@ -3,7 +3,9 @@
 // sharing agent, which makes the instances. The slices the API-server stand-in stores (and the scheduler would
 // use: every counter set and counter consumed exists); a claim for a partition
 // prepared (the agent makes the GPU and compute instance through the fake NVML, the claim's spec gets its
-// capability nodes) and unprepared (destroyed); a placement that is not offered refused by name. The fake NVML
+// capability nodes) and unprepared (destroyed); a partition shared by MPS (MigDeviceConfig), its claim's control
+// daemon serving the MIG UUID made, stopped before the instance is destroyed, also across an agent killed
+// mid-make; a placement that is not offered refused by name. The fake NVML
 // keeps its instances per process: the plugin's own scan does not see the agent's instance.
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -11,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { buildFakeMpsControl } from '../fake-nvml/build.ts';
+import type { Claim } from '../../src/api/dra.ts';
 import type { JsonObject } from '../support/apiserver.ts';
 import { poolProblems } from '../support/apiserver-counters.ts';
 import {
@@ -56,6 +59,53 @@ after(async () => {
 
 type Spec = { sharedCounters?: { name: string }[]; devices?: { name: string; consumesCounters?: unknown[] }[] };
 const specs = (): Spec[] => slicesOf(node.api).map((s) => s.spec as unknown as Spec);
+
+/** A claim allocating `device` (a partition) with a MigDeviceConfig that shares it by MPS, with limits. */
+function mpsPartitionClaim(name: string, device: string): Claim {
+  const sharing = {
+    strategy: 'MPS',
+    mpsConfig: { defaultActiveThreadPercentage: 40, defaultPinnedDeviceMemoryLimit: '8Gi' },
+  };
+  const parameters = { apiVersion: 'resource.nvidia.com/v1beta1', kind: 'MigDeviceConfig', sharing };
+  const stored = node.api.putClaim({
+    namespace: 'team-a',
+    name,
+    status: {
+      allocation: {
+        devices: {
+          results: [{ request: 'mig', driver: DRIVER, pool: NODE, device }],
+          config: [{ source: 'FromClaim', requests: ['mig'], opaque: { driver: DRIVER, parameters } }],
+        },
+      },
+    },
+  });
+  return { namespace: 'team-a', name, uid: String((stored.metadata as JsonObject).uid) };
+}
+
+interface CdiEdits {
+  devices: { containerEdits: { env: string[] } }[];
+}
+
+/**
+ * The claim's specs (the partition's MIG UUID, the daemon's pipe) and its control daemon serving that MIG device
+ * with the claim's limits (the fake's state in its pipe directory); the claim's MPS root.
+ */
+function assertDaemonForPartition(uid: string): string {
+  const spec = (file: string) => JSON.parse(readFileSync(join(node.cdi, file), 'utf8')) as CdiEdits;
+  const visible = String(spec(`gpu-device-plugin-claim-${uid}-mig.json`).devices[0]?.containerEdits.env[0]);
+  assert.match(visible, /^CUDA_VISIBLE_DEVICES=MIG-/);
+  const mpsEnv = spec(`gpu-device-plugin-claim-${uid}.json`).devices[0]?.containerEdits.env;
+  assert.deepEqual(mpsEnv, [`CUDA_MPS_PIPE_DIRECTORY=/mps/${uid}/pipe`]);
+  const claimRoot = join(base, 'mps', 'dra', 'claims', uid);
+  const pid = Number(readFileSync(join(claimRoot, 'mps', '.started'), 'utf8').trim());
+  assert.equal(environOf(pid).CUDA_VISIBLE_DEVICES, visible.slice('CUDA_VISIBLE_DEVICES='.length));
+  const state = JSON.parse(readFileSync(join(claimRoot, 'mps', 'pipe', 'fake-mps-state.json'), 'utf8')) as {
+    defaultActiveThreadPercentage?: unknown;
+    pinnedMemLimitMiB?: unknown;
+  };
+  assert.deepEqual([state.defaultActiveThreadPercentage, state.pinnedMemLimitMiB], [40, { '0': 8192 }]);
+  return claimRoot;
+}
 
 describe('dynamic MIG under DRA, through the executables', { concurrency: false }, () => {
   test('16 GPUs: 15 counter sets in two slices of their own, partitions of the free placements beside', async () => {
@@ -109,35 +159,7 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
 
   test('a partition shared by MPS (MigDeviceConfig): a daemon for its MIG UUID, stopped before it goes', async () => {
     const device = 'gpu-5-mig-3g20gb-9-4';
-    const stored = node.api.putClaim({
-      namespace: 'team-a',
-      name: 'mig-mps',
-      status: {
-        allocation: {
-          devices: {
-            results: [{ request: 'mig', driver: DRIVER, pool: NODE, device }],
-            config: [
-              {
-                source: 'FromClaim',
-                requests: ['mig'],
-                opaque: {
-                  driver: DRIVER,
-                  parameters: {
-                    apiVersion: 'resource.nvidia.com/v1beta1',
-                    kind: 'MigDeviceConfig',
-                    sharing: {
-                      strategy: 'MPS',
-                      mpsConfig: { defaultActiveThreadPercentage: 40, defaultPinnedDeviceMemoryLimit: '8Gi' },
-                    },
-                  },
-                },
-              },
-            ],
-          },
-        },
-      },
-    });
-    const claim = { namespace: 'team-a', name: 'mig-mps', uid: String((stored.metadata as JsonObject).uid) };
+    const claim = mpsPartitionClaim('mig-mps', device);
     const r = await prepareClaim(node, claim);
     assert.equal(r.error, '', r.error);
     // The parent GPU, the partition's capability nodes, and the claim's MPS daemon: pipe and shm.
@@ -146,17 +168,7 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
       `k8s.gpu-device-plugin/claim=${claim.uid}-${device}`,
       `k8s.gpu-device-plugin/claim=${claim.uid}`,
     ]);
-    const partSpec = JSON.parse(readFileSync(join(node.cdi, `gpu-device-plugin-claim-${claim.uid}-mig.json`), 'utf8'));
-    const visible = String(partSpec.devices[0]?.containerEdits.env[0]);
-    assert.match(visible, /^CUDA_VISIBLE_DEVICES=MIG-/);
-    const mpsSpec = JSON.parse(readFileSync(join(node.cdi, `gpu-device-plugin-claim-${claim.uid}.json`), 'utf8'));
-    assert.deepEqual(mpsSpec.devices[0]?.containerEdits.env, [`CUDA_MPS_PIPE_DIRECTORY=/mps/${claim.uid}/pipe`]);
-    // The claim's control daemon serves the MIG device the agent made, with the claim's limits.
-    const claimRoot = join(base, 'mps', 'dra', 'claims', claim.uid);
-    const pid = Number(readFileSync(join(claimRoot, 'mps', '.started'), 'utf8').trim());
-    assert.equal(environOf(pid).CUDA_VISIBLE_DEVICES, visible.slice('CUDA_VISIBLE_DEVICES='.length));
-    const state = JSON.parse(readFileSync(join(claimRoot, 'mps', 'pipe', 'fake-mps-state.json'), 'utf8'));
-    assert.deepEqual([state.defaultActiveThreadPercentage, state.pinnedMemLimitMiB], [40, { '0': 8192 }]);
+    const claimRoot = assertDaemonForPartition(claim.uid);
     assert.deepEqual(agent.matching(/compute mode set/), [], 'a MIG device has no compute mode');
     // Unprepared: the daemon stopped first, then the instance destroyed (it is IN_USE while a daemon holds it).
     const from = agent.lines.length;
@@ -200,6 +212,27 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
     assert.ok(!agent.lines.some((l) => /MIG GPU instance created/.test(l)), 'the instance taken, not made again');
     await unprepareClaim(node, claim);
     await agent.waitForLine(/MIG GPU instance destroyed/);
+  });
+
+  test('MPS on a partition, the agent killed after the compute instance: the next one finishes it', async () => {
+    agent.signal('SIGTERM');
+    await agent.exited;
+    const gpuState = { FAKE_NVML_MIG_STATE: join(base, 'mig-state') };
+    const dying = startAgent({ ...gpuState, FAKE_NVML_CRASH_AFTER: 'create-compute-instance' });
+    await dying.waitForLine(/DRA sharing agent started/);
+    const claim = mpsPartitionClaim('mig-mps-crash', 'gpu-6-mig-2g10gb-14-2');
+    const pending = prepareClaim(node, claim);
+    assert.equal((await dying.exited).code, 137, 'killed between the compute instance and its record');
+    assert.equal(existsSync(join(base, 'mps', 'dra', 'claims', claim.uid, 'mps', '.started')), false, 'no daemon yet');
+    agent = startAgent(gpuState);
+    const r = await pending;
+    assert.equal(r.error, '', r.error);
+    assert.equal(r.devices?.[0]?.cdi_device_ids?.length, 3, 'the GPU, the partition, the daemon');
+    assert.ok(!agent.lines.some((l) => /MIG GPU instance created/.test(l)), 'the instance taken, not made again');
+    const claimRoot = assertDaemonForPartition(claim.uid);
+    await unprepareClaim(node, claim);
+    await agent.waitForLine(new RegExp(`MIG GPU instance destroyed.*${claim.uid}`));
+    assert.equal(existsSync(claimRoot), false, "the claim's MPS directory removed");
   });
 
   test('a placement that is not offered (it overlaps an instance the package did not make) is refused', async () => {

@@ -4,11 +4,12 @@
 // every value in range — and against what the agent already serves: no GPU shared by more claims than the
 // operator allows, no exclusive MPS claim on a GPU another claim holds (so a compute mode set for one claim is
 // only ever put back when that claim ends), and the claims' shm tmpfs sizes within the operator's total.
-// The whole-GPU index a daemon's compute mode goes by is NVML's, never the request's.
+// The whole-GPU index a daemon's compute mode goes by is NVML's, never the request's. A daemon's unit named by a
+// partition of the same request (dynamic MIG) is resolved to the MIG device once the agent has made it.
 import { claimUidProblem } from './dra-claims.ts';
 import type { HostMps, HostMpsUnit, HostRequest } from './dra-sharing.ts';
 import { partitionProblem } from './mig-instances.ts';
-import type { PartitionRequest } from './mig-instances.ts';
+import type { MadePartition, PartitionRequest } from './mig-instances.ts';
 
 /** A device of this node as NVML lists it: a whole GPU, or a MIG device with its parent GPU. */
 export interface HostUnit {
@@ -70,7 +71,28 @@ function checkUnit(u: HostMpsUnit, at: string, inventory: HostInventory): HostMp
   };
 }
 
-function checkMps(m: HostMps, inventory: HostInventory): HostMps | string {
+/**
+ * Units named by partition: each one of the request's own partitions, once, never in an exclusive daemon, with a
+ * limit (if any) within its parent GPU's memory (the instance's own is checked once it is made: resolveMpsUnits).
+ */
+function checkPartitionUnits(m: HostMps, partitions: readonly PartitionRequest[], inventory: HostInventory) {
+  const seen = new Set<string>();
+  for (const [i, u] of (m.partitionUnits ?? []).entries()) {
+    const at = `mps.partitionUnits[${i}]`;
+    const p = partitions.find((x) => x.device === u.partition);
+    if (p === undefined) return `${at}: ${shown(u.partition)} is none of the request's partitions`;
+    if (seen.has(u.partition)) return `${at}: partition ${u.partition} named twice`;
+    seen.add(u.partition);
+    if (m.exclusive) return `${at}: ${u.partition} is a MIG device; an exclusive daemon is for whole GPUs only`;
+    const most = inventory.get(p.parentUuid)?.memoryMiB ?? 0;
+    const l = u.pinnedMemLimitMiB;
+    if (l !== undefined && (!Number.isInteger(l) || l < 1 || l > most))
+      return `${at}: pinnedMemLimitMiB ${l} is not a whole number from 1 to ${most} (its GPU's memory)`;
+  }
+  return null;
+}
+
+function checkMps(m: HostMps, partitions: readonly PartitionRequest[], inventory: HostInventory): HostMps | string {
   const t = m.activeThreadPercentage;
   if (!Number.isInteger(t) || t < 1 || t > 100)
     return `mps.activeThreadPercentage ${t} is not a whole number from 1 to 100`;
@@ -83,7 +105,33 @@ function checkMps(m: HostMps, inventory: HostInventory): HostMps | string {
       return `mps.units[${i}]: ${u.uuid} is a MIG device; an exclusive daemon is for whole GPUs only`;
     units.push(checked);
   }
-  return { activeThreadPercentage: t, exclusive: m.exclusive, units };
+  const byPartition = checkPartitionUnits(m, partitions, inventory);
+  if (byPartition !== null) return byPartition;
+  const rest = m.partitionUnits === undefined ? {} : { partitionUnits: m.partitionUnits };
+  return { activeThreadPercentage: t, exclusive: m.exclusive, units, ...rest };
+}
+
+/**
+ * The daemon's units once the request's partitions are made: each unit named by partition resolved to the MIG
+ * device made for it, with its limit, or the instance's whole memory as NVML lists it; an error names the unit.
+ */
+export function resolveMpsUnits(
+  m: HostMps,
+  made: readonly MadePartition[],
+  inventory: HostInventory,
+): HostMps | { readonly error: string } {
+  const units: HostMpsUnit[] = [...m.units];
+  for (const [i, u] of (m.partitionUnits ?? []).entries()) {
+    const at = `mps.partitionUnits[${i}] (${u.partition})`;
+    const p = made.find((x) => x.device === u.partition);
+    if (p === undefined) return { error: `${at}: no MIG device was made for it` };
+    const memory = inventory.get(p.uuid)?.memoryMiB;
+    if (memory === undefined) return { error: `${at}: its MIG device ${p.uuid} is not listed by NVML` };
+    const l = u.pinnedMemLimitMiB ?? memory;
+    if (l > memory) return { error: `${at}: pinnedMemLimitMiB ${l} is more than its MIG device's ${memory} MiB` };
+    units.push({ uuid: p.uuid, pinnedMemLimitMiB: l });
+  }
+  return { activeThreadPercentage: m.activeThreadPercentage, exclusive: m.exclusive, units };
 }
 
 function checkPartitions(partitions: readonly PartitionRequest[], inventory: HostInventory): string | null {
@@ -114,7 +162,7 @@ function checkAlone(r: HostRequest, inventory: HostInventory): HostRequest | str
   const partitions = checkPartitions(r.partitions ?? [], inventory);
   if (partitions !== null) return partitions;
   if (r.mps === undefined) return r;
-  const mps = checkMps(r.mps, inventory);
+  const mps = checkMps(r.mps, r.partitions ?? [], inventory);
   return typeof mps === 'string' ? mps : { ...r, mps };
 }
 

@@ -170,7 +170,9 @@ function readResult(r: unknown, i: number, s: Scope): Result | null | { error: s
   }
   if (consumedCapacity !== undefined && !isStringMap(consumedCapacity))
     return { error: `status.allocation.devices.results[${i}].consumedCapacity is not a map of quantities (strings)` };
-  const config = sharingFor(s.configs, request, dev.mig === undefined ? 'gpu' : 'mig', device);
+  // A dynamic MIG partition is a MIG device to NVIDIA's configurations (MigDeviceConfig), as a static one is.
+  const kind = dev.mig === undefined && dev.partition === undefined ? 'gpu' : 'mig';
+  const config = sharingFor(s.configs, request, kind, device);
   if ('error' in config) return config;
   const shareId = typeof r.shareID === 'string' && r.shareID !== '' ? r.shareID : undefined;
   return { request, pool: p, device, shared: resultSharing(r), shareId, consumedCapacity, sharing: config };
@@ -292,7 +294,7 @@ function sharingConflict(entries: readonly Entry[], known: ReadonlyMap<string, D
     const dev = known.get(device);
     if (s?.strategy !== 'MPS' || config === undefined || dev === undefined) continue;
     const group = mps.get(sharingText(s)) ?? { sharing: s, config, uuids: [] };
-    group.uuids.push(dev.mig?.uuid ?? dev.gpuUuid);
+    group.uuids.push(mpsKeyOf(dev));
     mps.set(sharingText(s), group);
   }
   for (const { sharing, config, uuids } of mps.values()) {
@@ -303,6 +305,15 @@ function sharingConflict(entries: readonly Entry[], known: ReadonlyMap<string, D
     }
   }
   return null;
+}
+
+/**
+ * What an MPS configuration's per-device limits know a device by: its UUID (a MIG device's own), or for a dynamic
+ * MIG partition, whose MIG UUID exists only once the instance is made, its device name.
+ */
+export function mpsKeyOf(dev: DraNodeDevice): string {
+  if (dev.mig !== undefined) return dev.mig.uuid;
+  return dev.partition === undefined ? dev.gpuUuid : dev.name;
 }
 
 /** How one allocation result shares its device (see DeviceSharing). */

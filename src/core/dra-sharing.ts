@@ -10,19 +10,21 @@
 // (by UUID, or by index into the sorted UUIDs its configuration applies to), else its default; on a
 // share of a device that allows multiple allocations, it is never above the share's consumed `memory`
 // capacity. A unit without either limit gets its whole memory. Active threads: the claim's percentage,
-// else 100.
+// else 100. A dynamic MIG partition's unit is named by its device name (also its per-device key), since its MIG
+// UUID exists only once the agent has made the instance; the agent resolves it then (core/dra-admission.ts).
 //
 // COMPUTE MODE. A whole GPU the claim has to itself is put in EXCLUSIVE_PROCESS while its daemon runs, as
 // the device-plugin's MPS does; a GPU shared with other claims (a shareID) stays as it is, since another
 // claim's daemon or process may use it too, and a MIG device has no compute mode of its own.
+import { mpsKeyOf } from './dra-claims.ts';
 import type { DraNodeDevice, PartitionOf } from './dra-claims.ts';
 import { perDeviceLimits } from './dra-gpu-config.ts';
 import type { GpuSharing, MpsSharing, TimeSliceInterval } from './dra-gpu-config.ts';
 import { timeSliceConflict, wantedTimeSlices } from './dra-timeslice.ts';
 import type { TimeSliceClaimDevice } from './dra-timeslice.ts';
 import { isObject } from './json.ts';
-import { parseMadePartition, parsePartition } from './mig-instances.ts';
-import type { MadePartition, PartitionRequest } from './mig-instances.ts';
+import { parseMadePartition, parsePartition, parsePartitionMpsUnit } from './mig-instances.ts';
+import type { MadePartition, PartitionMpsUnit, PartitionRequest } from './mig-instances.ts';
 import { parseQuantity } from './quantity.ts';
 
 /** One device of a claim as prepared, with what sharing asks of the host. */
@@ -58,6 +60,8 @@ export interface HostMps {
   /** Whole GPUs the claim has to itself: EXCLUSIVE_PROCESS while the daemon runs. */
   readonly exclusive: boolean;
   readonly units: readonly HostMpsUnit[];
+  /** Dynamic MIG partitions of the same request the daemon serves too (after `units`), by device name. */
+  readonly partitionUnits?: readonly PartitionMpsUnit[];
 }
 
 /** What one claim asks of the host. */
@@ -97,8 +101,18 @@ export function claimDaemonName(c: ClaimName): string {
 }
 
 /**
- * The pinned-memory limit of each MPS unit by its UUID, per MPS configuration (core/dra-gpu-config.ts's rule:
- * per-device keys are UUIDs, or indices into the UUIDs one configuration applies to, sorted).
+ * What a device's per-device MPS limit is keyed by (dra-claims.ts's mpsKeyOf): a partition by its device name, also
+ * when the node no longer lists it (its instance made, the placement is no longer free); undefined: not on the node.
+ */
+function keyOf(d: SharedDevice, node: readonly HostDevice[]): string | undefined {
+  if (d.partition !== undefined) return d.device;
+  const dev = node.find((n) => n.name === d.device);
+  return dev === undefined ? undefined : mpsKeyOf(dev);
+}
+
+/**
+ * The pinned-memory limit of each MPS unit by its key (keyOf), per MPS configuration (core/dra-gpu-config.ts's
+ * rule: per-device keys are UUIDs, or indices into the UUIDs one configuration applies to, sorted).
  */
 function mpsLimits(
   devices: readonly SharedDevice[],
@@ -107,11 +121,11 @@ function mpsLimits(
   const groups = new Map<string, { sharing: MpsSharing; uuids: string[] }>();
   for (const d of devices) {
     if (d.sharing?.strategy !== 'MPS') continue;
-    const dev = node.find((n) => n.name === d.device);
-    if (dev === undefined) continue;
+    const unit = keyOf(d, node);
+    if (unit === undefined) continue;
     const key = JSON.stringify(d.sharing);
     const g = groups.get(key) ?? { sharing: d.sharing, uuids: [] };
-    g.uuids.push(dev.mig?.uuid ?? dev.gpuUuid);
+    g.uuids.push(unit);
     groups.set(key, g);
   }
   const limits = new Map<string, number>();
@@ -140,14 +154,22 @@ export function hostRequest(
   let threads: number | undefined;
   let exclusive = true;
   const partitions: PartitionRequest[] = [];
+  const partitionUnits: PartitionMpsUnit[] = [];
   for (const d of devices) {
     const dev = node.find((n) => n.name === d.device);
     const part =
       d.partition ?? (dev?.partition === undefined ? undefined : { parentUuid: dev.gpuUuid, ...dev.partition });
     if (part !== undefined) {
-      if (d.sharing !== undefined)
-        return { error: `device ${d.device}: sharing a dynamic MIG partition (MigDeviceConfig) is not supported yet` };
+      // Its daemon's unit is named by the partition: the agent resolves it to the MIG UUID once it made the instance.
+      if (d.sharing !== undefined && d.sharing.strategy !== 'MPS')
+        return { error: `device ${d.device}: a dynamic MIG partition has no time-slice of its own; it shares by MPS` };
       partitions.push({ device: d.device, ...part });
+      if (d.sharing === undefined) continue;
+      exclusive = false;
+      threads = Math.min(threads ?? 100, d.sharing.defaultActiveThreadPercentage ?? 100);
+      const bytes = limits.limits.get(d.device);
+      const limit = bytes === undefined ? {} : { pinnedMemLimitMiB: Math.max(1, Math.floor(bytes / MIB)) };
+      partitionUnits.push({ partition: d.device, ...limit });
       continue;
     }
     if (d.sharing === undefined) continue;
@@ -174,7 +196,9 @@ export function hostRequest(
     });
   }
   if (timeSlices.length === 0 && units.length === 0 && partitions.length === 0) return null;
-  const mps = units.length === 0 ? {} : { mps: { activeThreadPercentage: threads ?? 100, exclusive, units } };
+  const byPartition = partitionUnits.length === 0 ? {} : { partitionUnits };
+  const mps =
+    threads === undefined ? {} : { mps: { activeThreadPercentage: threads, exclusive, units, ...byPartition } };
   // The claim as three fields in one order, whatever object named it: requests are compared as JSON.
   const name = { namespace: claim.namespace, name: claim.name, uid: claim.uid };
   return { claim: name, timeSlices, ...mps, ...(partitions.length === 0 ? {} : { partitions }) };
@@ -205,9 +229,16 @@ function parseUnit(u: unknown, at: string): HostMpsUnit {
 function parseMps(m: unknown): HostMps {
   if (!isObject(m) || typeof m.activeThreadPercentage !== 'number' || typeof m.exclusive !== 'boolean')
     throw new Error('request.mps: needs activeThreadPercentage (number), exclusive (boolean) and units');
-  if (!Array.isArray(m.units) || m.units.length === 0) throw new Error('request.mps.units: not a non-empty list');
+  if (!Array.isArray(m.units)) throw new Error('request.mps.units: not a list');
+  if (m.partitionUnits !== undefined && !Array.isArray(m.partitionUnits))
+    throw new Error('request.mps.partitionUnits: not a list');
   const units = m.units.map((u, i) => parseUnit(u, `request.mps.units[${i}]`));
-  return { activeThreadPercentage: m.activeThreadPercentage, exclusive: m.exclusive, units };
+  const partitionUnits = (m.partitionUnits ?? []).map((u, i) =>
+    parsePartitionMpsUnit(u, `request.mps.partitionUnits[${i}]`),
+  );
+  if (units.length + partitionUnits.length === 0) throw new Error('request.mps: names no unit (units, partitionUnits)');
+  const byPartition = m.partitionUnits === undefined ? {} : { partitionUnits };
+  return { activeThreadPercentage: m.activeThreadPercentage, exclusive: m.exclusive, units, ...byPartition };
 }
 
 /** A request file's text, checked; throws naming what is wrong. */

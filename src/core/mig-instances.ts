@@ -19,6 +19,25 @@ export interface PartitionRequest {
   readonly size: number;
 }
 
+/**
+ * One unit of a claim's MPS daemon that is a partition of the same request, named by its device name: its MIG UUID
+ * exists only once the agent has made the instance, which then resolves it (core/dra-admission.ts). Without a
+ * pinned-memory limit of its own (none configured), the daemon gives it the instance's whole memory.
+ */
+export interface PartitionMpsUnit {
+  readonly partition: string;
+  readonly pinnedMemLimitMiB?: number;
+}
+
+/** A partition's MPS unit from parsed JSON; throws naming what is wrong. */
+export function parsePartitionMpsUnit(v: unknown, at: string): PartitionMpsUnit {
+  if (!isObject(v) || typeof v.partition !== 'string')
+    throw new Error(`${at}: needs partition (the device name of one of the request's partitions)`);
+  const limit = v.pinnedMemLimitMiB;
+  if (limit !== undefined && typeof limit !== 'number') throw new Error(`${at}.pinnedMemLimitMiB: not a number`);
+  return { partition: v.partition, ...(limit === undefined ? {} : { pinnedMemLimitMiB: limit }) };
+}
+
 /** A partition made: its instances, the MIG device's UUID, and the minors of its two capability device nodes. */
 export interface MadePartition extends PartitionRequest {
   readonly gi: number;

@@ -314,12 +314,13 @@ export class DraClaims {
     if ('error' in r) return { error: `claim ${claimName(c)}: ${r.error}` };
     const seen = new Set<string>();
     return devices.map((d) => {
-      // A partition: its parent GPU's toolkit device, then its capability nodes from the claim's partition spec.
+      // A partition: its parent GPU's toolkit device, then its capability nodes from the claim's partition spec
+      // (and, shared by MPS, the daemon's spec after them as for any device).
       const partition = r.partitionIds[d.device];
-      if (partition !== undefined) return { ...d, cdiDeviceIds: [...d.cdiDeviceIds, partition] };
-      if (d.sharing?.strategy !== 'MPS' || d.requests.every((q) => seen.has(q))) return d;
+      const own = partition === undefined ? d : { ...d, cdiDeviceIds: [...d.cdiDeviceIds, partition] };
+      if (d.sharing?.strategy !== 'MPS' || d.requests.every((q) => seen.has(q))) return own;
       for (const q of d.requests) seen.add(q);
-      return { ...d, cdiDeviceIds: [...d.cdiDeviceIds, ...r.cdiDeviceIds] };
+      return { ...own, cdiDeviceIds: [...own.cdiDeviceIds, ...r.cdiDeviceIds] };
     });
   }
 

@@ -7,7 +7,9 @@
 // * MPS: each claim's control daemon is a supervisor of its own (daemon.ts) under the claim's root
 //   (<mps root>/dra/claims/<uid>: pipe, log, its own shm tmpfs), so it is restarted with backoff when it
 //   dies and stopped (quit, compute modes back, shm unmounted, the directory removed) when its request
-//   goes. A request rewritten with the same content is answered again without touching its daemon.
+//   goes. A request rewritten with the same content is answered again without touching its daemon. A daemon unit
+//   named by a dynamic MIG partition is its MIG device once made (or found made, after a kill): the daemon starts
+//   after the instance, and at the claim's end stops before the instance is destroyed (it would be IN_USE).
 // * Time-slices: every GPU named by a request gets its interval; a GPU no request names any more gets
 //   Default back. What was set is kept in the agent's own state directory (the unit's StateDirectory, which
 //   the plugin cannot reach), so a restarted agent puts back the GPUs it set before.
@@ -22,7 +24,7 @@ import { watch } from 'node:fs';
 import type { FSWatcher } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { admitRequest } from '../core/dra-admission.ts';
+import { admitRequest, resolveMpsUnits } from '../core/dra-admission.ts';
 import type { AdmissionLimits, HostInventory } from '../core/dra-admission.ts';
 import {
   answerDir,
@@ -33,7 +35,7 @@ import {
   serializeAnswer,
 } from '../core/dra-sharing.ts';
 import { changesToApply } from '../core/dra-timeslice.ts';
-import type { Answer, HostRequest, RequestFile } from '../core/dra-sharing.ts';
+import type { Answer, HostMps, HostRequest, RequestFile } from '../core/dra-sharing.ts';
 import type { TimeSliceInterval } from '../core/dra-gpu-config.ts';
 import type { MadePartition } from '../core/mig-instances.ts';
 import { errorText } from '../system/log.ts';
@@ -241,7 +243,7 @@ export class DraSharingAgent {
       if (was !== undefined && !(await this.end(uid, was)))
         throw new Error('its earlier MIG partitions are not gone yet');
       const made = await this.makePartitions(uid, request);
-      this.running.set(uid, { file, request, made, supervisor: await this.startDaemon(request) });
+      this.running.set(uid, { file, request, made, supervisor: await this.startDaemon(request, made) });
     }
     await this.answer(uid, file, request, sliceProblems);
   }
@@ -286,9 +288,14 @@ export class DraSharingAgent {
     await writeTimeSliceRecord(this.o.stateDir, this.applied);
   }
 
-  private async startDaemon(request: HostRequest): Promise<MpsSupervisor | null> {
-    const mps = request.mps;
-    if (mps === undefined) return null;
+  /** The claim's daemon, its units named by partition resolved to the MIG devices made for them (NVML read again). */
+  private async startDaemon(request: HostRequest, made: readonly MadePartition[]): Promise<MpsSupervisor | null> {
+    if (request.mps === undefined) return null;
+    const mps: HostMps | { error: string } =
+      (request.mps.partitionUnits ?? []).length === 0
+        ? request.mps
+        : resolveMpsUnits(request.mps, made, await this.o.inventory());
+    if ('error' in mps) throw new Error(mps.error);
     const root = this.claimRoot(request.claim.uid);
     // A claim root that is no real directory of root's (a link planted there) refuses the claim at once, before a
     // supervisor would try it again and again.

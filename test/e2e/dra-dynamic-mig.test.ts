@@ -3,22 +3,27 @@
 // sharing agent, which makes the instances. The slices the API-server stand-in stores (and the scheduler would
 // use: every counter set and counter consumed exists); a claim for a partition
 // prepared (the agent makes the GPU and compute instance through the fake NVML, the claim's spec gets its
-// capability nodes) and unprepared (destroyed); a placement that is not offered refused by name. The plugin and
-// the agents share one fake GPU state, so the plugin's own scan finds the agent's instances, as on a node: a
-// claimed one stays the partition it was allocated as, with its MIG device's health, and the instance the package
-// did not make survives every start, reload and prepare.
+// capability nodes) and unprepared (destroyed); a partition shared by MPS (MigDeviceConfig), its claim's control
+// daemon serving the MIG UUID made, stopped before the instance is destroyed, also across an agent killed
+// mid-make; a placement that is not offered refused by name. The plugin and the agents share one fake GPU state,
+// so the plugin's own scan finds the agent's instances, as on a node: a claimed one stays the partition it was
+// allocated as, with its MIG device's health, and the instance the package did not make survives every start,
+// reload and prepare.
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { buildFakeMpsControl } from '../fake-nvml/build.ts';
+import type { Claim } from '../../src/api/dra.ts';
 import type { JsonObject } from '../support/apiserver.ts';
 import { poolProblems } from '../support/apiserver-counters.ts';
 import {
   DRIVER,
+  NODE,
   claimOn,
   devicesOf,
+  environOf,
   restartPlugin,
   prepareClaim,
   slicesOf,
@@ -58,6 +63,53 @@ after(async () => {
 
 type Spec = { sharedCounters?: { name: string }[]; devices?: { name: string; consumesCounters?: unknown[] }[] };
 const specs = (): Spec[] => slicesOf(node.api).map((s) => s.spec as unknown as Spec);
+
+/** A claim allocating `device` (a partition) with a MigDeviceConfig that shares it by MPS, with limits. */
+function mpsPartitionClaim(name: string, device: string): Claim {
+  const sharing = {
+    strategy: 'MPS',
+    mpsConfig: { defaultActiveThreadPercentage: 40, defaultPinnedDeviceMemoryLimit: '8Gi' },
+  };
+  const parameters = { apiVersion: 'resource.nvidia.com/v1beta1', kind: 'MigDeviceConfig', sharing };
+  const stored = node.api.putClaim({
+    namespace: 'team-a',
+    name,
+    status: {
+      allocation: {
+        devices: {
+          results: [{ request: 'mig', driver: DRIVER, pool: NODE, device }],
+          config: [{ source: 'FromClaim', requests: ['mig'], opaque: { driver: DRIVER, parameters } }],
+        },
+      },
+    },
+  });
+  return { namespace: 'team-a', name, uid: String((stored.metadata as JsonObject).uid) };
+}
+
+interface CdiEdits {
+  devices: { containerEdits: { env: string[] } }[];
+}
+
+/**
+ * The claim's specs (the partition's MIG UUID, the daemon's pipe) and its control daemon serving that MIG device
+ * with the claim's limits (the fake's state in its pipe directory); the claim's MPS root.
+ */
+function assertDaemonForPartition(uid: string): string {
+  const spec = (file: string) => JSON.parse(readFileSync(join(node.cdi, file), 'utf8')) as CdiEdits;
+  const visible = String(spec(`gpu-device-plugin-claim-${uid}-mig.json`).devices[0]?.containerEdits.env[0]);
+  assert.match(visible, /^CUDA_VISIBLE_DEVICES=MIG-/);
+  const mpsEnv = spec(`gpu-device-plugin-claim-${uid}.json`).devices[0]?.containerEdits.env;
+  assert.deepEqual(mpsEnv, [`CUDA_MPS_PIPE_DIRECTORY=/mps/${uid}/pipe`]);
+  const claimRoot = join(base, 'mps', 'dra', 'claims', uid);
+  const pid = Number(readFileSync(join(claimRoot, 'mps', '.started'), 'utf8').trim());
+  assert.equal(environOf(pid).CUDA_VISIBLE_DEVICES, visible.slice('CUDA_VISIBLE_DEVICES='.length));
+  const state = JSON.parse(readFileSync(join(claimRoot, 'mps', 'pipe', 'fake-mps-state.json'), 'utf8')) as {
+    defaultActiveThreadPercentage?: unknown;
+    pinnedMemLimitMiB?: unknown;
+  };
+  assert.deepEqual([state.defaultActiveThreadPercentage, state.pinnedMemLimitMiB], [40, { '0': 8192 }]);
+  return claimRoot;
+}
 
 describe('dynamic MIG under DRA, through the executables', { concurrency: false }, () => {
   test('16 GPUs: 15 counter sets in two slices of their own, partitions of the free placements beside', async () => {
@@ -109,6 +161,29 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
     await agent.waitForLine(/MIG GPU instance destroyed/);
   });
 
+  test('a partition shared by MPS (MigDeviceConfig): a daemon for its MIG UUID, stopped before it goes', async () => {
+    const device = 'gpu-5-mig-3g20gb-9-4';
+    const claim = mpsPartitionClaim('mig-mps', device);
+    const r = await prepareClaim(node, claim);
+    assert.equal(r.error, '', r.error);
+    // The parent GPU, the partition's capability nodes, and the claim's MPS daemon: pipe and shm.
+    assert.deepEqual(r.devices?.[0]?.cdi_device_ids, [
+      'nvidia.com/gpu=5',
+      `k8s.gpu-device-plugin/claim=${claim.uid}-${device}`,
+      `k8s.gpu-device-plugin/claim=${claim.uid}`,
+    ]);
+    const claimRoot = assertDaemonForPartition(claim.uid);
+    assert.deepEqual(agent.matching(/compute mode set/), [], 'a MIG device has no compute mode');
+    // Unprepared: the daemon stopped first, then the instance destroyed (it is IN_USE while a daemon holds it).
+    const from = agent.lines.length;
+    await unprepareClaim(node, claim);
+    const stopped = await agent.waitForLine(new RegExp(`MPS control daemon stopped.*${claim.uid}`), 10_000, from);
+    const destroyed = await agent.waitForLine(new RegExp(`MIG GPU instance destroyed.*${claim.uid}`), 10_000, from);
+    assert.ok(agent.lines.indexOf(stopped) < agent.lines.indexOf(destroyed), 'the daemon stopped before');
+    assert.equal(existsSync(claimRoot), false, "the claim's MPS directory removed");
+    assert.equal(existsSync(join(node.cdi, `gpu-device-plugin-claim-${claim.uid}.json`)), false, 'its MPS spec gone');
+  });
+
   test('three profiles carved from one GPU side by side, unprepared in another order; an overlap refused', async () => {
     const names = ['gpu-4-mig-3g20gb-9-4', 'gpu-4-mig-2g10gb-14-0', 'gpu-4-mig-1g5gb-19-2'];
     const claims = names.map((device, i) => claimOn(node.api, `mig-side-${i}`, [{ request: 'mig', device }]));
@@ -147,26 +222,26 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
     });
 
   test("the plugin's scan finds the agent's instance: the same partition, tainted by its XID", async () => {
-    const device = 'gpu-5-mig-3g20gb-9-4';
+    const device = 'gpu-7-mig-3g20gb-9-4';
     const claim = claimOn(node.api, 'mig-seen', [{ request: 'mig', device }]);
     assert.equal((await prepareClaim(node, claim)).error, '');
     // A reload (SIGHUP) looks at the node again: the agent's instance is there, as on a GPU.
     const plugin = node.sim.plugin;
     const reloadedAt = plugin.lines.length;
     plugin.signal('SIGHUP');
-    await plugin.waitForLine(/MIG device found gpu=5 .*profile=3g\.20gb/, 10_000, reloadedAt);
+    await plugin.waitForLine(/MIG device found gpu=7 .*profile=3g\.20gb/, 10_000, reloadedAt);
     // The health thread is started again after a reload's scan: events before that are not watched.
     await plugin.waitForLine(/watching GPU health/, 10_000, reloadedAt);
-    // An XID on the instance (GPU instance 1, compute instance 0 of GPU 5) taints that device, no other of GPU 5.
+    // An XID on the instance (GPU instance 1, compute instance 0 of GPU 7) taints that device, no other of GPU 7.
     // The slices written for it are the pool as the scan after the reload made it.
-    node.sim.nvml('xid 5 48 1 0');
+    node.sim.nvml('xid 7 48 1 0');
     const seen = await waitForSlices(
       node.api,
-      (d) => d.some((x) => x.name.startsWith('gpu-5-') && x.taints !== undefined),
-      'a device of GPU 5 tainted',
+      (d) => d.some((x) => x.name.startsWith('gpu-7-') && x.taints !== undefined),
+      'a device of GPU 7 tainted',
     );
     assert.deepEqual(
-      seen.filter((x) => x.name.startsWith('gpu-5-') && x.taints !== undefined).map((x) => x.name),
+      seen.filter((x) => x.name.startsWith('gpu-7-') && x.taints !== undefined).map((x) => x.name),
       [device],
     );
     assert.equal(seen.filter((x) => x.name === device).length, 1, 'published once');
@@ -175,7 +250,7 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
     assert.ok(published.consumesCounters !== undefined, 'still the partition: its counters stay consumed');
     assert.equal(published.attributes.uuid, undefined, 'not published as a MIG device of its own');
     assert.ok(
-      seen.some((x) => x.name === 'gpu-5-mig-7g40gb-0-0'),
+      seen.some((x) => x.name === 'gpu-7-mig-7g40gb-0-0'),
       'placements over it stay offered',
     );
     const foreign = seen.find((x) => x.name === 'gpu-0-mig-3g20gb-9-0') as { attributes: JsonObject } | undefined;
@@ -297,6 +372,27 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
     node.sim.nvml('mig 12 busy 1 0');
     await agent.waitForLine(/MIG GPU instance destroyed.*gpu-12-mig-3g20gb-9-0/);
     await unprepareClaim(node, claim);
+  });
+
+  test('MPS on a partition, the agent killed after the compute instance: the next one finishes it', async () => {
+    agent.signal('SIGTERM');
+    await agent.exited;
+    const gpuState = { FAKE_NVML_MIG_STATE: join(base, 'mig-state') };
+    const dying = startAgent({ ...gpuState, FAKE_NVML_CRASH_AFTER: 'create-compute-instance' });
+    await dying.waitForLine(/DRA sharing agent started/);
+    const claim = mpsPartitionClaim('mig-mps-crash', 'gpu-6-mig-2g10gb-14-2');
+    const pending = prepareClaim(node, claim);
+    assert.equal((await dying.exited).code, 137, 'killed between the compute instance and its record');
+    assert.equal(existsSync(join(base, 'mps', 'dra', 'claims', claim.uid, 'mps', '.started')), false, 'no daemon yet');
+    agent = startAgent(gpuState);
+    const r = await pending;
+    assert.equal(r.error, '', r.error);
+    assert.equal(r.devices?.[0]?.cdi_device_ids?.length, 3, 'the GPU, the partition, the daemon');
+    assert.ok(!agent.lines.some((l) => /MIG GPU instance created/.test(l)), 'the instance taken, not made again');
+    const claimRoot = assertDaemonForPartition(claim.uid);
+    await unprepareClaim(node, claim);
+    await agent.waitForLine(new RegExp(`MIG GPU instance destroyed.*${claim.uid}`));
+    assert.equal(existsSync(claimRoot), false, "the claim's MPS directory removed");
   });
 
   test('a placement that is not offered (it overlaps an instance the package did not make) is refused', async () => {

@@ -25,6 +25,8 @@ export class FakeHost implements MpsHost {
   readonly actions: string[] = [];
   readonly files = new Map<string, string>();
   readonly children: FakeChild[] = [];
+  /** Every plan a control daemon was started with (the devices it serves, by UUID). */
+  readonly plans: MpsDaemonPlan[] = [];
   failStarts = 0;
   mounted = false;
   private pid = 100;
@@ -58,6 +60,7 @@ export class FakeHost implements MpsHost {
       this.failStarts--;
       throw new Error(`nvidia-cuda-mps-control for ${p.resource} did not answer`);
     }
+    this.plans.push(p);
     const c = new FakeChild(++this.pid);
     this.children.push(c);
     this.actions.push(`start ${p.resource} ${c.pid}`);

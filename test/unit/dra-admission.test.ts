@@ -2,9 +2,9 @@
 // device or the limit, and what would be right; an admitted request carries NVML's indexes, not the plugin's.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { admitRequest } from '../../src/core/dra-admission.ts';
+import { admitRequest, resolveMpsUnits } from '../../src/core/dra-admission.ts';
 import type { AdmissionLimits, HostInventory } from '../../src/core/dra-admission.ts';
-import type { HostRequest } from '../../src/core/dra-sharing.ts';
+import type { HostMps, HostRequest } from '../../src/core/dra-sharing.ts';
 
 const G0 = 'GPU-11111111-1111-1111-1111-111111111111';
 const G1 = 'GPU-22222222-2222-2222-2222-222222222222';
@@ -130,4 +130,75 @@ test('claims per GPU and the shm total are limits, refused naming the option', (
     /3 MPS claims with a 8589934592-byte shm each would pass --dra-mps-shm-total \(DRA_MPS_SHM_TOTAL\) of 17179869184/,
   );
   assert.ok('request' in admitRequest(timeSlice(G1), daemons, INVENTORY, LIMITS), 'a time-slice needs no shm');
+});
+
+// ---- MPS on a dynamic MIG partition: a unit named by partition until the agent made the instance ----
+
+const PART = { device: 'gpu-1-mig-1g5gb-19-3', parentUuid: G1, giProfileId: 19, start: 3, size: 1 };
+const onPartition = (partitionUnits: unknown[], exclusive = false, partitions = [PART]): HostRequest =>
+  ({
+    claim: claim(),
+    timeSlices: [],
+    mps: { activeThreadPercentage: 30, exclusive, units: [], partitionUnits },
+    partitions,
+  }) as HostRequest;
+
+test('a unit named by partition is admitted only for a partition of the same request, once, never exclusive', () => {
+  const ok = admitRequest(onPartition([{ partition: PART.device, pinnedMemLimitMiB: 2048 }]), [], INVENTORY, LIMITS);
+  assert.ok('request' in ok, error(ok));
+  assert.deepEqual(ok.request.mps?.partitionUnits, [{ partition: PART.device, pinnedMemLimitMiB: 2048 }]);
+  assert.equal(
+    error(admitRequest(onPartition([{ partition: 'gpu-0-mig-1g5gb-19-0' }]), [], INVENTORY, LIMITS)),
+    'mps.partitionUnits[0]: "gpu-0-mig-1g5gb-19-0" is none of the request\'s partitions',
+  );
+  assert.equal(
+    error(admitRequest(onPartition([{ partition: PART.device }], false, []), [], INVENTORY, LIMITS)),
+    'mps.partitionUnits[0]: "gpu-1-mig-1g5gb-19-3" is none of the request\'s partitions',
+  );
+  assert.equal(
+    error(admitRequest(onPartition([{ partition: PART.device }, { partition: PART.device }]), [], INVENTORY, LIMITS)),
+    'mps.partitionUnits[1]: partition gpu-1-mig-1g5gb-19-3 named twice',
+  );
+  assert.match(
+    error(admitRequest(onPartition([{ partition: PART.device }], true), [], INVENTORY, LIMITS)),
+    /^mps\.partitionUnits\[0\]: gpu-1-mig-1g5gb-19-3 is a MIG device; an exclusive daemon is for whole GPUs only$/,
+  );
+  for (const l of [0, 1.5, 40961])
+    assert.equal(
+      error(admitRequest(onPartition([{ partition: PART.device, pinnedMemLimitMiB: l }]), [], INVENTORY, LIMITS)),
+      `mps.partitionUnits[0]: pinnedMemLimitMiB ${l} is not a whole number from 1 to 40960 (its GPU's memory)`,
+    );
+});
+
+test('once made, a unit named by partition resolves to its MIG device, with its own memory or its limit', () => {
+  const made = [{ ...PART, gi: 3, ci: 0, uuid: M1, giCapMinor: 30, ciCapMinor: 31 }];
+  const mps = {
+    activeThreadPercentage: 30,
+    exclusive: false,
+    units: [{ uuid: G0, pinnedMemLimitMiB: 1024 }],
+    partitionUnits: [{ partition: PART.device }],
+  };
+  assert.deepEqual(resolveMpsUnits(mps, made, INVENTORY), {
+    activeThreadPercentage: 30,
+    exclusive: false,
+    units: [
+      { uuid: G0, pinnedMemLimitMiB: 1024 },
+      { uuid: M1, pinnedMemLimitMiB: 4864 },
+    ],
+  });
+  const limited = { ...mps, partitionUnits: [{ partition: PART.device, pinnedMemLimitMiB: 4000 }] };
+  assert.deepEqual((resolveMpsUnits(limited, made, INVENTORY) as HostMps).units[1], {
+    uuid: M1,
+    pinnedMemLimitMiB: 4000,
+  });
+  const over = { ...mps, partitionUnits: [{ partition: PART.device, pinnedMemLimitMiB: 8192 }] };
+  assert.deepEqual(resolveMpsUnits(over, made, INVENTORY), {
+    error: `mps.partitionUnits[0] (${PART.device}): pinnedMemLimitMiB 8192 is more than its MIG device's 4864 MiB`,
+  });
+  assert.deepEqual(resolveMpsUnits(mps, [], INVENTORY), {
+    error: `mps.partitionUnits[0] (${PART.device}): no MIG device was made for it`,
+  });
+  assert.deepEqual(resolveMpsUnits(mps, [{ ...made[0], uuid: 'MIG-gone' }] as typeof made, INVENTORY), {
+    error: `mps.partitionUnits[0] (${PART.device}): its MIG device MIG-gone is not listed by NVML`,
+  });
 });

@@ -8,7 +8,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import type { HostInventory } from '../../src/core/dra-admission.ts';
+import type { HostInventory, HostUnit } from '../../src/core/dra-admission.ts';
 import {
   answerDir,
   claimMpsRoot,
@@ -58,6 +58,7 @@ async function rig(
   root = mkdtempSync(join(tmpdir(), 'gdp-dra-agent-')),
   limits = LIMITS,
   migPort?: MigPort,
+  inventory: () => HostInventory = () => INVENTORY,
 ): Promise<AgentRig> {
   const hosts = new Map<string, FakeHost>();
   const slices: string[] = [];
@@ -68,7 +69,7 @@ async function rig(
   const agent = new DraSharingAgent({
     mpsRoot: root,
     stateDir: join(root, 'state'),
-    inventory: async () => INVENTORY,
+    inventory: async () => inventory(),
     limits,
     ...(migPort === undefined ? {} : { migPort }),
     hostFor: (claimRoot) => {
@@ -397,6 +398,159 @@ test('agent: a partition on a GPU NVML does not list, or with no MIG calls at al
       n?.state === 'failed' ? n.error : '',
       /cannot make MIG partitions: the driver's NVML has no MIG instance/,
     );
+  } finally {
+    await r.agent.stop();
+  }
+});
+
+// ---- MPS on a dynamic MIG partition: the daemon's unit named by partition, resolved once the instance is made ----
+
+/** What NVML lists with the fake GPU's instances (on GPU-1): each made MIG device, 20 GiB. */
+const withMade = (gpu: FakeGpu) => (): HostInventory =>
+  new Map([
+    ...INVENTORY,
+    ...gpu.gis.flatMap((g) =>
+      g.cis.map((ci): [string, HostUnit] => [
+        `MIG-${g.gi}-${ci}`,
+        { uuid: `MIG-${g.gi}-${ci}`, gpuUuid: 'GPU-1', memoryMiB: 20480 },
+      ]),
+    ),
+  ]);
+
+const PART_DEVICE = 'gpu-1-mig-3g40gb-9-4';
+const partitionMps = (uid: string): HostRequest =>
+  hostRequest(
+    { ...CLAIM, uid, name: uid },
+    [
+      {
+        device: PART_DEVICE,
+        sharing: mps({ defaultActiveThreadPercentage: 30 }),
+        partition: { parentUuid: 'GPU-1', giProfileId: 9, start: 4, size: 4 },
+      },
+    ],
+    NODE,
+  ) as HostRequest;
+
+/** The fake GPU's calls, with whether the claim's control daemon was still up at each destroy. */
+function watchedPort(gpu: FakeGpu, hosts: () => Map<string, FakeHost>, order: string[]): MigPort {
+  const up = (): boolean => [...hosts().values()].some((h) => h.children.some((c) => !c.quit && !c.killed));
+  return {
+    gpuInstances: () => gpu.gpuInstances(),
+    createGpuInstance: (p, id, start, size) => gpu.createGpuInstance(p, id, start, size),
+    createComputeInstance: (p, gi) => gpu.createComputeInstance(p, gi),
+    migDevice: (p, gi, ci) => gpu.migDevice(p, gi, ci),
+    destroyComputeInstance: (p, gi, ci) => {
+      order.push(`destroy-ci, daemon ${up() ? 'up' : 'stopped'}`);
+      return gpu.destroyComputeInstance(p, gi, ci);
+    },
+    destroyGpuInstance: (p, gi) => gpu.destroyGpuInstance(p, gi),
+  };
+}
+
+test('agent: MPS on a partition: its daemon serves the MIG UUID made, stopped before the instance goes', async () => {
+  const gpu = new FakeGpu();
+  const root = mkdtempSync(join(tmpdir(), 'gdp-dra-agent-'));
+  gpu.stateDir = join(root, 'state');
+  const order: string[] = [];
+  let r = await rig(
+    root,
+    LIMITS,
+    watchedPort(gpu, () => r.hosts, order),
+    withMade(gpu),
+  );
+  // One try for both agents: whichever is running when an assertion fails is stopped (a live one keeps the process).
+  try {
+    r.write('mig-mps', 'p1', partitionMps('mig-mps'));
+    await waitUntil(() => r.answer('mig-mps') !== null, { on: onEvent(r.syncs, 'synced'), what: 'the answer' });
+    const answer = r.answer('mig-mps');
+    assert.deepEqual(answer?.state === 'ready' ? answer.partitions?.map((p) => p.uuid) : answer, ['MIG-1-0']);
+    const claimRoot = claimMpsRoot(root, 'mig-mps');
+    const host = r.hosts.get(claimRoot);
+    assert.deepEqual(
+      host?.plans.map((p) => p.gpus.map((g) => [g.uuid, g.pinnedMemLimitMiB])),
+      [[['MIG-1-0', 20480]]],
+      'one daemon, for the MIG device made, with its whole memory',
+    );
+    assert.deepEqual(
+      host?.actions.filter((a) => a.startsWith('mode') || (a.startsWith('cmd') && !a.endsWith('quit'))),
+      [
+        `cmd ${claimRoot}/mps/pipe set_default_device_pinned_mem_limit 0 20480M`,
+        `cmd ${claimRoot}/mps/pipe set_default_active_thread_percentage 30`,
+      ],
+      'no compute mode touched: a MIG device has none',
+    );
+    // The agent's own stop ends the daemon and leaves the instance; the next agent starts the daemon again for it.
+    await r.agent.stop();
+    r = await rig(
+      root,
+      LIMITS,
+      watchedPort(gpu, () => r.hosts, order),
+      withMade(gpu),
+    );
+    await r.synced(1);
+    assert.equal(r.answer('mig-mps')?.state, 'ready');
+    assert.deepEqual(
+      r.hosts.get(claimRoot)?.plans.map((p) => p.gpus.map((g) => g.uuid)),
+      [['MIG-1-0']],
+    );
+    assert.equal(gpu.calls.filter((c) => c.startsWith('create-gi')).length, 1, 'the instance made once');
+    // The claim ends: its daemon stopped first, then the compute and GPU instance destroyed.
+    rmSync(join(requestDir(root), 'mig-mps.json'));
+    await waitUntil(() => r.answer('mig-mps') === null, { on: onEvent(r.syncs, 'synced'), what: 'ended' });
+    assert.deepEqual(order, ['destroy-ci, daemon stopped']);
+    assert.deepEqual(gpu.gis, [], 'destroyed');
+    assert.equal(existsSync(claimRoot), false, "the claim's MPS directory removed");
+  } finally {
+    await r.agent.stop();
+  }
+});
+
+test('agent: killed between GPU instance and record, the next agent finishes it and starts the daemon', async () => {
+  const gpu = new FakeGpu();
+  const root = mkdtempSync(join(tmpdir(), 'gdp-dra-agent-'));
+  gpu.stateDir = join(root, 'state');
+  gpu.crashAfter = 'create-gi';
+  let r = await rig(root, LIMITS, gpu, withMade(gpu));
+  try {
+    r.write('mig-mps', 'p1', partitionMps('mig-mps'));
+    await waitUntil(() => gpu.recordAtCrash !== null, { on: onEvent(r.syncs, 'synced'), what: 'the crash' });
+    await r.agent.stop();
+    // What the killed process left on disk: its record as it was at the crash, and no daemon ever started.
+    writeFileSync(join(root, 'state', 'mig-instances.json'), gpu.recordAtCrash ?? '');
+    assert.deepEqual(
+      [...r.hosts.values()].flatMap((h) => h.plans),
+      [],
+      'no daemon before the instance is complete',
+    );
+    rmSync(join(answerDir(root), 'mig-mps.json'), { force: true });
+    r = await rig(root, LIMITS, gpu, withMade(gpu));
+    await waitUntil(() => r.answer('mig-mps')?.state === 'ready', { on: onEvent(r.syncs, 'synced'), what: 'ready' });
+    assert.equal(gpu.calls.filter((c) => c.startsWith('create-gi')).length, 1, 'the instance taken, not made again');
+    const host = r.hosts.get(claimMpsRoot(root, 'mig-mps'));
+    assert.deepEqual(
+      host?.plans.map((p) => p.gpus.map((g) => g.uuid)),
+      [['MIG-1-0']],
+    );
+  } finally {
+    await r.agent.stop();
+  }
+});
+
+test('agent: a unit named by a partition the request does not carve is refused, nothing made', async () => {
+  const gpu = new FakeGpu();
+  const r = await rig(undefined, LIMITS, gpu, withMade(gpu));
+  try {
+    const good = partitionMps('stray');
+    const mpsPart = good.mps as NonNullable<HostRequest['mps']>;
+    const stray = { ...good, mps: { ...mpsPart, partitionUnits: [{ partition: 'gpu-1-mig-1g10gb-19-0' }] } };
+    r.write('stray', 's1', stray);
+    await waitUntil(() => r.answer('stray') !== null, { on: onEvent(r.syncs, 'synced'), what: 'the answer' });
+    const a = r.answer('stray');
+    assert.equal(
+      a?.state === 'failed' ? a.error : a?.state,
+      'mps.partitionUnits[0]: "gpu-1-mig-1g10gb-19-0" is none of the request\'s partitions',
+    );
+    assert.deepEqual(gpu.calls, [], 'nothing made');
   } finally {
     await r.agent.stop();
   }

@@ -525,3 +525,43 @@ test(
     assert.equal(sameHealth(list, list.slice(1)), false);
   },
 );
+
+test('allocatedDevices: a dynamic MIG partition is a MIG device to the configurations, as a static one is', () => {
+  const partition: DraNodeDevice = {
+    name: 'gpu-0-mig-3g20gb-9-4',
+    gpuUuid: 'GPU-a',
+    gpuIndex: 0,
+    minor: 0,
+    partition: { giProfileId: 9, start: 4, size: 4 },
+  };
+  const on = (config: unknown[]) =>
+    allocatedDevices(withConfig([result('p', partition.name)], config), claim, 'gpu.nvidia.com', 'n', [
+      ...devices,
+      partition,
+    ]);
+  const recorded = { parentUuid: 'GPU-a', giProfileId: 9, start: 4, size: 4 };
+  // A MigDeviceConfig applies (by its request or as the class's default), its per-device key the device name.
+  const limits = { defaultPerDevicePinnedMemoryLimit: { [partition.name]: '2Gi' } };
+  assert.deepEqual(on([opaque('FromClaim', mps(limits, 'MigDeviceConfig'), ['p'])]), {
+    devices: [
+      {
+        device: partition.name,
+        pool: 'n',
+        requests: ['p'],
+        sharing: { strategy: 'MPS', defaultPerDevicePinnedMemoryLimit: { [partition.name]: 2 * 2 ** 30 } },
+        partition: recorded,
+      },
+    ],
+  });
+  // A GpuConfig for whole GPUs does not apply to it, and one naming its request is refused by name; strategy
+  // TimeSlicing in a MigDeviceConfig sets nothing, as on any MIG device.
+  const unshared = { devices: [{ device: partition.name, pool: 'n', requests: ['p'], partition: recorded }] };
+  assert.deepEqual(on([opaque('FromClass', timeSlice('Long'))]), unshared);
+  const migTimeSlicing = { apiVersion: API, kind: 'MigDeviceConfig', sharing: { strategy: 'TimeSlicing' } };
+  assert.deepEqual(on([opaque('FromClaim', migTimeSlicing, ['p'])]), unshared);
+  const refused = on([opaque('FromClaim', timeSlice('Long'), ['p'])]);
+  assert.match(
+    'error' in refused ? refused.error : '',
+    /a GpuConfig names request p, whose device gpu-0-mig-3g20gb-9-4 is a MIG device: a GpuConfig applies to whole/,
+  );
+});

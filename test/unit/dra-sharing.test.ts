@@ -275,31 +275,103 @@ test('hostRequest names the claim in one order, whatever object named it: a retr
   assert.deepEqual(Object.keys(a.claim), ['namespace', 'name', 'uid']);
 });
 
-test('hostRequest: a dynamic MIG partition asks the agent to carve it; sharing one is refused for now', () => {
-  const node: HostDevice[] = [
-    ...NODE,
-    {
-      name: 'gpu-1-mig-1g10gb-19-3',
-      gpuUuid: 'GPU-1',
-      gpuIndex: 1,
-      minor: 1,
-      memoryBytes: 10 * GiB,
-      partition: { giProfileId: 19, start: 3, size: 1 },
-    },
-  ];
-  const r = hostRequest(CLAIM, [{ device: 'gpu-1-mig-1g10gb-19-3' }], node);
+const PARTITION: HostDevice = {
+  name: 'gpu-1-mig-1g10gb-19-3',
+  gpuUuid: 'GPU-1',
+  gpuIndex: 1,
+  minor: 1,
+  memoryBytes: 10 * GiB,
+  partition: { giProfileId: 19, start: 3, size: 1 },
+};
+const PART_REQUEST = { device: 'gpu-1-mig-1g10gb-19-3', parentUuid: 'GPU-1', giProfileId: 19, start: 3, size: 1 };
+
+test('hostRequest: a dynamic MIG partition asks the agent to carve it', () => {
+  const r = hostRequest(CLAIM, [{ device: 'gpu-1-mig-1g10gb-19-3' }], [...NODE, PARTITION]);
+  assert.deepEqual(r, { claim: CLAIM, timeSlices: [], partitions: [PART_REQUEST] });
+  const file = parseRequest(serializeRequest({ id: 'x', request: r as HostRequest }));
+  assert.deepEqual(file.request, r, 'read back as written');
+});
+
+test('hostRequest: a partition shared by MPS names its daemon unit by partition, for the agent to resolve', () => {
+  const node = [...NODE, PARTITION];
+  const r = hostRequest(
+    CLAIM,
+    [{ device: 'gpu-1-mig-1g10gb-19-3', sharing: mps({ defaultActiveThreadPercentage: 40 }) }],
+    node,
+  );
   assert.deepEqual(r, {
     claim: CLAIM,
     timeSlices: [],
-    partitions: [{ device: 'gpu-1-mig-1g10gb-19-3', parentUuid: 'GPU-1', giProfileId: 19, start: 3, size: 1 }],
+    mps: {
+      activeThreadPercentage: 40,
+      exclusive: false,
+      units: [],
+      partitionUnits: [{ partition: 'gpu-1-mig-1g10gb-19-3' }],
+    },
+    partitions: [PART_REQUEST],
   });
-  const file = parseRequest(serializeRequest({ id: 'x', request: r as HostRequest }));
-  assert.deepEqual(file.request, r, 'read back as written');
+  assert.deepEqual(parseRequest(serializeRequest({ id: 'x', request: r as HostRequest })).request, r, 'read back');
+  // A limit keyed by the partition's device name (its MIG UUID does not exist yet) or by index.
+  for (const key of ['gpu-1-mig-1g10gb-19-3', '0']) {
+    const limited = hostRequest(
+      CLAIM,
+      [{ device: PARTITION.name, sharing: mps({ defaultPerDevicePinnedMemoryLimit: { [key]: 2 * GiB } }) }],
+      node,
+    ) as HostRequest;
+    assert.deepEqual(limited.mps?.partitionUnits, [{ partition: PARTITION.name, pinnedMemLimitMiB: 2048 }], key);
+  }
+  // Beside a whole GPU under the same daemon: that one by UUID, the partition after it; no compute mode changed.
+  const both = hostRequest(
+    CLAIM,
+    [
+      { device: 'gpu-0', sharing: mps() },
+      { device: PARTITION.name, sharing: mps() },
+    ],
+    node,
+  ) as HostRequest;
+  assert.deepEqual(
+    both.mps?.units.map((u) => u.uuid),
+    ['GPU-0'],
+  );
+  assert.equal(both.mps?.exclusive, false);
+  // Once made, the node no longer lists the placement: the checkpoint's record asks the very same.
+  const recorded = hostRequest(
+    CLAIM,
+    [
+      {
+        device: PARTITION.name,
+        sharing: mps({ defaultActiveThreadPercentage: 40 }),
+        partition: { parentUuid: 'GPU-1', giProfileId: 19, start: 3, size: 1 },
+      },
+    ],
+    NODE,
+  );
+  assert.deepEqual(recorded, r);
+});
+
+test('hostRequest: time-slicing a partition is refused by name (a MIG device shares by MPS)', () => {
+  const r = hostRequest(
+    CLAIM,
+    [{ device: PARTITION.name, sharing: { strategy: 'TimeSlicing', interval: 'Long' } }],
+    [...NODE, PARTITION],
+  );
   assert.match(
-    String(
-      (hostRequest(CLAIM, [{ device: 'gpu-1-mig-1g10gb-19-3', sharing: mps() }], node) as { error: string }).error,
-    ),
-    /sharing a dynamic MIG partition \(MigDeviceConfig\) is not supported yet/,
+    String((r as { error: string }).error),
+    /^device gpu-1-mig-1g10gb-19-3: a dynamic MIG partition has no time-slice of its own; it shares by MPS$/,
+  );
+});
+
+test('parseRequest: an MPS part without any unit, or a partition unit without its partition, is refused', () => {
+  const text = (mpsPart: object): string =>
+    JSON.stringify({
+      version: 'gpu-device-plugin.dra-sharing/v1',
+      id: 'x',
+      request: { claim: CLAIM, timeSlices: [], mps: { activeThreadPercentage: 100, exclusive: false, ...mpsPart } },
+    });
+  assert.throws(() => parseRequest(text({ units: [] })), /request\.mps: names no unit/);
+  assert.throws(
+    () => parseRequest(text({ units: [], partitionUnits: [{ pinnedMemLimitMiB: 5 }] })),
+    /request\.mps\.partitionUnits\[0\]: needs partition/,
   );
 });
 

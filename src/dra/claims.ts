@@ -144,11 +144,13 @@ export class DraClaims {
 
   /**
    * The dynamic MIG partitions the checkpoint's claims hold, by device name: from the claim's PrepareStarted record
-   * (before the instance is made) until its unprepare removed it (after the instance is gone).
+   * (before the instance is made) until its unprepare removed it (after the instance is gone); preparedOnly: those
+   * of prepared claims (their instances made).
    */
-  claimedPartitions(): Set<string> {
+  claimedPartitions(preparedOnly = false): Set<string> {
     const s = this.store;
-    return claimedPartitions(s === undefined ? [] : s.uids().flatMap((uid) => s.get(uid) ?? []));
+    const records = s === undefined ? [] : s.uids().flatMap((uid) => s.get(uid) ?? []);
+    return claimedPartitions(records.filter((r) => !preparedOnly || r.state === 'PrepareCompleted'));
   }
 
   /** The claims the checkpoint holds (for `info`). */

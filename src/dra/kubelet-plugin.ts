@@ -109,6 +109,7 @@ export class DraKubeletPlugin implements NodeConsumer {
   private readonly now: () => number;
   private readonly registration: DraRegistration;
   private readonly claims: DraClaims;
+  private readonly sharing: HostSharing;
   private readonly health: HealthStream;
   private readonly sockets: DraSockets;
   private nodeDevices: readonly HostDevice[] = [];
@@ -133,6 +134,7 @@ export class DraKubeletPlugin implements NodeConsumer {
       procRoot: process.env.PROC_ROOT || '/proc',
       ...(opts.sharingAnswerTimeoutMs === undefined ? {} : { answerTimeoutMs: opts.sharingAnswerTimeoutMs }),
     });
+    this.sharing = sharing;
     const cdi = opts.cdiDirs === undefined ? {} : { cdiDirs: opts.cdiDirs };
     const bootId = opts.bootIdPath === undefined ? {} : { bootIdPath: opts.bootIdPath };
     const checkpointPath = this.checkpointPath;
@@ -187,8 +189,8 @@ export class DraKubeletPlugin implements NodeConsumer {
   }
 
   /** The dynamic MIG partitions prepared claims hold (claims.ts). */
-  claimedPartitions(): Set<string> {
-    return this.claims.claimedPartitions();
+  claimedPartitions(preparedOnly = false): Set<string> {
+    return this.claims.claimedPartitions(preparedOnly);
   }
 
   /** The claims the checkpoint holds (for `info`). */
@@ -206,14 +208,22 @@ export class DraKubeletPlugin implements NodeConsumer {
     const out = new Map<string, { resource: string; dirs: { pipeDir: string; logDir: string }; units: string[] }>();
     const root = this.mpsRoot;
     if (root === null) return out;
+    // Only prepared claims' daemons: one being prepared has none yet (a claim's partitions are recorded before).
+    const prepared = new Set(
+      this.claims.preparedClaims().flatMap((c) => (c.state === 'PrepareCompleted' ? c.uid : [])),
+    );
     for (const [uid, r] of this.claims.sharingRequests()) {
-      if (r.mps === undefined) continue;
+      if (r.mps === undefined || !prepared.has(uid)) continue;
       const p = mpsPaths(claimMpsRoot(root, uid), CLAIM_MPS_RESOURCE);
       const resource = claimDaemonName(r.claim);
       out.set(`${resource}|${p.pipeDir}`, {
         resource,
         dirs: { pipeDir: p.pipeDir, logDir: p.logDir },
-        units: r.mps.units.map((u) => u.uuid),
+        // A partition's unit is the MIG device the agent made for it.
+        units: [
+          ...r.mps.units.map((u) => u.uuid),
+          ...(r.mps.partitionUnits ?? []).flatMap((u) => this.sharing.madeUuid(uid, u.partition) ?? []),
+        ],
       });
     }
     return out;

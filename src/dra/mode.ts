@@ -165,6 +165,22 @@ function watchClaimDaemons(plugin: DraKubeletPlugin, d: DraModeDeps): MpsDaemonW
   return watch;
 }
 
+/**
+ * The dynamic MIG partitions the claims hold, told to the node at every change of the claims; and the node looked
+ * at again once a claim's instance is made or destroyed (its MIG device's health, its MPS daemon's units).
+ */
+function followClaimedPartitions(plugin: DraKubeletPlugin, d: DraModeDeps): void {
+  let made = new Set<string>();
+  plugin.onClaimsChanged(() => {
+    const now = plugin.claimedPartitions(true);
+    const lookAgain = now.size !== made.size || [...now].some((n) => !made.has(n));
+    made = now;
+    d.node()
+      .onClaimedPartitions(plugin.claimedPartitions(), lookAgain)
+      .catch((err: unknown) => d.log.error('cannot apply the claimed MIG partitions', { error: errorText(err) }));
+  });
+}
+
 /** What the shared consumers know of DRA mode's registration, and its words for STATUS. */
 function draRegistrations(plugin: DraKubeletPlugin, publisher: SlicePublisher, driver: string): Registrations {
   const name = `${driver} (DRA)`;
@@ -225,11 +241,7 @@ export async function startDraMode(d: DraModeDeps): Promise<DraMode> {
   // The kubelet deletes its node's slices when it starts: write them again after every registration.
   plugin.onRegistered(() => publisher.republish());
   const daemons = watchClaimDaemons(plugin, d);
-  plugin.onClaimsChanged(() => {
-    d.node()
-      .onClaimedPartitions(plugin.claimedPartitions())
-      .catch((err: unknown) => d.log.error('cannot apply the claimed MIG partitions', { error: errorText(err) }));
-  });
+  followClaimedPartitions(plugin, d);
   const views = [o.kubeletPluginsRegistry, draPluginDir(o)].map(
     (dir) => new SocketDirView({ dir, onDirectoryGone: (gone, why) => d.onDirectoryGone(gone, why), log: d.log }),
   );

@@ -86,6 +86,8 @@ function claimSpecText(mpsRoot: string, uid: string): string {
 export class HostSharing {
   private readonly o: HostSharingOptions;
   private written = 0;
+  /** Each prepared claim's partitions as the agent made them (its answer), by claim UID. */
+  private readonly made = new Map<string, readonly MadePartition[]>();
 
   constructor(o: HostSharingOptions) {
     this.o = o;
@@ -130,12 +132,18 @@ export class HostSharing {
     return { cdiDeviceIds: [claimCdiSpec(root, uid).id], partitionIds: parts.ids };
   }
 
+  /** The MIG UUID the agent made for the claim's partition (a device name), once its answer said so. */
+  madeUuid(uid: string, device: string): string | undefined {
+    return this.made.get(uid)?.find((p) => p.device === device)?.uuid;
+  }
+
   /** The claim's partition spec written as the made partitions say (none: no file); their CDI IDs by device. */
   private async ensurePartitionSpec(
     uid: string,
     made: readonly MadePartition[],
   ): Promise<{ ids: Record<string, string> } | { error: string }> {
     if (made.length === 0) return { ids: {} };
+    this.made.set(uid, made);
     const devices = await readFile(join(this.o.procRoot ?? '/proc', 'devices'), 'utf8').catch(() => '');
     const major = capsMajor(devices);
     if (major === null)
@@ -268,9 +276,12 @@ export class HostSharing {
         () => null,
         () => true,
       );
-    if ((await gone()) === true) return null;
-    const ended = await this.watchFor(answerDir(root), this.o.endTimeoutMs ?? END_TIMEOUT_MS, gone);
-    if (ended !== null) return null;
+    const wait = this.o.endTimeoutMs ?? END_TIMEOUT_MS;
+    const ended = (await gone()) ?? (await this.watchFor(answerDir(root), wait, gone));
+    if (ended !== null) {
+      this.made.delete(claim.uid);
+      return null;
+    }
     this.o.log.warn(`${AGENT_UNIT} has not ended the claim's sharing yet; it does when it runs`, {
       claim: `${claim.namespace}/${claim.name}`,
       uid: claim.uid,

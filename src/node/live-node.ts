@@ -186,13 +186,13 @@ export class LiveNode<C extends NodeSettings = NodeSettings> {
     });
   }
 
-  /** The dynamic MIG partitions prepared claims hold now (DRA's checkpoint): a change is a new snapshot. */
-  onClaimedPartitions(names: ReadonlySet<string>): Promise<void> {
+  /** The MIG partitions claims hold (DRA's checkpoint), a new snapshot if changed; lookAgain: one made or gone. */
+  onClaimedPartitions(names: ReadonlySet<string>, lookAgain = false): Promise<void> {
     return this.enqueue(async () => {
       const prev = this.current;
-      if (prev === null) return;
-      const next = withClaimedPartitions(prev, names);
-      if (next !== prev) await this.apply(prev, next, 'claimed MIG partitions changed', null);
+      const next = prev === null ? prev : withClaimedPartitions(prev, names);
+      if (next !== prev) await this.apply(prev, next as NodeSnapshot, 'claimed MIG partitions changed', null);
+      if (lookAgain) this.askRescan("a claim's MIG partition was made or destroyed");
     });
   }
 

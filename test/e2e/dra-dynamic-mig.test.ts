@@ -15,7 +15,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { buildFakeMpsControl } from '../fake-nvml/build.ts';
-import type { Claim } from '../../src/api/dra.ts';
+import { HealthStatus } from '../../src/api/dra.ts';
+import type { Claim, DeviceHealth } from '../../src/api/dra.ts';
 import type { JsonObject } from '../support/apiserver.ts';
 import { poolProblems } from '../support/apiserver-counters.ts';
 import {
@@ -94,6 +95,10 @@ interface CdiEdits {
  * The claim's specs (the partition's MIG UUID, the daemon's pipe) and its control daemon serving that MIG device
  * with the claim's limits (the fake's state in its pipe directory); the claim's MPS root.
  */
+function health(devices: readonly DeviceHealth[], name: string): HealthStatus | undefined {
+  return devices.find((d) => d.device?.device_name === name)?.health;
+}
+
 function assertDaemonForPartition(uid: string): string {
   const spec = (file: string) => JSON.parse(readFileSync(join(node.cdi, file), 'utf8')) as CdiEdits;
   const visible = String(spec(`gpu-device-plugin-claim-${uid}-mig.json`).devices[0]?.containerEdits.env[0]);
@@ -174,6 +179,22 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
     ]);
     const claimRoot = assertDaemonForPartition(claim.uid);
     assert.deepEqual(agent.matching(/compute mode set/), [], 'a MIG device has no compute mode');
+    // Its daemon killed: the partition UNHEALTHY to the kubelet and tainted (the plugin looked at the node again
+    // once the instance was made, so it knows the MIG device the daemon serves); back once the agent restarted it.
+    await node.sim.plugin.waitForLine(/MIG device found gpu=5 .*profile=3g\.20gb/);
+    process.kill(Number(readFileSync(join(claimRoot, 'mps', '.started'), 'utf8').trim()), 'SIGKILL');
+    const down = await node.watcher.waitForHealth(DRIVER, (d) => health(d, device) === HealthStatus.UNHEALTHY);
+    assert.match(
+      down.find((d) => d.device?.device_name === device)?.message ?? '',
+      /MPS control daemon of claim team-a\/mig-mps .* does not answer/,
+    );
+    assert.equal(health(down, 'gpu-5-mig-1g5gb-19-0'), HealthStatus.HEALTHY, 'only the claim’s device');
+    await waitForSlices(
+      node.api,
+      (d) => d.some((x) => x.name === device && (x.taints ?? []).some((t) => t.key === 'gpu.nvidia.com/mps-daemon')),
+      'the partition tainted mps-daemon',
+    );
+    await node.watcher.waitForHealth(DRIVER, (d) => health(d, device) === HealthStatus.HEALTHY, 20_000);
     // Unprepared: the daemon stopped first, then the instance destroyed (it is IN_USE while a daemon holds it).
     const from = agent.lines.length;
     await unprepareClaim(node, claim);
@@ -223,17 +244,19 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
 
   test("the plugin's scan finds the agent's instance: the same partition, tainted by its XID", async () => {
     const device = 'gpu-7-mig-3g20gb-9-4';
+    const plugin = node.sim.plugin;
+    const preparedAt = plugin.lines.length;
     const claim = claimOn(node.api, 'mig-seen', [{ request: 'mig', device }]);
     assert.equal((await prepareClaim(node, claim)).error, '');
-    // A reload (SIGHUP) looks at the node again: the agent's instance is there, as on a GPU.
-    const plugin = node.sim.plugin;
+    // The plugin looks at the node again once the agent made the instance: it is there, as on a GPU.
+    await plugin.waitForLine(/MIG device found gpu=7 .*profile=3g\.20gb .*made or destroyed/, 10_000, preparedAt);
+    // A reload (SIGHUP) keeps it the partition. Its scan starts the health thread again: events before are not watched.
     const reloadedAt = plugin.lines.length;
     plugin.signal('SIGHUP');
-    await plugin.waitForLine(/MIG device found gpu=7 .*profile=3g\.20gb/, 10_000, reloadedAt);
-    // The health thread is started again after a reload's scan: events before that are not watched.
+    await plugin.waitForLine(/looked at the node again reason=reload/, 10_000, reloadedAt);
     await plugin.waitForLine(/watching GPU health/, 10_000, reloadedAt);
     // An XID on the instance (GPU instance 1, compute instance 0 of GPU 7) taints that device, no other of GPU 7.
-    // The slices written for it are the pool as the scan after the reload made it.
+    // The slices written for it are the pool as the plugin's scans made it.
     node.sim.nvml('xid 7 48 1 0');
     const seen = await waitForSlices(
       node.api,
@@ -255,12 +278,14 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
     );
     const foreign = seen.find((x) => x.name === 'gpu-0-mig-3g20gb-9-0') as { attributes: JsonObject } | undefined;
     assert.ok(foreign?.attributes.uuid !== undefined, 'the instance the package did not make: a MIG device, still');
+    const unpreparedAt = plugin.lines.length;
     await unprepareClaim(node, claim);
     await agent.waitForLine(/MIG GPU instance destroyed/);
+    await plugin.waitForLine(/MIG device gone; withdrawn/, 10_000, unpreparedAt);
     // Every start, reload and prepare of this file later: the foreign instance is where it was.
     const from = plugin.lines.length;
     plugin.signal('SIGHUP');
-    await plugin.waitForLine(/MIG device gone; withdrawn/, 10_000, from);
+    await plugin.waitForLine(/looked at the node again reason=reload/, 10_000, from);
     const gpu0 = String((foreign.attributes.parentUUID as JsonObject).string);
     const state = readFileSync(join(base, 'mig-state'), 'utf8').split(/^gpu /m);
     const ofGpu0 = state.find((block) => block.startsWith(`${gpu0} `)) ?? '';

@@ -1,17 +1,20 @@
 // Dynamic MIG through the executables on a fake H100 node (2× H100 80GB HBM3 in MIG mode, GPU 1 with two 1g.10gb
 // instances of its own): the H100's profiles and placements as NVML gives them — 1g.20gb (profile 15) at
 // memory slices 0, 2, 4, 6 — a 1g.20gb partition prepared and unprepared through the agent, and the foreign
-// instances still there and published as MIG devices after it.
+// instances still there and published as MIG devices after it; three profiles side by side on the bare GPU,
+// unprepared in another order.
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { buildFakeMpsControl } from '../fake-nvml/build.ts';
+import { poolProblems } from '../support/apiserver-counters.ts';
 import {
   claimOn,
   devicesOf,
   prepareClaim,
+  slicesOf,
   unprepareClaim,
   waitForSlices,
   startDynamicMigNode,
@@ -61,4 +64,18 @@ test('H100: a 1g.20gb partition beside the foreign instances, prepared and unpre
   assert.ok(!agent.lines.some((l) => /destroyed/.test(l) && /gi=[12]\b/.test(l)), 'the foreign instances untouched');
   const names = devicesOf(node.api).map((d) => d.name);
   assert.ok(names.includes('gpu-1-mig-1g10gb-19-0') && names.includes('gpu-1-mig-1g10gb-19-1'));
+});
+
+test('H100: 3g.40gb, 2g.20gb and 1g.20gb carved side by side on one GPU, unprepared in another order', async () => {
+  const names = ['gpu-0-mig-3g40gb-9-4', 'gpu-0-mig-2g20gb-14-0', 'gpu-0-mig-1g20gb-15-2'];
+  const claims = names.map((device, i) => claimOn(node.api, `h100-side-${i}`, [{ request: 'mig', device }]));
+  for (const c of claims) assert.equal((await prepareClaim(node, c)).error, '', c.name);
+  assert.equal(agent.matching(/MIG GPU instance created.*gpu-0-mig-/).length, 3);
+  // Once the plugin has looked at the node again, the three stay their partitions in a pool that validates.
+  await node.sim.plugin.waitForLine(/MIG device found gpu=0 .*profile=1g\.20gb/);
+  const devices = await waitForSlices(node.api, () => poolProblems(slicesOf(node.api)).length === 0, 'valid');
+  for (const n of names) assert.equal(devices.filter((d) => d.name === n && d.consumesCounters).length, 1, n);
+  for (const i of [1, 2, 0]) await unprepareClaim(node, claims[i] as (typeof claims)[number]);
+  assert.equal(agent.matching(/MIG GPU instance destroyed.*gpu-0-mig-/).length, 3);
+  assert.ok(!agent.lines.some((l) => /destroyed/.test(l) && /gpu-1-mig-1g10gb/.test(l)), 'the foreign ones untouched');
 });

@@ -12,7 +12,7 @@
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { buildFakeMpsControl } from '../fake-nvml/build.ts';
 import { HealthStatus } from '../../src/api/dra.ts';
@@ -25,6 +25,7 @@ import {
   claimOn,
   devicesOf,
   environOf,
+  launchOf,
   restartPlugin,
   prepareClaim,
   slicesOf,
@@ -35,7 +36,8 @@ import {
 } from '../support/dra-node.ts';
 import type { DraNode } from '../support/dra-node.ts';
 import { unmountUnder } from '../support/mounts.ts';
-import type { PluginProcess } from '../support/sim.ts';
+import { PluginProcess, executable } from '../support/sim.ts';
+import { onFileChange, waitUntil } from '../support/wait.ts';
 
 let base = '';
 let node: DraNode;
@@ -97,6 +99,11 @@ interface CdiEdits {
  */
 function health(devices: readonly DeviceHealth[], name: string): HealthStatus | undefined {
   return devices.find((d) => d.device?.device_name === name)?.health;
+}
+
+/** The plugin's DRA checkpoint. */
+function checkpointOf(): string {
+  return join(node.plugins, DRIVER, 'gpu-device-plugin-checkpoint.json');
 }
 
 function assertDaemonForPartition(uid: string): string {
@@ -392,8 +399,7 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
     assert.match(why, /In use by another client \(NVML code 19\)/);
     assert.ok(!agent.lines.some((l) => /MIG GPU instance destroyed.*gpu-12-/.test(l)), 'nothing destroyed under it');
     // Still the claim's in the checkpoint, so its instance stays the partition, not someone else's MIG device.
-    const checkpoint = join(node.plugins, DRIVER, 'gpu-device-plugin-checkpoint.json');
-    assert.ok(readFileSync(checkpoint, 'utf8').includes(claim.uid), 'kept in the checkpoint');
+    assert.ok(readFileSync(checkpointOf(), 'utf8').includes(claim.uid), 'kept in the checkpoint');
     node.sim.nvml('mig 12 busy 1 0');
     await agent.waitForLine(/MIG GPU instance destroyed.*gpu-12-mig-3g20gb-9-0/);
     await unprepareClaim(node, claim);
@@ -418,6 +424,43 @@ describe('dynamic MIG under DRA, through the executables', { concurrency: false 
     await unprepareClaim(node, claim);
     await agent.waitForLine(new RegExp(`MIG GPU instance destroyed.*${claim.uid}`));
     assert.equal(existsSync(claimRoot), false, "the claim's MPS directory removed");
+  });
+
+  test('the plugin killed before its checkpoint says prepared: the retried prepare takes the instance', async () => {
+    // The agent away, so that the plugin's prepare waits on it with the claim recorded PrepareStarted.
+    agent.signal('SIGTERM');
+    await agent.exited;
+    const device = 'gpu-13-mig-4g20gb-5-0';
+    const claim = claimOn(node.api, 'mig-plugin-killed', [{ request: 'mig', device }]);
+    const old = node.sim.plugin;
+    // The kubelet's call dies with the plugin.
+    const pending = node.watcher
+      .client(DRIVER)
+      .prepare([claim])
+      .catch(() => undefined);
+    await waitUntil(() => existsSync(checkpointOf()) && readFileSync(checkpointOf(), 'utf8').includes(claim.uid), {
+      on: onFileChange(dirname(checkpointOf())),
+      what: 'the claim recorded PrepareStarted',
+    });
+    const { args, env } = launchOf(old);
+    old.signal('SIGKILL');
+    await old.exited;
+    await pending;
+    // The plugin started again (its checkpoint keeps the claim's request), then the agent: it makes the instance for
+    // that request, though nobody waits for it now.
+    const regs = node.watcher.registrations.length;
+    node.sim.plugin = new PluginProcess(executable(), args, env);
+    await node.watcher.waitForRegistrations(regs + 1, 15_000);
+    await node.sim.plugin.waitForLine(/prepared DRA claims from the checkpoint/);
+    agent = startAgent();
+    await agent.waitForLine(/MIG GPU instance created.*gpu-13-mig-4g20gb-5-0/);
+    // The kubelet asks again: answered with the instance made, none made again.
+    const r = await prepareClaim(node, claim);
+    assert.equal(r.error, '', r.error);
+    assert.equal(r.devices?.[0]?.cdi_device_ids?.length, 2);
+    assert.equal(agent.matching(/MIG GPU instance created.*gpu-13-/).length, 1, 'made once');
+    await unprepareClaim(node, claim);
+    await agent.waitForLine(/MIG GPU instance destroyed.*gpu-13-mig-4g20gb-5-0/);
   });
 
   test('a placement that is not offered (it overlaps an instance the package did not make) is refused', async () => {

@@ -21,7 +21,6 @@ import type { JsonObject } from '../support/apiserver.ts';
 import { poolProblems } from '../support/apiserver-counters.ts';
 import {
   DRIVER,
-  NODE,
   claimOn,
   devicesOf,
   environOf,
@@ -74,19 +73,12 @@ function mpsPartitionClaim(name: string, device: string): Claim {
     mpsConfig: { defaultActiveThreadPercentage: 40, defaultPinnedDeviceMemoryLimit: '8Gi' },
   };
   const parameters = { apiVersion: 'resource.nvidia.com/v1beta1', kind: 'MigDeviceConfig', sharing };
-  const stored = node.api.putClaim({
-    namespace: 'team-a',
+  return claimOn(
+    node.api,
     name,
-    status: {
-      allocation: {
-        devices: {
-          results: [{ request: 'mig', driver: DRIVER, pool: NODE, device }],
-          config: [{ source: 'FromClaim', requests: ['mig'], opaque: { driver: DRIVER, parameters } }],
-        },
-      },
-    },
-  });
-  return { namespace: 'team-a', name, uid: String((stored.metadata as JsonObject).uid) };
+    [{ request: 'mig', device }],
+    [{ source: 'FromClaim', requests: ['mig'], opaque: { driver: DRIVER, parameters } }],
+  );
 }
 
 interface CdiEdits {

@@ -219,7 +219,12 @@ export const median = (xs: number[]): number => {
   return s[Math.floor(s.length / 2)] ?? NaN;
 };
 
-export function claimOn(api: ApiServerStandIn, name: string, results: { request: string; device: string }[]): Claim {
+export function claimOn(
+  api: ApiServerStandIn,
+  name: string,
+  results: { request: string; device: string }[],
+  config?: JsonObject[],
+): Claim {
   const stored = api.putClaim({
     namespace: 'team-a',
     name,
@@ -227,6 +232,7 @@ export function claimOn(api: ApiServerStandIn, name: string, results: { request:
       allocation: {
         devices: {
           results: results.map((r) => ({ request: r.request, driver: DRIVER, pool: NODE, device: r.device })),
+          ...(config === undefined ? {} : { config }),
         },
       },
     },

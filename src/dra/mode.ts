@@ -22,7 +22,7 @@ import type { ClaimState } from '../core/daemon-state.ts';
 import { expiryText, judgeExpiry } from '../k8s/credentials.ts';
 import { KubeClient, KubeUnreachableError } from '../k8s/client.ts';
 import { KubeconfigError, loadKubeconfig } from '../k8s/kubeconfig.ts';
-import { getResourceClaim, serverVersion } from '../k8s/resources.ts';
+import { getResourceClaim } from '../k8s/resources.ts';
 import { SocketDirView } from '../kubelet/watcher.ts';
 import type { NodeConsumer, Registrations } from '../node/consumer.ts';
 import { MpsDaemonWatch, controlClientAsk } from '../mps/health-watch.ts';
@@ -233,11 +233,7 @@ export async function startDraMode(d: DraModeDeps): Promise<DraMode> {
     log: d.log,
     sysfsRoot: d.sysfsRoot,
   });
-  // Which slices the API server takes for dynamic MIG: read once, without holding the start up.
-  serverVersion(client).then(
-    (v) => publisher.setServerVersion(v),
-    (err: unknown) => d.log.debug('DRA: cannot read the API server version', { error: errorText(err) }),
-  );
+  publisher.readServerVersion();
   // The kubelet deletes its node's slices when it starts: write them again after every registration.
   plugin.onRegistered(() => publisher.republish());
   const daemons = watchClaimDaemons(plugin, d);

@@ -3,7 +3,7 @@
 // GPU), the driver version last seen (kept while the driver does not answer), and whether the API server takes
 // dynamic MIG's counter sets in slices of their own (Kubernetes 1.35 or later, with the DRAPartitionableDevices
 // gate on: a server without it drops them on write; either way MIG-mode GPUs get their MIG devices only, said
-// once as an ERROR). Split out of slice-publisher.ts, which publishes.
+// once as an ERROR, and tried again at a reload). Split out of slice-publisher.ts, which publishes.
 import { realpath } from 'node:fs/promises';
 import { join } from 'node:path';
 import { poolContent, standardBusId } from '../core/dra-slices.ts';
@@ -42,6 +42,7 @@ export class PoolSource {
 
   /** The API server's version, once read (null: not known; counter slices are written). */
   setServerVersion(v: ServerVersion | null): void {
+    if (v?.major !== this.server?.major || v?.minor !== this.server?.minor) this.saidTooOld = false;
     this.server = v;
   }
 
@@ -71,6 +72,14 @@ export class PoolSource {
         'Kubernetes 1.36): the server dropped the counter sets it was sent; MIG-mode GPUs are published with ' +
         'their MIG devices only',
     );
+  }
+
+  /**
+   * A reload (SIGHUP): the API server's gate may have been turned on since, so counter sets are tried again (the
+   * caller reads the version anew: a changed one is judged, and said, again).
+   */
+  retryCounters(): void {
+    this.dropped = false;
   }
 
   private countersAllowed(): boolean {

@@ -29,10 +29,11 @@ import { SharingError } from '../core/sharing.ts';
 import type { NodeSnapshot } from '../core/snapshot.ts';
 import { KubeApiError } from '../k8s/client.ts';
 import type { KubeClient } from '../k8s/client.ts';
-import { checkAccess, getNode } from '../k8s/resources.ts';
+import { checkAccess, getNode, serverVersion } from '../k8s/resources.ts';
 import type { ResourceSlice } from '../k8s/resources.ts';
 import type { WatchEvent } from '../k8s/watch.ts';
 import type { AppliedSnapshot, NodeConsumer, NodeSettings } from '../node/consumer.ts';
+import { errorText } from '../system/log.ts';
 import type { Logger } from '../system/log.ts';
 import { CoalescingQueue, TimerOwner } from '../system/timers.ts';
 import { NodeUnknownError, PublishLog } from './slice-log.ts';
@@ -154,6 +155,11 @@ export class SlicePublisher implements NodeConsumer {
     }
     this.settings = applied.settings;
     this.snapshot = applied.snapshot;
+    if (applied.reason === 'reload') {
+      // The cluster may have been upgraded, or its DRAPartitionableDevices gate turned on, since.
+      this.source.retryCounters();
+      this.readServerVersion();
+    }
     this.kick();
   }
 
@@ -246,8 +252,16 @@ export class SlicePublisher implements NodeConsumer {
   }
 
   /**
-   * The API server's version, once read: dynamic MIG's counter sets need 1.35 or later (pool-source.ts).
+   * The API server's version: dynamic MIG's counter sets need 1.35 or later (pool-source.ts). Read at start and at
+   * each reload, without holding either up.
    */
+  readServerVersion(): void {
+    serverVersion(this.o.client).then(
+      (v) => this.setServerVersion(v),
+      (err: unknown) => this.o.log.debug('DRA: cannot read the API server version', { error: errorText(err) }),
+    );
+  }
+
   setServerVersion(v: ServerVersion | null): void {
     this.source.setServerVersion(v);
     if (this.snapshot !== null) this.kick();

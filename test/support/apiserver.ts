@@ -1260,6 +1260,11 @@ export class ApiServerStandIn extends EventEmitter implements SliceJanitor {
     this.opts = { ...this.opts, tls };
   }
 
+  /** The cluster upgraded in place: what GET /version says and the DRAPartitionableDevices gate from now on. */
+  upgrade(to: Pick<ApiServerOptions, 'version' | 'partitionableDevices'>): void {
+    this.opts = { ...this.opts, ...to };
+  }
+
   get socketPath(): string | undefined {
     return this.opts.socketPath;
   }

@@ -128,8 +128,9 @@ interface Prepared {
 }
 
 describe('dynamic MIG through the packaged units under a real systemd (Debian 12)', { concurrency: false }, () => {
+  /** The partition claim, once its prepare passed every check. */
   let claim: { namespace: string; name: string; uid: string } | undefined;
-  /** Journal cursors from where dynamic MIG is on: the units' lines after them are checked at the end. */
+  /** The journal's cursor when dynamic MIG was turned on: the units' lines after it are checked at the end. */
   let mark = '';
 
   journalOnFailure(() => node?.container, ['dra-apiserver.service', 'dra-watcher']);
@@ -242,10 +243,10 @@ describe('dynamic MIG through the packaged units under a real systemd (Debian 12
       name: 'mig-3g',
       results: [{ request: 'mig', driver: DRIVER, pool: NODE, device: PARTITION }],
     });
-    claim = { namespace: 'team-a', name: 'mig-3g', uid: stored.metadata.uid };
-    const uid = claim.uid;
+    const prepared = { namespace: 'team-a', name: 'mig-3g', uid: stored.metadata.uid };
+    const uid = prepared.uid;
     const t0 = performance.now();
-    const r = await ctl<Prepared>(WATCHER_CTL, '/prepare', { driver: DRIVER, claims: [claim] });
+    const r = await ctl<Prepared>(WATCHER_CTL, '/prepare', { driver: DRIVER, claims: [prepared] });
     timed(t, 'NodePrepareResources of a dynamic MIG partition', performance.now() - t0);
     assert.deepEqual(r.claims[uid], {
       devices: [
@@ -297,6 +298,7 @@ describe('dynamic MIG through the packaged units under a real systemd (Debian 12
         [`/dev/nvidia-caps/nvidia-cap${giMinor + 1 + ci!}`, CAPS_MAJOR, giMinor + 1 + ci!],
       ],
     );
+    claim = prepared;
   });
 
   test('unprepared: the MPS unit destroys the instance, the spec is gone, the foreign instance stays', async () => {
@@ -326,6 +328,10 @@ describe('dynamic MIG through the packaged units under a real systemd (Debian 12
     assert.deepEqual(
       lines.filter((l) => /EROFS|EACCES|read-only file system|permission denied|^(WARN|ERROR) /i.test(l)),
       [],
+    );
+    assert.ok(
+      lines.some((l) => /MIG GPU instance destroyed/.test(l)),
+      `the journals read cover the claim's life:\n${lines.join('\n')}`,
     );
   });
 });

@@ -183,7 +183,8 @@ describe('dynamic MIG through the packaged units under a real systemd (Debian 12
         'install -d -m 0755 /etc/gpu-device-plugin',
         `printf '%s' '${tokenKubeconfig(url, NODE_TOKEN)}' > ${KUBECONFIG}`,
         `chmod 0600 ${KUBECONFIG}`,
-        `printf 'KUBELET_API=dra\\nKUBECONFIG=${KUBECONFIG}\\nNODE_NAME=${NODE}\\nMIG_STRATEGY=mixed\\n' >> ${ENV_FILE.deb}`,
+        `printf 'KUBELET_API=dra\\nKUBECONFIG=${KUBECONFIG}\\nNODE_NAME=${NODE}\\n' >> ${ENV_FILE.deb}`,
+        `printf 'MIG_STRATEGY=mixed\\n' >> ${ENV_FILE.deb}`,
         `mkdir -p /etc/systemd/system/${UNIT}.d`,
         `ln -s ${DRA_DROPIN.installed} /etc/systemd/system/${UNIT}.d/dra.conf`,
         'systemctl daemon-reload',
@@ -200,7 +201,7 @@ describe('dynamic MIG through the packaged units under a real systemd (Debian 12
     assert.deepEqual(deviceNames(s), ['gpu-0-mig-3g20gb-9-0', 'gpu-1']);
   });
 
-  test("turned on as README's Dynamic MIG says (the config file), restarted: counter sets and partitions", async (t) => {
+  test("turned on as README's Dynamic MIG says (config file), restarted: counter sets and partitions", async (t) => {
     await box().run(
       [
         `printf 'version: v1\\ndra:\\n  dynamicMig: true\\n' > ${CONFIG}`,

@@ -3,10 +3,10 @@
 // fixture: GPU 0 in MIG mode with a 3g.20gb instance made by someone else, GPU 1 not in MIG mode, GPU 2 in MIG
 // mode and empty), the node switched to DRA as systemd-dra.test.ts does, with --mig-strategy=mixed. Then
 // dynamic MIG is turned on the way README's "Dynamic MIG" tells an operator (`dra.dynamicMig: true` in the config
-// file) and the plugin restarted: its counter sets and partitions reach the API server stand-in; a claim
-// allocated a partition, prepared through the kubelet's DRA client, makes the GPU and compute instance in the MPS
-// unit (root, the only side with the MIG config capability) and gives the claim a CDI spec with the instance's
-// capability nodes; unprepare destroys them. The fake NVML keeps the GPUs' MIG state in one file for both units
+// file; `check` says which GPUs it covers) and the plugin restarted: its counter sets and partitions reach the
+// API server stand-in; a claim allocated a partition, prepared through the kubelet's DRA client, makes the GPU
+// and compute instance in the MPS unit (root, the only side with the MIG config capability) and gives the claim
+// a CDI spec with the instance's capability nodes; unprepare destroys them. The fake NVML keeps the GPUs' MIG state in one file for both units
 // (FAKE_NVML_MIG_STATE), so the instance the MPS unit makes is on "the GPU" the plugin scans.
 //
 // The driver's /proc entries (the nvidia-caps major in `devices`, `driver/nvidia-caps/mig-minors`) are laid out
@@ -208,6 +208,18 @@ describe('dynamic MIG through the packaged units under a real systemd (Debian 12
         `printf 'CONFIG_FILE=${CONFIG}\\n' >> ${ENV_FILE.deb}`,
       ].join(' && '),
     );
+    // check, as the operator runs it before the restart, says which GPUs it covers (the environment is the fake
+    // NVML's, which the units get from their drop-ins).
+    const check = await box().sh(
+      `FAKE_NVML_CONFIG=/etc/fake-nvml/mig-a100-3.json FAKE_NVML_MIG_STATE=${MIG_STATE} PROC_ROOT=${PROC_ROOT} ` +
+        '/usr/bin/gpu-device-plugin check 2>&1',
+      { timeoutMs: 60000 },
+    );
+    t.diagnostic(`gpu-device-plugin check (exit ${check.code}):\n${check.stdout}`);
+    assert.equal(check.code, 0, check.stdout);
+    const gpu = (index: number, instances: number): string =>
+      `GPU ${index} \\(\\d+ free placements, ${instances} instances\\)`;
+    assert.match(check.stdout, new RegExp(`dynamic mig.*covers 2 GPUs: ${gpu(0, 1)}, ${gpu(2, 0)}`));
     mark = await plugin.journalCursor();
     const t0 = performance.now();
     await box().run(`systemctl restart ${UNIT}`, { timeoutMs: 120000 });

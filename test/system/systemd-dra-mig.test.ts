@@ -6,8 +6,9 @@
 // file; `check` says which GPUs it covers) and the plugin restarted: its counter sets and partitions reach the
 // API server stand-in; a claim allocated a partition, prepared through the kubelet's DRA client, makes the GPU
 // and compute instance in the MPS unit (root, the only side with the MIG config capability) and gives the claim
-// a CDI spec with the instance's capability nodes; unprepare destroys them. The fake NVML keeps the GPUs' MIG state in one file for both units
-// (FAKE_NVML_MIG_STATE), so the instance the MPS unit makes is on "the GPU" the plugin scans.
+// a CDI spec with the instance's capability nodes; unprepare destroys them. The fake NVML keeps the GPUs' MIG
+// state in one file for both units (FAKE_NVML_MIG_STATE), so the instance the MPS unit makes is on "the GPU" the
+// plugin scans.
 //
 // The driver's /proc entries (the nvidia-caps major in `devices`, `driver/nvidia-caps/mig-minors`) are laid out
 // as the driver writes them, under a directory both units are told with PROC_ROOT: the plugin's unit has

@@ -32,8 +32,16 @@ export const OPT = '/opt/gdp-test';
 export const UNIT = `${PACKAGE}.service`;
 /** The project's version, the one install() installs unless told another. */
 export const VERSION = projectVersion();
-/** The topology the fake NVML reads (every unit in fakeNvmlUnits is told it by a drop-in). */
+/** The topology the fake NVML reads unless told another (every unit in fakeNvmlUnits is told it by a drop-in). */
 export const FAKE_NVML_TOPOLOGY = '/etc/fake-nvml/demo-8.json';
+
+/** A topology for the fake NVML: written to /etc/fake-nvml/<name>.json, which the drop-ins name. */
+export interface FakeNvmlTopology {
+  /** Letters, digits and '-'. */
+  name: string;
+  /** The topology's JSON (the fixtures' format, test/fixtures/topologies). */
+  json: string;
+}
 
 /** What a test adds to the container once the packages are built: files, and host folders bound read-only. */
 export interface BootExtras {
@@ -59,6 +67,10 @@ export interface PackageBootOptions {
   fakeMpsControl?: boolean;
   /** Units given a drop-in naming the fake NVML's topology (default: the plugin's unit). */
   fakeNvmlUnits?: readonly string[];
+  /** The simulated GPUs (default: demo-8, eight V100s, at FAKE_NVML_TOPOLOGY). */
+  topology?: FakeNvmlTopology;
+  /** More environment for those units, in the same drop-in: what the fake NVML needs beside its topology. */
+  fakeNvmlEnv?: Readonly<Record<string, string>>;
   /** Files written into the root before it boots: path inside → content (the operator's files). */
   files?: Readonly<Record<string, string | Buffer>>;
   /** Host tools the test needs beyond the boot's own (checked before anything is built). */
@@ -178,7 +190,12 @@ export async function bootWithPackage(opts: PackageBootOptions): Promise<Package
     const dir = join(work, 'test');
     mkdirSync(dir);
     const extras = (await opts.beforeBoot?.({ debs, dir })) ?? {};
-    const dropIn = `[Service]\nEnvironment=FAKE_NVML_CONFIG=${FAKE_NVML_TOPOLOGY}\n`;
+    const topology = opts.topology === undefined ? FAKE_NVML_TOPOLOGY : `/etc/fake-nvml/${opts.topology.name}.json`;
+    if (opts.topology !== undefined) assert.match(opts.topology.name, /^[a-z0-9-]+$/, 'a topology name of a-z0-9-');
+    const env = { FAKE_NVML_CONFIG: topology, ...opts.fakeNvmlEnv };
+    const dropIn = `[Service]\n${Object.entries(env)
+      .map(([k, v]) => `Environment=${k}=${v}\n`)
+      .join('')}`;
     const container = await Container.boot({
       rootfs: rootfs.path,
       machine: `gdp-${opts.name}-${process.pid}-${randomBytes(3).toString('hex')}`,
@@ -187,7 +204,7 @@ export async function bootWithPackage(opts: PackageBootOptions): Promise<Package
         // Where a driver package puts NVML and its MPS control (ldconfig runs below).
         [`/usr/lib/x86_64-linux-gnu/${LIBRARY_NAME}`]: readFileSync(join(nvml.current, LIBRARY_NAME)),
         ...(mps === null ? {} : { [`/usr/bin/${MPS_CONTROL_NAME}`]: readFileSync(join(mps, MPS_CONTROL_NAME)) }),
-        [FAKE_NVML_TOPOLOGY]: readFileSync(join(TOPOLOGIES, 'demo-8.json')),
+        [topology]: opts.topology?.json ?? readFileSync(join(TOPOLOGIES, 'demo-8.json')),
         // The operator's own drop-ins, there before the package: they tell the fake NVML its GPUs.
         ...Object.fromEntries(
           (opts.fakeNvmlUnits ?? [UNIT]).map((u) => [`/etc/systemd/system/${u}.d/fake-nvml.conf`, dropIn]),

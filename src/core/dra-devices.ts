@@ -140,7 +140,7 @@ export function draDevices(
  * their place (core/dra-partitions.ts), consuming its counters.
  */
 export function withoutClaimedInstances(
-  node: { readonly gpus: readonly Gpu[]; readonly claimedPartitions?: ReadonlySet<string> },
+  node: { readonly claimedPartitions?: ReadonlySet<string> },
   list: DraDeviceList,
   partitionable: ReadonlyMap<string, PartitionableGpu> | undefined,
 ): DraDeviceList {

@@ -369,8 +369,8 @@ export class DraClaims {
     try {
       const notEnded = await this.opts.sharing.unprepare(c);
       // A MIG partition not destroyed yet (a process still on it: IN_USE) stays the claim's until it is.
-      const record = store.get(c.uid);
-      if (notEnded !== null && record !== undefined && claimedPartitions([record]).size > 0)
+      const partitioned = store.get(c.uid)?.devices.some((d) => d.partition !== undefined) === true;
+      if (notEnded !== null && partitioned)
         return { error: `claim ${claimName(c)}: its MIG partitions are not destroyed: ${notEnded}; ask again` };
       if (await store.remove(c.uid)) {
         this.opts.log.info('unprepared a DRA claim', { claim: claimName(c), uid: c.uid });

@@ -18,29 +18,20 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { DRA_DROPIN, ENV_FILE, PACKAGE } from '../../build/package.ts';
-import { byIndex, cdiSpec, tokenKubeconfig } from '../support/dra-fixtures.ts';
+import { ENV_FILE, PACKAGE } from '../../build/package.ts';
+import { byIndex, cdiSpec } from '../support/dra-fixtures.ts';
 import { migMinorsText } from '../support/mig.ts';
 import { TOPOLOGIES } from '../support/sim.ts';
 import type { Container } from './container.ts';
-import type { ApiServerState, WatcherState } from './dra-standins-main.ts';
+import { API_CTL, API_STATE, DRIVER, DraCluster, NODE, WATCHER_CTL } from './dra-cluster.ts';
+import type { Prepared, Unprepared } from './dra-cluster.ts';
+import type { ApiServerState } from './dra-standins-main.ts';
 import { journalOnFailure } from './journal-on-failure.ts';
-import { OPT, type PackagedNode, UNIT, bootWithPackage } from './packaged-node.ts';
+import { type PackagedNode, UNIT, bootWithPackage } from './packaged-node.ts';
 import { LiveUnit, timer } from './unit.ts';
 
 const GPUS = 3;
-const NODE = 'gpu-node-1';
-const DRIVER = 'gpu.nvidia.com';
-const REGISTRY = '/var/lib/kubelet/plugins_registry';
-const KUBECONFIG = '/etc/gpu-device-plugin/kubeconfig';
 const CONFIG = '/etc/gpu-device-plugin/config.yaml';
-const NODE_TOKEN = 'node-token-7f3c1d9e2b';
-const ADMIN_TOKEN = 'kubelet-standin-admin-token';
-const API_STATE = '/run/dra-apiserver.json';
-const WATCHER_STATE = '/run/dra-watcher.json';
-const API_CTL = '/run/dra-standins/apiserver.sock';
-const WATCHER_CTL = '/run/dra-standins/watcher.sock';
-const STANDINS = `${OPT}/node ${OPT}/dra-standins.cjs`;
 const MPS_UNIT = `${PACKAGE}-mps.service`;
 const MPS_ROOT = '/run/nvidia/mps';
 const CDI_DIR = '/var/run/cdi';
@@ -74,16 +65,7 @@ const plugin = new LiveUnit(box, UNIT, PACKAGE, ['dra-*', MPS_UNIT]);
 const mpsUnit = new LiveUnit(box, MPS_UNIT, PACKAGE, [UNIT]);
 const timed = timer(timings, 2);
 
-async function readState<T>(file: string): Promise<T | null> {
-  const r = await box().sh(`cat ${file} 2>/dev/null`);
-  return r.code === 0 && r.stdout !== '' ? (JSON.parse(r.stdout) as T) : null;
-}
-
-/** Asks a stand-in through its control socket; its answer as JSON (a failure throws with it). */
-async function ctl<T>(socket: string, path: string, body: unknown): Promise<T> {
-  const json = JSON.stringify(body).replace(/'/g, `'\\''`);
-  return JSON.parse(await box().run(`${STANDINS} ctl ${socket} ${path} '${json}'`)) as T;
-}
+const cluster = new DraCluster(box, plugin.until);
 
 interface SliceSpec {
   sharedCounters?: { name: string }[];
@@ -97,7 +79,7 @@ function specs(s: ApiServerState): SliceSpec[] {
 /** The node's stored slices once `ready` holds of them (every slice of the pool written). */
 async function published(what: string, ready: (s: SliceSpec[]) => boolean): Promise<SliceSpec[]> {
   return plugin.until(`the node's ResourceSlices: ${what}`, async () => {
-    const s = await readState<ApiServerState>(API_STATE);
+    const s = await cluster.readState<ApiServerState>(API_STATE);
     if (s === null || s.slices.length === 0) return undefined;
     const count = (x: ApiServerState['slices'][number]): unknown =>
       (x.spec as { pool?: { resourceSliceCount?: number } }).pool?.resourceSliceCount;
@@ -116,16 +98,6 @@ async function gpuInstances(uuid: string): Promise<string[]> {
   assert.ok(from >= 0, `${MIG_STATE} names GPU ${uuid}:\n${text}`);
   const end = lines.findIndex((l, i) => i > from && l.startsWith('gpu '));
   return lines.slice(from + 1, end === -1 ? undefined : end).filter((l) => l.startsWith('gi '));
-}
-
-interface Prepared {
-  claims: Record<
-    string,
-    {
-      devices: { request_names: string[]; pool_name: string; device_name: string; cdi_device_ids: string[] }[];
-      error: string;
-    }
-  >;
 }
 
 describe('dynamic MIG through the packaged units under a real systemd (Debian 12)', { concurrency: false }, () => {
@@ -164,33 +136,10 @@ describe('dynamic MIG through the packaged units under a real systemd (Debian 12
   });
 
   test('in DRA mode with --mig-strategy=mixed and no dynamicMig: MIG devices and GPUs, no partitions', async () => {
-    await box().run(
-      `systemd-run --unit dra-apiserver --collect --quiet ${STANDINS} ` +
-        `apiserver ${API_CTL} ${API_STATE} ${NODE} ${NODE_TOKEN} ${ADMIN_TOKEN}`,
-    );
-    const { url } = await plugin.until('the API server stand-in serves', () =>
-      readState<ApiServerState>(API_STATE).then((s) => s ?? undefined),
-    );
-    await box().run(
-      `rm -f ${WATCHER_STATE} && systemd-run --unit dra-watcher --collect --quiet ${STANDINS} ` +
-        `watcher ${REGISTRY} ${WATCHER_CTL} ${WATCHER_STATE} ${url} ${ADMIN_TOKEN} ${NODE}`,
-    );
-    await plugin.until('the plugin watcher stand-in serves', () =>
-      readState<WatcherState>(WATCHER_STATE).then((s) => s ?? undefined),
-    );
+    const url = await cluster.startApiServer();
+    await cluster.startWatcher('dra-watcher', url);
     // README, "Dynamic Resource Allocation", and a MIG strategy.
-    await box().run(
-      [
-        'install -d -m 0755 /etc/gpu-device-plugin',
-        `printf '%s' '${tokenKubeconfig(url, NODE_TOKEN)}' > ${KUBECONFIG}`,
-        `chmod 0600 ${KUBECONFIG}`,
-        `printf 'KUBELET_API=dra\\nKUBECONFIG=${KUBECONFIG}\\nNODE_NAME=${NODE}\\n' >> ${ENV_FILE.deb}`,
-        `printf 'MIG_STRATEGY=mixed\\n' >> ${ENV_FILE.deb}`,
-        `mkdir -p /etc/systemd/system/${UNIT}.d`,
-        `ln -s ${DRA_DROPIN.installed} /etc/systemd/system/${UNIT}.d/dra.conf`,
-        'systemctl daemon-reload',
-      ].join(' && '),
-    );
+    await cluster.switchToDra(url, ['MIG_STRATEGY=mixed']);
     await box().run(`systemctl restart ${UNIT}`, { timeoutMs: 120000 });
     const s = await published('the MIG device of GPU 0 and GPU 1', (x) => deviceNames(x).includes('gpu-1'));
     assert.deepEqual(
@@ -252,7 +201,7 @@ describe('dynamic MIG through the packaged units under a real systemd (Debian 12
   });
 
   test("a partition claim prepared through the kubelet's DRA client: the MPS unit makes the instance", async (t) => {
-    const stored = await ctl<{ metadata: { uid: string } }>(API_CTL, '/claims', {
+    const stored = await cluster.ctl<{ metadata: { uid: string } }>(API_CTL, '/claims', {
       namespace: 'team-a',
       name: 'mig-3g',
       results: [{ request: 'mig', driver: DRIVER, pool: NODE, device: PARTITION }],
@@ -260,7 +209,7 @@ describe('dynamic MIG through the packaged units under a real systemd (Debian 12
     const prepared = { namespace: 'team-a', name: 'mig-3g', uid: stored.metadata.uid };
     const uid = prepared.uid;
     const t0 = performance.now();
-    const r = await ctl<Prepared>(WATCHER_CTL, '/prepare', { driver: DRIVER, claims: [prepared] });
+    const r = await cluster.ctl<Prepared>(WATCHER_CTL, '/prepare', { driver: DRIVER, claims: [prepared] });
     timed(t, 'NodePrepareResources of a dynamic MIG partition', performance.now() - t0);
     assert.deepEqual(r.claims[uid], {
       devices: [
@@ -318,7 +267,7 @@ describe('dynamic MIG through the packaged units under a real systemd (Debian 12
   test('unprepared: the MPS unit destroys the instance, the spec is gone, the foreign instance stays', async () => {
     assert.ok(claim !== undefined, 'the claim of the test before was prepared');
     const uid = claim.uid;
-    const u = await ctl<{ claims: Record<string, { error: string }> }>(WATCHER_CTL, '/unprepare', {
+    const u = await cluster.ctl<Unprepared>(WATCHER_CTL, '/unprepare', {
       driver: DRIVER,
       claims: [claim],
     });

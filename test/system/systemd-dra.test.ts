@@ -16,30 +16,21 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DRA_DROPIN, ENV_FILE, PACKAGE } from '../../build/package.ts';
-import { byIndex, cdiSpec, tokenKubeconfig } from '../support/dra-fixtures.ts';
+import { byIndex, cdiSpec } from '../support/dra-fixtures.ts';
 import { TOPOLOGIES } from '../support/sim.ts';
 import type { Container } from './container.ts';
+import { API_CTL, API_STATE, DRIVER, DraCluster, NODE, REGISTRY, WATCHER_CTL, WATCHER_STATE } from './dra-cluster.ts';
+import type { Prepared, Unprepared } from './dra-cluster.ts';
 import type { ApiServerState, WatcherState } from './dra-standins-main.ts';
 import { journalOnFailure } from './journal-on-failure.ts';
-import { OPT, type PackagedNode, UNIT, bootWithPackage } from './packaged-node.ts';
+import { type PackagedNode, UNIT, bootWithPackage } from './packaged-node.ts';
 import { LiveUnit, timer } from './unit.ts';
 
 const GPUS = 8;
-const NODE = 'gpu-node-1';
-const DRIVER = 'gpu.nvidia.com';
-const REGISTRY = '/var/lib/kubelet/plugins_registry';
 const PLUGIN_DIR = `/var/lib/kubelet/plugins/${DRIVER}`;
 const REG_SOCKET = `${REGISTRY}/${DRIVER}-reg.sock`;
 const DRA_SOCKET = `${PLUGIN_DIR}/dra.sock`;
 const CHECKPOINT = `${PLUGIN_DIR}/gpu-device-plugin-checkpoint.json`;
-const KUBECONFIG = '/etc/gpu-device-plugin/kubeconfig';
-const NODE_TOKEN = 'node-token-7f3c1d9e2b';
-const ADMIN_TOKEN = 'kubelet-standin-admin-token';
-const API_STATE = '/run/dra-apiserver.json';
-const WATCHER_STATE = '/run/dra-watcher.json';
-const API_CTL = '/run/dra-standins/apiserver.sock';
-const WATCHER_CTL = '/run/dra-standins/watcher.sock';
-const STANDINS = `${OPT}/node ${OPT}/dra-standins.cjs`;
 const MPS_UNIT = `${PACKAGE}-mps.service`;
 /** What the package's environment file sets (both units read it). */
 const MPS_ROOT = '/run/nvidia/mps';
@@ -68,16 +59,7 @@ const { until, show, journal, journalCursor, mainPid, statusIs } = new LiveUnit(
 const mpsUnit = new LiveUnit(box, MPS_UNIT, PACKAGE, [UNIT]);
 const timed = timer(timings, 2);
 
-async function readState<T>(file: string): Promise<T | null> {
-  const r = await box().sh(`cat ${file} 2>/dev/null`);
-  return r.code === 0 && r.stdout !== '' ? (JSON.parse(r.stdout) as T) : null;
-}
-
-/** Asks a stand-in through its control socket; its answer as JSON (a failure throws with it). */
-async function ctl<T>(socket: string, path: string, body: unknown): Promise<T> {
-  const json = JSON.stringify(body).replace(/'/g, `'\\''`);
-  return JSON.parse(await box().run(`${STANDINS} ctl ${socket} ${path} '${json}'`)) as T;
-}
+const cluster = new DraCluster(box, until);
 
 /** Each kubelet start is a transient unit of its own name: a stopped one may stay loaded a moment. */
 let watcherUnit = 0;
@@ -90,13 +72,7 @@ let apiUrl = '';
 
 async function startWatcher(): Promise<void> {
   watcherUnit++;
-  await box().run(
-    `rm -f ${WATCHER_STATE} && systemd-run --unit dra-watcher-${watcherUnit} --collect --quiet ${STANDINS} ` +
-      `watcher ${REGISTRY} ${WATCHER_CTL} ${WATCHER_STATE} ${apiUrl} ${ADMIN_TOKEN} ${NODE}`,
-  );
-  await until('the plugin watcher stand-in serves', () =>
-    readState<WatcherState>(WATCHER_STATE).then((s) => s ?? undefined),
-  );
+  await cluster.startWatcher(`dra-watcher-${watcherUnit}`, apiUrl);
 }
 
 async function stopWatcher(): Promise<void> {
@@ -106,17 +82,17 @@ async function stopWatcher(): Promise<void> {
 /** The watcher's state once it holds more than `after` registrations of our driver. */
 async function registered(after: number): Promise<WatcherState> {
   return until(`registration #${after + 1} of ${DRIVER} with the plugin watcher stand-in`, async () => {
-    const s = await readState<WatcherState>(WATCHER_STATE);
+    const s = await cluster.readState<WatcherState>(WATCHER_STATE);
     return s !== null && s.registrations.filter((r) => r.name === DRIVER).length > after ? s : undefined;
   });
 }
 
 async function registrations(): Promise<number> {
-  return (await readState<WatcherState>(WATCHER_STATE))?.registrations.length ?? 0;
+  return (await cluster.readState<WatcherState>(WATCHER_STATE))?.registrations.length ?? 0;
 }
 
 async function apiState(): Promise<ApiServerState> {
-  const s = await readState<ApiServerState>(API_STATE);
+  const s = await cluster.readState<ApiServerState>(API_STATE);
   if (s === null) throw new Error(`no API server stand-in state at ${API_STATE}`);
   return s;
 }
@@ -133,19 +109,6 @@ async function published(count = GPUS): Promise<ApiServerState> {
     const devices = s.slices.flatMap((x) => (x.spec as unknown as { devices?: SliceDevice[] }).devices ?? []);
     return devices.length === count ? s : undefined;
   });
-}
-
-interface Prepared {
-  claims: Record<
-    string,
-    {
-      devices: { request_names: string[]; pool_name: string; device_name: string; cdi_device_ids: string[] }[];
-      error: string;
-    }
-  >;
-}
-interface Unprepared {
-  claims: Record<string, { error: string }>;
 }
 
 describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)', { concurrency: false }, () => {
@@ -186,30 +149,12 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
       // The MPS root, where the plugin's sharing requests go, comes from the package's environment file.
       assert.match(await box().run(`cat ${ENV_FILE.deb}`), new RegExp(`^MPS_ROOT=${MPS_ROOT}$`, 'm'));
       // The cluster: the API server stand-in (its URL goes into the node's kubeconfig).
-      await box().run(
-        `systemd-run --unit dra-apiserver --collect --quiet ${STANDINS} ` +
-          `apiserver ${API_CTL} ${API_STATE} ${NODE} ${NODE_TOKEN} ${ADMIN_TOKEN}`,
-      );
-      apiUrl = (
-        await until('the API server stand-in serves', () =>
-          readState<ApiServerState>(API_STATE).then((s) => s ?? undefined),
-        )
-      ).url;
+      apiUrl = await cluster.startApiServer();
       assert.match(apiUrl, /^http:\/\/127\.0\.0\.1:\d+$/);
       // The kubelet: its plugin watcher.
       await startWatcher();
       // The operator's steps (README, "Dynamic Resource Allocation", 1–4).
-      await box().run(
-        [
-          `install -d -m 0755 /etc/gpu-device-plugin`,
-          `printf '%s' '${tokenKubeconfig(apiUrl, NODE_TOKEN)}' > ${KUBECONFIG}`,
-          `chmod 0600 ${KUBECONFIG}`,
-          `printf 'KUBELET_API=dra\\nKUBECONFIG=${KUBECONFIG}\\nNODE_NAME=${NODE}\\n' >> ${ENV_FILE.deb}`,
-          `mkdir -p /etc/systemd/system/${UNIT}.d`,
-          `ln -s ${DRA_DROPIN.installed} /etc/systemd/system/${UNIT}.d/dra.conf`,
-          'systemctl daemon-reload',
-        ].join(' && '),
-      );
+      await cluster.switchToDra(apiUrl);
       // check reads the environment file and the unit with its drop-ins itself; the fake NVML's config is the test's.
       const check = await box().sh(
         'FAKE_NVML_CONFIG=/etc/fake-nvml/demo-8.json /usr/bin/gpu-device-plugin check 2>&1',
@@ -237,7 +182,7 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
       assert.equal(u.ActiveState, 'active', JSON.stringify(u));
       assert.equal(u.UnitFileState, 'enabled');
       assert.match(u.DropInPaths ?? '', new RegExp(`/etc/systemd/system/${UNIT}\\.d/dra\\.conf`));
-      const s = (await readState<WatcherState>(WATCHER_STATE))!;
+      const s = (await cluster.readState<WatcherState>(WATCHER_STATE))!;
       const r = s.registrations.at(-1)!;
       assert.deepEqual(
         { name: r.name, type: r.type, socket: r.socket, endpoint: r.endpoint, version: r.version },
@@ -288,13 +233,13 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
   test(
     "a claim prepared through the kubelet's DRA client gets " + "the CDI ID of the toolkit's spec, and is checkpointed",
     async () => {
-      const stored = await ctl<{ metadata: { uid: string } }>(API_CTL, '/claims', {
+      const stored = await cluster.ctl<{ metadata: { uid: string } }>(API_CTL, '/claims', {
         namespace: 'team-a',
         name: 'one-gpu',
         results: [{ request: 'gpu', driver: DRIVER, pool: NODE, device: 'gpu-3' }],
       });
       claim = { namespace: 'team-a', name: 'one-gpu', uid: stored.metadata.uid };
-      const r = await ctl<Prepared>(WATCHER_CTL, '/prepare', { driver: DRIVER, claims: [claim] });
+      const r = await cluster.ctl<Prepared>(WATCHER_CTL, '/prepare', { driver: DRIVER, claims: [claim] });
       firstAnswer = r.claims[claim.uid];
       assert.deepEqual(firstAnswer, {
         devices: [
@@ -323,14 +268,14 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
       const reads = (s: ApiServerState): number =>
         s.requests.filter((r) => r.method === 'GET' && r.path.includes('/resourceclaims/')).length;
       const readsBefore = reads(await apiState());
-      const again = await ctl<Prepared>(WATCHER_CTL, '/prepare', { driver: DRIVER, claims: [claim] });
+      const again = await cluster.ctl<Prepared>(WATCHER_CTL, '/prepare', { driver: DRIVER, claims: [claim] });
       assert.deepEqual(again.claims[claim.uid], firstAnswer);
       assert.equal(reads(await apiState()), readsBefore, 'answered from the checkpoint: no ResourceClaim read');
-      const u = await ctl<Unprepared>(WATCHER_CTL, '/unprepare', { driver: DRIVER, claims: [claim] });
+      const u = await cluster.ctl<Unprepared>(WATCHER_CTL, '/unprepare', { driver: DRIVER, claims: [claim] });
       assert.deepEqual(u.claims[claim.uid], { error: '' });
       assert.ok(!(await box().run(`cat ${CHECKPOINT}`)).includes(claim.uid), 'unprepared: gone from the checkpoint');
       // Idempotent: a second unprepare of the same claim succeeds too.
-      const u2 = await ctl<Unprepared>(WATCHER_CTL, '/unprepare', { driver: DRIVER, claims: [claim] });
+      const u2 = await cluster.ctl<Unprepared>(WATCHER_CTL, '/unprepare', { driver: DRIVER, claims: [claim] });
       assert.deepEqual(u2.claims[claim.uid], { error: '' });
     },
   );
@@ -493,7 +438,7 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
       const pluginPid = await mainPid();
       const mark = await journalCursor();
       const gpu = 5;
-      const stored = await ctl<{ metadata: { uid: string } }>(API_CTL, '/claims', {
+      const stored = await cluster.ctl<{ metadata: { uid: string } }>(API_CTL, '/claims', {
         namespace: 'team-a',
         name: 'mps-gpu',
         results: [{ request: 'gpu', driver: DRIVER, pool: NODE, device: `gpu-${gpu}` }],
@@ -522,7 +467,7 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
       const pipe = `${claimRoot}/mps/pipe`;
       const specFile = `${CDI_DIR}/gpu-device-plugin-claim-${uid}.json`;
       const t0 = performance.now();
-      const r = await ctl<Prepared>(WATCHER_CTL, '/prepare', { driver: DRIVER, claims: [mps] });
+      const r = await cluster.ctl<Prepared>(WATCHER_CTL, '/prepare', { driver: DRIVER, claims: [mps] });
       timed(t, 'NodePrepareResources of an MPS claim (its control daemon started)', performance.now() - t0);
       assert.deepEqual(r.claims[uid], {
         devices: [
@@ -597,7 +542,7 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
       assert.equal(await mainPid(), pluginPid, 'the plugin did not restart');
 
       const t1 = performance.now();
-      const u = await ctl<Unprepared>(WATCHER_CTL, '/unprepare', { driver: DRIVER, claims: [mps] });
+      const u = await cluster.ctl<Unprepared>(WATCHER_CTL, '/unprepare', { driver: DRIVER, claims: [mps] });
       timed(t, 'NodeUnprepareResources of the MPS claim (its daemon stopped)', performance.now() - t1);
       assert.deepEqual(u.claims[uid], { error: '' });
       // The plugin waited for the agent to have ended the claim: everything of it is gone already.
@@ -633,7 +578,7 @@ describe('the .deb in DRA mode under a real systemd (Debian 12, systemd-nspawn)'
       assert.equal((await box().sh(`test -e ${REG_SOCKET}`)).code, 1, 'the registration socket is removed');
       assert.equal((await box().sh(`test -e ${DRA_SOCKET}`)).code, 1, 'the DRA socket is removed');
       const s = await until('the deregistration seen', async () => {
-        const w = await readState<WatcherState>(WATCHER_STATE);
+        const w = await cluster.readState<WatcherState>(WATCHER_STATE);
         return w?.deregistrations.some((d) => d.name === DRIVER && d.socket === REG_SOCKET) ? w : undefined;
       });
       assert.ok(s.deregistrations.length >= 1);

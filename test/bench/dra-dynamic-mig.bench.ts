@@ -4,12 +4,18 @@
 // alternate a claim for the whole GPU 1 (the floor) and one for a 1g.5gb partition of GPU 2 (made at prepare:
 // intent recorded, GPU instance, compute instance, MIG device read back, CDI spec; destroyed at unprepare).
 // `node test/bench/dra-dynamic-mig.bench.ts [rounds]`.
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildFakeMpsControl } from '../fake-nvml/build.ts';
-import { DRIVER, claimOn, waitForSlices, startDynamicMigNode, startSharingAgent } from '../support/dra-node.ts';
-import { unmountUnder } from '../support/mounts.ts';
+import {
+  DRIVER,
+  claimOn,
+  waitForSlices,
+  startDynamicMigNode,
+  startSharingAgent,
+  stopWithAgent,
+} from '../support/dra-node.ts';
 import { r2, stats } from './stats.ts';
 
 export async function draDynamicMigLatency(rounds: number): Promise<Record<string, unknown>> {
@@ -54,11 +60,7 @@ export async function draDynamicMigLatency(rounds: number): Promise<Record<strin
       rounds,
     };
   } finally {
-    agent.signal('SIGTERM');
-    await agent.exited;
-    await node.stop();
-    unmountUnder(base);
-    if (existsSync(base)) rmSync(base, { recursive: true, force: true });
+    await stopWithAgent(node, agent, base);
   }
 }
 

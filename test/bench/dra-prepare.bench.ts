@@ -8,14 +8,13 @@
 //                  at unprepare)
 //   MPS            GpuConfig MPS with limits: the agent starts the claim's control daemon (its shm
 //                  mounted, limits set) and stops it at unprepare
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Claim } from '../../src/api/dra.ts';
 import { buildFakeMpsControl, buildFakeNvidiaSmi } from '../fake-nvml/build.ts';
 import type { JsonObject } from '../support/apiserver.ts';
-import { DRIVER, NODE, startDraNode, startSharingAgent } from '../support/dra-node.ts';
-import { unmountUnder } from '../support/mounts.ts';
+import { DRIVER, NODE, startDraNode, startSharingAgent, stopWithAgent } from '../support/dra-node.ts';
 import { r2, stats } from './stats.ts';
 
 type Kind = 'plain' | 'time-sliced' | 'MPS';
@@ -94,11 +93,7 @@ export async function draPrepareLatency(rounds: number): Promise<Record<string, 
     }
     return { dra_prepare: out, checkpoint_durable: true, rounds };
   } finally {
-    agent.signal('SIGTERM');
-    await agent.exited;
-    await node.stop();
-    unmountUnder(base);
-    if (existsSync(base)) rmSync(base, { recursive: true, force: true });
+    await stopWithAgent(node, agent, base);
   }
 }
 

@@ -25,9 +25,16 @@ import { serializeRequest } from '../../src/core/dra-sharing.ts';
 import type { HostRequest } from '../../src/core/dra-sharing.ts';
 import { buildFakeMpsControl, buildFakeNvidiaSmi } from '../fake-nvml/build.ts';
 import type { JsonObject } from '../support/apiserver.ts';
-import { DRIVER, NODE, startDraNode, prepareClaim, unprepareClaim, startSharingAgent } from '../support/dra-node.ts';
+import {
+  DRIVER,
+  NODE,
+  startDraNode,
+  prepareClaim,
+  unprepareClaim,
+  startSharingAgent,
+  stopWithAgent,
+} from '../support/dra-node.ts';
 import type { DraNode } from '../support/dra-node.ts';
-import { unmountUnder } from '../support/mounts.ts';
 import type { PluginProcess } from '../support/sim.ts';
 import { onFileChange, waitUntil } from '../support/wait.ts';
 
@@ -64,13 +71,7 @@ before(async () => {
   await agent.waitForLine(/DRA sharing agent started/);
 });
 
-after(async () => {
-  agent?.signal('SIGTERM');
-  await agent?.exited;
-  await node?.stop();
-  unmountUnder(base);
-  rmSync(base, { recursive: true, force: true });
-});
+after(() => stopWithAgent(node, agent, base));
 
 /** What is outside the agent's tree, as a sorted list of "path content" (directories listed, files read). */
 function outsideState(): string[] {

@@ -4,7 +4,7 @@
 // instances still there and published as MIG devices after it; three profiles side by side on the bare GPU,
 // unprepared in another order.
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -19,9 +19,9 @@ import {
   waitForSlices,
   startDynamicMigNode,
   startSharingAgent,
+  stopWithAgent,
 } from '../support/dra-node.ts';
 import type { DraNode } from '../support/dra-node.ts';
-import { unmountUnder } from '../support/mounts.ts';
 import type { PluginProcess } from '../support/sim.ts';
 
 let base = '';
@@ -36,13 +36,7 @@ before(async () => {
   await agent.waitForLine(/DRA sharing agent started/);
 });
 
-after(async () => {
-  agent?.signal('SIGTERM');
-  await agent?.exited;
-  await node?.stop();
-  unmountUnder(base);
-  rmSync(base, { recursive: true, force: true });
-});
+after(() => stopWithAgent(node, agent, base));
 
 test('H100: 1g.20gb offered at 0, 2, 4, 6 on a bare GPU; beside the foreign 1g.10gb pair at 2, 4, 6', async () => {
   const devices = await waitForSlices(node.api, (d) => d.some((x) => x.name.startsWith('gpu-0-mig-')), 'published');

@@ -10,7 +10,7 @@
 // allocated as, with its MIG device's health, and the instance the package did not make survives every start,
 // reload and prepare.
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -32,9 +32,9 @@ import {
   waitForSlices,
   startDynamicMigNode,
   startSharingAgent,
+  stopWithAgent,
 } from '../support/dra-node.ts';
 import type { DraNode } from '../support/dra-node.ts';
-import { unmountUnder } from '../support/mounts.ts';
 import { PluginProcess, executable } from '../support/sim.ts';
 import { onFileChange, waitUntil } from '../support/wait.ts';
 
@@ -55,13 +55,7 @@ before(async () => {
   await agent.waitForLine(/DRA sharing agent started/);
 });
 
-after(async () => {
-  agent?.signal('SIGTERM');
-  await agent?.exited;
-  await node?.stop();
-  unmountUnder(base);
-  rmSync(base, { recursive: true, force: true });
-});
+after(() => stopWithAgent(node, agent, base));
 
 type Spec = { sharedCounters?: { name: string }[]; devices?: { name: string; consumesCounters?: unknown[] }[] };
 const specs = (): Spec[] => slicesOf(node.api).map((s) => s.spec as unknown as Spec);

@@ -3,7 +3,7 @@
 // permissions), and what the tests read of them: the stored slices, claims put allocated, how the plugin was
 // started (to restart it, or to start the MPS unit's program the same way).
 import assert from 'node:assert/strict';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Claim, DeviceHealth, DraHealthVersion, NodePrepareResourceResponse } from '../../src/api/dra.ts';
 import { HealthStatus } from '../../src/api/dra.ts';
@@ -11,6 +11,7 @@ import { ApiServerStandIn } from './apiserver.ts';
 import type { ApiServerOptions, JsonObject, TokenGrant } from './apiserver.ts';
 import { byIndex, cdiSpec, tokenKubeconfig } from './dra-fixtures.ts';
 import { writeMigMinors } from './mig.ts';
+import { unmountUnder } from './mounts.ts';
 import { PluginWatcherStandIn } from './plugin-watcher.ts';
 import { onEvent, waitFor } from './wait.ts';
 import { PluginProcess, SimNode, executable, monotonicMs } from './sim.ts';
@@ -277,6 +278,23 @@ export function startSharingAgent(
   return o.unshare === true
     ? new PluginProcess('unshare', ['-m', '--propagation', 'private', executable(), ...command], all)
     : new PluginProcess(executable(), command, all);
+}
+
+/**
+ * The end of a node with its sharing agent: the agent stopped (SIGTERM: it leaves the host as it stops), then the
+ * node, then `base` removed with whatever the agent mounted under it. Either may be missing (a start that failed).
+ */
+export async function stopWithAgent(
+  node: DraNode | undefined,
+  agent: PluginProcess | undefined,
+  base: string,
+): Promise<void> {
+  agent?.signal('SIGTERM');
+  await agent?.exited;
+  await node?.stop();
+  if (base === '') return;
+  unmountUnder(base);
+  rmSync(base, { recursive: true, force: true });
 }
 
 /**

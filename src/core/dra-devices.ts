@@ -66,6 +66,20 @@ export function migDeviceName(
   return `gpu-${parent.minor}-mig-${canonicalProfile(d.profile)}-${d.giProfileId}-${d.placementStart}`;
 }
 
+/** The node's MIG devices by their DRA names (those NVML gave a profile id and placement for). */
+export function migDevicesByName(node: {
+  readonly gpus: readonly Gpu[];
+  readonly mig: MigLayout;
+}): ReadonlyMap<string, MigDevice> {
+  const out = new Map<string, MigDevice>();
+  for (const d of node.mig.devices) {
+    const parent = node.gpus[d.parent];
+    const name = parent === undefined ? null : migDeviceName(parent, d);
+    if (name !== null) out.set(name, d);
+  }
+  return out;
+}
+
 export interface DraDeviceList {
   readonly devices: readonly DraDevice[];
   /** What was left out and why, one line each. */

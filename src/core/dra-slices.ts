@@ -52,7 +52,7 @@
 // most 32 attributes and capacities per device (the most we write is 26). resourceSliceCount is
 // the number of slices; the pool generation is the publisher's.
 import { normalizeBusId } from './topology/index.ts';
-import { draDevices, migDeviceName, withoutClaimedInstances } from './dra-devices.ts';
+import { draDevices, migDevicesByName, withoutClaimedInstances } from './dra-devices.ts';
 import { nvlinkDomains } from './nvlink-domains.ts';
 import { bytesQuantity } from './quantity.ts';
 import { policyFitProblem, wireRequestPolicy } from './dra-capacity.ts';
@@ -64,7 +64,7 @@ import type { DeviceAttribute, DeviceTaint, SliceDevice } from './dra-wire.ts';
 
 export type { DeviceAttribute, DeviceCapacity, DeviceTaint, SliceDevice } from './dra-wire.ts';
 import type { Gpu } from './devices.ts';
-import type { MigStrategy } from './mig.ts';
+import type { MigDevice, MigStrategy } from './mig.ts';
 import { signalTaints } from './health-signals.ts';
 import { liveNvlinks } from './snapshot-signals.ts';
 import { unitsOfSilentClaimDaemons } from './snapshot.ts';
@@ -266,6 +266,8 @@ export function poolContent(s: NodeSnapshot, settings: PoolSettings, driver: str
     }
     devices.push(dev);
   }
+  // A claimed partition whose instance exists has that MIG device's health.
+  const migByName = settings.partitionable === undefined ? new Map<string, MigDevice>() : migDevicesByName(s);
   const partitions =
     settings.partitionable === undefined
       ? null
@@ -275,8 +277,7 @@ export function poolContent(s: NodeSnapshot, settings: PoolSettings, driver: str
           settings.partitionable,
           (gpu) => commonAttributes(s, gpu, settings),
           (gpu, device) => {
-            const pos = s.gpus.indexOf(gpu);
-            const m = s.mig.devices.find((d) => d.parent === pos && migDeviceName(gpu, d) === device);
+            const m = migByName.get(device);
             return m === undefined ? taintsOf(s, gpu.uuid, driver) : taintsOf(s, m.uuid, driver, gpu.uuid);
           },
           s.claimedPartitions,

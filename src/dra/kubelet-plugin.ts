@@ -1,6 +1,6 @@
 import { foreignInstances, freePartitions } from '../core/dynamic-mig.ts';
 import { join } from 'node:path';
-import { draDevices, migDeviceName, withoutClaimedInstances } from '../core/dra-devices.ts';
+import { draDevices, migDevicesByName, withoutClaimedInstances } from '../core/dra-devices.ts';
 import { CLAIM_MPS_RESOURCE, claimDaemonName, claimMpsRoot } from '../core/dra-sharing.ts';
 import type { HostDevice } from '../core/dra-sharing.ts';
 import { mpsPaths } from '../core/mps.ts';
@@ -39,13 +39,15 @@ export const publishedDevices: DeviceLister = (applied) => {
   // Dynamic MIG: each free placement of a MIG-mode GPU, carved at prepare (the slice publisher offers the same);
   // the claimed ones whose instances exist among them.
   const claimed = snapshot.claimedPartitions ?? new Set<string>();
+  const made = migDevicesByName(snapshot);
+  const instanceOf = (name: string): { instanceUuid?: string } => {
+    const uuid = claimed.has(name) ? made.get(name)?.uuid : undefined;
+    return uuid === undefined ? {} : { instanceUuid: uuid };
+  };
   const partitions = snapshot.gpus.flatMap((gpu, i): HostDevice[] => {
     const p = partitionable.get(gpu.uuid);
     if (p === undefined || snapshot.mig.modes[i]?.current !== true) return [];
     const instances = foreignInstances({ minor: gpu.minor, ...p }, claimed);
-    const made = new Map(
-      snapshot.mig.devices.filter((m) => m.parent === i).map((m) => [migDeviceName(gpu, m), m.uuid] as const),
-    );
     return freePartitions({ minor: gpu.minor, profiles: p.profiles, instances }).map((f) => ({
       name: f.name,
       gpuUuid: gpu.uuid,
@@ -53,7 +55,7 @@ export const publishedDevices: DeviceLister = (applied) => {
       minor: gpu.minor,
       memoryBytes: f.profile.memoryMiB * 1024 * 1024,
       partition: { giProfileId: f.profile.id, start: f.placement.start, size: f.placement.size },
-      ...(claimed.has(f.name) && made.has(f.name) ? { instanceUuid: made.get(f.name) as string } : {}),
+      ...instanceOf(f.name),
     }));
   });
   return [...listed, ...partitions];
